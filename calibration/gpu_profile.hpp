@@ -1,0 +1,38 @@
+// A GPU calibration profile: the rates and efficiencies that turn FLOPs and bytes into time.
+//
+// Every number carries its provenance (measured: which benchmark, machine and date; published:
+// which document; extrapolated: from what) and an uncertainty sigma in the same unit as the value.
+// A wide sigma marks a number that only a spec sheet backs. Profiles are YAML files under
+// calibration/profiles/, read by the scenario layer.
+#pragma once
+
+#include <string>
+
+namespace fleetsim {
+
+struct Calibrated {
+  double value = 0;
+  double sigma = 0;  // one standard deviation, same unit as value
+  std::string provenance;
+};
+
+struct GpuProfile {
+  std::string name;
+  std::string description;
+  int sm_count = 0;                   // streaming multiprocessors (wave quantisation)
+  Calibrated dense_bf16_flops_per_s;  // dense tensor-core peak, no sparsity
+  Calibrated hbm_capacity_bytes;      // what the device reports as usable
+  Calibrated hbm_bytes_per_s;         // spec peak
+  Calibrated gemm_efficiency;         // best large-GEMM throughput / dense peak
+  int gemm_tile_m = 128;              // output tile of the GEMM kernels (wave quantisation)
+  int gemm_tile_n = 256;
+  Calibrated attention_efficiency;       // FlashAttention fwd+bwd throughput / dense peak
+  Calibrated memory_efficiency;          // achieved / peak HBM bandwidth of streaming kernels
+  Calibrated kernel_launch_s;            // fixed cost per kernel
+  Calibrated nvlink_efficiency;          // NCCL ring bus bandwidth / NVLink line rate
+  Calibrated network_efficiency;         // NCCL bus bandwidth / NIC line rate
+  Calibrated collective_base_latency_s;  // fixed cost of launching one collective
+  Calibrated collective_hop_latency_s;   // alpha: latency of one ring step
+};
+
+}  // namespace fleetsim

@@ -1,0 +1,69 @@
+#include "sim/engine/engine.hpp"
+
+#include <string>
+
+#include "sim/engine/errors.hpp"
+
+namespace fleetsim {
+
+std::uint32_t Engine::acquire_slot() {
+  if (!free_slots_.empty()) {
+    const std::uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  slots_.emplace_back();
+  return static_cast<std::uint32_t>(slots_.size() - 1);
+}
+
+EventHandle Engine::schedule_at(SimTime at, Callback callback) {
+  if (at < now_) {
+    throw ModelError("event scheduled in the past: at " + std::to_string(at.ns()) + " ns, now " +
+                     std::to_string(now_.ns()) + " ns");
+  }
+  const std::uint32_t slot = acquire_slot();
+  const std::uint64_t sequence = next_sequence_++;
+  slots_[slot].callback = std::move(callback);
+  slots_[slot].sequence = sequence;
+  queue_.push(Entry{at, sequence, slot});
+  ++pending_;
+  return EventHandle{slot, sequence};
+}
+
+bool Engine::cancel(EventHandle handle) {
+  if (!handle.valid() || handle.slot >= slots_.size())
+    return false;
+  Slot& slot = slots_[handle.slot];
+  if (slot.sequence != handle.sequence)
+    return false;  // already ran or cancelled
+  slot.callback = nullptr;
+  slot.sequence = 0;
+  --pending_;
+  // The queue entry stays; run() sees the sequence mismatch and frees the slot then.
+  return true;
+}
+
+void Engine::run(SimTime until) {
+  while (!queue_.empty()) {
+    const Entry entry = queue_.top();
+    if (entry.at > until)
+      break;
+    queue_.pop();
+    Slot& slot = slots_[entry.slot];
+    if (slot.sequence != entry.sequence) {  // cancelled
+      if (slot.sequence == 0)
+        free_slots_.push_back(entry.slot);
+      continue;
+    }
+    Callback callback = std::move(slot.callback);
+    slot.callback = nullptr;
+    slot.sequence = 0;
+    free_slots_.push_back(entry.slot);
+    --pending_;
+    now_ = entry.at;
+    ++events_processed_;
+    callback();
+  }
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,219 @@
+#include "sim/network/flow_network.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "sim/engine/errors.hpp"
+
+namespace fleetsim {
+namespace {
+
+// A link counts as saturated when its residual capacity is below this fraction of capacity:
+// progressive filling in floating point leaves residues of a few ulps.
+constexpr double kSaturationTolerance = 1e-9;
+
+std::vector<LinkUse> merge_duplicates(std::vector<LinkUse> links) {
+  std::stable_sort(links.begin(), links.end(),
+                   [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
+  std::vector<LinkUse> merged;
+  for (const LinkUse& use : links) {
+    if (!merged.empty() && merged.back().link == use.link) {
+      merged.back().weight += use.weight;
+    } else {
+      merged.push_back(use);
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s)
+    : engine_(&engine),
+      capacity_(std::move(capacity_bytes_per_s)),
+      link_bytes_(capacity_.size(), 0.0),
+      flows_on_link_(capacity_.size()) {
+  for (std::size_t l = 0; l < capacity_.size(); ++l) {
+    if (!(capacity_[l] > 0)) {
+      throw ModelError("flow network link " + std::to_string(l) + " has no capacity");
+    }
+  }
+}
+
+FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double size_bytes,
+                                            SimTime latency, Callback on_complete) {
+  const FlowId id = next_id_++;
+  bytes_started_ += size_bytes;
+  links = merge_duplicates(std::move(links));
+  for (const LinkUse& use : links) {
+    if (use.link >= capacity_.size() || !(use.weight > 0)) {
+      throw ModelError("flow uses an unknown link or a non-positive weight");
+    }
+  }
+  if (links.empty() || !(size_bytes > 0)) {
+    // Nothing crosses the network (a local copy, or an empty message): only latency remains.
+    bytes_delivered_ += std::max(size_bytes, 0.0);
+    engine_->schedule_after(latency, std::move(on_complete));
+    return id;
+  }
+  std::vector<FlowLinkId> touched;
+  for (const LinkUse& use : links)
+    touched.push_back(use.link);
+  const std::vector<FlowId> neighbours = connected_flows(touched);
+  for (const FlowId other : neighbours)
+    advance(flows_.at(other));
+
+  Flow flow;
+  flow.links = std::move(links);
+  flow.size = size_bytes;
+  flow.remaining = size_bytes;
+  flow.last_update = engine_->now();
+  flow.latency = latency;
+  flow.on_complete = std::move(on_complete);
+  for (const LinkUse& use : flow.links)
+    flows_on_link_[use.link].push_back(id);
+  flows_.emplace(id, std::move(flow));
+
+  std::vector<FlowId> component = neighbours;
+  component.push_back(id);  // ids grow, so the list stays sorted
+  reallocate(component);
+  reschedule();
+  return id;
+}
+
+double FlowNetwork::rate(FlowId flow) const {
+  const auto it = flows_.find(flow);
+  return it == flows_.end() ? 0.0 : it->second.rate;
+}
+
+std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
+    const std::vector<FlowLinkId>& seed_links) const {
+  std::vector<char> link_seen(capacity_.size(), 0);
+  std::set<FlowId> found;
+  std::vector<FlowLinkId> frontier;
+  for (const FlowLinkId l : seed_links) {
+    if (!link_seen[l]) {
+      link_seen[l] = 1;
+      frontier.push_back(l);
+    }
+  }
+  while (!frontier.empty()) {
+    const FlowLinkId l = frontier.back();
+    frontier.pop_back();
+    for (const FlowId f : flows_on_link_[l]) {
+      if (!found.insert(f).second)
+        continue;
+      for (const LinkUse& use : flows_.at(f).links) {
+        if (!link_seen[use.link]) {
+          link_seen[use.link] = 1;
+          frontier.push_back(use.link);
+        }
+      }
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
+void FlowNetwork::advance(Flow& flow) {
+  const double elapsed = (engine_->now() - flow.last_update).seconds();
+  const double moved = std::min(flow.remaining, flow.rate * elapsed);
+  flow.remaining -= moved;
+  for (const LinkUse& use : flow.links)
+    link_bytes_[use.link] += use.weight * moved;
+  flow.last_update = engine_->now();
+}
+
+void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
+  // Progressive filling over the links the component uses.
+  std::map<FlowLinkId, double> residual;
+  for (const FlowId id : component) {
+    Flow& flow = flows_.at(id);
+    flow.rate = 0;
+    for (const LinkUse& use : flow.links)
+      residual.emplace(use.link, capacity_[use.link]);
+  }
+  std::vector<FlowId> unfixed = component;
+  while (!unfixed.empty()) {
+    std::map<FlowLinkId, double> weight_sum;
+    for (const FlowId id : unfixed) {
+      for (const LinkUse& use : flows_.at(id).links)
+        weight_sum[use.link] += use.weight;
+    }
+    double increment = INFINITY;
+    for (const auto& [link, weight] : weight_sum) {
+      increment = std::min(increment, residual[link] / weight);
+    }
+    std::set<FlowLinkId> saturated;
+    for (const auto& [link, weight] : weight_sum) {
+      residual[link] -= increment * weight;
+      if (residual[link] <= kSaturationTolerance * capacity_[link])
+        saturated.insert(link);
+    }
+    std::vector<FlowId> still_unfixed;
+    for (const FlowId id : unfixed) {
+      Flow& flow = flows_.at(id);
+      flow.rate += increment;
+      const bool bottlenecked =
+          std::any_of(flow.links.begin(), flow.links.end(),
+                      [&](const LinkUse& u) { return saturated.count(u.link); });
+      if (!bottlenecked)
+        still_unfixed.push_back(id);
+    }
+    unfixed = std::move(still_unfixed);
+  }
+  for (const FlowId id : component)
+    set_completion(id, flows_.at(id));
+}
+
+void FlowNetwork::set_completion(FlowId id, Flow& flow) {
+  completions_.erase({flow.completion, id});
+  // Rounded up once, here: the flow is done at the first nanosecond its bytes are all through.
+  flow.completion = engine_->now() + from_seconds(flow.remaining / flow.rate);
+  completions_.insert({flow.completion, id});
+}
+
+void FlowNetwork::reschedule() {
+  const SimTime next = completions_.empty() ? SimTime::max() : completions_.begin()->first;
+  if (next == pending_at_)
+    return;
+  engine_->cancel(pending_);
+  pending_at_ = next;
+  if (next != SimTime::max()) {
+    pending_ = engine_->schedule_at(next, [this] { on_completion_event(); });
+  }
+}
+
+void FlowNetwork::on_completion_event() {
+  pending_at_ = SimTime::max();
+  const SimTime now = engine_->now();
+  std::vector<FlowLinkId> freed;
+  std::vector<Flow> finished;
+  while (!completions_.empty() && completions_.begin()->first <= now) {
+    const FlowId id = completions_.begin()->second;
+    completions_.erase(completions_.begin());
+    Flow& flow = flows_.at(id);
+    advance(flow);
+    // Whatever rounding left is carried now, so each link is charged the flow's exact size.
+    for (const LinkUse& use : flow.links)
+      link_bytes_[use.link] += use.weight * flow.remaining;
+    flow.remaining = 0;
+    bytes_delivered_ += flow.size;
+    for (const LinkUse& use : flow.links) {
+      auto& on_link = flows_on_link_[use.link];
+      on_link.erase(std::find(on_link.begin(), on_link.end(), id));
+      freed.push_back(use.link);
+    }
+    finished.push_back(std::move(flow));
+    flows_.erase(id);
+  }
+  const std::vector<FlowId> component = connected_flows(freed);
+  for (const FlowId id : component)
+    advance(flows_.at(id));
+  reallocate(component);
+  reschedule();
+  for (Flow& flow : finished)
+    engine_->schedule_after(flow.latency, std::move(flow.on_complete));
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,337 @@
+// The console table: one column per variant, one row per quantity, units in the row labels.
+//
+// Everything here is text layout; the numbers come straight from the report records. Widths are
+// measured in displayed characters (UTF-8 code points) because the table uses "—" for missing
+// values.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+namespace {
+
+constexpr const char* kMissing = "—";
+constexpr double kBytesPerGB = 1e9;  // decimal GB, as HBM capacities are quoted
+
+// std::to_chars, unlike printf, ignores the process locale: a table never shows "1,5" for 1.5.
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, decimals);
+  return std::string(buffer, result.ptr);
+}
+
+std::string significant(double value, int digits) {
+  char buffer[64];
+  const auto result =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, digits);
+  return std::string(buffer, result.ptr);
+}
+
+// Milliseconds matter in a step breakdown, so small values keep three significant digits
+// instead of rounding to 0.000.
+std::string seconds_text(double seconds) {
+  if (seconds == 0.0 || std::abs(seconds) >= 0.01) {
+    return fixed(seconds, 3);
+  }
+  return significant(seconds, 3);
+}
+
+// 1234567.8 -> "1,234,568"
+std::string grouped_integer(double value) {
+  const long long rounded = std::llround(value);
+  const std::string digits = std::to_string(rounded < 0 ? -rounded : rounded);
+  std::string text;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) {
+      text += ',';
+    }
+    text += digits[i];
+  }
+  return rounded < 0 ? "-" + text : text;
+}
+
+std::string gb_text(double bytes) {
+  return fixed(bytes / kBytesPerGB, 2);
+}
+std::string percent_text(double fraction) {
+  return fixed(100.0 * fraction, 1);
+}
+
+std::size_t display_width(const std::string& text) {
+  return static_cast<std::size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+std::string pad_left(const std::string& text, std::size_t width) {
+  const std::size_t shown = display_width(text);
+  return shown >= width ? text : std::string(width - shown, ' ') + text;
+}
+
+std::string pad_right(const std::string& text, std::size_t width) {
+  const std::size_t shown = display_width(text);
+  return shown >= width ? text : text + std::string(width - shown, ' ');
+}
+
+// A label column followed by right-aligned value columns; widths fit the content.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back({"", std::move(header)}); }
+
+  void add(std::string label, std::vector<std::string> cells) {
+    rows_.push_back({std::move(label), std::move(cells)});
+  }
+
+  std::string render() const {
+    const std::vector<std::size_t> widths = column_widths();
+    std::string text;
+    for (const Row& row : rows_) {
+      std::string line = pad_right(row.label, widths[0]);
+      for (std::size_t column = 0; column < row.cells.size(); ++column) {
+        line += "  " + pad_left(row.cells[column], widths[column + 1]);
+      }
+      text += line + "\n";
+    }
+    return text;
+  }
+
+ private:
+  struct Row {
+    std::string label;
+    std::vector<std::string> cells;
+  };
+
+  std::vector<std::size_t> column_widths() const {
+    std::vector<std::size_t> widths(1, 0);
+    for (const Row& row : rows_) {
+      widths.resize(std::max(widths.size(), row.cells.size() + 1), 0);
+      widths[0] = std::max(widths[0], display_width(row.label));
+      for (std::size_t column = 0; column < row.cells.size(); ++column) {
+        widths[column + 1] = std::max(widths[column + 1], display_width(row.cells[column]));
+      }
+    }
+    return widths;
+  }
+
+  std::vector<Row> rows_;
+};
+
+using CellFn = std::function<std::string(const VariantReport&)>;
+
+std::vector<std::string> cells_for(const RunReport& report, const CellFn& cell) {
+  std::vector<std::string> cells;
+  for (const VariantReport& variant : report.variants) {
+    cells.push_back(cell(variant));
+  }
+  return cells;
+}
+
+// A step quantity exists only for simulated variants.
+CellFn step_cell(std::function<std::string(const StepResult&)> format) {
+  return [format = std::move(format)](const VariantReport& v) {
+    return v.outcome.simulated ? format(v.outcome.step) : std::string(kMissing);
+  };
+}
+
+int total_gpus(const StepInputs& inputs) {
+  return inputs.nodes * inputs.node.gpus;
+}
+
+bool low_headroom(const MemoryBreakdown& memory) {
+  return memory.fits() && memory.headroom_fraction() < kMinComfortableHeadroom;
+}
+
+void add_setup_rows(Table& table, const RunReport& report) {
+  table.add("node preset",
+            cells_for(report, [](const VariantReport& v) { return v.inputs.node.name; }));
+  table.add("GPUs (nodes x GPUs/node)", cells_for(report, [](const VariantReport& v) {
+              return std::to_string(total_gpus(v.inputs)) + " (" + std::to_string(v.inputs.nodes) +
+                     " x " + std::to_string(v.inputs.node.gpus) + ")";
+            }));
+  table.add("GPU profile",
+            cells_for(report, [](const VariantReport& v) { return v.inputs.gpu.name; }));
+  table.add("model", cells_for(report, [](const VariantReport& v) { return v.inputs.model.name; }));
+  table.add("layout",
+            cells_for(report, [](const VariantReport& v) { return layout_label(v.inputs.plan); }));
+}
+
+void add_step_rows(Table& table, const RunReport& report) {
+  table.add("step time (s)", cells_for(report, [](const VariantReport& v) {
+              return v.outcome.simulated ? seconds_text(v.outcome.step.step_time_s)
+                                         : std::string("does not fit");
+            }));
+  table.add("tokens/s", cells_for(report, step_cell([](const StepResult& s) {
+                                    return grouped_integer(s.tokens_per_s);
+                                  })));
+  table.add("tokens/s per GPU", cells_for(report, [](const VariantReport& v) {
+              const int gpus = total_gpus(v.inputs);
+              if (!v.outcome.simulated || gpus <= 0) {
+                return std::string(kMissing);
+              }
+              return grouped_integer(v.outcome.step.tokens_per_s / gpus);
+            }));
+  table.add("MFU (%)",
+            cells_for(report, step_cell([](const StepResult& s) { return percent_text(s.mfu); })));
+  table.add("HFU (%)",
+            cells_for(report, step_cell([](const StepResult& s) { return percent_text(s.hfu); })));
+}
+
+void add_breakdown_rows(Table& table, const RunReport& report) {
+  table.add("compute per step (s)", cells_for(report, step_cell([](const StepResult& s) {
+                                                return seconds_text(s.breakdown.compute_s);
+                                              })));
+  table.add("exposed comm per step (s)",
+            cells_for(report, step_cell([](const StepResult& s) {
+                        return seconds_text(s.breakdown.exposed_comm_s);
+                      })));
+  table.add("idle per step (s)", cells_for(report, step_cell([](const StepResult& s) {
+                                             return seconds_text(s.breakdown.idle_s);
+                                           })));
+  table.add("comm per GPU per step (GB)", cells_for(report, step_cell([](const StepResult& s) {
+                                                      return gb_text(s.comm_bytes_per_gpu);
+                                                    })));
+}
+
+void add_memory_rows(Table& table, const RunReport& report) {
+  table.add("memory per GPU (GB, % of capacity)", cells_for(report, [](const VariantReport& v) {
+              const MemoryBreakdown& memory = v.outcome.memory;
+              const double used =
+                  memory.capacity_bytes > 0 ? memory.total_bytes / memory.capacity_bytes : 0.0;
+              return gb_text(memory.total_bytes) + " (" + percent_text(used) + "%)";
+            }));
+  table.add("headroom (%)", cells_for(report, [](const VariantReport& v) {
+              const MemoryBreakdown& memory = v.outcome.memory;
+              const std::string value = percent_text(memory.headroom_fraction());
+              return low_headroom(memory) ? value + " low" : value;
+            }));
+}
+
+void add_speedup_row(Table& table, const RunReport& report) {
+  std::vector<std::string> cells;
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const std::optional<double> speedup = speedup_vs_first(report, i);
+    cells.push_back(speedup ? fixed(*speedup, 2) + "x" : std::string(kMissing));
+  }
+  table.add("speed-up vs " + report.variants.front().name + " (tokens/s)", std::move(cells));
+}
+
+std::string header_text(const RunReport& report) {
+  std::string text = "scenario: " + report.scenario_name;
+  if (!report.description.empty()) {
+    text += " — " + report.description;
+  }
+  text += "\n";
+  if (!report.scenario_file.empty()) {
+    text += "file: " + report.scenario_file + ", ";
+  }
+  text += "seed " + std::to_string(report.seed);
+  if (!report.fleetsim_version.empty()) {
+    text += ", fleetsim " + report.fleetsim_version;
+  }
+  return text + "\n\n";
+}
+
+std::string main_table(const RunReport& report) {
+  Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
+  add_setup_rows(table, report);
+  add_step_rows(table, report);
+  add_breakdown_rows(table, report);
+  add_memory_rows(table, report);
+  add_speedup_row(table, report);
+  return table.render();
+}
+
+// Item names in order of first appearance; every variant normally lists the same items.
+std::vector<std::string> memory_item_names(const RunReport& report) {
+  std::vector<std::string> names;
+  for (const VariantReport& variant : report.variants) {
+    for (const MemoryItem& item : variant.outcome.memory.items) {
+      if (std::find(names.begin(), names.end(), item.name) == names.end()) {
+        names.push_back(item.name);
+      }
+    }
+  }
+  return names;
+}
+
+std::string item_gb(const MemoryBreakdown& memory, const std::string& name) {
+  const auto item = std::find_if(memory.items.begin(), memory.items.end(),
+                                 [&](const MemoryItem& i) { return i.name == name; });
+  return item == memory.items.end() ? std::string(kMissing) : gb_text(item->bytes);
+}
+
+std::string memory_table(const RunReport& report) {
+  Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
+  for (const std::string& name : memory_item_names(report)) {
+    table.add("  " + name, cells_for(report, [&](const VariantReport& v) {
+                return item_gb(v.outcome.memory, name);
+              }));
+  }
+  table.add("  total", cells_for(report, [](const VariantReport& v) {
+              return gb_text(v.outcome.memory.total_bytes);
+            }));
+  table.add("  capacity", cells_for(report, [](const VariantReport& v) {
+              return gb_text(v.outcome.memory.capacity_bytes);
+            }));
+  return "\nmemory per GPU at peak (GB)\n" + table.render();
+}
+
+std::string does_not_fit_section(const VariantReport& variant) {
+  const MemoryBreakdown& memory = variant.outcome.memory;
+  std::size_t name_width = std::string("capacity").size();
+  std::size_t gb_width = gb_text(memory.capacity_bytes).size();
+  for (const MemoryItem& item : memory.items) {
+    name_width = std::max(name_width, display_width(item.name));
+    gb_width = std::max(gb_width, gb_text(item.bytes).size());
+  }
+  gb_width = std::max(gb_width, gb_text(memory.total_bytes).size());
+  const auto line = [&](const std::string& name, double bytes, const std::string& basis) {
+    std::string text =
+        "  " + pad_right(name, name_width) + "  " + pad_left(gb_text(bytes), gb_width) + " GB";
+    return (basis.empty() ? text : text + "  " + basis) + "\n";
+  };
+  std::string text = "\n" + variant.name + " does not fit: needs " + gb_text(memory.total_bytes) +
+                     " GB per GPU, " + gb_text(memory.capacity_bytes) + " GB available (" +
+                     gb_text(memory.total_bytes - memory.capacity_bytes) + " GB over)\n";
+  for (const MemoryItem& item : memory.items) {
+    text += line(item.name, item.bytes, item.basis);
+  }
+  text += line("total", memory.total_bytes, "");
+  text += line("capacity", memory.capacity_bytes, "");
+  text += line("over by", memory.total_bytes - memory.capacity_bytes, "");
+  return text;
+}
+
+std::string warnings_section(const RunReport& report) {
+  std::string text;
+  for (const VariantReport& variant : report.variants) {
+    for (const std::string& warning : variant.outcome.warnings) {
+      text += "  " + variant.name + ": " + warning + "\n";
+    }
+  }
+  return text.empty() ? text : "\nwarnings\n" + text;
+}
+
+}  // namespace
+
+std::string render_console(const RunReport& report) {
+  std::string text = header_text(report);
+  if (report.variants.empty()) {
+    return text + "no variants\n";
+  }
+  text += main_table(report);
+  text += memory_table(report);
+  for (const VariantReport& variant : report.variants) {
+    if (!variant.outcome.simulated) {
+      text += does_not_fit_section(variant);
+    }
+  }
+  return text + warnings_section(report);
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,276 @@
+// The HDF5 result file.
+//
+// Layout (strings are UTF-8 variable-length; doubles IEEE 754 64-bit):
+//
+//   /                        attributes: scenario_name, description, scenario_file,
+//                            fleetsim_version (string), seed (uint64)
+//   /variants/<name>         one group per variant; <name> is the variant name with '/' replaced
+//                            by '_' (a '~<index>' suffix separates names that then collide).
+//     attributes  name, node, gpu_profile, model, recompute (string);
+//                 index (int, position in the scenario: sort by it, HDF5 lists groups
+//                 alphabetically), nodes, gpus_per_node, gpus (total), dp, zero_stage,
+//                 simulated (int 0/1);
+//                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
+//                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,
+//                 headroom_fraction, speedup_vs_first, bucket_bytes (double).
+//                 Step quantities and speedup_vs_first are NaN when simulated is 0 (the
+//                 layout does not fit, so no step was replayed).
+//     breakdown   compound {component: string, seconds: double}, 3 rows:
+//                 compute, exposed_comm, idle (NaN seconds when not simulated)
+//     memory      compound {item: string, bytes: double, basis: string}, one row per
+//                 memory item at the per-GPU peak
+//     links       compound {name, kind: string, capacity_bytes_per_s, bytes,
+//                 utilisation: double}, one row per link that carried traffic (may be 0 rows)
+//     warnings    1-D variable-length string dataset (may be 0 rows)
+#include <H5Cpp.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sim/engine/errors.hpp"
+#include "sim/report/atomic_file.hpp"
+#include "sim/report/hdf5_lock.hpp"
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+namespace report_detail {
+
+std::mutex& hdf5_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace report_detail
+
+namespace {
+
+constexpr double kNotSimulated = std::numeric_limits<double>::quiet_NaN();
+
+H5::StrType string_type() {
+  H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+  type.setCset(H5T_CSET_UTF8);
+  return type;
+}
+
+H5::DataSpace scalar_space() {
+  return H5::DataSpace(H5S_SCALAR);
+}
+
+void write_attribute(const H5::H5Object& object, const char* name, const std::string& value) {
+  const H5::StrType type = string_type();
+  object.createAttribute(name, type, scalar_space()).write(type, value);
+}
+
+void write_attribute(const H5::H5Object& object, const char* name, double value) {
+  object.createAttribute(name, H5::PredType::IEEE_F64LE, scalar_space())
+      .write(H5::PredType::NATIVE_DOUBLE, &value);
+}
+
+void write_attribute(const H5::H5Object& object, const char* name, int value) {
+  object.createAttribute(name, H5::PredType::STD_I32LE, scalar_space())
+      .write(H5::PredType::NATIVE_INT, &value);
+}
+
+void write_attribute(const H5::H5Object& object, const char* name, std::uint64_t value) {
+  object.createAttribute(name, H5::PredType::STD_U64LE, scalar_space())
+      .write(H5::PredType::NATIVE_UINT64, &value);
+}
+
+// Rows hold pointers into the report's strings, which outlive the write.
+struct BreakdownRow {
+  const char* component;
+  double seconds;
+};
+
+struct MemoryRow {
+  const char* item;
+  double bytes;
+  const char* basis;
+};
+
+struct LinkRow {
+  const char* name;
+  const char* kind;
+  double capacity_bytes_per_s;
+  double bytes;
+  double utilisation;
+};
+
+H5::CompType breakdown_type() {
+  H5::CompType type(sizeof(BreakdownRow));
+  type.insertMember("component", HOFFSET(BreakdownRow, component), string_type());
+  type.insertMember("seconds", HOFFSET(BreakdownRow, seconds), H5::PredType::NATIVE_DOUBLE);
+  return type;
+}
+
+H5::CompType memory_type() {
+  H5::CompType type(sizeof(MemoryRow));
+  type.insertMember("item", HOFFSET(MemoryRow, item), string_type());
+  type.insertMember("bytes", HOFFSET(MemoryRow, bytes), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("basis", HOFFSET(MemoryRow, basis), string_type());
+  return type;
+}
+
+H5::CompType link_type() {
+  H5::CompType type(sizeof(LinkRow));
+  type.insertMember("name", HOFFSET(LinkRow, name), string_type());
+  type.insertMember("kind", HOFFSET(LinkRow, kind), string_type());
+  type.insertMember("capacity_bytes_per_s", HOFFSET(LinkRow, capacity_bytes_per_s),
+                    H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("bytes", HOFFSET(LinkRow, bytes), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("utilisation", HOFFSET(LinkRow, utilisation), H5::PredType::NATIVE_DOUBLE);
+  return type;
+}
+
+// Creates the dataset even with no rows, so readers always find it with its type.
+template <typename Row>
+void write_rows(const H5::Group& group, const char* name, const H5::DataType& type,
+                const std::vector<Row>& rows) {
+  const hsize_t count = rows.size();
+  const H5::DataSpace space(1, &count);
+  const H5::DataSet dataset = group.createDataSet(name, type, space);
+  if (!rows.empty()) {
+    dataset.write(rows.data(), type);
+  }
+}
+
+void write_breakdown(const H5::Group& group, const StepOutcome& outcome) {
+  const StepBreakdown& breakdown = outcome.step.breakdown;
+  const auto seconds = [&](double value) { return outcome.simulated ? value : kNotSimulated; };
+  const std::vector<BreakdownRow> rows{{"compute", seconds(breakdown.compute_s)},
+                                       {"exposed_comm", seconds(breakdown.exposed_comm_s)},
+                                       {"idle", seconds(breakdown.idle_s)}};
+  write_rows(group, "breakdown", breakdown_type(), rows);
+}
+
+void write_memory(const H5::Group& group, const MemoryBreakdown& memory) {
+  std::vector<MemoryRow> rows;
+  for (const MemoryItem& item : memory.items) {
+    rows.push_back({item.name.c_str(), item.bytes, item.basis.c_str()});
+  }
+  write_rows(group, "memory", memory_type(), rows);
+}
+
+void write_links(const H5::Group& group, const std::vector<LinkUsage>& links) {
+  std::vector<LinkRow> rows;
+  for (const LinkUsage& link : links) {
+    rows.push_back({link.name.c_str(), link.kind.c_str(), link.capacity_bytes_per_s, link.bytes,
+                    link.utilisation});
+  }
+  write_rows(group, "links", link_type(), rows);
+}
+
+void write_warnings(const H5::Group& group, const std::vector<std::string>& warnings) {
+  std::vector<const char*> rows;
+  for (const std::string& warning : warnings) {
+    rows.push_back(warning.c_str());
+  }
+  write_rows(group, "warnings", string_type(), rows);
+}
+
+void write_setup_attributes(const H5::Group& group, const VariantReport& variant, int index) {
+  const StepInputs& inputs = variant.inputs;
+  write_attribute(group, "name", variant.name);
+  write_attribute(group, "index", index);
+  write_attribute(group, "node", inputs.node.name);
+  write_attribute(group, "gpu_profile", inputs.gpu.name);
+  write_attribute(group, "model", inputs.model.name);
+  write_attribute(group, "nodes", inputs.nodes);
+  write_attribute(group, "gpus_per_node", inputs.node.gpus);
+  write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);
+  write_attribute(group, "dp", inputs.plan.dp);
+  write_attribute(group, "zero_stage", inputs.plan.zero_stage);
+  write_attribute(group, "recompute",
+                  std::string(inputs.plan.recompute == Recompute::full ? "full" : "none"));
+  write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
+}
+
+void write_result_attributes(const H5::Group& group, const StepOutcome& outcome,
+                             std::optional<double> speedup) {
+  const StepResult& step = outcome.step;
+  const auto value = [&](double v) { return outcome.simulated ? v : kNotSimulated; };
+  write_attribute(group, "simulated", outcome.simulated ? 1 : 0);
+  write_attribute(group, "step_time_s", value(step.step_time_s));
+  write_attribute(group, "tokens_per_s", value(step.tokens_per_s));
+  write_attribute(group, "mfu", value(step.mfu));
+  write_attribute(group, "hfu", value(step.hfu));
+  write_attribute(group, "model_flops", value(step.model_flops));
+  write_attribute(group, "hardware_flops", value(step.hardware_flops));
+  write_attribute(group, "comm_bytes_per_gpu", value(step.comm_bytes_per_gpu));
+  write_attribute(group, "memory_total_bytes", outcome.memory.total_bytes);
+  write_attribute(group, "memory_capacity_bytes", outcome.memory.capacity_bytes);
+  write_attribute(group, "headroom_fraction", outcome.memory.headroom_fraction());
+  write_attribute(group, "speedup_vs_first", speedup.value_or(kNotSimulated));
+}
+
+// HDF5 link names cannot contain '/', and "." names the parent group itself.
+std::string group_name_for(const std::string& variant_name, int index,
+                           std::set<std::string>& used) {
+  std::string name = variant_name;
+  for (char& c : name) {
+    if (c == '/') {
+      c = '_';
+    }
+  }
+  if (name.empty() || name == "." || used.count(name) > 0) {
+    name += "~" + std::to_string(index);
+  }
+  used.insert(name);
+  return name;
+}
+
+void write_root_attributes(const H5::H5File& file, const RunReport& report) {
+  write_attribute(file, "scenario_name", report.scenario_name);
+  write_attribute(file, "description", report.description);
+  write_attribute(file, "scenario_file", report.scenario_file);
+  write_attribute(file, "fleetsim_version", report.fleetsim_version);
+  write_attribute(file, "seed", report.seed);
+}
+
+// Every HDF5 handle is closed when this returns or throws, so the file can then be renamed or
+// removed.
+void write_file(const RunReport& report, const std::filesystem::path& file_path) {
+  const H5::H5File file(file_path.string(), H5F_ACC_TRUNC);
+  write_root_attributes(file, report);
+  const H5::Group variants = file.createGroup("variants");
+  std::set<std::string> used_names;
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const VariantReport& variant = report.variants[i];
+    const int index = static_cast<int>(i);
+    const H5::Group group = variants.createGroup(group_name_for(variant.name, index, used_names));
+    write_setup_attributes(group, variant, index);
+    write_result_attributes(group, variant.outcome, speedup_vs_first(report, i));
+    write_breakdown(group, variant.outcome);
+    write_memory(group, variant.outcome.memory);
+    write_links(group, variant.outcome.step.links);
+    write_warnings(group, variant.outcome.warnings);
+  }
+}
+
+[[noreturn]] void fail(const std::filesystem::path& temp, const std::filesystem::path& path,
+                       const std::string& detail) {
+  report_detail::discard_temp_file(temp);
+  throw ModelError("cannot write HDF5 file " + path.string() + ": " + detail);
+}
+
+}  // namespace
+
+void write_hdf5(const RunReport& report, const std::filesystem::path& path) {
+  const std::filesystem::path temp = report_detail::temp_path_for(path);
+  try {
+    const std::lock_guard<std::mutex> lock(report_detail::hdf5_mutex());
+    H5::Exception::dontPrint();
+    write_file(report, temp);
+  } catch (const H5::Exception& e) {
+    fail(temp, path, e.getFuncName() + ": " + e.getDetailMsg());
+  } catch (const std::exception& e) {
+    fail(temp, path, e.what());
+  }
+  report_detail::commit_temp_file(temp, path, "HDF5 file");
+}
+
+}  // namespace fleetsim

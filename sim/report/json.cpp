@@ -1,0 +1,104 @@
+// The JSON rendering: the report records as one ordered object, units in key names.
+//
+// A variant that was not simulated has "step": null and "speedup_vs_first": null, so a script
+// cannot mistake a layout that does not fit for one that runs at zero tokens/s. Non-finite
+// numbers (no capacity, no baseline) are written as null by nlohmann.
+#include <nlohmann/json.hpp>
+
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json scenario_json(const RunReport& report) {
+  return Json{{"name", report.scenario_name},
+              {"description", report.description},
+              {"file", report.scenario_file},
+              {"seed", report.seed},
+              {"fleetsim_version", report.fleetsim_version}};
+}
+
+Json layout_json(const ParallelPlan& plan) {
+  return Json{{"dp", plan.dp},
+              {"zero_stage", plan.zero_stage},
+              {"recompute", plan.recompute == Recompute::full ? "full" : "none"},
+              {"bucket_bytes", plan.bucket_bytes}};
+}
+
+Json step_json(const StepOutcome& outcome) {
+  if (!outcome.simulated) {
+    return nullptr;
+  }
+  const StepResult& step = outcome.step;
+  return Json{{"step_time_s", step.step_time_s},
+              {"tokens_per_s", step.tokens_per_s},
+              {"mfu", step.mfu},
+              {"hfu", step.hfu},
+              {"model_flops", step.model_flops},
+              {"hardware_flops", step.hardware_flops},
+              {"compute_s", step.breakdown.compute_s},
+              {"exposed_comm_s", step.breakdown.exposed_comm_s},
+              {"idle_s", step.breakdown.idle_s},
+              {"comm_bytes_per_gpu", step.comm_bytes_per_gpu},
+              {"events", step.events}};
+}
+
+Json memory_json(const MemoryBreakdown& memory) {
+  Json items = Json::array();
+  for (const MemoryItem& item : memory.items) {
+    items.push_back(Json{{"name", item.name}, {"bytes", item.bytes}, {"basis", item.basis}});
+  }
+  return Json{{"total_bytes", memory.total_bytes},
+              {"capacity_bytes", memory.capacity_bytes},
+              {"headroom_fraction", memory.headroom_fraction()},
+              {"fits", memory.fits()},
+              {"items", std::move(items)}};
+}
+
+Json links_json(const StepOutcome& outcome) {
+  Json links = Json::array();
+  for (const LinkUsage& link : outcome.step.links) {
+    links.push_back(Json{{"name", link.name},
+                         {"kind", link.kind},
+                         {"capacity_bytes_per_s", link.capacity_bytes_per_s},
+                         {"bytes", link.bytes},
+                         {"utilisation", link.utilisation}});
+  }
+  return links;
+}
+
+Json variant_json(const RunReport& report, std::size_t index) {
+  const VariantReport& variant = report.variants[index];
+  const StepInputs& inputs = variant.inputs;
+  const std::optional<double> speedup = speedup_vs_first(report, index);
+  return Json{{"name", variant.name},
+              {"node", inputs.node.name},
+              {"nodes", inputs.nodes},
+              {"gpus_per_node", inputs.node.gpus},
+              {"gpus", inputs.nodes * inputs.node.gpus},
+              {"gpu_profile", inputs.gpu.name},
+              {"model", inputs.model.name},
+              {"layout", layout_json(inputs.plan)},
+              {"simulated", variant.outcome.simulated},
+              {"step", step_json(variant.outcome)},
+              {"memory", memory_json(variant.outcome.memory)},
+              {"links", links_json(variant.outcome)},
+              {"warnings", variant.outcome.warnings},
+              {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)}};
+}
+
+}  // namespace
+
+std::string render_json(const RunReport& report) {
+  Json variants = Json::array();
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    variants.push_back(variant_json(report, i));
+  }
+  const Json root{{"scenario", scenario_json(report)}, {"variants", std::move(variants)}};
+  // Names come from user files; invalid UTF-8 is replaced rather than aborting the whole report.
+  return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace fleetsim

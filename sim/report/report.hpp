@@ -1,0 +1,74 @@
+// Results of a run, rendered for people (console table), scripts (JSON) and analysis (HDF5).
+//
+// All three are rendered from the same records, so they never disagree. Files are written
+// atomically: to a temporary file in the target directory, then renamed over the target, so a
+// crash never leaves a half-written result.
+//
+// Speed-up is a throughput ratio (tokens/s of a variant over tokens/s of the first), so variants
+// with different global batches still compare fairly. It is undefined when either variant was
+// not simulated (its layout does not fit).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "sim/step/step_inputs.hpp"
+
+namespace fleetsim {
+
+struct VariantReport {
+  std::string name;
+  StepInputs inputs;
+  StepOutcome outcome;
+};
+
+struct RunReport {
+  std::string scenario_name;
+  std::string description;
+  std::string scenario_file;
+  std::string fleetsim_version;
+  std::uint64_t seed = 1;
+  std::vector<VariantReport> variants;  // the first one is the baseline for speed-ups
+};
+
+// One column per variant; speed-up of each variant over the first. Ends with a newline.
+std::string render_console(const RunReport& report);
+// Pretty-printed, keys in a fixed order; units in key names. Ends with a newline.
+std::string render_json(const RunReport& report);
+// Throws ModelError when the file cannot be written; the target is then left untouched.
+// The HDF5 library of the build is not thread-safe: calls are serialised internally.
+void write_hdf5(const RunReport& report, const std::filesystem::path& path);
+// Throws ModelError when the file cannot be written; nothing is left behind and the target
+// is untouched.
+void write_text_atomically(const std::filesystem::path& path, const std::string& content);
+
+// tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated.
+std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index);
+// "dp8 zero3 recompute=none"
+std::string layout_label(const ParallelPlan& plan);
+
+// Reading an HDF5 result file back without HDF5 headers (tests, `fleetsim inspect`).
+using Hdf5Attribute = std::variant<std::string, std::int64_t, std::uint64_t, double>;
+
+struct Hdf5VariantSummary {
+  std::string group;  // "/variants/<name>"
+  std::map<std::string, Hdf5Attribute> attributes;
+  std::map<std::string, std::size_t> dataset_rows;  // dataset name -> number of rows
+  std::vector<std::string> warnings;
+};
+
+struct Hdf5Summary {
+  std::map<std::string, Hdf5Attribute> attributes;  // of the root group
+  std::vector<Hdf5VariantSummary> variants;         // in the order they were written
+};
+
+// Throws ModelError when the file cannot be opened or does not follow the layout of write_hdf5.
+Hdf5Summary read_hdf5_summary(const std::filesystem::path& path);
+
+}  // namespace fleetsim

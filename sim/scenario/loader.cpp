@@ -1,0 +1,1067 @@
+// Reads a scenario file and the presets it names into typed StepInputs.
+//
+// Parsing is table-driven: each section has a list of allowed keys, and each value kind (integer,
+// enum, bandwidth, ...) has one reader that reports mistakes against the YAML node it read, so
+// every error carries the file, line and column of the offending text.
+//
+// Presets are parsed into typed structs first and overrides are applied on the typed struct, so a
+// mistake in a preset names the preset file and a mistake in an override names the scenario.
+// `compare:` entries instead merge on the YAML tree, before typed parsing, so a variant is checked
+// exactly like the base scenario.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sim/scenario/scenario.hpp"
+#include "sim/scenario/units.hpp"
+
+namespace fleetsim {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string format_error(const std::string& file, int line, int column, const std::string& key,
+                         const std::string& problem, const std::string& hint) {
+  std::string text = file;
+  if (line > 0) {
+    text += ":" + std::to_string(line) + ":" + std::to_string(column);
+  }
+  text += ": ";
+  if (!key.empty()) {
+    text += key + ": ";
+  }
+  text += problem;
+  if (!hint.empty()) {
+    text += " (hint: " + hint + ")";
+  }
+  return text;
+}
+
+}  // namespace
+
+ScenarioError::ScenarioError(std::string file, int line, int column, std::string key,
+                             std::string problem, std::string hint)
+    : std::runtime_error(format_error(file, line, column, key, problem, hint)),
+      file_(std::move(file)),
+      line_(line),
+      column_(column),
+      key_(std::move(key)) {}
+
+namespace {
+
+using Keys = std::vector<std::string_view>;
+
+// A parsed YAML document and how to name its keys in messages.
+struct Doc {
+  std::string file;
+  // For a compare variant: its index and name, and the key paths its entry replaced. Those are
+  // reported as compare[i].<path>; everything else came from the base scenario.
+  int entry = -1;
+  std::string variant;
+  std::set<std::string> overridden;
+};
+
+// One value in a document: the node (for its mark), the document, and its dotted key path.
+struct Field {
+  YAML::Node node;
+  const Doc* doc = nullptr;
+  std::string path;
+};
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+std::string join_list(const Keys& names) {
+  std::string text;
+  for (std::string_view name : names) {
+    text += (text.empty() ? "" : ", ") + std::string(name);
+  }
+  return text;
+}
+
+std::string in_quotes(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+bool replaced_by_entry(const Doc& doc, std::string path) {
+  while (true) {
+    if (doc.overridden.contains(path)) {
+      return true;
+    }
+    const auto cut = path.find_last_of('.');
+    if (cut == std::string::npos) {
+      return false;
+    }
+    path.resize(cut);
+  }
+}
+
+[[noreturn]] void fail(const Field& f, const std::string& problem, const std::string& hint = {}) {
+  const YAML::Mark mark = f.node.Mark();
+  const Doc& doc = *f.doc;
+  std::string key = f.path;
+  std::string text = problem;
+  if (doc.entry >= 0) {
+    if (replaced_by_entry(doc, f.path)) {
+      key = "compare[" + std::to_string(doc.entry) + "]." + f.path;
+    } else {
+      text = "in variant " + in_quotes(doc.variant) + ": " + problem;
+    }
+  }
+  throw ScenarioError(doc.file, mark.line + 1, mark.column + 1, key, text, hint);
+}
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return in_quotes(node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
+}
+
+// Optimal string alignment distance: Levenshtein plus swapping two neighbours (`modle`), the
+// typos people make in key names.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) {
+    d[i][0] = i;
+  }
+  for (std::size_t j = 0; j <= b.size(); ++j) {
+    d[0][j] = j;
+  }
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitute = d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, substitute});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// `did you mean "nodes"? ` when candidates are plausible typos of `word` (all the closest ones,
+// since `nods` is as near to `node` as to `nodes`), else empty.
+std::string did_you_mean(std::string_view word, const Keys& candidates) {
+  const std::size_t close_enough = std::max<std::size_t>(1, word.size() / 3);
+  std::size_t best = close_enough + 1;
+  for (std::string_view candidate : candidates) {
+    best = std::min(best, edit_distance(word, candidate));
+  }
+  if (best > close_enough) {
+    return {};
+  }
+  std::string names;
+  for (std::string_view candidate : candidates) {
+    if (edit_distance(word, candidate) == best) {
+      names += (names.empty() ? "" : " or ") + in_quotes(candidate);
+    }
+  }
+  return "did you mean " + names + "? ";
+}
+
+// ---- maps ----------------------------------------------------------------------------------
+
+struct Entry {
+  std::string key;
+  Field value;
+};
+
+std::vector<Entry> entries(const Field& map) {
+  std::vector<Entry> out;
+  for (const auto& kv : map.node) {
+    const std::string key = kv.first.Scalar();
+    out.push_back({key, Field{kv.second, map.doc, join(map.path, key)}});
+  }
+  return out;
+}
+
+// Checks that `f` is a map whose keys are all in `allowed`, each once.
+void expect_map(const Field& f, const Keys& allowed) {
+  if (!f.node.IsMap()) {
+    fail(f, "expected a map with keys " + join_list(allowed) + ", got " + describe(f.node));
+  }
+  std::set<std::string> seen;
+  for (const auto& kv : f.node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
+    const Field key_field{kv.first, f.doc, join(f.path, key)};
+    if (!kv.first.IsScalar()) {
+      fail(key_field, "expected a key name, got " + key);
+    }
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      fail(key_field, "unknown key " + in_quotes(key),
+           did_you_mean(key, allowed) + "allowed keys: " + join_list(allowed));
+    }
+    if (!seen.insert(key).second) {
+      fail(key_field, "duplicate key " + in_quotes(key));
+    }
+  }
+}
+
+std::optional<Field> find(const Field& map, std::string_view key) {
+  for (const auto& kv : map.node) {
+    if (kv.first.IsScalar() && kv.first.Scalar() == key) {
+      return Field{kv.second, map.doc, join(map.path, key)};
+    }
+  }
+  return std::nullopt;
+}
+
+Field require(const Field& map, std::string_view key) {
+  if (auto found = find(map, key)) {
+    return *found;
+  }
+  const std::string where = map.path.empty() ? "at the top level" : "under " + map.path;
+  fail(Field{map.node, map.doc, join(map.path, key)}, "missing required key",
+       "add " + in_quotes(std::string(key) + ": ...") + " " + where);
+}
+
+void require_keys(const Field& map, const Keys& keys) {
+  for (std::string_view key : keys) {
+    require(map, key);
+  }
+}
+
+// ---- scalar values -------------------------------------------------------------------------
+
+const std::string& scalar(const Field& f, std::string_view expected) {
+  if (!f.node.IsScalar()) {
+    fail(f, "expected " + std::string(expected) + ", got " + describe(f.node));
+  }
+  return f.node.Scalar();
+}
+
+std::string read_string(const Field& f) {
+  return scalar(f, "a string");
+}
+
+template <typename T>
+std::optional<T> parse_whole(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+int read_int(const Field& f, int min) {
+  const std::string expected =
+      min == 1 ? "a positive integer" : "an integer >= " + std::to_string(min);
+  const auto value = parse_whole<int>(scalar(f, expected));
+  if (!value || *value < min) {
+    fail(f, "expected " + expected + ", got " + describe(f.node));
+  }
+  return *value;
+}
+
+std::uint64_t read_uint64(const Field& f) {
+  const auto value = parse_whole<std::uint64_t>(scalar(f, "an unsigned integer"));
+  if (!value) {
+    fail(f, "expected an unsigned integer, got " + describe(f.node));
+  }
+  return *value;
+}
+
+double read_number(const Field& f) {
+  const auto value = parse_whole<double>(scalar(f, "a number"));
+  if (!value || !std::isfinite(*value)) {
+    fail(f, "expected a number, got " + describe(f.node));
+  }
+  return *value;
+}
+
+bool read_bool(const Field& f) {
+  const std::string& text = scalar(f, "true or false");
+  if (text == "true") {
+    return true;
+  }
+  if (text == "false") {
+    return false;
+  }
+  fail(f, "expected true or false, got " + describe(f.node));
+}
+
+// One of `allowed`; values in `later` are known but not supported yet and get `later_hint`.
+std::string read_choice(const Field& f, const Keys& allowed, const Keys& later = {},
+                        std::string_view later_hint = {}) {
+  const std::string expected = "one of " + join_list(allowed);
+  const std::string& text = scalar(f, expected);
+  if (std::find(allowed.begin(), allowed.end(), text) != allowed.end()) {
+    return text;
+  }
+  if (std::find(later.begin(), later.end(), text) != later.end()) {
+    fail(f, in_quotes(text) + " is not supported yet, expected " + expected,
+         std::string(later_hint));
+  }
+  fail(f, "expected " + expected + ", got " + describe(f.node),
+       did_you_mean(text, allowed) + "allowed values: " + join_list(allowed));
+}
+
+// Physical quantities carry their unit; see units.hpp.
+enum class Quantity { bandwidth, size, duration, flop_rate, fraction };
+
+std::string_view quantity_name(Quantity q) {
+  switch (q) {
+    case Quantity::bandwidth:
+      return "a bandwidth like 400Gbps or 450GB/s";
+    case Quantity::size:
+      return "a size like 80GB or 81559MiB";
+    case Quantity::duration:
+      return "a duration like 0.6us or 90s";
+    case Quantity::flop_rate:
+      return "a FLOP rate like 989TFLOPS";
+    case Quantity::fraction:
+      return "a fraction in (0, 1]";
+  }
+  return "a value";
+}
+
+double parse_unit(Quantity q, const std::string& text, Zero zero) {
+  switch (q) {
+    case Quantity::bandwidth:
+      return parse_bandwidth(text, zero);
+    case Quantity::size:
+      return parse_size(text, zero);
+    case Quantity::duration:
+      return parse_duration(text);
+    case Quantity::flop_rate:
+      return parse_flop_rate(text, zero);
+    case Quantity::fraction:
+      break;
+  }
+  return 0;
+}
+
+double read_quantity(const Field& f, Quantity q, Zero zero = Zero::rejected) {
+  const std::string& text = scalar(f, quantity_name(q));
+  try {
+    return parse_unit(q, text, zero);
+  } catch (const UnitError& e) {
+    fail(f, e.what(), e.hint());
+  }
+}
+
+double read_fraction(const Field& f) {
+  const double value = read_number(f);
+  if (!(value > 0 && value <= 1)) {
+    fail(f, "expected a fraction in (0, 1], got " + describe(f.node));
+  }
+  return value;
+}
+
+double read_non_negative(const Field& f) {
+  const double value = read_number(f);
+  if (value < 0) {
+    fail(f, "expected a number >= 0, got " + describe(f.node));
+  }
+  return value;
+}
+
+SimTime read_time(const Field& f) {
+  return from_seconds(read_quantity(f, Quantity::duration));
+}
+
+// ---- presets -------------------------------------------------------------------------------
+
+YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::string_view what) {
+  std::ifstream in(path);
+  if (!in || fs::is_directory(path)) {
+    const bool exists = fs::exists(path);
+    throw ScenarioError(shown, 0, 0, "", "cannot open " + std::string(what),
+                        exists ? "check that it is a readable file" : "no such file");
+  }
+  try {
+    return YAML::Load(in);
+  } catch (const YAML::ParserException& e) {
+    throw ScenarioError(shown, e.mark.line + 1, e.mark.column + 1, "",
+                        "YAML syntax error: " + e.msg);
+  }
+}
+
+bool is_preset_name(const std::string& name) {
+  if (name.empty() || name.front() == '.' || name.front() == '-') {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+  });
+}
+
+std::vector<std::string> available_presets(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& file : fs::directory_iterator(dir, ec)) {
+    if (file.is_regular_file() && file.path().extension() == ".yaml") {
+      names.push_back(file.path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+struct Preset {
+  Doc doc;
+  YAML::Node root;
+};
+
+// A node preset as a typed spec, plus what only the loader needs: the sources by key, and the
+// field that named the GPU profile (to report an unknown profile where it was written).
+struct NodeBuild {
+  NodeSpec spec;
+  std::vector<std::pair<std::string, std::string>> sources;
+  Field gpu_profile;
+};
+
+using NodeSetter = void (*)(NodeSpec&, const Field&);
+
+struct NodeKey {
+  std::string_view key;
+  NodeSetter set;
+  bool numeric;  // numbers are claims about hardware: a preset must cite a source for each
+};
+
+GpuFabric read_gpu_fabric(const Field& f) {
+  return read_choice(f, {"nvswitch", "pcie_only"}) == "nvswitch" ? GpuFabric::nvswitch
+                                                                 : GpuFabric::pcie_only;
+}
+
+const std::array<NodeKey, 14> kNodeKeys = {{
+    {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
+    {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
+    {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
+    {"gpus", [](NodeSpec& s, const Field& f) { s.gpus = read_int(f, 1); }, true},
+    {"gpu_fabric", [](NodeSpec& s, const Field& f) { s.gpu_fabric = read_gpu_fabric(f); }, false},
+    {"nvlink",
+     [](NodeSpec& s, const Field& f) {
+       s.nvlink_bytes_per_s = read_quantity(f, Quantity::bandwidth);
+     },
+     true},
+    {"nvlink_latency", [](NodeSpec& s, const Field& f) { s.nvlink_latency = read_time(f); }, true},
+    {"pcie_switches", [](NodeSpec& s, const Field& f) { s.pcie_switches = read_int(f, 1); }, true},
+    {"pcie",
+     [](NodeSpec& s, const Field& f) {
+       s.pcie_bytes_per_s = read_quantity(f, Quantity::bandwidth);
+     },
+     true},
+    {"pcie_latency", [](NodeSpec& s, const Field& f) { s.pcie_latency = read_time(f); }, true},
+    {"host_link",
+     [](NodeSpec& s, const Field& f) {
+       s.host_bytes_per_s = read_quantity(f, Quantity::bandwidth);
+     },
+     true},
+    {"nics", [](NodeSpec& s, const Field& f) { s.nics = read_int(f, 0); }, true},
+    {"nic",
+     [](NodeSpec& s, const Field& f) { s.nic_bytes_per_s = read_quantity(f, Quantity::bandwidth); },
+     true},
+    {"nic_latency", [](NodeSpec& s, const Field& f) { s.nic_latency = read_time(f); }, true},
+}};
+
+const NodeKey* find_node_key(std::string_view key) {
+  for (const NodeKey& entry : kNodeKeys) {
+    if (entry.key == key) {
+      return &entry;
+    }
+  }
+  return nullptr;
+}
+
+Keys node_keys_plus(std::string_view extra) {
+  Keys keys;
+  for (const NodeKey& entry : kNodeKeys) {
+    keys.push_back(entry.key);
+  }
+  if (!extra.empty()) {
+    keys.push_back(extra);
+  }
+  return keys;
+}
+
+const Keys kModelKeys = {"name",  "source",   "layers", "hidden",         "ffn",
+                         "heads", "kv_heads", "vocab",  "tied_embeddings"};
+const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
+
+void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
+  if (key == "name") {
+    m.name = read_string(f);
+  } else if (key == "source") {
+    m.source = read_string(f);
+  } else if (key == "tied_embeddings") {
+    m.tied_embeddings = read_bool(f);
+  } else {
+    static const std::map<std::string, int ModelSpec::*> dims = {
+        {"layers", &ModelSpec::layers},     {"hidden", &ModelSpec::hidden},
+        {"ffn", &ModelSpec::ffn},           {"heads", &ModelSpec::heads},
+        {"kv_heads", &ModelSpec::kv_heads}, {"vocab", &ModelSpec::vocab}};
+    m.*dims.at(key) = read_int(f, 1);
+  }
+}
+
+void apply_model_keys(ModelSpec& m, const Field& map) {
+  for (const Entry& e : entries(map)) {
+    if (e.key != "preset") {
+      set_model_key(m, e.key, e.value);
+    }
+  }
+}
+
+// Attention splits hidden into heads of a whole size, and grouped-query attention shares each
+// K/V head among a whole number of query heads.
+void check_model(const ModelSpec& m, const Field& map) {
+  const Field at = find(map, "heads").value_or(map);
+  if (m.hidden % m.heads != 0) {
+    fail(at,
+         "hidden (" + std::to_string(m.hidden) + ") is not divisible by heads (" +
+             std::to_string(m.heads) + ")",
+         "head_dim = hidden / heads must be a whole number");
+  }
+  if (m.heads % m.kv_heads != 0) {
+    fail(find(map, "kv_heads").value_or(at),
+         "heads (" + std::to_string(m.heads) + ") is not divisible by kv_heads (" +
+             std::to_string(m.kv_heads) + ")",
+         "each key/value head serves heads / kv_heads query heads");
+  }
+}
+
+// Calibrated GPU profile keys: {value, sigma, provenance}, value and sigma in the field's unit.
+struct CalibratedKey {
+  std::string_view key;
+  Quantity quantity;
+  Calibrated GpuProfile::*member;
+};
+
+const std::array<CalibratedKey, 11> kCalibratedKeys = {{
+    {"dense_bf16", Quantity::flop_rate, &GpuProfile::dense_bf16_flops_per_s},
+    {"hbm_capacity", Quantity::size, &GpuProfile::hbm_capacity_bytes},
+    {"hbm_bandwidth", Quantity::bandwidth, &GpuProfile::hbm_bytes_per_s},
+    {"gemm_efficiency", Quantity::fraction, &GpuProfile::gemm_efficiency},
+    {"attention_efficiency", Quantity::fraction, &GpuProfile::attention_efficiency},
+    {"memory_efficiency", Quantity::fraction, &GpuProfile::memory_efficiency},
+    {"kernel_launch", Quantity::duration, &GpuProfile::kernel_launch_s},
+    {"nvlink_efficiency", Quantity::fraction, &GpuProfile::nvlink_efficiency},
+    {"network_efficiency", Quantity::fraction, &GpuProfile::network_efficiency},
+    {"collective_base_latency", Quantity::duration, &GpuProfile::collective_base_latency_s},
+    {"collective_hop_latency", Quantity::duration, &GpuProfile::collective_hop_latency_s},
+}};
+
+Keys profile_keys() {
+  Keys keys = {"name", "description", "sm_count", "gemm_tile_m", "gemm_tile_n"};
+  for (const CalibratedKey& entry : kCalibratedKeys) {
+    keys.push_back(entry.key);
+  }
+  return keys;
+}
+
+const Keys kCalibratedFields = {"value", "sigma", "provenance"};
+const Keys kProvenanceKinds = {"measured:", "published:", "extrapolated:", "assumed:"};
+
+std::string read_provenance(const Field& f) {
+  std::string text = read_string(f);
+  for (std::string_view kind : kProvenanceKinds) {
+    if (text.starts_with(kind)) {
+      return text;
+    }
+  }
+  fail(
+      f, "expected a provenance starting with its kind, got " + describe(f.node),
+      "start with one of " + join_list(kProvenanceKinds) + " then say where the number comes from");
+}
+
+double read_calibrated_value(const Field& f, Quantity q) {
+  if (q == Quantity::fraction) {
+    return read_fraction(f);
+  }
+  return read_quantity(f, q, q == Quantity::duration ? Zero::allowed : Zero::rejected);
+}
+
+double read_sigma(const Field& f, Quantity q) {
+  if (q == Quantity::fraction) {
+    return read_non_negative(f);
+  }
+  return read_quantity(f, q, Zero::allowed);
+}
+
+Calibrated read_calibrated(const Field& f, Quantity q) {
+  expect_map(f, kCalibratedFields);
+  Calibrated c;
+  c.value = read_calibrated_value(require(f, "value"), q);
+  c.sigma = read_sigma(require(f, "sigma"), q);
+  c.provenance = read_provenance(require(f, "provenance"));
+  return c;
+}
+
+int read_sm_count(const Field& f) {
+  expect_map(f, kCalibratedFields);
+  const int value = read_int(require(f, "value"), 1);
+  read_non_negative(require(f, "sigma"));
+  read_provenance(require(f, "provenance"));
+  return value;
+}
+
+// ---- training and layout -------------------------------------------------------------------
+
+const Keys kTrainingKeys = {"method",       "precision",   "optimizer",         "seq_len",
+                            "global_batch", "micro_batch", "grad_reduce_dtype", "tokens"};
+
+TrainingSpec parse_training(const Field& f) {
+  expect_map(f, kTrainingKeys);
+  if (auto method = find(f, "method")) {
+    read_choice(*method, {"full"}, {"lora", "qlora"}, "lora/qlora arrive in a later version");
+  }
+  if (auto precision = find(f, "precision")) {
+    read_choice(*precision, {"bf16"}, {"fp8"}, "fp8 arrives in a later version");
+  }
+  if (auto optimizer = find(f, "optimizer")) {
+    read_choice(*optimizer, {"adam"});
+  }
+  TrainingSpec t;
+  t.seq_len = read_int(require(f, "seq_len"), 1);
+  t.global_batch = read_int(require(f, "global_batch"), 1);
+  t.micro_batch = read_int(require(f, "micro_batch"), 1);
+  if (auto dtype = find(f, "grad_reduce_dtype")) {
+    t.grad_reduce_bytes = read_choice(*dtype, {"bf16", "fp32"}) == "fp32" ? 4 : 2;
+  }
+  // Only a run needs the token budget; a step simulation checks it and moves on.
+  if (auto tokens = find(f, "tokens")) {
+    if (read_number(*tokens) <= 0) {
+      fail(*tokens, "expected a positive number of tokens");
+    }
+  }
+  return t;
+}
+
+const Keys kLayoutKeys = {"dp", "tp", "pp", "zero", "recompute", "bucket"};
+
+void require_one(const Field& f, std::string_view what) {
+  if (read_int(f, 1) != 1) {
+    fail(f, "expected 1, got " + describe(f.node),
+         std::string(what) + " parallelism arrives in a later version");
+  }
+}
+
+ParallelPlan parse_layout(const Field& f) {
+  expect_map(f, kLayoutKeys);
+  ParallelPlan plan;
+  plan.dp = read_int(require(f, "dp"), 1);
+  if (auto tp = find(f, "tp")) {
+    require_one(*tp, "tensor");
+  }
+  if (auto pp = find(f, "pp")) {
+    require_one(*pp, "pipeline");
+  }
+  if (auto zero = find(f, "zero")) {
+    plan.zero_stage = read_choice(*zero, {"0", "1", "2", "3"}).front() - '0';
+  }
+  if (auto recompute = find(f, "recompute")) {
+    const std::string mode = read_choice(*recompute, {"none", "full"}, {"selective"},
+                                         "selective recomputation arrives in a later version");
+    plan.recompute = mode == "full" ? Recompute::full : Recompute::none;
+  }
+  if (auto bucket = find(f, "bucket")) {
+    plan.bucket_bytes = read_quantity(*bucket, Quantity::size);
+  }
+  return plan;
+}
+
+const Keys kFabricKeys = {"kind", "link", "oversubscription", "switch_latency"};
+
+FabricSpec parse_fabric(const std::optional<Field>& f) {
+  FabricSpec fabric;
+  fabric.switch_latency = SimTime::from_ns(600);  // a typical InfiniBand NDR switch hop
+  if (!f) {
+    return fabric;
+  }
+  expect_map(*f, kFabricKeys);
+  if (auto kind = find(*f, "kind")) {
+    read_choice(*kind, {"rail-fat-tree"});
+  }
+  if (auto link = find(*f, "link")) {
+    fabric.link_bytes_per_s = read_quantity(*link, Quantity::bandwidth);
+  }
+  if (auto ratio = find(*f, "oversubscription")) {
+    fabric.oversubscription = read_number(*ratio);
+    if (fabric.oversubscription < 1) {
+      fail(*ratio, "expected a ratio >= 1, got " + describe(ratio->node),
+           "oversubscription is leaf downlink : uplink bandwidth; 1 is non-blocking");
+    }
+  }
+  if (auto latency = find(*f, "switch_latency")) {
+    fabric.switch_latency = read_time(*latency);
+  }
+  return fabric;
+}
+
+// ---- merging compare entries ---------------------------------------------------------------
+
+std::optional<YAML::Node> child_node(const YAML::Node& map, const std::string& key) {
+  for (const auto& kv : map) {
+    if (kv.first.IsScalar() && kv.first.Scalar() == key) {
+      return kv.second;
+    }
+  }
+  return std::nullopt;
+}
+
+// Deep-merges `over` into `base` in place: maps merge key by key, anything else replaces. The
+// nodes of `over` are shared, not copied, so they keep their marks; every replaced path is
+// recorded so that errors can name the compare entry.
+void merge_into(YAML::Node base, const YAML::Node& over, const std::string& path,
+                std::set<std::string>& replaced, std::string_view skip = {}) {
+  for (const auto& kv : over) {
+    const std::string key = kv.first.Scalar();
+    if (key == skip) {
+      continue;
+    }
+    const std::string child_path = join(path, key);
+    std::optional<YAML::Node> existing = child_node(base, key);
+    if (existing && existing->IsMap() && kv.second.IsMap()) {
+      merge_into(*existing, kv.second, child_path, replaced);
+      continue;
+    }
+    replaced.insert(child_path);
+    if (existing) {
+      *existing = kv.second;  // rebinds the value inside `base`
+    } else {
+      base.force_insert(kv.first, kv.second);
+    }
+  }
+}
+
+// ---- the loader ----------------------------------------------------------------------------
+
+const Keys kTopKeys = {"name",     "description", "seed",    "label",  "model",
+                       "training", "layout",      "cluster", "compare"};
+const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster"};
+const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric"};
+
+// Owns the presets read so far: fields point into their documents, so a mistake found late (an
+// unknown GPU profile named in a node preset) can still name the preset file and line.
+class Loader {
+ public:
+  explicit Loader(DataPaths data) : data_(std::move(data)) {}
+
+  Scenario load(const fs::path& file);
+
+ private:
+  const Preset& preset(const Field& name, const fs::path& dir, std::string_view what);
+  StepInputs parse_variant(const Field& root);
+  ModelSpec parse_model(const Field& f);
+  ModelSpec model_preset(const Field& name);
+  void parse_cluster(const Field& f, StepInputs& in);
+  NodeBuild parse_node(const Field& f);
+  NodeBuild node_preset(const Field& name);
+  GpuProfile gpu_profile(const Field& name);
+  void parse_compare(const Field& list, const fs::path& file, Scenario& scenario);
+
+  DataPaths data_;
+  std::map<fs::path, std::unique_ptr<Preset>> presets_;
+};
+
+const Preset& Loader::preset(const Field& name_field, const fs::path& dir, std::string_view what) {
+  const std::string name = read_string(name_field);
+  const fs::path path = dir / (name + ".yaml");
+  if (!is_preset_name(name) || !fs::is_regular_file(path)) {
+    const std::vector<std::string> names = available_presets(dir);
+    const Keys candidates(names.begin(), names.end());
+    const std::string hint =
+        names.empty() ? "no presets found in " + dir.string()
+                      : did_you_mean(name, candidates) + "available: " + join_list(candidates);
+    fail(name_field, "unknown " + std::string(what) + " " + in_quotes(name), hint);
+  }
+  auto& slot = presets_[path];
+  if (!slot) {
+    slot = std::make_unique<Preset>();
+    slot->doc.file = path.string();
+    slot->root = parse_yaml_file(path, slot->doc.file, std::string(what) + " file");
+  }
+  return *slot;
+}
+
+ModelSpec Loader::model_preset(const Field& name) {
+  const Preset& p = preset(name, data_.root / "workloads" / "models", "model");
+  const Field root{p.root, &p.doc, ""};
+  expect_map(root, kModelKeys);
+  require_keys(root, {"name", "source"});
+  require_keys(root, kModelDims);
+  ModelSpec m;
+  apply_model_keys(m, root);
+  check_model(m, root);
+  return m;
+}
+
+ModelSpec Loader::parse_model(const Field& f) {
+  if (f.node.IsScalar()) {
+    return model_preset(f);
+  }
+  Keys allowed = kModelKeys;
+  allowed.push_back("preset");
+  expect_map(f, allowed);
+  ModelSpec m;
+  if (auto name = find(f, "preset")) {
+    m = model_preset(*name);
+  } else {
+    require_keys(f, kModelDims);
+    m.name = "custom";
+  }
+  apply_model_keys(m, f);
+  check_model(m, f);
+  return m;
+}
+
+void apply_node_keys(NodeBuild& b, const Field& map) {
+  for (const Entry& e : entries(map)) {
+    const NodeKey* key = find_node_key(e.key);
+    if (key == nullptr) {
+      continue;  // `preset` and `sources`, handled by the callers
+    }
+    key->set(b.spec, e.value);
+    if (e.key == "gpu_profile") {
+      b.gpu_profile = e.value;
+    }
+  }
+}
+
+// Every number in a preset cites where it comes from; see node_spec.hpp.
+std::vector<std::pair<std::string, std::string>> read_sources(const Field& root) {
+  const Field sources = require(root, "sources");
+  expect_map(sources, node_keys_plus({}));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Entry& e : entries(sources)) {
+    out.emplace_back(e.key, read_string(e.value));
+  }
+  for (const NodeKey& key : kNodeKeys) {
+    const auto value = find(root, key.key);
+    if (!key.numeric || !value) {
+      continue;
+    }
+    const bool cited = std::any_of(out.begin(), out.end(),
+                                   [&](const auto& source) { return source.first == key.key; });
+    if (!cited) {
+      fail(*value, "no source for " + std::string(key.key),
+           "add " + in_quotes(std::string(key.key) + ": <where the number comes from>") +
+               " under sources");
+    }
+  }
+  return out;
+}
+
+NodeBuild Loader::node_preset(const Field& name) {
+  const Preset& p = preset(name, data_.root / "topology" / "presets", "node preset");
+  const Field root{p.root, &p.doc, ""};
+  expect_map(root, node_keys_plus("sources"));
+  require_keys(root, {"name", "gpu_profile", "gpus", "gpu_fabric", "pcie_switches", "pcie",
+                      "pcie_latency", "host_link", "nics", "sources"});
+  NodeBuild b;
+  apply_node_keys(b, root);
+  if (b.spec.gpu_fabric == GpuFabric::nvswitch) {
+    require_keys(root, {"nvlink", "nvlink_latency"});
+  }
+  if (b.spec.nics > 0) {
+    require_keys(root, {"nic", "nic_latency"});
+  }
+  b.sources = read_sources(root);
+  return b;
+}
+
+void cite_override(NodeBuild& b, const Entry& e) {
+  const std::string text =
+      "overridden in " + e.value.doc->file + ":" + std::to_string(e.value.node.Mark().line + 1);
+  for (auto& source : b.sources) {
+    if (source.first == e.key) {
+      source.second = text;
+      return;
+    }
+  }
+  b.sources.emplace_back(e.key, text);
+}
+
+// An override can switch a node to NVSwitch or give it NICs without the matching bandwidth.
+void check_node(const NodeSpec& spec, const Field& f) {
+  if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
+    fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
+  }
+  if (spec.nics > 0 && spec.nic_bytes_per_s <= 0) {
+    fail(f, "a node with NICs needs a nic bandwidth", "add nic: 400Gbps (for example)");
+  }
+}
+
+std::string join_sources(const std::vector<std::pair<std::string, std::string>>& sources) {
+  std::string text;
+  for (const auto& [key, source] : sources) {
+    text += (text.empty() ? "" : "; ") + key + ": " + source;
+  }
+  return text;
+}
+
+NodeBuild Loader::parse_node(const Field& f) {
+  NodeBuild b;
+  if (f.node.IsScalar()) {
+    b = node_preset(f);
+  } else {
+    expect_map(f, node_keys_plus("preset"));
+    b = node_preset(require(f, "preset"));
+    apply_node_keys(b, f);
+    for (const Entry& e : entries(f)) {
+      const NodeKey* key = find_node_key(e.key);
+      if (key != nullptr && key->numeric) {
+        cite_override(b, e);
+      }
+    }
+    check_node(b.spec, f);
+  }
+  b.spec.source = join_sources(b.sources);
+  return b;
+}
+
+GpuProfile Loader::gpu_profile(const Field& name) {
+  const Preset& p = preset(name, data_.root / "calibration" / "profiles", "GPU profile");
+  const Field root{p.root, &p.doc, ""};
+  const Keys keys = profile_keys();
+  expect_map(root, keys);
+  require_keys(root, keys);
+  GpuProfile g;
+  g.name = read_string(require(root, "name"));
+  g.description = read_string(require(root, "description"));
+  g.sm_count = read_sm_count(require(root, "sm_count"));
+  g.gemm_tile_m = read_int(require(root, "gemm_tile_m"), 1);
+  g.gemm_tile_n = read_int(require(root, "gemm_tile_n"), 1);
+  for (const CalibratedKey& key : kCalibratedKeys) {
+    g.*key.member = read_calibrated(require(root, key.key), key.quantity);
+  }
+  return g;
+}
+
+void Loader::parse_cluster(const Field& f, StepInputs& in) {
+  expect_map(f, kClusterKeys);
+  NodeBuild node = parse_node(require(f, "node"));
+  in.node = node.spec;
+  if (auto nodes = find(f, "nodes")) {
+    in.nodes = read_int(*nodes, 1);
+  }
+  if (auto gpu = find(f, "gpu")) {
+    in.gpu = gpu_profile(*gpu);
+    in.node.gpu_profile = in.gpu.name;
+  } else {
+    in.gpu = gpu_profile(node.gpu_profile);
+  }
+  in.fabric = parse_fabric(find(f, "fabric"));
+}
+
+// Until tensor and pipeline parallelism exist, every GPU is one data-parallel rank.
+void check_data_parallel(const Field& root, const StepInputs& in) {
+  const int gpus = in.nodes * in.node.gpus;
+  if (in.plan.dp == gpus) {
+    return;
+  }
+  const Field dp = require(require(root, "layout"), "dp");
+  fail(dp,
+       "dp must equal the GPU count (" + std::to_string(gpus) + " = " + std::to_string(in.nodes) +
+           " nodes x " + std::to_string(in.node.gpus) +
+           " GPUs) until tensor and pipeline parallelism arrive, got " + std::to_string(in.plan.dp),
+       "set layout.dp to " + std::to_string(gpus) + " or change cluster.nodes");
+}
+
+// Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
+// optimizer step, which must be a whole number.
+void check_batch(const Field& root, const StepInputs& in) {
+  const int per_pass = in.training.micro_batch * in.plan.dp;
+  if (in.training.global_batch % per_pass == 0) {
+    return;
+  }
+  const Field batch = require(require(root, "training"), "global_batch");
+  fail(batch,
+       "global_batch " + std::to_string(in.training.global_batch) +
+           " is not a multiple of micro_batch x dp = " + std::to_string(per_pass),
+       "gradient accumulation runs global_batch / (micro_batch x dp) micro-batches per step; "
+       "use a multiple of " +
+           std::to_string(per_pass));
+}
+
+StepInputs Loader::parse_variant(const Field& root) {
+  StepInputs in;
+  in.model = parse_model(require(root, "model"));
+  in.training = parse_training(require(root, "training"));
+  parse_cluster(require(root, "cluster"), in);
+  in.plan = parse_layout(require(root, "layout"));
+  check_data_parallel(root, in);
+  check_batch(root, in);
+  return in;
+}
+
+void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& scenario) {
+  if (!list.node.IsSequence()) {
+    fail(list, "expected a list of variants, got " + describe(list.node),
+         "write each variant as `- name: ...` followed by the keys it changes");
+  }
+  for (std::size_t i = 0; i < list.node.size(); ++i) {
+    const Field entry{list.node[i], list.doc, list.path + "[" + std::to_string(i) + "]"};
+    expect_map(entry, kCompareKeys);
+    const Field name_field = require(entry, "name");
+    const std::string name = read_string(name_field);
+    for (const Variant& v : scenario.variants) {
+      if (v.name == name) {
+        fail(name_field, "variant name " + in_quotes(name) + " is already taken",
+             "the base variant is named by label (default: its node preset); give every "
+             "compare entry its own name");
+      }
+    }
+    // YAML::Clone drops marks, so each variant merges into a fresh parse of the file instead.
+    Doc doc{list.doc->file, static_cast<int>(i), name, {}};
+    const YAML::Node fresh = parse_yaml_file(file, doc.file, "scenario file");
+    const YAML::Node fresh_entry = (*child_node(fresh, "compare"))[i];
+    merge_into(fresh, fresh_entry, "", doc.overridden, "name");
+    scenario.variants.push_back({name, parse_variant(Field{fresh, &doc, ""})});
+  }
+}
+
+Scenario Loader::load(const fs::path& file) {
+  Doc base{file.string(), -1, {}, {}};
+  const YAML::Node root_node = parse_yaml_file(file, base.file, "scenario file");
+  const Field root{root_node, &base, ""};
+  expect_map(root, kTopKeys);
+  Scenario scenario;
+  scenario.file = base.file;
+  scenario.name = read_string(require(root, "name"));
+  if (auto description = find(root, "description")) {
+    scenario.description = read_string(*description);
+  }
+  if (auto seed = find(root, "seed")) {
+    scenario.seed = read_uint64(*seed);
+  }
+  Variant first{{}, parse_variant(root)};
+  const auto label = find(root, "label");
+  first.name = label ? read_string(*label) : first.inputs.node.name;
+  scenario.variants.push_back(std::move(first));
+  if (auto compare = find(root, "compare")) {
+    parse_compare(*compare, file, scenario);
+  }
+  return scenario;
+}
+
+}  // namespace
+
+Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data) {
+  return Loader(data).load(file);
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,58 @@
+// Scenario files: YAML in, typed and validated configuration out.
+//
+// A scenario describes one training step setup (cluster, model, training recipe, layout) and an
+// optional `compare:` list of variants, each a partial scenario deep-merged over the base. Presets
+// (nodes, GPU profiles, models) are referenced by name and can be overridden field by field.
+// Every mistake is a ScenarioError naming file:line:column, the key, what was expected and a
+// hint; unknown keys are errors, never ignored. The schema is documented in README.md.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sim/step/step_inputs.hpp"
+
+namespace fleetsim {
+
+class ScenarioError : public std::runtime_error {
+ public:
+  // line and column are 1-based; 0 means unknown (e.g. the file could not be opened).
+  ScenarioError(std::string file, int line, int column, std::string key, std::string problem,
+                std::string hint = {});
+  const std::string& file() const { return file_; }
+  int line() const { return line_; }
+  int column() const { return column_; }
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string file_;
+  int line_;
+  int column_;
+  std::string key_;
+};
+
+// Where presets live: <root>/topology/presets/<name>.yaml, <root>/calibration/profiles/<name>.yaml,
+// <root>/workloads/models/<name>.yaml.
+struct DataPaths {
+  std::filesystem::path root;
+};
+
+struct Variant {
+  std::string name;
+  StepInputs inputs;
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  std::string file;
+  std::uint64_t seed = 1;
+  std::vector<Variant> variants;  // the base scenario first, then the compare entries in order
+};
+
+Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data);
+
+}  // namespace fleetsim

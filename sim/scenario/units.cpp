@@ -1,0 +1,211 @@
+#include "sim/scenario/units.hpp"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <span>
+
+namespace fleetsim {
+namespace {
+
+// value in the base unit = number x num / den. Dividing by an exact power of ten (rather than
+// multiplying by 1e-6) keeps `3.4us` the double nearest to 3.4e-6.
+struct Unit {
+  std::string_view suffix;
+  double num = 1;
+  double den = 1;
+};
+
+struct Kind {
+  std::string_view what;     // "a bandwidth"
+  std::string_view example;  // "400Gbps or 450GB/s"
+  std::string_view forms;    // the hint: every accepted suffix
+  std::span<const Unit> units;
+};
+
+constexpr double kKi = 1024.0;
+
+constexpr std::array kBandwidthUnits = {
+    Unit{"bps", 1, 8},
+    Unit{"Kbps", 1e3, 8},
+    Unit{"kbps", 1e3, 8},
+    Unit{"Mbps", 1e6, 8},
+    Unit{"Gbps", 1e9, 8},
+    Unit{"Tbps", 1e12, 8},
+    Unit{"b/s", 1, 8},
+    Unit{"Kb/s", 1e3, 8},
+    Unit{"kb/s", 1e3, 8},
+    Unit{"Mb/s", 1e6, 8},
+    Unit{"Gb/s", 1e9, 8},
+    Unit{"Tb/s", 1e12, 8},
+    Unit{"B/s", 1, 1},
+    Unit{"KB/s", 1e3, 1},
+    Unit{"kB/s", 1e3, 1},
+    Unit{"MB/s", 1e6, 1},
+    Unit{"GB/s", 1e9, 1},
+    Unit{"TB/s", 1e12, 1},
+    Unit{"KiB/s", kKi, 1},
+    Unit{"MiB/s", kKi* kKi, 1},
+    Unit{"GiB/s", kKi* kKi* kKi, 1},
+    Unit{"TiB/s", kKi* kKi* kKi* kKi, 1},
+};
+
+constexpr std::array kSizeUnits = {
+    Unit{"B", 1, 1},
+    Unit{"KB", 1e3, 1},
+    Unit{"kB", 1e3, 1},
+    Unit{"MB", 1e6, 1},
+    Unit{"GB", 1e9, 1},
+    Unit{"TB", 1e12, 1},
+    Unit{"KiB", kKi, 1},
+    Unit{"MiB", kKi* kKi, 1},
+    Unit{"GiB", kKi* kKi* kKi, 1},
+    Unit{"TiB", kKi* kKi* kKi* kKi, 1},
+};
+
+constexpr std::array kDurationUnits = {
+    Unit{"ns", 1, 1e9}, Unit{"us", 1, 1e6}, Unit{"\u00b5s", 1, 1e6}, Unit{"ms", 1, 1e3},
+    Unit{"s", 1, 1},    Unit{"min", 60, 1}, Unit{"h", 3600, 1},
+};
+
+constexpr std::array kFlopRateUnits = {
+    Unit{"FLOPS", 1, 1},      Unit{"KFLOPS", 1e3, 1},  Unit{"MFLOPS", 1e6, 1},
+    Unit{"GFLOPS", 1e9, 1},   Unit{"TFLOPS", 1e12, 1}, Unit{"PFLOPS", 1e15, 1},
+    Unit{"FLOP/s", 1, 1},     Unit{"GFLOP/s", 1e9, 1}, Unit{"TFLOP/s", 1e12, 1},
+    Unit{"PFLOP/s", 1e15, 1},
+};
+
+const Kind kBandwidth{"a bandwidth", "400Gbps or 450GB/s",
+                      "bits per second: bps, Kbps, Mbps, Gbps, Tbps (or Gb/s); bytes per second: "
+                      "B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s",
+                      kBandwidthUnits};
+const Kind kSize{"a size", "80GB or 81559MiB",
+                 "B, KB, MB, GB, TB (decimal) or KiB, MiB, GiB, TiB (binary)", kSizeUnits};
+const Kind kDuration{"a duration", "0.6us or 90s", "ns, us, ms, s, min, h", kDurationUnits};
+const Kind kFlopRate{"a FLOP rate", "989TFLOPS", "FLOPS, KFLOPS, MFLOPS, GFLOPS, TFLOPS, PFLOPS",
+                     kFlopRateUnits};
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string_view::npos) {
+    return {};
+  }
+  const auto last = s.find_last_not_of(" \t");
+  return s.substr(first, last - first + 1);
+}
+
+std::string in_quotes(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+char lower(char c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool equal_ignoring_case(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (lower(a[i]) != lower(b[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const Unit* find_unit(const Kind& kind, std::string_view suffix) {
+  for (const Unit& unit : kind.units) {
+    if (unit.suffix == suffix) {
+      return &unit;
+    }
+  }
+  return nullptr;
+}
+
+// "did you mean 400Gb/s or 400GB/s?" for a suffix that only differs in case, since the case is
+// what tells bits from bytes.
+std::string case_hint(const Kind& kind, std::string_view number, std::string_view suffix) {
+  std::string candidates;
+  for (const Unit& unit : kind.units) {
+    if (!equal_ignoring_case(unit.suffix, suffix)) {
+      continue;
+    }
+    candidates +=
+        (candidates.empty() ? "" : " or ") + std::string(number) + std::string(unit.suffix);
+  }
+  if (candidates.empty()) {
+    return std::string(kind.forms);
+  }
+  return "did you mean " + candidates + "? units are case-sensitive (b = bits, B = bytes); " +
+         std::string(kind.forms);
+}
+
+std::string expected(const Kind& kind) {
+  return "expected " + std::string(kind.what) + " like " + std::string(kind.example);
+}
+
+// The leading number of `text`; `rest` receives what follows it. An optional '+' is accepted
+// because from_chars does not.
+bool split_number(std::string_view text, double& number, std::string_view& rest) {
+  const bool plus = !text.empty() && text.front() == '+';
+  const char* begin = text.data() + (plus ? 1 : 0);
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(begin, end, number);
+  if (ec != std::errc() || !std::isfinite(number)) {
+    return false;
+  }
+  rest = std::string_view(ptr, static_cast<std::size_t>(end - ptr));
+  return true;
+}
+
+double parse_quantity(std::string_view raw, const Kind& kind, Zero zero) {
+  const std::string_view text = trim(raw);
+  double number = 0;
+  std::string_view rest;
+  if (!split_number(text, number, rest)) {
+    throw UnitError(expected(kind) + ", got " + in_quotes(text), std::string(kind.forms));
+  }
+  const std::string_view suffix = trim(rest);
+  const std::string_view digits = text.substr(0, text.size() - rest.size());
+  if (suffix.empty()) {
+    throw UnitError(expected(kind) + ", got the bare number " + std::string(digits),
+                    "every quantity carries its unit: " + std::string(kind.forms));
+  }
+  const Unit* unit = find_unit(kind, suffix);
+  if (unit == nullptr) {
+    throw UnitError(
+        expected(kind) + ", got unknown unit " + in_quotes(suffix) + " in " + in_quotes(text),
+        case_hint(kind, digits, suffix));
+  }
+  const double value = number * unit->num / unit->den;
+  if (value < 0) {
+    throw UnitError("expected " + std::string(kind.what) + " >= 0, got " + in_quotes(text),
+                    "a quantity cannot be negative");
+  }
+  if (value == 0 && zero == Zero::rejected) {
+    throw UnitError("expected " + std::string(kind.what) + " > 0, got " + in_quotes(text),
+                    "zero is not allowed here");
+  }
+  return value;
+}
+
+}  // namespace
+
+double parse_bandwidth(std::string_view text, Zero zero) {
+  return parse_quantity(text, kBandwidth, zero);
+}
+
+double parse_size(std::string_view text, Zero zero) {
+  return parse_quantity(text, kSize, zero);
+}
+
+double parse_duration(std::string_view text) {
+  return parse_quantity(text, kDuration, Zero::allowed);
+}
+
+double parse_flop_rate(std::string_view text, Zero zero) {
+  return parse_quantity(text, kFlopRate, zero);
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,46 @@
+// Quantities written with their unit, as scenario and preset files spell them.
+//
+// Every physical number in a YAML file carries its unit (`400Gbps`, `80GB`, `0.6us`,
+// `989TFLOPS`); a bare number is an error, because a silently assumed unit is how a simulator
+// ends up a factor of 8 or 1000 off. Prefixes K, M, G, T, P are decimal (G = 1e9); Ki, Mi, Gi, Ti
+// are binary (Gi = 2^30). In bandwidths `b` means bits and `B` bytes, case-sensitively.
+//
+// The parsers know nothing about files: they throw UnitError with a problem and a hint, and the
+// scenario loader adds the file, line, column and key.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace fleetsim {
+
+class UnitError : public std::runtime_error {
+ public:
+  // what() is the problem ("expected a bandwidth like 400Gbps or 450GB/s, got \"fast\"").
+  UnitError(const std::string& problem, std::string hint)
+      : std::runtime_error(problem), hint_(std::move(hint)) {}
+  const std::string& hint() const { return hint_; }
+
+ private:
+  std::string hint_;
+};
+
+// Whether zero is a valid value. Negative values are always rejected: no quantity read from a
+// scenario (a rate, a size, a latency, an uncertainty) can be negative.
+enum class Zero { rejected, allowed };
+
+// `400Gbps`, `400Gb/s`, `450GB/s`, `3.35TB/s`, `900MB/s`, `25GiB/s` -> bytes per second.
+double parse_bandwidth(std::string_view text, Zero zero = Zero::rejected);
+
+// `80GB`, `81559MiB`, `25MB`, `1.5TB`, `512KiB`, `100B` -> bytes.
+double parse_size(std::string_view text, Zero zero = Zero::rejected);
+
+// `90s`, `3.4us`, `5ms`, `2ns`, `10min`, `2h` -> seconds. Zero is allowed (`0us`).
+double parse_duration(std::string_view text);
+
+// `989TFLOPS`, `2.25PFLOPS`, `500GFLOPS` (or `TFLOP/s`) -> floating-point operations per second.
+double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected);
+
+}  // namespace fleetsim

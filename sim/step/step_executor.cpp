@@ -1,0 +1,277 @@
+#include "sim/step/step_executor.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "sim/collectives/collectives.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/errors.hpp"
+#include "sim/network/flow_network.hpp"
+#include "workloads/memory_model.hpp"
+
+namespace fleetsim {
+namespace {
+
+struct Interval {
+  SimTime begin;
+  SimTime end;
+};
+
+// Total length of the overlap of two lists of disjoint intervals sorted by start.
+SimTime overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  SimTime total{};
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const SimTime begin = std::max(a[i].begin, b[j].begin);
+    const SimTime end = std::min(a[i].end, b[j].end);
+    if (begin < end)
+      total += end - begin;
+    if (a[i].end < b[j].end) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return total;
+}
+
+SimTime total(const std::vector<Interval>& intervals) {
+  SimTime sum{};
+  for (const Interval& interval : intervals)
+    sum += interval.end - interval.begin;
+  return sum;
+}
+
+// The task graph's static structure, shared by all ranks.
+struct ProgramIndex {
+  std::vector<std::vector<TaskIndex>> dependents;
+  std::vector<TaskIndex> compute_order;  // tasks of each stream in program order
+  std::vector<TaskIndex> comm_order;
+  std::vector<SimTime> duration;  // compute tasks only
+
+  ProgramIndex(const TaskGraph& graph, const GpuProfile& gpu) {
+    const auto& program = graph.program;
+    dependents.resize(program.size());
+    duration.resize(program.size());
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      for (const TaskIndex d : program[t].deps) {
+        if (d >= t)
+          throw ModelError("task " + program[t].name + " depends on a later task");
+        dependents[d].push_back(t);
+      }
+      if (program[t].stream == Stream::compute) {
+        compute_order.push_back(t);
+        duration[t] =
+            from_seconds(kernel_seconds(gpu, std::get<ComputeWork>(program[t].work).kernel));
+      } else {
+        comm_order.push_back(t);
+      }
+    }
+  }
+};
+
+class Replay {
+ public:
+  Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology)
+      : graph_(graph),
+        index_(graph, gpu),
+        network_(engine_, usable_link_capacities(topology, gpu)),
+        collectives_(engine_, network_, topology,
+                     CollectiveLatency{from_seconds(gpu.collective_base_latency_s.value),
+                                       from_seconds(gpu.collective_hop_latency_s.value)},
+                     kChannels),
+        ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
+        ranks_(graph.ranks) {
+    for (Rank& rank : ranks_) {
+      rank.waiting_on.resize(graph.program.size());
+      for (TaskIndex t = 0; t < graph.program.size(); ++t) {
+        rank.waiting_on[t] = static_cast<int>(graph.program[t].deps.size());
+      }
+    }
+    arrivals_.resize(graph.program.size(), 0);
+  }
+
+  StepResult run() {
+    for (int r = 0; r < graph_.ranks; ++r)
+      try_start(r);
+    engine_.run();
+    for (const Rank& rank : ranks_) {
+      if (rank.tasks_done != graph_.program.size()) {
+        throw ModelError("step replay stalled: a collective or dependency never completed");
+      }
+    }
+    return summarise();
+  }
+
+  const FlowNetwork& network() const { return network_; }
+
+ private:
+  // Collectives run on one channel: on a node's NVSwitch crossbar every ring order loads the
+  // links alike, so more channels would only split the same flow.
+  static constexpr int kChannels = 1;
+
+  struct StreamState {
+    std::size_t next = 0;  // position in the stream's order
+    bool busy = false;
+  };
+  struct Rank {
+    std::vector<int> waiting_on;  // unfinished dependencies per task
+    StreamState compute, comm;
+    std::size_t tasks_done = 0;
+    std::vector<Interval> compute_busy, comm_busy;
+  };
+
+  void try_start(int r) {
+    try_start_stream(r, ranks_[r].compute, index_.compute_order);
+    try_start_stream(r, ranks_[r].comm, index_.comm_order);
+  }
+
+  void try_start_stream(int r, StreamState& stream, const std::vector<TaskIndex>& order) {
+    if (stream.busy || stream.next >= order.size())
+      return;
+    const TaskIndex t = order[stream.next];
+    if (ranks_[r].waiting_on[t] > 0)
+      return;
+    stream.busy = true;
+    const Task& task = graph_.program[t];
+    if (task.stream == Stream::compute) {
+      const SimTime begin = engine_.now();
+      engine_.schedule_after(index_.duration[t], [this, r, t, begin] {
+        ranks_[r].compute_busy.push_back({begin, engine_.now()});
+        finish(r, t);
+      });
+      return;
+    }
+    if (++arrivals_[t] < graph_.ranks)
+      return;  // the collective waits for every member
+    const auto& work = std::get<CollectiveWork>(task.work);
+    comm_bytes_per_gpu_ += ring_traffic_factor(work.op, graph_.ranks) * work.size_bytes;
+    const SimTime begin = engine_.now();
+    collectives_.run_ring(work.op, ring_, work.size_bytes, [this, t, begin] {
+      for (int member = 0; member < graph_.ranks; ++member) {
+        ranks_[member].comm_busy.push_back({begin, engine_.now()});
+        finish(member, t);
+      }
+    });
+  }
+
+  void finish(int r, TaskIndex t) {
+    Rank& rank = ranks_[r];
+    StreamState& stream = graph_.program[t].stream == Stream::compute ? rank.compute : rank.comm;
+    stream.busy = false;
+    ++stream.next;
+    ++rank.tasks_done;
+    for (const TaskIndex d : index_.dependents[t])
+      --rank.waiting_on[d];
+    try_start(r);
+  }
+
+  // Sums in integer nanoseconds, so compute + exposed + idle is exactly the step time.
+  StepResult summarise() const {
+    StepResult result;
+    const SimTime step = engine_.now();
+    result.step_time_s = step.seconds();
+    result.events = engine_.events_processed();
+    SimTime compute{}, exposed{};
+    for (const Rank& rank : ranks_) {
+      compute += total(rank.compute_busy);
+      exposed += total(rank.comm_busy) - overlap(rank.compute_busy, rank.comm_busy);
+    }
+    const double ranks = graph_.ranks;
+    result.breakdown.compute_s = compute.seconds() / ranks;
+    result.breakdown.exposed_comm_s = exposed.seconds() / ranks;
+    result.breakdown.idle_s =
+        (SimTime::from_ns(step.ns() * graph_.ranks) - compute - exposed).seconds() / ranks;
+    result.comm_bytes_per_gpu = comm_bytes_per_gpu_;
+    return result;
+  }
+
+  const TaskGraph& graph_;
+  ProgramIndex index_;
+  Engine engine_;
+  FlowNetwork network_;
+  Collectives collectives_;
+  std::vector<VertexId> ring_;
+  std::vector<Rank> ranks_;
+  std::vector<int> arrivals_;
+  double comm_bytes_per_gpu_ = 0;
+};
+
+double link_efficiency(LinkKind kind, const GpuProfile& gpu) {
+  switch (kind) {
+    case LinkKind::nvlink:
+      return gpu.nvlink_efficiency.value;
+    case LinkKind::infiniband:
+      return gpu.network_efficiency.value;
+    case LinkKind::pcie:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+}  // namespace
+
+std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu) {
+  std::vector<double> capacity(topology.link_count());
+  for (LinkId l = 0; l < topology.link_count(); ++l) {
+    const Link& link = topology.link(l);
+    capacity[l] = link.bytes_per_s * link_efficiency(link.kind, gpu);
+  }
+  return capacity;
+}
+
+StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology) {
+  if (graph.ranks < 1 || static_cast<std::size_t>(graph.ranks) > topology.gpus().size()) {
+    throw ModelError("the layout needs " + std::to_string(graph.ranks) + " GPUs, the cluster has " +
+                     std::to_string(topology.gpus().size()));
+  }
+  Replay replay(graph, gpu, topology);
+  StepResult result = replay.run();
+
+  const double gpus = graph.ranks;
+  const double peak = gpu.dense_bf16_flops_per_s.value;
+  result.tokens_per_s = graph.tokens_per_step / result.step_time_s;
+  result.model_flops = graph.model_flops_per_rank * gpus;
+  result.hardware_flops = graph.hardware_flops_per_rank * gpus;
+  result.mfu = result.model_flops / (result.step_time_s * gpus * peak);
+  result.hfu = result.hardware_flops / (result.step_time_s * gpus * peak);
+
+  const auto& carried = replay.network().link_bytes();
+  for (LinkId l = 0; l < topology.link_count(); ++l) {
+    if (carried[l] <= 0)
+      continue;
+    const Link& link = topology.link(l);
+    result.links.push_back(LinkUsage{topology.link_name(l), to_string(link.kind), link.bytes_per_s,
+                                     carried[l],
+                                     carried[l] / (link.bytes_per_s * result.step_time_s)});
+  }
+  return result;
+}
+
+StepOutcome simulate_step(const StepInputs& inputs) {
+  StepOutcome outcome;
+  outcome.memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
+                                   inputs.gpu.hbm_capacity_bytes.value);
+  if (!outcome.memory.fits()) {
+    char text[160];
+    std::snprintf(text, sizeof text, "does not fit: needs %.1f GB per GPU, %.1f GB available",
+                  outcome.memory.total_bytes / 1e9, outcome.memory.capacity_bytes / 1e9);
+    outcome.warnings.push_back(text);
+    return outcome;
+  }
+  if (outcome.memory.headroom_fraction() < kMinComfortableHeadroom) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "memory headroom %.0f%% is under the %.0f%% practitioners keep free",
+                  100 * outcome.memory.headroom_fraction(), 100 * kMinComfortableHeadroom);
+    outcome.warnings.push_back(text);
+  }
+  const TaskGraph graph = build_data_parallel_step(inputs.model, inputs.training, inputs.plan);
+  const Topology topology = build_cluster(inputs.node, inputs.nodes, inputs.fabric);
+  outcome.step = execute_step(graph, inputs.gpu, topology);
+  outcome.simulated = true;
+  return outcome;
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,28 @@
+// The step executor: replays a task graph on the engine, kernels on each rank's compute stream
+// and collectives as flows on the topology, and measures the step.
+//
+// Each rank has a compute stream and a communication stream that run their tasks in program
+// order; a task starts when it heads its stream and its dependencies are done, and a collective
+// starts when every member of its group has reached it. Kernel durations come from the GPU's
+// calibration profile; collective durations from the flow network, so traffic that shares a link
+// shares its bandwidth. Not modelled yet: the slowdown of kernels that overlap communication.
+#pragma once
+
+#include "calibration/gpu_profile.hpp"
+#include "sim/step/step_inputs.hpp"
+#include "topology/topology.hpp"
+#include "workloads/task_graph.hpp"
+
+namespace fleetsim {
+
+// Usable capacity of each link: line rate times the profile's efficiency for its kind.
+std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu);
+
+// Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.
+StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology);
+
+// The whole pipeline for one configuration: memory check, task graph, topology, replay.
+// A layout that does not fit is reported with its memory breakdown and not replayed.
+StepOutcome simulate_step(const StepInputs& inputs);
+
+}  // namespace fleetsim

@@ -1,0 +1,58 @@
+// Everything one step simulation needs, and what it reports.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "calibration/gpu_profile.hpp"
+#include "topology/node_spec.hpp"
+#include "workloads/memory_model.hpp"
+#include "workloads/model_spec.hpp"
+
+namespace fleetsim {
+
+struct StepInputs {
+  NodeSpec node;
+  int nodes = 1;
+  FabricSpec fabric;
+  GpuProfile gpu;
+  ModelSpec model;
+  TrainingSpec training;
+  ParallelPlan plan;
+};
+
+struct LinkUsage {
+  std::string name;  // "gpu3->nvswitch0", stable across runs
+  std::string kind;  // "nvlink", "pcie", "infiniband", ...
+  double capacity_bytes_per_s = 0;
+  double bytes = 0;        // carried during the step
+  double utilisation = 0;  // bytes / (capacity x step time)
+};
+
+struct StepBreakdown {
+  double compute_s = 0;       // time the compute stream of a rank was busy
+  double exposed_comm_s = 0;  // communication running while compute was idle
+  double idle_s = 0;          // neither (waiting on peers, latency, dependencies)
+};
+
+struct StepResult {
+  double step_time_s = 0;
+  StepBreakdown breakdown;  // averaged over ranks
+  double tokens_per_s = 0;
+  double model_flops = 0;     // per step, all GPUs, from the op graph (causal attention halved)
+  double hardware_flops = 0;  // model FLOPs plus recomputation
+  double mfu = 0;             // model_flops / (step time x GPUs x dense BF16 peak)
+  double hfu = 0;
+  double comm_bytes_per_gpu = 0;  // collective payload a GPU sent during the step
+  std::uint64_t events = 0;       // engine events processed
+  std::vector<LinkUsage> links;   // links that carried traffic, in topology order
+};
+
+struct StepOutcome {
+  StepResult step;  // empty when the layout does not fit
+  MemoryBreakdown memory;
+  std::vector<std::string> warnings;
+  bool simulated = false;  // false when memory does not fit: no step is replayed
+};
+
+}  // namespace fleetsim

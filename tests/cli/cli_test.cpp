@@ -1,0 +1,155 @@
+// The fleetsim executable end to end: exit codes, one-line errors with locations, outputs.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+fs::path scratch_dir() {
+  const fs::path dir =
+      fs::temp_directory_path() / ("fleetsim-cli-test-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+Result fleetsim(const std::string& arguments) {
+  const fs::path dir = scratch_dir();
+  const std::string command = std::string(FLEETSIM_CLI) + " " + arguments + " >" +
+                              (dir / "out").string() + " 2>" + (dir / "err").string();
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
+}
+
+fs::path write_scenario(const std::string& name, const std::string& text) {
+  const fs::path path = scratch_dir() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* const kValid = R"(name: cli-test
+model: llama3-8b
+training: {method: full, precision: bf16, optimizer: adam, seq_len: 4096, global_batch: 16, micro_batch: 2}
+layout: {dp: 8, zero: 3}
+cluster:
+  node: dgx-h100
+  fabric: {kind: rail-fat-tree, link: 400Gbps}
+)";
+
+std::string with_line(std::string text, const std::string& from, const std::string& to) {
+  text.replace(text.find(from), from.size(), to);
+  return text;
+}
+
+// An error is one line, starts with "error: ", and names the file with a line and column.
+void check_one_line_error(const Result& result, const fs::path& file, const std::string& expect) {
+  CHECK(result.exit_code == 2);
+  CHECK(result.out.empty());
+  CHECK(result.err.rfind("error: ", 0) == 0);
+  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
+  CHECK(result.err.find(file.string() + ":") != std::string::npos);
+  CHECK(result.err.find(expect) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("the version and help flags exit 0") {
+  const Result version = fleetsim("--version");
+  CHECK(version.exit_code == 0);
+  CHECK(version.out.rfind("fleetsim ", 0) == 0);
+  const Result help = fleetsim("--help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("run FILE") != std::string::npos);
+}
+
+TEST_CASE("bad command lines exit 2") {
+  CHECK(fleetsim("frobnicate x.yaml").exit_code == 2);
+  CHECK(fleetsim("run").exit_code == 2);
+  CHECK(fleetsim("run x.yaml --no-such-flag").exit_code == 2);
+}
+
+TEST_CASE("a missing scenario file is a one-line error, exit 2") {
+  const fs::path missing = scratch_dir() / "does-not-exist.yaml";
+  const Result result = fleetsim("run " + missing.string());
+  CHECK(result.exit_code == 2);
+  CHECK(result.err.find(missing.string()) != std::string::npos);
+  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
+}
+
+TEST_CASE("a YAML syntax error names its line") {
+  const fs::path file = write_scenario(
+      "syntax.yaml", with_line(kValid, "layout: {dp: 8, zero: 3}", "layout: {dp: 8, zero: 3"));
+  check_one_line_error(fleetsim("run " + file.string()), file, file.string() + ":");
+}
+
+TEST_CASE("an unknown key names the key, its line and column") {
+  const fs::path file = write_scenario(
+      "unknown.yaml",
+      with_line(kValid, "layout: {dp: 8, zero: 3}", "layout: {dp: 8, zero: 3, zer0: 1}"));
+  const Result result = fleetsim("validate " + file.string());
+  check_one_line_error(result, file, ":4:");
+  CHECK(result.err.find("zer0") != std::string::npos);
+}
+
+TEST_CASE("a negative bandwidth is rejected with its location") {
+  const fs::path file =
+      write_scenario("negative.yaml", with_line(kValid, "link: 400Gbps", "link: -400Gbps"));
+  const Result result = fleetsim("run " + file.string());
+  check_one_line_error(result, file, ":7:");
+  CHECK(result.err.find("cluster.fabric.link") != std::string::npos);
+}
+
+TEST_CASE("an unknown preset lists the ones that exist") {
+  const fs::path file =
+      write_scenario("preset.yaml", with_line(kValid, "node: dgx-h100", "node: dgx-h900"));
+  const Result result = fleetsim("run " + file.string());
+  check_one_line_error(result, file, ":6:");
+  CHECK(result.err.find("dgx-b200") != std::string::npos);
+}
+
+TEST_CASE("the shipped scenario runs, writes HDF5 and JSON, and repeats exactly") {
+  const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
+  const fs::path h5 = scratch_dir() / "result.h5";
+  fs::remove(h5);
+  const Result table = fleetsim("run " + scenario + " -o " + h5.string());
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.out.find("dgx-h100") != std::string::npos);
+  CHECK(table.out.find("dgx-b200") != std::string::npos);
+  CHECK(fs::file_size(h5) > 0);
+
+  const Result first = fleetsim("run " + scenario + " --json");
+  const Result second = fleetsim("run " + scenario + " --json");
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.out == second.out);
+  const auto json = nlohmann::json::parse(first.out);
+  REQUIRE(json["variants"].size() == 2);
+  for (const auto& variant : json["variants"]) {
+    const double mfu = variant["step"]["mfu"];
+    CHECK(mfu > 0.0);
+    CHECK(mfu < 1.0);
+    CHECK(variant["memory"]["fits"] == true);
+  }
+  const double h100 = json["variants"][0]["step"]["step_time_s"];
+  const double b200 = json["variants"][1]["step"]["step_time_s"];
+  CHECK(b200 < h100);
+}

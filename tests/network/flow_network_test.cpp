@@ -1,0 +1,194 @@
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "sim/engine/engine.hpp"
+#include "sim/network/flow_network.hpp"
+
+using fleetsim::Engine;
+using fleetsim::FlowNetwork;
+using fleetsim::LinkUse;
+using fleetsim::SimTime;
+
+namespace {
+
+struct Finish {
+  SimTime at;
+  bool done = false;
+};
+
+FlowNetwork::Callback record(Engine& engine, Finish& finish) {
+  return [&engine, &finish] {
+    finish.at = engine.now();
+    finish.done = true;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("two flows on one link get half each") {
+  // C = 100 B/s shared by two flows: 50 B/s each, so 100 B takes 2 s.
+  Engine engine;
+  FlowNetwork net(engine, {100.0});
+  Finish a, b;
+  const auto fa = net.start_flow({{0, 1.0}}, 100, SimTime{}, record(engine, a));
+  const auto fb = net.start_flow({{0, 1.0}}, 100, SimTime{}, record(engine, b));
+  CHECK(net.rate(fa) == Approx(50.0));
+  CHECK(net.rate(fb) == Approx(50.0));
+  engine.run();
+  CHECK(a.at == fleetsim::from_seconds(2.0));
+  CHECK(b.at == fleetsim::from_seconds(2.0));
+}
+
+TEST_CASE("a flow bottlenecked elsewhere leaves its share to the others") {
+  // Classic max-min example (Bertsekas & Gallager): link 0 has C=10 and carries flows A, B, C;
+  // link 1 has C=2 and carries C too. C is held to 2 by link 1; A and B split the remaining
+  // 8 of link 0: 4 each (not 10/3).
+  Engine engine;
+  FlowNetwork net(engine, {10.0, 2.0});
+  Finish fa, fb, fc;
+  const auto a = net.start_flow({{0, 1.0}}, 1e3, SimTime{}, record(engine, fa));
+  const auto b = net.start_flow({{0, 1.0}}, 1e3, SimTime{}, record(engine, fb));
+  const auto c = net.start_flow({{0, 1.0}, {1, 1.0}}, 1e3, SimTime{}, record(engine, fc));
+  CHECK(net.rate(a) == Approx(4.0));
+  CHECK(net.rate(b) == Approx(4.0));
+  CHECK(net.rate(c) == Approx(2.0));
+}
+
+TEST_CASE("rates are recomputed when a flow ends") {
+  // One link of 10 B/s. A (10 B) and B (30 B) start together at 5 B/s each: A ends at t=2 s,
+  // having let B move 10 B; B then has the link to itself, 20 B at 10 B/s: ends at t=4 s.
+  Engine engine;
+  FlowNetwork net(engine, {10.0});
+  Finish a, b;
+  net.start_flow({{0, 1.0}}, 10, SimTime{}, record(engine, a));
+  net.start_flow({{0, 1.0}}, 30, SimTime{}, record(engine, b));
+  engine.run();
+  CHECK(a.at == fleetsim::from_seconds(2.0));
+  CHECK(b.at == fleetsim::from_seconds(4.0));
+}
+
+TEST_CASE("weights: a flow crossing a link twice uses twice its rate there") {
+  // Link 0 (C=12) is crossed twice by A and once by B: 2r + r = 12, r = 4.
+  Engine engine;
+  FlowNetwork net(engine, {12.0});
+  Finish fa, fb;
+  const auto a = net.start_flow({{0, 1.0}, {0, 1.0}}, 100, SimTime{}, record(engine, fa));
+  const auto b = net.start_flow({{0, 1.0}}, 100, SimTime{}, record(engine, fb));
+  CHECK(net.rate(a) == Approx(4.0));
+  CHECK(net.rate(b) == Approx(4.0));
+}
+
+TEST_CASE("latency is paid once, after the last byte") {
+  Engine engine;
+  FlowNetwork net(engine, {1e9});
+  Finish f;
+  net.start_flow({{0, 1.0}}, 1e9, fleetsim::from_us(5), record(engine, f));
+  engine.run();
+  CHECK(f.at == fleetsim::from_seconds(1.0) + fleetsim::from_us(5));
+}
+
+TEST_CASE("bytes delivered equal bytes sent, and each link is charged what crossed it") {
+  Engine engine;
+  FlowNetwork net(engine, {7.0, 13.0, 29.0});
+  double sent = 0;
+  std::vector<double> expected_link_bytes(3, 0.0);
+  int finished = 0;
+  // Staggered, overlapping flows over different link sets.
+  for (int i = 0; i < 40; ++i) {
+    const double size = 3.0 + (i * 37) % 11;
+    std::vector<LinkUse> links{{static_cast<fleetsim::FlowLinkId>(i % 3), 1.0}};
+    if (i % 4 == 0)
+      links.push_back({static_cast<fleetsim::FlowLinkId>((i + 1) % 3), 2.0});
+    for (const auto& use : links)
+      expected_link_bytes[use.link] += use.weight * size;
+    sent += size;
+    engine.schedule_at(SimTime::from_ns(i * 150'000'000LL), [&net, links, size, &finished] {
+      net.start_flow(links, size, SimTime{}, [&finished] { ++finished; });
+    });
+  }
+  engine.run();
+  CHECK(finished == 40);
+  CHECK(net.bytes_started() == Approx(sent));
+  CHECK(net.bytes_delivered() == Approx(sent));
+  for (int l = 0; l < 3; ++l)
+    CHECK(net.link_bytes()[l] == Approx(expected_link_bytes[l]));
+  CHECK(net.active_flows() == 0);
+}
+
+TEST_CASE("capacity is never exceeded and flows untouched by a change keep their rate") {
+  Engine engine;
+  FlowNetwork net(engine, {10.0, 10.0});
+  Finish f;
+  const auto left = net.start_flow({{0, 1.0}}, 1e3, SimTime{}, record(engine, f));
+  const auto right1 = net.start_flow({{1, 1.0}}, 1e3, SimTime{}, record(engine, f));
+  CHECK(net.rate(left) == Approx(10.0));
+  const auto right2 = net.start_flow({{1, 1.0}}, 1e3, SimTime{}, record(engine, f));
+  CHECK(net.rate(left) == Approx(10.0));
+  CHECK(net.rate(right1) + net.rate(right2) == Approx(10.0));
+}
+
+namespace {
+
+const std::vector<std::vector<LinkUse>> kMixRoutes{
+    {{0, 1.0}}, {{0, 1.0}, {1, 1.0}}, {{1, 1.0}, {2, 1.0}}, {{2, 1.0}}, {{0, 1.0}, {2, 1.0}}};
+
+// Completion times of flow i (size 100 * (i + 1) bytes) on kMixRoutes, all started at t = 0.
+std::vector<double> mix_completions(const std::vector<double>& capacity) {
+  Engine engine;
+  FlowNetwork net(engine, capacity);
+  std::vector<double> done(kMixRoutes.size());
+  for (std::size_t i = 0; i < kMixRoutes.size(); ++i) {
+    net.start_flow(kMixRoutes[i], 100.0 * (i + 1), SimTime{},
+                   [&, i] { done[i] = engine.now().seconds(); });
+  }
+  engine.run();
+  return done;
+}
+
+}  // namespace
+
+TEST_CASE("more bandwidth never makes the traffic as a whole finish later") {
+  // Each completion is rounded up to the nanosecond once per reallocation, hence the slack.
+  const auto base = mix_completions({10.0, 20.0, 30.0});
+  const double base_makespan = *std::max_element(base.begin(), base.end());
+  for (int l = 0; l < 3; ++l) {
+    for (const double factor : {1.01, 1.5, 4.0}) {
+      std::vector<double> capacity{10.0, 20.0, 30.0};
+      capacity[l] *= factor;
+      const auto faster = mix_completions(capacity);
+      CHECK(*std::max_element(faster.begin(), faster.end()) <= base_makespan + 1e-8);
+    }
+  }
+}
+
+TEST_CASE("more bandwidth on its path never slows a flow that is alone") {
+  for (const double capacity : {1.0, 2.0, 3.5, 100.0}) {
+    Engine engine;
+    FlowNetwork net(engine, {capacity, 2.0});
+    SimTime done{};
+    net.start_flow({{0, 1.0}, {1, 1.0}}, 10.0, SimTime{}, [&] { done = engine.now(); });
+    engine.run();
+    // Rate min(capacity, 2): 10 / min(capacity, 2) seconds.
+    CHECK(done.seconds() == Approx(10.0 / std::min(capacity, 2.0)));
+  }
+}
+
+TEST_CASE("scaling every capacity by k divides every completion time by k") {
+  const auto base = mix_completions({10.0, 20.0, 30.0});
+  const auto doubled = mix_completions({20.0, 40.0, 60.0});
+  for (std::size_t i = 0; i < base.size(); ++i)
+    CHECK(doubled[i] == Approx(base[i] / 2));
+}
+
+TEST_CASE("max-min fairness is not monotone per flow: widening one link can slow another flow") {
+  // Widening link 0 from 10 to 15 lets flow 4 (links 0 and 2) take more of link 2, so flows
+  // 2 and 3, which share link 2 with it, get less. Before: flow 3 ends at 26.25 s; after,
+  // progressive filling gives flows 0, 1, 4 the rate 5 on link 0 and flow 3 ends at 28.89 s.
+  // Tests of "more bandwidth is never slower" must therefore be about the whole (makespan) or
+  // about a flow's own bottleneck, not about every flow.
+  const auto base = mix_completions({10.0, 20.0, 30.0});
+  const auto widened = mix_completions({15.0, 20.0, 30.0});
+  CHECK(base[3] == Approx(26.25));
+  CHECK(widened[3] == Approx(28.8889).epsilon(1e-4));
+  CHECK(widened[4] < base[4]);
+}

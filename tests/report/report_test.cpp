@@ -1,0 +1,332 @@
+// Tests of the console, JSON and HDF5 renderings of a hand-built two-variant report.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/engine/errors.hpp"
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+namespace {
+
+// Two 8-GPU nodes with 80 GB per GPU, pure data parallel over all 16 GPUs. Renderers only read
+// names and the plan from the inputs.
+StepInputs h100_inputs(int zero_stage) {
+  StepInputs inputs;
+  inputs.node.name = "dgx-h100";
+  inputs.node.gpus = 8;
+  inputs.nodes = 2;
+  inputs.gpu.name = "h100-sxm";
+  inputs.model.name = "llama3-8b";
+  inputs.training.seq_len = 8192;
+  inputs.training.global_batch = 256;
+  inputs.plan.dp = 16;
+  inputs.plan.zero_stage = zero_stage;
+  return inputs;
+}
+
+// ZeRO-3: weights and gradients 16 GB each and optimizer states 96 GB sharded 16 ways are 1, 1
+// and 6 GB; with 40 GB of activations the total is 48 GB of 80 GB, 40% headroom.
+VariantReport fitting_variant() {
+  VariantReport variant{"zero3", h100_inputs(3), {}};
+  StepOutcome& outcome = variant.outcome;
+  outcome.simulated = true;
+  outcome.memory.items = {{"weights", 1e9, "bf16, sharded over 16 ranks"},
+                          {"gradients", 1e9, "bf16, sharded over 16 ranks"},
+                          {"optimizer states", 6e9, "fp32 master + 2 moments, sharded"},
+                          {"activations", 40e9, "saved tensors of one micro-batch"}};
+  outcome.memory.total_bytes = 48e9;
+  outcome.memory.capacity_bytes = 80e9;
+  // 256 sequences x 8192 tokens = 2,097,152 tokens in a 2 s step: 1,048,576 tokens/s, which is
+  // 65,536 tokens/s on each of the 16 GPUs.
+  outcome.step.step_time_s = 2.0;
+  outcome.step.tokens_per_s = 1048576.0;
+  outcome.step.mfu = 0.45;
+  outcome.step.hfu = 0.5;
+  outcome.step.model_flops = 1e16;
+  outcome.step.hardware_flops = 1.1e16;
+  outcome.step.breakdown = {1.5, 0.3, 0.2};
+  outcome.step.comm_bytes_per_gpu = 48e9;
+  outcome.step.events = 12345;
+  outcome.step.links = {{"gpu0->nvswitch0", "nvlink", 450e9, 40e9, 0.0444},
+                        {"node0.nic0->leaf0", "infiniband", 50e9, 8e9, 0.08}};
+  outcome.warnings = {"bucket size is below 1 MB"};
+  return variant;
+}
+
+// Plain DDP keeps every state whole: 16 + 16 + 96 GB plus 40 GB of activations is 168 GB,
+// 88 GB more than the 80 GB of an H100.
+VariantReport unfit_variant() {
+  VariantReport variant{"ddp", h100_inputs(0), {}};
+  StepOutcome& outcome = variant.outcome;
+  outcome.simulated = false;
+  outcome.memory.items = {{"weights", 16e9, "bf16, replicated"},
+                          {"gradients", 16e9, "bf16, replicated"},
+                          {"optimizer states", 96e9, "fp32 master + 2 moments, replicated"},
+                          {"activations", 40e9, "saved tensors of one micro-batch"}};
+  outcome.memory.total_bytes = 168e9;
+  outcome.memory.capacity_bytes = 80e9;
+  return variant;
+}
+
+RunReport two_variant_report() {
+  RunReport report;
+  report.scenario_name = "zero-stages";
+  report.description = "ZeRO-3 against plain DDP on two H100 nodes";
+  report.scenario_file = "scenarios/zero-stages.yaml";
+  report.fleetsim_version = "0.1.0";
+  report.seed = 42;
+  report.variants = {fitting_variant(), unfit_variant()};
+  return report;
+}
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static int counter = 0;
+    path_ =
+        std::filesystem::temp_directory_path() /
+        ("fleetsim-report-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::size_t file_count() const {
+    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator(path_),
+                                                  std::filesystem::directory_iterator()));
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+template <typename T>
+T attribute(const std::map<std::string, Hdf5Attribute>& attributes, const std::string& name) {
+  const auto found = attributes.find(name);
+  REQUIRE(found != attributes.end());
+  REQUIRE(std::holds_alternative<T>(found->second));
+  return std::get<T>(found->second);
+}
+
+TEST_CASE("console table names every variant and marks the one that does not fit") {
+  const std::string text = render_console(two_variant_report());
+  CHECK(contains(text, "zero-stages"));
+  CHECK(contains(text, "ZeRO-3 against plain DDP"));
+  CHECK(contains(text, "zero3"));
+  CHECK(contains(text, "ddp"));
+  CHECK(contains(text, "1.00x"));
+  CHECK(contains(text, "does not fit"));
+  CHECK(contains(text, "dp16 zero3 recompute=none"));
+  CHECK(contains(text, "16 (2 x 8)"));
+  CHECK(contains(text, "1,048,576"));
+  CHECK(contains(text, "65,536"));
+  CHECK(contains(text, "2.000"));
+  CHECK(contains(text, "45.0"));
+  // 168 GB needed, 80 GB available: 88 GB over.
+  CHECK(contains(text, "88.00 GB over"));
+  CHECK(contains(text, "fp32 master + 2 moments, replicated"));
+  CHECK(contains(text, "zero3: bucket size is below 1 MB"));
+  CHECK(text.back() == '\n');
+}
+
+TEST_CASE("console speed-up is the throughput ratio over the first variant") {
+  RunReport report = two_variant_report();
+  report.variants[1] = fitting_variant();
+  report.variants[1].name = "faster";
+  report.variants[1].outcome.step.tokens_per_s *= 2.5;
+  const std::string text = render_console(report);
+  CHECK(contains(text, "1.00x"));
+  CHECK(contains(text, "2.50x"));
+  CHECK_FALSE(contains(text, "does not fit"));
+}
+
+TEST_CASE("console marks headroom below the comfortable minimum") {
+  RunReport report = two_variant_report();
+  // 72 GB of 80 GB leaves 10% free, below kMinComfortableHeadroom (15%).
+  report.variants[0].outcome.memory.total_bytes = 72e9;
+  CHECK(contains(render_console(report), "10.0 low"));
+}
+
+TEST_CASE("console table rows line up") {
+  const std::string text = render_console(two_variant_report());
+  std::istringstream lines(text);
+  std::string line;
+  std::size_t node_row = 0;
+  std::size_t speedup_row = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("node preset", 0) == 0) {
+      node_row = line.size();
+    }
+    if (line.rfind("speed-up", 0) == 0) {
+      // "—" is three bytes but one column; count code points.
+      speedup_row = line.size() - 2;
+    }
+  }
+  CHECK(node_row > 0);
+  CHECK(node_row == speedup_row);
+}
+
+TEST_CASE("JSON parses back with the numbers of the records") {
+  const auto json = nlohmann::json::parse(render_json(two_variant_report()));
+  CHECK(json["scenario"]["name"] == "zero-stages");
+  CHECK(json["scenario"]["seed"] == 42);
+  CHECK(json["scenario"]["fleetsim_version"] == "0.1.0");
+  REQUIRE(json["variants"].size() == 2);
+
+  const auto& fit = json["variants"][0];
+  CHECK(fit["name"] == "zero3");
+  CHECK(fit["gpus"] == 2 * 8);
+  CHECK(fit["layout"]["dp"] == 16);
+  CHECK(fit["layout"]["zero_stage"] == 3);
+  CHECK(fit["layout"]["recompute"] == "none");
+  CHECK(fit["simulated"] == true);
+  CHECK(fit["step"]["step_time_s"].get<double>() == 2.0);
+  CHECK(fit["step"]["tokens_per_s"].get<double>() == 1048576.0);
+  CHECK(fit["step"]["mfu"].get<double>() == 0.45);
+  CHECK(fit["step"]["exposed_comm_s"].get<double>() == 0.3);
+  CHECK(fit["step"]["events"] == 12345);
+  CHECK(fit["memory"]["items"].size() == 4);
+  CHECK(fit["memory"]["headroom_fraction"].get<double>() == Approx(0.4));
+  CHECK(fit["links"].size() == 2);
+  CHECK(fit["links"][1]["kind"] == "infiniband");
+  CHECK(fit["warnings"][0] == "bucket size is below 1 MB");
+  CHECK(fit["speedup_vs_first"].get<double>() == 1.0);
+
+  const auto& unfit = json["variants"][1];
+  CHECK(unfit["simulated"] == false);
+  CHECK(unfit["step"].is_null());
+  CHECK(unfit["speedup_vs_first"].is_null());
+  CHECK(unfit["memory"]["fits"] == false);
+  CHECK(unfit["memory"]["total_bytes"].get<double>() == 168e9);
+  CHECK(unfit["links"].empty());
+}
+
+TEST_CASE("JSON keeps keys in a fixed order") {
+  const std::string text = render_json(two_variant_report());
+  CHECK(text.find("\"scenario\"") < text.find("\"variants\""));
+  CHECK(text.find("\"step_time_s\"") < text.find("\"tokens_per_s\""));
+  CHECK(text == render_json(two_variant_report()));
+}
+
+TEST_CASE("HDF5 file reads back with the attributes and rows written") {
+  const TempDir dir;
+  const auto path = dir.path() / "result.h5";
+  write_hdf5(two_variant_report(), path);
+  CHECK(dir.file_count() == 1);
+
+  const Hdf5Summary summary = read_hdf5_summary(path);
+  CHECK(attribute<std::string>(summary.attributes, "scenario_name") == "zero-stages");
+  CHECK(attribute<std::string>(summary.attributes, "scenario_file") ==
+        "scenarios/zero-stages.yaml");
+  CHECK(attribute<std::uint64_t>(summary.attributes, "seed") == 42);
+  REQUIRE(summary.variants.size() == 2);
+
+  const Hdf5VariantSummary& fit = summary.variants[0];
+  CHECK(fit.group == "/variants/zero3");
+  CHECK(attribute<std::string>(fit.attributes, "gpu_profile") == "h100-sxm");
+  CHECK(attribute<std::int64_t>(fit.attributes, "dp") == 16);
+  CHECK(attribute<std::int64_t>(fit.attributes, "gpus") == 16);
+  CHECK(attribute<std::int64_t>(fit.attributes, "simulated") == 1);
+  CHECK(attribute<double>(fit.attributes, "step_time_s") == 2.0);
+  CHECK(attribute<double>(fit.attributes, "tokens_per_s") == 1048576.0);
+  CHECK(attribute<double>(fit.attributes, "speedup_vs_first") == 1.0);
+  CHECK(fit.dataset_rows.at("breakdown") == 3);
+  CHECK(fit.dataset_rows.at("memory") == 4);
+  CHECK(fit.dataset_rows.at("links") == 2);
+  CHECK(fit.dataset_rows.at("warnings") == 1);
+  CHECK(fit.warnings == std::vector<std::string>{"bucket size is below 1 MB"});
+
+  const Hdf5VariantSummary& unfit = summary.variants[1];
+  CHECK(unfit.group == "/variants/ddp");
+  CHECK(attribute<std::int64_t>(unfit.attributes, "simulated") == 0);
+  CHECK(std::isnan(attribute<double>(unfit.attributes, "step_time_s")));
+  CHECK(std::isnan(attribute<double>(unfit.attributes, "speedup_vs_first")));
+  CHECK(attribute<double>(unfit.attributes, "memory_total_bytes") == 168e9);
+  CHECK(unfit.dataset_rows.at("breakdown") == 3);
+  CHECK(unfit.dataset_rows.at("links") == 0);
+  CHECK(unfit.dataset_rows.at("warnings") == 0);
+}
+
+TEST_CASE("HDF5 group names cannot contain a slash; the variant name is kept as an attribute") {
+  RunReport report = two_variant_report();
+  report.variants[0].name = "h100/zero3";
+  const TempDir dir;
+  const auto path = dir.path() / "result.h5";
+  write_hdf5(report, path);
+  const Hdf5Summary summary = read_hdf5_summary(path);
+  REQUIRE(summary.variants.size() == 2);
+  CHECK(summary.variants[0].group == "/variants/h100_zero3");
+  CHECK(attribute<std::string>(summary.variants[0].attributes, "name") == "h100/zero3");
+}
+
+TEST_CASE("HDF5 written into a missing directory throws and leaves nothing behind") {
+  const TempDir dir;
+  const auto path = dir.path() / "missing" / "result.h5";
+  CHECK_THROWS_AS(write_hdf5(two_variant_report(), path), ModelError);
+  CHECK_THROWS_WITH(write_hdf5(two_variant_report(), path),
+                    Catch::StartsWith("cannot write HDF5 file " + path.string()));
+  CHECK(dir.file_count() == 0);
+}
+
+TEST_CASE("HDF5 written over an existing file replaces it whole") {
+  const TempDir dir;
+  const auto path = dir.path() / "result.h5";
+  write_text_atomically(path, "not an HDF5 file");
+  write_hdf5(two_variant_report(), path);
+  CHECK(read_hdf5_summary(path).variants.size() == 2);
+
+  RunReport smaller = two_variant_report();
+  smaller.variants.pop_back();
+  write_hdf5(smaller, path);
+  CHECK(read_hdf5_summary(path).variants.size() == 1);
+  CHECK(dir.file_count() == 1);
+}
+
+TEST_CASE("reading a file that is not HDF5 throws ModelError") {
+  const TempDir dir;
+  const auto path = dir.path() / "result.h5";
+  write_text_atomically(path, "not an HDF5 file");
+  CHECK_THROWS_AS(read_hdf5_summary(path), ModelError);
+}
+
+TEST_CASE("text is written atomically and replaces an existing file") {
+  const TempDir dir;
+  const auto path = dir.path() / "result.json";
+  write_text_atomically(path, "a much longer first version\n");
+  write_text_atomically(path, "second\n");
+  CHECK(read_text(path) == "second\n");
+  CHECK(dir.file_count() == 1);
+}
+
+TEST_CASE("text written into a missing directory throws and leaves nothing behind") {
+  const TempDir dir;
+  const auto path = dir.path() / "missing" / "result.json";
+  CHECK_THROWS_AS(write_text_atomically(path, "{}\n"), ModelError);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "missing"));
+  CHECK(dir.file_count() == 0);
+}
+
+}  // namespace
+}  // namespace fleetsim

@@ -1,0 +1,82 @@
+// Scenario fixtures written from strings into a private temporary directory, and helpers to load
+// them against the presets shipped in the source tree (or a copy of them).
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "sim/scenario/scenario.hpp"
+
+namespace fleetsim::testing {
+
+// A directory under the system temp dir, removed with everything in it when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ =
+        std::filesystem::temp_directory_path() /
+        ("fleetsim-scenario-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+  std::filesystem::path write(const std::filesystem::path& name, const std::string& text) const {
+    const std::filesystem::path file = path_ / name;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline DataPaths source_data() {
+  return DataPaths{FLEETSIM_SOURCE_DIR};
+}
+
+// A copy of the shipped presets, for tests that plant a broken one next to the good ones.
+inline DataPaths copy_of_source_data(const TempDir& dir) {
+  const std::filesystem::path source = FLEETSIM_SOURCE_DIR;
+  for (const char* sub : {"topology/presets", "calibration/profiles", "workloads/models"}) {
+    std::filesystem::create_directories(dir.path() / sub);
+    std::filesystem::copy(source / sub, dir.path() / sub,
+                          std::filesystem::copy_options::recursive |
+                              std::filesystem::copy_options::overwrite_existing);
+  }
+  return DataPaths{dir.path()};
+}
+
+// The error that loading `yaml` raises, or nothing when it loads.
+inline std::optional<ScenarioError> load_error(const std::string& yaml,
+                                               const DataPaths& data = source_data()) {
+  TempDir dir;
+  const auto file = dir.write("scenario.yaml", yaml);
+  try {
+    load_scenario(file, data);
+  } catch (const ScenarioError& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+inline Scenario load_text(const std::string& yaml, const DataPaths& data = source_data()) {
+  TempDir dir;
+  return load_scenario(dir.write("scenario.yaml", yaml), data);
+}
+
+}  // namespace fleetsim::testing

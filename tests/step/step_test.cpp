@@ -1,0 +1,139 @@
+#include <catch2/catch.hpp>
+
+#include "sim/step/step_executor.hpp"
+
+using namespace fleetsim;
+
+namespace {
+
+// An H100-like node and GPU with round numbers; values matter only relative to each other.
+StepInputs small_job() {
+  StepInputs in;
+  in.node.name = "test-node";
+  in.node.gpus = 8;
+  in.node.nvlink_bytes_per_s = 450e9;
+  in.node.nvlink_latency = from_us(0.5);
+  in.node.pcie_switches = 4;
+  in.node.pcie_bytes_per_s = 64e9;
+  in.node.host_bytes_per_s = 64e9;
+  in.node.nics = 8;
+  in.node.nic_bytes_per_s = 50e9;
+  in.gpu.name = "test-gpu";
+  in.gpu.sm_count = 132;
+  in.gpu.dense_bf16_flops_per_s.value = 989e12;
+  in.gpu.hbm_capacity_bytes.value = 80e9;
+  in.gpu.hbm_bytes_per_s.value = 3.35e12;
+  in.gpu.gemm_efficiency.value = 0.8;
+  in.gpu.attention_efficiency.value = 0.35;
+  in.gpu.memory_efficiency.value = 0.87;
+  in.gpu.kernel_launch_s.value = 4e-6;
+  in.gpu.nvlink_efficiency.value = 0.82;
+  in.gpu.network_efficiency.value = 0.96;
+  in.gpu.collective_base_latency_s.value = 8.4e-6;
+  in.gpu.collective_hop_latency_s.value = 3.4e-6;
+  in.model.name = "small";
+  in.model.layers = 8;
+  in.model.hidden = 2048;
+  in.model.ffn = 7168;
+  in.model.heads = 16;
+  in.model.kv_heads = 4;
+  in.model.vocab = 32000;
+  in.training.seq_len = 2048;
+  in.training.global_batch = 32;
+  in.training.micro_batch = 2;
+  in.plan.dp = 8;
+  in.plan.zero_stage = 3;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("MFU is a fraction and the step is no faster than its FLOPs at peak") {
+  for (const int zero : {0, 1, 2, 3}) {
+    StepInputs in = small_job();
+    in.plan.zero_stage = zero;
+    const StepOutcome out = simulate_step(in);
+    REQUIRE(out.simulated);
+    const StepResult& step = out.step;
+    CHECK(step.mfu > 0.0);
+    CHECK(step.mfu < 1.0);
+    CHECK(step.hfu >= step.mfu);
+    CHECK(step.step_time_s >= step.model_flops / (8 * in.gpu.dense_bf16_flops_per_s.value));
+    CHECK(step.tokens_per_s == Approx(32.0 * 2048 / step.step_time_s));
+  }
+}
+
+TEST_CASE("the breakdown adds up to the step time") {
+  const StepOutcome out = simulate_step(small_job());
+  const StepBreakdown& b = out.step.breakdown;
+  CHECK(b.compute_s + b.exposed_comm_s + b.idle_s == Approx(out.step.step_time_s).epsilon(1e-9));
+  CHECK(b.compute_s > 0);
+  CHECK(b.exposed_comm_s >= 0);
+}
+
+TEST_CASE("the same inputs give bit-identical results") {
+  const StepOutcome a = simulate_step(small_job());
+  const StepOutcome b = simulate_step(small_job());
+  CHECK(a.step.step_time_s == b.step.step_time_s);
+  CHECK(a.step.events == b.step.events);
+  REQUIRE(a.step.links.size() == b.step.links.size());
+  for (std::size_t i = 0; i < a.step.links.size(); ++i) {
+    CHECK(a.step.links[i].name == b.step.links[i].name);
+    CHECK(a.step.links[i].bytes == b.step.links[i].bytes);
+  }
+}
+
+TEST_CASE("NVLink carries the collective bytes: (p-1)/p of each payload per GPU port") {
+  // ZeRO-3, one micro-batch per rank per step: each unit is gathered twice and its gradients
+  // reduce-scattered once, 3 x 2 bytes x N of payload S; a ring sends 7/8 of S per GPU.
+  StepInputs in = small_job();
+  in.training.global_batch = 16;
+  const StepOutcome out = simulate_step(in);
+  const double n = in.model.parameters();
+  CHECK(out.step.comm_bytes_per_gpu == Approx(7.0 / 8 * 3 * 2 * n));
+  double uplink_bytes = 0;
+  for (const LinkUsage& link : out.step.links) {
+    if (link.name == "n0.gpu0->n0.nvswitch")
+      uplink_bytes = link.bytes;
+  }
+  CHECK(uplink_bytes == Approx(out.step.comm_bytes_per_gpu));
+}
+
+TEST_CASE("more NVLink bandwidth or a faster GPU never makes the step slower") {
+  const double base = simulate_step(small_job()).step.step_time_s;
+  StepInputs faster_links = small_job();
+  faster_links.node.nvlink_bytes_per_s *= 2;
+  CHECK(simulate_step(faster_links).step.step_time_s <= base);
+  StepInputs slower_links = small_job();
+  slower_links.node.nvlink_bytes_per_s /= 20;
+  CHECK(simulate_step(slower_links).step.step_time_s > base);
+  StepInputs faster_gpu = small_job();
+  faster_gpu.gpu.dense_bf16_flops_per_s.value *= 2;
+  faster_gpu.gpu.hbm_bytes_per_s.value *= 2;
+  CHECK(simulate_step(faster_gpu).step.step_time_s < base);
+}
+
+TEST_CASE("a layout that does not fit is reported, not replayed") {
+  StepInputs in = small_job();
+  in.gpu.hbm_capacity_bytes.value = 4e9;
+  const StepOutcome out = simulate_step(in);
+  CHECK_FALSE(out.simulated);
+  CHECK_FALSE(out.memory.fits());
+  REQUIRE_FALSE(out.warnings.empty());
+  CHECK(out.warnings.front().find("does not fit") != std::string::npos);
+}
+
+TEST_CASE("two nodes: the data-parallel ring crosses the fabric") {
+  StepInputs in = small_job();
+  in.nodes = 2;
+  in.plan.dp = 16;
+  in.training.global_batch = 32;
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  bool fabric_used = false;
+  for (const LinkUsage& link : out.step.links)
+    fabric_used |= link.kind == "infiniband";
+  CHECK(fabric_used);
+  // 16 GPUs behind 50 GB/s NICs: the step must be slower than on one node's NVLink alone.
+  CHECK(out.step.breakdown.exposed_comm_s >= 0);
+}

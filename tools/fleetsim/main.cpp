@@ -1,0 +1,153 @@
+// The fleetsim command line. The only place that prints, and that turns errors into exit codes:
+// 0 ok, 1 the simulation says a layout does not fit or a model fails, 2 bad input.
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "sim/engine/errors.hpp"
+#include "sim/report/report.hpp"
+#include "sim/scenario/scenario.hpp"
+#include "sim/step/step_executor.hpp"
+
+namespace po = boost::program_options;
+using fleetsim::DataPaths;
+using fleetsim::RunReport;
+using fleetsim::Scenario;
+
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kSimulationFailed = 1;
+constexpr int kBadInput = 2;
+
+const char* const kUsage =
+    "usage: fleetsim <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run FILE        simulate a scenario and print its comparison table\n"
+    "  validate FILE   check a scenario file without simulating it\n"
+    "\n"
+    "run options:\n"
+    "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
+    "  --json                 print JSON instead of the table\n"
+    "  --bench N              repeat the simulation N times and report the median wall time\n"
+    "  --data-dir DIR         where presets live (default: the source tree)\n"
+    "\n"
+    "  -h, --help      this help\n"
+    "  --version       print the version\n";
+
+struct Options {
+  std::string command;
+  std::string file;
+  std::string output;
+  std::string data_dir = FLEETSIM_DATA_DIR;
+  bool json = false;
+  int bench_runs = 0;
+};
+
+Options parse_options(int argc, char** argv, bool& exit_now) {
+  Options options;
+  po::options_description named("options");
+  named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
+      "json", po::bool_switch(&options.json))("bench", po::value(&options.bench_runs))(
+      "data-dir", po::value(&options.data_dir))("command", po::value(&options.command))(
+      "file", po::value(&options.file));
+  po::positional_options_description positional;
+  positional.add("command", 1).add("file", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(named).positional(positional).run(), vm);
+  po::notify(vm);
+  exit_now = false;
+  if (vm.count("help") || argc == 1) {
+    std::cout << kUsage;
+    exit_now = true;
+  } else if (vm.count("version")) {
+    std::cout << "fleetsim " << FLEETSIM_VERSION << "\n";
+    exit_now = true;
+  }
+  return options;
+}
+
+RunReport simulate(const Scenario& scenario) {
+  RunReport report;
+  report.scenario_name = scenario.name;
+  report.description = scenario.description;
+  report.scenario_file = scenario.file;
+  report.fleetsim_version = FLEETSIM_VERSION;
+  report.seed = scenario.seed;
+  report.variants.resize(scenario.variants.size());
+  // Variants are independent simulations; each writes only its own slot, so the report is the
+  // same however TBB schedules them.
+  tbb::parallel_for(std::size_t{0}, scenario.variants.size(), [&](std::size_t i) {
+    const auto& variant = scenario.variants[i];
+    report.variants[i] = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs)};
+  });
+  return report;
+}
+
+void print_bench(const Scenario& scenario, int runs) {
+  std::vector<double> seconds;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    simulate(scenario);
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  std::cout << "bench: " << runs << " runs, wall time median " << seconds[seconds.size() / 2]
+            << " s, min " << seconds.front() << " s, max " << seconds.back() << " s\n";
+}
+
+int run_command(const Options& options) {
+  if (options.file.empty())
+    throw po::error("'" + options.command + "' needs a scenario FILE");
+  const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
+  if (options.command == "validate") {
+    std::cout << options.file << ": ok (" << scenario.variants.size() << " variant"
+              << (scenario.variants.size() == 1 ? "" : "s") << ")\n";
+    return kOk;
+  }
+  const RunReport report = simulate(scenario);
+  std::cout << (options.json ? fleetsim::render_json(report) + "\n"
+                             : fleetsim::render_console(report));
+  if (!options.output.empty())
+    fleetsim::write_hdf5(report, options.output);
+  if (options.bench_runs > 0)
+    print_bench(scenario, options.bench_runs);
+  const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
+                                   [](const auto& v) { return v.outcome.simulated; });
+  return all_fit ? kOk : kSimulationFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    bool exit_now = false;
+    const Options options = parse_options(argc, argv, exit_now);
+    if (exit_now)
+      return kOk;
+    if (options.command != "run" && options.command != "validate") {
+      std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
+      return kBadInput;
+    }
+    return run_command(options);
+  } catch (const fleetsim::ScenarioError& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return kBadInput;
+  } catch (const po::error& error) {
+    std::cerr << "fleetsim: " << error.what() << " (try --help)\n";
+    return kBadInput;
+  } catch (const fleetsim::ModelError& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return kSimulationFailed;
+  } catch (const std::exception& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return kSimulationFailed;
+  }
+}

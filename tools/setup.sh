@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what fleetsim needs (Debian 12 packages), then configures and builds it (Release) in
+# build/. Idempotent: quiet when everything is already installed and up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ccache libboost-graph-dev libboost-program-options-dev libtbb-dev
+          libhdf5-dev hdf5-tools libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+# Progress lines are hidden; warnings and errors are shown, and pipefail keeps the build's status.
+cmake --build build -j "$jobs" 2>&1 | { grep -vE '^\[ *[0-9]+%\]|^g?make\[' || true; }

@@ -1,0 +1,48 @@
+// What a node and a fabric are made of, as plain data. Presets are YAML files under
+// topology/presets/ (read by the scenario layer); this header only describes the fields.
+//
+// Units: bandwidths in bytes per second per direction (decimal: 1 GB/s = 1e9 B/s), latencies as
+// SimTime. Every preset names its sources, since a preset is a claim about real hardware.
+#pragma once
+
+#include <string>
+
+#include "sim/engine/time.hpp"
+
+namespace fleetsim {
+
+enum class GpuFabric {
+  nvswitch,  // every GPU has one aggregate port into a non-blocking crossbar (HGX/DGX boards)
+  pcie_only  // no NVLink: peer traffic crosses PCIe switches and the host
+};
+
+struct NodeSpec {
+  std::string name;
+  std::string description;
+  std::string source;
+  std::string gpu_profile;  // calibration profile name, e.g. "h100-sxm"
+  int gpus = 8;
+  GpuFabric gpu_fabric = GpuFabric::nvswitch;
+  double nvlink_bytes_per_s = 0;  // per GPU per direction, all NVLinks of the GPU together
+  SimTime nvlink_latency{};       // one traversal GPU -> switch or switch -> GPU
+  int pcie_switches = 4;          // GPUs and NICs are spread evenly over them (affinity)
+  double pcie_bytes_per_s = 0;    // per GPU (and per NIC) link, per direction
+  SimTime pcie_latency{};
+  double host_bytes_per_s = 0;  // each PCIe switch to the host, per direction
+  int nics = 8;                 // compute NICs of the node
+  double nic_bytes_per_s = 0;   // per NIC per direction (line rate)
+  SimTime nic_latency{};
+};
+
+enum class FabricKind {
+  rail_fat_tree  // NIC i of every node plugs into leaf (rail) i; leaves meet at a spine tier
+};
+
+struct FabricSpec {
+  FabricKind kind = FabricKind::rail_fat_tree;
+  double link_bytes_per_s = 0;    // per port per direction; 0 means "as fast as the NIC"
+  double oversubscription = 1.0;  // leaf downlink : uplink bandwidth ratio, >= 1
+  SimTime switch_latency{};       // one switch traversal
+};
+
+}  // namespace fleetsim

@@ -1,0 +1,201 @@
+#include "topology/topology.hpp"
+
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/breadth_first_search.hpp>
+#include <string>
+
+#include "sim/engine/errors.hpp"
+
+namespace fleetsim {
+
+// Out-edges are kept in insertion order (vecS), so breadth-first search visits them in link
+// creation order and the route chosen among equal-hop paths is always the same.
+struct Topology::Graph {
+  using Adjacency =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                            boost::property<boost::edge_index_t, LinkId>>;
+  Adjacency adjacency;
+};
+
+Topology::Topology() : graph_(std::make_unique<Graph>()) {}
+Topology::~Topology() = default;
+Topology::Topology(Topology&&) noexcept = default;
+Topology& Topology::operator=(Topology&&) noexcept = default;
+
+const char* to_string(VertexKind kind) {
+  switch (kind) {
+    case VertexKind::gpu:
+      return "gpu";
+    case VertexKind::nvswitch:
+      return "nvswitch";
+    case VertexKind::pcie_switch:
+      return "pcie_switch";
+    case VertexKind::host:
+      return "host";
+    case VertexKind::nic:
+      return "nic";
+    case VertexKind::leaf_switch:
+      return "leaf_switch";
+    case VertexKind::spine_switch:
+      return "spine_switch";
+  }
+  return "?";
+}
+
+const char* to_string(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::nvlink:
+      return "nvlink";
+    case LinkKind::pcie:
+      return "pcie";
+    case LinkKind::infiniband:
+      return "infiniband";
+  }
+  return "?";
+}
+
+VertexId Topology::add_vertex(VertexKind kind, std::string name, int node) {
+  const auto id = static_cast<VertexId>(boost::add_vertex(graph_->adjacency));
+  vertices_.push_back(Vertex{kind, std::move(name), node});
+  if (kind == VertexKind::gpu)
+    gpus_.push_back(id);
+  return id;
+}
+
+LinkId Topology::add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
+                                 SimTime latency) {
+  if (!(bytes_per_s > 0)) {
+    throw ModelError("link " + vertices_.at(a).name + " <-> " + vertices_.at(b).name +
+                     " needs a positive bandwidth");
+  }
+  const auto forward = static_cast<LinkId>(links_.size());
+  links_.push_back(Link{a, b, kind, bytes_per_s, latency});
+  links_.push_back(Link{b, a, kind, bytes_per_s, latency});
+  boost::add_edge(a, b, forward, graph_->adjacency);
+  boost::add_edge(b, a, forward + 1, graph_->adjacency);
+  return forward;
+}
+
+std::string Topology::link_name(LinkId id) const {
+  const Link& l = links_.at(id);
+  return vertices_[l.from].name + "->" + vertices_[l.to].name;
+}
+
+namespace {
+
+// Records, for every vertex reached, the edge it was first reached by.
+class PredecessorRecorder : public boost::default_bfs_visitor {
+ public:
+  explicit PredecessorRecorder(std::vector<LinkId>& via) : via_(&via) {}
+  template <class Edge, class Graph>
+  void tree_edge(Edge edge, const Graph& graph) const {
+    (*via_)[boost::target(edge, graph)] = boost::get(boost::edge_index, graph, edge);
+  }
+
+ private:
+  std::vector<LinkId>* via_;
+};
+
+}  // namespace
+
+std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
+  if (src == dst)
+    return {};
+  constexpr LinkId kNone = UINT32_MAX;
+  std::vector<LinkId> via(vertices_.size(), kNone);
+  boost::breadth_first_search(graph_->adjacency, src, boost::visitor(PredecessorRecorder(via)));
+  if (via[dst] == kNone) {
+    throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
+  }
+  std::vector<LinkId> path;
+  for (VertexId at = dst; at != src; at = links_[via[at]].from)
+    path.push_back(via[at]);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+namespace {
+
+std::string node_prefix(int node) {
+  return "n" + std::to_string(node) + ".";
+}
+
+struct NodeVertices {
+  std::vector<VertexId> nics;
+};
+
+// One node: GPUs, the NVSwitch crossbar (if any), PCIe switches with GPUs and NICs spread evenly
+// over them (GPU-NIC affinity), and the host.
+NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
+  const std::string prefix = node_prefix(node);
+  NodeVertices built;
+  const VertexId host = topo.add_vertex(VertexKind::host, prefix + "host", node);
+  std::vector<VertexId> pcie_switches;
+  for (int s = 0; s < spec.pcie_switches; ++s) {
+    const VertexId sw =
+        topo.add_vertex(VertexKind::pcie_switch, prefix + "pcie" + std::to_string(s), node);
+    topo.add_duplex_link(sw, host, LinkKind::pcie, spec.host_bytes_per_s, spec.pcie_latency);
+    pcie_switches.push_back(sw);
+  }
+  std::vector<VertexId> gpus;
+  for (int g = 0; g < spec.gpus; ++g) {
+    gpus.push_back(topo.add_vertex(VertexKind::gpu, prefix + "gpu" + std::to_string(g), node));
+  }
+  if (spec.gpu_fabric == GpuFabric::nvswitch) {
+    const VertexId nvswitch = topo.add_vertex(VertexKind::nvswitch, prefix + "nvswitch", node);
+    for (const VertexId gpu : gpus) {
+      topo.add_duplex_link(gpu, nvswitch, LinkKind::nvlink, spec.nvlink_bytes_per_s,
+                           spec.nvlink_latency);
+    }
+  }
+  for (int g = 0; g < spec.gpus; ++g) {
+    const VertexId sw = pcie_switches[g * spec.pcie_switches / spec.gpus];
+    topo.add_duplex_link(gpus[g], sw, LinkKind::pcie, spec.pcie_bytes_per_s, spec.pcie_latency);
+  }
+  for (int n = 0; n < spec.nics; ++n) {
+    const VertexId nic = topo.add_vertex(VertexKind::nic, prefix + "nic" + std::to_string(n), node);
+    const VertexId sw = pcie_switches[n * spec.pcie_switches / spec.nics];
+    topo.add_duplex_link(nic, sw, LinkKind::pcie, spec.pcie_bytes_per_s, spec.pcie_latency);
+    built.nics.push_back(nic);
+  }
+  return built;
+}
+
+}  // namespace
+
+Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric) {
+  if (nodes < 1)
+    throw ModelError("a cluster needs at least one node");
+  if (node.gpus < 1 || node.pcie_switches < 1) {
+    throw ModelError("node preset " + node.name + " needs at least one GPU and one PCIe switch");
+  }
+  Topology topo;
+  std::vector<NodeVertices> built;
+  for (int n = 0; n < nodes; ++n)
+    built.push_back(build_node(topo, node, n));
+  if (nodes == 1 || node.nics == 0)
+    return topo;
+  if (fabric.oversubscription < 1.0)
+    throw ModelError("fabric oversubscription must be >= 1");
+
+  // Rail-optimised two-tier tree: NIC i of every node plugs into leaf i (its rail); traffic that
+  // changes rail crosses the spine tier, drawn as one vertex whose uplink per leaf carries the
+  // leaf's downlink bandwidth divided by the oversubscription.
+  const double port_bytes_per_s =
+      fabric.link_bytes_per_s > 0 ? fabric.link_bytes_per_s : node.nic_bytes_per_s;
+  const VertexId spine = topo.add_vertex(VertexKind::spine_switch, "spine", -1);
+  for (int rail = 0; rail < node.nics; ++rail) {
+    const VertexId leaf =
+        topo.add_vertex(VertexKind::leaf_switch, "leaf" + std::to_string(rail), -1);
+    for (int n = 0; n < nodes; ++n) {
+      topo.add_duplex_link(built[n].nics[rail], leaf, LinkKind::infiniband, port_bytes_per_s,
+                           node.nic_latency);
+    }
+    const double uplink = port_bytes_per_s * nodes / fabric.oversubscription;
+    topo.add_duplex_link(leaf, spine, LinkKind::infiniband, uplink, fabric.switch_latency);
+  }
+  return topo;
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,79 @@
+// The hardware graph: GPUs, switches, NICs and hosts as vertices, links as directed edges.
+//
+// Every physical link is two directed edges, one per direction, each with its own bandwidth, as
+// NVLink, PCIe and InfiniBand are full duplex. An NVSwitch domain is one crossbar vertex with one
+// aggregate port per GPU (DESIGN.md), not four switch chips. The graph itself (a Boost.Graph
+// adjacency_list) stays inside topology.cpp; callers see vertex and link ids, which are dense
+// indices in creation order, so everything built on them iterates in a fixed order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/engine/time.hpp"
+#include "topology/node_spec.hpp"
+
+namespace fleetsim {
+
+using VertexId = std::uint32_t;
+using LinkId = std::uint32_t;
+
+enum class VertexKind { gpu, nvswitch, pcie_switch, host, nic, leaf_switch, spine_switch };
+enum class LinkKind { nvlink, pcie, infiniband };
+
+const char* to_string(VertexKind kind);
+const char* to_string(LinkKind kind);
+
+struct Vertex {
+  VertexKind kind;
+  std::string name;  // unique, e.g. "n0.gpu3"
+  int node = -1;     // -1 for fabric switches
+};
+
+struct Link {
+  VertexId from;
+  VertexId to;
+  LinkKind kind;
+  double bytes_per_s;  // line rate in this direction
+  SimTime latency;
+};
+
+class Topology {
+ public:
+  Topology();
+  ~Topology();
+  Topology(Topology&&) noexcept;
+  Topology& operator=(Topology&&) noexcept;
+
+  VertexId add_vertex(VertexKind kind, std::string name, int node);
+  // Adds a->b and b->a with the same rate and latency; returns the a->b link (b->a is id + 1).
+  LinkId add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
+                         SimTime latency);
+
+  std::size_t vertex_count() const { return vertices_.size(); }
+  std::size_t link_count() const { return links_.size(); }
+  const Vertex& vertex(VertexId id) const { return vertices_.at(id); }
+  const Link& link(LinkId id) const { return links_.at(id); }
+  std::string link_name(LinkId id) const;
+
+  // GPUs in rank order: node-major, then local index.
+  const std::vector<VertexId>& gpus() const { return gpus_; }
+
+  // Fewest-hop path from src to dst as a list of links; among equal paths the one found first
+  // in link creation order, so routes are deterministic. Throws ModelError if dst is unreachable.
+  std::vector<LinkId> route(VertexId src, VertexId dst) const;
+
+ private:
+  struct Graph;
+  std::unique_ptr<Graph> graph_;
+  std::vector<Vertex> vertices_;
+  std::vector<Link> links_;
+  std::vector<VertexId> gpus_;
+};
+
+// Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.
+Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric);
+
+}  // namespace fleetsim

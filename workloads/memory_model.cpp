@@ -1,0 +1,94 @@
+#include "workloads/memory_model.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "workloads/transformer_ops.hpp"
+
+namespace fleetsim {
+namespace {
+
+// Mixed-precision training state per parameter, before sharding (Megatron-LM's recipe, 18 B):
+// BF16 weights, FP32 main gradients, FP32 master weights and two FP32 Adam moments.
+constexpr double kWeightBytes = 2;
+constexpr double kMainGradBytes = 4;
+constexpr double kOptimizerBytes = 4 + 4 + 4;
+
+// Assumptions, labelled as such in the report.
+constexpr double kNcclBufferBytes = 4.0 * 1024 * 1024 * 2 * 32 * 2;  // 4 MiB x send/recv x 32
+                                                                     // channels x 2 ring peers
+constexpr double kFrameworkOverheadBytes = 1.0e9;  // CUDA context, cuBLAS/cuDNN workspaces
+constexpr double kFragmentation = 0.05;            // of the dynamic (per-step) allocations
+constexpr int kGatheredUnitsInFlight = 3;          // current unit plus two prefetched
+
+double largest_unit_parameters(const ModelSpec& model) {
+  return std::max(
+      {embedding_parameters(model), decoder_layer_parameters(model), head_parameters(model)});
+}
+
+}  // namespace
+
+MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
+                                const ParallelPlan& plan, double capacity_bytes) {
+  const double p = model.parameters();
+  const double dp = plan.dp;
+  const int zero = plan.zero_stage;
+  const double tokens = static_cast<double>(training.micro_batch) * training.seq_len;
+  const std::string per_param = " bytes/param";
+
+  MemoryBreakdown memory;
+  memory.capacity_bytes = capacity_bytes;
+  auto add = [&memory](std::string name, double bytes, std::string basis) {
+    memory.items.push_back(MemoryItem{std::move(name), bytes, std::move(basis)});
+    memory.total_bytes += bytes;
+  };
+
+  const double weight_shards = zero >= 3 ? dp : 1;
+  add("weights", kWeightBytes * p / weight_shards,
+      "BF16, " + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
+  const double grad_shards = zero >= 2 ? dp : 1;
+  add("gradients", kMainGradBytes * p / grad_shards,
+      "FP32 main gradients, " + std::string(zero >= 2 ? "sharded over dp" : "replicated"));
+  const double optimizer_shards = zero >= 1 ? dp : 1;
+  add("optimizer states", kOptimizerBytes * p / optimizer_shards,
+      "FP32 master weights + Adam m, v = 12" + per_param +
+          (zero >= 1 ? ", sharded over dp" : ", replicated"));
+
+  double dynamic = 0;
+  if (zero >= 3) {
+    const double gathered = kGatheredUnitsInFlight * largest_unit_parameters(model) * kWeightBytes;
+    add("gathered parameters", gathered,
+        "BF16 copies of the current and two prefetched FSDP units");
+    dynamic += gathered;
+  }
+
+  const double per_layer = decoder_layer_saved_bytes_per_token(model) * tokens;
+  const double boundary = kWeightBytes * model.hidden * tokens;  // a layer's input
+  const double activations = plan.recompute == Recompute::full ? model.layers * boundary + per_layer
+                                                               : model.layers * per_layer;
+  add("activations", activations,
+      plan.recompute == Recompute::full
+          ? "layer inputs kept, one layer recomputed at a time"
+          : "tensors saved for backward (FlashAttention, SwiGLU, GQA), one micro-batch");
+  dynamic += activations;
+
+  const double logits = 2 * 4.0 * tokens * model.vocab;
+  add("logits", logits, "FP32 logits and their gradient");
+  dynamic += logits;
+
+  // Gradients are reduced from communication buckets; under ZeRO-3 the unit's full BF16
+  // gradient exists until its reduce-scatter finishes.
+  const double grad_staging = zero >= 3
+                                  ? largest_unit_parameters(model) * training.grad_reduce_bytes
+                                  : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
+  add("communication buffers", kNcclBufferBytes + grad_staging,
+      "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers) plus gradient staging");
+
+  add("framework overhead", kFrameworkOverheadBytes,
+      "assumed: CUDA context and cuBLAS/cuDNN workspaces");
+  add("fragmentation", kFragmentation * dynamic,
+      "assumed: 5% of per-step allocations lost to the caching allocator");
+  return memory;
+}
+
+}  // namespace fleetsim

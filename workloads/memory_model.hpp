@@ -1,0 +1,37 @@
+// Per-GPU memory at the peak of a training step.
+//
+// Counted, not guessed: weights, gradients and optimizer states follow the precision recipe and
+// the ZeRO stage; activations are the tensors each op of a layer saves for its backward pass
+// (FlashAttention keeps only Q, K, V, the output and the log-sum-exp, not the s x s scores);
+// logits and their gradient are FP32. The peak is compared with the device's visible capacity.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "workloads/model_spec.hpp"
+
+namespace fleetsim {
+
+struct MemoryItem {
+  std::string name;  // e.g. "optimizer states"
+  double bytes = 0;
+  std::string basis;  // how it was counted, for the report
+};
+
+struct MemoryBreakdown {
+  std::vector<MemoryItem> items;  // in a fixed order, see estimate_memory
+  double total_bytes = 0;
+  double capacity_bytes = 0;
+  double headroom_fraction() const { return 1.0 - total_bytes / capacity_bytes; }
+  bool fits() const { return total_bytes <= capacity_bytes; }
+};
+
+// Practitioners keep 15-30% of HBM free for allocator spikes and fragmentation; below this a run
+// is reported with a warning.
+inline constexpr double kMinComfortableHeadroom = 0.15;
+
+MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
+                                const ParallelPlan& plan, double capacity_bytes);
+
+}  // namespace fleetsim

@@ -1,0 +1,48 @@
+// The training job as data: the model, the training recipe and the parallel layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fleetsim {
+
+// A decoder-only transformer (Llama family: RMSNorm, RoPE, SwiGLU, grouped-query attention).
+struct ModelSpec {
+  std::string name;
+  std::string source;
+  int layers = 0;
+  int hidden = 0;
+  int ffn = 0;  // SwiGLU inner size
+  int heads = 0;
+  int kv_heads = 0;
+  int vocab = 0;
+  bool tied_embeddings = false;
+
+  int head_dim() const { return hidden / heads; }
+  // Parameters: embeddings, per layer (QKV, output projection, three MLP matrices, two norms),
+  // final norm and the output head (unless tied).
+  double parameters() const;
+};
+
+enum class Precision { bf16 };
+enum class Optimizer { adam };
+enum class Recompute { none, full };
+
+struct TrainingSpec {
+  Precision precision = Precision::bf16;
+  Optimizer optimizer = Optimizer::adam;
+  int seq_len = 0;
+  int global_batch = 0;  // sequences per optimizer step
+  int micro_batch = 0;   // sequences per forward/backward on one rank
+  // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did).
+  int grad_reduce_bytes = 2;
+};
+
+struct ParallelPlan {
+  int dp = 1;
+  int zero_stage = 0;  // 0: plain DDP, 1: optimizer states sharded, 3: everything sharded (FSDP)
+  Recompute recompute = Recompute::none;
+  double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
+};
+
+}  // namespace fleetsim

@@ -1,0 +1,58 @@
+// The per-rank task graph of one training step: what runs, not how long it takes.
+//
+// A rank runs two in-order streams, as a PyTorch rank does: kernels on the compute stream and
+// collectives on the communication stream. A task starts when it reaches the head of its stream
+// and every task it depends on has finished; a collective also waits for all members of its
+// group. The step executor (sim/step) replays the graph and decides the durations.
+//
+// With data parallelism alone every rank runs the same program, so the graph holds it once and
+// every collective spans the whole data-parallel group.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "calibration/kernel_cost.hpp"
+#include "topology/collective_op.hpp"
+#include "workloads/model_spec.hpp"
+
+namespace fleetsim {
+
+enum class Stream { compute, comm };
+
+struct ComputeWork {
+  Kernel kernel;
+  double model_flops = 0;  // FLOPs counted for MFU (0 for recomputation)
+};
+
+struct CollectiveWork {
+  CollectiveOp op;
+  double size_bytes = 0;  // nccl-tests message size S
+};
+
+using TaskIndex = std::uint32_t;
+
+struct Task {
+  std::string name;
+  Stream stream;
+  std::variant<ComputeWork, CollectiveWork> work;
+  std::vector<TaskIndex> deps;  // earlier tasks of the same program
+};
+
+struct TaskGraph {
+  int ranks = 1;
+  std::vector<Task> program;  // identical on every data-parallel rank
+  double tokens_per_step = 0;
+  double model_flops_per_rank = 0;     // sum of model_flops over the program
+  double hardware_flops_per_rank = 0;  // sum of executed kernel FLOPs
+  int micro_batches = 0;               // gradient accumulation steps per optimizer step
+};
+
+// Builds one optimizer step of data-parallel training (ZeRO stage 0-3, bucketed gradient
+// reduction overlapped with the backward pass). Throws ModelError on an inconsistent plan.
+TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
+                                   const ParallelPlan& plan);
+
+}  // namespace fleetsim

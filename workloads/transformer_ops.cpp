@@ -1,0 +1,151 @@
+#include "workloads/transformer_ops.hpp"
+
+namespace fleetsim {
+namespace {
+
+constexpr double kBf16 = 2;  // bytes per activation and weight element
+constexpr double kFp32 = 4;
+
+Kernel memory_kernel(double bytes) {
+  Kernel kernel;
+  kernel.kind = KernelKind::memory_bound;
+  kernel.bytes = bytes;
+  return kernel;
+}
+
+Op gemm_op(std::string name, double m, double n, double k) {
+  Kernel kernel = gemm_kernel(m, n, k, kBf16);
+  return Op{std::move(name), kernel, kernel.flops};
+}
+
+Op memory_op(std::string name, double bytes) {
+  return Op{std::move(name), memory_kernel(bytes), 0};
+}
+
+// A forward GEMM and, appended to `backward`, its two backward GEMMs.
+Op gemm_with_backward(const std::string& name, double m, double n, double k,
+                      std::vector<Op>& backward) {
+  backward.push_back(gemm_op(name + ".dgrad", m, k, n));
+  backward.push_back(gemm_op(name + ".wgrad", k, n, m));
+  return gemm_op(name, m, n, k);
+}
+
+double kv_dim(const ModelSpec& model) {
+  return static_cast<double>(model.kv_heads) * model.head_dim();
+}
+
+}  // namespace
+
+double ModelSpec::parameters() const {
+  return embedding_parameters(*this) + layers * decoder_layer_parameters(*this) +
+         head_parameters(*this);
+}
+
+double decoder_layer_parameters(const ModelSpec& model) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  return h * (h + 2 * kv_dim(model)) + h * h + 3 * h * f + 2 * h;
+}
+
+double embedding_parameters(const ModelSpec& model) {
+  return static_cast<double>(model.vocab) * model.hidden;
+}
+
+double head_parameters(const ModelSpec& model) {
+  const double norm = model.hidden;
+  return model.tied_embeddings ? norm : norm + embedding_parameters(model);
+}
+
+double decoder_layer_saved_bytes_per_token(const ModelSpec& model) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double norm_inputs = 2 * kBf16 * h;            // residual stream into each RMSNorm
+  const double gemm_inputs = 2 * kBf16 * h;            // normed inputs of the QKV and gate/up GEMMs
+  const double qkv = kBf16 * (h + 2 * kv_dim(model));  // FlashAttention backward needs Q, K, V
+  const double attention_out = kBf16 * h + kFp32 * model.heads;  // O (also o_proj's input), LSE
+  const double mlp = kBf16 * (2 * f + f);  // gate/up output for SwiGLU, its output for down
+  return norm_inputs + gemm_inputs + qkv + attention_out + mlp;
+}
+
+LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len) {
+  const double t = static_cast<double>(micro_batch) * seq_len;
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double kv = kv_dim(model);
+  LayerOps ops;
+  std::vector<Op> backward;  // collected in forward order, reversed at the end
+
+  auto& fwd = ops.forward;
+  fwd.push_back(memory_op("attn_norm", 2 * kBf16 * t * h));
+  backward.push_back(memory_op("attn_norm.bwd", 4 * kBf16 * t * h));
+  fwd.push_back(gemm_with_backward("qkv", t, h + 2 * kv, h, backward));
+  fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv)));
+  backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv)));
+
+  // Causal FlashAttention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away.
+  const double attention_fwd_flops = 0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h;
+  const double attention_io = kBf16 * t * (2 * h + 2 * kv);  // read Q, K, V; write O
+  Kernel attention_fwd;
+  attention_fwd.kind = KernelKind::attention;
+  attention_fwd.flops = attention_fwd_flops;
+  attention_fwd.bytes = attention_io;
+  fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops});
+  Kernel attention_bwd = attention_fwd;
+  attention_bwd.flops = 2.5 * attention_fwd_flops;
+  attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
+  backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops});
+
+  fwd.push_back(gemm_with_backward("o_proj", t, h, h, backward));
+  fwd.push_back(memory_op("attn_residual", 3 * kBf16 * t * h));
+  backward.push_back(memory_op("attn_residual.bwd", 3 * kBf16 * t * h));
+  fwd.push_back(memory_op("mlp_norm", 2 * kBf16 * t * h));
+  backward.push_back(memory_op("mlp_norm.bwd", 4 * kBf16 * t * h));
+  fwd.push_back(gemm_with_backward("gate_up", t, 2 * f, h, backward));
+  fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f));
+  backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f));
+  fwd.push_back(gemm_with_backward("down", t, h, f, backward));
+  fwd.push_back(memory_op("mlp_residual", 3 * kBf16 * t * h));
+  backward.push_back(memory_op("mlp_residual.bwd", 3 * kBf16 * t * h));
+
+  // The backward pass runs the ops in reverse order.
+  std::vector<Op> reversed;
+  for (auto it = backward.rbegin(); it != backward.rend(); ++it)
+    reversed.push_back(*it);
+  ops.backward = std::move(reversed);
+  return ops;
+}
+
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len) {
+  const double t = static_cast<double>(micro_batch) * seq_len;
+  const double h = model.hidden;
+  LayerOps ops;
+  ops.forward.push_back(memory_op("embedding", 2 * kBf16 * t * h));
+  // Scatter-add of the token gradients into the FP32 embedding gradient.
+  ops.backward.push_back(memory_op("embedding.bwd", t * h * (kBf16 + 2 * kFp32)));
+  return ops;
+}
+
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len) {
+  const double t = static_cast<double>(micro_batch) * seq_len;
+  const double h = model.hidden;
+  const double v = model.vocab;
+  LayerOps ops;
+  std::vector<Op> backward;
+  ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * t * h));
+  ops.forward.push_back(gemm_with_backward("logits", t, v, h, backward));
+  // Cross-entropy in FP32: read BF16 logits, write FP32 logits, read them for softmax and loss.
+  ops.forward.push_back(memory_op("cross_entropy", t * v * (kBf16 + 2 * kFp32)));
+  ops.backward.push_back(memory_op("cross_entropy.bwd", t * v * (kFp32 + kBf16)));
+  ops.backward.push_back(backward[1]);  // wgrad and dgrad of the logits GEMM
+  ops.backward.push_back(backward[0]);
+  ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * t * h));
+  return ops;
+}
+
+Op adam_step_op(double local_parameters) {
+  // Per parameter: read FP32 master weight, both moments and the FP32 gradient; write master,
+  // moments and the BF16 working copy: 4*7 + 2 = 30 bytes.
+  return memory_op("adam", 30.0 * local_parameters);
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,40 @@
+// The kernels of a Llama-style decoder layer, the embedding and the output head, for one
+// micro-batch of T = micro_batch x seq_len tokens, and the tensors each op saves for backward.
+//
+// Forward GEMM C[m,n] = A[m,k] B[k,n] has backward dgrad [m,k] = dC[m,n] B^T and wgrad
+// [k,n] = A^T dC. FlashAttention's forward on a causal mask does half of 4*b*s^2*h FLOPs; its
+// backward does 2.5x the forward (it recomputes the scores), while model FLOPs count 2x.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "calibration/kernel_cost.hpp"
+#include "workloads/model_spec.hpp"
+
+namespace fleetsim {
+
+struct Op {
+  std::string name;
+  Kernel kernel;
+  double model_flops = 0;
+};
+
+struct LayerOps {
+  std::vector<Op> forward;
+  std::vector<Op> backward;
+};
+
+LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len);
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len);
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len);
+Op adam_step_op(double local_parameters);
+
+double decoder_layer_parameters(const ModelSpec& model);
+double embedding_parameters(const ModelSpec& model);
+double head_parameters(const ModelSpec& model);  // final norm plus output projection if untied
+
+// Bytes one decoder layer keeps for backward per token (BF16 activations, FlashAttention).
+double decoder_layer_saved_bytes_per_token(const ModelSpec& model);
+
+}  // namespace fleetsim
