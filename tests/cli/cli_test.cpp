@@ -137,8 +137,10 @@ TEST_CASE("the shipped scenario runs, writes HDF5 and JSON, and repeats exactly"
   CHECK(table.out.find("dgx-b200") != std::string::npos);
   CHECK(fs::file_size(h5) > 0);
 
-  const Result first = fleetsim("run " + scenario + " --json");
-  const Result second = fleetsim("run " + scenario + " --json");
+  // Same numbers on one thread and on several: variants are simulated concurrently only when
+  // more than one thread is allowed.
+  const Result first = fleetsim("run " + scenario + " --json --threads 1");
+  const Result second = fleetsim("run " + scenario + " --json --threads 4");
   REQUIRE(first.exit_code == 0);
   CHECK(first.out == second.out);
   const auto json = nlohmann::json::parse(first.out);

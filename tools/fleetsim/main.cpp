@@ -1,11 +1,13 @@
 // The fleetsim command line. The only place that prints, and that turns errors into exit codes:
 // 0 ok, 1 the simulation says a layout does not fit or a model fails, 2 bad input.
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,7 @@ const char* const kUsage =
     "  --json                 print JSON instead of the table\n"
     "  --bench N              repeat the simulation N times and report the median wall time\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
+    "  --threads N            worker threads for independent variants (default: all cores)\n"
     "\n"
     "  -h, --help      this help\n"
     "  --version       print the version\n";
@@ -48,6 +51,7 @@ struct Options {
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
   int bench_runs = 0;
+  int threads = 0;  // 0: TBB's default, one per core
 };
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
@@ -55,7 +59,7 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "json", po::bool_switch(&options.json))("bench", po::value(&options.bench_runs))(
-      "data-dir", po::value(&options.data_dir))("command", po::value(&options.command))(
+      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))("command", po::value(&options.command))(
       "file", po::value(&options.file));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
@@ -104,6 +108,11 @@ void print_bench(const Scenario& scenario, int runs) {
 }
 
 int run_command(const Options& options) {
+  std::optional<tbb::global_control> thread_limit;
+  if (options.threads > 0) {
+    thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
+                         static_cast<std::size_t>(options.threads));
+  }
   if (options.file.empty())
     throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
