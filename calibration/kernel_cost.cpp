@@ -19,8 +19,7 @@ Kernel gemm_kernel(double m, double n, double k, double bytes_per_element) {
 double wave_efficiency(const GpuProfile& gpu, double m, double n) {
   const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
   const double sms = gpu.sm_count;
-  if (tiles <= 0 || sms <= 0)
-    return 1.0;
+  if (tiles <= 0 || sms <= 0) return 1.0;
   return tiles / (std::ceil(tiles / sms) * sms);
 }
 
@@ -30,11 +29,8 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
     case KernelKind::gemm:
       compute_efficiency = gpu.gemm_efficiency.value * wave_efficiency(gpu, kernel.m, kernel.n);
       break;
-    case KernelKind::attention:
-      compute_efficiency = gpu.attention_efficiency.value;
-      break;
-    case KernelKind::memory_bound:
-      break;
+    case KernelKind::attention: compute_efficiency = gpu.attention_efficiency.value; break;
+    case KernelKind::memory_bound: break;
   }
   const double compute_s =
       compute_efficiency > 0

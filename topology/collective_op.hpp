@@ -9,12 +9,9 @@ enum class CollectiveOp { all_reduce, reduce_scatter, all_gather };
 
 inline const char* to_string(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::all_reduce:
-      return "all_reduce";
-    case CollectiveOp::reduce_scatter:
-      return "reduce_scatter";
-    case CollectiveOp::all_gather:
-      return "all_gather";
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::all_gather: return "all_gather";
   }
   return "?";
 }

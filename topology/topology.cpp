@@ -3,18 +3,25 @@
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/filtered_graph.hpp>
 #include <string>
 
 #include "sim/engine/errors.hpp"
 
 namespace fleetsim {
+namespace {
+
+constexpr VertexId kNoVertex = UINT32_MAX;
 
 // Out-edges are kept in insertion order (vecS), so breadth-first search visits them in link
 // creation order and the route chosen among equal-hop paths is always the same.
+using Adjacency =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                          boost::property<boost::edge_index_t, LinkId>>;
+
+}  // namespace
+
 struct Topology::Graph {
-  using Adjacency =
-      boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-                            boost::property<boost::edge_index_t, LinkId>>;
   Adjacency adjacency;
 };
 
@@ -25,42 +32,49 @@ Topology& Topology::operator=(Topology&&) noexcept = default;
 
 const char* to_string(VertexKind kind) {
   switch (kind) {
-    case VertexKind::gpu:
-      return "gpu";
-    case VertexKind::nvswitch:
-      return "nvswitch";
-    case VertexKind::pcie_switch:
-      return "pcie_switch";
-    case VertexKind::host:
-      return "host";
-    case VertexKind::nic:
-      return "nic";
-    case VertexKind::leaf_switch:
-      return "leaf_switch";
-    case VertexKind::spine_switch:
-      return "spine_switch";
+    case VertexKind::gpu: return "gpu";
+    case VertexKind::nvswitch: return "nvswitch";
+    case VertexKind::pcie_switch: return "pcie_switch";
+    case VertexKind::host: return "host";
+    case VertexKind::nic: return "nic";
+    case VertexKind::leaf_switch: return "leaf_switch";
+    case VertexKind::spine_switch: return "spine_switch";
   }
   return "?";
 }
 
 const char* to_string(LinkKind kind) {
   switch (kind) {
-    case LinkKind::nvlink:
-      return "nvlink";
-    case LinkKind::pcie:
-      return "pcie";
-    case LinkKind::infiniband:
-      return "infiniband";
+    case LinkKind::nvlink: return "nvlink";
+    case LinkKind::pcie: return "pcie";
+    case LinkKind::infiniband: return "infiniband";
   }
   return "?";
 }
 
-VertexId Topology::add_vertex(VertexKind kind, std::string name, int node) {
+VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int index) {
   const auto id = static_cast<VertexId>(boost::add_vertex(graph_->adjacency));
-  vertices_.push_back(Vertex{kind, std::move(name), node});
-  if (kind == VertexKind::gpu)
-    gpus_.push_back(id);
+  vertices_.push_back(Vertex{kind, std::move(name), node, index});
+  nic_of_gpu_.push_back(kNoVertex);
+  if (kind == VertexKind::gpu) gpus_.push_back(id);
   return id;
+}
+
+std::optional<VertexId> Topology::gpu_at(int node, int index) const {
+  for (const VertexId gpu : gpus_) {
+    if (vertices_[gpu].node == node && vertices_[gpu].index == index) return gpu;
+  }
+  return std::nullopt;
+}
+
+void Topology::set_nic_of_gpu(VertexId gpu, VertexId nic) {
+  nic_of_gpu_.at(gpu) = nic;
+}
+
+std::optional<VertexId> Topology::nic_of_gpu(VertexId gpu) const {
+  const VertexId nic = nic_of_gpu_.at(gpu);
+  if (nic == kNoVertex) return std::nullopt;
+  return nic;
 }
 
 LinkId Topology::add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
@@ -97,20 +111,30 @@ class PredecessorRecorder : public boost::default_bfs_visitor {
   std::vector<LinkId>* via_;
 };
 
+// Keeps the edges that leave the source or a vertex that is not a GPU.
+struct NoTransitThroughGpus {
+  const Adjacency* graph = nullptr;
+  const std::vector<Vertex>* vertices = nullptr;
+  VertexId source = 0;
+  bool operator()(const Adjacency::edge_descriptor& edge) const {
+    const auto from = static_cast<VertexId>(boost::source(edge, *graph));
+    return from == source || (*vertices)[from].kind != VertexKind::gpu;
+  }
+};
+
 }  // namespace
 
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
-  if (src == dst)
-    return {};
-  constexpr LinkId kNone = UINT32_MAX;
-  std::vector<LinkId> via(vertices_.size(), kNone);
-  boost::breadth_first_search(graph_->adjacency, src, boost::visitor(PredecessorRecorder(via)));
-  if (via[dst] == kNone) {
+  if (src == dst) return {};
+  std::vector<LinkId> via(vertices_.size(), kNoVertex);
+  const NoTransitThroughGpus filter{&graph_->adjacency, &vertices_, src};
+  const boost::filtered_graph<Adjacency, NoTransitThroughGpus> usable(graph_->adjacency, filter);
+  boost::breadth_first_search(usable, src, boost::visitor(PredecessorRecorder(via)));
+  if (via[dst] == kNoVertex) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
   std::vector<LinkId> path;
-  for (VertexId at = dst; at != src; at = links_[via[at]].from)
-    path.push_back(via[at]);
+  for (VertexId at = dst; at != src; at = links_[via[at]].from) path.push_back(via[at]);
   std::reverse(path.begin(), path.end());
   return path;
 }
@@ -134,13 +158,13 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
   std::vector<VertexId> pcie_switches;
   for (int s = 0; s < spec.pcie_switches; ++s) {
     const VertexId sw =
-        topo.add_vertex(VertexKind::pcie_switch, prefix + "pcie" + std::to_string(s), node);
+        topo.add_vertex(VertexKind::pcie_switch, prefix + "pcie" + std::to_string(s), node, s);
     topo.add_duplex_link(sw, host, LinkKind::pcie, spec.host_bytes_per_s, spec.pcie_latency);
     pcie_switches.push_back(sw);
   }
   std::vector<VertexId> gpus;
   for (int g = 0; g < spec.gpus; ++g) {
-    gpus.push_back(topo.add_vertex(VertexKind::gpu, prefix + "gpu" + std::to_string(g), node));
+    gpus.push_back(topo.add_vertex(VertexKind::gpu, prefix + "gpu" + std::to_string(g), node, g));
   }
   if (spec.gpu_fabric == GpuFabric::nvswitch) {
     const VertexId nvswitch = topo.add_vertex(VertexKind::nvswitch, prefix + "nvswitch", node);
@@ -154,10 +178,16 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
     topo.add_duplex_link(gpus[g], sw, LinkKind::pcie, spec.pcie_bytes_per_s, spec.pcie_latency);
   }
   for (int n = 0; n < spec.nics; ++n) {
-    const VertexId nic = topo.add_vertex(VertexKind::nic, prefix + "nic" + std::to_string(n), node);
+    const VertexId nic =
+        topo.add_vertex(VertexKind::nic, prefix + "nic" + std::to_string(n), node, n);
     const VertexId sw = pcie_switches[n * spec.pcie_switches / spec.nics];
     topo.add_duplex_link(nic, sw, LinkKind::pcie, spec.pcie_bytes_per_s, spec.pcie_latency);
     built.nics.push_back(nic);
+  }
+  // GPU g sends through NIC g * nics / gpus: with both spread evenly over the PCIe switches,
+  // that NIC sits on the GPU's own switch.
+  for (int g = 0; g < spec.gpus && spec.nics > 0; ++g) {
+    topo.set_nic_of_gpu(gpus[g], built.nics[g * spec.nics / spec.gpus]);
   }
   return built;
 }
@@ -165,19 +195,15 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
 }  // namespace
 
 Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric) {
-  if (nodes < 1)
-    throw ModelError("a cluster needs at least one node");
+  if (nodes < 1) throw ModelError("a cluster needs at least one node");
   if (node.gpus < 1 || node.pcie_switches < 1) {
     throw ModelError("node preset " + node.name + " needs at least one GPU and one PCIe switch");
   }
   Topology topo;
   std::vector<NodeVertices> built;
-  for (int n = 0; n < nodes; ++n)
-    built.push_back(build_node(topo, node, n));
-  if (nodes == 1 || node.nics == 0)
-    return topo;
-  if (fabric.oversubscription < 1.0)
-    throw ModelError("fabric oversubscription must be >= 1");
+  for (int n = 0; n < nodes; ++n) built.push_back(build_node(topo, node, n));
+  if (nodes == 1 || node.nics == 0) return topo;
+  if (fabric.oversubscription < 1.0) throw ModelError("fabric oversubscription must be >= 1");
 
   // Rail-optimised two-tier tree: NIC i of every node plugs into leaf i (its rail); traffic that
   // changes rail crosses the spine tier, drawn as one vertex whose uplink per leaf carries the

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct Vertex {
   VertexKind kind;
   std::string name;  // unique, e.g. "n0.gpu3"
   int node = -1;     // -1 for fabric switches
+  int index = -1;    // position among the vertices of its kind on its node (GPU 3, NIC 5)
 };
 
 struct Link {
@@ -47,7 +49,7 @@ class Topology {
   Topology(Topology&&) noexcept;
   Topology& operator=(Topology&&) noexcept;
 
-  VertexId add_vertex(VertexKind kind, std::string name, int node);
+  VertexId add_vertex(VertexKind kind, std::string name, int node, int index = -1);
   // Adds a->b and b->a with the same rate and latency; returns the a->b link (b->a is id + 1).
   LinkId add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
                          SimTime latency);
@@ -60,9 +62,16 @@ class Topology {
 
   // GPUs in rank order: node-major, then local index.
   const std::vector<VertexId>& gpus() const { return gpus_; }
+  // The GPU with local index `index` on `node`, if there is one.
+  std::optional<VertexId> gpu_at(int node, int index) const;
+  // The NIC a GPU sends through (on its PCIe switch: GPU-NIC affinity), if it has one.
+  void set_nic_of_gpu(VertexId gpu, VertexId nic);
+  std::optional<VertexId> nic_of_gpu(VertexId gpu) const;
 
   // Fewest-hop path from src to dst as a list of links; among equal paths the one found first
-  // in link creation order, so routes are deterministic. Throws ModelError if dst is unreachable.
+  // in link creation order, so routes are deterministic. GPUs are endpoints, never transit
+  // vertices: forwarding through a peer GPU (NCCL's PXN) is a choice the collective layer makes
+  // explicitly. Throws ModelError if dst is unreachable.
   std::vector<LinkId> route(VertexId src, VertexId dst) const;
 
  private:
@@ -71,6 +80,7 @@ class Topology {
   std::vector<Vertex> vertices_;
   std::vector<Link> links_;
   std::vector<VertexId> gpus_;
+  std::vector<VertexId> nic_of_gpu_;  // indexed by vertex; kNoVertex where none
 };
 
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.

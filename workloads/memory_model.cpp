@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "workloads/precision.hpp"
+#include "workloads/task_graph.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
@@ -10,20 +12,32 @@ namespace {
 
 // Mixed-precision training state per parameter, before sharding (Megatron-LM's recipe, 18 B):
 // BF16 weights, FP32 main gradients, FP32 master weights and two FP32 Adam moments.
-constexpr double kWeightBytes = 2;
-constexpr double kMainGradBytes = 4;
-constexpr double kOptimizerBytes = 4 + 4 + 4;
+constexpr double kWeightBytes = kBf16Bytes;
+constexpr double kMainGradBytes = kFp32Bytes;
+constexpr double kOptimizerBytes = 3 * kFp32Bytes;
 
 // Assumptions, labelled as such in the report.
-constexpr double kNcclBufferBytes = 4.0 * 1024 * 1024 * 2 * 32 * 2;  // 4 MiB x send/recv x 32
-                                                                     // channels x 2 ring peers
+// 4 MiB (NCCL_BUFFSIZE) x send and receive x 32 channels x 2 ring peers.
+constexpr double kNcclBufferBytes = 4.0 * 1024 * 1024 * 2 * 32 * 2;
 constexpr double kFrameworkOverheadBytes = 1.0e9;  // CUDA context, cuBLAS/cuDNN workspaces
 constexpr double kFragmentation = 0.05;            // of the dynamic (per-step) allocations
-constexpr int kGatheredUnitsInFlight = 3;          // current unit plus two prefetched
+
+// The most parameters FSDP holds gathered at once: kFsdpUnitsGathered consecutive units.
+double peak_gathered_parameters(const ModelSpec& model) {
+  const std::vector<double> units = fsdp_unit_parameters(model);
+  const std::size_t window = std::min<std::size_t>(kFsdpUnitsGathered, units.size());
+  double peak = 0;
+  for (std::size_t first = 0; first + window <= units.size(); ++first) {
+    double sum = 0;
+    for (std::size_t u = first; u < first + window; ++u) sum += units[u];
+    peak = std::max(peak, sum);
+  }
+  return peak;
+}
 
 double largest_unit_parameters(const ModelSpec& model) {
-  return std::max(
-      {embedding_parameters(model), decoder_layer_parameters(model), head_parameters(model)});
+  const std::vector<double> units = fsdp_unit_parameters(model);
+  return *std::max_element(units.begin(), units.end());
 }
 
 }  // namespace
@@ -56,9 +70,9 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
 
   double dynamic = 0;
   if (zero >= 3) {
-    const double gathered = kGatheredUnitsInFlight * largest_unit_parameters(model) * kWeightBytes;
+    const double gathered = peak_gathered_parameters(model) * kWeightBytes;
     add("gathered parameters", gathered,
-        "BF16 copies of the current and two prefetched FSDP units");
+        "BF16 copies of the unit computing and the one prefetched (FSDP)");
     dynamic += gathered;
   }
 
@@ -72,7 +86,7 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
           : "tensors saved for backward (FlashAttention, SwiGLU, GQA), one micro-batch");
   dynamic += activations;
 
-  const double logits = 2 * 4.0 * tokens * model.vocab;
+  const double logits = 2 * kFp32Bytes * tokens * model.vocab;
   add("logits", logits, "FP32 logits and their gradient");
   dynamic += logits;
 

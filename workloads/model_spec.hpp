@@ -40,9 +40,14 @@ struct TrainingSpec {
 
 struct ParallelPlan {
   int dp = 1;
-  int zero_stage = 0;  // 0: plain DDP, 1: optimizer states sharded, 3: everything sharded (FSDP)
+  // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
+  int zero_stage = 0;
   Recompute recompute = Recompute::none;
   double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
 };
+
+// Throws ModelError when the job is inconsistent: a model without layers or with heads that do
+// not divide, a batch that does not split into micro-batches over the data-parallel ranks.
+void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan);
 
 }  // namespace fleetsim

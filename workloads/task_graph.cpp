@@ -1,19 +1,15 @@
 #include "workloads/task_graph.hpp"
 
-#include <algorithm>
 #include <optional>
 #include <string>
 
 #include "sim/engine/errors.hpp"
+#include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
 namespace {
 
-constexpr double kBf16 = 2;
-
-// A unit of parameters that is gathered, reduced and bucketed as a whole: the embedding, each
-// decoder layer, the head. It matches an FSDP wrapping of one module per layer.
 struct Unit {
   std::string name;
   double parameters;
@@ -23,13 +19,14 @@ struct Unit {
 std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& training) {
   const int mb = training.micro_batch;
   const int s = training.seq_len;
+  const std::vector<double> parameters = fsdp_unit_parameters(model);
   std::vector<Unit> units;
-  units.push_back({"embed", embedding_parameters(model), embedding_ops(model, mb, s)});
+  units.push_back({"embed", parameters.front(), embedding_ops(model, mb, s)});
   const LayerOps layer = decoder_layer_ops(model, mb, s);
   for (int l = 0; l < model.layers; ++l) {
-    units.push_back({"L" + std::to_string(l), decoder_layer_parameters(model), layer});
+    units.push_back({"L" + std::to_string(l), parameters[l + 1], layer});
   }
-  units.push_back({"head", head_parameters(model), head_ops(model, mb, s)});
+  units.push_back({"head", parameters.back(), head_ops(model, mb, s)});
   return units;
 }
 
@@ -46,11 +43,13 @@ class ProgramBuilder {
   }
   TaskIndex collective(const std::string& name, CollectiveOp op, double size_bytes,
                        std::vector<TaskIndex> deps) {
-    return add(Task{name, Stream::comm, CollectiveWork{op, size_bytes}, std::move(deps)});
+    const Stream stream = op == CollectiveOp::all_gather ? Stream::gather : Stream::reduce;
+    return add(Task{name, stream, CollectiveWork{op, size_bytes}, std::move(deps)});
   }
-  // Runs a list of ops back to back; the first waits for `deps`. Returns the last task.
+  // Runs a non-empty list of ops back to back; the first waits for `deps`. Returns the last.
   TaskIndex ops(const std::string& prefix, const std::vector<Op>& list, std::vector<TaskIndex> deps,
                 bool recomputed = false) {
+    if (list.empty()) throw ModelError("no kernels for " + prefix);
     std::optional<TaskIndex> last;
     for (const Op& op : list) {
       last = compute(prefix + op.name, op, last ? std::vector<TaskIndex>{} : deps, recomputed);
@@ -87,129 +86,138 @@ std::vector<Bucket> gradient_buckets(const std::vector<Unit>& units, double byte
   return buckets;
 }
 
-void check_plan(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan) {
-  if (model.layers < 1 || model.hidden < 1 || model.heads < 1) {
-    throw ModelError("model " + model.name + " needs layers, hidden size and heads");
+// One micro-batch's forward and backward, with the collectives the ZeRO stage needs.
+class MicroBatchBuilder {
+ public:
+  MicroBatchBuilder(ProgramBuilder& build, const std::vector<Unit>& units,
+                    const TrainingSpec& training, const ParallelPlan& plan)
+      : build_(&build), units_(&units), training_(&training), plan_(&plan) {}
+
+  // Returns the last backward task; `last_reduction` is set when gradients were reduced.
+  TaskIndex build(int mb, bool reduce_gradients, std::optional<TaskIndex> previous_end,
+                  std::optional<TaskIndex>& last_reduction) {
+    tag_ = "mb" + std::to_string(mb) + ".";
+    forward(previous_end);
+    return backward(reduce_gradients, last_reduction);
   }
-  if (training.micro_batch < 1 || training.seq_len < 1 || plan.dp < 1) {
-    throw ModelError("micro-batch, sequence length and dp must be positive");
+
+ private:
+  bool sharded() const { return plan_->zero_stage >= 3; }
+  std::size_t count() const { return units_->size(); }
+  const Unit& unit(std::size_t u) const { return (*units_)[u]; }
+
+  TaskIndex gather(std::size_t u, const std::string& pass, std::optional<TaskIndex> after) {
+    std::vector<TaskIndex> deps;
+    if (after) deps.push_back(*after);
+    return build_->collective(tag_ + unit(u).name + "." + pass + ".all_gather",
+                              CollectiveOp::all_gather, unit(u).parameters * kBf16Bytes, deps);
   }
-  if (training.global_batch % (training.micro_batch * plan.dp) != 0) {
-    throw ModelError("global batch " + std::to_string(training.global_batch) +
-                     " is not a multiple of micro_batch x dp = " +
-                     std::to_string(training.micro_batch * plan.dp));
+
+  // With sharded parameters each unit is all-gathered before its forward; the gather of unit u
+  // waits until unit u - kFsdpUnitsGathered has finished, so at most that many are gathered.
+  void forward(std::optional<TaskIndex> previous_end) {
+    forward_end_.assign(count(), 0);
+    for (std::size_t u = 0; u < count(); ++u) {
+      std::vector<TaskIndex> deps;
+      if (sharded()) {
+        std::optional<TaskIndex> after;
+        if (u >= kFsdpUnitsGathered) after = forward_end_[u - kFsdpUnitsGathered];
+        deps.push_back(gather(u, "fwd", after));
+      }
+      if (u == 0 && previous_end) deps.push_back(*previous_end);
+      forward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.forward, deps);
+    }
   }
-  if (plan.zero_stage < 0 || plan.zero_stage > 3)
-    throw ModelError("ZeRO stage must be 0-3");
-}
+
+  // Backward, last unit first. With sharded parameters each unit is gathered again (FSDP
+  // reshards after the forward pass), the next one prefetched while the current one computes.
+  TaskIndex backward(bool reduce_gradients, std::optional<TaskIndex>& last_reduction) {
+    const std::size_t n = count();
+    backward_end_.assign(n, 0);
+    std::vector<TaskIndex> regathered(n);
+    auto regather = [&](std::size_t u) {
+      std::optional<TaskIndex> after;
+      if (u + kFsdpUnitsGathered < n) after = backward_end_[u + kFsdpUnitsGathered];
+      regathered[u] = gather(u, "bwd", after);
+    };
+    const double grad_bytes = training_->grad_reduce_bytes;
+    std::vector<Bucket> buckets;
+    if (reduce_gradients && !sharded()) {
+      buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes);
+    }
+    const CollectiveOp bucket_op =
+        plan_->zero_stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
+    const bool recompute = plan_->recompute == Recompute::full;
+    std::size_t next_bucket = 0;
+    if (sharded()) regather(n - 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t u = n - 1 - i;
+      if (sharded() && u >= 1) regather(u - 1);
+      std::vector<TaskIndex> deps;
+      if (sharded()) deps.push_back(regathered[u]);
+      const bool is_layer = u != 0 && u != n - 1;
+      if (recompute && is_layer) {
+        deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
+                                   /*recomputed=*/true));
+      }
+      backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
+      if (!reduce_gradients) continue;
+      if (sharded()) {
+        last_reduction = build_->collective(tag_ + unit(u).name + ".reduce_scatter",
+                                            CollectiveOp::reduce_scatter,
+                                            unit(u).parameters * grad_bytes, {backward_end_[u]});
+      } else if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
+        last_reduction = build_->collective(
+            tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op), bucket_op,
+            buckets[next_bucket].bytes, {backward_end_[u]});
+        ++next_bucket;
+      }
+    }
+    return backward_end_[0];
+  }
+
+  ProgramBuilder* build_;
+  const std::vector<Unit>* units_;
+  const TrainingSpec* training_;
+  const ParallelPlan* plan_;
+  std::string tag_;
+  std::vector<TaskIndex> forward_end_;
+  std::vector<TaskIndex> backward_end_;
+};
 
 }  // namespace
 
 TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
                                    const ParallelPlan& plan) {
-  check_plan(model, training, plan);
+  validate_job(model, training, plan);
   TaskGraph graph;
   graph.ranks = plan.dp;
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
 
   const std::vector<Unit> units = model_units(model, training);
-  const std::size_t n = units.size();
-  const bool shard_params = plan.zero_stage >= 3;
-  // ZeRO-2/3 shard gradients, so they must be reduced after every micro-batch; stages 0/1 keep
-  // full gradients and accumulate locally, reducing only after the last micro-batch.
-  const bool reduce_every_micro_batch = plan.zero_stage >= 2;
-  const CollectiveOp grad_op =
-      plan.zero_stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
-  const double grad_bytes = training.grad_reduce_bytes;
-  const bool recompute = plan.recompute == Recompute::full;
-
   ProgramBuilder build(graph);
+  MicroBatchBuilder micro_batch(build, units, training, plan);
+  // ZeRO-2/3 shard gradients, so they are reduced after every micro-batch; stages 0/1 keep full
+  // gradients, accumulate them locally and reduce only after the last micro-batch.
+  const bool reduce_every_micro_batch = plan.zero_stage >= 2;
   std::optional<TaskIndex> last_reduction;
-  std::optional<TaskIndex> previous_micro_batch_end;
+  std::optional<TaskIndex> previous_end;
   for (int mb = 0; mb < graph.micro_batches; ++mb) {
-    const std::string tag = "mb" + std::to_string(mb) + ".";
-    const bool reduce_now = reduce_every_micro_batch || mb == graph.micro_batches - 1;
-
-    // Forward. With sharded parameters each unit is all-gathered first; a gather may run at most
-    // two units ahead of the compute that needs it (FSDP's forward prefetch with a limit).
-    std::vector<TaskIndex> forward_end(n);
-    std::vector<TaskIndex> gathered(n);
-    for (std::size_t u = 0; u < n; ++u) {
-      std::vector<TaskIndex> deps;
-      if (shard_params) {
-        std::vector<TaskIndex> gather_deps;
-        if (u >= 2)
-          gather_deps.push_back(forward_end[u - 2]);
-        gathered[u] =
-            build.collective(tag + units[u].name + ".fwd.all_gather", CollectiveOp::all_gather,
-                             units[u].parameters * kBf16, gather_deps);
-        deps.push_back(gathered[u]);
-      }
-      if (u == 0 && previous_micro_batch_end)
-        deps.push_back(*previous_micro_batch_end);
-      forward_end[u] = build.ops(tag + units[u].name + ".", units[u].ops.forward, deps);
-    }
-
-    // Backward, last unit first. Gradients of a unit are reduced once its backward is done.
-    // With sharded parameters each unit is gathered again (parameters are resharded after the
-    // forward pass); as FSDP's backward prefetch does, the gather of the next unit is issued
-    // before the reduce-scatter of the current one, so it overlaps the current backward, and
-    // it waits for the unit two places back to finish (at most two units gathered ahead).
-    std::vector<TaskIndex> backward_end(n);
-    std::vector<TaskIndex> regathered(n);
-    std::vector<Bucket> buckets;
-    if (reduce_now && !shard_params)
-      buckets = gradient_buckets(units, grad_bytes, plan.bucket_bytes);
-    std::size_t next_bucket = 0;
-    auto regather = [&](std::size_t u) {
-      std::vector<TaskIndex> gather_deps;
-      if (u + 2 < n)
-        gather_deps.push_back(backward_end[u + 2]);
-      regathered[u] =
-          build.collective(tag + units[u].name + ".bwd.all_gather", CollectiveOp::all_gather,
-                           units[u].parameters * kBf16, gather_deps);
-    };
-    if (shard_params)
-      regather(n - 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t u = n - 1 - i;
-      if (shard_params && u >= 1)
-        regather(u - 1);
-      std::vector<TaskIndex> deps;
-      if (shard_params)
-        deps.push_back(regathered[u]);
-      if (recompute && u != 0 && u != n - 1) {
-        deps.push_back(build.ops(tag + units[u].name + ".recompute.", units[u].ops.forward, deps,
-                                 /*recomputed=*/true));
-      }
-      backward_end[u] = build.ops(tag + units[u].name + ".", units[u].ops.backward, deps);
-      if (!reduce_now)
-        continue;
-      if (shard_params) {
-        last_reduction =
-            build.collective(tag + units[u].name + ".reduce_scatter", CollectiveOp::reduce_scatter,
-                             units[u].parameters * grad_bytes, {backward_end[u]});
-      } else if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
-        last_reduction = build.collective(
-            tag + "bucket" + std::to_string(next_bucket) + "." + to_string(grad_op), grad_op,
-            buckets[next_bucket].bytes, {backward_end[u]});
-        ++next_bucket;
-      }
-    }
-    previous_micro_batch_end = backward_end[0];
+    const bool reduce = reduce_every_micro_batch || mb == graph.micro_batches - 1;
+    previous_end = micro_batch.build(mb, reduce, previous_end, last_reduction);
   }
 
   // Optimizer step on the local shard (the whole model without ZeRO), after the last reduction.
   const double parameters = model.parameters();
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
-  std::vector<TaskIndex> deps{*previous_micro_batch_end};
-  if (last_reduction)
-    deps.push_back(*last_reduction);
+  std::vector<TaskIndex> deps{*previous_end};
+  if (last_reduction) deps.push_back(*last_reduction);
   const TaskIndex step = build.compute("optimizer.adam", adam_step_op(local), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
   if (plan.zero_stage == 1 || plan.zero_stage == 2) {
-    build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16, {step});
+    build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
+                     {step});
   }
   return graph;
 }

@@ -1,9 +1,11 @@
 // The per-rank task graph of one training step: what runs, not how long it takes.
 //
-// A rank runs two in-order streams, as a PyTorch rank does: kernels on the compute stream and
-// collectives on the communication stream. A task starts when it reaches the head of its stream
-// and every task it depends on has finished; a collective also waits for all members of its
-// group. The step executor (sim/step) replays the graph and decides the durations.
+// A rank runs in-order streams, as a PyTorch rank does: kernels on the compute stream, parameter
+// all-gathers on one communication stream and gradient reductions on another (FSDP issues them
+// on separate CUDA streams, so a prefetch never waits behind a reduce-scatter). A task starts
+// when it reaches the head of its stream and every task it depends on has finished; a
+// collective also waits for all members of its group. The step executor (sim/step) replays the
+// graph and decides the durations.
 //
 // With data parallelism alone every rank runs the same program, so the graph holds it once and
 // every collective spans the whole data-parallel group.
@@ -20,7 +22,12 @@
 
 namespace fleetsim {
 
-enum class Stream { compute, comm };
+enum class Stream { compute, gather, reduce };
+inline constexpr int kStreamCount = 3;
+
+// FSDP keeps at most this many units' full parameters at once: the one computing and the one
+// prefetched behind it (PyTorch FSDP's default backward prefetch and limit_all_gathers).
+inline constexpr int kFsdpUnitsGathered = 2;
 
 struct ComputeWork {
   Kernel kernel;

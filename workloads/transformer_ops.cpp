@@ -1,10 +1,14 @@
 #include "workloads/transformer_ops.hpp"
 
+#include <algorithm>
+
+#include "workloads/precision.hpp"
+
 namespace fleetsim {
 namespace {
 
-constexpr double kBf16 = 2;  // bytes per activation and weight element
-constexpr double kFp32 = 4;
+constexpr double kBf16 = kBf16Bytes;  // activations and weights
+constexpr double kFp32 = kFp32Bytes;
 
 Kernel memory_kernel(double bytes) {
   Kernel kernel;
@@ -36,11 +40,6 @@ double kv_dim(const ModelSpec& model) {
 
 }  // namespace
 
-double ModelSpec::parameters() const {
-  return embedding_parameters(*this) + layers * decoder_layer_parameters(*this) +
-         head_parameters(*this);
-}
-
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
   const double f = model.ffn;
@@ -49,6 +48,13 @@ double decoder_layer_parameters(const ModelSpec& model) {
 
 double embedding_parameters(const ModelSpec& model) {
   return static_cast<double>(model.vocab) * model.hidden;
+}
+
+std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
+  std::vector<double> units{embedding_parameters(model)};
+  units.insert(units.end(), model.layers, decoder_layer_parameters(model));
+  units.push_back(head_parameters(model));
+  return units;
 }
 
 double head_parameters(const ModelSpec& model) {
@@ -107,11 +113,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len)
   fwd.push_back(memory_op("mlp_residual", 3 * kBf16 * t * h));
   backward.push_back(memory_op("mlp_residual.bwd", 3 * kBf16 * t * h));
 
-  // The backward pass runs the ops in reverse order.
-  std::vector<Op> reversed;
-  for (auto it = backward.rbegin(); it != backward.rend(); ++it)
-    reversed.push_back(*it);
-  ops.backward = std::move(reversed);
+  std::reverse(backward.begin(), backward.end());
+  ops.backward = std::move(backward);
   return ops;
 }
 

@@ -33,6 +33,9 @@ Op adam_step_op(double local_parameters);
 double decoder_layer_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);
 double head_parameters(const ModelSpec& model);  // final norm plus output projection if untied
+// Parameters of each unit that is gathered, reduced and bucketed as a whole, in forward order:
+// the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
+std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
 
 // Bytes one decoder layer keeps for backward per token (BF16 activations, FlashAttention).
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model);

@@ -18,55 +18,96 @@ int ring_steps(CollectiveOp op, int ranks) {
 }
 
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-                         CollectiveLatency latency, int channels)
-    : engine_(&engine),
-      network_(&network),
-      topology_(&topology),
-      latency_(latency),
-      channels_(channels) {
-  if (channels_ < 1)
-    throw ModelError("a collective needs at least one channel");
-}
+                         CollectiveLatency latency)
+    : engine_(&engine), network_(&network), topology_(&topology), latency_(latency) {}
 
-const Collectives::RingPaths& Collectives::ring_paths(const std::vector<VertexId>& ring) {
-  const auto cached = ring_cache_.find(ring);
-  if (cached != ring_cache_.end())
-    return cached->second;
-  RingPaths paths;
-  for (std::size_t i = 0; i < ring.size(); ++i) {
-    const VertexId next = ring[(i + 1) % ring.size()];
-    SimTime hop_latency{};
-    for (const LinkId link : topology_->route(ring[i], next)) {
-      paths.links.push_back(LinkUse{link, 1.0});
-      hop_latency += topology_->link(link).latency;
-    }
-    paths.slowest_hop_latency = std::max(paths.slowest_hop_latency, hop_latency);
+std::vector<std::vector<VertexId>> Collectives::channel_rings(
+    const std::vector<VertexId>& ranks) const {
+  // Ranks grouped by node, nodes in the order they first appear.
+  std::vector<int> node_order;
+  std::map<int, std::vector<VertexId>> by_node;
+  for (const VertexId gpu : ranks) {
+    const int node = topology_->vertex(gpu).node;
+    if (!by_node.count(node)) node_order.push_back(node);
+    by_node[node].push_back(gpu);
   }
-  return ring_cache_.emplace(ring, std::move(paths)).first->second;
+  if (node_order.size() == 1) return {ranks};
+  std::size_t channels = ranks.size();
+  for (const auto& [node, gpus] : by_node) channels = std::min(channels, gpus.size());
+  std::vector<std::vector<VertexId>> rings(channels);
+  for (std::size_t c = 0; c < channels; ++c) {
+    for (const int node : node_order) {
+      std::vector<VertexId> rotated = by_node[node];
+      std::rotate(rotated.begin(), rotated.begin() + c, rotated.end());
+      rings[c].insert(rings[c].end(), rotated.begin(), rotated.end());
+    }
+  }
+  return rings;
 }
 
-void Collectives::run_ring(CollectiveOp op, const std::vector<VertexId>& ring, double size_bytes,
+std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {
+  const Vertex& source = topology_->vertex(from);
+  const Vertex& target = topology_->vertex(to);
+  if (source.node == target.node) return topology_->route(from, to);
+  // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
+  // or through the source's own NIC when the node has no such GPU.
+  const VertexId proxy = topology_->gpu_at(source.node, target.index).value_or(from);
+  const auto out_nic = topology_->nic_of_gpu(proxy);
+  const auto in_nic = topology_->nic_of_gpu(to);
+  if (!out_nic || !in_nic) return topology_->route(from, to);
+  std::vector<LinkId> links;
+  for (const auto& [a, b] : {std::pair{from, proxy}, std::pair{proxy, *out_nic},
+                             std::pair{*out_nic, *in_nic}, std::pair{*in_nic, to}}) {
+    const std::vector<LinkId> part = topology_->route(a, b);
+    links.insert(links.end(), part.begin(), part.end());
+  }
+  return links;
+}
+
+const std::vector<Collectives::Channel>& Collectives::channels(const std::vector<VertexId>& ranks) {
+  const auto cached = channel_cache_.find(ranks);
+  if (cached != channel_cache_.end()) return cached->second;
+  std::vector<Channel> built;
+  for (const std::vector<VertexId>& ring : channel_rings(ranks)) {
+    Channel channel;
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      SimTime hop_latency{};
+      for (const LinkId link : hop_links(ring[i], ring[(i + 1) % ring.size()])) {
+        channel.links.push_back(LinkUse{link, 1.0});
+        hop_latency += topology_->link(link).latency;
+      }
+      channel.slowest_hop_latency = std::max(channel.slowest_hop_latency, hop_latency);
+    }
+    built.push_back(std::move(channel));
+  }
+  return channel_cache_.emplace(ranks, std::move(built)).first->second;
+}
+
+void Collectives::run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                            std::function<void()> done) {
-  if (ring.empty())
-    throw ModelError("a collective needs at least one rank");
-  const int p = static_cast<int>(ring.size());
+  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
+  const int p = static_cast<int>(ranks.size());
   if (p == 1) {  // nothing leaves the GPU
     engine_->schedule_after(SimTime{}, std::move(done));
     return;
   }
-  const RingPaths& paths = ring_paths(ring);
-  SimTime latency = latency_.base;
-  for (int step = 0; step < ring_steps(op, p); ++step) {
-    latency += latency_.per_step + paths.slowest_hop_latency;
+  const std::vector<Channel>& ring_channels = channels(ranks);
+  SimTime slowest_hop{};
+  for (const Channel& channel : ring_channels) {
+    slowest_hop = std::max(slowest_hop, channel.slowest_hop_latency);
   }
-  const double channel_bytes = ring_traffic_factor(op, p) * size_bytes / channels_;
-  // The collective ends when its last channel does; the latency is paid once, after that.
-  auto remaining = std::make_shared<int>(channels_);
+  const SimTime step_latency = std::max(latency_.per_step, slowest_hop);
+  SimTime latency = latency_.base;
+  for (int step = 0; step < ring_steps(op, p); ++step) latency += step_latency;
+
+  const double channel_bytes =
+      ring_traffic_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
+  // The collective ends when its last channel does; the latency is paid once, after the bytes.
+  auto remaining = std::make_shared<std::size_t>(ring_channels.size());
   auto finish = std::make_shared<std::function<void()>>(std::move(done));
-  for (int c = 0; c < channels_; ++c) {
-    network_->start_flow(paths.links, channel_bytes, latency, [remaining, finish] {
-      if (--*remaining == 0)
-        (*finish)();
+  for (const Channel& channel : ring_channels) {
+    network_->start_flow(channel.links, channel_bytes, latency, [remaining, finish] {
+      if (--*remaining == 0) (*finish)();
     });
   }
 }

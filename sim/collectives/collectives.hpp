@@ -1,14 +1,24 @@
 // Collectives as flows on the topology.
 //
-// A ring collective over p ranks runs on `channels` channels; each channel is ONE flow over all
-// the links of all its hops (rank i -> rank i+1 for every i), so it moves at the pace of its
-// slowest hop, as a pipelined ring does, and shares links max-min fairly with other traffic.
-// Each channel carries factor * S / channels bytes, where S is the nccl-tests message size and
-// factor is the bus-bandwidth factor: 2(p-1)/p for all-reduce, (p-1)/p for reduce-scatter and
-// all-gather (nccl-tests doc/PERFORMANCE.md). On top of the bandwidth term the collective pays
-// latency: a base cost plus, per ring step, the step latency and the slowest hop's path latency;
-// 2(p-1) steps for all-reduce, p-1 for the others. On an ideal ring of link bandwidth B and hop
-// latency a this gives 2(p-1)/p * S/B + 2(p-1)*a for all-reduce.
+// A ring collective over p ranks runs on several channels, as NCCL's does; each channel is ONE
+// flow over all the links of all its hops, so it moves at the pace of its slowest hop, as a
+// pipelined ring does, and shares links max-min fairly with other traffic. Each channel carries
+// factor * S / channels bytes, where S is the nccl-tests message size and factor the
+// bus-bandwidth factor: 2(p-1)/p for all-reduce, (p-1)/p for reduce-scatter and all-gather
+// (nccl-tests doc/PERFORMANCE.md).
+//
+// Channels and NICs. Within one node a single ring order suffices: on an NVSwitch crossbar every
+// order loads each GPU port alike. Across nodes there is one channel per GPU of a node, and
+// channel c rotates each node's order to start at its c-th GPU, so its inter-node hop enters
+// through that GPU's NIC: every rail carries 1/channels of the traffic. The hop from node n to
+// node n+1 is rail-matched the way NCCL's PXN does it: over NVLink to the GPU of node n that has
+// the destination's local index, out through its NIC, across that rail's leaf switch, and in
+// through the destination's NIC.
+//
+// Latency. Each collective pays a base cost and, for each of its 2(p-1) (all-reduce) or p-1
+// steps, the larger of the calibrated per-step latency and the slowest hop's path latency. On an
+// ideal ring of link bandwidth B and hop latency a, with no base and a per-step latency below a,
+// all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a.
 #pragma once
 
 #include <functional>
@@ -29,32 +39,35 @@ int ring_steps(CollectiveOp op, int ranks);
 
 struct CollectiveLatency {
   SimTime base{};      // once per collective
-  SimTime per_step{};  // per ring step, on top of the hop's path latency
+  SimTime per_step{};  // per ring step, at least (a slower hop's path latency takes over)
 };
 
 class Collectives {
  public:
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-              CollectiveLatency latency, int channels);
+              CollectiveLatency latency);
 
-  // Runs a ring collective over `ring` (GPU vertices in ring order, >= 1 of them) with message
+  // Runs a ring collective over `ranks` (GPU vertices in rank order, >= 1 of them) with message
   // size `size_bytes` (nccl-tests S); `done` runs when the last rank has finished.
-  void run_ring(CollectiveOp op, const std::vector<VertexId>& ring, double size_bytes,
+  void run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                 std::function<void()> done);
 
+  // The ring order of each channel, and the links one hop of a ring crosses.
+  std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
+  std::vector<LinkId> hop_links(VertexId from, VertexId to) const;
+
  private:
-  struct RingPaths {
-    std::vector<LinkUse> links;  // all hops' links, duplicates merged into weights
+  struct Channel {
+    std::vector<LinkUse> links;  // all hops' links; the flow network merges repeats into weights
     SimTime slowest_hop_latency{};
   };
-  const RingPaths& ring_paths(const std::vector<VertexId>& ring);
+  const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
 
   Engine* engine_;
   FlowNetwork* network_;
   const Topology* topology_;
   CollectiveLatency latency_;
-  int channels_;
-  std::map<std::vector<VertexId>, RingPaths> ring_cache_;
+  std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
 };
 
 }  // namespace fleetsim

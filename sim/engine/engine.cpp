@@ -31,11 +31,9 @@ EventHandle Engine::schedule_at(SimTime at, Callback callback) {
 }
 
 bool Engine::cancel(EventHandle handle) {
-  if (!handle.valid() || handle.slot >= slots_.size())
-    return false;
+  if (!handle.valid() || handle.slot >= slots_.size()) return false;
   Slot& slot = slots_[handle.slot];
-  if (slot.sequence != handle.sequence)
-    return false;  // already ran or cancelled
+  if (slot.sequence != handle.sequence) return false;  // already ran or cancelled
   slot.callback = nullptr;
   slot.sequence = 0;
   --pending_;
@@ -46,13 +44,11 @@ bool Engine::cancel(EventHandle handle) {
 void Engine::run(SimTime until) {
   while (!queue_.empty()) {
     const Entry entry = queue_.top();
-    if (entry.at > until)
-      break;
+    if (entry.at > until) break;
     queue_.pop();
     Slot& slot = slots_[entry.slot];
     if (slot.sequence != entry.sequence) {  // cancelled
-      if (slot.sequence == 0)
-        free_slots_.push_back(entry.slot);
+      if (slot.sequence == 0) free_slots_.push_back(entry.slot);
       continue;
     }
     Callback callback = std::move(slot.callback);
@@ -64,6 +60,7 @@ void Engine::run(SimTime until) {
     ++events_processed_;
     callback();
   }
+  if (until != SimTime::max() && until > now_) now_ = until;
 }
 
 }  // namespace fleetsim

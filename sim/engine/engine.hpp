@@ -40,7 +40,8 @@ class Engine {
   // Returns true if the event was pending and is now cancelled.
   bool cancel(EventHandle handle);
 
-  // Runs events until the queue is empty or the next event lies after `until`.
+  // Runs events until the queue is empty or the next event lies after `until`; then, if an
+  // `until` was given, the clock stands at it, so a caller can simulate in segments.
   void run(SimTime until = SimTime::max());
   std::uint64_t events_processed() const { return events_processed_; }
   std::size_t pending() const { return pending_; }
@@ -51,8 +52,7 @@ class Engine {
     std::uint64_t sequence;
     std::uint32_t slot;
     bool operator>(const Entry& other) const {
-      if (at != other.at)
-        return at > other.at;
+      if (at != other.at) return at > other.at;
       return sequence > other.sequence;
     }
   };

@@ -32,8 +32,7 @@ RngStream::RngStream(std::uint64_t seed, std::string_view purpose, std::uint64_t
   std::uint64_t mix = seed;
   mix ^= splitmix64(mix) ^ stable_hash(purpose);
   mix ^= splitmix64(mix) ^ entity;
-  for (auto& word : state_)
-    word = splitmix64(mix);
+  for (auto& word : state_) word = splitmix64(mix);
 }
 
 std::uint64_t RngStream::next_u64() {

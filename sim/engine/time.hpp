@@ -5,7 +5,6 @@
 // rounding never accumulates along a chain of events.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <compare>
 #include <cstdint>
@@ -36,25 +35,22 @@ class SimTime {
 };
 
 // Rounds up so that an activity never ends before its cost has been paid (a 0.2 ns transfer
-// still takes one tick), except that a value within floating-point noise of a whole nanosecond
-// is that nanosecond: 0.6e-6 s is 600 ns, not 601. Negative or NaN durations clamp to 0.
+// still takes one tick). A value within a few ulps of a whole nanosecond is that nanosecond:
+// 0.6e-6 s is 600 ns, not the 601 that its binary representation would round up to.
+// Negative or NaN durations clamp to 0; durations beyond SimTime's range clamp to its maximum.
 inline SimTime from_seconds(double seconds) {
-  if (!(seconds > 0.0))
-    return SimTime{};
+  if (!(seconds > 0.0)) return SimTime{};
   const double ns = seconds * 1e9;
+  if (ns >= 9.2e18) return SimTime::max();
   const double nearest = std::round(ns);
-  const bool whole = std::abs(ns - nearest) <= 1e-9 * std::max(1.0, nearest);
-  return SimTime::from_ns(
-      static_cast<std::int64_t>(whole && nearest > 0 ? nearest : std::ceil(ns)));
+  const bool noise = std::abs(ns - nearest) <= 8 * std::numeric_limits<double>::epsilon() * nearest;
+  return SimTime::from_ns(static_cast<std::int64_t>(noise ? nearest : std::ceil(ns)));
 }
 inline SimTime from_us(double microseconds) {
   return from_seconds(microseconds * 1e-6);
 }
 inline SimTime from_ms(double milliseconds) {
   return from_seconds(milliseconds * 1e-3);
-}
-inline double to_seconds(SimTime t) {
-  return t.seconds();
 }
 
 }  // namespace fleetsim

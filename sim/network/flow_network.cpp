@@ -43,14 +43,14 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
 
 FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double size_bytes,
                                             SimTime latency, Callback on_complete) {
-  const FlowId id = next_id_++;
-  bytes_started_ += size_bytes;
-  links = merge_duplicates(std::move(links));
   for (const LinkUse& use : links) {
     if (use.link >= capacity_.size() || !(use.weight > 0)) {
       throw ModelError("flow uses an unknown link or a non-positive weight");
     }
   }
+  const FlowId id = next_id_++;
+  bytes_started_ += size_bytes;
+  links = merge_duplicates(std::move(links));
   if (links.empty() || !(size_bytes > 0)) {
     // Nothing crosses the network (a local copy, or an empty message): only latency remains.
     bytes_delivered_ += std::max(size_bytes, 0.0);
@@ -58,11 +58,9 @@ FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double s
     return id;
   }
   std::vector<FlowLinkId> touched;
-  for (const LinkUse& use : links)
-    touched.push_back(use.link);
+  for (const LinkUse& use : links) touched.push_back(use.link);
   const std::vector<FlowId> neighbours = connected_flows(touched);
-  for (const FlowId other : neighbours)
-    advance(flows_.at(other));
+  for (const FlowId other : neighbours) advance(flows_.at(other));
 
   Flow flow;
   flow.links = std::move(links);
@@ -71,8 +69,7 @@ FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double s
   flow.last_update = engine_->now();
   flow.latency = latency;
   flow.on_complete = std::move(on_complete);
-  for (const LinkUse& use : flow.links)
-    flows_on_link_[use.link].push_back(id);
+  for (const LinkUse& use : flow.links) flows_on_link_[use.link].push_back(id);
   flows_.emplace(id, std::move(flow));
 
   std::vector<FlowId> component = neighbours;
@@ -102,8 +99,7 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
     const FlowLinkId l = frontier.back();
     frontier.pop_back();
     for (const FlowId f : flows_on_link_[l]) {
-      if (!found.insert(f).second)
-        continue;
+      if (!found.insert(f).second) continue;
       for (const LinkUse& use : flows_.at(f).links) {
         if (!link_seen[use.link]) {
           link_seen[use.link] = 1;
@@ -119,8 +115,7 @@ void FlowNetwork::advance(Flow& flow) {
   const double elapsed = (engine_->now() - flow.last_update).seconds();
   const double moved = std::min(flow.remaining, flow.rate * elapsed);
   flow.remaining -= moved;
-  for (const LinkUse& use : flow.links)
-    link_bytes_[use.link] += use.weight * moved;
+  for (const LinkUse& use : flow.links) link_bytes_[use.link] += use.weight * moved;
   flow.last_update = engine_->now();
 }
 
@@ -130,15 +125,13 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
   for (const FlowId id : component) {
     Flow& flow = flows_.at(id);
     flow.rate = 0;
-    for (const LinkUse& use : flow.links)
-      residual.emplace(use.link, capacity_[use.link]);
+    for (const LinkUse& use : flow.links) residual.emplace(use.link, capacity_[use.link]);
   }
   std::vector<FlowId> unfixed = component;
   while (!unfixed.empty()) {
     std::map<FlowLinkId, double> weight_sum;
     for (const FlowId id : unfixed) {
-      for (const LinkUse& use : flows_.at(id).links)
-        weight_sum[use.link] += use.weight;
+      for (const LinkUse& use : flows_.at(id).links) weight_sum[use.link] += use.weight;
     }
     double increment = INFINITY;
     for (const auto& [link, weight] : weight_sum) {
@@ -147,8 +140,7 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
     std::set<FlowLinkId> saturated;
     for (const auto& [link, weight] : weight_sum) {
       residual[link] -= increment * weight;
-      if (residual[link] <= kSaturationTolerance * capacity_[link])
-        saturated.insert(link);
+      if (residual[link] <= kSaturationTolerance * capacity_[link]) saturated.insert(link);
     }
     std::vector<FlowId> still_unfixed;
     for (const FlowId id : unfixed) {
@@ -157,13 +149,11 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
       const bool bottlenecked =
           std::any_of(flow.links.begin(), flow.links.end(),
                       [&](const LinkUse& u) { return saturated.count(u.link); });
-      if (!bottlenecked)
-        still_unfixed.push_back(id);
+      if (!bottlenecked) still_unfixed.push_back(id);
     }
     unfixed = std::move(still_unfixed);
   }
-  for (const FlowId id : component)
-    set_completion(id, flows_.at(id));
+  for (const FlowId id : component) set_completion(id, flows_.at(id));
 }
 
 void FlowNetwork::set_completion(FlowId id, Flow& flow) {
@@ -175,8 +165,7 @@ void FlowNetwork::set_completion(FlowId id, Flow& flow) {
 
 void FlowNetwork::reschedule() {
   const SimTime next = completions_.empty() ? SimTime::max() : completions_.begin()->first;
-  if (next == pending_at_)
-    return;
+  if (next == pending_at_) return;
   engine_->cancel(pending_);
   pending_at_ = next;
   if (next != SimTime::max()) {
@@ -195,8 +184,7 @@ void FlowNetwork::on_completion_event() {
     Flow& flow = flows_.at(id);
     advance(flow);
     // Whatever rounding left is carried now, so each link is charged the flow's exact size.
-    for (const LinkUse& use : flow.links)
-      link_bytes_[use.link] += use.weight * flow.remaining;
+    for (const LinkUse& use : flow.links) link_bytes_[use.link] += use.weight * flow.remaining;
     flow.remaining = 0;
     bytes_delivered_ += flow.size;
     for (const LinkUse& use : flow.links) {
@@ -208,12 +196,10 @@ void FlowNetwork::on_completion_event() {
     flows_.erase(id);
   }
   const std::vector<FlowId> component = connected_flows(freed);
-  for (const FlowId id : component)
-    advance(flows_.at(id));
+  for (const FlowId id : component) advance(flows_.at(id));
   reallocate(component);
   reschedule();
-  for (Flow& flow : finished)
-    engine_->schedule_after(flow.latency, std::move(flow.on_complete));
+  for (Flow& flow : finished) engine_->schedule_after(flow.latency, std::move(flow.on_complete));
 }
 
 }  // namespace fleetsim

@@ -42,6 +42,11 @@ class FlowNetwork {
 
   // capacity_bytes_per_s[l] is link l's usable capacity (line rate x efficiency), > 0.
   FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s);
+  // The pending completion event points back at this network: it is cancelled on destruction,
+  // and the network cannot be copied or moved.
+  ~FlowNetwork() { engine_->cancel(pending_); }
+  FlowNetwork(const FlowNetwork&) = delete;
+  FlowNetwork& operator=(const FlowNetwork&) = delete;
 
   // Starts a transfer of size_bytes over the links (duplicates are merged into weights).
   // on_complete runs `latency` after the last byte has been transferred.

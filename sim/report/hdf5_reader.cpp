@@ -29,15 +29,13 @@ Hdf5Attribute read_attribute(const H5::Attribute& attribute) {
       attribute.read(attribute.getStrType(), value);
       return value;
     }
-    case H5T_INTEGER:
-      return read_integer(attribute);
+    case H5T_INTEGER: return read_integer(attribute);
     case H5T_FLOAT: {
       double value = 0;
       attribute.read(H5::PredType::NATIVE_DOUBLE, &value);
       return value;
     }
-    default:
-      throw ModelError("attribute " + attribute.getName() + " has an unsupported type");
+    default: throw ModelError("attribute " + attribute.getName() + " has an unsupported type");
   }
 }
 

@@ -125,14 +125,10 @@ bool replaced_by_entry(const Doc& doc, std::string path) {
 
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return in_quotes(node.Scalar());
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    default:
-      return "nothing";
+    case YAML::NodeType::Scalar: return in_quotes(node.Scalar());
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    default: return "nothing";
   }
 }
 
@@ -322,32 +318,22 @@ enum class Quantity { bandwidth, size, duration, flop_rate, fraction };
 
 std::string_view quantity_name(Quantity q) {
   switch (q) {
-    case Quantity::bandwidth:
-      return "a bandwidth like 400Gbps or 450GB/s";
-    case Quantity::size:
-      return "a size like 80GB or 81559MiB";
-    case Quantity::duration:
-      return "a duration like 0.6us or 90s";
-    case Quantity::flop_rate:
-      return "a FLOP rate like 989TFLOPS";
-    case Quantity::fraction:
-      return "a fraction in (0, 1]";
+    case Quantity::bandwidth: return "a bandwidth like 400Gbps or 450GB/s";
+    case Quantity::size: return "a size like 80GB or 81559MiB";
+    case Quantity::duration: return "a duration like 0.6us or 90s";
+    case Quantity::flop_rate: return "a FLOP rate like 989TFLOPS";
+    case Quantity::fraction: return "a fraction in (0, 1]";
   }
   return "a value";
 }
 
 double parse_unit(Quantity q, const std::string& text, Zero zero) {
   switch (q) {
-    case Quantity::bandwidth:
-      return parse_bandwidth(text, zero);
-    case Quantity::size:
-      return parse_size(text, zero);
-    case Quantity::duration:
-      return parse_duration(text);
-    case Quantity::flop_rate:
-      return parse_flop_rate(text, zero);
-    case Quantity::fraction:
-      break;
+    case Quantity::bandwidth: return parse_bandwidth(text, zero);
+    case Quantity::size: return parse_size(text, zero);
+    case Quantity::duration: return parse_duration(text);
+    case Quantity::flop_rate: return parse_flop_rate(text, zero);
+    case Quantity::fraction: break;
   }
   return 0;
 }

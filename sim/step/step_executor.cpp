@@ -1,6 +1,7 @@
 #include "sim/step/step_executor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <string>
 
@@ -25,8 +26,7 @@ SimTime overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) 
   while (i < a.size() && j < b.size()) {
     const SimTime begin = std::max(a[i].begin, b[j].begin);
     const SimTime end = std::min(a[i].end, b[j].end);
-    if (begin < end)
-      total += end - begin;
+    if (begin < end) total += end - begin;
     if (a[i].end < b[j].end) {
       ++i;
     } else {
@@ -36,19 +36,32 @@ SimTime overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) 
   return total;
 }
 
+// The union of possibly overlapping intervals, as disjoint intervals sorted by start.
+std::vector<Interval> merged(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::vector<Interval> disjoint;
+  for (const Interval& interval : intervals) {
+    if (!disjoint.empty() && interval.begin <= disjoint.back().end) {
+      disjoint.back().end = std::max(disjoint.back().end, interval.end);
+    } else {
+      disjoint.push_back(interval);
+    }
+  }
+  return disjoint;
+}
+
 SimTime total(const std::vector<Interval>& intervals) {
   SimTime sum{};
-  for (const Interval& interval : intervals)
-    sum += interval.end - interval.begin;
+  for (const Interval& interval : intervals) sum += interval.end - interval.begin;
   return sum;
 }
 
 // The task graph's static structure, shared by all ranks.
 struct ProgramIndex {
   std::vector<std::vector<TaskIndex>> dependents;
-  std::vector<TaskIndex> compute_order;  // tasks of each stream in program order
-  std::vector<TaskIndex> comm_order;
-  std::vector<SimTime> duration;  // compute tasks only
+  std::array<std::vector<TaskIndex>, kStreamCount> order;  // each stream's tasks, program order
+  std::vector<SimTime> duration;                           // compute tasks only
 
   ProgramIndex(const TaskGraph& graph, const GpuProfile& gpu) {
     const auto& program = graph.program;
@@ -56,16 +69,12 @@ struct ProgramIndex {
     duration.resize(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
       for (const TaskIndex d : program[t].deps) {
-        if (d >= t)
-          throw ModelError("task " + program[t].name + " depends on a later task");
+        if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
         dependents[d].push_back(t);
       }
-      if (program[t].stream == Stream::compute) {
-        compute_order.push_back(t);
-        duration[t] =
-            from_seconds(kernel_seconds(gpu, std::get<ComputeWork>(program[t].work).kernel));
-      } else {
-        comm_order.push_back(t);
+      order[static_cast<int>(program[t].stream)].push_back(t);
+      if (const auto* work = std::get_if<ComputeWork>(&program[t].work)) {
+        duration[t] = from_seconds(kernel_seconds(gpu, work->kernel));
       }
     }
   }
@@ -79,8 +88,7 @@ class Replay {
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology,
                      CollectiveLatency{from_seconds(gpu.collective_base_latency_s.value),
-                                       from_seconds(gpu.collective_hop_latency_s.value)},
-                     kChannels),
+                                       from_seconds(gpu.collective_hop_latency_s.value)}),
         ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
         ranks_(graph.ranks) {
     for (Rank& rank : ranks_) {
@@ -93,8 +101,7 @@ class Replay {
   }
 
   StepResult run() {
-    for (int r = 0; r < graph_.ranks; ++r)
-      try_start(r);
+    for (int r = 0; r < graph_.ranks; ++r) try_start(r);
     engine_.run();
     for (const Rank& rank : ranks_) {
       if (rank.tasks_done != graph_.program.size()) {
@@ -107,32 +114,28 @@ class Replay {
   const FlowNetwork& network() const { return network_; }
 
  private:
-  // Collectives run on one channel: on a node's NVSwitch crossbar every ring order loads the
-  // links alike, so more channels would only split the same flow.
-  static constexpr int kChannels = 1;
-
   struct StreamState {
     std::size_t next = 0;  // position in the stream's order
     bool busy = false;
   };
   struct Rank {
     std::vector<int> waiting_on;  // unfinished dependencies per task
-    StreamState compute, comm;
+    std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
-    std::vector<Interval> compute_busy, comm_busy;
+    std::vector<Interval> compute_busy;
+    std::vector<Interval> comm_busy;  // collectives of either stream, possibly overlapping
   };
 
   void try_start(int r) {
-    try_start_stream(r, ranks_[r].compute, index_.compute_order);
-    try_start_stream(r, ranks_[r].comm, index_.comm_order);
+    for (int s = 0; s < kStreamCount; ++s) try_start_stream(r, s);
   }
 
-  void try_start_stream(int r, StreamState& stream, const std::vector<TaskIndex>& order) {
-    if (stream.busy || stream.next >= order.size())
-      return;
+  void try_start_stream(int r, int s) {
+    StreamState& stream = ranks_[r].streams[s];
+    const std::vector<TaskIndex>& order = index_.order[s];
+    if (stream.busy || stream.next >= order.size()) return;
     const TaskIndex t = order[stream.next];
-    if (ranks_[r].waiting_on[t] > 0)
-      return;
+    if (ranks_[r].waiting_on[t] > 0) return;
     stream.busy = true;
     const Task& task = graph_.program[t];
     if (task.stream == Stream::compute) {
@@ -143,8 +146,7 @@ class Replay {
       });
       return;
     }
-    if (++arrivals_[t] < graph_.ranks)
-      return;  // the collective waits for every member
+    if (++arrivals_[t] < graph_.ranks) return;  // the collective waits for every member
     const auto& work = std::get<CollectiveWork>(task.work);
     comm_bytes_per_gpu_ += ring_traffic_factor(work.op, graph_.ranks) * work.size_bytes;
     const SimTime begin = engine_.now();
@@ -158,12 +160,11 @@ class Replay {
 
   void finish(int r, TaskIndex t) {
     Rank& rank = ranks_[r];
-    StreamState& stream = graph_.program[t].stream == Stream::compute ? rank.compute : rank.comm;
+    StreamState& stream = rank.streams[static_cast<int>(graph_.program[t].stream)];
     stream.busy = false;
     ++stream.next;
     ++rank.tasks_done;
-    for (const TaskIndex d : index_.dependents[t])
-      --rank.waiting_on[d];
+    for (const TaskIndex d : index_.dependents[t]) --rank.waiting_on[d];
     try_start(r);
   }
 
@@ -175,8 +176,10 @@ class Replay {
     result.events = engine_.events_processed();
     SimTime compute{}, exposed{};
     for (const Rank& rank : ranks_) {
+      // The compute stream is serial, so its intervals are already disjoint and in order.
+      const std::vector<Interval> comm = merged(rank.comm_busy);
       compute += total(rank.compute_busy);
-      exposed += total(rank.comm_busy) - overlap(rank.compute_busy, rank.comm_busy);
+      exposed += total(comm) - overlap(rank.compute_busy, comm);
     }
     const double ranks = graph_.ranks;
     result.breakdown.compute_s = compute.seconds() / ranks;
@@ -200,12 +203,9 @@ class Replay {
 
 double link_efficiency(LinkKind kind, const GpuProfile& gpu) {
   switch (kind) {
-    case LinkKind::nvlink:
-      return gpu.nvlink_efficiency.value;
-    case LinkKind::infiniband:
-      return gpu.network_efficiency.value;
-    case LinkKind::pcie:
-      return 1.0;
+    case LinkKind::nvlink: return gpu.nvlink_efficiency.value;
+    case LinkKind::infiniband: return gpu.network_efficiency.value;
+    case LinkKind::pcie: return 1.0;
   }
   return 1.0;
 }
@@ -239,8 +239,7 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
 
   const auto& carried = replay.network().link_bytes();
   for (LinkId l = 0; l < topology.link_count(); ++l) {
-    if (carried[l] <= 0)
-      continue;
+    if (carried[l] <= 0) continue;
     const Link& link = topology.link(l);
     result.links.push_back(LinkUsage{topology.link_name(l), to_string(link.kind), link.bytes_per_s,
                                      carried[l],
@@ -250,6 +249,7 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
 }
 
 StepOutcome simulate_step(const StepInputs& inputs) {
+  validate_job(inputs.model, inputs.training, inputs.plan);
   StepOutcome outcome;
   outcome.memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
                                    inputs.gpu.hbm_capacity_bytes.value);

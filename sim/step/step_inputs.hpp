@@ -22,7 +22,7 @@ struct StepInputs {
 };
 
 struct LinkUsage {
-  std::string name;  // "gpu3->nvswitch0", stable across runs
+  std::string name;  // "n0.gpu3->n0.nvswitch", stable across runs
   std::string kind;  // "nvlink", "pcie", "infiniband", ...
   double capacity_bytes_per_s = 0;
   double bytes = 0;        // carried during the step

@@ -84,7 +84,7 @@ TEST_CASE("large BF16 GEMMs on H100 land within 15% of XLA's measured table") {
   struct Row {
     double m, n, k, measured_tflops;
   };
-  const Row rows[] = {{4096, 2048, 4096, 764.09}, {2 * 2048, 1024, 4096, 742.3},
+  const Row rows[] = {{4096, 2048, 4096, 764.09},    {2 * 2048, 1024, 4096, 742.3},
                       {2 * 512, 4096, 4096, 734.18}, {2 * 2048, 4096, 2048, 726.36},
                       {2048, 4096, 2048, 717.5},     {4096, 4096, 1024, 681.09}};
   for (const Row& row : rows) {

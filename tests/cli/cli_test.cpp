@@ -155,3 +155,42 @@ TEST_CASE("the shipped scenario runs, writes HDF5 and JSON, and repeats exactly"
   const double b200 = json["variants"][1]["step"]["step_time_s"];
   CHECK(b200 < h100);
 }
+
+namespace {
+
+// Structural equality with numbers compared to a relative 1e-9: a golden file must not break on
+// the last bit of a sum, but any change of the model shows.
+void check_same(const nlohmann::json& expected, const nlohmann::json& actual,
+                const std::string& path) {
+  INFO(path);
+  REQUIRE(expected.type() == actual.type());
+  if (expected.is_object()) {
+    REQUIRE(expected.size() == actual.size());
+    for (const auto& [key, value] : expected.items()) {
+      REQUIRE(actual.contains(key));
+      check_same(value, actual[key], path + "." + key);
+    }
+  } else if (expected.is_array()) {
+    REQUIRE(expected.size() == actual.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      check_same(expected[i], actual[i], path + "[" + std::to_string(i) + "]");
+    }
+  } else if (expected.is_number()) {
+    CHECK(actual.get<double>() == Approx(expected.get<double>()).epsilon(1e-9).margin(1e-12));
+  } else {
+    CHECK(expected == actual);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the shipped scenario matches its golden output") {
+  // When a model changes on purpose, refresh the golden file from the repository root with
+  //   build/bin/fleetsim run scenarios/h100-vs-b200.yaml --json > tests/golden/h100-vs-b200.json
+  // and say in the commit which numbers moved and why.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result result = fleetsim("run " + source + "/scenarios/h100-vs-b200.yaml --json");
+  REQUIRE(result.exit_code == 0);
+  const auto golden = nlohmann::json::parse(slurp(source + "/tests/golden/h100-vs-b200.json"));
+  check_same(golden["variants"], nlohmann::json::parse(result.out)["variants"], "variants");
+}

@@ -12,8 +12,7 @@ namespace {
 // p GPUs on a physical ring: GPU i <-> GPU i+1, each direction B bytes/s with latency alpha.
 Topology ideal_ring(int p, double bytes_per_s, SimTime alpha) {
   Topology topo;
-  for (int i = 0; i < p; ++i)
-    topo.add_vertex(VertexKind::gpu, "gpu" + std::to_string(i), 0);
+  for (int i = 0; i < p; ++i) topo.add_vertex(VertexKind::gpu, "gpu" + std::to_string(i), 0);
   for (int i = 0; i < p; ++i) {
     topo.add_duplex_link(i, (i + 1) % p, LinkKind::nvlink, bytes_per_s, alpha);
   }
@@ -22,17 +21,16 @@ Topology ideal_ring(int p, double bytes_per_s, SimTime alpha) {
 
 std::vector<double> line_rates(const Topology& topo) {
   std::vector<double> rates;
-  for (LinkId l = 0; l < topo.link_count(); ++l)
-    rates.push_back(topo.link(l).bytes_per_s);
+  for (LinkId l = 0; l < topo.link_count(); ++l) rates.push_back(topo.link(l).bytes_per_s);
   return rates;
 }
 
 double collective_seconds(CollectiveOp op, int p, double size, double bytes_per_s, SimTime alpha,
-                          int channels) {
+                          CollectiveLatency latency = {}) {
   const Topology topo = ideal_ring(p, bytes_per_s, alpha);
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, channels);
+  Collectives collectives(engine, net, topo, latency);
   SimTime done_at{};
   collectives.run_ring(op, topo.gpus(), size, [&] { done_at = engine.now(); });
   engine.run();
@@ -44,23 +42,28 @@ double collective_seconds(CollectiveOp op, int p, double size, double bytes_per_
 TEST_CASE("ring all-reduce on an ideal ring: 2(p-1)/p * S/B + 2(p-1) * alpha") {
   // p = 8, S = 1 GB, B = 100 GB/s, alpha = 2 us:
   // 2*7/8 * 1e9/100e9 = 17.5 ms; 2*7 * 2 us = 28 us; total 17.528 ms.
-  const double t = collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(2), 1);
+  const double t = collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(2));
   CHECK(t == Approx(17.5e-3 + 28e-6).epsilon(1e-6));
 }
 
 TEST_CASE("reduce-scatter and all-gather move half the bytes in half the steps") {
   // (p-1)/p * S/B + (p-1) * alpha = 7/8 * 10 ms + 7 * 2 us = 8.764 ms.
   for (const auto op : {CollectiveOp::reduce_scatter, CollectiveOp::all_gather}) {
-    const double t = collective_seconds(op, 8, 1e9, 100e9, from_us(2), 1);
+    const double t = collective_seconds(op, 8, 1e9, 100e9, from_us(2));
     CHECK(t == Approx(8.75e-3 + 14e-6).epsilon(1e-6));
   }
 }
 
-TEST_CASE("channels split the bytes, not the time, on a symmetric ring") {
-  const double one = collective_seconds(CollectiveOp::all_reduce, 4, 1e8, 50e9, SimTime{}, 1);
-  const double four = collective_seconds(CollectiveOp::all_reduce, 4, 1e8, 50e9, SimTime{}, 4);
-  CHECK(four == Approx(one).epsilon(1e-6));
-  CHECK(one == Approx(2.0 * 3 / 4 * 1e8 / 50e9).epsilon(1e-6));
+TEST_CASE("latency: a base cost plus, per step, the calibrated step latency or the hop's") {
+  // Ideal ring, p = 8, S = 1 GB at 100 GB/s (17.5 ms of bandwidth), hop latency 2 us.
+  // A per-step latency of 5 us exceeds the hop's 2 us: 10 us + 14 * 5 us on top.
+  const double slow_steps = collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(2),
+                                               CollectiveLatency{from_us(10), from_us(5)});
+  CHECK(slow_steps == Approx(17.5e-3 + 10e-6 + 14 * 5e-6).epsilon(1e-9));
+  // A per-step latency of 1 us is below the hop's path latency, which then sets the step.
+  const double slow_hops = collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(2),
+                                              CollectiveLatency{from_us(10), from_us(1)});
+  CHECK(slow_hops == Approx(17.5e-3 + 10e-6 + 14 * 2e-6).epsilon(1e-9));
 }
 
 TEST_CASE("a competing flow on one hop slows the whole ring to that hop's share") {
@@ -71,7 +74,7 @@ TEST_CASE("a competing flow on one hop slows the whole ring to that hop's share"
   const Topology topo = ideal_ring(p, bandwidth, SimTime{});
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, 1);
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
   const LinkId hop = topo.route(2, 3).front();
   net.start_flow({{hop, 1.0}}, 100e9, SimTime{}, [] {});
   SimTime done_at{};
@@ -82,12 +85,12 @@ TEST_CASE("a competing flow on one hop slows the whole ring to that hop's share"
 }
 
 TEST_CASE("a one-rank collective is free") {
-  CHECK(collective_seconds(CollectiveOp::all_reduce, 1, 1e9, 1e9, from_us(5), 1) == 0.0);
+  CHECK(collective_seconds(CollectiveOp::all_reduce, 1, 1e9, 1e9, from_us(5)) == 0.0);
 }
 
-TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
-  // 8 GPUs on one crossbar: a ring all-reduce sends 2(p-1)/p * S through each GPU's uplink,
-  // the nccl-tests bus-bandwidth definition, so busbw = link rate.
+namespace {
+
+NodeSpec eight_gpu_node() {
   NodeSpec node;
   node.name = "test";
   node.gpus = 8;
@@ -95,11 +98,20 @@ TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
   node.pcie_switches = 4;
   node.pcie_bytes_per_s = 64e9;
   node.host_bytes_per_s = 64e9;
-  node.nics = 0;
-  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  node.nics = 8;
+  node.nic_bytes_per_s = 50e9;
+  return node;
+}
+
+}  // namespace
+
+TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
+  // 8 GPUs on one crossbar: a ring all-reduce sends 2(p-1)/p * S through each GPU's uplink,
+  // the nccl-tests bus-bandwidth definition, so busbw = link rate.
+  const Topology topo = build_cluster(eight_gpu_node(), 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, 1);
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
   const double size = 4e9;
   SimTime done_at{};
   collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
@@ -108,8 +120,54 @@ TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
   const double busbw = size / done_at.seconds() * 2.0 * 7 / 8;
   CHECK(busbw == Approx(450e9).epsilon(1e-6));
   for (LinkId l = 0; l < topo.link_count(); ++l) {
-    if (topo.link(l).kind != LinkKind::nvlink)
-      continue;
+    if (topo.link(l).kind != LinkKind::nvlink) continue;
     CHECK(net.link_bytes()[l] == Approx(2.0 * 7 / 8 * size));
+  }
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
+    if (topo.link(l).kind != LinkKind::nvlink) CHECK(net.link_bytes()[l] == 0.0);
+  }
+}
+
+TEST_CASE("across nodes every rail carries an equal share and the NICs set the pace") {
+  // 2 nodes x 8 GPUs, 8 NICs of 50 GB/s each on its own rail. 8 channels, each leaving every
+  // node through a different NIC: each carries 2(p-1)/p * S / 8 = 1.875 * 16 GB / 8 = 3.75 GB.
+  // Each NVLink port is shared by the 8 channels (450 / 8 = 56 GB/s each), each NIC by one
+  // (50 GB/s): the NICs bottleneck, 3.75 GB / 50 GB/s = 75 ms, busbw = 8 x 50 = 400 GB/s.
+  FabricSpec fabric;
+  const Topology topo = build_cluster(eight_gpu_node(), 2, fabric);
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
+  REQUIRE(collectives.channel_rings(topo.gpus()).size() == 8);
+  const double size = 16e9;
+  SimTime done_at{};
+  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
+                       [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(done_at.seconds() == Approx(0.075).epsilon(1e-6));
+  int nic_uplinks = 0;
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(l);
+    const bool nic_to_leaf = topo.vertex(link.from).kind == VertexKind::nic &&
+                             topo.vertex(link.to).kind == VertexKind::leaf_switch;
+    if (nic_to_leaf) {
+      ++nic_uplinks;
+      CHECK(net.link_bytes()[l] == Approx(3.75e9));
+    }
+    const bool spine = topo.vertex(link.to).kind == VertexKind::spine_switch;
+    if (spine) CHECK(net.link_bytes()[l] == 0.0);  // rail-matched: nothing crosses the spine
+  }
+  CHECK(nic_uplinks == 16);
+}
+
+TEST_CASE("routes never pass through a GPU") {
+  const Topology topo = build_cluster(eight_gpu_node(), 2, FabricSpec{});
+  for (const VertexId from : topo.gpus()) {
+    for (const VertexId to : topo.gpus()) {
+      const auto path = topo.route(from, to);
+      for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+        CHECK(topo.vertex(topo.link(path[i]).to).kind != VertexKind::gpu);
+      }
+    }
   }
 }

@@ -59,6 +59,7 @@ TEST_CASE("run(until) stops before later events and resumes") {
   engine.schedule_at(SimTime::from_ns(20), [&] { ++ran; });
   engine.run(SimTime::from_ns(15));
   CHECK(ran == 1);
+  CHECK(engine.now() == SimTime::from_ns(15));
   engine.run();
   CHECK(ran == 2);
 }
@@ -76,6 +77,10 @@ TEST_CASE("durations round up to whole nanoseconds, once") {
   CHECK(fleetsim::from_seconds(0.0).ns() == 0);
   CHECK(fleetsim::from_us(3.4).ns() == 3400);
   CHECK(fleetsim::from_seconds(-1.0).ns() == 0);
+  CHECK(fleetsim::from_seconds(0.6e-6).ns() == 600);  // binary noise is not a nanosecond
+  CHECK(fleetsim::from_seconds(0.7000000004).ns() == 700'000'001);  // real fractions round up
+  CHECK(fleetsim::from_seconds(12.5).ns() == 12'500'000'000);
+  CHECK(fleetsim::from_seconds(1e30) == SimTime::max());
 }
 
 TEST_CASE("random streams are reproducible and independent by purpose and entity") {

@@ -482,7 +482,7 @@ TEST_CASE("a GPU profile provenance must say what kind of number it is") {
                              "assumed:"));
 }
 
-TEST_CASE("a GPU profile efficiency must lie in (0, 1]") {
+TEST_CASE("a GPU profile efficiency must lie above 0 and at most 1") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
   std::string profile;

@@ -42,10 +42,23 @@ TrainingSpec training(int seq, int global_batch, int micro_batch) {
 double sum_model_flops(const TaskGraph& graph) {
   double total = 0;
   for (const Task& task : graph.program) {
-    if (const auto* work = std::get_if<ComputeWork>(&task.work))
-      total += work->model_flops;
+    if (const auto* work = std::get_if<ComputeWork>(&task.work)) total += work->model_flops;
   }
   return total;
+}
+
+// Sum of the nccl-tests message sizes S of every collective of one step, for ZeRO stage `zero`
+// with 8 data-parallel ranks and micro-batch 2 at sequence 4096.
+double collective_payload(const ModelSpec& model, int global_batch, int zero) {
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = zero;
+  const TaskGraph graph = build_data_parallel_step(model, training(4096, global_batch, 2), plan);
+  double bytes = 0;
+  for (const Task& task : graph.program) {
+    if (const auto* work = std::get_if<CollectiveWork>(&task.work)) bytes += work->size_bytes;
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -89,27 +102,55 @@ TEST_CASE("gradient traffic per step follows the ZeRO stage") {
   // ZeRO-0: all-reduce of all gradients (BF16: 2N); ZeRO-3: two all-gathers of the BF16
   // weights (forward, backward) plus a reduce-scatter of the gradients: 3 * 2N.
   const ModelSpec m = llama3_8b();
-  auto payload = [&](int zero) {
-    ParallelPlan plan;
-    plan.dp = 8;
-    plan.zero_stage = zero;
-    const TaskGraph graph = build_data_parallel_step(m, training(4096, 16, 2), plan);
-    double bytes = 0;
-    for (const Task& task : graph.program) {
-      if (const auto* work = std::get_if<CollectiveWork>(&task.work))
-        bytes += work->size_bytes;
-    }
-    return bytes;
-  };
+  auto payload = [&](int zero) { return collective_payload(m, 16, zero); };
   CHECK(payload(0) == Approx(2 * m.parameters()));
   CHECK(payload(1) == Approx(2 * 2 * m.parameters()));  // reduce-scatter + all-gather of weights
+  CHECK(payload(2) == Approx(2 * 2 * m.parameters()));
   CHECK(payload(3) == Approx(3 * 2 * m.parameters()));
 }
 
-TEST_CASE("a batch that does not divide over micro-batches and ranks is rejected") {
+TEST_CASE("with gradient accumulation only sharded gradients are reduced every micro-batch") {
+  // 4 micro-batches per step (global 64 = 4 x 2 x 8). ZeRO-0/1 accumulate locally and reduce
+  // once; ZeRO-2 reduce-scatters 4 times (then gathers weights once); ZeRO-3 also gathers the
+  // weights twice per micro-batch: 4 x 3 x 2N.
+  const ModelSpec m = llama3_8b();
+  const double n = m.parameters();
+  auto payload = [&](int zero) { return collective_payload(m, 64, zero); };
+  CHECK(payload(0) == Approx(2 * n));
+  CHECK(payload(1) == Approx(2 * n + 2 * n));
+  CHECK(payload(2) == Approx(4 * 2 * n + 2 * n));
+  CHECK(payload(3) == Approx(4 * 3 * 2 * n));
+}
+
+TEST_CASE("gradient buckets hold at least the bucket size, in backward order") {
+  // Llama-3-8B with BF16 gradients: the head (525M params, 1.05 GB) fills a 25 MB bucket alone,
+  // then each layer (218M params, 436 MB) does, then the embedding: 34 buckets, the head first.
+  ParallelPlan plan;
+  plan.dp = 8;
+  const TaskGraph graph = build_data_parallel_step(llama3_8b(), training(4096, 16, 2), plan);
+  std::vector<std::string> names;
+  std::vector<double> sizes;
+  for (const Task& task : graph.program) {
+    if (const auto* work = std::get_if<CollectiveWork>(&task.work)) {
+      names.push_back(task.name);
+      sizes.push_back(work->size_bytes);
+    }
+  }
+  REQUIRE(names.size() == 34);
+  CHECK(names.front() == "mb0.bucket0.all_reduce");
+  CHECK(sizes.front() == Approx(2 * head_parameters(llama3_8b())));
+  CHECK(sizes[1] == Approx(2 * decoder_layer_parameters(llama3_8b())));
+  CHECK(sizes.back() == Approx(2 * embedding_parameters(llama3_8b())));
+}
+
+TEST_CASE("inconsistent jobs are rejected") {
   ParallelPlan plan;
   plan.dp = 8;
   CHECK_THROWS_AS(build_data_parallel_step(llama3_8b(), training(4096, 100, 2), plan), ModelError);
+  CHECK_THROWS_AS(build_data_parallel_step(llama3_8b(), training(4096, 0, 2), plan), ModelError);
+  ModelSpec odd = llama3_8b();
+  odd.kv_heads = 5;
+  CHECK_THROWS_AS(build_data_parallel_step(odd, training(4096, 16, 2), plan), ModelError);
 }
 
 TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per parameter") {
@@ -129,9 +170,13 @@ TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per
 }
 
 TEST_CASE("memory: activations follow the saved tensors and recomputation") {
-  // Llama-3-8B layer, per token, BF16: 2 norm inputs (2h each), 2 GEMM inputs (2h each),
-  // Q,K,V (2*(h + 2*kv) = 2*6144), O (2h) + LSE (4 * heads), gate/up (2*2f), SwiGLU out (2f):
-  // 8*4096*2 ... = 16384 + 16384 + 12288 + 8192 + 128 + 86016 = 139,392 bytes.
+  // Llama-3-8B layer (h = 4096, kv = 1024, f = 14336), per token, bytes:
+  //   inputs of the two RMSNorms, BF16           2 x 2h            = 16,384
+  //   inputs of the QKV and gate/up GEMMs        2 x 2h            = 16,384
+  //   Q, K, V for FlashAttention's backward      2 (h + 2 kv)      = 12,288
+  //   attention output O and FP32 LSE per head   2h + 4 x 32       =  8,320
+  //   gate/up output and SwiGLU output           2 (2f) + 2f       = 86,016
+  //   total                                                        = 139,392
   const ModelSpec m = llama3_8b();
   CHECK(decoder_layer_saved_bytes_per_token(m) == 139'392.0);
   ParallelPlan plan;
@@ -139,8 +184,7 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   plan.zero_stage = 3;
   const auto find = [](const MemoryBreakdown& mem, const std::string& name) {
     for (const auto& item : mem.items) {
-      if (item.name == name)
-        return item.bytes;
+      if (item.name == name) return item.bytes;
     }
     return -1.0;
   };
@@ -150,6 +194,9 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
   CHECK(find(recomputed, "activations") == Approx(32 * 2.0 * 4096 * 8192 + 139'392.0 * 8192));
   CHECK(find(full, "logits") == Approx(8.0 * 8192 * 128256));
+  // Two consecutive FSDP units gathered at most: embedding + first layer (or last layer + head),
+  // (525,336,576 + 218,112,000) parameters x 2 bytes.
+  CHECK(find(full, "gathered parameters") == Approx(2.0 * (525'336'576 + 218'112'000)));
 }
 
 TEST_CASE("memory: totals add up and capacity decides the fit") {
@@ -158,8 +205,7 @@ TEST_CASE("memory: totals add up and capacity decides the fit") {
   plan.zero_stage = 0;
   const MemoryBreakdown mem = estimate_memory(llama3_70b(), training(4096, 256, 1), plan, 80e9);
   double sum = 0;
-  for (const auto& item : mem.items)
-    sum += item.bytes;
+  for (const auto& item : mem.items) sum += item.bytes;
   CHECK(sum == Approx(mem.total_bytes));
   CHECK_FALSE(mem.fits());  // 70B x 18 bytes is 1.27 TB: nowhere near one GPU
   CHECK(mem.headroom_fraction() < 0);

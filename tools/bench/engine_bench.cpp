@@ -19,8 +19,7 @@ void BM_EngineEvents(benchmark::State& state) {
       if (--remaining > 0)
         engine.schedule_after(fleetsim::SimTime::from_ns(1 + remaining % 97), tick);
     };
-    for (int i = 0; i < depth; ++i)
-      engine.schedule_after(fleetsim::SimTime::from_ns(i), tick);
+    for (int i = 0; i < depth; ++i) engine.schedule_after(fleetsim::SimTime::from_ns(i), tick);
     engine.run();
     benchmark::DoNotOptimize(engine.events_processed());
     state.SetItemsProcessed(state.items_processed() +
@@ -39,16 +38,14 @@ void BM_FlowChurn(benchmark::State& state) {
     fleetsim::FlowNetwork network(engine, std::vector<double>(links, 100e9));
     int started = 0;
     std::function<void()> start_one = [&] {
-      if (started >= 20'000)
-        return;
+      if (started >= 20'000) return;
       const auto first = static_cast<fleetsim::FlowLinkId>(started % links);
       const auto second = static_cast<fleetsim::FlowLinkId>((started * 7 + 3) % links);
       ++started;
       network.start_flow({{first, 1.0}, {second, 1.0}}, 1e6 * (1 + started % 5),
                          fleetsim::SimTime{}, start_one);
     };
-    for (int i = 0; i < concurrent; ++i)
-      start_one();
+    for (int i = 0; i < concurrent; ++i) start_one();
     engine.run();
     state.SetItemsProcessed(state.items_processed() + started);
   }

@@ -59,8 +59,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "json", po::bool_switch(&options.json))("bench", po::value(&options.bench_runs))(
-      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))("command", po::value(&options.command))(
-      "file", po::value(&options.file));
+      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
+      "command", po::value(&options.command))("file", po::value(&options.file));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
@@ -113,8 +113,7 @@ int run_command(const Options& options) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
                          static_cast<std::size_t>(options.threads));
   }
-  if (options.file.empty())
-    throw po::error("'" + options.command + "' needs a scenario FILE");
+  if (options.file.empty()) throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
   if (options.command == "validate") {
     std::cout << options.file << ": ok (" << scenario.variants.size() << " variant"
@@ -124,10 +123,8 @@ int run_command(const Options& options) {
   const RunReport report = simulate(scenario);
   std::cout << (options.json ? fleetsim::render_json(report) + "\n"
                              : fleetsim::render_console(report));
-  if (!options.output.empty())
-    fleetsim::write_hdf5(report, options.output);
-  if (options.bench_runs > 0)
-    print_bench(scenario, options.bench_runs);
+  if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
+  if (options.bench_runs > 0) print_bench(scenario, options.bench_runs);
   const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
                                    [](const auto& v) { return v.outcome.simulated; });
   return all_fit ? kOk : kSimulationFailed;
@@ -139,8 +136,7 @@ int main(int argc, char** argv) {
   try {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
-    if (exit_now)
-      return kOk;
+    if (exit_now) return kOk;
     if (options.command != "run" && options.command != "validate") {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;

@@ -1,0 +1,36 @@
+#include "workloads/model_spec.hpp"
+
+#include <string>
+
+#include "sim/engine/errors.hpp"
+#include "workloads/transformer_ops.hpp"
+
+namespace fleetsim {
+
+double ModelSpec::parameters() const {
+  return embedding_parameters(*this) + layers * decoder_layer_parameters(*this) +
+         head_parameters(*this);
+}
+
+void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan) {
+  if (model.layers < 1 || model.hidden < 1 || model.ffn < 1 || model.vocab < 1 || model.heads < 1 ||
+      model.kv_heads < 1) {
+    throw ModelError("model " + model.name + " needs positive layers, sizes, heads and vocab");
+  }
+  if (model.hidden % model.heads != 0 || model.heads % model.kv_heads != 0) {
+    throw ModelError("model " + model.name +
+                     ": heads must divide the hidden size and KV heads must divide heads");
+  }
+  if (training.micro_batch < 1 || training.seq_len < 1 || plan.dp < 1) {
+    throw ModelError("micro-batch, sequence length and dp must be positive");
+  }
+  const int per_pass = training.micro_batch * plan.dp;
+  if (training.global_batch < per_pass || training.global_batch % per_pass != 0) {
+    throw ModelError(
+        "global batch " + std::to_string(training.global_batch) +
+        " is not a positive multiple of micro_batch x dp = " + std::to_string(per_pass));
+  }
+  if (plan.zero_stage < 0 || plan.zero_stage > 3) throw ModelError("ZeRO stage must be 0-3");
+}
+
+}  // namespace fleetsim
