@@ -747,6 +747,7 @@ class Loader {
   explicit Loader(DataPaths data) : data_(std::move(data)) {}
 
   Scenario load(const fs::path& file);
+  PresetCatalog catalog();
 
  private:
   const Preset& preset(const Field& name, const fs::path& dir, std::string_view what);
@@ -1046,8 +1047,29 @@ Scenario Loader::load(const fs::path& file) {
 
 }  // namespace
 
+PresetCatalog Loader::catalog() {
+  Doc listing;
+  listing.file = "(preset list)";
+  auto named = [&](const std::string& name) { return Field{YAML::Node(name), &listing, ""}; };
+  PresetCatalog catalog;
+  for (const auto& name : available_presets(data_.root / "topology" / "presets")) {
+    catalog.nodes.push_back({name, node_preset(named(name)).spec.description});
+  }
+  for (const auto& name : available_presets(data_.root / "calibration" / "profiles")) {
+    catalog.gpus.push_back({name, gpu_profile(named(name)).description});
+  }
+  for (const auto& name : available_presets(data_.root / "workloads" / "models")) {
+    catalog.models.push_back({name, model_preset(named(name)).source});
+  }
+  return catalog;
+}
+
 Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data) {
   return Loader(data).load(file);
+}
+
+PresetCatalog list_presets(const DataPaths& data) {
+  return Loader(data).catalog();
 }
 
 }  // namespace fleetsim

@@ -55,4 +55,17 @@ struct Scenario {
 
 Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data);
 
+// Every preset under the data root, each read and validated as a scenario would read it (a
+// broken preset throws its ScenarioError), with its one-line description (a model: its source).
+struct PresetInfo {
+  std::string name;
+  std::string description;
+};
+struct PresetCatalog {
+  std::vector<PresetInfo> nodes;
+  std::vector<PresetInfo> gpus;
+  std::vector<PresetInfo> models;
+};
+PresetCatalog list_presets(const DataPaths& data);
+
 }  // namespace fleetsim

@@ -82,6 +82,14 @@ TEST_CASE("the version and help flags exit 0") {
   CHECK(help.out.find("run FILE") != std::string::npos);
 }
 
+TEST_CASE("list shows every shipped preset") {
+  const Result result = fleetsim("list");
+  REQUIRE(result.exit_code == 0);
+  for (const char* name : {"dgx-h100", "dgx-b200", "h100-sxm", "b200", "llama3-8b", "llama3-70b"}) {
+    CHECK(result.out.find(name) != std::string::npos);
+  }
+}
+
 TEST_CASE("bad command lines exit 2") {
   CHECK(fleetsim("frobnicate x.yaml").exit_code == 2);
   CHECK(fleetsim("run").exit_code == 2);

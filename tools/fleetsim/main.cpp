@@ -33,6 +33,7 @@ const char* const kUsage =
     "commands:\n"
     "  run FILE        simulate a scenario and print its comparison table\n"
     "  validate FILE   check a scenario file without simulating it\n"
+    "  list            list node presets, GPU profiles and models (and check them)\n"
     "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
@@ -107,11 +108,29 @@ void print_bench(const Scenario& scenario, int runs) {
             << " s, min " << seconds.front() << " s, max " << seconds.back() << " s\n";
 }
 
+void print_catalog(const fleetsim::PresetCatalog& catalog) {
+  const auto section = [](const char* title, const std::vector<fleetsim::PresetInfo>& presets) {
+    std::cout << title << "\n";
+    for (const auto& preset : presets) {
+      std::cout << "  " << preset.name
+                << std::string(preset.name.size() < 14 ? 14 - preset.name.size() : 1, ' ')
+                << preset.description << "\n";
+    }
+  };
+  section("nodes (topology/presets)", catalog.nodes);
+  section("GPU profiles (calibration/profiles)", catalog.gpus);
+  section("models (workloads/models)", catalog.models);
+}
+
 int run_command(const Options& options) {
   std::optional<tbb::global_control> thread_limit;
   if (options.threads > 0) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
                          static_cast<std::size_t>(options.threads));
+  }
+  if (options.command == "list") {
+    print_catalog(fleetsim::list_presets(DataPaths{options.data_dir}));
+    return kOk;
   }
   if (options.file.empty()) throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
@@ -137,7 +156,7 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
-    if (options.command != "run" && options.command != "validate") {
+    if (options.command != "run" && options.command != "validate" && options.command != "list") {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;
     }
