@@ -6,6 +6,7 @@
 // calibration/profiles/, read by the scenario layer.
 #pragma once
 
+#include <map>
 #include <string>
 
 namespace fleetsim {
@@ -29,8 +30,9 @@ struct GpuProfile {
   Calibrated attention_efficiency;       // FlashAttention fwd+bwd throughput / dense peak
   Calibrated memory_efficiency;          // achieved / peak HBM bandwidth of streaming kernels
   Calibrated kernel_launch_s;            // fixed cost per kernel
-  Calibrated nvlink_efficiency;          // NCCL ring bus bandwidth / NVLink line rate
-  Calibrated network_efficiency;         // NCCL bus bandwidth / NIC line rate
+  // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
+  // for GPU and fabric links, NCCL's bus bandwidth over line rate.
+  std::map<std::string, Calibrated> link_efficiency;
   Calibrated collective_base_latency_s;  // fixed cost of launching one collective
   Calibrated collective_hop_latency_s;   // alpha: latency of one ring step
 };

@@ -46,8 +46,11 @@ const char* to_string(VertexKind kind) {
 const char* to_string(LinkKind kind) {
   switch (kind) {
     case LinkKind::nvlink: return "nvlink";
+    case LinkKind::xgmi: return "xgmi";
     case LinkKind::pcie: return "pcie";
     case LinkKind::infiniband: return "infiniband";
+    case LinkKind::roce: return "roce";
+    case LinkKind::efa: return "efa";
   }
   return "?";
 }

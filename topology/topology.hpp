@@ -22,7 +22,7 @@ using VertexId = std::uint32_t;
 using LinkId = std::uint32_t;
 
 enum class VertexKind { gpu, nvswitch, pcie_switch, host, nic, leaf_switch, spine_switch };
-enum class LinkKind { nvlink, pcie, infiniband };
+enum class LinkKind { nvlink, xgmi, pcie, infiniband, roce, efa };
 
 const char* to_string(VertexKind kind);
 const char* to_string(LinkKind kind);

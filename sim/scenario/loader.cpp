@@ -536,7 +536,7 @@ struct CalibratedKey {
   Calibrated GpuProfile::*member;
 };
 
-const std::array<CalibratedKey, 11> kCalibratedKeys = {{
+const std::array<CalibratedKey, 9> kCalibratedKeys = {{
     {"dense_bf16", Quantity::flop_rate, &GpuProfile::dense_bf16_flops_per_s},
     {"hbm_capacity", Quantity::size, &GpuProfile::hbm_capacity_bytes},
     {"hbm_bandwidth", Quantity::bandwidth, &GpuProfile::hbm_bytes_per_s},
@@ -544,14 +544,13 @@ const std::array<CalibratedKey, 11> kCalibratedKeys = {{
     {"attention_efficiency", Quantity::fraction, &GpuProfile::attention_efficiency},
     {"memory_efficiency", Quantity::fraction, &GpuProfile::memory_efficiency},
     {"kernel_launch", Quantity::duration, &GpuProfile::kernel_launch_s},
-    {"nvlink_efficiency", Quantity::fraction, &GpuProfile::nvlink_efficiency},
-    {"network_efficiency", Quantity::fraction, &GpuProfile::network_efficiency},
     {"collective_base_latency", Quantity::duration, &GpuProfile::collective_base_latency_s},
     {"collective_hop_latency", Quantity::duration, &GpuProfile::collective_hop_latency_s},
 }};
 
 Keys profile_keys() {
-  Keys keys = {"name", "description", "sm_count", "gemm_tile_m", "gemm_tile_n"};
+  Keys keys = {"name", "description", "sm_count", "gemm_tile_m", "gemm_tile_n",
+               "link_efficiency"};
   for (const CalibratedKey& entry : kCalibratedKeys) {
     keys.push_back(entry.key);
   }
@@ -559,6 +558,8 @@ Keys profile_keys() {
 }
 
 const Keys kCalibratedFields = {"value", "sigma", "provenance"};
+// Link kinds as topology names them (topology/topology.cpp, to_string(LinkKind)).
+const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "infiniband", "roce", "efa"};
 const Keys kProvenanceKinds = {"measured:", "published:", "extrapolated:", "assumed:"};
 
 std::string read_provenance(const Field& f) {
@@ -934,6 +935,11 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   g.gemm_tile_n = read_int(require(root, "gemm_tile_n"), 1);
   for (const CalibratedKey& key : kCalibratedKeys) {
     g.*key.member = read_calibrated(require(root, key.key), key.quantity);
+  }
+  const Field links = require(root, "link_efficiency");
+  expect_map(links, kLinkKinds);
+  for (const Entry& entry : entries(links)) {
+    g.link_efficiency[entry.key] = read_calibrated(entry.value, Quantity::fraction);
   }
   return g;
 }

@@ -201,22 +201,18 @@ class Replay {
   double comm_bytes_per_gpu_ = 0;
 };
 
-double link_efficiency(LinkKind kind, const GpuProfile& gpu) {
-  switch (kind) {
-    case LinkKind::nvlink: return gpu.nvlink_efficiency.value;
-    case LinkKind::infiniband: return gpu.network_efficiency.value;
-    case LinkKind::pcie: return 1.0;
-  }
-  return 1.0;
-}
-
 }  // namespace
 
 std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu) {
   std::vector<double> capacity(topology.link_count());
   for (LinkId l = 0; l < topology.link_count(); ++l) {
     const Link& link = topology.link(l);
-    capacity[l] = link.bytes_per_s * link_efficiency(link.kind, gpu);
+    const auto efficiency = gpu.link_efficiency.find(to_string(link.kind));
+    if (efficiency == gpu.link_efficiency.end()) {
+      throw ModelError("GPU profile " + gpu.name + " has no link efficiency for " +
+                       to_string(link.kind) + " links (add it under link_efficiency)");
+    }
+    capacity[l] = link.bytes_per_s * efficiency->second.value;
   }
   return capacity;
 }

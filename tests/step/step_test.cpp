@@ -27,8 +27,9 @@ StepInputs small_job() {
   in.gpu.attention_efficiency.value = 0.35;
   in.gpu.memory_efficiency.value = 0.87;
   in.gpu.kernel_launch_s.value = 4e-6;
-  in.gpu.nvlink_efficiency.value = 0.82;
-  in.gpu.network_efficiency.value = 0.96;
+  in.gpu.link_efficiency["nvlink"].value = 0.82;
+  in.gpu.link_efficiency["infiniband"].value = 0.96;
+  in.gpu.link_efficiency["pcie"].value = 0.8;
   in.gpu.collective_base_latency_s.value = 8.4e-6;
   in.gpu.collective_hop_latency_s.value = 3.4e-6;
   in.model.name = "small";
