@@ -12,9 +12,13 @@
 namespace fleetsim {
 
 enum class GpuFabric {
-  nvswitch,  // every GPU has one aggregate port into a non-blocking crossbar (HGX/DGX boards)
-  pcie_only  // no NVLink: peer traffic crosses PCIe switches and the host
+  nvswitch,   // every GPU has one aggregate port into a non-blocking crossbar (HGX/DGX boards)
+  xgmi_mesh,  // every GPU pair has its own link (AMD Infinity Fabric / xGMI on MI300X)
+  pcie_only   // no GPU links: peer traffic crosses PCIe switches and the host
 };
+
+// What the NICs speak; a GPU profile gives each its achievable fraction of line rate.
+enum class NicKind { infiniband, roce, efa };
 
 struct NodeSpec {
   std::string name;
@@ -23,14 +27,17 @@ struct NodeSpec {
   std::string gpu_profile;  // calibration profile name, e.g. "h100-sxm"
   int gpus = 8;
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
-  double nvlink_bytes_per_s = 0;  // per GPU per direction, all NVLinks of the GPU together
-  SimTime nvlink_latency{};       // one traversal GPU -> switch or switch -> GPU
-  int pcie_switches = 4;          // GPUs and NICs are spread evenly over them (affinity)
-  double pcie_bytes_per_s = 0;    // per GPU (and per NIC) link, per direction
+  double nvlink_bytes_per_s = 0;     // per GPU per direction, all NVLinks of the GPU together
+  SimTime nvlink_latency{};          // one traversal GPU -> switch or switch -> GPU
+  double xgmi_link_bytes_per_s = 0;  // xgmi_mesh: each GPU-to-GPU link, per direction
+  SimTime xgmi_latency{};
+  int pcie_switches = 4;        // GPUs and NICs are spread evenly over them (affinity)
+  double pcie_bytes_per_s = 0;  // per GPU (and per NIC) link, per direction
   SimTime pcie_latency{};
   double host_bytes_per_s = 0;  // each PCIe switch to the host, per direction
   int nics = 8;                 // compute NICs of the node
-  double nic_bytes_per_s = 0;   // per NIC per direction (line rate)
+  NicKind nic_kind = NicKind::infiniband;
+  double nic_bytes_per_s = 0;  // per NIC per direction (line rate)
   SimTime nic_latency{};
 };
 

@@ -59,8 +59,16 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
   const auto id = static_cast<VertexId>(boost::add_vertex(graph_->adjacency));
   vertices_.push_back(Vertex{kind, std::move(name), node, index});
   nic_of_gpu_.push_back(kNoVertex);
+  out_links_.emplace_back();
   if (kind == VertexKind::gpu) gpus_.push_back(id);
   return id;
+}
+
+std::optional<LinkId> Topology::link_between(VertexId a, VertexId b) const {
+  for (const LinkId link : out_links_.at(a)) {
+    if (links_[link].to == b) return link;
+  }
+  return std::nullopt;
 }
 
 std::optional<VertexId> Topology::gpu_at(int node, int index) const {
@@ -91,6 +99,8 @@ LinkId Topology::add_duplex_link(VertexId a, VertexId b, LinkKind kind, double b
   links_.push_back(Link{b, a, kind, bytes_per_s, latency});
   boost::add_edge(a, b, forward, graph_->adjacency);
   boost::add_edge(b, a, forward + 1, graph_->adjacency);
+  out_links_[a].push_back(forward);
+  out_links_[b].push_back(forward + 1);
   return forward;
 }
 
@@ -176,6 +186,14 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
                            spec.nvlink_latency);
     }
   }
+  if (spec.gpu_fabric == GpuFabric::xgmi_mesh) {
+    for (std::size_t a = 0; a < gpus.size(); ++a) {
+      for (std::size_t b = a + 1; b < gpus.size(); ++b) {
+        topo.add_duplex_link(gpus[a], gpus[b], LinkKind::xgmi, spec.xgmi_link_bytes_per_s,
+                             spec.xgmi_latency);
+      }
+    }
+  }
   for (int g = 0; g < spec.gpus; ++g) {
     const VertexId sw = pcie_switches[g * spec.pcie_switches / spec.gpus];
     topo.add_duplex_link(gpus[g], sw, LinkKind::pcie, spec.pcie_bytes_per_s, spec.pcie_latency);
@@ -213,16 +231,19 @@ Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric
   // leaf's downlink bandwidth divided by the oversubscription.
   const double port_bytes_per_s =
       fabric.link_bytes_per_s > 0 ? fabric.link_bytes_per_s : node.nic_bytes_per_s;
+  const LinkKind fabric_kind = node.nic_kind == NicKind::efa    ? LinkKind::efa
+                               : node.nic_kind == NicKind::roce ? LinkKind::roce
+                                                                : LinkKind::infiniband;
   const VertexId spine = topo.add_vertex(VertexKind::spine_switch, "spine", -1);
   for (int rail = 0; rail < node.nics; ++rail) {
     const VertexId leaf =
         topo.add_vertex(VertexKind::leaf_switch, "leaf" + std::to_string(rail), -1);
     for (int n = 0; n < nodes; ++n) {
-      topo.add_duplex_link(built[n].nics[rail], leaf, LinkKind::infiniband, port_bytes_per_s,
+      topo.add_duplex_link(built[n].nics[rail], leaf, fabric_kind, port_bytes_per_s,
                            node.nic_latency);
     }
     const double uplink = port_bytes_per_s * nodes / fabric.oversubscription;
-    topo.add_duplex_link(leaf, spine, LinkKind::infiniband, uplink, fabric.switch_latency);
+    topo.add_duplex_link(leaf, spine, fabric_kind, uplink, fabric.switch_latency);
   }
   return topo;
 }

@@ -68,6 +68,9 @@ class Topology {
   void set_nic_of_gpu(VertexId gpu, VertexId nic);
   std::optional<VertexId> nic_of_gpu(VertexId gpu) const;
 
+  // The link from a to b, if they are directly connected.
+  std::optional<LinkId> link_between(VertexId a, VertexId b) const;
+
   // Fewest-hop path from src to dst as a list of links; among equal paths the one found first
   // in link creation order, so routes are deterministic. GPUs are endpoints, never transit
   // vertices: forwarding through a peer GPU (NCCL's PXN) is a choice the collective layer makes
@@ -80,7 +83,8 @@ class Topology {
   std::vector<Vertex> vertices_;
   std::vector<Link> links_;
   std::vector<VertexId> gpus_;
-  std::vector<VertexId> nic_of_gpu_;  // indexed by vertex; kNoVertex where none
+  std::vector<VertexId> nic_of_gpu_;            // indexed by vertex; kNoVertex where none
+  std::vector<std::vector<LinkId>> out_links_;  // indexed by vertex, in creation order
 };
 
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.

@@ -17,6 +17,72 @@ int ring_steps(CollectiveOp op, int ranks) {
   return op == CollectiveOp::all_reduce ? 2 * (ranks - 1) : ranks - 1;
 }
 
+namespace {
+
+// Edge-disjoint directed Hamiltonian cycles of the complete directed graph on n vertices, found
+// by depth-first search with backtracking across cycles. Such a set of n - 1 cycles exists for
+// every n except 4 and 6 (Tillson 1980); for those, or if the step budget runs out, the largest
+// set found is used. Each cycle is a ring order; together they use every directed link once.
+class HamiltonianCycles {
+ public:
+  explicit HamiltonianCycles(int n) : n_(n), used_(n, std::vector<char>(n, 0)) {}
+
+  std::vector<std::vector<int>> find() {
+    for (int target = n_ - 1; target >= 1; --target) {
+      budget_ = kStepBudget;
+      cycles_.clear();
+      for (auto& row : used_) std::fill(row.begin(), row.end(), 0);
+      if (find_from(0, target)) return cycles_;
+    }
+    return {};
+  }
+
+ private:
+  static constexpr long kStepBudget = 2'000'000;
+
+  bool find_from(int k, int target) {
+    if (k == target) return true;
+    std::vector<int> path{0};
+    std::vector<char> on_path(n_, 0);
+    on_path[0] = 1;
+    return extend(k, target, path, on_path);
+  }
+
+  bool extend(int k, int target, std::vector<int>& path, std::vector<char>& on_path) {
+    if (--budget_ < 0) return false;
+    const int last = path.back();
+    if (static_cast<int>(path.size()) == n_) {
+      if (used_[last][0]) return false;
+      used_[last][0] = 1;
+      cycles_.push_back(path);
+      if (find_from(k + 1, target)) return true;
+      cycles_.pop_back();
+      used_[last][0] = 0;
+      return false;
+    }
+    for (int i = 1; i < n_; ++i) {
+      const int next = 1 + (i - 1 + k) % (n_ - 1);  // a different first choice per cycle
+      if (on_path[next] || used_[last][next]) continue;
+      used_[last][next] = 1;
+      on_path[next] = 1;
+      path.push_back(next);
+      if (extend(k, target, path, on_path)) return true;
+      path.pop_back();
+      on_path[next] = 0;
+      used_[last][next] = 0;
+      if (budget_ < 0) return false;
+    }
+    return false;
+  }
+
+  int n_;
+  long budget_ = 0;
+  std::vector<std::vector<char>> used_;
+  std::vector<std::vector<int>> cycles_;
+};
+
+}  // namespace
+
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
                          CollectiveLatency latency)
     : engine_(&engine), network_(&network), topology_(&topology), latency_(latency) {}
@@ -31,7 +97,7 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
     if (!by_node.count(node)) node_order.push_back(node);
     by_node[node].push_back(gpu);
   }
-  if (node_order.size() == 1) return {ranks};
+  if (node_order.size() == 1) return single_node_rings(ranks);
   std::size_t channels = ranks.size();
   for (const auto& [node, gpus] : by_node) channels = std::min(channels, gpus.size());
   std::vector<std::vector<VertexId>> rings(channels);
@@ -43,6 +109,27 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
     }
   }
   return rings;
+}
+
+std::vector<std::vector<VertexId>> Collectives::single_node_rings(
+    const std::vector<VertexId>& ranks) const {
+  // On a switch every ring order loads each GPU port alike, so one ring is enough. When every
+  // pair of GPUs has its own link (an xGMI mesh), one ring would use 1 of the p - 1 links of
+  // each GPU: instead the channels follow edge-disjoint Hamiltonian cycles, which together use
+  // every link, as RCCL's rings on MI300X do.
+  const std::size_t p = ranks.size();
+  for (std::size_t a = 0; a < p; ++a) {
+    for (std::size_t b = 0; b < p; ++b) {
+      if (a != b && !topology_->link_between(ranks[a], ranks[b])) return {ranks};
+    }
+  }
+  std::vector<std::vector<VertexId>> rings;
+  for (const std::vector<int>& cycle : HamiltonianCycles(static_cast<int>(p)).find()) {
+    std::vector<VertexId> ring;
+    for (const int i : cycle) ring.push_back(ranks[i]);
+    rings.push_back(std::move(ring));
+  }
+  return rings.empty() ? std::vector<std::vector<VertexId>>{ranks} : rings;
 }
 
 std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {

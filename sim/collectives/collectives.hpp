@@ -7,13 +7,14 @@
 // bus-bandwidth factor: 2(p-1)/p for all-reduce, (p-1)/p for reduce-scatter and all-gather
 // (nccl-tests doc/PERFORMANCE.md).
 //
-// Channels and NICs. Within one node a single ring order suffices: on an NVSwitch crossbar every
-// order loads each GPU port alike. Across nodes there is one channel per GPU of a node, and
-// channel c rotates each node's order to start at its c-th GPU, so its inter-node hop enters
-// through that GPU's NIC: every rail carries 1/channels of the traffic. The hop from node n to
-// node n+1 is rail-matched the way NCCL's PXN does it: over NVLink to the GPU of node n that has
-// the destination's local index, out through its NIC, across that rail's leaf switch, and in
-// through the destination's NIC.
+// Channels and NICs. Within one node a single ring order suffices on an NVSwitch crossbar, where
+// every order loads each GPU port alike; on a full mesh (xGMI) the channels follow edge-disjoint
+// Hamiltonian cycles, so that together they use every GPU-to-GPU link. Across nodes there is one
+// channel per GPU of a node, and channel c rotates each node's order to start at its c-th GPU, so
+// its inter-node hop enters through that GPU's NIC: every rail carries 1/channels of the traffic.
+// The hop from node n to node n+1 is rail-matched the way NCCL's PXN does it: over NVLink to the
+// GPU of node n that has the destination's local index, out through its NIC, across that rail's
+// leaf switch, and in through the destination's NIC.
 //
 // Latency. Each collective pays a base cost and, for each of its 2(p-1) (all-reduce) or p-1
 // steps, the larger of the calibrated per-step latency and the slowest hop's path latency. On an
@@ -62,6 +63,7 @@ class Collectives {
     SimTime slowest_hop_latency{};
   };
   const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
+  std::vector<std::vector<VertexId>> single_node_rings(const std::vector<VertexId>& ranks) const;
 
   Engine* engine_;
   FlowNetwork* network_;

@@ -428,11 +428,20 @@ struct NodeKey {
 };
 
 GpuFabric read_gpu_fabric(const Field& f) {
-  return read_choice(f, {"nvswitch", "pcie_only"}) == "nvswitch" ? GpuFabric::nvswitch
-                                                                 : GpuFabric::pcie_only;
+  const std::string fabric = read_choice(f, {"nvswitch", "xgmi_mesh", "pcie_only"});
+  if (fabric == "nvswitch") return GpuFabric::nvswitch;
+  if (fabric == "xgmi_mesh") return GpuFabric::xgmi_mesh;
+  return GpuFabric::pcie_only;
 }
 
-const std::array<NodeKey, 14> kNodeKeys = {{
+NicKind read_nic_kind(const Field& f) {
+  const std::string kind = read_choice(f, {"infiniband", "roce", "efa"});
+  if (kind == "roce") return NicKind::roce;
+  if (kind == "efa") return NicKind::efa;
+  return NicKind::infiniband;
+}
+
+const std::array<NodeKey, 17> kNodeKeys = {{
     {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
     {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
     {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
@@ -444,6 +453,12 @@ const std::array<NodeKey, 14> kNodeKeys = {{
      },
      true},
     {"nvlink_latency", [](NodeSpec& s, const Field& f) { s.nvlink_latency = read_time(f); }, true},
+    {"xgmi_link",
+     [](NodeSpec& s, const Field& f) {
+       s.xgmi_link_bytes_per_s = read_quantity(f, Quantity::bandwidth);
+     },
+     true},
+    {"xgmi_latency", [](NodeSpec& s, const Field& f) { s.xgmi_latency = read_time(f); }, true},
     {"pcie_switches", [](NodeSpec& s, const Field& f) { s.pcie_switches = read_int(f, 1); }, true},
     {"pcie",
      [](NodeSpec& s, const Field& f) {
@@ -461,6 +476,7 @@ const std::array<NodeKey, 14> kNodeKeys = {{
      [](NodeSpec& s, const Field& f) { s.nic_bytes_per_s = read_quantity(f, Quantity::bandwidth); },
      true},
     {"nic_latency", [](NodeSpec& s, const Field& f) { s.nic_latency = read_time(f); }, true},
+    {"nic_kind", [](NodeSpec& s, const Field& f) { s.nic_kind = read_nic_kind(f); }, false},
 }};
 
 const NodeKey* find_node_key(std::string_view key) {
@@ -549,8 +565,7 @@ const std::array<CalibratedKey, 9> kCalibratedKeys = {{
 }};
 
 Keys profile_keys() {
-  Keys keys = {"name", "description", "sm_count", "gemm_tile_m", "gemm_tile_n",
-               "link_efficiency"};
+  Keys keys = {"name", "description", "sm_count", "gemm_tile_m", "gemm_tile_n", "link_efficiency"};
   for (const CalibratedKey& entry : kCalibratedKeys) {
     keys.push_back(entry.key);
   }
@@ -749,6 +764,7 @@ class Loader {
 
   Scenario load(const fs::path& file);
   PresetCatalog catalog();
+  StepInputs cluster(const std::string& node, int nodes, const std::string& gpu_profile);
 
  private:
   const Preset& preset(const Field& name, const fs::path& dir, std::string_view what);
@@ -864,6 +880,9 @@ NodeBuild Loader::node_preset(const Field& name) {
   if (b.spec.gpu_fabric == GpuFabric::nvswitch) {
     require_keys(root, {"nvlink", "nvlink_latency"});
   }
+  if (b.spec.gpu_fabric == GpuFabric::xgmi_mesh) {
+    require_keys(root, {"xgmi_link", "xgmi_latency"});
+  }
   if (b.spec.nics > 0) {
     require_keys(root, {"nic", "nic_latency"});
   }
@@ -887,6 +906,10 @@ void cite_override(NodeBuild& b, const Entry& e) {
 void check_node(const NodeSpec& spec, const Field& f) {
   if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
     fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
+  }
+  if (spec.gpu_fabric == GpuFabric::xgmi_mesh && spec.xgmi_link_bytes_per_s <= 0) {
+    fail(f, "gpu_fabric xgmi_mesh needs an xgmi_link bandwidth",
+         "add xgmi_link: 64GB/s (for example)");
   }
   if (spec.nics > 0 && spec.nic_bytes_per_s <= 0) {
     fail(f, "a node with NICs needs a nic bandwidth", "add nic: 400Gbps (for example)");
@@ -1076,6 +1099,23 @@ Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data)
 
 PresetCatalog list_presets(const DataPaths& data) {
   return Loader(data).catalog();
+}
+
+StepInputs Loader::cluster(const std::string& node, int nodes, const std::string& gpu_profile) {
+  Doc command_line;
+  command_line.file = "(command line)";
+  YAML::Node spec;
+  spec["node"] = node;
+  spec["nodes"] = nodes;
+  if (!gpu_profile.empty()) spec["gpu"] = gpu_profile;
+  StepInputs in;
+  parse_cluster(Field{spec, &command_line, "cluster"}, in);
+  return in;
+}
+
+StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
+                        const std::string& gpu_profile) {
+  return Loader(data).cluster(node, nodes, gpu_profile);
 }
 
 }  // namespace fleetsim

@@ -68,4 +68,10 @@ struct PresetCatalog {
 };
 PresetCatalog list_presets(const DataPaths& data);
 
+// A cluster named on the command line (a node preset, a node count, optionally another GPU
+// profile), read and checked as a scenario's cluster: section is. Model, training and layout
+// are left empty.
+StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
+                        const std::string& gpu_profile = "");
+
 }  // namespace fleetsim

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
 #include <sstream>
 #include <string>
+#include "calibration/nccl_log.hpp"
 
 namespace fs = std::filesystem;
 
@@ -33,7 +35,7 @@ fs::path scratch_dir() {
   return dir;
 }
 
-Result fleetsim(const std::string& arguments) {
+Result run_cli(const std::string& arguments) {
   const fs::path dir = scratch_dir();
   const std::string command = std::string(FLEETSIM_CLI) + " " + arguments + " >" +
                               (dir / "out").string() + " 2>" + (dir / "err").string();
@@ -74,16 +76,16 @@ void check_one_line_error(const Result& result, const fs::path& file, const std:
 }  // namespace
 
 TEST_CASE("the version and help flags exit 0") {
-  const Result version = fleetsim("--version");
+  const Result version = run_cli("--version");
   CHECK(version.exit_code == 0);
   CHECK(version.out.rfind("fleetsim ", 0) == 0);
-  const Result help = fleetsim("--help");
+  const Result help = run_cli("--help");
   CHECK(help.exit_code == 0);
   CHECK(help.out.find("run FILE") != std::string::npos);
 }
 
 TEST_CASE("list shows every shipped preset") {
-  const Result result = fleetsim("list");
+  const Result result = run_cli("list");
   REQUIRE(result.exit_code == 0);
   for (const char* name : {"dgx-h100", "dgx-b200", "h100-sxm", "b200", "llama3-8b", "llama3-70b"}) {
     CHECK(result.out.find(name) != std::string::npos);
@@ -91,14 +93,14 @@ TEST_CASE("list shows every shipped preset") {
 }
 
 TEST_CASE("bad command lines exit 2") {
-  CHECK(fleetsim("frobnicate x.yaml").exit_code == 2);
-  CHECK(fleetsim("run").exit_code == 2);
-  CHECK(fleetsim("run x.yaml --no-such-flag").exit_code == 2);
+  CHECK(run_cli("frobnicate x.yaml").exit_code == 2);
+  CHECK(run_cli("run").exit_code == 2);
+  CHECK(run_cli("run x.yaml --no-such-flag").exit_code == 2);
 }
 
 TEST_CASE("a missing scenario file is a one-line error, exit 2") {
   const fs::path missing = scratch_dir() / "does-not-exist.yaml";
-  const Result result = fleetsim("run " + missing.string());
+  const Result result = run_cli("run " + missing.string());
   CHECK(result.exit_code == 2);
   CHECK(result.err.find(missing.string()) != std::string::npos);
   CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
@@ -107,14 +109,14 @@ TEST_CASE("a missing scenario file is a one-line error, exit 2") {
 TEST_CASE("a YAML syntax error names its line") {
   const fs::path file = write_scenario(
       "syntax.yaml", with_line(kValid, "layout: {dp: 8, zero: 3}", "layout: {dp: 8, zero: 3"));
-  check_one_line_error(fleetsim("run " + file.string()), file, file.string() + ":");
+  check_one_line_error(run_cli("run " + file.string()), file, file.string() + ":");
 }
 
 TEST_CASE("an unknown key names the key, its line and column") {
   const fs::path file = write_scenario(
       "unknown.yaml",
       with_line(kValid, "layout: {dp: 8, zero: 3}", "layout: {dp: 8, zero: 3, zer0: 1}"));
-  const Result result = fleetsim("validate " + file.string());
+  const Result result = run_cli("validate " + file.string());
   check_one_line_error(result, file, ":4:");
   CHECK(result.err.find("zer0") != std::string::npos);
 }
@@ -122,7 +124,7 @@ TEST_CASE("an unknown key names the key, its line and column") {
 TEST_CASE("a negative bandwidth is rejected with its location") {
   const fs::path file =
       write_scenario("negative.yaml", with_line(kValid, "link: 400Gbps", "link: -400Gbps"));
-  const Result result = fleetsim("run " + file.string());
+  const Result result = run_cli("run " + file.string());
   check_one_line_error(result, file, ":7:");
   CHECK(result.err.find("cluster.fabric.link") != std::string::npos);
 }
@@ -130,7 +132,7 @@ TEST_CASE("a negative bandwidth is rejected with its location") {
 TEST_CASE("an unknown preset lists the ones that exist") {
   const fs::path file =
       write_scenario("preset.yaml", with_line(kValid, "node: dgx-h100", "node: dgx-h900"));
-  const Result result = fleetsim("run " + file.string());
+  const Result result = run_cli("run " + file.string());
   check_one_line_error(result, file, ":6:");
   CHECK(result.err.find("dgx-b200") != std::string::npos);
 }
@@ -139,7 +141,7 @@ TEST_CASE("the shipped scenario runs, writes HDF5 and JSON, and repeats exactly"
   const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
   const fs::path h5 = scratch_dir() / "result.h5";
   fs::remove(h5);
-  const Result table = fleetsim("run " + scenario + " -o " + h5.string());
+  const Result table = run_cli("run " + scenario + " -o " + h5.string());
   REQUIRE(table.exit_code == 0);
   CHECK(table.out.find("dgx-h100") != std::string::npos);
   CHECK(table.out.find("dgx-b200") != std::string::npos);
@@ -147,8 +149,8 @@ TEST_CASE("the shipped scenario runs, writes HDF5 and JSON, and repeats exactly"
 
   // Same numbers on one thread and on several: variants are simulated concurrently only when
   // more than one thread is allowed.
-  const Result first = fleetsim("run " + scenario + " --json --threads 1");
-  const Result second = fleetsim("run " + scenario + " --json --threads 4");
+  const Result first = run_cli("run " + scenario + " --json --threads 1");
+  const Result second = run_cli("run " + scenario + " --json --threads 4");
   REQUIRE(first.exit_code == 0);
   CHECK(first.out == second.out);
   const auto json = nlohmann::json::parse(first.out);
@@ -197,8 +199,33 @@ TEST_CASE("the shipped scenario matches its golden output") {
   //   build/bin/fleetsim run scenarios/h100-vs-b200.yaml --json > tests/golden/h100-vs-b200.json
   // and say in the commit which numbers moved and why.
   const std::string source = FLEETSIM_SOURCE_DIR;
-  const Result result = fleetsim("run " + source + "/scenarios/h100-vs-b200.yaml --json");
+  const Result result = run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --json");
   REQUIRE(result.exit_code == 0);
   const auto golden = nlohmann::json::parse(slurp(source + "/tests/golden/h100-vs-b200.json"));
   check_same(golden["variants"], nlohmann::json::parse(result.out)["variants"], "variants");
+}
+
+TEST_CASE("fleetsim collective prints a table that reads back as an nccl-tests log") {
+  // -b 1M -e 1G -f 4: 1M, 4M, 16M, 64M, 256M, 1G = 6 rows. The log reader checks that every
+  // row's algbw equals size / time; busbw must be algbw x 2(p-1)/p for an all-reduce.
+  const Result result = run_cli("collective --node dgx-h100 -b 1M -e 1G -f 4");
+  REQUIRE(result.exit_code == 0);
+  std::istringstream text(result.out);
+  const fleetsim::NcclLog log = fleetsim::parse_nccl_log(text, "(fleetsim output)", "all_reduce");
+  REQUIRE(log.rows.size() == 6);
+  CHECK(log.rows.front().size_bytes == 1024.0 * 1024);
+  CHECK(log.rows.back().size_bytes == 1024.0 * 1024 * 1024);
+  for (const auto& row : log.rows) {
+    const auto& timing = *row.out_of_place;
+    CHECK(timing.busbw_gb_per_s == Approx(timing.algbw_gb_per_s * 2 * 7 / 8).margin(0.01));
+  }
+  // Large messages approach the usable NVLink rate, 450 GB/s x 0.822 = 370 GB/s, from below.
+  CHECK(log.rows.back().out_of_place->busbw_gb_per_s < 370.0);
+  CHECK(log.rows.back().out_of_place->busbw_gb_per_s > 350.0);
+}
+
+TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
+  CHECK(run_cli("collective --node dgx-h100 -e 8X").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --op all_to_none").exit_code == 2);
+  CHECK(run_cli("collective").exit_code == 2);
 }

@@ -171,3 +171,31 @@ TEST_CASE("routes never pass through a GPU") {
     }
   }
 }
+
+TEST_CASE("on an 8-GPU xGMI mesh the rings use all 7 links of every GPU") {
+  // 8 GPUs, one 48 GB/s link per pair and direction. Seven channels follow edge-disjoint
+  // Hamiltonian cycles, so each of the 56 directed links carries one channel: 2(p-1)/p * S / 7.
+  // Each channel runs at 48 GB/s, so busbw = 2(p-1)/p * S / t = 7 x 48 = 336 GB/s, not 48.
+  NodeSpec node = eight_gpu_node();
+  node.gpu_fabric = GpuFabric::xgmi_mesh;
+  node.xgmi_link_bytes_per_s = 48e9;
+  node.nics = 0;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
+  REQUIRE(collectives.channel_rings(topo.gpus()).size() == 7);
+  const double size = 8e9;
+  SimTime done_at{};
+  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size, [&] { done_at = engine.now(); });
+  engine.run();
+  const double busbw = 2.0 * 7 / 8 * size / done_at.seconds();
+  CHECK(busbw == Approx(7 * 48e9).epsilon(1e-6));
+  int xgmi_links = 0;
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
+    if (topo.link(l).kind != LinkKind::xgmi) continue;
+    ++xgmi_links;
+    CHECK(net.link_bytes()[l] == Approx(2.0 * 7 / 8 * size / 7));
+  }
+  CHECK(xgmi_links == 56);
+}

@@ -15,6 +15,7 @@
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/step_executor.hpp"
+#include "tools/fleetsim/collective_command.hpp"
 
 namespace po = boost::program_options;
 using fleetsim::DataPaths;
@@ -34,6 +35,7 @@ const char* const kUsage =
     "  run FILE        simulate a scenario and print its comparison table\n"
     "  validate FILE   check a scenario file without simulating it\n"
     "  list            list node presets, GPU profiles and models (and check them)\n"
+    "  collective      simulate an nccl-tests run and print its table\n"
     "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
@@ -41,6 +43,14 @@ const char* const kUsage =
     "  --bench N              repeat the simulation N times and report the median wall time\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
     "  --threads N            worker threads for independent variants (default: all cores)\n"
+    "\n"
+    "collective options (as nccl-tests names them where it can):\n"
+    "  --node PRESET          node preset (required), --nodes N (default 1), --gpu PROFILE\n"
+    "  --op OP                all_reduce (default), reduce_scatter, all_gather\n"
+    "  --ranks N              GPUs taking part (default: all)\n"
+    "  -b, --min SIZE         smallest message, e.g. 8, 128M (default 8)\n"
+    "  -e, --max SIZE         largest message (default 8G)\n"
+    "  -f, --factor F         size multiplier between rows (default 2)\n"
     "\n"
     "  -h, --help      this help\n"
     "  --version       print the version\n";
@@ -53,6 +63,7 @@ struct Options {
   bool json = false;
   int bench_runs = 0;
   int threads = 0;  // 0: TBB's default, one per core
+  fleetsim::CollectiveOptions collective;
 };
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
@@ -62,6 +73,11 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "json", po::bool_switch(&options.json))("bench", po::value(&options.bench_runs))(
       "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
       "command", po::value(&options.command))("file", po::value(&options.file));
+  auto& c = options.collective;
+  named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
+      "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
+      "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))("factor,f",
+                                                                          po::value(&c.factor));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
@@ -128,6 +144,12 @@ int run_command(const Options& options) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
                          static_cast<std::size_t>(options.threads));
   }
+  if (options.command == "collective") {
+    fleetsim::CollectiveOptions collective = options.collective;
+    collective.data_dir = options.data_dir;
+    fleetsim::run_collective_command(collective);
+    return kOk;
+  }
   if (options.command == "list") {
     print_catalog(fleetsim::list_presets(DataPaths{options.data_dir}));
     return kOk;
@@ -156,7 +178,8 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
-    if (options.command != "run" && options.command != "validate" && options.command != "list") {
+    const std::vector<std::string> commands{"run", "validate", "list", "collective"};
+    if (std::find(commands.begin(), commands.end(), options.command) == commands.end()) {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;
     }

@@ -1,0 +1,31 @@
+// A simulated nccl-tests run: one collective at a time over a range of message sizes, timed on
+// the topology with the GPU profile's link efficiencies, reported in nccl-tests' terms (size,
+// count, time, algbw = size / time, busbw = algbw x the bus factor of doc/PERFORMANCE.md), so the
+// table can be put beside a measured log.
+#pragma once
+
+#include <vector>
+
+#include "sim/step/step_inputs.hpp"
+#include "topology/collective_op.hpp"
+
+namespace fleetsim {
+
+struct CollectiveSample {
+  double size_bytes = 0;  // nccl-tests S
+  double time_us = 0;
+  double algbw_gb_per_s = 0;
+  double busbw_gb_per_s = 0;
+};
+
+// The sizes nccl-tests runs for -b min -e max -f factor (bytes, rounded down to whole elements
+// of `element_bytes`, as nccl-tests does).
+std::vector<double> nccl_tests_sizes(double min_bytes, double max_bytes, double factor,
+                                     double element_bytes = 4);
+
+// Each size is simulated alone on an idle cluster: ranks are the first `ranks` GPUs in rank
+// order. Throws ModelError when the cluster has fewer GPUs.
+std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, CollectiveOp op,
+                                                   int ranks, const std::vector<double>& sizes);
+
+}  // namespace fleetsim

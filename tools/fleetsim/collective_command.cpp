@@ -1,0 +1,89 @@
+#include "tools/fleetsim/collective_command.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <stdexcept>
+
+#include "sim/engine/errors.hpp"
+#include "sim/scenario/scenario.hpp"
+#include "sim/step/collective_benchmark.hpp"
+
+namespace fleetsim {
+namespace {
+
+CollectiveOp parse_op(const std::string& name) {
+  static const std::map<std::string, CollectiveOp> ops{
+      {"all_reduce", CollectiveOp::all_reduce},
+      {"reduce_scatter", CollectiveOp::reduce_scatter},
+      {"all_gather", CollectiveOp::all_gather}};
+  const auto found = ops.find(name);
+  if (found == ops.end()) {
+    throw ScenarioError("(command line)", 0, 0, "--op", "unknown collective '" + name + "'",
+                        "one of all_reduce, reduce_scatter, all_gather");
+  }
+  return found->second;
+}
+
+// nccl-tests prints times with fewer decimals as they grow (src/common.cu).
+std::string format_time_us(double us) {
+  char text[32];
+  std::snprintf(text, sizeof text, us >= 10000 ? "%7.0f" : us >= 100 ? "%7.1f" : "%7.2f", us);
+  return text;
+}
+
+}  // namespace
+
+double parse_nccl_tests_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string suffix = text.substr(used);
+  const std::map<std::string, double> multipliers{
+      {"", 1}, {"K", 1024}, {"M", 1024.0 * 1024}, {"G", 1024.0 * 1024 * 1024}};
+  const auto multiplier = multipliers.find(suffix);
+  if (used == 0 || multiplier == multipliers.end() || !(value > 0)) {
+    throw ScenarioError("(command line)", 0, 0, "size",
+                        "expected a size like 8, 128M or 8G, got '" + text + "'",
+                        "nccl-tests syntax: K, M and G are powers of 1024");
+  }
+  return value * multiplier->second;
+}
+
+void run_collective_command(const CollectiveOptions& options) {
+  if (options.node.empty()) {
+    throw ScenarioError("(command line)", 0, 0, "--node", "a node preset is required",
+                        "see `fleetsim list` for the presets");
+  }
+  const StepInputs cluster =
+      load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
+  const CollectiveOp op = parse_op(options.op);
+  const int ranks = options.ranks > 0 ? options.ranks : cluster.nodes * cluster.node.gpus;
+  const std::vector<double> sizes =
+      nccl_tests_sizes(parse_nccl_tests_size(options.min_bytes),
+                       parse_nccl_tests_size(options.max_bytes), options.factor);
+  const std::vector<CollectiveSample> samples = benchmark_collective(cluster, op, ranks, sizes);
+
+  std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s), ring\n",
+              FLEETSIM_VERSION, to_string(op), ranks, cluster.nodes, cluster.node.name.c_str(),
+              cluster.gpu.name.c_str());
+  std::printf("#\n");
+  std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
+              "root", "time", "algbw", "busbw", "#wrong");
+  std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
+              "(us)", "(GB/s)", "(GB/s)", "");
+  double busbw_sum = 0;
+  for (const CollectiveSample& sample : samples) {
+    std::printf(" %12.0f  %12.0f  %8s  %6s  %6d  %s  %6.2f  %6.2f  %6s\n", sample.size_bytes,
+                sample.size_bytes / 4, "float", "sum", -1, format_time_us(sample.time_us).c_str(),
+                sample.algbw_gb_per_s, sample.busbw_gb_per_s, "N/A");
+    busbw_sum += sample.busbw_gb_per_s;
+  }
+  std::printf("# Avg bus bandwidth    : %g\n#\n", busbw_sum / static_cast<double>(samples.size()));
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,26 @@
+// `fleetsim collective`: a simulated nccl-tests run, printed as nccl-tests prints it.
+#pragma once
+
+#include <string>
+
+namespace fleetsim {
+
+struct CollectiveOptions {
+  std::string data_dir;
+  std::string node;
+  int nodes = 1;
+  std::string gpu;  // GPU profile override; empty: the node's own
+  std::string op = "all_reduce";
+  int ranks = 0;  // 0: every GPU of the cluster
+  std::string min_bytes = "8";
+  std::string max_bytes = "8G";
+  double factor = 2;
+};
+
+// Prints the table to stdout; throws ScenarioError / ModelError on bad input or models.
+void run_collective_command(const CollectiveOptions& options);
+
+// nccl-tests size syntax: a number with an optional K, M or G suffix (powers of 1024).
+double parse_nccl_tests_size(const std::string& text);
+
+}  // namespace fleetsim
