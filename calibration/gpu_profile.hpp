@@ -27,9 +27,9 @@ struct GpuProfile {
   Calibrated gemm_efficiency;         // best large-GEMM throughput / dense peak
   int gemm_tile_m = 128;              // output tile of the GEMM kernels (wave quantisation)
   int gemm_tile_n = 256;
-  Calibrated attention_efficiency;       // FlashAttention fwd+bwd throughput / dense peak
-  Calibrated memory_efficiency;          // achieved / peak HBM bandwidth of streaming kernels
-  Calibrated kernel_launch_s;            // fixed cost per kernel
+  Calibrated attention_efficiency;  // FlashAttention fwd+bwd throughput / dense peak
+  Calibrated memory_efficiency;     // achieved / peak HBM bandwidth of streaming kernels
+  Calibrated kernel_launch_s;       // fixed cost per kernel
   // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
   // for GPU and fabric links, NCCL's bus bandwidth over line rate.
   std::map<std::string, Calibrated> link_efficiency;

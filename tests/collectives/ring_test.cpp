@@ -187,7 +187,8 @@ TEST_CASE("on an 8-GPU xGMI mesh the rings use all 7 links of every GPU") {
   REQUIRE(collectives.channel_rings(topo.gpus()).size() == 7);
   const double size = 8e9;
   SimTime done_at{};
-  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size, [&] { done_at = engine.now(); });
+  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
+                       [&] { done_at = engine.now(); });
   engine.run();
   const double busbw = 2.0 * 7 / 8 * size / done_at.seconds();
   CHECK(busbw == Approx(7 * 48e9).epsilon(1e-6));
