@@ -42,13 +42,17 @@ struct NodeSpec {
 };
 
 enum class FabricKind {
-  rail_fat_tree  // NIC i of every node plugs into leaf (rail) i; leaves meet at a spine tier
+  // Rail-optimised fat tree: NIC r of every node plugs into a leaf of rail r; leaves meet at a
+  // spine tier (two tiers) or at pod spines joined by a core tier (three tiers).
+  rail_fat_tree
 };
 
 struct FabricSpec {
   FabricKind kind = FabricKind::rail_fat_tree;
   double link_bytes_per_s = 0;    // per port per direction; 0 means "as fast as the NIC"
-  double oversubscription = 1.0;  // leaf downlink : uplink bandwidth ratio, >= 1
+  double oversubscription = 1.0;  // leaf downlink : uplink ports, >= 1
+  int leaf_ports = 64;            // switch radix (NDR Quantum-2: 64 ports of 400 Gb/s)
+  int tiers = 2;                  // 2: leaf-spine; 3: leaf-spine-core with pods
   SimTime switch_latency{};       // one switch traversal
 };
 

@@ -60,7 +60,15 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
   vertices_.push_back(Vertex{kind, std::move(name), node, index});
   nic_of_gpu_.push_back(kNoVertex);
   out_links_.emplace_back();
-  if (kind == VertexKind::gpu) gpus_.push_back(id);
+  if (kind == VertexKind::gpu) {
+    gpus_.push_back(id);
+    if (node >= 0 && index >= 0) {
+      if (gpus_by_node_.size() <= static_cast<std::size_t>(node)) gpus_by_node_.resize(node + 1);
+      auto& on_node = gpus_by_node_[node];
+      if (on_node.size() <= static_cast<std::size_t>(index)) on_node.resize(index + 1, kNoVertex);
+      on_node[index] = id;
+    }
+  }
   return id;
 }
 
@@ -72,10 +80,14 @@ std::optional<LinkId> Topology::link_between(VertexId a, VertexId b) const {
 }
 
 std::optional<VertexId> Topology::gpu_at(int node, int index) const {
-  for (const VertexId gpu : gpus_) {
-    if (vertices_[gpu].node == node && vertices_[gpu].index == index) return gpu;
+  if (node < 0 || index < 0 || static_cast<std::size_t>(node) >= gpus_by_node_.size()) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  const auto& on_node = gpus_by_node_[node];
+  if (static_cast<std::size_t>(index) >= on_node.size() || on_node[index] == kNoVertex) {
+    return std::nullopt;
+  }
+  return on_node[index];
 }
 
 void Topology::set_nic_of_gpu(VertexId gpu, VertexId nic) {
@@ -111,17 +123,25 @@ std::string Topology::link_name(LinkId id) const {
 
 namespace {
 
+// Thrown by the visitor to stop the search once the destination is reached (the Boost.Graph
+// idiom for an early exit): on a cluster of thousands of vertices most routes are a few hops.
+struct DestinationReached {};
+
 // Records, for every vertex reached, the edge it was first reached by.
 class PredecessorRecorder : public boost::default_bfs_visitor {
  public:
-  explicit PredecessorRecorder(std::vector<LinkId>& via) : via_(&via) {}
+  PredecessorRecorder(std::vector<LinkId>& via, VertexId destination)
+      : via_(&via), destination_(destination) {}
   template <class Edge, class Graph>
   void tree_edge(Edge edge, const Graph& graph) const {
-    (*via_)[boost::target(edge, graph)] = boost::get(boost::edge_index, graph, edge);
+    const auto target = static_cast<VertexId>(boost::target(edge, graph));
+    (*via_)[target] = boost::get(boost::edge_index, graph, edge);
+    if (target == destination_) throw DestinationReached{};
   }
 
  private:
   std::vector<LinkId>* via_;
+  VertexId destination_;
 };
 
 // Keeps the edges that leave the source or a vertex that is not a GPU.
@@ -142,7 +162,10 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   std::vector<LinkId> via(vertices_.size(), kNoVertex);
   const NoTransitThroughGpus filter{&graph_->adjacency, &vertices_, src};
   const boost::filtered_graph<Adjacency, NoTransitThroughGpus> usable(graph_->adjacency, filter);
-  boost::breadth_first_search(usable, src, boost::visitor(PredecessorRecorder(via)));
+  try {
+    boost::breadth_first_search(usable, src, boost::visitor(PredecessorRecorder(via, dst)));
+  } catch (const DestinationReached&) {
+  }
   if (via[dst] == kNoVertex) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
@@ -215,6 +238,73 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
 
 }  // namespace
 
+namespace {
+
+LinkKind fabric_link_kind(NicKind kind) {
+  switch (kind) {
+    case NicKind::efa: return LinkKind::efa;
+    case NicKind::roce: return LinkKind::roce;
+    case NicKind::infiniband: return LinkKind::infiniband;
+  }
+  return LinkKind::infiniband;
+}
+
+// Rail-optimised fat tree. Each leaf switch gives `down` ports to nodes and `up` ports to the
+// tier above, with down / up = oversubscription and down + up = leaf_ports. Rail r's leaves serve
+// consecutive groups of `down` nodes through their NIC r. A tier above the leaves is drawn as one
+// vertex per spine plane: adaptive routing spreads a flow over all spines of the plane, so the
+// plane acts as one non-blocking switch behind the leaves' uplinks (DESIGN.md, `adaptive`). With
+// three tiers, leaves are grouped into pods of leaf_ports / 2 leaves, each with its own spine
+// plane, joined by a core plane; pod uplinks carry what the pod's leaf uplinks can send.
+void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<NodeVertices>& built,
+                    const FabricSpec& fabric) {
+  if (fabric.oversubscription < 1.0) throw ModelError("fabric oversubscription must be >= 1");
+  if (fabric.leaf_ports < 2) throw ModelError("a leaf switch needs at least two ports");
+  if (fabric.tiers != 2 && fabric.tiers != 3) throw ModelError("a fat tree has 2 or 3 tiers");
+  const double port = fabric.link_bytes_per_s > 0 ? fabric.link_bytes_per_s : node.nic_bytes_per_s;
+  const LinkKind kind = fabric_link_kind(node.nic_kind);
+  const int ports = fabric.leaf_ports;
+  const int down = std::max(1, static_cast<int>(ports * fabric.oversubscription /
+                                                (1 + fabric.oversubscription)));
+  const int up = std::max(1, ports - down);
+  const int nodes = static_cast<int>(built.size());
+  const int leaves_per_rail = (nodes + down - 1) / down;
+  const int leaves_per_pod = std::max(1, ports / 2);
+  auto pod_of = [&](int leaf_index) { return fabric.tiers == 3 ? leaf_index / leaves_per_pod : 0; };
+
+  std::vector<VertexId> pod_spines;
+  std::vector<double> pod_uplink_bytes_per_s;
+  int leaf_index = 0;
+  for (int rail = 0; rail < node.nics; ++rail) {
+    for (int group = 0; group < leaves_per_rail; ++group, ++leaf_index) {
+      const VertexId leaf = topo.add_vertex(
+          VertexKind::leaf_switch, "rail" + std::to_string(rail) + ".leaf" + std::to_string(group),
+          -1);
+      for (int n = group * down; n < std::min(nodes, (group + 1) * down); ++n) {
+        topo.add_duplex_link(built[n].nics[rail], leaf, kind, port, node.nic_latency);
+      }
+      const std::size_t pod = pod_of(leaf_index);
+      if (pod_spines.size() <= pod) {
+        const std::string name =
+            fabric.tiers == 3 ? "pod" + std::to_string(pod) + ".spine" : std::string("spine");
+        pod_spines.push_back(topo.add_vertex(VertexKind::spine_switch, name, -1));
+        pod_uplink_bytes_per_s.push_back(0.0);
+      }
+      topo.add_duplex_link(leaf, pod_spines[pod], kind, up * port, fabric.switch_latency);
+      pod_uplink_bytes_per_s[pod] += up * port;
+    }
+  }
+  if (fabric.tiers == 3) {
+    const VertexId core = topo.add_vertex(VertexKind::spine_switch, "core", -1);
+    for (std::size_t pod = 0; pod < pod_spines.size(); ++pod) {
+      topo.add_duplex_link(pod_spines[pod], core, kind, pod_uplink_bytes_per_s[pod],
+                           fabric.switch_latency);
+    }
+  }
+}
+
+}  // namespace
+
 Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric) {
   if (nodes < 1) throw ModelError("a cluster needs at least one node");
   if (node.gpus < 1 || node.pcie_switches < 1) {
@@ -223,28 +313,7 @@ Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric
   Topology topo;
   std::vector<NodeVertices> built;
   for (int n = 0; n < nodes; ++n) built.push_back(build_node(topo, node, n));
-  if (nodes == 1 || node.nics == 0) return topo;
-  if (fabric.oversubscription < 1.0) throw ModelError("fabric oversubscription must be >= 1");
-
-  // Rail-optimised two-tier tree: NIC i of every node plugs into leaf i (its rail); traffic that
-  // changes rail crosses the spine tier, drawn as one vertex whose uplink per leaf carries the
-  // leaf's downlink bandwidth divided by the oversubscription.
-  const double port_bytes_per_s =
-      fabric.link_bytes_per_s > 0 ? fabric.link_bytes_per_s : node.nic_bytes_per_s;
-  const LinkKind fabric_kind = node.nic_kind == NicKind::efa    ? LinkKind::efa
-                               : node.nic_kind == NicKind::roce ? LinkKind::roce
-                                                                : LinkKind::infiniband;
-  const VertexId spine = topo.add_vertex(VertexKind::spine_switch, "spine", -1);
-  for (int rail = 0; rail < node.nics; ++rail) {
-    const VertexId leaf =
-        topo.add_vertex(VertexKind::leaf_switch, "leaf" + std::to_string(rail), -1);
-    for (int n = 0; n < nodes; ++n) {
-      topo.add_duplex_link(built[n].nics[rail], leaf, fabric_kind, port_bytes_per_s,
-                           node.nic_latency);
-    }
-    const double uplink = port_bytes_per_s * nodes / fabric.oversubscription;
-    topo.add_duplex_link(leaf, spine, fabric_kind, uplink, fabric.switch_latency);
-  }
+  if (nodes > 1 && node.nics > 0) build_fat_tree(topo, node, built, fabric);
   return topo;
 }
 

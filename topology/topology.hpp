@@ -83,6 +83,7 @@ class Topology {
   std::vector<Vertex> vertices_;
   std::vector<Link> links_;
   std::vector<VertexId> gpus_;
+  std::vector<std::vector<VertexId>> gpus_by_node_;  // [node][local index], kNoVertex for gaps
   std::vector<VertexId> nic_of_gpu_;            // indexed by vertex; kNoVertex where none
   std::vector<std::vector<LinkId>> out_links_;  // indexed by vertex, in creation order
 };

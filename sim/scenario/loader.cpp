@@ -685,7 +685,8 @@ ParallelPlan parse_layout(const Field& f) {
   return plan;
 }
 
-const Keys kFabricKeys = {"kind", "link", "oversubscription", "switch_latency"};
+const Keys kFabricKeys = {"kind",       "link",  "oversubscription",
+                          "leaf_ports", "tiers", "switch_latency"};
 
 FabricSpec parse_fabric(const std::optional<Field>& f) {
   FabricSpec fabric;
@@ -706,6 +707,12 @@ FabricSpec parse_fabric(const std::optional<Field>& f) {
       fail(*ratio, "expected a ratio >= 1, got " + describe(ratio->node),
            "oversubscription is leaf downlink : uplink bandwidth; 1 is non-blocking");
     }
+  }
+  if (auto ports = find(*f, "leaf_ports")) {
+    fabric.leaf_ports = read_int(*ports, 2);
+  }
+  if (auto tiers = find(*f, "tiers")) {
+    fabric.tiers = std::stoi(read_choice(*tiers, {"2", "3"}));
   }
   if (auto latency = find(*f, "switch_latency")) {
     fabric.switch_latency = read_time(*latency);

@@ -1,0 +1,108 @@
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "sim/engine/engine.hpp"
+#include "sim/network/flow_network.hpp"
+#include "topology/topology.hpp"
+
+using namespace fleetsim;
+
+namespace {
+
+// One GPU and one 50 GB/s NIC per node: every node is one port of rail 0.
+NodeSpec one_nic_node() {
+  NodeSpec node;
+  node.name = "one-nic";
+  node.gpus = 1;
+  node.gpu_fabric = GpuFabric::pcie_only;
+  node.pcie_switches = 1;
+  node.pcie_bytes_per_s = 64e9;
+  node.host_bytes_per_s = 64e9;
+  node.nics = 1;
+  node.nic_bytes_per_s = 50e9;
+  return node;
+}
+
+std::vector<double> line_rates(const Topology& topo) {
+  std::vector<double> rates;
+  for (LinkId l = 0; l < topo.link_count(); ++l) rates.push_back(topo.link(l).bytes_per_s);
+  return rates;
+}
+
+VertexId nic_of_node(const Topology& topo, int node) {
+  return *topo.nic_of_gpu(*topo.gpu_at(node, 0));
+}
+
+// Rate of each of `pairs` concurrent NIC-to-NIC flows from node i to node first_target + i.
+double concurrent_flow_rate(const Topology& topo, int pairs, int first_target) {
+  Engine engine;
+  FlowNetwork network(engine, line_rates(topo));
+  std::vector<FlowNetwork::FlowId> flows;
+  for (int i = 0; i < pairs; ++i) {
+    std::vector<LinkUse> links;
+    for (const LinkId l : topo.route(nic_of_node(topo, i), nic_of_node(topo, first_target + i))) {
+      links.push_back({l, 1.0});
+    }
+    flows.push_back(network.start_flow(links, 1e12, SimTime{}, [] {}));
+  }
+  const double rate = network.rate(flows.front());
+  for (const auto flow : flows) CHECK(network.rate(flow) == Approx(rate));
+  return rate;
+}
+
+}  // namespace
+
+TEST_CASE("a 2:1 oversubscribed leaf halves the bandwidth that crosses the spine") {
+  // 6-port leaves. Non-blocking (1:1): 3 ports down, 3 up; every node of leaf 0 sends to a node
+  // of leaf 1: 3 flows share 3 x 50 GB/s of uplink, 50 GB/s each (the NIC rate). At 2:1: 4 ports
+  // down, 2 up; 4 flows share 2 x 50 GB/s: 25 GB/s each, half.
+  FabricSpec fabric;
+  fabric.leaf_ports = 6;
+  fabric.oversubscription = 1;
+  const Topology full = build_cluster(one_nic_node(), 6, fabric);
+  CHECK(concurrent_flow_rate(full, 3, 3) == Approx(50e9));
+  fabric.oversubscription = 2;
+  const Topology halved = build_cluster(one_nic_node(), 8, fabric);
+  CHECK(concurrent_flow_rate(halved, 4, 4) == Approx(25e9));
+}
+
+TEST_CASE("traffic that stays under one leaf is not affected by oversubscription") {
+  // 2:1, 6-port leaves: nodes 0-3 share leaf 0. Nodes 0, 1 send to nodes 2, 3: NIC-bound.
+  FabricSpec fabric;
+  fabric.leaf_ports = 6;
+  fabric.oversubscription = 2;
+  const Topology topo = build_cluster(one_nic_node(), 8, fabric);
+  CHECK(concurrent_flow_rate(topo, 2, 2) == Approx(50e9));
+}
+
+TEST_CASE("three tiers: pods of leaf_ports / 2 leaves meet at the core") {
+  // 4-port leaves, 1:1: 2 nodes per leaf, pods of 2 leaves = 4 nodes. Node 0 to node 1 stays on
+  // its leaf (NIC, leaf, NIC: 2 links); to node 2 it crosses the pod spine (4 links); to node 4
+  // the core (6 links).
+  FabricSpec fabric;
+  fabric.leaf_ports = 4;
+  fabric.tiers = 3;
+  const Topology topo = build_cluster(one_nic_node(), 8, fabric);
+  CHECK(topo.route(nic_of_node(topo, 0), nic_of_node(topo, 1)).size() == 2);
+  CHECK(topo.route(nic_of_node(topo, 0), nic_of_node(topo, 2)).size() == 4);
+  const auto across_pods = topo.route(nic_of_node(topo, 0), nic_of_node(topo, 4));
+  CHECK(across_pods.size() == 6);
+  bool via_core = false;
+  for (const LinkId l : across_pods) via_core |= topo.vertex(topo.link(l).to).name == "core";
+  CHECK(via_core);
+}
+
+TEST_CASE("a 512-node rail-optimised cluster has the leaves the radix implies") {
+  // 8 rails; 64-port leaves at 1:1 serve 32 nodes each: 512 / 32 = 16 leaves per rail.
+  NodeSpec node = one_nic_node();
+  node.gpus = 8;
+  node.nics = 8;
+  node.pcie_switches = 4;
+  const Topology topo = build_cluster(node, 512, FabricSpec{});
+  int leaves = 0;
+  for (VertexId v = 0; v < topo.vertex_count(); ++v) {
+    leaves += topo.vertex(v).kind == VertexKind::leaf_switch;
+  }
+  CHECK(leaves == 128);
+  CHECK(topo.gpus().size() == 4096);
+}
