@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace fleetsim {
@@ -33,6 +34,9 @@ struct GpuProfile {
   // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
   // for GPU and fabric links, NCCL's bus bandwidth over line rate.
   std::map<std::string, Calibrated> link_efficiency;
+  // Usable fraction of NVLink line rate for NVLS (in-switch reduction) collectives; absent for
+  // GPUs that cannot use it.
+  std::optional<Calibrated> nvls_efficiency;
   Calibrated collective_base_latency_s;  // fixed cost of launching one collective
   Calibrated collective_hop_latency_s;   // alpha: latency of one ring step
 };

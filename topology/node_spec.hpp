@@ -29,6 +29,7 @@ struct NodeSpec {
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
   double nvlink_bytes_per_s = 0;     // per GPU per direction, all NVLinks of the GPU together
   SimTime nvlink_latency{};          // one traversal GPU -> switch or switch -> GPU
+  bool nvls = false;  // the NVSwitch reduces in the switch (NVLink SHARP)
   double xgmi_link_bytes_per_s = 0;  // xgmi_mesh: each GPU-to-GPU link, per direction
   SimTime xgmi_latency{};
   int pcie_switches = 4;        // GPUs and NICs are spread evenly over them (affinity)

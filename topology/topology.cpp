@@ -60,6 +60,7 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
   vertices_.push_back(Vertex{kind, std::move(name), node, index});
   nic_of_gpu_.push_back(kNoVertex);
   out_links_.emplace_back();
+  reduces_.push_back(0);
   if (kind == VertexKind::gpu) {
     gpus_.push_back(id);
     if (node >= 0 && index >= 0) {
@@ -70,6 +71,16 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
     }
   }
   return id;
+}
+
+void Topology::set_in_switch_reduction(VertexId nvswitch) { reduces_.at(nvswitch) = 1; }
+
+std::optional<VertexId> Topology::reducing_switch_of(VertexId gpu) const {
+  for (const LinkId link : out_links_.at(gpu)) {
+    const VertexId to = links_[link].to;
+    if (vertices_[to].kind == VertexKind::nvswitch && reduces_[to]) return to;
+  }
+  return std::nullopt;
 }
 
 std::optional<LinkId> Topology::link_between(VertexId a, VertexId b) const {
@@ -204,6 +215,7 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
   }
   if (spec.gpu_fabric == GpuFabric::nvswitch) {
     const VertexId nvswitch = topo.add_vertex(VertexKind::nvswitch, prefix + "nvswitch", node);
+    if (spec.nvls) topo.set_in_switch_reduction(nvswitch);
     for (const VertexId gpu : gpus) {
       topo.add_duplex_link(gpu, nvswitch, LinkKind::nvlink, spec.nvlink_bytes_per_s,
                            spec.nvlink_latency);

@@ -68,6 +68,10 @@ class Topology {
   void set_nic_of_gpu(VertexId gpu, VertexId nic);
   std::optional<VertexId> nic_of_gpu(VertexId gpu) const;
 
+  // NVSwitches that reduce in the switch (NVLink SHARP), and the one a GPU hangs off, if any.
+  void set_in_switch_reduction(VertexId nvswitch);
+  std::optional<VertexId> reducing_switch_of(VertexId gpu) const;
+
   // The link from a to b, if they are directly connected.
   std::optional<LinkId> link_between(VertexId a, VertexId b) const;
 
@@ -86,6 +90,7 @@ class Topology {
   std::vector<std::vector<VertexId>> gpus_by_node_;  // [node][local index], kNoVertex for gaps
   std::vector<VertexId> nic_of_gpu_;            // indexed by vertex; kNoVertex where none
   std::vector<std::vector<LinkId>> out_links_;  // indexed by vertex, in creation order
+  std::vector<char> reduces_;                   // indexed by vertex: an NVLS-capable NVSwitch
 };
 
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.

@@ -83,9 +83,58 @@ class HamiltonianCycles {
 
 }  // namespace
 
+const char* to_string(CollectiveAlgorithm algorithm) {
+  return algorithm == CollectiveAlgorithm::nvls ? "nvls" : "ring";
+}
+
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-                         CollectiveLatency latency)
-    : engine_(&engine), network_(&network), topology_(&topology), latency_(latency) {}
+                         CollectiveLatency latency, NvlsSupport nvls)
+    : engine_(&engine),
+      network_(&network),
+      topology_(&topology),
+      latency_(latency),
+      nvls_(nvls) {}
+
+CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks) const {
+  if (op != CollectiveOp::all_reduce || !(nvls_.efficiency > 0) || ranks.size() < 2) {
+    return CollectiveAlgorithm::ring;
+  }
+  const std::optional<VertexId> nvswitch = topology_->reducing_switch_of(ranks.front());
+  if (!nvswitch) return CollectiveAlgorithm::ring;
+  for (const VertexId gpu : ranks) {
+    if (topology_->reducing_switch_of(gpu) != nvswitch) return CollectiveAlgorithm::ring;
+  }
+  return CollectiveAlgorithm::nvls;
+}
+
+void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+                      std::function<void()> done) {
+  if (choose(op, ranks) == CollectiveAlgorithm::nvls) {
+    run_nvls(ranks, size_bytes, std::move(done));
+  } else {
+    run_ring(op, ranks, size_bytes, std::move(done));
+  }
+}
+
+void Collectives::run_nvls(const std::vector<VertexId>& ranks, double size_bytes,
+                           std::function<void()> done) {
+  const VertexId nvswitch = topology_->reducing_switch_of(ranks.front()).value();
+  std::vector<LinkUse> ports;
+  SimTime slowest_port{};
+  for (const VertexId gpu : ranks) {
+    const LinkId up = topology_->link_between(gpu, nvswitch).value();
+    const LinkId down = topology_->link_between(nvswitch, gpu).value();
+    ports.push_back({up, 1.0});
+    ports.push_back({down, 1.0});
+    slowest_port = std::max(slowest_port, topology_->link(up).latency);
+  }
+  const double p = static_cast<double>(ranks.size());
+  // Links are sized for rings; NVLS's own efficiency turns its payload into their wire load.
+  const double wire_bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
+  // Two steps, reduce and multicast, each through the switch and back.
+  const SimTime step = std::max(latency_.per_step, slowest_port + slowest_port);
+  network_->start_flow(ports, wire_bytes, latency_.base + step + step, std::move(done));
+}
 
 std::vector<std::vector<VertexId>> Collectives::channel_rings(
     const std::vector<VertexId>& ranks) const {

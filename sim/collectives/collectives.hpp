@@ -43,15 +43,36 @@ struct CollectiveLatency {
   SimTime per_step{};  // per ring step, at least (a slower hop's path latency takes over)
 };
 
+enum class CollectiveAlgorithm { ring, nvls };
+const char* to_string(CollectiveAlgorithm algorithm);
+
+// NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU sends its whole buffer up once for the
+// switch to reduce (S), fetches and multicasts its reduced shard (S/p each way), and receives
+// every reduced shard (S): S (1 + 1/p) each way over its NVLink port, whatever p is, so its bus
+// bandwidth is not capped by the ring's. It moves data at its own protocol efficiency, which the
+// GPU profile calibrates separately from the ring's (DESIGN.md, "NVLS is its own model").
+struct NvlsSupport {
+  double efficiency = 0;       // usable fraction of NVLink line rate under NVLS; 0: not available
+  double ring_efficiency = 1;  // the fraction the flow network already applies to NVLink links
+};
+
 class Collectives {
  public:
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-              CollectiveLatency latency);
+              CollectiveLatency latency, NvlsSupport nvls = {});
 
-  // Runs a ring collective over `ranks` (GPU vertices in rank order, >= 1 of them) with message
-  // size `size_bytes` (nccl-tests S); `done` runs when the last rank has finished.
+  // The algorithm NCCL's tuner would use for large messages: NVLS for an all-reduce whose ranks
+  // all hang off one NVSwitch that reduces, when the GPUs support it; a ring otherwise.
+  CollectiveAlgorithm choose(CollectiveOp op, const std::vector<VertexId>& ranks) const;
+
+  // Runs a collective over `ranks` (GPU vertices in rank order, >= 1 of them) with message size
+  // `size_bytes` (nccl-tests S) with the chosen algorithm; `done` runs when the last rank has
+  // finished.
+  void run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+           std::function<void()> done);
   void run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                 std::function<void()> done);
+  void run_nvls(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
 
   // The ring order of each channel, and the links one hop of a ring crosses.
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
@@ -69,6 +90,7 @@ class Collectives {
   FlowNetwork* network_;
   const Topology* topology_;
   CollectiveLatency latency_;
+  NvlsSupport nvls_;
   std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
 };
 

@@ -441,7 +441,7 @@ NicKind read_nic_kind(const Field& f) {
   return NicKind::infiniband;
 }
 
-const std::array<NodeKey, 17> kNodeKeys = {{
+const std::array<NodeKey, 18> kNodeKeys = {{
     {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
     {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
     {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
@@ -453,6 +453,7 @@ const std::array<NodeKey, 17> kNodeKeys = {{
      },
      true},
     {"nvlink_latency", [](NodeSpec& s, const Field& f) { s.nvlink_latency = read_time(f); }, true},
+    {"nvls", [](NodeSpec& s, const Field& f) { s.nvls = read_bool(f); }, false},
     {"xgmi_link",
      [](NodeSpec& s, const Field& f) {
        s.xgmi_link_bytes_per_s = read_quantity(f, Quantity::bandwidth);
@@ -954,9 +955,11 @@ NodeBuild Loader::parse_node(const Field& f) {
 GpuProfile Loader::gpu_profile(const Field& name) {
   const Preset& p = preset(name, data_.root / "calibration" / "profiles", "GPU profile");
   const Field root{p.root, &p.doc, ""};
-  const Keys keys = profile_keys();
-  expect_map(root, keys);
-  require_keys(root, keys);
+  Keys allowed = profile_keys();
+  const Keys required = allowed;
+  allowed.push_back("nvls_efficiency");  // only GPUs behind an NVLS-capable NVSwitch have it
+  expect_map(root, allowed);
+  require_keys(root, required);
   GpuProfile g;
   g.name = read_string(require(root, "name"));
   g.description = read_string(require(root, "description"));
@@ -970,6 +973,9 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   expect_map(links, kLinkKinds);
   for (const Entry& entry : entries(links)) {
     g.link_efficiency[entry.key] = read_calibrated(entry.value, Quantity::fraction);
+  }
+  if (const auto nvls = find(root, "nvls_efficiency")) {
+    g.nvls_efficiency = read_calibrated(*nvls, Quantity::fraction);
   }
   return g;
 }

@@ -32,18 +32,19 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
   }
   const std::vector<VertexId> members(topology.gpus().begin(), topology.gpus().begin() + ranks);
   const std::vector<double> capacity = usable_link_capacities(topology, cluster.gpu);
-  const CollectiveLatency latency{from_seconds(cluster.gpu.collective_base_latency_s.value),
-                                  from_seconds(cluster.gpu.collective_hop_latency_s.value)};
+  const CollectiveLatency latency = collective_latency(cluster.gpu);
+  const NvlsSupport nvls = nvls_support(cluster.gpu);
   std::vector<CollectiveSample> samples;
   for (const double size : sizes) {
     Engine engine;
     FlowNetwork network(engine, capacity);
-    Collectives collectives(engine, network, topology, latency);
+    Collectives collectives(engine, network, topology, latency, nvls);
     SimTime done{};
-    collectives.run_ring(op, members, size, [&] { done = engine.now(); });
+    collectives.run(op, members, size, [&] { done = engine.now(); });
     engine.run();
     CollectiveSample sample;
     sample.size_bytes = size;
+    sample.algorithm = to_string(collectives.choose(op, members));
     sample.time_us = done.seconds() * 1e6;
     sample.algbw_gb_per_s = done.ns() > 0 ? size / done.seconds() / 1e9 : 0.0;
     sample.busbw_gb_per_s = sample.algbw_gb_per_s * ring_traffic_factor(op, ranks);

@@ -86,9 +86,7 @@ class Replay {
       : graph_(graph),
         index_(graph, gpu),
         network_(engine_, usable_link_capacities(topology, gpu)),
-        collectives_(engine_, network_, topology,
-                     CollectiveLatency{from_seconds(gpu.collective_base_latency_s.value),
-                                       from_seconds(gpu.collective_hop_latency_s.value)}),
+        collectives_(engine_, network_, topology, collective_latency(gpu), nvls_support(gpu)),
         ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
         ranks_(graph.ranks) {
     for (Rank& rank : ranks_) {
@@ -150,7 +148,7 @@ class Replay {
     const auto& work = std::get<CollectiveWork>(task.work);
     comm_bytes_per_gpu_ += ring_traffic_factor(work.op, graph_.ranks) * work.size_bytes;
     const SimTime begin = engine_.now();
-    collectives_.run_ring(work.op, ring_, work.size_bytes, [this, t, begin] {
+    collectives_.run(work.op, ring_, work.size_bytes, [this, t, begin] {
       for (int member = 0; member < graph_.ranks; ++member) {
         ranks_[member].comm_busy.push_back({begin, engine_.now()});
         finish(member, t);
@@ -202,6 +200,17 @@ class Replay {
 };
 
 }  // namespace
+
+CollectiveLatency collective_latency(const GpuProfile& gpu) {
+  return {from_seconds(gpu.collective_base_latency_s.value),
+          from_seconds(gpu.collective_hop_latency_s.value)};
+}
+
+NvlsSupport nvls_support(const GpuProfile& gpu) {
+  const auto nvlink = gpu.link_efficiency.find("nvlink");
+  if (!gpu.nvls_efficiency || nvlink == gpu.link_efficiency.end()) return {};
+  return {gpu.nvls_efficiency->value, nvlink->second.value};
+}
 
 std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu) {
   std::vector<double> capacity(topology.link_count());

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "calibration/gpu_profile.hpp"
+#include "sim/collectives/collectives.hpp"
 #include "sim/step/step_inputs.hpp"
 #include "topology/topology.hpp"
 #include "workloads/task_graph.hpp"
@@ -17,6 +18,10 @@ namespace fleetsim {
 
 // Usable capacity of each link: line rate times the profile's efficiency for its kind.
 std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu);
+
+// How collectives run with this GPU: NCCL's latencies and, where it can use it, NVLS.
+CollectiveLatency collective_latency(const GpuProfile& gpu);
+NvlsSupport nvls_support(const GpuProfile& gpu);
 
 // Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology);

@@ -200,3 +200,40 @@ TEST_CASE("on an 8-GPU xGMI mesh the rings use all 7 links of every GPU") {
   }
   CHECK(xgmi_links == 56);
 }
+
+TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyond the ring bound") {
+  // 8 GPUs on a reducing NVSwitch, 450 GB/s ports, NVLS efficiency 0.686 (ring efficiency 1 in
+  // this bare network). S = 9 GB: 9 GB x 9/8 = 10.125 GB through each port at 450 x 0.686 =
+  // 308.7 GB/s: 32.8 ms. busbw = 2 x 7/8 x S / t = 480 GB/s, above the 450 GB/s a ring can reach.
+  NodeSpec node = eight_gpu_node();
+  node.nvls = true;
+  node.nics = 0;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus()) == CollectiveAlgorithm::nvls);
+  CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus()) == CollectiveAlgorithm::ring);
+  const double size = 9e9;
+  SimTime done_at{};
+  collectives.run(CollectiveOp::all_reduce, topo.gpus(), size, [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(done_at.seconds() == Approx(size * 9 / 8 / (450e9 * 0.686)).epsilon(1e-6));
+  CHECK(2.0 * 7 / 8 * size / done_at.seconds() == Approx(480e9).epsilon(0.01));
+}
+
+TEST_CASE("no NVLS without a reducing switch or across nodes") {
+  NodeSpec node = eight_gpu_node();
+  const Topology plain = build_cluster(node, 1, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(plain));
+  Collectives on_plain(engine, net, plain, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus()) == CollectiveAlgorithm::ring);
+  node.nvls = true;
+  const Topology two_nodes = build_cluster(node, 2, FabricSpec{});
+  FlowNetwork net2(engine, line_rates(two_nodes));
+  Collectives across(engine, net2, two_nodes, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  CHECK(across.choose(CollectiveOp::all_reduce, two_nodes.gpus()) == CollectiveAlgorithm::ring);
+  const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
+  CHECK(across.choose(CollectiveOp::all_reduce, first_node) == CollectiveAlgorithm::nvls);
+}

@@ -47,12 +47,13 @@ TEST_CASE("ring all-reduce busbw within 10% of measured logs, no parameter fitte
   }
 }
 
-TEST_CASE("NVLS on 8 x H100 exceeds what any ring can do, as the design says it must") {
+TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any ring's bound") {
   // The measured single-node H100 run used NVLink SHARP (NCCL's default there): busbw ~474 GB/s,
-  // above the 450 GB/s per-direction NVLink rate that bounds every ring. The ring model stays
-  // below that bound; the NVLS algorithm is not modelled yet (README, "Not modelled yet").
+  // above the 450 GB/s per-direction NVLink rate that bounds every ring. The NVLS efficiency in
+  // the profile comes from NVIDIA's expected 480 GB/s (GTC24 S62129), not from this log.
   const auto [measured, simulated] =
       largest_row_busbw({"h100x8-allreduce-nvls-nccltests290.log", "dgx-h100", 1, 8});
   CHECK(measured > 450);
-  CHECK(simulated < 450);
+  CHECK(simulated > 450);
+  CHECK(simulated == Approx(measured).epsilon(0.10));
 }

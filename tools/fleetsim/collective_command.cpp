@@ -68,9 +68,9 @@ void run_collective_command(const CollectiveOptions& options) {
                        parse_nccl_tests_size(options.max_bytes), options.factor);
   const std::vector<CollectiveSample> samples = benchmark_collective(cluster, op, ranks, sizes);
 
-  std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s), ring\n",
+  std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s), algorithm %s\n",
               FLEETSIM_VERSION, to_string(op), ranks, cluster.nodes, cluster.node.name.c_str(),
-              cluster.gpu.name.c_str());
+              cluster.gpu.name.c_str(), samples.empty() ? "-" : samples.front().algorithm);
   std::printf("#\n");
   std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
               "root", "time", "algbw", "busbw", "#wrong");
