@@ -208,8 +208,10 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
     Channel channel;
     for (std::size_t i = 0; i < ring.size(); ++i) {
       SimTime hop_latency{};
+      std::vector<LinkUse>& hop = channel.hops.emplace_back();
       for (const LinkId link : hop_links(ring[i], ring[(i + 1) % ring.size()])) {
         channel.links.push_back(LinkUse{link, 1.0});
+        hop.push_back(LinkUse{link, 1.0});
         hop_latency += topology_->link(link).latency;
       }
       channel.slowest_hop_latency = std::max(channel.slowest_hop_latency, hop_latency);
@@ -217,6 +219,58 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
     built.push_back(std::move(channel));
   }
   return channel_cache_.emplace(ranks, std::move(built)).first->second;
+}
+
+SimTime Collectives::step_latency(const std::vector<Channel>& ring_channels) const {
+  SimTime slowest_hop{};
+  for (const Channel& channel : ring_channels) {
+    slowest_hop = std::max(slowest_hop, channel.slowest_hop_latency);
+  }
+  return std::max(latency_.per_step, slowest_hop);
+}
+
+struct Collectives::ChunkedChannel {
+  const Channel* channel;
+  int steps_left;
+  double chunk_bytes;
+  SimTime step_latency;
+  std::size_t hops_in_flight = 0;
+  std::shared_ptr<std::size_t> channels_left;
+  std::shared_ptr<std::function<void()>> done;
+};
+
+void Collectives::run_chunked_step(const std::shared_ptr<ChunkedChannel>& state) {
+  if (state->steps_left == 0) {
+    if (--*state->channels_left == 0) (*state->done)();
+    return;
+  }
+  --state->steps_left;
+  state->hops_in_flight = state->channel->hops.size();
+  for (const std::vector<LinkUse>& hop : state->channel->hops) {
+    network_->start_flow(hop, state->chunk_bytes, state->step_latency, [this, state] {
+      if (--state->hops_in_flight == 0) run_chunked_step(state);
+    });
+  }
+}
+
+void Collectives::run_ring_chunked(CollectiveOp op, const std::vector<VertexId>& ranks,
+                                   double size_bytes, std::function<void()> done) {
+  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
+  const int p = static_cast<int>(ranks.size());
+  if (p == 1) {
+    engine_->schedule_after(SimTime{}, std::move(done));
+    return;
+  }
+  const std::vector<Channel>& ring_channels = channels(ranks);
+  const SimTime each_step = step_latency(ring_channels);
+  auto channels_left = std::make_shared<std::size_t>(ring_channels.size());
+  auto finish = std::make_shared<std::function<void()>>(std::move(done));
+  const double chunk = size_bytes / p / static_cast<double>(ring_channels.size());
+  for (const Channel& channel : ring_channels) {
+    auto state = std::make_shared<ChunkedChannel>(ChunkedChannel{
+        &channel, ring_steps(op, p), chunk, each_step, 0, channels_left, finish});
+    engine_->schedule_after(latency_.base, [this, state] { run_chunked_step(state); });
+  }
 }
 
 void Collectives::run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
@@ -228,13 +282,9 @@ void Collectives::run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, 
     return;
   }
   const std::vector<Channel>& ring_channels = channels(ranks);
-  SimTime slowest_hop{};
-  for (const Channel& channel : ring_channels) {
-    slowest_hop = std::max(slowest_hop, channel.slowest_hop_latency);
-  }
-  const SimTime step_latency = std::max(latency_.per_step, slowest_hop);
+  const SimTime each_step = step_latency(ring_channels);
   SimTime latency = latency_.base;
-  for (int step = 0; step < ring_steps(op, p); ++step) latency += step_latency;
+  for (int step = 0; step < ring_steps(op, p); ++step) latency += each_step;
 
   const double channel_bytes =
       ring_traffic_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());

@@ -24,6 +24,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "sim/engine/engine.hpp"
@@ -74,6 +75,13 @@ class Collectives {
                 std::function<void()> done);
   void run_nvls(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
 
+  // The same ring collective step by step, to check the channel form: in each of the ring's
+  // steps every rank sends a chunk of S / p to its successor (one flow per hop and channel), and
+  // a channel's next step starts when all its hops have delivered. Slower (p flows per step
+  // instead of one per channel), so only for checks on small groups.
+  void run_ring_chunked(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+                        std::function<void()> done);
+
   // The ring order of each channel, and the links one hop of a ring crosses.
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
   std::vector<LinkId> hop_links(VertexId from, VertexId to) const;
@@ -81,8 +89,12 @@ class Collectives {
  private:
   struct Channel {
     std::vector<LinkUse> links;  // all hops' links; the flow network merges repeats into weights
+    std::vector<std::vector<LinkUse>> hops;  // each hop's links, in ring order
     SimTime slowest_hop_latency{};
   };
+  SimTime step_latency(const std::vector<Channel>& ring_channels) const;
+  struct ChunkedChannel;
+  void run_chunked_step(const std::shared_ptr<ChunkedChannel>& state);
   const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
   std::vector<std::vector<VertexId>> single_node_rings(const std::vector<VertexId>& ranks) const;
 

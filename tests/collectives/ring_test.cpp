@@ -237,3 +237,71 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
   const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
   CHECK(across.choose(CollectiveOp::all_reduce, first_node) == CollectiveAlgorithm::nvls);
 }
+
+namespace {
+
+// Time of one collective in channel or chunked form, optionally with a competing flow of
+// `competitor_bytes` over `competitor_links` started at the same instant.
+double ring_form_seconds(const Topology& topo, const std::vector<VertexId>& ranks, CollectiveOp op,
+                         double size, bool chunked,
+                         const std::vector<LinkUse>& competitor_links = {},
+                         double competitor_bytes = 0) {
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{from_us(5), from_us(2)});
+  if (!competitor_links.empty()) {
+    net.start_flow(competitor_links, competitor_bytes, SimTime{}, [] {});
+  }
+  SimTime done_at{};
+  auto done = [&] { done_at = engine.now(); };
+  if (chunked) {
+    collectives.run_ring_chunked(op, ranks, size, done);
+  } else {
+    collectives.run_ring(op, ranks, size, done);
+  }
+  engine.run();
+  return done_at.seconds();
+}
+
+}  // namespace
+
+TEST_CASE("channel and chunked forms agree within 2% alone and with competing traffic") {
+  // The chunked form sends 2(p-1) chunks of S/p per hop one step at a time; alone, or against a
+  // competitor that slows one hop throughout, each step is paced by the same slowest hop that
+  // paces the single channel flow, so the two agree; a competitor that leaves midway is where
+  // they differ most, and must stay within 2%.
+  const Topology ring8 = ideal_ring(8, 100e9, from_us(1));
+  const Topology node = build_cluster(eight_gpu_node(), 1, FabricSpec{});
+  const Topology two_nodes = build_cluster(eight_gpu_node(), 2, FabricSpec{});
+  const LinkId ring_hop = ring8.route(2, 3).front();
+  // Node 0's NIC 3 towards its leaf: the rail that channel 3 of the two-node ring uses.
+  const LinkId nic_uplink = two_nodes
+                                .route(*two_nodes.nic_of_gpu(two_nodes.gpus()[3]),
+                                       *two_nodes.nic_of_gpu(two_nodes.gpus()[11]))
+                                .front();
+  struct Check {
+    const char* what;
+    const Topology* topo;
+    std::vector<LinkUse> competitor;
+    double competitor_bytes;
+  };
+  const Check checks[] = {
+      {"ideal ring, alone", &ring8, {}, 0},
+      {"ideal ring, one hop shared throughout", &ring8, {{ring_hop, 1.0}}, 1e12},
+      {"ideal ring, one hop shared for a while", &ring8, {{ring_hop, 1.0}}, 5e8},
+      {"NVSwitch node, alone", &node, {}, 0},
+      {"two nodes, alone", &two_nodes, {}, 0},
+      {"two nodes, one NIC shared for a while", &two_nodes, {{nic_uplink, 1.0}}, 5e8},
+  };
+  for (const Check& check : checks) {
+    for (const auto op : {CollectiveOp::all_reduce, CollectiveOp::all_gather}) {
+      INFO(check.what << ", " << to_string(op));
+      const auto& ranks = check.topo->gpus();
+      const double channel_form = ring_form_seconds(*check.topo, ranks, op, 1e9, false,
+                                                    check.competitor, check.competitor_bytes);
+      const double chunked_form = ring_form_seconds(*check.topo, ranks, op, 1e9, true,
+                                                    check.competitor, check.competitor_bytes);
+      CHECK(chunked_form == Approx(channel_form).epsilon(0.02));
+    }
+  }
+}
