@@ -7,12 +7,6 @@
 
 namespace fleetsim {
 
-double ring_traffic_factor(CollectiveOp op, int ranks) {
-  const double p = ranks;
-  const double per_pass = (p - 1) / p;
-  return op == CollectiveOp::all_reduce ? 2 * per_pass : per_pass;
-}
-
 int ring_steps(CollectiveOp op, int ranks) {
   return op == CollectiveOp::all_reduce ? 2 * (ranks - 1) : ranks - 1;
 }
@@ -84,18 +78,24 @@ class HamiltonianCycles {
 }  // namespace
 
 const char* to_string(CollectiveAlgorithm algorithm) {
-  return algorithm == CollectiveAlgorithm::nvls ? "nvls" : "ring";
+  switch (algorithm) {
+    case CollectiveAlgorithm::ring: return "ring";
+    case CollectiveAlgorithm::nvls: return "nvls";
+    case CollectiveAlgorithm::direct: return "direct";
+    case CollectiveAlgorithm::chain: return "chain";
+    case CollectiveAlgorithm::pairs: return "pairs";
+  }
+  return "?";
 }
 
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
                          CollectiveLatency latency, NvlsSupport nvls)
-    : engine_(&engine),
-      network_(&network),
-      topology_(&topology),
-      latency_(latency),
-      nvls_(nvls) {}
+    : engine_(&engine), network_(&network), topology_(&topology), latency_(latency), nvls_(nvls) {}
 
 CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks) const {
+  if (op == CollectiveOp::all_to_all) return CollectiveAlgorithm::direct;
+  if (op == CollectiveOp::broadcast) return CollectiveAlgorithm::chain;
+  if (op == CollectiveOp::send_recv) return CollectiveAlgorithm::pairs;
   if (op != CollectiveOp::all_reduce || !(nvls_.efficiency > 0) || ranks.size() < 2) {
     return CollectiveAlgorithm::ring;
   }
@@ -109,10 +109,79 @@ CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<Verte
 
 void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                       std::function<void()> done) {
-  if (choose(op, ranks) == CollectiveAlgorithm::nvls) {
-    run_nvls(ranks, size_bytes, std::move(done));
+  switch (choose(op, ranks)) {
+    case CollectiveAlgorithm::nvls: return run_nvls(ranks, size_bytes, std::move(done));
+    case CollectiveAlgorithm::ring: return run_ring(op, ranks, size_bytes, std::move(done));
+    case CollectiveAlgorithm::direct:
+    case CollectiveAlgorithm::chain:
+    case CollectiveAlgorithm::pairs: return run_flows(op, ranks, size_bytes, std::move(done));
+  }
+}
+
+void Collectives::run_flows(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+                            std::function<void()> done) {
+  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
+  const std::size_t p = ranks.size();
+  struct Transfer {
+    VertexId from, to;
+    double bytes;
+  };
+  std::vector<Transfer> transfers;
+  std::size_t steps = 1;
+  if (op == CollectiveOp::all_to_all) {
+    for (std::size_t a = 0; a < p; ++a) {
+      for (std::size_t b = 0; b < p; ++b) {
+        if (a != b) transfers.push_back({ranks[a], ranks[b], size_bytes / p});
+      }
+    }
+  } else if (op == CollectiveOp::send_recv) {
+    for (std::size_t a = 0; a < p && p > 1; ++a) {
+      transfers.push_back({ranks[a], ranks[(a + 1) % p], size_bytes});
+    }
+  } else if (op == CollectiveOp::broadcast) {
+    steps = p - 1;  // a pipelined chain: S crosses every hop once, one hop after another
   } else {
-    run_ring(op, ranks, size_bytes, std::move(done));
+    throw ModelError(std::string("no flow pattern for ") + to_string(op));
+  }
+  std::vector<std::vector<LinkUse>> flows;
+  SimTime slowest_hop{};
+  auto links_of = [&](VertexId from, VertexId to) {
+    std::vector<LinkUse> links;
+    SimTime hop_latency{};
+    for (const LinkId link : hop_links(from, to)) {
+      links.push_back({link, 1.0});
+      hop_latency += topology_->link(link).latency;
+    }
+    slowest_hop = std::max(slowest_hop, hop_latency);
+    return links;
+  };
+  std::vector<double> bytes;
+  if (op == CollectiveOp::broadcast && p > 1) {
+    std::vector<LinkUse> chain;
+    for (std::size_t a = 0; a + 1 < p; ++a) {
+      const auto hop = links_of(ranks[a], ranks[a + 1]);
+      chain.insert(chain.end(), hop.begin(), hop.end());
+    }
+    flows.push_back(std::move(chain));
+    bytes.push_back(size_bytes);
+  }
+  for (const Transfer& transfer : transfers) {
+    flows.push_back(links_of(transfer.from, transfer.to));
+    bytes.push_back(transfer.bytes);
+  }
+  if (flows.empty()) {
+    engine_->schedule_after(SimTime{}, std::move(done));
+    return;
+  }
+  SimTime latency = latency_.base;
+  for (std::size_t step = 0; step < steps; ++step)
+    latency += std::max(latency_.per_step, slowest_hop);
+  auto remaining = std::make_shared<std::size_t>(flows.size());
+  auto finish = std::make_shared<std::function<void()>>(std::move(done));
+  for (std::size_t f = 0; f < flows.size(); ++f) {
+    network_->start_flow(flows[f], bytes[f], latency, [remaining, finish] {
+      if (--*remaining == 0) (*finish)();
+    });
   }
 }
 
@@ -267,8 +336,8 @@ void Collectives::run_ring_chunked(CollectiveOp op, const std::vector<VertexId>&
   auto finish = std::make_shared<std::function<void()>>(std::move(done));
   const double chunk = size_bytes / p / static_cast<double>(ring_channels.size());
   for (const Channel& channel : ring_channels) {
-    auto state = std::make_shared<ChunkedChannel>(ChunkedChannel{
-        &channel, ring_steps(op, p), chunk, each_step, 0, channels_left, finish});
+    auto state = std::make_shared<ChunkedChannel>(
+        ChunkedChannel{&channel, ring_steps(op, p), chunk, each_step, 0, channels_left, finish});
     engine_->schedule_after(latency_.base, [this, state] { run_chunked_step(state); });
   }
 }
@@ -287,7 +356,7 @@ void Collectives::run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, 
   for (int step = 0; step < ring_steps(op, p); ++step) latency += each_step;
 
   const double channel_bytes =
-      ring_traffic_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
+      bus_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
   // The collective ends when its last channel does; the latency is paid once, after the bytes.
   auto remaining = std::make_shared<std::size_t>(ring_channels.size());
   auto finish = std::make_shared<std::function<void()>>(std::move(done));

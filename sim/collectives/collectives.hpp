@@ -34,9 +34,7 @@
 
 namespace fleetsim {
 
-// Bytes each rank sends per byte of S (the nccl-tests bus-bandwidth factor).
-double ring_traffic_factor(CollectiveOp op, int ranks);
-// Sequential steps of the ring algorithm.
+// Sequential steps of the ring algorithm for all-reduce, reduce-scatter and all-gather.
 int ring_steps(CollectiveOp op, int ranks);
 
 struct CollectiveLatency {
@@ -44,7 +42,7 @@ struct CollectiveLatency {
   SimTime per_step{};  // per ring step, at least (a slower hop's path latency takes over)
 };
 
-enum class CollectiveAlgorithm { ring, nvls };
+enum class CollectiveAlgorithm { ring, nvls, direct, chain, pairs };
 const char* to_string(CollectiveAlgorithm algorithm);
 
 // NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU sends its whole buffer up once for the
@@ -63,7 +61,10 @@ class Collectives {
               CollectiveLatency latency, NvlsSupport nvls = {});
 
   // The algorithm NCCL's tuner would use for large messages: NVLS for an all-reduce whose ranks
-  // all hang off one NVSwitch that reduces, when the GPUs support it; a ring otherwise.
+  // all hang off one NVSwitch that reduces, when the GPUs support it; a ring for all-reduce,
+  // reduce-scatter and all-gather otherwise; direct sends for all-to-all (one flow per pair of
+  // ranks, S / p each); a pipelined chain for broadcast (one flow from the first rank through
+  // all the others, S); and one flow per rank to its successor for send/recv.
   CollectiveAlgorithm choose(CollectiveOp op, const std::vector<VertexId>& ranks) const;
 
   // Runs a collective over `ranks` (GPU vertices in rank order, >= 1 of them) with message size
@@ -73,6 +74,8 @@ class Collectives {
            std::function<void()> done);
   void run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                 std::function<void()> done);
+  void run_flows(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+                 std::function<void()> done);
   void run_nvls(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
 
   // The same ring collective step by step, to check the channel form: in each of the ring's

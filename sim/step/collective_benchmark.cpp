@@ -47,7 +47,7 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
     sample.algorithm = to_string(collectives.choose(op, members));
     sample.time_us = done.seconds() * 1e6;
     sample.algbw_gb_per_s = done.ns() > 0 ? size / done.seconds() / 1e9 : 0.0;
-    sample.busbw_gb_per_s = sample.algbw_gb_per_s * ring_traffic_factor(op, ranks);
+    sample.busbw_gb_per_s = sample.algbw_gb_per_s * bus_factor(op, ranks);
     samples.push_back(sample);
   }
   return samples;

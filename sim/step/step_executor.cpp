@@ -146,7 +146,7 @@ class Replay {
     }
     if (++arrivals_[t] < graph_.ranks) return;  // the collective waits for every member
     const auto& work = std::get<CollectiveWork>(task.work);
-    comm_bytes_per_gpu_ += ring_traffic_factor(work.op, graph_.ranks) * work.size_bytes;
+    comm_bytes_per_gpu_ += bus_factor(work.op, graph_.ranks) * work.size_bytes;
     const SimTime begin = engine_.now();
     collectives_.run(work.op, ring_, work.size_bytes, [this, t, begin] {
       for (int member = 0; member < graph_.ranks; ++member) {

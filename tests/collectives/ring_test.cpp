@@ -305,3 +305,43 @@ TEST_CASE("channel and chunked forms agree within 2% alone and with competing tr
     }
   }
 }
+
+TEST_CASE("all-to-all, broadcast and send/recv reach the link rate as busbw on a crossbar") {
+  // 8 GPUs on an NVSwitch with 450 GB/s ports, no latency.
+  //   all-to-all: 56 flows of S/8; each uplink carries 7 of them, B/7 each: t = (S/8) / (B/7),
+  //     busbw = (7/8) S / t = B.
+  //   broadcast: one chain flow of S through the switch, each port used once per direction:
+  //     t = S / B, busbw = 1 x S / t = B.
+  //   send/recv: 8 flows of S, GPU i to GPU i+1, each port used once per direction: busbw = B.
+  NodeSpec node = eight_gpu_node();
+  node.nics = 0;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  for (const auto op :
+       {CollectiveOp::all_to_all, CollectiveOp::broadcast, CollectiveOp::send_recv}) {
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{});
+    const double size = 1e9;
+    SimTime done_at{};
+    collectives.run(op, topo.gpus(), size, [&] { done_at = engine.now(); });
+    engine.run();
+    INFO(to_string(op));
+    CHECK(bus_factor(op, 8) * size / done_at.seconds() == Approx(450e9).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("all-to-all across nodes is bounded by the NICs") {
+  // 2 nodes x 8 GPUs, 50 GB/s NICs, one per GPU. Each GPU sends S/16 to each of the 8 GPUs of
+  // the other node, rail-matched through the NIC with the destination's index: each NIC carries
+  // 8 GPUs x S/16 = S/2 per direction at 50 GB/s: t = S / 100 GB/s. NVLink (450 GB/s) carries
+  // less and is not the bottleneck.
+  const Topology topo = build_cluster(eight_gpu_node(), 2, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
+  const double size = 16e9;
+  SimTime done_at{};
+  collectives.run(CollectiveOp::all_to_all, topo.gpus(), size, [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(done_at.seconds() == Approx(size / 100e9).epsilon(1e-6));
+}

@@ -14,13 +14,15 @@ namespace {
 
 CollectiveOp parse_op(const std::string& name) {
   static const std::map<std::string, CollectiveOp> ops{
-      {"all_reduce", CollectiveOp::all_reduce},
-      {"reduce_scatter", CollectiveOp::reduce_scatter},
-      {"all_gather", CollectiveOp::all_gather}};
+      {"all_reduce", CollectiveOp::all_reduce}, {"reduce_scatter", CollectiveOp::reduce_scatter},
+      {"all_gather", CollectiveOp::all_gather}, {"all_to_all", CollectiveOp::all_to_all},
+      {"alltoall", CollectiveOp::all_to_all},   {"broadcast", CollectiveOp::broadcast},
+      {"send_recv", CollectiveOp::send_recv},   {"sendrecv", CollectiveOp::send_recv}};
   const auto found = ops.find(name);
   if (found == ops.end()) {
     throw ScenarioError("(command line)", 0, 0, "--op", "unknown collective '" + name + "'",
-                        "one of all_reduce, reduce_scatter, all_gather");
+                        "one of all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, "
+                        "send_recv");
   }
   return found->second;
 }
