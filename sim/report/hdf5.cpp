@@ -257,20 +257,56 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
   throw ModelError("cannot write HDF5 file " + path.string() + ": " + detail);
 }
 
-}  // namespace
-
-void write_hdf5(const RunReport& report, const std::filesystem::path& path) {
+// Writes through `write` into a temporary file beside `path`, then renames it over `path`.
+template <typename Writer>
+void write_atomically(const std::filesystem::path& path, Writer write) {
   const std::filesystem::path temp = report_detail::temp_path_for(path);
   try {
     const std::lock_guard<std::mutex> lock(report_detail::hdf5_mutex());
     H5::Exception::dontPrint();
-    write_file(report, temp);
+    write(temp);
   } catch (const H5::Exception& e) {
     fail(temp, path, e.getFuncName() + ": " + e.getDetailMsg());
   } catch (const std::exception& e) {
     fail(temp, path, e.what());
   }
   report_detail::commit_temp_file(temp, path, "HDF5 file");
+}
+
+H5::CompType collective_sample_type() {
+  H5::CompType type(sizeof(CollectiveSample));
+  type.insertMember("size_bytes", HOFFSET(CollectiveSample, size_bytes),
+                    H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("time_us", HOFFSET(CollectiveSample, time_us), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("algbw_gb_per_s", HOFFSET(CollectiveSample, algbw_gb_per_s),
+                    H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("busbw_gb_per_s", HOFFSET(CollectiveSample, busbw_gb_per_s),
+                    H5::PredType::NATIVE_DOUBLE);
+  return type;
+}
+
+void write_collective_file(const CollectiveReport& report, const std::filesystem::path& path) {
+  const H5::H5File file(path.string(), H5F_ACC_TRUNC);
+  write_attribute(file, "fleetsim_version", report.fleetsim_version);
+  write_attribute(file, "node", report.node);
+  write_attribute(file, "gpu_profile", report.gpu_profile);
+  write_attribute(file, "op", report.op);
+  write_attribute(file, "algorithm", report.algorithm);
+  write_attribute(file, "nodes", report.nodes);
+  write_attribute(file, "ranks", report.ranks);
+  const H5::Group root = file.openGroup("/");
+  write_rows(root, "collective", collective_sample_type(), report.samples);
+}
+
+}  // namespace
+
+void write_hdf5(const RunReport& report, const std::filesystem::path& path) {
+  write_atomically(path, [&](const std::filesystem::path& temp) { write_file(report, temp); });
+}
+
+void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path) {
+  write_atomically(path,
+                   [&](const std::filesystem::path& temp) { write_collective_file(report, temp); });
 }
 
 }  // namespace fleetsim

@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_inputs.hpp"
 
 namespace fleetsim {
@@ -47,6 +48,22 @@ void write_hdf5(const RunReport& report, const std::filesystem::path& path);
 // Throws ModelError when the file cannot be written; nothing is left behind and the target
 // is untouched.
 void write_text_atomically(const std::filesystem::path& path, const std::string& content);
+
+// A simulated nccl-tests run (`fleetsim collective`).
+struct CollectiveReport {
+  std::string fleetsim_version;
+  std::string node;
+  int nodes = 1;
+  std::string gpu_profile;
+  std::string op;
+  std::string algorithm;
+  int ranks = 0;
+  std::vector<CollectiveSample> samples;
+};
+// Root attributes: fleetsim_version, node, gpu_profile, op, algorithm (string), nodes, ranks
+// (int); dataset /collective: compound {size_bytes, time_us, algbw_gb_per_s, busbw_gb_per_s},
+// one row per message size. Written atomically like write_hdf5.
+void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path);
 
 // tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated.
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index);

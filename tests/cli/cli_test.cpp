@@ -226,6 +226,15 @@ TEST_CASE("fleetsim collective prints a table that reads back as an nccl-tests l
   CHECK(log.rows.back().out_of_place->busbw_gb_per_s > 220.0);
 }
 
+TEST_CASE("fleetsim collective writes its table to HDF5") {
+  const fs::path h5 = scratch_dir() / "collective.h5";
+  fs::remove(h5);
+  const Result result =
+      run_cli("collective --node mi300x-platform -b 1M -e 1G -f 4 -o " + h5.string());
+  REQUIRE(result.exit_code == 0);
+  CHECK(fs::file_size(h5) > 0);
+}
+
 TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
   CHECK(run_cli("collective --node dgx-h100 -e 8X").exit_code == 2);
   CHECK(run_cli("collective --node dgx-h100 --op all_to_none").exit_code == 2);

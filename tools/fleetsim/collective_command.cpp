@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "sim/engine/errors.hpp"
+#include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/collective_benchmark.hpp"
 
@@ -78,14 +79,23 @@ void run_collective_command(const CollectiveOptions& options) {
               "root", "time", "algbw", "busbw", "#wrong");
   std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
               "(us)", "(GB/s)", "(GB/s)", "");
+  const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
   double busbw_sum = 0;
   for (const CollectiveSample& sample : samples) {
     std::printf(" %12.0f  %12.0f  %8s  %6s  %6d  %s  %6.2f  %6.2f  %6s\n", sample.size_bytes,
-                sample.size_bytes / 4, "float", "sum", -1, format_time_us(sample.time_us).c_str(),
-                sample.algbw_gb_per_s, sample.busbw_gb_per_s, "N/A");
+                sample.size_bytes / 4, "float", reduces ? "sum" : "none", -1,
+                format_time_us(sample.time_us).c_str(), sample.algbw_gb_per_s,
+                sample.busbw_gb_per_s, "N/A");
     busbw_sum += sample.busbw_gb_per_s;
   }
   std::printf("# Avg bus bandwidth    : %g\n#\n", busbw_sum / static_cast<double>(samples.size()));
+  if (!options.output.empty()) {
+    write_collective_hdf5(
+        CollectiveReport{FLEETSIM_VERSION, cluster.node.name, cluster.nodes, cluster.gpu.name,
+                         to_string(op), samples.empty() ? "" : samples.front().algorithm, ranks,
+                         samples},
+        options.output);
+  }
 }
 
 }  // namespace fleetsim

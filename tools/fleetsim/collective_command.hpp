@@ -15,6 +15,7 @@ struct CollectiveOptions {
   std::string min_bytes = "8";
   std::string max_bytes = "8G";
   double factor = 2;
+  std::string output;  // HDF5 file to write the table to; empty: none
 };
 
 // Prints the table to stdout; throws ScenarioError / ModelError on bad input or models.

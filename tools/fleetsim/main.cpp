@@ -148,6 +148,7 @@ int run_command(const Options& options) {
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
+    collective.output = options.output;
     fleetsim::run_collective_command(collective);
     return kOk;
   }
