@@ -51,9 +51,9 @@ enum class FabricKind {
 struct FabricSpec {
   FabricKind kind = FabricKind::rail_fat_tree;
   double link_bytes_per_s = 0;    // per port per direction; 0 means "as fast as the NIC"
-  double oversubscription = 1.0;  // leaf downlink : uplink ports, >= 1
+  double oversubscription = 1.0;  // a full leaf's downlink : uplink bandwidth, >= 1
   int leaf_ports = 64;            // switch radix (NDR Quantum-2: 64 ports of 400 Gb/s)
-  int tiers = 2;                  // 2: leaf-spine; 3: leaf-spine-core with pods
+  int tiers = 0;  // 2: leaf-spine; 3: leaf-spine-core with pods; 0: the fewest that fit
   SimTime switch_latency{};       // one switch traversal
 };
 

@@ -261,52 +261,63 @@ LinkKind fabric_link_kind(NicKind kind) {
   return LinkKind::infiniband;
 }
 
-// Rail-optimised fat tree. Each leaf switch gives `down` ports to nodes and `up` ports to the
-// tier above, with down / up = oversubscription and down + up = leaf_ports. Rail r's leaves serve
-// consecutive groups of `down` nodes through their NIC r. A tier above the leaves is drawn as one
-// vertex per spine plane: adaptive routing spreads a flow over all spines of the plane, so the
-// plane acts as one non-blocking switch behind the leaves' uplinks (DESIGN.md, `adaptive`). With
-// three tiers, leaves are grouped into pods of leaf_ports / 2 leaves, each with its own spine
-// plane, joined by a core plane; pod uplinks carry what the pod's leaf uplinks can send.
+// Rail-optimised fat tree. A leaf switch serves `down` nodes on one rail (their NIC r) and sends
+// up down x port / oversubscription of bandwidth, with down = leaf_ports x o / (1 + o) rounded
+// down: a full leaf is oversubscribed by exactly o, a leaf that is not full has spare uplink.
+// A tier above the leaves is drawn as one vertex per spine plane: adaptive routing spreads a
+// flow over all spines of the plane, so the plane acts as one non-blocking switch behind the
+// leaves' uplinks (DESIGN.md, `adaptive`). Two tiers hold at most leaf_ports leaves (each spine
+// port takes one leaf); beyond that, or with tiers: 3, nodes are grouped into pods of
+// leaf_ports / 2 leaves over all rails, each pod with its own spine plane, joined by a core
+// plane that carries what the pod's leaves can send up. tiers: 0 picks the smallest that fits.
 void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<NodeVertices>& built,
                     const FabricSpec& fabric) {
   if (fabric.oversubscription < 1.0) throw ModelError("fabric oversubscription must be >= 1");
   if (fabric.leaf_ports < 2) throw ModelError("a leaf switch needs at least two ports");
-  if (fabric.tiers != 2 && fabric.tiers != 3) throw ModelError("a fat tree has 2 or 3 tiers");
+  if (fabric.tiers != 0 && fabric.tiers != 2 && fabric.tiers != 3) {
+    throw ModelError("a fat tree has 2 or 3 tiers (0: as many as the cluster needs)");
+  }
   const double port = fabric.link_bytes_per_s > 0 ? fabric.link_bytes_per_s : node.nic_bytes_per_s;
+  const double nic_port = std::min(port, node.nic_bytes_per_s);  // the slower end sets the rate
   const LinkKind kind = fabric_link_kind(node.nic_kind);
   const int ports = fabric.leaf_ports;
-  const int down = std::max(1, static_cast<int>(ports * fabric.oversubscription /
-                                                (1 + fabric.oversubscription)));
-  const int up = std::max(1, ports - down);
+  const double o = fabric.oversubscription;
+  const int down = std::max(1, static_cast<int>(ports * o / (1 + o)));
+  const double uplink = down * port / o;
   const int nodes = static_cast<int>(built.size());
   const int leaves_per_rail = (nodes + down - 1) / down;
-  const int leaves_per_pod = std::max(1, ports / 2);
-  auto pod_of = [&](int leaf_index) { return fabric.tiers == 3 ? leaf_index / leaves_per_pod : 0; };
+  const int leaves = leaves_per_rail * node.nics;
+  const int tiers = fabric.tiers != 0 ? fabric.tiers : (leaves <= ports ? 2 : 3);
+  if (tiers == 2 && leaves > ports) {
+    throw ModelError(std::to_string(leaves) + " leaf switches do not fit under " +
+                     std::to_string(ports) + "-port spines in two tiers; use tiers: 3");
+  }
+  // A pod holds leaf_ports / 2 leaves: whole groups of `down` nodes with all their rails.
+  const int groups_per_pod = std::max(1, ports / 2 / std::max(1, node.nics));
+  auto pod_of = [&](int group) { return tiers == 3 ? group / groups_per_pod : 0; };
 
   std::vector<VertexId> pod_spines;
   std::vector<double> pod_uplink_bytes_per_s;
-  int leaf_index = 0;
-  for (int rail = 0; rail < node.nics; ++rail) {
-    for (int group = 0; group < leaves_per_rail; ++group, ++leaf_index) {
+  for (int group = 0; group < leaves_per_rail; ++group) {
+    const std::size_t pod = pod_of(group);
+    if (pod_spines.size() <= pod) {
+      const std::string name =
+          tiers == 3 ? "pod" + std::to_string(pod) + ".spine" : std::string("spine");
+      pod_spines.push_back(topo.add_vertex(VertexKind::spine_switch, name, -1));
+      pod_uplink_bytes_per_s.push_back(0.0);
+    }
+    for (int rail = 0; rail < node.nics; ++rail) {
       const VertexId leaf = topo.add_vertex(
           VertexKind::leaf_switch, "rail" + std::to_string(rail) + ".leaf" + std::to_string(group),
           -1);
       for (int n = group * down; n < std::min(nodes, (group + 1) * down); ++n) {
-        topo.add_duplex_link(built[n].nics[rail], leaf, kind, port, node.nic_latency);
+        topo.add_duplex_link(built[n].nics[rail], leaf, kind, nic_port, node.nic_latency);
       }
-      const std::size_t pod = pod_of(leaf_index);
-      if (pod_spines.size() <= pod) {
-        const std::string name =
-            fabric.tiers == 3 ? "pod" + std::to_string(pod) + ".spine" : std::string("spine");
-        pod_spines.push_back(topo.add_vertex(VertexKind::spine_switch, name, -1));
-        pod_uplink_bytes_per_s.push_back(0.0);
-      }
-      topo.add_duplex_link(leaf, pod_spines[pod], kind, up * port, fabric.switch_latency);
-      pod_uplink_bytes_per_s[pod] += up * port;
+      topo.add_duplex_link(leaf, pod_spines[pod], kind, uplink, fabric.switch_latency);
+      pod_uplink_bytes_per_s[pod] += uplink;
     }
   }
-  if (fabric.tiers == 3) {
+  if (tiers == 3) {
     const VertexId core = topo.add_vertex(VertexKind::spine_switch, "core", -1);
     for (std::size_t pod = 0; pod < pod_spines.size(); ++pod) {
       topo.add_duplex_link(pod_spines[pod], core, kind, pod_uplink_bytes_per_s[pod],

@@ -22,7 +22,12 @@ class HamiltonianCycles {
   explicit HamiltonianCycles(int n) : n_(n), used_(n, std::vector<char>(n, 0)) {}
 
   std::vector<std::vector<int>> find() {
-    for (int target = n_ - 1; target >= 1; --target) {
+    budget_ = kStepBudget;
+    if (find_from(0, n_ - 1)) return cycles_;
+    // No decomposition (n = 4, 6): every Hamiltonian cycle, which loads each directed link
+    // alike ((n - 2)! cycles through each), when there are few enough of them.
+    if (n_ <= kMaxEnumerated) return every_cycle();
+    for (int target = n_ - 2; target >= 1; --target) {
       budget_ = kStepBudget;
       cycles_.clear();
       for (auto& row : used_) std::fill(row.begin(), row.end(), 0);
@@ -33,6 +38,17 @@ class HamiltonianCycles {
 
  private:
   static constexpr long kStepBudget = 2'000'000;
+  static constexpr int kMaxEnumerated = 7;  // 6! = 720 cycles at most
+
+  std::vector<std::vector<int>> every_cycle() const {
+    std::vector<int> order(n_);
+    for (int i = 0; i < n_; ++i) order[i] = i;
+    std::vector<std::vector<int>> cycles;
+    do {
+      cycles.push_back(order);
+    } while (std::next_permutation(order.begin() + 1, order.end()));
+    return cycles;
+  }
 
   bool find_from(int k, int target) {
     if (k == target) return true;
@@ -109,85 +125,105 @@ CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<Verte
 
 void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                       std::function<void()> done) {
+  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
+  std::vector<VertexId> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    throw ModelError("a collective's ranks must be distinct GPUs");
+  }
   switch (choose(op, ranks)) {
     case CollectiveAlgorithm::nvls: return run_nvls(ranks, size_bytes, std::move(done));
     case CollectiveAlgorithm::ring: return run_ring(op, ranks, size_bytes, std::move(done));
-    case CollectiveAlgorithm::direct:
-    case CollectiveAlgorithm::chain:
-    case CollectiveAlgorithm::pairs: return run_flows(op, ranks, size_bytes, std::move(done));
+    case CollectiveAlgorithm::direct: return run_direct(ranks, size_bytes, std::move(done));
+    case CollectiveAlgorithm::chain: return run_broadcast(ranks, size_bytes, std::move(done));
+    case CollectiveAlgorithm::pairs: return run_pairs(ranks, size_bytes, std::move(done));
   }
 }
 
-void Collectives::run_flows(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
-                            std::function<void()> done) {
-  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
-  const std::size_t p = ranks.size();
-  struct Transfer {
-    VertexId from, to;
-    double bytes;
-  };
-  std::vector<Transfer> transfers;
-  std::size_t steps = 1;
-  if (op == CollectiveOp::all_to_all) {
-    for (std::size_t a = 0; a < p; ++a) {
-      for (std::size_t b = 0; b < p; ++b) {
-        if (a != b) transfers.push_back({ranks[a], ranks[b], size_bytes / p});
-      }
-    }
-  } else if (op == CollectiveOp::send_recv) {
-    for (std::size_t a = 0; a < p && p > 1; ++a) {
-      transfers.push_back({ranks[a], ranks[(a + 1) % p], size_bytes});
-    }
-  } else if (op == CollectiveOp::broadcast) {
-    steps = p - 1;  // a pipelined chain: S crosses every hop once, one hop after another
-  } else {
-    throw ModelError(std::string("no flow pattern for ") + to_string(op));
-  }
-  std::vector<std::vector<LinkUse>> flows;
-  SimTime slowest_hop{};
-  auto links_of = [&](VertexId from, VertexId to) {
-    std::vector<LinkUse> links;
-    SimTime hop_latency{};
-    for (const LinkId link : hop_links(from, to)) {
-      links.push_back({link, 1.0});
-      hop_latency += topology_->link(link).latency;
-    }
-    slowest_hop = std::max(slowest_hop, hop_latency);
-    return links;
-  };
-  std::vector<double> bytes;
-  if (op == CollectiveOp::broadcast && p > 1) {
-    std::vector<LinkUse> chain;
-    for (std::size_t a = 0; a + 1 < p; ++a) {
-      const auto hop = links_of(ranks[a], ranks[a + 1]);
-      chain.insert(chain.end(), hop.begin(), hop.end());
-    }
-    flows.push_back(std::move(chain));
-    bytes.push_back(size_bytes);
-  }
-  for (const Transfer& transfer : transfers) {
-    flows.push_back(links_of(transfer.from, transfer.to));
-    bytes.push_back(transfer.bytes);
-  }
+void Collectives::start_flows(std::vector<PlannedFlow> flows, SimTime latency,
+                              std::function<void()> done) {
   if (flows.empty()) {
-    engine_->schedule_after(SimTime{}, std::move(done));
+    engine_->schedule_after(latency, std::move(done));
     return;
   }
-  SimTime latency = latency_.base;
-  for (std::size_t step = 0; step < steps; ++step)
-    latency += std::max(latency_.per_step, slowest_hop);
   auto remaining = std::make_shared<std::size_t>(flows.size());
   auto finish = std::make_shared<std::function<void()>>(std::move(done));
-  for (std::size_t f = 0; f < flows.size(); ++f) {
-    network_->start_flow(flows[f], bytes[f], latency, [remaining, finish] {
+  for (PlannedFlow& flow : flows) {
+    network_->start_flow(std::move(flow.links), flow.bytes, latency, [remaining, finish] {
       if (--*remaining == 0) (*finish)();
     });
   }
 }
 
+Collectives::PlannedFlow Collectives::point_to_point(VertexId from, VertexId to, double bytes,
+                                                     SimTime& slowest_hop) const {
+  PlannedFlow flow{{}, bytes};
+  SimTime hop_latency{};
+  for (const LinkId link : hop_links(from, to)) {
+    flow.links.push_back({link, 1.0});
+    hop_latency += topology_->link(link).latency;
+  }
+  slowest_hop = std::max(slowest_hop, hop_latency);
+  return flow;
+}
+
+void Collectives::run_direct(const std::vector<VertexId>& ranks, double size_bytes,
+                             std::function<void()> done) {
+  const std::size_t p = ranks.size();
+  std::vector<PlannedFlow> flows;
+  SimTime slowest_hop{};
+  for (std::size_t a = 0; a < p; ++a) {
+    for (std::size_t b = 0; b < p; ++b) {
+      if (a != b) flows.push_back(point_to_point(ranks[a], ranks[b], size_bytes / p, slowest_hop));
+    }
+  }
+  start_flows(std::move(flows), latency_.base + std::max(latency_.per_step, slowest_hop),
+              std::move(done));
+}
+
+void Collectives::run_pairs(const std::vector<VertexId>& ranks, double size_bytes,
+                            std::function<void()> done) {
+  const std::size_t p = ranks.size();
+  std::vector<PlannedFlow> flows;
+  SimTime slowest_hop{};
+  for (std::size_t a = 0; a < p && p > 1; ++a) {
+    flows.push_back(point_to_point(ranks[a], ranks[(a + 1) % p], size_bytes, slowest_hop));
+  }
+  start_flows(std::move(flows), latency_.base + std::max(latency_.per_step, slowest_hop),
+              std::move(done));
+}
+
+void Collectives::run_broadcast(const std::vector<VertexId>& ranks, double size_bytes,
+                                std::function<void()> done) {
+  // Each channel pipelines S / channels down its ring from the root: every hop of the ring but
+  // the one back into the root, so a mesh or a multi-node cluster uses all its links and NICs.
+  const std::size_t p = ranks.size();
+  if (p == 1) {
+    engine_->schedule_after(SimTime{}, std::move(done));
+    return;
+  }
+  const std::vector<Channel>& ring_channels = channels(ranks);
+  std::vector<PlannedFlow> flows;
+  for (const Channel& channel : ring_channels) {
+    PlannedFlow flow{{}, size_bytes / static_cast<double>(ring_channels.size())};
+    for (std::size_t h = 0; h < channel.hops.size(); ++h) {
+      if (channel.order[(h + 1) % channel.order.size()] == ranks.front()) continue;
+      flow.links.insert(flow.links.end(), channel.hops[h].begin(), channel.hops[h].end());
+    }
+    flows.push_back(std::move(flow));
+  }
+  SimTime latency = latency_.base;
+  const SimTime each_step = step_latency(ring_channels);
+  for (std::size_t step = 0; step + 1 < p; ++step) latency += each_step;
+  start_flows(std::move(flows), latency, std::move(done));
+}
+
 void Collectives::run_nvls(const std::vector<VertexId>& ranks, double size_bytes,
                            std::function<void()> done) {
-  const VertexId nvswitch = topology_->reducing_switch_of(ranks.front()).value();
+  if (choose(CollectiveOp::all_reduce, ranks) != CollectiveAlgorithm::nvls) {
+    throw ModelError("NVLS needs GPUs that support it, all on one reducing NVSwitch");
+  }
+  const VertexId nvswitch = *topology_->reducing_switch_of(ranks.front());
   std::vector<LinkUse> ports;
   SimTime slowest_port{};
   for (const VertexId gpu : ranks) {
@@ -200,9 +236,31 @@ void Collectives::run_nvls(const std::vector<VertexId>& ranks, double size_bytes
   const double p = static_cast<double>(ranks.size());
   // Links are sized for rings; NVLS's own efficiency turns its payload into their wire load.
   const double wire_bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
-  // Two steps, reduce and multicast, each through the switch and back.
+  // Two steps, reduce and multicast, each through the switch and back; NCCL's NVLS latency is
+  // not in the profile yet, so this is an assumption: the ring's per-step latency, twice.
   const SimTime step = std::max(latency_.per_step, slowest_port + slowest_port);
   network_->start_flow(ports, wire_bytes, latency_.base + step + step, std::move(done));
+}
+
+std::vector<std::vector<VertexId>> Collectives::node_cycles(
+    const std::vector<VertexId>& gpus) const {
+  // On a switch every order loads each GPU port alike, so one cycle is enough. When every pair
+  // of GPUs has its own link (an xGMI mesh), one cycle would use 1 of the p - 1 links of each
+  // GPU: the channels follow edge-disjoint Hamiltonian cycles instead, which together use every
+  // link, as RCCL's rings on MI300X do.
+  const std::size_t p = gpus.size();
+  for (std::size_t a = 0; a < p; ++a) {
+    for (std::size_t b = 0; b < p; ++b) {
+      if (a != b && !topology_->link_between(gpus[a], gpus[b])) return {gpus};
+    }
+  }
+  std::vector<std::vector<VertexId>> cycles;
+  for (const std::vector<int>& cycle : HamiltonianCycles(static_cast<int>(p)).find()) {
+    std::vector<VertexId> order;
+    for (const int i : cycle) order.push_back(gpus[i]);
+    cycles.push_back(std::move(order));
+  }
+  return cycles.empty() ? std::vector<std::vector<VertexId>>{gpus} : cycles;
 }
 
 std::vector<std::vector<VertexId>> Collectives::channel_rings(
@@ -215,39 +273,31 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
     if (!by_node.count(node)) node_order.push_back(node);
     by_node[node].push_back(gpu);
   }
-  if (node_order.size() == 1) return single_node_rings(ranks);
+  if (node_order.size() == 1) return node_cycles(ranks);
+  // Across nodes, channel c visits each node along one of its cycles, entered at the node's
+  // c-th GPU: the hop into the next node then leaves through (PXN) and arrives at NIC c, and the
+  // closing edge of the cycle is that PXN hop, so each channel uses each link of its cycle once.
+  // A switch node has one cycle and one channel per GPU (per rail); a mesh node one channel per
+  // cycle.
+  std::map<int, std::vector<std::vector<VertexId>>> cycles;
   std::size_t channels = ranks.size();
-  for (const auto& [node, gpus] : by_node) channels = std::min(channels, gpus.size());
+  for (const int node : node_order) {
+    cycles[node] = node_cycles(by_node[node]);
+    const std::size_t per_node =
+        cycles[node].size() > 1 ? cycles[node].size() : by_node[node].size();
+    channels = std::min(channels, per_node);
+  }
   std::vector<std::vector<VertexId>> rings(channels);
   for (std::size_t c = 0; c < channels; ++c) {
     for (const int node : node_order) {
-      std::vector<VertexId> rotated = by_node[node];
-      std::rotate(rotated.begin(), rotated.begin() + c, rotated.end());
-      rings[c].insert(rings[c].end(), rotated.begin(), rotated.end());
+      const std::vector<VertexId>& gpus = by_node[node];
+      std::vector<VertexId> order = cycles[node][c % cycles[node].size()];
+      const VertexId entry = gpus[c % gpus.size()];
+      std::rotate(order.begin(), std::find(order.begin(), order.end(), entry), order.end());
+      rings[c].insert(rings[c].end(), order.begin(), order.end());
     }
   }
   return rings;
-}
-
-std::vector<std::vector<VertexId>> Collectives::single_node_rings(
-    const std::vector<VertexId>& ranks) const {
-  // On a switch every ring order loads each GPU port alike, so one ring is enough. When every
-  // pair of GPUs has its own link (an xGMI mesh), one ring would use 1 of the p - 1 links of
-  // each GPU: instead the channels follow edge-disjoint Hamiltonian cycles, which together use
-  // every link, as RCCL's rings on MI300X do.
-  const std::size_t p = ranks.size();
-  for (std::size_t a = 0; a < p; ++a) {
-    for (std::size_t b = 0; b < p; ++b) {
-      if (a != b && !topology_->link_between(ranks[a], ranks[b])) return {ranks};
-    }
-  }
-  std::vector<std::vector<VertexId>> rings;
-  for (const std::vector<int>& cycle : HamiltonianCycles(static_cast<int>(p)).find()) {
-    std::vector<VertexId> ring;
-    for (const int i : cycle) ring.push_back(ranks[i]);
-    rings.push_back(std::move(ring));
-  }
-  return rings.empty() ? std::vector<std::vector<VertexId>>{ranks} : rings;
 }
 
 std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {
@@ -275,6 +325,7 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
   std::vector<Channel> built;
   for (const std::vector<VertexId>& ring : channel_rings(ranks)) {
     Channel channel;
+    channel.order = ring;
     for (std::size_t i = 0; i < ring.size(); ++i) {
       SimTime hop_latency{};
       std::vector<LinkUse>& hop = channel.hops.emplace_back();

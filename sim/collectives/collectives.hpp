@@ -59,12 +59,15 @@ class Collectives {
  public:
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
               CollectiveLatency latency, NvlsSupport nvls = {});
+  // Callbacks in flight point back at this object and into its channel cache.
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
 
   // The algorithm NCCL's tuner would use for large messages: NVLS for an all-reduce whose ranks
   // all hang off one NVSwitch that reduces, when the GPUs support it; a ring for all-reduce,
   // reduce-scatter and all-gather otherwise; direct sends for all-to-all (one flow per pair of
-  // ranks, S / p each); a pipelined chain for broadcast (one flow from the first rank through
-  // all the others, S); and one flow per rank to its successor for send/recv.
+  // ranks, S / p each); for broadcast, the ring's channels as pipelined chains from the first
+  // rank (S / channels each); and one flow per rank to its successor for send/recv.
   CollectiveAlgorithm choose(CollectiveOp op, const std::vector<VertexId>& ranks) const;
 
   // Runs a collective over `ranks` (GPU vertices in rank order, >= 1 of them) with message size
@@ -74,8 +77,11 @@ class Collectives {
            std::function<void()> done);
   void run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                 std::function<void()> done);
-  void run_flows(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
-                 std::function<void()> done);
+  void run_direct(const std::vector<VertexId>& ranks, double size_bytes,
+                  std::function<void()> done);
+  void run_broadcast(const std::vector<VertexId>& ranks, double size_bytes,
+                     std::function<void()> done);
+  void run_pairs(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
   void run_nvls(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
 
   // The same ring collective step by step, to check the channel form: in each of the ring's
@@ -91,15 +97,23 @@ class Collectives {
 
  private:
   struct Channel {
-    std::vector<LinkUse> links;  // all hops' links; the flow network merges repeats into weights
+    std::vector<VertexId> order;  // the ring, hop h going from order[h] to order[h + 1]
+    std::vector<LinkUse> links;   // all hops' links; the flow network merges repeats into weights
     std::vector<std::vector<LinkUse>> hops;  // each hop's links, in ring order
     SimTime slowest_hop_latency{};
   };
   SimTime step_latency(const std::vector<Channel>& ring_channels) const;
+  struct PlannedFlow {
+    std::vector<LinkUse> links;
+    double bytes;
+  };
+  PlannedFlow point_to_point(VertexId from, VertexId to, double bytes, SimTime& slowest_hop) const;
+  // Starts the flows; `done` runs `latency` after the last of them has delivered.
+  void start_flows(std::vector<PlannedFlow> flows, SimTime latency, std::function<void()> done);
   struct ChunkedChannel;
   void run_chunked_step(const std::shared_ptr<ChunkedChannel>& state);
   const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
-  std::vector<std::vector<VertexId>> single_node_rings(const std::vector<VertexId>& ranks) const;
+  std::vector<std::vector<VertexId>> node_cycles(const std::vector<VertexId>& gpus) const;
 
   Engine* engine_;
   FlowNetwork* network_;

@@ -713,7 +713,7 @@ FabricSpec parse_fabric(const std::optional<Field>& f) {
     fabric.leaf_ports = read_int(*ports, 2);
   }
   if (auto tiers = find(*f, "tiers")) {
-    fabric.tiers = std::stoi(read_choice(*tiers, {"2", "3"}));
+    fabric.tiers = std::stoi(read_choice(*tiers, {"2", "3"}));  // absent: the fewest that fit
   }
   if (auto latency = find(*f, "switch_latency")) {
     fabric.switch_latency = read_time(*latency);
@@ -914,6 +914,10 @@ void cite_override(NodeBuild& b, const Entry& e) {
 void check_node(const NodeSpec& spec, const Field& f) {
   if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
     fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
+  }
+  if (spec.nvls && spec.gpu_fabric != GpuFabric::nvswitch) {
+    fail(f, "nvls (in-switch reduction) needs gpu_fabric nvswitch",
+         "remove nvls: true, or set gpu_fabric: nvswitch");
   }
   if (spec.gpu_fabric == GpuFabric::xgmi_mesh && spec.xgmi_link_bytes_per_s <= 0) {
     fail(f, "gpu_fabric xgmi_mesh needs an xgmi_link bandwidth",

@@ -40,8 +40,13 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
     FlowNetwork network(engine, capacity);
     Collectives collectives(engine, network, topology, latency, nvls);
     SimTime done{};
-    collectives.run(op, members, size, [&] { done = engine.now(); });
+    bool finished = false;
+    collectives.run(op, members, size, [&] {
+      done = engine.now();
+      finished = true;
+    });
     engine.run();
+    if (!finished) throw ModelError(std::string(to_string(op)) + " never completed");
     CollectiveSample sample;
     sample.size_bytes = size;
     sample.algorithm = to_string(collectives.choose(op, members));

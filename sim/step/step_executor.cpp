@@ -207,8 +207,11 @@ CollectiveLatency collective_latency(const GpuProfile& gpu) {
 }
 
 NvlsSupport nvls_support(const GpuProfile& gpu) {
+  if (!gpu.nvls_efficiency) return {};
   const auto nvlink = gpu.link_efficiency.find("nvlink");
-  if (!gpu.nvls_efficiency || nvlink == gpu.link_efficiency.end()) return {};
+  if (nvlink == gpu.link_efficiency.end()) {
+    throw ModelError("GPU profile " + gpu.name + " has an NVLS efficiency but no nvlink one");
+  }
   return {gpu.nvls_efficiency->value, nvlink->second.value};
 }
 

@@ -1,7 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <map>
+
 #include "sim/collectives/collectives.hpp"
 #include "sim/engine/engine.hpp"
+#include "sim/engine/errors.hpp"
 #include "sim/network/flow_network.hpp"
 #include "topology/topology.hpp"
 
@@ -344,4 +348,111 @@ TEST_CASE("all-to-all across nodes is bounded by the NICs") {
   collectives.run(CollectiveOp::all_to_all, topo.gpus(), size, [&] { done_at = engine.now(); });
   engine.run();
   CHECK(done_at.seconds() == Approx(size / 100e9).epsilon(1e-6));
+}
+
+namespace {
+
+Topology mesh_cluster(int gpus, int nodes) {
+  NodeSpec node = eight_gpu_node();
+  node.gpus = gpus;
+  node.pcie_switches = gpus;
+  node.gpu_fabric = GpuFabric::xgmi_mesh;
+  node.xgmi_link_bytes_per_s = 48e9;
+  node.nics = nodes > 1 ? gpus : 0;
+  return build_cluster(node, nodes, FabricSpec{});
+}
+
+}  // namespace
+
+TEST_CASE("mesh rings use every directed link equally, for every GPU count, every time") {
+  // p GPUs fully meshed: the channels' cycles must visit every GPU once and, together, load
+  // every directed link by the same number of channels (once for p != 4, 6, where p - 1
+  // edge-disjoint cycles exist; (p - 2)! times for 4 and 6, where all cycles are used).
+  for (int p = 2; p <= 8; ++p) {
+    const Topology topo = mesh_cluster(p, 1);
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{});
+    const auto rings = collectives.channel_rings(topo.gpus());
+    CHECK(rings == collectives.channel_rings(topo.gpus()));
+    std::map<std::pair<VertexId, VertexId>, int> uses;
+    for (const auto& ring : rings) {
+      std::vector<VertexId> sorted = ring;
+      std::sort(sorted.begin(), sorted.end());
+      CHECK(sorted == topo.gpus());
+      for (std::size_t i = 0; i < ring.size(); ++i) ++uses[{ring[i], ring[(i + 1) % ring.size()]}];
+    }
+    INFO("p = " << p);
+    CHECK(uses.size() == static_cast<std::size_t>(p * (p - 1)));
+    const int each = uses.begin()->second;
+    for (const auto& [link, count] : uses) CHECK(count == each);
+    const int expected_each = (p == 4 || p == 6) ? (p == 4 ? 2 : 24) : 1;
+    CHECK(each == expected_each);
+  }
+}
+
+TEST_CASE("across mesh nodes every channel uses its own cycle: no xGMI link carries more") {
+  // 2 nodes x 8 MI300X-like GPUs, 7 channels. Each channel follows one of the 7 edge-disjoint
+  // cycles in each node (its closing edge being the PXN hop to the NIC), so every xGMI link
+  // carries exactly one channel: 2(p-1)/p * S / 7 with p = 16.
+  const Topology topo = mesh_cluster(8, 2);
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
+  REQUIRE(collectives.channel_rings(topo.gpus()).size() == 7);
+  const double size = 7e9;
+  collectives.run(CollectiveOp::all_reduce, topo.gpus(), size, [] {});
+  engine.run();
+  const double per_channel = 2.0 * 15 / 16 * size / 7;
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
+    if (topo.link(l).kind != LinkKind::xgmi) continue;
+    CHECK(net.link_bytes()[l] == Approx(per_channel));
+  }
+}
+
+TEST_CASE("broadcast spreads over the channels: all mesh links, all NICs") {
+  // Mesh: 7 channels of S/7 down 7 edge-disjoint chains at 48 GB/s: t = S / (7 x 48 GB/s).
+  // Two switch nodes with 50 GB/s NICs: 8 channels of S/8, each crossing its own NIC once:
+  // t = S / (8 x 50 GB/s).
+  {
+    const Topology mesh = mesh_cluster(8, 1);
+    Engine engine;
+    FlowNetwork net(engine, line_rates(mesh));
+    Collectives collectives(engine, net, mesh, CollectiveLatency{});
+    SimTime done_at{};
+    collectives.run(CollectiveOp::broadcast, mesh.gpus(), 7e9, [&] { done_at = engine.now(); });
+    engine.run();
+    CHECK(done_at.seconds() == Approx(7e9 / (7 * 48e9)).epsilon(1e-6));
+  }
+  {
+    const Topology two_nodes = build_cluster(eight_gpu_node(), 2, FabricSpec{});
+    Engine engine;
+    FlowNetwork net(engine, line_rates(two_nodes));
+    Collectives collectives(engine, net, two_nodes, CollectiveLatency{});
+    SimTime done_at{};
+    collectives.run(CollectiveOp::broadcast, two_nodes.gpus(), 8e9,
+                    [&] { done_at = engine.now(); });
+    engine.run();
+    CHECK(done_at.seconds() == Approx(8e9 / (8 * 50e9)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
+  // 4 of 8 GPUs on a reducing switch: S (1 + 1/4) each way through each of the 4 ports.
+  NodeSpec node = eight_gpu_node();
+  node.nvls = true;
+  node.nics = 0;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  const std::vector<VertexId> four(topo.gpus().begin(), topo.gpus().begin() + 4);
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.5, 1.0});
+  SimTime done_at{};
+  collectives.run(CollectiveOp::all_reduce, four, 1e9, [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(done_at.seconds() == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
+  Collectives without(engine, net, topo, CollectiveLatency{});
+  CHECK_THROWS_AS(without.run_nvls(four, 1e9, [] {}), ModelError);
+  CHECK_THROWS_AS(collectives.run(CollectiveOp::all_reduce, {four[0], four[0]}, 1e9, [] {}),
+                  ModelError);
 }

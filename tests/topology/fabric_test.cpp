@@ -2,6 +2,7 @@
 #include <string>
 
 #include "sim/engine/engine.hpp"
+#include "sim/engine/errors.hpp"
 #include "sim/network/flow_network.hpp"
 #include "topology/topology.hpp"
 
@@ -92,17 +93,55 @@ TEST_CASE("three tiers: pods of leaf_ports / 2 leaves meet at the core") {
   CHECK(via_core);
 }
 
-TEST_CASE("a 512-node rail-optimised cluster has the leaves the radix implies") {
-  // 8 rails; 64-port leaves at 1:1 serve 32 nodes each: 512 / 32 = 16 leaves per rail.
+namespace {
+
+NodeSpec eight_rail_node() {
   NodeSpec node = one_nic_node();
   node.gpus = 8;
   node.nics = 8;
   node.pcie_switches = 4;
+  return node;
+}
+
+int count_vertices(const Topology& topo, VertexKind kind) {
+  int count = 0;
+  for (VertexId v = 0; v < topo.vertex_count(); ++v) count += topo.vertex(v).kind == kind;
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("a 512-node rail-optimised cluster needs three tiers of 64-port switches") {
+  // 8 rails; 64-port leaves at 1:1 serve 32 nodes each: 512 / 32 = 16 leaves per rail, 128 in
+  // all, more than a 64-port spine tier can take: three tiers, pods of 32 leaves = 4 groups of
+  // 32 nodes with their 8 rails, so 4 pods, each with a spine plane, plus the core.
+  const NodeSpec node = eight_rail_node();
   const Topology topo = build_cluster(node, 512, FabricSpec{});
-  int leaves = 0;
-  for (VertexId v = 0; v < topo.vertex_count(); ++v) {
-    leaves += topo.vertex(v).kind == VertexKind::leaf_switch;
-  }
-  CHECK(leaves == 128);
+  CHECK(count_vertices(topo, VertexKind::leaf_switch) == 128);
+  CHECK(count_vertices(topo, VertexKind::spine_switch) == 4 + 1);
   CHECK(topo.gpus().size() == 4096);
+  FabricSpec two_tiers;
+  two_tiers.tiers = 2;
+  CHECK_THROWS_AS(build_cluster(node, 512, two_tiers), ModelError);
+}
+
+TEST_CASE("three tiers with eight rails: pods hold whole node groups, the core their uplinks") {
+  // 8-port leaves at 1:1: 4 nodes per leaf, uplink 4 x 50 GB/s = 200 GB/s. A pod would hold
+  // 8 / 2 = 4 leaves, fewer than the 8 rails of one node group; pods never split a group, so
+  // each holds one group: nodes 0-3 in pod 0, 4-7 in pod 1. Rail 0 from node 0 to node 4 crosses both pod spines and the core: 6 links.
+  // Each pod sends up what its 8 leaves can: 8 x 200 = 1600 GB/s.
+  FabricSpec fabric;
+  fabric.leaf_ports = 8;
+  fabric.tiers = 3;
+  const Topology topo = build_cluster(eight_rail_node(), 8, fabric);
+  const auto nic0 = *topo.nic_of_gpu(*topo.gpu_at(0, 0));
+  const auto nic4 = *topo.nic_of_gpu(*topo.gpu_at(4, 0));
+  CHECK(topo.route(nic0, nic4).size() == 6);
+  int core_links = 0;
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
+    if (topo.vertex(topo.link(l).to).name != "core") continue;
+    ++core_links;
+    CHECK(topo.link(l).bytes_per_s == Approx(1600e9));
+  }
+  CHECK(core_links == 2);
 }

@@ -42,6 +42,9 @@ TEST_CASE("ring all-reduce busbw within 10% of measured logs, no parameter fitte
       // Two nodes; the fixture does not name its cluster, so DGX A100-like nodes (8x 200 Gb/s
       // HDR) are an assumption. The NICs bound the rail-matched ring: 8 x 25 x 0.96 GB/s.
       {"a100x16-2node-allreduce-meta-gcm-fixture.log", "dgx-a100", 2, 16},
+      // Two MI300X nodes; the log's cluster uses 8 RoCE ports of unstated speed, modelled as the
+      // preset's 400 Gb/s NICs: the xGMI cycles, not the NICs, bound this ring.
+      {"mi300x16-2node-allreduce-rccl-hisohara-aac10.log", "mi300x-platform", 2, 16},
   };
   for (const Case& c : cases) {
     const auto [measured, simulated] = largest_row_busbw(c);
@@ -59,4 +62,19 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
   CHECK(measured > 450);
   CHECK(simulated > 450);
   CHECK(simulated == Approx(measured).epsilon(0.10));
+}
+
+TEST_CASE("the simulator's bus factors are the ones the log reader checks logs with") {
+  // Both follow nccl-tests doc/PERFORMANCE.md; one maps CollectiveOp, the other the op names
+  // the tools print.
+  const std::pair<CollectiveOp, const char*> ops[] = {
+      {CollectiveOp::all_reduce, "all_reduce"}, {CollectiveOp::reduce_scatter, "reduce_scatter"},
+      {CollectiveOp::all_gather, "all_gather"}, {CollectiveOp::all_to_all, "alltoall"},
+      {CollectiveOp::broadcast, "broadcast"},   {CollectiveOp::send_recv, "sendrecv"}};
+  for (const auto& [op, name] : ops) {
+    for (const int ranks : {2, 8, 16, 512}) {
+      INFO(name << " on " << ranks << " ranks");
+      CHECK(bus_factor(op, ranks) == Approx(nccl_bus_factor(name, ranks)));
+    }
+  }
 }
