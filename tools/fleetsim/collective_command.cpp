@@ -62,8 +62,11 @@ void run_collective_command(const CollectiveOptions& options) {
     throw ScenarioError("(command line)", 0, 0, "--node", "a node preset is required",
                         "see `fleetsim list` for the presets");
   }
-  const StepInputs cluster =
+  StepInputs cluster =
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
+  if (options.oversubscription > 0) cluster.fabric.oversubscription = options.oversubscription;
+  if (options.leaf_ports > 0) cluster.fabric.leaf_ports = options.leaf_ports;
+  if (options.tiers > 0) cluster.fabric.tiers = options.tiers;
   const CollectiveOp op = parse_op(options.op);
   const int ranks = options.ranks > 0 ? options.ranks : cluster.nodes * cluster.node.gpus;
   const std::vector<double> sizes =

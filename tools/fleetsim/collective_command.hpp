@@ -16,6 +16,11 @@ struct CollectiveOptions {
   std::string max_bytes = "8G";
   double factor = 2;
   std::string output;  // HDF5 file to write the table to; empty: none
+  // Fabric overrides; unset values keep the scenario defaults (non-blocking, 64-port leaves,
+  // as many tiers as fit).
+  double oversubscription = 0;
+  int leaf_ports = 0;
+  int tiers = 0;
 };
 
 // Prints the table to stdout; throws ScenarioError / ModelError on bad input or models.

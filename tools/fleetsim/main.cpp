@@ -52,6 +52,7 @@ const char* const kUsage =
     "  -b, --min SIZE         smallest message, e.g. 8, 128M (default 8)\n"
     "  -e, --max SIZE         largest message (default 8G)\n"
     "  -f, --factor F         size multiplier between rows (default 2)\n"
+    "  --oversubscription R, --leaf-ports N, --tiers 2|3   fabric (default 1, 64, as needed)\n"
     "\n"
     "  -h, --help      this help\n"
     "  --version       print the version\n";
@@ -77,8 +78,9 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
-      "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))("factor,f",
-                                                                          po::value(&c.factor));
+      "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))(
+      "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.oversubscription))(
+      "leaf-ports", po::value(&c.leaf_ports))("tiers", po::value(&c.tiers));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
