@@ -21,8 +21,14 @@ using Adjacency =
 
 }  // namespace
 
+// The graph, and the buffers of the route search: colours and predecessors stay allocated and
+// are reset only where a search touched them, so a short route costs what it visits, not the
+// size of the cluster. (The search mutates them: one Topology serves one thread.)
 struct Topology::Graph {
   Adjacency adjacency;
+  std::vector<boost::default_color_type> color;
+  std::vector<LinkId> via;
+  std::vector<VertexId> touched;
 };
 
 Topology::Topology() : graph_(std::make_unique<Graph>()) {}
@@ -73,7 +79,9 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
   return id;
 }
 
-void Topology::set_in_switch_reduction(VertexId nvswitch) { reduces_.at(nvswitch) = 1; }
+void Topology::set_in_switch_reduction(VertexId nvswitch) {
+  reduces_.at(nvswitch) = 1;
+}
 
 std::optional<VertexId> Topology::reducing_switch_of(VertexId gpu) const {
   for (const LinkId link : out_links_.at(gpu)) {
@@ -138,20 +146,29 @@ namespace {
 // idiom for an early exit): on a cluster of thousands of vertices most routes are a few hops.
 struct DestinationReached {};
 
-// Records, for every vertex reached, the edge it was first reached by.
+// Records, for every vertex reached, the edge it was first reached by, and what it touched.
 class PredecessorRecorder : public boost::default_bfs_visitor {
  public:
-  PredecessorRecorder(std::vector<LinkId>& via, VertexId destination)
-      : via_(&via), destination_(destination) {}
+  PredecessorRecorder(std::vector<LinkId>& via, std::vector<VertexId>& touched,
+                      VertexId destination)
+      : via_(&via), touched_(&touched), destination_(destination) {}
+  template <class Vertex, class Graph>
+  void discover_vertex(Vertex vertex, const Graph&) const {
+    touched_->push_back(static_cast<VertexId>(vertex));
+  }
   template <class Edge, class Graph>
   void tree_edge(Edge edge, const Graph& graph) const {
     const auto target = static_cast<VertexId>(boost::target(edge, graph));
     (*via_)[target] = boost::get(boost::edge_index, graph, edge);
-    if (target == destination_) throw DestinationReached{};
+    if (target == destination_) {
+      touched_->push_back(target);
+      throw DestinationReached{};
+    }
   }
 
  private:
   std::vector<LinkId>* via_;
+  std::vector<VertexId>* touched_;
   VertexId destination_;
 };
 
@@ -170,19 +187,34 @@ struct NoTransitThroughGpus {
 
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (src == dst) return {};
-  std::vector<LinkId> via(vertices_.size(), kNoVertex);
-  const NoTransitThroughGpus filter{&graph_->adjacency, &vertices_, src};
-  const boost::filtered_graph<Adjacency, NoTransitThroughGpus> usable(graph_->adjacency, filter);
+  Graph& g = *graph_;
+  g.color.resize(vertices_.size(), boost::white_color);
+  g.via.resize(vertices_.size(), kNoVertex);
+  const NoTransitThroughGpus filter{&g.adjacency, &vertices_, src};
+  const boost::filtered_graph<Adjacency, NoTransitThroughGpus> usable(g.adjacency, filter);
+  boost::queue<Adjacency::vertex_descriptor> queue;
+  const auto colors =
+      boost::make_iterator_property_map(g.color.begin(), boost::get(boost::vertex_index, usable));
   try {
-    boost::breadth_first_search(usable, src, boost::visitor(PredecessorRecorder(via, dst)));
+    // breadth_first_visit, unlike breadth_first_search, does not colour every vertex first.
+    boost::breadth_first_visit(usable, src, queue, PredecessorRecorder(g.via, g.touched, dst),
+                               colors);
   } catch (const DestinationReached&) {
   }
-  if (via[dst] == kNoVertex) {
+  std::vector<LinkId> path;
+  const bool reached = g.via[dst] != kNoVertex;
+  if (reached) {
+    for (VertexId at = dst; at != src; at = links_[g.via[at]].from) path.push_back(g.via[at]);
+    std::reverse(path.begin(), path.end());
+  }
+  for (const VertexId v : g.touched) {
+    g.color[v] = boost::white_color;
+    g.via[v] = kNoVertex;
+  }
+  g.touched.clear();
+  if (!reached) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
-  std::vector<LinkId> path;
-  for (VertexId at = dst; at != src; at = links_[via[at]].from) path.push_back(via[at]);
-  std::reverse(path.begin(), path.end());
   return path;
 }
 
@@ -307,9 +339,9 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
       pod_uplink_bytes_per_s.push_back(0.0);
     }
     for (int rail = 0; rail < node.nics; ++rail) {
-      const VertexId leaf = topo.add_vertex(
-          VertexKind::leaf_switch, "rail" + std::to_string(rail) + ".leaf" + std::to_string(group),
-          -1);
+      const VertexId leaf =
+          topo.add_vertex(VertexKind::leaf_switch,
+                          "rail" + std::to_string(rail) + ".leaf" + std::to_string(group), -1);
       for (int n = group * down; n < std::min(nodes, (group + 1) * down); ++n) {
         topo.add_duplex_link(built[n].nics[rail], leaf, kind, nic_port, node.nic_latency);
       }

@@ -1,6 +1,7 @@
 #include "sim/collectives/collectives.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 
 #include "sim/engine/errors.hpp"
@@ -9,6 +10,18 @@ namespace fleetsim {
 
 int ring_steps(CollectiveOp op, int ranks) {
   return op == CollectiveOp::all_reduce ? 2 * (ranks - 1) : ranks - 1;
+}
+
+const char* to_string(CollectiveAlgorithm algorithm) {
+  switch (algorithm) {
+    case CollectiveAlgorithm::ring: return "ring";
+    case CollectiveAlgorithm::tree: return "tree";
+    case CollectiveAlgorithm::nvls: return "nvls";
+    case CollectiveAlgorithm::direct: return "direct";
+    case CollectiveAlgorithm::chain: return "chain";
+    case CollectiveAlgorithm::pairs: return "pairs";
+  }
+  return "?";
 }
 
 namespace {
@@ -93,66 +106,229 @@ class HamiltonianCycles {
 
 }  // namespace
 
-const char* to_string(CollectiveAlgorithm algorithm) {
-  switch (algorithm) {
-    case CollectiveAlgorithm::ring: return "ring";
-    case CollectiveAlgorithm::nvls: return "nvls";
-    case CollectiveAlgorithm::direct: return "direct";
-    case CollectiveAlgorithm::chain: return "chain";
-    case CollectiveAlgorithm::pairs: return "pairs";
-  }
-  return "?";
-}
-
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
                          CollectiveLatency latency, NvlsSupport nvls)
     : engine_(&engine), network_(&network), topology_(&topology), latency_(latency), nvls_(nvls) {}
 
-CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks) const {
-  if (op == CollectiveOp::all_to_all) return CollectiveAlgorithm::direct;
-  if (op == CollectiveOp::broadcast) return CollectiveAlgorithm::chain;
-  if (op == CollectiveOp::send_recv) return CollectiveAlgorithm::pairs;
-  if (op != CollectiveOp::all_reduce || !(nvls_.efficiency > 0) || ranks.size() < 2) {
-    return CollectiveAlgorithm::ring;
-  }
+// ---- choosing an algorithm -----------------------------------------------------------------
+
+bool Collectives::nvls_possible(const std::vector<VertexId>& ranks) const {
+  if (!(nvls_.efficiency > 0) || ranks.size() < 2) return false;
   const std::optional<VertexId> nvswitch = topology_->reducing_switch_of(ranks.front());
-  if (!nvswitch) return CollectiveAlgorithm::ring;
-  for (const VertexId gpu : ranks) {
-    if (topology_->reducing_switch_of(gpu) != nvswitch) return CollectiveAlgorithm::ring;
-  }
-  return CollectiveAlgorithm::nvls;
+  if (!nvswitch) return false;
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [&](VertexId gpu) { return topology_->reducing_switch_of(gpu) == nvswitch; });
 }
 
-void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
-                      std::function<void()> done) {
+std::vector<CollectiveAlgorithm> Collectives::candidates(CollectiveOp op,
+                                                         const std::vector<VertexId>& ranks) const {
+  switch (op) {
+    case CollectiveOp::all_to_all: return {CollectiveAlgorithm::direct};
+    case CollectiveOp::broadcast: return {CollectiveAlgorithm::chain};
+    case CollectiveOp::send_recv: return {CollectiveAlgorithm::pairs};
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_gather: return {CollectiveAlgorithm::ring};
+    case CollectiveOp::all_reduce: break;
+  }
+  std::vector<CollectiveAlgorithm> algorithms{CollectiveAlgorithm::ring};
+  if (group_by_node(ranks).size() > 1) algorithms.push_back(CollectiveAlgorithm::tree);
+  if (nvls_possible(ranks)) algorithms.push_back(CollectiveAlgorithm::nvls);
+  return algorithms;
+}
+
+CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks,
+                                        double size_bytes) {
+  std::vector<CollectiveAlgorithm> algorithms = candidates(op, ranks);
+  // The tree's flows carry what its traffic pattern needs, but NCCL's tree kernels reach less
+  // than that per channel (its tuner caps tree bandwidth per channel and per node count); until
+  // those limits are calibrated the tree would look better than it runs, so the tuner leaves it
+  // out and it runs only when forced.
+  std::erase(algorithms, CollectiveAlgorithm::tree);
+  if (algorithms.size() == 1) return algorithms.front();
+  const ChoiceKey key{op, ranks, size_bytes};
+  const auto cached = choice_cache_.find(key);
+  if (cached != choice_cache_.end()) return cached->second;
+  CollectiveAlgorithm best = algorithms.front();
+  SimTime best_time = SimTime::max();
+  for (const CollectiveAlgorithm algorithm : algorithms) {  // ties keep the earlier candidate
+    const SimTime time = idle_time(plan(algorithm, op, ranks, size_bytes));
+    if (time < best_time) {
+      best = algorithm;
+      best_time = time;
+    }
+  }
+  choice_cache_.emplace(key, best);
+  return best;
+}
+
+SimTime Collectives::idle_time(const Plan& plan) const {
+  Engine scratch_engine;
+  FlowNetwork scratch(scratch_engine, network_->capacities());
+  SimTime finished = plan.latency;
+  for (const PlannedFlow& flow : plan.flows) {
+    scratch.start_flow(flow.links, flow.bytes, plan.latency,
+                       [&] { finished = std::max(finished, scratch_engine.now()); });
+  }
+  scratch_engine.run();
+  return finished;
+}
+
+// ---- running -------------------------------------------------------------------------------
+
+void Collectives::check_ranks(const std::vector<VertexId>& ranks) const {
   if (ranks.empty()) throw ModelError("a collective needs at least one rank");
   std::vector<VertexId> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
     throw ModelError("a collective's ranks must be distinct GPUs");
   }
-  switch (choose(op, ranks)) {
-    case CollectiveAlgorithm::nvls: return run_nvls(ranks, size_bytes, std::move(done));
-    case CollectiveAlgorithm::ring: return run_ring(op, ranks, size_bytes, std::move(done));
-    case CollectiveAlgorithm::direct: return run_direct(ranks, size_bytes, std::move(done));
-    case CollectiveAlgorithm::chain: return run_broadcast(ranks, size_bytes, std::move(done));
-    case CollectiveAlgorithm::pairs: return run_pairs(ranks, size_bytes, std::move(done));
-  }
 }
 
-void Collectives::start_flows(std::vector<PlannedFlow> flows, SimTime latency,
-                              std::function<void()> done) {
-  if (flows.empty()) {
-    engine_->schedule_after(latency, std::move(done));
+void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+                      std::function<void()> done) {
+  check_ranks(ranks);
+  start(plan(choose(op, ranks, size_bytes), op, ranks, size_bytes), std::move(done));
+}
+
+void Collectives::run_with(CollectiveAlgorithm algorithm, CollectiveOp op,
+                           const std::vector<VertexId>& ranks, double size_bytes,
+                           std::function<void()> done) {
+  check_ranks(ranks);
+  const auto allowed = candidates(op, ranks);
+  if (std::find(allowed.begin(), allowed.end(), algorithm) == allowed.end()) {
+    throw ModelError(std::string(to_string(algorithm)) + " cannot run " + to_string(op) +
+                     " over these ranks");
+  }
+  start(plan(algorithm, op, ranks, size_bytes), std::move(done));
+}
+
+void Collectives::start(Plan plan, std::function<void()> done) {
+  if (plan.flows.empty()) {
+    engine_->schedule_after(plan.latency, std::move(done));
     return;
   }
-  auto remaining = std::make_shared<std::size_t>(flows.size());
+  // The collective ends when its last flow does; the latency is paid once, after the bytes.
+  auto remaining = std::make_shared<std::size_t>(plan.flows.size());
   auto finish = std::make_shared<std::function<void()>>(std::move(done));
-  for (PlannedFlow& flow : flows) {
-    network_->start_flow(std::move(flow.links), flow.bytes, latency, [remaining, finish] {
+  for (PlannedFlow& flow : plan.flows) {
+    network_->start_flow(std::move(flow.links), flow.bytes, plan.latency, [remaining, finish] {
       if (--*remaining == 0) (*finish)();
     });
   }
+}
+
+// ---- plans ---------------------------------------------------------------------------------
+
+Collectives::Plan Collectives::plan(CollectiveAlgorithm algorithm, CollectiveOp op,
+                                    const std::vector<VertexId>& ranks, double size_bytes) {
+  if (ranks.size() < 2) return {};  // nothing leaves the GPU
+  switch (algorithm) {
+    case CollectiveAlgorithm::ring: return plan_ring(op, ranks, size_bytes);
+    case CollectiveAlgorithm::tree: return plan_tree(ranks, size_bytes);
+    case CollectiveAlgorithm::nvls: return plan_nvls(ranks, size_bytes);
+    case CollectiveAlgorithm::direct: return plan_direct(ranks, size_bytes);
+    case CollectiveAlgorithm::chain: return plan_broadcast(ranks, size_bytes);
+    case CollectiveAlgorithm::pairs: return plan_pairs(ranks, size_bytes);
+  }
+  return {};
+}
+
+SimTime Collectives::repeated(SimTime step, std::size_t times) const {
+  SimTime total{};
+  for (std::size_t i = 0; i < times; ++i) total += step;
+  return total;
+}
+
+Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks,
+                                         double size_bytes) {
+  const int p = static_cast<int>(ranks.size());
+  const std::vector<Channel>& ring_channels = channels(ranks);
+  Plan plan;
+  plan.latency = latency_.base + repeated(step_latency(ring_channels), ring_steps(op, p));
+  const double channel_bytes =
+      bus_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
+  for (const Channel& channel : ring_channels) plan.flows.push_back({channel.links, channel_bytes});
+  return plan;
+}
+
+Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, double size_bytes) {
+  // NCCL's tree: per channel, a chain through each node's GPUs down to the node's head (the
+  // channel's entry GPU, whose NIC is the channel's rail) and two binary trees over the nodes'
+  // heads (a double binary tree: the second mirrors the first, so a leaf of one is inside the
+  // other), each reducing and then broadcasting half the data. Each (channel, tree) is one
+  // pipelined flow over every chain link and tree edge, both ways, carrying S / (2 channels),
+  // inflated by NCCL's tree efficiency relative to a ring (kTreeEfficiency).
+  const std::vector<std::vector<VertexId>> rings = channel_rings(ranks);
+  const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
+  const std::size_t node_count = nodes.size();
+  const std::size_t per_node = nodes.front().size();
+  Plan plan;
+  SimTime slowest_chain{}, slowest_edge{};
+  auto add_both_ways = [&](std::vector<LinkUse>& links, VertexId a, VertexId b, SimTime& slowest) {
+    for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      SimTime latency{};
+      for (const LinkId link : hop_links(from, to)) {
+        links.push_back({link, 1.0});
+        latency += topology_->link(link).latency;
+      }
+      slowest = std::max(slowest, latency);
+    }
+  };
+  const double bytes = size_bytes / (2.0 * static_cast<double>(rings.size())) / kTreeEfficiency;
+  for (const std::vector<VertexId>& ring : rings) {
+    std::vector<LinkUse> chains;
+    std::vector<VertexId> heads;
+    for (std::size_t k = 0; k < node_count; ++k) {
+      const auto begin = ring.begin() + static_cast<std::ptrdiff_t>(k * per_node);
+      const std::vector<VertexId> chain(begin, begin + static_cast<std::ptrdiff_t>(per_node));
+      heads.push_back(chain.front());
+      for (std::size_t i = 0; i + 1 < chain.size(); ++i) {
+        add_both_ways(chains, chain[i], chain[i + 1], slowest_chain);
+      }
+    }
+    for (const bool mirrored : {false, true}) {
+      std::vector<LinkUse> links = chains;
+      for (std::size_t position = 1; position < node_count; ++position) {
+        const std::size_t parent = (position - 1) / 2;
+        const std::size_t child_node = mirrored ? node_count - 1 - position : position;
+        const std::size_t parent_node = mirrored ? node_count - 1 - parent : parent;
+        add_both_ways(links, heads[child_node], heads[parent_node], slowest_edge);
+      }
+      plan.flows.push_back({std::move(links), bytes});
+    }
+  }
+  const std::size_t depth = static_cast<std::size_t>(std::ceil(std::log2(node_count)));
+  const SimTime intra = std::max(latency_.per_step, slowest_chain);
+  const SimTime inter = std::max(latency_.per_step, slowest_edge);
+  plan.latency =
+      latency_.base + repeated(intra + intra, per_node - 1) + repeated(inter + inter, depth);
+  return plan;
+}
+
+Collectives::Plan Collectives::plan_nvls(const std::vector<VertexId>& ranks, double size_bytes) {
+  if (!nvls_possible(ranks)) {
+    throw ModelError("NVLS needs GPUs that support it, all on one reducing NVSwitch");
+  }
+  const VertexId nvswitch = *topology_->reducing_switch_of(ranks.front());
+  PlannedFlow ports;
+  SimTime slowest_port{};
+  for (const VertexId gpu : ranks) {
+    const LinkId up = topology_->link_between(gpu, nvswitch).value();
+    const LinkId down = topology_->link_between(nvswitch, gpu).value();
+    ports.links.push_back({up, 1.0});
+    ports.links.push_back({down, 1.0});
+    slowest_port = std::max(slowest_port, topology_->link(up).latency);
+  }
+  const double p = static_cast<double>(ranks.size());
+  // Links are sized for rings; NVLS's own efficiency turns its payload into their wire load.
+  ports.bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
+  // Two steps, reduce and multicast, each through the switch and back; NCCL's NVLS latency is
+  // not in the profile yet, so this is an assumption: the ring's per-step latency, twice.
+  const SimTime step = std::max(latency_.per_step, slowest_port + slowest_port);
+  Plan plan;
+  plan.latency = latency_.base + step + step;
+  plan.flows.push_back(std::move(ports));
+  return plan;
 }
 
 Collectives::PlannedFlow Collectives::point_to_point(VertexId from, VertexId to, double bytes,
@@ -167,79 +343,64 @@ Collectives::PlannedFlow Collectives::point_to_point(VertexId from, VertexId to,
   return flow;
 }
 
-void Collectives::run_direct(const std::vector<VertexId>& ranks, double size_bytes,
-                             std::function<void()> done) {
+Collectives::Plan Collectives::plan_direct(const std::vector<VertexId>& ranks, double size_bytes) {
   const std::size_t p = ranks.size();
-  std::vector<PlannedFlow> flows;
+  Plan plan;
   SimTime slowest_hop{};
   for (std::size_t a = 0; a < p; ++a) {
     for (std::size_t b = 0; b < p; ++b) {
-      if (a != b) flows.push_back(point_to_point(ranks[a], ranks[b], size_bytes / p, slowest_hop));
+      if (a != b) {
+        plan.flows.push_back(point_to_point(ranks[a], ranks[b], size_bytes / p, slowest_hop));
+      }
     }
   }
-  start_flows(std::move(flows), latency_.base + std::max(latency_.per_step, slowest_hop),
-              std::move(done));
+  plan.latency = latency_.base + std::max(latency_.per_step, slowest_hop);
+  return plan;
 }
 
-void Collectives::run_pairs(const std::vector<VertexId>& ranks, double size_bytes,
-                            std::function<void()> done) {
+Collectives::Plan Collectives::plan_pairs(const std::vector<VertexId>& ranks, double size_bytes) {
   const std::size_t p = ranks.size();
-  std::vector<PlannedFlow> flows;
+  Plan plan;
   SimTime slowest_hop{};
-  for (std::size_t a = 0; a < p && p > 1; ++a) {
-    flows.push_back(point_to_point(ranks[a], ranks[(a + 1) % p], size_bytes, slowest_hop));
+  for (std::size_t a = 0; a < p; ++a) {
+    plan.flows.push_back(point_to_point(ranks[a], ranks[(a + 1) % p], size_bytes, slowest_hop));
   }
-  start_flows(std::move(flows), latency_.base + std::max(latency_.per_step, slowest_hop),
-              std::move(done));
+  plan.latency = latency_.base + std::max(latency_.per_step, slowest_hop);
+  return plan;
 }
 
-void Collectives::run_broadcast(const std::vector<VertexId>& ranks, double size_bytes,
-                                std::function<void()> done) {
+Collectives::Plan Collectives::plan_broadcast(const std::vector<VertexId>& ranks,
+                                              double size_bytes) {
   // Each channel pipelines S / channels down its ring from the root: every hop of the ring but
   // the one back into the root, so a mesh or a multi-node cluster uses all its links and NICs.
-  const std::size_t p = ranks.size();
-  if (p == 1) {
-    engine_->schedule_after(SimTime{}, std::move(done));
-    return;
-  }
   const std::vector<Channel>& ring_channels = channels(ranks);
-  std::vector<PlannedFlow> flows;
+  Plan plan;
   for (const Channel& channel : ring_channels) {
     PlannedFlow flow{{}, size_bytes / static_cast<double>(ring_channels.size())};
     for (std::size_t h = 0; h < channel.hops.size(); ++h) {
       if (channel.order[(h + 1) % channel.order.size()] == ranks.front()) continue;
       flow.links.insert(flow.links.end(), channel.hops[h].begin(), channel.hops[h].end());
     }
-    flows.push_back(std::move(flow));
+    plan.flows.push_back(std::move(flow));
   }
-  SimTime latency = latency_.base;
-  const SimTime each_step = step_latency(ring_channels);
-  for (std::size_t step = 0; step + 1 < p; ++step) latency += each_step;
-  start_flows(std::move(flows), latency, std::move(done));
+  plan.latency = latency_.base + repeated(step_latency(ring_channels), ranks.size() - 1);
+  return plan;
 }
 
-void Collectives::run_nvls(const std::vector<VertexId>& ranks, double size_bytes,
-                           std::function<void()> done) {
-  if (choose(CollectiveOp::all_reduce, ranks) != CollectiveAlgorithm::nvls) {
-    throw ModelError("NVLS needs GPUs that support it, all on one reducing NVSwitch");
-  }
-  const VertexId nvswitch = *topology_->reducing_switch_of(ranks.front());
-  std::vector<LinkUse> ports;
-  SimTime slowest_port{};
+// ---- rings and routes ----------------------------------------------------------------------
+
+std::vector<std::vector<VertexId>> Collectives::group_by_node(
+    const std::vector<VertexId>& ranks) const {
+  std::vector<int> node_order;
+  std::map<int, std::vector<VertexId>> by_node;
   for (const VertexId gpu : ranks) {
-    const LinkId up = topology_->link_between(gpu, nvswitch).value();
-    const LinkId down = topology_->link_between(nvswitch, gpu).value();
-    ports.push_back({up, 1.0});
-    ports.push_back({down, 1.0});
-    slowest_port = std::max(slowest_port, topology_->link(up).latency);
+    const int node = topology_->vertex(gpu).node;
+    if (!by_node.count(node)) node_order.push_back(node);
+    by_node[node].push_back(gpu);
   }
-  const double p = static_cast<double>(ranks.size());
-  // Links are sized for rings; NVLS's own efficiency turns its payload into their wire load.
-  const double wire_bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
-  // Two steps, reduce and multicast, each through the switch and back; NCCL's NVLS latency is
-  // not in the profile yet, so this is an assumption: the ring's per-step latency, twice.
-  const SimTime step = std::max(latency_.per_step, slowest_port + slowest_port);
-  network_->start_flow(ports, wire_bytes, latency_.base + step + step, std::move(done));
+  std::vector<std::vector<VertexId>> groups;
+  for (const int node : node_order) groups.push_back(std::move(by_node[node]));
+  return groups;
 }
 
 std::vector<std::vector<VertexId>> Collectives::node_cycles(
@@ -265,34 +426,25 @@ std::vector<std::vector<VertexId>> Collectives::node_cycles(
 
 std::vector<std::vector<VertexId>> Collectives::channel_rings(
     const std::vector<VertexId>& ranks) const {
-  // Ranks grouped by node, nodes in the order they first appear.
-  std::vector<int> node_order;
-  std::map<int, std::vector<VertexId>> by_node;
-  for (const VertexId gpu : ranks) {
-    const int node = topology_->vertex(gpu).node;
-    if (!by_node.count(node)) node_order.push_back(node);
-    by_node[node].push_back(gpu);
-  }
-  if (node_order.size() == 1) return node_cycles(ranks);
+  const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
+  if (nodes.size() == 1) return node_cycles(ranks);
   // Across nodes, channel c visits each node along one of its cycles, entered at the node's
   // c-th GPU: the hop into the next node then leaves through (PXN) and arrives at NIC c, and the
   // closing edge of the cycle is that PXN hop, so each channel uses each link of its cycle once.
   // A switch node has one cycle and one channel per GPU (per rail); a mesh node one channel per
   // cycle.
-  std::map<int, std::vector<std::vector<VertexId>>> cycles;
+  std::vector<std::vector<std::vector<VertexId>>> cycles;
   std::size_t channels = ranks.size();
-  for (const int node : node_order) {
-    cycles[node] = node_cycles(by_node[node]);
-    const std::size_t per_node =
-        cycles[node].size() > 1 ? cycles[node].size() : by_node[node].size();
+  for (const std::vector<VertexId>& gpus : nodes) {
+    cycles.push_back(node_cycles(gpus));
+    const std::size_t per_node = cycles.back().size() > 1 ? cycles.back().size() : gpus.size();
     channels = std::min(channels, per_node);
   }
   std::vector<std::vector<VertexId>> rings(channels);
   for (std::size_t c = 0; c < channels; ++c) {
-    for (const int node : node_order) {
-      const std::vector<VertexId>& gpus = by_node[node];
-      std::vector<VertexId> order = cycles[node][c % cycles[node].size()];
-      const VertexId entry = gpus[c % gpus.size()];
+    for (std::size_t k = 0; k < nodes.size(); ++k) {
+      std::vector<VertexId> order = cycles[k][c % cycles[k].size()];
+      const VertexId entry = nodes[k][c % nodes[k].size()];
       std::rotate(order.begin(), std::find(order.begin(), order.end(), entry), order.end());
       rings[c].insert(rings[c].end(), order.begin(), order.end());
     }
@@ -349,6 +501,8 @@ SimTime Collectives::step_latency(const std::vector<Channel>& ring_channels) con
   return std::max(latency_.per_step, slowest_hop);
 }
 
+// ---- the chunked ring, for checks ----------------------------------------------------------
+
 struct Collectives::ChunkedChannel {
   const Channel* channel;
   int steps_left;
@@ -375,7 +529,7 @@ void Collectives::run_chunked_step(const std::shared_ptr<ChunkedChannel>& state)
 
 void Collectives::run_ring_chunked(CollectiveOp op, const std::vector<VertexId>& ranks,
                                    double size_bytes, std::function<void()> done) {
-  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
+  check_ranks(ranks);
   const int p = static_cast<int>(ranks.size());
   if (p == 1) {
     engine_->schedule_after(SimTime{}, std::move(done));
@@ -390,31 +544,6 @@ void Collectives::run_ring_chunked(CollectiveOp op, const std::vector<VertexId>&
     auto state = std::make_shared<ChunkedChannel>(
         ChunkedChannel{&channel, ring_steps(op, p), chunk, each_step, 0, channels_left, finish});
     engine_->schedule_after(latency_.base, [this, state] { run_chunked_step(state); });
-  }
-}
-
-void Collectives::run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
-                           std::function<void()> done) {
-  if (ranks.empty()) throw ModelError("a collective needs at least one rank");
-  const int p = static_cast<int>(ranks.size());
-  if (p == 1) {  // nothing leaves the GPU
-    engine_->schedule_after(SimTime{}, std::move(done));
-    return;
-  }
-  const std::vector<Channel>& ring_channels = channels(ranks);
-  const SimTime each_step = step_latency(ring_channels);
-  SimTime latency = latency_.base;
-  for (int step = 0; step < ring_steps(op, p); ++step) latency += each_step;
-
-  const double channel_bytes =
-      bus_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
-  // The collective ends when its last channel does; the latency is paid once, after the bytes.
-  auto remaining = std::make_shared<std::size_t>(ring_channels.size());
-  auto finish = std::make_shared<std::function<void()>>(std::move(done));
-  for (const Channel& channel : ring_channels) {
-    network_->start_flow(channel.links, channel_bytes, latency, [remaining, finish] {
-      if (--*remaining == 0) (*finish)();
-    });
   }
 }
 

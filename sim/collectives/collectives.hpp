@@ -16,15 +16,18 @@
 // GPU of node n that has the destination's local index, out through its NIC, across that rail's
 // leaf switch, and in through the destination's NIC.
 //
-// Latency. Each collective pays a base cost and, for each of its 2(p-1) (all-reduce) or p-1
-// steps, the larger of the calibrated per-step latency and the slowest hop's path latency. On an
-// ideal ring of link bandwidth B and hop latency a, with no base and a per-step latency below a,
-// all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a.
+// Latency. Each collective pays a base cost and, for each of its sequential steps, the larger of
+// the calibrated per-step latency and the slowest hop's path latency: 2(p-1) steps for a ring
+// all-reduce, p-1 for reduce-scatter and all-gather, 2((p/nodes - 1) + log2(nodes)) for a tree.
+// On an ideal ring of link bandwidth B and hop latency a, with no base and a per-step latency
+// below a, all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's latency
+// dominates and the tuner switches to the tree, as NCCL's does.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "sim/engine/engine.hpp"
@@ -42,7 +45,7 @@ struct CollectiveLatency {
   SimTime per_step{};  // per ring step, at least (a slower hop's path latency takes over)
 };
 
-enum class CollectiveAlgorithm { ring, nvls, direct, chain, pairs };
+enum class CollectiveAlgorithm { ring, tree, nvls, direct, chain, pairs };
 const char* to_string(CollectiveAlgorithm algorithm);
 
 // NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU sends its whole buffer up once for the
@@ -55,6 +58,10 @@ struct NvlsSupport {
   double ring_efficiency = 1;  // the fraction the flow network already applies to NVLink links
 };
 
+// NCCL's tuning model rates its tree at 0.9 of the bus bandwidth its ring would reach
+// (NVIDIA/nccl src/graph/tuning.cc: "busBw * .9" for the tree algorithm).
+inline constexpr double kTreeEfficiency = 0.9;
+
 class Collectives {
  public:
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
@@ -63,31 +70,32 @@ class Collectives {
   Collectives(const Collectives&) = delete;
   Collectives& operator=(const Collectives&) = delete;
 
-  // The algorithm NCCL's tuner would use for large messages: NVLS for an all-reduce whose ranks
-  // all hang off one NVSwitch that reduces, when the GPUs support it; a ring for all-reduce,
-  // reduce-scatter and all-gather otherwise; direct sends for all-to-all (one flow per pair of
-  // ranks, S / p each); for broadcast, the ring's channels as pipelined chains from the first
-  // rank (S / channels each); and one flow per rank to its successor for send/recv.
-  CollectiveAlgorithm choose(CollectiveOp op, const std::vector<VertexId>& ranks) const;
+  // The algorithms that can run `op` over `ranks`: for all-reduce a ring, a tree when the ranks
+  // span nodes, NVLS when they all hang off one reducing NVSwitch; a ring for reduce-scatter and
+  // all-gather; direct sends for all-to-all (one flow per pair of ranks, S / p each); the ring's
+  // channels as pipelined chains from the first rank for broadcast (S / channels each); one
+  // flow per rank to its successor for send/recv.
+  std::vector<CollectiveAlgorithm> candidates(CollectiveOp op,
+                                              const std::vector<VertexId>& ranks) const;
+  // The tuner: like NCCL's, it picks by predicted time for the size, rank count and topology;
+  // the prediction is this simulator's own, each candidate run alone on an idle copy of the
+  // network. Memoised per (op, ranks, size). It does not pick the tree yet (see choose()).
+  CollectiveAlgorithm choose(CollectiveOp op, const std::vector<VertexId>& ranks,
+                             double size_bytes);
 
-  // Runs a collective over `ranks` (GPU vertices in rank order, >= 1 of them) with message size
-  // `size_bytes` (nccl-tests S) with the chosen algorithm; `done` runs when the last rank has
+  // Runs a collective over `ranks` (distinct GPU vertices in rank order) with message size
+  // `size_bytes` (nccl-tests S), with the tuner's algorithm or a forced one (as NCCL_ALGO does;
+  // ModelError if it cannot run this op on these ranks). `done` runs when the last rank has
   // finished.
   void run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
            std::function<void()> done);
-  void run_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
-                std::function<void()> done);
-  void run_direct(const std::vector<VertexId>& ranks, double size_bytes,
-                  std::function<void()> done);
-  void run_broadcast(const std::vector<VertexId>& ranks, double size_bytes,
-                     std::function<void()> done);
-  void run_pairs(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
-  void run_nvls(const std::vector<VertexId>& ranks, double size_bytes, std::function<void()> done);
+  void run_with(CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
+                double size_bytes, std::function<void()> done);
 
-  // The same ring collective step by step, to check the channel form: in each of the ring's
-  // steps every rank sends a chunk of S / p to its successor (one flow per hop and channel), and
-  // a channel's next step starts when all its hops have delivered. Slower (p flows per step
-  // instead of one per channel), so only for checks on small groups.
+  // The ring step by step, to check the channel form: in each of the ring's steps every rank
+  // sends a chunk of S / p to its successor (one flow per hop and channel), and a channel's next
+  // step starts when all its hops have delivered. Slower (p flows per step instead of one per
+  // channel), so only for checks on small groups.
   void run_ring_chunked(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                         std::function<void()> done);
 
@@ -102,18 +110,39 @@ class Collectives {
     std::vector<std::vector<LinkUse>> hops;  // each hop's links, in ring order
     SimTime slowest_hop_latency{};
   };
-  SimTime step_latency(const std::vector<Channel>& ring_channels) const;
   struct PlannedFlow {
     std::vector<LinkUse> links;
     double bytes;
   };
+  // A collective as flows that all start at once, and the latency paid after the last byte.
+  struct Plan {
+    std::vector<PlannedFlow> flows;
+    SimTime latency{};
+  };
+  using ChoiceKey = std::tuple<CollectiveOp, std::vector<VertexId>, double>;
+
+  Plan plan(CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
+            double size_bytes);
+  Plan plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_tree(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_nvls(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_direct(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_broadcast(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_pairs(const std::vector<VertexId>& ranks, double size_bytes);
+  void start(Plan plan, std::function<void()> done);
+  SimTime idle_time(const Plan& plan) const;
+  void check_ranks(const std::vector<VertexId>& ranks) const;
+  bool nvls_possible(const std::vector<VertexId>& ranks) const;
+  SimTime repeated(SimTime step, std::size_t times) const;
   PlannedFlow point_to_point(VertexId from, VertexId to, double bytes, SimTime& slowest_hop) const;
-  // Starts the flows; `done` runs `latency` after the last of them has delivered.
-  void start_flows(std::vector<PlannedFlow> flows, SimTime latency, std::function<void()> done);
+
+  const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
+  SimTime step_latency(const std::vector<Channel>& ring_channels) const;
+  std::vector<std::vector<VertexId>> group_by_node(const std::vector<VertexId>& ranks) const;
+  std::vector<std::vector<VertexId>> node_cycles(const std::vector<VertexId>& gpus) const;
+
   struct ChunkedChannel;
   void run_chunked_step(const std::shared_ptr<ChunkedChannel>& state);
-  const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
-  std::vector<std::vector<VertexId>> node_cycles(const std::vector<VertexId>& gpus) const;
 
   Engine* engine_;
   FlowNetwork* network_;
@@ -121,6 +150,7 @@ class Collectives {
   CollectiveLatency latency_;
   NvlsSupport nvls_;
   std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
+  std::map<ChoiceKey, CollectiveAlgorithm> choice_cache_;
 };
 
 }  // namespace fleetsim

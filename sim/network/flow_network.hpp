@@ -58,6 +58,7 @@ class FlowNetwork {
   std::size_t active_flows() const { return flows_.size(); }
   std::size_t link_count() const { return capacity_.size(); }
   double capacity(FlowLinkId link) const { return capacity_[link]; }
+  const std::vector<double>& capacities() const { return capacity_; }
   // Weighted bytes carried by each link so far (flows are accounted up to their last update).
   const std::vector<double>& link_bytes() const { return link_bytes_; }
   double bytes_started() const { return bytes_started_; }

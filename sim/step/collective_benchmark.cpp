@@ -24,34 +24,39 @@ std::vector<double> nccl_tests_sizes(double min_bytes, double max_bytes, double 
 }
 
 std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, CollectiveOp op,
-                                                   int ranks, const std::vector<double>& sizes) {
+                                                   int ranks, const std::vector<double>& sizes,
+                                                   std::optional<CollectiveAlgorithm> forced) {
   const Topology topology = build_cluster(cluster.node, cluster.nodes, cluster.fabric);
   if (ranks < 1 || static_cast<std::size_t>(ranks) > topology.gpus().size()) {
     throw ModelError("the collective needs " + std::to_string(ranks) + " GPUs, the cluster has " +
                      std::to_string(topology.gpus().size()));
   }
   const std::vector<VertexId> members(topology.gpus().begin(), topology.gpus().begin() + ranks);
-  const std::vector<double> capacity = usable_link_capacities(topology, cluster.gpu);
-  const CollectiveLatency latency = collective_latency(cluster.gpu);
-  const NvlsSupport nvls = nvls_support(cluster.gpu);
+  // One network for the whole sweep, idle between sizes (each runs to completion before the
+  // next starts), so routes and rings are computed once.
+  Engine engine;
+  FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
+  Collectives collectives(engine, network, topology, collective_latency(cluster.gpu),
+                          nvls_support(cluster.gpu));
   std::vector<CollectiveSample> samples;
   for (const double size : sizes) {
-    Engine engine;
-    FlowNetwork network(engine, capacity);
-    Collectives collectives(engine, network, topology, latency, nvls);
+    const SimTime start = engine.now();
     SimTime done{};
     bool finished = false;
-    collectives.run(op, members, size, [&] {
+    auto on_done = [&] {
       done = engine.now();
       finished = true;
-    });
+    };
+    const CollectiveAlgorithm algorithm = forced ? *forced : collectives.choose(op, members, size);
+    collectives.run_with(algorithm, op, members, size, on_done);
     engine.run();
     if (!finished) throw ModelError(std::string(to_string(op)) + " never completed");
     CollectiveSample sample;
     sample.size_bytes = size;
-    sample.algorithm = to_string(collectives.choose(op, members));
-    sample.time_us = done.seconds() * 1e6;
-    sample.algbw_gb_per_s = done.ns() > 0 ? size / done.seconds() / 1e9 : 0.0;
+    sample.algorithm = to_string(algorithm);
+    const double seconds = (done - start).seconds();
+    sample.time_us = seconds * 1e6;
+    sample.algbw_gb_per_s = seconds > 0 ? size / seconds / 1e9 : 0.0;
     sample.busbw_gb_per_s = sample.algbw_gb_per_s * bus_factor(op, ranks);
     samples.push_back(sample);
   }

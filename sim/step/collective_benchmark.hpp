@@ -4,8 +4,10 @@
 // table can be put beside a measured log.
 #pragma once
 
+#include <optional>
 #include <vector>
 
+#include "sim/collectives/collectives.hpp"
 #include "sim/step/step_inputs.hpp"
 #include "topology/collective_op.hpp"
 
@@ -25,8 +27,10 @@ std::vector<double> nccl_tests_sizes(double min_bytes, double max_bytes, double 
                                      double element_bytes = 4);
 
 // Each size is simulated alone on an idle cluster: ranks are the first `ranks` GPUs in rank
-// order. Throws ModelError when the cluster has fewer GPUs.
-std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, CollectiveOp op,
-                                                   int ranks, const std::vector<double>& sizes);
+// order; the algorithm is the tuner's unless one is forced (as NCCL_ALGO does). Throws
+// ModelError when the cluster has fewer GPUs or the forced algorithm cannot run the op.
+std::vector<CollectiveSample> benchmark_collective(
+    const StepInputs& cluster, CollectiveOp op, int ranks, const std::vector<double>& sizes,
+    std::optional<CollectiveAlgorithm> forced = std::nullopt);
 
 }  // namespace fleetsim

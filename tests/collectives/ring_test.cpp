@@ -36,7 +36,8 @@ double collective_seconds(CollectiveOp op, int p, double size, double bytes_per_
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, latency);
   SimTime done_at{};
-  collectives.run_ring(op, topo.gpus(), size, [&] { done_at = engine.now(); });
+  collectives.run_with(CollectiveAlgorithm::ring, op, topo.gpus(), size,
+                       [&] { done_at = engine.now(); });
   engine.run();
   return done_at.seconds();
 }
@@ -82,7 +83,7 @@ TEST_CASE("a competing flow on one hop slows the whole ring to that hop's share"
   const LinkId hop = topo.route(2, 3).front();
   net.start_flow({{hop, 1.0}}, 100e9, SimTime{}, [] {});
   SimTime done_at{};
-  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
                        [&] { done_at = engine.now(); });
   engine.run();
   CHECK(done_at.seconds() == Approx(2.0 * (2.0 * 7 / 8 * size / bandwidth)).epsilon(1e-6));
@@ -118,7 +119,7 @@ TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
   Collectives collectives(engine, net, topo, CollectiveLatency{});
   const double size = 4e9;
   SimTime done_at{};
-  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
                        [&] { done_at = engine.now(); });
   engine.run();
   const double busbw = size / done_at.seconds() * 2.0 * 7 / 8;
@@ -145,7 +146,7 @@ TEST_CASE("across nodes every rail carries an equal share and the NICs set the p
   REQUIRE(collectives.channel_rings(topo.gpus()).size() == 8);
   const double size = 16e9;
   SimTime done_at{};
-  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
                        [&] { done_at = engine.now(); });
   engine.run();
   CHECK(done_at.seconds() == Approx(0.075).epsilon(1e-6));
@@ -191,7 +192,7 @@ TEST_CASE("on an 8-GPU xGMI mesh the rings use all 7 links of every GPU") {
   REQUIRE(collectives.channel_rings(topo.gpus()).size() == 7);
   const double size = 8e9;
   SimTime done_at{};
-  collectives.run_ring(CollectiveOp::all_reduce, topo.gpus(), size,
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
                        [&] { done_at = engine.now(); });
   engine.run();
   const double busbw = 2.0 * 7 / 8 * size / done_at.seconds();
@@ -216,8 +217,10 @@ TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyon
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
-  REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus()) == CollectiveAlgorithm::nvls);
-  CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus()) == CollectiveAlgorithm::ring);
+  REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9) ==
+          CollectiveAlgorithm::nvls);
+  CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus(), 1e9) ==
+        CollectiveAlgorithm::ring);
   const double size = 9e9;
   SimTime done_at{};
   collectives.run(CollectiveOp::all_reduce, topo.gpus(), size, [&] { done_at = engine.now(); });
@@ -232,14 +235,15 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
   Engine engine;
   FlowNetwork net(engine, line_rates(plain));
   Collectives on_plain(engine, net, plain, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
-  CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus()) == CollectiveAlgorithm::ring);
+  CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus(), 1e9) == CollectiveAlgorithm::ring);
   node.nvls = true;
   const Topology two_nodes = build_cluster(node, 2, FabricSpec{});
   FlowNetwork net2(engine, line_rates(two_nodes));
   Collectives across(engine, net2, two_nodes, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
-  CHECK(across.choose(CollectiveOp::all_reduce, two_nodes.gpus()) == CollectiveAlgorithm::ring);
+  const auto spanning = across.candidates(CollectiveOp::all_reduce, two_nodes.gpus());
+  CHECK(std::find(spanning.begin(), spanning.end(), CollectiveAlgorithm::nvls) == spanning.end());
   const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
-  CHECK(across.choose(CollectiveOp::all_reduce, first_node) == CollectiveAlgorithm::nvls);
+  CHECK(across.choose(CollectiveOp::all_reduce, first_node, 1e9) == CollectiveAlgorithm::nvls);
 }
 
 namespace {
@@ -261,7 +265,7 @@ double ring_form_seconds(const Topology& topo, const std::vector<VertexId>& rank
   if (chunked) {
     collectives.run_ring_chunked(op, ranks, size, done);
   } else {
-    collectives.run_ring(op, ranks, size, done);
+    collectives.run_with(CollectiveAlgorithm::ring, op, ranks, size, done);
   }
   engine.run();
   return done_at.seconds();
@@ -401,7 +405,8 @@ TEST_CASE("across mesh nodes every channel uses its own cycle: no xGMI link carr
   Collectives collectives(engine, net, topo, CollectiveLatency{});
   REQUIRE(collectives.channel_rings(topo.gpus()).size() == 7);
   const double size = 7e9;
-  collectives.run(CollectiveOp::all_reduce, topo.gpus(), size, [] {});
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
+                       [] {});
   engine.run();
   const double per_channel = 2.0 * 15 / 16 * size / 7;
   for (LinkId l = 0; l < topo.link_count(); ++l) {
@@ -448,11 +453,59 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.5, 1.0});
   SimTime done_at{};
-  collectives.run(CollectiveOp::all_reduce, four, 1e9, [&] { done_at = engine.now(); });
+  collectives.run_with(CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, four, 1e9,
+                       [&] { done_at = engine.now(); });
   engine.run();
   CHECK(done_at.seconds() == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
+  // At that efficiency a ring is faster on 4 GPUs (2 x 3/4 x S / 450 GB/s = 3.3 ms against
+  // 5.6 ms): the tuner picks it.
+  CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9) == CollectiveAlgorithm::ring);
   Collectives without(engine, net, topo, CollectiveLatency{});
-  CHECK_THROWS_AS(without.run_nvls(four, 1e9, [] {}), ModelError);
+  CHECK_THROWS_AS(
+      without.run_with(CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, four, 1e9, [] {}),
+      ModelError);
   CHECK_THROWS_AS(collectives.run(CollectiveOp::all_reduce, {four[0], four[0]}, 1e9, [] {}),
                   ModelError);
+}
+
+TEST_CASE("tree all-reduce across two nodes: S per node each way, at NCCL's tree efficiency") {
+  // 2 nodes x 8 GPUs with slow 10 GB/s NICs, so the NICs bound everything. Per channel (8) two
+  // trees carry S/16 each, inflated by 1/0.9; with two nodes each tree has one edge, so NIC c
+  // carries both trees' S/16/0.9 each way: S/8/0.9 at 10 GB/s. busbw = 2 x 15/16 x S / t =
+  // 1.875 x 8 x 10 x 0.9 = 135 GB/s, where the NIC-bound ring reaches 8 x 10 = 80.
+  NodeSpec node = eight_gpu_node();
+  node.nic_bytes_per_s = 10e9;
+  const Topology topo = build_cluster(node, 2, FabricSpec{});
+  const double size = 16e9;
+  auto busbw = [&](CollectiveAlgorithm algorithm) {
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{});
+    SimTime done_at{};
+    collectives.run_with(algorithm, CollectiveOp::all_reduce, topo.gpus(), size,
+                         [&] { done_at = engine.now(); });
+    engine.run();
+    return 2.0 * 15 / 16 * size / done_at.seconds();
+  };
+  CHECK(busbw(CollectiveAlgorithm::tree) == Approx(135e9).epsilon(1e-6));
+  CHECK(busbw(CollectiveAlgorithm::ring) == Approx(80e9).epsilon(1e-6));
+}
+
+TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") {
+  // 8 nodes x 8 GPUs, a per-step latency of 10 us above every hop's path latency (0 here),
+  // base 5 us, and a message too small to matter. Tree: 5 + 2 x ((8 - 1) + log2 8) x 10 =
+  // 205 us. Ring: 5 + 2 x (64 - 1) x 10 = 1265 us.
+  const Topology topo = build_cluster(eight_gpu_node(), 8, FabricSpec{});
+  auto seconds = [&](CollectiveAlgorithm algorithm) {
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{from_us(5), from_us(10)});
+    SimTime done_at{};
+    collectives.run_with(algorithm, CollectiveOp::all_reduce, topo.gpus(), 64,
+                         [&] { done_at = engine.now(); });
+    engine.run();
+    return done_at.seconds();
+  };
+  CHECK(seconds(CollectiveAlgorithm::tree) == Approx(205e-6).epsilon(1e-3));
+  CHECK(seconds(CollectiveAlgorithm::ring) == Approx(1265e-6).epsilon(1e-3));
 }

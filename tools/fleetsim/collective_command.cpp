@@ -28,6 +28,17 @@ CollectiveOp parse_op(const std::string& name) {
   return found->second;
 }
 
+std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  for (const auto algorithm :
+       {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::nvls,
+        CollectiveAlgorithm::direct, CollectiveAlgorithm::chain, CollectiveAlgorithm::pairs}) {
+    if (name == to_string(algorithm)) return algorithm;
+  }
+  throw ScenarioError("(command line)", 0, 0, "--algo", "unknown algorithm '" + name + "'",
+                      "one of ring, tree, nvls (all-reduce), direct, chain, pairs");
+}
+
 // nccl-tests prints times with fewer decimals as they grow (src/common.cu).
 std::string format_time_us(double us) {
   char text[32];
@@ -72,11 +83,20 @@ void run_collective_command(const CollectiveOptions& options) {
   const std::vector<double> sizes =
       nccl_tests_sizes(parse_nccl_tests_size(options.min_bytes),
                        parse_nccl_tests_size(options.max_bytes), options.factor);
-  const std::vector<CollectiveSample> samples = benchmark_collective(cluster, op, ranks, sizes);
+  const std::vector<CollectiveSample> samples =
+      benchmark_collective(cluster, op, ranks, sizes, parse_algorithm(options.algorithm));
 
-  std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s), algorithm %s\n",
-              FLEETSIM_VERSION, to_string(op), ranks, cluster.nodes, cluster.node.name.c_str(),
-              cluster.gpu.name.c_str(), samples.empty() ? "-" : samples.front().algorithm);
+  std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s)\n", FLEETSIM_VERSION,
+              to_string(op), ranks, cluster.nodes, cluster.node.name.c_str(),
+              cluster.gpu.name.c_str());
+  // The algorithm of each run of sizes, as NCCL_DEBUG=INFO would tell (the table has no column).
+  for (std::size_t i = 0; i < samples.size();) {
+    std::size_t j = i;
+    while (j + 1 < samples.size() && samples[j + 1].algorithm == samples[i].algorithm) ++j;
+    std::printf("# algorithm %s for %.0f .. %.0f B\n", samples[i].algorithm, samples[i].size_bytes,
+                samples[j].size_bytes);
+    i = j + 1;
+  }
   std::printf("#\n");
   std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
               "root", "time", "algbw", "busbw", "#wrong");

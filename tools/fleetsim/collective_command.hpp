@@ -11,7 +11,8 @@ struct CollectiveOptions {
   int nodes = 1;
   std::string gpu;  // GPU profile override; empty: the node's own
   std::string op = "all_reduce";
-  int ranks = 0;  // 0: every GPU of the cluster
+  std::string algorithm;  // ring, tree, nvls, ...; empty: the tuner's choice
+  int ranks = 0;          // 0: every GPU of the cluster
   std::string min_bytes = "8";
   std::string max_bytes = "8G";
   double factor = 2;

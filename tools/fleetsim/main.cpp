@@ -49,6 +49,7 @@ const char* const kUsage =
     "  --op OP                all_reduce (default), reduce_scatter, all_gather, all_to_all,\n"
     "                         broadcast, send_recv\n"
     "  --ranks N              GPUs taking part (default: all)\n"
+    "  --algo ALGO            force ring, tree or nvls (all-reduce), as NCCL_ALGO does\n"
     "  -b, --min SIZE         smallest message, e.g. 8, 128M (default 8)\n"
     "  -e, --max SIZE         largest message (default 8G)\n"
     "  -f, --factor F         size multiplier between rows (default 2)\n"
@@ -80,7 +81,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
       "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))(
       "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.oversubscription))(
-      "leaf-ports", po::value(&c.leaf_ports))("tiers", po::value(&c.tiers));
+      "leaf-ports", po::value(&c.leaf_ports))("tiers", po::value(&c.tiers))(
+      "algo", po::value(&c.algorithm));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
