@@ -29,7 +29,7 @@ struct NodeSpec {
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
   double nvlink_bytes_per_s = 0;     // per GPU per direction, all NVLinks of the GPU together
   SimTime nvlink_latency{};          // one traversal GPU -> switch or switch -> GPU
-  bool nvls = false;  // the NVSwitch reduces in the switch (NVLink SHARP)
+  bool nvls = false;                 // the NVSwitch reduces in the switch (NVLink SHARP)
   double xgmi_link_bytes_per_s = 0;  // xgmi_mesh: each GPU-to-GPU link, per direction
   SimTime xgmi_latency{};
   int pcie_switches = 4;        // GPUs and NICs are spread evenly over them (affinity)
@@ -53,8 +53,8 @@ struct FabricSpec {
   double link_bytes_per_s = 0;    // per port per direction; 0 means "as fast as the NIC"
   double oversubscription = 1.0;  // a full leaf's downlink : uplink bandwidth, >= 1
   int leaf_ports = 64;            // switch radix (NDR Quantum-2: 64 ports of 400 Gb/s)
-  int tiers = 0;  // 2: leaf-spine; 3: leaf-spine-core with pods; 0: the fewest that fit
-  SimTime switch_latency{};       // one switch traversal
+  int tiers = 0;             // 2: leaf-spine; 3: leaf-spine-core with pods; 0: the fewest that fit
+  SimTime switch_latency{};  // one switch traversal
 };
 
 }  // namespace fleetsim

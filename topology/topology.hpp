@@ -88,9 +88,9 @@ class Topology {
   std::vector<Link> links_;
   std::vector<VertexId> gpus_;
   std::vector<std::vector<VertexId>> gpus_by_node_;  // [node][local index], kNoVertex for gaps
-  std::vector<VertexId> nic_of_gpu_;            // indexed by vertex; kNoVertex where none
-  std::vector<std::vector<LinkId>> out_links_;  // indexed by vertex, in creation order
-  std::vector<char> reduces_;                   // indexed by vertex: an NVLS-capable NVSwitch
+  std::vector<VertexId> nic_of_gpu_;                 // indexed by vertex; kNoVertex where none
+  std::vector<std::vector<LinkId>> out_links_;       // indexed by vertex, in creation order
+  std::vector<char> reduces_;                        // indexed by vertex: an NVLS-capable NVSwitch
 };
 
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.

@@ -343,30 +343,33 @@ Collectives::PlannedFlow Collectives::point_to_point(VertexId from, VertexId to,
   return flow;
 }
 
-Collectives::Plan Collectives::plan_direct(const std::vector<VertexId>& ranks, double size_bytes) {
-  const std::size_t p = ranks.size();
+Collectives::Plan Collectives::plan_transfers(
+    const std::vector<std::pair<VertexId, VertexId>>& pairs, double bytes_each) const {
   Plan plan;
   SimTime slowest_hop{};
-  for (std::size_t a = 0; a < p; ++a) {
-    for (std::size_t b = 0; b < p; ++b) {
-      if (a != b) {
-        plan.flows.push_back(point_to_point(ranks[a], ranks[b], size_bytes / p, slowest_hop));
-      }
-    }
+  for (const auto& [from, to] : pairs) {
+    plan.flows.push_back(point_to_point(from, to, bytes_each, slowest_hop));
   }
-  plan.latency = latency_.base + std::max(latency_.per_step, slowest_hop);
+  plan.latency = latency_.base + std::max(latency_.per_step, slowest_hop);  // one step
   return plan;
 }
 
-Collectives::Plan Collectives::plan_pairs(const std::vector<VertexId>& ranks, double size_bytes) {
-  const std::size_t p = ranks.size();
-  Plan plan;
-  SimTime slowest_hop{};
-  for (std::size_t a = 0; a < p; ++a) {
-    plan.flows.push_back(point_to_point(ranks[a], ranks[(a + 1) % p], size_bytes, slowest_hop));
+Collectives::Plan Collectives::plan_direct(const std::vector<VertexId>& ranks, double size_bytes) {
+  std::vector<std::pair<VertexId, VertexId>> pairs;
+  for (const VertexId from : ranks) {
+    for (const VertexId to : ranks) {
+      if (from != to) pairs.emplace_back(from, to);
+    }
   }
-  plan.latency = latency_.base + std::max(latency_.per_step, slowest_hop);
-  return plan;
+  return plan_transfers(pairs, size_bytes / static_cast<double>(ranks.size()));
+}
+
+Collectives::Plan Collectives::plan_pairs(const std::vector<VertexId>& ranks, double size_bytes) {
+  std::vector<std::pair<VertexId, VertexId>> pairs;
+  for (std::size_t a = 0; a < ranks.size(); ++a) {
+    pairs.emplace_back(ranks[a], ranks[(a + 1) % ranks.size()]);
+  }
+  return plan_transfers(pairs, size_bytes);
 }
 
 Collectives::Plan Collectives::plan_broadcast(const std::vector<VertexId>& ranks,

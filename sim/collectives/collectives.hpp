@@ -129,6 +129,9 @@ class Collectives {
   Plan plan_direct(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_broadcast(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_pairs(const std::vector<VertexId>& ranks, double size_bytes);
+  // One flow of `bytes_each` per (from, to) pair, all in one step.
+  Plan plan_transfers(const std::vector<std::pair<VertexId, VertexId>>& pairs,
+                      double bytes_each) const;
   void start(Plan plan, std::function<void()> done);
   SimTime idle_time(const Plan& plan) const;
   void check_ranks(const std::vector<VertexId>& ranks) const;

@@ -128,8 +128,9 @@ TEST_CASE("a 512-node rail-optimised cluster needs three tiers of 64-port switch
 TEST_CASE("three tiers with eight rails: pods hold whole node groups, the core their uplinks") {
   // 8-port leaves at 1:1: 4 nodes per leaf, uplink 4 x 50 GB/s = 200 GB/s. A pod would hold
   // 8 / 2 = 4 leaves, fewer than the 8 rails of one node group; pods never split a group, so
-  // each holds one group: nodes 0-3 in pod 0, 4-7 in pod 1. Rail 0 from node 0 to node 4 crosses both pod spines and the core: 6 links.
-  // Each pod sends up what its 8 leaves can: 8 x 200 = 1600 GB/s.
+  // each holds one group: nodes 0-3 in pod 0, 4-7 in pod 1. Rail 0 from node 0 to node 4 crosses
+  // both pod spines and the core: 6 links. Each pod sends up what its 8 leaves can: 8 x 200 = 1600
+  // GB/s.
   FabricSpec fabric;
   fabric.leaf_ports = 8;
   fabric.tiers = 3;
