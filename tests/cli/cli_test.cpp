@@ -242,3 +242,13 @@ TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
   CHECK(run_cli("collective --node dgx-h100 --op all_to_none").exit_code == 2);
   CHECK(run_cli("collective").exit_code == 2);
 }
+
+TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") {
+  const std::string log = std::string(FLEETSIM_SOURCE_DIR) +
+                          "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log";
+  const Result result = run_cli("calibrate " + log + " --node mi300x-platform");
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.out.find("fit of link_efficiency.xgmi") != std::string::npos);
+  CHECK(result.out.find("provenance: 'measured: fit to") != std::string::npos);
+  CHECK(run_cli("calibrate " + log).exit_code == 2);  // no --node
+}

@@ -28,6 +28,15 @@ CollectiveOp parse_op(const std::string& name) {
   return found->second;
 }
 
+// nccl-tests prints times with fewer decimals as they grow (src/common.cu).
+std::string format_time_us(double us) {
+  char text[32];
+  std::snprintf(text, sizeof text, us >= 10000 ? "%7.0f" : us >= 100 ? "%7.1f" : "%7.2f", us);
+  return text;
+}
+
+}  // namespace
+
 std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
   if (name.empty()) return std::nullopt;
   for (const auto algorithm :
@@ -38,15 +47,6 @@ std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
   throw ScenarioError("(command line)", 0, 0, "--algo", "unknown algorithm '" + name + "'",
                       "one of ring, tree, nvls (all-reduce), direct, chain, pairs");
 }
-
-// nccl-tests prints times with fewer decimals as they grow (src/common.cu).
-std::string format_time_us(double us) {
-  char text[32];
-  std::snprintf(text, sizeof text, us >= 10000 ? "%7.0f" : us >= 100 ? "%7.1f" : "%7.2f", us);
-  return text;
-}
-
-}  // namespace
 
 double parse_nccl_tests_size(const std::string& text) {
   std::size_t used = 0;

@@ -1,7 +1,10 @@
 // `fleetsim collective`: a simulated nccl-tests run, printed as nccl-tests prints it.
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include "sim/collectives/collectives.hpp"
 
 namespace fleetsim {
 
@@ -29,5 +32,8 @@ void run_collective_command(const CollectiveOptions& options);
 
 // nccl-tests size syntax: a number with an optional K, M or G suffix (powers of 1024).
 double parse_nccl_tests_size(const std::string& text);
+
+// An algorithm name as `--algo` takes it; empty: none forced.
+std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name);
 
 }  // namespace fleetsim

@@ -15,6 +15,7 @@
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/step_executor.hpp"
+#include "tools/fleetsim/calibrate_command.hpp"
 #include "tools/fleetsim/collective_command.hpp"
 
 namespace po = boost::program_options;
@@ -36,6 +37,7 @@ const char* const kUsage =
     "  validate FILE   check a scenario file without simulating it\n"
     "  list            list node presets, GPU profiles and models (and check them)\n"
     "  collective      simulate an nccl-tests run and print its table\n"
+    "  calibrate LOG   fit the collective model to a measured nccl-tests log\n"
     "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
@@ -55,6 +57,9 @@ const char* const kUsage =
     "  -f, --factor F         size multiplier between rows (default 2)\n"
     "  --oversubscription R, --leaf-ports N, --tiers 2|3   fabric (default 1, 64, as needed)\n"
     "\n"
+    "calibrate options: --node PRESET (required), --nodes, --gpu, --ranks, --algo as above;\n"
+    "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
+    "\n"
     "  -h, --help      this help\n"
     "  --version       print the version\n";
 
@@ -67,6 +72,9 @@ struct Options {
   int bench_runs = 0;
   int threads = 0;  // 0: TBB's default, one per core
   fleetsim::CollectiveOptions collective;
+  // Below about 64 MiB NCCL switches to its LL/LL128 protocols and its pipeline is still
+  // filling; the model has neither, so a fit of bandwidth and latency uses large messages.
+  std::string calibrate_min_bytes = "64M";
 };
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
@@ -82,7 +90,7 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))(
       "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.oversubscription))(
       "leaf-ports", po::value(&c.leaf_ports))("tiers", po::value(&c.tiers))(
-      "algo", po::value(&c.algorithm));
+      "algo", po::value(&c.algorithm))("fit-min", po::value(&options.calibrate_min_bytes));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
@@ -156,6 +164,20 @@ int run_command(const Options& options) {
     fleetsim::run_collective_command(collective);
     return kOk;
   }
+  if (options.command == "calibrate") {
+    if (options.file.empty()) throw po::error("'calibrate' needs an nccl-tests LOG");
+    fleetsim::CalibrateOptions calibrate;
+    calibrate.data_dir = options.data_dir;
+    calibrate.log = options.file;
+    calibrate.node = options.collective.node;
+    calibrate.nodes = options.collective.nodes;
+    calibrate.gpu = options.collective.gpu;
+    calibrate.ranks = options.collective.ranks;
+    calibrate.algorithm = options.collective.algorithm;
+    calibrate.min_bytes = options.calibrate_min_bytes;
+    fleetsim::run_calibrate_command(calibrate);
+    return kOk;
+  }
   if (options.command == "list") {
     print_catalog(fleetsim::list_presets(DataPaths{options.data_dir}));
     return kOk;
@@ -184,7 +206,7 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
-    const std::vector<std::string> commands{"run", "validate", "list", "collective"};
+    const std::vector<std::string> commands{"run", "validate", "list", "collective", "calibrate"};
     if (std::find(commands.begin(), commands.end(), options.command) == commands.end()) {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;

@@ -1,0 +1,25 @@
+// Fitting a latency-bandwidth model to measured times: y = a + b x by least squares on relative
+// errors (weights 1 / y^2), so that a 10 us row and a 100 ms row count alike, as a log's rows do
+// for a user comparing busbw.
+//
+// For a collective, x is the time the simulator predicts at efficiency 1 and zero latency, y the
+// measured time: a is the latency the model lacks, 1 / b the efficiency of the bottleneck.
+#pragma once
+
+#include <vector>
+
+namespace fleetsim {
+
+struct LinearFit {
+  double intercept = 0;  // a
+  double slope = 0;      // b
+  double intercept_sigma = 0;
+  double slope_sigma = 0;
+  std::vector<double> relative_errors;  // (a + b x_i - y_i) / y_i, per point
+};
+
+// Precondition: x and y of the same size >= 2, y > 0. Throws ModelError otherwise, or when the
+// x values do not vary (nothing separates latency from bandwidth).
+LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::vector<double>& y);
+
+}  // namespace fleetsim

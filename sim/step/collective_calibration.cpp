@@ -1,0 +1,123 @@
+#include "sim/step/collective_calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "calibration/linear_fit.hpp"
+#include "sim/engine/errors.hpp"
+#include "sim/step/collective_benchmark.hpp"
+#include "sim/step/step_executor.hpp"
+
+namespace fleetsim {
+namespace {
+
+// The link kind whose links carry the most bytes per unit of capacity in a run of `op` of the
+// largest size: the bottleneck whose efficiency the log can tell.
+std::string bottleneck_kind(const StepInputs& cluster, CollectiveOp op, int ranks, double size,
+                            CollectiveAlgorithm algorithm) {
+  const Topology topology = build_cluster(cluster.node, cluster.nodes, cluster.fabric);
+  const std::vector<VertexId> members(topology.gpus().begin(), topology.gpus().begin() + ranks);
+  Engine engine;
+  FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
+  Collectives collectives(engine, network, topology, collective_latency(cluster.gpu),
+                          nvls_support(cluster.gpu));
+  collectives.run_with(algorithm, op, members, size, [] {});
+  engine.run();
+  std::map<std::string, double> load_by_kind;
+  for (LinkId l = 0; l < topology.link_count(); ++l) {
+    const double load = network.link_bytes()[l] / network.capacity(l);
+    double& kind_load = load_by_kind[to_string(topology.link(l).kind)];
+    kind_load = std::max(kind_load, load);
+  }
+  std::string busiest;
+  double most = -1;
+  for (const auto& [kind, load] : load_by_kind) {  // ordered by name: ties resolve the same way
+    if (load > most) {
+      most = load;
+      busiest = kind;
+    }
+  }
+  return busiest;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+CollectiveOp collective_op_of_log(const NcclLog& log) {
+  static const std::map<std::string, CollectiveOp> ops{
+      {"all_reduce", CollectiveOp::all_reduce}, {"reduce_scatter", CollectiveOp::reduce_scatter},
+      {"all_gather", CollectiveOp::all_gather}, {"alltoall", CollectiveOp::all_to_all},
+      {"broadcast", CollectiveOp::broadcast},   {"sendrecv", CollectiveOp::send_recv}};
+  const auto found = ops.find(log.op);
+  if (found == ops.end()) {
+    throw ModelError(log.file + ": the simulator does not model '" + log.op + "'");
+  }
+  return found->second;
+}
+
+CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, int ranks,
+                                 std::optional<CollectiveAlgorithm> forced, double min_bytes) {
+  const CollectiveOp op = collective_op_of_log(log);
+  std::vector<double> sizes, measured_us;
+  for (const NcclLogRow& row : log.rows) {
+    if (row.size_bytes < min_bytes || !row.out_of_place) continue;
+    sizes.push_back(row.size_bytes);
+    measured_us.push_back(row.out_of_place->time_us);
+  }
+  if (sizes.size() < 2) throw ModelError(log.file + ": a fit needs at least two rows");
+
+  // The algorithm as the current profile would choose it at the largest size, and its
+  // bottleneck.
+  const auto at_largest = benchmark_collective(cluster, op, ranks, {sizes.back()}, forced);
+  std::optional<CollectiveAlgorithm> algorithm;
+  for (const auto a : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
+                       CollectiveAlgorithm::nvls, CollectiveAlgorithm::direct,
+                       CollectiveAlgorithm::chain, CollectiveAlgorithm::pairs}) {
+    if (to_string(a) == std::string(at_largest.front().algorithm)) algorithm = a;
+  }
+  CollectiveFit fit;
+  fit.algorithm = to_string(*algorithm);
+  fit.ranks = ranks;
+
+  // Pure bandwidth times: the fitted efficiency at 1, no latency anywhere.
+  StepInputs ideal = cluster;
+  ideal.gpu.collective_base_latency_s.value = 0;
+  ideal.gpu.collective_hop_latency_s.value = 0;
+  ideal.node.nvlink_latency = ideal.node.xgmi_latency = ideal.node.pcie_latency = SimTime{};
+  ideal.node.nic_latency = ideal.fabric.switch_latency = SimTime{};
+  if (*algorithm == CollectiveAlgorithm::nvls) {
+    fit.parameter = "nvls_efficiency";
+    ideal.gpu.nvls_efficiency->value = 1;
+  } else {
+    const std::string kind = bottleneck_kind(cluster, op, ranks, sizes.back(), *algorithm);
+    fit.parameter = "link_efficiency." + kind;
+    ideal.gpu.link_efficiency[kind].value = 1;
+  }
+  const auto ideal_runs = benchmark_collective(ideal, op, ranks, sizes, *algorithm);
+  std::vector<double> bandwidth_us;
+  for (const CollectiveSample& sample : ideal_runs) bandwidth_us.push_back(sample.time_us);
+
+  const LinearFit line = fit_relative_least_squares(bandwidth_us, measured_us);
+  if (!(line.slope > 0)) throw ModelError(log.file + ": the fit gives no positive efficiency");
+  fit.efficiency = 1 / line.slope;
+  fit.efficiency_sigma = line.slope_sigma / (line.slope * line.slope);
+  fit.latency_us = line.intercept;
+  fit.latency_sigma_us = line.intercept_sigma;
+  std::vector<double> abs_errors;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const double fitted = line.intercept + line.slope * bandwidth_us[i];
+    fit.points.push_back({sizes[i], measured_us[i], fitted, line.relative_errors[i]});
+    abs_errors.push_back(std::abs(line.relative_errors[i]));
+  }
+  fit.median_abs_error = median(abs_errors);
+  fit.max_abs_error = *std::max_element(abs_errors.begin(), abs_errors.end());
+  return fit;
+}
+
+}  // namespace fleetsim
