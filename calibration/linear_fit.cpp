@@ -7,8 +7,9 @@
 namespace fleetsim {
 
 LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::vector<double>& y) {
-  if (x.size() != y.size() || x.size() < 2) {
-    throw ModelError("a fit needs at least two points with x and y each");
+  if (x.size() != y.size() || x.size() < 3) {
+    // Two points fit exactly and leave no residual to estimate an uncertainty from.
+    throw ModelError("a fit needs at least three points with x and y each");
   }
   // Weighted normal equations for y = a + b x with w = 1 / y^2:
   //   [S_w   S_wx ] [a]   [S_wy ]
@@ -37,8 +38,7 @@ LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::ve
     weighted_residuals += error * error;
   }
   // Parameter covariance s^2 (X^T W X)^-1, with s^2 the weighted residual variance.
-  const double dof = static_cast<double>(x.size()) - 2;
-  const double s2 = dof > 0 ? weighted_residuals / dof : 0;
+  const double s2 = weighted_residuals / (static_cast<double>(x.size()) - 2);
   fit.intercept_sigma = std::sqrt(s2 * swxx / determinant);
   fit.slope_sigma = std::sqrt(s2 * sw / determinant);
   return fit;

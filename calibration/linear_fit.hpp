@@ -18,7 +18,7 @@ struct LinearFit {
   std::vector<double> relative_errors;  // (a + b x_i - y_i) / y_i, per point
 };
 
-// Precondition: x and y of the same size >= 2, y > 0. Throws ModelError otherwise, or when the
+// Precondition: x and y of the same size >= 3, y > 0. Throws ModelError otherwise, or when the
 // x values do not vary (nothing separates latency from bandwidth).
 LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::vector<double>& y);
 

@@ -1,6 +1,7 @@
 #include "sim/collectives/collectives.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <memory>
 
@@ -131,7 +132,11 @@ std::vector<CollectiveAlgorithm> Collectives::candidates(CollectiveOp op,
     case CollectiveOp::all_reduce: break;
   }
   std::vector<CollectiveAlgorithm> algorithms{CollectiveAlgorithm::ring};
-  if (group_by_node(ranks).size() > 1) algorithms.push_back(CollectiveAlgorithm::tree);
+  const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
+  const bool equal_nodes = std::all_of(nodes.begin(), nodes.end(), [&](const auto& gpus) {
+    return gpus.size() == nodes.front().size();
+  });
+  if (nodes.size() > 1 && equal_nodes) algorithms.push_back(CollectiveAlgorithm::tree);
   if (nvls_possible(ranks)) algorithms.push_back(CollectiveAlgorithm::nvls);
   return algorithms;
 }
@@ -233,18 +238,13 @@ Collectives::Plan Collectives::plan(CollectiveAlgorithm algorithm, CollectiveOp 
   return {};
 }
 
-SimTime Collectives::repeated(SimTime step, std::size_t times) const {
-  SimTime total{};
-  for (std::size_t i = 0; i < times; ++i) total += step;
-  return total;
-}
 
 Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks,
                                          double size_bytes) {
   const int p = static_cast<int>(ranks.size());
   const std::vector<Channel>& ring_channels = channels(ranks);
   Plan plan;
-  plan.latency = latency_.base + repeated(step_latency(ring_channels), ring_steps(op, p));
+  plan.latency = latency_.base + step_latency(ring_channels) * ring_steps(op, p);
   const double channel_bytes =
       bus_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
   for (const Channel& channel : ring_channels) plan.flows.push_back({channel.links, channel_bytes});
@@ -261,17 +261,14 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
   const std::vector<std::vector<VertexId>> rings = channel_rings(ranks);
   const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
   const std::size_t node_count = nodes.size();
-  const std::size_t per_node = nodes.front().size();
+  const std::size_t per_node = nodes.front().size();  // candidates() requires equal nodes
   Plan plan;
   SimTime slowest_chain{}, slowest_edge{};
   auto add_both_ways = [&](std::vector<LinkUse>& links, VertexId a, VertexId b, SimTime& slowest) {
     for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
-      SimTime latency{};
-      for (const LinkId link : hop_links(from, to)) {
-        links.push_back({link, 1.0});
-        latency += topology_->link(link).latency;
-      }
-      slowest = std::max(slowest, latency);
+      const HopPath hop = hop_path(from, to);
+      links.insert(links.end(), hop.links.begin(), hop.links.end());
+      slowest = std::max(slowest, hop.latency);
     }
   };
   const double bytes = size_bytes / (2.0 * static_cast<double>(rings.size())) / kTreeEfficiency;
@@ -297,11 +294,12 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
       plan.flows.push_back({std::move(links), bytes});
     }
   }
-  const std::size_t depth = static_cast<std::size_t>(std::ceil(std::log2(node_count)));
+  // A heap-ordered binary tree over n nodes is floor(log2 n) edges deep.
+  const auto depth = static_cast<std::int64_t>(std::bit_width(node_count) - 1);
   const SimTime intra = std::max(latency_.per_step, slowest_chain);
   const SimTime inter = std::max(latency_.per_step, slowest_edge);
-  plan.latency =
-      latency_.base + repeated(intra + intra, per_node - 1) + repeated(inter + inter, depth);
+  plan.latency = latency_.base + intra * (2 * static_cast<std::int64_t>(per_node - 1)) +
+                 inter * (2 * depth);
   return plan;
 }
 
@@ -333,14 +331,18 @@ Collectives::Plan Collectives::plan_nvls(const std::vector<VertexId>& ranks, dou
 
 Collectives::PlannedFlow Collectives::point_to_point(VertexId from, VertexId to, double bytes,
                                                      SimTime& slowest_hop) const {
-  PlannedFlow flow{{}, bytes};
-  SimTime hop_latency{};
+  HopPath hop = hop_path(from, to);
+  slowest_hop = std::max(slowest_hop, hop.latency);
+  return PlannedFlow{std::move(hop.links), bytes};
+}
+
+Collectives::HopPath Collectives::hop_path(VertexId from, VertexId to) const {
+  HopPath hop;
   for (const LinkId link : hop_links(from, to)) {
-    flow.links.push_back({link, 1.0});
-    hop_latency += topology_->link(link).latency;
+    hop.links.push_back({link, 1.0});
+    hop.latency += topology_->link(link).latency;
   }
-  slowest_hop = std::max(slowest_hop, hop_latency);
-  return flow;
+  return hop;
 }
 
 Collectives::Plan Collectives::plan_transfers(
@@ -386,7 +388,7 @@ Collectives::Plan Collectives::plan_broadcast(const std::vector<VertexId>& ranks
     }
     plan.flows.push_back(std::move(flow));
   }
-  plan.latency = latency_.base + repeated(step_latency(ring_channels), ranks.size() - 1);
+  plan.latency = latency_.base + step_latency(ring_channels) * static_cast<std::int64_t>(ranks.size() - 1);
   return plan;
 }
 
@@ -482,14 +484,10 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
     Channel channel;
     channel.order = ring;
     for (std::size_t i = 0; i < ring.size(); ++i) {
-      SimTime hop_latency{};
-      std::vector<LinkUse>& hop = channel.hops.emplace_back();
-      for (const LinkId link : hop_links(ring[i], ring[(i + 1) % ring.size()])) {
-        channel.links.push_back(LinkUse{link, 1.0});
-        hop.push_back(LinkUse{link, 1.0});
-        hop_latency += topology_->link(link).latency;
-      }
-      channel.slowest_hop_latency = std::max(channel.slowest_hop_latency, hop_latency);
+      HopPath hop = hop_path(ring[i], ring[(i + 1) % ring.size()]);
+      channel.links.insert(channel.links.end(), hop.links.begin(), hop.links.end());
+      channel.slowest_hop_latency = std::max(channel.slowest_hop_latency, hop.latency);
+      channel.hops.push_back(std::move(hop.links));
     }
     built.push_back(std::move(channel));
   }

@@ -18,10 +18,10 @@
 //
 // Latency. Each collective pays a base cost and, for each of its sequential steps, the larger of
 // the calibrated per-step latency and the slowest hop's path latency: 2(p-1) steps for a ring
-// all-reduce, p-1 for reduce-scatter and all-gather, 2((p/nodes - 1) + log2(nodes)) for a tree.
-// On an ideal ring of link bandwidth B and hop latency a, with no base and a per-step latency
-// below a, all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's latency
-// dominates and the tuner switches to the tree, as NCCL's does.
+// all-reduce, p-1 for reduce-scatter and all-gather, 2((p/nodes - 1) + floor(log2 nodes)) for a
+// tree. On an ideal ring of link bandwidth B and hop latency a, with no base and a per-step
+// latency below a, all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's
+// latency dominates; NCCL's tuner then switches to its tree, which this one does not do yet.
 #pragma once
 
 #include <functional>
@@ -71,7 +71,7 @@ class Collectives {
   Collectives& operator=(const Collectives&) = delete;
 
   // The algorithms that can run `op` over `ranks`: for all-reduce a ring, a tree when the ranks
-  // span nodes, NVLS when they all hang off one reducing NVSwitch; a ring for reduce-scatter and
+  // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch; a ring for reduce-scatter and
   // all-gather; direct sends for all-to-all (one flow per pair of ranks, S / p each); the ring's
   // channels as pipelined chains from the first rank for broadcast (S / channels each); one
   // flow per rank to its successor for send/recv.
@@ -136,7 +136,11 @@ class Collectives {
   SimTime idle_time(const Plan& plan) const;
   void check_ranks(const std::vector<VertexId>& ranks) const;
   bool nvls_possible(const std::vector<VertexId>& ranks) const;
-  SimTime repeated(SimTime step, std::size_t times) const;
+  struct HopPath {
+    std::vector<LinkUse> links;
+    SimTime latency{};  // the sum of its links' latencies
+  };
+  HopPath hop_path(VertexId from, VertexId to) const;
   PlannedFlow point_to_point(VertexId from, VertexId to, double bytes, SimTime& slowest_hop) const;
 
   const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);

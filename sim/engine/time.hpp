@@ -24,6 +24,7 @@ class SimTime {
   constexpr auto operator<=>(const SimTime&) const = default;
   constexpr SimTime operator+(SimTime other) const { return SimTime(ns_ + other.ns_); }
   constexpr SimTime operator-(SimTime other) const { return SimTime(ns_ - other.ns_); }
+  constexpr SimTime operator*(std::int64_t times) const { return SimTime(ns_ * times); }
   constexpr SimTime& operator+=(SimTime other) {
     ns_ += other.ns_;
     return *this;

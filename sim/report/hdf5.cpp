@@ -273,15 +273,23 @@ void write_atomically(const std::filesystem::path& path, Writer write) {
   report_detail::commit_temp_file(temp, path, "HDF5 file");
 }
 
-H5::CompType collective_sample_type() {
-  H5::CompType type(sizeof(CollectiveSample));
-  type.insertMember("size_bytes", HOFFSET(CollectiveSample, size_bytes),
+struct CollectiveRow {
+  double size_bytes;
+  double time_us;
+  double algbw_gb_per_s;
+  double busbw_gb_per_s;
+  const char* algorithm;
+};
+
+H5::CompType collective_row_type() {
+  H5::CompType type(sizeof(CollectiveRow));
+  type.insertMember("size_bytes", HOFFSET(CollectiveRow, size_bytes), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("time_us", HOFFSET(CollectiveRow, time_us), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("algbw_gb_per_s", HOFFSET(CollectiveRow, algbw_gb_per_s),
                     H5::PredType::NATIVE_DOUBLE);
-  type.insertMember("time_us", HOFFSET(CollectiveSample, time_us), H5::PredType::NATIVE_DOUBLE);
-  type.insertMember("algbw_gb_per_s", HOFFSET(CollectiveSample, algbw_gb_per_s),
+  type.insertMember("busbw_gb_per_s", HOFFSET(CollectiveRow, busbw_gb_per_s),
                     H5::PredType::NATIVE_DOUBLE);
-  type.insertMember("busbw_gb_per_s", HOFFSET(CollectiveSample, busbw_gb_per_s),
-                    H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("algorithm", HOFFSET(CollectiveRow, algorithm), string_type());
   return type;
 }
 
@@ -291,11 +299,15 @@ void write_collective_file(const CollectiveReport& report, const std::filesystem
   write_attribute(file, "node", report.node);
   write_attribute(file, "gpu_profile", report.gpu_profile);
   write_attribute(file, "op", report.op);
-  write_attribute(file, "algorithm", report.algorithm);
   write_attribute(file, "nodes", report.nodes);
   write_attribute(file, "ranks", report.ranks);
+  std::vector<CollectiveRow> rows;
+  for (const CollectiveSample& sample : report.samples) {
+    rows.push_back({sample.size_bytes, sample.time_us, sample.algbw_gb_per_s,
+                    sample.busbw_gb_per_s, to_string(sample.algorithm)});
+  }
   const H5::Group root = file.openGroup("/");
-  write_rows(root, "collective", collective_sample_type(), report.samples);
+  write_rows(root, "collective", collective_row_type(), rows);
 }
 
 }  // namespace

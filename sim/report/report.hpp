@@ -56,13 +56,12 @@ struct CollectiveReport {
   int nodes = 1;
   std::string gpu_profile;
   std::string op;
-  std::string algorithm;
   int ranks = 0;
   std::vector<CollectiveSample> samples;
 };
-// Root attributes: fleetsim_version, node, gpu_profile, op, algorithm (string), nodes, ranks
-// (int); dataset /collective: compound {size_bytes, time_us, algbw_gb_per_s, busbw_gb_per_s},
-// one row per message size. Written atomically like write_hdf5.
+// Root attributes: fleetsim_version, node, gpu_profile, op (string), nodes, ranks (int);
+// dataset /collective: compound {size_bytes, time_us, algbw_gb_per_s, busbw_gb_per_s, algorithm},
+// one row per message size (the tuner may pick per size). Written atomically like write_hdf5.
 void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path);
 
 // tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated.

@@ -53,7 +53,7 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
     if (!finished) throw ModelError(std::string(to_string(op)) + " never completed");
     CollectiveSample sample;
     sample.size_bytes = size;
-    sample.algorithm = to_string(algorithm);
+    sample.algorithm = algorithm;
     const double seconds = (done - start).seconds();
     sample.time_us = seconds * 1e6;
     sample.algbw_gb_per_s = seconds > 0 ? size / seconds / 1e9 : 0.0;

@@ -15,7 +15,7 @@ namespace fleetsim {
 
 struct CollectiveSample {
   double size_bytes = 0;  // nccl-tests S
-  const char* algorithm = "ring";
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
   double time_us = 0;
   double algbw_gb_per_s = 0;
   double busbw_gb_per_s = 0;

@@ -70,19 +70,18 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
     sizes.push_back(row.size_bytes);
     measured_us.push_back(row.out_of_place->time_us);
   }
-  if (sizes.size() < 2) throw ModelError(log.file + ": a fit needs at least two rows");
-
-  // The algorithm as the current profile would choose it at the largest size, and its
-  // bottleneck.
-  const auto at_largest = benchmark_collective(cluster, op, ranks, {sizes.back()}, forced);
-  std::optional<CollectiveAlgorithm> algorithm;
-  for (const auto a : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree,
-                       CollectiveAlgorithm::nvls, CollectiveAlgorithm::direct,
-                       CollectiveAlgorithm::chain, CollectiveAlgorithm::pairs}) {
-    if (to_string(a) == std::string(at_largest.front().algorithm)) algorithm = a;
+  if (sizes.size() < 3) {
+    throw ModelError(log.file + ": a fit of latency and bandwidth with an error estimate needs "
+                                "at least three rows (lower the minimum size?)");
   }
+  const double largest = *std::max_element(sizes.begin(), sizes.end());
+
+  // The algorithm as the current profile would choose it for the largest size, and the link
+  // kind that bounds it there.
+  const CollectiveAlgorithm algorithm =
+      benchmark_collective(cluster, op, ranks, {largest}, forced).front().algorithm;
   CollectiveFit fit;
-  fit.algorithm = to_string(*algorithm);
+  fit.algorithm = to_string(algorithm);
   fit.ranks = ranks;
 
   // Pure bandwidth times: the fitted efficiency at 1, no latency anywhere.
@@ -91,15 +90,22 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
   ideal.gpu.collective_hop_latency_s.value = 0;
   ideal.node.nvlink_latency = ideal.node.xgmi_latency = ideal.node.pcie_latency = SimTime{};
   ideal.node.nic_latency = ideal.fabric.switch_latency = SimTime{};
-  if (*algorithm == CollectiveAlgorithm::nvls) {
+  if (algorithm == CollectiveAlgorithm::nvls) {
     fit.parameter = "nvls_efficiency";
-    ideal.gpu.nvls_efficiency->value = 1;
+    ideal.gpu.nvls_efficiency->value = 1;  // NVLS runs only where the profile has it
   } else {
-    const std::string kind = bottleneck_kind(cluster, op, ranks, sizes.back(), *algorithm);
+    const std::string kind = bottleneck_kind(cluster, op, ranks, largest, algorithm);
     fit.parameter = "link_efficiency." + kind;
     ideal.gpu.link_efficiency[kind].value = 1;
+    // At efficiency 1 another kind may bound the run instead; the fit would then measure that
+    // kind's share of time, not this one's efficiency.
+    if (bottleneck_kind(ideal, op, ranks, largest, algorithm) != kind) {
+      throw ModelError(log.file + ": " + kind +
+                       " links bound this run only because of their efficiency; the log "
+                       "cannot tell it apart from the next slowest link kind");
+    }
   }
-  const auto ideal_runs = benchmark_collective(ideal, op, ranks, sizes, *algorithm);
+  const auto ideal_runs = benchmark_collective(ideal, op, ranks, sizes, algorithm);
   std::vector<double> bandwidth_us;
   for (const CollectiveSample& sample : ideal_runs) bandwidth_us.push_back(sample.time_us);
 

@@ -509,3 +509,25 @@ TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") 
   CHECK(seconds(CollectiveAlgorithm::tree) == Approx(205e-6).epsilon(1e-3));
   CHECK(seconds(CollectiveAlgorithm::ring) == Approx(1265e-6).epsilon(1e-3));
 }
+
+TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
+  // 3 nodes x 8 GPUs: a heap tree of 3 nodes is 1 edge deep. Latency with base 5 us and 10 us
+  // per step: 5 + 2 x (7 + 1) x 10 = 165 us.
+  const Topology three = build_cluster(eight_gpu_node(), 3, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(three));
+  Collectives collectives(engine, net, three, CollectiveLatency{from_us(5), from_us(10)});
+  SimTime done_at{};
+  collectives.run_with(CollectiveAlgorithm::tree, CollectiveOp::all_reduce, three.gpus(), 64,
+                       [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(done_at.seconds() == Approx(165e-6).epsilon(1e-3));
+  // 12 ranks on two nodes, 8 + 4: rings still work, the tree's equal chains do not.
+  const std::vector<VertexId> twelve(three.gpus().begin(), three.gpus().begin() + 12);
+  const auto algorithms = collectives.candidates(CollectiveOp::all_reduce, twelve);
+  CHECK(std::find(algorithms.begin(), algorithms.end(), CollectiveAlgorithm::tree) ==
+        algorithms.end());
+  CHECK_THROWS_AS(
+      collectives.run_with(CollectiveAlgorithm::tree, CollectiveOp::all_reduce, twelve, 64, [] {}),
+      ModelError);
+}

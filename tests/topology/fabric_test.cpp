@@ -146,3 +146,21 @@ TEST_CASE("three tiers with eight rails: pods hold whole node groups, the core t
   }
   CHECK(core_links == 2);
 }
+
+TEST_CASE("a failed route leaves the search state clean for the next one") {
+  // Two unconnected GPUs, then a route that exists: the second search must be as from scratch.
+  Topology topo;
+  const VertexId a = topo.add_vertex(VertexKind::gpu, "a", 0, 0);
+  const VertexId b = topo.add_vertex(VertexKind::gpu, "b", 0, 1);
+  const VertexId c = topo.add_vertex(VertexKind::pcie_switch, "c", 0, 0);
+  const VertexId d = topo.add_vertex(VertexKind::gpu, "d", 1, 0);
+  topo.add_duplex_link(a, c, LinkKind::pcie, 1e9, SimTime{});
+  topo.add_duplex_link(c, b, LinkKind::pcie, 1e9, SimTime{});
+  CHECK_THROWS_AS(topo.route(a, d), ModelError);
+  for (int i = 0; i < 3; ++i) {
+    const auto path = topo.route(a, b);
+    REQUIRE(path.size() == 2);
+    CHECK(topo.link(path[0]).to == c);
+    CHECK(topo.link(path[1]).to == b);
+  }
+}

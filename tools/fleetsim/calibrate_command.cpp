@@ -1,6 +1,8 @@
 #include "tools/fleetsim/calibrate_command.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -31,8 +33,11 @@ void run_calibrate_command(const CalibrateOptions& options) {
                         "see `fleetsim list` for the presets");
   }
   const NcclLog log = read_nccl_log(options.log);
-  const StepInputs cluster =
+  StepInputs cluster =
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
+  if (options.oversubscription > 0) cluster.fabric.oversubscription = options.oversubscription;
+  if (options.leaf_ports > 0) cluster.fabric.leaf_ports = options.leaf_ports;
+  if (options.tiers > 0) cluster.fabric.tiers = options.tiers;
   const int ranks = options.ranks > 0 ? options.ranks
                     : log.ranks() > 0 ? log.ranks()
                                       : cluster.nodes * cluster.node.gpus;
@@ -53,13 +58,24 @@ void run_calibrate_command(const CalibrateOptions& options) {
   std::printf("\n  median |error| %.1f%%, max %.1f%%\n\n", 100 * fit.median_abs_error,
               100 * fit.max_abs_error);
   std::printf("profile entry (%s):\n", fit.parameter.c_str());
+  // The fitted sigma measures how well the model matches this log's rows, which is usually far
+  // tighter than how well it carries to another machine; the median row error is kept as a
+  // floor so that the uncertainty is never below the model's own misfit.
   std::printf("    value: %.3f\n    sigma: %.3f\n", fit.efficiency,
               std::max(fit.efficiency_sigma, fit.efficiency * fit.median_abs_error));
-  std::printf(
-      "    provenance: 'measured: fit to %s (%s), %s on %d ranks, %zu rows, median error "
-      "%.1f%%'\n",
-      options.log.c_str(), file_fingerprint(options.log).c_str(), log.op.c_str(), ranks,
-      fit.points.size(), 100 * fit.median_abs_error);
+  const std::string log_name = std::filesystem::path(options.log).filename().string();
+  char details[160];
+  std::snprintf(details, sizeof details,
+                "%zu rows from %.0f B, latency %.0f us, median error %.1f%%, fleetsim %s",
+                fit.points.size(), min_bytes, fit.latency_us, 100 * fit.median_abs_error,
+                FLEETSIM_VERSION);
+  const std::string provenance =
+      "measured: fit to " + log_name + " (" + file_fingerprint(options.log) + "), " + log.op +
+      " on " + std::to_string(ranks) + " ranks as " + std::to_string(cluster.nodes) + " x " +
+      cluster.node.name + ", " + fit.algorithm + ", " + details;
+  std::string quoted;  // YAML single-quoted: a quote is written twice
+  for (const char c : provenance) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  std::printf("    provenance: '%s'\n", quoted.c_str());
 }
 
 }  // namespace fleetsim

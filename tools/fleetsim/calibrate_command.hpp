@@ -15,6 +15,10 @@ struct CalibrateOptions {
   int ranks = 0;          // 0: the log's rank count, else every GPU of the cluster
   std::string algorithm;  // empty: the tuner's
   std::string min_bytes;  // rows below are left out (small messages use other protocols)
+  // Fabric overrides, as for `fleetsim collective`; 0: the scenario defaults.
+  double oversubscription = 0;
+  int leaf_ports = 0;
+  int tiers = 0;
 };
 
 void run_calibrate_command(const CalibrateOptions& options);

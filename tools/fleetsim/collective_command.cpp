@@ -93,8 +93,8 @@ void run_collective_command(const CollectiveOptions& options) {
   for (std::size_t i = 0; i < samples.size();) {
     std::size_t j = i;
     while (j + 1 < samples.size() && samples[j + 1].algorithm == samples[i].algorithm) ++j;
-    std::printf("# algorithm %s for %.0f .. %.0f B\n", samples[i].algorithm, samples[i].size_bytes,
-                samples[j].size_bytes);
+    std::printf("# algorithm %s for %.0f .. %.0f B\n", to_string(samples[i].algorithm),
+                samples[i].size_bytes, samples[j].size_bytes);
     i = j + 1;
   }
   std::printf("#\n");
@@ -113,11 +113,9 @@ void run_collective_command(const CollectiveOptions& options) {
   }
   std::printf("# Avg bus bandwidth    : %g\n#\n", busbw_sum / static_cast<double>(samples.size()));
   if (!options.output.empty()) {
-    write_collective_hdf5(
-        CollectiveReport{FLEETSIM_VERSION, cluster.node.name, cluster.nodes, cluster.gpu.name,
-                         to_string(op), samples.empty() ? "" : samples.front().algorithm, ranks,
-                         samples},
-        options.output);
+    write_collective_hdf5(CollectiveReport{FLEETSIM_VERSION, cluster.node.name, cluster.nodes,
+                                           cluster.gpu.name, to_string(op), ranks, samples},
+                          options.output);
   }
 }
 

@@ -175,6 +175,10 @@ int run_command(const Options& options) {
     calibrate.ranks = options.collective.ranks;
     calibrate.algorithm = options.collective.algorithm;
     calibrate.min_bytes = options.calibrate_min_bytes;
+    calibrate.oversubscription = options.collective.oversubscription;
+    calibrate.leaf_ports = options.collective.leaf_ports;
+    calibrate.tiers = options.collective.tiers;
+    if (!options.output.empty()) throw po::error("'calibrate' prints its fit; it writes no file");
     fleetsim::run_calibrate_command(calibrate);
     return kOk;
   }
