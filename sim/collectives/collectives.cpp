@@ -238,7 +238,6 @@ Collectives::Plan Collectives::plan(CollectiveAlgorithm algorithm, CollectiveOp 
   return {};
 }
 
-
 Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks,
                                          double size_bytes) {
   const int p = static_cast<int>(ranks.size());
@@ -298,8 +297,8 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
   const auto depth = static_cast<std::int64_t>(std::bit_width(node_count) - 1);
   const SimTime intra = std::max(latency_.per_step, slowest_chain);
   const SimTime inter = std::max(latency_.per_step, slowest_edge);
-  plan.latency = latency_.base + intra * (2 * static_cast<std::int64_t>(per_node - 1)) +
-                 inter * (2 * depth);
+  plan.latency =
+      latency_.base + intra * (2 * static_cast<std::int64_t>(per_node - 1)) + inter * (2 * depth);
   return plan;
 }
 
@@ -388,7 +387,8 @@ Collectives::Plan Collectives::plan_broadcast(const std::vector<VertexId>& ranks
     }
     plan.flows.push_back(std::move(flow));
   }
-  plan.latency = latency_.base + step_latency(ring_channels) * static_cast<std::int64_t>(ranks.size() - 1);
+  plan.latency =
+      latency_.base + step_latency(ring_channels) * static_cast<std::int64_t>(ranks.size() - 1);
   return plan;
 }
 

@@ -71,10 +71,10 @@ class Collectives {
   Collectives& operator=(const Collectives&) = delete;
 
   // The algorithms that can run `op` over `ranks`: for all-reduce a ring, a tree when the ranks
-  // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch; a ring for reduce-scatter and
-  // all-gather; direct sends for all-to-all (one flow per pair of ranks, S / p each); the ring's
-  // channels as pipelined chains from the first rank for broadcast (S / channels each); one
-  // flow per rank to its successor for send/recv.
+  // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch; a
+  // ring for reduce-scatter and all-gather; direct sends for all-to-all (one flow per pair of
+  // ranks, S / p each); the ring's channels as pipelined chains from the first rank for broadcast
+  // (S / channels each); one flow per rank to its successor for send/recv.
   std::vector<CollectiveAlgorithm> candidates(CollectiveOp op,
                                               const std::vector<VertexId>& ranks) const;
   // The tuner: like NCCL's, it picks by predicted time for the size, rank count and topology;

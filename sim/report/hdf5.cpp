@@ -303,8 +303,8 @@ void write_collective_file(const CollectiveReport& report, const std::filesystem
   write_attribute(file, "ranks", report.ranks);
   std::vector<CollectiveRow> rows;
   for (const CollectiveSample& sample : report.samples) {
-    rows.push_back({sample.size_bytes, sample.time_us, sample.algbw_gb_per_s,
-                    sample.busbw_gb_per_s, to_string(sample.algorithm)});
+    rows.push_back({sample.size_bytes, sample.time_us, sample.algbw_gb_per_s, sample.busbw_gb_per_s,
+                    to_string(sample.algorithm)});
   }
   const H5::Group root = file.openGroup("/");
   write_rows(root, "collective", collective_row_type(), rows);

@@ -71,8 +71,9 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
     measured_us.push_back(row.out_of_place->time_us);
   }
   if (sizes.size() < 3) {
-    throw ModelError(log.file + ": a fit of latency and bandwidth with an error estimate needs "
-                                "at least three rows (lower the minimum size?)");
+    throw ModelError(log.file +
+                     ": a fit of latency and bandwidth with an error estimate needs "
+                     "at least three rows (lower the minimum size?)");
   }
   const double largest = *std::max_element(sizes.begin(), sizes.end());
 
