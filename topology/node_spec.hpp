@@ -29,6 +29,9 @@ struct NodeSpec {
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
   double nvlink_bytes_per_s = 0;     // per GPU per direction, all NVLinks of the GPU together
   SimTime nvlink_latency{};          // one traversal GPU -> switch or switch -> GPU
+  // Nodes (trays) that share one NVSwitch domain: 1 for an HGX board, 18 for a GB200 NVL72 rack
+  // of 4-GPU trays. The domain's GPUs talk over NVLink whatever tray they sit in.
+  int nvlink_domain_nodes = 1;
   bool nvls = false;                 // the NVSwitch reduces in the switch (NVLink SHARP)
   double xgmi_link_bytes_per_s = 0;  // xgmi_mesh: each GPU-to-GPU link, per direction
   SimTime xgmi_latency{};

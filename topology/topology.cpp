@@ -83,11 +83,17 @@ void Topology::set_in_switch_reduction(VertexId nvswitch) {
   reduces_.at(nvswitch) = 1;
 }
 
-std::optional<VertexId> Topology::reducing_switch_of(VertexId gpu) const {
+std::optional<VertexId> Topology::nvswitch_of(VertexId gpu) const {
   for (const LinkId link : out_links_.at(gpu)) {
     const VertexId to = links_[link].to;
-    if (vertices_[to].kind == VertexKind::nvswitch && reduces_[to]) return to;
+    if (vertices_[to].kind == VertexKind::nvswitch) return to;
   }
+  return std::nullopt;
+}
+
+std::optional<VertexId> Topology::reducing_switch_of(VertexId gpu) const {
+  const std::optional<VertexId> nvswitch = nvswitch_of(gpu);
+  if (nvswitch && reduces_[*nvswitch]) return nvswitch;
   return std::nullopt;
 }
 
@@ -230,7 +236,9 @@ struct NodeVertices {
 
 // One node: GPUs, the NVSwitch crossbar (if any), PCIe switches with GPUs and NICs spread evenly
 // over them (GPU-NIC affinity), and the host.
-NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
+// `domain_switch` is the NVSwitch of the node's NVLink domain, created by its first node.
+NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
+                        std::optional<VertexId>& domain_switch) {
   const std::string prefix = node_prefix(node);
   NodeVertices built;
   const VertexId host = topo.add_vertex(VertexKind::host, prefix + "host", node);
@@ -246,8 +254,15 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node) {
     gpus.push_back(topo.add_vertex(VertexKind::gpu, prefix + "gpu" + std::to_string(g), node, g));
   }
   if (spec.gpu_fabric == GpuFabric::nvswitch) {
-    const VertexId nvswitch = topo.add_vertex(VertexKind::nvswitch, prefix + "nvswitch", node);
-    if (spec.nvls) topo.set_in_switch_reduction(nvswitch);
+    if (!domain_switch) {
+      const int domain = node / std::max(1, spec.nvlink_domain_nodes);
+      const std::string name = spec.nvlink_domain_nodes > 1
+                                   ? "domain" + std::to_string(domain) + ".nvswitch"
+                                   : prefix + "nvswitch";
+      domain_switch = topo.add_vertex(VertexKind::nvswitch, name, node);
+      if (spec.nvls) topo.set_in_switch_reduction(*domain_switch);
+    }
+    const VertexId nvswitch = *domain_switch;
     for (const VertexId gpu : gpus) {
       topo.add_duplex_link(gpu, nvswitch, LinkKind::nvlink, spec.nvlink_bytes_per_s,
                            spec.nvlink_latency);
@@ -367,7 +382,12 @@ Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric
   }
   Topology topo;
   std::vector<NodeVertices> built;
-  for (int n = 0; n < nodes; ++n) built.push_back(build_node(topo, node, n));
+  std::optional<VertexId> domain_switch;
+  const int domain_nodes = std::max(1, node.nvlink_domain_nodes);
+  for (int n = 0; n < nodes; ++n) {
+    if (n % domain_nodes == 0) domain_switch.reset();
+    built.push_back(build_node(topo, node, n, domain_switch));
+  }
   if (nodes > 1 && node.nics > 0) build_fat_tree(topo, node, built, fabric);
   return topo;
 }

@@ -396,16 +396,20 @@ Collectives::Plan Collectives::plan_broadcast(const std::vector<VertexId>& ranks
 
 std::vector<std::vector<VertexId>> Collectives::group_by_node(
     const std::vector<VertexId>& ranks) const {
-  std::vector<int> node_order;
-  std::map<int, std::vector<VertexId>> by_node;
+  // A group is what talks without a NIC: an NVLink domain (one NVSwitch, maybe many trays), or
+  // a node. Groups in the order their first rank appears.
+  using Key = std::pair<int, long>;  // (0, NVSwitch vertex) or (1, node)
+  std::vector<Key> order;
+  std::map<Key, std::vector<VertexId>> groups;
   for (const VertexId gpu : ranks) {
-    const int node = topology_->vertex(gpu).node;
-    if (!by_node.count(node)) node_order.push_back(node);
-    by_node[node].push_back(gpu);
+    const std::optional<VertexId> nvswitch = topology_->nvswitch_of(gpu);
+    const Key key = nvswitch ? Key{0, *nvswitch} : Key{1, topology_->vertex(gpu).node};
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(gpu);
   }
-  std::vector<std::vector<VertexId>> groups;
-  for (const int node : node_order) groups.push_back(std::move(by_node[node]));
-  return groups;
+  std::vector<std::vector<VertexId>> ordered;
+  for (const Key& key : order) ordered.push_back(std::move(groups[key]));
+  return ordered;
 }
 
 std::vector<std::vector<VertexId>> Collectives::node_cycles(
@@ -460,7 +464,9 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
 std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {
   const Vertex& source = topology_->vertex(from);
   const Vertex& target = topology_->vertex(to);
-  if (source.node == target.node) return topology_->route(from, to);
+  const std::optional<VertexId> shared_switch = topology_->nvswitch_of(from);
+  const bool same_domain = shared_switch && shared_switch == topology_->nvswitch_of(to);
+  if (source.node == target.node || same_domain) return topology_->route(from, to);
   // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
   // or through the source's own NIC when the node has no such GPU.
   const VertexId proxy = topology_->gpu_at(source.node, target.index).value_or(from);

@@ -441,7 +441,7 @@ NicKind read_nic_kind(const Field& f) {
   return NicKind::infiniband;
 }
 
-const std::array<NodeKey, 18> kNodeKeys = {{
+const std::array<NodeKey, 19> kNodeKeys = {{
     {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
     {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
     {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
@@ -454,6 +454,8 @@ const std::array<NodeKey, 18> kNodeKeys = {{
      true},
     {"nvlink_latency", [](NodeSpec& s, const Field& f) { s.nvlink_latency = read_time(f); }, true},
     {"nvls", [](NodeSpec& s, const Field& f) { s.nvls = read_bool(f); }, false},
+    {"nvlink_domain_nodes",
+     [](NodeSpec& s, const Field& f) { s.nvlink_domain_nodes = read_int(f, 1); }, true},
     {"xgmi_link",
      [](NodeSpec& s, const Field& f) {
        s.xgmi_link_bytes_per_s = read_quantity(f, Quantity::bandwidth);

@@ -531,3 +531,31 @@ TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
       collectives.run_with(CollectiveAlgorithm::tree, CollectiveOp::all_reduce, twelve, 64, [] {}),
       ModelError);
 }
+
+TEST_CASE("an NVLink domain spans trays: 72 GPUs of 18 trays talk over one NVSwitch") {
+  // GB200 NVL72-like: 18 trays of 4 GPUs, one NVLink domain. A ring over all 72 GPUs needs no
+  // NIC (every hop is GPU -> NVSwitch -> GPU), so its busbw is the NVLink port rate, and NVLS
+  // spans the whole domain.
+  NodeSpec tray = eight_gpu_node();
+  tray.gpus = 4;
+  tray.pcie_switches = 2;
+  tray.nics = 4;
+  tray.nvlink_bytes_per_s = 900e9;
+  tray.nvlink_domain_nodes = 18;
+  tray.nvls = true;
+  const Topology rack = build_cluster(tray, 18, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(rack));
+  Collectives collectives(engine, net, rack, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  CHECK(collectives.channel_rings(rack.gpus()).size() == 1);
+  CHECK(collectives.choose(CollectiveOp::all_reduce, rack.gpus(), 1e9) ==
+        CollectiveAlgorithm::nvls);
+  SimTime done_at{};
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, rack.gpus(), 72e9,
+                       [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(2.0 * 71 / 72 * 72e9 / done_at.seconds() == Approx(900e9).epsilon(1e-6));
+  for (LinkId l = 0; l < rack.link_count(); ++l) {
+    if (rack.link(l).kind != LinkKind::nvlink) CHECK(net.link_bytes()[l] == 0.0);
+  }
+}

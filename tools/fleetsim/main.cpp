@@ -138,11 +138,14 @@ void print_bench(const Scenario& scenario, int runs) {
 }
 
 void print_catalog(const fleetsim::PresetCatalog& catalog) {
-  const auto section = [](const char* title, const std::vector<fleetsim::PresetInfo>& presets) {
+  std::size_t width = 0;
+  for (const auto* presets : {&catalog.nodes, &catalog.gpus, &catalog.models}) {
+    for (const auto& preset : *presets) width = std::max(width, preset.name.size());
+  }
+  const auto section = [&](const char* title, const std::vector<fleetsim::PresetInfo>& presets) {
     std::cout << title << "\n";
     for (const auto& preset : presets) {
-      std::cout << "  " << preset.name
-                << std::string(preset.name.size() < 14 ? 14 - preset.name.size() : 1, ' ')
+      std::cout << "  " << preset.name << std::string(width + 2 - preset.name.size(), ' ')
                 << preset.description << "\n";
     }
   };
