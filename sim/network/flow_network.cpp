@@ -33,7 +33,11 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
     : engine_(&engine),
       capacity_(std::move(capacity_bytes_per_s)),
       link_bytes_(capacity_.size(), 0.0),
-      flows_on_link_(capacity_.size()) {
+      flows_on_link_(capacity_.size()),
+      residual_(capacity_.size(), 0.0),
+      weight_sum_(capacity_.size(), 0.0),
+      in_component_(capacity_.size(), 0),
+      saturated_(capacity_.size(), 0) {
   for (std::size_t l = 0; l < capacity_.size(); ++l) {
     if (!(capacity_[l] > 0)) {
       throw ModelError("flow network link " + std::to_string(l) + " has no capacity");
@@ -85,29 +89,29 @@ double FlowNetwork::rate(FlowId flow) const {
 }
 
 std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
-    const std::vector<FlowLinkId>& seed_links) const {
-  std::vector<char> link_seen(capacity_.size(), 0);
+    const std::vector<FlowLinkId>& seed_links) {
+  // Links are marked in a reusable array and unmarked at the end: the search costs what the
+  // component touches, not the size of the network.
+  std::vector<FlowLinkId>& seen = component_links_;
+  seen.clear();
   std::set<FlowId> found;
   std::vector<FlowLinkId> frontier;
-  for (const FlowLinkId l : seed_links) {
-    if (!link_seen[l]) {
-      link_seen[l] = 1;
-      frontier.push_back(l);
-    }
-  }
+  auto visit = [&](FlowLinkId l) {
+    if (in_component_[l]) return;
+    in_component_[l] = 1;
+    seen.push_back(l);
+    frontier.push_back(l);
+  };
+  for (const FlowLinkId l : seed_links) visit(l);
   while (!frontier.empty()) {
     const FlowLinkId l = frontier.back();
     frontier.pop_back();
     for (const FlowId f : flows_on_link_[l]) {
       if (!found.insert(f).second) continue;
-      for (const LinkUse& use : flows_.at(f).links) {
-        if (!link_seen[use.link]) {
-          link_seen[use.link] = 1;
-          frontier.push_back(use.link);
-        }
-      }
+      for (const LinkUse& use : flows_.at(f).links) visit(use.link);
     }
   }
+  for (const FlowLinkId l : seen) in_component_[l] = 0;
   return {found.begin(), found.end()};
 }
 
@@ -120,39 +124,47 @@ void FlowNetwork::advance(Flow& flow) {
 }
 
 void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
-  // Progressive filling over the links the component uses.
-  std::map<FlowLinkId, double> residual;
+  // Progressive filling over the links the component uses. Per-link values live in arrays
+  // indexed by link and are reset after use, so a change costs what its component touches.
+  std::vector<FlowLinkId>& links = component_links_;
+  links.clear();
   for (const FlowId id : component) {
     Flow& flow = flows_.at(id);
     flow.rate = 0;
-    for (const LinkUse& use : flow.links) residual.emplace(use.link, capacity_[use.link]);
+    for (const LinkUse& use : flow.links) {
+      if (in_component_[use.link]) continue;
+      in_component_[use.link] = 1;
+      residual_[use.link] = capacity_[use.link];
+      links.push_back(use.link);
+    }
   }
   std::vector<FlowId> unfixed = component;
   while (!unfixed.empty()) {
-    std::map<FlowLinkId, double> weight_sum;
+    for (const FlowLinkId l : links) weight_sum_[l] = 0;
     for (const FlowId id : unfixed) {
-      for (const LinkUse& use : flows_.at(id).links) weight_sum[use.link] += use.weight;
+      for (const LinkUse& use : flows_.at(id).links) weight_sum_[use.link] += use.weight;
     }
     double increment = INFINITY;
-    for (const auto& [link, weight] : weight_sum) {
-      increment = std::min(increment, residual[link] / weight);
+    for (const FlowLinkId l : links) {
+      if (weight_sum_[l] > 0) increment = std::min(increment, residual_[l] / weight_sum_[l]);
     }
-    std::set<FlowLinkId> saturated;
-    for (const auto& [link, weight] : weight_sum) {
-      residual[link] -= increment * weight;
-      if (residual[link] <= kSaturationTolerance * capacity_[link]) saturated.insert(link);
+    for (const FlowLinkId l : links) {
+      saturated_[l] = 0;
+      if (!(weight_sum_[l] > 0)) continue;
+      residual_[l] -= increment * weight_sum_[l];
+      saturated_[l] = residual_[l] <= kSaturationTolerance * capacity_[l];
     }
     std::vector<FlowId> still_unfixed;
     for (const FlowId id : unfixed) {
       Flow& flow = flows_.at(id);
       flow.rate += increment;
-      const bool bottlenecked =
-          std::any_of(flow.links.begin(), flow.links.end(),
-                      [&](const LinkUse& u) { return saturated.count(u.link); });
+      const bool bottlenecked = std::any_of(flow.links.begin(), flow.links.end(),
+                                            [&](const LinkUse& u) { return saturated_[u.link]; });
       if (!bottlenecked) still_unfixed.push_back(id);
     }
     unfixed = std::move(still_unfixed);
   }
+  for (const FlowLinkId l : links) in_component_[l] = saturated_[l] = 0;
   for (const FlowId id : component) set_completion(id, flows_.at(id));
 }
 

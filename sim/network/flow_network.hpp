@@ -77,7 +77,7 @@ class FlowNetwork {
   };
 
   // Flows connected to the seed links through shared links, in id order.
-  std::vector<FlowId> connected_flows(const std::vector<FlowLinkId>& seed_links) const;
+  std::vector<FlowId> connected_flows(const std::vector<FlowLinkId>& seed_links);
   void advance(Flow& flow);
   void reallocate(const std::vector<FlowId>& component);
   void set_completion(FlowId id, Flow& flow);
@@ -90,6 +90,12 @@ class FlowNetwork {
   std::vector<std::vector<FlowId>> flows_on_link_;  // active flows per link, in start order
   std::map<FlowId, Flow> flows_;                    // ordered: iteration order is id order
   std::set<std::pair<SimTime, FlowId>> completions_;
+  // Scratch for connected_flows() and reallocate(), indexed by link; all zero between calls.
+  std::vector<double> residual_;
+  std::vector<double> weight_sum_;
+  std::vector<char> in_component_;
+  std::vector<char> saturated_;
+  std::vector<FlowLinkId> component_links_;
   EventHandle pending_;
   SimTime pending_at_ = SimTime::max();
   FlowId next_id_ = 1;
