@@ -27,10 +27,11 @@ struct NodeSpec {
   std::string gpu_profile;  // calibration profile name, e.g. "h100-sxm"
   int gpus = 8;
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
-  double nvlink_bytes_per_s = 0;     // per GPU per direction, all NVLinks of the GPU together
-  SimTime nvlink_latency{};          // one traversal GPU -> switch or switch -> GPU
+  double nvlink_bytes_per_s = 0;  // per GPU per direction, all NVLinks of the GPU together
+  SimTime nvlink_latency{};       // one traversal GPU -> switch or switch -> GPU
   // Nodes (trays) that share one NVSwitch domain: 1 for an HGX board, 18 for a GB200 NVL72 rack
-  // of 4-GPU trays. The domain's GPUs talk over NVLink whatever tray they sit in.
+  // of 4-GPU trays. The domain's GPUs talk over NVLink whatever tray they sit in. A node count
+  // that is not a multiple leaves the last domain partly filled, as a partly filled rack is.
   int nvlink_domain_nodes = 1;
   bool nvls = false;                 // the NVSwitch reduces in the switch (NVLink SHARP)
   double xgmi_link_bytes_per_s = 0;  // xgmi_mesh: each GPU-to-GPU link, per direction

@@ -68,8 +68,9 @@ class Topology {
   void set_nic_of_gpu(VertexId gpu, VertexId nic);
   std::optional<VertexId> nic_of_gpu(VertexId gpu) const;
 
-  // The NVSwitch (NVLink domain) a GPU hangs off, if any; NVSwitches that reduce in the switch
-  // (NVLink SHARP), and the one a GPU hangs off, if any.
+  // The NVSwitch (the NVLink domain) a GPU hangs off, if any. Some NVSwitches reduce in the
+  // switch (NVLink SHARP); reducing_switch_of gives a GPU's switch only if it does. A domain's
+  // switch carries the node index of the domain's first node.
   std::optional<VertexId> nvswitch_of(VertexId gpu) const;
   void set_in_switch_reduction(VertexId nvswitch);
   std::optional<VertexId> reducing_switch_of(VertexId gpu) const;

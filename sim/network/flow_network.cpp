@@ -13,6 +13,36 @@ namespace {
 // progressive filling in floating point leaves residues of a few ulps.
 constexpr double kSaturationTolerance = 1e-9;
 
+}  // namespace
+
+// Marks links in a flag array and unmarks them all when it goes out of scope, so the array is
+// all zero between calls whatever happens in between.
+class FlowNetwork::LinkMarks {
+ public:
+  LinkMarks(std::vector<char>& flags, std::vector<FlowLinkId>& marked)
+      : flags_(&flags), marked_(&marked) {
+    marked_->clear();
+  }
+  ~LinkMarks() {
+    for (const FlowLinkId l : *marked_) (*flags_)[l] = 0;
+  }
+  LinkMarks(const LinkMarks&) = delete;
+  LinkMarks& operator=(const LinkMarks&) = delete;
+  // True if the link was not marked yet.
+  bool mark(FlowLinkId l) {
+    if ((*flags_)[l]) return false;
+    marked_->push_back(l);  // recorded first: a throw here leaves no flag behind
+    (*flags_)[l] = 1;
+    return true;
+  }
+
+ private:
+  std::vector<char>* flags_;
+  std::vector<FlowLinkId>* marked_;
+};
+
+namespace {
+
 std::vector<LinkUse> merge_duplicates(std::vector<LinkUse> links) {
   std::stable_sort(links.begin(), links.end(),
                    [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
@@ -90,17 +120,13 @@ double FlowNetwork::rate(FlowId flow) const {
 
 std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
     const std::vector<FlowLinkId>& seed_links) {
-  // Links are marked in a reusable array and unmarked at the end: the search costs what the
-  // component touches, not the size of the network.
-  std::vector<FlowLinkId>& seen = component_links_;
-  seen.clear();
+  // Links are marked in a reusable array and unmarked when the search ends (by the guard, even
+  // on an exception): the search costs what the component touches, not the network's size.
+  LinkMarks marks(in_component_, seen_links_);
   std::set<FlowId> found;
   std::vector<FlowLinkId> frontier;
   auto visit = [&](FlowLinkId l) {
-    if (in_component_[l]) return;
-    in_component_[l] = 1;
-    seen.push_back(l);
-    frontier.push_back(l);
+    if (marks.mark(l)) frontier.push_back(l);
   };
   for (const FlowLinkId l : seed_links) visit(l);
   while (!frontier.empty()) {
@@ -111,7 +137,6 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
       for (const LinkUse& use : flows_.at(f).links) visit(use.link);
     }
   }
-  for (const FlowLinkId l : seen) in_component_[l] = 0;
   return {found.begin(), found.end()};
 }
 
@@ -125,19 +150,17 @@ void FlowNetwork::advance(Flow& flow) {
 
 void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
   // Progressive filling over the links the component uses. Per-link values live in arrays
-  // indexed by link and are reset after use, so a change costs what its component touches.
-  std::vector<FlowLinkId>& links = component_links_;
-  links.clear();
+  // indexed by link; each is written before it is read, and the link flags are cleared when
+  // this returns (or throws), so a change costs what its component touches.
+  LinkMarks marks(in_component_, component_links_);
   for (const FlowId id : component) {
     Flow& flow = flows_.at(id);
     flow.rate = 0;
     for (const LinkUse& use : flow.links) {
-      if (in_component_[use.link]) continue;
-      in_component_[use.link] = 1;
-      residual_[use.link] = capacity_[use.link];
-      links.push_back(use.link);
+      if (marks.mark(use.link)) residual_[use.link] = capacity_[use.link];
     }
   }
+  const std::vector<FlowLinkId>& links = component_links_;
   std::vector<FlowId> unfixed = component;
   while (!unfixed.empty()) {
     for (const FlowLinkId l : links) weight_sum_[l] = 0;
@@ -164,7 +187,6 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
     }
     unfixed = std::move(still_unfixed);
   }
-  for (const FlowLinkId l : links) in_component_[l] = saturated_[l] = 0;
   for (const FlowId id : component) set_completion(id, flows_.at(id));
 }
 

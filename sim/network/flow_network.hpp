@@ -90,12 +90,15 @@ class FlowNetwork {
   std::vector<std::vector<FlowId>> flows_on_link_;  // active flows per link, in start order
   std::map<FlowId, Flow> flows_;                    // ordered: iteration order is id order
   std::set<std::pair<SimTime, FlowId>> completions_;
-  // Scratch for connected_flows() and reallocate(), indexed by link; all zero between calls.
+  // Scratch for connected_flows() and reallocate(), indexed by link: the flags are zero between
+  // calls (LinkMarks clears them); the values are written before they are read.
+  class LinkMarks;
   std::vector<double> residual_;
   std::vector<double> weight_sum_;
   std::vector<char> in_component_;
   std::vector<char> saturated_;
-  std::vector<FlowLinkId> component_links_;
+  std::vector<FlowLinkId> seen_links_;       // connected_flows()
+  std::vector<FlowLinkId> component_links_;  // reallocate()
   EventHandle pending_;
   SimTime pending_at_ = SimTime::max();
   FlowId next_id_ = 1;

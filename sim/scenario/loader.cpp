@@ -917,6 +917,10 @@ void check_node(const NodeSpec& spec, const Field& f) {
   if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
     fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
   }
+  if (spec.nvlink_domain_nodes > 1 && spec.gpu_fabric != GpuFabric::nvswitch) {
+    fail(f, "nvlink_domain_nodes > 1 needs gpu_fabric nvswitch",
+         "an NVLink domain spans nodes only through an NVSwitch");
+  }
   if (spec.nvls && spec.gpu_fabric != GpuFabric::nvswitch) {
     fail(f, "nvls (in-switch reduction) needs gpu_fabric nvswitch",
          "remove nvls: true, or set gpu_fabric: nvswitch");

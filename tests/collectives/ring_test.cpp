@@ -559,3 +559,39 @@ TEST_CASE("an NVLink domain spans trays: 72 GPUs of 18 trays talk over one NVSwi
     if (rack.link(l).kind != LinkKind::nvlink) CHECK(net.link_bytes()[l] == 0.0);
   }
 }
+
+TEST_CASE("two NVL72 domains: one channel per GPU of a domain, each NIC used once each way") {
+  // 36 trays of 4 GPUs in two 72-GPU domains, one 50 GB/s NIC per GPU. 72 channels; channel c
+  // enters each domain at its c-th GPU and crosses between domains through that GPU's rail, so
+  // each of the 144 NICs carries one channel out and one in: 2(p-1)/p * S / 72 each way.
+  NodeSpec tray = eight_gpu_node();
+  tray.gpus = 4;
+  tray.pcie_switches = 2;
+  tray.nics = 4;
+  tray.nvlink_bytes_per_s = 900e9;
+  tray.nvlink_domain_nodes = 18;
+  const Topology racks = build_cluster(tray, 36, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(racks));
+  Collectives collectives(engine, net, racks, CollectiveLatency{});
+  REQUIRE(collectives.channel_rings(racks.gpus()).size() == 72);
+  const double size = 72e9;
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, racks.gpus(), size,
+                       [] {});
+  engine.run();
+  int nic_links = 0;
+  for (LinkId l = 0; l < racks.link_count(); ++l) {
+    const Link& link = racks.link(l);
+    const bool nic_to_leaf = racks.vertex(link.from).kind == VertexKind::nic &&
+                             racks.vertex(link.to).kind == VertexKind::leaf_switch;
+    const bool leaf_to_nic = racks.vertex(link.to).kind == VertexKind::nic &&
+                             racks.vertex(link.from).kind == VertexKind::leaf_switch;
+    if (!nic_to_leaf && !leaf_to_nic) continue;
+    ++nic_links;
+    CHECK(net.link_bytes()[l] == Approx(2.0 * 143 / 144 * size / 72));
+  }
+  CHECK(nic_links == 2 * 144);
+  const auto algorithms = collectives.candidates(CollectiveOp::all_reduce, racks.gpus());
+  CHECK(std::find(algorithms.begin(), algorithms.end(), CollectiveAlgorithm::tree) !=
+        algorithms.end());
+}

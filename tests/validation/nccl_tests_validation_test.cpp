@@ -62,7 +62,7 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
       largest_row_busbw({"h100x8-allreduce-nvls-nccltests290.log", "dgx-h100", 1, 8});
   CHECK(measured > 450);
   CHECK(simulated > 450);
-  CHECK(simulated == Approx(measured).epsilon(0.10));
+  CHECK(simulated == Approx(measured).epsilon(0.02));  // README: +1.3%
 }
 
 TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of Azure's published sweep") {
@@ -72,7 +72,8 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of Azure's published sweep") {
   const StepInputs cluster = load_cluster(DataPaths{FLEETSIM_SOURCE_DIR}, "dgx-h100", 1);
   const auto simulated =
       benchmark_collective(cluster, CollectiveOp::all_reduce, 8, {8.0 * (1 << 30)});
-  CHECK(simulated.front().busbw_gb_per_s == Approx(478.87).epsilon(0.10));
+  // The README quotes +0.2%; 2% pins that without tracking the last digit.
+  CHECK(simulated.front().busbw_gb_per_s == Approx(478.87).epsilon(0.02));
 }
 
 TEST_CASE("the simulator's bus factors are the ones the log reader checks logs with") {
