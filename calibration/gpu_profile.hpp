@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "calibration/collective_costs.hpp"
+
 namespace fleetsim {
 
 struct Calibrated {
@@ -37,8 +39,9 @@ struct GpuProfile {
   // Usable fraction of NVLink line rate for NVLS (in-switch reduction) collectives; absent for
   // GPUs that cannot use it.
   std::optional<Calibrated> nvls_efficiency;
-  Calibrated collective_base_latency_s;  // fixed cost of launching one collective
-  Calibrated collective_hop_latency_s;   // alpha: latency of one ring step
+  // The collective library the GPU runs (NCCL, RCCL) and its cost model, from
+  // calibration/collectives/<library>.yaml.
+  CollectiveCosts collectives;
 };
 
 }  // namespace fleetsim

@@ -108,8 +108,17 @@ class HamiltonianCycles {
 }  // namespace
 
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
+                         CollectiveCosts costs, NvlsSupport nvls)
+    : engine_(&engine),
+      network_(&network),
+      topology_(&topology),
+      costs_(std::move(costs)),
+      nvls_(nvls) {}
+
+Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
                          CollectiveLatency latency, NvlsSupport nvls)
-    : engine_(&engine), network_(&network), topology_(&topology), latency_(latency), nvls_(nvls) {}
+    : Collectives(engine, network, topology,
+                  CollectiveCosts::simple_only(latency.base, latency.per_step), nvls) {}
 
 // ---- choosing an algorithm -----------------------------------------------------------------
 
@@ -141,27 +150,56 @@ std::vector<CollectiveAlgorithm> Collectives::candidates(CollectiveOp op,
   return algorithms;
 }
 
-CollectiveAlgorithm Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks,
-                                        double size_bytes) {
-  std::vector<CollectiveAlgorithm> algorithms = candidates(op, ranks);
-  // The tree's flows carry what its traffic pattern needs, but NCCL's tree kernels reach less
-  // than that per channel (its tuner caps tree bandwidth per channel and per node count); until
-  // those limits are calibrated the tree would look better than it runs, so the tuner leaves it
-  // out and it runs only when forced.
-  std::erase(algorithms, CollectiveAlgorithm::tree);
-  if (algorithms.size() == 1) return algorithms.front();
-  const ChoiceKey key{op, ranks, size_bytes};
-  const auto cached = choice_cache_.find(key);
-  if (cached != choice_cache_.end()) return cached->second;
-  CollectiveAlgorithm best = algorithms.front();
+std::vector<Protocol> Collectives::protocols(CollectiveAlgorithm algorithm) const {
+  if (algorithm == CollectiveAlgorithm::nvls) return {Protocol::simple};  // as NCCL's NVLS
+  const auto& table = algorithm == CollectiveAlgorithm::tree ? costs_.tree : costs_.ring;
+  std::vector<Protocol> usable;
+  for (const Protocol protocol : kProtocols) {
+    if (table[static_cast<int>(protocol)].bandwidth > 0) usable.push_back(protocol);
+  }
+  return usable;
+}
+
+CollectiveChoice Collectives::fastest(const std::vector<CollectiveAlgorithm>& algorithms,
+                                      CollectiveOp op, const std::vector<VertexId>& ranks,
+                                      double size_bytes) {
+  std::optional<CollectiveChoice> best;
   SimTime best_time = SimTime::max();
   for (const CollectiveAlgorithm algorithm : algorithms) {  // ties keep the earlier candidate
-    const SimTime time = idle_time(plan(algorithm, op, ranks, size_bytes));
-    if (time < best_time) {
-      best = algorithm;
-      best_time = time;
+    for (const Protocol protocol : protocols(algorithm)) {
+      const CollectiveChoice choice{algorithm, protocol};
+      if (algorithms.size() == 1 && protocols(algorithm).size() == 1) return choice;
+      const SimTime time = idle_time(plan(choice, op, ranks, size_bytes));
+      if (time < best_time) {
+        best = choice;
+        best_time = time;
+      }
     }
   }
+  if (!best) throw ModelError(std::string("no protocol can run ") + to_string(op));
+  return *best;
+}
+
+CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks,
+                                     double size_bytes, std::optional<CollectiveAlgorithm> forced) {
+  std::vector<CollectiveAlgorithm> algorithms = candidates(op, ranks);
+  if (forced) {
+    if (std::find(algorithms.begin(), algorithms.end(), *forced) == algorithms.end()) {
+      throw ModelError(std::string(to_string(*forced)) + " cannot run " + to_string(op) +
+                       " over these ranks");
+    }
+    algorithms = {*forced};
+  } else {
+    // The tree's flows carry what its traffic pattern needs, but NCCL's tree kernels reach less
+    // than that per channel (its tuner caps tree bandwidth per channel and per node count);
+    // until those limits are calibrated the tree would look better than it runs, so the tuner
+    // leaves it out and it runs only when forced.
+    std::erase(algorithms, CollectiveAlgorithm::tree);
+  }
+  const ChoiceKey key{op, ranks, size_bytes, forced};
+  const auto cached = choice_cache_.find(key);
+  if (cached != choice_cache_.end()) return cached->second;
+  const CollectiveChoice best = fastest(algorithms, op, ranks, size_bytes);
   choice_cache_.emplace(key, best);
   return best;
 }
@@ -199,12 +237,21 @@ void Collectives::run_with(CollectiveAlgorithm algorithm, CollectiveOp op,
                            const std::vector<VertexId>& ranks, double size_bytes,
                            std::function<void()> done) {
   check_ranks(ranks);
+  start(plan(choose(op, ranks, size_bytes, algorithm), op, ranks, size_bytes), std::move(done));
+}
+
+void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
+                           const std::vector<VertexId>& ranks, double size_bytes,
+                           std::function<void()> done) {
+  check_ranks(ranks);
   const auto allowed = candidates(op, ranks);
-  if (std::find(allowed.begin(), allowed.end(), algorithm) == allowed.end()) {
-    throw ModelError(std::string(to_string(algorithm)) + " cannot run " + to_string(op) +
-                     " over these ranks");
+  const auto usable = protocols(choice.algorithm);
+  if (std::find(allowed.begin(), allowed.end(), choice.algorithm) == allowed.end() ||
+      std::find(usable.begin(), usable.end(), choice.protocol) == usable.end()) {
+    throw ModelError(std::string(to_string(choice.algorithm)) + "/" + to_string(choice.protocol) +
+                     " cannot run " + to_string(op) + " over these ranks");
   }
-  start(plan(algorithm, op, ranks, size_bytes), std::move(done));
+  start(plan(choice, op, ranks, size_bytes), std::move(done));
 }
 
 void Collectives::start(Plan plan, std::function<void()> done) {
@@ -224,18 +271,69 @@ void Collectives::start(Plan plan, std::function<void()> done) {
 
 // ---- plans ---------------------------------------------------------------------------------
 
-Collectives::Plan Collectives::plan(CollectiveAlgorithm algorithm, CollectiveOp op,
+Collectives::Plan Collectives::plan(CollectiveChoice choice, CollectiveOp op,
                                     const std::vector<VertexId>& ranks, double size_bytes) {
   if (ranks.size() < 2) return {};  // nothing leaves the GPU
-  switch (algorithm) {
-    case CollectiveAlgorithm::ring: return plan_ring(op, ranks, size_bytes);
-    case CollectiveAlgorithm::tree: return plan_tree(ranks, size_bytes);
-    case CollectiveAlgorithm::nvls: return plan_nvls(ranks, size_bytes);
-    case CollectiveAlgorithm::direct: return plan_direct(ranks, size_bytes);
-    case CollectiveAlgorithm::chain: return plan_broadcast(ranks, size_bytes);
-    case CollectiveAlgorithm::pairs: return plan_pairs(ranks, size_bytes);
+  Plan plan;
+  switch (choice.algorithm) {
+    case CollectiveAlgorithm::ring: plan = plan_ring(op, ranks, size_bytes); break;
+    case CollectiveAlgorithm::tree: plan = plan_tree(ranks, size_bytes); break;
+    case CollectiveAlgorithm::nvls: plan = plan_nvls(ranks, size_bytes); break;
+    case CollectiveAlgorithm::direct: plan = plan_direct(ranks, size_bytes); break;
+    case CollectiveAlgorithm::chain: plan = plan_broadcast(ranks, size_bytes); break;
+    case CollectiveAlgorithm::pairs: plan = plan_pairs(ranks, size_bytes); break;
   }
-  return {};
+  // The protocol's share of Simple's bandwidth turns payload into wire load, and its latencies
+  // give the collective's latency.
+  const ProtocolCost& cost = protocol_cost(choice);
+  if (choice.algorithm != CollectiveAlgorithm::nvls) {
+    for (PlannedFlow& flow : plan.flows) flow.bytes /= cost.bandwidth;
+  }
+  plan.latency = latency(choice, op, ranks);
+  return plan;
+}
+
+const ProtocolCost& Collectives::protocol_cost(CollectiveChoice choice) const {
+  const auto& table = choice.algorithm == CollectiveAlgorithm::tree ? costs_.tree : costs_.ring;
+  return table[static_cast<int>(choice.protocol)];
+}
+
+SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
+                             const std::vector<VertexId>& ranks) const {
+  // NCCL's latency model (src/graph/tuning.cc): the base cost, plus each step's latency by the
+  // link class it crosses, with the steps that cross between NVLink domains or nodes counted
+  // apart from those inside one.
+  const ProtocolCost& cost = protocol_cost(choice);
+  const std::vector<std::vector<VertexId>> groups = group_by_node(ranks);
+  const auto p = static_cast<std::int64_t>(ranks.size());
+  const auto nodes = static_cast<std::int64_t>(groups.size());
+  const std::vector<VertexId>& first = groups.front();
+  const bool gpu_links = topology_->nvswitch_of(first.front()) ||
+                         (first.size() > 1 && topology_->link_between(first[0], first[1]));
+  const SimTime intra = gpu_links ? cost.nvlink_step : cost.pcie_step;
+  const SimTime inter = cost.network_step;
+  switch (choice.algorithm) {
+    case CollectiveAlgorithm::ring: {
+      const std::int64_t steps = ring_steps(op, static_cast<int>(p));
+      const std::int64_t inter_steps = (op == CollectiveOp::all_reduce ? 2 : 1) * (nodes - 1);
+      return cost.base + intra * (steps - inter_steps) + inter * inter_steps;
+    }
+    case CollectiveAlgorithm::tree: {
+      // A heap-ordered binary tree over n nodes is floor(log2 n) edges deep.
+      const auto depth = static_cast<std::int64_t>(std::bit_width(groups.size()) - 1);
+      const auto per_node = static_cast<std::int64_t>(first.size());
+      return cost.base + intra * (2 * (per_node - 1)) + inter * (2 * depth);
+    }
+    case CollectiveAlgorithm::nvls:
+      // Reduce and multicast through the switch. NCCL's NVLS latencies are not in the library
+      // table yet, so this is an assumption: two NVLink steps of the ring's Simple protocol.
+      return cost.base + cost.nvlink_step * 2;
+    case CollectiveAlgorithm::chain:
+      return cost.base + intra * (p - nodes) + inter * (nodes - 1);
+    case CollectiveAlgorithm::direct:
+    case CollectiveAlgorithm::pairs: return cost.base + (nodes > 1 ? inter : intra);
+  }
+  return cost.base;
 }
 
 Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks,
@@ -243,7 +341,6 @@ Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<Vert
   const int p = static_cast<int>(ranks.size());
   const std::vector<Channel>& ring_channels = channels(ranks);
   Plan plan;
-  plan.latency = latency_.base + step_latency(ring_channels) * ring_steps(op, p);
   const double channel_bytes =
       bus_factor(op, p) * size_bytes / static_cast<double>(ring_channels.size());
   for (const Channel& channel : ring_channels) plan.flows.push_back({channel.links, channel_bytes});
@@ -256,21 +353,19 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
   // heads (a double binary tree: the second mirrors the first, so a leaf of one is inside the
   // other), each reducing and then broadcasting half the data. Each (channel, tree) is one
   // pipelined flow over every chain link and tree edge, both ways, carrying S / (2 channels),
-  // inflated by NCCL's tree efficiency relative to a ring (kTreeEfficiency).
+  // inflated by the library's tree efficiency relative to a ring.
   const std::vector<std::vector<VertexId>> rings = channel_rings(ranks);
   const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
   const std::size_t node_count = nodes.size();
   const std::size_t per_node = nodes.front().size();  // candidates() requires equal nodes
   Plan plan;
-  SimTime slowest_chain{}, slowest_edge{};
-  auto add_both_ways = [&](std::vector<LinkUse>& links, VertexId a, VertexId b, SimTime& slowest) {
+  auto add_both_ways = [&](std::vector<LinkUse>& links, VertexId a, VertexId b) {
     for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
-      const HopPath hop = hop_path(from, to);
-      links.insert(links.end(), hop.links.begin(), hop.links.end());
-      slowest = std::max(slowest, hop.latency);
+      const std::vector<LinkUse> hop = hop_uses(from, to);
+      links.insert(links.end(), hop.begin(), hop.end());
     }
   };
-  const double bytes = size_bytes / (2.0 * static_cast<double>(rings.size())) / kTreeEfficiency;
+  const double bytes = size_bytes / (2.0 * static_cast<double>(rings.size())) / costs_.tree_efficiency;
   for (const std::vector<VertexId>& ring : rings) {
     std::vector<LinkUse> chains;
     std::vector<VertexId> heads;
@@ -279,7 +374,7 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
       const std::vector<VertexId> chain(begin, begin + static_cast<std::ptrdiff_t>(per_node));
       heads.push_back(chain.front());
       for (std::size_t i = 0; i + 1 < chain.size(); ++i) {
-        add_both_ways(chains, chain[i], chain[i + 1], slowest_chain);
+        add_both_ways(chains, chain[i], chain[i + 1]);
       }
     }
     for (const bool mirrored : {false, true}) {
@@ -288,17 +383,11 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
         const std::size_t parent = (position - 1) / 2;
         const std::size_t child_node = mirrored ? node_count - 1 - position : position;
         const std::size_t parent_node = mirrored ? node_count - 1 - parent : parent;
-        add_both_ways(links, heads[child_node], heads[parent_node], slowest_edge);
+        add_both_ways(links, heads[child_node], heads[parent_node]);
       }
       plan.flows.push_back({std::move(links), bytes});
     }
   }
-  // A heap-ordered binary tree over n nodes is floor(log2 n) edges deep.
-  const auto depth = static_cast<std::int64_t>(std::bit_width(node_count) - 1);
-  const SimTime intra = std::max(latency_.per_step, slowest_chain);
-  const SimTime inter = std::max(latency_.per_step, slowest_edge);
-  plan.latency =
-      latency_.base + intra * (2 * static_cast<std::int64_t>(per_node - 1)) + inter * (2 * depth);
   return plan;
 }
 
@@ -308,50 +397,28 @@ Collectives::Plan Collectives::plan_nvls(const std::vector<VertexId>& ranks, dou
   }
   const VertexId nvswitch = *topology_->reducing_switch_of(ranks.front());
   PlannedFlow ports;
-  SimTime slowest_port{};
   for (const VertexId gpu : ranks) {
-    const LinkId up = topology_->link_between(gpu, nvswitch).value();
-    const LinkId down = topology_->link_between(nvswitch, gpu).value();
-    ports.links.push_back({up, 1.0});
-    ports.links.push_back({down, 1.0});
-    slowest_port = std::max(slowest_port, topology_->link(up).latency);
+    ports.links.push_back({topology_->link_between(gpu, nvswitch).value(), 1.0});
+    ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
   }
   const double p = static_cast<double>(ranks.size());
   // Links are sized for rings; NVLS's own efficiency turns its payload into their wire load.
   ports.bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
-  // Two steps, reduce and multicast, each through the switch and back; NCCL's NVLS latency is
-  // not in the profile yet, so this is an assumption: the ring's per-step latency, twice.
-  const SimTime step = std::max(latency_.per_step, slowest_port + slowest_port);
   Plan plan;
-  plan.latency = latency_.base + step + step;
   plan.flows.push_back(std::move(ports));
   return plan;
 }
 
-Collectives::PlannedFlow Collectives::point_to_point(VertexId from, VertexId to, double bytes,
-                                                     SimTime& slowest_hop) const {
-  HopPath hop = hop_path(from, to);
-  slowest_hop = std::max(slowest_hop, hop.latency);
-  return PlannedFlow{std::move(hop.links), bytes};
-}
-
-Collectives::HopPath Collectives::hop_path(VertexId from, VertexId to) const {
-  HopPath hop;
-  for (const LinkId link : hop_links(from, to)) {
-    hop.links.push_back({link, 1.0});
-    hop.latency += topology_->link(link).latency;
-  }
-  return hop;
+std::vector<LinkUse> Collectives::hop_uses(VertexId from, VertexId to) const {
+  std::vector<LinkUse> uses;
+  for (const LinkId link : hop_links(from, to)) uses.push_back({link, 1.0});
+  return uses;
 }
 
 Collectives::Plan Collectives::plan_transfers(
     const std::vector<std::pair<VertexId, VertexId>>& pairs, double bytes_each) const {
   Plan plan;
-  SimTime slowest_hop{};
-  for (const auto& [from, to] : pairs) {
-    plan.flows.push_back(point_to_point(from, to, bytes_each, slowest_hop));
-  }
-  plan.latency = latency_.base + std::max(latency_.per_step, slowest_hop);  // one step
+  for (const auto& [from, to] : pairs) plan.flows.push_back({hop_uses(from, to), bytes_each});
   return plan;
 }
 
@@ -387,8 +454,6 @@ Collectives::Plan Collectives::plan_broadcast(const std::vector<VertexId>& ranks
     }
     plan.flows.push_back(std::move(flow));
   }
-  plan.latency =
-      latency_.base + step_latency(ring_channels) * static_cast<std::int64_t>(ranks.size() - 1);
   return plan;
 }
 
@@ -490,23 +555,15 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
     Channel channel;
     channel.order = ring;
     for (std::size_t i = 0; i < ring.size(); ++i) {
-      HopPath hop = hop_path(ring[i], ring[(i + 1) % ring.size()]);
-      channel.links.insert(channel.links.end(), hop.links.begin(), hop.links.end());
-      channel.slowest_hop_latency = std::max(channel.slowest_hop_latency, hop.latency);
-      channel.hops.push_back(std::move(hop.links));
+      std::vector<LinkUse> hop = hop_uses(ring[i], ring[(i + 1) % ring.size()]);
+      channel.links.insert(channel.links.end(), hop.begin(), hop.end());
+      channel.hops.push_back(std::move(hop));
     }
     built.push_back(std::move(channel));
   }
   return channel_cache_.emplace(ranks, std::move(built)).first->second;
 }
 
-SimTime Collectives::step_latency(const std::vector<Channel>& ring_channels) const {
-  SimTime slowest_hop{};
-  for (const Channel& channel : ring_channels) {
-    slowest_hop = std::max(slowest_hop, channel.slowest_hop_latency);
-  }
-  return std::max(latency_.per_step, slowest_hop);
-}
 
 // ---- the chunked ring, for checks ----------------------------------------------------------
 
@@ -542,15 +599,20 @@ void Collectives::run_ring_chunked(CollectiveOp op, const std::vector<VertexId>&
     engine_->schedule_after(SimTime{}, std::move(done));
     return;
   }
+  // Simple's latency, as the channel form pays it: the base up front, and the rest spread evenly
+  // over the steps (rounded down to the nanosecond per step).
+  const CollectiveChoice simple{CollectiveAlgorithm::ring, Protocol::simple};
+  const SimTime base = protocol_cost(simple).base;
+  const SimTime each_step =
+      SimTime::from_ns((latency(simple, op, ranks) - base).ns() / ring_steps(op, p));
   const std::vector<Channel>& ring_channels = channels(ranks);
-  const SimTime each_step = step_latency(ring_channels);
   auto channels_left = std::make_shared<std::size_t>(ring_channels.size());
   auto finish = std::make_shared<std::function<void()>>(std::move(done));
   const double chunk = size_bytes / p / static_cast<double>(ring_channels.size());
   for (const Channel& channel : ring_channels) {
     auto state = std::make_shared<ChunkedChannel>(
         ChunkedChannel{&channel, ring_steps(op, p), chunk, each_step, 0, channels_left, finish});
-    engine_->schedule_after(latency_.base, [this, state] { run_chunked_step(state); });
+    engine_->schedule_after(base, [this, state] { run_chunked_step(state); });
   }
 }
 

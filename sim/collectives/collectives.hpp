@@ -16,20 +16,24 @@
 // GPU of node n that has the destination's local index, out through its NIC, across that rail's
 // leaf switch, and in through the destination's NIC.
 //
-// Latency. Each collective pays a base cost and, for each of its sequential steps, the larger of
-// the calibrated per-step latency and the slowest hop's path latency: 2(p-1) steps for a ring
-// all-reduce, p-1 for reduce-scatter and all-gather, 2((p/nodes - 1) + floor(log2 nodes)) for a
-// tree. On an ideal ring of link bandwidth B and hop latency a, with no base and a per-step
-// latency below a, all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's
-// latency dominates; NCCL's tuner then switches to its tree, which this one does not do yet.
+// Latency and protocols follow the collective library's tuning model (CollectiveCosts): a base
+// cost, then each sequential step's latency by the link class it crosses (NVLink, PCIe,
+// network): 2(p-1) steps for a ring all-reduce, of which 2(domains - 1) cross the network; p-1
+// for reduce-scatter and all-gather; 2((p/domains - 1) + floor(log2 domains)) for a tree. A
+// protocol (LL, LL128, Simple) divides the bandwidth by its efficiency and brings its own
+// latencies. On an ideal ring of link bandwidth B with Simple at step latency a and no base,
+// all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's latency
+// dominates; NCCL's tuner then switches to its tree, which this one does not do yet.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
+#include "calibration/collective_costs.hpp"
 #include "sim/engine/engine.hpp"
 #include "sim/network/flow_network.hpp"
 #include "topology/collective_op.hpp"
@@ -40,13 +44,20 @@ namespace fleetsim {
 // Sequential steps of the ring algorithm for all-reduce, reduce-scatter and all-gather.
 int ring_steps(CollectiveOp op, int ranks);
 
+// Simple only, with one latency for every step: for tests and hand-made cases.
 struct CollectiveLatency {
   SimTime base{};      // once per collective
-  SimTime per_step{};  // per ring step, at least (a slower hop's path latency takes over)
+  SimTime per_step{};  // per step, whatever link it crosses
 };
 
 enum class CollectiveAlgorithm { ring, tree, nvls, direct, chain, pairs };
 const char* to_string(CollectiveAlgorithm algorithm);
+
+struct CollectiveChoice {
+  CollectiveAlgorithm algorithm;
+  Protocol protocol;
+  bool operator==(const CollectiveChoice&) const = default;
+};
 
 // NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU sends its whole buffer up once for the
 // switch to reduce (S), fetches and multicasts its reduced shard (S/p each way), and receives
@@ -58,12 +69,10 @@ struct NvlsSupport {
   double ring_efficiency = 1;  // the fraction the flow network already applies to NVLink links
 };
 
-// NCCL's tuning model rates its tree at 0.9 of the bus bandwidth its ring would reach
-// (NVIDIA/nccl src/graph/tuning.cc: "busBw * .9" for the tree algorithm).
-inline constexpr double kTreeEfficiency = 0.9;
-
 class Collectives {
  public:
+  Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
+              CollectiveCosts costs, NvlsSupport nvls = {});
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
               CollectiveLatency latency, NvlsSupport nvls = {});
   // Callbacks in flight point back at this object and into its channel cache.
@@ -77,19 +86,26 @@ class Collectives {
   // (S / channels each); one flow per rank to its successor for send/recv.
   std::vector<CollectiveAlgorithm> candidates(CollectiveOp op,
                                               const std::vector<VertexId>& ranks) const;
-  // The tuner: like NCCL's, it picks by predicted time for the size, rank count and topology;
-  // the prediction is this simulator's own, each candidate run alone on an idle copy of the
-  // network. Memoised per (op, ranks, size). It does not pick the tree yet (see choose()).
-  CollectiveAlgorithm choose(CollectiveOp op, const std::vector<VertexId>& ranks,
-                             double size_bytes);
+  // The protocols the library runs `algorithm` with (NVLS: Simple only).
+  std::vector<Protocol> protocols(CollectiveAlgorithm algorithm) const;
+  // The tuner: like NCCL's, it picks algorithm and protocol by predicted time for the size, rank
+  // count and topology; the prediction is this simulator's own, each candidate run alone on an
+  // idle copy of the network. Memoised per (op, ranks, size). It does not pick the tree yet
+  // (see choose()).
+  // With `forced`, only the protocol is chosen.
+  CollectiveChoice choose(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
+                          std::optional<CollectiveAlgorithm> forced = std::nullopt);
 
   // Runs a collective over `ranks` (distinct GPU vertices in rank order) with message size
-  // `size_bytes` (nccl-tests S), with the tuner's algorithm or a forced one (as NCCL_ALGO does;
-  // ModelError if it cannot run this op on these ranks). `done` runs when the last rank has
-  // finished.
+  // `size_bytes` (nccl-tests S): with the tuner's choice, with a forced algorithm (as NCCL_ALGO
+  // does; the fastest protocol for it), or with both forced (NCCL_ALGO and NCCL_PROTO).
+  // ModelError if the choice cannot run this op on these ranks. `done` runs when the last rank
+  // has finished.
   void run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
            std::function<void()> done);
   void run_with(CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
+                double size_bytes, std::function<void()> done);
+  void run_with(CollectiveChoice choice, CollectiveOp op, const std::vector<VertexId>& ranks,
                 double size_bytes, std::function<void()> done);
 
   // The ring step by step, to check the channel form: in each of the ring's steps every rank
@@ -108,7 +124,6 @@ class Collectives {
     std::vector<VertexId> order;  // the ring, hop h going from order[h] to order[h + 1]
     std::vector<LinkUse> links;   // all hops' links; the flow network merges repeats into weights
     std::vector<std::vector<LinkUse>> hops;  // each hop's links, in ring order
-    SimTime slowest_hop_latency{};
   };
   struct PlannedFlow {
     std::vector<LinkUse> links;
@@ -119,10 +134,17 @@ class Collectives {
     std::vector<PlannedFlow> flows;
     SimTime latency{};
   };
-  using ChoiceKey = std::tuple<CollectiveOp, std::vector<VertexId>, double>;
+  // (op, ranks, size, forced algorithm if any).
+  using ChoiceKey = std::tuple<CollectiveOp, std::vector<VertexId>, double,
+                               std::optional<CollectiveAlgorithm>>;
 
-  Plan plan(CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
+  Plan plan(CollectiveChoice choice, CollectiveOp op, const std::vector<VertexId>& ranks,
             double size_bytes);
+  const ProtocolCost& protocol_cost(CollectiveChoice choice) const;
+  SimTime latency(CollectiveChoice choice, CollectiveOp op,
+                  const std::vector<VertexId>& ranks) const;
+  CollectiveChoice fastest(const std::vector<CollectiveAlgorithm>& algorithms, CollectiveOp op,
+                           const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_tree(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_nvls(const std::vector<VertexId>& ranks, double size_bytes);
@@ -136,15 +158,9 @@ class Collectives {
   SimTime idle_time(const Plan& plan) const;
   void check_ranks(const std::vector<VertexId>& ranks) const;
   bool nvls_possible(const std::vector<VertexId>& ranks) const;
-  struct HopPath {
-    std::vector<LinkUse> links;
-    SimTime latency{};  // the sum of its links' latencies
-  };
-  HopPath hop_path(VertexId from, VertexId to) const;
-  PlannedFlow point_to_point(VertexId from, VertexId to, double bytes, SimTime& slowest_hop) const;
+  std::vector<LinkUse> hop_uses(VertexId from, VertexId to) const;
 
   const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
-  SimTime step_latency(const std::vector<Channel>& ring_channels) const;
   std::vector<std::vector<VertexId>> group_by_node(const std::vector<VertexId>& ranks) const;
   std::vector<std::vector<VertexId>> node_cycles(const std::vector<VertexId>& gpus) const;
 
@@ -154,10 +170,10 @@ class Collectives {
   Engine* engine_;
   FlowNetwork* network_;
   const Topology* topology_;
-  CollectiveLatency latency_;
+  CollectiveCosts costs_;
   NvlsSupport nvls_;
   std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
-  std::map<ChoiceKey, CollectiveAlgorithm> choice_cache_;
+  std::map<ChoiceKey, CollectiveChoice> choice_cache_;
 };
 
 }  // namespace fleetsim

@@ -279,6 +279,7 @@ struct CollectiveRow {
   double algbw_gb_per_s;
   double busbw_gb_per_s;
   const char* algorithm;
+  const char* protocol;
 };
 
 H5::CompType collective_row_type() {
@@ -290,6 +291,7 @@ H5::CompType collective_row_type() {
   type.insertMember("busbw_gb_per_s", HOFFSET(CollectiveRow, busbw_gb_per_s),
                     H5::PredType::NATIVE_DOUBLE);
   type.insertMember("algorithm", HOFFSET(CollectiveRow, algorithm), string_type());
+  type.insertMember("protocol", HOFFSET(CollectiveRow, protocol), string_type());
   return type;
 }
 
@@ -304,7 +306,7 @@ void write_collective_file(const CollectiveReport& report, const std::filesystem
   std::vector<CollectiveRow> rows;
   for (const CollectiveSample& sample : report.samples) {
     rows.push_back({sample.size_bytes, sample.time_us, sample.algbw_gb_per_s, sample.busbw_gb_per_s,
-                    to_string(sample.algorithm)});
+                    to_string(sample.algorithm), to_string(sample.protocol)});
   }
   const H5::Group root = file.openGroup("/");
   write_rows(root, "collective", collective_row_type(), rows);

@@ -60,7 +60,8 @@ struct CollectiveReport {
   std::vector<CollectiveSample> samples;
 };
 // Root attributes: fleetsim_version, node, gpu_profile, op (string), nodes, ranks (int);
-// dataset /collective: compound {size_bytes, time_us, algbw_gb_per_s, busbw_gb_per_s, algorithm},
+// dataset /collective: compound {size_bytes, time_us, algbw_gb_per_s, busbw_gb_per_s, algorithm,
+// protocol},
 // one row per message size (the tuner may pick per size). Written atomically like write_hdf5.
 void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path);
 

@@ -555,7 +555,7 @@ struct CalibratedKey {
   Calibrated GpuProfile::*member;
 };
 
-const std::array<CalibratedKey, 9> kCalibratedKeys = {{
+const std::array<CalibratedKey, 7> kCalibratedKeys = {{
     {"dense_bf16", Quantity::flop_rate, &GpuProfile::dense_bf16_flops_per_s},
     {"hbm_capacity", Quantity::size, &GpuProfile::hbm_capacity_bytes},
     {"hbm_bandwidth", Quantity::bandwidth, &GpuProfile::hbm_bytes_per_s},
@@ -563,12 +563,11 @@ const std::array<CalibratedKey, 9> kCalibratedKeys = {{
     {"attention_efficiency", Quantity::fraction, &GpuProfile::attention_efficiency},
     {"memory_efficiency", Quantity::fraction, &GpuProfile::memory_efficiency},
     {"kernel_launch", Quantity::duration, &GpuProfile::kernel_launch_s},
-    {"collective_base_latency", Quantity::duration, &GpuProfile::collective_base_latency_s},
-    {"collective_hop_latency", Quantity::duration, &GpuProfile::collective_hop_latency_s},
 }};
 
 Keys profile_keys() {
-  Keys keys = {"name", "description", "sm_count", "gemm_tile_m", "gemm_tile_n", "link_efficiency"};
+  Keys keys = {"name",        "description",     "sm_count",          "gemm_tile_m",
+               "gemm_tile_n", "link_efficiency", "collective_library"};
   for (const CalibratedKey& entry : kCalibratedKeys) {
     keys.push_back(entry.key);
   }
@@ -785,6 +784,7 @@ class Loader {
   NodeBuild parse_node(const Field& f);
   NodeBuild node_preset(const Field& name);
   GpuProfile gpu_profile(const Field& name);
+  CollectiveCosts collective_library(const Field& name);
   void parse_compare(const Field& list, const fs::path& file, Scenario& scenario);
 
   DataPaths data_;
@@ -809,6 +809,43 @@ const Preset& Loader::preset(const Field& name_field, const fs::path& dir, std::
     slot->root = parse_yaml_file(path, slot->doc.file, std::string(what) + " file");
   }
   return *slot;
+}
+
+const Keys kLibraryKeys = {"name", "source", "ring", "tree", "tree_efficiency"};
+const Keys kProtocolNames = {"ll", "ll128", "simple"};
+const Keys kProtocolCostKeys = {"base", "nvlink", "pcie", "network", "bandwidth"};
+
+// {base, nvlink, pcie, network, bandwidth} for each of ll, ll128 and simple.
+std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
+  expect_map(f, kProtocolNames);
+  require_keys(f, kProtocolNames);
+  std::array<ProtocolCost, 3> costs{};
+  for (std::size_t p = 0; p < kProtocolNames.size(); ++p) {
+    const Field entry = require(f, kProtocolNames[p]);
+    expect_map(entry, kProtocolCostKeys);
+    require_keys(entry, kProtocolCostKeys);
+    costs[p].base = read_time(require(entry, "base"));
+    costs[p].nvlink_step = read_time(require(entry, "nvlink"));
+    costs[p].pcie_step = read_time(require(entry, "pcie"));
+    costs[p].network_step = read_time(require(entry, "network"));
+    costs[p].bandwidth = read_fraction(require(entry, "bandwidth"));
+  }
+  return costs;
+}
+
+CollectiveCosts Loader::collective_library(const Field& name) {
+  const Preset& p =
+      preset(name, data_.root / "calibration" / "collectives", "collective library");
+  const Field root{p.root, &p.doc, ""};
+  expect_map(root, kLibraryKeys);
+  require_keys(root, kLibraryKeys);
+  CollectiveCosts costs;
+  costs.library = read_string(require(root, "name"));
+  costs.source = read_string(require(root, "source"));
+  costs.ring = read_protocol_costs(require(root, "ring"));
+  costs.tree = read_protocol_costs(require(root, "tree"));
+  costs.tree_efficiency = read_fraction(require(root, "tree_efficiency"));
+  return costs;
 }
 
 ModelSpec Loader::model_preset(const Field& name) {
@@ -987,6 +1024,7 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   if (const auto nvls = find(root, "nvls_efficiency")) {
     g.nvls_efficiency = read_calibrated(*nvls, Quantity::fraction);
   }
+  g.collectives = collective_library(require(root, "collective_library"));
   return g;
 }
 

@@ -36,7 +36,7 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
   // next starts), so routes and rings are computed once.
   Engine engine;
   FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
-  Collectives collectives(engine, network, topology, collective_latency(cluster.gpu),
+  Collectives collectives(engine, network, topology, cluster.gpu.collectives,
                           nvls_support(cluster.gpu));
   std::vector<CollectiveSample> samples;
   for (const double size : sizes) {
@@ -47,13 +47,14 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
       done = engine.now();
       finished = true;
     };
-    const CollectiveAlgorithm algorithm = forced ? *forced : collectives.choose(op, members, size);
-    collectives.run_with(algorithm, op, members, size, on_done);
+    const CollectiveChoice choice = collectives.choose(op, members, size, forced);
+    collectives.run_with(choice, op, members, size, on_done);
     engine.run();
     if (!finished) throw ModelError(std::string(to_string(op)) + " never completed");
     CollectiveSample sample;
     sample.size_bytes = size;
-    sample.algorithm = algorithm;
+    sample.algorithm = choice.algorithm;
+    sample.protocol = choice.protocol;
     const double seconds = (done - start).seconds();
     sample.time_us = seconds * 1e6;
     sample.algbw_gb_per_s = seconds > 0 ? size / seconds / 1e9 : 0.0;

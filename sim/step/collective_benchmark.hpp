@@ -16,6 +16,7 @@ namespace fleetsim {
 struct CollectiveSample {
   double size_bytes = 0;  // nccl-tests S
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::ring;
+  Protocol protocol = Protocol::simple;
   double time_us = 0;
   double algbw_gb_per_s = 0;
   double busbw_gb_per_s = 0;

@@ -20,7 +20,7 @@ std::string bottleneck_kind(const StepInputs& cluster, CollectiveOp op, int rank
   const std::vector<VertexId> members(topology.gpus().begin(), topology.gpus().begin() + ranks);
   Engine engine;
   FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
-  Collectives collectives(engine, network, topology, collective_latency(cluster.gpu),
+  Collectives collectives(engine, network, topology, cluster.gpu.collectives,
                           nvls_support(cluster.gpu));
   collectives.run_with(algorithm, op, members, size, [] {});
   engine.run();
@@ -85,12 +85,9 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
   fit.algorithm = to_string(algorithm);
   fit.ranks = ranks;
 
-  // Pure bandwidth times: the fitted efficiency at 1, no latency anywhere.
+  // Pure bandwidth times: the fitted efficiency at 1, Simple's bandwidth, no latency.
   StepInputs ideal = cluster;
-  ideal.gpu.collective_base_latency_s.value = 0;
-  ideal.gpu.collective_hop_latency_s.value = 0;
-  ideal.node.nvlink_latency = ideal.node.xgmi_latency = ideal.node.pcie_latency = SimTime{};
-  ideal.node.nic_latency = ideal.fabric.switch_latency = SimTime{};
+  ideal.gpu.collectives = CollectiveCosts::simple_only(SimTime{}, SimTime{});
   if (algorithm == CollectiveAlgorithm::nvls) {
     fit.parameter = "nvls_efficiency";
     ideal.gpu.nvls_efficiency->value = 1;  // NVLS runs only where the profile has it

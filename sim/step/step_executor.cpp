@@ -86,7 +86,7 @@ class Replay {
       : graph_(graph),
         index_(graph, gpu),
         network_(engine_, usable_link_capacities(topology, gpu)),
-        collectives_(engine_, network_, topology, collective_latency(gpu), nvls_support(gpu)),
+        collectives_(engine_, network_, topology, gpu.collectives, nvls_support(gpu)),
         ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
         ranks_(graph.ranks) {
     for (Rank& rank : ranks_) {
@@ -200,11 +200,6 @@ class Replay {
 };
 
 }  // namespace
-
-CollectiveLatency collective_latency(const GpuProfile& gpu) {
-  return {from_seconds(gpu.collective_base_latency_s.value),
-          from_seconds(gpu.collective_hop_latency_s.value)};
-}
 
 NvlsSupport nvls_support(const GpuProfile& gpu) {
   if (!gpu.nvls_efficiency) return {};

@@ -19,8 +19,7 @@ namespace fleetsim {
 // Usable capacity of each link: line rate times the profile's efficiency for its kind.
 std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu);
 
-// How collectives run with this GPU: NCCL's latencies and, where it can use it, NVLS.
-CollectiveLatency collective_latency(const GpuProfile& gpu);
+// Where this GPU can use NVLS, with what efficiency.
 NvlsSupport nvls_support(const GpuProfile& gpu);
 
 // Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.

@@ -29,9 +29,12 @@ std::vector<double> line_rates(const Topology& topo) {
   return rates;
 }
 
+// With Simple only: `alpha` per step, `base` once. The links' own latencies play no part: the
+// library's per-step latencies already include the wire.
 double collective_seconds(CollectiveOp op, int p, double size, double bytes_per_s, SimTime alpha,
-                          CollectiveLatency latency = {}) {
-  const Topology topo = ideal_ring(p, bytes_per_s, alpha);
+                          SimTime base = {}) {
+  const Topology topo = ideal_ring(p, bytes_per_s, SimTime{});
+  const CollectiveLatency latency{base, alpha};
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, latency);
@@ -59,17 +62,14 @@ TEST_CASE("reduce-scatter and all-gather move half the bytes in half the steps")
   }
 }
 
-TEST_CASE("latency: a base cost plus, per step, the calibrated step latency or the hop's") {
-  // Ideal ring, p = 8, S = 1 GB at 100 GB/s (17.5 ms of bandwidth), hop latency 2 us.
-  // A per-step latency of 5 us exceeds the hop's 2 us: 10 us + 14 * 5 us on top.
-  const double slow_steps = collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(2),
-                                               CollectiveLatency{from_us(10), from_us(5)});
-  CHECK(slow_steps == Approx(17.5e-3 + 10e-6 + 14 * 5e-6).epsilon(1e-9));
-  // A per-step latency of 1 us is below the hop's path latency, which then sets the step.
-  const double slow_hops = collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(2),
-                                              CollectiveLatency{from_us(10), from_us(1)});
-  CHECK(slow_hops == Approx(17.5e-3 + 10e-6 + 14 * 2e-6).epsilon(1e-9));
+TEST_CASE("latency: a base cost once, then the step latency per step") {
+  // Ideal ring, p = 8, S = 1 GB at 100 GB/s (17.5 ms of bandwidth), base 10 us, 5 us per step:
+  // 10 us + 14 x 5 us on top.
+  const double t =
+      collective_seconds(CollectiveOp::all_reduce, 8, 1e9, 100e9, from_us(5), from_us(10));
+  CHECK(t == Approx(17.5e-3 + 10e-6 + 14 * 5e-6).epsilon(1e-9));
 }
+
 
 TEST_CASE("a competing flow on one hop slows the whole ring to that hop's share") {
   // The competitor crosses gpu2->gpu3 for longer than the collective lasts, so the ring channel
@@ -217,9 +217,9 @@ TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyon
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
-  REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9) ==
+  REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9).algorithm ==
           CollectiveAlgorithm::nvls);
-  CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus(), 1e9) ==
+  CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus(), 1e9).algorithm ==
         CollectiveAlgorithm::ring);
   const double size = 9e9;
   SimTime done_at{};
@@ -235,7 +235,8 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
   Engine engine;
   FlowNetwork net(engine, line_rates(plain));
   Collectives on_plain(engine, net, plain, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
-  CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus(), 1e9) == CollectiveAlgorithm::ring);
+  CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus(), 1e9).algorithm ==
+        CollectiveAlgorithm::ring);
   node.nvls = true;
   const Topology two_nodes = build_cluster(node, 2, FabricSpec{});
   FlowNetwork net2(engine, line_rates(two_nodes));
@@ -243,7 +244,8 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
   const auto spanning = across.candidates(CollectiveOp::all_reduce, two_nodes.gpus());
   CHECK(std::find(spanning.begin(), spanning.end(), CollectiveAlgorithm::nvls) == spanning.end());
   const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
-  CHECK(across.choose(CollectiveOp::all_reduce, first_node, 1e9) == CollectiveAlgorithm::nvls);
+  CHECK(across.choose(CollectiveOp::all_reduce, first_node, 1e9).algorithm ==
+        CollectiveAlgorithm::nvls);
 }
 
 namespace {
@@ -459,7 +461,8 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
   CHECK(done_at.seconds() == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
   // At that efficiency a ring is faster on 4 GPUs (2 x 3/4 x S / 450 GB/s = 3.3 ms against
   // 5.6 ms): the tuner picks it.
-  CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9) == CollectiveAlgorithm::ring);
+  CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9).algorithm ==
+        CollectiveAlgorithm::ring);
   Collectives without(engine, net, topo, CollectiveLatency{});
   CHECK_THROWS_AS(
       without.run_with(CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, four, 1e9, [] {}),
@@ -548,7 +551,7 @@ TEST_CASE("an NVLink domain spans trays: 72 GPUs of 18 trays talk over one NVSwi
   FlowNetwork net(engine, line_rates(rack));
   Collectives collectives(engine, net, rack, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
   CHECK(collectives.channel_rings(rack.gpus()).size() == 1);
-  CHECK(collectives.choose(CollectiveOp::all_reduce, rack.gpus(), 1e9) ==
+  CHECK(collectives.choose(CollectiveOp::all_reduce, rack.gpus(), 1e9).algorithm ==
         CollectiveAlgorithm::nvls);
   SimTime done_at{};
   collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, rack.gpus(), 72e9,
@@ -594,4 +597,32 @@ TEST_CASE("two NVL72 domains: one channel per GPU of a domain, each NIC used onc
   const auto algorithms = collectives.candidates(CollectiveOp::all_reduce, racks.gpus());
   CHECK(std::find(algorithms.begin(), algorithms.end(), CollectiveAlgorithm::tree) !=
         algorithms.end());
+}
+
+TEST_CASE("protocols: LL for small messages, Simple for large, by the library's table") {
+  // NCCL's ring all-reduce on 8 GPUs of one NVSwitch (all steps NVLink, 14 of them):
+  //   LL      3.6 + 14 x 0.47 = 10.18 us, a quarter of Simple's bandwidth
+  //   LL128  10.0 + 14 x 1.9  = 36.6 us, 0.92 of it
+  //   Simple  8.4 + 14 x 3.4  = 56.0 us
+  // At 8 bytes LL wins on latency; at 1 GB Simple wins on bandwidth.
+  CollectiveCosts nccl;
+  nccl.ring = {ProtocolCost{from_us(3.6), from_us(0.47), from_us(1.0), from_us(2.7), 0.25},
+               ProtocolCost{from_us(10.0), from_us(1.9), from_us(2.5), from_us(4.0), 0.92},
+               ProtocolCost{from_us(8.4), from_us(3.4), from_us(5.7), from_us(9.6), 1.0}};
+  nccl.tree = nccl.ring;
+  NodeSpec node = eight_gpu_node();
+  node.nics = 0;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, nccl);
+  const auto small = collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 8);
+  const auto large = collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9);
+  CHECK(small.protocol == Protocol::ll);
+  CHECK(large.protocol == Protocol::simple);
+  SimTime done_at{};
+  collectives.run(CollectiveOp::all_reduce, topo.gpus(), 8, [&] { done_at = engine.now(); });
+  engine.run();
+  // 8 B over LL: 2 x 7/8 x 8 B / (450 GB/s / 4) is 0.12 ns, rounded up to 1 ns; plus 10.18 us.
+  CHECK(done_at.seconds() == Approx(10.18e-6 + 1e-9).epsilon(1e-6));
 }

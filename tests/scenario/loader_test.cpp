@@ -63,7 +63,10 @@ TEST_CASE("the shipped H100 vs B200 scenario loads with two variants") {
   CHECK(h100.gpu.gemm_efficiency.value == Approx(0.803));
   CHECK(h100.gpu.gemm_efficiency.sigma == Approx(0.05));
   CHECK(h100.gpu.kernel_launch_s.value == Approx(4e-6));
-  CHECK(h100.gpu.collective_hop_latency_s.value == Approx(3.4e-6));
+  // The H100 runs NCCL: its ring/Simple step over NVLink is 3.4 us (calibration/collectives).
+  CHECK(h100.gpu.collectives.library == "nccl");
+  CHECK(h100.gpu.collectives.ring[static_cast<int>(fleetsim::Protocol::simple)].nvlink_step ==
+        fleetsim::from_us(3.4));
   CHECK_THAT(h100.gpu.memory_efficiency.provenance, Catch::StartsWith("measured"));
   CHECK(h100.model.name == "llama3-8b");
   CHECK(h100.model.layers == 32);

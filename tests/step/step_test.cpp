@@ -30,8 +30,7 @@ StepInputs small_job() {
   in.gpu.link_efficiency["nvlink"].value = 0.82;
   in.gpu.link_efficiency["infiniband"].value = 0.96;
   in.gpu.link_efficiency["pcie"].value = 0.8;
-  in.gpu.collective_base_latency_s.value = 8.4e-6;
-  in.gpu.collective_hop_latency_s.value = 3.4e-6;
+  in.gpu.collectives = CollectiveCosts::simple_only(from_us(8.4), from_us(3.4));
   in.model.name = "small";
   in.model.layers = 8;
   in.model.hidden = 2048;

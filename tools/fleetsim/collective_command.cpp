@@ -89,12 +89,17 @@ void run_collective_command(const CollectiveOptions& options) {
   std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s)\n", FLEETSIM_VERSION,
               to_string(op), ranks, cluster.nodes, cluster.node.name.c_str(),
               cluster.gpu.name.c_str());
-  // The algorithm of each run of sizes, as NCCL_DEBUG=INFO would tell (the table has no column).
+  // The algorithm and protocol of each run of sizes, as NCCL_DEBUG=INFO would tell (the table
+  // has no column for them).
+  auto same_choice = [&](std::size_t a, std::size_t b) {
+    return samples[a].algorithm == samples[b].algorithm &&
+           samples[a].protocol == samples[b].protocol;
+  };
   for (std::size_t i = 0; i < samples.size();) {
     std::size_t j = i;
-    while (j + 1 < samples.size() && samples[j + 1].algorithm == samples[i].algorithm) ++j;
-    std::printf("# algorithm %s for %.0f .. %.0f B\n", to_string(samples[i].algorithm),
-                samples[i].size_bytes, samples[j].size_bytes);
+    while (j + 1 < samples.size() && same_choice(j + 1, i)) ++j;
+    std::printf("# algorithm %s/%s for %.0f .. %.0f B\n", to_string(samples[i].algorithm),
+                to_string(samples[i].protocol), samples[i].size_bytes, samples[j].size_bytes);
     i = j + 1;
   }
   std::printf("#\n");
