@@ -328,8 +328,7 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       // Reduce and multicast through the switch. NCCL's NVLS latencies are not in the library
       // table yet, so this is an assumption: two NVLink steps of the ring's Simple protocol.
       return cost.base + cost.nvlink_step * 2;
-    case CollectiveAlgorithm::chain:
-      return cost.base + intra * (p - nodes) + inter * (nodes - 1);
+    case CollectiveAlgorithm::chain: return cost.base + intra * (p - nodes) + inter * (nodes - 1);
     case CollectiveAlgorithm::direct:
     case CollectiveAlgorithm::pairs: return cost.base + (nodes > 1 ? inter : intra);
   }
@@ -365,7 +364,8 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
       links.insert(links.end(), hop.begin(), hop.end());
     }
   };
-  const double bytes = size_bytes / (2.0 * static_cast<double>(rings.size())) / costs_.tree_efficiency;
+  const double bytes =
+      size_bytes / (2.0 * static_cast<double>(rings.size())) / costs_.tree_efficiency;
   for (const std::vector<VertexId>& ring : rings) {
     std::vector<LinkUse> chains;
     std::vector<VertexId> heads;
@@ -563,7 +563,6 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
   }
   return channel_cache_.emplace(ranks, std::move(built)).first->second;
 }
-
 
 // ---- the chunked ring, for checks ----------------------------------------------------------
 

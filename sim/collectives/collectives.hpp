@@ -71,8 +71,8 @@ struct NvlsSupport {
 
 class Collectives {
  public:
-  Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-              CollectiveCosts costs, NvlsSupport nvls = {});
+  Collectives(Engine& engine, FlowNetwork& network, const Topology& topology, CollectiveCosts costs,
+              NvlsSupport nvls = {});
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
               CollectiveLatency latency, NvlsSupport nvls = {});
   // Callbacks in flight point back at this object and into its channel cache.
@@ -135,8 +135,8 @@ class Collectives {
     SimTime latency{};
   };
   // (op, ranks, size, forced algorithm if any).
-  using ChoiceKey = std::tuple<CollectiveOp, std::vector<VertexId>, double,
-                               std::optional<CollectiveAlgorithm>>;
+  using ChoiceKey =
+      std::tuple<CollectiveOp, std::vector<VertexId>, double, std::optional<CollectiveAlgorithm>>;
 
   Plan plan(CollectiveChoice choice, CollectiveOp op, const std::vector<VertexId>& ranks,
             double size_bytes);
