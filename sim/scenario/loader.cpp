@@ -834,8 +834,7 @@ std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
 }
 
 CollectiveCosts Loader::collective_library(const Field& name) {
-  const Preset& p =
-      preset(name, data_.root / "calibration" / "collectives", "collective library");
+  const Preset& p = preset(name, data_.root / "calibration" / "collectives", "collective library");
   const Field root{p.root, &p.doc, ""};
   expect_map(root, kLibraryKeys);
   require_keys(root, kLibraryKeys);

@@ -70,7 +70,6 @@ TEST_CASE("latency: a base cost once, then the step latency per step") {
   CHECK(t == Approx(17.5e-3 + 10e-6 + 14 * 5e-6).epsilon(1e-9));
 }
 
-
 TEST_CASE("a competing flow on one hop slows the whole ring to that hop's share") {
   // The competitor crosses gpu2->gpu3 for longer than the collective lasts, so the ring channel
   // gets B/2 there and, being one pipelined flow, B/2 everywhere: time doubles.
