@@ -18,6 +18,7 @@ const char* to_string(CollectiveAlgorithm algorithm) {
     case CollectiveAlgorithm::ring: return "ring";
     case CollectiveAlgorithm::tree: return "tree";
     case CollectiveAlgorithm::nvls: return "nvls";
+    case CollectiveAlgorithm::nvls_tree: return "nvls_tree";
     case CollectiveAlgorithm::direct: return "direct";
     case CollectiveAlgorithm::chain: return "chain";
     case CollectiveAlgorithm::pairs: return "pairs";
@@ -130,6 +131,15 @@ bool Collectives::nvls_possible(const std::vector<VertexId>& ranks) const {
                      [&](VertexId gpu) { return topology_->reducing_switch_of(gpu) == nvswitch; });
 }
 
+bool Collectives::nvls_tree_possible(const std::vector<VertexId>& ranks) const {
+  if (!(nvls_.efficiency > 0)) return false;
+  const std::vector<std::vector<VertexId>> domains = group_by_node(ranks);
+  if (domains.size() < 2) return false;
+  return std::all_of(domains.begin(), domains.end(), [&](const std::vector<VertexId>& gpus) {
+    return gpus.size() == domains.front().size() && gpus.size() > 1 && nvls_possible(gpus);
+  });
+}
+
 std::vector<CollectiveAlgorithm> Collectives::candidates(CollectiveOp op,
                                                          const std::vector<VertexId>& ranks) const {
   switch (op) {
@@ -147,11 +157,14 @@ std::vector<CollectiveAlgorithm> Collectives::candidates(CollectiveOp op,
   });
   if (nodes.size() > 1 && equal_nodes) algorithms.push_back(CollectiveAlgorithm::tree);
   if (nvls_possible(ranks)) algorithms.push_back(CollectiveAlgorithm::nvls);
+  if (nvls_tree_possible(ranks)) algorithms.push_back(CollectiveAlgorithm::nvls_tree);
   return algorithms;
 }
 
 std::vector<Protocol> Collectives::protocols(CollectiveAlgorithm algorithm) const {
-  if (algorithm == CollectiveAlgorithm::nvls) return {Protocol::simple};  // as NCCL's NVLS
+  if (algorithm == CollectiveAlgorithm::nvls || algorithm == CollectiveAlgorithm::nvls_tree) {
+    return {Protocol::simple};  // as NCCL's NVLS
+  }
   const auto& table = algorithm == CollectiveAlgorithm::tree ? costs_.tree : costs_.ring;
   std::vector<Protocol> usable;
   for (const Protocol protocol : kProtocols) {
@@ -279,6 +292,7 @@ Collectives::Plan Collectives::plan(CollectiveChoice choice, CollectiveOp op,
     case CollectiveAlgorithm::ring: plan = plan_ring(op, ranks, size_bytes); break;
     case CollectiveAlgorithm::tree: plan = plan_tree(ranks, size_bytes); break;
     case CollectiveAlgorithm::nvls: plan = plan_nvls(ranks, size_bytes); break;
+    case CollectiveAlgorithm::nvls_tree: plan = plan_nvls_tree(ranks, size_bytes); break;
     case CollectiveAlgorithm::direct: plan = plan_direct(ranks, size_bytes); break;
     case CollectiveAlgorithm::chain: plan = plan_broadcast(ranks, size_bytes); break;
     case CollectiveAlgorithm::pairs: plan = plan_pairs(ranks, size_bytes); break;
@@ -286,7 +300,9 @@ Collectives::Plan Collectives::plan(CollectiveChoice choice, CollectiveOp op,
   // The protocol's share of Simple's bandwidth turns payload into wire load, and its latencies
   // give the collective's latency.
   const ProtocolCost& cost = protocol_cost(choice);
-  if (choice.algorithm != CollectiveAlgorithm::nvls) {
+  const bool nvls_based = choice.algorithm == CollectiveAlgorithm::nvls ||
+                          choice.algorithm == CollectiveAlgorithm::nvls_tree;
+  if (!nvls_based) {
     for (PlannedFlow& flow : plan.flows) flow.bytes /= cost.bandwidth;
   }
   plan.latency = latency(choice, op, ranks);
@@ -328,6 +344,9 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       // Reduce and multicast through the switch. NCCL's NVLS latencies are not in the library
       // table yet, so this is an assumption: two NVLink steps of the ring's Simple protocol.
       return cost.base + cost.nvlink_step * 2;
+    case CollectiveAlgorithm::nvls_tree:
+      // The same two switch steps, and a ring all-reduce's network steps across the domains.
+      return cost.base + cost.nvlink_step * 2 + inter * (2 * (nodes - 1));
     case CollectiveAlgorithm::chain: return cost.base + intra * (p - nodes) + inter * (nodes - 1);
     case CollectiveAlgorithm::direct:
     case CollectiveAlgorithm::pairs: return cost.base + (nodes > 1 ? inter : intra);
@@ -391,21 +410,54 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
   return plan;
 }
 
+Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gpus,
+                                                 double size_bytes) const {
+  // Every member's NVLink port, both ways, carrying S (1 + 1/p); links are sized for rings, so
+  // NVLS's own efficiency turns that payload into their wire load.
+  const VertexId nvswitch = *topology_->reducing_switch_of(gpus.front());
+  PlannedFlow ports;
+  for (const VertexId gpu : gpus) {
+    ports.links.push_back({topology_->link_between(gpu, nvswitch).value(), 1.0});
+    ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
+  }
+  const double p = static_cast<double>(gpus.size());
+  ports.bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
+  return ports;
+}
+
 Collectives::Plan Collectives::plan_nvls(const std::vector<VertexId>& ranks, double size_bytes) {
   if (!nvls_possible(ranks)) {
     throw ModelError("NVLS needs GPUs that support it, all on one reducing NVSwitch");
   }
-  const VertexId nvswitch = *topology_->reducing_switch_of(ranks.front());
-  PlannedFlow ports;
-  for (const VertexId gpu : ranks) {
-    ports.links.push_back({topology_->link_between(gpu, nvswitch).value(), 1.0});
-    ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
-  }
-  const double p = static_cast<double>(ranks.size());
-  // Links are sized for rings; NVLS's own efficiency turns its payload into their wire load.
-  ports.bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
   Plan plan;
-  plan.flows.push_back(std::move(ports));
+  plan.flows.push_back(nvls_ports(ranks, size_bytes));
+  return plan;
+}
+
+Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks,
+                                              double size_bytes) {
+  // NCCL's NVLS-tree, pipelined: inside each domain NVLS reduce-scatters the buffer, leaving GPU
+  // i with shard i (S/g), and later all-gathers it back: together S (1 + 1/g) each way per port,
+  // as an NVLS all-reduce. Across domains the GPUs with the same index all-reduce their shard
+  // over a ring on their own rail: 2(d-1)/d x S/g through each NIC each way. All run at once.
+  if (!nvls_tree_possible(ranks)) {
+    throw ModelError("NVLS-tree needs several reducing NVSwitch domains of equal size");
+  }
+  const std::vector<std::vector<VertexId>> domains = group_by_node(ranks);
+  const std::size_t g = domains.front().size();
+  const auto d = static_cast<int>(domains.size());
+  Plan plan;
+  for (const std::vector<VertexId>& gpus : domains)
+    plan.flows.push_back(nvls_ports(gpus, size_bytes));
+  const double shard = size_bytes / static_cast<double>(g);
+  for (std::size_t i = 0; i < g; ++i) {
+    PlannedFlow rail{{}, bus_factor(CollectiveOp::all_reduce, d) * shard};
+    for (int k = 0; k < d; ++k) {
+      const std::vector<LinkUse> hop = hop_uses(domains[k][i], domains[(k + 1) % d][i]);
+      rail.links.insert(rail.links.end(), hop.begin(), hop.end());
+    }
+    plan.flows.push_back(std::move(rail));
+  }
   return plan;
 }
 

@@ -50,7 +50,7 @@ struct CollectiveLatency {
   SimTime per_step{};  // per step, whatever link it crosses
 };
 
-enum class CollectiveAlgorithm { ring, tree, nvls, direct, chain, pairs };
+enum class CollectiveAlgorithm { ring, tree, nvls, nvls_tree, direct, chain, pairs };
 const char* to_string(CollectiveAlgorithm algorithm);
 
 struct CollectiveChoice {
@@ -80,7 +80,9 @@ class Collectives {
   Collectives& operator=(const Collectives&) = delete;
 
   // The algorithms that can run `op` over `ranks`: for all-reduce a ring, a tree when the ranks
-  // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch; a
+  // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch,
+  // NVLS-tree when they span several such domains with as many ranks on each (NVLS inside each
+  // domain, a ring per rail across them, pipelined); a
   // ring for reduce-scatter and all-gather; direct sends for all-to-all (one flow per pair of
   // ranks, S / p each); the ring's channels as pipelined chains from the first rank for broadcast
   // (S / channels each); one flow per rank to its successor for send/recv.
@@ -148,6 +150,9 @@ class Collectives {
   Plan plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_tree(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_nvls(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_nvls_tree(const std::vector<VertexId>& ranks, double size_bytes);
+  bool nvls_tree_possible(const std::vector<VertexId>& ranks) const;
+  PlannedFlow nvls_ports(const std::vector<VertexId>& gpus, double size_bytes) const;
   Plan plan_direct(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_broadcast(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_pairs(const std::vector<VertexId>& ranks, double size_bytes);

@@ -625,3 +625,31 @@ TEST_CASE("protocols: LL for small messages, Simple for large, by the library's 
   // 8 B over LL: 2 x 7/8 x 8 B / (450 GB/s / 4) is 0.12 ns, rounded up to 1 ns; plus 10.18 us.
   CHECK(done_at.seconds() == Approx(10.18e-6 + 1e-9).epsilon(1e-6));
 }
+
+TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever is slower paces") {
+  // 2 nodes x 8 GPUs, 450 GB/s ports, NVLS efficiency 0.686 (ring efficiency 1 here).
+  //   Inside a node: S (1 + 1/8) each way per port at 450 x 0.686 = 308.7 GB/s: S / 274.4 GB/s.
+  //   Across: GPU i of each node all-reduces its shard S/8 on rail i: 2 x 1/2 x S/8 = S/8
+  //   through each NIC each way.
+  // With 50 GB/s NICs the nodes pace it (S/8 / 50 = S / 400 is faster): busbw = 2 x 15/16 x
+  // 274.4 = 514.5 GB/s, beyond any ring (NIC-bound at 8 x 50 = 400). With 10 GB/s NICs the
+  // rails pace it: S/8 / 10 = S / 80, busbw = 1.875 x 80 = 150 GB/s.
+  for (const double nic : {50e9, 10e9}) {
+    NodeSpec node = eight_gpu_node();
+    node.nvls = true;
+    node.nic_bytes_per_s = nic;
+    const Topology topo = build_cluster(node, 2, FabricSpec{});
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+    const double size = 16e9;
+    SimTime done_at{};
+    collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(),
+                         size, [&] { done_at = engine.now(); });
+    engine.run();
+    const double busbw = 2.0 * 15 / 16 * size / done_at.seconds();
+    const double expected = nic > 40e9 ? 1.875 * 450e9 * 0.686 / 1.125 : 1.875 * 80e9;
+    INFO("NIC " << nic / 1e9 << " GB/s");
+    CHECK(busbw == Approx(expected).epsilon(1e-6));
+  }
+}

@@ -65,6 +65,22 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
   CHECK(simulated == Approx(measured).epsilon(0.02));  // README: +1.3%
 }
 
+TEST_CASE("NVLS-tree all-reduce on two AWS p5 nodes within 10% of the measured log") {
+  // 2 x p5.48xlarge, 16 ranks, 16 GiB: 487.1 GB/s busbw measured, above the 400 GB/s that the
+  // NICs allow any ring. The tuner picks NVLS-tree, which the NVLink ports bound here (the EFA
+  // efficiency, an assumption, would matter only below 0.71).
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const NcclLog log =
+      read_nccl_log(source + "/calibration/logs/h100x16-2node-p5-efa-allreduce-aws-partial.log");
+  const NcclLogRow& row = log.rows.back();
+  const StepInputs cluster = load_cluster(DataPaths{source}, "aws-p5", 2);
+  const auto simulated =
+      benchmark_collective(cluster, CollectiveOp::all_reduce, 16, {row.size_bytes});
+  CHECK(simulated.front().algorithm == CollectiveAlgorithm::nvls_tree);
+  CHECK(row.out_of_place->busbw_gb_per_s > 400);
+  CHECK(simulated.front().busbw_gb_per_s == Approx(row.out_of_place->busbw_gb_per_s).epsilon(0.10));
+}
+
 TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of Azure's published sweep") {
   // Azure ND H100 v5, NCCL 2.18.5, in-place NVLS all-reduce: 478.87 GB/s busbw at 8 GiB
   // (Azure/AI-benchmarking-guide ND_H100_v5_results.md, 'NCCL Bandwidth'). A second machine

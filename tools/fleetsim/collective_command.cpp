@@ -41,11 +41,12 @@ std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
   if (name.empty()) return std::nullopt;
   for (const auto algorithm :
        {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::nvls,
-        CollectiveAlgorithm::direct, CollectiveAlgorithm::chain, CollectiveAlgorithm::pairs}) {
+        CollectiveAlgorithm::nvls_tree, CollectiveAlgorithm::direct, CollectiveAlgorithm::chain,
+        CollectiveAlgorithm::pairs}) {
     if (name == to_string(algorithm)) return algorithm;
   }
   throw ScenarioError("(command line)", 0, 0, "--algo", "unknown algorithm '" + name + "'",
-                      "one of ring, tree, nvls (all-reduce), direct, chain, pairs");
+                      "one of ring, tree, nvls, nvls_tree (all-reduce), direct, chain, pairs");
 }
 
 double parse_nccl_tests_size(const std::string& text) {
