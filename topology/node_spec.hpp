@@ -28,7 +28,10 @@ struct NodeSpec {
   int gpus = 8;
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
   double nvlink_bytes_per_s = 0;  // per GPU per direction, all NVLinks of the GPU together
-  SimTime nvlink_latency{};       // one traversal GPU -> switch or switch -> GPU
+  // Per-link latencies (optional in presets) describe the hardware. Collective timing does not
+  // add them up hop by hop: the library's per-step latencies (CollectiveCosts), measured end to
+  // end, already include them.
+  SimTime nvlink_latency{};  // one traversal GPU -> switch or switch -> GPU
   // Nodes (trays) that share one NVSwitch domain: 1 for an HGX board, 18 for a GB200 NVL72 rack
   // of 4-GPU trays. The domain's GPUs talk over NVLink whatever tray they sit in. A node count
   // that is not a multiple leaves the last domain partly filled, as a partly filled rack is.

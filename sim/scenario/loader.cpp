@@ -828,7 +828,15 @@ std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
     costs[p].nvlink_step = read_time(require(entry, "nvlink"));
     costs[p].pcie_step = read_time(require(entry, "pcie"));
     costs[p].network_step = read_time(require(entry, "network"));
-    costs[p].bandwidth = read_fraction(require(entry, "bandwidth"));
+    const Field bandwidth = require(entry, "bandwidth");
+    costs[p].bandwidth = read_non_negative(bandwidth);
+    const bool simple = kProtocols[p] == Protocol::simple;
+    if (simple ? costs[p].bandwidth != 1 : costs[p].bandwidth > 1) {
+      fail(bandwidth, simple ? "Simple is the reference protocol: its bandwidth must be 1"
+                             : "expected a fraction of Simple's bandwidth in [0, 1] (0: "
+                               "the library does not use the protocol), got " +
+                                   describe(bandwidth.node));
+    }
   }
   return costs;
 }
@@ -920,17 +928,17 @@ NodeBuild Loader::node_preset(const Field& name) {
   const Field root{p.root, &p.doc, ""};
   expect_map(root, node_keys_plus("sources"));
   require_keys(root, {"name", "gpu_profile", "gpus", "gpu_fabric", "pcie_switches", "pcie",
-                      "pcie_latency", "host_link", "nics", "sources"});
+                      "host_link", "nics", "sources"});
   NodeBuild b;
   apply_node_keys(b, root);
   if (b.spec.gpu_fabric == GpuFabric::nvswitch) {
-    require_keys(root, {"nvlink", "nvlink_latency"});
+    require_keys(root, {"nvlink"});
   }
   if (b.spec.gpu_fabric == GpuFabric::xgmi_mesh) {
-    require_keys(root, {"xgmi_link", "xgmi_latency"});
+    require_keys(root, {"xgmi_link"});
   }
   if (b.spec.nics > 0) {
-    require_keys(root, {"nic", "nic_latency"});
+    require_keys(root, {"nic"});
   }
   b.sources = read_sources(root);
   return b;

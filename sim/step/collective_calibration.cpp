@@ -41,6 +41,17 @@ std::string bottleneck_kind(const StepInputs& cluster, CollectiveOp op, int rank
   return busiest;
 }
 
+// The library's cost tables with every latency at zero: the bandwidth terms (protocol
+// bandwidths, tree efficiency) stay as the profile has them.
+CollectiveCosts without_latency(CollectiveCosts costs) {
+  for (auto* table : {&costs.ring, &costs.tree}) {
+    for (ProtocolCost& cost : *table) {
+      cost.base = cost.nvlink_step = cost.pcie_step = cost.network_step = SimTime{};
+    }
+  }
+  return costs;
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
@@ -85,32 +96,56 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
   fit.algorithm = to_string(algorithm);
   fit.ranks = ranks;
 
-  // Pure bandwidth times: the fitted efficiency at 1, Simple's bandwidth, no latency.
-  StepInputs ideal = cluster;
-  ideal.gpu.collectives = CollectiveCosts::simple_only(SimTime{}, SimTime{});
-  if (algorithm == CollectiveAlgorithm::nvls) {
+  // Bandwidth-only runs: every latency at 0, the other efficiencies as the profile has them.
+  StepInputs trial = cluster;
+  trial.gpu.collectives = without_latency(cluster.gpu.collectives);
+  const std::string kind = bottleneck_kind(cluster, op, ranks, largest, algorithm);
+  const bool uses_nvls =
+      algorithm == CollectiveAlgorithm::nvls || algorithm == CollectiveAlgorithm::nvls_tree;
+  double* efficiency = nullptr;
+  if (uses_nvls && kind == "nvlink") {
+    // The NVLink links run at the switch-reduction efficiency, not the plain NVLink one.
     fit.parameter = "nvls_efficiency";
-    ideal.gpu.nvls_efficiency->value = 1;  // NVLS runs only where the profile has it
+    efficiency = &trial.gpu.nvls_efficiency->value;  // NVLS runs only where the profile has it
   } else {
-    const std::string kind = bottleneck_kind(cluster, op, ranks, largest, algorithm);
     fit.parameter = "link_efficiency." + kind;
-    ideal.gpu.link_efficiency[kind].value = 1;
+    efficiency = &trial.gpu.link_efficiency[kind].value;
+    *efficiency = 1;
     // At efficiency 1 another kind may bound the run instead; the fit would then measure that
     // kind's share of time, not this one's efficiency.
-    if (bottleneck_kind(ideal, op, ranks, largest, algorithm) != kind) {
+    if (bottleneck_kind(trial, op, ranks, largest, algorithm) != kind) {
       throw ModelError(log.file + ": " + kind +
                        " links bound this run only because of their efficiency; the log "
                        "cannot tell it apart from the next slowest link kind");
     }
   }
-  const auto ideal_runs = benchmark_collective(ideal, op, ranks, sizes, algorithm);
-  std::vector<double> bandwidth_us;
-  for (const CollectiveSample& sample : ideal_runs) bandwidth_us.push_back(sample.time_us);
 
-  const LinearFit line = fit_relative_least_squares(bandwidth_us, measured_us);
-  if (!(line.slope > 0)) throw ModelError(log.file + ": the fit gives no positive efficiency");
-  fit.efficiency = 1 / line.slope;
-  fit.efficiency_sigma = line.slope_sigma / (line.slope * line.slope);
+  // Where the fitted links alone set the time, a bandwidth-only run at efficiency e takes x/e
+  // and one fit of y = L + s * x at e = 1 gives e = 1/s. Where part of the time does not scale
+  // with e (NVLS-tree pipelines the NVLink and network stages), it takes more: the fit is
+  // repeated at e <- e / s until s = 1, a fixed point the iteration approaches at the rate of
+  // the unscaled share of the time.
+  constexpr int kMaxIterations = 50;
+  constexpr double kTolerance = 1e-6;
+  *efficiency = 1;
+  std::vector<double> bandwidth_us;
+  LinearFit line;
+  for (int iteration = 0;; ++iteration) {
+    bandwidth_us.clear();
+    for (const CollectiveSample& sample : benchmark_collective(trial, op, ranks, sizes, algorithm))
+      bandwidth_us.push_back(sample.time_us);
+    line = fit_relative_least_squares(bandwidth_us, measured_us);
+    if (!(line.slope > 0)) throw ModelError(log.file + ": the fit gives no positive efficiency");
+    if (std::abs(line.slope - 1) < kTolerance) break;
+    if (iteration == kMaxIterations) {
+      throw ModelError(log.file + ": the fit of " + fit.parameter +
+                       " does not converge: the log's times barely depend on it");
+    }
+    *efficiency /= line.slope;
+  }
+  fit.efficiency = *efficiency;
+  // Near the fixed point, e scales as 1/s, so sigma_e = e * sigma_s (s = 1).
+  fit.efficiency_sigma = fit.efficiency * line.slope_sigma;
   fit.latency_us = line.intercept;
   fit.latency_sigma_us = line.intercept_sigma;
   std::vector<double> abs_errors;

@@ -52,7 +52,8 @@ inline DataPaths source_data() {
 // A copy of the shipped presets, for tests that plant a broken one next to the good ones.
 inline DataPaths copy_of_source_data(const TempDir& dir) {
   const std::filesystem::path source = FLEETSIM_SOURCE_DIR;
-  for (const char* sub : {"topology/presets", "calibration/profiles", "workloads/models"}) {
+  for (const char* sub : {"topology/presets", "calibration/profiles", "calibration/collectives",
+                          "workloads/models"}) {
     std::filesystem::create_directories(dir.path() / sub);
     std::filesystem::copy(source / sub, dir.path() / sub,
                           std::filesystem::copy_options::recursive |

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,13 @@ std::string with(std::string text, const std::string& from, const std::string& t
   const auto at = text.find(from);
   REQUIRE(at != std::string::npos);
   return text.replace(at, from.size(), to);
+}
+
+// The text of a file shipped in the source tree, to plant a broken copy of it.
+std::string shipped_file(const std::string& name) {
+  std::ifstream in(std::filesystem::path(FLEETSIM_SOURCE_DIR) / name);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 TEST_CASE("the shipped H100 vs B200 scenario loads with two variants") {
@@ -488,11 +497,7 @@ TEST_CASE("a preset number without a source names the preset file and line") {
 TEST_CASE("a GPU profile provenance must say what kind of number it is") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
-  std::string profile;
-  {
-    std::ifstream in(std::filesystem::path(FLEETSIM_SOURCE_DIR) / "calibration/profiles/b200.yaml");
-    profile.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::string profile = shipped_file("calibration/profiles/b200.yaml");
   dir.write("calibration/profiles/guess.yaml",
             with(profile, "provenance: 'published: dense BF16", "provenance: 'rumour: dense BF16"));
   const auto e = load_error(kBase + "  gpu: guess\n", data);
@@ -507,17 +512,49 @@ TEST_CASE("a GPU profile provenance must say what kind of number it is") {
 TEST_CASE("a GPU profile efficiency must lie above 0 and at most 1") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
-  std::string profile;
-  {
-    std::ifstream in(std::filesystem::path(FLEETSIM_SOURCE_DIR) /
-                     "calibration/profiles/h100-sxm.yaml");
-    profile.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  const std::string profile = shipped_file("calibration/profiles/h100-sxm.yaml");
   dir.write("calibration/profiles/fast.yaml", with(profile, "value: 0.803", "value: 1.2"));
   const auto e = load_error(kBase + "  gpu: fast\n", data);
   REQUIRE(e);
   CHECK(e->key() == "gemm_efficiency.value");
   CHECK_THAT(e->what(), Catch::Contains("expected a fraction in (0, 1], got \"1.2\""));
+}
+
+TEST_CASE("an MI300X node takes RCCL's tuning tables, not NCCL's") {
+  const Scenario s = load_text(with(kBase, "node: dgx-h100", "node: mi300x-platform"));
+  const CollectiveCosts& rccl = s.variants[0].inputs.gpu.collectives;
+  CHECK(rccl.library == "rccl");
+  CHECK(rccl.tree_efficiency == Approx(0.27));
+  CHECK(rccl.ring[static_cast<int>(Protocol::ll)].bandwidth == Approx(0.2));
+  CHECK(rccl.ring[static_cast<int>(Protocol::simple)].base.ns() == 27900);
+  const CollectiveCosts& nccl = load_text(kBase).variants[0].inputs.gpu.collectives;
+  CHECK(nccl.library == "nccl");
+  CHECK(nccl.tree_efficiency == Approx(0.9));
+}
+
+TEST_CASE("a collective library's Simple protocol is the bandwidth reference") {
+  TempDir dir;
+  const DataPaths data = testing::copy_of_source_data(dir);
+  const std::string library = shipped_file("calibration/collectives/nccl.yaml");
+  const auto load_with = [&](const std::string& from, const std::string& to) {
+    dir.write("calibration/collectives/nccl.yaml", with(library, from, to));
+    return load_error(kBase, data);
+  };
+  SECTION("Simple at other than 1 is an error") {
+    const auto e = load_with("network: 9.6us, bandwidth: 1.0", "network: 9.6us, bandwidth: 0.9");
+    REQUIRE(e);
+    CHECK(e->key() == "ring.simple.bandwidth");
+    CHECK_THAT(e->what(), Catch::Contains("its bandwidth must be 1"));
+  }
+  SECTION("LL above Simple is an error") {
+    const auto e = load_with("bandwidth: 0.25}", "bandwidth: 1.5}");
+    REQUIRE(e);
+    CHECK(e->key() == "ring.ll.bandwidth");
+    CHECK_THAT(e->what(), Catch::Contains("got \"1.5\""));
+  }
+  SECTION("a protocol at 0 is one the library does not use") {
+    CHECK_FALSE(load_with("bandwidth: 0.25}", "bandwidth: 0}"));
+  }
 }
 
 }  // namespace
