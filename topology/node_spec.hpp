@@ -55,8 +55,17 @@ enum class FabricKind {
   rail_fat_tree
 };
 
+// Where the job's nodes sit under the leaves. Collectives order nodes by rank, so this decides
+// how many ring hops leave a leaf for the spine.
+enum class NodePlacement {
+  packed,  // consecutive nodes fill one leaf before the next (a topology-aware scheduler)
+  spread   // consecutive nodes on different leaves, round robin (a scheduler that ignores the
+           // fabric, at its worst for rings: every hop between nodes crosses the spine)
+};
+
 struct FabricSpec {
   FabricKind kind = FabricKind::rail_fat_tree;
+  NodePlacement placement = NodePlacement::packed;
   double link_bytes_per_s = 0;    // per port per direction; 0 means "as fast as the NIC"
   double oversubscription = 1.0;  // a full leaf's downlink : uplink bandwidth, >= 1
   int leaf_ports = 64;            // switch radix (NDR Quantum-2: 64 ports of 400 Gb/s)

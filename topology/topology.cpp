@@ -343,6 +343,12 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
   const int groups_per_pod = std::max(1, ports / 2 / std::max(1, node.nics));
   auto pod_of = [&](int group) { return tiers == 3 ? group / groups_per_pod : 0; };
 
+  std::vector<std::vector<int>> nodes_of_group(leaves_per_rail);
+  for (int n = 0; n < nodes; ++n) {
+    const int group = fabric.placement == NodePlacement::packed ? n / down : n % leaves_per_rail;
+    nodes_of_group[group].push_back(n);
+  }
+
   std::vector<VertexId> pod_spines;
   std::vector<double> pod_uplink_bytes_per_s;
   for (int group = 0; group < leaves_per_rail; ++group) {
@@ -357,7 +363,7 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
       const VertexId leaf =
           topo.add_vertex(VertexKind::leaf_switch,
                           "rail" + std::to_string(rail) + ".leaf" + std::to_string(group), -1);
-      for (int n = group * down; n < std::min(nodes, (group + 1) * down); ++n) {
+      for (const int n : nodes_of_group[group]) {
         topo.add_duplex_link(built[n].nics[rail], leaf, kind, nic_port, node.nic_latency);
       }
       topo.add_duplex_link(leaf, pod_spines[pod], kind, uplink, fabric.switch_latency);

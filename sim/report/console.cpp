@@ -153,6 +153,17 @@ void add_setup_rows(Table& table, const RunReport& report) {
               return std::to_string(total_gpus(v.inputs)) + " (" + std::to_string(v.inputs.nodes) +
                      " x " + std::to_string(v.inputs.node.gpus) + ")";
             }));
+  const bool multi_node = std::any_of(report.variants.begin(), report.variants.end(),
+                                      [](const VariantReport& v) { return v.inputs.nodes > 1; });
+  if (multi_node) {
+    table.add("fabric (oversubscription, placement)", cells_for(report, [](const VariantReport& v) {
+                if (v.inputs.nodes == 1) return std::string(kMissing);
+                const FabricSpec& f = v.inputs.fabric;
+                return fixed(f.oversubscription,
+                             f.oversubscription == std::floor(f.oversubscription) ? 0 : 1) +
+                       ":1 " + (f.placement == NodePlacement::spread ? "spread" : "packed");
+              }));
+  }
   table.add("GPU profile",
             cells_for(report, [](const VariantReport& v) { return v.inputs.gpu.name; }));
   table.add("model", cells_for(report, [](const VariantReport& v) { return v.inputs.model.name; }));
@@ -218,6 +229,19 @@ void add_speedup_row(Table& table, const RunReport& report) {
     cells.push_back(speedup ? fixed(*speedup, 2) + "x" : std::string(kMissing));
   }
   table.add("speed-up vs " + report.variants.front().name + " (tokens/s)", std::move(cells));
+
+  const int first_gpus = total_gpus(report.variants.front().inputs);
+  const bool gpu_counts_differ =
+      std::any_of(report.variants.begin(), report.variants.end(),
+                  [&](const VariantReport& v) { return total_gpus(v.inputs) != first_gpus; });
+  if (!gpu_counts_differ) return;
+  cells.clear();
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const std::optional<double> scaling = scaling_efficiency_vs_first(report, i);
+    cells.push_back(scaling ? percent_text(*scaling) : std::string(kMissing));
+  }
+  table.add("scaling efficiency vs " + report.variants.front().name + " (%, per GPU)",
+            std::move(cells));
 }
 
 std::string header_text(const RunReport& report) {

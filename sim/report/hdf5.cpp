@@ -12,9 +12,10 @@
 //                 simulated (int 0/1);
 //                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
 //                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,
-//                 headroom_fraction, speedup_vs_first, bucket_bytes (double).
-//                 Step quantities and speedup_vs_first are NaN when simulated is 0 (the
-//                 layout does not fit, so no step was replayed).
+//                 headroom_fraction, speedup_vs_first, scaling_efficiency_vs_first,
+//                 bucket_bytes (double). Step quantities and the ratios to the first variant
+//                 are NaN when simulated is 0 (the layout does not fit, so no step was
+//                 replayed).
 //     breakdown   compound {component: string, seconds: double}, 3 rows:
 //                 compute, exposed_comm, idle (NaN seconds when not simulated)
 //     memory      compound {item: string, bytes: double, basis: string}, one row per
@@ -189,8 +190,8 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
 }
 
-void write_result_attributes(const H5::Group& group, const StepOutcome& outcome,
-                             std::optional<double> speedup) {
+void write_result_attributes(const H5::Group& group, const RunReport& report, std::size_t index) {
+  const StepOutcome& outcome = report.variants[index].outcome;
   const StepResult& step = outcome.step;
   const auto value = [&](double v) { return outcome.simulated ? v : kNotSimulated; };
   write_attribute(group, "simulated", outcome.simulated ? 1 : 0);
@@ -204,7 +205,10 @@ void write_result_attributes(const H5::Group& group, const StepOutcome& outcome,
   write_attribute(group, "memory_total_bytes", outcome.memory.total_bytes);
   write_attribute(group, "memory_capacity_bytes", outcome.memory.capacity_bytes);
   write_attribute(group, "headroom_fraction", outcome.memory.headroom_fraction());
-  write_attribute(group, "speedup_vs_first", speedup.value_or(kNotSimulated));
+  write_attribute(group, "speedup_vs_first",
+                  speedup_vs_first(report, index).value_or(kNotSimulated));
+  write_attribute(group, "scaling_efficiency_vs_first",
+                  scaling_efficiency_vs_first(report, index).value_or(kNotSimulated));
 }
 
 // HDF5 link names cannot contain '/', and "." names the parent group itself.
@@ -243,7 +247,7 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
     const int index = static_cast<int>(i);
     const H5::Group group = variants.createGroup(group_name_for(variant.name, index, used_names));
     write_setup_attributes(group, variant, index);
-    write_result_attributes(group, variant.outcome, speedup_vs_first(report, i));
+    write_result_attributes(group, report, i);
     write_breakdown(group, variant.outcome);
     write_memory(group, variant.outcome.memory);
     write_links(group, variant.outcome.step.links);

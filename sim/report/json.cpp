@@ -73,6 +73,7 @@ Json variant_json(const RunReport& report, std::size_t index) {
   const VariantReport& variant = report.variants[index];
   const StepInputs& inputs = variant.inputs;
   const std::optional<double> speedup = speedup_vs_first(report, index);
+  const std::optional<double> scaling = scaling_efficiency_vs_first(report, index);
   return Json{{"name", variant.name},
               {"node", inputs.node.name},
               {"nodes", inputs.nodes},
@@ -86,7 +87,8 @@ Json variant_json(const RunReport& report, std::size_t index) {
               {"memory", memory_json(variant.outcome.memory)},
               {"links", links_json(variant.outcome)},
               {"warnings", variant.outcome.warnings},
-              {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)}};
+              {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
+              {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)}};
 }
 
 }  // namespace

@@ -17,6 +17,15 @@ std::optional<double> speedup_vs_first(const RunReport& report, std::size_t inde
   return variant.step.tokens_per_s / baseline.step.tokens_per_s;
 }
 
+std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::size_t index) {
+  const std::optional<double> speedup = speedup_vs_first(report, index);
+  if (!speedup) return std::nullopt;
+  const auto gpus = [](const StepInputs& inputs) {
+    return static_cast<double>(inputs.nodes) * inputs.node.gpus;
+  };
+  return *speedup * gpus(report.variants.front().inputs) / gpus(report.variants[index].inputs);
+}
+
 std::string layout_label(const ParallelPlan& plan) {
   const char* recompute = plan.recompute == Recompute::full ? "full" : "none";
   return "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +

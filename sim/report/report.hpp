@@ -5,8 +5,9 @@
 // crash never leaves a half-written result.
 //
 // Speed-up is a throughput ratio (tokens/s of a variant over tokens/s of the first), so variants
-// with different global batches still compare fairly. It is undefined when either variant was
-// not simulated (its layout does not fit).
+// with different global batches still compare fairly; scaling efficiency divides it by the ratio
+// of GPU counts. Both are undefined when either variant was not simulated (its layout does not
+// fit).
 #pragma once
 
 #include <cstddef>
@@ -67,6 +68,9 @@ void write_collective_hdf5(const CollectiveReport& report, const std::filesystem
 
 // tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated.
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index);
+// Tokens/s per GPU of variant `index` over those of variant 0: 1 is perfect scaling from the
+// first variant's GPU count to this one's; empty when either was not simulated.
+std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::size_t index);
 // "dp8 zero3 recompute=none"
 std::string layout_label(const ParallelPlan& plan);
 

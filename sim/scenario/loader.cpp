@@ -687,8 +687,8 @@ ParallelPlan parse_layout(const Field& f) {
   return plan;
 }
 
-const Keys kFabricKeys = {"kind",       "link",  "oversubscription",
-                          "leaf_ports", "tiers", "switch_latency"};
+const Keys kFabricKeys = {"kind",  "link",           "oversubscription", "leaf_ports",
+                          "tiers", "switch_latency", "placement"};
 
 FabricSpec parse_fabric(const std::optional<Field>& f) {
   FabricSpec fabric;
@@ -718,6 +718,11 @@ FabricSpec parse_fabric(const std::optional<Field>& f) {
   }
   if (auto latency = find(*f, "switch_latency")) {
     fabric.switch_latency = read_time(*latency);
+  }
+  if (auto placement = find(*f, "placement")) {
+    fabric.placement = read_choice(*placement, {"packed", "spread"}) == "spread"
+                           ? NodePlacement::spread
+                           : NodePlacement::packed;
   }
   return fabric;
 }

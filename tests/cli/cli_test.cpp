@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include <sstream>
@@ -205,6 +206,29 @@ TEST_CASE("the shipped scenario matches its golden output") {
   REQUIRE(result.exit_code == 0);
   const auto golden = nlohmann::json::parse(slurp(source + "/tests/golden/h100-vs-b200.json"));
   check_same(golden["variants"], nlohmann::json::parse(result.out)["variants"], "variants");
+}
+
+TEST_CASE(
+    "the 70B scaling scenario loses efficiency only where rings cross the oversubscribed spine") {
+  // 4:1 leaves of 25 nodes, spread placement: up to 16 nodes the job sits under one leaf per
+  // rail and scales; at 32 and 64 nodes every ring hop between nodes crosses the spine. Packing
+  // the 64 nodes leaf by leaf, or a non-blocking fabric, brings the scaling back.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result result = run_cli("run " + source + "/scenarios/llama3-70b-dp-scaling.yaml --json");
+  REQUIRE(result.exit_code == 0);
+  std::map<std::string, double> efficiency;
+  const auto json = nlohmann::json::parse(result.out);
+  for (const auto& variant : json["variants"]) {
+    efficiency[variant["name"]] = variant["scaling_efficiency_vs_first"].get<double>();
+  }
+  REQUIRE(efficiency.size() == 8);
+  for (const char* within_one_leaf : {"4 nodes", "8 nodes", "16 nodes"}) {
+    CHECK(efficiency[within_one_leaf] == Approx(1).epsilon(0.01));
+  }
+  CHECK(efficiency["32 nodes"] < 0.97);
+  CHECK(efficiency["64 nodes"] < efficiency["32 nodes"]);
+  CHECK(efficiency["64 packed"] == Approx(1).epsilon(0.01));
+  CHECK(efficiency["64 non-blocking"] == Approx(efficiency["64 packed"]).epsilon(1e-3));
 }
 
 TEST_CASE("fleetsim collective prints a table that reads back as an nccl-tests log") {

@@ -164,6 +164,34 @@ TEST_CASE("across nodes every rail carries an equal share and the NICs set the p
   CHECK(nic_uplinks == 16);
 }
 
+TEST_CASE("spread placement makes every ring hop between nodes cross the oversubscribed spine") {
+  // 8 nodes x 8 GPUs, 6-port leaves at 2:1: 4 nodes per leaf, 2 x 50 GB/s up. Packed, nodes
+  // 0-3 and 4-7 share a leaf: each rail's ring leaves a leaf once (3 -> 4, 7 -> 0), one flow
+  // on 100 GB/s of uplink, so the NICs set the pace as without oversubscription. Spread, nodes
+  // 0, 2, 4, 6 share a leaf: all 8 hops cross, 4 flows share each leaf's 100 GB/s, 25 GB/s
+  // each: the all-reduce takes twice as long. Non-blocking, placement does not matter.
+  const auto all_reduce_seconds = [](double oversubscription, NodePlacement placement) {
+    FabricSpec fabric;
+    fabric.leaf_ports = 6;
+    fabric.oversubscription = oversubscription;
+    fabric.placement = placement;
+    const Topology topo = build_cluster(eight_gpu_node(), 8, fabric);
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{});
+    SimTime done_at{};
+    collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), 16e9,
+                         [&] { done_at = engine.now(); });
+    engine.run();
+    return done_at.seconds();
+  };
+  // 2(p-1)/p * S over 8 channels of 50 GB/s, p = 64.
+  const double nic_bound = 2.0 * 63 / 64 * 16e9 / 8 / 50e9;
+  CHECK(all_reduce_seconds(2, NodePlacement::packed) == Approx(nic_bound).epsilon(1e-6));
+  CHECK(all_reduce_seconds(2, NodePlacement::spread) == Approx(2 * nic_bound).epsilon(1e-6));
+  CHECK(all_reduce_seconds(1, NodePlacement::spread) == Approx(nic_bound).epsilon(1e-6));
+}
+
 TEST_CASE("routes never pass through a GPU") {
   const Topology topo = build_cluster(eight_gpu_node(), 2, FabricSpec{});
   for (const VertexId from : topo.gpus()) {

@@ -162,6 +162,25 @@ TEST_CASE("console speed-up is the throughput ratio over the first variant") {
   CHECK_FALSE(contains(text, "does not fit"));
 }
 
+TEST_CASE("scaling efficiency is the speed-up over the ratio of GPU counts") {
+  // Four times the GPUs at 3.6 times the throughput: 90% scaling efficiency, in every output.
+  RunReport report = two_variant_report();
+  CHECK_FALSE(contains(render_console(report), "scaling efficiency"));  // same GPU counts
+  report.variants[1] = fitting_variant();
+  report.variants[1].name = "wider";
+  report.variants[1].inputs.nodes = 8;
+  report.variants[1].outcome.step.tokens_per_s *= 3.6;
+  CHECK(scaling_efficiency_vs_first(report, 1) == Approx(0.9));
+  const std::string text = render_console(report);
+  CHECK(contains(text, "scaling efficiency vs zero3 (%, per GPU)"));
+  CHECK(contains(text, "90.0"));
+  CHECK(contains(text, "1:1 packed"));
+  const auto json = nlohmann::json::parse(render_json(report));
+  CHECK(json["variants"][1]["scaling_efficiency_vs_first"].get<double>() == Approx(0.9));
+  report.variants[1] = unfit_variant();
+  CHECK_FALSE(scaling_efficiency_vs_first(report, 1));
+}
+
 TEST_CASE("console marks headroom below the comfortable minimum") {
   RunReport report = two_variant_report();
   // 72 GB of 80 GB leaves 10% free, below kMinComfortableHeadroom (15%).
@@ -252,6 +271,7 @@ TEST_CASE("HDF5 file reads back with the attributes and rows written") {
   CHECK(attribute<double>(fit.attributes, "step_time_s") == 2.0);
   CHECK(attribute<double>(fit.attributes, "tokens_per_s") == 1048576.0);
   CHECK(attribute<double>(fit.attributes, "speedup_vs_first") == 1.0);
+  CHECK(attribute<double>(fit.attributes, "scaling_efficiency_vs_first") == 1.0);
   CHECK(fit.dataset_rows.at("breakdown") == 3);
   CHECK(fit.dataset_rows.at("memory") == 4);
   CHECK(fit.dataset_rows.at("links") == 2);
@@ -263,6 +283,7 @@ TEST_CASE("HDF5 file reads back with the attributes and rows written") {
   CHECK(attribute<std::int64_t>(unfit.attributes, "simulated") == 0);
   CHECK(std::isnan(attribute<double>(unfit.attributes, "step_time_s")));
   CHECK(std::isnan(attribute<double>(unfit.attributes, "speedup_vs_first")));
+  CHECK(std::isnan(attribute<double>(unfit.attributes, "scaling_efficiency_vs_first")));
   CHECK(attribute<double>(unfit.attributes, "memory_total_bytes") == 168e9);
   CHECK(unfit.dataset_rows.at("breakdown") == 3);
   CHECK(unfit.dataset_rows.at("links") == 0);

@@ -130,7 +130,7 @@ TEST_CASE("optional keys are read") {
   yaml += "  nodes: 2\n  gpu: b200\n";
   yaml +=
       "  fabric: {kind: rail-fat-tree, link: 200Gbps, oversubscription: 2, "
-      "switch_latency: 1us}\n";
+      "switch_latency: 1us, placement: spread}\n";
   const Scenario s = load_text(yaml);
   CHECK(s.seed == 42);
   REQUIRE(s.variants.size() == 1);
@@ -148,6 +148,8 @@ TEST_CASE("optional keys are read") {
   CHECK(in.fabric.link_bytes_per_s == Approx(25e9));  // 200 Gb/s / 8
   CHECK(in.fabric.oversubscription == 2.0);
   CHECK(in.fabric.switch_latency.ns() == 1000);
+  CHECK(in.fabric.placement == NodePlacement::spread);
+  CHECK(load_text(kBase).variants[0].inputs.fabric.placement == NodePlacement::packed);
 }
 
 TEST_CASE("a node preset can be overridden field by field") {

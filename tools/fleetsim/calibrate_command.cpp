@@ -35,9 +35,7 @@ void run_calibrate_command(const CalibrateOptions& options) {
   const NcclLog log = read_nccl_log(options.log);
   StepInputs cluster =
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
-  if (options.oversubscription > 0) cluster.fabric.oversubscription = options.oversubscription;
-  if (options.leaf_ports > 0) cluster.fabric.leaf_ports = options.leaf_ports;
-  if (options.tiers > 0) cluster.fabric.tiers = options.tiers;
+  options.fabric.apply(cluster.fabric);
   const int ranks = options.ranks > 0 ? options.ranks
                     : log.ranks() > 0 ? log.ranks()
                                       : cluster.nodes * cluster.node.gpus;

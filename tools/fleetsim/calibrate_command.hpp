@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "tools/fleetsim/collective_command.hpp"
+
 namespace fleetsim {
 
 struct CalibrateOptions {
@@ -12,13 +14,10 @@ struct CalibrateOptions {
   std::string node;
   int nodes = 1;
   std::string gpu;
-  int ranks = 0;          // 0: the log's rank count, else every GPU of the cluster
-  std::string algorithm;  // empty: the tuner's
-  std::string min_bytes;  // rows below are left out (small messages use other protocols)
-  // Fabric overrides, as for `fleetsim collective`; 0: the scenario defaults.
-  double oversubscription = 0;
-  int leaf_ports = 0;
-  int tiers = 0;
+  int ranks = 0;           // 0: the log's rank count, else every GPU of the cluster
+  std::string algorithm;   // empty: the tuner's
+  std::string min_bytes;   // rows below are left out (small messages use other protocols)
+  FabricOverrides fabric;  // as for `fleetsim collective`
 };
 
 void run_calibrate_command(const CalibrateOptions& options);

@@ -69,6 +69,20 @@ double parse_nccl_tests_size(const std::string& text) {
   return value * multiplier->second;
 }
 
+void FabricOverrides::apply(FabricSpec& fabric) const {
+  if (oversubscription > 0) fabric.oversubscription = oversubscription;
+  if (leaf_ports > 0) fabric.leaf_ports = leaf_ports;
+  if (tiers > 0) fabric.tiers = tiers;
+  if (placement == "spread") {
+    fabric.placement = NodePlacement::spread;
+  } else if (placement == "packed") {
+    fabric.placement = NodePlacement::packed;
+  } else if (!placement.empty()) {
+    throw ScenarioError("(command line)", 0, 0, "--placement",
+                        "unknown placement '" + placement + "'", "use packed or spread");
+  }
+}
+
 void run_collective_command(const CollectiveOptions& options) {
   if (options.node.empty()) {
     throw ScenarioError("(command line)", 0, 0, "--node", "a node preset is required",
@@ -76,9 +90,7 @@ void run_collective_command(const CollectiveOptions& options) {
   }
   StepInputs cluster =
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
-  if (options.oversubscription > 0) cluster.fabric.oversubscription = options.oversubscription;
-  if (options.leaf_ports > 0) cluster.fabric.leaf_ports = options.leaf_ports;
-  if (options.tiers > 0) cluster.fabric.tiers = options.tiers;
+  options.fabric.apply(cluster.fabric);
   const CollectiveOp op = parse_op(options.op);
   const int ranks = options.ranks > 0 ? options.ranks : cluster.nodes * cluster.node.gpus;
   const std::vector<double> sizes =

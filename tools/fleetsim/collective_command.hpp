@@ -5,8 +5,20 @@
 #include <string>
 
 #include "sim/collectives/collectives.hpp"
+#include "topology/node_spec.hpp"
 
 namespace fleetsim {
+
+// Fabric overrides from the command line; unset values keep the scenario defaults
+// (non-blocking, 64-port leaves, as many tiers as fit, packed placement).
+struct FabricOverrides {
+  double oversubscription = 0;
+  int leaf_ports = 0;
+  int tiers = 0;
+  std::string placement;  // packed, spread; empty: packed
+
+  void apply(FabricSpec& fabric) const;
+};
 
 struct CollectiveOptions {
   std::string data_dir;
@@ -20,11 +32,7 @@ struct CollectiveOptions {
   std::string max_bytes = "8G";
   double factor = 2;
   std::string output;  // HDF5 file to write the table to; empty: none
-  // Fabric overrides; unset values keep the scenario defaults (non-blocking, 64-port leaves,
-  // as many tiers as fit).
-  double oversubscription = 0;
-  int leaf_ports = 0;
-  int tiers = 0;
+  FabricOverrides fabric;
 };
 
 // Prints the table to stdout; throws ScenarioError / ModelError on bad input or models.

@@ -56,6 +56,7 @@ const char* const kUsage =
     "  -e, --max SIZE         largest message (default 8G)\n"
     "  -f, --factor F         size multiplier between rows (default 2)\n"
     "  --oversubscription R, --leaf-ports N, --tiers 2|3   fabric (default 1, 64, as needed)\n"
+    "  --placement packed|spread   nodes fill a leaf in turn (default), or round robin\n"
     "\n"
     "calibrate options: --node PRESET (required), --nodes, --gpu, --ranks, --algo as above;\n"
     "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
@@ -88,9 +89,10 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
       "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))(
-      "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.oversubscription))(
-      "leaf-ports", po::value(&c.leaf_ports))("tiers", po::value(&c.tiers))(
-      "algo", po::value(&c.algorithm))("fit-min", po::value(&options.calibrate_min_bytes));
+      "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.fabric.oversubscription))(
+      "leaf-ports", po::value(&c.fabric.leaf_ports))("tiers", po::value(&c.fabric.tiers))(
+      "placement", po::value(&c.fabric.placement))("algo", po::value(&c.algorithm))(
+      "fit-min", po::value(&options.calibrate_min_bytes));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
@@ -178,9 +180,7 @@ int run_command(const Options& options) {
     calibrate.ranks = options.collective.ranks;
     calibrate.algorithm = options.collective.algorithm;
     calibrate.min_bytes = options.calibrate_min_bytes;
-    calibrate.oversubscription = options.collective.oversubscription;
-    calibrate.leaf_ports = options.collective.leaf_ports;
-    calibrate.tiers = options.collective.tiers;
+    calibrate.fabric = options.collective.fabric;
     if (!options.output.empty()) throw po::error("'calibrate' prints its fit; it writes no file");
     fleetsim::run_calibrate_command(calibrate);
     return kOk;
