@@ -43,7 +43,12 @@ struct NodeSpec {
   double pcie_bytes_per_s = 0;  // per GPU (and per NIC) link, per direction
   SimTime pcie_latency{};
   double host_bytes_per_s = 0;  // each PCIe switch to the host, per direction
-  int nics = 8;                 // compute NICs of the node
+  // Whether GPUs read and write each other's memory over PCIe. Without (GeForce cards), NCCL
+  // stages every transfer in host memory, whose bandwidth (all channels, reads and writes
+  // together) then bounds the node.
+  bool gpu_p2p = true;
+  double host_memory_bytes_per_s = 0;
+  int nics = 8;  // compute NICs of the node
   NicKind nic_kind = NicKind::infiniband;
   double nic_bytes_per_s = 0;  // per NIC per direction (line rate)
   SimTime nic_latency{};

@@ -42,6 +42,7 @@ const char* to_string(VertexKind kind) {
     case VertexKind::nvswitch: return "nvswitch";
     case VertexKind::pcie_switch: return "pcie_switch";
     case VertexKind::host: return "host";
+    case VertexKind::host_memory: return "host_memory";
     case VertexKind::nic: return "nic";
     case VertexKind::leaf_switch: return "leaf_switch";
     case VertexKind::spine_switch: return "spine_switch";
@@ -54,6 +55,7 @@ const char* to_string(LinkKind kind) {
     case LinkKind::nvlink: return "nvlink";
     case LinkKind::xgmi: return "xgmi";
     case LinkKind::pcie: return "pcie";
+    case LinkKind::host_memory: return "host_memory";
     case LinkKind::infiniband: return "infiniband";
     case LinkKind::roce: return "roce";
     case LinkKind::efa: return "efa";
@@ -224,6 +226,17 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   return path;
 }
 
+void Topology::set_staging(int node, Staging staging) {
+  if (node < 0) throw ModelError("staging needs a node index");
+  if (staging_.size() <= static_cast<std::size_t>(node)) staging_.resize(node + 1);
+  staging_[node] = staging;
+}
+
+std::optional<Topology::Staging> Topology::staging_of(int node) const {
+  if (node < 0 || static_cast<std::size_t>(node) >= staging_.size()) return std::nullopt;
+  return staging_[node];
+}
+
 namespace {
 
 std::string node_prefix(int node) {
@@ -242,6 +255,16 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
   const std::string prefix = node_prefix(node);
   NodeVertices built;
   const VertexId host = topo.add_vertex(VertexKind::host, prefix + "host", node);
+  if (!spec.gpu_p2p) {
+    if (!(spec.host_memory_bytes_per_s > 0)) {
+      throw ModelError("node preset " + spec.name +
+                       ": GPUs without peer-to-peer access need the host memory bandwidth");
+    }
+    const VertexId memory = topo.add_vertex(VertexKind::host_memory, prefix + "memory", node);
+    const LinkId write = topo.add_duplex_link(host, memory, LinkKind::host_memory,
+                                              spec.host_memory_bytes_per_s, SimTime{});
+    topo.set_staging(node, {host, write});
+  }
   std::vector<VertexId> pcie_switches;
   for (int s = 0; s < spec.pcie_switches; ++s) {
     const VertexId sw =

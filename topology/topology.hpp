@@ -21,8 +21,17 @@ namespace fleetsim {
 using VertexId = std::uint32_t;
 using LinkId = std::uint32_t;
 
-enum class VertexKind { gpu, nvswitch, pcie_switch, host, nic, leaf_switch, spine_switch };
-enum class LinkKind { nvlink, xgmi, pcie, infiniband, roce, efa };
+enum class VertexKind {
+  gpu,
+  nvswitch,
+  pcie_switch,
+  host,
+  host_memory,
+  nic,
+  leaf_switch,
+  spine_switch
+};
+enum class LinkKind { nvlink, xgmi, pcie, host_memory, infiniband, roce, efa };
 
 const char* to_string(VertexKind kind);
 const char* to_string(LinkKind kind);
@@ -75,6 +84,17 @@ class Topology {
   void set_in_switch_reduction(VertexId nvswitch);
   std::optional<VertexId> reducing_switch_of(VertexId gpu) const;
 
+  // GPUs without peer-to-peer access exchange data through host memory: the sender writes it
+  // there, the receiver reads it back. Such a node has a host_memory vertex behind its host;
+  // `memory` is the host -> memory link, whose capacity is the memory bandwidth that writes and
+  // reads share, so a staged transfer uses it twice.
+  struct Staging {
+    VertexId host;
+    LinkId memory;
+  };
+  void set_staging(int node, Staging staging);
+  std::optional<Staging> staging_of(int node) const;
+
   // The link from a to b, if they are directly connected.
   std::optional<LinkId> link_between(VertexId a, VertexId b) const;
 
@@ -94,6 +114,7 @@ class Topology {
   std::vector<VertexId> nic_of_gpu_;                 // indexed by vertex; kNoVertex where none
   std::vector<std::vector<LinkId>> out_links_;       // indexed by vertex, in creation order
   std::vector<char> reduces_;                        // indexed by vertex: an NVLS-capable NVSwitch
+  std::vector<std::optional<Staging>> staging_;      // indexed by node
 };
 
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.

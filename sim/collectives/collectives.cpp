@@ -583,7 +583,18 @@ std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {
   const Vertex& target = topology_->vertex(to);
   const std::optional<VertexId> shared_switch = topology_->nvswitch_of(from);
   const bool same_domain = shared_switch && shared_switch == topology_->nvswitch_of(to);
-  if (source.node == target.node || same_domain) return topology_->route(from, to);
+  if (source.node == target.node) {
+    const std::optional<Topology::Staging> staging = topology_->staging_of(source.node);
+    if (!staging) return topology_->route(from, to);
+    // No peer-to-peer: up to host memory, written and read back there, and down again.
+    std::vector<LinkId> links = topology_->route(from, staging->host);
+    links.push_back(staging->memory);
+    links.push_back(staging->memory);
+    const std::vector<LinkId> down = topology_->route(staging->host, to);
+    links.insert(links.end(), down.begin(), down.end());
+    return links;
+  }
+  if (same_domain) return topology_->route(from, to);
   // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
   // or through the source's own NIC when the node has no such GPU.
   const VertexId proxy = topology_->gpu_at(source.node, target.index).value_or(from);

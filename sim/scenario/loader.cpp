@@ -441,7 +441,7 @@ NicKind read_nic_kind(const Field& f) {
   return NicKind::infiniband;
 }
 
-const std::array<NodeKey, 19> kNodeKeys = {{
+const std::array<NodeKey, 21> kNodeKeys = {{
     {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
     {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
     {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
@@ -472,6 +472,12 @@ const std::array<NodeKey, 19> kNodeKeys = {{
     {"host_link",
      [](NodeSpec& s, const Field& f) {
        s.host_bytes_per_s = read_quantity(f, Quantity::bandwidth);
+     },
+     true},
+    {"gpu_p2p", [](NodeSpec& s, const Field& f) { s.gpu_p2p = read_bool(f); }, false},
+    {"host_memory",
+     [](NodeSpec& s, const Field& f) {
+       s.host_memory_bytes_per_s = read_quantity(f, Quantity::bandwidth);
      },
      true},
     {"nics", [](NodeSpec& s, const Field& f) { s.nics = read_int(f, 0); }, true},
@@ -576,7 +582,7 @@ Keys profile_keys() {
 
 const Keys kCalibratedFields = {"value", "sigma", "provenance"};
 // Link kinds as topology names them (topology/topology.cpp, to_string(LinkKind)).
-const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "infiniband", "roce", "efa"};
+const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "host_memory", "infiniband", "roce", "efa"};
 const Keys kProvenanceKinds = {"measured:", "published:", "extrapolated:", "assumed:"};
 
 std::string read_provenance(const Field& f) {
@@ -944,6 +950,9 @@ NodeBuild Loader::node_preset(const Field& name) {
   }
   if (b.spec.nics > 0) {
     require_keys(root, {"nic"});
+  }
+  if (!b.spec.gpu_p2p) {
+    require_keys(root, {"host_memory"});
   }
   b.sources = read_sources(root);
   return b;

@@ -107,28 +107,39 @@ NodeSpec eight_gpu_node() {
   return node;
 }
 
+// A ring all-reduce of `size` bytes over every GPU of `topo`, without latency.
+struct RingRun {
+  double seconds = 0;
+  std::vector<double> link_bytes;  // indexed by LinkId
+};
+
+RingRun ring_all_reduce(const Topology& topo, double size) {
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
+  SimTime done_at{};
+  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
+                       [&] { done_at = engine.now(); });
+  engine.run();
+  return {done_at.seconds(), net.link_bytes()};
+}
+
 }  // namespace
 
 TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
   // 8 GPUs on one crossbar: a ring all-reduce sends 2(p-1)/p * S through each GPU's uplink,
   // the nccl-tests bus-bandwidth definition, so busbw = link rate.
   const Topology topo = build_cluster(eight_gpu_node(), 1, FabricSpec{});
-  Engine engine;
-  FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{});
   const double size = 4e9;
-  SimTime done_at{};
-  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
-                       [&] { done_at = engine.now(); });
-  engine.run();
-  const double busbw = size / done_at.seconds() * 2.0 * 7 / 8;
+  const RingRun run = ring_all_reduce(topo, size);
+  const double busbw = size / run.seconds * 2.0 * 7 / 8;
   CHECK(busbw == Approx(450e9).epsilon(1e-6));
   for (LinkId l = 0; l < topo.link_count(); ++l) {
     if (topo.link(l).kind != LinkKind::nvlink) continue;
-    CHECK(net.link_bytes()[l] == Approx(2.0 * 7 / 8 * size));
+    CHECK(run.link_bytes[l] == Approx(2.0 * 7 / 8 * size));
   }
   for (LinkId l = 0; l < topo.link_count(); ++l) {
-    if (topo.link(l).kind != LinkKind::nvlink) CHECK(net.link_bytes()[l] == 0.0);
+    if (topo.link(l).kind != LinkKind::nvlink) CHECK(run.link_bytes[l] == 0.0);
   }
 }
 
@@ -175,21 +186,47 @@ TEST_CASE("spread placement makes every ring hop between nodes cross the oversub
     fabric.leaf_ports = 6;
     fabric.oversubscription = oversubscription;
     fabric.placement = placement;
-    const Topology topo = build_cluster(eight_gpu_node(), 8, fabric);
-    Engine engine;
-    FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{});
-    SimTime done_at{};
-    collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), 16e9,
-                         [&] { done_at = engine.now(); });
-    engine.run();
-    return done_at.seconds();
+    return ring_all_reduce(build_cluster(eight_gpu_node(), 8, fabric), 16e9).seconds;
   };
   // 2(p-1)/p * S over 8 channels of 50 GB/s, p = 64.
   const double nic_bound = 2.0 * 63 / 64 * 16e9 / 8 / 50e9;
   CHECK(all_reduce_seconds(2, NodePlacement::packed) == Approx(nic_bound).epsilon(1e-6));
   CHECK(all_reduce_seconds(2, NodePlacement::spread) == Approx(2 * nic_bound).epsilon(1e-6));
   CHECK(all_reduce_seconds(1, NodePlacement::spread) == Approx(nic_bound).epsilon(1e-6));
+}
+
+TEST_CASE("without peer-to-peer, GPUs stage through host memory: PCIe or memory bounds") {
+  // p GPUs, each on its own root port of B_pcie per direction, no P2P. Every ring hop goes up
+  // one GPU's link, into host memory and out again (two uses of the memory bandwidth B_mem),
+  // and down the next GPU's link. Each GPU sends at the bus rate, so the ring's busbw is
+  // min(B_pcie, B_mem / (2 p)). Written and read bytes balance: memory carries twice what the
+  // GPU links carry up.
+  const auto run = [](int gpus, double memory_bytes_per_s) {
+    NodeSpec node;
+    node.name = "no-p2p";
+    node.gpus = gpus;
+    node.gpu_fabric = GpuFabric::pcie_only;
+    node.gpu_p2p = false;
+    node.pcie_switches = gpus;
+    node.pcie_bytes_per_s = 64e9;
+    node.host_bytes_per_s = 64e9;
+    node.host_memory_bytes_per_s = memory_bytes_per_s;
+    node.nics = 0;
+    const Topology topo = build_cluster(node, 1, FabricSpec{});
+    const double size = 1e9;
+    const RingRun run = ring_all_reduce(topo, size);
+    double up = 0, memory = 0;
+    for (LinkId l = 0; l < topo.link_count(); ++l) {
+      const Link& link = topo.link(l);
+      if (link.kind == LinkKind::host_memory) memory += run.link_bytes[l];
+      if (topo.vertex(link.from).kind == VertexKind::gpu) up += run.link_bytes[l];
+    }
+    CHECK(up == Approx(gpus * 2.0 * (gpus - 1) / gpus * size));
+    CHECK(memory == Approx(2 * up));
+    return 2.0 * (gpus - 1) / gpus * size / run.seconds;  // busbw
+  };
+  CHECK(run(4, 1000e9) == Approx(64e9).epsilon(1e-6));       // PCIe-bound
+  CHECK(run(8, 400e9) == Approx(400e9 / 16).epsilon(1e-6));  // memory-bound: 25 GB/s
 }
 
 TEST_CASE("routes never pass through a GPU") {

@@ -496,6 +496,24 @@ TEST_CASE("a preset number without a source names the preset file and line") {
   CHECK_THAT(e->what(), Catch::Contains("no source for nic"));
 }
 
+TEST_CASE("a node without peer-to-peer needs its host memory bandwidth") {
+  TempDir dir;
+  const DataPaths data = testing::copy_of_source_data(dir);
+  const std::string preset = shipped_file("topology/presets/rtx5090-workstation.yaml");
+  dir.write("topology/presets/no-memory.yaml",
+            with(with(preset, "host_memory: 460.8GB/s\n", ""), "name: rtx5090-workstation",
+                 "name: no-memory"));
+  const auto e =
+      load_error(with(kBase, "node: dgx-h100", "node: no-memory") + "  gpu: rtx5090\n", data);
+  REQUIRE(e);
+  CHECK(e->key() == "host_memory");
+  CHECK(e->file() == (dir.path() / "topology/presets/no-memory.yaml").string());
+  const Scenario s = load_text(
+      with(with(kBase, "node: dgx-h100", "node: rtx5090-workstation"), "  dp: 8\n", "  dp: 4\n"));
+  CHECK_FALSE(s.variants[0].inputs.node.gpu_p2p);
+  CHECK(s.variants[0].inputs.node.host_memory_bytes_per_s == Approx(460.8e9));
+}
+
 TEST_CASE("a GPU profile provenance must say what kind of number it is") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
