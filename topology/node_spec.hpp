@@ -5,6 +5,7 @@
 // SimTime. Every preset names its sources, since a preset is a claim about real hardware.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "sim/engine/time.hpp"
@@ -68,9 +69,17 @@ enum class NodePlacement {
            // fabric, at its worst for rings: every hop between nodes crosses the spine)
 };
 
+// How switches spread flows over equal-cost paths up the tree.
+enum class FabricRouting {
+  adaptive,  // each flow's rate split fluidly over all spines (InfiniBand adaptive routing)
+  hash       // each flow pinned to one spine by a seeded hash (ECMP), so flows can collide
+};
+
 struct FabricSpec {
   FabricKind kind = FabricKind::rail_fat_tree;
   NodePlacement placement = NodePlacement::packed;
+  FabricRouting routing = FabricRouting::adaptive;
+  std::uint64_t hash_seed = 1;    // hash routing: which flows collide
   double link_bytes_per_s = 0;    // per port per direction; 0 means "as fast as the NIC"
   double oversubscription = 1.0;  // a full leaf's downlink : uplink bandwidth, >= 1
   int leaf_ports = 64;            // switch radix (NDR Quantum-2: 64 ports of 400 Gb/s)

@@ -69,6 +69,7 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
   nic_of_gpu_.push_back(kNoVertex);
   out_links_.emplace_back();
   reduces_.push_back(0);
+  equal_cost_group_of_.push_back(-1);
   if (kind == VertexKind::gpu) {
     gpus_.push_back(id);
     if (node >= 0 && index >= 0) {
@@ -237,6 +238,50 @@ std::optional<Topology::Staging> Topology::staging_of(int node) const {
   return staging_[node];
 }
 
+void Topology::add_equal_cost_group(std::vector<VertexId> members, std::uint64_t hash_seed) {
+  if (members.size() < 2) return;
+  for (const VertexId member : members) {
+    equal_cost_group_of_.at(member) = static_cast<int>(equal_cost_groups_.size());
+  }
+  equal_cost_groups_.push_back(std::move(members));
+  hash_seed_ = hash_seed;
+}
+
+namespace {
+
+// SplitMix64's finaliser: every input bit flips about half the output bits.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::vector<LinkId> Topology::route(VertexId src, VertexId dst, std::uint64_t flow) const {
+  std::vector<LinkId> path = route(src, dst);
+  if (equal_cost_groups_.empty()) return path;
+  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+    const VertexId through = links_[path[i]].to;
+    const int group = equal_cost_group_of_[through];
+    if (group < 0) continue;
+    const std::vector<VertexId>& members = equal_cost_groups_[group];
+    const std::uint64_t hash =
+        mix(mix(mix(mix(hash_seed_) ^ flow) ^ (std::uint64_t{src} << 32 | dst)) ^ i);
+    const VertexId member = members[hash % members.size()];
+    const auto up = link_between(links_[path[i]].from, member);
+    const auto down = link_between(member, links_[path[i + 1]].to);
+    if (!up || !down) {
+      throw ModelError(vertices_[member].name + " is not interchangeable with " +
+                       vertices_[through].name);
+    }
+    path[i] = *up;
+    path[i + 1] = *down;
+  }
+  return path;
+}
+
 namespace {
 
 std::string node_prefix(int node) {
@@ -372,14 +417,24 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
     nodes_of_group[group].push_back(n);
   }
 
-  std::vector<VertexId> pod_spines;
+  // Adaptive routing: one vertex per spine plane. Hash routing: one per spine switch, a leaf's
+  // uplink bandwidth split evenly over its ports - down uplink ports, one to each spine.
+  const bool hashed = fabric.routing == FabricRouting::hash;
+  const int spines_per_plane = hashed ? std::max(1, ports - down) : 1;
+  std::vector<std::vector<VertexId>> pod_spines;
   std::vector<double> pod_uplink_bytes_per_s;
   for (int group = 0; group < leaves_per_rail; ++group) {
     const std::size_t pod = pod_of(group);
     if (pod_spines.size() <= pod) {
-      const std::string name =
+      const std::string plane =
           tiers == 3 ? "pod" + std::to_string(pod) + ".spine" : std::string("spine");
-      pod_spines.push_back(topo.add_vertex(VertexKind::spine_switch, name, -1));
+      std::vector<VertexId> spines;
+      for (int s = 0; s < spines_per_plane; ++s) {
+        const std::string name = hashed ? plane + std::to_string(s) : plane;
+        spines.push_back(topo.add_vertex(VertexKind::spine_switch, name, -1, s));
+      }
+      topo.add_equal_cost_group(spines, fabric.hash_seed);
+      pod_spines.push_back(std::move(spines));
       pod_uplink_bytes_per_s.push_back(0.0);
     }
     for (int rail = 0; rail < node.nics; ++rail) {
@@ -389,15 +444,21 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
       for (const int n : nodes_of_group[group]) {
         topo.add_duplex_link(built[n].nics[rail], leaf, kind, nic_port, node.nic_latency);
       }
-      topo.add_duplex_link(leaf, pod_spines[pod], kind, uplink, fabric.switch_latency);
+      for (const VertexId spine : pod_spines[pod]) {
+        topo.add_duplex_link(leaf, spine, kind, uplink / spines_per_plane, fabric.switch_latency);
+      }
       pod_uplink_bytes_per_s[pod] += uplink;
     }
   }
   if (tiers == 3) {
+    // The core stays one vertex: hash routing picks the spine inside each pod, not the core
+    // switch.
     const VertexId core = topo.add_vertex(VertexKind::spine_switch, "core", -1);
     for (std::size_t pod = 0; pod < pod_spines.size(); ++pod) {
-      topo.add_duplex_link(pod_spines[pod], core, kind, pod_uplink_bytes_per_s[pod],
-                           fabric.switch_latency);
+      for (const VertexId spine : pod_spines[pod]) {
+        topo.add_duplex_link(spine, core, kind, pod_uplink_bytes_per_s[pod] / spines_per_plane,
+                             fabric.switch_latency);
+      }
     }
   }
 }

@@ -103,6 +103,13 @@ class Topology {
   // vertices: forwarding through a peer GPU (NCCL's PXN) is a choice the collective layer makes
   // explicitly. Throws ModelError if dst is unreachable.
   std::vector<LinkId> route(VertexId src, VertexId dst) const;
+  // The route of one flow under hash routing: where the path crosses a group of equal-cost
+  // switches, the member is picked by a seeded hash of (flow, src, dst, position), as a switch
+  // hashes a packet's flow fields. Without such groups it is route(src, dst).
+  std::vector<LinkId> route(VertexId src, VertexId dst, std::uint64_t flow) const;
+  // Switches that are interchangeable on every path through any of them: each connects to the
+  // same vertices below and above. Members are picked in the order given.
+  void add_equal_cost_group(std::vector<VertexId> members, std::uint64_t hash_seed);
 
  private:
   struct Graph;
@@ -115,6 +122,9 @@ class Topology {
   std::vector<std::vector<LinkId>> out_links_;       // indexed by vertex, in creation order
   std::vector<char> reduces_;                        // indexed by vertex: an NVLS-capable NVSwitch
   std::vector<std::optional<Staging>> staging_;      // indexed by node
+  std::vector<std::vector<VertexId>> equal_cost_groups_;
+  std::vector<int> equal_cost_group_of_;  // indexed by vertex; -1 where none
+  std::uint64_t hash_seed_ = 0;
 };
 
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.

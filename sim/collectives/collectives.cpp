@@ -377,9 +377,10 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
   const std::size_t node_count = nodes.size();
   const std::size_t per_node = nodes.front().size();  // candidates() requires equal nodes
   Plan plan;
+  std::uint64_t flow = 0;  // one connection per (channel, tree)
   auto add_both_ways = [&](std::vector<LinkUse>& links, VertexId a, VertexId b) {
     for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
-      const std::vector<LinkUse> hop = hop_uses(from, to);
+      const std::vector<LinkUse> hop = hop_uses(from, to, flow);
       links.insert(links.end(), hop.begin(), hop.end());
     }
   };
@@ -397,6 +398,7 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
       }
     }
     for (const bool mirrored : {false, true}) {
+      ++flow;
       std::vector<LinkUse> links = chains;
       for (std::size_t position = 1; position < node_count; ++position) {
         const std::size_t parent = (position - 1) / 2;
@@ -453,7 +455,7 @@ Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks
   for (std::size_t i = 0; i < g; ++i) {
     PlannedFlow rail{{}, bus_factor(CollectiveOp::all_reduce, d) * shard};
     for (int k = 0; k < d; ++k) {
-      const std::vector<LinkUse> hop = hop_uses(domains[k][i], domains[(k + 1) % d][i]);
+      const std::vector<LinkUse> hop = hop_uses(domains[k][i], domains[(k + 1) % d][i], i);
       rail.links.insert(rail.links.end(), hop.begin(), hop.end());
     }
     plan.flows.push_back(std::move(rail));
@@ -461,16 +463,19 @@ Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks
   return plan;
 }
 
-std::vector<LinkUse> Collectives::hop_uses(VertexId from, VertexId to) const {
+std::vector<LinkUse> Collectives::hop_uses(VertexId from, VertexId to, std::uint64_t flow) const {
   std::vector<LinkUse> uses;
-  for (const LinkId link : hop_links(from, to)) uses.push_back({link, 1.0});
+  for (const LinkId link : hop_links(from, to, flow)) uses.push_back({link, 1.0});
   return uses;
 }
 
 Collectives::Plan Collectives::plan_transfers(
     const std::vector<std::pair<VertexId, VertexId>>& pairs, double bytes_each) const {
   Plan plan;
-  for (const auto& [from, to] : pairs) plan.flows.push_back({hop_uses(from, to), bytes_each});
+  std::uint64_t flow = 0;
+  for (const auto& [from, to] : pairs) {
+    plan.flows.push_back({hop_uses(from, to, flow++), bytes_each});
+  }
   return plan;
 }
 
@@ -578,7 +583,7 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
   return rings;
 }
 
-std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {
+std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint64_t flow) const {
   const Vertex& source = topology_->vertex(from);
   const Vertex& target = topology_->vertex(to);
   const std::optional<VertexId> shared_switch = topology_->nvswitch_of(from);
@@ -600,11 +605,11 @@ std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to) const {
   const VertexId proxy = topology_->gpu_at(source.node, target.index).value_or(from);
   const auto out_nic = topology_->nic_of_gpu(proxy);
   const auto in_nic = topology_->nic_of_gpu(to);
-  if (!out_nic || !in_nic) return topology_->route(from, to);
+  if (!out_nic || !in_nic) return topology_->route(from, to, flow);
   std::vector<LinkId> links;
   for (const auto& [a, b] : {std::pair{from, proxy}, std::pair{proxy, *out_nic},
                              std::pair{*out_nic, *in_nic}, std::pair{*in_nic, to}}) {
-    const std::vector<LinkId> part = topology_->route(a, b);
+    const std::vector<LinkId> part = topology_->route(a, b, flow);
     links.insert(links.end(), part.begin(), part.end());
   }
   return links;
@@ -615,10 +620,11 @@ const std::vector<Collectives::Channel>& Collectives::channels(const std::vector
   if (cached != channel_cache_.end()) return cached->second;
   std::vector<Channel> built;
   for (const std::vector<VertexId>& ring : channel_rings(ranks)) {
+    const std::uint64_t flow = built.size();
     Channel channel;
     channel.order = ring;
     for (std::size_t i = 0; i < ring.size(); ++i) {
-      std::vector<LinkUse> hop = hop_uses(ring[i], ring[(i + 1) % ring.size()]);
+      std::vector<LinkUse> hop = hop_uses(ring[i], ring[(i + 1) % ring.size()], flow);
       channel.links.insert(channel.links.end(), hop.begin(), hop.end());
       channel.hops.push_back(std::move(hop));
     }

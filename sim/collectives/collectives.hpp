@@ -117,9 +117,11 @@ class Collectives {
   void run_ring_chunked(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                         std::function<void()> done);
 
-  // The ring order of each channel, and the links one hop of a ring crosses.
+  // The ring order of each channel, and the links one hop of a ring crosses. `flow` tells the
+  // connections of a collective apart (NCCL's channel: its own queue pair, so its own hash
+  // under hash routing).
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
-  std::vector<LinkId> hop_links(VertexId from, VertexId to) const;
+  std::vector<LinkId> hop_links(VertexId from, VertexId to, std::uint64_t flow = 0) const;
 
  private:
   struct Channel {
@@ -163,7 +165,7 @@ class Collectives {
   SimTime idle_time(const Plan& plan) const;
   void check_ranks(const std::vector<VertexId>& ranks) const;
   bool nvls_possible(const std::vector<VertexId>& ranks) const;
-  std::vector<LinkUse> hop_uses(VertexId from, VertexId to) const;
+  std::vector<LinkUse> hop_uses(VertexId from, VertexId to, std::uint64_t flow) const;
 
   const std::vector<Channel>& channels(const std::vector<VertexId>& ranks);
   std::vector<std::vector<VertexId>> group_by_node(const std::vector<VertexId>& ranks) const;

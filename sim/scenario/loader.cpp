@@ -694,7 +694,7 @@ ParallelPlan parse_layout(const Field& f) {
 }
 
 const Keys kFabricKeys = {"kind",  "link",           "oversubscription", "leaf_ports",
-                          "tiers", "switch_latency", "placement"};
+                          "tiers", "switch_latency", "placement",        "routing"};
 
 FabricSpec parse_fabric(const std::optional<Field>& f) {
   FabricSpec fabric;
@@ -724,6 +724,11 @@ FabricSpec parse_fabric(const std::optional<Field>& f) {
   }
   if (auto latency = find(*f, "switch_latency")) {
     fabric.switch_latency = read_time(*latency);
+  }
+  if (auto routing = find(*f, "routing")) {
+    fabric.routing = read_choice(*routing, {"adaptive", "hash"}) == "hash"
+                         ? FabricRouting::hash
+                         : FabricRouting::adaptive;
   }
   if (auto placement = find(*f, "placement")) {
     fabric.placement = read_choice(*placement, {"packed", "spread"}) == "spread"
@@ -1152,6 +1157,9 @@ Scenario Loader::load(const fs::path& file) {
   scenario.variants.push_back(std::move(first));
   if (auto compare = find(root, "compare")) {
     parse_compare(*compare, file, scenario);
+  }
+  for (Variant& variant : scenario.variants) {
+    variant.inputs.fabric.hash_seed = scenario.seed;  // the one seed of the scenario
   }
   return scenario;
 }

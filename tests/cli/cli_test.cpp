@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -221,7 +222,7 @@ TEST_CASE(
   for (const auto& variant : json["variants"]) {
     efficiency[variant["name"]] = variant["scaling_efficiency_vs_first"].get<double>();
   }
-  REQUIRE(efficiency.size() == 8);
+  REQUIRE(efficiency.size() == 9);
   for (const char* within_one_leaf : {"4 nodes", "8 nodes", "16 nodes"}) {
     CHECK(efficiency[within_one_leaf] == Approx(1).epsilon(0.01));
   }
@@ -229,6 +230,8 @@ TEST_CASE(
   CHECK(efficiency["64 nodes"] < efficiency["32 nodes"]);
   CHECK(efficiency["64 packed"] == Approx(1).epsilon(0.01));
   CHECK(efficiency["64 non-blocking"] == Approx(efficiency["64 packed"]).epsilon(1e-3));
+  // Hash collisions on the spread rings cost what adaptive routing avoids.
+  CHECK(efficiency["64 non-blocking hash"] < 0.95 * efficiency["64 non-blocking"]);
 }
 
 TEST_CASE("fleetsim collective prints a table that reads back as an nccl-tests log") {
@@ -265,6 +268,30 @@ TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
   CHECK(run_cli("collective --node dgx-h100 -e 8X").exit_code == 2);
   CHECK(run_cli("collective --node dgx-h100 --op all_to_none").exit_code == 2);
   CHECK(run_cli("collective").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing random").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing hash --seeds 0").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --placement scattered").exit_code == 2);
+}
+
+TEST_CASE("fleetsim collective with hash routing prints the median run and the spread") {
+  // 8 nodes spread over 6-port leaves: collisions vary with the seed. The table is still an
+  // nccl-tests table; a comment line gives min <= median <= max busbw of the largest size.
+  const Result result = run_cli(
+      "collective --node dgx-h100 --nodes 8 --leaf-ports 6 --placement spread --routing hash "
+      "--seeds 5 --algo ring -b 1G -e 1G");
+  REQUIRE(result.exit_code == 0);
+  std::istringstream text(result.out);
+  const fleetsim::NcclLog log = fleetsim::parse_nccl_log(text, "(fleetsim output)", "all_reduce");
+  REQUIRE(log.rows.size() == 1);
+  const std::string marker = "busbw at 1073741824 B: min ";
+  const auto at = result.out.find(marker);
+  REQUIRE(at != std::string::npos);
+  double min = 0, median = 0, max = 0;
+  REQUIRE(std::sscanf(result.out.c_str() + at + marker.size(), "%lf, median %lf, max %lf", &min,
+                      &median, &max) == 3);
+  CHECK(min <= median);
+  CHECK(median <= max);
+  CHECK(median == Approx(log.rows.front().out_of_place->busbw_gb_per_s).epsilon(0.01));
 }
 
 TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") {

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "sim/collectives/collectives.hpp"
@@ -193,6 +194,33 @@ TEST_CASE("spread placement makes every ring hop between nodes cross the oversub
   CHECK(all_reduce_seconds(2, NodePlacement::packed) == Approx(nic_bound).epsilon(1e-6));
   CHECK(all_reduce_seconds(2, NodePlacement::spread) == Approx(2 * nic_bound).epsilon(1e-6));
   CHECK(all_reduce_seconds(1, NodePlacement::spread) == Approx(nic_bound).epsilon(1e-6));
+}
+
+TEST_CASE("hash routing: collisions never speed a ring up, and packed rings have none") {
+  // 8 nodes x 8 GPUs, 6-port leaves at 1:1: 3 nodes and 3 spines per leaf, each leaf-spine
+  // link at the NIC rate. Packed, each rail's ring leaves a leaf once: one flow per uplink
+  // whatever the hash, as fast as adaptive routing. Spread, 3 flows leave each leaf over 3
+  // spines: where two pick the same spine they share it, so no seed beats adaptive routing and
+  // some lose.
+  const auto seconds = [](FabricRouting routing, NodePlacement placement, std::uint64_t seed) {
+    FabricSpec fabric;
+    fabric.leaf_ports = 6;
+    fabric.routing = routing;
+    fabric.placement = placement;
+    fabric.hash_seed = seed;
+    return ring_all_reduce(build_cluster(eight_gpu_node(), 8, fabric), 16e9).seconds;
+  };
+  const double adaptive = seconds(FabricRouting::adaptive, NodePlacement::spread, 1);
+  CHECK(seconds(FabricRouting::adaptive, NodePlacement::packed, 1) == Approx(adaptive));
+  int slower = 0;
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    INFO("seed " << seed);
+    CHECK(seconds(FabricRouting::hash, NodePlacement::packed, seed) == Approx(adaptive));
+    const double spread = seconds(FabricRouting::hash, NodePlacement::spread, seed);
+    CHECK(spread >= adaptive * (1 - 1e-9));
+    slower += spread > adaptive * 1.01;
+  }
+  CHECK(slower > 0);
 }
 
 TEST_CASE("without peer-to-peer, GPUs stage through host memory: PCIe or memory bounds") {

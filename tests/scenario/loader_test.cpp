@@ -130,7 +130,7 @@ TEST_CASE("optional keys are read") {
   yaml += "  nodes: 2\n  gpu: b200\n";
   yaml +=
       "  fabric: {kind: rail-fat-tree, link: 200Gbps, oversubscription: 2, "
-      "switch_latency: 1us, placement: spread}\n";
+      "switch_latency: 1us, placement: spread, routing: hash}\n";
   const Scenario s = load_text(yaml);
   CHECK(s.seed == 42);
   REQUIRE(s.variants.size() == 1);
@@ -149,6 +149,8 @@ TEST_CASE("optional keys are read") {
   CHECK(in.fabric.oversubscription == 2.0);
   CHECK(in.fabric.switch_latency.ns() == 1000);
   CHECK(in.fabric.placement == NodePlacement::spread);
+  CHECK(in.fabric.routing == FabricRouting::hash);
+  CHECK(in.fabric.hash_seed == 42);  // the scenario's seed
   CHECK(load_text(kBase).variants[0].inputs.fabric.placement == NodePlacement::packed);
 }
 

@@ -16,6 +16,7 @@ struct FabricOverrides {
   int leaf_ports = 0;
   int tiers = 0;
   std::string placement;  // packed, spread; empty: packed
+  std::string routing;    // adaptive, hash; empty: adaptive
 
   void apply(FabricSpec& fabric) const;
 };
@@ -33,6 +34,7 @@ struct CollectiveOptions {
   double factor = 2;
   std::string output;  // HDF5 file to write the table to; empty: none
   FabricOverrides fabric;
+  int seeds = 1;  // hash routing: seeds 1..seeds, each row the median run, the spread summarised
 };
 
 // Prints the table to stdout; throws ScenarioError / ModelError on bad input or models.

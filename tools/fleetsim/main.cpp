@@ -57,6 +57,9 @@ const char* const kUsage =
     "  -f, --factor F         size multiplier between rows (default 2)\n"
     "  --oversubscription R, --leaf-ports N, --tiers 2|3   fabric (default 1, 64, as needed)\n"
     "  --placement packed|spread   nodes fill a leaf in turn (default), or round robin\n"
+    "  --routing adaptive|hash     spread flows over all spines (default), or pin each\n"
+    "                         channel to one by a seeded hash (ECMP)\n"
+    "  --seeds N              hash routing: run seeds 1..N, print the median (default 1)\n"
     "\n"
     "calibrate options: --node PRESET (required), --nodes, --gpu, --ranks, --algo as above;\n"
     "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
@@ -91,7 +94,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))(
       "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.fabric.oversubscription))(
       "leaf-ports", po::value(&c.fabric.leaf_ports))("tiers", po::value(&c.fabric.tiers))(
-      "placement", po::value(&c.fabric.placement))("algo", po::value(&c.algorithm))(
+      "placement", po::value(&c.fabric.placement))("routing", po::value(&c.fabric.routing))(
+      "seeds", po::value(&c.seeds))("algo", po::value(&c.algorithm))(
       "fit-min", po::value(&options.calibrate_min_bytes));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
