@@ -48,7 +48,10 @@ struct NodeSpec {
   // stages every transfer in host memory, whose bandwidth (all channels, reads and writes
   // together) then bounds the node.
   bool gpu_p2p = true;
-  double host_memory_bytes_per_s = 0;
+  double host_memory_bytes_per_s = 0;  // peak, all channels of all sockets
+  // The fraction of that peak that streaming reads and writes sustain: a property of the host,
+  // so the node carries it (GPU profiles carry the efficiencies of the links a GPU drives).
+  double host_memory_efficiency = 1;
   int nics = 8;  // compute NICs of the node
   NicKind nic_kind = NicKind::infiniband;
   double nic_bytes_per_s = 0;  // per NIC per direction (line rate)

@@ -128,19 +128,23 @@ std::optional<VertexId> Topology::nic_of_gpu(VertexId gpu) const {
   return nic;
 }
 
-LinkId Topology::add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
-                                 SimTime latency) {
+LinkId Topology::add_link(VertexId from, VertexId to, LinkKind kind, double bytes_per_s,
+                          SimTime latency) {
   if (!(bytes_per_s > 0)) {
-    throw ModelError("link " + vertices_.at(a).name + " <-> " + vertices_.at(b).name +
+    throw ModelError("link " + vertices_.at(from).name + " -> " + vertices_.at(to).name +
                      " needs a positive bandwidth");
   }
-  const auto forward = static_cast<LinkId>(links_.size());
-  links_.push_back(Link{a, b, kind, bytes_per_s, latency});
-  links_.push_back(Link{b, a, kind, bytes_per_s, latency});
-  boost::add_edge(a, b, forward, graph_->adjacency);
-  boost::add_edge(b, a, forward + 1, graph_->adjacency);
-  out_links_[a].push_back(forward);
-  out_links_[b].push_back(forward + 1);
+  const auto id = static_cast<LinkId>(links_.size());
+  links_.push_back(Link{from, to, kind, bytes_per_s, latency});
+  boost::add_edge(from, to, id, graph_->adjacency);
+  out_links_.at(from).push_back(id);
+  return id;
+}
+
+LinkId Topology::add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
+                                 SimTime latency) {
+  const LinkId forward = add_link(a, b, kind, bytes_per_s, latency);
+  add_link(b, a, kind, bytes_per_s, latency);
   return forward;
 }
 
@@ -305,10 +309,12 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
       throw ModelError("node preset " + spec.name +
                        ": GPUs without peer-to-peer access need the host memory bandwidth");
     }
+    // One link, host -> memory, carries both the writes and the reads of staged transfers.
     const VertexId memory = topo.add_vertex(VertexKind::host_memory, prefix + "memory", node);
-    const LinkId write = topo.add_duplex_link(host, memory, LinkKind::host_memory,
-                                              spec.host_memory_bytes_per_s, SimTime{});
-    topo.set_staging(node, {host, write});
+    const LinkId memory_link =
+        topo.add_link(host, memory, LinkKind::host_memory,
+                      spec.host_memory_bytes_per_s * spec.host_memory_efficiency, SimTime{});
+    topo.set_staging(node, {host, memory_link});
   }
   std::vector<VertexId> pcie_switches;
   for (int s = 0; s < spec.pcie_switches; ++s) {

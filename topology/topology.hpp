@@ -59,6 +59,8 @@ class Topology {
   Topology& operator=(Topology&&) noexcept;
 
   VertexId add_vertex(VertexKind kind, std::string name, int node, int index = -1);
+  // Adds the one-way link from -> to.
+  LinkId add_link(VertexId from, VertexId to, LinkKind kind, double bytes_per_s, SimTime latency);
   // Adds a->b and b->a with the same rate and latency; returns the a->b link (b->a is id + 1).
   LinkId add_duplex_link(VertexId a, VertexId b, LinkKind kind, double bytes_per_s,
                          SimTime latency);
@@ -90,7 +92,7 @@ class Topology {
   // reads share, so a staged transfer uses it twice.
   struct Staging {
     VertexId host;
-    LinkId memory;
+    LinkId memory_link;
   };
   void set_staging(int node, Staging staging);
   std::optional<Staging> staging_of(int node) const;

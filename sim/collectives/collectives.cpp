@@ -593,8 +593,8 @@ std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint
     if (!staging) return topology_->route(from, to);
     // No peer-to-peer: up to host memory, written and read back there, and down again.
     std::vector<LinkId> links = topology_->route(from, staging->host);
-    links.push_back(staging->memory);
-    links.push_back(staging->memory);
+    links.push_back(staging->memory_link);
+    links.push_back(staging->memory_link);
     const std::vector<LinkId> down = topology_->route(staging->host, to);
     links.insert(links.end(), down.begin(), down.end());
     return links;
@@ -602,7 +602,10 @@ std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint
   if (same_domain) return topology_->route(from, to);
   // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
   // or through the source's own NIC when the node has no such GPU.
-  const VertexId proxy = topology_->gpu_at(source.node, target.index).value_or(from);
+  // PXN needs peer-to-peer access: without it the GPU sends through its own NIC.
+  const VertexId proxy = topology_->staging_of(source.node)
+                             ? from
+                             : topology_->gpu_at(source.node, target.index).value_or(from);
   const auto out_nic = topology_->nic_of_gpu(proxy);
   const auto in_nic = topology_->nic_of_gpu(to);
   if (!out_nic || !in_nic) return topology_->route(from, to, flow);

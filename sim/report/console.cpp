@@ -230,11 +230,13 @@ void add_speedup_row(Table& table, const RunReport& report) {
   }
   table.add("speed-up vs " + report.variants.front().name + " (tokens/s)", std::move(cells));
 
-  const int first_gpus = total_gpus(report.variants.front().inputs);
-  const bool gpu_counts_differ =
-      std::any_of(report.variants.begin(), report.variants.end(),
-                  [&](const VariantReport& v) { return total_gpus(v.inputs) != first_gpus; });
-  if (!gpu_counts_differ) return;
+  const bool any_scaling = [&] {
+    for (std::size_t i = 0; i < report.variants.size(); ++i) {
+      if (scaling_efficiency_vs_first(report, i)) return true;
+    }
+    return false;
+  }();
+  if (!any_scaling) return;
   cells.clear();
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const std::optional<double> scaling = scaling_efficiency_vs_first(report, i);

@@ -1,6 +1,8 @@
 // Derived quantities shared by the console, JSON and HDF5 renderers.
 #include "sim/report/report.hpp"
 
+#include <algorithm>
+
 namespace fleetsim {
 
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index) {
@@ -19,11 +21,16 @@ std::optional<double> speedup_vs_first(const RunReport& report, std::size_t inde
 
 std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::size_t index) {
   const std::optional<double> speedup = speedup_vs_first(report, index);
-  if (!speedup) return std::nullopt;
-  const auto gpus = [](const StepInputs& inputs) {
-    return static_cast<double>(inputs.nodes) * inputs.node.gpus;
+  const auto gpus = [](const VariantReport& variant) {
+    return static_cast<double>(variant.inputs.nodes) * variant.inputs.node.gpus;
   };
-  return *speedup * gpus(report.variants.front().inputs) / gpus(report.variants[index].inputs);
+  const double first_gpus = gpus(report.variants.front());
+  const bool gpu_counts_differ =
+      std::any_of(report.variants.begin(), report.variants.end(),
+                  [&](const VariantReport& v) { return gpus(v) != first_gpus; });
+  // Between variants of one GPU count it would only repeat the speed-up under another name.
+  if (!speedup || !gpu_counts_differ) return std::nullopt;
+  return *speedup * first_gpus / gpus(report.variants[index]);
 }
 
 std::string layout_label(const ParallelPlan& plan) {

@@ -69,7 +69,8 @@ void write_collective_hdf5(const CollectiveReport& report, const std::filesystem
 // tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated.
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index);
 // Tokens/s per GPU of variant `index` over those of variant 0: 1 is perfect scaling from the
-// first variant's GPU count to this one's; empty when either was not simulated.
+// first variant's GPU count to this one's; empty when either was not simulated, or when every
+// variant has the first one's GPU count.
 std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::size_t index);
 // "dp8 zero3 recompute=none"
 std::string layout_label(const ParallelPlan& plan);

@@ -441,7 +441,7 @@ NicKind read_nic_kind(const Field& f) {
   return NicKind::infiniband;
 }
 
-const std::array<NodeKey, 21> kNodeKeys = {{
+const std::array<NodeKey, 22> kNodeKeys = {{
     {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
     {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
     {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
@@ -480,6 +480,8 @@ const std::array<NodeKey, 21> kNodeKeys = {{
        s.host_memory_bytes_per_s = read_quantity(f, Quantity::bandwidth);
      },
      true},
+    {"host_memory_efficiency",
+     [](NodeSpec& s, const Field& f) { s.host_memory_efficiency = read_fraction(f); }, true},
     {"nics", [](NodeSpec& s, const Field& f) { s.nics = read_int(f, 0); }, true},
     {"nic",
      [](NodeSpec& s, const Field& f) { s.nic_bytes_per_s = read_quantity(f, Quantity::bandwidth); },
@@ -582,7 +584,7 @@ Keys profile_keys() {
 
 const Keys kCalibratedFields = {"value", "sigma", "provenance"};
 // Link kinds as topology names them (topology/topology.cpp, to_string(LinkKind)).
-const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "host_memory", "infiniband", "roce", "efa"};
+const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "infiniband", "roce", "efa"};
 const Keys kProvenanceKinds = {"measured:", "published:", "extrapolated:", "assumed:"};
 
 std::string read_provenance(const Field& f) {
@@ -847,11 +849,14 @@ std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
     const Field bandwidth = require(entry, "bandwidth");
     costs[p].bandwidth = read_non_negative(bandwidth);
     const bool simple = kProtocols[p] == Protocol::simple;
-    if (simple ? costs[p].bandwidth != 1 : costs[p].bandwidth > 1) {
-      fail(bandwidth, simple ? "Simple is the reference protocol: its bandwidth must be 1"
-                             : "expected a fraction of Simple's bandwidth in [0, 1] (0: "
-                               "the library does not use the protocol), got " +
-                                   describe(bandwidth.node));
+    if (simple && costs[p].bandwidth != 1) {
+      fail(bandwidth, "expected 1, got " + describe(bandwidth.node),
+           "Simple is the reference protocol: the others' bandwidths are fractions of its own");
+    }
+    if (!simple && costs[p].bandwidth > 1) {
+      fail(bandwidth, "expected a fraction of Simple's bandwidth in [0, 1], got " +
+                          describe(bandwidth.node),
+           "0 marks a protocol the library does not use");
     }
   }
   return costs;
@@ -939,6 +944,40 @@ std::vector<std::pair<std::string, std::string>> read_sources(const Field& root)
   return out;
 }
 
+// Rules that a preset and its overrides must satisfy together.
+void check_node(const NodeSpec& spec, const Field& f) {
+  if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
+    fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
+  }
+  if (spec.nvlink_domain_nodes > 1 && spec.gpu_fabric != GpuFabric::nvswitch) {
+    fail(f, "nvlink_domain_nodes > 1 needs gpu_fabric nvswitch",
+         "an NVLink domain spans nodes only through an NVSwitch");
+  }
+  if (spec.nvls && spec.gpu_fabric != GpuFabric::nvswitch) {
+    fail(f, "nvls (in-switch reduction) needs gpu_fabric nvswitch",
+         "remove nvls: true, or set gpu_fabric: nvswitch");
+  }
+  if (spec.gpu_fabric == GpuFabric::xgmi_mesh && spec.xgmi_link_bytes_per_s <= 0) {
+    fail(f, "gpu_fabric xgmi_mesh needs an xgmi_link bandwidth",
+         "add xgmi_link: 64GB/s (for example)");
+  }
+  if (spec.nics > 0 && spec.nic_bytes_per_s <= 0) {
+    fail(f, "a node with NICs needs a nic bandwidth", "add nic: 400Gbps (for example)");
+  }
+  if (!spec.gpu_p2p && spec.gpu_fabric != GpuFabric::pcie_only) {
+    fail(f, "gpu_p2p: false needs gpu_fabric pcie_only",
+         "GPUs with NVLink or xGMI exchange data over it, not through host memory");
+  }
+  if (!spec.gpu_p2p && !(spec.host_memory_bytes_per_s > 0)) {
+    fail(f, "gpu_p2p: false needs the host memory bandwidth",
+         "add host_memory: 460.8GB/s (for example: 12 channels of DDR5-4800)");
+  }
+  if (spec.gpu_p2p && spec.host_memory_bytes_per_s > 0) {
+    fail(f, "host_memory is used only by GPUs without peer-to-peer access",
+         "remove host_memory, or set gpu_p2p: false");
+  }
+}
+
 NodeBuild Loader::node_preset(const Field& name) {
   const Preset& p = preset(name, data_.root / "topology" / "presets", "node preset");
   const Field root{p.root, &p.doc, ""};
@@ -959,6 +998,7 @@ NodeBuild Loader::node_preset(const Field& name) {
   if (!b.spec.gpu_p2p) {
     require_keys(root, {"host_memory"});
   }
+  check_node(b.spec, root);
   b.sources = read_sources(root);
   return b;
 }
@@ -976,26 +1016,6 @@ void cite_override(NodeBuild& b, const Entry& e) {
 }
 
 // An override can switch a node to NVSwitch or give it NICs without the matching bandwidth.
-void check_node(const NodeSpec& spec, const Field& f) {
-  if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
-    fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
-  }
-  if (spec.nvlink_domain_nodes > 1 && spec.gpu_fabric != GpuFabric::nvswitch) {
-    fail(f, "nvlink_domain_nodes > 1 needs gpu_fabric nvswitch",
-         "an NVLink domain spans nodes only through an NVSwitch");
-  }
-  if (spec.nvls && spec.gpu_fabric != GpuFabric::nvswitch) {
-    fail(f, "nvls (in-switch reduction) needs gpu_fabric nvswitch",
-         "remove nvls: true, or set gpu_fabric: nvswitch");
-  }
-  if (spec.gpu_fabric == GpuFabric::xgmi_mesh && spec.xgmi_link_bytes_per_s <= 0) {
-    fail(f, "gpu_fabric xgmi_mesh needs an xgmi_link bandwidth",
-         "add xgmi_link: 64GB/s (for example)");
-  }
-  if (spec.nics > 0 && spec.nic_bytes_per_s <= 0) {
-    fail(f, "a node with NICs needs a nic bandwidth", "add nic: 400Gbps (for example)");
-  }
-}
 
 std::string join_sources(const std::vector<std::pair<std::string, std::string>>& sources) {
   std::string text;

@@ -107,6 +107,7 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
     // The NVLink links run at the switch-reduction efficiency, not the plain NVLink one.
     fit.parameter = "nvls_efficiency";
     efficiency = &trial.gpu.nvls_efficiency->value;  // NVLS runs only where the profile has it
+    *efficiency = 1;
   } else {
     fit.parameter = "link_efficiency." + kind;
     efficiency = &trial.gpu.link_efficiency[kind].value;
@@ -120,14 +121,12 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
     }
   }
 
-  // Where the fitted links alone set the time, a bandwidth-only run at efficiency e takes x/e
-  // and one fit of y = L + s * x at e = 1 gives e = 1/s. Where part of the time does not scale
-  // with e (NVLS-tree pipelines the NVLink and network stages), it takes more: the fit is
-  // repeated at e <- e / s until s = 1, a fixed point the iteration approaches at the rate of
-  // the unscaled share of the time.
+  // Where the fitted links set the time at every efficiency, a bandwidth-only run at e takes
+  // x/e, and one fit of y = L + s * x at e = 1 gives e = 1/s. Where other links set it at e = 1
+  // (NVLS-tree: with NVLink at full rate the network stage is the slower one), the time there
+  // is not x/e: the fit is repeated at e <- e / s until s = 1 (times are whole nanoseconds, so
+  // it also stops when e no longer moves).
   constexpr int kMaxIterations = 50;
-  constexpr double kTolerance = 1e-6;
-  *efficiency = 1;
   std::vector<double> bandwidth_us;
   LinearFit line;
   for (int iteration = 0;; ++iteration) {
@@ -136,15 +135,27 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
       bandwidth_us.push_back(sample.time_us);
     line = fit_relative_least_squares(bandwidth_us, measured_us);
     if (!(line.slope > 0)) throw ModelError(log.file + ": the fit gives no positive efficiency");
-    if (std::abs(line.slope - 1) < kTolerance) break;
+    const double next = *efficiency / line.slope;
+    const bool converged =
+        std::abs(line.slope - 1) < 1e-6 || std::abs(next - *efficiency) < 1e-9 * *efficiency;
+    if (converged) break;
     if (iteration == kMaxIterations) {
       throw ModelError(log.file + ": the fit of " + fit.parameter +
-                       " does not converge: the log's times barely depend on it");
+                       " does not converge: other links bound the run at every efficiency");
     }
-    *efficiency /= line.slope;
+    *efficiency = next;
+  }
+  // At the fitted efficiency the fitted links must bound the run, or the log says nothing
+  // about them.
+  const std::string bound_by = bottleneck_kind(trial, op, ranks, largest, algorithm);
+  if (bound_by != kind) {
+    throw ModelError(log.file + ": at the fitted " + fit.parameter + " of " +
+                     std::to_string(*efficiency) + " the run is bound by " + bound_by +
+                     " links, not " + kind + "; the log cannot tell the efficiency");
   }
   fit.efficiency = *efficiency;
-  // Near the fixed point, e scales as 1/s, so sigma_e = e * sigma_s (s = 1).
+  // The fitted links bound the run, so near the fixed point the time scales as 1/e and
+  // sigma_e = e * sigma_s (s = 1).
   fit.efficiency_sigma = fit.efficiency * line.slope_sigma;
   fit.latency_us = line.intercept;
   fit.latency_sigma_us = line.intercept_sigma;

@@ -214,6 +214,10 @@ std::vector<double> usable_link_capacities(const Topology& topology, const GpuPr
   std::vector<double> capacity(topology.link_count());
   for (LinkId l = 0; l < topology.link_count(); ++l) {
     const Link& link = topology.link(l);
+    if (link.kind == LinkKind::host_memory) {
+      capacity[l] = link.bytes_per_s;  // already the host's sustained rate (NodeSpec)
+      continue;
+    }
     const auto efficiency = gpu.link_efficiency.find(to_string(link.kind));
     if (efficiency == gpu.link_efficiency.end()) {
       throw ModelError("GPU profile " + gpu.name + " has no link efficiency for " +

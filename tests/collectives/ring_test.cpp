@@ -108,6 +108,22 @@ NodeSpec eight_gpu_node() {
   return node;
 }
 
+// GPUs without peer-to-peer access, each on its own 64 GB/s root port, staging through host
+// memory of `memory_bytes_per_s`.
+NodeSpec no_p2p_node(int gpus, double memory_bytes_per_s) {
+  NodeSpec node;
+  node.name = "no-p2p";
+  node.gpus = gpus;
+  node.gpu_fabric = GpuFabric::pcie_only;
+  node.gpu_p2p = false;
+  node.pcie_switches = gpus;
+  node.pcie_bytes_per_s = 64e9;
+  node.host_bytes_per_s = 64e9;
+  node.host_memory_bytes_per_s = memory_bytes_per_s;
+  node.nics = 0;
+  return node;
+}
+
 // A ring all-reduce of `size` bytes over every GPU of `topo`, without latency.
 struct RingRun {
   double seconds = 0;
@@ -230,17 +246,7 @@ TEST_CASE("without peer-to-peer, GPUs stage through host memory: PCIe or memory 
   // min(B_pcie, B_mem / (2 p)). Written and read bytes balance: memory carries twice what the
   // GPU links carry up.
   const auto run = [](int gpus, double memory_bytes_per_s) {
-    NodeSpec node;
-    node.name = "no-p2p";
-    node.gpus = gpus;
-    node.gpu_fabric = GpuFabric::pcie_only;
-    node.gpu_p2p = false;
-    node.pcie_switches = gpus;
-    node.pcie_bytes_per_s = 64e9;
-    node.host_bytes_per_s = 64e9;
-    node.host_memory_bytes_per_s = memory_bytes_per_s;
-    node.nics = 0;
-    const Topology topo = build_cluster(node, 1, FabricSpec{});
+    const Topology topo = build_cluster(no_p2p_node(gpus, memory_bytes_per_s), 1, FabricSpec{});
     const double size = 1e9;
     const RingRun run = ring_all_reduce(topo, size);
     double up = 0, memory = 0;
@@ -376,6 +382,9 @@ TEST_CASE("channel and chunked forms agree within 2% alone and with competing tr
   const Topology node = build_cluster(eight_gpu_node(), 1, FabricSpec{});
   const Topology two_nodes = build_cluster(eight_gpu_node(), 2, FabricSpec{});
   const LinkId ring_hop = ring8.route(2, 3).front();
+  // 4 GPUs staging through 400 GB/s of host memory: memory-bound (50 GB/s busbw).
+  const Topology staged = build_cluster(no_p2p_node(4, 400e9), 1, FabricSpec{});
+  const LinkId memory_link = staged.staging_of(0)->memory_link;
   // Node 0's NIC 3 towards its leaf: the rail that channel 3 of the two-node ring uses.
   const LinkId nic_uplink = two_nodes
                                 .route(*two_nodes.nic_of_gpu(two_nodes.gpus()[3]),
@@ -394,6 +403,8 @@ TEST_CASE("channel and chunked forms agree within 2% alone and with competing tr
       {"NVSwitch node, alone", &node, {}, 0},
       {"two nodes, alone", &two_nodes, {}, 0},
       {"two nodes, one NIC shared for a while", &two_nodes, {{nic_uplink, 1.0}}, 5e8},
+      {"no P2P, staged through host memory, alone", &staged, {}, 0},
+      {"no P2P, host memory shared for a while", &staged, {{memory_link, 1.0}}, 5e8},
   };
   for (const Check& check : checks) {
     for (const auto op : {CollectiveOp::all_reduce, CollectiveOp::all_gather}) {

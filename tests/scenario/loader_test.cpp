@@ -513,6 +513,14 @@ TEST_CASE("a node without peer-to-peer needs its host memory bandwidth") {
   const Scenario s = load_text(
       with(with(kBase, "node: dgx-h100", "node: rtx5090-workstation"), "  dp: 8\n", "  dp: 4\n"));
   CHECK_FALSE(s.variants[0].inputs.node.gpu_p2p);
+  const auto nvlink_without_p2p =
+      load_error(with(kBase, "node: dgx-h100", "node: {preset: dgx-h100, gpu_p2p: false}"));
+  REQUIRE(nvlink_without_p2p);
+  CHECK_THAT(nvlink_without_p2p->what(), Catch::Contains("needs gpu_fabric pcie_only"));
+  const auto memory_unused =
+      load_error(with(kBase, "node: dgx-h100", "node: {preset: dgx-h100, host_memory: 1TB/s}"));
+  REQUIRE(memory_unused);
+  CHECK_THAT(memory_unused->what(), Catch::Contains("remove host_memory, or set gpu_p2p: false"));
   CHECK(s.variants[0].inputs.node.host_memory_bytes_per_s == Approx(460.8e9));
 }
 
@@ -566,7 +574,8 @@ TEST_CASE("a collective library's Simple protocol is the bandwidth reference") {
     const auto e = load_with("network: 9.6us, bandwidth: 1.0", "network: 9.6us, bandwidth: 0.9");
     REQUIRE(e);
     CHECK(e->key() == "ring.simple.bandwidth");
-    CHECK_THAT(e->what(), Catch::Contains("its bandwidth must be 1"));
+    CHECK_THAT(e->what(), Catch::Contains("expected 1, got \"0.9\""));
+    CHECK_THAT(e->what(), Catch::Contains("(hint: Simple is the reference protocol"));
   }
   SECTION("LL above Simple is an error") {
     const auto e = load_with("bandwidth: 0.25}", "bandwidth: 1.5}");

@@ -55,6 +55,13 @@ void run_calibrate_command(const CalibrateOptions& options) {
   }
   std::printf("\n  median |error| %.1f%%, max %.1f%%\n\n", 100 * fit.median_abs_error,
               100 * fit.max_abs_error);
+  if (fit.efficiency > 1) {
+    // A profile holds fractions of line rate: above 1 the preset's line rate, or the model of
+    // the algorithm, is wrong for this machine, and the entry would not load.
+    std::printf(
+        "  warning: above 1, the log runs faster than the preset's line rate allows;\n"
+        "  check the preset's link bandwidths before using this entry\n\n");
+  }
   std::printf("profile entry (%s):\n", fit.parameter.c_str());
   // The fitted sigma measures how well the model matches this log's rows, which is usually far
   // tighter than how well it carries to another machine; the median row error is kept as a

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "tools/fleetsim/collective_command.hpp"
+#include "tools/fleetsim/fabric_overrides.hpp"
 
 namespace fleetsim {
 

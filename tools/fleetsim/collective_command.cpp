@@ -71,28 +71,6 @@ double parse_nccl_tests_size(const std::string& text) {
   return value * multiplier->second;
 }
 
-void FabricOverrides::apply(FabricSpec& fabric) const {
-  if (oversubscription > 0) fabric.oversubscription = oversubscription;
-  if (leaf_ports > 0) fabric.leaf_ports = leaf_ports;
-  if (tiers > 0) fabric.tiers = tiers;
-  if (placement == "spread") {
-    fabric.placement = NodePlacement::spread;
-  } else if (placement == "packed") {
-    fabric.placement = NodePlacement::packed;
-  } else if (!placement.empty()) {
-    throw ScenarioError("(command line)", 0, 0, "--placement",
-                        "unknown placement '" + placement + "'", "use packed or spread");
-  }
-  if (routing == "hash") {
-    fabric.routing = FabricRouting::hash;
-  } else if (routing == "adaptive") {
-    fabric.routing = FabricRouting::adaptive;
-  } else if (!routing.empty()) {
-    throw ScenarioError("(command line)", 0, 0, "--routing", "unknown routing '" + routing + "'",
-                        "use adaptive or hash");
-  }
-}
-
 void run_collective_command(const CollectiveOptions& options) {
   if (options.node.empty()) {
     throw ScenarioError("(command line)", 0, 0, "--node", "a node preset is required",
