@@ -854,8 +854,8 @@ std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
            "Simple is the reference protocol: the others' bandwidths are fractions of its own");
     }
     if (!simple && costs[p].bandwidth > 1) {
-      fail(bandwidth, "expected a fraction of Simple's bandwidth in [0, 1], got " +
-                          describe(bandwidth.node),
+      fail(bandwidth,
+           "expected a fraction of Simple's bandwidth in [0, 1], got " + describe(bandwidth.node),
            "0 marks a protocol the library does not use");
     }
   }
