@@ -14,11 +14,13 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -1226,6 +1228,99 @@ StepInputs Loader::cluster(const std::string& node, int nodes, const std::string
 StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
                         const std::string& gpu_profile) {
   return Loader(data).cluster(node, nodes, gpu_profile);
+}
+
+}  // namespace fleetsim
+
+namespace fleetsim {
+
+std::filesystem::path gpu_profile_file(const DataPaths& data, const std::string& name) {
+  return data.root / "calibration" / "profiles" / (name + ".yaml");
+}
+
+namespace {
+
+std::string yaml_single_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", value);
+  return text;
+}
+
+}  // namespace
+
+std::string with_profile_entry(const std::string& text, const std::string& file,
+                               const std::string& parameter, const Calibrated& entry) {
+  Doc doc;
+  doc.file = file;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ScenarioError(file, e.mark.line + 1, e.mark.column + 1, "", e.msg);
+  }
+  const Field profile{root, &doc, ""};
+  if (!root.IsMap()) fail(profile, "expected a GPU profile (a map), got " + describe(root));
+  // Find the key node of the entry: its line and column bound the block to replace.
+  std::optional<YAML::Mark> key_mark;
+  const auto find_key = [](const YAML::Node& map, const std::string& name) {
+    for (const auto& kv : map) {
+      if (kv.first.IsScalar() && kv.first.Scalar() == name) {
+        return std::optional<std::pair<YAML::Node, YAML::Node>>{{kv.first, kv.second}};
+      }
+    }
+    return std::optional<std::pair<YAML::Node, YAML::Node>>{};
+  };
+  const std::string::size_type dot = parameter.find('.');
+  const std::string parent = dot == std::string::npos ? "" : parameter.substr(0, dot);
+  const std::string key = dot == std::string::npos ? parameter : parameter.substr(dot + 1);
+  YAML::Node map = root;
+  if (!parent.empty()) {
+    const auto found = find_key(root, parent);
+    if (!found || !found->second.IsMap()) {
+      fail(profile, "no " + parent + " map to hold the fitted " + key,
+           "add " + parent + ": with a " + key + " entry first");
+    }
+    map = found->second;
+  }
+  if (const auto found = find_key(map, key)) key_mark = found->first.Mark();
+  if (!key_mark) {
+    fail(profile, "no " + parameter + " entry to replace",
+         "a fit replaces a value the profile already has; add the entry by hand first");
+  }
+  // The block runs from the key's line to the last following line indented deeper than the
+  // key (blank lines inside it included, trailing ones left alone).
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  const auto first = static_cast<std::size_t>(key_mark->line);
+  const auto indent = static_cast<std::size_t>(key_mark->column);
+  std::size_t last = first;  // inclusive
+  for (std::size_t i = first + 1; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    const std::size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos) continue;  // blank
+    if (start <= indent) break;
+    last = i;
+  }
+  const std::string pad(indent, ' ');
+  const std::vector<std::string> block = {
+      pad + key + ":", pad + "  value: " + format_number(entry.value),
+      pad + "  sigma: " + format_number(entry.sigma),
+      pad + "  provenance: " + yaml_single_quoted(entry.provenance)};
+  lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(first),
+              lines.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+  lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(first), block.begin(), block.end());
+  std::string out;
+  for (const std::string& line : lines) out += line + "\n";
+  return out;
 }
 
 }  // namespace fleetsim

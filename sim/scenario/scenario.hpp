@@ -74,4 +74,14 @@ PresetCatalog list_presets(const DataPaths& data);
 StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
                         const std::string& gpu_profile = "");
 
+// The file that holds GPU profile `name` under the data root.
+std::filesystem::path gpu_profile_file(const DataPaths& data, const std::string& name);
+
+// `text`, a GPU profile read from `file`, with the {value, sigma, provenance} entry of
+// `parameter` ("nvls_efficiency" or "link_efficiency.<kind>") replaced by `entry`; comments,
+// order and every other line stay as they were. Throws ScenarioError when the entry is not
+// there (a fit replaces what the profile already claims).
+std::string with_profile_entry(const std::string& text, const std::string& file,
+                               const std::string& parameter, const Calibrated& entry);
+
 }  // namespace fleetsim

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include "calibration/nccl_log.hpp"
+#include "sim/scenario/scenario.hpp"
 
 namespace fs = std::filesystem;
 
@@ -305,4 +306,42 @@ TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") 
   CHECK(result.out.find("efficiency  0.71") != std::string::npos);
   CHECK(result.out.find("provenance: 'measured: fit to") != std::string::npos);
   CHECK(run_cli("calibrate " + log).exit_code == 2);  // no --node
+}
+
+TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing else") {
+  // On a copy of the data: the fitted xGMI efficiency replaces the published 0.75, the file
+  // still loads, and every other line of the profile is as it was.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const fs::path data = scratch_dir() / "data";
+  fs::remove_all(data);
+  fs::create_directories(data);
+  for (const char* sub : {"topology", "calibration", "workloads"}) {
+    fs::copy(fs::path(source) / sub, data / sub, fs::copy_options::recursive);
+  }
+  const fs::path profile = data / "calibration/profiles/mi300x.yaml";
+  const std::string before = slurp(profile);
+  const std::string arguments = "calibrate " + source +
+                                "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log "
+                                "--node mi300x-platform --data-dir " +
+                                data.string();
+  REQUIRE(run_cli(arguments).exit_code == 0);
+  CHECK(slurp(profile) == before);  // without --write the file is untouched
+  const Result written = run_cli(arguments + " --write");
+  REQUIRE(written.exit_code == 0);
+  const std::string after = slurp(profile);
+  const fleetsim::StepInputs cluster =
+      fleetsim::load_cluster(fleetsim::DataPaths{data}, "mi300x-platform", 1);
+  CHECK(cluster.gpu.link_efficiency.at("xgmi").value == Approx(0.710).margin(0.0005));
+  CHECK_THAT(cluster.gpu.link_efficiency.at("xgmi").provenance,
+             Catch::StartsWith("measured: fit to mi300x8-allreduce-rccl-rocmblog-xgmi.log"));
+  std::istringstream old_lines(before), new_lines(after);
+  int changed = 0;
+  for (std::string a, b; std::getline(old_lines, a) && std::getline(new_lines, b);) {
+    changed += a != b;
+  }
+  CHECK(changed == 3);  // value, sigma, provenance
+  // Writing the same fit again changes nothing.
+  REQUIRE(run_cli(arguments + " --write").exit_code == 0);
+  CHECK(slurp(profile) == after);
+  fs::remove_all(data);
 }

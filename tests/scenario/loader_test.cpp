@@ -524,6 +524,41 @@ TEST_CASE("a node without peer-to-peer needs its host memory bandwidth") {
   CHECK(s.variants[0].inputs.node.host_memory_bytes_per_s == Approx(460.8e9));
 }
 
+TEST_CASE("a fitted entry replaces its block in a profile and nothing else") {
+  const std::string profile =
+      "name: p\n"
+      "link_efficiency:\n"
+      "  nvlink: {value: 0.8, sigma: 0.1, provenance: 'assumed: x'}\n"
+      "  pcie:\n"
+      "    value: 0.7\n"
+      "\n"
+      "    sigma: 0.1   # spread\n"
+      "    provenance: 'assumed: y'\n"
+      "# the library\n"
+      "collective_library: nccl\n";
+  const Calibrated entry{0.65, 0.02, "measured: it's a fit"};
+  CHECK(with_profile_entry(profile, "p.yaml", "link_efficiency.pcie", entry) ==
+        "name: p\n"
+        "link_efficiency:\n"
+        "  nvlink: {value: 0.8, sigma: 0.1, provenance: 'assumed: x'}\n"
+        "  pcie:\n"
+        "    value: 0.650\n"
+        "    sigma: 0.020\n"
+        "    provenance: 'measured: it''s a fit'\n"
+        "# the library\n"
+        "collective_library: nccl\n");
+  CHECK(with_profile_entry(profile, "p.yaml", "link_efficiency.nvlink", entry)
+            .find("  nvlink:\n    value: 0.650\n") != std::string::npos);
+  try {
+    with_profile_entry(profile, "p.yaml", "link_efficiency.efa", entry);
+    FAIL("no efa entry to replace");
+  } catch (const ScenarioError& e) {
+    CHECK(e.file() == "p.yaml");
+    CHECK_THAT(e.what(), Catch::Contains("no link_efficiency.efa entry to replace"));
+  }
+  CHECK_THROWS_AS(with_profile_entry(profile, "p.yaml", "nvls_efficiency", entry), ScenarioError);
+}
+
 TEST_CASE("a GPU profile provenance must say what kind of number it is") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);

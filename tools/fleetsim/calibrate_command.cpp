@@ -1,13 +1,18 @@
 #include "tools/fleetsim/calibrate_command.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "calibration/nccl_log.hpp"
+#include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
+#include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/collective_calibration.hpp"
 #include "tools/fleetsim/collective_command.hpp"
@@ -23,6 +28,25 @@ std::string file_fingerprint(const std::string& path) {
   std::snprintf(hex, sizeof hex, "%016llx",
                 static_cast<unsigned long long>(stable_hash(text.str())));
   return std::string("fnv1a64 ") + hex;
+}
+
+// The lines of `after` that differ from `before`: the new entry, as it will read in the file.
+std::string entry_lines(const std::string& before, const std::string& after) {
+  std::istringstream old_text(before), new_text(after);
+  std::vector<std::string> old_lines;
+  for (std::string line; std::getline(old_text, line);) old_lines.push_back(line);
+  std::vector<std::string> new_lines;
+  for (std::string line; std::getline(new_text, line);) new_lines.push_back(line);
+  std::size_t head = 0;
+  while (head < old_lines.size() && head < new_lines.size() && old_lines[head] == new_lines[head])
+    ++head;
+  std::size_t tail = 0;
+  while (tail < old_lines.size() - head && tail < new_lines.size() - head &&
+         old_lines[old_lines.size() - 1 - tail] == new_lines[new_lines.size() - 1 - tail])
+    ++tail;
+  std::string out;
+  for (std::size_t i = head; i < new_lines.size() - tail; ++i) out += new_lines[i] + "\n";
+  return out.empty() ? "    (the profile holds this entry already)\n" : out;
 }
 
 }  // namespace
@@ -62,12 +86,12 @@ void run_calibrate_command(const CalibrateOptions& options) {
         "  warning: above 1, the log runs faster than the preset's line rate allows;\n"
         "  check the preset's link bandwidths before using this entry\n\n");
   }
-  std::printf("profile entry (%s):\n", fit.parameter.c_str());
+  Calibrated entry;
+  entry.value = fit.efficiency;
   // The fitted sigma measures how well the model matches this log's rows, which is usually far
   // tighter than how well it carries to another machine; the median row error is kept as a
   // floor so that the uncertainty is never below the model's own misfit.
-  std::printf("    value: %.3f\n    sigma: %.3f\n", fit.efficiency,
-              std::max(fit.efficiency_sigma, fit.efficiency * fit.median_abs_error));
+  entry.sigma = std::max(fit.efficiency_sigma, fit.efficiency * fit.median_abs_error);
   const std::string log_name = std::filesystem::path(options.log).filename().string();
   char details[160];
   std::snprintf(details, sizeof details,
@@ -78,9 +102,29 @@ void run_calibrate_command(const CalibrateOptions& options) {
       "measured: fit to " + log_name + " (" + file_fingerprint(options.log) + "), " + log.op +
       " on " + std::to_string(ranks) + " ranks as " + std::to_string(cluster.nodes) + " x " +
       cluster.node.name + ", " + fit.algorithm + ", " + details;
-  std::string quoted;  // YAML single-quoted: a quote is written twice
-  for (const char c : provenance) quoted += c == '\'' ? std::string("''") : std::string(1, c);
-  std::printf("    provenance: '%s'\n", quoted.c_str());
+  entry.provenance = provenance;
+  const DataPaths data{options.data_dir};
+  const std::filesystem::path profile = gpu_profile_file(data, cluster.gpu.name);
+  std::string before;
+  {
+    std::ifstream in(profile);
+    before.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string after = with_profile_entry(before, profile.string(), fit.parameter, entry);
+  std::printf("profile entry (%s in %s):\n", fit.parameter.c_str(), profile.string().c_str());
+  std::printf("%s", entry_lines(before, after).c_str());
+  if (!options.write) return;
+  if (entry.value > 1) {
+    throw ModelError("not written: an efficiency above 1 would not load; check the preset");
+  }
+  write_text_atomically(profile, after);
+  try {
+    load_cluster(data, options.node, options.nodes, options.gpu);  // the profile still loads
+  } catch (...) {
+    write_text_atomically(profile, before);
+    throw;
+  }
+  std::printf("written to %s\n", profile.string().c_str());
 }
 
 }  // namespace fleetsim

@@ -1,5 +1,6 @@
 // `fleetsim calibrate LOG`: fits the collective model to a measured nccl-tests / rccl-tests log
-// and prints the fit, point by point, and the profile entry it supports.
+// and prints the fit, point by point, and the profile entry it supports; with `write`, puts
+// that entry into the GPU profile file in place of the old one, keeping everything else.
 #pragma once
 
 #include <string>
@@ -18,6 +19,7 @@ struct CalibrateOptions {
   std::string algorithm;   // empty: the tuner's
   std::string min_bytes;   // rows below are left out (small messages use other protocols)
   FabricOverrides fabric;  // as for `fleetsim collective`
+  bool write = false;      // replace the entry in the GPU profile file (atomically)
 };
 
 void run_calibrate_command(const CalibrateOptions& options);

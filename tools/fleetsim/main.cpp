@@ -64,6 +64,7 @@ const char* const kUsage =
     "calibrate options: --node PRESET (required), --nodes, --gpu, --ranks, --algo and the\n"
     "  fabric options as above;\n"
     "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
+    "  --write                replace the entry in the GPU profile file, keeping the rest\n"
     "\n"
     "  -h, --help      this help\n"
     "  --version       print the version\n";
@@ -80,6 +81,7 @@ struct Options {
   // Below about 64 MiB NCCL switches to its LL/LL128 protocols and its pipeline is still
   // filling; the model has neither, so a fit of bandwidth and latency uses large messages.
   std::string calibrate_min_bytes = "64M";
+  bool calibrate_write = false;
 };
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
@@ -97,7 +99,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "leaf-ports", po::value(&c.fabric.leaf_ports))("tiers", po::value(&c.fabric.tiers))(
       "placement", po::value(&c.fabric.placement))("routing", po::value(&c.fabric.routing))(
       "seeds", po::value(&c.seeds))("algo", po::value(&c.algorithm))(
-      "fit-min", po::value(&options.calibrate_min_bytes));
+      "fit-min", po::value(&options.calibrate_min_bytes))(
+      "write", po::bool_switch(&options.calibrate_write));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
@@ -186,6 +189,7 @@ int run_command(const Options& options) {
     calibrate.algorithm = options.collective.algorithm;
     calibrate.min_bytes = options.calibrate_min_bytes;
     calibrate.fabric = options.collective.fabric;
+    calibrate.write = options.calibrate_write;
     if (!options.output.empty()) throw po::error("'calibrate' prints its fit; it writes no file");
     fleetsim::run_calibrate_command(calibrate);
     return kOk;
