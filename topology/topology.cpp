@@ -185,13 +185,26 @@ class PredecessorRecorder : public boost::default_bfs_visitor {
   VertexId destination_;
 };
 
-// Keeps the edges that leave the source or a vertex that is not a GPU.
-struct NoTransitThroughGpus {
+// Keeps the edges that leave the source, or a vertex that is neither a GPU nor inside a node
+// other than the source's and the destination's. A route never crosses a third node's PCIe
+// tree, so the search need not enter one: through the fabric it would otherwise visit every
+// node under every switch it reaches. (NVSwitches stay open: an NVLink domain spans nodes.)
+struct UsableForRoute {
   const Adjacency* graph = nullptr;
   const std::vector<Vertex>* vertices = nullptr;
   VertexId source = 0;
+  int source_node = -1;
+  int destination_node = -1;
+  bool in_third_node(const Vertex& vertex) const {
+    const bool inside_a_node =
+        vertex.kind == VertexKind::nic || vertex.kind == VertexKind::pcie_switch ||
+        vertex.kind == VertexKind::host || vertex.kind == VertexKind::host_memory;
+    return inside_a_node && vertex.node != source_node && vertex.node != destination_node;
+  }
   bool operator()(const Adjacency::edge_descriptor& edge) const {
     const auto from = static_cast<VertexId>(boost::source(edge, *graph));
+    const auto to = static_cast<VertexId>(boost::target(edge, *graph));
+    if (in_third_node((*vertices)[to])) return false;  // not even a dead end worth a visit
     return from == source || (*vertices)[from].kind != VertexKind::gpu;
   }
 };
@@ -203,8 +216,9 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   Graph& g = *graph_;
   g.color.resize(vertices_.size(), boost::white_color);
   g.via.resize(vertices_.size(), kNoVertex);
-  const NoTransitThroughGpus filter{&g.adjacency, &vertices_, src};
-  const boost::filtered_graph<Adjacency, NoTransitThroughGpus> usable(g.adjacency, filter);
+  const UsableForRoute filter{&g.adjacency, &vertices_, src, vertices_[src].node,
+                              vertices_[dst].node};
+  const boost::filtered_graph<Adjacency, UsableForRoute> usable(g.adjacency, filter);
   boost::queue<Adjacency::vertex_descriptor> queue;
   const auto colors =
       boost::make_iterator_property_map(g.color.begin(), boost::get(boost::vertex_index, usable));

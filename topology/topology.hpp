@@ -103,7 +103,8 @@ class Topology {
   // Fewest-hop path from src to dst as a list of links; among equal paths the one found first
   // in link creation order, so routes are deterministic. GPUs are endpoints, never transit
   // vertices: forwarding through a peer GPU (NCCL's PXN) is a choice the collective layer makes
-  // explicitly. Throws ModelError if dst is unreachable.
+  // explicitly. Nor does a route pass through the NICs, PCIe switches or host of a node other
+  // than src's and dst's. Throws ModelError if dst is unreachable.
   std::vector<LinkId> route(VertexId src, VertexId dst) const;
   // The route of one flow under hash routing: where the path crosses a group of equal-cost
   // switches, the member is picked by a seeded hash of (flow, src, dst, position), as a switch

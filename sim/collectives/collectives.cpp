@@ -344,9 +344,13 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       // Reduce and multicast through the switch. NCCL's NVLS latencies are not in the library
       // table yet, so this is an assumption: two NVLink steps of the ring's Simple protocol.
       return cost.base + cost.nvlink_step * 2;
-    case CollectiveAlgorithm::nvls_tree:
-      // The same two switch steps, and a ring all-reduce's network steps across the domains.
-      return cost.base + cost.nvlink_step * 2 + inter * (2 * (nodes - 1));
+    case CollectiveAlgorithm::nvls_tree: {
+      // The same two switch steps, and NCCL's tree latency across the domains (tuning.cc:
+      // 2 log2(nodes) network steps): NCCL joins the domains by trees. The bandwidth model
+      // runs a ring per rail instead, which moves about the bytes per node that a tree does.
+      const auto depth = static_cast<std::int64_t>(std::bit_width(groups.size()) - 1);
+      return cost.base + cost.nvlink_step * 2 + inter * (2 * depth);
+    }
     case CollectiveAlgorithm::chain: return cost.base + intra * (p - nodes) + inter * (nodes - 1);
     case CollectiveAlgorithm::direct:
     case CollectiveAlgorithm::pairs: return cost.base + (nodes > 1 ? inter : intra);
