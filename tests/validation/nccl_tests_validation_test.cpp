@@ -1,6 +1,7 @@
 // Simulated nccl-tests / rccl-tests runs against measured logs (calibration/logs/, each with a
 // .source.txt saying where it came from). A row is checked when the simulator models the
 // algorithm the measured run used; the README's accuracy table lists every log, checked or not.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -115,6 +116,20 @@ TEST_CASE("RTX 5090 without P2P: a user's 8- and 4-GPU Xeon reports within 10%")
   const auto [genoa_measured, genoa_simulated] =
       largest_row_busbw({"rtx5090x4-pcie-allreduce-nccltests287.log", "rtx5090-workstation", 1, 4});
   CHECK(genoa_simulated / genoa_measured - 1 == Approx(0.37).margin(0.02));
+}
+
+TEST_CASE("PCIe presets reach their analytic ring bounds") {
+  // No measured logs for these boxes yet; the bounds follow from the presets alone.
+  //   8x L40S, two GPUs per Gen4 switch, P2P: each ring crosses every switch's 32 GB/s uplink
+  //     once each way, at the PCIe efficiency: busbw = 32 x 0.80 = 25.6 GB/s.
+  //   8x RTX 4090, no P2P: min(PCIe 32 x 0.59, host memory 409.6 x 0.80 / 16) = 18.9 GB/s.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const StepInputs l40s = load_cluster(DataPaths{source}, "l40s-server", 1);
+  CHECK(benchmark_collective(l40s, CollectiveOp::all_reduce, 8, {8e9}).front().busbw_gb_per_s ==
+        Approx(25.6).epsilon(0.01));
+  const StepInputs rtx4090 = load_cluster(DataPaths{source}, "rtx4090-server", 1);
+  CHECK(benchmark_collective(rtx4090, CollectiveOp::all_reduce, 8, {8e9}).front().busbw_gb_per_s ==
+        Approx(std::min(32 * 0.59, 409.6 * 0.80 / 16)).epsilon(0.01));
 }
 
 TEST_CASE("the simulator's bus factors are the ones the log reader checks logs with") {
