@@ -216,8 +216,8 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   Graph& g = *graph_;
   g.color.resize(vertices_.size(), boost::white_color);
   g.via.resize(vertices_.size(), kNoVertex);
-  const UsableForRoute filter{&g.adjacency, &vertices_, src, vertices_[src].node,
-                              vertices_[dst].node};
+  const UsableForRoute filter{&g.adjacency, &vertices_, src, vertices_.at(src).node,
+                              vertices_.at(dst).node};
   const boost::filtered_graph<Adjacency, UsableForRoute> usable(g.adjacency, filter);
   boost::queue<Adjacency::vertex_descriptor> queue;
   const auto colors =

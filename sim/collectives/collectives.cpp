@@ -328,6 +328,8 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
                          (first.size() > 1 && topology_->link_between(first[0], first[1]));
   const SimTime intra = gpu_links ? cost.nvlink_step : cost.pcie_step;
   const SimTime inter = cost.network_step;
+  // A heap-ordered binary tree over n domains is floor(log2 n) edges deep.
+  const auto depth = static_cast<std::int64_t>(std::bit_width(groups.size()) - 1);
   switch (choice.algorithm) {
     case CollectiveAlgorithm::ring: {
       const std::int64_t steps = ring_steps(op, static_cast<int>(p));
@@ -335,8 +337,6 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       return cost.base + intra * (steps - inter_steps) + inter * inter_steps;
     }
     case CollectiveAlgorithm::tree: {
-      // A heap-ordered binary tree over n nodes is floor(log2 n) edges deep.
-      const auto depth = static_cast<std::int64_t>(std::bit_width(groups.size()) - 1);
       const auto per_node = static_cast<std::int64_t>(first.size());
       return cost.base + intra * (2 * (per_node - 1)) + inter * (2 * depth);
     }
@@ -348,7 +348,6 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       // The same two switch steps, and NCCL's tree latency across the domains (tuning.cc:
       // 2 log2(nodes) network steps): NCCL joins the domains by trees. The bandwidth model
       // runs a ring per rail instead, which moves about the bytes per node that a tree does.
-      const auto depth = static_cast<std::int64_t>(std::bit_width(groups.size()) - 1);
       return cost.base + cost.nvlink_step * 2 + inter * (2 * depth);
     }
     case CollectiveAlgorithm::chain: return cost.base + intra * (p - nodes) + inter * (nodes - 1);

@@ -1056,7 +1056,14 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   expect_map(root, allowed);
   require_keys(root, required);
   GpuProfile g;
-  g.name = read_string(require(root, "name"));
+  const Field name_field = require(root, "name");
+  g.name = read_string(name_field);
+  // The file is found by this name (scenarios, `fleetsim calibrate --write`): they must agree.
+  if (g.name != name.node.Scalar()) {
+    fail(name_field, "the profile is named " + in_quotes(g.name) + " in a file named " +
+                         in_quotes(name.node.Scalar() + ".yaml"),
+         "make the name match the file name");
+  }
   g.description = read_string(require(root, "description"));
   g.sm_count = read_sm_count(require(root, "sm_count"));
   g.gemm_tile_m = read_int(require(root, "gemm_tile_m"), 1);
@@ -1246,9 +1253,10 @@ std::string yaml_single_quoted(const std::string& text) {
   return quoted + "'";
 }
 
+// Three decimals, or three significant digits for what three decimals would round to zero.
 std::string format_number(double value) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.3f", value);
+  std::snprintf(text, sizeof text, std::abs(value) >= 0.0095 ? "%.3f" : "%.3g", value);
   return text;
 }
 
@@ -1288,28 +1296,61 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
     }
     map = found->second;
   }
-  if (const auto found = find_key(map, key)) key_mark = found->first.Mark();
+  if (map.Style() == YAML::EmitterStyle::Flow) {
+    fail(profile, parent + " is written in flow style ({...}), which a fit cannot edit in place",
+         "write " + parent + " as a block map, one key per line");
+  }
+  std::optional<YAML::Mark> next_key_mark;  // the sibling after the entry, if any
+  bool found_entry = false;
+  for (const auto& kv : map) {
+    if (found_entry) {
+      next_key_mark = kv.first.Mark();
+      break;
+    }
+    if (kv.first.IsScalar() && kv.first.Scalar() == key) {
+      key_mark = kv.first.Mark();
+      found_entry = true;
+    }
+  }
   if (!key_mark) {
     fail(profile, "no " + parameter + " entry to replace",
          "a fit replaces a value the profile already has; add the entry by hand first");
   }
-  // The block runs from the key's line to the last following line indented deeper than the
-  // key (blank lines inside it included, trailing ones left alone).
+  // Lines without their ends; the file's line ending is kept for the result.
+  const bool crlf = text.find("\r\n") != std::string::npos;
   std::vector<std::string> lines;
   {
     std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      lines.push_back(line);
+    }
   }
   const auto first = static_cast<std::size_t>(key_mark->line);
   const auto indent = static_cast<std::size_t>(key_mark->column);
-  std::size_t last = first;  // inclusive
-  for (std::size_t i = first + 1; i < lines.size(); ++i) {
-    const std::string& line = lines[i];
-    const std::size_t start = line.find_first_not_of(' ');
-    if (start == std::string::npos) continue;  // blank
-    if (start <= indent) break;
-    last = i;
+  if (lines[first].find_first_not_of(' ') != indent) {
+    fail(profile, parameter + " does not start its own line", "put the entry on a line of its own");
   }
+  const auto blank_or_comment = [](const std::string& line) {
+    const std::size_t start = line.find_first_not_of(" \t");
+    return start == std::string::npos || line[start] == '#';
+  };
+  // The entry runs up to the next sibling key or, for the last entry, to the first line of
+  // content indented no deeper than its key; comments and blank lines just before that belong
+  // to what follows and stay. The entry's own lines, comments included, are replaced.
+  std::size_t stop = lines.size();
+  if (next_key_mark) {
+    stop = static_cast<std::size_t>(next_key_mark->line);
+  } else {
+    for (std::size_t i = first + 1; i < lines.size(); ++i) {
+      if (!blank_or_comment(lines[i]) && lines[i].find_first_not_of(' ') <= indent) {
+        stop = i;
+        break;
+      }
+    }
+  }
+  std::size_t last = stop - 1;  // inclusive
+  while (last > first && blank_or_comment(lines[last])) --last;
   const std::string pad(indent, ' ');
   const std::vector<std::string> block = {
       pad + key + ":", pad + "  value: " + format_number(entry.value),
@@ -1319,7 +1360,7 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
               lines.begin() + static_cast<std::ptrdiff_t>(last) + 1);
   lines.insert(lines.begin() + static_cast<std::ptrdiff_t>(first), block.begin(), block.end());
   std::string out;
-  for (const std::string& line : lines) out += line + "\n";
+  for (const std::string& line : lines) out += line + (crlf ? "\r\n" : "\n");
   return out;
 }
 

@@ -100,6 +100,11 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
   StepInputs trial = cluster;
   trial.gpu.collectives = without_latency(cluster.gpu.collectives);
   const std::string kind = bottleneck_kind(cluster, op, ranks, largest, algorithm);
+  if (kind == "host_memory") {
+    throw ModelError(log.file +
+                     ": host memory bounds this run; its efficiency is the node preset's "
+                     "host_memory_efficiency, which a fit does not set yet");
+  }
   const bool uses_nvls =
       algorithm == CollectiveAlgorithm::nvls || algorithm == CollectiveAlgorithm::nvls_tree;
   double* efficiency = nullptr;

@@ -272,6 +272,8 @@ TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
   CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing random").exit_code == 2);
   CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing hash --seeds 0").exit_code == 2);
   CHECK(run_cli("collective --node dgx-h100 --nodes 2 --placement scattered").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --seeds 4").exit_code == 2);  // adaptive
+  CHECK(run_cli("collective --node dgx-h100 --write").exit_code == 2);  // calibrate's option
 }
 
 TEST_CASE("fleetsim collective with hash routing prints the median run and the spread") {

@@ -616,6 +616,27 @@ TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") 
   CHECK(seconds(CollectiveAlgorithm::ring) == Approx(1265e-6).epsilon(1e-3));
 }
 
+TEST_CASE("NVLS-tree latency: two switch steps and 2 log2(domains) network steps") {
+  // NCCL's model (tuning.cc): the domains are joined by trees. Base 5 us, every step 10 us, a
+  // message too small to matter: 5 + 2 x 10 + 2 x floor(log2 d) x 10 = 45, 45, 65 us for 2, 3
+  // and 4 domains.
+  NodeSpec node = eight_gpu_node();
+  node.nvls = true;
+  for (const auto& [nodes, expected_us] : {std::pair{2, 45.0}, {3, 45.0}, {4, 65.0}}) {
+    INFO(nodes << " domains");
+    const Topology topo = build_cluster(node, nodes, FabricSpec{});
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{from_us(5), from_us(10)},
+                            NvlsSupport{0.7, 1.0});
+    SimTime done_at{};
+    collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(), 64,
+                         [&] { done_at = engine.now(); });
+    engine.run();
+    CHECK(done_at.seconds() == Approx(expected_us * 1e-6).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
   // 3 nodes x 8 GPUs: a heap tree of 3 nodes is 1 edge deep. Latency with base 5 us and 10 us
   // per step: 5 + 2 x (7 + 1) x 10 = 165 us.

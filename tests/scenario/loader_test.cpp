@@ -557,12 +557,42 @@ TEST_CASE("a fitted entry replaces its block in a profile and nothing else") {
     CHECK_THAT(e.what(), Catch::Contains("no link_efficiency.efa entry to replace"));
   }
   CHECK_THROWS_AS(with_profile_entry(profile, "p.yaml", "nvls_efficiency", entry), ScenarioError);
+
+  // A comment that introduces the next entry stays with it, even indented like the entry.
+  const std::string commented =
+      "link_efficiency:\n"
+      "  nvlink:\n"
+      "    value: 0.8\n"
+      "    # the PCIe figure below is extrapolated\n"
+      "  pcie: {value: 0.7, sigma: 0.1, provenance: 'assumed: y'}\n";
+  CHECK(with_profile_entry(commented, "p.yaml", "link_efficiency.nvlink", entry) ==
+        "link_efficiency:\n"
+        "  nvlink:\n"
+        "    value: 0.650\n"
+        "    sigma: 0.020\n"
+        "    provenance: 'measured: it''s a fit'\n"
+        "    # the PCIe figure below is extrapolated\n"
+        "  pcie: {value: 0.7, sigma: 0.1, provenance: 'assumed: y'}\n");
+  // Windows line endings stay Windows line endings.
+  const std::string crlf = "link_efficiency:\r\n  pcie:\r\n    value: 0.7\r\n\r\nname: p\r\n";
+  CHECK(with_profile_entry(crlf, "p.yaml", "link_efficiency.pcie", {0.5, 0.01, "measured: x"}) ==
+        "link_efficiency:\r\n  pcie:\r\n    value: 0.500\r\n    sigma: 0.010\r\n"
+        "    provenance: 'measured: x'\r\n\r\nname: p\r\n");
+  // A flow-style map cannot be edited in place.
+  try {
+    with_profile_entry("link_efficiency: {pcie: {value: 0.7}}\n", "p.yaml", "link_efficiency.pcie",
+                       entry);
+    FAIL("flow style");
+  } catch (const ScenarioError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("write link_efficiency as a block map"));
+  }
 }
 
 TEST_CASE("a GPU profile provenance must say what kind of number it is") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
-  const std::string profile = shipped_file("calibration/profiles/b200.yaml");
+  const std::string profile =
+      with(shipped_file("calibration/profiles/b200.yaml"), "name: b200", "name: guess");
   dir.write("calibration/profiles/guess.yaml",
             with(profile, "provenance: 'published: dense BF16", "provenance: 'rumour: dense BF16"));
   const auto e = load_error(kBase + "  gpu: guess\n", data);
@@ -577,12 +607,26 @@ TEST_CASE("a GPU profile provenance must say what kind of number it is") {
 TEST_CASE("a GPU profile efficiency must lie above 0 and at most 1") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
-  const std::string profile = shipped_file("calibration/profiles/h100-sxm.yaml");
+  const std::string profile =
+      with(shipped_file("calibration/profiles/h100-sxm.yaml"), "name: h100-sxm", "name: fast");
   dir.write("calibration/profiles/fast.yaml", with(profile, "value: 0.803", "value: 1.2"));
   const auto e = load_error(kBase + "  gpu: fast\n", data);
   REQUIRE(e);
   CHECK(e->key() == "gemm_efficiency.value");
   CHECK_THAT(e->what(), Catch::Contains("expected a fraction in (0, 1], got \"1.2\""));
+}
+
+TEST_CASE("a GPU profile's name must be its file name") {
+  // A copy under another file name that keeps the old name would send `calibrate --write`
+  // to the original's file.
+  TempDir dir;
+  const DataPaths data = testing::copy_of_source_data(dir);
+  dir.write("calibration/profiles/my-h100.yaml",
+            shipped_file("calibration/profiles/h100-sxm.yaml"));
+  const auto e = load_error(kBase + "  gpu: my-h100\n", data);
+  REQUIRE(e);
+  CHECK(e->key() == "name");
+  CHECK_THAT(e->what(), Catch::Contains("make the name match the file name"));
 }
 
 TEST_CASE("an MI300X node takes RCCL's tuning tables, not NCCL's") {

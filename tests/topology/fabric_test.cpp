@@ -188,6 +188,32 @@ TEST_CASE("three tiers with eight rails: pods hold whole node groups, the core t
   CHECK(core_links == 2);
 }
 
+TEST_CASE("routes stay out of third nodes, but cross an NVLink domain that spans trays") {
+  // The search never enters a node that is neither the source's nor the destination's; an
+  // NVSwitch shared by trays stays open (it carries the first tray's node index).
+  NodeSpec tray = eight_rail_node();
+  tray.gpus = 4;
+  tray.nics = 4;
+  tray.gpu_fabric = GpuFabric::nvswitch;
+  tray.nvlink_bytes_per_s = 900e9;
+  tray.nvlink_domain_nodes = 4;
+  const Topology topo = build_cluster(tray, 8, FabricSpec{});
+  const auto across_trays = topo.route(*topo.gpu_at(1, 0), *topo.gpu_at(3, 2));
+  REQUIRE(across_trays.size() == 2);  // GPU, domain NVSwitch, GPU
+  CHECK(topo.vertex(topo.link(across_trays[0]).to).kind == VertexKind::nvswitch);
+  const VertexId nic0 = *topo.nic_of_gpu(*topo.gpu_at(0, 0));
+  const VertexId nic5 = *topo.nic_of_gpu(*topo.gpu_at(5, 0));
+  for (const LinkId l : topo.route(nic0, nic5)) {
+    const Vertex& through = topo.vertex(topo.link(l).to);
+    CHECK((through.kind == VertexKind::leaf_switch || through.kind == VertexKind::spine_switch ||
+           through.kind == VertexKind::nic));
+    if (through.kind == VertexKind::nic) CHECK(topo.link(l).to == nic5);
+  }
+  // A switch as an endpoint: the NIC's own leaf is one hop away.
+  const LinkId up = topo.route(nic0, nic5).front();
+  CHECK(topo.route(nic0, topo.link(up).to).size() == 1);
+}
+
 TEST_CASE("a failed route leaves the search state clean for the next one") {
   // Two unconnected GPUs, then a route that exists: the second search must be as from scratch.
   Topology topo;

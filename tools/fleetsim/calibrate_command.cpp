@@ -30,6 +30,13 @@ std::string file_fingerprint(const std::string& path) {
   return std::string("fnv1a64 ") + hex;
 }
 
+// `text` as the body of a YAML single-quoted scalar: a quote is written twice.
+std::string yaml_quote_body(const std::string& text) {
+  std::string quoted;
+  for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  return quoted;
+}
+
 // The lines of `after` that differ from `before`: the new entry, as it will read in the file.
 std::string entry_lines(const std::string& before, const std::string& after) {
   std::istringstream old_text(before), new_text(after);
@@ -104,7 +111,20 @@ void run_calibrate_command(const CalibrateOptions& options) {
       cluster.node.name + ", " + fit.algorithm + ", " + details;
   entry.provenance = provenance;
   const DataPaths data{options.data_dir};
-  const std::filesystem::path profile = gpu_profile_file(data, cluster.gpu.name);
+  // Through a symbolic link to the file it names, so the link stays a link.
+  const std::filesystem::path profile =
+      std::filesystem::canonical(gpu_profile_file(data, cluster.gpu.name));
+  if (!options.write) {
+    std::printf("profile entry (%s in %s):\n", fit.parameter.c_str(), profile.string().c_str());
+    std::printf("    value: %.3f\n    sigma: %.3g\n    provenance: '%s'\n", entry.value,
+                entry.sigma, yaml_quote_body(entry.provenance).c_str());
+    return;
+  }
+  if (entry.value > 1) {
+    throw ModelError(profile.string() + ": " + fit.parameter +
+                     " not written: an efficiency above 1 would not load; check the preset's "
+                     "link bandwidths");
+  }
   std::string before;
   {
     std::ifstream in(profile);
@@ -113,15 +133,29 @@ void run_calibrate_command(const CalibrateOptions& options) {
   const std::string after = with_profile_entry(before, profile.string(), fit.parameter, entry);
   std::printf("profile entry (%s in %s):\n", fit.parameter.c_str(), profile.string().c_str());
   std::printf("%s", entry_lines(before, after).c_str());
-  if (!options.write) return;
-  if (entry.value > 1) {
-    throw ModelError("not written: an efficiency above 1 would not load; check the preset");
-  }
+  const auto permissions = std::filesystem::status(profile).permissions();
   write_text_atomically(profile, after);
+  std::filesystem::permissions(profile, permissions);
+  // The written profile must load and hold the fitted value; if not, the old text goes back.
   try {
-    load_cluster(data, options.node, options.nodes, options.gpu);  // the profile still loads
-  } catch (...) {
-    write_text_atomically(profile, before);
+    const GpuProfile written = load_cluster(data, options.node, options.nodes, options.gpu).gpu;
+    const double value =
+        fit.parameter == "nvls_efficiency"
+            ? written.nvls_efficiency.value().value
+            : written.link_efficiency.at(fit.parameter.substr(fit.parameter.find('.') + 1)).value;
+    if (std::abs(value - entry.value) > 0.0005) {
+      throw ModelError(profile.string() + ": " + fit.parameter + " reads back as " +
+                       std::to_string(value) + ", not the " + std::to_string(entry.value) +
+                       " written");
+    }
+  } catch (const std::exception& failure) {
+    try {
+      write_text_atomically(profile, before);
+      std::filesystem::permissions(profile, permissions);
+    } catch (const std::exception& restore) {
+      throw ModelError(std::string(failure.what()) + "; restoring " + profile.string() +
+                       " failed too: " + restore.what());
+    }
     throw;
   }
   std::printf("written to %s\n", profile.string().c_str());

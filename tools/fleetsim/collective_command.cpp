@@ -89,7 +89,12 @@ void run_collective_command(const CollectiveOptions& options) {
                         "hash routing runs seeds 1..N");
   }
   const bool hashed = cluster.fabric.routing == FabricRouting::hash;
-  const int seeds = hashed ? options.seeds : 1;     // adaptive routing has nothing to draw
+  if (options.seeds > 1 && !hashed) {
+    throw ScenarioError("(command line)", 0, 0, "--seeds",
+                        "more than one seed draws nothing under adaptive routing",
+                        "add --routing hash, or leave --seeds out");
+  }
+  const int seeds = options.seeds;
   std::vector<std::vector<CollectiveSample>> runs;  // [seed][size]
   for (int seed = 1; seed <= seeds; ++seed) {
     cluster.fabric.hash_seed = static_cast<std::uint64_t>(seed);
@@ -102,8 +107,8 @@ void run_collective_command(const CollectiveOptions& options) {
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     std::vector<CollectiveSample> row;
     for (const auto& run : runs) row.push_back(run[i]);
-    std::sort(row.begin(), row.end(),
-              [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
+    std::stable_sort(row.begin(), row.end(),
+                     [](const auto& a, const auto& b) { return a.time_us < b.time_us; });
     samples.push_back(row[row.size() / 2]);
     if (i + 1 == sizes.size()) {
       for (const auto& sample : row) largest_busbw.push_back(sample.busbw_gb_per_s);

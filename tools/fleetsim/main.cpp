@@ -170,6 +170,9 @@ int run_command(const Options& options) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
                          static_cast<std::size_t>(options.threads));
   }
+  if (options.calibrate_write && options.command != "calibrate") {
+    throw po::error("--write belongs to 'calibrate'");
+  }
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
