@@ -1060,8 +1060,9 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   g.name = read_string(name_field);
   // The file is found by this name (scenarios, `fleetsim calibrate --write`): they must agree.
   if (g.name != name.node.Scalar()) {
-    fail(name_field, "the profile is named " + in_quotes(g.name) + " in a file named " +
-                         in_quotes(name.node.Scalar() + ".yaml"),
+    fail(name_field,
+         "the profile is named " + in_quotes(g.name) + " in a file named " +
+             in_quotes(name.node.Scalar() + ".yaml"),
          "make the name match the file name");
   }
   g.description = read_string(require(root, "description"));
