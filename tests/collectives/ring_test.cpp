@@ -30,20 +30,33 @@ std::vector<double> line_rates(const Topology& topo) {
   return rates;
 }
 
+// One collective alone on `topo`: when it finished, and what each link carried.
+struct Run {
+  double seconds = 0;
+  std::vector<double> link_bytes;  // indexed by LinkId
+};
+
+Run run_alone(const Topology& topo, CollectiveLatency latency, NvlsSupport nvls,
+              CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
+              double size) {
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, latency, nvls);
+  SimTime done_at{};
+  collectives.run_with(algorithm, op, ranks, size, [&] { done_at = engine.now(); });
+  engine.run();
+  return {done_at.seconds(), net.link_bytes()};
+}
+
 // With Simple only: `alpha` per step, `base` once. The links' own latencies play no part: the
 // library's per-step latencies already include the wire.
 double collective_seconds(CollectiveOp op, int p, double size, double bytes_per_s, SimTime alpha,
                           SimTime base = {}) {
   const Topology topo = ideal_ring(p, bytes_per_s, SimTime{});
   const CollectiveLatency latency{base, alpha};
-  Engine engine;
-  FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, latency);
-  SimTime done_at{};
-  collectives.run_with(CollectiveAlgorithm::ring, op, topo.gpus(), size,
-                       [&] { done_at = engine.now(); });
-  engine.run();
-  return done_at.seconds();
+  const Run run =
+      run_alone(topo, latency, NvlsSupport{}, CollectiveAlgorithm::ring, op, topo.gpus(), size);
+  return run.seconds;
 }
 
 }  // namespace
@@ -125,20 +138,9 @@ NodeSpec no_p2p_node(int gpus, double memory_bytes_per_s) {
 }
 
 // A ring all-reduce of `size` bytes over every GPU of `topo`, without latency.
-struct RingRun {
-  double seconds = 0;
-  std::vector<double> link_bytes;  // indexed by LinkId
-};
-
-RingRun ring_all_reduce(const Topology& topo, double size) {
-  Engine engine;
-  FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{});
-  SimTime done_at{};
-  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
-                       [&] { done_at = engine.now(); });
-  engine.run();
-  return {done_at.seconds(), net.link_bytes()};
+Run ring_all_reduce(const Topology& topo, double size) {
+  return run_alone(topo, CollectiveLatency{}, NvlsSupport{}, CollectiveAlgorithm::ring,
+                   CollectiveOp::all_reduce, topo.gpus(), size);
 }
 
 }  // namespace
@@ -148,7 +150,7 @@ TEST_CASE("on an NVSwitch node every GPU port carries the bus bytes") {
   // the nccl-tests bus-bandwidth definition, so busbw = link rate.
   const Topology topo = build_cluster(eight_gpu_node(), 1, FabricSpec{});
   const double size = 4e9;
-  const RingRun run = ring_all_reduce(topo, size);
+  const Run run = ring_all_reduce(topo, size);
   const double busbw = size / run.seconds * 2.0 * 7 / 8;
   CHECK(busbw == Approx(450e9).epsilon(1e-6));
   for (LinkId l = 0; l < topo.link_count(); ++l) {
@@ -248,7 +250,7 @@ TEST_CASE("without peer-to-peer, GPUs stage through host memory: PCIe or memory 
   const auto run = [](int gpus, double memory_bytes_per_s) {
     const Topology topo = build_cluster(no_p2p_node(gpus, memory_bytes_per_s), 1, FabricSpec{});
     const double size = 1e9;
-    const RingRun run = ring_all_reduce(topo, size);
+    const Run run = ring_all_reduce(topo, size);
     double up = 0, memory = 0;
     for (LinkId l = 0; l < topo.link_count(); ++l) {
       const Link& link = topo.link(l);
@@ -554,14 +556,12 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
   node.nics = 0;
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   const std::vector<VertexId> four(topo.gpus().begin(), topo.gpus().begin() + 4);
+  CHECK(run_alone(topo, CollectiveLatency{}, NvlsSupport{0.5, 1.0}, CollectiveAlgorithm::nvls,
+                  CollectiveOp::all_reduce, four, 1e9)
+            .seconds == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.5, 1.0});
-  SimTime done_at{};
-  collectives.run_with(CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, four, 1e9,
-                       [&] { done_at = engine.now(); });
-  engine.run();
-  CHECK(done_at.seconds() == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
   // At that efficiency a ring is faster on 4 GPUs (2 x 3/4 x S / 450 GB/s = 3.3 ms against
   // 5.6 ms): the tuner picks it.
   CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9).algorithm ==
@@ -584,14 +584,9 @@ TEST_CASE("tree all-reduce across two nodes: S per node each way, at NCCL's tree
   const Topology topo = build_cluster(node, 2, FabricSpec{});
   const double size = 16e9;
   auto busbw = [&](CollectiveAlgorithm algorithm) {
-    Engine engine;
-    FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{});
-    SimTime done_at{};
-    collectives.run_with(algorithm, CollectiveOp::all_reduce, topo.gpus(), size,
-                         [&] { done_at = engine.now(); });
-    engine.run();
-    return 2.0 * 15 / 16 * size / done_at.seconds();
+    const Run run = run_alone(topo, CollectiveLatency{}, NvlsSupport{}, algorithm,
+                              CollectiveOp::all_reduce, topo.gpus(), size);
+    return 2.0 * 15 / 16 * size / run.seconds;
   };
   CHECK(busbw(CollectiveAlgorithm::tree) == Approx(135e9).epsilon(1e-6));
   CHECK(busbw(CollectiveAlgorithm::ring) == Approx(80e9).epsilon(1e-6));
@@ -603,14 +598,9 @@ TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") 
   // 205 us. Ring: 5 + 2 x (64 - 1) x 10 = 1265 us.
   const Topology topo = build_cluster(eight_gpu_node(), 8, FabricSpec{});
   auto seconds = [&](CollectiveAlgorithm algorithm) {
-    Engine engine;
-    FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{from_us(5), from_us(10)});
-    SimTime done_at{};
-    collectives.run_with(algorithm, CollectiveOp::all_reduce, topo.gpus(), 64,
-                         [&] { done_at = engine.now(); });
-    engine.run();
-    return done_at.seconds();
+    const Run run = run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, NvlsSupport{},
+                              algorithm, CollectiveOp::all_reduce, topo.gpus(), 64);
+    return run.seconds;
   };
   CHECK(seconds(CollectiveAlgorithm::tree) == Approx(205e-6).epsilon(1e-3));
   CHECK(seconds(CollectiveAlgorithm::ring) == Approx(1265e-6).epsilon(1e-3));
@@ -625,15 +615,10 @@ TEST_CASE("NVLS-tree latency: two switch steps and 2 log2(domains) network steps
   for (const auto& [nodes, expected_us] : {std::pair{2, 45.0}, {3, 45.0}, {4, 65.0}}) {
     INFO(nodes << " domains");
     const Topology topo = build_cluster(node, nodes, FabricSpec{});
-    Engine engine;
-    FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{from_us(5), from_us(10)},
-                            NvlsSupport{0.7, 1.0});
-    SimTime done_at{};
-    collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(), 64,
-                         [&] { done_at = engine.now(); });
-    engine.run();
-    CHECK(done_at.seconds() == Approx(expected_us * 1e-6).epsilon(1e-3));
+    const Run run =
+        run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, NvlsSupport{0.7, 1.0},
+                  CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(), 64);
+    CHECK(run.seconds == Approx(expected_us * 1e-6).epsilon(1e-3));
   }
 }
 
@@ -641,14 +626,13 @@ TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
   // 3 nodes x 8 GPUs: a heap tree of 3 nodes is 1 edge deep. Latency with base 5 us and 10 us
   // per step: 5 + 2 x (7 + 1) x 10 = 165 us.
   const Topology three = build_cluster(eight_gpu_node(), 3, FabricSpec{});
+  const CollectiveLatency latency{from_us(5), from_us(10)};
+  CHECK(run_alone(three, latency, NvlsSupport{}, CollectiveAlgorithm::tree,
+                  CollectiveOp::all_reduce, three.gpus(), 64)
+            .seconds == Approx(165e-6).epsilon(1e-3));
   Engine engine;
   FlowNetwork net(engine, line_rates(three));
-  Collectives collectives(engine, net, three, CollectiveLatency{from_us(5), from_us(10)});
-  SimTime done_at{};
-  collectives.run_with(CollectiveAlgorithm::tree, CollectiveOp::all_reduce, three.gpus(), 64,
-                       [&] { done_at = engine.now(); });
-  engine.run();
-  CHECK(done_at.seconds() == Approx(165e-6).epsilon(1e-3));
+  Collectives collectives(engine, net, three, latency);
   // 12 ranks on two nodes, 8 + 4: rings still work, the tree's equal chains do not.
   const std::vector<VertexId> twelve(three.gpus().begin(), three.gpus().begin() + 12);
   const auto algorithms = collectives.candidates(CollectiveOp::all_reduce, twelve);
