@@ -137,6 +137,17 @@ NodeSpec no_p2p_node(int gpus, double memory_bytes_per_s) {
   return node;
 }
 
+// A GB200 NVL72-like tray: 4 GPUs with a NIC each, 900 GB/s NVLink ports, 18 trays a domain.
+NodeSpec nvl72_tray() {
+  NodeSpec tray = eight_gpu_node();
+  tray.gpus = 4;
+  tray.pcie_switches = 2;
+  tray.nics = 4;
+  tray.nvlink_bytes_per_s = 900e9;
+  tray.nvlink_domain_nodes = 18;
+  return tray;
+}
+
 // A ring all-reduce of `size` bytes over every GPU of `topo`, without latency.
 Run ring_all_reduce(const Topology& topo, double size) {
   return run_alone(topo, CollectiveLatency{}, NvlsSupport{}, CollectiveAlgorithm::ring,
@@ -647,12 +658,7 @@ TEST_CASE("an NVLink domain spans trays: 72 GPUs of 18 trays talk over one NVSwi
   // GB200 NVL72-like: 18 trays of 4 GPUs, one NVLink domain. A ring over all 72 GPUs needs no
   // NIC (every hop is GPU -> NVSwitch -> GPU), so its busbw is the NVLink port rate, and NVLS
   // spans the whole domain.
-  NodeSpec tray = eight_gpu_node();
-  tray.gpus = 4;
-  tray.pcie_switches = 2;
-  tray.nics = 4;
-  tray.nvlink_bytes_per_s = 900e9;
-  tray.nvlink_domain_nodes = 18;
+  NodeSpec tray = nvl72_tray();
   tray.nvls = true;
   const Topology rack = build_cluster(tray, 18, FabricSpec{});
   Engine engine;
@@ -675,12 +681,7 @@ TEST_CASE("two NVL72 domains: one channel per GPU of a domain, each NIC used onc
   // 36 trays of 4 GPUs in two 72-GPU domains, one 50 GB/s NIC per GPU. 72 channels; channel c
   // enters each domain at its c-th GPU and crosses between domains through that GPU's rail, so
   // each of the 144 NICs carries one channel out and one in: 2(p-1)/p * S / 72 each way.
-  NodeSpec tray = eight_gpu_node();
-  tray.gpus = 4;
-  tray.pcie_switches = 2;
-  tray.nics = 4;
-  tray.nvlink_bytes_per_s = 900e9;
-  tray.nvlink_domain_nodes = 18;
+  const NodeSpec tray = nvl72_tray();
   const Topology racks = build_cluster(tray, 36, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(racks));
