@@ -19,6 +19,7 @@ const char* to_string(CollectiveAlgorithm algorithm) {
     case CollectiveAlgorithm::tree: return "tree";
     case CollectiveAlgorithm::nvls: return "nvls";
     case CollectiveAlgorithm::nvls_tree: return "nvls_tree";
+    case CollectiveAlgorithm::hierarchical: return "hierarchical";
     case CollectiveAlgorithm::direct: return "direct";
     case CollectiveAlgorithm::chain: return "chain";
     case CollectiveAlgorithm::pairs: return "pairs";
@@ -155,7 +156,10 @@ std::vector<CollectiveAlgorithm> Collectives::candidates(CollectiveOp op,
   const bool equal_nodes = std::all_of(nodes.begin(), nodes.end(), [&](const auto& gpus) {
     return gpus.size() == nodes.front().size();
   });
-  if (nodes.size() > 1 && equal_nodes) algorithms.push_back(CollectiveAlgorithm::tree);
+  if (nodes.size() > 1 && equal_nodes) {
+    algorithms.push_back(CollectiveAlgorithm::tree);
+    algorithms.push_back(CollectiveAlgorithm::hierarchical);
+  }
   if (nvls_possible(ranks)) algorithms.push_back(CollectiveAlgorithm::nvls);
   if (nvls_tree_possible(ranks)) algorithms.push_back(CollectiveAlgorithm::nvls_tree);
   return algorithms;
@@ -208,6 +212,7 @@ CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId
     // until those limits are calibrated the tree would look better than it runs, so the tuner
     // leaves it out and it runs only when forced.
     std::erase(algorithms, CollectiveAlgorithm::tree);
+    std::erase(algorithms, CollectiveAlgorithm::hierarchical);  // not NCCL's: only when asked
   }
   const ChoiceKey key{op, ranks, size_bytes, forced};
   const auto cached = choice_cache_.find(key);
@@ -218,15 +223,21 @@ CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId
 }
 
 SimTime Collectives::idle_time(const Plan& plan) const {
-  Engine scratch_engine;
-  FlowNetwork scratch(scratch_engine, network_->capacities());
-  SimTime finished = plan.latency;
-  for (const PlannedFlow& flow : plan.flows) {
-    scratch.start_flow(flow.links, flow.bytes, plan.latency,
-                       [&] { finished = std::max(finished, scratch_engine.now()); });
-  }
-  scratch_engine.run();
-  return finished;
+  // Phases follow one another on an otherwise idle network, so their times add up.
+  const auto phase_time = [&](const std::vector<PlannedFlow>& flows, SimTime latency) {
+    Engine scratch_engine;
+    FlowNetwork scratch(scratch_engine, network_->capacities());
+    SimTime finished = latency;
+    for (const PlannedFlow& flow : flows) {
+      scratch.start_flow(flow.links, flow.bytes, latency,
+                         [&] { finished = std::max(finished, scratch_engine.now()); });
+    }
+    scratch_engine.run();
+    return finished;
+  };
+  SimTime total = phase_time(plan.flows, plan.latency);
+  for (const Phase& phase : plan.later) total = total + phase_time(phase.flows, phase.latency);
+  return total;
 }
 
 // ---- running -------------------------------------------------------------------------------
@@ -268,15 +279,31 @@ void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
 }
 
 void Collectives::start(Plan plan, std::function<void()> done) {
-  if (plan.flows.empty()) {
-    engine_->schedule_after(plan.latency, std::move(done));
+  auto phases = std::make_shared<std::vector<Phase>>();
+  phases->push_back({std::move(plan.flows), plan.latency});
+  for (Phase& phase : plan.later) phases->push_back(std::move(phase));
+  start_phases(std::move(phases), 0, std::move(done));
+}
+
+void Collectives::start_phases(std::shared_ptr<std::vector<Phase>> phases, std::size_t next,
+                               std::function<void()> done) {
+  if (next == phases->size()) {
+    done();
     return;
   }
-  // The collective ends when its last flow does; the latency is paid once, after the bytes.
-  auto remaining = std::make_shared<std::size_t>(plan.flows.size());
-  auto finish = std::make_shared<std::function<void()>>(std::move(done));
-  for (PlannedFlow& flow : plan.flows) {
-    network_->start_flow(std::move(flow.links), flow.bytes, plan.latency, [remaining, finish] {
+  Phase& phase = (*phases)[next];
+  auto finish = std::make_shared<std::function<void()>>(
+      [this, phases, next, done = std::move(done)]() mutable {
+        start_phases(phases, next + 1, std::move(done));
+      });
+  if (phase.flows.empty()) {
+    engine_->schedule_after(phase.latency, [finish] { (*finish)(); });
+    return;
+  }
+  // A phase ends when its last flow does; its latency is paid once, after the bytes.
+  auto remaining = std::make_shared<std::size_t>(phase.flows.size());
+  for (PlannedFlow& flow : phase.flows) {
+    network_->start_flow(std::move(flow.links), flow.bytes, phase.latency, [remaining, finish] {
       if (--*remaining == 0) (*finish)();
     });
   }
@@ -293,6 +320,7 @@ Collectives::Plan Collectives::plan(CollectiveChoice choice, CollectiveOp op,
     case CollectiveAlgorithm::tree: plan = plan_tree(ranks, size_bytes); break;
     case CollectiveAlgorithm::nvls: plan = plan_nvls(ranks, size_bytes); break;
     case CollectiveAlgorithm::nvls_tree: plan = plan_nvls_tree(ranks, size_bytes); break;
+    case CollectiveAlgorithm::hierarchical: return plan_hierarchical(choice, ranks, size_bytes);
     case CollectiveAlgorithm::direct: plan = plan_direct(ranks, size_bytes); break;
     case CollectiveAlgorithm::chain: plan = plan_broadcast(ranks, size_bytes); break;
     case CollectiveAlgorithm::pairs: plan = plan_pairs(ranks, size_bytes); break;
@@ -350,6 +378,8 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       // runs a ring per rail instead, which moves about the bytes per node that a tree does.
       return cost.base + cost.nvlink_step * 2 + inter * (2 * depth);
     }
+    case CollectiveAlgorithm::hierarchical:
+      break;  // its phases are rings, each with its own latency (plan_hierarchical)
     case CollectiveAlgorithm::chain: return cost.base + intra * (p - nodes) + inter * (nodes - 1);
     case CollectiveAlgorithm::direct:
     case CollectiveAlgorithm::pairs: return cost.base + (nodes > 1 ? inter : intra);
@@ -437,6 +467,41 @@ Collectives::Plan Collectives::plan_nvls(const std::vector<VertexId>& ranks, dou
   Plan plan;
   plan.flows.push_back(nvls_ports(ranks, size_bytes));
   return plan;
+}
+
+Collectives::Plan Collectives::plan_hierarchical(CollectiveChoice choice,
+                                                 const std::vector<VertexId>& ranks,
+                                                 double size_bytes) {
+  // Three phases, each of rings with the chosen protocol and their own latency: a
+  // reduce-scatter inside every node (all nodes at once), an all-reduce of each GPU's shard S/g
+  // across the nodes among the GPUs of its local index (a ring per rail), and an all-gather
+  // inside every node. Unlike NVLS-tree the phases do not overlap.
+  const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
+  const std::size_t g = nodes.front().size();  // candidates() requires equal nodes
+  std::vector<std::vector<VertexId>> rails(g);
+  for (const std::vector<VertexId>& node : nodes) {
+    for (std::size_t i = 0; i < g; ++i) rails[i].push_back(node[i]);
+  }
+  const CollectiveChoice ring{CollectiveAlgorithm::ring, choice.protocol};
+  const auto phase_over = [&](CollectiveOp op, const std::vector<std::vector<VertexId>>& groups,
+                              double size) {
+    Phase phase;
+    for (const std::vector<VertexId>& group : groups) {
+      Plan part = plan(ring, op, group, size);
+      for (PlannedFlow& flow : part.flows) phase.flows.push_back(std::move(flow));
+      phase.latency = std::max(phase.latency, part.latency);
+    }
+    return phase;
+  };
+  Phase scatter = phase_over(CollectiveOp::reduce_scatter, nodes, size_bytes);
+  Phase across = phase_over(CollectiveOp::all_reduce, rails, size_bytes / static_cast<double>(g));
+  Phase gather = phase_over(CollectiveOp::all_gather, nodes, size_bytes);
+  Plan result;
+  result.flows = std::move(scatter.flows);
+  result.latency = scatter.latency;
+  result.later.push_back(std::move(across));
+  result.later.push_back(std::move(gather));
+  return result;
 }
 
 Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks,

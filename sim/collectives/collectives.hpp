@@ -50,7 +50,7 @@ struct CollectiveLatency {
   SimTime per_step{};  // per step, whatever link it crosses
 };
 
-enum class CollectiveAlgorithm { ring, tree, nvls, nvls_tree, direct, chain, pairs };
+enum class CollectiveAlgorithm { ring, tree, nvls, nvls_tree, hierarchical, direct, chain, pairs };
 const char* to_string(CollectiveAlgorithm algorithm);
 
 struct CollectiveChoice {
@@ -82,7 +82,10 @@ class Collectives {
   // The algorithms that can run `op` over `ranks`: for all-reduce a ring, a tree when the ranks
   // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch,
   // NVLS-tree when they span several such domains with as many ranks on each (NVLS inside each
-  // domain, a ring per rail across them, pipelined); a
+  // domain, a ring per rail across them, pipelined); hierarchical on the same condition as the
+  // tree (a reduce-scatter inside each node, an all-reduce of each shard across the nodes, an
+  // all-gather inside each node, one after the other, as frameworks compose it from NCCL calls;
+  // NCCL itself has no such algorithm, so the tuner leaves it to be forced); a
   // ring for reduce-scatter and all-gather; direct sends for all-to-all (one flow per pair of
   // ranks, S / p each); the ring's channels as pipelined chains from the first rank for broadcast
   // (S / channels each); one flow per rank to its successor for send/recv.
@@ -133,10 +136,16 @@ class Collectives {
     std::vector<LinkUse> links;
     double bytes;
   };
-  // A collective as flows that all start at once, and the latency paid after the last byte.
+  // A collective as flows that all start at once, and the latency paid after the last byte;
+  // then, for a collective of several steps, each later phase in turn, the same way.
+  struct Phase {
+    std::vector<PlannedFlow> flows;
+    SimTime latency{};
+  };
   struct Plan {
     std::vector<PlannedFlow> flows;
     SimTime latency{};
+    std::vector<Phase> later;
   };
   // (op, ranks, size, forced algorithm if any).
   using ChoiceKey =
@@ -153,6 +162,10 @@ class Collectives {
   Plan plan_tree(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_nvls(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_nvls_tree(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_hierarchical(CollectiveChoice choice, const std::vector<VertexId>& ranks,
+                         double size_bytes);
+  void start_phases(std::shared_ptr<std::vector<Phase>> phases, std::size_t next,
+                    std::function<void()> done);
   bool nvls_tree_possible(const std::vector<VertexId>& ranks) const;
   PlannedFlow nvls_ports(const std::vector<VertexId>& gpus, double size_bytes) const;
   Plan plan_direct(const std::vector<VertexId>& ranks, double size_bytes);

@@ -633,6 +633,37 @@ TEST_CASE("NVLS-tree latency: two switch steps and 2 log2(domains) network steps
   }
 }
 
+TEST_CASE("hierarchical all-reduce: three phases in turn, each at its own bottleneck") {
+  // 2 nodes x 8 GPUs (450 GB/s NVLink ports, one 50 GB/s NIC per GPU), S = 16 GB, no latency.
+  // Reduce-scatter inside each node: 7/8 S over each port, 31.1 ms. All-reduce of each 2 GB
+  // shard between the two GPUs of one local index: 2 GB each way through their NICs, 40 ms.
+  // All-gather inside each node: 31.1 ms. In all 102.2 ms, slower than the ring's 75 ms, which
+  // overlaps NVLink and network: the tuner does not pick it (NCCL has no such algorithm).
+  const Topology topo = build_cluster(eight_gpu_node(), 2, FabricSpec{});
+  const double size = 16e9;
+  const double expected = 2 * (7.0 / 8 * size / 450e9) + size / 8 / 50e9;
+  const Run run =
+      run_alone(topo, CollectiveLatency{}, NvlsSupport{}, CollectiveAlgorithm::hierarchical,
+                CollectiveOp::all_reduce, topo.gpus(), size);
+  CHECK(run.seconds == Approx(expected).epsilon(1e-6));
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
+    const Link& link = topo.link(l);
+    const bool nic_to_leaf = topo.vertex(link.from).kind == VertexKind::nic &&
+                             topo.vertex(link.to).kind == VertexKind::leaf_switch;
+    if (nic_to_leaf) CHECK(run.link_bytes[l] == Approx(size / 8));  // each shard once each way
+  }
+  Engine engine;
+  FlowNetwork net(engine, line_rates(topo));
+  Collectives collectives(engine, net, topo, CollectiveLatency{});
+  CHECK(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), size).algorithm !=
+        CollectiveAlgorithm::hierarchical);
+  // Nodes with unequal GPU counts have no per-rail groups.
+  const std::vector<VertexId> twelve(topo.gpus().begin(), topo.gpus().begin() + 12);
+  CHECK_THROWS_AS(collectives.run_with(CollectiveAlgorithm::hierarchical, CollectiveOp::all_reduce,
+                                       twelve, size, [] {}),
+                  ModelError);
+}
+
 TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
   // 3 nodes x 8 GPUs: a heap tree of 3 nodes is 1 edge deep. Latency with base 5 us and 10 us
   // per step: 5 + 2 x (7 + 1) x 10 = 165 us.

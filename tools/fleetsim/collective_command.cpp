@@ -43,12 +43,14 @@ std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
   if (name.empty()) return std::nullopt;
   for (const auto algorithm :
        {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree, CollectiveAlgorithm::nvls,
-        CollectiveAlgorithm::nvls_tree, CollectiveAlgorithm::direct, CollectiveAlgorithm::chain,
-        CollectiveAlgorithm::pairs}) {
+        CollectiveAlgorithm::nvls_tree, CollectiveAlgorithm::hierarchical,
+        CollectiveAlgorithm::direct, CollectiveAlgorithm::chain, CollectiveAlgorithm::pairs}) {
     if (name == to_string(algorithm)) return algorithm;
   }
-  throw ScenarioError("(command line)", 0, 0, "--algo", "unknown algorithm '" + name + "'",
-                      "one of ring, tree, nvls, nvls_tree (all-reduce), direct, chain, pairs");
+  throw ScenarioError(
+      "(command line)", 0, 0, "--algo", "unknown algorithm '" + name + "'",
+      "one of ring, tree, nvls, nvls_tree, hierarchical (all-reduce), direct, chain, "
+      "pairs");
 }
 
 double parse_nccl_tests_size(const std::string& text) {
