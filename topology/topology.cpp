@@ -256,13 +256,12 @@ std::optional<Topology::Staging> Topology::staging_of(int node) const {
   return staging_[node];
 }
 
-void Topology::add_equal_cost_group(std::vector<VertexId> members, std::uint64_t hash_seed) {
+void Topology::add_equal_cost_group(std::vector<VertexId> members) {
   if (members.size() < 2) return;
   for (const VertexId member : members) {
     equal_cost_group_of_.at(member) = static_cast<int>(equal_cost_groups_.size());
   }
   equal_cost_groups_.push_back(std::move(members));
-  hash_seed_ = hash_seed;
 }
 
 namespace {
@@ -440,6 +439,7 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
   // Adaptive routing: one vertex per spine plane. Hash routing: one per spine switch, a leaf's
   // uplink bandwidth split evenly over its ports - down uplink ports, one to each spine.
   const bool hashed = fabric.routing == FabricRouting::hash;
+  topo.set_hash_seed(fabric.hash_seed);
   const int spines_per_plane = hashed ? std::max(1, ports - down) : 1;
   std::vector<std::vector<VertexId>> pod_spines;
   std::vector<double> pod_uplink_bytes_per_s;
@@ -453,7 +453,7 @@ void build_fat_tree(Topology& topo, const NodeSpec& node, const std::vector<Node
         const std::string name = hashed ? plane + std::to_string(s) : plane;
         spines.push_back(topo.add_vertex(VertexKind::spine_switch, name, -1, s));
       }
-      topo.add_equal_cost_group(spines, fabric.hash_seed);
+      topo.add_equal_cost_group(spines);
       pod_spines.push_back(std::move(spines));
       pod_uplink_bytes_per_s.push_back(0.0);
     }

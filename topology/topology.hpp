@@ -112,7 +112,9 @@ class Topology {
   std::vector<LinkId> route(VertexId src, VertexId dst, std::uint64_t flow) const;
   // Switches that are interchangeable on every path through any of them: each connects to the
   // same vertices below and above. Members are picked in the order given.
-  void add_equal_cost_group(std::vector<VertexId> members, std::uint64_t hash_seed);
+  void add_equal_cost_group(std::vector<VertexId> members);
+  // The seed of the hash that picks among equal-cost switches (which flows collide).
+  void set_hash_seed(std::uint64_t seed) { hash_seed_ = seed; }
 
  private:
   struct Graph;

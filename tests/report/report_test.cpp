@@ -1,5 +1,4 @@
 // Tests of the console, JSON and HDF5 renderings of a hand-built two-variant report.
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -7,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/temp_dir.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/report/report.hpp"
 
@@ -84,32 +84,7 @@ RunReport two_variant_report() {
   return report;
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("fleetsim-report-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::size_t file_count() const {
-    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator(path_),
-                                                  std::filesystem::directory_iterator()));
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempDir;
 
 std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path);

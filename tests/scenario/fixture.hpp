@@ -2,48 +2,15 @@
 // them against the presets shipped in the source tree (or a copy of them).
 #pragma once
 
-#include <unistd.h>
-
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 
+#include "common/temp_dir.hpp"
 #include "sim/scenario/scenario.hpp"
 
 namespace fleetsim::testing {
-
-// A directory under the system temp dir, removed with everything in it when the object dies.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        std::filesystem::temp_directory_path() /
-        ("fleetsim-scenario-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-
-  std::filesystem::path write(const std::filesystem::path& name, const std::string& text) const {
-    const std::filesystem::path file = path_ / name;
-    std::filesystem::create_directories(file.parent_path());
-    std::ofstream(file) << text;
-    return file;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline DataPaths source_data() {
   return DataPaths{FLEETSIM_SOURCE_DIR};
