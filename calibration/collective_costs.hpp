@@ -8,7 +8,10 @@
 #pragma once
 
 #include <array>
+#include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/engine/time.hpp"
 
@@ -27,12 +30,39 @@ struct ProtocolCost {
   double bandwidth = 1;    // fraction of Simple's bandwidth; 0: the protocol is not used
 };
 
+// What one channel of the tree reaches, as the library's tuner models it (NCCL's
+// perChMaxTreeBws and perChMaxTreeLL128Bws): a ceiling on the tree's bus bandwidth per channel,
+// measured by NVIDIA per GPU generation, for 1, 2, and 3 or more nodes. A channel is one thread
+// block: these ceilings, not the links, bound the tree wherever the links are fast.
+struct TreeChannelLimits {
+  int from_compute_capability = 0;             // the generation's first (70, 80, 90, 100)
+  std::array<double, 3> simple_bytes_per_s{};  // by node count: 1, 2, 3+
+  std::array<double, 3> ll128_bytes_per_s{};
+};
+
 struct CollectiveCosts {
   std::string library;  // "nccl", "rccl"
   std::string source;
   std::array<ProtocolCost, 3> ring{};  // indexed by Protocol
   std::array<ProtocolCost, 3> tree{};
-  double tree_efficiency = 0.9;  // tree bus bandwidth relative to the ring's
+  double tree_efficiency = 0.92;  // tree bus bandwidth relative to the ring's
+  // Per GPU generation, ascending; empty where the library's tables are not known (the tree then
+  // runs only when forced: without them it would look faster than it runs).
+  std::vector<TreeChannelLimits> tree_channel_limits;
+  // The limits of the GPUs that run the collectives (chosen by compute capability when the
+  // profile is read); absent: the tree is left out of the tuner.
+  std::optional<TreeChannelLimits> tree_limits;
+  // The tuner's correction of the tree's bandwidth at medium sizes (NCCL's
+  // treeCorrectionFactor), per protocol, for message sizes 64 B x 2^i; 1 beyond the table.
+  std::array<std::vector<double>, 3> tree_size_correction{};
+
+  // The correction for a message of `size_bytes` with `protocol`.
+  double tree_correction(Protocol protocol, double size_bytes) const {
+    const auto& table = tree_size_correction[static_cast<int>(protocol)];
+    const double units = size_bytes / 64.0;  // NCCL: log2i(nBytes >> 6)
+    const int index = units < 1 ? 0 : static_cast<int>(std::floor(std::log2(units)));
+    return index < static_cast<int>(table.size()) ? table[index] : 1.0;
+  }
 
   // Simple only, with one step latency for every link class: for tests and hand-made cases.
   static CollectiveCosts simple_only(SimTime base, SimTime step) {

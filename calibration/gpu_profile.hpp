@@ -23,12 +23,13 @@ struct Calibrated {
 struct GpuProfile {
   std::string name;
   std::string description;
-  int sm_count = 0;                   // streaming multiprocessors (wave quantisation)
-  Calibrated dense_bf16_flops_per_s;  // dense tensor-core peak, no sparsity
-  Calibrated hbm_capacity_bytes;      // what the device reports as usable
-  Calibrated hbm_bytes_per_s;         // spec peak
-  Calibrated gemm_efficiency;         // best large-GEMM throughput / dense peak
-  int gemm_tile_m = 128;              // output tile of the GEMM kernels (wave quantisation)
+  int sm_count = 0;                       // streaming multiprocessors (wave quantisation)
+  std::optional<int> compute_capability;  // NVIDIA's, times ten (90 for 9.0); absent on others
+  Calibrated dense_bf16_flops_per_s;      // dense tensor-core peak, no sparsity
+  Calibrated hbm_capacity_bytes;          // what the device reports as usable
+  Calibrated hbm_bytes_per_s;             // spec peak
+  Calibrated gemm_efficiency;             // best large-GEMM throughput / dense peak
+  int gemm_tile_m = 128;                  // output tile of the GEMM kernels (wave quantisation)
   int gemm_tile_n = 256;
   Calibrated attention_efficiency;  // FlashAttention fwd+bwd throughput / dense peak
   Calibrated memory_efficiency;     // achieved / peak HBM bandwidth of streaming kernels

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <memory>
+#include <set>
 
 #include "sim/engine/errors.hpp"
 
@@ -180,21 +181,39 @@ std::vector<Protocol> Collectives::protocols(CollectiveAlgorithm algorithm) cons
 CollectiveChoice Collectives::fastest(const std::vector<CollectiveAlgorithm>& algorithms,
                                       CollectiveOp op, const std::vector<VertexId>& ranks,
                                       double size_bytes) {
-  std::optional<CollectiveChoice> best;
-  SimTime best_time = SimTime::max();
-  for (const CollectiveAlgorithm algorithm : algorithms) {  // ties keep the earlier candidate
+  struct Candidate {
+    SimTime bound;      // what it cannot beat
+    std::size_t order;  // its place in the list: ties go to the earlier one
+    CollectiveChoice choice;
+  };
+  std::vector<Candidate> list;
+  for (const CollectiveAlgorithm algorithm : algorithms) {
     for (const Protocol protocol : protocols(algorithm)) {
       const CollectiveChoice choice{algorithm, protocol};
-      if (algorithms.size() == 1 && protocols(algorithm).size() == 1) return choice;
-      const SimTime time = idle_time(plan(choice, op, ranks, size_bytes));
-      if (time < best_time) {
-        best = choice;
-        best_time = time;
-      }
+      list.push_back({lower_bound(choice, op, ranks, size_bytes), list.size(), choice});
     }
   }
-  if (!best) throw ModelError(std::string("no protocol can run ") + to_string(op));
-  return *best;
+  if (list.empty()) throw ModelError(std::string("no protocol can run ") + to_string(op));
+  if (list.size() == 1) return list.front().choice;
+  // The most promising first, so that the others can mostly be ruled out by their bounds
+  // instead of simulated: a candidate whose bound is above the best time, or equal to it but
+  // later in the list, cannot win.
+  std::sort(list.begin(), list.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.bound, a.order) < std::tie(b.bound, b.order);
+  });
+  const Candidate* best = nullptr;
+  SimTime best_time = SimTime::max();
+  for (const Candidate& candidate : list) {
+    if (best && std::tie(candidate.bound, candidate.order) >= std::tie(best_time, best->order)) {
+      continue;
+    }
+    const SimTime time = idle_time(plan(candidate.choice, op, ranks, size_bytes));
+    if (!best || std::tie(time, candidate.order) < std::tie(best_time, best->order)) {
+      best = &candidate;
+      best_time = time;
+    }
+  }
+  return best->choice;
 }
 
 CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId>& ranks,
@@ -207,11 +226,11 @@ CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId
     }
     algorithms = {*forced};
   } else {
-    // The tree's flows carry what its traffic pattern needs, but NCCL's tree kernels reach less
-    // than that per channel (its tuner caps tree bandwidth per channel and per node count);
-    // until those limits are calibrated the tree would look better than it runs, so the tuner
-    // leaves it out and it runs only when forced.
-    std::erase(algorithms, CollectiveAlgorithm::tree);
+    // The tree's flows carry what its traffic pattern needs, but its kernels reach less than
+    // that per channel. Where the library's per-channel limits for these GPUs are known, the
+    // tree runs held to them and competes; elsewhere it would look better than it runs, so it
+    // runs only when forced.
+    if (!costs_.tree_limits) std::erase(algorithms, CollectiveAlgorithm::tree);
     std::erase(algorithms, CollectiveAlgorithm::hierarchical);  // not NCCL's: only when asked
   }
   const ChoiceKey key{op, ranks, size_bytes, forced};
@@ -222,6 +241,22 @@ CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId
   return best;
 }
 
+SimTime Collectives::lower_bound(CollectiveChoice choice, CollectiveOp op,
+                                 const std::vector<VertexId>& ranks, double size_bytes) const {
+  if (ranks.size() < 2) return SimTime{};
+  SimTime bound = latency(choice, op, ranks);
+  if (choice.algorithm == CollectiveAlgorithm::tree) {
+    if (const auto cap = tree_bus_bandwidth_cap(choice.protocol, ranks)) {
+      const double algorithm_bandwidth =
+          costs_.tree_correction(choice.protocol, size_bytes) * *cap / 2.0;
+      // Rounded down, so that the bound never exceeds what the simulation finds.
+      const double ns = std::floor(size_bytes / algorithm_bandwidth * 1e9 * (1 - 1e-9));
+      bound = bound + SimTime::from_ns(static_cast<std::int64_t>(ns));
+    }
+  }
+  return bound;
+}
+
 SimTime Collectives::idle_time(const Plan& plan) const {
   // Phases follow one another on an otherwise idle network, so their times add up.
   const auto phase_time = [&](const std::vector<PlannedFlow>& flows, SimTime latency) {
@@ -229,8 +264,9 @@ SimTime Collectives::idle_time(const Plan& plan) const {
     FlowNetwork scratch(scratch_engine, network_->capacities());
     SimTime finished = latency;
     for (const PlannedFlow& flow : flows) {
-      scratch.start_flow(flow.links, flow.bytes, latency,
-                         [&] { finished = std::max(finished, scratch_engine.now()); });
+      scratch.start_flow(
+          flow.links, flow.bytes, latency,
+          [&] { finished = std::max(finished, scratch_engine.now()); }, flow.max_rate);
     }
     scratch_engine.run();
     return finished;
@@ -303,9 +339,12 @@ void Collectives::start_phases(std::shared_ptr<std::vector<Phase>> phases, std::
   // A phase ends when its last flow does; its latency is paid once, after the bytes.
   auto remaining = std::make_shared<std::size_t>(phase.flows.size());
   for (PlannedFlow& flow : phase.flows) {
-    network_->start_flow(std::move(flow.links), flow.bytes, phase.latency, [remaining, finish] {
-      if (--*remaining == 0) (*finish)();
-    });
+    network_->start_flow(
+        std::move(flow.links), flow.bytes, phase.latency,
+        [remaining, finish] {
+          if (--*remaining == 0) (*finish)();
+        },
+        flow.max_rate);
   }
 }
 
@@ -317,7 +356,7 @@ Collectives::Plan Collectives::plan(CollectiveChoice choice, CollectiveOp op,
   Plan plan;
   switch (choice.algorithm) {
     case CollectiveAlgorithm::ring: plan = plan_ring(op, ranks, size_bytes); break;
-    case CollectiveAlgorithm::tree: plan = plan_tree(ranks, size_bytes); break;
+    case CollectiveAlgorithm::tree: plan = plan_tree(choice.protocol, ranks, size_bytes); break;
     case CollectiveAlgorithm::nvls: plan = plan_nvls(ranks, size_bytes); break;
     case CollectiveAlgorithm::nvls_tree: plan = plan_nvls_tree(ranks, size_bytes); break;
     case CollectiveAlgorithm::hierarchical: return plan_hierarchical(choice, ranks, size_bytes);
@@ -398,13 +437,40 @@ Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<Vert
   return plan;
 }
 
-Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, double size_bytes) {
+std::optional<double> Collectives::tree_bus_bandwidth_cap(
+    Protocol protocol, const std::vector<VertexId>& ranks) const {
+  if (!costs_.tree_limits) return std::nullopt;
+  const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
+  const std::size_t bucket = std::min<std::size_t>(nodes.size(), 3) - 1;  // 1, 2, 3+ nodes
+  // NCCL's tree graph has a channel per NIC of a node (its search stops at MAXCHANNELS / 2 = 16
+  // before it duplicates them); the tuner multiplies the per-channel limit by that count.
+  std::set<VertexId> nics;
+  for (const VertexId gpu : nodes.front()) {
+    if (const auto nic = topology_->nic_of_gpu(gpu)) nics.insert(*nic);
+  }
+  const auto channels = static_cast<double>(std::clamp<std::size_t>(nics.size(), 1, 16));
+  const TreeChannelLimits& limits = *costs_.tree_limits;
+  // Every protocol is held to the Simple tree's limit scaled by its bandwidth; LL128 also to its
+  // own (tuning.cc applies them one after the other).
+  double per_channel =
+      limits.simple_bytes_per_s[bucket] * costs_.tree[static_cast<int>(protocol)].bandwidth;
+  if (protocol == Protocol::ll128) {
+    per_channel = std::min(per_channel, limits.ll128_bytes_per_s[bucket]);
+  }
+  return channels * per_channel;
+}
+
+Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<VertexId>& ranks,
+                                         double size_bytes) {
   // NCCL's tree: per channel, a chain through each node's GPUs down to the node's head (the
   // channel's entry GPU, whose NIC is the channel's rail) and two binary trees over the nodes'
   // heads (a double binary tree: the second mirrors the first, so a leaf of one is inside the
   // other), each reducing and then broadcasting half the data. Each (channel, tree) is one
   // pipelined flow over every chain link and tree edge, both ways, carrying S / (2 channels),
-  // inflated by the library's tree efficiency relative to a ring.
+  // inflated by the library's tree efficiency relative to a ring and by its correction at
+  // medium sizes. Where the library's per-channel limits are known, the flows share a ceiling
+  // that holds the tree's bus bandwidth (2 S / time, the tree's algorithm bandwidth being half
+  // its bus bandwidth in NCCL's model) to that cap, scaled by the same size correction.
   const std::vector<std::vector<VertexId>> rings = channel_rings(ranks);
   const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
   const std::size_t node_count = nodes.size();
@@ -417,8 +483,16 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
       links.insert(links.end(), hop.begin(), hop.end());
     }
   };
-  const double bytes =
-      size_bytes / (2.0 * static_cast<double>(rings.size())) / costs_.tree_efficiency;
+  const double flows = 2.0 * static_cast<double>(rings.size());
+  const double correction = costs_.tree_correction(protocol, size_bytes);
+  const double bytes = size_bytes / flows / costs_.tree_efficiency / correction;
+  // Wire rate per flow at which the payload reaches correction x cap / 2, with plan() dividing
+  // the bytes by the protocol's bandwidth afterwards.
+  double max_rate = FlowNetwork::kUncapped;
+  if (const auto cap = tree_bus_bandwidth_cap(protocol, ranks)) {
+    const double protocol_bandwidth = costs_.tree[static_cast<int>(protocol)].bandwidth;
+    max_rate = *cap / (2.0 * flows * costs_.tree_efficiency * protocol_bandwidth);
+  }
   for (const std::vector<VertexId>& ring : rings) {
     std::vector<LinkUse> chains;
     std::vector<VertexId> heads;
@@ -439,7 +513,7 @@ Collectives::Plan Collectives::plan_tree(const std::vector<VertexId>& ranks, dou
         const std::size_t parent_node = mirrored ? node_count - 1 - parent : parent;
         add_both_ways(links, heads[child_node], heads[parent_node]);
       }
-      plan.flows.push_back({std::move(links), bytes});
+      plan.flows.push_back({std::move(links), bytes, max_rate});
     }
   }
   return plan;

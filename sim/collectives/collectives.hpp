@@ -23,7 +23,7 @@
 // protocol (LL, LL128, Simple) divides the bandwidth by its efficiency and brings its own
 // latencies. On an ideal ring of link bandwidth B with Simple at step latency a and no base,
 // all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's latency
-// dominates; NCCL's tuner then switches to its tree, which this one does not do yet.
+// dominates; the tuner then switches to the tree, as NCCL's does.
 #pragma once
 
 #include <functional>
@@ -95,8 +95,9 @@ class Collectives {
   std::vector<Protocol> protocols(CollectiveAlgorithm algorithm) const;
   // The tuner: like NCCL's, it picks algorithm and protocol by predicted time for the size, rank
   // count and topology; the prediction is this simulator's own, each candidate run alone on an
-  // idle copy of the network. Memoised per (op, ranks, size). It does not pick the tree yet
-  // (see choose()).
+  // idle copy of the network, most promising first, skipping candidates whose lower bound
+  // cannot beat the best. Memoised per (op, ranks, size). The tree competes only where the
+  // library's per-channel limits for these GPUs are known (see choose()).
   // With `forced`, only the protocol is chosen.
   CollectiveChoice choose(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                           std::optional<CollectiveAlgorithm> forced = std::nullopt);
@@ -135,6 +136,7 @@ class Collectives {
   struct PlannedFlow {
     std::vector<LinkUse> links;
     double bytes;
+    double max_rate = FlowNetwork::kUncapped;  // the channel's own ceiling, bytes/s on the wire
   };
   // A collective as flows that all start at once, and the latency paid after the last byte;
   // then, for a collective of several steps, each later phase in turn, the same way.
@@ -159,7 +161,16 @@ class Collectives {
   CollectiveChoice fastest(const std::vector<CollectiveAlgorithm>& algorithms, CollectiveOp op,
                            const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_ring(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes);
-  Plan plan_tree(const std::vector<VertexId>& ranks, double size_bytes);
+  Plan plan_tree(Protocol protocol, const std::vector<VertexId>& ranks, double size_bytes);
+  // The tree's bus bandwidth as the library's tuner caps it (its channels times the per-channel
+  // limit for the protocol, GPU generation and node count), or nothing if the library has no
+  // limits for these GPUs.
+  std::optional<double> tree_bus_bandwidth_cap(Protocol protocol,
+                                               const std::vector<VertexId>& ranks) const;
+  // A time `choice` cannot beat on an idle network: its latency, and for the tree its capped
+  // bandwidth. Lets the tuner skip simulating candidates that cannot win.
+  SimTime lower_bound(CollectiveChoice choice, CollectiveOp op, const std::vector<VertexId>& ranks,
+                      double size_bytes) const;
   Plan plan_nvls(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_nvls_tree(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_hierarchical(CollectiveChoice choice, const std::vector<VertexId>& ranks,

@@ -76,12 +76,14 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
 }
 
 FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double size_bytes,
-                                            SimTime latency, Callback on_complete) {
+                                            SimTime latency, Callback on_complete,
+                                            double max_rate) {
   for (const LinkUse& use : links) {
     if (use.link >= capacity_.size() || !(use.weight > 0)) {
       throw ModelError("flow uses an unknown link or a non-positive weight");
     }
   }
+  if (!(max_rate > 0)) throw ModelError("a flow's rate ceiling must be positive");
   const FlowId id = next_id_++;
   bytes_started_ += size_bytes;
   links = merge_duplicates(std::move(links));
@@ -100,6 +102,7 @@ FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double s
   flow.links = std::move(links);
   flow.size = size_bytes;
   flow.remaining = size_bytes;
+  flow.max_rate = max_rate;
   flow.last_update = engine_->now();
   flow.latency = latency;
   flow.on_complete = std::move(on_complete);
@@ -171,6 +174,10 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
     for (const FlowLinkId l : links) {
       if (weight_sum_[l] > 0) increment = std::min(increment, residual_[l] / weight_sum_[l]);
     }
+    for (const FlowId id : unfixed) {
+      const Flow& flow = flows_.at(id);
+      increment = std::min(increment, flow.max_rate - flow.rate);
+    }
     for (const FlowLinkId l : links) {
       saturated_[l] = 0;
       if (!(weight_sum_[l] > 0)) continue;
@@ -181,8 +188,10 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
     for (const FlowId id : unfixed) {
       Flow& flow = flows_.at(id);
       flow.rate += increment;
-      const bool bottlenecked = std::any_of(flow.links.begin(), flow.links.end(),
-                                            [&](const LinkUse& u) { return saturated_[u.link]; });
+      const bool capped = flow.rate >= flow.max_rate * (1 - kSaturationTolerance);
+      const bool bottlenecked =
+          capped || std::any_of(flow.links.begin(), flow.links.end(),
+                                [&](const LinkUse& u) { return saturated_[u.link]; });
       if (!bottlenecked) still_unfixed.push_back(id);
     }
     unfixed = std::move(still_unfixed);

@@ -13,12 +13,17 @@
 // network keeps one pending engine event, at its next completion, instead of one per flow.
 // A finished flow's callback runs after the flow's latency, paid once per flow.
 //
+// A flow may also have a rate ceiling of its own (an NCCL channel is one thread block, whose copy
+// throughput is bounded whatever the links offer): progressive filling then fixes the flow when it
+// reaches its ceiling, as if it crossed a private link of that capacity.
+//
 // Invariants checked by tests: bytes delivered = bytes sent; on every link the sum of weighted
 // rates never exceeds capacity; more capacity never makes a flow slower.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -48,10 +53,12 @@ class FlowNetwork {
   FlowNetwork(const FlowNetwork&) = delete;
   FlowNetwork& operator=(const FlowNetwork&) = delete;
 
-  // Starts a transfer of size_bytes over the links (duplicates are merged into weights).
-  // on_complete runs `latency` after the last byte has been transferred.
+  // Starts a transfer of size_bytes over the links (duplicates are merged into weights), at no
+  // more than max_rate bytes/s. on_complete runs `latency` after the last byte has been
+  // transferred.
   FlowId start_flow(std::vector<LinkUse> links, double size_bytes, SimTime latency,
-                    Callback on_complete);
+                    Callback on_complete, double max_rate = kUncapped);
+  static constexpr double kUncapped = std::numeric_limits<double>::infinity();
 
   // Current rate in bytes/s of an active flow; 0 once it finished.
   double rate(FlowId flow) const;
@@ -70,6 +77,7 @@ class FlowNetwork {
     double size = 0;
     double remaining = 0;  // as of last_update
     double rate = 0;
+    double max_rate = kUncapped;
     SimTime last_update{};
     SimTime completion = SimTime::max();
     SimTime latency{};

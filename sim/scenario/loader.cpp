@@ -832,6 +832,9 @@ const Preset& Loader::preset(const Field& name_field, const fs::path& dir, std::
 }
 
 const Keys kLibraryKeys = {"name", "source", "ring", "tree", "tree_efficiency"};
+const Keys kLibraryOptionalKeys = {"tree_channel_limits_source", "tree_channel_limits",
+                                   "tree_size_correction"};
+const Keys kTreeLimitKeys = {"from_compute_capability", "simple", "ll128"};
 const Keys kProtocolNames = {"ll", "ll128", "simple"};
 const Keys kProtocolCostKeys = {"base", "nvlink", "pcie", "network", "bandwidth"};
 
@@ -864,10 +867,67 @@ std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
   return costs;
 }
 
+// The elements of a list of exactly `count` entries (count 0: any length but empty).
+std::vector<Field> read_list(const Field& f, std::size_t count, std::string_view what) {
+  const std::string expected = count == 0
+                                   ? "a list of " + std::string(what)
+                                   : "a list of " + std::to_string(count) + " " + std::string(what);
+  if (!f.node.IsSequence() || f.node.size() == 0 || (count != 0 && f.node.size() != count)) {
+    fail(f, "expected " + expected + ", got " + describe(f.node),
+         "write it as [a, b, ...] in that order");
+  }
+  std::vector<Field> elements;
+  for (std::size_t i = 0; i < f.node.size(); ++i) {
+    elements.push_back({f.node[i], f.doc, f.path + "[" + std::to_string(i) + "]"});
+  }
+  return elements;
+}
+
+// `9.0` as NVIDIA prints it (nvidia-smi --query-gpu=compute_cap) -> 90, as NCCL compares it.
+int read_compute_capability(const Field& f) {
+  const double value = read_number(f);
+  const long tenths = std::lround(value * 10);
+  if (value < 1 || std::abs(value * 10 - static_cast<double>(tenths)) > 1e-6) {
+    fail(f, "expected a compute capability like 9.0 or 8.9, got " + describe(f.node),
+         "nvidia-smi --query-gpu=compute_cap prints it");
+  }
+  return static_cast<int>(tenths);
+}
+
+// Per-channel ceilings of the tree, one entry per GPU generation, in ascending order.
+std::vector<TreeChannelLimits> read_tree_channel_limits(const Field& f) {
+  if (!f.node.IsMap() || f.node.size() == 0) {
+    fail(f, "expected a map of GPU generations, got " + describe(f.node),
+         "write `hopper: {from_compute_capability: 9.0, simple: [...], ll128: [...]}`");
+  }
+  std::vector<TreeChannelLimits> rows;
+  for (const Entry& entry : entries(f)) {
+    expect_map(entry.value, kTreeLimitKeys);
+    require_keys(entry.value, kTreeLimitKeys);
+    TreeChannelLimits row;
+    const Field from = require(entry.value, "from_compute_capability");
+    row.from_compute_capability = read_compute_capability(from);
+    if (!rows.empty() && row.from_compute_capability <= rows.back().from_compute_capability) {
+      fail(from, "expected generations in ascending compute capability",
+           "list the oldest generation first");
+    }
+    const auto read_by_nodes = [](const Field& list, std::array<double, 3>& out) {
+      const std::vector<Field> values = read_list(list, 3, "bandwidths (1, 2, 3+ nodes)");
+      for (std::size_t i = 0; i < 3; ++i) out[i] = read_quantity(values[i], Quantity::bandwidth);
+    };
+    read_by_nodes(require(entry.value, "simple"), row.simple_bytes_per_s);
+    read_by_nodes(require(entry.value, "ll128"), row.ll128_bytes_per_s);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
 CollectiveCosts Loader::collective_library(const Field& name) {
   const Preset& p = preset(name, data_.root / "calibration" / "collectives", "collective library");
   const Field root{p.root, &p.doc, ""};
-  expect_map(root, kLibraryKeys);
+  Keys allowed = kLibraryKeys;
+  allowed.insert(allowed.end(), kLibraryOptionalKeys.begin(), kLibraryOptionalKeys.end());
+  expect_map(root, allowed);
   require_keys(root, kLibraryKeys);
   CollectiveCosts costs;
   costs.library = read_string(require(root, "name"));
@@ -875,6 +935,19 @@ CollectiveCosts Loader::collective_library(const Field& name) {
   costs.ring = read_protocol_costs(require(root, "ring"));
   costs.tree = read_protocol_costs(require(root, "tree"));
   costs.tree_efficiency = read_fraction(require(root, "tree_efficiency"));
+  if (const auto limits = find(root, "tree_channel_limits")) {
+    read_string(require(root, "tree_channel_limits_source"));
+    costs.tree_channel_limits = read_tree_channel_limits(*limits);
+  }
+  if (const auto correction = find(root, "tree_size_correction")) {
+    expect_map(*correction, kProtocolNames);
+    require_keys(*correction, kProtocolNames);
+    for (std::size_t p = 0; p < kProtocolNames.size(); ++p) {
+      for (const Field& factor : read_list(require(*correction, kProtocolNames[p]), 0, "factors")) {
+        costs.tree_size_correction[p].push_back(read_fraction(factor));
+      }
+    }
+  }
   return costs;
 }
 
@@ -1052,7 +1125,8 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   const Field root{p.root, &p.doc, ""};
   Keys allowed = profile_keys();
   const Keys required = allowed;
-  allowed.push_back("nvls_efficiency");  // only GPUs behind an NVLS-capable NVSwitch have it
+  allowed.push_back("nvls_efficiency");     // only GPUs behind an NVLS-capable NVSwitch have it
+  allowed.push_back("compute_capability");  // NVIDIA GPUs only
   expect_map(root, allowed);
   require_keys(root, required);
   GpuProfile g;
@@ -1081,6 +1155,13 @@ GpuProfile Loader::gpu_profile(const Field& name) {
     g.nvls_efficiency = read_calibrated(*nvls, Quantity::fraction);
   }
   g.collectives = collective_library(require(root, "collective_library"));
+  if (const auto capability = find(root, "compute_capability")) {
+    g.compute_capability = read_compute_capability(*capability);
+    // The library's row for this generation: the last one that starts at or below it.
+    for (const TreeChannelLimits& row : g.collectives.tree_channel_limits) {
+      if (row.from_compute_capability <= *g.compute_capability) g.collectives.tree_limits = row;
+    }
+  }
   return g;
 }
 

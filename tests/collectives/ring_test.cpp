@@ -36,16 +36,23 @@ struct Run {
   std::vector<double> link_bytes;  // indexed by LinkId
 };
 
-Run run_alone(const Topology& topo, CollectiveLatency latency, NvlsSupport nvls,
+Run run_alone(const Topology& topo, const CollectiveCosts& costs, NvlsSupport nvls,
               CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
               double size) {
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, latency, nvls);
+  Collectives collectives(engine, net, topo, costs, nvls);
   SimTime done_at{};
   collectives.run_with(algorithm, op, ranks, size, [&] { done_at = engine.now(); });
   engine.run();
   return {done_at.seconds(), net.link_bytes()};
+}
+
+Run run_alone(const Topology& topo, CollectiveLatency latency, NvlsSupport nvls,
+              CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
+              double size) {
+  return run_alone(topo, CollectiveCosts::simple_only(latency.base, latency.per_step), nvls,
+                   algorithm, op, ranks, size);
 }
 
 // With Simple only: `alpha` per step, `base` once. The links' own latencies play no part: the
@@ -587,9 +594,9 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
 
 TEST_CASE("tree all-reduce across two nodes: S per node each way, at NCCL's tree efficiency") {
   // 2 nodes x 8 GPUs with slow 10 GB/s NICs, so the NICs bound everything. Per channel (8) two
-  // trees carry S/16 each, inflated by 1/0.9; with two nodes each tree has one edge, so NIC c
-  // carries both trees' S/16/0.9 each way: S/8/0.9 at 10 GB/s. busbw = 2 x 15/16 x S / t =
-  // 1.875 x 8 x 10 x 0.9 = 135 GB/s, where the NIC-bound ring reaches 8 x 10 = 80.
+  // trees carry S/16 each, inflated by 1/0.92; with two nodes each tree has one edge, so NIC c
+  // carries both trees' S/16/0.92 each way: S/8/0.92 at 10 GB/s. busbw = 2 x 15/16 x S / t =
+  // 1.875 x 8 x 10 x 0.92 = 138 GB/s, where the NIC-bound ring reaches 8 x 10 = 80.
   NodeSpec node = eight_gpu_node();
   node.nic_bytes_per_s = 10e9;
   const Topology topo = build_cluster(node, 2, FabricSpec{});
@@ -599,8 +606,84 @@ TEST_CASE("tree all-reduce across two nodes: S per node each way, at NCCL's tree
                               CollectiveOp::all_reduce, topo.gpus(), size);
     return 2.0 * 15 / 16 * size / run.seconds;
   };
-  CHECK(busbw(CollectiveAlgorithm::tree) == Approx(135e9).epsilon(1e-6));
+  CHECK(busbw(CollectiveAlgorithm::tree) == Approx(138e9).epsilon(1e-6));
   CHECK(busbw(CollectiveAlgorithm::ring) == Approx(80e9).epsilon(1e-6));
+}
+
+TEST_CASE("the tree is held to the library's per-channel limit, and to less at medium sizes") {
+  // 2 nodes x 8 GPUs with fast 100 GB/s NICs: unbounded, the tree would reach 1.875 x 8 x 100 x
+  // 0.92 = 1380 GB/s. With 20 GB/s per channel for two nodes and a channel per NIC (8), the
+  // library's model allows bus bandwidth 160 GB/s, algorithm bandwidth half that: 80 GB/s,
+  // which nccl-tests reports as busbw 1.875 x 80 = 150 GB/s. At 256 KiB (64 B x 2^12) the size
+  // correction halves it.
+  NodeSpec node = eight_gpu_node();
+  node.nic_bytes_per_s = 100e9;
+  const Topology topo = build_cluster(node, 2, FabricSpec{});
+  CollectiveCosts costs = CollectiveCosts::simple_only(SimTime{}, SimTime{});
+  costs.tree_limits = TreeChannelLimits{90, {40e9, 20e9, 10e9}, {40e9, 20e9, 10e9}};
+  costs.tree_size_correction[static_cast<int>(Protocol::simple)] = std::vector<double>(13, 1.0);
+  costs.tree_size_correction[static_cast<int>(Protocol::simple)][12] = 0.5;
+  auto busbw = [&](double size) {
+    const Run run = run_alone(topo, costs, NvlsSupport{}, CollectiveAlgorithm::tree,
+                              CollectiveOp::all_reduce, topo.gpus(), size);
+    return 2.0 * 15 / 16 * size / run.seconds;
+  };
+  CHECK(busbw(16e9) == Approx(150e9).epsilon(1e-6));
+  CHECK(busbw(64.0 * 4096) == Approx(75e9).epsilon(1e-3));
+  CHECK(busbw(64.0 * 8192) == Approx(150e9).epsilon(1e-3));  // beyond the table: no correction
+}
+
+TEST_CASE("the tuner picks the tree where it is faster and its limits are known, never without") {
+  // The NIC-bound case above: tree 138 GB/s busbw, ring 80. Limits too high to bind.
+  NodeSpec node = eight_gpu_node();
+  node.nic_bytes_per_s = 10e9;
+  const Topology topo = build_cluster(node, 2, FabricSpec{});
+  auto choice = [&](const CollectiveCosts& costs, double size) {
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, costs);
+    return collectives.choose(CollectiveOp::all_reduce, topo.gpus(), size);
+  };
+  CollectiveCosts costs = CollectiveCosts::simple_only(SimTime{}, SimTime{});
+  CHECK(choice(costs, 16e9).algorithm == CollectiveAlgorithm::ring);
+  costs.tree_limits = TreeChannelLimits{90, {1e12, 1e12, 1e12}, {1e12, 1e12, 1e12}};
+  CHECK(choice(costs, 16e9).algorithm == CollectiveAlgorithm::tree);
+  // Held to 5 GB/s per channel (busbw 1.875 x 8 x 5 / 2 = 37.5 GB/s) it loses to the ring.
+  costs.tree_limits = TreeChannelLimits{90, {5e9, 5e9, 5e9}, {5e9, 5e9, 5e9}};
+  CHECK(choice(costs, 16e9).algorithm == CollectiveAlgorithm::ring);
+}
+
+TEST_CASE("the tuner's choice is never slower than any candidate it skipped") {
+  // 8 nodes, where the tree's latency (log2 of the nodes) beats the ring's at small sizes and
+  // its per-channel limit loses at large ones; the tuner rules candidates out by lower bounds
+  // instead of simulating them, which must not change what it finds.
+  NodeSpec node = eight_gpu_node();
+  node.nic_bytes_per_s = 25e9;
+  const Topology topo = build_cluster(node, 8, FabricSpec{});
+  CollectiveCosts costs = CollectiveCosts::simple_only(from_us(5), from_us(4));
+  costs.tree_limits = TreeChannelLimits{90, {20e9, 20e9, 20e9}, {20e9, 20e9, 20e9}};
+  costs.tree_size_correction[static_cast<int>(Protocol::simple)] = {
+      0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8};
+  std::map<CollectiveAlgorithm, int> picked;
+  for (double size = 1e3; size <= 1e10; size *= 10) {
+    INFO("size " << size);
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, costs);
+    const CollectiveChoice best = collectives.choose(CollectiveOp::all_reduce, topo.gpus(), size);
+    ++picked[best.algorithm];
+    const double best_seconds = run_alone(topo, costs, NvlsSupport{}, best.algorithm,
+                                          CollectiveOp::all_reduce, topo.gpus(), size)
+                                    .seconds;
+    for (const CollectiveAlgorithm other : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree}) {
+      const double seconds =
+          run_alone(topo, costs, NvlsSupport{}, other, CollectiveOp::all_reduce, topo.gpus(), size)
+              .seconds;
+      CHECK(best_seconds <= seconds);
+    }
+  }
+  CHECK(picked[CollectiveAlgorithm::tree] > 0);  // both win somewhere, or the test shows nothing
+  CHECK(picked[CollectiveAlgorithm::ring] > 0);
 }
 
 TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") {

@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "sim/engine/engine.hpp"
+#include "sim/engine/errors.hpp"
 #include "sim/network/flow_network.hpp"
 
 using fleetsim::Engine;
@@ -52,6 +53,47 @@ TEST_CASE("a flow bottlenecked elsewhere leaves its share to the others") {
   CHECK(net.rate(a) == Approx(4.0));
   CHECK(net.rate(b) == Approx(4.0));
   CHECK(net.rate(c) == Approx(2.0));
+}
+
+TEST_CASE("a flow's rate ceiling acts as a private link of that capacity") {
+  // Link 0 (C=10) carries A, B and C; C may not exceed 2 B/s: A and B split the other 8, as in
+  // the max-min example above where a second link held C to 2. The same traffic with the
+  // ceiling replaced by that link finishes at the same instants.
+  Engine capped_engine;
+  FlowNetwork capped(capped_engine, {10.0});
+  Finish ca, cb, cc;
+  const auto a = capped.start_flow({{0, 1.0}}, 100, SimTime{}, record(capped_engine, ca));
+  capped.start_flow({{0, 1.0}}, 300, SimTime{}, record(capped_engine, cb));
+  const auto c =
+      capped.start_flow({{0, 1.0}}, 50, SimTime{}, record(capped_engine, cc), /*max_rate=*/2.0);
+  CHECK(capped.rate(a) == Approx(4.0));
+  CHECK(capped.rate(c) == Approx(2.0));
+  capped_engine.run();
+
+  Engine linked_engine;
+  FlowNetwork linked(linked_engine, {10.0, 2.0});
+  Finish la, lb, lc;
+  linked.start_flow({{0, 1.0}}, 100, SimTime{}, record(linked_engine, la));
+  linked.start_flow({{0, 1.0}}, 300, SimTime{}, record(linked_engine, lb));
+  linked.start_flow({{0, 1.0}, {1, 1.0}}, 50, SimTime{}, record(linked_engine, lc));
+  linked_engine.run();
+  CHECK(ca.at == la.at);
+  CHECK(cb.at == lb.at);
+  CHECK(cc.at == lc.at);
+  CHECK(cc.at == fleetsim::from_seconds(25.0));  // 50 B at its ceiling of 2 B/s
+}
+
+TEST_CASE("a ceiling above the fair share changes nothing, and a ceiling must be positive") {
+  Engine engine;
+  FlowNetwork net(engine, {100.0});
+  Finish a, b;
+  const auto fa = net.start_flow({{0, 1.0}}, 100, SimTime{}, record(engine, a), 80.0);
+  const auto fb = net.start_flow({{0, 1.0}}, 100, SimTime{}, record(engine, b));
+  CHECK(net.rate(fa) == Approx(50.0));
+  CHECK(net.rate(fb) == Approx(50.0));
+  CHECK_THROWS_AS(net.start_flow(
+                      {{0, 1.0}}, 1, SimTime{}, [] {}, 0.0),
+                  fleetsim::ModelError);
 }
 
 TEST_CASE("rates are recomputed when a flow ends") {

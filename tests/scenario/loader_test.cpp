@@ -638,7 +638,32 @@ TEST_CASE("an MI300X node takes RCCL's tuning tables, not NCCL's") {
   CHECK(rccl.ring[static_cast<int>(Protocol::simple)].base.ns() == 27900);
   const CollectiveCosts& nccl = load_text(kBase).variants[0].inputs.gpu.collectives;
   CHECK(nccl.library == "nccl");
-  CHECK(nccl.tree_efficiency == Approx(0.9));
+  CHECK(nccl.tree_efficiency == Approx(0.92));
+  // NCCL's per-channel tree limits for the H100 (compute capability 9.0: Hopper's row); RCCL's
+  // are not in its table, so the tree stays out of its tuner.
+  REQUIRE(nccl.tree_limits);
+  CHECK(nccl.tree_limits->from_compute_capability == 90);
+  CHECK(nccl.tree_limits->simple_bytes_per_s[1] == Approx(41.4e9));
+  CHECK(nccl.tree_correction(Protocol::simple, 64.0 * 4096) == Approx(0.5));
+  CHECK(nccl.tree_correction(Protocol::simple, 1e12) == 1.0);
+  CHECK_FALSE(rccl.tree_limits);
+  const CollectiveCosts& rtx4090 = load_text(with(kBase, "node: dgx-h100", "node: rtx4090-server"))
+                                       .variants[0]
+                                       .inputs.gpu.collectives;
+  REQUIRE(rtx4090.tree_limits);  // sm_89: Ampere's row, as NCCL picks it
+  CHECK(rtx4090.tree_limits->from_compute_capability == 80);
+}
+
+TEST_CASE("a compute capability is written as NVIDIA prints it") {
+  TempDir dir;
+  const DataPaths data = testing::copy_of_source_data(dir);
+  const std::string profile = shipped_file("calibration/profiles/h100-sxm.yaml");
+  dir.write("calibration/profiles/h100-sxm.yaml",
+            with(profile, "compute_capability: 9.0", "compute_capability: 9.05"));
+  const auto e = load_error(kBase, data);
+  REQUIRE(e);
+  CHECK(e->key() == "compute_capability");
+  CHECK_THAT(e->what(), Catch::Contains("expected a compute capability like 9.0"));
 }
 
 TEST_CASE("a collective library's Simple protocol is the bandwidth reference") {
