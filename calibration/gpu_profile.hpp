@@ -40,6 +40,9 @@ struct GpuProfile {
   // Usable fraction of NVLink line rate for NVLS (in-switch reduction) collectives; absent for
   // GPUs that cannot use it.
   std::optional<Calibrated> nvls_efficiency;
+  // Usable fraction of GPU-to-GPU link (NVLink, xGMI) line rate for send/recv; absent: the
+  // ring's link efficiency.
+  std::optional<Calibrated> p2p_efficiency;
   // The collective library the GPU runs (NCCL, RCCL) and its cost model, from
   // calibration/collectives/<library>.yaml.
   CollectiveCosts collectives;

@@ -111,22 +111,22 @@ class HamiltonianCycles {
 }  // namespace
 
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-                         CollectiveCosts costs, NvlsSupport nvls)
+                         CollectiveCosts costs, GpuLinkModes gpu_links)
     : engine_(&engine),
       network_(&network),
       topology_(&topology),
       costs_(std::move(costs)),
-      nvls_(nvls) {}
+      gpu_links_(gpu_links) {}
 
 Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-                         CollectiveLatency latency, NvlsSupport nvls)
+                         CollectiveLatency latency, GpuLinkModes gpu_links)
     : Collectives(engine, network, topology,
-                  CollectiveCosts::simple_only(latency.base, latency.per_step), nvls) {}
+                  CollectiveCosts::simple_only(latency.base, latency.per_step), gpu_links) {}
 
 // ---- choosing an algorithm -----------------------------------------------------------------
 
 bool Collectives::nvls_possible(const std::vector<VertexId>& ranks) const {
-  if (!(nvls_.efficiency > 0) || ranks.size() < 2) return false;
+  if (!(gpu_links_.nvls_efficiency > 0) || ranks.size() < 2) return false;
   const std::optional<VertexId> nvswitch = topology_->reducing_switch_of(ranks.front());
   if (!nvswitch) return false;
   return std::all_of(ranks.begin(), ranks.end(),
@@ -134,7 +134,7 @@ bool Collectives::nvls_possible(const std::vector<VertexId>& ranks) const {
 }
 
 bool Collectives::nvls_tree_possible(const std::vector<VertexId>& ranks) const {
-  if (!(nvls_.efficiency > 0)) return false;
+  if (!(gpu_links_.nvls_efficiency > 0)) return false;
   const std::vector<std::vector<VertexId>> domains = group_by_node(ranks);
   if (domains.size() < 2) return false;
   return std::all_of(domains.begin(), domains.end(), [&](const std::vector<VertexId>& gpus) {
@@ -530,7 +530,7 @@ Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gp
     ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
   }
   const double p = static_cast<double>(gpus.size());
-  ports.bytes = size_bytes * (1 + 1 / p) * nvls_.ring_efficiency / nvls_.efficiency;
+  ports.bytes = size_bytes * (1 + 1 / p) * gpu_links_.ring_efficiency / gpu_links_.nvls_efficiency;
   return ports;
 }
 
@@ -613,10 +613,23 @@ std::vector<LinkUse> Collectives::hop_uses(VertexId from, VertexId to, std::uint
 
 Collectives::Plan Collectives::plan_transfers(
     const std::vector<std::pair<VertexId, VertexId>>& pairs, double bytes_each) const {
+  // A transfer over GPU-to-GPU links only (NVLink, xGMI) is a point-to-point send inside one
+  // domain: at the profile's p2p efficiency where it has one. The links are sized at the ring's
+  // efficiency, so the payload is scaled by their ratio, as for NVLS.
+  const auto gpu_link_only = [&](const std::vector<LinkUse>& uses) {
+    return std::all_of(uses.begin(), uses.end(), [&](const LinkUse& use) {
+      const LinkKind kind = topology_->link(use.link).kind;
+      return kind == LinkKind::nvlink || kind == LinkKind::xgmi;
+    });
+  };
+  const double p2p_scale =
+      gpu_links_.p2p_efficiency > 0 ? gpu_links_.ring_efficiency / gpu_links_.p2p_efficiency : 1.0;
   Plan plan;
   std::uint64_t flow = 0;
   for (const auto& [from, to] : pairs) {
-    plan.flows.push_back({hop_uses(from, to, flow++), bytes_each});
+    std::vector<LinkUse> uses = hop_uses(from, to, flow++);
+    const double bytes = gpu_link_only(uses) ? bytes_each * p2p_scale : bytes_each;
+    plan.flows.push_back({std::move(uses), bytes});
   }
   return plan;
 }

@@ -64,17 +64,22 @@ struct CollectiveChoice {
 // every reduced shard (S): S (1 + 1/p) each way over its NVLink port, whatever p is, so its bus
 // bandwidth is not capped by the ring's. It moves data at its own protocol efficiency, which the
 // GPU profile calibrates separately from the ring's (DESIGN.md, "NVLS is its own model").
-struct NvlsSupport {
-  double efficiency = 0;       // usable fraction of NVLink line rate under NVLS; 0: not available
-  double ring_efficiency = 1;  // the fraction the flow network already applies to NVLink links
+//
+// Point-to-point sends between GPUs of one NVLink or xGMI domain run on fewer channels than the
+// library's rings (NCCL's p2p channels per peer) and reach less of the link: they have their own
+// efficiency too, where the profile calibrates one.
+struct GpuLinkModes {
+  double nvls_efficiency = 0;  // usable fraction of NVLink line rate under NVLS; 0: not available
+  double ring_efficiency = 1;  // the fraction the flow network applies to GPU-to-GPU links
+  double p2p_efficiency = 0;   // usable fraction for send/recv between GPUs; 0: the ring's
 };
 
 class Collectives {
  public:
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology, CollectiveCosts costs,
-              NvlsSupport nvls = {});
+              GpuLinkModes gpu_links = {});
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology,
-              CollectiveLatency latency, NvlsSupport nvls = {});
+              CollectiveLatency latency, GpuLinkModes gpu_links = {});
   // Callbacks in flight point back at this object and into its channel cache.
   Collectives(const Collectives&) = delete;
   Collectives& operator=(const Collectives&) = delete;
@@ -202,7 +207,7 @@ class Collectives {
   FlowNetwork* network_;
   const Topology* topology_;
   CollectiveCosts costs_;
-  NvlsSupport nvls_;
+  GpuLinkModes gpu_links_;
   std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
   std::map<ChoiceKey, CollectiveChoice> choice_cache_;
 };

@@ -1127,6 +1127,7 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   const Keys required = allowed;
   allowed.push_back("nvls_efficiency");     // only GPUs behind an NVLS-capable NVSwitch have it
   allowed.push_back("compute_capability");  // NVIDIA GPUs only
+  allowed.push_back("p2p_efficiency");      // where a send/recv benchmark calibrates it
   expect_map(root, allowed);
   require_keys(root, required);
   GpuProfile g;
@@ -1153,6 +1154,9 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   }
   if (const auto nvls = find(root, "nvls_efficiency")) {
     g.nvls_efficiency = read_calibrated(*nvls, Quantity::fraction);
+  }
+  if (const auto p2p = find(root, "p2p_efficiency")) {
+    g.p2p_efficiency = read_calibrated(*p2p, Quantity::fraction);
   }
   g.collectives = collective_library(require(root, "collective_library"));
   if (const auto capability = find(root, "compute_capability")) {

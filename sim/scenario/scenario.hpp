@@ -78,10 +78,10 @@ StepInputs load_cluster(const DataPaths& data, const std::string& node, int node
 std::filesystem::path gpu_profile_file(const DataPaths& data, const std::string& name);
 
 // `text`, a GPU profile read from `file`, with the {value, sigma, provenance} entry of
-// `parameter` ("nvls_efficiency" or "link_efficiency.<kind>") replaced by `entry`: the entry's
-// own lines (its comments included) give way to the new ones; every other line, comment and
-// line ending stays as it was. Throws ScenarioError when the entry is not there (a fit
-// replaces what the profile already claims) or sits in a flow-style map.
+// `parameter` ("nvls_efficiency", "p2p_efficiency" or "link_efficiency.<kind>") replaced by
+// `entry`: the entry's own lines (its comments included) give way to the new ones; every other
+// line, comment and line ending stays as it was. Throws ScenarioError when the entry is not there
+// (a fit replaces what the profile already claims) or sits in a flow-style map.
 std::string with_profile_entry(const std::string& text, const std::string& file,
                                const std::string& parameter, const Calibrated& entry);
 

@@ -37,7 +37,7 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
   Engine engine;
   FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
   Collectives collectives(engine, network, topology, cluster.gpu.collectives,
-                          nvls_support(cluster.gpu));
+                          gpu_link_modes(cluster.gpu));
   std::vector<CollectiveSample> samples;
   for (const double size : sizes) {
     const SimTime start = engine.now();

@@ -21,7 +21,7 @@ std::string bottleneck_kind(const StepInputs& cluster, CollectiveOp op, int rank
   Engine engine;
   FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
   Collectives collectives(engine, network, topology, cluster.gpu.collectives,
-                          nvls_support(cluster.gpu));
+                          gpu_link_modes(cluster.gpu));
   collectives.run_with(algorithm, op, members, size, [] {});
   engine.run();
   std::map<std::string, double> load_by_kind;
@@ -108,11 +108,17 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
   const bool uses_nvls =
       algorithm == CollectiveAlgorithm::nvls || algorithm == CollectiveAlgorithm::nvls_tree;
   double* efficiency = nullptr;
+  const bool gpu_link = kind == "nvlink" || kind == "xgmi";
   if (uses_nvls && kind == "nvlink") {
     // The NVLink links run at the switch-reduction efficiency, not the plain NVLink one.
     fit.parameter = "nvls_efficiency";
     efficiency = &trial.gpu.nvls_efficiency->value;  // NVLS runs only where the profile has it
     *efficiency = 1;
+  } else if (op == CollectiveOp::send_recv && gpu_link) {
+    // Sends between peers of one domain run at the point-to-point efficiency.
+    fit.parameter = "p2p_efficiency";
+    trial.gpu.p2p_efficiency = Calibrated{1.0, 0.0, "fit"};
+    efficiency = &trial.gpu.p2p_efficiency->value;
   } else {
     fit.parameter = "link_efficiency." + kind;
     efficiency = &trial.gpu.link_efficiency[kind].value;

@@ -86,7 +86,7 @@ class Replay {
       : graph_(graph),
         index_(graph, gpu),
         network_(engine_, usable_link_capacities(topology, gpu)),
-        collectives_(engine_, network_, topology, gpu.collectives, nvls_support(gpu)),
+        collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
         ranks_(graph.ranks) {
     for (Rank& rank : ranks_) {
@@ -201,13 +201,29 @@ class Replay {
 
 }  // namespace
 
-NvlsSupport nvls_support(const GpuProfile& gpu) {
-  if (!gpu.nvls_efficiency) return {};
+GpuLinkModes gpu_link_modes(const GpuProfile& gpu) {
+  GpuLinkModes modes;
   const auto nvlink = gpu.link_efficiency.find("nvlink");
-  if (nvlink == gpu.link_efficiency.end()) {
-    throw ModelError("GPU profile " + gpu.name + " has an NVLS efficiency but no nvlink one");
+  const auto xgmi = gpu.link_efficiency.find("xgmi");
+  if (nvlink != gpu.link_efficiency.end()) {
+    modes.ring_efficiency = nvlink->second.value;
+  } else if (xgmi != gpu.link_efficiency.end()) {
+    modes.ring_efficiency = xgmi->second.value;
   }
-  return {gpu.nvls_efficiency->value, nvlink->second.value};
+  if (gpu.nvls_efficiency) {
+    if (nvlink == gpu.link_efficiency.end()) {
+      throw ModelError("GPU profile " + gpu.name + " has an NVLS efficiency but no nvlink one");
+    }
+    modes.nvls_efficiency = gpu.nvls_efficiency->value;
+  }
+  if (gpu.p2p_efficiency) {
+    if (nvlink == gpu.link_efficiency.end() && xgmi == gpu.link_efficiency.end()) {
+      throw ModelError("GPU profile " + gpu.name +
+                       " has a p2p efficiency but no nvlink or xgmi one to run it on");
+    }
+    modes.p2p_efficiency = gpu.p2p_efficiency->value;
+  }
+  return modes;
 }
 
 std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu) {

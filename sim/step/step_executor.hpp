@@ -19,8 +19,8 @@ namespace fleetsim {
 // Usable capacity of each link: line rate times the profile's efficiency for its kind.
 std::vector<double> usable_link_capacities(const Topology& topology, const GpuProfile& gpu);
 
-// Where this GPU can use NVLS, with what efficiency.
-NvlsSupport nvls_support(const GpuProfile& gpu);
+// How this GPU's links to its peers run under NVLS, rings and point-to-point sends.
+GpuLinkModes gpu_link_modes(const GpuProfile& gpu);
 
 // Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology);

@@ -36,7 +36,7 @@ struct Run {
   std::vector<double> link_bytes;  // indexed by LinkId
 };
 
-Run run_alone(const Topology& topo, const CollectiveCosts& costs, NvlsSupport nvls,
+Run run_alone(const Topology& topo, const CollectiveCosts& costs, GpuLinkModes nvls,
               CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
               double size) {
   Engine engine;
@@ -48,7 +48,7 @@ Run run_alone(const Topology& topo, const CollectiveCosts& costs, NvlsSupport nv
   return {done_at.seconds(), net.link_bytes()};
 }
 
-Run run_alone(const Topology& topo, CollectiveLatency latency, NvlsSupport nvls,
+Run run_alone(const Topology& topo, CollectiveLatency latency, GpuLinkModes nvls,
               CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
               double size) {
   return run_alone(topo, CollectiveCosts::simple_only(latency.base, latency.per_step), nvls,
@@ -62,7 +62,7 @@ double collective_seconds(CollectiveOp op, int p, double size, double bytes_per_
   const Topology topo = ideal_ring(p, bytes_per_s, SimTime{});
   const CollectiveLatency latency{base, alpha};
   const Run run =
-      run_alone(topo, latency, NvlsSupport{}, CollectiveAlgorithm::ring, op, topo.gpus(), size);
+      run_alone(topo, latency, GpuLinkModes{}, CollectiveAlgorithm::ring, op, topo.gpus(), size);
   return run.seconds;
 }
 
@@ -157,7 +157,7 @@ NodeSpec nvl72_tray() {
 
 // A ring all-reduce of `size` bytes over every GPU of `topo`, without latency.
 Run ring_all_reduce(const Topology& topo, double size) {
-  return run_alone(topo, CollectiveLatency{}, NvlsSupport{}, CollectiveAlgorithm::ring,
+  return run_alone(topo, CollectiveLatency{}, GpuLinkModes{}, CollectiveAlgorithm::ring,
                    CollectiveOp::all_reduce, topo.gpus(), size);
 }
 
@@ -334,7 +334,7 @@ TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyon
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  Collectives collectives(engine, net, topo, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
   REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9).algorithm ==
           CollectiveAlgorithm::nvls);
   CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus(), 1e9).algorithm ==
@@ -352,13 +352,13 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
   const Topology plain = build_cluster(node, 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(plain));
-  Collectives on_plain(engine, net, plain, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  Collectives on_plain(engine, net, plain, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
   CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus(), 1e9).algorithm ==
         CollectiveAlgorithm::ring);
   node.nvls = true;
   const Topology two_nodes = build_cluster(node, 2, FabricSpec{});
   FlowNetwork net2(engine, line_rates(two_nodes));
-  Collectives across(engine, net2, two_nodes, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  Collectives across(engine, net2, two_nodes, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
   const auto spanning = across.candidates(CollectiveOp::all_reduce, two_nodes.gpus());
   CHECK(std::find(spanning.begin(), spanning.end(), CollectiveAlgorithm::nvls) == spanning.end());
   const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
@@ -574,12 +574,12 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
   node.nics = 0;
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   const std::vector<VertexId> four(topo.gpus().begin(), topo.gpus().begin() + 4);
-  CHECK(run_alone(topo, CollectiveLatency{}, NvlsSupport{0.5, 1.0}, CollectiveAlgorithm::nvls,
+  CHECK(run_alone(topo, CollectiveLatency{}, GpuLinkModes{0.5, 1.0}, CollectiveAlgorithm::nvls,
                   CollectiveOp::all_reduce, four, 1e9)
             .seconds == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.5, 1.0});
+  Collectives collectives(engine, net, topo, CollectiveLatency{}, GpuLinkModes{0.5, 1.0});
   // At that efficiency a ring is faster on 4 GPUs (2 x 3/4 x S / 450 GB/s = 3.3 ms against
   // 5.6 ms): the tuner picks it.
   CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9).algorithm ==
@@ -602,7 +602,7 @@ TEST_CASE("tree all-reduce across two nodes: S per node each way, at NCCL's tree
   const Topology topo = build_cluster(node, 2, FabricSpec{});
   const double size = 16e9;
   auto busbw = [&](CollectiveAlgorithm algorithm) {
-    const Run run = run_alone(topo, CollectiveLatency{}, NvlsSupport{}, algorithm,
+    const Run run = run_alone(topo, CollectiveLatency{}, GpuLinkModes{}, algorithm,
                               CollectiveOp::all_reduce, topo.gpus(), size);
     return 2.0 * 15 / 16 * size / run.seconds;
   };
@@ -624,7 +624,7 @@ TEST_CASE("the tree is held to the library's per-channel limit, and to less at m
   costs.tree_size_correction[static_cast<int>(Protocol::simple)] = std::vector<double>(13, 1.0);
   costs.tree_size_correction[static_cast<int>(Protocol::simple)][12] = 0.5;
   auto busbw = [&](double size) {
-    const Run run = run_alone(topo, costs, NvlsSupport{}, CollectiveAlgorithm::tree,
+    const Run run = run_alone(topo, costs, GpuLinkModes{}, CollectiveAlgorithm::tree,
                               CollectiveOp::all_reduce, topo.gpus(), size);
     return 2.0 * 15 / 16 * size / run.seconds;
   };
@@ -672,12 +672,12 @@ TEST_CASE("the tuner's choice is never slower than any candidate it skipped") {
     Collectives collectives(engine, net, topo, costs);
     const CollectiveChoice best = collectives.choose(CollectiveOp::all_reduce, topo.gpus(), size);
     ++picked[best.algorithm];
-    const double best_seconds = run_alone(topo, costs, NvlsSupport{}, best.algorithm,
+    const double best_seconds = run_alone(topo, costs, GpuLinkModes{}, best.algorithm,
                                           CollectiveOp::all_reduce, topo.gpus(), size)
                                     .seconds;
     for (const CollectiveAlgorithm other : {CollectiveAlgorithm::ring, CollectiveAlgorithm::tree}) {
       const double seconds =
-          run_alone(topo, costs, NvlsSupport{}, other, CollectiveOp::all_reduce, topo.gpus(), size)
+          run_alone(topo, costs, GpuLinkModes{}, other, CollectiveOp::all_reduce, topo.gpus(), size)
               .seconds;
       CHECK(best_seconds <= seconds);
     }
@@ -686,13 +686,34 @@ TEST_CASE("the tuner's choice is never slower than any candidate it skipped") {
   CHECK(picked[CollectiveAlgorithm::ring] > 0);
 }
 
+TEST_CASE("point-to-point sends inside a domain run at the p2p efficiency, across nodes not") {
+  // Links sized at the ring's efficiency (1 here); with p2p efficiency 0.5 a send/recv or an
+  // all-to-all inside the NVSwitch node takes twice as long, and one between nodes (bound by the
+  // NICs) is unchanged.
+  const Topology one = build_cluster(eight_gpu_node(), 1, FabricSpec{});
+  const Topology two = build_cluster(eight_gpu_node(), 2, FabricSpec{});
+  const GpuLinkModes half{0.0, 1.0, 0.5};
+  for (const auto& [op, algorithm] :
+       {std::pair{CollectiveOp::send_recv, CollectiveAlgorithm::pairs},
+        std::pair{CollectiveOp::all_to_all, CollectiveAlgorithm::direct}}) {
+    INFO(to_string(op));
+    const auto seconds = [&](const Topology& topo, const std::vector<VertexId>& ranks,
+                             GpuLinkModes modes) {
+      return run_alone(topo, CollectiveLatency{}, modes, algorithm, op, ranks, 8e9).seconds;
+    };
+    CHECK(seconds(one, one.gpus(), half) == Approx(2 * seconds(one, one.gpus(), {})));
+    const std::vector<VertexId> across{two.gpus()[0], two.gpus()[8]};  // one GPU per node
+    CHECK(seconds(two, across, half) == Approx(seconds(two, across, {})));
+  }
+}
+
 TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") {
   // 8 nodes x 8 GPUs, a per-step latency of 10 us above every hop's path latency (0 here),
   // base 5 us, and a message too small to matter. Tree: 5 + 2 x ((8 - 1) + log2 8) x 10 =
   // 205 us. Ring: 5 + 2 x (64 - 1) x 10 = 1265 us.
   const Topology topo = build_cluster(eight_gpu_node(), 8, FabricSpec{});
   auto seconds = [&](CollectiveAlgorithm algorithm) {
-    const Run run = run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, NvlsSupport{},
+    const Run run = run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, GpuLinkModes{},
                               algorithm, CollectiveOp::all_reduce, topo.gpus(), 64);
     return run.seconds;
   };
@@ -710,7 +731,7 @@ TEST_CASE("NVLS-tree latency: two switch steps and 2 log2(domains) network steps
     INFO(nodes << " domains");
     const Topology topo = build_cluster(node, nodes, FabricSpec{});
     const Run run =
-        run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, NvlsSupport{0.7, 1.0},
+        run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, GpuLinkModes{0.7, 1.0},
                   CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(), 64);
     CHECK(run.seconds == Approx(expected_us * 1e-6).epsilon(1e-3));
   }
@@ -726,7 +747,7 @@ TEST_CASE("hierarchical all-reduce: three phases in turn, each at its own bottle
   const double size = 16e9;
   const double expected = 2 * (7.0 / 8 * size / 450e9) + size / 8 / 50e9;
   const Run run =
-      run_alone(topo, CollectiveLatency{}, NvlsSupport{}, CollectiveAlgorithm::hierarchical,
+      run_alone(topo, CollectiveLatency{}, GpuLinkModes{}, CollectiveAlgorithm::hierarchical,
                 CollectiveOp::all_reduce, topo.gpus(), size);
   CHECK(run.seconds == Approx(expected).epsilon(1e-6));
   for (LinkId l = 0; l < topo.link_count(); ++l) {
@@ -752,7 +773,7 @@ TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
   // per step: 5 + 2 x (7 + 1) x 10 = 165 us.
   const Topology three = build_cluster(eight_gpu_node(), 3, FabricSpec{});
   const CollectiveLatency latency{from_us(5), from_us(10)};
-  CHECK(run_alone(three, latency, NvlsSupport{}, CollectiveAlgorithm::tree,
+  CHECK(run_alone(three, latency, GpuLinkModes{}, CollectiveAlgorithm::tree,
                   CollectiveOp::all_reduce, three.gpus(), 64)
             .seconds == Approx(165e-6).epsilon(1e-3));
   Engine engine;
@@ -777,7 +798,7 @@ TEST_CASE("an NVLink domain spans trays: 72 GPUs of 18 trays talk over one NVSwi
   const Topology rack = build_cluster(tray, 18, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(rack));
-  Collectives collectives(engine, net, rack, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+  Collectives collectives(engine, net, rack, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
   CHECK(collectives.channel_rings(rack.gpus()).size() == 1);
   CHECK(collectives.choose(CollectiveOp::all_reduce, rack.gpus(), 1e9).algorithm ==
         CollectiveAlgorithm::nvls);
@@ -865,7 +886,7 @@ TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever i
     const Topology topo = build_cluster(node, 2, FabricSpec{});
     Engine engine;
     FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{}, NvlsSupport{0.686, 1.0});
+    Collectives collectives(engine, net, topo, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
     const double size = 16e9;
     SimTime done_at{};
     collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(),

@@ -97,6 +97,32 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of Azure's published sweep") {
   CHECK(simulated.front().busbw_gb_per_s == Approx(478.87).epsilon(0.02));
 }
 
+TEST_CASE("out of sample: all-gather and reduce-scatter on 8 x H100 against XLA's table") {
+  // openxla/xla collective_interpolator_data.h, key sm_90, groups of 8 (published figures):
+  // network_throughput_bytes_per_sec of all-gather at 512 MiB, 1 and 2 GiB gathered, and of
+  // reduce-scatter at 256 MiB .. 2 GiB reduced (32 .. 256 MiB shards x 8), read as nccl-tests'
+  // algbw (S / time; the field's meaning is not documented). The NVLink efficiency comes from
+  // NVIDIA's all-reduce figure (370 GB/s busbw), nothing from these. All-gather lands within
+  // 10% (+5..7%); reduce-scatter runs 12..16% over: the ring moves its bytes like an all-gather,
+  // and the reduction's cost on the GPU is not modelled (README).
+  const StepInputs cluster = load_cluster(DataPaths{FLEETSIM_SOURCE_DIR}, "dgx-h100", 1);
+  const double mib = 1 << 20;
+  const std::tuple<CollectiveOp, double, double, double> rows[] = {
+      {CollectiveOp::all_gather, 512 * mib, 384.032229267, 0.074},
+      {CollectiveOp::all_gather, 1024 * mib, 391.036278245, 0.068},
+      {CollectiveOp::all_gather, 2048 * mib, 400.124397805, 0.050},
+      {CollectiveOp::reduce_scatter, 256 * mib, 347.901791639, 0.157},
+      {CollectiveOp::reduce_scatter, 2048 * mib, 373.842693108, 0.124},
+  };
+  for (const auto& [op, size, xla_gb_per_s, readme_error] : rows) {
+    INFO(to_string(op) << " " << size / mib << " MiB");
+    const double algbw = benchmark_collective(cluster, op, 8, {size}).front().algbw_gb_per_s;
+    const double error = algbw / xla_gb_per_s - 1;
+    CHECK(error == Approx(readme_error).margin(0.01));
+    if (op == CollectiveOp::all_gather) CHECK(std::abs(error) < 0.10);
+  }
+}
+
 TEST_CASE("RTX 5090 without P2P: a user's 8- and 4-GPU Xeon reports within 10%") {
   // NVIDIA/nccl issue 1639: 8x RTX 5090 on two Xeon 8480+ (8 channels of DDR5-4800 each, 614.4
   // GB/s together), 28 GB/s busbw at 1-8 GB, 35 GB/s with 4 GPUs. With 8 GPUs host memory
@@ -176,12 +202,12 @@ TEST_CASE("the simulator's bus factors are the ones the log reader checks logs w
 namespace {
 
 // A log as nccl-tests would print it for the simulator's own timings.
-NcclLog synthetic_log(const StepInputs& cluster, int ranks, const std::vector<double>& sizes) {
+NcclLog synthetic_log(const StepInputs& cluster, int ranks, const std::vector<double>& sizes,
+                      CollectiveOp op = CollectiveOp::all_reduce) {
   NcclLog log;
   log.file = "(synthetic)";
-  log.op = "all_reduce";
-  for (const CollectiveSample& sample :
-       benchmark_collective(cluster, CollectiveOp::all_reduce, ranks, sizes)) {
+  log.op = op == CollectiveOp::send_recv ? "sendrecv" : to_string(op);
+  for (const CollectiveSample& sample : benchmark_collective(cluster, op, ranks, sizes)) {
     NcclLogRow row;
     row.size_bytes = sample.size_bytes;
     row.out_of_place = NcclTiming{sample.time_us, sample.algbw_gb_per_s, sample.busbw_gb_per_s, {}};
@@ -232,6 +258,43 @@ TEST_CASE("a fit of an NVLS or NVLS-tree log recovers the switch-reduction effic
     CHECK(fit.parameter == "nvls_efficiency");
     CHECK(fit.efficiency == Approx(0.6).epsilon(0.01));
   }
+}
+
+TEST_CASE("a fit of a send/recv log recovers the point-to-point efficiency") {
+  // 8 x A100 sending to their neighbours over NVSwitch: NVLink bounds the run, at the profile's
+  // p2p efficiency, which the fit recovers whatever the profile said before.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  StepInputs truth = load_cluster(DataPaths{source}, "dgx-a100", 1);
+  truth.gpu.p2p_efficiency->value = 0.55;
+  const NcclLog log = synthetic_log(truth, 8, {128e6, 512e6, 2e9, 8e9}, CollectiveOp::send_recv);
+  StepInputs start = load_cluster(DataPaths{source}, "dgx-a100", 1);
+  start.gpu.p2p_efficiency.reset();  // as a profile without the entry
+  const CollectiveFit fit = fit_collective_log(start, log, 8);
+  CHECK(fit.parameter == "p2p_efficiency");
+  CHECK(fit.efficiency == Approx(0.55).epsilon(1e-4));
+}
+
+TEST_CASE("8 x A100 send/recv: the point-to-point efficiency is the published log's") {
+  // sendrecv_perf -g 8, 128 MiB .. 1 GiB: 110.81, 188.6, 192.75, 195.1 GB/s (third-party log,
+  // li-plus/playground cuda/nccl.md; published figures). The profile's p2p efficiency was set
+  // from the 1 GiB row, so that row checks only the arithmetic; the 256 and 512 MiB rows follow
+  // from it within 3% (the 128 MiB row, at 58% of the rest, is not followed by any latency the
+  // library's tables give). At the ring's NVLink efficiency the 1 GiB row would be 18% over.
+  const StepInputs cluster = load_cluster(DataPaths{FLEETSIM_SOURCE_DIR}, "dgx-a100", 1);
+  const double mib = 1 << 20;
+  for (const auto& [size, measured] :
+       {std::pair{256 * mib, 188.6}, std::pair{512 * mib, 192.75}, std::pair{1024 * mib, 195.1}}) {
+    INFO(size / mib << " MiB");
+    const auto simulated = benchmark_collective(cluster, CollectiveOp::send_recv, 8, {size});
+    CHECK(simulated.front().busbw_gb_per_s == Approx(measured).epsilon(0.03));
+  }
+  StepInputs ring_efficiency = cluster;
+  ring_efficiency.gpu.p2p_efficiency.reset();
+  const double without =
+      benchmark_collective(ring_efficiency, CollectiveOp::send_recv, 8, {1024 * mib})
+          .front()
+          .busbw_gb_per_s;
+  CHECK(without / 195.1 - 1 == Approx(0.18).margin(0.02));
 }
 
 TEST_CASE("out of sample: xGMI fitted on one MI300X log predicts another within 2%") {

@@ -140,8 +140,9 @@ void run_calibrate_command(const CalibrateOptions& options) {
   try {
     const GpuProfile written = load_cluster(data, options.node, options.nodes, options.gpu).gpu;
     const double value =
-        fit.parameter == "nvls_efficiency"
-            ? written.nvls_efficiency.value().value
+        fit.parameter == "nvls_efficiency" ? written.nvls_efficiency.value().value
+        : fit.parameter == "p2p_efficiency"
+            ? written.p2p_efficiency.value().value
             : written.link_efficiency.at(fit.parameter.substr(fit.parameter.find('.') + 1)).value;
     if (std::abs(value - entry.value) > 0.0005) {
       throw ModelError(profile.string() + ": " + fit.parameter + " reads back as " +
