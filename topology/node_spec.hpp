@@ -15,7 +15,9 @@ namespace fleetsim {
 enum class GpuFabric {
   nvswitch,   // every GPU has one aggregate port into a non-blocking crossbar (HGX/DGX boards)
   xgmi_mesh,  // every GPU pair has its own link (AMD Infinity Fabric / xGMI on MI300X)
-  pcie_only   // no GPU links: peer traffic crosses PCIe switches and the host
+  // NVLink bridges join GPUs 2k and 2k+1 (H100 PCIe, A100 PCIe); other pairs talk over PCIe.
+  nvlink_pairs,
+  pcie_only  // no GPU links: peer traffic crosses PCIe switches and the host
 };
 
 // What the NICs speak; a GPU profile gives each its achievable fraction of line rate.
@@ -28,7 +30,9 @@ struct NodeSpec {
   std::string gpu_profile;  // calibration profile name, e.g. "h100-sxm"
   int gpus = 8;
   GpuFabric gpu_fabric = GpuFabric::nvswitch;
-  double nvlink_bytes_per_s = 0;  // per GPU per direction, all NVLinks of the GPU together
+  // Per GPU per direction, all NVLinks of the GPU together (nvswitch: into the switch;
+  // nvlink_pairs: over its bridges to its partner).
+  double nvlink_bytes_per_s = 0;
   // Per-link latencies (optional in presets) describe the hardware. Collective timing does not
   // add them up hop by hop: the library's per-step latencies (CollectiveCosts), measured end to
   // end, already include them.

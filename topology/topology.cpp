@@ -355,6 +355,12 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
                            spec.nvlink_latency);
     }
   }
+  if (spec.gpu_fabric == GpuFabric::nvlink_pairs) {
+    for (std::size_t a = 0; a + 1 < gpus.size(); a += 2) {
+      topo.add_duplex_link(gpus[a], gpus[a + 1], LinkKind::nvlink, spec.nvlink_bytes_per_s,
+                           spec.nvlink_latency);
+    }
+  }
   if (spec.gpu_fabric == GpuFabric::xgmi_mesh) {
     for (std::size_t a = 0; a < gpus.size(); ++a) {
       for (std::size_t b = a + 1; b < gpus.size(); ++b) {

@@ -430,9 +430,10 @@ struct NodeKey {
 };
 
 GpuFabric read_gpu_fabric(const Field& f) {
-  const std::string fabric = read_choice(f, {"nvswitch", "xgmi_mesh", "pcie_only"});
+  const std::string fabric = read_choice(f, {"nvswitch", "xgmi_mesh", "nvlink_pairs", "pcie_only"});
   if (fabric == "nvswitch") return GpuFabric::nvswitch;
   if (fabric == "xgmi_mesh") return GpuFabric::xgmi_mesh;
+  if (fabric == "nvlink_pairs") return GpuFabric::nvlink_pairs;
   return GpuFabric::pcie_only;
 }
 
@@ -1024,6 +1025,13 @@ void check_node(const NodeSpec& spec, const Field& f) {
   if (spec.gpu_fabric == GpuFabric::nvswitch && spec.nvlink_bytes_per_s <= 0) {
     fail(f, "gpu_fabric nvswitch needs an nvlink bandwidth", "add nvlink: 450GB/s (for example)");
   }
+  if (spec.gpu_fabric == GpuFabric::nvlink_pairs && spec.nvlink_bytes_per_s <= 0) {
+    fail(f, "gpu_fabric nvlink_pairs needs an nvlink bandwidth",
+         "add nvlink: 300GB/s (for example: three NVLink 4 bridges)");
+  }
+  if (spec.gpu_fabric == GpuFabric::nvlink_pairs && spec.gpus % 2 != 0) {
+    fail(f, "gpu_fabric nvlink_pairs needs an even number of GPUs", "bridges join GPUs two by two");
+  }
   if (spec.nvlink_domain_nodes > 1 && spec.gpu_fabric != GpuFabric::nvswitch) {
     fail(f, "nvlink_domain_nodes > 1 needs gpu_fabric nvswitch",
          "an NVLink domain spans nodes only through an NVSwitch");
@@ -1061,7 +1069,7 @@ NodeBuild Loader::node_preset(const Field& name) {
                       "host_link", "nics", "sources"});
   NodeBuild b;
   apply_node_keys(b, root);
-  if (b.spec.gpu_fabric == GpuFabric::nvswitch) {
+  if (b.spec.gpu_fabric == GpuFabric::nvswitch || b.spec.gpu_fabric == GpuFabric::nvlink_pairs) {
     require_keys(root, {"nvlink"});
   }
   if (b.spec.gpu_fabric == GpuFabric::xgmi_mesh) {

@@ -524,6 +524,15 @@ TEST_CASE("a node without peer-to-peer needs its host memory bandwidth") {
   CHECK(s.variants[0].inputs.node.host_memory_bytes_per_s == Approx(460.8e9));
 }
 
+TEST_CASE("NVLink bridges need a bandwidth and GPUs in pairs") {
+  const std::string bridged = with(kBase, "node: dgx-h100", "node: h100-pcie-server");
+  CHECK(load_text(bridged).variants[0].inputs.node.gpu_fabric == GpuFabric::nvlink_pairs);
+  const auto odd = load_error(
+      with(bridged, "node: h100-pcie-server", "node: {preset: h100-pcie-server, gpus: 7}"));
+  REQUIRE(odd);
+  CHECK_THAT(odd->what(), Catch::Contains("needs an even number of GPUs"));
+}
+
 TEST_CASE("a fitted entry replaces its block in a profile and nothing else") {
   const std::string profile =
       "name: p\n"

@@ -214,6 +214,26 @@ TEST_CASE("routes stay out of third nodes, but cross an NVLink domain that spans
   CHECK(topo.route(nic0, topo.link(up).to).size() == 1);
 }
 
+TEST_CASE("NVLink bridges join GPUs two by two; other pairs route over PCIe") {
+  NodeSpec node = one_nic_node();
+  node.gpus = 4;
+  node.gpu_fabric = GpuFabric::nvlink_pairs;
+  node.nvlink_bytes_per_s = 300e9;
+  node.pcie_switches = 2;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  const std::vector<VertexId> gpus = topo.gpus();
+  REQUIRE(gpus.size() == 4);
+  for (const auto& [a, b] : {std::pair{0, 1}, std::pair{2, 3}}) {
+    REQUIRE(topo.link_between(gpus[a], gpus[b]));
+    CHECK(topo.link(*topo.link_between(gpus[a], gpus[b])).kind == LinkKind::nvlink);
+    CHECK(topo.route(gpus[a], gpus[b]).size() == 1);
+  }
+  CHECK_FALSE(topo.link_between(gpus[1], gpus[2]));
+  for (const LinkId l : topo.route(gpus[1], gpus[2])) {
+    CHECK(topo.link(l).kind == LinkKind::pcie);
+  }
+}
+
 TEST_CASE("a failed route leaves the search state clean for the next one") {
   // Two unconnected GPUs, then a route that exists: the second search must be as from scratch.
   Topology topo;

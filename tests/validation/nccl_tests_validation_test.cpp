@@ -182,6 +182,16 @@ TEST_CASE("PCIe presets reach their analytic ring bounds") {
   const StepInputs rtx4090 = load_cluster(DataPaths{source}, "rtx4090-server", 1);
   CHECK(benchmark_collective(rtx4090, CollectiveOp::all_reduce, 8, {8e9}).front().busbw_gb_per_s ==
         Approx(std::min(32 * 0.59, 409.6 * 0.80 / 16)).epsilon(0.01));
+  //   8x H100 PCIe bridged in pairs: a ring over all eight crosses PCIe between pairs, so the
+  //     Gen5 links bound it (64 x 0.80 = 51.2 GB/s); over one bridged pair it runs at NVLink
+  //     speed (300 x 0.822 = 246.6 GB/s; a 2-rank all-reduce's bus factor is 1).
+  const StepInputs h100_pcie = load_cluster(DataPaths{source}, "h100-pcie-server", 1);
+  CHECK(
+      benchmark_collective(h100_pcie, CollectiveOp::all_reduce, 8, {8e9}).front().busbw_gb_per_s ==
+      Approx(64 * 0.80).epsilon(0.01));
+  CHECK(
+      benchmark_collective(h100_pcie, CollectiveOp::all_reduce, 2, {8e9}).front().busbw_gb_per_s ==
+      Approx(300 * 0.822).epsilon(0.01));
 }
 
 TEST_CASE("the simulator's bus factors are the ones the log reader checks logs with") {
