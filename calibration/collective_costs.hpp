@@ -49,9 +49,10 @@ struct CollectiveCosts {
   // Per GPU generation, ascending; empty where the library's tables are not known (the tree then
   // runs only when forced: without them it would look faster than it runs).
   std::vector<TreeChannelLimits> tree_channel_limits;
-  // The limits of the GPUs that run the collectives (chosen by compute capability when the
-  // profile is read); absent: the tree is left out of the tuner.
-  std::optional<TreeChannelLimits> tree_limits;
+  std::string tree_model_source;  // where the limits and the size correction come from
+  // The row of tree_channel_limits for the GPUs that run the collectives, chosen by compute
+  // capability when the GPU profile is read; absent: the tree is left out of the tuner.
+  std::optional<TreeChannelLimits> gpu_tree_limits;
   // The tuner's correction of the tree's bandwidth at medium sizes (NCCL's
   // treeCorrectionFactor), per protocol, for message sizes 64 B x 2^i; 1 beyond the table.
   std::array<std::vector<double>, 3> tree_size_correction{};
@@ -59,9 +60,10 @@ struct CollectiveCosts {
   // The correction for a message of `size_bytes` with `protocol`.
   double tree_correction(Protocol protocol, double size_bytes) const {
     const auto& table = tree_size_correction[static_cast<int>(protocol)];
-    const double units = size_bytes / 64.0;  // NCCL: log2i(nBytes >> 6)
-    const int index = units < 1 ? 0 : static_cast<int>(std::floor(std::log2(units)));
-    return index < static_cast<int>(table.size()) ? table[index] : 1.0;
+    const double units = size_bytes / 64.0;  // NCCL: log2i(nBytes >> 6), none below 64 B
+    if (units < 1) return 1.0;
+    const auto index = static_cast<std::size_t>(std::floor(std::log2(units)));
+    return index < table.size() ? table[index] : 1.0;
   }
 
   // Simple only, with one step latency for every link class: for tests and hand-made cases.

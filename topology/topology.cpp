@@ -356,6 +356,9 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
     }
   }
   if (spec.gpu_fabric == GpuFabric::nvlink_pairs) {
+    if (spec.gpus % 2 != 0) {
+      throw ModelError("node preset " + spec.name + ": NVLink bridges need GPUs in pairs");
+    }
     for (std::size_t a = 0; a + 1 < gpus.size(); a += 2) {
       topo.add_duplex_link(gpus[a], gpus[a + 1], LinkKind::nvlink, spec.nvlink_bytes_per_s,
                            spec.nvlink_latency);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "sim/engine/errors.hpp"
 
@@ -190,7 +191,7 @@ CollectiveChoice Collectives::fastest(const std::vector<CollectiveAlgorithm>& al
   for (const CollectiveAlgorithm algorithm : algorithms) {
     for (const Protocol protocol : protocols(algorithm)) {
       const CollectiveChoice choice{algorithm, protocol};
-      list.push_back({lower_bound(choice, op, ranks, size_bytes), list.size(), choice});
+      list.push_back({time_lower_bound(choice, op, ranks, size_bytes), list.size(), choice});
     }
   }
   if (list.empty()) throw ModelError(std::string("no protocol can run ") + to_string(op));
@@ -230,7 +231,7 @@ CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId
     // that per channel. Where the library's per-channel limits for these GPUs are known, the
     // tree runs held to them and competes; elsewhere it would look better than it runs, so it
     // runs only when forced.
-    if (!costs_.tree_limits) std::erase(algorithms, CollectiveAlgorithm::tree);
+    if (!costs_.gpu_tree_limits) std::erase(algorithms, CollectiveAlgorithm::tree);
     std::erase(algorithms, CollectiveAlgorithm::hierarchical);  // not NCCL's: only when asked
   }
   const ChoiceKey key{op, ranks, size_bytes, forced};
@@ -241,8 +242,8 @@ CollectiveChoice Collectives::choose(CollectiveOp op, const std::vector<VertexId
   return best;
 }
 
-SimTime Collectives::lower_bound(CollectiveChoice choice, CollectiveOp op,
-                                 const std::vector<VertexId>& ranks, double size_bytes) const {
+SimTime Collectives::time_lower_bound(CollectiveChoice choice, CollectiveOp op,
+                                      const std::vector<VertexId>& ranks, double size_bytes) const {
   if (ranks.size() < 2) return SimTime{};
   SimTime bound = latency(choice, op, ranks);
   if (choice.algorithm == CollectiveAlgorithm::tree) {
@@ -391,8 +392,15 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
   const auto p = static_cast<std::int64_t>(ranks.size());
   const auto nodes = static_cast<std::int64_t>(groups.size());
   const std::vector<VertexId>& first = groups.front();
-  const bool gpu_links = topology_->nvswitch_of(first.front()) ||
-                         (first.size() > 1 && topology_->link_between(first[0], first[1]));
+  // NVLink (or xGMI) steps only if every hop inside the group has a GPU link, as NCCL takes its
+  // graph's worst intra-node link: on bridged pairs a ring also crosses PCIe between pairs.
+  bool gpu_links = topology_->nvswitch_of(first.front()).has_value();
+  if (!gpu_links && first.size() > 1) {
+    gpu_links = true;
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      gpu_links = gpu_links && topology_->link_between(first[i], first[(i + 1) % first.size()]);
+    }
+  }
   const SimTime intra = gpu_links ? cost.nvlink_step : cost.pcie_step;
   const SimTime inter = cost.network_step;
   // A heap-ordered binary tree over n domains is floor(log2 n) edges deep.
@@ -439,17 +447,22 @@ Collectives::Plan Collectives::plan_ring(CollectiveOp op, const std::vector<Vert
 
 std::optional<double> Collectives::tree_bus_bandwidth_cap(
     Protocol protocol, const std::vector<VertexId>& ranks) const {
-  if (!costs_.tree_limits) return std::nullopt;
-  const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
-  const std::size_t bucket = std::min<std::size_t>(nodes.size(), 3) - 1;  // 1, 2, 3+ nodes
-  // NCCL's tree graph has a channel per NIC of a node (its search stops at MAXCHANNELS / 2 = 16
-  // before it duplicates them); the tuner multiplies the per-channel limit by that count.
+  if (!costs_.gpu_tree_limits) return std::nullopt;
+  // NCCL's column is by hosts (nNodes), even where an NVLink domain spans several trays.
+  std::set<int> hosts;
+  for (const VertexId gpu : ranks) hosts.insert(topology_->vertex(gpu).node);
+  const std::size_t bucket = std::min<std::size_t>(hosts.size(), 3) - 1;  // 1, 2, 3+ hosts
+  // The tuner multiplies the per-channel limit by the tree graph's channel count, which NCCL's
+  // topology search finds; it is not modelled. Assumed here: a channel per NIC that the first
+  // domain's ranks use, at least 2 (NCCL duplicates a single channel) and at most 16
+  // (MAXCHANNELS / 2, where the search stops).
+  const std::vector<std::vector<VertexId>> domains = group_by_node(ranks);
   std::set<VertexId> nics;
-  for (const VertexId gpu : nodes.front()) {
+  for (const VertexId gpu : domains.front()) {
     if (const auto nic = topology_->nic_of_gpu(gpu)) nics.insert(*nic);
   }
-  const auto channels = static_cast<double>(std::clamp<std::size_t>(nics.size(), 1, 16));
-  const TreeChannelLimits& limits = *costs_.tree_limits;
+  const auto channels = static_cast<double>(std::clamp<std::size_t>(nics.size(), 2, 16));
+  const TreeChannelLimits& limits = *costs_.gpu_tree_limits;
   // Every protocol is held to the Simple tree's limit scaled by its bandwidth; LL128 also to its
   // own (tuning.cc applies them one after the other).
   double per_channel =

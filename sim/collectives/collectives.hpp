@@ -23,7 +23,8 @@
 // protocol (LL, LL128, Simple) divides the bandwidth by its efficiency and brings its own
 // latencies. On an ideal ring of link bandwidth B with Simple at step latency a and no base,
 // all-reduce takes 2(p-1)/p * S/B + 2(p-1)*a. At thousands of ranks the ring's latency
-// dominates; the tuner then switches to the tree, as NCCL's does.
+// dominates; the tuner then switches to the tree, as NCCL's does, where the library's tree
+// limits for the GPUs are known (NCCL's; not RCCL's).
 #pragma once
 
 #include <functional>
@@ -174,8 +175,8 @@ class Collectives {
                                                const std::vector<VertexId>& ranks) const;
   // A time `choice` cannot beat on an idle network: its latency, and for the tree its capped
   // bandwidth. Lets the tuner skip simulating candidates that cannot win.
-  SimTime lower_bound(CollectiveChoice choice, CollectiveOp op, const std::vector<VertexId>& ranks,
-                      double size_bytes) const;
+  SimTime time_lower_bound(CollectiveChoice choice, CollectiveOp op,
+                           const std::vector<VertexId>& ranks, double size_bytes) const;
   Plan plan_nvls(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_nvls_tree(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_hierarchical(CollectiveChoice choice, const std::vector<VertexId>& ranks,

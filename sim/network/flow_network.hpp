@@ -55,7 +55,7 @@ class FlowNetwork {
 
   // Starts a transfer of size_bytes over the links (duplicates are merged into weights), at no
   // more than max_rate bytes/s. on_complete runs `latency` after the last byte has been
-  // transferred.
+  // transferred. A transfer over no links (a local copy) takes only its latency, ceiling or not.
   FlowId start_flow(std::vector<LinkUse> links, double size_bytes, SimTime latency,
                     Callback on_complete, double max_rate = kUncapped);
   static constexpr double kUncapped = std::numeric_limits<double>::infinity();

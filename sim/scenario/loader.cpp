@@ -833,7 +833,7 @@ const Preset& Loader::preset(const Field& name_field, const fs::path& dir, std::
 }
 
 const Keys kLibraryKeys = {"name", "source", "ring", "tree", "tree_efficiency"};
-const Keys kLibraryOptionalKeys = {"tree_channel_limits_source", "tree_channel_limits",
+const Keys kLibraryOptionalKeys = {"tree_model_source", "tree_channel_limits",
                                    "tree_size_correction"};
 const Keys kTreeLimitKeys = {"from_compute_capability", "simple", "ll128"};
 const Keys kProtocolNames = {"ll", "ll128", "simple"};
@@ -937,7 +937,6 @@ CollectiveCosts Loader::collective_library(const Field& name) {
   costs.tree = read_protocol_costs(require(root, "tree"));
   costs.tree_efficiency = read_fraction(require(root, "tree_efficiency"));
   if (const auto limits = find(root, "tree_channel_limits")) {
-    read_string(require(root, "tree_channel_limits_source"));
     costs.tree_channel_limits = read_tree_channel_limits(*limits);
   }
   if (const auto correction = find(root, "tree_size_correction")) {
@@ -948,6 +947,10 @@ CollectiveCosts Loader::collective_library(const Field& name) {
         costs.tree_size_correction[p].push_back(read_fraction(factor));
       }
     }
+  }
+  // The tree's tables are the library's measurements: they name where they come from.
+  if (find(root, "tree_channel_limits") || find(root, "tree_size_correction")) {
+    costs.tree_model_source = read_string(require(root, "tree_model_source"));
   }
   return costs;
 }
@@ -1030,7 +1033,8 @@ void check_node(const NodeSpec& spec, const Field& f) {
          "add nvlink: 300GB/s (for example: three NVLink 4 bridges)");
   }
   if (spec.gpu_fabric == GpuFabric::nvlink_pairs && spec.gpus % 2 != 0) {
-    fail(f, "gpu_fabric nvlink_pairs needs an even number of GPUs", "bridges join GPUs two by two");
+    fail(f, "gpu_fabric nvlink_pairs needs an even number of GPUs",
+         "set gpus to an even number: bridges join GPUs two by two");
   }
   if (spec.nvlink_domain_nodes > 1 && spec.gpu_fabric != GpuFabric::nvswitch) {
     fail(f, "nvlink_domain_nodes > 1 needs gpu_fabric nvswitch",
@@ -1165,13 +1169,19 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   }
   if (const auto p2p = find(root, "p2p_efficiency")) {
     g.p2p_efficiency = read_calibrated(*p2p, Quantity::fraction);
+    if (!g.link_efficiency.count("nvlink") && !g.link_efficiency.count("xgmi")) {
+      fail(*p2p, "a p2p efficiency needs an nvlink or xgmi link efficiency",
+           "point-to-point sends between GPUs run over NVLink or xGMI; remove p2p_efficiency");
+    }
   }
   g.collectives = collective_library(require(root, "collective_library"));
   if (const auto capability = find(root, "compute_capability")) {
     g.compute_capability = read_compute_capability(*capability);
     // The library's row for this generation: the last one that starts at or below it.
     for (const TreeChannelLimits& row : g.collectives.tree_channel_limits) {
-      if (row.from_compute_capability <= *g.compute_capability) g.collectives.tree_limits = row;
+      if (row.from_compute_capability <= *g.compute_capability) {
+        g.collectives.gpu_tree_limits = row;
+      }
     }
   }
   return g;

@@ -114,8 +114,9 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
     fit.parameter = "nvls_efficiency";
     efficiency = &trial.gpu.nvls_efficiency->value;  // NVLS runs only where the profile has it
     *efficiency = 1;
-  } else if (op == CollectiveOp::send_recv && gpu_link) {
-    // Sends between peers of one domain run at the point-to-point efficiency.
+  } else if ((op == CollectiveOp::send_recv || op == CollectiveOp::all_to_all) && gpu_link) {
+    // Sends between peers of one domain (send/recv, all-to-all) run at the point-to-point
+    // efficiency.
     fit.parameter = "p2p_efficiency";
     trial.gpu.p2p_efficiency = Calibrated{1.0, 0.0, "fit"};
     efficiency = &trial.gpu.p2p_efficiency->value;

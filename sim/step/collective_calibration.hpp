@@ -3,8 +3,8 @@
 // The log's rows are replayed on the cluster's topology with the algorithm the log used (the
 // tuner's, unless forced). The parameter fitted is the efficiency of the algorithm's bottleneck:
 // the link kind whose links are the most loaded (link_efficiency.<kind>), nvls_efficiency for
-// NVLS and NVLS-tree when NVLink bounds them, or p2p_efficiency for send/recv bound by NVLink
-// or xGMI. With every latency at 0 the simulator gives each
+// NVLS and NVLS-tree when NVLink bounds them, or p2p_efficiency for send/recv and all-to-all
+// bound by NVLink or xGMI. With every latency at 0 the simulator gives each
 // row a bandwidth-only time x(e) at efficiency e; the measured time is y = L + x(e), fitted on
 // relative errors (linear_fit.hpp) as y = L + s * x(e) and solved for s = 1: e is the
 // efficiency, L the latency of this collective on these ranks.

@@ -36,22 +36,22 @@ struct Run {
   std::vector<double> link_bytes;  // indexed by LinkId
 };
 
-Run run_alone(const Topology& topo, const CollectiveCosts& costs, GpuLinkModes nvls,
+Run run_alone(const Topology& topo, const CollectiveCosts& costs, GpuLinkModes gpu_links,
               CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
               double size) {
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, costs, nvls);
+  Collectives collectives(engine, net, topo, costs, gpu_links);
   SimTime done_at{};
   collectives.run_with(algorithm, op, ranks, size, [&] { done_at = engine.now(); });
   engine.run();
   return {done_at.seconds(), net.link_bytes()};
 }
 
-Run run_alone(const Topology& topo, CollectiveLatency latency, GpuLinkModes nvls,
+Run run_alone(const Topology& topo, CollectiveLatency latency, GpuLinkModes gpu_links,
               CollectiveAlgorithm algorithm, CollectiveOp op, const std::vector<VertexId>& ranks,
               double size) {
-  return run_alone(topo, CollectiveCosts::simple_only(latency.base, latency.per_step), nvls,
+  return run_alone(topo, CollectiveCosts::simple_only(latency.base, latency.per_step), gpu_links,
                    algorithm, op, ranks, size);
 }
 
@@ -334,7 +334,8 @@ TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyon
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
+  Collectives collectives(engine, net, topo, CollectiveLatency{},
+                          GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
   REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9).algorithm ==
           CollectiveAlgorithm::nvls);
   CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus(), 1e9).algorithm ==
@@ -352,13 +353,15 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
   const Topology plain = build_cluster(node, 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(plain));
-  Collectives on_plain(engine, net, plain, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
+  Collectives on_plain(engine, net, plain, CollectiveLatency{},
+                       GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
   CHECK(on_plain.choose(CollectiveOp::all_reduce, plain.gpus(), 1e9).algorithm ==
         CollectiveAlgorithm::ring);
   node.nvls = true;
   const Topology two_nodes = build_cluster(node, 2, FabricSpec{});
   FlowNetwork net2(engine, line_rates(two_nodes));
-  Collectives across(engine, net2, two_nodes, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
+  Collectives across(engine, net2, two_nodes, CollectiveLatency{},
+                     GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
   const auto spanning = across.candidates(CollectiveOp::all_reduce, two_nodes.gpus());
   CHECK(std::find(spanning.begin(), spanning.end(), CollectiveAlgorithm::nvls) == spanning.end());
   const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
@@ -574,12 +577,14 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
   node.nics = 0;
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   const std::vector<VertexId> four(topo.gpus().begin(), topo.gpus().begin() + 4);
-  CHECK(run_alone(topo, CollectiveLatency{}, GpuLinkModes{0.5, 1.0}, CollectiveAlgorithm::nvls,
-                  CollectiveOp::all_reduce, four, 1e9)
+  CHECK(run_alone(topo, CollectiveLatency{},
+                  GpuLinkModes{.nvls_efficiency = 0.5, .ring_efficiency = 1.0},
+                  CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, four, 1e9)
             .seconds == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{}, GpuLinkModes{0.5, 1.0});
+  Collectives collectives(engine, net, topo, CollectiveLatency{},
+                          GpuLinkModes{.nvls_efficiency = 0.5, .ring_efficiency = 1.0});
   // At that efficiency a ring is faster on 4 GPUs (2 x 3/4 x S / 450 GB/s = 3.3 ms against
   // 5.6 ms): the tuner picks it.
   CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9).algorithm ==
@@ -620,7 +625,7 @@ TEST_CASE("the tree is held to the library's per-channel limit, and to less at m
   node.nic_bytes_per_s = 100e9;
   const Topology topo = build_cluster(node, 2, FabricSpec{});
   CollectiveCosts costs = CollectiveCosts::simple_only(SimTime{}, SimTime{});
-  costs.tree_limits = TreeChannelLimits{90, {40e9, 20e9, 10e9}, {40e9, 20e9, 10e9}};
+  costs.gpu_tree_limits = TreeChannelLimits{90, {40e9, 20e9, 10e9}, {40e9, 20e9, 10e9}};
   costs.tree_size_correction[static_cast<int>(Protocol::simple)] = std::vector<double>(13, 1.0);
   costs.tree_size_correction[static_cast<int>(Protocol::simple)][12] = 0.5;
   auto busbw = [&](double size) {
@@ -646,10 +651,10 @@ TEST_CASE("the tuner picks the tree where it is faster and its limits are known,
   };
   CollectiveCosts costs = CollectiveCosts::simple_only(SimTime{}, SimTime{});
   CHECK(choice(costs, 16e9).algorithm == CollectiveAlgorithm::ring);
-  costs.tree_limits = TreeChannelLimits{90, {1e12, 1e12, 1e12}, {1e12, 1e12, 1e12}};
+  costs.gpu_tree_limits = TreeChannelLimits{90, {1e12, 1e12, 1e12}, {1e12, 1e12, 1e12}};
   CHECK(choice(costs, 16e9).algorithm == CollectiveAlgorithm::tree);
   // Held to 5 GB/s per channel (busbw 1.875 x 8 x 5 / 2 = 37.5 GB/s) it loses to the ring.
-  costs.tree_limits = TreeChannelLimits{90, {5e9, 5e9, 5e9}, {5e9, 5e9, 5e9}};
+  costs.gpu_tree_limits = TreeChannelLimits{90, {5e9, 5e9, 5e9}, {5e9, 5e9, 5e9}};
   CHECK(choice(costs, 16e9).algorithm == CollectiveAlgorithm::ring);
 }
 
@@ -661,7 +666,7 @@ TEST_CASE("the tuner's choice is never slower than any candidate it skipped") {
   node.nic_bytes_per_s = 25e9;
   const Topology topo = build_cluster(node, 8, FabricSpec{});
   CollectiveCosts costs = CollectiveCosts::simple_only(from_us(5), from_us(4));
-  costs.tree_limits = TreeChannelLimits{90, {20e9, 20e9, 20e9}, {20e9, 20e9, 20e9}};
+  costs.gpu_tree_limits = TreeChannelLimits{90, {20e9, 20e9, 20e9}, {20e9, 20e9, 20e9}};
   costs.tree_size_correction[static_cast<int>(Protocol::simple)] = {
       0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8};
   std::map<CollectiveAlgorithm, int> picked;
@@ -692,7 +697,7 @@ TEST_CASE("point-to-point sends inside a domain run at the p2p efficiency, acros
   // NICs) is unchanged.
   const Topology one = build_cluster(eight_gpu_node(), 1, FabricSpec{});
   const Topology two = build_cluster(eight_gpu_node(), 2, FabricSpec{});
-  const GpuLinkModes half{0.0, 1.0, 0.5};
+  const GpuLinkModes half{.ring_efficiency = 1.0, .p2p_efficiency = 0.5};
   for (const auto& [op, algorithm] :
        {std::pair{CollectiveOp::send_recv, CollectiveAlgorithm::pairs},
         std::pair{CollectiveOp::all_to_all, CollectiveAlgorithm::direct}}) {
@@ -721,6 +726,28 @@ TEST_CASE("tree latency grows with log2 of the nodes, a ring's with the ranks") 
   CHECK(seconds(CollectiveAlgorithm::ring) == Approx(1265e-6).epsilon(1e-3));
 }
 
+TEST_CASE("on bridged pairs a ring pays PCIe step latency, a bridged pair NVLink's") {
+  // NVLink steps 1 us, PCIe steps 10 us, nothing else; a message too small to matter. Eight
+  // GPUs bridged two by two: the ring's hops between pairs cross PCIe, so all its 14 steps
+  // count at the PCIe latency (140 us), as NCCL takes the graph's worst link. A ring over one
+  // bridged pair: 2 steps over NVLink (2 us).
+  NodeSpec node = eight_gpu_node();
+  node.gpu_fabric = GpuFabric::nvlink_pairs;
+  node.nvlink_bytes_per_s = 300e9;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  CollectiveCosts costs = CollectiveCosts::simple_only(SimTime{}, SimTime{});
+  ProtocolCost& simple = costs.ring[static_cast<int>(Protocol::simple)];
+  simple.nvlink_step = from_us(1);
+  simple.pcie_step = from_us(10);
+  const auto seconds = [&](const std::vector<VertexId>& ranks) {
+    return run_alone(topo, costs, GpuLinkModes{}, CollectiveAlgorithm::ring,
+                     CollectiveOp::all_reduce, ranks, 64)
+        .seconds;
+  };
+  CHECK(seconds(topo.gpus()) == Approx(140e-6).epsilon(1e-3));
+  CHECK(seconds({topo.gpus()[0], topo.gpus()[1]}) == Approx(2e-6).epsilon(1e-3));
+}
+
 TEST_CASE("NVLS-tree latency: two switch steps and 2 log2(domains) network steps") {
   // NCCL's model (tuning.cc): the domains are joined by trees. Base 5 us, every step 10 us, a
   // message too small to matter: 5 + 2 x 10 + 2 x floor(log2 d) x 10 = 45, 45, 65 us for 2, 3
@@ -731,7 +758,8 @@ TEST_CASE("NVLS-tree latency: two switch steps and 2 log2(domains) network steps
     INFO(nodes << " domains");
     const Topology topo = build_cluster(node, nodes, FabricSpec{});
     const Run run =
-        run_alone(topo, CollectiveLatency{from_us(5), from_us(10)}, GpuLinkModes{0.7, 1.0},
+        run_alone(topo, CollectiveLatency{from_us(5), from_us(10)},
+                  GpuLinkModes{.nvls_efficiency = 0.7, .ring_efficiency = 1.0},
                   CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(), 64);
     CHECK(run.seconds == Approx(expected_us * 1e-6).epsilon(1e-3));
   }
@@ -798,7 +826,8 @@ TEST_CASE("an NVLink domain spans trays: 72 GPUs of 18 trays talk over one NVSwi
   const Topology rack = build_cluster(tray, 18, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(rack));
-  Collectives collectives(engine, net, rack, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
+  Collectives collectives(engine, net, rack, CollectiveLatency{},
+                          GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
   CHECK(collectives.channel_rings(rack.gpus()).size() == 1);
   CHECK(collectives.choose(CollectiveOp::all_reduce, rack.gpus(), 1e9).algorithm ==
         CollectiveAlgorithm::nvls);
@@ -886,7 +915,8 @@ TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever i
     const Topology topo = build_cluster(node, 2, FabricSpec{});
     Engine engine;
     FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{}, GpuLinkModes{0.686, 1.0});
+    Collectives collectives(engine, net, topo, CollectiveLatency{},
+                            GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
     const double size = 16e9;
     SimTime done_at{};
     collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(),

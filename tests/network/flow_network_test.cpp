@@ -83,6 +83,21 @@ TEST_CASE("a flow's rate ceiling acts as a private link of that capacity") {
   CHECK(cc.at == fleetsim::from_seconds(25.0));  // 50 B at its ceiling of 2 B/s
 }
 
+TEST_CASE("a capped flow stays at its ceiling when a competitor leaves") {
+  // C = 10: A (ceiling 3) and B share it, A at 3 and B at 7. B's 14 B end at t = 2 s; A is
+  // then alone but stays at 3 B/s: its 12 B end at t = 4 s, not sooner.
+  Engine engine;
+  FlowNetwork net(engine, {10.0});
+  Finish a, b;
+  const auto fa = net.start_flow({{0, 1.0}}, 12, SimTime{}, record(engine, a), 3.0);
+  const auto fb = net.start_flow({{0, 1.0}}, 14, SimTime{}, record(engine, b));
+  CHECK(net.rate(fa) == Approx(3.0));
+  CHECK(net.rate(fb) == Approx(7.0));
+  engine.run();
+  CHECK(b.at == fleetsim::from_seconds(2.0));
+  CHECK(a.at == fleetsim::from_seconds(4.0));
+}
+
 TEST_CASE("a ceiling above the fair share changes nothing, and a ceiling must be positive") {
   Engine engine;
   FlowNetwork net(engine, {100.0});

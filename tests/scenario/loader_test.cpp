@@ -531,6 +531,29 @@ TEST_CASE("NVLink bridges need a bandwidth and GPUs in pairs") {
       with(bridged, "node: h100-pcie-server", "node: {preset: h100-pcie-server, gpus: 7}"));
   REQUIRE(odd);
   CHECK_THAT(odd->what(), Catch::Contains("needs an even number of GPUs"));
+  CHECK_THAT(odd->what(), Catch::Contains("set gpus to an even number"));
+  TempDir dir;
+  const DataPaths data = testing::copy_of_source_data(dir);
+  const std::string preset = shipped_file("topology/presets/h100-pcie-server.yaml");
+  dir.write("topology/presets/h100-pcie-server.yaml", with(preset, "nvlink: 300GB/s\n", ""));
+  const auto no_bandwidth = load_error(bridged, data);
+  REQUIRE(no_bandwidth);
+  CHECK(no_bandwidth->key() == "nvlink");
+  CHECK(no_bandwidth->file() == (dir.path() / "topology/presets/h100-pcie-server.yaml").string());
+}
+
+TEST_CASE("a p2p efficiency needs GPU links to run on") {
+  TempDir dir;
+  const DataPaths data = testing::copy_of_source_data(dir);
+  const std::string profile = shipped_file("calibration/profiles/l40s.yaml");
+  dir.write("calibration/profiles/l40s.yaml",
+            with(profile, "collective_library: nccl",
+                 "p2p_efficiency: {value: 0.5, sigma: 0.1, provenance: 'assumed: test'}\n"
+                 "collective_library: nccl"));
+  const auto e = load_error(with(kBase, "node: dgx-h100", "node: l40s-server"), data);
+  REQUIRE(e);
+  CHECK(e->key() == "p2p_efficiency");
+  CHECK_THAT(e->what(), Catch::Contains("needs an nvlink or xgmi link efficiency"));
 }
 
 TEST_CASE("a fitted entry replaces its block in a profile and nothing else") {
@@ -650,17 +673,17 @@ TEST_CASE("an MI300X node takes RCCL's tuning tables, not NCCL's") {
   CHECK(nccl.tree_efficiency == Approx(0.92));
   // NCCL's per-channel tree limits for the H100 (compute capability 9.0: Hopper's row); RCCL's
   // are not in its table, so the tree stays out of its tuner.
-  REQUIRE(nccl.tree_limits);
-  CHECK(nccl.tree_limits->from_compute_capability == 90);
-  CHECK(nccl.tree_limits->simple_bytes_per_s[1] == Approx(41.4e9));
+  REQUIRE(nccl.gpu_tree_limits);
+  CHECK(nccl.gpu_tree_limits->from_compute_capability == 90);
+  CHECK(nccl.gpu_tree_limits->simple_bytes_per_s[1] == Approx(41.4e9));
   CHECK(nccl.tree_correction(Protocol::simple, 64.0 * 4096) == Approx(0.5));
   CHECK(nccl.tree_correction(Protocol::simple, 1e12) == 1.0);
-  CHECK_FALSE(rccl.tree_limits);
+  CHECK_FALSE(rccl.gpu_tree_limits);
   const CollectiveCosts& rtx4090 = load_text(with(kBase, "node: dgx-h100", "node: rtx4090-server"))
                                        .variants[0]
                                        .inputs.gpu.collectives;
-  REQUIRE(rtx4090.tree_limits);  // sm_89: Ampere's row, as NCCL picks it
-  CHECK(rtx4090.tree_limits->from_compute_capability == 80);
+  REQUIRE(rtx4090.gpu_tree_limits);  // sm_89: Ampere's row, as NCCL picks it
+  CHECK(rtx4090.gpu_tree_limits->from_compute_capability == 80);
 }
 
 TEST_CASE("a compute capability is written as NVIDIA prints it") {
@@ -675,7 +698,7 @@ TEST_CASE("a compute capability is written as NVIDIA prints it") {
   CHECK_THAT(e->what(), Catch::Contains("expected a compute capability like 9.0"));
 }
 
-TEST_CASE("a collective library's Simple protocol is the bandwidth reference") {
+TEST_CASE("a collective library's tables are checked: protocols, tree limits, sources") {
   TempDir dir;
   const DataPaths data = testing::copy_of_source_data(dir);
   const std::string library = shipped_file("calibration/collectives/nccl.yaml");
@@ -698,6 +721,24 @@ TEST_CASE("a collective library's Simple protocol is the bandwidth reference") {
   }
   SECTION("a protocol at 0 is one the library does not use") {
     CHECK_FALSE(load_with("bandwidth: 0.25}", "bandwidth: 0}"));
+  }
+  SECTION("generations in ascending order") {
+    const auto e = load_with("from_compute_capability: 9.0,", "from_compute_capability: 7.5,");
+    REQUIRE(e);
+    CHECK(e->key() == "tree_channel_limits.hopper.from_compute_capability");
+    CHECK_THAT(e->what(), Catch::Contains("ascending"));
+  }
+  SECTION("one bandwidth per node count") {
+    const auto e = load_with("simple: [38.7GB/s, 41.4GB/s, 36.0GB/s]", "simple: [38.7GB/s]");
+    REQUIRE(e);
+    CHECK(e->key() == "tree_channel_limits.hopper.simple");
+    CHECK_THAT(e->what(), Catch::Contains("expected a list of 3 bandwidths"));
+  }
+  SECTION("the tables name their source") {
+    const auto e = load_with("tree_model_source:", "# tree_model_source:");
+    REQUIRE(e);
+    CHECK(e->key() == "tree_model_source");
+    CHECK_THAT(e->what(), Catch::Contains("missing required key"));
   }
 }
 

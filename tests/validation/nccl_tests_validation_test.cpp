@@ -216,7 +216,10 @@ NcclLog synthetic_log(const StepInputs& cluster, int ranks, const std::vector<do
                       CollectiveOp op = CollectiveOp::all_reduce) {
   NcclLog log;
   log.file = "(synthetic)";
-  log.op = op == CollectiveOp::send_recv ? "sendrecv" : to_string(op);
+  // As nccl-tests names its programs (all_reduce_perf, alltoall_perf, sendrecv_perf, ...).
+  log.op = op == CollectiveOp::send_recv    ? "sendrecv"
+           : op == CollectiveOp::all_to_all ? "alltoall"
+                                            : to_string(op);
   for (const CollectiveSample& sample : benchmark_collective(cluster, op, ranks, sizes)) {
     NcclLogRow row;
     row.size_bytes = sample.size_bytes;
@@ -282,6 +285,14 @@ TEST_CASE("a fit of a send/recv log recovers the point-to-point efficiency") {
   const CollectiveFit fit = fit_collective_log(start, log, 8);
   CHECK(fit.parameter == "p2p_efficiency");
   CHECK(fit.efficiency == Approx(0.55).epsilon(1e-4));
+  // All-to-all inside the node is point-to-point sends too: its log fits the same parameter,
+  // not the ring's NVLink efficiency (which would not move its time).
+  const NcclLog all_to_all =
+      synthetic_log(truth, 8, {128e6, 512e6, 2e9, 8e9}, CollectiveOp::all_to_all);
+  const CollectiveFit a2a =
+      fit_collective_log(load_cluster(DataPaths{source}, "dgx-a100", 1), all_to_all, 8);
+  CHECK(a2a.parameter == "p2p_efficiency");
+  CHECK(a2a.efficiency == Approx(0.55).epsilon(1e-4));
 }
 
 TEST_CASE("8 x A100 send/recv: the point-to-point efficiency is the published log's") {
