@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "calibration/collective_costs.hpp"
 
@@ -20,6 +21,12 @@ struct Calibrated {
   std::string provenance;
 };
 
+struct GemmTile {
+  int m = 128;  // rows of the output each thread block computes
+  int n = 256;  // columns
+  bool operator==(const GemmTile&) const = default;
+};
+
 struct GpuProfile {
   std::string name;
   std::string description;
@@ -28,12 +35,20 @@ struct GpuProfile {
   Calibrated dense_bf16_flops_per_s;      // dense tensor-core peak, no sparsity
   Calibrated hbm_capacity_bytes;          // what the device reports as usable
   Calibrated hbm_bytes_per_s;             // spec peak
-  Calibrated gemm_efficiency;             // best large-GEMM throughput / dense peak
-  int gemm_tile_m = 128;                  // output tile of the GEMM kernels (wave quantisation)
-  int gemm_tile_n = 256;
+  // GEMM throughput / dense peak with every SM busy and K long (kernel_cost.hpp).
+  Calibrated gemm_efficiency;
+  // The dense rate long GEMMs sustain under the GPU's power limit: a ceiling on a GEMM's rate
+  // whatever its shape (clocks drop below boost when every SM computes for milliseconds).
+  Calibrated gemm_sustained_flops_per_s;
+  // K elements' worth of time each output tile spends outside its main loop (prologue,
+  // epilogue): a GEMM of depth K runs at K / (K + gemm_k_overhead) of its long-K rate.
+  Calibrated gemm_k_overhead;
+  // The output tiles the GEMM library chooses among; per shape, the one whose waves leave the
+  // fewest SMs idle (kernel_cost.hpp).
+  std::vector<GemmTile> gemm_tiles{{128, 256}};
   Calibrated attention_efficiency;  // FlashAttention fwd+bwd throughput / dense peak
   Calibrated memory_efficiency;     // achieved / peak HBM bandwidth of streaming kernels
-  Calibrated kernel_launch_s;       // fixed cost per kernel
+  Calibrated kernel_launch_s;       // fixed GPU time of every kernel (launch, ramp, tail)
   // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
   // for GPU and fabric links, NCCL's bus bandwidth over line rate.
   std::map<std::string, Calibrated> link_efficiency;

@@ -16,26 +16,39 @@ Kernel gemm_kernel(double m, double n, double k, double bytes_per_element) {
   return kernel;
 }
 
-double wave_efficiency(const GpuProfile& gpu, double m, double n) {
-  const double tiles = std::ceil(m / gpu.gemm_tile_m) * std::ceil(n / gpu.gemm_tile_n);
-  const double sms = gpu.sm_count;
+double wave_efficiency(int sms, GemmTile tile, double m, double n) {
+  const double tiles = std::ceil(m / tile.m) * std::ceil(n / tile.n);
   if (tiles <= 0 || sms <= 0) return 1.0;
   return tiles / (std::ceil(tiles / sms) * sms);
+}
+
+double wave_efficiency(const GpuProfile& gpu, double m, double n) {
+  double best = 0;
+  for (const GemmTile& tile : gpu.gemm_tiles) {
+    best = std::max(best, wave_efficiency(gpu.sm_count, tile, m, n));
+  }
+  return gpu.gemm_tiles.empty() ? 1.0 : best;
+}
+
+double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k) {
+  const double k_term = k / (k + gpu.gemm_k_overhead.value);
+  return gpu.gemm_efficiency.value * wave_efficiency(gpu, m, n) * k_term;
 }
 
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
   double compute_efficiency = 0;
   switch (kernel.kind) {
     case KernelKind::gemm:
-      compute_efficiency = gpu.gemm_efficiency.value * wave_efficiency(gpu, kernel.m, kernel.n);
+      compute_efficiency = gemm_compute_efficiency(gpu, kernel.m, kernel.n, kernel.k);
       break;
     case KernelKind::attention: compute_efficiency = gpu.attention_efficiency.value; break;
     case KernelKind::memory_bound: break;
   }
-  const double compute_s =
-      compute_efficiency > 0
-          ? kernel.flops / (gpu.dense_bf16_flops_per_s.value * compute_efficiency)
-          : 0.0;
+  double rate = gpu.dense_bf16_flops_per_s.value * compute_efficiency;
+  if (kernel.kind == KernelKind::gemm && gpu.gemm_sustained_flops_per_s.value > 0) {
+    rate = std::min(rate, gpu.gemm_sustained_flops_per_s.value);
+  }
+  const double compute_s = compute_efficiency > 0 ? kernel.flops / rate : 0.0;
   const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
   return std::max(compute_s, memory_s) + gpu.kernel_launch_s.value;
 }

@@ -2,11 +2,18 @@
 //
 //   time = max(flops / (peak * eff_c(shape)), bytes / (hbm_bw * eff_m)) + launch
 //
-// eff_c for a GEMM is the profile's large-GEMM efficiency times the wave-quantisation factor:
-// the output is cut into tiles of tile_m x tile_n, one per SM at a time; when the tile count is
-// not a multiple of the SM count the last wave leaves SMs idle, and that fraction is lost
-//     wave_efficiency = tiles / (ceil(tiles / SMs) * SMs).
-// Attention (FlashAttention) has its own efficiency; memory-bound kernels have no FLOP term.
+// eff_c for a GEMM (C[m,n] = A[m,k] B[k,n]) is the product of
+//   * the profile's GEMM efficiency: the rate with every SM busy and K long;
+//   * wave quantisation: the output is cut into tiles, one per SM at a time; when the tile
+//     count is not a multiple of the SM count the last wave leaves SMs idle, and that fraction
+//     is lost: wave = tiles / (ceil(tiles / SMs) * SMs). The library picks, per shape, the tile
+//     (of the profile's list) with the best wave, as cuBLAS's heuristics pick a kernel;
+//   * the K term K / (K + k0): each tile spends about k0 elements' worth of its main loop on
+//     its prologue and epilogue, which a short K does not amortise;
+// and the GEMM's rate peak x eff_c is capped by the rate the GPU sustains under its power limit
+// (gemm_sustained), which large GEMMs reach.
+// `launch` is the fixed GPU time of a kernel. Attention (FlashAttention) has its own
+// efficiency; memory-bound kernels have no FLOP term.
 #pragma once
 
 #include "calibration/gpu_profile.hpp"
@@ -23,7 +30,12 @@ struct Kernel {
 };
 
 Kernel gemm_kernel(double m, double n, double k, double bytes_per_element);
+// The wave efficiency of one tile shape over `sms` SMs.
+double wave_efficiency(int sms, GemmTile tile, double m, double n);
+// The best over the profile's tiles.
 double wave_efficiency(const GpuProfile& gpu, double m, double n);
+// eff_c of a GEMM of this shape: efficiency x wave x K term.
+double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k);
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
 
 }  // namespace fleetsim

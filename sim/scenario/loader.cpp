@@ -315,8 +315,24 @@ std::string read_choice(const Field& f, const Keys& allowed, const Keys& later =
        did_you_mean(text, allowed) + "allowed values: " + join_list(allowed));
 }
 
+// The elements of a list of exactly `count` entries (count 0: any length but empty).
+std::vector<Field> read_list(const Field& f, std::size_t count, std::string_view what) {
+  const std::string expected = count == 0
+                                   ? "a list of " + std::string(what)
+                                   : "a list of " + std::to_string(count) + " " + std::string(what);
+  if (!f.node.IsSequence() || f.node.size() == 0 || (count != 0 && f.node.size() != count)) {
+    fail(f, "expected " + expected + ", got " + describe(f.node),
+         "write it as [a, b, ...] in that order");
+  }
+  std::vector<Field> elements;
+  for (std::size_t i = 0; i < f.node.size(); ++i) {
+    elements.push_back({f.node[i], f.doc, f.path + "[" + std::to_string(i) + "]"});
+  }
+  return elements;
+}
+
 // Physical quantities carry their unit; see units.hpp.
-enum class Quantity { bandwidth, size, duration, flop_rate, fraction };
+enum class Quantity { bandwidth, size, duration, flop_rate, fraction, count };
 
 std::string_view quantity_name(Quantity q) {
   switch (q) {
@@ -325,6 +341,7 @@ std::string_view quantity_name(Quantity q) {
     case Quantity::duration: return "a duration like 0.6us or 90s";
     case Quantity::flop_rate: return "a FLOP rate like 989TFLOPS";
     case Quantity::fraction: return "a fraction in (0, 1]";
+    case Quantity::count: return "a number >= 0";
   }
   return "a value";
 }
@@ -335,7 +352,8 @@ double parse_unit(Quantity q, const std::string& text, Zero zero) {
     case Quantity::size: return parse_size(text, zero);
     case Quantity::duration: return parse_duration(text);
     case Quantity::flop_rate: return parse_flop_rate(text, zero);
-    case Quantity::fraction: break;
+    case Quantity::fraction:
+    case Quantity::count: break;
   }
   return 0;
 }
@@ -566,19 +584,21 @@ struct CalibratedKey {
   Calibrated GpuProfile::*member;
 };
 
-const std::array<CalibratedKey, 7> kCalibratedKeys = {{
+const std::array<CalibratedKey, 9> kCalibratedKeys = {{
     {"dense_bf16", Quantity::flop_rate, &GpuProfile::dense_bf16_flops_per_s},
     {"hbm_capacity", Quantity::size, &GpuProfile::hbm_capacity_bytes},
     {"hbm_bandwidth", Quantity::bandwidth, &GpuProfile::hbm_bytes_per_s},
     {"gemm_efficiency", Quantity::fraction, &GpuProfile::gemm_efficiency},
+    {"gemm_sustained", Quantity::flop_rate, &GpuProfile::gemm_sustained_flops_per_s},
+    {"gemm_k_overhead", Quantity::count, &GpuProfile::gemm_k_overhead},
     {"attention_efficiency", Quantity::fraction, &GpuProfile::attention_efficiency},
     {"memory_efficiency", Quantity::fraction, &GpuProfile::memory_efficiency},
     {"kernel_launch", Quantity::duration, &GpuProfile::kernel_launch_s},
 }};
 
 Keys profile_keys() {
-  Keys keys = {"name",        "description",     "sm_count",          "gemm_tile_m",
-               "gemm_tile_n", "link_efficiency", "collective_library"};
+  Keys keys = {"name",       "description",     "sm_count",
+               "gemm_tiles", "link_efficiency", "collective_library"};
   for (const CalibratedKey& entry : kCalibratedKeys) {
     keys.push_back(entry.key);
   }
@@ -606,11 +626,14 @@ double read_calibrated_value(const Field& f, Quantity q) {
   if (q == Quantity::fraction) {
     return read_fraction(f);
   }
+  if (q == Quantity::count) {
+    return read_non_negative(f);
+  }
   return read_quantity(f, q, q == Quantity::duration ? Zero::allowed : Zero::rejected);
 }
 
 double read_sigma(const Field& f, Quantity q) {
-  if (q == Quantity::fraction) {
+  if (q == Quantity::fraction || q == Quantity::count) {
     return read_non_negative(f);
   }
   return read_quantity(f, q, Zero::allowed);
@@ -623,6 +646,23 @@ Calibrated read_calibrated(const Field& f, Quantity q) {
   c.sigma = read_sigma(require(f, "sigma"), q);
   c.provenance = read_provenance(require(f, "provenance"));
   return c;
+}
+
+// `[128x256, 64x64]`: the output tiles a GEMM library chooses among.
+std::vector<GemmTile> read_gemm_tiles(const Field& f) {
+  std::vector<GemmTile> tiles;
+  for (const Field& entry : read_list(f, 0, "tiles")) {
+    const std::string& text = scalar(entry, "a tile like 128x256");
+    const auto x = text.find('x');
+    const auto m = x == std::string::npos ? std::nullopt : parse_whole<int>(text.substr(0, x));
+    const auto n = x == std::string::npos ? std::nullopt : parse_whole<int>(text.substr(x + 1));
+    if (!m || !n || *m < 1 || *n < 1) {
+      fail(entry, "expected a tile like 128x256 (rows x columns of the output), got " +
+                      describe(entry.node));
+    }
+    tiles.push_back({*m, *n});
+  }
+  return tiles;
 }
 
 int read_sm_count(const Field& f) {
@@ -795,6 +835,7 @@ class Loader {
   Scenario load(const fs::path& file);
   PresetCatalog catalog();
   StepInputs cluster(const std::string& node, int nodes, const std::string& gpu_profile);
+  GpuProfile profile(const std::string& name);
 
  private:
   const Preset& preset(const Field& name, const fs::path& dir, std::string_view what);
@@ -866,22 +907,6 @@ std::array<ProtocolCost, 3> read_protocol_costs(const Field& f) {
     }
   }
   return costs;
-}
-
-// The elements of a list of exactly `count` entries (count 0: any length but empty).
-std::vector<Field> read_list(const Field& f, std::size_t count, std::string_view what) {
-  const std::string expected = count == 0
-                                   ? "a list of " + std::string(what)
-                                   : "a list of " + std::to_string(count) + " " + std::string(what);
-  if (!f.node.IsSequence() || f.node.size() == 0 || (count != 0 && f.node.size() != count)) {
-    fail(f, "expected " + expected + ", got " + describe(f.node),
-         "write it as [a, b, ...] in that order");
-  }
-  std::vector<Field> elements;
-  for (std::size_t i = 0; i < f.node.size(); ++i) {
-    elements.push_back({f.node[i], f.doc, f.path + "[" + std::to_string(i) + "]"});
-  }
-  return elements;
 }
 
 // `9.0` as NVIDIA prints it (nvidia-smi --query-gpu=compute_cap) -> 90, as NCCL compares it.
@@ -1154,8 +1179,7 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   }
   g.description = read_string(require(root, "description"));
   g.sm_count = read_sm_count(require(root, "sm_count"));
-  g.gemm_tile_m = read_int(require(root, "gemm_tile_m"), 1);
-  g.gemm_tile_n = read_int(require(root, "gemm_tile_n"), 1);
+  g.gemm_tiles = read_gemm_tiles(require(root, "gemm_tiles"));
   for (const CalibratedKey& key : kCalibratedKeys) {
     g.*key.member = read_calibrated(require(root, key.key), key.quantity);
   }
@@ -1341,6 +1365,17 @@ StepInputs load_cluster(const DataPaths& data, const std::string& node, int node
   return Loader(data).cluster(node, nodes, gpu_profile);
 }
 
+GpuProfile Loader::profile(const std::string& name) {
+  Doc command_line;
+  command_line.file = "(command line)";
+  const YAML::Node spec(name);
+  return gpu_profile(Field{spec, &command_line, "gpu"});
+}
+
+GpuProfile load_gpu_profile(const DataPaths& data, const std::string& name) {
+  return Loader(data).profile(name);
+}
+
 }  // namespace fleetsim
 
 namespace fleetsim {
@@ -1456,9 +1491,21 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
   std::size_t last = stop - 1;  // inclusive
   while (last > first && blank_or_comment(lines[last])) --last;
   const std::string pad(indent, ' ');
+  // Durations carry their unit (microseconds); the other fitted entries are plain numbers.
+  const auto calibrated = std::find_if(kCalibratedKeys.begin(), kCalibratedKeys.end(),
+                                       [&](const CalibratedKey& k) { return k.key == parameter; });
+  // Durations and rates carry their unit (microseconds, TFLOPS); the other fitted entries are
+  // plain numbers.
+  const Quantity quantity =
+      calibrated != kCalibratedKeys.end() ? calibrated->quantity : Quantity::fraction;
+  const auto written = [&](double value) {
+    if (quantity == Quantity::duration) return format_number(value * 1e6) + "us";
+    if (quantity == Quantity::flop_rate) return format_number(value / 1e12) + "TFLOPS";
+    return format_number(value);
+  };
   const std::vector<std::string> block = {
-      pad + key + ":", pad + "  value: " + format_number(entry.value),
-      pad + "  sigma: " + format_number(entry.sigma),
+      pad + key + ":", pad + "  value: " + written(entry.value),
+      pad + "  sigma: " + written(entry.sigma),
       pad + "  provenance: " + yaml_single_quoted(entry.provenance)};
   lines.erase(lines.begin() + static_cast<std::ptrdiff_t>(first),
               lines.begin() + static_cast<std::ptrdiff_t>(last) + 1);

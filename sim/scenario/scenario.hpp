@@ -74,11 +74,15 @@ PresetCatalog list_presets(const DataPaths& data);
 StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
                         const std::string& gpu_profile = "");
 
+// GPU profile `name`, read and checked as a scenario's `gpu:` is.
+GpuProfile load_gpu_profile(const DataPaths& data, const std::string& name);
+
 // The file that holds GPU profile `name` under the data root.
 std::filesystem::path gpu_profile_file(const DataPaths& data, const std::string& name);
 
 // `text`, a GPU profile read from `file`, with the {value, sigma, provenance} entry of
-// `parameter` ("nvls_efficiency", "p2p_efficiency" or "link_efficiency.<kind>") replaced by
+// `parameter` ("nvls_efficiency", "p2p_efficiency", "link_efficiency.<kind>", or a kernel
+// entry: "gemm_efficiency", "gemm_k_overhead", "kernel_launch", ...) replaced by
 // `entry`: the entry's own lines (its comments included) give way to the new ones; every other
 // line, comment and line ending stays as it was. Throws ScenarioError when the entry is not there
 // (a fit replaces what the profile already claims) or sits in a flow-style map.

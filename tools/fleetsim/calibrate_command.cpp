@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <vector>
 
+#include "calibration/kernel_fit.hpp"
+#include "calibration/microbench.hpp"
 #include "calibration/nccl_log.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
@@ -16,47 +19,9 @@
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/collective_calibration.hpp"
 #include "tools/fleetsim/collective_command.hpp"
+#include "tools/fleetsim/profile_writer.hpp"
 
 namespace fleetsim {
-namespace {
-
-std::string file_fingerprint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(stable_hash(text.str())));
-  return std::string("fnv1a64 ") + hex;
-}
-
-// `text` as the body of a YAML single-quoted scalar: a quote is written twice.
-std::string yaml_quote_body(const std::string& text) {
-  std::string quoted;
-  for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
-  return quoted;
-}
-
-// The lines of `after` that differ from `before`: the new entry, as it will read in the file.
-std::string entry_lines(const std::string& before, const std::string& after) {
-  std::istringstream old_text(before), new_text(after);
-  std::vector<std::string> old_lines;
-  for (std::string line; std::getline(old_text, line);) old_lines.push_back(line);
-  std::vector<std::string> new_lines;
-  for (std::string line; std::getline(new_text, line);) new_lines.push_back(line);
-  std::size_t head = 0;
-  while (head < old_lines.size() && head < new_lines.size() && old_lines[head] == new_lines[head])
-    ++head;
-  std::size_t tail = 0;
-  while (tail < old_lines.size() - head && tail < new_lines.size() - head &&
-         old_lines[old_lines.size() - 1 - tail] == new_lines[new_lines.size() - 1 - tail])
-    ++tail;
-  std::string out;
-  for (std::size_t i = head; i < new_lines.size() - tail; ++i) out += new_lines[i] + "\n";
-  return out.empty() ? "    (the profile holds this entry already)\n" : out;
-}
-
-}  // namespace
 
 void run_calibrate_command(const CalibrateOptions& options) {
   if (options.node.empty()) {
@@ -110,56 +75,79 @@ void run_calibrate_command(const CalibrateOptions& options) {
       " on " + std::to_string(ranks) + " ranks as " + std::to_string(cluster.nodes) + " x " +
       cluster.node.name + ", " + fit.algorithm + ", " + details;
   entry.provenance = provenance;
-  const DataPaths data{options.data_dir};
-  // Through a symbolic link to the file it names, so the link stays a link.
-  const std::filesystem::path profile =
-      std::filesystem::canonical(gpu_profile_file(data, cluster.gpu.name));
-  if (!options.write) {
-    std::printf("profile entry (%s in %s):\n", fit.parameter.c_str(), profile.string().c_str());
-    std::printf("    value: %.3f\n    sigma: %.3g\n    provenance: '%s'\n", entry.value,
-                entry.sigma, yaml_quote_body(entry.provenance).c_str());
-    return;
-  }
-  if (entry.value > 1) {
-    throw ModelError(profile.string() + ": " + fit.parameter +
+  if (options.write && entry.value > 1) {
+    throw ModelError(fit.parameter +
                      " not written: an efficiency above 1 would not load; check the preset's "
                      "link bandwidths");
   }
-  std::string before;
-  {
-    std::ifstream in(profile);
-    before.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  put_profile_entries(DataPaths{options.data_dir}, cluster.gpu.name, {{fit.parameter, entry}},
+                      options.write);
+}
+
+namespace {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+void print_points(const std::vector<KernelFitPoint>& points) {
+  std::printf("  %-36s  %14s  %14s  %8s\n", "row", "measured (us)", "fitted (us)", "error");
+  for (const KernelFitPoint& point : points) {
+    std::printf("  %-36s  %14.2f  %14.2f  %+7.1f%%\n", point.what.c_str(), 1e6 * point.measured_s,
+                1e6 * point.fitted_s, 100 * point.error());
   }
-  const std::string after = with_profile_entry(before, profile.string(), fit.parameter, entry);
-  std::printf("profile entry (%s in %s):\n", fit.parameter.c_str(), profile.string().c_str());
-  std::printf("%s", entry_lines(before, after).c_str());
-  const auto permissions = std::filesystem::status(profile).permissions();
-  write_text_atomically(profile, after);
-  std::filesystem::permissions(profile, permissions);
-  // The written profile must load and hold the fitted value; if not, the old text goes back.
-  try {
-    const GpuProfile written = load_cluster(data, options.node, options.nodes, options.gpu).gpu;
-    const double value =
-        fit.parameter == "nvls_efficiency" ? written.nvls_efficiency.value().value
-        : fit.parameter == "p2p_efficiency"
-            ? written.p2p_efficiency.value().value
-            : written.link_efficiency.at(fit.parameter.substr(fit.parameter.find('.') + 1)).value;
-    if (std::abs(value - entry.value) > 0.0005) {
-      throw ModelError(profile.string() + ": " + fit.parameter + " reads back as " +
-                       std::to_string(value) + ", not the " + std::to_string(entry.value) +
-                       " written");
-    }
-  } catch (const std::exception& failure) {
-    try {
-      write_text_atomically(profile, before);
-      std::filesystem::permissions(profile, permissions);
-    } catch (const std::exception& restore) {
-      throw ModelError(std::string(failure.what()) + "; restoring " + profile.string() +
-                       " failed too: " + restore.what());
-    }
-    throw;
+}
+
+std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points, const char* prefix) {
+  std::vector<double> errors;
+  for (const KernelFitPoint& point : points) {
+    if (point.what.rfind(prefix, 0) == 0) errors.push_back(std::abs(point.error()));
   }
-  std::printf("written to %s\n", profile.string().c_str());
+  return errors;
+}
+
+}  // namespace
+
+void run_kernel_calibrate_command(const KernelCalibrateOptions& options) {
+  if (options.gpu.empty()) {
+    throw ScenarioError("(command line)", 0, 0, "--gpu", "the GPU profile to fit is required",
+                        "see `fleetsim list` for the profiles");
+  }
+  const DataPaths data{options.data_dir};
+  const GpuProfile start = load_gpu_profile(data, options.gpu);
+  const std::vector<MicrobenchFile> files = read_microbench_dir(options.dir);
+  const KernelFit fit = fit_kernels(start, files);
+
+  std::printf("fit of %s's kernel model to %s\n", start.name.c_str(), options.dir.c_str());
+  for (const std::string& input : fit.inputs) std::printf("  input %s\n", input.c_str());
+  std::printf("\n  %-22s  %12s  %12s  %s\n", "parameter", "value", "sigma", "from");
+  for (const KernelFitParameter& p : fit.parameters) {
+    const double scale = p.key == "kernel_launch" ? 1e6 : 1;
+    std::printf("  %-22s  %12.4g  %12.3g  %s%s\n", p.key.c_str(), scale * p.value, scale * p.sigma,
+                p.basis.c_str(), p.key == "kernel_launch" ? " (us)" : "");
+  }
+  std::printf("\n");
+  print_points(fit.points);
+  const std::vector<double> gemm_errors = abs_errors(fit.points, "gemm");
+  std::vector<double> held_errors = abs_errors(fit.held_out, "gemm");
+  if (!gemm_errors.empty()) {
+    std::printf("\n  GEMM rows in the fit: median |error| %.1f%%, max %.1f%%\n",
+                100 * median(gemm_errors),
+                100 * *std::max_element(gemm_errors.begin(), gemm_errors.end()));
+  }
+  if (!fit.held_out.empty()) {
+    std::printf("\n  held out (every third GEMM row, predicted by a fit of the others):\n");
+    print_points(fit.held_out);
+    std::printf("  held-out median |error| %.1f%%, max %.1f%%\n", 100 * median(held_errors),
+                100 * *std::max_element(held_errors.begin(), held_errors.end()));
+  }
+  for (const std::string& skipped : fit.skipped) std::printf("  skipped %s\n", skipped.c_str());
+  std::printf("\n");
+
+  put_profile_entries(data, start.name, kernel_profile_entries(fit), options.write);
 }
 
 }  // namespace fleetsim

@@ -1,6 +1,7 @@
-// `fleetsim calibrate LOG`: fits the collective model to a measured nccl-tests / rccl-tests log
-// and prints the fit, point by point, and the profile entry it supports; with `write`, puts
-// that entry into the GPU profile file in place of the old one, keeping everything else.
+// `fleetsim calibrate LOG --node PRESET`: fits the collective model to a measured nccl-tests /
+// rccl-tests log and prints the fit, point by point, and the profile entry it supports; with
+// `write`, puts that entry into the GPU profile file in place of the old one, keeping everything
+// else.
 #pragma once
 
 #include <string>
@@ -23,5 +24,17 @@ struct CalibrateOptions {
 };
 
 void run_calibrate_command(const CalibrateOptions& options);
+
+// `fleetsim calibrate --kernels DIR --gpu PROFILE`: fits the profile's kernel model to the
+// microbenchmark CSVs of DIR (calibration/kernel_fit.hpp), prints the fit row by row, the
+// held-out rows and the profile entries; with `write`, puts the entries into the profile file.
+struct KernelCalibrateOptions {
+  std::string data_dir;
+  std::string dir;
+  std::string gpu;
+  bool write = false;
+};
+
+void run_kernel_calibrate_command(const KernelCalibrateOptions& options);
 
 }  // namespace fleetsim

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "calibration/microbench.hpp"
+#include "calibration/nccl_log.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
@@ -38,6 +40,8 @@ const char* const kUsage =
     "  list            list node presets, GPU profiles and models (and check them)\n"
     "  collective      simulate an nccl-tests run and print its table\n"
     "  calibrate LOG   fit the collective model to a measured nccl-tests log\n"
+    "  calibrate --kernels DIR --gpu PROFILE\n"
+    "                  fit a GPU profile's kernel model to microbenchmark CSVs\n"
     "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
@@ -66,6 +70,8 @@ const char* const kUsage =
     "  fabric options as above;\n"
     "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
     "  --write                replace the entry in the GPU profile file, keeping the rest\n"
+    "  --kernels DIR          fit GEMM, memory and attention entries to DIR/*.csv instead\n"
+    "                         (calibration/microbench/<profile>/, tools/microbench output)\n"
     "\n"
     "  -h, --help      this help\n"
     "  --version       print the version\n";
@@ -83,6 +89,7 @@ struct Options {
   // filling; the model has neither, so a fit of bandwidth and latency uses large messages.
   std::string calibrate_min_bytes = "64M";
   bool calibrate_write = false;
+  std::string calibrate_kernels;  // a directory of kernel microbenchmark CSVs
 };
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
@@ -101,7 +108,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "placement", po::value(&c.fabric.placement))("routing", po::value(&c.fabric.routing))(
       "seeds", po::value(&c.seeds))("algo", po::value(&c.algorithm))(
       "fit-min", po::value(&options.calibrate_min_bytes))(
-      "write", po::bool_switch(&options.calibrate_write));
+      "write", po::bool_switch(&options.calibrate_write))("kernels",
+                                                          po::value(&options.calibrate_kernels));
   po::positional_options_description positional;
   positional.add("command", 1).add("file", 1);
   po::variables_map vm;
@@ -181,6 +189,23 @@ int run_command(const Options& options) {
     fleetsim::run_collective_command(collective);
     return kOk;
   }
+  if (!options.calibrate_kernels.empty() && options.command != "calibrate") {
+    throw po::error("--kernels belongs to 'calibrate'");
+  }
+  if (options.command == "calibrate" && !options.calibrate_kernels.empty()) {
+    if (!options.file.empty() || !options.collective.node.empty()) {
+      throw po::error(
+          "'calibrate --kernels DIR' fits a GPU profile: give --gpu, not a LOG or --node");
+    }
+    if (!options.output.empty()) throw po::error("'calibrate' prints its fit; it writes no file");
+    fleetsim::KernelCalibrateOptions kernels;
+    kernels.data_dir = options.data_dir;
+    kernels.dir = options.calibrate_kernels;
+    kernels.gpu = options.collective.gpu;
+    kernels.write = options.calibrate_write;
+    fleetsim::run_kernel_calibrate_command(kernels);
+    return kOk;
+  }
   if (options.command == "calibrate") {
     if (options.file.empty()) throw po::error("'calibrate' needs an nccl-tests LOG");
     fleetsim::CalibrateOptions calibrate;
@@ -233,6 +258,12 @@ int main(int argc, char** argv) {
     }
     return run_command(options);
   } catch (const fleetsim::ScenarioError& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return kBadInput;
+  } catch (const fleetsim::NcclLogError& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return kBadInput;
+  } catch (const fleetsim::MicrobenchError& error) {
     std::cerr << "error: " << error.what() << "\n";
     return kBadInput;
   } catch (const po::error& error) {

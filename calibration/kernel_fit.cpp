@@ -1,0 +1,522 @@
+#include "calibration/kernel_fit.hpp"
+
+#include <algorithm>
+#include <array>
+#include <boost/math/tools/minima.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "calibration/kernel_cost.hpp"
+
+namespace fleetsim {
+namespace {
+
+// Bits of precision for Brent's method: as many as a double allows it (about 1e-8 relative).
+constexpr int kBrentBits = std::numeric_limits<double>::digits / 2;
+// A parameter fitted to one point: its sigma, relative to the value (stated in the report).
+constexpr double kOnePointSigma = 0.05;
+
+struct GemmRow {
+  const GemmSample* sample;
+  const MicrobenchFile* file;
+};
+
+double gemm_seconds(const GpuProfile& gpu, const GemmSample& s) {
+  // Batched GEMMs run the batch's tiles together: the batch multiplies the rows of tiles.
+  Kernel kernel = gemm_kernel(s.batch * s.m, s.n, s.k, 2);
+  return kernel_seconds(gpu, kernel);
+}
+
+double relative_sse(const GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  double sum = 0;
+  for (const GemmRow& row : rows) {
+    const double error = gemm_seconds(gpu, *row.sample) / row.sample->seconds - 1;
+    sum += error * error;
+  }
+  return sum;
+}
+
+double minimise(const std::function<double(double)>& f, double low, double high) {
+  std::uintmax_t iterations = 200;
+  return boost::math::tools::brent_find_minima(f, low, high, kBrentBits, iterations).first;
+}
+
+// The GEMM efficiency that minimises the error with everything else fixed.
+double fit_efficiency(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  const double best = minimise(
+      [&](double e) {
+        gpu.gemm_efficiency.value = e;
+        return relative_sse(gpu, rows);
+      },
+      0.01, 1.0);
+  gpu.gemm_efficiency.value = best;
+  return best;
+}
+
+// Solves the normal equations A x = b of a small least-squares problem in place (Gaussian
+// elimination with partial pivoting). False if A is singular.
+bool solve(std::vector<std::vector<double>>& a, std::vector<double>& b) {
+  const std::size_t n = b.size();
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t pivot = c;
+    for (std::size_t r = c + 1; r < n; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+    }
+    std::swap(a[c], a[pivot]);
+    std::swap(b[c], b[pivot]);
+    if (!(std::abs(a[c][c]) > 1e-300)) return false;
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (std::size_t k = c; k < n; ++k) a[r][k] -= f * a[c][k];
+      b[r] -= f * b[c];
+    }
+  }
+  for (std::size_t c = 0; c < n; ++c) b[c] /= a[c][c];
+  return true;
+}
+
+// The four GEMM parameters together: efficiency e, K overhead k0, fixed time t0 and sustained
+// rate C. For a given k0 a row's time is t0 + max(a u, F v) with u = 1/e, v = 1/C, a its time
+// at full efficiency and F its FLOPs; the rows that C holds down are those of the highest
+// efficiency a shape allows (the smallest a / F), a prefix once sorted. For each prefix the
+// problem is linear in (t0, u, v) and solved exactly (relative least squares); the best prefix
+// wins, judged on the full model (tiles, memory term). k0 goes on a grid, then Brent's method.
+void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  const double peak = gpu.dense_bf16_flops_per_s.value;
+  const std::size_t n = rows.size();
+  const auto error_at = [&](double k0) {
+    gpu.gemm_k_overhead.value = k0;
+    std::vector<double> a(n), f(n), y(n);
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const GemmSample& s = *rows[i].sample;
+      GpuProfile full = gpu;
+      full.gemm_efficiency.value = 1;
+      a[i] = s.flops() / (peak * gemm_compute_efficiency(full, s.batch * s.m, s.n, s.k));
+      f[i] = s.flops();
+      y[i] = s.seconds;
+      order[i] = i;
+    }
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t x, std::size_t z) { return a[x] / f[x] < a[z] / f[z]; });
+    double best_error = std::numeric_limits<double>::infinity();
+    GpuProfile best = gpu;
+    for (std::size_t held = 0; held < n; ++held) {     // the `held` first rows are at C
+      const std::size_t unknowns = held == 0 ? 2 : 3;  // t0, u[, v]
+      std::vector<std::vector<double>> normal(unknowns, std::vector<double>(unknowns, 0.0));
+      std::vector<double> rhs(unknowns, 0.0);
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t i = order[j];
+        std::vector<double> x(unknowns, 0.0);
+        x[0] = 1;
+        if (j < held) {
+          x[2] = f[i];
+        } else {
+          x[1] = a[i];
+        }
+        const double w = 1 / (y[i] * y[i]);
+        for (std::size_t r = 0; r < unknowns; ++r) {
+          rhs[r] += w * x[r] * y[i];
+          for (std::size_t c = 0; c < unknowns; ++c) normal[r][c] += w * x[r] * x[c];
+        }
+      }
+      if (!solve(normal, rhs)) continue;
+      GpuProfile trial = gpu;
+      trial.kernel_launch_s.value = std::clamp(rhs[0], 0.0, 50e-6);
+      trial.gemm_efficiency.value = std::clamp(1 / rhs[1], 0.01, 1.0);
+      trial.gemm_sustained_flops_per_s.value =
+          held == 0 ? peak : std::clamp(1 / rhs[2], 0.05 * peak, peak);
+      const double error = relative_sse(trial, rows);
+      if (error < best_error) {
+        best_error = error;
+        best = trial;
+      }
+    }
+    gpu = best;
+    return best_error;
+  };
+  constexpr double kStep = 16;
+  double best_k0 = 0, best_error = std::numeric_limits<double>::infinity();
+  for (double k0 = 0; k0 <= 2048; k0 += kStep) {
+    const double error = error_at(k0);
+    if (error < best_error) {
+      best_error = error;
+      best_k0 = k0;
+    }
+  }
+  const double k0 = minimise(error_at, std::max(0.0, best_k0 - kStep), best_k0 + kStep);
+  error_at(error_at(k0) <= best_error ? k0 : best_k0);
+  // A ceiling that holds down no row is no finding: the peak stands for "none".
+  GpuProfile uncapped = gpu;
+  uncapped.gemm_sustained_flops_per_s.value = peak;
+  const bool binds = std::any_of(rows.begin(), rows.end(), [&](const GemmRow& row) {
+    return gemm_seconds(gpu, *row.sample) > gemm_seconds(uncapped, *row.sample) * (1 + 1e-9);
+  });
+  if (!binds) gpu = uncapped;
+}
+
+// The e of t = launch + x / e (x: the time at full rate) closest to the data in relative error;
+// e enters as 1/e, so the optimum is closed-form: 1/e = sum(x (y - t0) / y^2) / sum(x^2 / y^2).
+double efficiency_fit(double launch, const std::vector<std::pair<double, double>>& x_y) {
+  double numerator = 0, denominator = 0;
+  for (const auto& [x, y] : x_y) {
+    numerator += x * (y - launch) / (y * y);
+    denominator += x * x / (y * y);
+  }
+  return std::min(1.0, denominator / numerator);
+}
+
+// With fewer shapes than parameters, one parameter is fitted and the others are kept. A row
+// that the profile's efficiency would run faster than measured (by more than 1%) is read as a
+// best-shape measurement held down by power (as mamf-finder's are): the sustained rate is
+// fitted. Otherwise the GPU beats the profile's efficiency there and the efficiency is fitted,
+// with no ceiling below the peak. Returns the key fitted.
+std::string fit_gemm_one(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  GpuProfile uncapped = gpu;
+  uncapped.gemm_sustained_flops_per_s.value = gpu.dense_bf16_flops_per_s.value;
+  const bool held_down = std::all_of(rows.begin(), rows.end(), [&](const GemmRow& row) {
+    return gemm_seconds(uncapped, *row.sample) < row.sample->seconds / 1.01;
+  });
+  if (held_down) {
+    // Every row at the ceiling: t = launch + flops / C, linear in 1/C.
+    const double peak = gpu.dense_bf16_flops_per_s.value;
+    std::vector<std::pair<double, double>> x_y;
+    for (const GemmRow& row : rows)
+      x_y.push_back({row.sample->flops() / peak, row.sample->seconds});
+    gpu.gemm_sustained_flops_per_s.value = peak * efficiency_fit(gpu.kernel_launch_s.value, x_y);
+    return "gemm_sustained";
+  }
+  gpu = uncapped;
+  fit_efficiency(gpu, rows);
+  return "gemm_efficiency";
+}
+
+// sigma of each parameter from the relative residuals: s^2 (J^T J)^-1, J by central differences.
+std::vector<double> parameter_sigmas(GpuProfile& gpu, const std::vector<GemmRow>& rows,
+                                     const std::vector<Calibrated*>& parameters) {
+  const std::size_t n = rows.size(), p = parameters.size();
+  if (n <= p) return std::vector<double>(p, 0.0);
+  std::vector<std::vector<double>> jacobian(n, std::vector<double>(p));
+  std::vector<double> residual(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    residual[i] = gemm_seconds(gpu, *rows[i].sample) / rows[i].sample->seconds - 1;
+  }
+  for (std::size_t j = 0; j < p; ++j) {
+    double& value = parameters[j]->value;
+    const double saved = value;
+    const double h = std::max(std::abs(saved) * 1e-4, 1e-9);
+    std::vector<double> up(n), down(n);
+    value = saved + h;
+    for (std::size_t i = 0; i < n; ++i) up[i] = gemm_seconds(gpu, *rows[i].sample);
+    value = saved - h;
+    for (std::size_t i = 0; i < n; ++i) down[i] = gemm_seconds(gpu, *rows[i].sample);
+    value = saved;
+    for (std::size_t i = 0; i < n; ++i) {
+      jacobian[i][j] = (up[i] - down[i]) / (2 * h) / rows[i].sample->seconds;
+    }
+  }
+  // J^T J and its inverse by Gauss-Jordan (p <= 3).
+  std::vector<std::vector<double>> a(p, std::vector<double>(2 * p, 0.0));
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::size_t c = 0; c < p; ++c) {
+      for (std::size_t i = 0; i < n; ++i) a[r][c] += jacobian[i][r] * jacobian[i][c];
+    }
+    a[r][p + r] = 1;
+  }
+  for (std::size_t c = 0; c < p; ++c) {
+    std::size_t pivot = c;
+    for (std::size_t r = c + 1; r < p; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+    }
+    std::swap(a[c], a[pivot]);
+    if (!(std::abs(a[c][c]) > 0)) return std::vector<double>(p, 0.0);
+    const double d = a[c][c];
+    for (double& x : a[c]) x /= d;
+    for (std::size_t r = 0; r < p; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c];
+      for (std::size_t k = 0; k < 2 * p; ++k) a[r][k] -= f * a[c][k];
+    }
+  }
+  double sse = 0;
+  for (const double r : residual) sse += r * r;
+  const double s2 = sse / static_cast<double>(n - p);
+  std::vector<double> sigmas(p);
+  for (std::size_t j = 0; j < p; ++j) sigmas[j] = std::sqrt(std::max(0.0, s2 * a[j][p + j]));
+  return sigmas;
+}
+
+std::string shape_of(const GemmSample& s) {
+  auto whole = [](double x) { return std::to_string(static_cast<long long>(x)); };
+  std::string shape = whole(s.m) + "x" + whole(s.n) + "x" + whole(s.k);
+  if (s.batch != 1) shape = whole(s.batch) + "x " + shape;
+  return "gemm " + shape + " " + s.dtype;
+}
+
+KernelFitPoint gemm_point(const GpuProfile& gpu, const GemmRow& row) {
+  return {shape_of(*row.sample), row.file->path, row.sample->line, row.sample->seconds,
+          gemm_seconds(gpu, *row.sample)};
+}
+
+std::size_t distinct_shapes(const std::vector<GemmRow>& rows) {
+  std::set<std::tuple<double, double, double, double>> shapes;
+  for (const GemmRow& row : rows) {
+    shapes.insert({row.sample->batch, row.sample->m, row.sample->n, row.sample->k});
+  }
+  return shapes.size();
+}
+
+std::string rows_of(std::size_t count, const std::string& what) {
+  return std::to_string(count) + " " + what + (count == 1 ? " row" : " rows");
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points) {
+  std::vector<double> errors;
+  for (const KernelFitPoint& point : points) errors.push_back(std::abs(point.error()));
+  return errors;
+}
+
+std::string percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", 100 * fraction);
+  return text;
+}
+
+using MemoryRows = std::vector<std::pair<const MemorySample*, const MicrobenchFile*>>;
+
+std::vector<std::pair<double, double>> memory_x_y(const GpuProfile& gpu, const MemoryRows& rows) {
+  std::vector<std::pair<double, double>> x_y;
+  for (const auto& [s, file] : rows) {
+    x_y.push_back({s->bytes / gpu.hbm_bytes_per_s.value, s->seconds});
+  }
+  return x_y;
+}
+
+// The keys fitted: all four with enough distinct shapes, else one (fit_gemm_one).
+std::vector<std::string> fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  if (distinct_shapes(rows) >= 4) {
+    fit_gemm_four(gpu, rows);
+    return {"gemm_efficiency", "gemm_k_overhead", "kernel_launch", "gemm_sustained"};
+  }
+  return {fit_gemm_one(gpu, rows)};
+}
+
+}  // namespace
+
+KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files) {
+  if (!(start.dense_bf16_flops_per_s.value > 0) || !(start.hbm_bytes_per_s.value > 0) ||
+      start.sm_count < 1) {
+    throw std::invalid_argument("profile " + start.name + " needs its peaks and SM count");
+  }
+  KernelFit fit;
+  fit.profile = start;
+  GpuProfile& gpu = fit.profile;
+  std::vector<GemmRow> gemms;
+  MemoryRows memory;
+  std::map<std::string, std::vector<std::pair<const AttentionSample*, const MicrobenchFile*>>>
+      attention;
+  for (const MicrobenchFile& file : files) {
+    fit.inputs.push_back(file.path + " (" + file.checksum + ")");
+    for (const GemmSample& s : file.gemms) {
+      if (s.dtype == "bf16") {
+        gemms.push_back({&s, &file});
+      } else {
+        fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype +
+                              " GEMM (the profile models BF16 only)");
+      }
+    }
+    for (const MemorySample& s : file.memory) memory.push_back({&s, &file});
+    for (const AttentionSample& s : file.attention) attention[s.impl].push_back({&s, &file});
+  }
+  if (gemms.empty() && memory.empty() && attention.empty()) {
+    throw MicrobenchError(files.empty() ? "(no files)" : files.front().path, 0,
+                          "no rows the kernel model can fit");
+  }
+
+  // The GEMM and memory fits depend on each other (a small GEMM can be memory-bound; a copy's
+  // time includes the kernel's fixed time): they alternate to a fixed point first, so that a
+  // fit started from its own result gives the same values.
+  if (!gemms.empty() && !memory.empty()) {
+    for (int pass = 0; pass < 50; ++pass) {
+      const double before = gpu.memory_efficiency.value;
+      fit_gemm_rows(gpu, gemms);
+      gpu.memory_efficiency.value =
+          efficiency_fit(gpu.kernel_launch_s.value, memory_x_y(gpu, memory));
+      if (std::abs(gpu.memory_efficiency.value - before) < 1e-12) break;
+    }
+  }
+
+  // 1. GEMMs.
+  if (!gemms.empty()) {
+    if (distinct_shapes(gemms) >= 4 && gemms.size() >= 6) {
+      // Out of sample: every third row held back, the rest fitted, the held rows predicted.
+      std::vector<GemmRow> kept, held;
+      for (std::size_t i = 0; i < gemms.size(); ++i) (i % 3 == 1 ? held : kept).push_back(gemms[i]);
+      GpuProfile trial = gpu;
+      fit_gemm_rows(trial, kept);
+      for (const GemmRow& row : held) fit.held_out.push_back(gemm_point(trial, row));
+    }
+    const std::vector<std::string> keys = fit_gemm_rows(gpu, gemms);
+    const std::map<std::string, Calibrated*> members{
+        {"gemm_efficiency", &gpu.gemm_efficiency},
+        {"gemm_k_overhead", &gpu.gemm_k_overhead},
+        {"kernel_launch", &gpu.kernel_launch_s},
+        {"gemm_sustained", &gpu.gemm_sustained_flops_per_s}};
+    // A sustained rate at the peak is no ceiling: the data do not reach it, and it has no
+    // uncertainty to estimate.
+    std::vector<std::string> estimated;
+    for (const std::string& key : keys) {
+      const bool at_peak = key == "gemm_sustained" && gpu.gemm_sustained_flops_per_s.value >=
+                                                          0.999 * gpu.dense_bf16_flops_per_s.value;
+      if (!at_peak) estimated.push_back(key);
+    }
+    std::vector<Calibrated*> fitted;
+    for (const std::string& key : estimated) fitted.push_back(members.at(key));
+    const std::vector<double> sigmas = parameter_sigmas(gpu, gemms, fitted);
+    std::vector<KernelFitPoint> points;
+    for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
+    const bool one_point = gemms.size() <= fitted.size();
+    std::string basis = rows_of(gemms.size(), "BF16 GEMM");
+    if (one_point) {
+      basis += " (too few for an error estimate: sigma assumed 5%)";
+    } else {
+      const std::vector<double> errors = abs_errors(points);
+      basis += ", median |error| " + percent(median(errors)) + ", max " +
+               percent(*std::max_element(errors.begin(), errors.end()));
+    }
+    if (!fit.held_out.empty()) {
+      const std::vector<double> held = abs_errors(fit.held_out);
+      basis += "; held out " + std::to_string(held.size()) + ", median |error| " +
+               percent(median(held)) + ", max " +
+               percent(*std::max_element(held.begin(), held.end()));
+    }
+    std::vector<const MicrobenchFile*> inputs;
+    for (const GemmRow& row : gemms) {
+      if (std::find(inputs.begin(), inputs.end(), row.file) == inputs.end()) {
+        inputs.push_back(row.file);
+      }
+    }
+    for (std::size_t j = 0; j < fitted.size(); ++j) {
+      const double sigma = one_point ? kOnePointSigma * fitted[j]->value : sigmas[j];
+      fit.parameters.push_back({estimated[j], fitted[j]->value, sigma, basis, true, inputs});
+    }
+    for (const auto& [key, member] : members) {
+      if (std::find(estimated.begin(), estimated.end(), key) != estimated.end()) continue;
+      const bool found_none = std::find(keys.begin(), keys.end(), key) != keys.end();
+      fit.parameters.push_back({key,
+                                member->value,
+                                member->sigma,
+                                found_none ? "kept: the data reach no ceiling below the peak"
+                                           : "kept: too few GEMM shapes to tell it",
+                                false,
+                                {}});
+    }
+    fit.points.insert(fit.points.end(), points.begin(), points.end());
+  }
+
+  // 2. Memory: t = launch + bytes / (hbm x e), least squares on relative errors.
+  const double launch = gpu.kernel_launch_s.value;
+  const auto residual_sigma = [&](const std::vector<std::pair<double, double>>& x_y, double e) {
+    if (x_y.size() < 2) return kOnePointSigma * e;
+    double sse = 0, sxx = 0;
+    for (const auto& [x, y] : x_y) {
+      const double r = (launch + x / e) / y - 1;
+      sse += r * r;
+      sxx += (x / (e * e) / y) * (x / (e * e) / y);
+    }
+    return std::sqrt(sse / static_cast<double>(x_y.size() - 1) / sxx);
+  };
+  if (!memory.empty()) {
+    const std::vector<std::pair<double, double>> x_y = memory_x_y(gpu, memory);
+    const double e = efficiency_fit(launch, x_y);
+    gpu.memory_efficiency.value = e;
+    std::vector<const MicrobenchFile*> inputs;
+    for (const auto& [s, file] : memory) {
+      if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
+    }
+    fit.parameters.push_back(
+        {"memory_efficiency", e, residual_sigma(x_y, e),
+         rows_of(memory.size(), "memory") +
+             (memory.size() < 2 ? " (too few for an error estimate: sigma assumed 5%)" : ""),
+         true, inputs});
+    for (const auto& [s, file] : memory) {
+      Kernel copy;
+      copy.bytes = s->bytes;
+      fit.points.push_back({"memory " + s->op + " " + std::to_string(s->bytes / 1e6) + " MB",
+                            file->path, s->line, s->seconds, kernel_seconds(gpu, copy)});
+    }
+  }
+
+  // 3. Attention: one implementation (FlashAttention-2 if present: the profile's attention is
+  // FA2's), t = launch + flops / (peak x e).
+  if (!attention.empty()) {
+    const auto chosen = attention.count("fa2") ? attention.find("fa2") : attention.begin();
+    std::vector<std::pair<double, double>> x_y;
+    for (const auto& [s, file] : chosen->second) {
+      x_y.push_back({s->flops() / gpu.dense_bf16_flops_per_s.value, s->seconds});
+    }
+    const double e = efficiency_fit(launch, x_y);
+    gpu.attention_efficiency.value = e;
+    std::vector<const MicrobenchFile*> inputs;
+    for (const auto& [s, file] : chosen->second) {
+      if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
+    }
+    fit.parameters.push_back(
+        {"attention_efficiency", e, residual_sigma(x_y, e),
+         rows_of(x_y.size(), chosen->first + " attention") +
+             (x_y.size() < 2 ? " (too few for an error estimate: sigma assumed 5%)" : ""),
+         true, inputs});
+    for (const auto& [impl, samples] : attention) {
+      for (const auto& [s, file] : samples) {
+        if (impl != chosen->first) {
+          fit.skipped.push_back(file->path + ":" + std::to_string(s->line) + ": " + impl +
+                                " attention (the profile models " + chosen->first + ")");
+          continue;
+        }
+        Kernel kernel;
+        kernel.kind = KernelKind::attention;
+        kernel.flops = s->flops();
+        fit.points.push_back({"attention " + impl + " " + s->direction, file->path, s->line,
+                              s->seconds, kernel_seconds(gpu, kernel)});
+      }
+    }
+  }
+  return fit;
+}
+
+std::vector<std::pair<std::string, Calibrated>> kernel_profile_entries(const KernelFit& fit) {
+  std::vector<std::pair<std::string, Calibrated>> entries;
+  for (const KernelFitParameter& p : fit.parameters) {
+    if (!p.fitted) continue;
+    bool measured = !p.inputs.empty();
+    std::string inputs;
+    for (const MicrobenchFile* file : p.inputs) {
+      measured = measured && file->provenance == "measured";
+      if (!inputs.empty()) inputs += ", ";
+      inputs += std::filesystem::path(file->path).filename().string() + " " + file->checksum;
+    }
+    Calibrated entry;
+    entry.value = p.value;
+    entry.sigma = p.sigma;
+    entry.provenance = std::string(measured ? "measured" : "published") +
+                       ": fleetsim calibrate --kernels, " + p.basis + " (" + inputs + ")";
+    entries.push_back({p.key, entry});
+  }
+  return entries;
+}
+
+}  // namespace fleetsim

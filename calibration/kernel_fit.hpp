@@ -1,0 +1,61 @@
+// Fitting a GPU profile's kernel parameters to microbenchmarks (calibration/microbench.hpp).
+//
+// The model is kernel_cost.hpp's; the fit finds the parameters that minimise the squared relative
+// error of the times, each data kind in turn:
+//   1. GEMMs (BF16 rows): gemm_efficiency, gemm_k_overhead and kernel_launch (the fixed time of
+//      a kernel) when the rows hold at least four distinct shapes; with fewer, gemm_efficiency
+//      alone, the other two kept from the profile (the data cannot tell them apart).
+//   2. Memory (copy rows, and any other op): memory_efficiency of t = launch + bytes / (hbm x e).
+//   3. Attention (one implementation, FlashAttention-2 rows if any): attention_efficiency of
+//      t = launch + flops / (peak x e).
+// Uncertainties come from the residuals (sigma^2 (J^T J)^-1 on the relative residuals) where the
+// data over-determine the parameters; a parameter fitted to a single point gets 5% of its value,
+// an assumption the fit report states. With six or more GEMM rows, every third is held back
+// and predicted by a fit of the others: the out-of-sample error.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "calibration/gpu_profile.hpp"
+#include "calibration/microbench.hpp"
+
+namespace fleetsim {
+
+struct KernelFitPoint {
+  std::string what;  // "gemm 4096x2048x4096 bf16", "memory copy 512 MiB", ...
+  std::string file;
+  int line = 0;
+  double measured_s = 0;
+  double fitted_s = 0;
+  double error() const { return fitted_s / measured_s - 1; }
+};
+
+struct KernelFitParameter {
+  std::string key;  // the profile key: "gemm_efficiency", "kernel_launch", ...
+  double value = 0;
+  double sigma = 0;
+  std::string basis;  // how many rows of which kind and how well they fit, or why it was kept
+  bool fitted = false;
+  std::vector<const MicrobenchFile*> inputs;  // the files whose rows it was fitted to
+};
+
+struct KernelFit {
+  GpuProfile profile;  // the starting profile with the fitted values in place
+  std::vector<KernelFitParameter> parameters;
+  std::vector<KernelFitPoint> points;    // every row, at the final fit
+  std::vector<KernelFitPoint> held_out;  // GEMM rows predicted by a fit without them
+  std::vector<std::string> inputs;       // "file (checksum)", one per file read
+  std::vector<std::string> skipped;      // rows the model does not cover, and why
+};
+
+// Throws MicrobenchError (no usable rows) or std::invalid_argument on a profile without peaks.
+// The fit points into `files`, which must outlive it.
+KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files);
+
+// The profile entries of the fitted parameters, each citing its input files by name and
+// checksum (not by path), so that the same inputs give the same text wherever they are fitted.
+std::vector<std::pair<std::string, Calibrated>> kernel_profile_entries(const KernelFit& fit);
+
+}  // namespace fleetsim

@@ -1,0 +1,208 @@
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "calibration/kernel_cost.hpp"
+#include "calibration/kernel_fit.hpp"
+#include "calibration/microbench.hpp"
+#include "common/temp_dir.hpp"
+
+using namespace fleetsim;
+using fleetsim::testing::TempDir;
+
+namespace {
+
+GpuProfile h100_like() {
+  GpuProfile gpu;
+  gpu.name = "test";
+  gpu.sm_count = 132;
+  gpu.dense_bf16_flops_per_s.value = 989e12;
+  gpu.hbm_bytes_per_s.value = 3.35e12;
+  gpu.gemm_efficiency.value = 0.8;
+  gpu.gemm_k_overhead.value = 100;
+  gpu.memory_efficiency.value = 0.9;
+  gpu.attention_efficiency.value = 0.4;
+  gpu.kernel_launch_s.value = 4e-6;
+  gpu.gemm_tiles = {{128, 256}, {256, 128}, {128, 128}, {64, 128}, {128, 64}, {64, 64}};
+  return gpu;
+}
+
+std::string gemm_csv(const GpuProfile& truth) {
+  std::string csv = "# provenance: measured\ndtype,m,n,k,time_us\n";
+  for (const double m : {256.0, 1024.0, 3000.0, 8192.0}) {
+    for (const double n : {512.0, 4096.0, 14336.0}) {
+      for (const double k : {256.0, 1024.0, 4096.0}) {
+        char row[96];
+        std::snprintf(row, sizeof row, "bf16,%.0f,%.0f,%.0f,%.9g\n", m, n, k,
+                      1e6 * kernel_seconds(truth, gemm_kernel(m, n, k, 2)));
+        csv += row;
+      }
+    }
+  }
+  return csv;
+}
+
+}  // namespace
+
+TEST_CASE("microbenchmark CSVs: a time, a rate or both, and errors with file and line") {
+  TempDir dir;
+  const auto file = dir.write("gemm.csv",
+                              "# provenance: published\n# source: a table\n"
+                              "dtype,batch,m,n,k,time_us,tflops,gpu\n"
+                              "bf16,2,1024,1024,1024,10,,H100\n"
+                              "bf16,1,1024,1024,1024,,214.748,H100\n");
+  const MicrobenchFile read = read_microbench_file(file);
+  REQUIRE(read.gemms.size() == 2);
+  CHECK(read.source == "a table");
+  CHECK(read.provenance == "published");
+  CHECK(read.gemms[0].flops() == Approx(2.0 * 2 * 1024 * 1024 * 1024));
+  CHECK(read.gemms[0].seconds == Approx(10e-6));
+  CHECK(read.gemms[1].seconds == Approx(2.0 * 1024 * 1024 * 1024 / 214.748e12));
+  CHECK_THAT(read.checksum, Catch::StartsWith("fnv1a64 "));
+
+  const auto error_of = [&](const std::string& text) {
+    try {
+      read_microbench_file(dir.write("bad.csv", text));
+    } catch (const MicrobenchError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string header = "# provenance: measured\ndtype,m,n,k,time_us,tflops\n";
+  CHECK_THAT(error_of(header + "bf16,1024,1024,1024,10,300\n"),
+             Catch::Contains("bad.csv:3: time_us and tflops disagree"));
+  CHECK_THAT(error_of(header + "bf16,1024,1024,1024\n"), Catch::Contains("expected 6 fields"));
+  CHECK_THAT(error_of(header + "bf16,1024,-5,1024,10,\n"),
+             Catch::Contains("column 'n': expected a positive number"));
+  CHECK_THAT(error_of("dtype,m,n,k,time_us\nbf16,1,1,1,1\n"),
+             Catch::Contains("no '# provenance: measured'"));
+  CHECK_THAT(error_of("# provenance: measured\nshape,time\n"),
+             Catch::Contains("bad.csv:2: a header of gemm"));
+  CHECK_THAT(error_of("# provenance: measured\nimpl,dtype,batch,heads,seq,head_dim,causal,"
+                      "direction,tflops\nfa2,bf16,2,16,8192,128,false,sideways,300\n"),
+             Catch::Contains("expected fwd, bwd or fwd_bwd"));
+}
+
+TEST_CASE("attention FLOPs follow FlashAttention's benchmark") {
+  AttentionSample s;
+  s.batch = 2;
+  s.heads = 16;
+  s.seq = 8192;
+  s.head_dim = 128;
+  s.direction = "fwd";
+  const double forward = 4.0 * 2 * 16 * 8192.0 * 8192.0 * 128;
+  CHECK(s.flops() == Approx(forward));
+  s.causal = true;
+  CHECK(s.flops() == Approx(forward / 2));
+  s.causal = false;
+  s.direction = "fwd_bwd";
+  CHECK(s.flops() == Approx(3.5 * forward));
+}
+
+TEST_CASE("a fit recovers the kernel parameters that generated the data") {
+  // 36 GEMMs timed by the model itself with efficiency 0.7, K overhead 300, an 8 us fixed time
+  // and a 600 TFLOPS sustained ceiling (which the largest shapes reach); the fit starts from
+  // other values and must find these.
+  GpuProfile truth = h100_like();
+  truth.gemm_efficiency.value = 0.7;
+  truth.gemm_k_overhead.value = 300;
+  truth.kernel_launch_s.value = 8e-6;
+  truth.gemm_sustained_flops_per_s.value = 600e12;
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth)))};
+  const KernelFit fit = fit_kernels(h100_like(), files);
+  CHECK(fit.profile.gemm_efficiency.value == Approx(0.7).epsilon(1e-3));
+  CHECK(fit.profile.gemm_k_overhead.value == Approx(300).epsilon(0.01));
+  CHECK(fit.profile.kernel_launch_s.value == Approx(8e-6).epsilon(0.01));
+  CHECK(fit.profile.gemm_sustained_flops_per_s.value == Approx(600e12).epsilon(1e-3));
+  for (const KernelFitPoint& point : fit.points) CHECK(std::abs(point.error()) < 1e-3);
+  // Every third row was held back and predicted by a fit of the rest: exact data, exact model.
+  REQUIRE(fit.held_out.size() == 12);
+  for (const KernelFitPoint& point : fit.held_out) CHECK(std::abs(point.error()) < 1e-3);
+  for (const KernelFitParameter& p : fit.parameters) CHECK(p.fitted);
+}
+
+TEST_CASE("one GEMM fits the efficiency alone; the rest is kept and says so") {
+  GpuProfile truth = h100_like();
+  truth.gemm_efficiency.value = 0.6;
+  TempDir dir;
+  char row[64];
+  std::snprintf(row, sizeof row, "bf16,8192,8192,8192,%.9g\n",
+                1e6 * kernel_seconds(truth, gemm_kernel(8192, 8192, 8192, 2)));
+  const std::vector<MicrobenchFile> files{read_microbench_file(
+      dir.write("one.csv", std::string("# provenance: published\ndtype,m,n,k,time_us\n") + row))};
+  const KernelFit fit = fit_kernels(h100_like(), files);
+  CHECK(fit.profile.gemm_efficiency.value == Approx(0.6).epsilon(1e-4));
+  CHECK(fit.profile.gemm_k_overhead.value == 100);  // the starting profile's
+  const auto entries = kernel_profile_entries(fit);
+  REQUIRE(entries.size() == 1);
+  CHECK(entries[0].first == "gemm_efficiency");
+  CHECK(entries[0].second.sigma == Approx(0.03));  // 5% of the value, stated
+  CHECK_THAT(
+      entries[0].second.provenance,
+      Catch::StartsWith("published: fleetsim calibrate --kernels, 1 BF16 GEMM row (too few"));
+  CHECK_THAT(entries[0].second.provenance, Catch::Contains("one.csv fnv1a64 "));
+}
+
+TEST_CASE("memory and attention efficiencies come from their rows, net of the fixed time") {
+  // A 1 GB copy at 2.7 TB/s on a 3 TB/s part with 5 us fixed time: e = 1e9 / ((t - 5 us) 3e12).
+  GpuProfile start = h100_like();
+  start.hbm_bytes_per_s.value = 3e12;
+  start.kernel_launch_s.value = 5e-6;
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("memory.csv",
+                                     "# provenance: measured\nop,bytes,gb_per_s\n"
+                                     "copy,1000000000,2700\n")),
+      read_microbench_file(dir.write("attention.csv",
+                                     "# provenance: measured\nimpl,dtype,batch,heads,seq,"
+                                     "head_dim,causal,direction,tflops\n"
+                                     "fa3,bf16,2,16,8192,128,false,fwd,600\n"
+                                     "fa2,bf16,2,16,8192,128,false,fwd_bwd,330\n"))};
+  const KernelFit fit = fit_kernels(start, files);
+  const double copy_s = 1e9 / 2.7e12;
+  CHECK(fit.profile.memory_efficiency.value == Approx(1e9 / ((copy_s - 5e-6) * 3e12)));
+  // FlashAttention-2 is the profile's attention; the FA3 row is reported as skipped.
+  const double fa2_s = 3.5 * 4.0 * 2 * 16 * 8192.0 * 8192.0 * 128 / 330e12;
+  const double fa2_flops = 330e12 * fa2_s;
+  CHECK(fit.profile.attention_efficiency.value == Approx(fa2_flops / ((fa2_s - 5e-6) * 989e12)));
+  REQUIRE(fit.skipped.size() == 1);
+  CHECK_THAT(fit.skipped[0], Catch::Contains("fa3 attention"));
+}
+
+TEST_CASE("out of sample: H100 GEMMs held back from the fit are predicted within 10%") {
+  // The shipped H100 inputs (XLA's sm_90 table, mamf-finder's best shape, an 8192^3 run on the
+  // H200's identical compute): every third row held back. The bounds are what the model
+  // reaches: held out, 2.9% median and 8.8% at worst (256x256x1024, below one wave of any
+  // tile); in sample, 13.5% at worst (256x512x256, where the fixed time dominates).
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::vector<MicrobenchFile> files =
+      read_microbench_dir(source + "/calibration/microbench/h100-sxm");
+  const KernelFit fit = fit_kernels(h100_like(), files);
+  REQUIRE(fit.held_out.size() == 6);
+  std::vector<double> errors;
+  for (const KernelFitPoint& point : fit.held_out) errors.push_back(std::abs(point.error()));
+  std::sort(errors.begin(), errors.end());
+  CHECK(errors.back() < 0.10);
+  CHECK(errors[errors.size() / 2] < 0.04);
+  for (const KernelFitPoint& point : fit.points) {
+    INFO(point.what);
+    CHECK(std::abs(point.error()) < 0.14);  // in sample
+  }
+}
+
+TEST_CASE("a longer K runs closer to the long-K efficiency") {
+  const GpuProfile gpu = h100_like();
+  const auto tflops = [&](double k) {
+    const Kernel g = gemm_kernel(64 * 132, 8192, k, 2);  // full waves of 64x64 tiles
+    return g.flops / (kernel_seconds(gpu, g) - gpu.kernel_launch_s.value) / 1e12;
+  };
+  CHECK(tflops(512) < tflops(2048));
+  CHECK(tflops(2048) < tflops(16384));
+  // With full waves, the rate is peak x efficiency x K / (K + k0).
+  CHECK(tflops(2048) == Approx(989 * 0.8 * 2048 / 2148).epsilon(1e-6));
+}

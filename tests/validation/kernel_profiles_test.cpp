@@ -1,0 +1,36 @@
+// The shipped GPU profiles' kernel entries are what `fleetsim calibrate --kernels` fits to the
+// shipped inputs (calibration/microbench/<profile>/): regenerated, they match bit for bit.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "calibration/kernel_fit.hpp"
+#include "calibration/microbench.hpp"
+#include "sim/scenario/scenario.hpp"
+
+using namespace fleetsim;
+
+TEST_CASE("every shipped profile with microbenchmark inputs is its fit, bit for bit") {
+  const std::filesystem::path source = FLEETSIM_SOURCE_DIR;
+  const DataPaths data{source};
+  int profiles = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(source / "calibration/microbench")) {
+    if (!entry.is_directory()) continue;
+    const std::string name = entry.path().filename().string();
+    INFO(name);
+    const std::filesystem::path file = gpu_profile_file(data, name);
+    std::ifstream in(file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<MicrobenchFile> inputs = read_microbench_dir(entry.path());
+    const KernelFit fit = fit_kernels(load_gpu_profile(data, name), inputs);
+    std::string refitted = text;
+    for (const auto& [key, calibrated] : kernel_profile_entries(fit)) {
+      refitted = with_profile_entry(refitted, file.string(), key, calibrated);
+    }
+    CHECK(refitted == text);
+    ++profiles;
+  }
+  CHECK(profiles == 6);  // h100-sxm, h200, b200, gb200, mi300x, a100-sxm
+}

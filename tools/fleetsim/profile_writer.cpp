@@ -1,0 +1,113 @@
+#include "tools/fleetsim/profile_writer.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "sim/engine/errors.hpp"
+#include "sim/engine/rng.hpp"
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+namespace {
+
+// The lines of `after` that differ from `before`: the new entries, as they will read in the file.
+std::string changed_lines(const std::string& before, const std::string& after) {
+  std::istringstream old_text(before), new_text(after);
+  std::vector<std::string> old_lines;
+  for (std::string line; std::getline(old_text, line);) old_lines.push_back(line);
+  std::vector<std::string> new_lines;
+  for (std::string line; std::getline(new_text, line);) new_lines.push_back(line);
+  std::size_t head = 0;
+  while (head < old_lines.size() && head < new_lines.size() && old_lines[head] == new_lines[head])
+    ++head;
+  std::size_t tail = 0;
+  while (tail < old_lines.size() - head && tail < new_lines.size() - head &&
+         old_lines[old_lines.size() - 1 - tail] == new_lines[new_lines.size() - 1 - tail])
+    ++tail;
+  std::string out;
+  for (std::size_t i = head; i < new_lines.size() - tail; ++i) out += new_lines[i] + "\n";
+  return out.empty() ? "    (the profile holds these entries already)\n" : out;
+}
+
+}  // namespace
+
+std::string file_fingerprint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(stable_hash(text.str())));
+  return std::string("fnv1a64 ") + hex;
+}
+
+std::string yaml_quote_body(const std::string& text) {
+  std::string quoted;
+  for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  return quoted;
+}
+
+double profile_value(const GpuProfile& profile, const std::string& key) {
+  if (key == "nvls_efficiency") return profile.nvls_efficiency.value().value;
+  if (key == "p2p_efficiency") return profile.p2p_efficiency.value().value;
+  if (key == "gemm_efficiency") return profile.gemm_efficiency.value;
+  if (key == "gemm_k_overhead") return profile.gemm_k_overhead.value;
+  if (key == "gemm_sustained") return profile.gemm_sustained_flops_per_s.value;
+  if (key == "kernel_launch") return profile.kernel_launch_s.value;
+  if (key == "memory_efficiency") return profile.memory_efficiency.value;
+  if (key == "attention_efficiency") return profile.attention_efficiency.value;
+  const std::string links = "link_efficiency.";
+  if (key.rfind(links, 0) == 0) return profile.link_efficiency.at(key.substr(links.size())).value;
+  throw ModelError("no fit writes the profile entry '" + key + "'");
+}
+
+void put_profile_entries(const DataPaths& data, const std::string& gpu,
+                         const std::vector<std::pair<std::string, Calibrated>>& entries,
+                         bool write) {
+  const std::filesystem::path profile = std::filesystem::canonical(gpu_profile_file(data, gpu));
+  std::string before;
+  {
+    std::ifstream in(profile);
+    before.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::string after = before;
+  for (const auto& [key, entry] : entries) {
+    after = with_profile_entry(after, profile.string(), key, entry);
+  }
+  std::printf("profile entries (in %s):\n%s", profile.string().c_str(),
+              changed_lines(before, after).c_str());
+  if (!write) return;
+  const auto permissions = std::filesystem::status(profile).permissions();
+  write_text_atomically(profile, after);
+  std::filesystem::permissions(profile, permissions);
+  try {
+    const GpuProfile written = load_gpu_profile(data, gpu);
+    for (const auto& [key, entry] : entries) {
+      // Written with three decimals (three significant digits below 0.0095; durations in
+      // microseconds): what reads back is that close.
+      const double value = profile_value(written, key);
+      const bool with_unit = key == "kernel_launch" || key == "gemm_sustained";
+      const double tolerance = std::max(0.005 * std::abs(entry.value), with_unit ? 0.0 : 0.0005);
+      if (std::abs(value - entry.value) > tolerance) {
+        throw ModelError(profile.string() + ": " + key + " reads back as " + std::to_string(value) +
+                         ", not the " + std::to_string(entry.value) + " written");
+      }
+    }
+  } catch (const std::exception& failure) {
+    try {
+      write_text_atomically(profile, before);
+      std::filesystem::permissions(profile, permissions);
+    } catch (const std::exception& restore) {
+      throw ModelError(std::string(failure.what()) + "; restoring " + profile.string() +
+                       " failed too: " + restore.what());
+    }
+    throw;
+  }
+  std::printf("written to %s\n", profile.string().c_str());
+}
+
+}  // namespace fleetsim
