@@ -341,6 +341,14 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     }
     for (const MemorySample& s : file.memory) memory.push_back({&s, &file});
     for (const AttentionSample& s : file.attention) attention[s.impl].push_back({&s, &file});
+    for (const OverlapSample& s : file.overlap) {
+      char slowdown[160];
+      std::snprintf(slowdown, sizeof slowdown,
+                    ": overlap %.0fx%.0fx%.0f, %.1f%% slower beside the collective (not modelled "
+                    "yet: overlap is free)",
+                    s.m, s.n, s.k, 100 * (s.with_comm_seconds / s.alone_seconds - 1));
+      fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + slowdown);
+    }
   }
   if (gemms.empty() && memory.empty() && attention.empty()) {
     throw MicrobenchError(files.empty() ? "(no files)" : files.front().path, 0,

@@ -86,17 +86,19 @@ class Row {
   std::vector<std::string> fields_;
 };
 
-enum class Kind { gemm, memory, attention };
+enum class Kind { gemm, memory, attention, overlap };
 
 const std::vector<std::string>& required_columns(Kind kind) {
   static const std::vector<std::string> gemm{"dtype", "m", "n", "k"};
   static const std::vector<std::string> memory{"op", "bytes"};
   static const std::vector<std::string> attention{"impl", "dtype",    "batch",  "heads",
                                                   "seq",  "head_dim", "causal", "direction"};
+  static const std::vector<std::string> overlap{"dtype", "m", "n", "k", "alone_us", "with_comm_us"};
   switch (kind) {
     case Kind::gemm: return gemm;
     case Kind::memory: return memory;
     case Kind::attention: return attention;
+    case Kind::overlap: return overlap;
   }
   return gemm;
 }
@@ -107,7 +109,7 @@ std::optional<Kind> kind_of(const std::map<std::string, std::size_t>& columns) {
     return std::all_of(needed.begin(), needed.end(),
                        [&](const std::string& c) { return columns.count(c) > 0; });
   };
-  for (const Kind kind : {Kind::attention, Kind::gemm, Kind::memory}) {
+  for (const Kind kind : {Kind::attention, Kind::overlap, Kind::gemm, Kind::memory}) {
     if (has_all(kind)) return kind;
   }
   return std::nullopt;
@@ -169,9 +171,10 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
       kind = kind_of(columns);
       if (!kind) {
         throw MicrobenchError(file, number,
-                              "a header of gemm (dtype,m,n,k,...), memory (op,bytes,...) or "
+                              "a header of gemm (dtype,m,n,k,...), memory (op,bytes,...), "
                               "attention (impl,dtype,batch,heads,seq,head_dim,causal,direction,"
-                              "...) columns was expected");
+                              "...) or overlap (dtype,m,n,k,alone_us,with_comm_us,...) columns "
+                              "was expected");
       }
       continue;
     }
@@ -203,6 +206,17 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
         result.memory.push_back(s);
         break;
       }
+      case Kind::overlap: {
+        OverlapSample s;
+        s.m = row.number("m");
+        s.n = row.number("n");
+        s.k = row.number("k");
+        s.alone_seconds = row.number("alone_us") * 1e-6;
+        s.with_comm_seconds = row.number("with_comm_us") * 1e-6;
+        s.line = number;
+        result.overlap.push_back(s);
+        break;
+      }
       case Kind::attention: {
         AttentionSample s;
         s.impl = row.text("impl");
@@ -229,7 +243,8 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
                           "no '# provenance: measured' or '# provenance: published' line: a "
                           "profile says where each of its numbers comes from");
   }
-  if (result.gemms.empty() && result.memory.empty() && result.attention.empty()) {
+  if (result.gemms.empty() && result.memory.empty() && result.attention.empty() &&
+      result.overlap.empty()) {
     throw MicrobenchError(file, number, "no data rows");
   }
   return result;

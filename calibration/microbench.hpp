@@ -8,6 +8,8 @@
 //   gemm       dtype,m,n,k[,batch][,layout],time_us|tflops     C[m,n] = A[m,k] B[k,n], batch times
 //   memory     op,bytes,time_us|gb_per_s                       bytes read plus written
 //   attention  impl,dtype,batch,heads,seq,head_dim,causal,direction,time_us|tflops
+//   overlap    dtype,m,n,k,alone_us,with_comm_us[,comm_op,comm_bytes,gpus]  a GEMM alone and
+//              while a collective runs on the same GPU
 //
 // A row gives its time, its rate, or both (then they must agree within 1%): published tables give
 // rates, the microbenchmark both. Rates are decimal (1 TFLOPS = 1e12 FLOP/s, 1 GB/s = 1e9 B/s).
@@ -57,6 +59,13 @@ struct AttentionSample {
   int line = 0;
 };
 
+struct OverlapSample {
+  double m = 0, n = 0, k = 0;
+  double alone_seconds = 0;
+  double with_comm_seconds = 0;
+  int line = 0;
+};
+
 struct MicrobenchFile {
   std::string path;
   std::string checksum;    // fnv1a64 of the bytes, as profiles cite their inputs
@@ -65,6 +74,7 @@ struct MicrobenchFile {
   std::vector<GemmSample> gemms;
   std::vector<MemorySample> memory;
   std::vector<AttentionSample> attention;
+  std::vector<OverlapSample> overlap;
 };
 
 MicrobenchFile read_microbench_file(const std::filesystem::path& path);

@@ -86,6 +86,23 @@ TEST_CASE("microbenchmark CSVs: a time, a rate or both, and errors with file and
              Catch::Contains("expected fwd, bwd or fwd_bwd"));
 }
 
+TEST_CASE("overlap rows are read and reported, not fitted: overlap is not modelled yet") {
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("gemm.csv",
+                                     "# provenance: measured\ndtype,m,n,k,time_us\n"
+                                     "bf16,8192,8192,8192,1400\n")),
+      read_microbench_file(dir.write("overlap.csv",
+                                     "# provenance: measured\n"
+                                     "dtype,m,n,k,alone_us,with_comm_us,comm_op,comm_bytes,gpus\n"
+                                     "bf16,8192,4096,4096,350,385,all_reduce,1073741824,8\n"))};
+  REQUIRE(files[1].overlap.size() == 1);
+  CHECK(files[1].overlap[0].with_comm_seconds == Approx(385e-6));
+  const KernelFit fit = fit_kernels(h100_like(), files);
+  REQUIRE(fit.skipped.size() == 1);
+  CHECK_THAT(fit.skipped[0], Catch::Contains("10.0% slower beside the collective"));
+}
+
 TEST_CASE("attention FLOPs follow FlashAttention's benchmark") {
   AttentionSample s;
   s.batch = 2;

@@ -310,6 +310,26 @@ TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") 
   CHECK(run_cli("calibrate " + log).exit_code == 2);  // no --node
 }
 
+TEST_CASE("fleetsim calibrate --kernels fits a profile's kernel model to microbenchmark CSVs") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::string dir = source + "/calibration/microbench/h100-sxm";
+  const Result result = run_cli("calibrate --kernels " + dir + " --gpu h100-sxm");
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.out.find("fit of h100-sxm's kernel model") != std::string::npos);
+  CHECK(result.out.find("held out (every third GEMM row") != std::string::npos);
+  // The shipped profile is this fit: nothing to change.
+  CHECK(result.out.find("(the profile holds these entries already)") != std::string::npos);
+  CHECK(run_cli("calibrate --kernels " + dir).exit_code == 2);  // no --gpu
+  CHECK(run_cli("calibrate --kernels " + dir + " --gpu h100-sxm --node dgx-h100").exit_code == 2);
+  const fs::path bad = scratch_dir() / "bad-microbench";
+  fs::remove_all(bad);
+  fs::create_directories(bad);
+  std::ofstream(bad / "gemm.csv") << "# provenance: measured\ndtype,m,n,k,time_us\nbf16,1,2\n";
+  const Result error = run_cli("calibrate --kernels " + bad.string() + " --gpu h100-sxm");
+  CHECK(error.exit_code == 2);
+  CHECK(error.err.find("gemm.csv:3: expected 5 fields, got 3") != std::string::npos);
+}
+
 TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing else") {
   // On a copy of the data: the fitted xGMI efficiency replaces the published 0.75, the file
   // still loads, and every other line of the profile is as it was.
