@@ -49,6 +49,9 @@ struct GpuProfile {
   Calibrated attention_efficiency;  // FlashAttention fwd+bwd throughput / dense peak
   Calibrated memory_efficiency;     // achieved / peak HBM bandwidth of streaming kernels
   Calibrated kernel_launch_s;       // fixed GPU time of every kernel (launch, ramp, tail)
+  // How much longer a compute kernel takes while communication kernels run beside it on the
+  // same GPU (sharing SMs and HBM): 0.1 is 10% slower. From the overlap microbenchmark.
+  Calibrated comm_slowdown;
   // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
   // for GPU and fabric links, NCCL's bus bandwidth over line rate.
   std::map<std::string, Calibrated> link_efficiency;

@@ -327,6 +327,7 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
   GpuProfile& gpu = fit.profile;
   std::vector<GemmRow> gemms;
   MemoryRows memory;
+  std::vector<std::pair<const OverlapSample*, const MicrobenchFile*>> overlap;
   std::map<std::string, std::vector<std::pair<const AttentionSample*, const MicrobenchFile*>>>
       attention;
   for (const MicrobenchFile& file : files) {
@@ -341,16 +342,9 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     }
     for (const MemorySample& s : file.memory) memory.push_back({&s, &file});
     for (const AttentionSample& s : file.attention) attention[s.impl].push_back({&s, &file});
-    for (const OverlapSample& s : file.overlap) {
-      char slowdown[160];
-      std::snprintf(slowdown, sizeof slowdown,
-                    ": overlap %.0fx%.0fx%.0f, %.1f%% slower beside the collective (not modelled "
-                    "yet: overlap is free)",
-                    s.m, s.n, s.k, 100 * (s.with_comm_seconds / s.alone_seconds - 1));
-      fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + slowdown);
-    }
+    for (const OverlapSample& s : file.overlap) overlap.push_back({&s, &file});
   }
-  if (gemms.empty() && memory.empty() && attention.empty()) {
+  if (gemms.empty() && memory.empty() && attention.empty() && overlap.empty()) {
     throw MicrobenchError(files.empty() ? "(no files)" : files.front().path, 0,
                           "no rows the kernel model can fit");
   }
@@ -502,6 +496,32 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
                               s->seconds, kernel_seconds(gpu, kernel)});
       }
     }
+  }
+  // 4. Overlap: how much longer a GEMM takes beside a collective, the median over the rows
+  // (the GEMMs differ in how much of the SMs and HBM they need; the spread is the sigma).
+  if (!overlap.empty()) {
+    std::vector<double> slowdowns;
+    std::vector<const MicrobenchFile*> inputs;
+    for (const auto& [s, file] : overlap) {
+      slowdowns.push_back(std::max(0.0, s->with_comm_seconds / s->alone_seconds - 1));
+      if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
+    }
+    const double slowdown = median(slowdowns);
+    double spread = 0;
+    for (const double x : slowdowns) spread = std::max(spread, std::abs(x - slowdown));
+    gpu.comm_slowdown.value = slowdown;
+    for (const auto& [s, file] : overlap) {
+      char what[96];
+      std::snprintf(what, sizeof what, "overlap %.0fx%.0fx%.0f beside a collective", s->m, s->n,
+                    s->k);
+      fit.points.push_back(
+          {what, file->path, s->line, s->with_comm_seconds, s->alone_seconds * (1 + slowdown)});
+    }
+    fit.parameters.push_back(
+        {"comm_slowdown", slowdown, overlap.size() < 2 ? kOnePointSigma * slowdown : spread,
+         rows_of(overlap.size(), "overlap") + ", median of the slowdowns, sigma their widest "
+                                              "spread",
+         true, inputs});
   }
   return fit;
 }

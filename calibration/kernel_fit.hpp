@@ -8,6 +8,8 @@
 //   2. Memory (copy rows, and any other op): memory_efficiency of t = launch + bytes / (hbm x e).
 //   3. Attention (one implementation, FlashAttention-2 rows if any): attention_efficiency of
 //      t = launch + flops / (peak x e).
+//   4. Overlap (a GEMM alone and beside a collective): comm_slowdown, the median of
+//      time beside / time alone - 1.
 // Uncertainties come from the residuals (sigma^2 (J^T J)^-1 on the relative residuals) where the
 // data over-determine the parameters; a parameter fitted to a single point gets 5% of its value,
 // an assumption the fit report states. With six or more GEMM rows, every third is held back

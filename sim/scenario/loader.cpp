@@ -584,7 +584,7 @@ struct CalibratedKey {
   Calibrated GpuProfile::*member;
 };
 
-const std::array<CalibratedKey, 9> kCalibratedKeys = {{
+const std::array<CalibratedKey, 10> kCalibratedKeys = {{
     {"dense_bf16", Quantity::flop_rate, &GpuProfile::dense_bf16_flops_per_s},
     {"hbm_capacity", Quantity::size, &GpuProfile::hbm_capacity_bytes},
     {"hbm_bandwidth", Quantity::bandwidth, &GpuProfile::hbm_bytes_per_s},
@@ -594,6 +594,7 @@ const std::array<CalibratedKey, 9> kCalibratedKeys = {{
     {"attention_efficiency", Quantity::fraction, &GpuProfile::attention_efficiency},
     {"memory_efficiency", Quantity::fraction, &GpuProfile::memory_efficiency},
     {"kernel_launch", Quantity::duration, &GpuProfile::kernel_launch_s},
+    {"comm_slowdown", Quantity::count, &GpuProfile::comm_slowdown},
 }};
 
 Keys profile_keys() {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "sim/collectives/collectives.hpp"
@@ -85,6 +86,7 @@ class Replay {
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology)
       : graph_(graph),
         index_(graph, gpu),
+        comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
@@ -116,13 +118,61 @@ class Replay {
     std::size_t next = 0;  // position in the stream's order
     bool busy = false;
   };
+  // The compute kernel a rank is running: its work left, in nanoseconds at full speed, as of
+  // `updated`, and its completion event, moved whenever its speed changes.
+  struct Kernel {
+    TaskIndex task = 0;
+    SimTime begin{};
+    SimTime updated{};
+    double remaining_ns = 0;
+    EventHandle completion{};
+  };
   struct Rank {
     std::vector<int> waiting_on;  // unfinished dependencies per task
     std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
     std::vector<Interval> compute_busy;
     std::vector<Interval> comm_busy;  // collectives of either stream, possibly overlapping
+    std::optional<Kernel> kernel;     // on the compute stream
+    int collectives_in_flight = 0;    // its communication kernels running now
   };
+
+  // Compute runs slower while the rank's communication kernels share its SMs and HBM: at
+  // 1 / (1 + slowdown) of full speed while any collective it takes part in is in flight.
+  double compute_speed(const Rank& rank) const {
+    return rank.collectives_in_flight > 0 ? 1 / (1 + comm_slowdown_) : 1.0;
+  }
+
+  // Schedules the running kernel's completion at its current speed.
+  void schedule_kernel(int r) {
+    Rank& rank = ranks_[r];
+    Kernel& kernel = *rank.kernel;
+    const SimTime left = from_seconds(kernel.remaining_ns * 1e-9 / compute_speed(rank));
+    kernel.completion = engine_.schedule_after(left, [this, r] {
+      Rank& done = ranks_[r];
+      const Kernel finished = *done.kernel;
+      done.kernel.reset();
+      done.compute_busy.push_back({finished.begin, engine_.now()});
+      finish(r, finished.task);
+    });
+  }
+
+  // A collective starts or ends on rank r: its running kernel keeps the work it has done at the
+  // old speed and goes on at the new one.
+  void change_collectives(int r, int delta) {
+    Rank& rank = ranks_[r];
+    if (rank.kernel && comm_slowdown_ > 0) {
+      Kernel& kernel = *rank.kernel;
+      const double elapsed_ns = static_cast<double>((engine_.now() - kernel.updated).ns());
+      kernel.remaining_ns = std::max(0.0, kernel.remaining_ns - elapsed_ns * compute_speed(rank));
+      kernel.updated = engine_.now();
+      engine_.cancel(kernel.completion);
+      rank.collectives_in_flight += delta;
+      schedule_kernel(r);
+      return;
+    }
+    rank.collectives_in_flight += delta;
+  }
 
   void try_start(int r) {
     for (int s = 0; s < kStreamCount; ++s) try_start_stream(r, s);
@@ -137,18 +187,18 @@ class Replay {
     stream.busy = true;
     const Task& task = graph_.program[t];
     if (task.stream == Stream::compute) {
-      const SimTime begin = engine_.now();
-      engine_.schedule_after(index_.duration[t], [this, r, t, begin] {
-        ranks_[r].compute_busy.push_back({begin, engine_.now()});
-        finish(r, t);
-      });
+      ranks_[r].kernel = Kernel{t, engine_.now(), engine_.now(),
+                                static_cast<double>(index_.duration[t].ns()), EventHandle{}};
+      schedule_kernel(r);
       return;
     }
     if (++arrivals_[t] < graph_.ranks) return;  // the collective waits for every member
     const auto& work = std::get<CollectiveWork>(task.work);
     comm_bytes_per_gpu_ += bus_factor(work.op, graph_.ranks) * work.size_bytes;
     const SimTime begin = engine_.now();
+    for (int member = 0; member < graph_.ranks; ++member) change_collectives(member, +1);
     collectives_.run(work.op, ring_, work.size_bytes, [this, t, begin] {
+      for (int member = 0; member < graph_.ranks; ++member) change_collectives(member, -1);
       for (int member = 0; member < graph_.ranks; ++member) {
         ranks_[member].comm_busy.push_back({begin, engine_.now()});
         finish(member, t);
@@ -190,6 +240,7 @@ class Replay {
 
   const TaskGraph& graph_;
   ProgramIndex index_;
+  double comm_slowdown_;
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;

@@ -86,7 +86,7 @@ TEST_CASE("microbenchmark CSVs: a time, a rate or both, and errors with file and
              Catch::Contains("expected fwd, bwd or fwd_bwd"));
 }
 
-TEST_CASE("overlap rows are read and reported, not fitted: overlap is not modelled yet") {
+TEST_CASE("overlap rows fit the slowdown of compute beside a collective: the median") {
   TempDir dir;
   const std::vector<MicrobenchFile> files{
       read_microbench_file(dir.write("gemm.csv",
@@ -95,12 +95,20 @@ TEST_CASE("overlap rows are read and reported, not fitted: overlap is not modell
       read_microbench_file(dir.write("overlap.csv",
                                      "# provenance: measured\n"
                                      "dtype,m,n,k,alone_us,with_comm_us,comm_op,comm_bytes,gpus\n"
-                                     "bf16,8192,4096,4096,350,385,all_reduce,1073741824,8\n"))};
-  REQUIRE(files[1].overlap.size() == 1);
+                                     "bf16,8192,4096,4096,350,385,all_reduce,1073741824,8\n"
+                                     "bf16,8192,8192,4096,700,840,all_reduce,1073741824,8\n"
+                                     "bf16,4096,4096,4096,175,178.5,all_reduce,1073741824,8\n"))};
+  REQUIRE(files[1].overlap.size() == 3);
   CHECK(files[1].overlap[0].with_comm_seconds == Approx(385e-6));
   const KernelFit fit = fit_kernels(h100_like(), files);
-  REQUIRE(fit.skipped.size() == 1);
-  CHECK_THAT(fit.skipped[0], Catch::Contains("10.0% slower beside the collective"));
+  // Slowdowns 10%, 20% and 2%: the median, 10%, with sigma the widest spread, 10 points.
+  CHECK(fit.profile.comm_slowdown.value == Approx(0.10));
+  const auto entries = kernel_profile_entries(fit);
+  const auto slowdown = std::find_if(entries.begin(), entries.end(),
+                                     [](const auto& e) { return e.first == "comm_slowdown"; });
+  REQUIRE(slowdown != entries.end());
+  CHECK(slowdown->second.sigma == Approx(0.10));
+  CHECK(fit.skipped.empty());
 }
 
 TEST_CASE("attention FLOPs follow FlashAttention's benchmark") {

@@ -133,6 +133,28 @@ TEST_CASE("more NVLink bandwidth or a faster GPU never makes the step slower") {
   CHECK(simulate_step(faster_gpu).step.step_time_s < base);
 }
 
+TEST_CASE("compute beside communication runs slower by the profile's slowdown, no more") {
+  // ZeRO-3 gathers and reduces beside the compute stream. At a 20% slowdown each kernel takes
+  // up to 1.2x as long, only for the part of it that overlaps a collective: compute grows, but
+  // by less than 20%; without collectives (one GPU) nothing changes.
+  StepInputs in = small_job();
+  const StepOutcome free = simulate_step(in);
+  in.gpu.comm_slowdown.value = 0.2;
+  const StepOutcome slowed = simulate_step(in);
+  REQUIRE(free.simulated);
+  REQUIRE(slowed.simulated);
+  CHECK(slowed.step.breakdown.compute_s > free.step.breakdown.compute_s);
+  CHECK(slowed.step.breakdown.compute_s < 1.2 * free.step.breakdown.compute_s);
+  CHECK(slowed.step.step_time_s >= free.step.step_time_s);
+  StepInputs alone = small_job();
+  alone.node.gpus = 1;
+  alone.plan.dp = 1;
+  alone.training.global_batch = 4;
+  const StepOutcome alone_free = simulate_step(alone);
+  alone.gpu.comm_slowdown.value = 0.2;
+  CHECK(simulate_step(alone).step.step_time_s == alone_free.step.step_time_s);
+}
+
 TEST_CASE("a layout that does not fit is reported, not replayed") {
   StepInputs in = small_job();
   in.gpu.hbm_capacity_bytes.value = 4e9;

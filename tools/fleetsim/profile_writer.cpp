@@ -58,6 +58,7 @@ double profile_value(const GpuProfile& profile, const std::string& key) {
   if (key == "gemm_k_overhead") return profile.gemm_k_overhead.value;
   if (key == "gemm_sustained") return profile.gemm_sustained_flops_per_s.value;
   if (key == "kernel_launch") return profile.kernel_launch_s.value;
+  if (key == "comm_slowdown") return profile.comm_slowdown.value;
   if (key == "memory_efficiency") return profile.memory_efficiency.value;
   if (key == "attention_efficiency") return profile.attention_efficiency.value;
   const std::string links = "link_efficiency.";
