@@ -66,4 +66,24 @@ struct GpuProfile {
   CollectiveCosts collectives;
 };
 
+// The entry a profile file names `key` ("gemm_efficiency", "kernel_launch", "nvls_efficiency",
+// "link_efficiency.<kind>", ...), as loaded; nothing for a key it does not have.
+inline std::optional<Calibrated> profile_entry(const GpuProfile& profile, const std::string& key) {
+  if (key == "gemm_efficiency") return profile.gemm_efficiency;
+  if (key == "gemm_sustained") return profile.gemm_sustained_flops_per_s;
+  if (key == "gemm_k_overhead") return profile.gemm_k_overhead;
+  if (key == "kernel_launch") return profile.kernel_launch_s;
+  if (key == "memory_efficiency") return profile.memory_efficiency;
+  if (key == "attention_efficiency") return profile.attention_efficiency;
+  if (key == "comm_slowdown") return profile.comm_slowdown;
+  if (key == "nvls_efficiency") return profile.nvls_efficiency;
+  if (key == "p2p_efficiency") return profile.p2p_efficiency;
+  const std::string links = "link_efficiency.";
+  if (key.rfind(links, 0) == 0) {
+    const auto found = profile.link_efficiency.find(key.substr(links.size()));
+    if (found != profile.link_efficiency.end()) return found->second;
+  }
+  return std::nullopt;
+}
+
 }  // namespace fleetsim

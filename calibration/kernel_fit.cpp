@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -48,22 +49,14 @@ double minimise(const std::function<double(double)>& f, double low, double high)
   return boost::math::tools::brent_find_minima(f, low, high, kBrentBits, iterations).first;
 }
 
-// The GEMM efficiency that minimises the error with everything else fixed.
-double fit_efficiency(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
-  const double best = minimise(
-      [&](double e) {
-        gpu.gemm_efficiency.value = e;
-        return relative_sse(gpu, rows);
-      },
-      0.01, 1.0);
-  gpu.gemm_efficiency.value = best;
-  return best;
-}
-
 // Solves the normal equations A x = b of a small least-squares problem in place (Gaussian
 // elimination with partial pivoting). False if A is singular.
 bool solve(std::vector<std::vector<double>>& a, std::vector<double>& b) {
   const std::size_t n = b.size();
+  double largest = 0;
+  for (const auto& row : a) {
+    for (const double x : row) largest = std::max(largest, std::abs(x));
+  }
   for (std::size_t c = 0; c < n; ++c) {
     std::size_t pivot = c;
     for (std::size_t r = c + 1; r < n; ++r) {
@@ -71,7 +64,7 @@ bool solve(std::vector<std::vector<double>>& a, std::vector<double>& b) {
     }
     std::swap(a[c], a[pivot]);
     std::swap(b[c], b[pivot]);
-    if (!(std::abs(a[c][c]) > 1e-300)) return false;
+    if (!(std::abs(a[c][c]) > 1e-12 * largest)) return false;
     for (std::size_t r = 0; r < n; ++r) {
       if (r == c) continue;
       const double f = a[r][c] / a[c][c];
@@ -105,8 +98,8 @@ void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
       y[i] = s.seconds;
       order[i] = i;
     }
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t x, std::size_t z) { return a[x] / f[x] < a[z] / f[z]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t x, std::size_t z) { return a[x] / f[x] < a[z] / f[z]; });
     double best_error = std::numeric_limits<double>::infinity();
     GpuProfile best = gpu;
     for (std::size_t held = 0; held < n; ++held) {     // the `held` first rows are at C
@@ -116,9 +109,10 @@ void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
       for (std::size_t j = 0; j < n; ++j) {
         const std::size_t i = order[j];
         std::vector<double> x(unknowns, 0.0);
-        x[0] = 1;
+        // Unknowns scaled to order one: t0 in microseconds, 1/e, and peak / C.
+        x[0] = 1e-6;
         if (j < held) {
-          x[2] = f[i];
+          x[2] = f[i] / peak;
         } else {
           x[1] = a[i];
         }
@@ -130,10 +124,10 @@ void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
       }
       if (!solve(normal, rhs)) continue;
       GpuProfile trial = gpu;
-      trial.kernel_launch_s.value = std::clamp(rhs[0], 0.0, 50e-6);
+      trial.kernel_launch_s.value = std::clamp(rhs[0] * 1e-6, 0.0, 50e-6);
       trial.gemm_efficiency.value = std::clamp(1 / rhs[1], 0.01, 1.0);
       trial.gemm_sustained_flops_per_s.value =
-          held == 0 ? peak : std::clamp(1 / rhs[2], 0.05 * peak, peak);
+          held == 0 ? peak : std::clamp(peak / rhs[2], 0.05 * peak, peak);
       const double error = relative_sse(trial, rows);
       if (error < best_error) {
         best_error = error;
@@ -165,38 +159,50 @@ void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
 
 // The e of t = launch + x / e (x: the time at full rate) closest to the data in relative error;
 // e enters as 1/e, so the optimum is closed-form: 1/e = sum(x (y - t0) / y^2) / sum(x^2 / y^2).
-double efficiency_fit(double launch, const std::vector<std::pair<double, double>>& x_y) {
+// MicrobenchError (naming `what`) when the rows are no longer than the fixed time: no
+// efficiency explains them.
+double efficiency_fit(double launch, const std::vector<std::pair<double, double>>& x_y,
+                      const std::string& what) {
   double numerator = 0, denominator = 0;
   for (const auto& [x, y] : x_y) {
     numerator += x * (y - launch) / (y * y);
     denominator += x * x / (y * y);
   }
+  if (!(numerator > 0)) {
+    throw MicrobenchError(what, 0,
+                          "these rows take no longer than a kernel's fixed time (" +
+                              std::to_string(launch * 1e6) +
+                              " us): they cannot tell an efficiency");
+  }
   return std::min(1.0, denominator / numerator);
 }
 
-// With fewer shapes than parameters, one parameter is fitted and the others are kept. A row
-// that the profile's efficiency would run faster than measured (by more than 1%) is read as a
-// best-shape measurement held down by power (as mamf-finder's are): the sustained rate is
-// fitted. Otherwise the GPU beats the profile's efficiency there and the efficiency is fitted,
-// with no ceiling below the peak. Returns the key fitted.
-std::string fit_gemm_one(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
-  GpuProfile uncapped = gpu;
-  uncapped.gemm_sustained_flops_per_s.value = gpu.dense_bf16_flops_per_s.value;
-  const bool held_down = std::all_of(rows.begin(), rows.end(), [&](const GemmRow& row) {
-    return gemm_seconds(uncapped, *row.sample) < row.sample->seconds / 1.01;
-  });
-  if (held_down) {
-    // Every row at the ceiling: t = launch + flops / C, linear in 1/C.
-    const double peak = gpu.dense_bf16_flops_per_s.value;
-    std::vector<std::pair<double, double>> x_y;
-    for (const GemmRow& row : rows)
-      x_y.push_back({row.sample->flops() / peak, row.sample->seconds});
-    gpu.gemm_sustained_flops_per_s.value = peak * efficiency_fit(gpu.kernel_launch_s.value, x_y);
-    return "gemm_sustained";
+// With fewer shapes than parameters the rows are read as best-shape measurements, as
+// mamf-finder's are: the highest rate the GPU reached over a search of shapes, so an upper
+// bound on every shape's rate. The sustained rate is set to the highest rate measured (kernel
+// time included, as measured), and the efficiency is raised, if it must be, until the profile's
+// model reaches that rate at the measured shapes; k0 and the fixed time are kept. Returns the
+// keys set.
+std::vector<std::string> fit_gemm_best_shape(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  double best_rate = 0;
+  for (const GemmRow& row : rows) {
+    best_rate = std::max(best_rate, row.sample->flops() / row.sample->seconds);
   }
-  gpu = uncapped;
-  fit_efficiency(gpu, rows);
-  return "gemm_efficiency";
+  gpu.gemm_sustained_flops_per_s.value = best_rate;
+  std::vector<std::string> keys{"gemm_sustained"};
+  double needed = 0;
+  for (const GemmRow& row : rows) {
+    const GemmSample& s = *row.sample;
+    const double rate_at_full = gpu.dense_bf16_flops_per_s.value *
+                                gemm_compute_efficiency(gpu, s.batch * s.m, s.n, s.k) /
+                                gpu.gemm_efficiency.value;
+    needed = std::max(needed, best_rate / rate_at_full);
+  }
+  if (gpu.gemm_efficiency.value < needed) {
+    gpu.gemm_efficiency.value = std::min(1.0, needed);
+    keys.push_back("gemm_efficiency");
+  }
+  return keys;
 }
 
 // sigma of each parameter from the relative residuals: s^2 (J^T J)^-1, J by central differences.
@@ -274,6 +280,12 @@ std::size_t distinct_shapes(const std::vector<GemmRow>& rows) {
   return shapes.size();
 }
 
+// The sigma the starting profile gives `key`: what a fit with too few rows keeps at least.
+double start_sigma(const GpuProfile& start, const std::string& key) {
+  const std::optional<Calibrated> entry = profile_entry(start, key);
+  return entry ? entry->sigma : 0.0;
+}
+
 std::string rows_of(std::size_t count, const std::string& what) {
   return std::to_string(count) + " " + what + (count == 1 ? " row" : " rows");
 }
@@ -306,13 +318,13 @@ std::vector<std::pair<double, double>> memory_x_y(const GpuProfile& gpu, const M
   return x_y;
 }
 
-// The keys fitted: all four with enough distinct shapes, else one (fit_gemm_one).
+// The keys fitted: all four with enough distinct shapes, else fit_gemm_best_shape's.
 std::vector<std::string> fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   if (distinct_shapes(rows) >= 4) {
     fit_gemm_four(gpu, rows);
     return {"gemm_efficiency", "gemm_k_overhead", "kernel_launch", "gemm_sustained"};
   }
-  return {fit_gemm_one(gpu, rows)};
+  return fit_gemm_best_shape(gpu, rows);
 }
 
 }  // namespace
@@ -348,53 +360,71 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     throw MicrobenchError(files.empty() ? "(no files)" : files.front().path, 0,
                           "no rows the kernel model can fit");
   }
+  std::string memory_files;
+  for (const auto& [sample, file] : memory) {
+    if (memory_files.find(file->path) == std::string::npos) {
+      memory_files += (memory_files.empty() ? "" : ", ") + file->path;
+    }
+  }
 
   // The GEMM and memory fits depend on each other (a small GEMM can be memory-bound; a copy's
   // time includes the kernel's fixed time): they alternate to a fixed point first, so that a
   // fit started from its own result gives the same values.
   if (!gemms.empty() && !memory.empty()) {
-    for (int pass = 0; pass < 50; ++pass) {
+    bool converged = false;
+    for (int pass = 0; pass < 50 && !converged; ++pass) {
       const double before = gpu.memory_efficiency.value;
       fit_gemm_rows(gpu, gemms);
       gpu.memory_efficiency.value =
-          efficiency_fit(gpu.kernel_launch_s.value, memory_x_y(gpu, memory));
-      if (std::abs(gpu.memory_efficiency.value - before) < 1e-12) break;
+          efficiency_fit(gpu.kernel_launch_s.value, memory_x_y(gpu, memory), memory_files);
+      converged = std::abs(gpu.memory_efficiency.value - before) < 1e-12;
+    }
+    if (!converged) {
+      throw MicrobenchError(memory_files, 0,
+                            "the GEMM and memory fits do not settle on common values");
     }
   }
 
   // 1. GEMMs.
   if (!gemms.empty()) {
-    if (distinct_shapes(gemms) >= 4 && gemms.size() >= 6) {
-      // Out of sample: every third row held back, the rest fitted, the held rows predicted.
+    const std::vector<std::string> keys = fit_gemm_rows(gpu, gemms);
+    if (keys.size() == 4 && gemms.size() >= 6) {
+      // Out of sample: every third row held back, the rest fitted from the starting profile,
+      // the held rows predicted.
       std::vector<GemmRow> kept, held;
       for (std::size_t i = 0; i < gemms.size(); ++i) (i % 3 == 1 ? held : kept).push_back(gemms[i]);
-      GpuProfile trial = gpu;
-      fit_gemm_rows(trial, kept);
-      for (const GemmRow& row : held) fit.held_out.push_back(gemm_point(trial, row));
+      if (distinct_shapes(kept) >= 4) {
+        GpuProfile trial = start;
+        trial.memory_efficiency.value = gpu.memory_efficiency.value;
+        fit_gemm_rows(trial, kept);
+        for (const GemmRow& row : held) fit.held_out.push_back(gemm_point(trial, row));
+      }
     }
-    const std::vector<std::string> keys = fit_gemm_rows(gpu, gemms);
     const std::map<std::string, Calibrated*> members{
         {"gemm_efficiency", &gpu.gemm_efficiency},
         {"gemm_k_overhead", &gpu.gemm_k_overhead},
         {"kernel_launch", &gpu.kernel_launch_s},
         {"gemm_sustained", &gpu.gemm_sustained_flops_per_s}};
-    // A sustained rate at the peak is no ceiling: the data do not reach it, and it has no
-    // uncertainty to estimate.
+    const double peak = gpu.dense_bf16_flops_per_s.value;
+    // A sustained rate at the peak means the rows reach no ceiling: written as the peak, its
+    // uncertainty not estimable from them.
+    const bool no_ceiling = std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
+                            gpu.gemm_sustained_flops_per_s.value >= 0.999 * peak;
     std::vector<std::string> estimated;
     for (const std::string& key : keys) {
-      const bool at_peak = key == "gemm_sustained" && gpu.gemm_sustained_flops_per_s.value >=
-                                                          0.999 * gpu.dense_bf16_flops_per_s.value;
-      if (!at_peak) estimated.push_back(key);
+      if (!(key == "gemm_sustained" && no_ceiling)) estimated.push_back(key);
     }
     std::vector<Calibrated*> fitted;
     for (const std::string& key : estimated) fitted.push_back(members.at(key));
     const std::vector<double> sigmas = parameter_sigmas(gpu, gemms, fitted);
     std::vector<KernelFitPoint> points;
     for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
-    const bool one_point = gemms.size() <= fitted.size();
+    const bool best_shape = keys.size() < 4;
     std::string basis = rows_of(gemms.size(), "BF16 GEMM");
-    if (one_point) {
-      basis += " (too few for an error estimate: sigma assumed 5%)";
+    if (best_shape) {
+      basis +=
+          " read as best-shape measurements: the sustained rate is the highest measured, the "
+          "efficiency at least what reaches it (sigma: 5% or the profile's, the larger)";
     } else {
       const std::vector<double> errors = abs_errors(points);
       basis += ", median |error| " + percent(median(errors)) + ", max " +
@@ -413,27 +443,33 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       }
     }
     for (std::size_t j = 0; j < fitted.size(); ++j) {
-      const double sigma = one_point ? kOnePointSigma * fitted[j]->value : sigmas[j];
+      // Best-shape rows say nothing of their scatter: never claim more than the profile did.
+      const double prior = start_sigma(start, estimated[j]);
+      const double sigma =
+          best_shape ? std::max(kOnePointSigma * fitted[j]->value, prior) : sigmas[j];
       fit.parameters.push_back({estimated[j], fitted[j]->value, sigma, basis, true, inputs});
     }
+    if (no_ceiling) {
+      fit.parameters.push_back({"gemm_sustained", peak, 0.1 * peak,
+                                rows_of(gemms.size(), "BF16 GEMM") +
+                                    ": none reaches a ceiling below the peak (sigma assumed 10% "
+                                    "of the peak)",
+                                true, inputs});
+    }
     for (const auto& [key, member] : members) {
-      if (std::find(estimated.begin(), estimated.end(), key) != estimated.end()) continue;
-      const bool found_none = std::find(keys.begin(), keys.end(), key) != keys.end();
-      fit.parameters.push_back({key,
-                                member->value,
-                                member->sigma,
-                                found_none ? "kept: the data reach no ceiling below the peak"
-                                           : "kept: too few GEMM shapes to tell it",
-                                false,
-                                {}});
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+      fit.parameters.push_back(
+          {key, member->value, member->sigma, "kept: too few GEMM shapes to tell it", false, {}});
     }
     fit.points.insert(fit.points.end(), points.begin(), points.end());
   }
 
   // 2. Memory: t = launch + bytes / (hbm x e), least squares on relative errors.
   const double launch = gpu.kernel_launch_s.value;
-  const auto residual_sigma = [&](const std::vector<std::pair<double, double>>& x_y, double e) {
-    if (x_y.size() < 2) return kOnePointSigma * e;
+  // One row says nothing of its scatter: 5% or the profile's sigma, the larger.
+  const auto residual_sigma = [&](const std::vector<std::pair<double, double>>& x_y, double e,
+                                  const std::string& key) {
+    if (x_y.size() < 2) return std::max(kOnePointSigma * e, start_sigma(start, key));
     double sse = 0, sxx = 0;
     for (const auto& [x, y] : x_y) {
       const double r = (launch + x / e) / y - 1;
@@ -444,16 +480,18 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
   };
   if (!memory.empty()) {
     const std::vector<std::pair<double, double>> x_y = memory_x_y(gpu, memory);
-    const double e = efficiency_fit(launch, x_y);
+    const double e = efficiency_fit(launch, x_y, memory_files);
     gpu.memory_efficiency.value = e;
     std::vector<const MicrobenchFile*> inputs;
     for (const auto& [s, file] : memory) {
       if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
     }
     fit.parameters.push_back(
-        {"memory_efficiency", e, residual_sigma(x_y, e),
+        {"memory_efficiency", e, residual_sigma(x_y, e, "memory_efficiency"),
          rows_of(memory.size(), "memory") +
-             (memory.size() < 2 ? " (too few for an error estimate: sigma assumed 5%)" : ""),
+             (memory.size() < 2
+                  ? " (too few for an error estimate: sigma 5% or the profile's, the larger)"
+                  : ""),
          true, inputs});
     for (const auto& [s, file] : memory) {
       Kernel copy;
@@ -471,16 +509,24 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     for (const auto& [s, file] : chosen->second) {
       x_y.push_back({s->flops() / gpu.dense_bf16_flops_per_s.value, s->seconds});
     }
-    const double e = efficiency_fit(launch, x_y);
+    std::string files_of_rows;
+    for (const auto& [sample, file] : chosen->second) {
+      if (files_of_rows.find(file->path) == std::string::npos) {
+        files_of_rows += (files_of_rows.empty() ? "" : ", ") + file->path;
+      }
+    }
+    const double e = efficiency_fit(launch, x_y, files_of_rows);
     gpu.attention_efficiency.value = e;
     std::vector<const MicrobenchFile*> inputs;
     for (const auto& [s, file] : chosen->second) {
       if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
     }
     fit.parameters.push_back(
-        {"attention_efficiency", e, residual_sigma(x_y, e),
+        {"attention_efficiency", e, residual_sigma(x_y, e, "attention_efficiency"),
          rows_of(x_y.size(), chosen->first + " attention") +
-             (x_y.size() < 2 ? " (too few for an error estimate: sigma assumed 5%)" : ""),
+             (x_y.size() < 2
+                  ? " (too few for an error estimate: sigma 5% or the profile's, the larger)"
+                  : ""),
          true, inputs});
     for (const auto& [impl, samples] : attention) {
       for (const auto& [s, file] : samples) {
@@ -518,7 +564,10 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
           {what, file->path, s->line, s->with_comm_seconds, s->alone_seconds * (1 + slowdown)});
     }
     fit.parameters.push_back(
-        {"comm_slowdown", slowdown, overlap.size() < 2 ? kOnePointSigma * slowdown : spread,
+        {"comm_slowdown", slowdown,
+         overlap.size() < 2
+             ? std::max(kOnePointSigma * slowdown, start_sigma(start, "comm_slowdown"))
+             : spread,
          rows_of(overlap.size(), "overlap") + ", median of the slowdowns, sigma their widest "
                                               "spread",
          true, inputs});
@@ -535,7 +584,9 @@ std::vector<std::pair<std::string, Calibrated>> kernel_profile_entries(const Ker
     for (const MicrobenchFile* file : p.inputs) {
       measured = measured && file->provenance == "measured";
       if (!inputs.empty()) inputs += ", ";
-      inputs += std::filesystem::path(file->path).filename().string() + " " + file->checksum;
+      // Each file with its own kind and machine: a mixed fit says which rows were measured where.
+      inputs += std::filesystem::path(file->path).filename().string() + " (" + file->provenance +
+                (file->gpu.empty() ? "" : ", " + file->gpu) + ") " + file->checksum;
     }
     Calibrated entry;
     entry.value = p.value;

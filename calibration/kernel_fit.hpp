@@ -2,18 +2,21 @@
 //
 // The model is kernel_cost.hpp's; the fit finds the parameters that minimise the squared relative
 // error of the times, each data kind in turn:
-//   1. GEMMs (BF16 rows): gemm_efficiency, gemm_k_overhead and kernel_launch (the fixed time of
-//      a kernel) when the rows hold at least four distinct shapes; with fewer, gemm_efficiency
-//      alone, the other two kept from the profile (the data cannot tell them apart).
+//   1. GEMMs (BF16 rows). With at least four distinct shapes: gemm_efficiency, gemm_k_overhead,
+//      kernel_launch (the fixed time of a kernel) and gemm_sustained together. With fewer, the
+//      rows are read as best-shape measurements (mamf-finder's: the highest rate over a search
+//      of shapes): gemm_sustained is the highest rate measured and gemm_efficiency rises, if
+//      it must, until the model reaches it there; k0 and the fixed time are kept.
 //   2. Memory (copy rows, and any other op): memory_efficiency of t = launch + bytes / (hbm x e).
 //   3. Attention (one implementation, FlashAttention-2 rows if any): attention_efficiency of
 //      t = launch + flops / (peak x e).
 //   4. Overlap (a GEMM alone and beside a collective): comm_slowdown, the median of
 //      time beside / time alone - 1.
 // Uncertainties come from the residuals (sigma^2 (J^T J)^-1 on the relative residuals) where the
-// data over-determine the parameters; a parameter fitted to a single point gets 5% of its value,
-// an assumption the fit report states. With six or more GEMM rows, every third is held back
-// and predicted by a fit of the others: the out-of-sample error.
+// data over-determine the parameters; a parameter set by too few rows gets 5% of its value or
+// the starting profile's sigma, the larger, as its entry says. With six or more GEMM rows of
+// four shapes, every third is held back and predicted by a fit of the others, started from the
+// same profile: the out-of-sample error.
 #pragma once
 
 #include <string>

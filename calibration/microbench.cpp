@@ -1,6 +1,7 @@
 #include "calibration/microbench.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,13 @@ std::string trim(const std::string& text) {
   if (first == std::string::npos) return "";
   const auto last = text.find_last_not_of(" \t\r");
   return text.substr(first, last - first + 1);
+}
+
+// Types and implementations are compared in lower case: BF16 and bf16 are one type.
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
 }
 
 std::vector<std::string> split_csv(const std::string& line) {
@@ -150,6 +158,10 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
     if (line.front() == '#') {
       const std::string comment = trim(line.substr(1));
       if (comment.rfind("source:", 0) == 0) result.source = trim(comment.substr(7));
+      if (comment.rfind("gpu:", 0) == 0) {
+        const std::string gpu = trim(comment.substr(4));
+        result.gpu = gpu.substr(0, gpu.find(','));
+      }
       if (comment.rfind("provenance:", 0) == 0) {
         result.provenance = trim(comment.substr(11));
         if (result.provenance != "measured" && result.provenance != "published") {
@@ -187,7 +199,7 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
     switch (*kind) {
       case Kind::gemm: {
         GemmSample s;
-        s.dtype = row.text("dtype");
+        s.dtype = lower(row.text("dtype"));
         s.m = row.number("m");
         s.n = row.number("n");
         s.k = row.number("k");
@@ -213,14 +225,19 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
         s.k = row.number("k");
         s.alone_seconds = row.number("alone_us") * 1e-6;
         s.with_comm_seconds = row.number("with_comm_us") * 1e-6;
+        if (row.has("gpus") && row.number("gpus") < 2) {
+          row.fail(
+              "an overlap row needs a collective over two GPUs or more: a one-rank "
+              "all-reduce moves nothing");
+        }
         s.line = number;
         result.overlap.push_back(s);
         break;
       }
       case Kind::attention: {
         AttentionSample s;
-        s.impl = row.text("impl");
-        s.dtype = row.text("dtype");
+        s.impl = lower(row.text("impl"));
+        s.dtype = lower(row.text("dtype"));
         s.batch = row.number("batch");
         s.heads = row.number("heads");
         s.seq = row.number("seq");

@@ -71,6 +71,7 @@ struct MicrobenchFile {
   std::string checksum;    // fnv1a64 of the bytes, as profiles cite their inputs
   std::string source;      // the `# source:` line; empty if none
   std::string provenance;  // `# provenance:` measured | published (required)
+  std::string gpu;         // the `# gpu:` line up to its first comma; empty if none
   std::vector<GemmSample> gemms;
   std::vector<MemorySample> memory;
   std::vector<AttentionSample> attention;

@@ -1492,7 +1492,6 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
   std::size_t last = stop - 1;  // inclusive
   while (last > first && blank_or_comment(lines[last])) --last;
   const std::string pad(indent, ' ');
-  // Durations carry their unit (microseconds); the other fitted entries are plain numbers.
   const auto calibrated = std::find_if(kCalibratedKeys.begin(), kCalibratedKeys.end(),
                                        [&](const CalibratedKey& k) { return k.key == parameter; });
   // Durations and rates carry their unit (microseconds, TFLOPS); the other fitted entries are

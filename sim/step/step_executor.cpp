@@ -120,7 +120,7 @@ class Replay {
   };
   // The compute kernel a rank is running: its work left, in nanoseconds at full speed, as of
   // `updated`, and its completion event, moved whenever its speed changes.
-  struct Kernel {
+  struct RunningKernel {
     TaskIndex task = 0;
     SimTime begin{};
     SimTime updated{};
@@ -132,9 +132,9 @@ class Replay {
     std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
     std::vector<Interval> compute_busy;
-    std::vector<Interval> comm_busy;  // collectives of either stream, possibly overlapping
-    std::optional<Kernel> kernel;     // on the compute stream
-    int collectives_in_flight = 0;    // its communication kernels running now
+    std::vector<Interval> comm_busy;      // collectives of either stream, possibly overlapping
+    std::optional<RunningKernel> kernel;  // on the compute stream
+    int collectives_in_flight = 0;        // its communication kernels running now
   };
 
   // Compute runs slower while the rank's communication kernels share its SMs and HBM: at
@@ -146,11 +146,11 @@ class Replay {
   // Schedules the running kernel's completion at its current speed.
   void schedule_kernel(int r) {
     Rank& rank = ranks_[r];
-    Kernel& kernel = *rank.kernel;
+    RunningKernel& kernel = *rank.kernel;
     const SimTime left = from_seconds(kernel.remaining_ns * 1e-9 / compute_speed(rank));
     kernel.completion = engine_.schedule_after(left, [this, r] {
       Rank& done = ranks_[r];
-      const Kernel finished = *done.kernel;
+      const RunningKernel finished = *done.kernel;
       done.kernel.reset();
       done.compute_busy.push_back({finished.begin, engine_.now()});
       finish(r, finished.task);
@@ -162,7 +162,7 @@ class Replay {
   void change_collectives(int r, int delta) {
     Rank& rank = ranks_[r];
     if (rank.kernel && comm_slowdown_ > 0) {
-      Kernel& kernel = *rank.kernel;
+      RunningKernel& kernel = *rank.kernel;
       const double elapsed_ns = static_cast<double>((engine_.now() - kernel.updated).ns());
       kernel.remaining_ns = std::max(0.0, kernel.remaining_ns - elapsed_ns * compute_speed(rank));
       kernel.updated = engine_.now();
@@ -187,8 +187,8 @@ class Replay {
     stream.busy = true;
     const Task& task = graph_.program[t];
     if (task.stream == Stream::compute) {
-      ranks_[r].kernel = Kernel{t, engine_.now(), engine_.now(),
-                                static_cast<double>(index_.duration[t].ns()), EventHandle{}};
+      ranks_[r].kernel = RunningKernel{t, engine_.now(), engine_.now(),
+                                       static_cast<double>(index_.duration[t].ns()), EventHandle{}};
       schedule_kernel(r);
       return;
     }

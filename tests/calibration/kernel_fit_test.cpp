@@ -151,26 +151,51 @@ TEST_CASE("a fit recovers the kernel parameters that generated the data") {
   for (const KernelFitParameter& p : fit.parameters) CHECK(p.fitted);
 }
 
-TEST_CASE("one GEMM fits the efficiency alone; the rest is kept and says so") {
-  GpuProfile truth = h100_like();
-  truth.gemm_efficiency.value = 0.6;
+TEST_CASE("a best-shape row sets the sustained rate, and the efficiency only if it must rise") {
+  // One row, read as mamf-finder's: the highest rate the GPU reached, an upper bound on every
+  // shape. The sustained rate becomes that rate (kernel time included); k0 and the fixed time
+  // are kept, and so is the efficiency while the model reaches that rate with it.
   TempDir dir;
-  char row[64];
-  std::snprintf(row, sizeof row, "bf16,8192,8192,8192,%.9g\n",
-                1e6 * kernel_seconds(truth, gemm_kernel(8192, 8192, 8192, 2)));
-  const std::vector<MicrobenchFile> files{read_microbench_file(
-      dir.write("one.csv", std::string("# provenance: published\ndtype,m,n,k,time_us\n") + row))};
-  const KernelFit fit = fit_kernels(h100_like(), files);
-  CHECK(fit.profile.gemm_efficiency.value == Approx(0.6).epsilon(1e-4));
-  CHECK(fit.profile.gemm_k_overhead.value == 100);  // the starting profile's
-  const auto entries = kernel_profile_entries(fit);
-  REQUIRE(entries.size() == 1);
-  CHECK(entries[0].first == "gemm_efficiency");
-  CHECK(entries[0].second.sigma == Approx(0.03));  // 5% of the value, stated
-  CHECK_THAT(
-      entries[0].second.provenance,
-      Catch::StartsWith("published: fleetsim calibrate --kernels, 1 BF16 GEMM row (too few"));
-  CHECK_THAT(entries[0].second.provenance, Catch::Contains("one.csv fnv1a64 "));
+  const auto one_row = [&](double efficiency) {
+    GpuProfile truth = h100_like();
+    truth.gemm_efficiency.value = efficiency;
+    char row[64];
+    std::snprintf(row, sizeof row, "bf16,8192,8192,8192,%.9g\n",
+                  1e6 * kernel_seconds(truth, gemm_kernel(8192, 8192, 8192, 2)));
+    return std::vector<MicrobenchFile>{read_microbench_file(
+        dir.write("one.csv", std::string("# provenance: published\ndtype,m,n,k,time_us\n") + row))};
+  };
+  const double flops = 2.0 * 8192 * 8192 * 8192;
+
+  SECTION("measured below what the profile's efficiency reaches: only the ceiling") {
+    const std::vector<MicrobenchFile> files = one_row(0.6);
+    const KernelFit fit = fit_kernels(h100_like(), files);
+    CHECK(fit.profile.gemm_efficiency.value == 0.8);  // the starting profile's
+    CHECK(fit.profile.gemm_sustained_flops_per_s.value ==
+          Approx(flops / files[0].gemms[0].seconds));
+    CHECK(fit.profile.gemm_k_overhead.value == 100);
+    const auto entries = kernel_profile_entries(fit);
+    REQUIRE(entries.size() == 1);
+    CHECK(entries[0].first == "gemm_sustained");
+    CHECK(entries[0].second.sigma == Approx(0.05 * entries[0].second.value));
+    CHECK_THAT(entries[0].second.provenance,
+               Catch::StartsWith("published: fleetsim calibrate --kernels, 1 BF16 GEMM row"));
+    CHECK_THAT(entries[0].second.provenance, Catch::Contains("one.csv (published) fnv1a64 "));
+  }
+  SECTION("measured above it: the efficiency rises until the model reaches the measured rate") {
+    GpuProfile start = h100_like();
+    start.gemm_efficiency.value = 0.5;
+    start.gemm_efficiency.sigma = 0.2;
+    const std::vector<MicrobenchFile> files = one_row(0.7);
+    const KernelFit fit = fit_kernels(start, files);
+    const double measured = flops / files[0].gemms[0].seconds;
+    const double uncapped = 989e12 * gemm_compute_efficiency(fit.profile, 8192, 8192, 8192);
+    CHECK(uncapped == Approx(measured));
+    const auto entries = kernel_profile_entries(fit);
+    REQUIRE(entries.size() == 2);
+    CHECK(entries[1].first == "gemm_efficiency");
+    CHECK(entries[1].second.sigma == 0.2);  // the profile's, wider than 5%
+  }
 }
 
 TEST_CASE("memory and attention efficiencies come from their rows, net of the fixed time") {

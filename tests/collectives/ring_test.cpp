@@ -796,7 +796,7 @@ TEST_CASE("hierarchical all-reduce: three phases in turn, each at its own bottle
                   ModelError);
 }
 
-TEST_CASE("tree depth is floor(log2 nodes); uneven nodes get no tree") {
+TEST_CASE("tree depth is floor(log2 nodes), and uneven nodes get no tree") {
   // 3 nodes x 8 GPUs: a heap tree of 3 nodes is 1 edge deep. Latency with base 5 us and 10 us
   // per step: 5 + 2 x (7 + 1) x 10 = 165 us.
   const Topology three = build_cluster(eight_gpu_node(), 3, FabricSpec{});

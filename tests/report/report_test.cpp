@@ -268,7 +268,7 @@ TEST_CASE("HDF5 file reads back with the attributes and rows written") {
   CHECK(unfit.dataset_rows.at("warnings") == 0);
 }
 
-TEST_CASE("HDF5 group names cannot contain a slash; the variant name is kept as an attribute") {
+TEST_CASE("HDF5 group names cannot contain a slash, so the variant name is kept as an attribute") {
   RunReport report = two_variant_report();
   report.variants[0].name = "h100/zero3";
   const TempDir dir;

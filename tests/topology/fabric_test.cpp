@@ -214,7 +214,7 @@ TEST_CASE("routes stay out of third nodes, but cross an NVLink domain that spans
   CHECK(topo.route(nic0, topo.link(up).to).size() == 1);
 }
 
-TEST_CASE("NVLink bridges join GPUs two by two; other pairs route over PCIe") {
+TEST_CASE("NVLink bridges join GPUs two by two, and other pairs route over PCIe") {
   NodeSpec node = one_nic_node();
   node.gpus = 4;
   node.gpu_fabric = GpuFabric::nvlink_pairs;

@@ -34,3 +34,17 @@ TEST_CASE("every shipped profile with microbenchmark inputs is its fit, bit for 
   }
   CHECK(profiles == 6);  // h100-sxm, h200, b200, gb200, mi300x, a100-sxm
 }
+
+TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrapolated from") {
+  // The same GH100 compute at 700 W: h200.yaml copies h100-sxm's fitted GEMM entries, and must
+  // follow when that fit changes.
+  const DataPaths data{FLEETSIM_SOURCE_DIR};
+  const GpuProfile h100 = load_gpu_profile(data, "h100-sxm");
+  const GpuProfile h200 = load_gpu_profile(data, "h200");
+  CHECK(h200.gemm_efficiency.value == h100.gemm_efficiency.value);
+  CHECK(h200.gemm_k_overhead.value == h100.gemm_k_overhead.value);
+  CHECK(h200.kernel_launch_s.value == h100.kernel_launch_s.value);
+  CHECK(h200.gemm_sustained_flops_per_s.value == h100.gemm_sustained_flops_per_s.value);
+  CHECK(h200.gemm_tiles == h100.gemm_tiles);
+  CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
+}

@@ -125,9 +125,14 @@ void run_kernel_calibrate_command(const KernelCalibrateOptions& options) {
   for (const std::string& input : fit.inputs) std::printf("  input %s\n", input.c_str());
   std::printf("\n  %-22s  %12s  %12s  %s\n", "parameter", "value", "sigma", "from");
   for (const KernelFitParameter& p : fit.parameters) {
-    const double scale = p.key == "kernel_launch" ? 1e6 : 1;
+    // In the units the profile writes: microseconds, TFLOPS, or plain numbers.
+    const bool time = p.key == "kernel_launch", rate = p.key == "gemm_sustained";
+    const double scale = time ? 1e6 : rate ? 1e-12 : 1;
     std::printf("  %-22s  %12.4g  %12.3g  %s%s\n", p.key.c_str(), scale * p.value, scale * p.sigma,
-                p.basis.c_str(), p.key == "kernel_launch" ? " (us)" : "");
+                time   ? "(us) "
+                : rate ? "(TFLOPS) "
+                       : "",
+                p.basis.c_str());
   }
   std::printf("\n");
   print_points(fit.points);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "sim/engine/errors.hpp"
@@ -52,18 +53,9 @@ std::string yaml_quote_body(const std::string& text) {
 }
 
 double profile_value(const GpuProfile& profile, const std::string& key) {
-  if (key == "nvls_efficiency") return profile.nvls_efficiency.value().value;
-  if (key == "p2p_efficiency") return profile.p2p_efficiency.value().value;
-  if (key == "gemm_efficiency") return profile.gemm_efficiency.value;
-  if (key == "gemm_k_overhead") return profile.gemm_k_overhead.value;
-  if (key == "gemm_sustained") return profile.gemm_sustained_flops_per_s.value;
-  if (key == "kernel_launch") return profile.kernel_launch_s.value;
-  if (key == "comm_slowdown") return profile.comm_slowdown.value;
-  if (key == "memory_efficiency") return profile.memory_efficiency.value;
-  if (key == "attention_efficiency") return profile.attention_efficiency.value;
-  const std::string links = "link_efficiency.";
-  if (key.rfind(links, 0) == 0) return profile.link_efficiency.at(key.substr(links.size())).value;
-  throw ModelError("no fit writes the profile entry '" + key + "'");
+  const std::optional<Calibrated> entry = profile_entry(profile, key);
+  if (!entry) throw ModelError("the profile has no entry '" + key + "' to read back");
+  return entry->value;
 }
 
 void put_profile_entries(const DataPaths& data, const std::string& gpu,

@@ -4,7 +4,7 @@
 //
 //   fleetsim_microbench gemm    OUT.csv   BF16 cuBLASLt GEMMs: the layer shapes of the model zoo
 //                                          (Llama 3 8B and 70B at 2k..16k tokens) and a grid
-//   fleetsim_microbench memory  OUT.csv   a device copy kernel from 1 MiB to 4 GiB
+//   fleetsim_microbench memory  OUT.csv   a device copy kernel from 256 MiB to 4 GiB
 //   fleetsim_microbench overlap OUT.csv   GEMMs alone and while an NCCL all-reduce runs on the
 //                                          same GPU (the slowdown communication kernels cause)
 //
@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -121,7 +122,9 @@ class Gemm {
     random_bf16(a_, static_cast<std::size_t>(m) * k, 1);
     random_bf16(b_, static_cast<std::size_t>(k) * n, 2);
     check(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
-    // Column-major, as cuBLAS is: C^T[n,m] = B^T[n,k] A^T[k,m]; A is read transposed (TN).
+    // Column-major, as cuBLAS is: C[m,n] = op(A)[m,k] B[k,n] with A stored as k x m (the
+    // activations [m,k] row-major) read transposed, and B stored as k x n (the weight as
+    // [n,k] row-major): the TN layout.
     const cublasOperation_t transpose = CUBLAS_OP_T, none = CUBLAS_OP_N;
     check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
                                          sizeof transpose),
@@ -263,7 +266,9 @@ void measure_memory(const char* path) {
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
   FILE* out = open_output(path);
   std::fprintf(out, "%sop,bytes,time_us,gb_per_s\n", gpu_header("memory").c_str());
-  for (std::size_t size = 1u << 20; size <= (std::size_t{4} << 30); size *= 4) {
+  // From 256 MiB up: smaller copies stay in L2 (50 MB on H100, more on newer parts) across
+  // iterations and would measure the cache, not HBM.
+  for (std::size_t size = std::size_t{256} << 20; size <= (std::size_t{4} << 30); size *= 2) {
     DeviceBuffer in(size), copy(size);
     random_bf16(in, size / sizeof(__nv_bfloat16), 3);
     const std::size_t vectors = size / sizeof(int4);
@@ -280,23 +285,27 @@ void measure_memory(const char* path) {
   cudaStreamDestroy(stream);
 }
 
-// GEMMs alone, then with a 1 GiB NCCL all-reduce looping on a second stream of every visible
-// GPU (one communicator over all of them; on a one-GPU machine NCCL still runs its copy
-// kernel). The columns are the overlap file's: the GEMM, its time alone and beside the
-// collective.
+// GEMMs alone, then with 1 GiB NCCL all-reduces queued on a second stream of every visible GPU
+// (one communicator over all of them). A one-rank all-reduce moves nothing, so it needs two
+// GPUs or more; and the collectives must still be running when the GEMMs' timing ends, or the
+// row would measure GEMMs alone. The columns are the overlap file's: the GEMM, its time alone
+// and beside the collective.
 void measure_overlap(const char* path) {
   int devices = 0;
   check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (devices < 2) {
+    throw std::runtime_error("overlap needs two GPUs or more: a one-rank all-reduce moves nothing");
+  }
   std::vector<ncclComm_t> comms(devices);
   std::vector<int> ids(devices);
   for (int d = 0; d < devices; ++d) ids[d] = d;
   check(ncclCommInitAll(comms.data(), devices, ids.data()), "ncclCommInitAll");
   const std::size_t bytes = std::size_t{1} << 30;
-  std::vector<DeviceBuffer*> buffers;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;
   std::vector<cudaStream_t> comm_streams(devices);
   for (int d = 0; d < devices; ++d) {
     check(cudaSetDevice(d), "cudaSetDevice");
-    buffers.push_back(new DeviceBuffer(bytes));
+    buffers.push_back(std::make_unique<DeviceBuffer>(bytes));
     check(cudaStreamCreate(&comm_streams[d]), "cudaStreamCreate");
   }
   check(cudaSetDevice(0), "cudaSetDevice");
@@ -308,9 +317,13 @@ void measure_overlap(const char* path) {
                          Shape{4096, 14336, 4096}, Shape{16384, 8192, 8192}}) {
     Gemm gemm(bench.handle, s.m, s.n, s.k, bench.workspace, GemmBench::kWorkspaceBytes);
     const double alone = median_us(bench.stream, 10, [&] { gemm.run(bench.stream); });
-    // Keep the all-reduce busy for the whole timed stretch: enough of them queued first.
+    // Keep the all-reduces busy for the whole timed stretch (60 GEMMs): queue enough for three
+    // times as long at an assumed 100 GB/s of bus bandwidth, at least 20.
+    const double stretch_us = 60 * alone;
+    const int repeats =
+        std::max(20, static_cast<int>(3 * stretch_us * 1e-6 * 100e9 / static_cast<double>(bytes)));
     check(ncclGroupStart(), "ncclGroupStart");
-    for (int repeat = 0; repeat < 50; ++repeat) {
+    for (int repeat = 0; repeat < repeats; ++repeat) {
       for (int d = 0; d < devices; ++d) {
         check(ncclAllReduce(buffers[d]->ptr, buffers[d]->ptr, bytes / 2, ncclBfloat16, ncclSum,
                             comms[d], comm_streams[d]),
@@ -319,6 +332,10 @@ void measure_overlap(const char* path) {
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
     const double with_comm = median_us(bench.stream, 10, [&] { gemm.run(bench.stream); });
+    check(cudaSetDevice(0), "cudaSetDevice");
+    if (cudaStreamQuery(comm_streams[0]) != cudaErrorNotReady) {
+      throw std::runtime_error("the all-reduces ended before the GEMMs' timing did");
+    }
     for (int d = 0; d < devices; ++d) {
       check(cudaSetDevice(d), "cudaSetDevice");
       check(cudaStreamSynchronize(comm_streams[d]), "cudaStreamSynchronize");
@@ -331,7 +348,7 @@ void measure_overlap(const char* path) {
   std::fclose(out);
   for (int d = 0; d < devices; ++d) {
     cudaSetDevice(d);
-    delete buffers[d];
+    buffers[d].reset();
     cudaStreamDestroy(comm_streams[d]);
     ncclCommDestroy(comms[d]);
   }
