@@ -553,7 +553,7 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
 
 void apply_model_keys(ModelSpec& m, const Field& map) {
   for (const Entry& e : entries(map)) {
-    if (e.key != "preset") {
+    if (e.key != "preset" && e.key != "hf_config") {
       set_model_key(m, e.key, e.value);
     }
   }
@@ -843,6 +843,7 @@ class Loader {
   StepInputs parse_variant(const Field& root);
   ModelSpec parse_model(const Field& f);
   ModelSpec model_preset(const Field& name);
+  ModelSpec hf_model(const Field& path);
   void parse_cluster(const Field& f, StepInputs& in);
   NodeBuild parse_node(const Field& f);
   NodeBuild node_preset(const Field& name);
@@ -993,16 +994,72 @@ ModelSpec Loader::model_preset(const Field& name) {
   return m;
 }
 
+// A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
+// columns too), for the decoder families the op graph models: Llama and Mistral.
+ModelSpec Loader::hf_model(const Field& path_field) {
+  fs::path path = read_string(path_field);
+  if (path.is_relative()) path = fs::path(path_field.doc->file).parent_path() / path;
+  if (!fs::is_regular_file(path)) {
+    fail(path_field, "no Hugging Face config at " + in_quotes(path.string()),
+         "give the path of the model's config.json, relative to the scenario file");
+  }
+  auto& slot = presets_[path];
+  if (!slot) {
+    slot = std::make_unique<Preset>();
+    slot->doc.file = path.string();
+    slot->root = parse_yaml_file(path, slot->doc.file, "Hugging Face config");
+  }
+  const Field root{slot->root, &slot->doc, ""};
+  if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
+  const Field type = require(root, "model_type");
+  const std::string model_type = read_string(type);
+  if (model_type != "llama" && model_type != "mistral") {
+    fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
+         "fleetsim models Llama-style decoders (model_type llama or mistral)");
+  }
+  ModelSpec m;
+  m.layers = read_int(require(root, "num_hidden_layers"), 1);
+  m.hidden = read_int(require(root, "hidden_size"), 1);
+  m.ffn = read_int(require(root, "intermediate_size"), 1);
+  m.heads = read_int(require(root, "num_attention_heads"), 1);
+  const auto kv_heads = find(root, "num_key_value_heads");
+  m.kv_heads = kv_heads ? read_int(*kv_heads, 1) : m.heads;
+  m.vocab = read_int(require(root, "vocab_size"), 1);
+  if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
+  if (const auto head_dim = find(root, "head_dim");
+      head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
+    if (m.hidden % m.heads != 0 || read_int(*head_dim, 1) != m.hidden / m.heads) {
+      fail(*head_dim, "a head_dim other than hidden_size / num_attention_heads is not modelled",
+           "the op graph derives the head size from hidden_size and num_attention_heads");
+    }
+  }
+  m.name = path.parent_path().filename().string();
+  if (m.name.empty()) m.name = "hf-model";
+  m.source = "Hugging Face config " + path.string();
+  check_model(m, root);
+  return m;
+}
+
 ModelSpec Loader::parse_model(const Field& f) {
   if (f.node.IsScalar()) {
     return model_preset(f);
   }
   Keys allowed = kModelKeys;
   allowed.push_back("preset");
+  allowed.push_back("hf_config");
   expect_map(f, allowed);
+  const auto preset = find(f, "preset");
+  const auto hf_config = find(f, "hf_config");
+  if (preset && hf_config) {
+    fail(*hf_config,
+         "a model takes its dimensions from a preset or a Hugging Face config, not both",
+         "remove one of preset and hf_config");
+  }
   ModelSpec m;
-  if (auto name = find(f, "preset")) {
-    m = model_preset(*name);
+  if (preset) {
+    m = model_preset(*preset);
+  } else if (hf_config) {
+    m = hf_model(*hf_config);
   } else {
     require_keys(f, kModelDims);
     m.name = "custom";

@@ -745,5 +745,73 @@ TEST_CASE("a collective library's tables are checked: protocols, tree limits, so
   }
 }
 
+TEST_CASE("the model zoo's Llama 2 and Llama 3 405B count their published parameters") {
+  // Hugging Face configs of Llama-2-7b, -13b and -70b report 6,738,415,616, 13,015,864,320 and
+  // 68,976,648,192 parameters; Meta calls the largest Llama 3 "405B".
+  const auto parameters = [](const std::string& model) {
+    return load_text(with(kBase, "model: llama3-8b", "model: " + model))
+        .variants[0]
+        .inputs.model.parameters();
+  };
+  CHECK(parameters("llama2-7b") == 6'738'415'616.0);
+  CHECK(parameters("llama2-13b") == 13'015'864'320.0);
+  CHECK(parameters("llama2-70b") == 68'976'648'192.0);
+  CHECK(parameters("llama3-405b") == Approx(405e9).epsilon(0.005));
+}
+
+TEST_CASE("a model can come from a Hugging Face config.json, with errors at its line") {
+  // Meta-Llama-3-8B's config.json (the fields fleetsim reads, as published): the same model as
+  // the llama3-8b preset.
+  const std::string config = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "hidden_size": 4096,
+  "intermediate_size": 14336,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "tie_word_embeddings": false,
+  "vocab_size": 128256
+}
+)";
+  TempDir dir;
+  dir.write("models/Meta-Llama-3-8B/config.json", config);
+  const std::string scenario =
+      with(kBase, "model: llama3-8b", "model: {hf_config: models/Meta-Llama-3-8B/config.json}");
+  const Scenario s = load_scenario(dir.write("scenario.yaml", scenario), testing::source_data());
+  const ModelSpec& hf = s.variants[0].inputs.model;
+  const ModelSpec preset = load_text(kBase).variants[0].inputs.model;
+  CHECK(hf.name == "Meta-Llama-3-8B");
+  CHECK(hf.parameters() == preset.parameters());
+  CHECK(hf.kv_heads == 8);
+  CHECK_THAT(hf.source, Catch::Contains("config.json"));
+
+  const auto error_with = [&](const std::string& from, const std::string& to) {
+    dir.write("models/Meta-Llama-3-8B/config.json", with(config, from, to));
+    try {
+      load_scenario(dir.path() / "scenario.yaml", testing::source_data());
+    } catch (const ScenarioError& e) {
+      return std::optional<ScenarioError>(e);
+    }
+    return std::optional<ScenarioError>();
+  };
+  const auto gpt2 = error_with("\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
+  REQUIRE(gpt2);
+  CHECK(gpt2->key() == "model_type");
+  CHECK(gpt2->line() == 5);
+  CHECK_THAT(gpt2->what(), Catch::Contains("is not modelled yet"));
+  const auto missing = error_with("\"num_hidden_layers\": 32,", "");
+  REQUIRE(missing);
+  CHECK(missing->key() == "num_hidden_layers");
+  const auto syntax = error_with("\"vocab_size\": 128256", "\"vocab_size\": [128256");
+  REQUIRE(syntax);
+  CHECK_THAT(syntax->file(), Catch::EndsWith("config.json"));
+  CHECK(syntax->line() > 0);
+  const auto nowhere = load_error(with(kBase, "model: llama3-8b", "model: {hf_config: none.json}"));
+  REQUIRE(nowhere);
+  CHECK(nowhere->key() == "model.hf_config");
+  CHECK_THAT(nowhere->what(), Catch::Contains("no Hugging Face config at"));
+}
+
 }  // namespace
 }  // namespace fleetsim
