@@ -50,6 +50,11 @@ void write_hdf5(const RunReport& report, const std::filesystem::path& path);
 // is untouched.
 void write_text_atomically(const std::filesystem::path& path, const std::string& content);
 
+// A Chrome / Perfetto trace (JSON, open it in ui.perfetto.dev) of the traced ranks of every
+// simulated variant: one process per variant, one track per rank and stream (compute, gather,
+// reduce), each kernel and collective a slice. Variants replayed without tracing add nothing.
+std::string render_trace(const RunReport& report);
+
 // A simulated nccl-tests run (`fleetsim collective`).
 struct CollectiveReport {
   std::string fleetsim_version;

@@ -83,8 +83,9 @@ struct ProgramIndex {
 
 class Replay {
  public:
-  Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology)
+  Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology, int trace_ranks)
       : graph_(graph),
+        trace_ranks_(std::min(trace_ranks, graph.ranks)),
         index_(graph, gpu),
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
@@ -153,6 +154,7 @@ class Replay {
       const RunningKernel finished = *done.kernel;
       done.kernel.reset();
       done.compute_busy.push_back({finished.begin, engine_.now()});
+      record(r, finished.task, finished.begin);
       finish(r, finished.task);
     });
   }
@@ -201,9 +203,17 @@ class Replay {
       for (int member = 0; member < graph_.ranks; ++member) change_collectives(member, -1);
       for (int member = 0; member < graph_.ranks; ++member) {
         ranks_[member].comm_busy.push_back({begin, engine_.now()});
+        record(member, t, begin);
         finish(member, t);
       }
     });
+  }
+
+  void record(int r, TaskIndex t, SimTime begin) {
+    if (r >= trace_ranks_) return;
+    const Task& task = graph_.program[t];
+    trace_.push_back(
+        {r, static_cast<int>(task.stream), task.name, begin.seconds(), engine_.now().seconds()});
   }
 
   void finish(int r, TaskIndex t) {
@@ -235,10 +245,13 @@ class Replay {
     result.breakdown.idle_s =
         (SimTime::from_ns(step.ns() * graph_.ranks) - compute - exposed).seconds() / ranks;
     result.comm_bytes_per_gpu = comm_bytes_per_gpu_;
+    result.trace = trace_;
     return result;
   }
 
   const TaskGraph& graph_;
+  int trace_ranks_;
+  std::vector<TraceSlice> trace_;
   ProgramIndex index_;
   double comm_slowdown_;
   Engine engine_;
@@ -295,12 +308,13 @@ std::vector<double> usable_link_capacities(const Topology& topology, const GpuPr
   return capacity;
 }
 
-StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology) {
+StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
+                        const StepOptions& options) {
   if (graph.ranks < 1 || static_cast<std::size_t>(graph.ranks) > topology.gpus().size()) {
     throw ModelError("the layout needs " + std::to_string(graph.ranks) + " GPUs, the cluster has " +
                      std::to_string(topology.gpus().size()));
   }
-  Replay replay(graph, gpu, topology);
+  Replay replay(graph, gpu, topology, options.trace_ranks);
   StepResult result = replay.run();
 
   const double gpus = graph.ranks;
@@ -322,7 +336,7 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
   return result;
 }
 
-StepOutcome simulate_step(const StepInputs& inputs) {
+StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) {
   validate_job(inputs.model, inputs.training, inputs.plan);
   StepOutcome outcome;
   outcome.memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
@@ -343,7 +357,7 @@ StepOutcome simulate_step(const StepInputs& inputs) {
   }
   const TaskGraph graph = build_data_parallel_step(inputs.model, inputs.training, inputs.plan);
   const Topology topology = build_cluster(inputs.node, inputs.nodes, inputs.fabric);
-  outcome.step = execute_step(graph, inputs.gpu, topology);
+  outcome.step = execute_step(graph, inputs.gpu, topology, options);
   outcome.simulated = true;
   return outcome;
 }

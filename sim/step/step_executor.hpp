@@ -23,10 +23,11 @@ std::vector<double> usable_link_capacities(const Topology& topology, const GpuPr
 GpuLinkModes gpu_link_modes(const GpuProfile& gpu);
 
 // Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.
-StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology);
+StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
+                        const StepOptions& options = {});
 
 // The whole pipeline for one configuration: memory check, task graph, topology, replay.
 // A layout that does not fit is reported with its memory breakdown and not replayed.
-StepOutcome simulate_step(const StepInputs& inputs);
+StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options = {});
 
 }  // namespace fleetsim

@@ -35,6 +35,16 @@ struct StepBreakdown {
   double idle_s = 0;          // neither (waiting on peers, latency, dependencies)
 };
 
+// One activity of one rank's stream, for traces: a kernel, or a collective the rank took part
+// in (from the moment all members had arrived to its end).
+struct TraceSlice {
+  int rank = 0;
+  int stream = 0;  // Stream: 0 compute, 1 gather, 2 reduce
+  std::string name;
+  double begin_s = 0;
+  double end_s = 0;
+};
+
 struct StepResult {
   double step_time_s = 0;
   StepBreakdown breakdown;  // averaged over ranks
@@ -46,6 +56,12 @@ struct StepResult {
   double comm_bytes_per_gpu = 0;  // collective payload a GPU sent during the step
   std::uint64_t events = 0;       // engine events processed
   std::vector<LinkUsage> links;   // links that carried traffic, in topology order
+  std::vector<TraceSlice> trace;  // every slice of the traced ranks, when asked for
+};
+
+// What a replay records beyond its results.
+struct StepOptions {
+  int trace_ranks = 0;  // ranks 0 .. trace_ranks - 1 get their slices recorded; 0: none
 };
 
 struct StepOutcome {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include <sstream>
 #include <string>
@@ -198,6 +199,40 @@ void check_same(const nlohmann::json& expected, const nlohmann::json& actual,
 }
 
 }  // namespace
+
+TEST_CASE("fleetsim run --trace writes a Perfetto trace whose slices add up to the compute time") {
+  // Each traced rank's compute stream is serial: its slices do not overlap, and their total is
+  // the rank's compute time, which (all ranks alike under ZeRO-3) is the reported average.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const fs::path trace = scratch_dir() / "trace.json";
+  const Result result =
+      run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --json --trace " + trace.string());
+  REQUIRE(result.exit_code == 0);
+  const auto report = nlohmann::json::parse(result.out);
+  const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+  for (int variant = 0; variant < 2; ++variant) {
+    INFO("variant " << variant);
+    double compute_us = 0, last_end = 0;
+    int slices = 0;
+    std::set<int> tracks;
+    for (const auto& event : events) {
+      if (event["ph"] != "X" || event["pid"] != variant) continue;
+      tracks.insert(event["tid"].get<int>());
+      if (event["tid"] != 0) continue;  // GPU 0, compute
+      CHECK(event["ts"].get<double>() >= last_end - 1e-3);
+      last_end = event["ts"].get<double>() + event["dur"].get<double>();
+      compute_us += event["dur"].get<double>();
+      ++slices;
+    }
+    CHECK(slices > 1000);
+    CHECK(tracks.size() == 8 * 3);  // 8 GPUs x compute, gather, reduce
+    const auto& step = report["variants"][variant]["step"];
+    CHECK(compute_us * 1e-6 == Approx(step["compute_s"].get<double>()).epsilon(1e-6));
+    CHECK(last_end * 1e-6 <= step["step_time_s"].get<double>() * (1 + 1e-9));
+  }
+  CHECK(run_cli("validate " + source + "/scenarios/h100-vs-b200.yaml --trace " + trace.string())
+            .exit_code == 2);
+}
 
 TEST_CASE("the shipped scenario matches its golden output") {
   // When a model changes on purpose, refresh the golden file from the repository root with

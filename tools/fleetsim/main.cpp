@@ -45,6 +45,7 @@ const char* const kUsage =
     "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
+    "  --trace FILE.json      also write a Perfetto trace (ranks 0..7 of each variant)\n"
     "  --json                 print JSON instead of the table\n"
     "  --bench N              repeat the simulation N times and report the median wall time\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
@@ -80,6 +81,7 @@ struct Options {
   std::string command;
   std::string file;
   std::string output;
+  std::string trace;  // a Perfetto / Chrome trace of the run
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
   int bench_runs = 0;
@@ -96,9 +98,10 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   Options options;
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
-      "json", po::bool_switch(&options.json))("bench", po::value(&options.bench_runs))(
-      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
-      "command", po::value(&options.command))("file", po::value(&options.file));
+      "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
+      "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
+      "threads", po::value(&options.threads))("command", po::value(&options.command))(
+      "file", po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -126,7 +129,11 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   return options;
 }
 
-RunReport simulate(const Scenario& scenario) {
+// Ranks whose slices a trace records: enough to see a layout's schedule, few enough that the
+// trace opens in a browser.
+constexpr int kTracedRanks = 8;
+
+RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {}) {
   RunReport report;
   report.scenario_name = scenario.name;
   report.description = scenario.description;
@@ -138,7 +145,8 @@ RunReport simulate(const Scenario& scenario) {
   // same however TBB schedules them.
   tbb::parallel_for(std::size_t{0}, scenario.variants.size(), [&](std::size_t i) {
     const auto& variant = scenario.variants[i];
-    report.variants[i] = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs)};
+    report.variants[i] = {variant.name, variant.inputs,
+                          fleetsim::simulate_step(variant.inputs, options)};
   });
   return report;
 }
@@ -178,6 +186,9 @@ int run_command(const Options& options) {
   if (options.threads > 0) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
                          static_cast<std::size_t>(options.threads));
+  }
+  if (!options.trace.empty() && options.command != "run") {
+    throw po::error("--trace belongs to 'run'");
   }
   if (options.calibrate_write && options.command != "calibrate") {
     throw po::error("--write belongs to 'calibrate'");
@@ -234,10 +245,15 @@ int run_command(const Options& options) {
               << (scenario.variants.size() == 1 ? "" : "s") << ")\n";
     return kOk;
   }
-  const RunReport report = simulate(scenario);
+  fleetsim::StepOptions step_options;
+  if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
+  const RunReport report = simulate(scenario, step_options);
   std::cout << (options.json ? fleetsim::render_json(report) + "\n"
                              : fleetsim::render_console(report));
   if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
+  if (!options.trace.empty()) {
+    fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
+  }
   if (options.bench_runs > 0) print_bench(scenario, options.bench_runs);
   const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
                                    [](const auto& v) { return v.outcome.simulated; });

@@ -1,0 +1,65 @@
+// The trace rendering: Chrome's trace-event JSON (the "X" complete events and "M" metadata
+// events of its format), which Perfetto and chrome://tracing open. Times are microseconds.
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const char* stream_name(int stream) {
+  switch (stream) {
+    case 0: return "compute";
+    case 1: return "gather";
+    case 2: return "reduce";
+  }
+  return "stream";
+}
+
+constexpr int kStreams = 3;
+
+}  // namespace
+
+std::string render_trace(const RunReport& report) {
+  Json events = Json::array();
+  for (std::size_t v = 0; v < report.variants.size(); ++v) {
+    const auto& variant = report.variants[v];
+    const int pid = static_cast<int>(v);
+    events.push_back(Json{{"name", "process_name"},
+                          {"ph", "M"},
+                          {"pid", pid},
+                          {"args", Json{{"name", variant.name}}}});
+    std::set<std::pair<int, int>> tracks;
+    for (const TraceSlice& slice : variant.outcome.step.trace) {
+      const int tid = slice.rank * kStreams + slice.stream;
+      if (tracks.insert({slice.rank, slice.stream}).second) {
+        events.push_back(Json{{"name", "thread_name"},
+                              {"ph", "M"},
+                              {"pid", pid},
+                              {"tid", tid},
+                              {"args", Json{{"name", "GPU " + std::to_string(slice.rank) + " " +
+                                                         stream_name(slice.stream)}}}});
+      }
+      events.push_back(Json{{"name", slice.name},
+                            {"cat", slice.stream == 0 ? "kernel" : "collective"},
+                            {"ph", "X"},
+                            {"ts", slice.begin_s * 1e6},
+                            {"dur", (slice.end_s - slice.begin_s) * 1e6},
+                            {"pid", pid},
+                            {"tid", tid}});
+    }
+  }
+  const Json trace{{"traceEvents", events},
+                   {"displayTimeUnit", "ms"},
+                   {"otherData", Json{{"scenario", report.scenario_name},
+                                      {"file", report.scenario_file},
+                                      {"fleetsim_version", report.fleetsim_version}}}};
+  return trace.dump() + "\n";
+}
+
+}  // namespace fleetsim
