@@ -343,7 +343,36 @@ std::string warnings_section(const RunReport& report) {
   return text.empty() ? text : "\nwarnings\n" + text;
 }
 
+std::string basis_section(const RunReport& report) {
+  std::string text;
+  std::vector<std::string> seen;
+  for (const VariantReport& variant : report.variants) {
+    for (const MemoryItem& item : variant.outcome.memory.items) {
+      const std::string line = "  " + item.name + ": " + item.basis + "\n";
+      if (std::find(seen.begin(), seen.end(), line) != seen.end()) continue;
+      seen.push_back(line);
+      text += line;
+    }
+  }
+  return text.empty() ? text : "\nwhat each item assumes\n" + text;
+}
+
 }  // namespace
+
+std::string render_memory(const RunReport& report) {
+  std::string text = header_text(report);
+  if (report.variants.empty()) {
+    return text + "no variants\n";
+  }
+  Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
+  add_setup_rows(table, report);
+  text += table.render() + memory_table(report);
+  text += basis_section(report);
+  for (const VariantReport& variant : report.variants) {
+    if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant);
+  }
+  return text + warnings_section(report);
+}
 
 std::string render_console(const RunReport& report) {
   std::string text = header_text(report);

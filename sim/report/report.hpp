@@ -41,6 +41,9 @@ struct RunReport {
 
 // One column per variant; speed-up of each variant over the first. Ends with a newline.
 std::string render_console(const RunReport& report);
+// `fleetsim memory`: per variant, each item of the memory per GPU with what it assumes, and for
+// a layout that does not fit, by how much. Ends with a newline.
+std::string render_memory(const RunReport& report);
 // Pretty-printed, keys in a fixed order; units in key names. Ends with a newline.
 std::string render_json(const RunReport& report);
 // Throws ModelError when the file cannot be written; the target is then left untouched.

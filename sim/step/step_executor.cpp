@@ -336,7 +336,7 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
   return result;
 }
 
-StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) {
+StepOutcome check_memory(const StepInputs& inputs) {
   validate_job(inputs.model, inputs.training, inputs.plan);
   StepOutcome outcome;
   outcome.memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
@@ -355,6 +355,12 @@ StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) 
                   100 * outcome.memory.headroom_fraction(), 100 * kMinComfortableHeadroom);
     outcome.warnings.push_back(text);
   }
+  return outcome;
+}
+
+StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) {
+  StepOutcome outcome = check_memory(inputs);
+  if (!outcome.memory.fits()) return outcome;
   const TaskGraph graph = build_data_parallel_step(inputs.model, inputs.training, inputs.plan);
   const Topology topology = build_cluster(inputs.node, inputs.nodes, inputs.fabric);
   outcome.step = execute_step(graph, inputs.gpu, topology, options);

@@ -26,6 +26,9 @@ GpuLinkModes gpu_link_modes(const GpuProfile& gpu);
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
                         const StepOptions& options = {});
 
+// The memory check alone: the breakdown and its warnings, nothing replayed.
+StepOutcome check_memory(const StepInputs& inputs);
+
 // The whole pipeline for one configuration: memory check, task graph, topology, replay.
 // A layout that does not fit is reported with its memory breakdown and not replayed.
 StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options = {});

@@ -234,6 +234,24 @@ TEST_CASE("fleetsim run --trace writes a Perfetto trace whose slices add up to t
             .exit_code == 2);
 }
 
+TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout that does not fit") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result fits = run_cli("memory " + source + "/scenarios/h100-vs-b200.yaml");
+  REQUIRE(fits.exit_code == 0);
+  CHECK(fits.out.find("memory per GPU at peak (GB)") != std::string::npos);
+  CHECK(fits.out.find("what each item assumes") != std::string::npos);
+  CHECK(fits.out.find("step time") == std::string::npos);  // nothing replayed
+  // Llama-3-70B with plain data parallelism on 8 H100: 18 bytes per parameter replicated.
+  const fs::path file = scratch_dir() / "too-big.yaml";
+  std::ofstream(file) << "name: too-big\nmodel: llama3-70b\n"
+                         "training: {seq_len: 4096, global_batch: 64, micro_batch: 1}\n"
+                         "layout: {dp: 8, zero: 0}\ncluster: {node: dgx-h100}\n";
+  const Result too_big = run_cli("memory " + file.string());
+  CHECK(too_big.exit_code == 1);
+  CHECK(too_big.out.find("does not fit: needs") != std::string::npos);
+  CHECK(too_big.out.find("over by") != std::string::npos);
+}
+
 TEST_CASE("the shipped scenario matches its golden output") {
   // When a model changes on purpose, refresh the golden file from the repository root with
   //   build/bin/fleetsim run scenarios/h100-vs-b200.yaml --json > tests/golden/h100-vs-b200.json

@@ -37,6 +37,7 @@ const char* const kUsage =
     "commands:\n"
     "  run FILE        simulate a scenario and print its comparison table\n"
     "  validate FILE   check a scenario file without simulating it\n"
+    "  memory FILE     print each variant's memory per GPU, item by item, without simulating\n"
     "  list            list node presets, GPU profiles and models (and check them)\n"
     "  collective      simulate an nccl-tests run and print its table\n"
     "  calibrate LOG   fit the collective model to a measured nccl-tests log\n"
@@ -133,13 +134,19 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
 // trace opens in a browser.
 constexpr int kTracedRanks = 8;
 
-RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {}) {
+// A report of `scenario` with no variant results yet.
+RunReport empty_report(const Scenario& scenario) {
   RunReport report;
   report.scenario_name = scenario.name;
   report.description = scenario.description;
   report.scenario_file = scenario.file;
   report.fleetsim_version = FLEETSIM_VERSION;
   report.seed = scenario.seed;
+  return report;
+}
+
+RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {}) {
+  RunReport report = empty_report(scenario);
   report.variants.resize(scenario.variants.size());
   // Variants are independent simulations; each writes only its own slot, so the report is the
   // same however TBB schedules them.
@@ -148,6 +155,16 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     report.variants[i] = {variant.name, variant.inputs,
                           fleetsim::simulate_step(variant.inputs, options)};
   });
+  return report;
+}
+
+// The report `fleetsim memory` prints: every variant's memory check, nothing replayed.
+RunReport simulate_memory(const Scenario& scenario) {
+  RunReport report = empty_report(scenario);
+  for (const auto& variant : scenario.variants) {
+    report.variants.push_back(
+        {variant.name, variant.inputs, fleetsim::check_memory(variant.inputs)});
+  }
   return report;
 }
 
@@ -240,6 +257,13 @@ int run_command(const Options& options) {
   }
   if (options.file.empty()) throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
+  if (options.command == "memory") {
+    RunReport report = simulate_memory(scenario);
+    std::cout << fleetsim::render_memory(report);
+    const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
+                                     [](const auto& v) { return v.outcome.memory.fits(); });
+    return all_fit ? kOk : kSimulationFailed;
+  }
   if (options.command == "validate") {
     std::cout << options.file << ": ok (" << scenario.variants.size() << " variant"
               << (scenario.variants.size() == 1 ? "" : "s") << ")\n";
@@ -267,7 +291,8 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
-    const std::vector<std::string> commands{"run", "validate", "list", "collective", "calibrate"};
+    const std::vector<std::string> commands{"run",  "validate",   "memory",
+                                            "list", "collective", "calibrate"};
     if (std::find(commands.begin(), commands.end(), options.command) == commands.end()) {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;
