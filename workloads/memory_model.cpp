@@ -44,7 +44,11 @@ double largest_unit_parameters(const ModelSpec& model) {
 
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes) {
-  const double p = model.parameters();
+  // A rank holds its tensor-parallel share of every parameter (norms, which Megatron
+  // replicates, counted split too: a rounding error) and of every activation: sequence
+  // parallelism shards what tensor parallelism does not split.
+  const double tp = plan.tp;
+  const double p = model.parameters() / tp;
   const double dp = plan.dp;
   const int zero = plan.zero_stage;
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len;
@@ -57,27 +61,28 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
     memory.total_bytes += bytes;
   };
 
+  const std::string split = tp > 1 ? "split over tp, " : "";
   const double weight_shards = zero >= 3 ? dp : 1;
   add("weights", kWeightBytes * p / weight_shards,
-      "BF16, " + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
+      "BF16, " + split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
   const double grad_shards = zero >= 2 ? dp : 1;
   add("gradients", kMainGradBytes * p / grad_shards,
-      "FP32 main gradients, " + std::string(zero >= 2 ? "sharded over dp" : "replicated"));
+      "FP32 main gradients, " + split + std::string(zero >= 2 ? "sharded over dp" : "replicated"));
   const double optimizer_shards = zero >= 1 ? dp : 1;
   add("optimizer states", kOptimizerBytes * p / optimizer_shards,
-      "FP32 master weights + Adam m, v = 12" + per_param +
-          (zero >= 1 ? ", sharded over dp" : ", replicated"));
+      "FP32 master weights + Adam m, v = 12" + per_param + ", " + split +
+          (zero >= 1 ? "sharded over dp" : "replicated"));
 
   double dynamic = 0;
   if (zero >= 3) {
-    const double gathered = peak_gathered_parameters(model) * kWeightBytes;
+    const double gathered = peak_gathered_parameters(model) / tp * kWeightBytes;
     add("gathered parameters", gathered,
         "BF16 copies of the unit computing and the one prefetched (FSDP)");
     dynamic += gathered;
   }
 
-  const double per_layer = decoder_layer_saved_bytes_per_token(model) * tokens;
-  const double boundary = kWeightBytes * model.hidden * tokens;  // a layer's input
+  const double per_layer = decoder_layer_saved_bytes_per_token(model) * tokens / tp;
+  const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
   const double activations = plan.recompute == Recompute::full ? model.layers * boundary + per_layer
                                                                : model.layers * per_layer;
   add("activations", activations,
@@ -86,14 +91,15 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
           : "tensors saved for backward (FlashAttention, SwiGLU, GQA), one micro-batch");
   dynamic += activations;
 
-  const double logits = 2 * kFp32Bytes * tokens * model.vocab;
-  add("logits", logits, "FP32 logits and their gradient");
+  const double logits = 2 * kFp32Bytes * tokens * model.vocab / tp;
+  add("logits", logits,
+      std::string("FP32 logits and their gradient") + (tp > 1 ? ", vocabulary split over tp" : ""));
   dynamic += logits;
 
   // Gradients are reduced from communication buckets; under ZeRO-3 the unit's full BF16
   // gradient exists until its reduce-scatter finishes.
   const double grad_staging = zero >= 3
-                                  ? largest_unit_parameters(model) * training.grad_reduce_bytes
+                                  ? largest_unit_parameters(model) / tp * training.grad_reduce_bytes
                                   : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
   add("communication buffers", kNcclBufferBytes + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers) plus gradient staging");

@@ -21,8 +21,17 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
     throw ModelError("model " + model.name +
                      ": heads must divide the hidden size and KV heads must divide heads");
   }
-  if (training.micro_batch < 1 || training.seq_len < 1 || plan.dp < 1) {
-    throw ModelError("micro-batch, sequence length and dp must be positive");
+  if (training.micro_batch < 1 || training.seq_len < 1 || plan.dp < 1 || plan.tp < 1) {
+    throw ModelError("micro-batch, sequence length, tp and dp must be positive");
+  }
+  // Tensor parallelism splits heads, KV heads, the MLP and the vocabulary (the embedding and
+  // output head are vocabulary-parallel), and shards the sequence between blocks.
+  const auto splits = [&](int size) { return size % plan.tp == 0; };
+  if (!splits(model.heads) || !splits(model.kv_heads) || !splits(model.ffn) ||
+      !splits(model.vocab) || !splits(training.seq_len)) {
+    throw ModelError("tp " + std::to_string(plan.tp) + " must divide the heads (" +
+                     std::to_string(model.heads) + "), KV heads (" +
+                     std::to_string(model.kv_heads) + "), MLP size, vocabulary and sequence");
   }
   const int per_pass = training.micro_batch * plan.dp;
   if (training.global_batch < per_pass || training.global_batch % per_pass != 0) {

@@ -39,6 +39,10 @@ struct TrainingSpec {
 };
 
 struct ParallelPlan {
+  // Megatron-style tensor parallelism with sequence parallelism: each layer's GEMMs and heads
+  // split over tp ranks of consecutive GPUs, activations between them sharded by sequence, an
+  // all-gather before and a reduce-scatter after each block. Ranks are tp x dp, tp innermost.
+  int tp = 1;
   int dp = 1;
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
   int zero_stage = 0;

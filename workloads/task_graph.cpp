@@ -16,17 +16,19 @@ struct Unit {
   LayerOps ops;
 };
 
-std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& training) {
+// The units of one tensor-parallel rank: its share of each unit's parameters (norms, which
+// Megatron replicates, are a rounding error and counted split too) and its ops.
+std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& training, int tp) {
   const int mb = training.micro_batch;
   const int s = training.seq_len;
   const std::vector<double> parameters = fsdp_unit_parameters(model);
   std::vector<Unit> units;
-  units.push_back({"embed", parameters.front(), embedding_ops(model, mb, s)});
-  const LayerOps layer = decoder_layer_ops(model, mb, s);
+  units.push_back({"embed", parameters.front() / tp, embedding_ops(model, mb, s, tp)});
+  const LayerOps layer = decoder_layer_ops(model, mb, s, tp);
   for (int l = 0; l < model.layers; ++l) {
-    units.push_back({"L" + std::to_string(l), parameters[l + 1], layer});
+    units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
   }
-  units.push_back({"head", parameters.back(), head_ops(model, mb, s)});
+  units.push_back({"head", parameters.back() / tp, head_ops(model, mb, s, tp)});
   return units;
 }
 
@@ -41,18 +43,33 @@ class ProgramBuilder {
     graph_->hardware_flops_per_rank += op.kernel.flops;
     return add(Task{name, Stream::compute, ComputeWork{op.kernel, model_flops}, std::move(deps)});
   }
+  // A data-parallel collective: parameter gathers on one stream, gradient reductions on another.
   TaskIndex collective(const std::string& name, CollectiveOp op, double size_bytes,
                        std::vector<TaskIndex> deps) {
     const Stream stream = op == CollectiveOp::all_gather ? Stream::gather : Stream::reduce;
-    return add(Task{name, stream, CollectiveWork{op, size_bytes}, std::move(deps)});
+    return add(
+        Task{name, stream, CollectiveWork{op, size_bytes, Group::data_parallel}, std::move(deps)});
   }
-  // Runs a non-empty list of ops back to back; the first waits for `deps`. Returns the last.
+  // Runs a non-empty list of ops back to back; the first waits for `deps`. A tensor-parallel
+  // collective in the list runs on its stream between the kernels around it. Returns the last.
   TaskIndex ops(const std::string& prefix, const std::vector<Op>& list, std::vector<TaskIndex> deps,
                 bool recomputed = false) {
     if (list.empty()) throw ModelError("no kernels for " + prefix);
     std::optional<TaskIndex> last;
     for (const Op& op : list) {
-      last = compute(prefix + op.name, op, last ? std::vector<TaskIndex>{} : deps, recomputed);
+      std::vector<TaskIndex> after = last ? std::vector<TaskIndex>{*last} : deps;
+      if (op.collective) {
+        last = add(Task{
+            prefix + op.name, Stream::tensor,
+            CollectiveWork{op.collective->op, op.collective->size_bytes, Group::tensor_parallel},
+            std::move(after)});
+      } else {
+        // In program order on the compute stream: the previous kernel needs no edge.
+        const bool follows_kernel =
+            last && std::holds_alternative<ComputeWork>(graph_->program[*last].work);
+        last = compute(prefix + op.name, op, follows_kernel ? std::vector<TaskIndex>{} : after,
+                       recomputed);
+      }
     }
     return *last;
   }
@@ -191,11 +208,12 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
                                    const ParallelPlan& plan) {
   validate_job(model, training, plan);
   TaskGraph graph;
-  graph.ranks = plan.dp;
+  graph.tp = plan.tp;
+  graph.ranks = plan.tp * plan.dp;
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
 
-  const std::vector<Unit> units = model_units(model, training);
+  const std::vector<Unit> units = model_units(model, training, plan.tp);
   ProgramBuilder build(graph);
   MicroBatchBuilder micro_batch(build, units, training, plan);
   // ZeRO-2/3 shard gradients, so they are reduced after every micro-batch; stages 0/1 keep full
@@ -208,8 +226,9 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
     previous_end = micro_batch.build(mb, reduce, previous_end, last_reduction);
   }
 
-  // Optimizer step on the local shard (the whole model without ZeRO), after the last reduction.
-  const double parameters = model.parameters();
+  // Optimizer step on the local shard (the rank's tensor-parallel part without ZeRO), after the
+  // last reduction.
+  const double parameters = model.parameters() / plan.tp;
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);

@@ -7,8 +7,11 @@
 // collective also waits for all members of its group. The step executor (sim/step) replays the
 // graph and decides the durations.
 //
-// With data parallelism alone every rank runs the same program, so the graph holds it once and
-// every collective spans the whole data-parallel group.
+// Every rank runs the same program, so the graph holds it once. Ranks are tp x dp with the
+// tensor-parallel rank innermost (rank r is tp rank r % tp of data-parallel replica r / tp):
+// a tensor-parallel collective spans the tp consecutive ranks of a replica, a data-parallel one
+// the dp ranks of the same tp rank. Tensor-parallel collectives run on their own stream and the
+// compute stream waits for each (Megatron's, without communication overlap).
 #pragma once
 
 #include <cstdint>
@@ -22,8 +25,11 @@
 
 namespace fleetsim {
 
-enum class Stream { compute, gather, reduce };
-inline constexpr int kStreamCount = 3;
+enum class Stream { compute, gather, reduce, tensor };
+inline constexpr int kStreamCount = 4;
+
+// Which ranks a collective spans.
+enum class Group { data_parallel, tensor_parallel };
 
 // FSDP keeps at most this many units' full parameters at once: the one computing and the one
 // prefetched behind it (PyTorch FSDP's default backward prefetch and limit_all_gathers).
@@ -37,6 +43,7 @@ struct ComputeWork {
 struct CollectiveWork {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
+  Group group = Group::data_parallel;
 };
 
 using TaskIndex = std::uint32_t;
@@ -49,7 +56,8 @@ struct Task {
 };
 
 struct TaskGraph {
-  int ranks = 1;
+  int ranks = 1;  // tp x dp
+  int tp = 1;
   std::vector<Task> program;  // identical on every data-parallel rank
   double tokens_per_step = 0;
   double model_flops_per_rank = 0;     // sum of model_flops over the program
@@ -58,7 +66,8 @@ struct TaskGraph {
 };
 
 // Builds one optimizer step of data-parallel training (ZeRO stage 0-3, bucketed gradient
-// reduction overlapped with the backward pass). Throws ModelError on an inconsistent plan.
+// reduction overlapped with the backward pass), each replica tensor-parallel over plan.tp
+// ranks. Throws ModelError on an inconsistent plan.
 TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
                                    const ParallelPlan& plan);
 

@@ -19,11 +19,11 @@ Kernel memory_kernel(double bytes) {
 
 Op gemm_op(std::string name, double m, double n, double k) {
   Kernel kernel = gemm_kernel(m, n, k, kBf16);
-  return Op{std::move(name), kernel, kernel.flops};
+  return Op{std::move(name), kernel, kernel.flops, std::nullopt};
 }
 
 Op memory_op(std::string name, double bytes) {
-  return Op{std::move(name), memory_kernel(bytes), 0};
+  return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
 }
 
 // A forward GEMM and, appended to `backward`, its two backward GEMMs.
@@ -73,75 +73,126 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model) {
   return norm_inputs + gemm_inputs + qkv + attention_out + mlp;
 }
 
-LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len) {
+namespace {
+
+// A collective of the tensor-parallel group: all-gather (S: the gathered size) or
+// reduce-scatter (S: the size reduced).
+Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
+  return Op{std::move(name), Kernel{}, 0, TpCollective{op, size_bytes}};
+}
+
+}  // namespace
+
+LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   const double f = model.ffn;
   const double kv = kv_dim(model);
+  const double split = tp;                  // GEMM columns or rows, heads
+  const double local_tokens = t / split;    // sequence-parallel regions
+  const double activation = kBf16 * t * h;  // the T x hidden tensor a block gathers
+  const bool parallel = tp > 1;
   LayerOps ops;
   std::vector<Op> backward;  // collected in forward order, reversed at the end
 
   auto& fwd = ops.forward;
-  fwd.push_back(memory_op("attn_norm", 2 * kBf16 * t * h));
-  backward.push_back(memory_op("attn_norm.bwd", 4 * kBf16 * t * h));
-  fwd.push_back(gemm_with_backward("qkv", t, h + 2 * kv, h, backward));
-  fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv)));
-  backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv)));
+  // A block (attention, MLP) starts with a norm on the local sequence shard and, with tensor
+  // parallelism, an all-gather of the sequence; it ends with a reduce-scatter back to the shard
+  // and the residual add. A column-split GEMM's weight gradient needs its gathered input again:
+  // the re-gather runs before it in backward.
+  const auto enter_block = [&](const std::string& block) {
+    fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
+    backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
+    if (!parallel) return;
+    fwd.push_back(tp_op(block + "_gather", CollectiveOp::all_gather, activation));
+    backward.push_back(tp_op(block + "_gather.bwd", CollectiveOp::reduce_scatter, activation));
+  };
+  const auto regather_for_wgrad = [&](const std::string& gemm) {
+    if (parallel)
+      backward.push_back(tp_op(gemm + ".regather", CollectiveOp::all_gather, activation));
+  };
+  const auto leave_block = [&](const std::string& block) {
+    if (parallel) {
+      fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation));
+      backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation));
+    }
+    fwd.push_back(memory_op(block + "_residual", 3 * kBf16 * local_tokens * h));
+    backward.push_back(memory_op(block + "_residual.bwd", 3 * kBf16 * local_tokens * h));
+  };
+
+  // Attention: QKV by columns, RoPE and attention on the local heads, o_proj by rows.
+  enter_block("attn");
+  fwd.push_back(gemm_with_backward("qkv", t, (h + 2 * kv) / split, h, backward));
+  regather_for_wgrad("qkv");
+  fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
+  backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
 
   // Causal FlashAttention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away.
-  const double attention_fwd_flops = 0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h;
-  const double attention_io = kBf16 * t * (2 * h + 2 * kv);  // read Q, K, V; write O
+  const double attention_fwd_flops =
+      0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h / split;
+  const double attention_io = kBf16 * t * (2 * h + 2 * kv) / split;  // read Q, K, V; write O
   Kernel attention_fwd;
   attention_fwd.kind = KernelKind::attention;
   attention_fwd.flops = attention_fwd_flops;
   attention_fwd.bytes = attention_io;
-  fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops});
+  fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops, std::nullopt});
   Kernel attention_bwd = attention_fwd;
   attention_bwd.flops = 2.5 * attention_fwd_flops;
   attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
-  backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops});
+  backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
+  fwd.push_back(gemm_with_backward("o_proj", t, h, h / split, backward));
+  leave_block("attn");
 
-  fwd.push_back(gemm_with_backward("o_proj", t, h, h, backward));
-  fwd.push_back(memory_op("attn_residual", 3 * kBf16 * t * h));
-  backward.push_back(memory_op("attn_residual.bwd", 3 * kBf16 * t * h));
-  fwd.push_back(memory_op("mlp_norm", 2 * kBf16 * t * h));
-  backward.push_back(memory_op("mlp_norm.bwd", 4 * kBf16 * t * h));
-  fwd.push_back(gemm_with_backward("gate_up", t, 2 * f, h, backward));
-  fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f));
-  backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f));
-  fwd.push_back(gemm_with_backward("down", t, h, f, backward));
-  fwd.push_back(memory_op("mlp_residual", 3 * kBf16 * t * h));
-  backward.push_back(memory_op("mlp_residual.bwd", 3 * kBf16 * t * h));
+  // MLP: gate/up by columns, SwiGLU on the local columns, down by rows.
+  enter_block("mlp");
+  fwd.push_back(gemm_with_backward("gate_up", t, 2 * f / split, h, backward));
+  regather_for_wgrad("gate_up");
+  fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f / split));
+  backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f / split));
+  fwd.push_back(gemm_with_backward("down", t, h, f / split, backward));
+  leave_block("mlp");
 
   std::reverse(backward.begin(), backward.end());
   ops.backward = std::move(backward);
   return ops;
 }
 
-LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len) {
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   LayerOps ops;
+  // Vocabulary-parallel: each rank looks up the tokens its rows hold (zeros elsewhere); the
+  // partial sums are reduce-scattered onto the sequence shards.
   ops.forward.push_back(memory_op("embedding", 2 * kBf16 * t * h));
+  if (tp > 1) {
+    ops.forward.push_back(tp_op("embedding_scatter", CollectiveOp::reduce_scatter, kBf16 * t * h));
+    ops.backward.push_back(tp_op("embedding_scatter.bwd", CollectiveOp::all_gather, kBf16 * t * h));
+  }
   // Scatter-add of the token gradients into the FP32 embedding gradient.
-  ops.backward.push_back(memory_op("embedding.bwd", t * h * (kBf16 + 2 * kFp32)));
+  ops.backward.push_back(memory_op("embedding.bwd", t * h * (kBf16 + 2 * kFp32) / tp));
   return ops;
 }
 
-LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len) {
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   const double v = model.vocab;
+  const double split = tp;
   LayerOps ops;
   std::vector<Op> backward;
-  ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * t * h));
-  ops.forward.push_back(gemm_with_backward("logits", t, v, h, backward));
-  // Cross-entropy in FP32: read BF16 logits, write FP32 logits, read them for softmax and loss.
-  ops.forward.push_back(memory_op("cross_entropy", t * v * (kBf16 + 2 * kFp32)));
-  ops.backward.push_back(memory_op("cross_entropy.bwd", t * v * (kFp32 + kBf16)));
+  ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * t * h / split));
+  if (tp > 1) ops.forward.push_back(tp_op("head_gather", CollectiveOp::all_gather, kBf16 * t * h));
+  ops.forward.push_back(gemm_with_backward("logits", t, v / split, h, backward));
+  // Cross-entropy in FP32 on the local vocabulary shard: read BF16 logits, write FP32 logits,
+  // read them for softmax and loss (its max and sum across ranks are a few bytes per token).
+  ops.forward.push_back(memory_op("cross_entropy", t * v / split * (kBf16 + 2 * kFp32)));
+  ops.backward.push_back(memory_op("cross_entropy.bwd", t * v / split * (kFp32 + kBf16)));
   ops.backward.push_back(backward[1]);  // wgrad and dgrad of the logits GEMM
   ops.backward.push_back(backward[0]);
-  ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * t * h));
+  if (tp > 1) {
+    ops.backward.push_back(tp_op("head_gather.bwd", CollectiveOp::reduce_scatter, kBf16 * t * h));
+  }
+  ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * t * h / split));
   return ops;
 }
 

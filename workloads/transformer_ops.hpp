@@ -6,18 +6,28 @@
 // backward does 2.5x the forward (it recomputes the scores), while model FLOPs count 2x.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "calibration/kernel_cost.hpp"
+#include "topology/collective_op.hpp"
 #include "workloads/model_spec.hpp"
 
 namespace fleetsim {
+
+// A collective of the tensor-parallel group in the middle of a layer (sequence parallelism):
+// the compute stream waits for it.
+struct TpCollective {
+  CollectiveOp op;
+  double size_bytes = 0;  // nccl-tests message size S
+};
 
 struct Op {
   std::string name;
   Kernel kernel;
   double model_flops = 0;
+  std::optional<TpCollective> collective;  // set: this op is that collective, not a kernel
 };
 
 struct LayerOps {
@@ -25,9 +35,15 @@ struct LayerOps {
   std::vector<Op> backward;
 };
 
-LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len);
-LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len);
-LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len);
+// The ops of one tensor-parallel rank of `tp` (1: no tensor parallelism). With tp > 1 each GEMM
+// is split Megatron's way (QKV and gate/up by columns, o_proj and down by rows), attention by
+// heads, the embedding and logits by vocabulary; activations between blocks are sharded by
+// sequence, so norms, residuals and elementwise ops do 1/tp of the work, and each block is
+// entered by an all-gather and left by a reduce-scatter of the T x hidden activations (in
+// backward the mirror images, plus the re-gather of a sharded input for its weight gradient).
+LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
 Op adam_step_op(double local_parameters);
 
 double decoder_layer_parameters(const ModelSpec& model);

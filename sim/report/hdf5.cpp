@@ -183,6 +183,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "nodes", inputs.nodes);
   write_attribute(group, "gpus_per_node", inputs.node.gpus);
   write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);
+  write_attribute(group, "tp", inputs.plan.tp);
   write_attribute(group, "dp", inputs.plan.dp);
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
   write_attribute(group, "recompute",

@@ -21,7 +21,8 @@ Json scenario_json(const RunReport& report) {
 }
 
 Json layout_json(const ParallelPlan& plan) {
-  return Json{{"dp", plan.dp},
+  return Json{{"tp", plan.tp},
+              {"dp", plan.dp},
               {"zero_stage", plan.zero_stage},
               {"recompute", plan.recompute == Recompute::full ? "full" : "none"},
               {"bucket_bytes", plan.bucket_bytes}};

@@ -17,11 +17,12 @@ const char* stream_name(int stream) {
     case 0: return "compute";
     case 1: return "gather";
     case 2: return "reduce";
+    case 3: return "tensor";
   }
   return "stream";
 }
 
-constexpr int kStreams = 3;
+constexpr int kStreams = 4;
 
 }  // namespace
 

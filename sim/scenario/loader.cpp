@@ -720,7 +720,7 @@ ParallelPlan parse_layout(const Field& f) {
   ParallelPlan plan;
   plan.dp = read_int(require(f, "dp"), 1);
   if (auto tp = find(f, "tp")) {
-    require_one(*tp, "tensor");
+    plan.tp = read_int(*tp, 1);
   }
   if (auto pp = find(f, "pp")) {
     require_one(*pp, "pipeline");
@@ -1288,15 +1288,45 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
 // Until tensor and pipeline parallelism exist, every GPU is one data-parallel rank.
 void check_data_parallel(const Field& root, const StepInputs& in) {
   const int gpus = in.nodes * in.node.gpus;
-  if (in.plan.dp == gpus) {
+  const Field layout = require(root, "layout");
+  const int tp = in.plan.tp;
+  if (tp > 1) {
+    // The tensor-parallel group shares its activations every layer: it stays inside a node.
+    const auto tp_field = find(layout, "tp");
+    const auto fails = [&](const std::string& problem, const std::string& hint) {
+      fail(tp_field.value_or(layout), problem, hint);
+    };
+    if (in.node.gpus % tp != 0) {
+      fails("tp " + std::to_string(tp) + " does not divide the " + std::to_string(in.node.gpus) +
+                " GPUs of a node",
+            "a tensor-parallel group must fit in a node: use a divisor of " +
+                std::to_string(in.node.gpus));
+    }
+    const ModelSpec& m = in.model;
+    for (const auto& [what, size] : {std::pair{"heads", m.heads},
+                                     {"kv_heads", m.kv_heads},
+                                     {"ffn", m.ffn},
+                                     {"vocab", m.vocab}}) {
+      if (size % tp != 0) {
+        fails("tp " + std::to_string(tp) + " does not divide the model's " + what + " (" +
+                  std::to_string(size) + ")",
+              "tensor parallelism splits heads, KV heads, the MLP and the vocabulary evenly");
+      }
+    }
+    if (in.training.seq_len % tp != 0) {
+      fails("tp " + std::to_string(tp) + " does not divide seq_len " +
+                std::to_string(in.training.seq_len),
+            "sequence parallelism shards each sequence evenly over the tp ranks");
+    }
+  }
+  if (in.plan.dp * tp == gpus) {
     return;
   }
-  const Field dp = require(require(root, "layout"), "dp");
-  fail(dp,
-       "dp must equal the GPU count (" + std::to_string(gpus) + " = " + std::to_string(in.nodes) +
-           " nodes x " + std::to_string(in.node.gpus) +
-           " GPUs) until tensor and pipeline parallelism arrive, got " + std::to_string(in.plan.dp),
-       "set layout.dp to " + std::to_string(gpus) + " or change cluster.nodes");
+  fail(require(layout, "dp"),
+       "tp x dp must equal the GPU count (" + std::to_string(gpus) + " = " +
+           std::to_string(in.nodes) + " nodes x " + std::to_string(in.node.gpus) + " GPUs), got " +
+           std::to_string(tp) + " x " + std::to_string(in.plan.dp),
+       "set layout.dp to " + std::to_string(gpus / tp) + " or change cluster.nodes");
 }
 
 // Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per

@@ -90,7 +90,7 @@ class Replay {
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
-        ring_(topology.gpus().begin(), topology.gpus().begin() + graph.ranks),
+
         ranks_(graph.ranks) {
     for (Rank& rank : ranks_) {
       rank.waiting_on.resize(graph.program.size());
@@ -98,7 +98,11 @@ class Replay {
         rank.waiting_on[t] = static_cast<int>(graph.program[t].deps.size());
       }
     }
-    arrivals_.resize(graph.program.size(), 0);
+    if (graph.tp < 1 || graph.ranks % graph.tp != 0) {
+      throw ModelError("the step's ranks are not a whole number of tensor-parallel groups");
+    }
+    build_groups(topology);
+    arrivals_.resize(graph.program.size() * groups_per_task_, 0);
   }
 
   StepResult run() {
@@ -194,19 +198,60 @@ class Replay {
       schedule_kernel(r);
       return;
     }
-    if (++arrivals_[t] < graph_.ranks) return;  // the collective waits for every member
     const auto& work = std::get<CollectiveWork>(task.work);
-    comm_bytes_per_gpu_ += bus_factor(work.op, graph_.ranks) * work.size_bytes;
+    const CollectiveGroup& group = group_of(r, work.group);
+    // The collective waits for every member of the rank's group.
+    if (++arrivals_[t * groups_per_task_ + group.id] < static_cast<int>(group.ranks.size())) return;
+    // Each GPU belongs to one group of each kind: group 0 counts the bytes a GPU sends.
+    if (group.id == 0) {
+      comm_bytes_per_gpu_ +=
+          bus_factor(work.op, static_cast<int>(group.ranks.size())) * work.size_bytes;
+    }
     const SimTime begin = engine_.now();
-    for (int member = 0; member < graph_.ranks; ++member) change_collectives(member, +1);
-    collectives_.run(work.op, ring_, work.size_bytes, [this, t, begin] {
-      for (int member = 0; member < graph_.ranks; ++member) change_collectives(member, -1);
-      for (int member = 0; member < graph_.ranks; ++member) {
+    for (const int member : group.ranks) change_collectives(member, +1);
+    collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group] {
+      for (const int member : group.ranks) change_collectives(member, -1);
+      for (const int member : group.ranks) {
         ranks_[member].comm_busy.push_back({begin, engine_.now()});
         record(member, t, begin);
         finish(member, t);
       }
     });
+  }
+
+  // The ranks of a collective group and their GPUs: tp consecutive ranks for tensor
+  // parallelism, the ranks of one tp rank across replicas for data parallelism (task_graph.hpp).
+  struct CollectiveGroup {
+    int id = 0;
+    std::vector<int> ranks;
+    std::vector<VertexId> gpus;
+  };
+
+  const CollectiveGroup& group_of(int r, Group kind) const {
+    const int tp = graph_.tp;
+    return kind == Group::tensor_parallel ? tensor_groups_[r / tp] : data_groups_[r % tp];
+  }
+
+  void build_groups(const Topology& topology) {
+    const int tp = graph_.tp;
+    const int dp = graph_.ranks / tp;
+    const auto gpu = [&](int rank) { return topology.gpus()[rank]; };
+    for (int replica = 0; replica < dp; ++replica) {
+      CollectiveGroup group{replica, {}, {}};
+      for (int i = 0; i < tp; ++i) group.ranks.push_back(replica * tp + i);
+      tensor_groups_.push_back(group);
+    }
+    for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+      CollectiveGroup group{tp_rank, {}, {}};
+      for (int replica = 0; replica < dp; ++replica) group.ranks.push_back(replica * tp + tp_rank);
+      data_groups_.push_back(group);
+    }
+    for (auto* groups : {&tensor_groups_, &data_groups_}) {
+      for (CollectiveGroup& group : *groups) {
+        for (const int rank : group.ranks) group.gpus.push_back(gpu(rank));
+      }
+    }
+    groups_per_task_ = std::max(tp, dp);
   }
 
   void record(int r, TaskIndex t, SimTime begin) {
@@ -257,7 +302,9 @@ class Replay {
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;
-  std::vector<VertexId> ring_;
+  std::vector<CollectiveGroup> tensor_groups_;  // by data-parallel replica
+  std::vector<CollectiveGroup> data_groups_;    // by tensor-parallel rank
+  std::size_t groups_per_task_ = 1;
   std::vector<Rank> ranks_;
   std::vector<int> arrivals_;
   double comm_bytes_per_gpu_ = 0;

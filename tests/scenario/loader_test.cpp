@@ -377,13 +377,24 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK_THAT(list->what(), Catch::Contains("got a list"));
 }
 
-TEST_CASE("dp must cover every GPU, and the global batch must split into micro-batches") {
+TEST_CASE("tp x dp must cover every GPU, and the global batch must split into micro-batches") {
   const auto dp = load_error(kBase + "  nodes: 2\n");
   REQUIRE(dp);
   CHECK(dp->key() == "layout.dp");
   CHECK(dp->line() == 8);
-  CHECK_THAT(dp->what(), Catch::Contains("dp must equal the GPU count (16 = 2 nodes x 8 GPUs) "
-                                         "until tensor and pipeline parallelism arrive"));
+  CHECK_THAT(dp->what(), Catch::Contains("tp x dp must equal the GPU count (16 = 2 nodes x 8 "
+                                         "GPUs), got 1 x 8"));
+  CHECK_THAT(dp->what(), Catch::Contains("set layout.dp to 16"));
+  // tp 2 x dp 8 on 16 GPUs is a layout; tp must fit a node and split the model.
+  CHECK_FALSE(load_error(with(kBase, "  dp: 8\n", "  dp: 8\n  tp: 2\n") + "  nodes: 2\n"));
+  const auto tp3 = load_error(with(kBase, "  dp: 8\n", "  dp: 8\n  tp: 3\n"));
+  REQUIRE(tp3);
+  CHECK(tp3->key() == "layout.tp");
+  CHECK_THAT(tp3->what(), Catch::Contains("tp 3 does not divide the 8 GPUs of a node"));
+  const auto tp16 = load_error(with(with(kBase, "  dp: 8\n", "  dp: 1\n  tp: 16\n"),
+                                    "node: dgx-h100", "node: {preset: dgx-h100, gpus: 16}"));
+  REQUIRE(tp16);
+  CHECK_THAT(tp16->what(), Catch::Contains("does not divide the model's kv_heads (8)"));
 
   // 100 sequences over 8 ranks of 2: 100 / 16 is not whole.
   const auto batch = load_error(with(kBase, "global_batch: 256", "global_batch: 100"));
@@ -428,7 +439,7 @@ TEST_CASE("a base value that a variant makes wrong reports the base line, naming
   REQUIRE(e);
   CHECK(e->key() == "layout.dp");
   CHECK(e->line() == 8);
-  CHECK_THAT(e->what(), Catch::Contains("in variant \"two-nodes\": dp must equal"));
+  CHECK_THAT(e->what(), Catch::Contains("in variant \"two-nodes\": tp x dp must equal"));
 }
 
 TEST_CASE("compare entries deep-merge over the base") {

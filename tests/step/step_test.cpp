@@ -155,6 +155,38 @@ TEST_CASE("compute beside communication runs slower by the profile's slowdown, n
   CHECK(simulate_step(alone).step.step_time_s == alone_free.step.step_time_s);
 }
 
+TEST_CASE("tensor parallelism keeps the FLOPs, splits the memory and talks over NVLink only") {
+  // The small model on one 8-GPU node: tp 8 against plain data parallelism over the same GPUs.
+  StepInputs data = small_job();
+  data.model.kv_heads = 8;  // tp 8 splits the key/value heads too
+  data.plan.zero_stage = 0;
+  StepInputs tensor = data;
+  tensor.plan.tp = 8;
+  tensor.plan.dp = 1;
+  tensor.training.global_batch = 4;  // 2 micro-batches of 2 for the one replica
+  data.training.global_batch = 32;   // the same 2 micro-batches on each of the 8 replicas
+  const StepOutcome dp = simulate_step(data);
+  const StepOutcome tp = simulate_step(tensor);
+  REQUIRE(dp.simulated);
+  REQUIRE(tp.simulated);
+  // 8x fewer tokens, the same model FLOPs per token.
+  CHECK(tp.step.model_flops * 8 == Approx(dp.step.model_flops).epsilon(1e-12));
+  // Weights, gradients and optimizer states split eight ways.
+  CHECK(tp.memory.items[0].bytes * 8 == Approx(dp.memory.items[0].bytes));
+  // Every byte of the tensor-parallel collectives crosses NVLink: none goes over PCIe or a NIC.
+  double other_bytes = 0, nvlink_bytes = 0;
+  for (const LinkUsage& link : tp.step.links) {
+    (link.kind == "nvlink" ? nvlink_bytes : other_bytes) += link.bytes;
+  }
+  CHECK(nvlink_bytes > 0);
+  CHECK(other_bytes == 0);
+  // Per micro-batch each of the 8 layers gathers and scatters twice forward and six times
+  // backward (mirrors and two re-gathers), the embedding and head once each way: 84
+  // collectives of S = 2 bytes x T x hidden, each moving 7/8 S per GPU.
+  const double s = 2.0 * (2 * 2048) * 2048;
+  CHECK(tp.step.comm_bytes_per_gpu == Approx(2 * 84 * 7.0 / 8 * s).epsilon(1e-12));
+}
+
 TEST_CASE("a layout that does not fit is reported, not replayed") {
   StepInputs in = small_job();
   in.gpu.hbm_capacity_bytes.value = 4e9;
