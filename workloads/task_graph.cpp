@@ -57,18 +57,22 @@ class ProgramBuilder {
     if (list.empty()) throw ModelError("no kernels for " + prefix);
     std::optional<TaskIndex> last;
     for (const Op& op : list) {
-      std::vector<TaskIndex> after = last ? std::vector<TaskIndex>{*last} : deps;
+      // The first op waits for `deps`; a kernel after a kernel needs no edge (the compute stream
+      // runs in program order); anything else waits for the op before it.
+      std::vector<TaskIndex> after;
+      if (!last) {
+        after = deps;
+      } else if (op.collective ||
+                 !std::holds_alternative<ComputeWork>(graph_->program[*last].work)) {
+        after.push_back(*last);
+      }
       if (op.collective) {
         last = add(Task{
             prefix + op.name, Stream::tensor,
             CollectiveWork{op.collective->op, op.collective->size_bytes, Group::tensor_parallel},
             std::move(after)});
       } else {
-        // In program order on the compute stream: the previous kernel needs no edge.
-        const bool follows_kernel =
-            last && std::holds_alternative<ComputeWork>(graph_->program[*last].work);
-        last = compute(prefix + op.name, op, follows_kernel ? std::vector<TaskIndex>{} : after,
-                       recomputed);
+        last = compute(prefix + op.name, op, std::move(after), recomputed);
       }
     }
     return *last;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -63,15 +64,21 @@ struct ProgramIndex {
   std::vector<std::vector<TaskIndex>> dependents;
   std::array<std::vector<TaskIndex>, kStreamCount> order;  // each stream's tasks, program order
   std::vector<SimTime> duration;                           // compute tasks only
+  // The streams whose head a task's end can unblock: its own and its dependents', as bits.
+  std::vector<std::uint8_t> wakes;
 
   ProgramIndex(const TaskGraph& graph, const GpuProfile& gpu) {
     const auto& program = graph.program;
     dependents.resize(program.size());
     duration.resize(program.size());
+    wakes.resize(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
+      const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
+      wakes[t] |= bit;
       for (const TaskIndex d : program[t].deps) {
         if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
         dependents[d].push_back(t);
+        wakes[d] |= bit;
       }
       order[static_cast<int>(program[t].stream)].push_back(t);
       if (const auto* work = std::get_if<ComputeWork>(&program[t].work)) {
@@ -102,7 +109,17 @@ class Replay {
       throw ModelError("the step's ranks are not a whole number of tensor-parallel groups");
     }
     build_groups(topology);
-    arrivals_.resize(graph.program.size() * groups_per_task_, 0);
+    // One arrival counter per group a collective task runs in: dp tensor groups, tp data groups.
+    arrival_offset_.resize(graph.program.size(), 0);
+    std::size_t counters = 0;
+    for (TaskIndex t = 0; t < graph.program.size(); ++t) {
+      arrival_offset_[t] = counters;
+      if (const auto* work = std::get_if<CollectiveWork>(&graph.program[t].work)) {
+        counters +=
+            work->group == Group::tensor_parallel ? tensor_groups_.size() : data_groups_.size();
+      }
+    }
+    arrivals_.resize(counters, 0);
   }
 
   StepResult run() {
@@ -201,7 +218,7 @@ class Replay {
     const auto& work = std::get<CollectiveWork>(task.work);
     const CollectiveGroup& group = group_of(r, work.group);
     // The collective waits for every member of the rank's group.
-    if (++arrivals_[t * groups_per_task_ + group.id] < static_cast<int>(group.ranks.size())) return;
+    if (++arrivals_[arrival_offset_[t] + group.id] < static_cast<int>(group.ranks.size())) return;
     // Each GPU belongs to one group of each kind: group 0 counts the bytes a GPU sends.
     if (group.id == 0) {
       comm_bytes_per_gpu_ +=
@@ -251,7 +268,6 @@ class Replay {
         for (const int rank : group.ranks) group.gpus.push_back(gpu(rank));
       }
     }
-    groups_per_task_ = std::max(tp, dp);
   }
 
   void record(int r, TaskIndex t, SimTime begin) {
@@ -268,7 +284,9 @@ class Replay {
     ++stream.next;
     ++rank.tasks_done;
     for (const TaskIndex d : index_.dependents[t]) --rank.waiting_on[d];
-    try_start(r);
+    for (int s = 0; s < kStreamCount; ++s) {
+      if (index_.wakes[t] & (1u << s)) try_start_stream(r, s);
+    }
   }
 
   // Sums in integer nanoseconds, so compute + exposed + idle is exactly the step time.
@@ -304,7 +322,7 @@ class Replay {
   Collectives collectives_;
   std::vector<CollectiveGroup> tensor_groups_;  // by data-parallel replica
   std::vector<CollectiveGroup> data_groups_;    // by tensor-parallel rank
-  std::size_t groups_per_task_ = 1;
+  std::vector<std::size_t> arrival_offset_;     // by task: its first counter in arrivals_
   std::vector<Rank> ranks_;
   std::vector<int> arrivals_;
   double comm_bytes_per_gpu_ = 0;
