@@ -77,7 +77,8 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   if (zero >= 3) {
     const double gathered = peak_gathered_parameters(model) / tp * kWeightBytes;
     add("gathered parameters", gathered,
-        "BF16 copies of the unit computing and the one prefetched (FSDP)");
+        std::string("BF16 copies of the unit computing and the one prefetched (FSDP)") +
+            (tp > 1 ? ", split over tp" : ""));
     dynamic += gathered;
   }
 
@@ -101,8 +102,19 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   const double grad_staging = zero >= 3
                                   ? largest_unit_parameters(model) / tp * training.grad_reduce_bytes
                                   : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
-  add("communication buffers", kNcclBufferBytes + grad_staging,
-      "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers) plus gradient staging");
+  // NCCL keeps buffers per communicator: the data-parallel one, and the tensor-parallel one.
+  const double communicators = (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0);
+  add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
+      "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
+      "gradient staging");
+  if (plan.tp > 1) {
+    // Sequence parallelism gathers a block's T x hidden input before its first GEMM (and again
+    // in backward for the weight gradient): transient full-sequence copies.
+    const double gathered_input = 2 * kBf16Bytes * tokens * model.hidden;
+    add("tensor-parallel buffers", gathered_input,
+        "two BF16 T x hidden all-gather outputs (a block's input, its re-gather in backward)");
+    dynamic += gathered_input;
+  }
 
   add("framework overhead", kFrameworkOverheadBytes,
       "assumed: CUDA context and cuBLAS/cuDNN workspaces");

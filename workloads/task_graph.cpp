@@ -57,15 +57,14 @@ class ProgramBuilder {
     if (list.empty()) throw ModelError("no kernels for " + prefix);
     std::optional<TaskIndex> last;
     for (const Op& op : list) {
-      // The first op waits for `deps`; a kernel after a kernel needs no edge (the compute stream
-      // runs in program order); anything else waits for the op before it.
-      std::vector<TaskIndex> after;
-      if (!last) {
-        after = deps;
-      } else if (op.collective ||
-                 !std::holds_alternative<ComputeWork>(graph_->program[*last].work)) {
-        after.push_back(*last);
-      }
+      // Kernels and tensor-parallel collectives form one chain in program order: a kernel after
+      // a kernel needs no edge (the compute stream runs in order), anything else waits for the
+      // op before it, across units too (a layer reads the embedding's reduce-scatter).
+      std::vector<TaskIndex> after = last ? std::vector<TaskIndex>{} : deps;
+      const bool crosses_streams =
+          chain_end_ && (op.collective ||
+                         !std::holds_alternative<ComputeWork>(graph_->program[*chain_end_].work));
+      if (crosses_streams) after.push_back(*chain_end_);
       if (op.collective) {
         last = add(Task{
             prefix + op.name, Stream::tensor,
@@ -74,6 +73,7 @@ class ProgramBuilder {
       } else {
         last = compute(prefix + op.name, op, std::move(after), recomputed);
       }
+      chain_end_ = last;
     }
     return *last;
   }
@@ -84,6 +84,7 @@ class ProgramBuilder {
     return static_cast<TaskIndex>(graph_->program.size() - 1);
   }
   TaskGraph* graph_;
+  std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
 };
 
 // Groups units, from the last to the first (the order their gradients become ready), into

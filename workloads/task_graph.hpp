@@ -27,6 +27,15 @@ namespace fleetsim {
 
 enum class Stream { compute, gather, reduce, tensor };
 inline constexpr int kStreamCount = 4;
+inline const char* to_string(Stream stream) {
+  switch (stream) {
+    case Stream::compute: return "compute";
+    case Stream::gather: return "gather";
+    case Stream::reduce: return "reduce";
+    case Stream::tensor: return "tensor";
+  }
+  return "?";
+}
 
 // Which ranks a collective spans.
 enum class Group { data_parallel, tensor_parallel };
@@ -58,7 +67,7 @@ struct Task {
 struct TaskGraph {
   int ranks = 1;  // tp x dp
   int tp = 1;
-  std::vector<Task> program;  // identical on every data-parallel rank
+  std::vector<Task> program;  // identical on every rank
   double tokens_per_step = 0;
   double model_flops_per_rank = 0;     // sum of model_flops over the program
   double hardware_flops_per_rank = 0;  // sum of executed kernel FLOPs

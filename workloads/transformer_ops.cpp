@@ -169,7 +169,8 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
     ops.backward.push_back(tp_op("embedding_scatter.bwd", CollectiveOp::all_gather, kBf16 * t * h));
   }
   // Scatter-add of the token gradients into the FP32 embedding gradient.
-  ops.backward.push_back(memory_op("embedding.bwd", t * h * (kBf16 + 2 * kFp32) / tp));
+  // Each rank reads the whole gathered gradient; the FP32 rows it updates are its own share.
+  ops.backward.push_back(memory_op("embedding.bwd", t * h * (kBf16 + 2 * kFp32 / tp)));
   return ops;
 }
 
@@ -187,6 +188,11 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) 
   // read them for softmax and loss (its max and sum across ranks are a few bytes per token).
   ops.forward.push_back(memory_op("cross_entropy", t * v / split * (kBf16 + 2 * kFp32)));
   ops.backward.push_back(memory_op("cross_entropy.bwd", t * v / split * (kFp32 + kBf16)));
+  if (tp > 1) {
+    // The logits GEMM is column-parallel on a sequence-parallel input: its weight gradient
+    // needs the input gathered again.
+    ops.backward.push_back(tp_op("logits.regather", CollectiveOp::all_gather, kBf16 * t * h));
+  }
   ops.backward.push_back(backward[1]);  // wgrad and dgrad of the logits GEMM
   ops.backward.push_back(backward[0]);
   if (tp > 1) {

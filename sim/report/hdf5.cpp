@@ -8,7 +8,7 @@
 //                            by '_' (a '~<index>' suffix separates names that then collide).
 //     attributes  name, node, gpu_profile, model, recompute (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
-//                 alphabetically), nodes, gpus_per_node, gpus (total), dp, zero_stage,
+//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, zero_stage,
 //                 simulated (int 0/1);
 //                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
 //                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,

@@ -55,7 +55,8 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
 
 // A Chrome / Perfetto trace (JSON, open it in ui.perfetto.dev) of the traced ranks of every
 // simulated variant: one process per variant, one track per rank and stream (compute, gather,
-// reduce), each kernel and collective a slice. Variants replayed without tracing add nothing.
+// reduce, tensor), each kernel and collective a slice. Variants replayed without tracing add
+// nothing.
 std::string render_trace(const RunReport& report);
 
 // A simulated nccl-tests run (`fleetsim collective`).

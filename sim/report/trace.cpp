@@ -12,18 +12,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-const char* stream_name(int stream) {
-  switch (stream) {
-    case 0: return "compute";
-    case 1: return "gather";
-    case 2: return "reduce";
-    case 3: return "tensor";
-  }
-  return "stream";
-}
-
-constexpr int kStreams = 4;
-
 }  // namespace
 
 std::string render_trace(const RunReport& report) {
@@ -37,20 +25,21 @@ std::string render_trace(const RunReport& report) {
                           {"args", Json{{"name", variant.name}}}});
     std::set<std::pair<int, int>> tracks;
     for (const TraceSlice& slice : variant.outcome.step.trace) {
-      const int tid = slice.rank * kStreams + slice.stream;
-      if (tracks.insert({slice.rank, slice.stream}).second) {
+      const int stream = static_cast<int>(slice.stream);
+      const int tid = slice.rank * kStreamCount + stream;
+      if (tracks.insert({slice.rank, stream}).second) {
         events.push_back(Json{{"name", "thread_name"},
                               {"ph", "M"},
                               {"pid", pid},
                               {"tid", tid},
                               {"args", Json{{"name", "GPU " + std::to_string(slice.rank) + " " +
-                                                         stream_name(slice.stream)}}}});
+                                                         to_string(slice.stream)}}}});
       }
       events.push_back(Json{{"name", slice.name},
-                            {"cat", slice.stream == 0 ? "kernel" : "collective"},
+                            {"cat", slice.stream == Stream::compute ? "kernel" : "collective"},
                             {"ph", "X"},
-                            {"ts", slice.begin_s * 1e6},
-                            {"dur", (slice.end_s - slice.begin_s) * 1e6},
+                            {"ts", slice.begin.seconds() * 1e6},
+                            {"dur", (slice.end - slice.begin).seconds() * 1e6},
                             {"pid", pid},
                             {"tid", tid}});
     }

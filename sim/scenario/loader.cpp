@@ -1026,6 +1026,24 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   m.kv_heads = kv_heads ? read_int(*kv_heads, 1) : m.heads;
   m.vocab = read_int(require(root, "vocab_size"), 1);
   if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
+  // What the op graph does not model is refused, not ignored.
+  const auto is_set = [](const Field& f) {
+    return !(f.node.IsNull() ||
+             (f.node.IsScalar() && (f.node.Scalar() == "null" || f.node.Scalar() == "false")));
+  };
+  if (const auto window = find(root, "sliding_window"); window && is_set(*window)) {
+    fail(*window, "sliding-window attention is not modelled",
+         "fleetsim models full causal attention; set it to null if the model attends fully");
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (const auto flag = find(root, bias); flag && is_set(*flag)) {
+      fail(*flag, std::string(bias) + " is not modelled", "the op graph has no bias terms");
+    }
+  }
+  if (const auto act = find(root, "hidden_act"); act && read_string(*act) != "silu") {
+    fail(*act, "hidden_act " + in_quotes(read_string(*act)) + " is not modelled",
+         "the MLP is SwiGLU (silu)");
+  }
   if (const auto head_dim = find(root, "head_dim");
       head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
     if (m.hidden % m.heads != 0 || read_int(*head_dim, 1) != m.hidden / m.heads) {
@@ -1285,8 +1303,9 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
   in.fabric = parse_fabric(find(f, "fabric"));
 }
 
-// Until tensor and pipeline parallelism exist, every GPU is one data-parallel rank.
-void check_data_parallel(const Field& root, const StepInputs& in) {
+// The layout must use every GPU (tp x dp), and a tensor-parallel group must fit a node and split
+// the model evenly.
+void check_layout(const Field& root, const StepInputs& in) {
   const int gpus = in.nodes * in.node.gpus;
   const Field layout = require(root, "layout");
   const int tp = in.plan.tp;
@@ -1351,7 +1370,7 @@ StepInputs Loader::parse_variant(const Field& root) {
   in.training = parse_training(require(root, "training"));
   parse_cluster(require(root, "cluster"), in);
   in.plan = parse_layout(require(root, "layout"));
-  check_data_parallel(root, in);
+  check_layout(root, in);
   check_batch(root, in);
   return in;
 }

@@ -66,6 +66,7 @@ struct ProgramIndex {
   std::vector<SimTime> duration;                           // compute tasks only
   // The streams whose head a task's end can unblock: its own and its dependents', as bits.
   std::vector<std::uint8_t> wakes;
+  static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
 
   ProgramIndex(const TaskGraph& graph, const GpuProfile& gpu) {
     const auto& program = graph.program;
@@ -154,7 +155,7 @@ class Replay {
     std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
     std::vector<Interval> compute_busy;
-    std::vector<Interval> comm_busy;      // collectives of either stream, possibly overlapping
+    std::vector<Interval> comm_busy;      // collectives of any stream, possibly overlapping
     std::optional<RunningKernel> kernel;  // on the compute stream
     int collectives_in_flight = 0;        // its communication kernels running now
   };
@@ -273,8 +274,7 @@ class Replay {
   void record(int r, TaskIndex t, SimTime begin) {
     if (r >= trace_ranks_) return;
     const Task& task = graph_.program[t];
-    trace_.push_back(
-        {r, static_cast<int>(task.stream), task.name, begin.seconds(), engine_.now().seconds()});
+    trace_.push_back({r, task.stream, task.name, begin, engine_.now()});
   }
 
   void finish(int r, TaskIndex t) {

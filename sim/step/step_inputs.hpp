@@ -8,6 +8,7 @@
 #include "topology/node_spec.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/model_spec.hpp"
+#include "workloads/task_graph.hpp"
 
 namespace fleetsim {
 
@@ -39,10 +40,10 @@ struct StepBreakdown {
 // in (from the moment all members had arrived to its end).
 struct TraceSlice {
   int rank = 0;
-  int stream = 0;  // Stream: 0 compute, 1 gather, 2 reduce
+  Stream stream = Stream::compute;
   std::string name;
-  double begin_s = 0;
-  double end_s = 0;
+  SimTime begin{};
+  SimTime end{};
 };
 
 struct StepResult {

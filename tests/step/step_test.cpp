@@ -172,7 +172,10 @@ TEST_CASE("tensor parallelism keeps the FLOPs, splits the memory and talks over 
   // 8x fewer tokens, the same model FLOPs per token.
   CHECK(tp.step.model_flops * 8 == Approx(dp.step.model_flops).epsilon(1e-12));
   // Weights, gradients and optimizer states split eight ways.
-  CHECK(tp.memory.items[0].bytes * 8 == Approx(dp.memory.items[0].bytes));
+  for (std::size_t item = 0; item < 3; ++item) {
+    INFO(dp.memory.items[item].name);
+    CHECK(tp.memory.items[item].bytes * 8 == Approx(dp.memory.items[item].bytes));
+  }
   // Every byte of the tensor-parallel collectives crosses NVLink: none goes over PCIe or a NIC.
   double other_bytes = 0, nvlink_bytes = 0;
   for (const LinkUsage& link : tp.step.links) {
@@ -181,10 +184,37 @@ TEST_CASE("tensor parallelism keeps the FLOPs, splits the memory and talks over 
   CHECK(nvlink_bytes > 0);
   CHECK(other_bytes == 0);
   // Per micro-batch each of the 8 layers gathers and scatters twice forward and six times
-  // backward (mirrors and two re-gathers), the embedding and head once each way: 84
-  // collectives of S = 2 bytes x T x hidden, each moving 7/8 S per GPU.
+  // backward (mirrors and two re-gathers), the embedding once each way, the head once each
+  // way and a re-gather for the logits' weight gradient: 85 collectives of S = 2 bytes x T x
+  // hidden, each moving 7/8 S per GPU.
   const double s = 2.0 * (2 * 2048) * 2048;
-  CHECK(tp.step.comm_bytes_per_gpu == Approx(2 * 84 * 7.0 / 8 * s).epsilon(1e-12));
+  CHECK(tp.step.comm_bytes_per_gpu == Approx(2 * 85 * 7.0 / 8 * s).epsilon(1e-12));
+}
+
+TEST_CASE("tp x dp: each GPU moves its tensor-parallel and its data-parallel share, no more") {
+  // 2 nodes: tp 2 (GPU pairs) x dp 8 replicas, plain DDP. Per GPU: 2 micro-batches of 85
+  // tensor-parallel collectives of S = 2 T hidden bytes at bus factor 1/2, and the all-reduce
+  // of its half of the gradients (BF16) over the 8 replicas at bus factor 2 x 7/8.
+  StepInputs in = small_job();
+  in.model.kv_heads = 8;
+  in.nodes = 2;
+  in.plan.tp = 2;
+  in.plan.dp = 8;
+  in.plan.zero_stage = 0;
+  in.training.global_batch = 32;  // 2 micro-batches of 2 per replica
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  const double s = 2.0 * (2 * 2048) * 2048;
+  const double tensor = 2 * 85 * 0.5 * s;
+  const double data = 2 * 7.0 / 8 * in.model.parameters() / 2 * 2;
+  CHECK(out.step.comm_bytes_per_gpu == Approx(tensor + data).epsilon(1e-9));
+  // The replicas' gradient rings cross the fabric; the pairs' collectives stay on NVLink.
+  double nic_bytes = 0;
+  for (const LinkUsage& link : out.step.links) {
+    if (link.kind == "infiniband") nic_bytes += link.bytes;
+  }
+  CHECK(nic_bytes > 0);
+  CHECK(nic_bytes < data * 16);  // only data-parallel bytes cross: all 16 GPUs' shares at most
 }
 
 TEST_CASE("a layout that does not fit is reported, not replayed") {

@@ -258,6 +258,9 @@ int run_command(const Options& options) {
   if (options.file.empty()) throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
   if (options.command == "memory") {
+    if (!options.output.empty() || options.json || options.bench_runs > 0) {
+      throw po::error("'memory' prints its table: -o, --json and --bench belong to 'run'");
+    }
     RunReport report = simulate_memory(scenario);
     std::cout << fleetsim::render_memory(report);
     const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
