@@ -252,6 +252,24 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   CHECK(too_big.out.find("over by") != std::string::npos);
 }
 
+TEST_CASE("Llama-3-70B on one node: no layout fits 8 H100s; B200 and MI300X fit with sharding") {
+  // 70B parameters at 18 bytes (1.26 TB) of model states: 158 GB per GPU sharded eight ways,
+  // more than an H100's 80 GB whatever the activations; B200 and MI300X (192 GB) fit.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result result = run_cli("run " + source + "/scenarios/llama3-70b-one-node.yaml --json");
+  CHECK(result.exit_code == 1);  // some layouts do not fit
+  std::map<std::string, bool> simulated;
+  for (const auto& variant : nlohmann::json::parse(result.out)["variants"]) {
+    simulated[variant["name"].get<std::string>()] = variant["simulated"].get<bool>();
+  }
+  CHECK_FALSE(simulated.at("h100 zero3 recompute"));
+  CHECK_FALSE(simulated.at("h100 tp8 zero1 recompute"));
+  CHECK(simulated.at("b200 zero3 recompute"));
+  CHECK(simulated.at("b200 tp8 zero1"));
+  CHECK(simulated.at("mi300x zero3 recompute"));
+  CHECK(simulated.at("mi300x tp8 zero1"));
+}
+
 TEST_CASE("the shipped scenario matches its golden output") {
   // When a model changes on purpose, refresh the golden file from the repository root with
   //   build/bin/fleetsim run scenarios/h100-vs-b200.yaml --json > tests/golden/h100-vs-b200.json
