@@ -30,9 +30,12 @@ double wave_efficiency(const GpuProfile& gpu, double m, double n) {
   return gpu.gemm_tiles.empty() ? 1.0 : best;
 }
 
+double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k) {
+  return wave_efficiency(gpu, m, n) * k / (k + gpu.gemm_k_overhead.value);
+}
+
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k) {
-  const double k_term = k / (k + gpu.gemm_k_overhead.value);
-  return gpu.gemm_efficiency.value * wave_efficiency(gpu, m, n) * k_term;
+  return gpu.gemm_efficiency.value * gemm_shape_efficiency(gpu, m, n, k);
 }
 
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {

@@ -34,6 +34,8 @@ Kernel gemm_kernel(double m, double n, double k, double bytes_per_element);
 double wave_efficiency(int sms, GemmTile tile, double m, double n);
 // The best over the profile's tiles.
 double wave_efficiency(const GpuProfile& gpu, double m, double n);
+// What the shape leaves of the GEMM efficiency: wave x K term.
+double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k);
 // eff_c of a GEMM of this shape: efficiency x wave x K term.
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k);
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);

@@ -1,4 +1,5 @@
 #include "calibration/kernel_fit.hpp"
+#include "calibration/linear_fit.hpp"
 
 #include <algorithm>
 #include <array>
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "calibration/kernel_cost.hpp"
+#include "sim/engine/errors.hpp"
 
 namespace fleetsim {
 namespace {
@@ -91,9 +93,7 @@ void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
     std::vector<std::size_t> order(n);
     for (std::size_t i = 0; i < n; ++i) {
       const GemmSample& s = *rows[i].sample;
-      GpuProfile full = gpu;
-      full.gemm_efficiency.value = 1;
-      a[i] = s.flops() / (peak * gemm_compute_efficiency(full, s.batch * s.m, s.n, s.k));
+      a[i] = s.flops() / (peak * gemm_shape_efficiency(gpu, s.batch * s.m, s.n, s.k));
       f[i] = s.flops();
       y[i] = s.seconds;
       order[i] = i;
@@ -193,9 +193,8 @@ std::vector<std::string> fit_gemm_best_shape(GpuProfile& gpu, const std::vector<
   double needed = 0;
   for (const GemmRow& row : rows) {
     const GemmSample& s = *row.sample;
-    const double rate_at_full = gpu.dense_bf16_flops_per_s.value *
-                                gemm_compute_efficiency(gpu, s.batch * s.m, s.n, s.k) /
-                                gpu.gemm_efficiency.value;
+    const double rate_at_full =
+        gpu.dense_bf16_flops_per_s.value * gemm_shape_efficiency(gpu, s.batch * s.m, s.n, s.k);
     needed = std::max(needed, best_rate / rate_at_full);
   }
   if (gpu.gemm_efficiency.value < needed) {
@@ -290,12 +289,6 @@ std::string rows_of(std::size_t count, const std::string& what) {
   return std::to_string(count) + " " + what + (count == 1 ? " row" : " rows");
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points) {
   std::vector<double> errors;
   for (const KernelFitPoint& point : points) errors.push_back(std::abs(point.error()));
@@ -332,7 +325,7 @@ std::vector<std::string> fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRo
 KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files) {
   if (!(start.dense_bf16_flops_per_s.value > 0) || !(start.hbm_bytes_per_s.value > 0) ||
       start.sm_count < 1) {
-    throw std::invalid_argument("profile " + start.name + " needs its peaks and SM count");
+    throw ModelError("profile " + start.name + " needs its peaks and SM count");
   }
   KernelFit fit;
   fit.profile = start;
@@ -353,8 +346,22 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       }
     }
     for (const MemorySample& s : file.memory) memory.push_back({&s, &file});
-    for (const AttentionSample& s : file.attention) attention[s.impl].push_back({&s, &file});
-    for (const OverlapSample& s : file.overlap) overlap.push_back({&s, &file});
+    for (const AttentionSample& s : file.attention) {
+      if (s.dtype == "bf16") {
+        attention[s.impl].push_back({&s, &file});
+      } else {
+        fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype +
+                              " attention (the profile models BF16 only)");
+      }
+    }
+    for (const OverlapSample& s : file.overlap) {
+      if (s.dtype == "bf16") {
+        overlap.push_back({&s, &file});
+      } else {
+        fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype +
+                              " overlap (the profile models BF16 only)");
+      }
+    }
   }
   if (gemms.empty() && memory.empty() && attention.empty() && overlap.empty()) {
     throw MicrobenchError(files.empty() ? "(no files)" : files.front().path, 0,

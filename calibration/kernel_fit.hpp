@@ -55,7 +55,7 @@ struct KernelFit {
   std::vector<std::string> skipped;      // rows the model does not cover, and why
 };
 
-// Throws MicrobenchError (no usable rows) or std::invalid_argument on a profile without peaks.
+// Throws MicrobenchError (no usable rows) or ModelError on a profile without peaks.
 // The fit points into `files`, which must outlive it.
 KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files);
 

@@ -1,5 +1,7 @@
 #include "calibration/linear_fit.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "sim/engine/errors.hpp"
@@ -42,6 +44,12 @@ LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::ve
   fit.intercept_sigma = std::sqrt(s2 * swxx / determinant);
   fit.slope_sigma = std::sqrt(s2 * sw / determinant);
   return fit;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 }  // namespace fleetsim

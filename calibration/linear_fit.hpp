@@ -22,4 +22,7 @@ struct LinearFit {
 // x values do not vary (nothing separates latency from bandwidth).
 LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::vector<double>& y);
 
+// The median of a non-empty list (the mean of the middle two for an even count).
+double median(std::vector<double> values);
+
 }  // namespace fleetsim

@@ -123,12 +123,6 @@ std::optional<Kind> kind_of(const std::map<std::string, std::size_t>& columns) {
   return std::nullopt;
 }
 
-std::string fingerprint(const std::string& bytes) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(stable_hash(bytes)));
-  return std::string("fnv1a64 ") + hex;
-}
-
 }  // namespace
 
 double AttentionSample::flops() const {
@@ -220,6 +214,7 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
       }
       case Kind::overlap: {
         OverlapSample s;
+        s.dtype = lower(row.text("dtype"));
         s.m = row.number("m");
         s.n = row.number("n");
         s.k = row.number("k");

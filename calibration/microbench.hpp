@@ -60,6 +60,7 @@ struct AttentionSample {
 };
 
 struct OverlapSample {
+  std::string dtype;
   double m = 0, n = 0, k = 0;
   double alone_seconds = 0;
   double with_comm_seconds = 0;

@@ -1,5 +1,8 @@
 #include "sim/engine/rng.hpp"
 
+#include <cstdio>
+#include <string>
+
 #include <cmath>
 #include <numbers>
 
@@ -26,6 +29,12 @@ std::uint64_t stable_hash(std::string_view text) {
     hash *= 0x100000001b3ULL;
   }
   return hash;
+}
+
+std::string fingerprint(std::string_view bytes) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(stable_hash(bytes)));
+  return std::string("fnv1a64 ") + hex;
 }
 
 RngStream::RngStream(std::uint64_t seed, std::string_view purpose, std::uint64_t entity) {

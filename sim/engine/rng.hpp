@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace fleetsim {
@@ -33,5 +34,8 @@ class RngStream {
 
 // Stable 64-bit hash of a string (FNV-1a), used to turn stream purposes into seeds.
 std::uint64_t stable_hash(std::string_view text);
+
+// "fnv1a64 <16 hex digits>" of some bytes: how a profile's provenance names an input file.
+std::string fingerprint(std::string_view bytes);
 
 }  // namespace fleetsim

@@ -167,16 +167,15 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
   std::vector<FlowId> unfixed = component;
   while (!unfixed.empty()) {
     for (const FlowLinkId l : links) weight_sum_[l] = 0;
-    for (const FlowId id : unfixed) {
-      for (const LinkUse& use : flows_.at(id).links) weight_sum_[use.link] += use.weight;
-    }
+    // No flow may rise past its own ceiling either.
     double increment = INFINITY;
-    for (const FlowLinkId l : links) {
-      if (weight_sum_[l] > 0) increment = std::min(increment, residual_[l] / weight_sum_[l]);
-    }
     for (const FlowId id : unfixed) {
       const Flow& flow = flows_.at(id);
+      for (const LinkUse& use : flow.links) weight_sum_[use.link] += use.weight;
       increment = std::min(increment, flow.max_rate - flow.rate);
+    }
+    for (const FlowLinkId l : links) {
+      if (weight_sum_[l] > 0) increment = std::min(increment, residual_[l] / weight_sum_[l]);
     }
     for (const FlowLinkId l : links) {
       saturated_[l] = 0;

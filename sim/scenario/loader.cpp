@@ -1479,6 +1479,15 @@ GpuProfile Loader::profile(const std::string& name) {
   return gpu_profile(Field{spec, &command_line, "gpu"});
 }
 
+std::string profile_entry_unit(const std::string& key) {
+  const auto entry = std::find_if(kCalibratedKeys.begin(), kCalibratedKeys.end(),
+                                  [&](const CalibratedKey& k) { return k.key == key; });
+  if (entry == kCalibratedKeys.end()) return "";
+  if (entry->quantity == Quantity::duration) return "us";
+  if (entry->quantity == Quantity::flop_rate) return "TFLOPS";
+  return "";
+}
+
 GpuProfile load_gpu_profile(const DataPaths& data, const std::string& name) {
   return Loader(data).profile(name);
 }
@@ -1598,15 +1607,12 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
   std::size_t last = stop - 1;  // inclusive
   while (last > first && blank_or_comment(lines[last])) --last;
   const std::string pad(indent, ' ');
-  const auto calibrated = std::find_if(kCalibratedKeys.begin(), kCalibratedKeys.end(),
-                                       [&](const CalibratedKey& k) { return k.key == parameter; });
   // Durations and rates carry their unit (microseconds, TFLOPS); the other fitted entries are
   // plain numbers.
-  const Quantity quantity =
-      calibrated != kCalibratedKeys.end() ? calibrated->quantity : Quantity::fraction;
+  const std::string unit = profile_entry_unit(parameter);
   const auto written = [&](double value) {
-    if (quantity == Quantity::duration) return format_number(value * 1e6) + "us";
-    if (quantity == Quantity::flop_rate) return format_number(value / 1e12) + "TFLOPS";
+    if (unit == "us") return format_number(value * 1e6) + unit;
+    if (unit == "TFLOPS") return format_number(value / 1e12) + unit;
     return format_number(value);
   };
   const std::vector<std::string> block = {

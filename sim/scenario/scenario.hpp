@@ -74,6 +74,10 @@ PresetCatalog list_presets(const DataPaths& data);
 StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
                         const std::string& gpu_profile = "");
 
+// The unit a profile file writes `key`'s value in: "us" (durations), "TFLOPS" (rates), or ""
+// (plain numbers and fractions).
+std::string profile_entry_unit(const std::string& key);
+
 // GPU profile `name`, read and checked as a scenario's `gpu:` is.
 GpuProfile load_gpu_profile(const DataPaths& data, const std::string& name);
 

@@ -52,12 +52,6 @@ CollectiveCosts without_latency(CollectiveCosts costs) {
   return costs;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 }  // namespace
 
 CollectiveOp collective_op_of_log(const NcclLog& log) {

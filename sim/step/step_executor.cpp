@@ -98,7 +98,6 @@ class Replay {
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
-
         ranks_(graph.ranks) {
     for (Rank& rank : ranks_) {
       rank.waiting_on.resize(graph.program.size());
@@ -185,17 +184,16 @@ class Replay {
   // old speed and goes on at the new one.
   void change_collectives(int r, int delta) {
     Rank& rank = ranks_[r];
-    if (rank.kernel && comm_slowdown_ > 0) {
-      RunningKernel& kernel = *rank.kernel;
-      const double elapsed_ns = static_cast<double>((engine_.now() - kernel.updated).ns());
-      kernel.remaining_ns = std::max(0.0, kernel.remaining_ns - elapsed_ns * compute_speed(rank));
-      kernel.updated = engine_.now();
-      engine_.cancel(kernel.completion);
-      rank.collectives_in_flight += delta;
-      schedule_kernel(r);
-      return;
-    }
+    const double old_speed = compute_speed(rank);
     rank.collectives_in_flight += delta;
+    // Only a change of speed (no collective <-> some) moves the running kernel's end.
+    if (!rank.kernel || compute_speed(rank) == old_speed) return;
+    RunningKernel& kernel = *rank.kernel;
+    const double elapsed_ns = static_cast<double>((engine_.now() - kernel.updated).ns());
+    kernel.remaining_ns = std::max(0.0, kernel.remaining_ns - elapsed_ns * old_speed);
+    kernel.updated = engine_.now();
+    engine_.cancel(kernel.completion);
+    schedule_kernel(r);
   }
 
   void try_start(int r) {

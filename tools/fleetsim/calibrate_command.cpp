@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "calibration/kernel_fit.hpp"
+#include "calibration/linear_fit.hpp"
 #include "calibration/microbench.hpp"
 #include "calibration/nccl_log.hpp"
 #include "sim/engine/errors.hpp"
@@ -86,13 +87,6 @@ void run_calibrate_command(const CalibrateOptions& options) {
 
 namespace {
 
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
 void print_points(const std::vector<KernelFitPoint>& points) {
   std::printf("  %-36s  %14s  %14s  %8s\n", "row", "measured (us)", "fitted (us)", "error");
   for (const KernelFitPoint& point : points) {
@@ -126,13 +120,11 @@ void run_kernel_calibrate_command(const KernelCalibrateOptions& options) {
   std::printf("\n  %-22s  %12s  %12s  %s\n", "parameter", "value", "sigma", "from");
   for (const KernelFitParameter& p : fit.parameters) {
     // In the units the profile writes: microseconds, TFLOPS, or plain numbers.
-    const bool time = p.key == "kernel_launch", rate = p.key == "gemm_sustained";
-    const double scale = time ? 1e6 : rate ? 1e-12 : 1;
+    const std::string unit = profile_entry_unit(p.key);
+    const double scale = unit == "us" ? 1e6 : unit == "TFLOPS" ? 1e-12 : 1;
+    const std::string shown_unit = unit.empty() ? "" : "(" + unit + ") ";
     std::printf("  %-22s  %12.4g  %12.3g  %s%s\n", p.key.c_str(), scale * p.value, scale * p.sigma,
-                time   ? "(us) "
-                : rate ? "(TFLOPS) "
-                       : "",
-                p.basis.c_str());
+                shown_unit.c_str(), p.basis.c_str());
   }
   std::printf("\n");
   print_points(fit.points);

@@ -72,7 +72,7 @@ const char* const kUsage =
     "  fabric options as above;\n"
     "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
     "  --write                replace the entry in the GPU profile file, keeping the rest\n"
-    "  --kernels DIR          fit GEMM, memory and attention entries to DIR/*.csv instead\n"
+    "  --kernels DIR          fit GEMM, memory, attention and overlap entries to DIR/*.csv\n"
     "                         (calibration/microbench/<profile>/, tools/microbench output)\n"
     "\n"
     "  -h, --help      this help\n"

@@ -40,16 +40,7 @@ std::string file_fingerprint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx",
-                static_cast<unsigned long long>(stable_hash(text.str())));
-  return std::string("fnv1a64 ") + hex;
-}
-
-std::string yaml_quote_body(const std::string& text) {
-  std::string quoted;
-  for (const char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
-  return quoted;
+  return fingerprint(text.str());
 }
 
 double profile_value(const GpuProfile& profile, const std::string& key) {
@@ -83,7 +74,7 @@ void put_profile_entries(const DataPaths& data, const std::string& gpu,
       // Written with three decimals (three significant digits below 0.0095; durations in
       // microseconds): what reads back is that close.
       const double value = profile_value(written, key);
-      const bool with_unit = key == "kernel_launch" || key == "gemm_sustained";
+      const bool with_unit = !profile_entry_unit(key).empty();
       const double tolerance = std::max(0.005 * std::abs(entry.value), with_unit ? 0.0 : 0.0005);
       if (std::abs(value - entry.value) > tolerance) {
         throw ModelError(profile.string() + ": " + key + " reads back as " + std::to_string(value) +

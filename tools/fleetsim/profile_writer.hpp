@@ -13,9 +13,6 @@ namespace fleetsim {
 // "fnv1a64 <16 hex digits>" of a file's bytes: how a provenance names its input.
 std::string file_fingerprint(const std::string& path);
 
-// `text` as the body of a YAML single-quoted scalar: a quote is written twice.
-std::string yaml_quote_body(const std::string& text);
-
 // The value of `key` in a loaded profile: "gemm_efficiency", "kernel_launch", "nvls_efficiency",
 // "link_efficiency.<kind>", ... ModelError for a key no fit writes.
 double profile_value(const GpuProfile& profile, const std::string& key);
