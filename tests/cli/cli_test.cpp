@@ -252,14 +252,15 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   CHECK(too_big.out.find("over by") != std::string::npos);
 }
 
-TEST_CASE("Llama-3-70B on one node: no layout fits 8 H100s; B200 and MI300X fit with sharding") {
+TEST_CASE("Llama-3-70B on one node: no layout fits 8 H100s, B200 and MI300X fit with sharding") {
   // 70B parameters at 18 bytes (1.26 TB) of model states: 158 GB per GPU sharded eight ways,
   // more than an H100's 80 GB whatever the activations; B200 and MI300X (192 GB) fit.
   const std::string source = FLEETSIM_SOURCE_DIR;
   const Result result = run_cli("run " + source + "/scenarios/llama3-70b-one-node.yaml --json");
   CHECK(result.exit_code == 1);  // some layouts do not fit
   std::map<std::string, bool> simulated;
-  for (const auto& variant : nlohmann::json::parse(result.out)["variants"]) {
+  const auto report = nlohmann::json::parse(result.out);
+  for (const auto& variant : report["variants"]) {
     simulated[variant["name"].get<std::string>()] = variant["simulated"].get<bool>();
   }
   CHECK_FALSE(simulated.at("h100 zero3 recompute"));
