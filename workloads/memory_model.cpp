@@ -82,14 +82,19 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
     dynamic += gathered;
   }
 
-  const double per_layer = decoder_layer_saved_bytes_per_token(model) * tokens / tp;
+  const double per_layer = decoder_layer_saved_bytes_per_token(model, training) * tokens / tp;
   const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
   const double activations = plan.recompute == Recompute::full ? model.layers * boundary + per_layer
                                                                : model.layers * per_layer;
   add("activations", activations,
       plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time"
-          : "tensors saved for backward (FlashAttention, SwiGLU, GQA), one micro-batch");
+          : std::string("tensors saved for backward (") +
+                (training.attention == Attention::flash ? "FlashAttention"
+                                                        : "eager attention's probabilities") +
+                (training.dropout > 0 ? ", dropout masks" : "") +
+                (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
+                (model.kv_heads < model.heads ? ", GQA" : "") + "), one micro-batch");
   dynamic += activations;
 
   const double logits = 2 * kFp32Bytes * tokens * model.vocab / tp;

@@ -8,14 +8,21 @@
 namespace fleetsim {
 
 double ModelSpec::parameters() const {
-  return embedding_parameters(*this) + layers * decoder_layer_parameters(*this) +
-         head_parameters(*this);
+  return embedding_parameters(*this) + position_parameters(*this) +
+         layers * decoder_layer_parameters(*this) + head_parameters(*this);
 }
 
 void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan) {
   if (model.layers < 1 || model.hidden < 1 || model.ffn < 1 || model.vocab < 1 || model.heads < 1 ||
       model.kv_heads < 1) {
     throw ModelError("model " + model.name + " needs positive layers, sizes, heads and vocab");
+  }
+  if (model.positions == Positions::learned && model.max_positions < training.seq_len) {
+    throw ModelError("model " + model.name + " has " + std::to_string(model.max_positions) +
+                     " learned positions, fewer than seq_len " + std::to_string(training.seq_len));
+  }
+  if (training.dropout < 0 || training.dropout >= 1) {
+    throw ModelError("dropout must be in [0, 1)");
   }
   if (model.hidden % model.heads != 0 || model.heads % model.kv_heads != 0) {
     throw ModelError("model " + model.name +

@@ -6,27 +6,44 @@
 
 namespace fleetsim {
 
-// A decoder-only transformer (Llama family: RMSNorm, RoPE, SwiGLU, grouped-query attention).
+// The MLP of a decoder layer: SwiGLU (gate and up projections, then down; Llama) or a GELU MLP
+// (up, GELU, down; GPT-2/3).
+enum class Mlp { swiglu, gelu };
+// RMSNorm has a weight per channel; LayerNorm a weight and a bias.
+enum class Norm { rmsnorm, layernorm };
+// Rotary position embeddings have no parameters; learned ones are a table of max_positions rows.
+enum class Positions { rope, learned };
+
+// A decoder-only transformer: the Llama family (RMSNorm, RoPE, SwiGLU, grouped-query attention)
+// by default, the GPT-2/3 family (LayerNorm, learned positions, GELU MLP, biases) by its keys.
 struct ModelSpec {
   std::string name;
   std::string source;
   int layers = 0;
   int hidden = 0;
-  int ffn = 0;  // SwiGLU inner size
+  int ffn = 0;  // MLP inner size
   int heads = 0;
   int kv_heads = 0;
   int vocab = 0;
   bool tied_embeddings = false;
+  Mlp mlp = Mlp::swiglu;
+  Norm norm = Norm::rmsnorm;
+  bool linear_bias = false;  // the QKV, output and MLP projections have biases
+  Positions positions = Positions::rope;
+  int max_positions = 0;  // rows of the learned position table
 
   int head_dim() const { return hidden / heads; }
-  // Parameters: embeddings, per layer (QKV, output projection, three MLP matrices, two norms),
-  // final norm and the output head (unless tied).
+  // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices, biases, two
+  // norms), final norm and the output head (unless tied).
   double parameters() const;
 };
 
 enum class Precision { bf16 };
 enum class Optimizer { adam };
 enum class Recompute { none, full };
+// FlashAttention keeps Q, K, V, O and the log-sum-exp for backward and recomputes the scores;
+// eager attention (two batched GEMMs around a softmax) keeps the s x s probabilities.
+enum class Attention { flash, eager };
 
 struct TrainingSpec {
   Precision precision = Precision::bf16;
@@ -36,6 +53,10 @@ struct TrainingSpec {
   int micro_batch = 0;   // sequences per forward/backward on one rank
   // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did).
   int grad_reduce_bytes = 2;
+  Attention attention = Attention::flash;
+  // Dropout after attention and after the MLP (and on the attention probabilities): above 0,
+  // each keeps a one-byte mask for backward. FlashAttention regenerates its own from the seed.
+  double dropout = 0;
 };
 
 struct ParallelPlan {

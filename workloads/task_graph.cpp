@@ -24,7 +24,7 @@ std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& traini
   const std::vector<double> parameters = fsdp_unit_parameters(model);
   std::vector<Unit> units;
   units.push_back({"embed", parameters.front() / tp, embedding_ops(model, mb, s, tp)});
-  const LayerOps layer = decoder_layer_ops(model, mb, s, tp);
+  const LayerOps layer = decoder_layer_ops(model, training, tp);
   for (int l = 0; l < model.layers; ++l) {
     units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
   }

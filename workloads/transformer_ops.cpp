@@ -38,39 +38,65 @@ double kv_dim(const ModelSpec& model) {
   return static_cast<double>(model.kv_heads) * model.head_dim();
 }
 
+double norm_parameters(const ModelSpec& model) {
+  return model.norm == Norm::layernorm ? 2.0 * model.hidden : model.hidden;
+}
+
+constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
+
 }  // namespace
 
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
   const double f = model.ffn;
-  return h * (h + 2 * kv_dim(model)) + h * h + 3 * h * f + 2 * h;
+  const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection
+  const double mlp_in = model.mlp == Mlp::swiglu ? 2 * f : f;  // gate and up, or up
+  const double matrices = h * qkv + h * h + h * mlp_in + f * h;
+  const double biases = model.linear_bias ? qkv + h + mlp_in + h : 0;
+  return matrices + biases + 2 * norm_parameters(model);
 }
 
 double embedding_parameters(const ModelSpec& model) {
   return static_cast<double>(model.vocab) * model.hidden;
 }
 
+double position_parameters(const ModelSpec& model) {
+  return model.positions == Positions::learned
+             ? static_cast<double>(model.max_positions) * model.hidden
+             : 0.0;
+}
+
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
-  std::vector<double> units{embedding_parameters(model)};
+  std::vector<double> units{embedding_parameters(model) + position_parameters(model)};
   units.insert(units.end(), model.layers, decoder_layer_parameters(model));
   units.push_back(head_parameters(model));
   return units;
 }
 
 double head_parameters(const ModelSpec& model) {
-  const double norm = model.hidden;
+  const double norm = norm_parameters(model);
   return model.tied_embeddings ? norm : norm + embedding_parameters(model);
 }
 
-double decoder_layer_saved_bytes_per_token(const ModelSpec& model) {
+double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training) {
   const double h = model.hidden;
   const double f = model.ffn;
-  const double norm_inputs = 2 * kBf16 * h;            // residual stream into each RMSNorm
-  const double gemm_inputs = 2 * kBf16 * h;            // normed inputs of the QKV and gate/up GEMMs
-  const double qkv = kBf16 * (h + 2 * kv_dim(model));  // FlashAttention backward needs Q, K, V
-  const double attention_out = kBf16 * h + kFp32 * model.heads;  // O (also o_proj's input), LSE
-  const double mlp = kBf16 * (2 * f + f);  // gate/up output for SwiGLU, its output for down
-  return norm_inputs + gemm_inputs + qkv + attention_out + mlp;
+  const double a = model.heads;
+  const double s = training.seq_len;
+  const bool dropout = training.dropout > 0;
+  const double norm_inputs = 2 * kBf16 * h;  // residual stream into each norm
+  const double gemm_inputs = 2 * kBf16 * h;  // normed inputs of the QKV and first MLP GEMMs
+  const double qkv = kBf16 * (h + 2 * kv_dim(model));  // both attention backwards need Q, K, V
+  const double output = kBf16 * h;                     // O, also o_proj's input
+  // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
+  // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
+  const double scores = training.attention == Attention::flash
+                            ? kFp32 * a
+                            : (kBf16 + (dropout ? kMaskBytes + kBf16 : 0)) * a * s;
+  const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
+  // SwiGLU: gate/up output and its product (down's input); GELU: its input and output.
+  const double mlp = model.mlp == Mlp::swiglu ? kBf16 * (2 * f + f) : kBf16 * (f + f);
+  return norm_inputs + gemm_inputs + qkv + output + scores + hidden_masks + mlp;
 }
 
 namespace {
@@ -83,8 +109,11 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
 
 }  // namespace
 
-LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) {
+LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp) {
+  const int micro_batch = training.micro_batch;
+  const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len;
+  const double mask = training.dropout > 0 ? kMaskBytes : 0;  // per element dropped
   const double h = model.hidden;
   const double f = model.ffn;
   const double kv = kv_dim(model);
@@ -116,8 +145,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len,
       fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation));
       backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation));
     }
-    fwd.push_back(memory_op(block + "_residual", 3 * kBf16 * local_tokens * h));
-    backward.push_back(memory_op(block + "_residual.bwd", 3 * kBf16 * local_tokens * h));
+    // Bias, dropout and residual add fused (Megatron's bias_dropout_add): the mask is written
+    // in forward and read in backward.
+    fwd.push_back(memory_op(block + "_residual", (3 * kBf16 + mask) * local_tokens * h));
+    backward.push_back(memory_op(block + "_residual.bwd", (3 * kBf16 + mask) * local_tokens * h));
   };
 
   // Attention: QKV by columns, RoPE and attention on the local heads, o_proj by rows.
@@ -127,28 +158,57 @@ LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len,
   fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
   backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
 
-  // Causal FlashAttention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away.
+  // Causal attention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away.
   const double attention_fwd_flops =
       0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h / split;
-  const double attention_io = kBf16 * t * (2 * h + 2 * kv) / split;  // read Q, K, V; write O
-  Kernel attention_fwd;
-  attention_fwd.kind = KernelKind::attention;
-  attention_fwd.flops = attention_fwd_flops;
-  attention_fwd.bytes = attention_io;
-  fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops, std::nullopt});
-  Kernel attention_bwd = attention_fwd;
-  attention_bwd.flops = 2.5 * attention_fwd_flops;
-  attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
-  backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
+  if (training.attention == Attention::flash) {
+    const double attention_io = kBf16 * t * (2 * h + 2 * kv) / split;  // read Q, K, V; write O
+    Kernel attention_fwd;
+    attention_fwd.kind = KernelKind::attention;
+    attention_fwd.flops = attention_fwd_flops;
+    attention_fwd.bytes = attention_io;
+    fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops, std::nullopt});
+    Kernel attention_bwd = attention_fwd;
+    attention_bwd.flops = 2.5 * attention_fwd_flops;
+    attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
+    backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
+  } else {
+    // Eager: per head, batched over micro-batch x local heads, S = QK^T [s,s], P = softmax(S)
+    // (scaled, masked, dropped out), O = PV; backward dP = dO V^T, dV = P^T dO, dS, then
+    // dQ = dS K and dK = dS^T Q. Every GEMM does the full s x s; model FLOPs count half.
+    const double rows = micro_batch * (model.heads / split) * double(seq_len);
+    const double d = model.head_dim();
+    const double s = seq_len;
+    const double elements = rows * s;  // probabilities on this rank
+    const auto half_counted = [](Op op) {
+      op.model_flops /= 2;
+      return op;
+    };
+    fwd.push_back(half_counted(gemm_op("scores", rows, s, d)));
+    fwd.push_back(memory_op("softmax", (2 * kBf16 + (mask > 0 ? mask + kBf16 : 0)) * elements));
+    fwd.push_back(half_counted(gemm_op("attn_values", rows, d, s)));
+    backward.push_back(half_counted(gemm_op("scores.dgrad_q", rows, d, s)));
+    backward.push_back(half_counted(gemm_op("scores.dgrad_k", rows, d, s)));
+    backward.push_back(memory_op("softmax.bwd", (3 * kBf16 + mask) * elements));
+    backward.push_back(half_counted(gemm_op("attn_values.dgrad_p", rows, s, d)));
+    backward.push_back(half_counted(gemm_op("attn_values.dgrad_v", rows, d, s)));
+  }
   fwd.push_back(gemm_with_backward("o_proj", t, h, h / split, backward));
   leave_block("attn");
 
-  // MLP: gate/up by columns, SwiGLU on the local columns, down by rows.
+  // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows.
   enter_block("mlp");
-  fwd.push_back(gemm_with_backward("gate_up", t, 2 * f / split, h, backward));
-  regather_for_wgrad("gate_up");
-  fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f / split));
-  backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f / split));
+  if (model.mlp == Mlp::swiglu) {
+    fwd.push_back(gemm_with_backward("gate_up", t, 2 * f / split, h, backward));
+    regather_for_wgrad("gate_up");
+    fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f / split));
+    backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f / split));
+  } else {
+    fwd.push_back(gemm_with_backward("up", t, f / split, h, backward));
+    regather_for_wgrad("up");
+    fwd.push_back(memory_op("gelu", 2 * kBf16 * t * f / split));
+    backward.push_back(memory_op("gelu.bwd", 3 * kBf16 * t * f / split));
+  }
   fwd.push_back(gemm_with_backward("down", t, h, f / split, backward));
   leave_block("mlp");
 
@@ -163,14 +223,16 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
   LayerOps ops;
   // Vocabulary-parallel: each rank looks up the tokens its rows hold (zeros elsewhere); the
   // partial sums are reduce-scattered onto the sequence shards.
-  ops.forward.push_back(memory_op("embedding", 2 * kBf16 * t * h));
+  // Learned positions add a second row per token to read.
+  const double rows_read = model.positions == Positions::learned ? 2 : 1;
+  ops.forward.push_back(memory_op("embedding", (rows_read + 1) * kBf16 * t * h));
   if (tp > 1) {
     ops.forward.push_back(tp_op("embedding_scatter", CollectiveOp::reduce_scatter, kBf16 * t * h));
     ops.backward.push_back(tp_op("embedding_scatter.bwd", CollectiveOp::all_gather, kBf16 * t * h));
   }
   // Scatter-add of the token gradients into the FP32 embedding gradient.
   // Each rank reads the whole gathered gradient; the FP32 rows it updates are its own share.
-  ops.backward.push_back(memory_op("embedding.bwd", t * h * (kBf16 + 2 * kFp32 / tp)));
+  ops.backward.push_back(memory_op("embedding.bwd", rows_read * t * h * (kBf16 + 2 * kFp32 / tp)));
   return ops;
 }
 

@@ -1,9 +1,12 @@
-// The kernels of a Llama-style decoder layer, the embedding and the output head, for one
-// micro-batch of T = micro_batch x seq_len tokens, and the tensors each op saves for backward.
+// The kernels of a decoder layer (Llama or GPT style), the embedding and the output head, for
+// one micro-batch of T = micro_batch x seq_len tokens, and the tensors each op saves for
+// backward.
 //
 // Forward GEMM C[m,n] = A[m,k] B[k,n] has backward dgrad [m,k] = dC[m,n] B^T and wgrad
 // [k,n] = A^T dC. FlashAttention's forward on a causal mask does half of 4*b*s^2*h FLOPs; its
-// backward does 2.5x the forward (it recomputes the scores), while model FLOPs count 2x.
+// backward does 2.5x the forward (it recomputes the scores), while model FLOPs count 2x. Eager
+// attention computes the whole s x s score matrix and masks it: twice FlashAttention's forward
+// FLOPs, counted as the same model FLOPs. Linear biases are fused into the GEMMs' epilogues.
 #pragma once
 
 #include <optional>
@@ -41,19 +44,22 @@ struct LayerOps {
 // sequence, so norms, residuals and elementwise ops do 1/tp of the work, and each block is
 // entered by an all-gather and left by a reduce-scatter of the T x hidden activations (in
 // backward the mirror images, plus the re-gather of a sharded input for its weight gradient).
-LayerOps decoder_layer_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
+LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1);
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
 Op adam_step_op(double local_parameters);
 
 double decoder_layer_parameters(const ModelSpec& model);
-double embedding_parameters(const ModelSpec& model);
-double head_parameters(const ModelSpec& model);  // final norm plus output projection if untied
+double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
+double position_parameters(const ModelSpec& model);   // the learned position table, if any
+double head_parameters(const ModelSpec& model);       // final norm plus output projection if untied
 // Parameters of each unit that is gathered, reduced and bucketed as a whole, in forward order:
 // the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
 
-// Bytes one decoder layer keeps for backward per token (BF16 activations, FlashAttention).
-double decoder_layer_saved_bytes_per_token(const ModelSpec& model);
+// Bytes one decoder layer keeps for backward per token: BF16 activations, one-byte dropout
+// masks, FP32 log-sum-exp (FlashAttention) or BF16 probabilities (eager attention). For a GPT
+// layer with eager attention and dropout this is Korthikanti et al.'s 34h + 5as.
+double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training);
 
 }  // namespace fleetsim

@@ -531,8 +531,9 @@ Keys node_keys_plus(std::string_view extra) {
   return keys;
 }
 
-const Keys kModelKeys = {"name",  "source",   "layers", "hidden",         "ffn",
-                         "heads", "kv_heads", "vocab",  "tied_embeddings"};
+const Keys kModelKeys = {"name",  "source",      "layers",    "hidden",          "ffn",
+                         "heads", "kv_heads",    "vocab",     "tied_embeddings", "mlp",
+                         "norm",  "linear_bias", "positions", "max_positions"};
 const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
 
 void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
@@ -542,6 +543,18 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.source = read_string(f);
   } else if (key == "tied_embeddings") {
     m.tied_embeddings = read_bool(f);
+  } else if (key == "mlp") {
+    m.mlp = read_choice(f, {"swiglu", "gelu"}) == "gelu" ? Mlp::gelu : Mlp::swiglu;
+  } else if (key == "norm") {
+    m.norm =
+        read_choice(f, {"rmsnorm", "layernorm"}) == "layernorm" ? Norm::layernorm : Norm::rmsnorm;
+  } else if (key == "linear_bias") {
+    m.linear_bias = read_bool(f);
+  } else if (key == "positions") {
+    m.positions =
+        read_choice(f, {"rope", "learned"}) == "learned" ? Positions::learned : Positions::rope;
+  } else if (key == "max_positions") {
+    m.max_positions = read_int(f, 1);
   } else {
     static const std::map<std::string, int ModelSpec::*> dims = {
         {"layers", &ModelSpec::layers},     {"hidden", &ModelSpec::hidden},
@@ -562,6 +575,10 @@ void apply_model_keys(ModelSpec& m, const Field& map) {
 // Attention splits hidden into heads of a whole size, and grouped-query attention shares each
 // K/V head among a whole number of query heads.
 void check_model(const ModelSpec& m, const Field& map) {
+  if (m.positions == Positions::learned && m.max_positions < 1) {
+    fail(find(map, "positions").value_or(map), "learned positions need max_positions",
+         "give the size of the position table, e.g. max_positions: 2048");
+  }
   const Field at = find(map, "heads").value_or(map);
   if (m.hidden % m.heads != 0) {
     fail(at,
@@ -677,7 +694,8 @@ int read_sm_count(const Field& f) {
 // ---- training and layout -------------------------------------------------------------------
 
 const Keys kTrainingKeys = {"method",       "precision",   "optimizer",         "seq_len",
-                            "global_batch", "micro_batch", "grad_reduce_dtype", "tokens"};
+                            "global_batch", "micro_batch", "grad_reduce_dtype", "tokens",
+                            "attention",    "dropout"};
 
 TrainingSpec parse_training(const Field& f) {
   expect_map(f, kTrainingKeys);
@@ -696,6 +714,17 @@ TrainingSpec parse_training(const Field& f) {
   t.micro_batch = read_int(require(f, "micro_batch"), 1);
   if (auto dtype = find(f, "grad_reduce_dtype")) {
     t.grad_reduce_bytes = read_choice(*dtype, {"bf16", "fp32"}) == "fp32" ? 4 : 2;
+  }
+  if (auto attention = find(f, "attention")) {
+    t.attention = read_choice(*attention, {"flash", "eager"}) == "eager" ? Attention::eager
+                                                                         : Attention::flash;
+  }
+  if (auto dropout = find(f, "dropout")) {
+    t.dropout = read_number(*dropout);
+    if (t.dropout < 0 || t.dropout >= 1) {
+      fail(*dropout, "expected a probability in [0, 1), got " + describe(dropout->node),
+           "dropout is the probability of zeroing an activation; 0 turns it off");
+    }
   }
   // Only a run needs the token budget; a step simulation checks it and moves on.
   if (auto tokens = find(f, "tokens")) {
@@ -1035,11 +1064,16 @@ ModelSpec Loader::hf_model(const Field& path_field) {
     fail(*window, "sliding-window attention is not modelled",
          "fleetsim models full causal attention; set it to null if the model attends fully");
   }
-  for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    if (const auto flag = find(root, bias); flag && is_set(*flag)) {
-      fail(*flag, std::string(bias) + " is not modelled", "the op graph has no bias terms");
-    }
+  // Biases are modelled on every projection or on none.
+  const auto attention_bias = find(root, "attention_bias");
+  const auto mlp_bias = find(root, "mlp_bias");
+  const bool attention_biased = attention_bias && is_set(*attention_bias);
+  if (attention_biased != (mlp_bias && is_set(*mlp_bias))) {
+    fail(attention_biased ? *attention_bias : *mlp_bias,
+         "biases on only the attention or only the MLP projections are not modelled",
+         "fleetsim's layers have biases on all projections (linear_bias) or on none");
   }
+  m.linear_bias = attention_biased;
   if (const auto act = find(root, "hidden_act"); act && read_string(*act) != "silu") {
     fail(*act, "hidden_act " + in_quotes(read_string(*act)) + " is not modelled",
          "the MLP is SwiGLU (silu)");
@@ -1368,6 +1402,12 @@ StepInputs Loader::parse_variant(const Field& root) {
   StepInputs in;
   in.model = parse_model(require(root, "model"));
   in.training = parse_training(require(root, "training"));
+  if (in.model.positions == Positions::learned && in.model.max_positions < in.training.seq_len) {
+    fail(require(require(root, "training"), "seq_len"),
+         "seq_len " + std::to_string(in.training.seq_len) + " is longer than the model's " +
+             std::to_string(in.model.max_positions) + " learned positions",
+         "a model with learned position embeddings has no position beyond max_positions");
+  }
   parse_cluster(require(root, "cluster"), in);
   in.plan = parse_layout(require(root, "layout"));
   check_layout(root, in);

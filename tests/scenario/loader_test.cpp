@@ -772,6 +772,37 @@ TEST_CASE("the model zoo's Llama 2 and Llama 3 405B count their published parame
   CHECK(parameters("llama3-405b") == 405'853'388'800.0);
 }
 
+TEST_CASE("GPT-3 175B loads with its architecture, and its limits are checked at their keys") {
+  const std::string gpt3 =
+      with(with(kBase, "model: llama3-8b", "model: gpt3-175b"), "  seq_len: 4096\n",
+           "  seq_len: 2048\n  attention: eager\n  dropout: 0.1\n");
+  const StepInputs in = load_text(gpt3).variants[0].inputs;
+  CHECK(in.model.mlp == Mlp::gelu);
+  CHECK(in.model.norm == Norm::layernorm);
+  CHECK(in.model.linear_bias);
+  CHECK(in.model.positions == Positions::learned);
+  CHECK(in.model.max_positions == 2048);
+  CHECK(in.model.parameters() == Approx(174.6e9).epsilon(0.0005));
+  CHECK(in.training.attention == Attention::eager);
+  CHECK(in.training.dropout == 0.1);
+
+  const auto too_long = load_error(with(gpt3, "seq_len: 2048", "seq_len: 4096"));
+  REQUIRE(too_long);
+  CHECK(too_long->key() == "training.seq_len");
+  CHECK_THAT(too_long->what(), Catch::Contains("2048 learned positions"));
+  const auto dropout = load_error(with(gpt3, "dropout: 0.1", "dropout: 1.5"));
+  REQUIRE(dropout);
+  CHECK(dropout->key() == "training.dropout");
+  CHECK(dropout->line() == 6);
+  const auto attention = load_error(with(gpt3, "attention: eager", "attention: sdpa"));
+  REQUIRE(attention);
+  CHECK(attention->key() == "training.attention");
+  const auto no_table =
+      load_error(with(kBase, "model: llama3-8b", "model: {preset: llama3-8b, positions: learned}"));
+  REQUIRE(no_table);
+  CHECK_THAT(no_table->what(), Catch::Contains("max_positions"));
+}
+
 TEST_CASE("a model can come from a Hugging Face config.json, with errors at its line") {
   // Meta-Llama-3-8B's config.json (the fields fleetsim reads, as published): the same model as
   // the llama3-8b preset.
@@ -825,6 +856,18 @@ TEST_CASE("a model can come from a Hugging Face config.json, with errors at its 
   REQUIRE(window);
   CHECK(window->key() == "sliding_window");
   CHECK_THAT(window->what(), Catch::Contains("sliding-window attention is not modelled"));
+  const auto half_biased =
+      error_with("\"vocab_size\": 128256", "\"vocab_size\": 128256,\n  \"attention_bias\": true");
+  REQUIRE(half_biased);
+  CHECK(half_biased->key() == "attention_bias");
+  const std::string biased = with(config, "\"vocab_size\": 128256",
+                                  "\"vocab_size\": 128256,\n  \"attention_bias\": true,\n  "
+                                  "\"mlp_bias\": true");
+  dir.write("models/Meta-Llama-3-8B/config.json", biased);
+  const ModelSpec with_bias =
+      load_scenario(dir.path() / "scenario.yaml", testing::source_data()).variants[0].inputs.model;
+  CHECK(with_bias.linear_bias);
+  CHECK(with_bias.parameters() > preset.parameters());
   const auto nowhere = load_error(with(kBase, "model: llama3-8b", "model: {hf_config: none.json}"));
   REQUIRE(nowhere);
   CHECK(nowhere->key() == "model.hf_config");

@@ -31,6 +31,25 @@ ModelSpec llama3_70b() {
   return m;
 }
 
+// GPT-3 175B as Megatron-LM trains it (Narayanan et al. 2021, Table 1).
+ModelSpec gpt3_175b() {
+  ModelSpec m;
+  m.name = "gpt3-175b";
+  m.layers = 96;
+  m.hidden = 12288;
+  m.ffn = 4 * 12288;
+  m.heads = 96;
+  m.kv_heads = 96;
+  m.vocab = 51200;
+  m.tied_embeddings = true;
+  m.mlp = Mlp::gelu;
+  m.norm = Norm::layernorm;
+  m.linear_bias = true;
+  m.positions = Positions::learned;
+  m.max_positions = 2048;
+  return m;
+}
+
 TrainingSpec training(int seq, int global_batch, int micro_batch) {
   TrainingSpec t;
   t.seq_len = seq;
@@ -67,6 +86,17 @@ TEST_CASE("parameter counts match the published checkpoints exactly") {
   // Hugging Face configs of Meta-Llama-3-8B and -70B report 8,030,261,248 and 70,553,706,496.
   CHECK(llama3_8b().parameters() == 8'030'261'248.0);
   CHECK(llama3_70b().parameters() == 70'553'706'496.0);
+}
+
+TEST_CASE("GPT-3 parameters follow Megatron-LM's formula") {
+  // Narayanan et al. 2021, eq. (2): P = 12 l h^2 (1 + 13 / (12 h) + (V + s) / (12 l h)): per
+  // layer four attention and eight MLP h^2 matrices, 9h biases and two LayerNorms (4h); token
+  // and position embeddings (tied output head). The formula leaves out the final LayerNorm (2h).
+  const ModelSpec m = gpt3_175b();
+  const double l = 96, h = 12288, v = 51200, s = 2048;
+  const double formula = 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h));
+  CHECK(m.parameters() == Approx(formula + 2 * h).epsilon(1e-12));
+  CHECK(m.parameters() == Approx(174.6e9).epsilon(0.0005));  // their Table 1
 }
 
 TEST_CASE("model FLOPs per step are 6 N T plus causal attention") {
@@ -178,7 +208,7 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   //   gate/up output and SwiGLU output           2 (2f) + 2f       = 86,016
   //   total                                                        = 139,392
   const ModelSpec m = llama3_8b();
-  CHECK(decoder_layer_saved_bytes_per_token(m) == 139'392.0);
+  CHECK(decoder_layer_saved_bytes_per_token(m, training(4096, 256, 2)) == 139'392.0);
   ParallelPlan plan;
   plan.dp = 8;
   plan.zero_stage = 3;
@@ -209,4 +239,68 @@ TEST_CASE("memory: totals add up and capacity decides the fit") {
   CHECK(sum == Approx(mem.total_bytes));
   CHECK_FALSE(mem.fits());  // 70B x 18 bytes is 1.27 TB: nowhere near one GPU
   CHECK(mem.headroom_fraction() < 0);
+}
+
+TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
+  // Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+  // arXiv:2205.05198, Section 4: 16-bit activations, 1-byte dropout masks, attention that keeps
+  // its s x s probabilities, no recomputation: sbh(34 + 5as/h) per layer; with tensor and
+  // sequence parallelism over t ranks, 1/t of that.
+  const ModelSpec m = gpt3_175b();
+  TrainingSpec t = training(2048, 1536, 1);
+  t.attention = Attention::eager;
+  t.dropout = 0.1;
+  const double s = 2048, b = 1, h = 12288, a = 96, l = 96;
+  const double korthikanti = s * b * h * (34 + 5 * a * s / h);
+  CHECK(decoder_layer_saved_bytes_per_token(m, t) * s * b == korthikanti);
+
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  const auto activations = [&](const TrainingSpec& recipe) {
+    for (const auto& item : estimate_memory(m, recipe, plan, 80e9).items) {
+      if (item.name == "activations") return item.bytes;
+    }
+    return -1.0;
+  };
+  CHECK(activations(t) == Approx(l * korthikanti / 8));
+  // FlashAttention without dropout keeps no s x s term: 32sbh + an FP32 log-sum-exp per head.
+  TrainingSpec flash = training(2048, 1536, 1);
+  CHECK(decoder_layer_saved_bytes_per_token(m, flash) == 32 * h + 4 * a);
+  CHECK(activations(flash) < activations(t) / 3);
+}
+
+TEST_CASE("eager attention does the masked half too: more hardware, same model FLOPs") {
+  const ModelSpec m = gpt3_175b();
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.dp = 8;
+  TrainingSpec flash = training(2048, 64, 1);
+  TrainingSpec eager = flash;
+  eager.attention = Attention::eager;
+  const TaskGraph a = build_data_parallel_step(m, flash, plan);
+  const TaskGraph b = build_data_parallel_step(m, eager, plan);
+  CHECK(b.model_flops_per_rank == Approx(a.model_flops_per_rank).epsilon(1e-12));
+  // Per layer and micro-batch the causal half of the attention GEMMs, 3 x 2bs^2h / tp, is done
+  // again (FlashAttention's backward recomputes the scores, 2.5x not 2x of its forward: the
+  // difference is 0.5 x 2bs^2h / tp less).
+  const double attention_fwd = 2.0 * 2048 * 2048 * 12288 / 8;
+  const double extra = 96 * (6 * attention_fwd - 3.5 * attention_fwd) * b.micro_batches;
+  CHECK(b.hardware_flops_per_rank - a.hardware_flops_per_rank == Approx(extra).epsilon(1e-9));
+}
+
+TEST_CASE("model FLOPs of a GELU MLP layer are 6 N T plus causal attention") {
+  // GPT-3: every parameter but the embeddings sits in a GEMM except biases and LayerNorms.
+  const ModelSpec m = gpt3_175b();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.tp = 8;
+  const TaskGraph graph = build_data_parallel_step(m, training(2048, 64, 1), plan);
+  const double tokens = graph.micro_batches * 2048.0;
+  const double layer_gemm_params = 12.0 * 12288 * 12288;
+  const double logits_params = 51200.0 * 12288;
+  const double dense = 6 * (96 * layer_gemm_params + logits_params) * tokens / 8;
+  const double attention = 3.0 * 96 * 2.0 * 2048 * 2048 * 12288 / 8 * graph.micro_batches;
+  CHECK(graph.model_flops_per_rank == Approx(dense + attention).epsilon(1e-12));
 }
