@@ -11,10 +11,10 @@ namespace fleetsim {
 namespace {
 
 // Mixed-precision training state per parameter, before sharding (Megatron-LM's recipe, 18 B):
-// BF16 weights, FP32 main gradients, FP32 master weights and two FP32 Adam moments.
+// BF16 weights, FP32 main gradients, FP32 master weights and two FP32 Adam moments (8-bit
+// moments: see optimizer_state_bytes_per_parameter).
 constexpr double kWeightBytes = kBf16Bytes;
 constexpr double kMainGradBytes = kFp32Bytes;
-constexpr double kOptimizerBytes = 3 * kFp32Bytes;
 
 // Assumptions, labelled as such in the report.
 // 4 MiB (NCCL_BUFFSIZE) x send and receive x 32 channels x 2 ring peers.
@@ -69,9 +69,12 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   add("gradients", kMainGradBytes * p / grad_shards,
       "FP32 main gradients, " + split + std::string(zero >= 2 ? "sharded over dp" : "replicated"));
   const double optimizer_shards = zero >= 1 ? dp : 1;
-  add("optimizer states", kOptimizerBytes * p / optimizer_shards,
-      "FP32 master weights + Adam m, v = 12" + per_param + ", " + split +
-          (zero >= 1 ? "sharded over dp" : "replicated"));
+  const bool eight_bit = training.optimizer == Optimizer::adam8bit;
+  add("optimizer states",
+      optimizer_state_bytes_per_parameter(training.optimizer) * p / optimizer_shards,
+      std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
+                            : "FP32 master weights + Adam m, v = 12") +
+          per_param + ", " + split + (zero >= 1 ? "sharded over dp" : "replicated"));
 
   double dynamic = 0;
   if (zero >= 3) {
@@ -82,7 +85,8 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
     dynamic += gathered;
   }
 
-  const double per_layer = decoder_layer_saved_bytes_per_token(model, training) * tokens / tp;
+  const double per_layer =
+      decoder_layer_saved_bytes_per_token(model, training, plan.recompute) * tokens / tp;
   const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
   const double activations = plan.recompute == Recompute::full ? model.layers * boundary + per_layer
                                                                : model.layers * per_layer;
@@ -90,8 +94,9 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
       plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time"
           : std::string("tensors saved for backward (") +
-                (training.attention == Attention::flash ? "FlashAttention"
-                                                        : "eager attention's probabilities") +
+                (training.attention == Attention::flash   ? "FlashAttention"
+                 : plan.recompute == Recompute::selective ? "eager attention, its core recomputed"
+                                                          : "eager attention's probabilities") +
                 (training.dropout > 0 ? ", dropout masks" : "") +
                 (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), one micro-batch");

@@ -39,8 +39,22 @@ struct ModelSpec {
 };
 
 enum class Precision { bf16 };
-enum class Optimizer { adam };
-enum class Recompute { none, full };
+// Adam with FP32 moments, or with moments quantised block-wise to 8 bits (bitsandbytes'
+// Adam8bit; Dettmers et al., arXiv:2110.02861: blocks of 2048 values, one FP32 scale each).
+enum class Optimizer { adam, adam8bit };
+// none: keep every tensor a layer saves; selective: recompute the attention core (scores,
+// softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et
+// al.; nothing to drop under FlashAttention, which keeps none); full: keep only each layer's
+// input and rerun its forward before its backward.
+enum class Recompute { none, selective, full };
+inline const char* to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
 // FlashAttention keeps Q, K, V, O and the log-sum-exp for backward and recomputes the scores;
 // eager attention (two batched GEMMs around a softmax) keeps the s x s probabilities.
 enum class Attention { flash, eager };

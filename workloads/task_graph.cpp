@@ -18,13 +18,15 @@ struct Unit {
 
 // The units of one tensor-parallel rank: its share of each unit's parameters (norms, which
 // Megatron replicates, are a rounding error and counted split too) and its ops.
-std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& training, int tp) {
+std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& training,
+                              const ParallelPlan& plan) {
+  const int tp = plan.tp;
   const int mb = training.micro_batch;
   const int s = training.seq_len;
   const std::vector<double> parameters = fsdp_unit_parameters(model);
   std::vector<Unit> units;
   units.push_back({"embed", parameters.front() / tp, embedding_ops(model, mb, s, tp)});
-  const LayerOps layer = decoder_layer_ops(model, training, tp);
+  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute);
   for (int l = 0; l < model.layers; ++l) {
     units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
   }
@@ -218,7 +220,7 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
 
-  const std::vector<Unit> units = model_units(model, training, plan.tp);
+  const std::vector<Unit> units = model_units(model, training, plan);
   ProgramBuilder build(graph);
   MicroBatchBuilder micro_batch(build, units, training, plan);
   // ZeRO-2/3 shard gradients, so they are reduced after every micro-batch; stages 0/1 keep full
@@ -237,7 +239,8 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
-  const TaskIndex step = build.compute("optimizer.adam", adam_step_op(local), deps);
+  const TaskIndex step =
+      build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
   if (plan.zero_stage == 1 || plan.zero_stage == 2) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,

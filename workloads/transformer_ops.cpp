@@ -78,7 +78,8 @@ double head_parameters(const ModelSpec& model) {
   return model.tied_embeddings ? norm : norm + embedding_parameters(model);
 }
 
-double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training) {
+double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
+                                           Recompute recompute) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -90,8 +91,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double output = kBf16 * h;                     // O, also o_proj's input
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
-  const double scores = training.attention == Attention::flash
-                            ? kFp32 * a
+  // Selective recomputation keeps neither.
+  const double scores = training.attention == Attention::flash ? kFp32 * a
+                        : recompute == Recompute::selective
+                            ? 0.0
                             : (kBf16 + (dropout ? kMaskBytes + kBf16 : 0)) * a * s;
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output.
@@ -109,7 +112,8 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
 
 }  // namespace
 
-LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp) {
+LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
+                           Recompute recompute) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len;
@@ -184,14 +188,26 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       op.model_flops /= 2;
       return op;
     };
-    fwd.push_back(half_counted(gemm_op("scores", rows, s, d)));
-    fwd.push_back(memory_op("softmax", (2 * kBf16 + (mask > 0 ? mask + kBf16 : 0)) * elements));
-    fwd.push_back(half_counted(gemm_op("attn_values", rows, d, s)));
+    const std::vector<Op> core = {
+        half_counted(gemm_op("scores", rows, s, d)),
+        memory_op("softmax", (2 * kBf16 + (mask > 0 ? mask + kBf16 : 0)) * elements),
+        half_counted(gemm_op("attn_values", rows, d, s))};
+    fwd.insert(fwd.end(), core.begin(), core.end());
     backward.push_back(half_counted(gemm_op("scores.dgrad_q", rows, d, s)));
     backward.push_back(half_counted(gemm_op("scores.dgrad_k", rows, d, s)));
     backward.push_back(memory_op("softmax.bwd", (3 * kBf16 + mask) * elements));
     backward.push_back(half_counted(gemm_op("attn_values.dgrad_p", rows, s, d)));
     backward.push_back(half_counted(gemm_op("attn_values.dgrad_v", rows, d, s)));
+    if (recompute == Recompute::selective) {
+      // The core runs again just before its backward (this list is reversed at the end); the
+      // dropout mask is regenerated from the saved RNG state. Not model FLOPs.
+      for (auto op = core.rbegin(); op != core.rend(); ++op) {
+        Op again = *op;
+        again.name = "recompute." + again.name;
+        again.model_flops = 0;
+        backward.push_back(std::move(again));
+      }
+    }
   }
   fwd.push_back(gemm_with_backward("o_proj", t, h, h / split, backward));
   leave_block("attn");
@@ -264,10 +280,18 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) 
   return ops;
 }
 
-Op adam_step_op(double local_parameters) {
-  // Per parameter: read FP32 master weight, both moments and the FP32 gradient; write master,
-  // moments and the BF16 working copy: 4*7 + 2 = 30 bytes.
-  return memory_op("adam", 30.0 * local_parameters);
+double optimizer_state_bytes_per_parameter(Optimizer optimizer) {
+  // FP32 master weight and two moments: FP32, or 8-bit with an FP32 scale per block of 2048.
+  const double moment = optimizer == Optimizer::adam ? kFp32 : 1.0 + kFp32 / 2048;
+  return kFp32 + 2 * moment;
+}
+
+Op adam_step_op(double local_parameters, Optimizer optimizer) {
+  // Per parameter: read the FP32 master weight, both moments and the FP32 gradient; write
+  // master and moments and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes).
+  const double states = optimizer_state_bytes_per_parameter(optimizer);
+  const double bytes = 2 * states + kFp32 + kBf16;
+  return memory_op(optimizer == Optimizer::adam ? "adam" : "adam8bit", bytes * local_parameters);
 }
 
 }  // namespace fleetsim

@@ -44,10 +44,15 @@ struct LayerOps {
 // sequence, so norms, residuals and elementwise ops do 1/tp of the work, and each block is
 // entered by an all-gather and left by a reduce-scatter of the T x hidden activations (in
 // backward the mirror images, plus the re-gather of a sharded input for its weight gradient).
-LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1);
+// Selective recomputation reruns eager attention's core in backward (FlashAttention's
+// backward recomputes its scores anyway); full recomputation is the caller's.
+LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
+                           Recompute recompute = Recompute::none);
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
-Op adam_step_op(double local_parameters);
+// Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).
+double optimizer_state_bytes_per_parameter(Optimizer optimizer);
+Op adam_step_op(double local_parameters, Optimizer optimizer);
 
 double decoder_layer_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
@@ -60,6 +65,7 @@ std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
 // Bytes one decoder layer keeps for backward per token: BF16 activations, one-byte dropout
 // masks, FP32 log-sum-exp (FlashAttention) or BF16 probabilities (eager attention). For a GPT
 // layer with eager attention and dropout this is Korthikanti et al.'s 34h + 5as.
-double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training);
+double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
+                                           Recompute recompute = Recompute::none);
 
 }  // namespace fleetsim

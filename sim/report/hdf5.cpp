@@ -186,8 +186,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "tp", inputs.plan.tp);
   write_attribute(group, "dp", inputs.plan.dp);
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
-  write_attribute(group, "recompute",
-                  std::string(inputs.plan.recompute == Recompute::full ? "full" : "none"));
+  write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));
   write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
 }
 

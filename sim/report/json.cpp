@@ -24,7 +24,7 @@ Json layout_json(const ParallelPlan& plan) {
   return Json{{"tp", plan.tp},
               {"dp", plan.dp},
               {"zero_stage", plan.zero_stage},
-              {"recompute", plan.recompute == Recompute::full ? "full" : "none"},
+              {"recompute", to_string(plan.recompute)},
               {"bucket_bytes", plan.bucket_bytes}};
 }
 

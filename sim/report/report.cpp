@@ -34,7 +34,7 @@ std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::
 }
 
 std::string layout_label(const ParallelPlan& plan) {
-  const char* recompute = plan.recompute == Recompute::full ? "full" : "none";
+  const char* recompute = to_string(plan.recompute);
   const std::string tp = plan.tp > 1 ? "tp" + std::to_string(plan.tp) + " " : "";
   return tp + "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +
          " recompute=" + recompute;

@@ -705,10 +705,11 @@ TrainingSpec parse_training(const Field& f) {
   if (auto precision = find(f, "precision")) {
     read_choice(*precision, {"bf16"}, {"fp8"}, "fp8 arrives in a later version");
   }
-  if (auto optimizer = find(f, "optimizer")) {
-    read_choice(*optimizer, {"adam"});
-  }
   TrainingSpec t;
+  if (auto optimizer = find(f, "optimizer")) {
+    t.optimizer = read_choice(*optimizer, {"adam", "adam8bit"}) == "adam8bit" ? Optimizer::adam8bit
+                                                                              : Optimizer::adam;
+  }
   t.seq_len = read_int(require(f, "seq_len"), 1);
   t.global_batch = read_int(require(f, "global_batch"), 1);
   t.micro_batch = read_int(require(f, "micro_batch"), 1);
@@ -758,9 +759,10 @@ ParallelPlan parse_layout(const Field& f) {
     plan.zero_stage = read_choice(*zero, {"0", "1", "2", "3"}).front() - '0';
   }
   if (auto recompute = find(f, "recompute")) {
-    const std::string mode = read_choice(*recompute, {"none", "full"}, {"selective"},
-                                         "selective recomputation arrives in a later version");
-    plan.recompute = mode == "full" ? Recompute::full : Recompute::none;
+    const std::string mode = read_choice(*recompute, {"none", "selective", "full"});
+    plan.recompute = mode == "full"        ? Recompute::full
+                     : mode == "selective" ? Recompute::selective
+                                           : Recompute::none;
   }
   if (auto bucket = find(f, "bucket")) {
     plan.bucket_bytes = read_quantity(*bucket, Quantity::size);

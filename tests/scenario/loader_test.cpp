@@ -331,7 +331,8 @@ TEST_CASE("a bad enum value lists the allowed values") {
   REQUIRE(recompute);
   CHECK(recompute->key() == "layout.recompute");
   CHECK(recompute->line() == 10);
-  CHECK_THAT(recompute->what(), Catch::Contains("expected one of none, full, got \"some\""));
+  CHECK_THAT(recompute->what(),
+             Catch::Contains("expected one of none, selective, full, got \"some\""));
 
   const auto zero = load_error(with(kBase, "  zero: 3\n", "  zero: 4\n"));
   REQUIRE(zero);
@@ -785,6 +786,13 @@ TEST_CASE("GPT-3 175B loads with its architecture, and its limits are checked at
   CHECK(in.model.parameters() == Approx(174.6e9).epsilon(0.0005));
   CHECK(in.training.attention == Attention::eager);
   CHECK(in.training.dropout == 0.1);
+  const StepInputs eight_bit =
+      load_text(with(with(gpt3, "  dropout: 0.1\n", "  dropout: 0.1\n  optimizer: adam8bit\n"),
+                     "zero: 3", "zero: 3\n  recompute: selective"))
+          .variants[0]
+          .inputs;
+  CHECK(eight_bit.training.optimizer == Optimizer::adam8bit);
+  CHECK(eight_bit.plan.recompute == Recompute::selective);
 
   const auto too_long = load_error(with(gpt3, "seq_len: 2048", "seq_len: 4096"));
   REQUIRE(too_long);

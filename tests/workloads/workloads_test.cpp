@@ -50,6 +50,14 @@ ModelSpec gpt3_175b() {
   return m;
 }
 
+// Megatron's tensor-parallel layout for GPT-3 within a node, over 8 replicas.
+ParallelPlan tp8_dp8() {
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.dp = 8;
+  return plan;
+}
+
 TrainingSpec training(int seq, int global_batch, int micro_batch) {
   TrainingSpec t;
   t.seq_len = seq;
@@ -199,6 +207,25 @@ TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per
   CHECK(states(3) == Approx(18 * n / 8));
 }
 
+TEST_CASE("8-bit Adam keeps 6 bytes of optimizer state per parameter and moves fewer bytes") {
+  // bitsandbytes' block-wise 8-bit moments: 1 byte each plus an FP32 scale per 2048 values,
+  // beside the FP32 master weight: K = 4 + 2 x (1 + 4/2048) in the ZeRO paper's 2 + 2 + K.
+  const ModelSpec m = llama3_8b();
+  const double n = m.parameters();
+  const double k = 4 + 2 * (1 + 4.0 / 2048);
+  TrainingSpec t = training(4096, 256, 2);
+  t.optimizer = Optimizer::adam8bit;
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
+  CHECK(mem.items[2].name == "optimizer states");
+  CHECK(mem.items[2].bytes == Approx(k * n / 8));
+  // The step reads and writes master and moments, reads the FP32 gradient, writes BF16 weights.
+  CHECK(adam_step_op(n, Optimizer::adam).kernel.bytes == Approx(30 * n));
+  CHECK(adam_step_op(n, Optimizer::adam8bit).kernel.bytes == Approx((2 * k + 4 + 2) * n));
+}
+
 TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   // Llama-3-8B layer (h = 4096, kv = 1024, f = 14336), per token, bytes:
   //   inputs of the two RMSNorms, BF16           2 x 2h            = 16,384
@@ -254,9 +281,7 @@ TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
   const double korthikanti = s * b * h * (34 + 5 * a * s / h);
   CHECK(decoder_layer_saved_bytes_per_token(m, t) * s * b == korthikanti);
 
-  ParallelPlan plan;
-  plan.tp = 8;
-  plan.dp = 8;
+  ParallelPlan plan = tp8_dp8();
   plan.zero_stage = 1;
   const auto activations = [&](const TrainingSpec& recipe) {
     for (const auto& item : estimate_memory(m, recipe, plan, 80e9).items) {
@@ -265,6 +290,10 @@ TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
     return -1.0;
   };
   CHECK(activations(t) == Approx(l * korthikanti / 8));
+  // Selective recomputation drops the 5as/h term: 34sbh/t (their Table 2).
+  plan.recompute = Recompute::selective;
+  CHECK(activations(t) == Approx(l * s * b * h * 34 / 8));
+  plan.recompute = Recompute::none;
   // FlashAttention without dropout keeps no s x s term: 32sbh + an FP32 log-sum-exp per head.
   TrainingSpec flash = training(2048, 1536, 1);
   CHECK(decoder_layer_saved_bytes_per_token(m, flash) == 32 * h + 4 * a);
@@ -273,9 +302,7 @@ TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
 
 TEST_CASE("eager attention does the masked half too: more hardware, same model FLOPs") {
   const ModelSpec m = gpt3_175b();
-  ParallelPlan plan;
-  plan.tp = 8;
-  plan.dp = 8;
+  ParallelPlan plan = tp8_dp8();
   TrainingSpec flash = training(2048, 64, 1);
   TrainingSpec eager = flash;
   eager.attention = Attention::eager;
@@ -293,9 +320,7 @@ TEST_CASE("eager attention does the masked half too: more hardware, same model F
 TEST_CASE("model FLOPs of a GELU MLP layer are 6 N T plus causal attention") {
   // GPT-3: every parameter but the embeddings sits in a GEMM except biases and LayerNorms.
   const ModelSpec m = gpt3_175b();
-  ParallelPlan plan;
-  plan.dp = 8;
-  plan.tp = 8;
+  ParallelPlan plan = tp8_dp8();
   const TaskGraph graph = build_data_parallel_step(m, training(2048, 64, 1), plan);
   const double tokens = graph.micro_batches * 2048.0;
   const double layer_gemm_params = 12.0 * 12288 * 12288;
@@ -303,4 +328,36 @@ TEST_CASE("model FLOPs of a GELU MLP layer are 6 N T plus causal attention") {
   const double dense = 6 * (96 * layer_gemm_params + logits_params) * tokens / 8;
   const double attention = 3.0 * 96 * 2.0 * 2048 * 2048 * 12288 / 8 * graph.micro_batches;
   CHECK(graph.model_flops_per_rank == Approx(dense + attention).epsilon(1e-12));
+}
+
+TEST_CASE("selective recomputation reruns eager attention's core, and nothing under Flash") {
+  const ModelSpec m = gpt3_175b();
+  ParallelPlan plan = tp8_dp8();
+  TrainingSpec eager = training(2048, 64, 1);
+  eager.attention = Attention::eager;
+  eager.dropout = 0.1;
+  const TaskGraph kept = build_data_parallel_step(m, eager, plan);
+  plan.recompute = Recompute::selective;
+  const TaskGraph selective = build_data_parallel_step(m, eager, plan);
+  CHECK(selective.model_flops_per_rank == Approx(kept.model_flops_per_rank).epsilon(1e-12));
+  // Per layer and micro-batch: QK^T and PV over the full s x s, 2 x 2bs^2h / tp.
+  const double core = 2 * 2.0 * 2048 * 2048 * 12288 / 8;
+  CHECK(selective.hardware_flops_per_rank - kept.hardware_flops_per_rank ==
+        Approx(96 * core * kept.micro_batches).epsilon(1e-9));
+  // The rerun core comes right before the backward of PV, which needs its probabilities.
+  const auto at = [&](const std::string& name) {
+    for (std::size_t i = 0; i < selective.program.size(); ++i) {
+      if (selective.program[i].name == name) return static_cast<long>(i);
+    }
+    return -1L;
+  };
+  CHECK(at("mb0.L5.recompute.attn_values") + 1 == at("mb0.L5.attn_values.dgrad_v"));
+  CHECK(at("mb0.L5.recompute.scores") < at("mb0.L5.recompute.softmax"));
+
+  TrainingSpec flash = training(2048, 64, 1);
+  const TaskGraph flash_selective = build_data_parallel_step(m, flash, plan);
+  plan.recompute = Recompute::none;
+  const TaskGraph flash_kept = build_data_parallel_step(m, flash, plan);
+  CHECK(flash_selective.program.size() == flash_kept.program.size());
+  CHECK(flash_selective.hardware_flops_per_rank == flash_kept.hardware_flops_per_rank);
 }
