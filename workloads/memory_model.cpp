@@ -42,13 +42,35 @@ double largest_unit_parameters(const ModelSpec& model) {
 
 }  // namespace
 
-MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
-                                const ParallelPlan& plan, double capacity_bytes) {
-  // A rank holds its tensor-parallel share of every parameter (norms, which Megatron
+namespace {
+
+// The parameters pipeline stage `stage` holds: its layers, the embedding on the first stage and
+// the head on the last.
+double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
+  const std::vector<double> units = fsdp_unit_parameters(model);
+  const int per_stage = model.layers / plan.pp;
+  double sum = 0;
+  if (stage == 0) sum += units.front();
+  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) sum += units[l + 1];
+  if (stage == plan.pp - 1) sum += units.back();
+  return sum;
+}
+
+// Micro-batches whose activations a stage holds at once: one without a pipeline; all of them
+// under GPipe; pp - stage under 1F1B (its warm-up forwards and the one in flight).
+int micro_batches_in_flight(const TrainingSpec& training, const ParallelPlan& plan, int stage) {
+  if (plan.pp == 1) return 1;
+  const int m = training.global_batch / (training.micro_batch * plan.dp);
+  return plan.schedule == PipelineSchedule::gpipe ? m : std::min(plan.pp - stage, m);
+}
+
+MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,
+                             const ParallelPlan& plan, double capacity_bytes, int stage) {
+  // A rank holds its tensor-parallel share of its stage's parameters (norms, which Megatron
   // replicates, counted split too: a rounding error) and of every activation: sequence
   // parallelism shards what tensor parallelism does not split.
   const double tp = plan.tp;
-  const double p = model.parameters() / tp;
+  const double p = stage_parameters(model, plan, stage) / tp;
   const double dp = plan.dp;
   const int zero = plan.zero_stage;
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len;
@@ -88,21 +110,29 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   const double per_layer =
       decoder_layer_saved_bytes_per_token(model, training, plan.recompute) * tokens / tp;
   const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
-  const double activations = plan.recompute == Recompute::full ? model.layers * boundary + per_layer
-                                                               : model.layers * per_layer;
+  const double layers = model.layers / plan.pp;
+  const int in_flight = micro_batches_in_flight(training, plan, stage);
+  const double activations = plan.recompute == Recompute::full
+                                 ? in_flight * layers * boundary + per_layer
+                                 : in_flight * layers * per_layer;
+  const std::string batches =
+      plan.pp == 1 ? "one micro-batch"
+                   : std::to_string(in_flight) + " micro-batches in flight on stage " +
+                         std::to_string(stage) + " of " + std::to_string(plan.pp) + " (" +
+                         to_string(plan.schedule) + ")";
   add("activations", activations,
       plan.recompute == Recompute::full
-          ? "layer inputs kept, one layer recomputed at a time"
+          ? "layer inputs kept, one layer recomputed at a time, " + batches
           : std::string("tensors saved for backward (") +
                 (training.attention == Attention::flash   ? "FlashAttention"
                  : plan.recompute == Recompute::selective ? "eager attention, its core recomputed"
                                                           : "eager attention's probabilities") +
                 (training.dropout > 0 ? ", dropout masks" : "") +
                 (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
-                (model.kv_heads < model.heads ? ", GQA" : "") + "), one micro-batch");
+                (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches);
   dynamic += activations;
 
-  const double logits = 2 * kFp32Bytes * tokens * model.vocab / tp;
+  const double logits = stage == plan.pp - 1 ? 2 * kFp32Bytes * tokens * model.vocab / tp : 0.0;
   add("logits", logits,
       std::string("FP32 logits and their gradient") + (tp > 1 ? ", vocabulary split over tp" : ""));
   dynamic += logits;
@@ -112,8 +142,9 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   const double grad_staging = zero >= 3
                                   ? largest_unit_parameters(model) / tp * training.grad_reduce_bytes
                                   : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
-  // NCCL keeps buffers per communicator: the data-parallel one, and the tensor-parallel one.
-  const double communicators = (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0);
+  // NCCL keeps buffers per communicator: the data-parallel, tensor-parallel and pipeline ones.
+  const double communicators =
+      (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) + (plan.pp > 1 ? 1 : 0);
   add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
       "gradient staging");
@@ -131,6 +162,18 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   add("fragmentation", kFragmentation * dynamic,
       "assumed: 5% of per-step allocations lost to the caching allocator");
   return memory;
+}
+
+}  // namespace
+
+MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
+                                const ParallelPlan& plan, double capacity_bytes) {
+  MemoryBreakdown peak = stage_memory(model, training, plan, capacity_bytes, 0);
+  for (int stage = 1; stage < plan.pp; ++stage) {
+    MemoryBreakdown memory = stage_memory(model, training, plan, capacity_bytes, stage);
+    if (memory.total_bytes > peak.total_bytes) peak = std::move(memory);
+  }
+  return peak;
 }
 
 }  // namespace fleetsim

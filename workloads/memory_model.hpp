@@ -31,6 +31,7 @@ struct MemoryBreakdown {
 // is reported with a warning.
 inline constexpr double kMinComfortableHeadroom = 0.15;
 
+// The rank with the most memory: with a pipeline, the fullest stage's.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes);
 

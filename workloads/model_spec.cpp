@@ -47,6 +47,16 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
         " is not a positive multiple of micro_batch x dp = " + std::to_string(per_pass));
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) throw ModelError("ZeRO stage must be 0-3");
+  if (plan.pp < 1 || model.layers % plan.pp != 0) {
+    throw ModelError("pp " + std::to_string(plan.pp) + " must divide the " +
+                     std::to_string(model.layers) + " layers");
+  }
+  // Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
+  // over the micro-batches, and parameters stay on their stage.
+  if (plan.pp > 1 && plan.zero_stage > 1) {
+    throw ModelError("pipeline parallelism runs with ZeRO 0 or 1, not " +
+                     std::to_string(plan.zero_stage));
+  }
 }
 
 }  // namespace fleetsim

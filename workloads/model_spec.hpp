@@ -73,12 +73,25 @@ struct TrainingSpec {
   double dropout = 0;
 };
 
+// The order of micro-batches on each pipeline stage: GPipe runs every forward, then every
+// backward; 1F1B (PipeDream-Flush, Megatron's default) runs pp - stage - 1 forwards, then
+// alternates one forward and one backward, so a stage holds at most pp - stage micro-batches.
+enum class PipelineSchedule { gpipe, one_f_one_b };
+inline const char* to_string(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+}
+
 struct ParallelPlan {
   // Megatron-style tensor parallelism with sequence parallelism: each layer's GEMMs and heads
   // split over tp ranks of consecutive GPUs, activations between them sharded by sequence, an
-  // all-gather before and a reduce-scatter after each block. Ranks are tp x dp, tp innermost.
+  // all-gather before and a reduce-scatter after each block. Ranks are tp x dp x pp, tp
+  // innermost.
   int tp = 1;
   int dp = 1;
+  // Pipeline parallelism: the layers split evenly over pp stages, the embedding on the first,
+  // the output head on the last; activations and their gradients sent between stages.
+  int pp = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
   int zero_stage = 0;
   Recompute recompute = Recompute::none;

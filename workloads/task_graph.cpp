@@ -1,7 +1,9 @@
 #include "workloads/task_graph.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "sim/engine/errors.hpp"
 #include "workloads/precision.hpp"
@@ -14,29 +16,36 @@ struct Unit {
   std::string name;
   double parameters;
   LayerOps ops;
+  bool is_layer = true;  // a decoder layer (recomputed under full recomputation)
 };
 
-// The units of one tensor-parallel rank: its share of each unit's parameters (norms, which
-// Megatron replicates, are a rounding error and counted split too) and its ops.
-std::vector<Unit> model_units(const ModelSpec& model, const TrainingSpec& training,
-                              const ParallelPlan& plan) {
+// The units of one tensor-parallel rank of pipeline stage `stage`: its share of each unit's
+// parameters (norms, which Megatron replicates, are a rounding error and counted split too) and
+// its ops. The first stage has the embedding, the last the head, each its share of the layers.
+std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& training,
+                              const ParallelPlan& plan, int stage) {
   const int tp = plan.tp;
   const int mb = training.micro_batch;
   const int s = training.seq_len;
+  const int per_stage = model.layers / plan.pp;
   const std::vector<double> parameters = fsdp_unit_parameters(model);
   std::vector<Unit> units;
-  units.push_back({"embed", parameters.front() / tp, embedding_ops(model, mb, s, tp)});
+  if (stage == 0) {
+    units.push_back({"embed", parameters.front() / tp, embedding_ops(model, mb, s, tp), false});
+  }
   const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute);
-  for (int l = 0; l < model.layers; ++l) {
+  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
     units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
   }
-  units.push_back({"head", parameters.back() / tp, head_ops(model, mb, s, tp)});
+  if (stage == plan.pp - 1) {
+    units.push_back({"head", parameters.back() / tp, head_ops(model, mb, s, tp), false});
+  }
   return units;
 }
 
 class ProgramBuilder {
  public:
-  explicit ProgramBuilder(TaskGraph& graph) : graph_(&graph) {}
+  ProgramBuilder(TaskGraph& graph, Program& program) : graph_(&graph), program_(&program) {}
 
   TaskIndex compute(const std::string& name, const Op& op, std::vector<TaskIndex> deps,
                     bool recomputed = false) {
@@ -64,8 +73,8 @@ class ProgramBuilder {
       // op before it, across units too (a layer reads the embedding's reduce-scatter).
       std::vector<TaskIndex> after = last ? std::vector<TaskIndex>{} : deps;
       const bool crosses_streams =
-          chain_end_ && (op.collective ||
-                         !std::holds_alternative<ComputeWork>(graph_->program[*chain_end_].work));
+          chain_end_ &&
+          (op.collective || !std::holds_alternative<ComputeWork>((*program_)[*chain_end_].work));
       if (crosses_streams) after.push_back(*chain_end_);
       if (op.collective) {
         last = add(Task{
@@ -79,13 +88,21 @@ class ProgramBuilder {
     }
     return *last;
   }
+  // One side of a pipeline transfer: the send waits for `deps`, the receive for nothing (it is
+  // posted ahead, as Megatron posts its irecv) and the compute that needs it depends on it.
+  TaskIndex transfer(const std::string& name, int id, bool sends, double size_bytes,
+                     std::vector<TaskIndex> deps) {
+    CollectiveWork work{CollectiveOp::send_recv, size_bytes, Group::pipeline, id, sends};
+    return add(Task{name, Stream::pipeline, work, std::move(deps)});
+  }
 
  private:
   TaskIndex add(Task task) {
-    graph_->program.push_back(std::move(task));
-    return static_cast<TaskIndex>(graph_->program.size() - 1);
+    program_->push_back(std::move(task));
+    return static_cast<TaskIndex>(program_->size() - 1);
   }
   TaskGraph* graph_;
+  Program* program_;
   std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
 };
 
@@ -117,12 +134,18 @@ class MicroBatchBuilder {
                     const TrainingSpec& training, const ParallelPlan& plan)
       : build_(&build), units_(&units), training_(&training), plan_(&plan) {}
 
-  // Returns the last backward task; `last_reduction` is set when gradients were reduced.
-  TaskIndex build(int mb, bool reduce_gradients, std::optional<TaskIndex> previous_end,
-                  std::optional<TaskIndex>& last_reduction) {
+  // Micro-batch mb's forward over the units, its first op after `entry`; returns its last task.
+  TaskIndex forward(int mb, const std::vector<TaskIndex>& entry) {
     tag_ = "mb" + std::to_string(mb) + ".";
-    forward(previous_end);
-    return backward(reduce_gradients, last_reduction);
+    forward_units(entry);
+    return forward_end_.back();
+  }
+  // Micro-batch mb's backward, last unit first, after `entry`; returns its last task.
+  // `last_reduction` is set when gradients were reduced.
+  TaskIndex backward(int mb, bool reduce_gradients, const std::vector<TaskIndex>& entry,
+                     std::optional<TaskIndex>& last_reduction) {
+    tag_ = "mb" + std::to_string(mb) + ".";
+    return backward_units(reduce_gradients, entry, last_reduction);
   }
 
  private:
@@ -139,7 +162,7 @@ class MicroBatchBuilder {
 
   // With sharded parameters each unit is all-gathered before its forward; the gather of unit u
   // waits until unit u - kFsdpUnitsGathered has finished, so at most that many are gathered.
-  void forward(std::optional<TaskIndex> previous_end) {
+  void forward_units(const std::vector<TaskIndex>& entry) {
     forward_end_.assign(count(), 0);
     for (std::size_t u = 0; u < count(); ++u) {
       std::vector<TaskIndex> deps;
@@ -148,14 +171,15 @@ class MicroBatchBuilder {
         if (u >= kFsdpUnitsGathered) after = forward_end_[u - kFsdpUnitsGathered];
         deps.push_back(gather(u, "fwd", after));
       }
-      if (u == 0 && previous_end) deps.push_back(*previous_end);
+      if (u == 0) deps.insert(deps.end(), entry.begin(), entry.end());
       forward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.forward, deps);
     }
   }
 
   // Backward, last unit first. With sharded parameters each unit is gathered again (FSDP
   // reshards after the forward pass), the next one prefetched while the current one computes.
-  TaskIndex backward(bool reduce_gradients, std::optional<TaskIndex>& last_reduction) {
+  TaskIndex backward_units(bool reduce_gradients, const std::vector<TaskIndex>& entry,
+                           std::optional<TaskIndex>& last_reduction) {
     const std::size_t n = count();
     backward_end_.assign(n, 0);
     std::vector<TaskIndex> regathered(n);
@@ -179,8 +203,8 @@ class MicroBatchBuilder {
       if (sharded() && u >= 1) regather(u - 1);
       std::vector<TaskIndex> deps;
       if (sharded()) deps.push_back(regathered[u]);
-      const bool is_layer = u != 0 && u != n - 1;
-      if (recompute && is_layer) {
+      if (i == 0) deps.insert(deps.end(), entry.begin(), entry.end());
+      if (recompute && unit(u).is_layer) {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
       }
@@ -211,31 +235,84 @@ class MicroBatchBuilder {
 
 }  // namespace
 
-TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
-                                   const ParallelPlan& plan) {
-  validate_job(model, training, plan);
-  TaskGraph graph;
-  graph.tp = plan.tp;
-  graph.ranks = plan.tp * plan.dp;
-  graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
-  graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
+namespace {
 
-  const std::vector<Unit> units = model_units(model, training, plan);
-  ProgramBuilder build(graph);
+// The order of one stage's forward (true) and backward passes over micro-batches 0..m-1.
+std::vector<std::pair<bool, int>> stage_schedule(PipelineSchedule schedule, int pp, int stage,
+                                                 int m) {
+  std::vector<std::pair<bool, int>> order;
+  // Without a pipeline, gradient accumulation: each micro-batch's backward right after its
+  // forward, so one micro-batch's activations are live at a time.
+  if (schedule == PipelineSchedule::gpipe && pp > 1) {
+    for (int i = 0; i < m; ++i) order.push_back({true, i});
+    for (int i = 0; i < m; ++i) order.push_back({false, i});
+    return order;
+  }
+  const int warmup = std::min(pp - stage - 1, m);
+  for (int i = 0; i < warmup; ++i) order.push_back({true, i});
+  for (int i = 0; i < m - warmup; ++i) {
+    order.push_back({true, warmup + i});
+    order.push_back({false, i});
+  }
+  for (int i = m - warmup; i < m; ++i) order.push_back({false, i});
+  return order;
+}
+
+// Builds stage `stage`'s program: its micro-batches in schedule order, the transfers to and
+// from its neighbours, its gradient reductions and its optimizer step.
+void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& training,
+                 const ParallelPlan& plan, int stage) {
+  const int pp = plan.pp;
+  const int m = graph.micro_batches;
+  const std::vector<Unit> units = stage_units(model, training, plan, stage);
+  ProgramBuilder build(graph, graph.stages[stage]);
   MicroBatchBuilder micro_batch(build, units, training, plan);
+  // With sequence parallelism each tp rank sends its sequence shard of the T x hidden
+  // activations (Megatron's p2p tensors are scattered too).
+  const double activation_bytes = kBf16Bytes * static_cast<double>(training.micro_batch) *
+                                  training.seq_len * model.hidden / plan.tp;
+  // Transfer ids: boundary b (between stages b and b + 1), micro-batch i, forward or backward.
+  const auto transfer_id = [m](int boundary, int i, bool forward) {
+    return (boundary * m + i) * 2 + (forward ? 0 : 1);
+  };
   // ZeRO-2/3 shard gradients, so they are reduced after every micro-batch; stages 0/1 keep full
   // gradients, accumulate them locally and reduce only after the last micro-batch.
   const bool reduce_every_micro_batch = plan.zero_stage >= 2;
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
-  for (int mb = 0; mb < graph.micro_batches; ++mb) {
-    const bool reduce = reduce_every_micro_batch || mb == graph.micro_batches - 1;
-    previous_end = micro_batch.build(mb, reduce, previous_end, last_reduction);
+  for (const auto& [forward, i] : stage_schedule(plan.schedule, pp, stage, m)) {
+    const std::string tag = "mb" + std::to_string(i) + ".";
+    std::vector<TaskIndex> entry;
+    // Gradient accumulation alone: a forward follows the previous micro-batch's backward.
+    if (pp == 1 && forward && previous_end) entry.push_back(*previous_end);
+    if (forward) {
+      if (stage > 0) {
+        entry.push_back(build.transfer(tag + "recv_activations", transfer_id(stage - 1, i, true),
+                                       false, activation_bytes, {}));
+      }
+      previous_end = micro_batch.forward(i, entry);
+      if (stage < pp - 1) {
+        build.transfer(tag + "send_activations", transfer_id(stage, i, true), true,
+                       activation_bytes, {*previous_end});
+      }
+      continue;
+    }
+    if (stage < pp - 1) {
+      entry.push_back(build.transfer(tag + "recv_gradients", transfer_id(stage, i, false), false,
+                                     activation_bytes, {}));
+    }
+    const bool reduce = reduce_every_micro_batch || i == m - 1;
+    previous_end = micro_batch.backward(i, reduce, entry, last_reduction);
+    if (stage > 0) {
+      build.transfer(tag + "send_gradients", transfer_id(stage - 1, i, false), true,
+                     activation_bytes, {*previous_end});
+    }
   }
 
-  // Optimizer step on the local shard (the rank's tensor-parallel part without ZeRO), after the
-  // last reduction.
-  const double parameters = model.parameters() / plan.tp;
+  // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without
+  // ZeRO), after the last reduction.
+  double parameters = 0;
+  for (const Unit& unit : units) parameters += unit.parameters;
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
@@ -246,6 +323,25 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
   }
+}
+
+}  // namespace
+
+TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
+                                   const ParallelPlan& plan) {
+  validate_job(model, training, plan);
+  TaskGraph graph;
+  graph.tp = plan.tp;
+  graph.dp = plan.dp;
+  graph.ranks = plan.tp * plan.dp * plan.pp;
+  graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
+  graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
+  graph.stages.resize(plan.pp);
+  graph.transfers = 2 * (plan.pp - 1) * graph.micro_batches;
+  for (int stage = 0; stage < plan.pp; ++stage) build_stage(graph, model, training, plan, stage);
+  // The builders summed every stage's FLOPs; a rank runs one stage.
+  graph.model_flops_per_rank /= plan.pp;
+  graph.hardware_flops_per_rank /= plan.pp;
   return graph;
 }
 

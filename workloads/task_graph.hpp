@@ -7,11 +7,15 @@
 // collective also waits for all members of its group. The step executor (sim/step) replays the
 // graph and decides the durations.
 //
-// Every rank runs the same program, so the graph holds it once. Ranks are tp x dp with the
-// tensor-parallel rank innermost (rank r is tp rank r % tp of data-parallel replica r / tp):
-// a tensor-parallel collective spans the tp consecutive ranks of a replica, a data-parallel one
-// the dp ranks of the same tp rank. Tensor-parallel collectives run on their own stream and the
-// compute stream waits for each (Megatron's, without communication overlap).
+// Every rank of a pipeline stage runs the same program, so the graph holds one per stage. Ranks
+// are tp x dp x pp with the tensor-parallel rank innermost and the stage outermost (Megatron's
+// order): rank r is tp rank r % tp of data-parallel replica (r / tp) % dp of stage
+// r / (tp x dp). A tensor-parallel collective spans the tp consecutive ranks of a replica, a
+// data-parallel one the dp ranks of the same stage and tp rank. Tensor-parallel collectives run
+// on their own stream and the compute stream waits for each (Megatron's, without communication
+// overlap). A pipeline transfer is a pair of tasks, the send in one stage's program and the
+// receive in the next (or previous) stage's, between ranks of the same replica and tp rank; they
+// run as soon as their dependencies allow (NCCL's isend/irecv), not in stream order.
 #pragma once
 
 #include <cstdint>
@@ -25,20 +29,21 @@
 
 namespace fleetsim {
 
-enum class Stream { compute, gather, reduce, tensor };
-inline constexpr int kStreamCount = 4;
+enum class Stream { compute, gather, reduce, tensor, pipeline };
+inline constexpr int kStreamCount = 5;
 inline const char* to_string(Stream stream) {
   switch (stream) {
     case Stream::compute: return "compute";
     case Stream::gather: return "gather";
     case Stream::reduce: return "reduce";
     case Stream::tensor: return "tensor";
+    case Stream::pipeline: return "pipeline";
   }
   return "?";
 }
 
 // Which ranks a collective spans.
-enum class Group { data_parallel, tensor_parallel };
+enum class Group { data_parallel, tensor_parallel, pipeline };
 
 // FSDP keeps at most this many units' full parameters at once: the one computing and the one
 // prefetched behind it (PyTorch FSDP's default backward prefetch and limit_all_gathers).
@@ -53,6 +58,9 @@ struct CollectiveWork {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
   Group group = Group::data_parallel;
+  // Pipeline transfers only: the transfer both sides name, and whether this side sends.
+  int transfer = -1;
+  bool sends = false;
 };
 
 using TaskIndex = std::uint32_t;
@@ -64,19 +72,25 @@ struct Task {
   std::vector<TaskIndex> deps;  // earlier tasks of the same program
 };
 
+using Program = std::vector<Task>;
+
 struct TaskGraph {
-  int ranks = 1;  // tp x dp
+  int ranks = 1;  // tp x dp x pp
   int tp = 1;
-  std::vector<Task> program;  // identical on every rank
+  int dp = 1;
+  std::vector<Program> stages;  // one program per pipeline stage, run by each of its ranks
+  int transfers = 0;            // pipeline transfers, numbered 0..transfers-1
   double tokens_per_step = 0;
-  double model_flops_per_rank = 0;     // sum of model_flops over the program
-  double hardware_flops_per_rank = 0;  // sum of executed kernel FLOPs
-  int micro_batches = 0;               // gradient accumulation steps per optimizer step
+  double model_flops_per_rank = 0;     // model_flops summed over the programs, per rank
+  double hardware_flops_per_rank = 0;  // executed kernel FLOPs, per rank
+  int micro_batches = 0;               // micro-batches per replica per optimizer step
+  int pp() const { return static_cast<int>(stages.size()); }
 };
 
-// Builds one optimizer step of data-parallel training (ZeRO stage 0-3, bucketed gradient
+// Builds one optimizer step: data-parallel training (ZeRO stage 0-3, bucketed gradient
 // reduction overlapped with the backward pass), each replica tensor-parallel over plan.tp
-// ranks. Throws ModelError on an inconsistent plan.
+// ranks and pipelined over plan.pp stages (GPipe or 1F1B). Throws ModelError on an inconsistent
+// plan.
 TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
                                    const ParallelPlan& plan);
 

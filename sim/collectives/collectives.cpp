@@ -315,6 +315,15 @@ void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
   start(plan(choice, op, ranks, size_bytes), std::move(done));
 }
 
+void Collectives::send(VertexId from, VertexId to, double size_bytes, std::function<void()> done) {
+  const std::vector<VertexId> pair{from, to};
+  check_ranks(pair);
+  Plan one_way = plan(choose(CollectiveOp::send_recv, pair, size_bytes), CollectiveOp::send_recv,
+                      pair, size_bytes);
+  one_way.flows.resize(1);  // plan_pairs' first flow goes from -> to; the second comes back
+  start(std::move(one_way), std::move(done));
+}
+
 void Collectives::start(Plan plan, std::function<void()> done) {
   auto phases = std::make_shared<std::vector<Phase>>();
   phases->push_back({std::move(plan.flows), plan.latency});

@@ -119,6 +119,9 @@ class Collectives {
                 double size_bytes, std::function<void()> done);
   void run_with(CollectiveChoice choice, CollectiveOp op, const std::vector<VertexId>& ranks,
                 double size_bytes, std::function<void()> done);
+  // One GPU sends `size_bytes` to another (ncclSend / ncclRecv: a pipeline stage's activations
+  // or gradients), costed as one direction of a two-rank send/recv with the tuner's protocol.
+  void send(VertexId from, VertexId to, double size_bytes, std::function<void()> done);
 
   // The ring step by step, to check the channel form: in each of the ring's steps every rank
   // sends a chunk of S / p to its successor (one flow per hop and channel), and a channel's next

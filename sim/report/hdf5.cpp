@@ -185,6 +185,8 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);
   write_attribute(group, "tp", inputs.plan.tp);
   write_attribute(group, "dp", inputs.plan.dp);
+  write_attribute(group, "pp", inputs.plan.pp);
+  write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
   write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));
   write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);

@@ -23,6 +23,8 @@ Json scenario_json(const RunReport& report) {
 Json layout_json(const ParallelPlan& plan) {
   return Json{{"tp", plan.tp},
               {"dp", plan.dp},
+              {"pp", plan.pp},
+              {"pipeline_schedule", to_string(plan.schedule)},
               {"zero_stage", plan.zero_stage},
               {"recompute", to_string(plan.recompute)},
               {"bucket_bytes", plan.bucket_bytes}};

@@ -36,7 +36,9 @@ std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::
 std::string layout_label(const ParallelPlan& plan) {
   const char* recompute = to_string(plan.recompute);
   const std::string tp = plan.tp > 1 ? "tp" + std::to_string(plan.tp) + " " : "";
-  return tp + "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +
+  const std::string pp =
+      plan.pp > 1 ? "pp" + std::to_string(plan.pp) + " " + to_string(plan.schedule) + " " : "";
+  return tp + pp + "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +
          " recompute=" + recompute;
 }
 

@@ -736,7 +736,7 @@ TrainingSpec parse_training(const Field& f) {
   return t;
 }
 
-const Keys kLayoutKeys = {"dp", "tp", "pp", "zero", "recompute", "bucket"};
+const Keys kLayoutKeys = {"dp", "tp", "pp", "vpp", "schedule", "zero", "recompute", "bucket"};
 
 void require_one(const Field& f, std::string_view what) {
   if (read_int(f, 1) != 1) {
@@ -753,7 +753,16 @@ ParallelPlan parse_layout(const Field& f) {
     plan.tp = read_int(*tp, 1);
   }
   if (auto pp = find(f, "pp")) {
-    require_one(*pp, "pipeline");
+    plan.pp = read_int(*pp, 1);
+  }
+  if (auto vpp = find(f, "vpp")) {
+    require_one(*vpp, "interleaved pipeline (virtual stages)");
+  }
+  if (auto schedule = find(f, "schedule")) {
+    plan.schedule = read_choice(*schedule, {"1f1b", "gpipe"}, {"interleaved"},
+                                "the interleaved schedule arrives in a later version") == "gpipe"
+                        ? PipelineSchedule::gpipe
+                        : PipelineSchedule::one_f_one_b;
   }
   if (auto zero = find(f, "zero")) {
     plan.zero_stage = read_choice(*zero, {"0", "1", "2", "3"}).front() - '0';
@@ -1374,14 +1383,31 @@ void check_layout(const Field& root, const StepInputs& in) {
             "sequence parallelism shards each sequence evenly over the tp ranks");
     }
   }
-  if (in.plan.dp * tp == gpus) {
+  const int pp = in.plan.pp;
+  if (pp > 1) {
+    const Field pp_field = require(layout, "pp");
+    if (in.model.layers % pp != 0) {
+      fail(pp_field,
+           "pp " + std::to_string(pp) + " does not divide the model's " +
+               std::to_string(in.model.layers) + " layers",
+           "each pipeline stage holds layers / pp layers");
+    }
+    if (in.plan.zero_stage > 1) {
+      fail(find(layout, "zero").value_or(pp_field),
+           "ZeRO " + std::to_string(in.plan.zero_stage) + " does not combine with pp " +
+               std::to_string(pp),
+           "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do: use zero 0 "
+           "or 1");
+    }
+  }
+  if (in.plan.dp * tp * pp == gpus) {
     return;
   }
   fail(require(layout, "dp"),
-       "tp x dp must equal the GPU count (" + std::to_string(gpus) + " = " +
+       "tp x pp x dp must equal the GPU count (" + std::to_string(gpus) + " = " +
            std::to_string(in.nodes) + " nodes x " + std::to_string(in.node.gpus) + " GPUs), got " +
-           std::to_string(tp) + " x " + std::to_string(in.plan.dp),
-       "set layout.dp to " + std::to_string(gpus / tp) + " or change cluster.nodes");
+           std::to_string(tp) + " x " + std::to_string(pp) + " x " + std::to_string(in.plan.dp),
+       "set layout.dp to " + std::to_string(gpus / (tp * pp)) + " or change cluster.nodes");
 }
 
 // Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "sim/collectives/collectives.hpp"
 #include "sim/engine/engine.hpp"
@@ -59,17 +60,18 @@ SimTime total(const std::vector<Interval>& intervals) {
   return sum;
 }
 
-// The task graph's static structure, shared by all ranks.
+// A stage program's static structure, shared by the stage's ranks.
 struct ProgramIndex {
   std::vector<std::vector<TaskIndex>> dependents;
-  std::array<std::vector<TaskIndex>, kStreamCount> order;  // each stream's tasks, program order
-  std::vector<SimTime> duration;                           // compute tasks only
+  // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
+  std::array<std::vector<TaskIndex>, kStreamCount> order;
+  std::vector<TaskIndex> unordered;  // transfers with no dependencies
+  std::vector<SimTime> duration;     // compute tasks only
   // The streams whose head a task's end can unblock: its own and its dependents', as bits.
   std::vector<std::uint8_t> wakes;
   static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
 
-  ProgramIndex(const TaskGraph& graph, const GpuProfile& gpu) {
-    const auto& program = graph.program;
+  ProgramIndex(const Program& program, const GpuProfile& gpu) {
     dependents.resize(program.size());
     duration.resize(program.size());
     wakes.resize(program.size());
@@ -81,7 +83,11 @@ struct ProgramIndex {
         dependents[d].push_back(t);
         wakes[d] |= bit;
       }
-      order[static_cast<int>(program[t].stream)].push_back(t);
+      if (program[t].stream != Stream::pipeline) {
+        order[static_cast<int>(program[t].stream)].push_back(t);
+      } else if (program[t].deps.empty()) {
+        unordered.push_back(t);
+      }
       if (const auto* work = std::get_if<ComputeWork>(&program[t].work)) {
         duration[t] = from_seconds(kernel_seconds(gpu, work->kernel));
       }
@@ -94,39 +100,51 @@ class Replay {
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology, int trace_ranks)
       : graph_(graph),
         trace_ranks_(std::min(trace_ranks, graph.ranks)),
-        index_(graph, gpu),
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         ranks_(graph.ranks) {
-    for (Rank& rank : ranks_) {
-      rank.waiting_on.resize(graph.program.size());
-      for (TaskIndex t = 0; t < graph.program.size(); ++t) {
-        rank.waiting_on[t] = static_cast<int>(graph.program[t].deps.size());
+    const int stage_ranks = graph.tp * graph.dp;
+    if (graph.tp < 1 || graph.dp < 1 || graph.stages.empty() ||
+        graph.ranks != stage_ranks * graph.pp()) {
+      throw ModelError("the step's ranks are not tp x dp x pp");
+    }
+    for (const Program& program : graph.stages) index_.emplace_back(program, gpu);
+    for (int r = 0; r < graph.ranks; ++r) {
+      Rank& rank = ranks_[r];
+      rank.stage = r / stage_ranks;
+      const Program& program = graph.stages[rank.stage];
+      rank.waiting_on.resize(program.size());
+      for (TaskIndex t = 0; t < program.size(); ++t) {
+        rank.waiting_on[t] = static_cast<int>(program[t].deps.size());
       }
     }
-    if (graph.tp < 1 || graph.ranks % graph.tp != 0) {
-      throw ModelError("the step's ranks are not a whole number of tensor-parallel groups");
-    }
     build_groups(topology);
-    // One arrival counter per group a collective task runs in: dp tensor groups, tp data groups.
-    arrival_offset_.resize(graph.program.size(), 0);
+    // One arrival counter per group instance a collective task of a stage runs in: dp tensor
+    // groups, tp data groups, one pair of ranks per transfer.
     std::size_t counters = 0;
-    for (TaskIndex t = 0; t < graph.program.size(); ++t) {
-      arrival_offset_[t] = counters;
-      if (const auto* work = std::get_if<CollectiveWork>(&graph.program[t].work)) {
-        counters +=
-            work->group == Group::tensor_parallel ? tensor_groups_.size() : data_groups_.size();
+    for (const Program& program : graph.stages) {
+      std::vector<std::size_t>& offsets = arrival_offset_.emplace_back(program.size(), 0);
+      for (TaskIndex t = 0; t < program.size(); ++t) {
+        offsets[t] = counters;
+        if (const auto* work = std::get_if<CollectiveWork>(&program[t].work)) {
+          if (work->group == Group::tensor_parallel) counters += graph.dp;
+          if (work->group == Group::data_parallel) counters += graph.tp;
+        }
       }
     }
     arrivals_.resize(counters, 0);
+    transfer_first_side_.resize(static_cast<std::size_t>(graph.transfers) * stage_ranks);
   }
 
   StepResult run() {
-    for (int r = 0; r < graph_.ranks; ++r) try_start(r);
+    for (int r = 0; r < graph_.ranks; ++r) {
+      for (const TaskIndex t : index_[ranks_[r].stage].unordered) arrive_transfer(r, t);
+      try_start(r);
+    }
     engine_.run();
     for (const Rank& rank : ranks_) {
-      if (rank.tasks_done != graph_.program.size()) {
+      if (rank.tasks_done != graph_.stages[rank.stage].size()) {
         throw ModelError("step replay stalled: a collective or dependency never completed");
       }
     }
@@ -150,6 +168,7 @@ class Replay {
     EventHandle completion{};
   };
   struct Rank {
+    int stage = 0;                // its pipeline stage, whose program it runs
     std::vector<int> waiting_on;  // unfinished dependencies per task
     std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
@@ -200,29 +219,30 @@ class Replay {
     for (int s = 0; s < kStreamCount; ++s) try_start_stream(r, s);
   }
 
+  const Program& program_of(int r) const { return graph_.stages[ranks_[r].stage]; }
+
   void try_start_stream(int r, int s) {
     StreamState& stream = ranks_[r].streams[s];
-    const std::vector<TaskIndex>& order = index_.order[s];
+    const ProgramIndex& index = index_[ranks_[r].stage];
+    const std::vector<TaskIndex>& order = index.order[s];
     if (stream.busy || stream.next >= order.size()) return;
     const TaskIndex t = order[stream.next];
     if (ranks_[r].waiting_on[t] > 0) return;
     stream.busy = true;
-    const Task& task = graph_.program[t];
+    const Task& task = program_of(r)[t];
     if (task.stream == Stream::compute) {
       ranks_[r].kernel = RunningKernel{t, engine_.now(), engine_.now(),
-                                       static_cast<double>(index_.duration[t].ns()), EventHandle{}};
+                                       static_cast<double>(index.duration[t].ns()), EventHandle{}};
       schedule_kernel(r);
       return;
     }
     const auto& work = std::get<CollectiveWork>(task.work);
     const CollectiveGroup& group = group_of(r, work.group);
     // The collective waits for every member of the rank's group.
-    if (++arrivals_[arrival_offset_[t] + group.id] < static_cast<int>(group.ranks.size())) return;
-    // Each GPU belongs to one group of each kind: group 0 counts the bytes a GPU sends.
-    if (group.id == 0) {
-      comm_bytes_per_gpu_ +=
-          bus_factor(work.op, static_cast<int>(group.ranks.size())) * work.size_bytes;
-    }
+    const std::size_t counter = arrival_offset_[ranks_[r].stage][t] + local_group_id(r, work.group);
+    if (++arrivals_[counter] < static_cast<int>(group.ranks.size())) return;
+    comm_bytes_ += bus_factor(work.op, static_cast<int>(group.ranks.size())) * work.size_bytes *
+                   static_cast<double>(group.ranks.size());
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, +1);
     collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group] {
@@ -235,55 +255,102 @@ class Replay {
     });
   }
 
+  // A side of a pipeline transfer whose dependencies are done: the transfer starts when the
+  // other side, a rank of the neighbouring stage with the same replica and tp rank, is there.
+  void arrive_transfer(int r, TaskIndex t) {
+    const auto& work = std::get<CollectiveWork>(program_of(r)[t].work);
+    const int stage_ranks = graph_.tp * graph_.dp;
+    auto& first = transfer_first_side_[static_cast<std::size_t>(work.transfer) * stage_ranks +
+                                       r % stage_ranks];
+    if (!first) {
+      first = std::pair{r, t};
+      return;
+    }
+    const auto [other, other_task] = *first;
+    const bool sends = work.sends;
+    const int from = sends ? r : other;
+    const int to = sends ? other : r;
+    comm_bytes_ += work.size_bytes;
+    const SimTime begin = engine_.now();
+    change_collectives(r, +1);
+    change_collectives(other, +1);
+    collectives_.send(gpus_[from], gpus_[to], work.size_bytes,
+                      [this, begin, sides = std::array{std::pair{r, t}, *first}] {
+                        for (const auto& [member, task] : sides) change_collectives(member, -1);
+                        for (const auto& [member, task] : sides) {
+                          ranks_[member].comm_busy.push_back({begin, engine_.now()});
+                          record(member, task, begin);
+                          finish(member, task);
+                        }
+                      });
+  }
+
   // The ranks of a collective group and their GPUs: tp consecutive ranks for tensor
-  // parallelism, the ranks of one tp rank across replicas for data parallelism (task_graph.hpp).
+  // parallelism, the ranks of one stage and tp rank across replicas for data parallelism
+  // (task_graph.hpp).
   struct CollectiveGroup {
-    int id = 0;
     std::vector<int> ranks;
     std::vector<VertexId> gpus;
   };
 
   const CollectiveGroup& group_of(int r, Group kind) const {
     const int tp = graph_.tp;
-    return kind == Group::tensor_parallel ? tensor_groups_[r / tp] : data_groups_[r % tp];
+    return kind == Group::tensor_parallel ? tensor_groups_[r / tp]
+                                          : data_groups_[ranks_[r].stage * tp + r % tp];
+  }
+  // Which of its stage's groups of that kind the rank belongs to.
+  int local_group_id(int r, Group kind) const {
+    return kind == Group::tensor_parallel ? (r / graph_.tp) % graph_.dp : r % graph_.tp;
   }
 
   void build_groups(const Topology& topology) {
     const int tp = graph_.tp;
-    const int dp = graph_.ranks / tp;
-    const auto gpu = [&](int rank) { return topology.gpus()[rank]; };
-    for (int replica = 0; replica < dp; ++replica) {
-      CollectiveGroup group{replica, {}, {}};
-      for (int i = 0; i < tp; ++i) group.ranks.push_back(replica * tp + i);
+    const int dp = graph_.dp;
+    for (int r = 0; r < graph_.ranks; ++r) gpus_.push_back(topology.gpus()[r]);
+    for (int first = 0; first < graph_.ranks; first += tp) {
+      CollectiveGroup group;
+      for (int i = 0; i < tp; ++i) group.ranks.push_back(first + i);
       tensor_groups_.push_back(group);
     }
-    for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-      CollectiveGroup group{tp_rank, {}, {}};
-      for (int replica = 0; replica < dp; ++replica) group.ranks.push_back(replica * tp + tp_rank);
-      data_groups_.push_back(group);
+    for (int stage = 0; stage < graph_.pp(); ++stage) {
+      for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+        CollectiveGroup group;
+        for (int replica = 0; replica < dp; ++replica) {
+          group.ranks.push_back((stage * dp + replica) * tp + tp_rank);
+        }
+        data_groups_.push_back(group);
+      }
     }
     for (auto* groups : {&tensor_groups_, &data_groups_}) {
       for (CollectiveGroup& group : *groups) {
-        for (const int rank : group.ranks) group.gpus.push_back(gpu(rank));
+        for (const int rank : group.ranks) group.gpus.push_back(gpus_[rank]);
       }
     }
   }
 
   void record(int r, TaskIndex t, SimTime begin) {
     if (r >= trace_ranks_) return;
-    const Task& task = graph_.program[t];
+    const Task& task = program_of(r)[t];
     trace_.push_back({r, task.stream, task.name, begin, engine_.now()});
   }
 
   void finish(int r, TaskIndex t) {
     Rank& rank = ranks_[r];
-    StreamState& stream = rank.streams[static_cast<int>(graph_.program[t].stream)];
-    stream.busy = false;
-    ++stream.next;
+    const Program& program = program_of(r);
+    const ProgramIndex& index = index_[rank.stage];
+    if (program[t].stream != Stream::pipeline) {
+      StreamState& stream = rank.streams[static_cast<int>(program[t].stream)];
+      stream.busy = false;
+      ++stream.next;
+    }
     ++rank.tasks_done;
-    for (const TaskIndex d : index_.dependents[t]) --rank.waiting_on[d];
+    for (const TaskIndex d : index.dependents[t]) {
+      if (--rank.waiting_on[d] == 0 && program[d].stream == Stream::pipeline) {
+        arrive_transfer(r, d);
+      }
+    }
     for (int s = 0; s < kStreamCount; ++s) {
-      if (index_.wakes[t] & (1u << s)) try_start_stream(r, s);
+      if (index.wakes[t] & (1u << s)) try_start_stream(r, s);
     }
   }
 
@@ -305,7 +372,7 @@ class Replay {
     result.breakdown.exposed_comm_s = exposed.seconds() / ranks;
     result.breakdown.idle_s =
         (SimTime::from_ns(step.ns() * graph_.ranks) - compute - exposed).seconds() / ranks;
-    result.comm_bytes_per_gpu = comm_bytes_per_gpu_;
+    result.comm_bytes_per_gpu = comm_bytes_ / ranks;
     result.trace = trace_;
     return result;
   }
@@ -313,17 +380,21 @@ class Replay {
   const TaskGraph& graph_;
   int trace_ranks_;
   std::vector<TraceSlice> trace_;
-  ProgramIndex index_;
+  std::vector<ProgramIndex> index_;  // by stage
   double comm_slowdown_;
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;
-  std::vector<CollectiveGroup> tensor_groups_;  // by data-parallel replica
-  std::vector<CollectiveGroup> data_groups_;    // by tensor-parallel rank
-  std::vector<std::size_t> arrival_offset_;     // by task: its first counter in arrivals_
+  std::vector<VertexId> gpus_;                  // by rank
+  std::vector<CollectiveGroup> tensor_groups_;  // by r / tp
+  std::vector<CollectiveGroup> data_groups_;    // by stage x tp + tp rank
+  // By stage and task: its first counter in arrivals_.
+  std::vector<std::vector<std::size_t>> arrival_offset_;
   std::vector<Rank> ranks_;
   std::vector<int> arrivals_;
-  double comm_bytes_per_gpu_ = 0;
+  // By transfer and position in the stage: the side that arrived first, if one has.
+  std::vector<std::optional<std::pair<int, TaskIndex>>> transfer_first_side_;
+  double comm_bytes_ = 0;  // bytes sent, all GPUs
 };
 
 }  // namespace

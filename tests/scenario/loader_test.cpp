@@ -365,8 +365,9 @@ TEST_CASE("a value of the wrong type says what it found") {
   const auto layout = load_error(with(kBase, "layout:\n  dp: 8\n  zero: 3\n", "layout: 8\n"));
   REQUIRE(layout);
   CHECK(layout->key() == "layout");
-  CHECK_THAT(layout->what(), Catch::Contains("expected a map with keys dp, tp, pp, zero, "
-                                             "recompute, bucket, got \"8\""));
+  CHECK_THAT(layout->what(),
+             Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
+                             "recompute, bucket, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);
@@ -383,8 +384,8 @@ TEST_CASE("tp x dp must cover every GPU, and the global batch must split into mi
   REQUIRE(dp);
   CHECK(dp->key() == "layout.dp");
   CHECK(dp->line() == 8);
-  CHECK_THAT(dp->what(), Catch::Contains("tp x dp must equal the GPU count (16 = 2 nodes x 8 "
-                                         "GPUs), got 1 x 8"));
+  CHECK_THAT(dp->what(), Catch::Contains("tp x pp x dp must equal the GPU count (16 = 2 nodes x 8 "
+                                         "GPUs), got 1 x 1 x 8"));
   CHECK_THAT(dp->what(), Catch::Contains("set layout.dp to 16"));
   // tp 2 x dp 8 on 16 GPUs is a layout; tp must fit a node and split the model.
   CHECK_FALSE(load_error(with(kBase, "  dp: 8\n", "  dp: 8\n  tp: 2\n") + "  nodes: 2\n"));
@@ -440,7 +441,7 @@ TEST_CASE("a base value that a variant makes wrong reports the base line, naming
   REQUIRE(e);
   CHECK(e->key() == "layout.dp");
   CHECK(e->line() == 8);
-  CHECK_THAT(e->what(), Catch::Contains("in variant \"two-nodes\": tp x dp must equal"));
+  CHECK_THAT(e->what(), Catch::Contains("in variant \"two-nodes\": tp x pp x dp must equal"));
 }
 
 TEST_CASE("compare entries deep-merge over the base") {
@@ -771,6 +772,47 @@ TEST_CASE("the model zoo's Llama 2 and Llama 3 405B count their published parame
   CHECK(parameters("llama2-13b") == 13'015'864'320.0);
   CHECK(parameters("llama2-70b") == 68'976'648'192.0);
   CHECK(parameters("llama3-405b") == 405'853'388'800.0);
+}
+
+TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {
+  const std::string pipelined =
+      with(kBase, "  dp: 8\n  zero: 3\n", "  dp: 4\n  pp: 2\n  schedule: gpipe\n  zero: 1\n");
+  const StepInputs in = load_text(pipelined).variants[0].inputs;
+  CHECK(in.plan.pp == 2);
+  CHECK(in.plan.dp == 4);
+  CHECK(in.plan.schedule == PipelineSchedule::gpipe);
+  const auto uneven = load_error(with(with(pipelined, "pp: 2", "pp: 3"), "dp: 4", "dp: 1"));
+  REQUIRE(uneven);
+  CHECK(uneven->key() == "layout.pp");
+  CHECK_THAT(uneven->what(), Catch::Contains("does not divide the model's 32 layers"));
+  const auto sharded = load_error(with(pipelined, "zero: 1", "zero: 3"));
+  REQUIRE(sharded);
+  CHECK(sharded->key() == "layout.zero");
+  CHECK_THAT(sharded->what(), Catch::Contains("does not combine with pp 2"));
+  const auto interleaved = load_error(with(pipelined, "schedule: gpipe", "schedule: interleaved"));
+  REQUIRE(interleaved);
+  CHECK_THAT(interleaved->what(), Catch::Contains("not supported yet"));
+  const auto virtual_stages = load_error(with(pipelined, "pp: 2", "pp: 2\n  vpp: 2"));
+  REQUIRE(virtual_stages);
+  CHECK(virtual_stages->key() == "layout.vpp");
+  const auto count = load_error(with(pipelined, "dp: 4", "dp: 8"));
+  REQUIRE(count);
+  CHECK_THAT(count->what(), Catch::Contains("got 1 x 2 x 8"));
+  CHECK_THAT(count->what(), Catch::Contains("set layout.dp to 4"));
+}
+
+TEST_CASE("the shipped GPT-3 scenario uses every GPU with Megatron-LM's layout") {
+  const Scenario s = load_scenario(
+      std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios" / "gpt3-175b-pipeline.yaml",
+      testing::source_data());
+  REQUIRE(s.variants.size() == 3);
+  for (const auto& variant : s.variants) {
+    const StepInputs& in = variant.inputs;
+    CHECK(in.plan.tp * in.plan.pp * in.plan.dp == in.nodes * in.node.gpus);
+    CHECK(in.model.name == "gpt3-175b");
+  }
+  CHECK(s.variants[1].inputs.plan.schedule == PipelineSchedule::gpipe);
+  CHECK(s.variants[2].inputs.plan.pp == 8);
 }
 
 TEST_CASE("GPT-3 175B loads with its architecture, and its limits are checked at their keys") {

@@ -81,7 +81,7 @@ TEST_CASE("one GPU: the step is exactly the sum of its kernels") {
   in.training.global_batch = 4;
   const TaskGraph graph = build_data_parallel_step(in.model, in.training, in.plan);
   SimTime expected{};
-  for (const Task& task : graph.program) {
+  for (const Task& task : graph.stages[0]) {
     if (const auto* work = std::get_if<ComputeWork>(&task.work)) {
       expected += from_seconds(kernel_seconds(in.gpu, work->kernel));
     }
@@ -239,4 +239,64 @@ TEST_CASE("two nodes: the data-parallel ring crosses the fabric") {
   CHECK(fabric_used);
   // 16 GPUs behind 50 GB/s NICs: the step must be slower than on one node's NVLink alone.
   CHECK(out.step.breakdown.exposed_comm_s >= 0);
+}
+
+namespace {
+
+// The small job pipelined over 4 stages of 2 layers, 2 replicas, 8 micro-batches each; a small
+// vocabulary keeps the first and last stages' extra work (embedding, head) negligible, so the
+// stages are balanced as the bubble formula assumes.
+StepInputs pipelined_job(PipelineSchedule schedule) {
+  StepInputs in = small_job();
+  in.model.vocab = 256;
+  in.plan.pp = 4;
+  in.plan.dp = 2;
+  in.plan.zero_stage = 1;
+  in.plan.schedule = schedule;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: a stage idles (pp - 1) / (m + pp - 1) of the step, GPipe and 1F1B alike") {
+  // Narayanan et al. 2021, Section 2.2: with m micro-batches and p stages each stage waits
+  // (p - 1) forward-backward times, of m + p - 1. Transfers, the gradient reduction and the
+  // optimizer step add a little to it.
+  const double bubble = 3.0 / (8 + 3);
+  for (const auto schedule : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe}) {
+    const StepOutcome out = simulate_step(pipelined_job(schedule));
+    REQUIRE(out.simulated);
+    const StepResult& step = out.step;
+    const double idle = step.breakdown.idle_s / step.step_time_s;
+    CHECK(idle == Approx(bubble).margin(0.03));
+    CHECK(idle >= bubble * 0.98);
+    // Each stage computes m forward-backward times and waits p - 1 of them.
+    CHECK(step.breakdown.idle_s == Approx(3.0 / 8 * step.breakdown.compute_s).epsilon(0.03));
+    CHECK(step.breakdown.compute_s + step.breakdown.exposed_comm_s + step.breakdown.idle_s ==
+          Approx(step.step_time_s).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("pipeline: same model FLOPs as data parallelism, 1F1B holds pp micro-batches") {
+  StepInputs flat = small_job();
+  flat.model.vocab = 256;
+  flat.plan.zero_stage = 1;
+  flat.training.global_batch = 32;
+  const StepOutcome data_parallel = simulate_step(flat);
+  const StepOutcome one_f_one_b = simulate_step(pipelined_job(PipelineSchedule::one_f_one_b));
+  const StepOutcome gpipe = simulate_step(pipelined_job(PipelineSchedule::gpipe));
+  CHECK(one_f_one_b.step.model_flops == Approx(data_parallel.step.model_flops).epsilon(1e-12));
+  CHECK(gpipe.step.model_flops == Approx(data_parallel.step.model_flops).epsilon(1e-12));
+  const auto activations = [](const StepOutcome& out) {
+    for (const auto& item : out.memory.items) {
+      if (item.name == "activations") return item.bytes;
+    }
+    return -1.0;
+  };
+  // Stage 0 under 1F1B: pp = 4 micro-batches of its 2 layers, as much as one micro-batch of all
+  // 8 layers without a pipeline; GPipe: all m = 8.
+  CHECK(activations(one_f_one_b) == Approx(activations(data_parallel)));
+  CHECK(activations(gpipe) == Approx(2 * activations(one_f_one_b)));
+  // 1F1B frees activations early and idles no more than GPipe.
+  CHECK(one_f_one_b.step.step_time_s <= gpipe.step.step_time_s * 1.001);
 }

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
 #include <variant>
+#include <vector>
 
 #include "sim/engine/errors.hpp"
 #include "workloads/memory_model.hpp"
@@ -68,7 +71,7 @@ TrainingSpec training(int seq, int global_batch, int micro_batch) {
 
 double sum_model_flops(const TaskGraph& graph) {
   double total = 0;
-  for (const Task& task : graph.program) {
+  for (const Task& task : graph.stages[0]) {
     if (const auto* work = std::get_if<ComputeWork>(&task.work)) total += work->model_flops;
   }
   return total;
@@ -82,7 +85,7 @@ double collective_payload(const ModelSpec& model, int global_batch, int zero) {
   plan.zero_stage = zero;
   const TaskGraph graph = build_data_parallel_step(model, training(4096, global_batch, 2), plan);
   double bytes = 0;
-  for (const Task& task : graph.program) {
+  for (const Task& task : graph.stages[0]) {
     if (const auto* work = std::get_if<CollectiveWork>(&task.work)) bytes += work->size_bytes;
   }
   return bytes;
@@ -168,7 +171,7 @@ TEST_CASE("gradient buckets hold at least the bucket size, in backward order") {
   const TaskGraph graph = build_data_parallel_step(llama3_8b(), training(4096, 16, 2), plan);
   std::vector<std::string> names;
   std::vector<double> sizes;
-  for (const Task& task : graph.program) {
+  for (const Task& task : graph.stages[0]) {
     if (const auto* work = std::get_if<CollectiveWork>(&task.work)) {
       names.push_back(task.name);
       sizes.push_back(work->size_bytes);
@@ -346,8 +349,8 @@ TEST_CASE("selective recomputation reruns eager attention's core, and nothing un
         Approx(96 * core * kept.micro_batches).epsilon(1e-9));
   // The rerun core comes right before the backward of PV, which needs its probabilities.
   const auto at = [&](const std::string& name) {
-    for (std::size_t i = 0; i < selective.program.size(); ++i) {
-      if (selective.program[i].name == name) return static_cast<long>(i);
+    for (std::size_t i = 0; i < selective.stages[0].size(); ++i) {
+      if (selective.stages[0][i].name == name) return static_cast<long>(i);
     }
     return -1L;
   };
@@ -358,6 +361,70 @@ TEST_CASE("selective recomputation reruns eager attention's core, and nothing un
   const TaskGraph flash_selective = build_data_parallel_step(m, flash, plan);
   plan.recompute = Recompute::none;
   const TaskGraph flash_kept = build_data_parallel_step(m, flash, plan);
-  CHECK(flash_selective.program.size() == flash_kept.program.size());
+  CHECK(flash_selective.stages[0].size() == flash_kept.stages[0].size());
   CHECK(flash_selective.hardware_flops_per_rank == flash_kept.hardware_flops_per_rank);
+}
+
+TEST_CASE("pipeline: every transfer has one sender and one receiver on neighbouring stages") {
+  ParallelPlan plan;
+  plan.pp = 4;
+  plan.dp = 2;
+  plan.zero_stage = 1;
+  ModelSpec m = llama3_8b();
+  const TaskGraph graph = build_data_parallel_step(m, training(4096, 16, 1), plan);
+  REQUIRE(graph.pp() == 4);
+  REQUIRE(graph.micro_batches == 8);
+  CHECK(graph.transfers == 2 * 3 * 8);
+  std::vector<int> senders(graph.transfers, -1), receivers(graph.transfers, -1);
+  std::vector<double> sent(graph.transfers, 0), received(graph.transfers, 0);
+  for (int stage = 0; stage < graph.pp(); ++stage) {
+    for (const Task& task : graph.stages[stage]) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (!work || work->group != Group::pipeline) continue;
+      auto& side = work->sends ? senders[work->transfer] : receivers[work->transfer];
+      CHECK(side == -1);  // one task per side
+      side = stage;
+      (work->sends ? sent : received)[work->transfer] = work->size_bytes;
+    }
+  }
+  for (int t = 0; t < graph.transfers; ++t) {
+    CHECK(std::abs(senders[t] - receivers[t]) == 1);
+    CHECK(sent[t] == 2.0 * 4096 * 4096);  // BF16 activations of one 4096-token micro-batch
+    CHECK(received[t] == sent[t]);
+  }
+}
+
+TEST_CASE("pipeline: 1F1B warms up pp - stage - 1 forwards, then alternates") {
+  ParallelPlan plan;
+  plan.pp = 4;
+  plan.dp = 2;
+  plan.zero_stage = 1;
+  const TaskGraph graph = build_data_parallel_step(llama3_8b(), training(4096, 16, 1), plan);
+  const auto passes = [&](int stage) {
+    // The order of each micro-batch's first forward and backward kernel on the stage.
+    std::string order;
+    const std::string first_layer = "L" + std::to_string(stage * 8) + ".";
+    for (const Task& task : graph.stages[stage]) {
+      const auto at = task.name.find(first_layer);
+      if (at == std::string::npos || task.stream != Stream::compute) continue;
+      const std::string rest = task.name.substr(at + first_layer.size());
+      const std::string mb = task.name.substr(2, task.name.find('.') - 2);
+      if (rest == "attn_norm") order += "F" + mb;
+      if (rest == "attn_norm.bwd") order += "B" + mb;
+    }
+    return order;
+  };
+  CHECK(passes(0) == "F0F1F2F3B0F4B1F5B2F6B3F7B4B5B6B7");
+  CHECK(passes(2) == "F0F1B0F2B1F3B2F4B3F5B4F6B5F7B6B7");
+  CHECK(passes(3) == "F0B0F1B1F2B2F3B3F4B4F5B5F6B6F7B7");
+  plan.schedule = PipelineSchedule::gpipe;
+  const TaskGraph gpipe = build_data_parallel_step(llama3_8b(), training(4096, 16, 1), plan);
+  CHECK(gpipe.stages[1].size() == graph.stages[1].size());
+  // Each layer's FLOPs are run once per micro-batch whatever the stage: the per-rank average is
+  // the model's over the stages.
+  ParallelPlan flat;
+  flat.dp = 2;
+  flat.zero_stage = 1;
+  const TaskGraph unpipelined = build_data_parallel_step(llama3_8b(), training(4096, 16, 1), flat);
+  CHECK(graph.model_flops_per_rank * 4 == Approx(unpipelined.model_flops_per_rank).epsilon(1e-12));
 }
