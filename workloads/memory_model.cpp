@@ -45,14 +45,14 @@ double largest_unit_parameters(const ModelSpec& model) {
 namespace {
 
 // The parameters pipeline stage `stage` holds: its layers, the embedding on the first stage and
-// the head on the last.
+// the head on the last (with its copy of a tied embedding).
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const std::vector<double> units = fsdp_unit_parameters(model);
   const int per_stage = model.layers / plan.pp;
   double sum = 0;
   if (stage == 0) sum += units.front();
   for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) sum += units[l + 1];
-  if (stage == plan.pp - 1) sum += units.back();
+  if (stage == plan.pp - 1) sum += units.back() + tied_head_copy_parameters(model, plan.pp);
   return sum;
 }
 

@@ -38,7 +38,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
     units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
   }
   if (stage == plan.pp - 1) {
-    units.push_back({"head", parameters.back() / tp, head_ops(model, mb, s, tp), false});
+    units.push_back({"head", (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp,
+                     head_ops(model, mb, s, tp), false});
   }
   return units;
 }
@@ -233,21 +234,17 @@ class MicroBatchBuilder {
   std::vector<TaskIndex> backward_end_;
 };
 
-}  // namespace
-
-namespace {
-
 // The order of one stage's forward (true) and backward passes over micro-batches 0..m-1.
 std::vector<std::pair<bool, int>> stage_schedule(PipelineSchedule schedule, int pp, int stage,
                                                  int m) {
   std::vector<std::pair<bool, int>> order;
-  // Without a pipeline, gradient accumulation: each micro-batch's backward right after its
-  // forward, so one micro-batch's activations are live at a time.
   if (schedule == PipelineSchedule::gpipe && pp > 1) {
     for (int i = 0; i < m; ++i) order.push_back({true, i});
     for (int i = 0; i < m; ++i) order.push_back({false, i});
     return order;
   }
+  // 1F1B; without a pipeline (no warm-up) plain gradient accumulation: each micro-batch's
+  // backward right after its forward, so one micro-batch's activations are live at a time.
   const int warmup = std::min(pp - stage - 1, m);
   for (int i = 0; i < warmup; ++i) order.push_back({true, i});
   for (int i = 0; i < m - warmup; ++i) {
@@ -316,6 +313,20 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
+  // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
+  // all-reduce its gradient (Megatron's embedding group), as two ranks exchanging it whole: the
+  // bytes and time of a two-rank ring all-reduce.
+  if (const double tied = tied_head_copy_parameters(model, plan.pp);
+      tied > 0 && (stage == 0 || stage == pp - 1)) {
+    const double bytes = tied / plan.tp * training.grad_reduce_bytes;
+    const int from_first = graph.transfers - 2;
+    const int from_last = graph.transfers - 1;
+    const bool first = stage == 0;
+    deps.push_back(build.transfer("embedding_grad.send", first ? from_first : from_last, true,
+                                  bytes, {*previous_end}));
+    deps.push_back(
+        build.transfer("embedding_grad.recv", first ? from_last : from_first, false, bytes, {}));
+  }
   const TaskIndex step =
       build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
@@ -337,7 +348,9 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   graph.stages.resize(plan.pp);
-  graph.transfers = 2 * (plan.pp - 1) * graph.micro_batches;
+  // Activations and gradients across each stage boundary, and the tied embedding's exchange.
+  graph.transfers = 2 * (plan.pp - 1) * graph.micro_batches +
+                    (tied_head_copy_parameters(model, plan.pp) > 0 ? 2 : 0);
   for (int stage = 0; stage < plan.pp; ++stage) build_stage(graph, model, training, plan, stage);
   // The builders summed every stage's FLOPs; a rank runs one stage.
   graph.model_flops_per_rank /= plan.pp;

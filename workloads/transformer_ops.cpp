@@ -78,6 +78,10 @@ double head_parameters(const ModelSpec& model) {
   return model.tied_embeddings ? norm : norm + embedding_parameters(model);
 }
 
+double tied_head_copy_parameters(const ModelSpec& model, int pp) {
+  return model.tied_embeddings && pp > 1 ? embedding_parameters(model) : 0.0;
+}
+
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute) {
   const double h = model.hidden;
@@ -155,12 +159,15 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     backward.push_back(memory_op(block + "_residual.bwd", (3 * kBf16 + mask) * local_tokens * h));
   };
 
-  // Attention: QKV by columns, RoPE and attention on the local heads, o_proj by rows.
+  // Attention: QKV by columns, RoPE (if the model rotates) and attention on the local heads,
+  // o_proj by rows.
   enter_block("attn");
   fwd.push_back(gemm_with_backward("qkv", t, (h + 2 * kv) / split, h, backward));
   regather_for_wgrad("qkv");
-  fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
-  backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
+  if (model.positions == Positions::rope) {
+    fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
+    backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
+  }
 
   // Causal attention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away.
   const double attention_fwd_flops =

@@ -58,6 +58,9 @@ double decoder_layer_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
 double position_parameters(const ModelSpec& model);   // the learned position table, if any
 double head_parameters(const ModelSpec& model);       // final norm plus output projection if untied
+// With tied embeddings split over pp > 1 pipeline stages, the last stage keeps its own copy of
+// the embedding as the output projection (Megatron's); 0 otherwise.
+double tied_head_copy_parameters(const ModelSpec& model, int pp);
 // Parameters of each unit that is gathered, reduced and bucketed as a whole, in forward order:
 // the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model);

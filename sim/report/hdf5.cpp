@@ -6,10 +6,10 @@
 //                            fleetsim_version (string), seed (uint64)
 //   /variants/<name>         one group per variant; <name> is the variant name with '/' replaced
 //                            by '_' (a '~<index>' suffix separates names that then collide).
-//     attributes  name, node, gpu_profile, model, recompute (string);
+//     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
-//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, zero_stage,
-//                 simulated (int 0/1);
+//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp,
+//                 zero_stage, simulated (int 0/1);
 //                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
 //                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,
 //                 headroom_fraction, speedup_vs_first, scaling_efficiency_vs_first,

@@ -579,6 +579,11 @@ void check_model(const ModelSpec& m, const Field& map) {
     fail(find(map, "positions").value_or(map), "learned positions need max_positions",
          "give the size of the position table, e.g. max_positions: 2048");
   }
+  if (m.positions == Positions::rope && m.max_positions > 0) {
+    fail(find(map, "max_positions").value_or(map),
+         "max_positions sizes a learned position table, and this model uses rotary positions",
+         "set positions: learned, or remove max_positions");
+  }
   const Field at = find(map, "heads").value_or(map);
   if (m.hidden % m.heads != 0) {
     fail(at,
@@ -1348,8 +1353,8 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
   in.fabric = parse_fabric(find(f, "fabric"));
 }
 
-// The layout must use every GPU (tp x dp), and a tensor-parallel group must fit a node and split
-// the model evenly.
+// The layout must use every GPU (tp x pp x dp), and a tensor-parallel group must fit a node and
+// split the model evenly.
 void check_layout(const Field& root, const StepInputs& in) {
   const int gpus = in.nodes * in.node.gpus;
   const Field layout = require(root, "layout");

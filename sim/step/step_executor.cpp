@@ -119,6 +119,7 @@ class Replay {
         rank.waiting_on[t] = static_cast<int>(program[t].deps.size());
       }
     }
+    check_transfers();
     build_groups(topology);
     // One arrival counter per group instance a collective task of a stage runs in: dp tensor
     // groups, tp data groups, one pair of ranks per transfer.
@@ -253,6 +254,32 @@ class Replay {
         finish(member, t);
       }
     });
+  }
+
+  // Every transfer id in range with exactly one sending and one receiving task, in two
+  // different stages: otherwise a side would never be matched, or be matched twice.
+  void check_transfers() const {
+    std::vector<int> senders(graph_.transfers, 0), receivers(graph_.transfers, 0);
+    std::vector<int> send_stage(graph_.transfers, -1), receive_stage(graph_.transfers, -1);
+    for (int stage = 0; stage < graph_.pp(); ++stage) {
+      for (const Task& task : graph_.stages[stage]) {
+        const auto* work = std::get_if<CollectiveWork>(&task.work);
+        if (!work || work->group != Group::pipeline) continue;
+        if (task.stream != Stream::pipeline || work->transfer < 0 ||
+            work->transfer >= graph_.transfers) {
+          throw ModelError("pipeline transfer " + task.name + " is not on the pipeline stream " +
+                           "or has no valid transfer id");
+        }
+        ++(work->sends ? senders : receivers)[work->transfer];
+        (work->sends ? send_stage : receive_stage)[work->transfer] = stage;
+      }
+    }
+    for (int t = 0; t < graph_.transfers; ++t) {
+      if (senders[t] != 1 || receivers[t] != 1 || send_stage[t] == receive_stage[t]) {
+        throw ModelError("pipeline transfer " + std::to_string(t) +
+                         " needs one sender and one receiver in different stages");
+      }
+    }
   }
 
   // A side of a pipeline transfer whose dependencies are done: the transfer starts when the

@@ -54,7 +54,9 @@ struct StepResult {
   double hardware_flops = 0;  // model FLOPs plus recomputation
   double mfu = 0;             // model_flops / (step time x GPUs x dense BF16 peak)
   double hfu = 0;
-  double comm_bytes_per_gpu = 0;  // collective payload a GPU sent during the step
+  // Bytes the GPUs sent during the step (collectives at their bus factor, pipeline transfers
+  // whole), averaged over the GPUs: stages of a pipeline send different amounts.
+  double comm_bytes_per_gpu = 0;
   std::uint64_t events = 0;       // engine events processed
   std::vector<LinkUsage> links;   // links that carried traffic, in topology order
   std::vector<TraceSlice> trace;  // every slice of the traced ranks, when asked for

@@ -379,7 +379,7 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK_THAT(list->what(), Catch::Contains("got a list"));
 }
 
-TEST_CASE("tp x dp must cover every GPU, and the global batch must split into micro-batches") {
+TEST_CASE("tp x pp x dp must cover every GPU, and the global batch must split into micro-batches") {
   const auto dp = load_error(kBase + "  nodes: 2\n");
   REQUIRE(dp);
   CHECK(dp->key() == "layout.dp");
@@ -851,6 +851,10 @@ TEST_CASE("GPT-3 175B loads with its architecture, and its limits are checked at
       load_error(with(kBase, "model: llama3-8b", "model: {preset: llama3-8b, positions: learned}"));
   REQUIRE(no_table);
   CHECK_THAT(no_table->what(), Catch::Contains("max_positions"));
+  const auto unused_table = load_error(
+      with(kBase, "model: llama3-8b", "model: {preset: llama3-8b, max_positions: 8192}"));
+  REQUIRE(unused_table);
+  CHECK(unused_table->key() == "model.max_positions");
 }
 
 TEST_CASE("a model can come from a Hugging Face config.json, with errors at its line") {

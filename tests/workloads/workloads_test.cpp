@@ -428,3 +428,33 @@ TEST_CASE("pipeline: 1F1B warms up pp - stage - 1 forwards, then alternates") {
   const TaskGraph unpipelined = build_data_parallel_step(llama3_8b(), training(4096, 16, 1), flat);
   CHECK(graph.model_flops_per_rank * 4 == Approx(unpipelined.model_flops_per_rank).epsilon(1e-12));
 }
+
+TEST_CASE("pipeline: a tied embedding is kept on the last stage too and its gradient exchanged") {
+  // Megatron-LM: the last stage holds a copy of the word embedding as its output projection,
+  // and the first and last stages all-reduce its gradient after the backward passes.
+  ParallelPlan plan = tp8_dp8();
+  plan.pp = 4;
+  plan.zero_stage = 1;
+  const ModelSpec m = gpt3_175b();
+  const TaskGraph graph = build_data_parallel_step(m, training(2048, 64, 1), plan);
+  CHECK(graph.transfers == 2 * 3 * graph.micro_batches + 2);
+  double exchanged = 0;
+  for (const int stage : {0, 3}) {
+    for (const Task& task : graph.stages[stage]) {
+      if (task.name.rfind("embedding_grad.send", 0) == 0) {
+        exchanged += std::get<CollectiveWork>(task.work).size_bytes;
+      }
+    }
+  }
+  CHECK(exchanged == Approx(2 * 2.0 * 51200 * 12288 / 8));  // BF16 gradient, each way
+  // The last stage of 4 updates 24 layers, the final LayerNorm and the embedding copy: 30
+  // bytes per parameter of its tp x dp shard.
+  const double last_stage = 24 * decoder_layer_parameters(m) + 2 * 12288 + 51200.0 * 12288;
+  double adam_bytes = 0;
+  for (const Task& task : graph.stages[3]) {
+    if (task.name == "optimizer.adam") {
+      adam_bytes = std::get<ComputeWork>(task.work).kernel.bytes;
+    }
+  }
+  CHECK(adam_bytes == Approx(30 * last_stage / 64));
+}
