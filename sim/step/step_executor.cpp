@@ -95,11 +95,28 @@ struct ProgramIndex {
   }
 };
 
+// The ranks a trace records, `count` of them: the first ones, or with a pipeline the first rank
+// of stages spread from the first to the last, so the trace shows the schedule.
+std::vector<bool> traced_ranks(const TaskGraph& graph, int count) {
+  std::vector<bool> traced(graph.ranks, false);
+  const int pp = graph.pp();
+  if (pp == 1) {
+    for (int r = 0; r < std::min(count, graph.ranks); ++r) traced[r] = true;
+    return traced;
+  }
+  const int stages = std::min(count, pp);
+  for (int i = 0; i < stages; ++i) {
+    const int stage = stages == 1 ? 0 : i * (pp - 1) / (stages - 1);
+    traced[stage * graph.tp * graph.dp] = true;
+  }
+  return traced;
+}
+
 class Replay {
  public:
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology, int trace_ranks)
       : graph_(graph),
-        trace_ranks_(std::min(trace_ranks, graph.ranks)),
+        traced_(traced_ranks(graph, trace_ranks)),
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
@@ -356,7 +373,7 @@ class Replay {
   }
 
   void record(int r, TaskIndex t, SimTime begin) {
-    if (r >= trace_ranks_) return;
+    if (!traced_[r]) return;
     const Task& task = program_of(r)[t];
     trace_.push_back({r, task.stream, task.name, begin, engine_.now()});
   }
@@ -405,7 +422,7 @@ class Replay {
   }
 
   const TaskGraph& graph_;
-  int trace_ranks_;
+  std::vector<bool> traced_;  // by rank
   std::vector<TraceSlice> trace_;
   std::vector<ProgramIndex> index_;  // by stage
   double comm_slowdown_;

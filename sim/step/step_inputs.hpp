@@ -64,7 +64,9 @@ struct StepResult {
 
 // What a replay records beyond its results.
 struct StepOptions {
-  int trace_ranks = 0;  // ranks 0 .. trace_ranks - 1 get their slices recorded; 0: none
+  // Ranks whose slices are recorded: ranks 0 .. trace_ranks - 1, or with a pipeline the first
+  // rank of up to trace_ranks stages from the first to the last; 0: none.
+  int trace_ranks = 0;
 };
 
 struct StepOutcome {

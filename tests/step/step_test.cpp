@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "sim/step/step_executor.hpp"
 
@@ -299,4 +301,25 @@ TEST_CASE("pipeline: same model FLOPs as data parallelism, 1F1B holds pp micro-b
   CHECK(activations(gpipe) == Approx(2 * activations(one_f_one_b)));
   // 1F1B frees activations early and idles no more than GPipe.
   CHECK(one_f_one_b.step.step_time_s <= gpipe.step.step_time_s * 1.001);
+}
+
+TEST_CASE("pipeline: a trace records one rank per stage, the later stages starting later") {
+  StepOptions options;
+  options.trace_ranks = 8;
+  const StepOutcome out = simulate_step(pipelined_job(PipelineSchedule::one_f_one_b), options);
+  REQUIRE(out.simulated);
+  std::map<int, SimTime> first_kernel;  // by rank
+  for (const TraceSlice& slice : out.step.trace) {
+    if (slice.stream != Stream::compute) continue;
+    auto [at, inserted] = first_kernel.try_emplace(slice.rank, slice.begin);
+    if (!inserted) at->second = std::min(at->second, slice.begin);
+  }
+  // tp 1 x dp 2: stage s starts at rank 2s.
+  REQUIRE(first_kernel.size() == 4);
+  CHECK(first_kernel.count(0) + first_kernel.count(2) + first_kernel.count(4) +
+            first_kernel.count(6) ==
+        4);
+  CHECK(first_kernel[0] < first_kernel[2]);
+  CHECK(first_kernel[2] < first_kernel[4]);
+  CHECK(first_kernel[4] < first_kernel[6]);
 }
