@@ -46,22 +46,33 @@ namespace {
 
 // The parameters pipeline stage `stage` holds: its layers, the embedding on the first stage and
 // the head on the last (with its copy of a tied embedding).
+// (With virtual stages, each of its chunks: chunk c is virtual stage c x pp + stage.)
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const std::vector<double> units = fsdp_unit_parameters(model);
-  const int per_stage = model.layers / plan.pp;
+  const int virtual_stages = plan.pp * plan.vpp;
+  const int per_stage = model.layers / virtual_stages;
   double sum = 0;
-  if (stage == 0) sum += units.front();
-  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) sum += units[l + 1];
-  if (stage == plan.pp - 1) sum += units.back() + tied_head_copy_parameters(model, plan.pp);
+  for (int v = stage; v < virtual_stages; v += plan.pp) {
+    if (v == 0) sum += units.front();
+    for (int l = v * per_stage; l < (v + 1) * per_stage; ++l) sum += units[l + 1];
+    if (v == virtual_stages - 1) {
+      sum += units.back() + tied_head_copy_parameters(model, plan.pp);
+    }
+  }
   return sum;
 }
 
-// Micro-batches whose activations a stage holds at once: one without a pipeline; all of them
-// under GPipe; pp - stage under 1F1B (its warm-up forwards and the one in flight).
-int micro_batches_in_flight(const TrainingSpec& training, const ParallelPlan& plan, int stage) {
+// Passes (a micro-batch through one of the stage's chunks) whose activations a stage holds at
+// once: one without a pipeline; all m under GPipe; pp - stage under 1F1B (its warm-up
+// forwards and the one in flight); under interleaved 1F1B its longer warm-up plus one.
+int passes_in_flight(const TrainingSpec& training, const ParallelPlan& plan, int stage) {
   if (plan.pp == 1) return 1;
   const int m = training.global_batch / (training.micro_batch * plan.dp);
-  return plan.schedule == PipelineSchedule::gpipe ? m : std::min(plan.pp - stage, m);
+  if (plan.schedule == PipelineSchedule::gpipe) return m;
+  if (plan.vpp == 1) return std::min(plan.pp - stage, m);
+  const int total = m * plan.vpp;
+  if (m == plan.pp) return total;
+  return std::min(total, (plan.pp - stage - 1) * 2 + (plan.vpp - 1) * plan.pp + 1);
 }
 
 MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,
@@ -110,16 +121,20 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double per_layer =
       decoder_layer_saved_bytes_per_token(model, training, plan.recompute) * tokens / tp;
   const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
-  const double layers = model.layers / plan.pp;
-  const int in_flight = micro_batches_in_flight(training, plan, stage);
+  const double layers = model.layers / (plan.pp * plan.vpp);          // per chunk
+  const int in_flight = passes_in_flight(training, plan, stage);
   const double activations = plan.recompute == Recompute::full
                                  ? in_flight * layers * boundary + per_layer
                                  : in_flight * layers * per_layer;
   const std::string batches =
-      plan.pp == 1 ? "one micro-batch"
-                   : std::to_string(in_flight) + " micro-batches in flight on stage " +
-                         std::to_string(stage) + " of " + std::to_string(plan.pp) + " (" +
-                         to_string(plan.schedule) + ")";
+      plan.pp == 1
+          ? "one micro-batch"
+          : std::to_string(in_flight) + " micro-batches in flight on stage " +
+                std::to_string(stage) + " of " + std::to_string(plan.pp) + " (" +
+                (plan.vpp > 1 ? "interleaved over " + std::to_string(plan.vpp) + " chunks of " +
+                                    std::to_string(model.layers / (plan.pp * plan.vpp)) + " layers"
+                              : std::string(to_string(plan.schedule))) +
+                ")";
   add("activations", activations,
       plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time, " + batches

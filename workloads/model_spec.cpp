@@ -1,5 +1,6 @@
 #include "workloads/model_spec.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "sim/engine/errors.hpp"
@@ -47,9 +48,17 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
         " is not a positive multiple of micro_batch x dp = " + std::to_string(per_pass));
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) throw ModelError("ZeRO stage must be 0-3");
-  if (plan.pp < 1 || model.layers % plan.pp != 0) {
-    throw ModelError("pp " + std::to_string(plan.pp) + " must divide the " +
+  if (plan.pp < 1 || plan.vpp < 1 || model.layers % (plan.pp * plan.vpp) != 0) {
+    throw ModelError("pp x vpp = " + std::to_string(plan.pp * plan.vpp) + " must divide the " +
                      std::to_string(model.layers) + " layers");
+  }
+  if (plan.vpp > 1) {
+    const int m = training.global_batch / std::max(1, training.micro_batch * plan.dp);
+    if (plan.pp < 2 || plan.schedule != PipelineSchedule::one_f_one_b || m % plan.pp != 0) {
+      throw ModelError(
+          "virtual stages (vpp > 1) need pp > 1, the 1F1B schedule and micro-batches per step "
+          "a multiple of pp, as Megatron-LM's interleaved schedule does");
+    }
   }
   // Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
   // over the micro-batches, and parameters stay on their stage.

@@ -75,7 +75,8 @@ struct TrainingSpec {
 
 // The order of micro-batches on each pipeline stage: GPipe runs every forward, then every
 // backward; 1F1B (PipeDream-Flush, Megatron's default) runs pp - stage - 1 forwards, then
-// alternates one forward and one backward, so a stage holds at most pp - stage micro-batches.
+// alternates one forward and one backward, so a stage holds at most pp - stage micro-batches
+// (interleaved over virtual stages when vpp > 1).
 enum class PipelineSchedule { gpipe, one_f_one_b };
 inline const char* to_string(PipelineSchedule schedule) {
   return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
@@ -92,6 +93,10 @@ struct ParallelPlan {
   // the output head on the last; activations and their gradients sent between stages.
   int pp = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  // Virtual stages per rank (Megatron's interleaved 1F1B): each stage holds vpp chunks of
+  // layers / (pp x vpp) layers, chunk c of stage p being virtual stage c x pp + p; the bubble
+  // shrinks vpp-fold for vpp times the transfers.
+  int vpp = 1;
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
   int zero_stage = 0;
   Recompute recompute = Recompute::none;

@@ -19,15 +19,17 @@ struct Unit {
   bool is_layer = true;  // a decoder layer (recomputed under full recomputation)
 };
 
-// The units of one tensor-parallel rank of pipeline stage `stage`: its share of each unit's
-// parameters (norms, which Megatron replicates, are a rounding error and counted split too) and
-// its ops. The first stage has the embedding, the last the head, each its share of the layers.
+// The units of one tensor-parallel rank of virtual pipeline stage `stage` (of pp x vpp): its
+// share of each unit's parameters (norms, which Megatron replicates, are a rounding error and
+// counted split too) and its ops. The first virtual stage has the embedding, the last the head,
+// each its share of the layers.
 std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& training,
                               const ParallelPlan& plan, int stage) {
   const int tp = plan.tp;
   const int mb = training.micro_batch;
   const int s = training.seq_len;
-  const int per_stage = model.layers / plan.pp;
+  const int virtual_stages = plan.pp * plan.vpp;
+  const int per_stage = model.layers / virtual_stages;
   const std::vector<double> parameters = fsdp_unit_parameters(model);
   std::vector<Unit> units;
   if (stage == 0) {
@@ -37,7 +39,7 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
     units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
   }
-  if (stage == plan.pp - 1) {
+  if (stage == virtual_stages - 1) {
     units.push_back({"head", (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp,
                      head_ops(model, mb, s, tp), false});
   }
@@ -234,41 +236,78 @@ class MicroBatchBuilder {
   std::vector<TaskIndex> backward_end_;
 };
 
-// The order of one stage's forward (true) and backward passes over micro-batches 0..m-1.
-std::vector<std::pair<bool, int>> stage_schedule(PipelineSchedule schedule, int pp, int stage,
-                                                 int m) {
-  std::vector<std::pair<bool, int>> order;
-  if (schedule == PipelineSchedule::gpipe && pp > 1) {
-    for (int i = 0; i < m; ++i) order.push_back({true, i});
-    for (int i = 0; i < m; ++i) order.push_back({false, i});
+// One forward or backward pass of a micro-batch through one of a stage's model chunks.
+struct Pass {
+  bool forward;
+  int micro_batch;
+  int chunk;  // 0 unless the schedule is interleaved
+};
+
+// The order of one stage's passes over micro-batches 0..m-1.
+std::vector<Pass> stage_schedule(const ParallelPlan& plan, int stage, int m) {
+  const int pp = plan.pp;
+  std::vector<Pass> order;
+  if (plan.schedule == PipelineSchedule::gpipe && pp > 1) {
+    for (int i = 0; i < m; ++i) order.push_back({true, i, 0});
+    for (int i = 0; i < m; ++i) order.push_back({false, i, 0});
+    return order;
+  }
+  if (plan.vpp > 1) {
+    // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): passes
+    // go in groups of pp micro-batches through chunk 0, then chunk 1, ... (backward: the last
+    // chunk first); the warm-up is longer by (vpp - 1) x pp passes.
+    const int vpp = plan.vpp;
+    const int total = m * vpp;
+    const auto pass = [&](int k, bool forward) {
+      const int in_group = k % (pp * vpp);
+      const int chunk = in_group / pp;
+      return Pass{forward, (k / (pp * vpp)) * pp + in_group % pp,
+                  forward ? chunk : vpp - 1 - chunk};
+    };
+    const int warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp);
+    for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
+    for (int k = 0; k < total - warmup; ++k) {
+      order.push_back(pass(warmup + k, true));
+      order.push_back(pass(k, false));
+    }
+    for (int k = total - warmup; k < total; ++k) order.push_back(pass(k, false));
     return order;
   }
   // 1F1B; without a pipeline (no warm-up) plain gradient accumulation: each micro-batch's
   // backward right after its forward, so one micro-batch's activations are live at a time.
   const int warmup = std::min(pp - stage - 1, m);
-  for (int i = 0; i < warmup; ++i) order.push_back({true, i});
+  for (int i = 0; i < warmup; ++i) order.push_back({true, i, 0});
   for (int i = 0; i < m - warmup; ++i) {
-    order.push_back({true, warmup + i});
-    order.push_back({false, i});
+    order.push_back({true, warmup + i, 0});
+    order.push_back({false, i, 0});
   }
-  for (int i = m - warmup; i < m; ++i) order.push_back({false, i});
+  for (int i = m - warmup; i < m; ++i) order.push_back({false, i, 0});
   return order;
 }
 
-// Builds stage `stage`'s program: its micro-batches in schedule order, the transfers to and
-// from its neighbours, its gradient reductions and its optimizer step.
+// Builds stage `stage`'s program: its micro-batches in schedule order through each of its model
+// chunks, the transfers to and from the neighbouring virtual stages, its gradient reductions and
+// its optimizer step. Chunk c of stage p is virtual stage c x pp + p; without interleaving each
+// stage has one chunk and virtual stages are stages.
 void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& training,
                  const ParallelPlan& plan, int stage) {
   const int pp = plan.pp;
+  const int virtual_stages = pp * plan.vpp;
   const int m = graph.micro_batches;
-  const std::vector<Unit> units = stage_units(model, training, plan, stage);
   ProgramBuilder build(graph, graph.stages[stage]);
-  MicroBatchBuilder micro_batch(build, units, training, plan);
+  std::vector<std::vector<Unit>> chunks;
+  for (int chunk = 0; chunk < plan.vpp; ++chunk) {
+    chunks.push_back(stage_units(model, training, plan, chunk * pp + stage));
+  }
+  std::vector<MicroBatchBuilder> micro_batch;
+  for (const std::vector<Unit>& units : chunks)
+    micro_batch.emplace_back(build, units, training, plan);
   // With sequence parallelism each tp rank sends its sequence shard of the T x hidden
   // activations (Megatron's p2p tensors are scattered too).
   const double activation_bytes = kBf16Bytes * static_cast<double>(training.micro_batch) *
                                   training.seq_len * model.hidden / plan.tp;
-  // Transfer ids: boundary b (between stages b and b + 1), micro-batch i, forward or backward.
+  // Transfer ids: boundary b (between virtual stages b and b + 1), micro-batch i, forward or
+  // backward.
   const auto transfer_id = [m](int boundary, int i, bool forward) {
     return (boundary * m + i) * 2 + (forward ? 0 : 1);
   };
@@ -277,39 +316,42 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const bool reduce_every_micro_batch = plan.zero_stage >= 2;
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
-  for (const auto& [forward, i] : stage_schedule(plan.schedule, pp, stage, m)) {
+  for (const auto& [forward, i, chunk] : stage_schedule(plan, stage, m)) {
+    const int v = chunk * pp + stage;
     const std::string tag = "mb" + std::to_string(i) + ".";
     std::vector<TaskIndex> entry;
     // Gradient accumulation alone: a forward follows the previous micro-batch's backward.
     if (pp == 1 && forward && previous_end) entry.push_back(*previous_end);
     if (forward) {
-      if (stage > 0) {
-        entry.push_back(build.transfer(tag + "recv_activations", transfer_id(stage - 1, i, true),
-                                       false, activation_bytes, {}));
+      if (v > 0) {
+        entry.push_back(build.transfer(tag + "recv_activations", transfer_id(v - 1, i, true), false,
+                                       activation_bytes, {}));
       }
-      previous_end = micro_batch.forward(i, entry);
-      if (stage < pp - 1) {
-        build.transfer(tag + "send_activations", transfer_id(stage, i, true), true,
-                       activation_bytes, {*previous_end});
+      previous_end = micro_batch[chunk].forward(i, entry);
+      if (v < virtual_stages - 1) {
+        build.transfer(tag + "send_activations", transfer_id(v, i, true), true, activation_bytes,
+                       {*previous_end});
       }
       continue;
     }
-    if (stage < pp - 1) {
-      entry.push_back(build.transfer(tag + "recv_gradients", transfer_id(stage, i, false), false,
+    if (v < virtual_stages - 1) {
+      entry.push_back(build.transfer(tag + "recv_gradients", transfer_id(v, i, false), false,
                                      activation_bytes, {}));
     }
     const bool reduce = reduce_every_micro_batch || i == m - 1;
-    previous_end = micro_batch.backward(i, reduce, entry, last_reduction);
-    if (stage > 0) {
-      build.transfer(tag + "send_gradients", transfer_id(stage - 1, i, false), true,
-                     activation_bytes, {*previous_end});
+    previous_end = micro_batch[chunk].backward(i, reduce, entry, last_reduction);
+    if (v > 0) {
+      build.transfer(tag + "send_gradients", transfer_id(v - 1, i, false), true, activation_bytes,
+                     {*previous_end});
     }
   }
 
   // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without
-  // ZeRO), after the last reduction.
+  // ZeRO), after the last reduction (the reduce stream runs in order).
   double parameters = 0;
-  for (const Unit& unit : units) parameters += unit.parameters;
+  for (const std::vector<Unit>& units : chunks) {
+    for (const Unit& unit : units) parameters += unit.parameters;
+  }
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
@@ -349,7 +391,7 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   graph.stages.resize(plan.pp);
   // Activations and gradients across each stage boundary, and the tied embedding's exchange.
-  graph.transfers = 2 * (plan.pp - 1) * graph.micro_batches +
+  graph.transfers = 2 * (plan.pp * plan.vpp - 1) * graph.micro_batches +
                     (tied_head_copy_parameters(model, plan.pp) > 0 ? 2 : 0);
   for (int stage = 0; stage < plan.pp; ++stage) build_stage(graph, model, training, plan, stage);
   // The builders summed every stage's FLOPs; a rank runs one stage.

@@ -8,7 +8,7 @@
 //                            by '_' (a '~<index>' suffix separates names that then collide).
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
-//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp,
+//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp, vpp,
 //                 zero_stage, simulated (int 0/1);
 //                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
 //                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,
@@ -186,6 +186,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "tp", inputs.plan.tp);
   write_attribute(group, "dp", inputs.plan.dp);
   write_attribute(group, "pp", inputs.plan.pp);
+  write_attribute(group, "vpp", inputs.plan.vpp);
   write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
   write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));

@@ -24,6 +24,7 @@ Json layout_json(const ParallelPlan& plan) {
   return Json{{"tp", plan.tp},
               {"dp", plan.dp},
               {"pp", plan.pp},
+              {"vpp", plan.vpp},
               {"pipeline_schedule", to_string(plan.schedule)},
               {"zero_stage", plan.zero_stage},
               {"recompute", to_string(plan.recompute)},

@@ -37,7 +37,9 @@ std::string layout_label(const ParallelPlan& plan) {
   const char* recompute = to_string(plan.recompute);
   const std::string tp = plan.tp > 1 ? "tp" + std::to_string(plan.tp) + " " : "";
   const std::string pp =
-      plan.pp > 1 ? "pp" + std::to_string(plan.pp) + " " + to_string(plan.schedule) + " " : "";
+      plan.pp == 1   ? ""
+      : plan.vpp > 1 ? "pp" + std::to_string(plan.pp) + " vpp" + std::to_string(plan.vpp) + " "
+                     : "pp" + std::to_string(plan.pp) + " " + to_string(plan.schedule) + " ";
   return tp + pp + "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +
          " recompute=" + recompute;
 }

@@ -743,13 +743,6 @@ TrainingSpec parse_training(const Field& f) {
 
 const Keys kLayoutKeys = {"dp", "tp", "pp", "vpp", "schedule", "zero", "recompute", "bucket"};
 
-void require_one(const Field& f, std::string_view what) {
-  if (read_int(f, 1) != 1) {
-    fail(f, "expected 1, got " + describe(f.node),
-         std::string(what) + " parallelism arrives in a later version");
-  }
-}
-
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
   ParallelPlan plan;
@@ -761,11 +754,11 @@ ParallelPlan parse_layout(const Field& f) {
     plan.pp = read_int(*pp, 1);
   }
   if (auto vpp = find(f, "vpp")) {
-    require_one(*vpp, "interleaved pipeline (virtual stages)");
+    plan.vpp = read_int(*vpp, 1);
   }
   if (auto schedule = find(f, "schedule")) {
     plan.schedule = read_choice(*schedule, {"1f1b", "gpipe"}, {"interleaved"},
-                                "the interleaved schedule arrives in a later version") == "gpipe"
+                                "interleaved 1F1B is 1f1b with virtual stages: set vpp") == "gpipe"
                         ? PipelineSchedule::gpipe
                         : PipelineSchedule::one_f_one_b;
   }
@@ -1389,6 +1382,27 @@ void check_layout(const Field& root, const StepInputs& in) {
     }
   }
   const int pp = in.plan.pp;
+  if (in.plan.vpp > 1) {
+    const Field vpp_field = require(layout, "vpp");
+    const int vpp = in.plan.vpp;
+    const int m = in.training.global_batch / std::max(1, in.training.micro_batch * in.plan.dp);
+    if (pp < 2 || in.plan.schedule != PipelineSchedule::one_f_one_b) {
+      fail(vpp_field, "virtual stages need a pipeline (pp > 1) with the 1f1b schedule",
+           "vpp > 1 interleaves each stage's chunks in Megatron-LM's 1F1B");
+    }
+    if (in.model.layers % (pp * vpp) != 0) {
+      fail(vpp_field,
+           "pp x vpp = " + std::to_string(pp * vpp) + " does not divide the model's " +
+               std::to_string(in.model.layers) + " layers",
+           "each virtual stage holds layers / (pp x vpp) layers");
+    }
+    if (m % pp != 0) {
+      fail(vpp_field,
+           "the interleaved schedule needs micro-batches per step (" + std::to_string(m) +
+               ") to be a multiple of pp " + std::to_string(pp),
+           "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp");
+    }
+  }
   if (pp > 1) {
     const Field pp_field = require(layout, "pp");
     if (in.model.layers % pp != 0) {

@@ -793,8 +793,14 @@ TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {
   REQUIRE(interleaved);
   CHECK_THAT(interleaved->what(), Catch::Contains("not supported yet"));
   const auto virtual_stages = load_error(with(pipelined, "pp: 2", "pp: 2\n  vpp: 2"));
-  REQUIRE(virtual_stages);
+  REQUIRE(virtual_stages);  // GPipe has no interleaved form
   CHECK(virtual_stages->key() == "layout.vpp");
+  const std::string interleaved_ok =
+      with(with(pipelined, "pp: 2", "pp: 2\n  vpp: 4"), "schedule: gpipe", "schedule: 1f1b");
+  CHECK(load_text(interleaved_ok).variants[0].inputs.plan.vpp == 4);
+  const auto uneven_chunks = load_error(with(interleaved_ok, "vpp: 4", "vpp: 5"));
+  REQUIRE(uneven_chunks);
+  CHECK_THAT(uneven_chunks->what(), Catch::Contains("pp x vpp = 10 does not divide"));
   const auto count = load_error(with(pipelined, "dp: 4", "dp: 8"));
   REQUIRE(count);
   CHECK_THAT(count->what(), Catch::Contains("got 1 x 2 x 8"));
@@ -805,14 +811,15 @@ TEST_CASE("the shipped GPT-3 scenario uses every GPU with Megatron-LM's layout")
   const Scenario s = load_scenario(
       std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios" / "gpt3-175b-pipeline.yaml",
       testing::source_data());
-  REQUIRE(s.variants.size() == 3);
+  REQUIRE(s.variants.size() == 4);
   for (const auto& variant : s.variants) {
     const StepInputs& in = variant.inputs;
     CHECK(in.plan.tp * in.plan.pp * in.plan.dp == in.nodes * in.node.gpus);
     CHECK(in.model.name == "gpt3-175b");
   }
   CHECK(s.variants[1].inputs.plan.schedule == PipelineSchedule::gpipe);
-  CHECK(s.variants[2].inputs.plan.pp == 8);
+  CHECK(s.variants[2].inputs.plan.vpp == 2);
+  CHECK(s.variants[3].inputs.plan.pp == 8);
 }
 
 TEST_CASE("GPT-3 175B loads with its architecture, and its limits are checked at their keys") {

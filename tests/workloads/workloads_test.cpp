@@ -61,6 +61,16 @@ ParallelPlan tp8_dp8() {
   return plan;
 }
 
+// A pipelined layout with ZeRO-1, as Megatron-LM runs pipelines.
+ParallelPlan pipeline(int pp, int dp, int vpp = 1) {
+  ParallelPlan plan;
+  plan.pp = pp;
+  plan.dp = dp;
+  plan.vpp = vpp;
+  plan.zero_stage = 1;
+  return plan;
+}
+
 TrainingSpec training(int seq, int global_batch, int micro_batch) {
   TrainingSpec t;
   t.seq_len = seq;
@@ -366,10 +376,7 @@ TEST_CASE("selective recomputation reruns eager attention's core, and nothing un
 }
 
 TEST_CASE("pipeline: every transfer has one sender and one receiver on neighbouring stages") {
-  ParallelPlan plan;
-  plan.pp = 4;
-  plan.dp = 2;
-  plan.zero_stage = 1;
+  ParallelPlan plan = pipeline(4, 2);
   ModelSpec m = llama3_8b();
   const TaskGraph graph = build_data_parallel_step(m, training(4096, 16, 1), plan);
   REQUIRE(graph.pp() == 4);
@@ -395,10 +402,7 @@ TEST_CASE("pipeline: every transfer has one sender and one receiver on neighbour
 }
 
 TEST_CASE("pipeline: 1F1B warms up pp - stage - 1 forwards, then alternates") {
-  ParallelPlan plan;
-  plan.pp = 4;
-  plan.dp = 2;
-  plan.zero_stage = 1;
+  ParallelPlan plan = pipeline(4, 2);
   const TaskGraph graph = build_data_parallel_step(llama3_8b(), training(4096, 16, 1), plan);
   const auto passes = [&](int stage) {
     // The order of each micro-batch's first forward and backward kernel on the stage.
@@ -457,4 +461,37 @@ TEST_CASE("pipeline: a tied embedding is kept on the last stage too and its grad
     }
   }
   CHECK(adam_bytes == Approx(30 * last_stage / 64));
+}
+
+TEST_CASE("pipeline: the interleaved schedule runs chunks in Megatron-LM's order") {
+  // pp 2, vpp 2, m 4: forward passes go through chunk 0 for micro-batches 0-1, chunk 1 for
+  // 0-1, chunk 0 for 2-3, chunk 1 for 2-3; stage 0 warms up (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4
+  // passes, stage 1 2 passes, then one forward and one backward in turn.
+  const ParallelPlan plan = pipeline(2, 1, 2);
+  ModelSpec m = llama3_8b();
+  m.layers = 4;  // virtual stage v = chunk x pp + stage holds layer v: L0 and L2 on stage 0
+  const TaskGraph graph = build_data_parallel_step(m, training(4096, 4, 1), plan);
+  const auto passes = [&](int stage) {
+    std::string order;
+    for (const Task& task : graph.stages[stage]) {
+      if (task.stream != Stream::compute) continue;
+      for (const int chunk : {0, 1}) {
+        const std::string layer = ".L" + std::to_string(chunk * 2 + stage) + ".attn_norm";
+        const auto at = task.name.find(layer);
+        if (at == std::string::npos) continue;
+        const std::string rest = task.name.substr(at + layer.size());
+        const std::string mb = task.name.substr(2, task.name.find('.') - 2);
+        if (rest.empty()) order += "F" + mb + "c" + std::to_string(chunk) + " ";
+        if (rest == ".bwd") order += "B" + mb + "c" + std::to_string(chunk) + " ";
+      }
+    }
+    return order;
+  };
+  CHECK(passes(0) ==
+        "F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 B2c1 B3c1 "
+        "B2c0 B3c0 ");
+  CHECK(passes(1) ==
+        "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 F3c0 B1c0 F2c1 B2c1 F3c1 B3c1 "
+        "B2c0 B3c0 ");
+  CHECK(graph.transfers == 2 * 3 * 4);
 }
