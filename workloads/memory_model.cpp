@@ -129,8 +129,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const std::string batches =
       plan.pp == 1
           ? "one micro-batch"
-          : std::to_string(in_flight) + " micro-batches in flight on stage " +
-                std::to_string(stage) + " of " + std::to_string(plan.pp) + " (" +
+          : std::to_string(in_flight) +
+                (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
+                " in flight on stage " + std::to_string(stage) + " of " + std::to_string(plan.pp) +
+                " (" +
                 (plan.vpp > 1 ? "interleaved over " + std::to_string(plan.vpp) + " chunks of " +
                                     std::to_string(model.layers / (plan.pp * plan.vpp)) + " layers"
                               : std::string(to_string(plan.schedule))) +

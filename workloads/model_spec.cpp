@@ -49,8 +49,8 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) throw ModelError("ZeRO stage must be 0-3");
   if (plan.pp < 1 || plan.vpp < 1 || model.layers % (plan.pp * plan.vpp) != 0) {
-    throw ModelError("pp x vpp = " + std::to_string(plan.pp * plan.vpp) + " must divide the " +
-                     std::to_string(model.layers) + " layers");
+    throw ModelError((plan.vpp > 1 ? "pp x vpp = " : "pp ") + std::to_string(plan.pp * plan.vpp) +
+                     " must divide the " + std::to_string(model.layers) + " layers");
   }
   if (plan.vpp > 1) {
     const int m = training.global_batch / std::max(1, training.micro_batch * plan.dp);

@@ -89,8 +89,8 @@ struct TaskGraph {
 
 // Builds one optimizer step: data-parallel training (ZeRO stage 0-3, bucketed gradient
 // reduction overlapped with the backward pass), each replica tensor-parallel over plan.tp
-// ranks and pipelined over plan.pp stages (GPipe or 1F1B). Throws ModelError on an inconsistent
-// plan.
+// ranks and pipelined over plan.pp stages (GPipe, 1F1B or interleaved 1F1B). Throws ModelError on
+// an inconsistent plan.
 TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
                                    const ParallelPlan& plan);
 

@@ -757,8 +757,11 @@ ParallelPlan parse_layout(const Field& f) {
     plan.vpp = read_int(*vpp, 1);
   }
   if (auto schedule = find(f, "schedule")) {
-    plan.schedule = read_choice(*schedule, {"1f1b", "gpipe"}, {"interleaved"},
-                                "interleaved 1F1B is 1f1b with virtual stages: set vpp") == "gpipe"
+    if (schedule->node.IsScalar() && schedule->node.Scalar() == "interleaved") {
+      fail(*schedule, "interleaving is set by vpp, not by the schedule",
+           "set schedule: 1f1b and vpp: 2 or more virtual stages per rank");
+    }
+    plan.schedule = read_choice(*schedule, {"1f1b", "gpipe"}) == "gpipe"
                         ? PipelineSchedule::gpipe
                         : PipelineSchedule::one_f_one_b;
   }
@@ -1385,7 +1388,6 @@ void check_layout(const Field& root, const StepInputs& in) {
   if (in.plan.vpp > 1) {
     const Field vpp_field = require(layout, "vpp");
     const int vpp = in.plan.vpp;
-    const int m = in.training.global_batch / std::max(1, in.training.micro_batch * in.plan.dp);
     if (pp < 2 || in.plan.schedule != PipelineSchedule::one_f_one_b) {
       fail(vpp_field, "virtual stages need a pipeline (pp > 1) with the 1f1b schedule",
            "vpp > 1 interleaves each stage's chunks in Megatron-LM's 1F1B");
@@ -1395,12 +1397,6 @@ void check_layout(const Field& root, const StepInputs& in) {
            "pp x vpp = " + std::to_string(pp * vpp) + " does not divide the model's " +
                std::to_string(in.model.layers) + " layers",
            "each virtual stage holds layers / (pp x vpp) layers");
-    }
-    if (m % pp != 0) {
-      fail(vpp_field,
-           "the interleaved schedule needs micro-batches per step (" + std::to_string(m) +
-               ") to be a multiple of pp " + std::to_string(pp),
-           "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp");
     }
   }
   if (pp > 1) {
@@ -1431,18 +1427,26 @@ void check_layout(const Field& root, const StepInputs& in) {
 
 // Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
 // optimizer step, which must be a whole number.
+// Under interleaved 1F1B they must also come in whole groups of pp.
 void check_batch(const Field& root, const StepInputs& in) {
   const int per_pass = in.training.micro_batch * in.plan.dp;
-  if (in.training.global_batch % per_pass == 0) {
-    return;
+  if (in.training.global_batch % per_pass != 0) {
+    const Field batch = require(require(root, "training"), "global_batch");
+    fail(batch,
+         "global_batch " + std::to_string(in.training.global_batch) +
+             " is not a multiple of micro_batch x dp = " + std::to_string(per_pass),
+         "gradient accumulation runs global_batch / (micro_batch x dp) micro-batches per step; "
+         "use a multiple of " +
+             std::to_string(per_pass));
   }
-  const Field batch = require(require(root, "training"), "global_batch");
-  fail(batch,
-       "global_batch " + std::to_string(in.training.global_batch) +
-           " is not a multiple of micro_batch x dp = " + std::to_string(per_pass),
-       "gradient accumulation runs global_batch / (micro_batch x dp) micro-batches per step; "
-       "use a multiple of " +
-           std::to_string(per_pass));
+  const int m = in.training.global_batch / per_pass;
+  if (in.plan.vpp > 1 && m % in.plan.pp != 0) {
+    fail(require(require(root, "layout"), "vpp"),
+         "the interleaved schedule needs micro-batches per step (" + std::to_string(m) +
+             ") to be a multiple of pp " + std::to_string(in.plan.pp),
+         "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp: adjust "
+         "global_batch, or set vpp: 1");
+  }
 }
 
 StepInputs Loader::parse_variant(const Field& root) {

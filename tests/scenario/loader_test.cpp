@@ -791,7 +791,7 @@ TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {
   CHECK_THAT(sharded->what(), Catch::Contains("does not combine with pp 2"));
   const auto interleaved = load_error(with(pipelined, "schedule: gpipe", "schedule: interleaved"));
   REQUIRE(interleaved);
-  CHECK_THAT(interleaved->what(), Catch::Contains("not supported yet"));
+  CHECK_THAT(interleaved->what(), Catch::Contains("interleaving is set by vpp"));
   const auto virtual_stages = load_error(with(pipelined, "pp: 2", "pp: 2\n  vpp: 2"));
   REQUIRE(virtual_stages);  // GPipe has no interleaved form
   CHECK(virtual_stages->key() == "layout.vpp");
@@ -801,6 +801,11 @@ TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {
   const auto uneven_chunks = load_error(with(interleaved_ok, "vpp: 4", "vpp: 5"));
   REQUIRE(uneven_chunks);
   CHECK_THAT(uneven_chunks->what(), Catch::Contains("pp x vpp = 10 does not divide"));
+  const auto odd_batches =
+      load_error(with(interleaved_ok, "global_batch: 256", "global_batch: 24"));  // m = 3
+  REQUIRE(odd_batches);
+  CHECK(odd_batches->key() == "layout.vpp");
+  CHECK_THAT(odd_batches->what(), Catch::Contains("(3) to be a multiple of pp 2"));
   const auto count = load_error(with(pipelined, "dp: 4", "dp: 8"));
   REQUIRE(count);
   CHECK_THAT(count->what(), Catch::Contains("got 1 x 2 x 8"));
