@@ -81,7 +81,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // replicates, counted split too: a rounding error) and of every activation: sequence
   // parallelism shards what tensor parallelism does not split.
   const double tp = plan.tp;
-  const double p = stage_parameters(model, plan, stage) / tp;
+  // Under LoRA the stage's layers also hold their adapters, and only the adapters have
+  // gradients and optimizer states.
+  const double adapters = lora_parameters_per_layer(model, training) * model.layers / plan.pp / tp;
+  const double p = stage_parameters(model, plan, stage) / tp + adapters;
+  const double trained = training.lora ? adapters : p;
+  const std::string which = training.lora ? "LoRA adapters only, " : "";
   const double dp = plan.dp;
   const int zero = plan.zero_stage;
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len;
@@ -99,15 +104,16 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   add("weights", kWeightBytes * p / weight_shards,
       "BF16, " + split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
   const double grad_shards = zero >= 2 ? dp : 1;
-  add("gradients", kMainGradBytes * p / grad_shards,
-      "FP32 main gradients, " + split + std::string(zero >= 2 ? "sharded over dp" : "replicated"));
+  add("gradients", kMainGradBytes * trained / grad_shards,
+      "FP32 main gradients, " + which + split +
+          std::string(zero >= 2 ? "sharded over dp" : "replicated"));
   const double optimizer_shards = zero >= 1 ? dp : 1;
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   add("optimizer states",
-      optimizer_state_bytes_per_parameter(training.optimizer) * p / optimizer_shards,
+      optimizer_state_bytes_per_parameter(training.optimizer) * trained / optimizer_shards,
       std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
                             : "FP32 master weights + Adam m, v = 12") +
-          per_param + ", " + split + (zero >= 1 ? "sharded over dp" : "replicated"));
+          per_param + ", " + which + split + (zero >= 1 ? "sharded over dp" : "replicated"));
 
   double dynamic = 0;
   if (zero >= 3) {
@@ -156,9 +162,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   // Gradients are reduced from communication buckets; under ZeRO-3 the unit's full BF16
   // gradient exists until its reduce-scatter finishes.
-  const double grad_staging = zero >= 3
-                                  ? largest_unit_parameters(model) / tp * training.grad_reduce_bytes
-                                  : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
+  const double staged_unit =
+      training.lora ? lora_parameters_per_layer(model, training) : largest_unit_parameters(model);
+  const double grad_staging = zero >= 3 ? staged_unit / tp * training.grad_reduce_bytes
+                                        : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
   // NCCL keeps buffers per communicator: the data-parallel, tensor-parallel and pipeline ones.
   const double communicators =
       (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) + (plan.pp > 1 ? 1 : 0);

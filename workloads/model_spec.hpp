@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace fleetsim {
 
@@ -59,6 +61,14 @@ inline const char* to_string(Recompute recompute) {
 // eager attention (two batched GEMMs around a softmax) keeps the s x s probabilities.
 enum class Attention { flash, eager };
 
+// Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
+// projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets
+// use Hugging Face PEFT's module names: q, k, v, o, gate, up, down.
+struct LoraSpec {
+  int rank = 16;
+  std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+};
+
 struct TrainingSpec {
   Precision precision = Precision::bf16;
   Optimizer optimizer = Optimizer::adam;
@@ -68,6 +78,7 @@ struct TrainingSpec {
   // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did).
   int grad_reduce_bytes = 2;
   Attention attention = Attention::flash;
+  std::optional<LoraSpec> lora;  // set: LoRA fine-tuning; unset: every weight trained
   // Dropout after attention and after the MLP (and on the attention probabilities): above 0,
   // each keeps a one-byte mask for backward. FlashAttention regenerates its own from the seed.
   double dropout = 0;

@@ -14,7 +14,8 @@ namespace {
 
 struct Unit {
   std::string name;
-  double parameters;
+  double parameters;  // held (and gathered under ZeRO-3)
+  double trainable;   // with gradients and optimizer states: all, or LoRA's adapters
   LayerOps ops;
   bool is_layer = true;  // a decoder layer (recomputed under full recomputation)
 };
@@ -31,17 +32,23 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   const int virtual_stages = plan.pp * plan.vpp;
   const int per_stage = model.layers / virtual_stages;
   const std::vector<double> parameters = fsdp_unit_parameters(model);
+  // Under LoRA only each layer's adapters train; the embedding and head are frozen.
+  const bool frozen = training.lora.has_value();
+  const double adapters = lora_parameters_per_layer(model, training) / tp;
   std::vector<Unit> units;
   if (stage == 0) {
-    units.push_back({"embed", parameters.front() / tp, embedding_ops(model, mb, s, tp), false});
+    const double embed = parameters.front() / tp;
+    units.push_back(
+        {"embed", embed, frozen ? 0.0 : embed, embedding_ops(model, mb, s, tp, frozen), false});
   }
   const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute);
   for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
-    units.push_back({"L" + std::to_string(l), parameters[l + 1] / tp, layer});
+    const double held = parameters[l + 1] / tp + adapters;
+    units.push_back({"L" + std::to_string(l), held, frozen ? adapters : held, layer});
   }
   if (stage == virtual_stages - 1) {
-    units.push_back({"head", (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp,
-                     head_ops(model, mb, s, tp), false});
+    const double head = (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp;
+    units.push_back({"head", head, frozen ? 0.0 : head, head_ops(model, mb, s, tp, frozen), false});
   }
   return units;
 }
@@ -111,7 +118,8 @@ class ProgramBuilder {
 
 // Groups units, from the last to the first (the order their gradients become ready), into
 // buckets of at least `bucket_bytes` of gradients, as PyTorch DDP does. A bucket is ready when
-// the backward of its lowest unit, the last of it to run, is done.
+// the backward of its lowest unit, the last of it to run, is done. Frozen units (no trainable
+// parameters) have no gradients and close no bucket.
 struct Bucket {
   std::size_t ready_after_unit;
   double bytes;
@@ -120,13 +128,17 @@ std::vector<Bucket> gradient_buckets(const std::vector<Unit>& units, double byte
                                      double bucket_bytes) {
   std::vector<Bucket> buckets;
   double pending = 0;
+  std::size_t lowest = 0;  // the last unit with gradients added to the pending bucket
   for (std::size_t i = units.size(); i-- > 0;) {
-    pending += units[i].parameters * bytes_per_parameter;
-    if (pending >= bucket_bytes || i == 0) {
+    if (units[i].trainable <= 0) continue;
+    pending += units[i].trainable * bytes_per_parameter;
+    lowest = i;
+    if (pending >= bucket_bytes) {
       buckets.push_back({i, pending});
       pending = 0;
     }
   }
+  if (pending > 0) buckets.push_back({lowest, pending});
   return buckets;
 }
 
@@ -211,12 +223,17 @@ class MicroBatchBuilder {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
       }
+      if (unit(u).ops.backward.empty()) {
+        // A frozen embedding: nothing to do, the layer above ended the backward.
+        backward_end_[u] = backward_end_[u + 1];
+        continue;
+      }
       backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
-      if (!reduce_gradients) continue;
+      if (!reduce_gradients || unit(u).trainable <= 0) continue;
       if (sharded()) {
         last_reduction = build_->collective(tag_ + unit(u).name + ".reduce_scatter",
                                             CollectiveOp::reduce_scatter,
-                                            unit(u).parameters * grad_bytes, {backward_end_[u]});
+                                            unit(u).trainable * grad_bytes, {backward_end_[u]});
       } else if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
         last_reduction = build_->collective(
             tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op), bucket_op,
@@ -242,6 +259,12 @@ struct Pass {
   int micro_batch;
   int chunk;  // 0 unless the schedule is interleaved
 };
+
+// The tied embedding's gradient the first and last stages exchange: none when it is frozen.
+double tied_embedding_exchange_parameters(const ModelSpec& model, const TrainingSpec& training,
+                                          int pp) {
+  return training.lora ? 0.0 : tied_head_copy_parameters(model, pp);
+}
 
 // The order of one stage's passes over micro-batches 0..m-1.
 std::vector<Pass> stage_schedule(const ParallelPlan& plan, int stage, int m) {
@@ -350,7 +373,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // ZeRO), after the last reduction (the reduce stream runs in order).
   double parameters = 0;
   for (const std::vector<Unit>& units : chunks) {
-    for (const Unit& unit : units) parameters += unit.parameters;
+    for (const Unit& unit : units) parameters += unit.trainable;
   }
   const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
   std::vector<TaskIndex> deps{*previous_end};
@@ -358,7 +381,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
   // all-reduce its gradient (Megatron's embedding group), as two ranks exchanging it whole: the
   // bytes and time of a two-rank ring all-reduce.
-  if (const double tied = tied_head_copy_parameters(model, plan.pp);
+  if (const double tied = tied_embedding_exchange_parameters(model, training, plan.pp);
       tied > 0 && (stage == 0 || stage == pp - 1)) {
     const double bytes = tied / plan.tp * training.grad_reduce_bytes;
     const int from_first = graph.transfers - 2;
@@ -392,7 +415,7 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   graph.stages.resize(plan.pp);
   // Activations and gradients across each stage boundary, and the tied embedding's exchange.
   graph.transfers = 2 * (plan.pp * plan.vpp - 1) * graph.micro_batches +
-                    (tied_head_copy_parameters(model, plan.pp) > 0 ? 2 : 0);
+                    (tied_embedding_exchange_parameters(model, training, plan.pp) > 0 ? 2 : 0);
   for (int stage = 0; stage < plan.pp; ++stage) build_stage(graph, model, training, plan, stage);
   // The builders summed every stage's FLOPs; a rank runs one stage.
   graph.model_flops_per_rank /= plan.pp;

@@ -1,7 +1,11 @@
 #include "workloads/transformer_ops.hpp"
 
 #include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <utility>
 
+#include "sim/engine/errors.hpp"
 #include "workloads/precision.hpp"
 
 namespace fleetsim {
@@ -26,12 +30,46 @@ Op memory_op(std::string name, double bytes) {
   return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
 }
 
-// A forward GEMM and, appended to `backward`, its two backward GEMMs.
+// A forward GEMM and, appended to `backward`, its backward GEMMs: the input gradient, and the
+// weight gradient unless the weight is frozen.
 Op gemm_with_backward(const std::string& name, double m, double n, double k,
-                      std::vector<Op>& backward) {
+                      std::vector<Op>& backward, bool frozen = false) {
   backward.push_back(gemm_op(name + ".dgrad", m, k, n));
-  backward.push_back(gemm_op(name + ".wgrad", k, n, m));
+  if (!frozen) backward.push_back(gemm_op(name + ".wgrad", k, n, m));
   return gemm_op(name, m, n, k);
+}
+
+// A projection's input and output sizes by its PEFT module name.
+std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::string& module) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double kv = static_cast<double>(model.kv_heads) * model.head_dim();
+  if (module == "q" || module == "o") return {h, h};
+  if (module == "k" || module == "v") return {h, kv};
+  if (module == "gate" || module == "up") return {h, f};
+  if (module == "down") return {f, h};
+  throw ModelError("unknown LoRA target " + module);
+}
+
+bool targets(const TrainingSpec& training, const std::string& module) {
+  const auto& list = training.lora->targets;
+  return std::find(list.begin(), list.end(), module) != list.end();
+}
+
+// The adapters of the targeted modules among `modules`, which all read the same input, run
+// after their projection: x A (T x rank), then (x A) B, each with both backward GEMMs.
+void lora_adapters(const ModelSpec& model, const TrainingSpec& training,
+                   std::initializer_list<const char*> modules, double tokens,
+                   std::vector<Op>& forward, std::vector<Op>& backward) {
+  if (!training.lora) return;
+  const double rank = training.lora->rank;
+  for (const char* module : modules) {
+    if (!targets(training, module)) continue;
+    const auto [in, out] = lora_module_shape(model, module);
+    const std::string name = std::string(module) + ".lora_";
+    forward.push_back(gemm_with_backward(name + "a", tokens, rank, in, backward));
+    forward.push_back(gemm_with_backward(name + "b", tokens, out, rank, backward));
+  }
 }
 
 double kv_dim(const ModelSpec& model) {
@@ -76,6 +114,16 @@ std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
 double head_parameters(const ModelSpec& model) {
   const double norm = norm_parameters(model);
   return model.tied_embeddings ? norm : norm + embedding_parameters(model);
+}
+
+double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training) {
+  if (!training.lora) return 0;
+  double sum = 0;
+  for (const std::string& module : training.lora->targets) {
+    const auto [in, out] = lora_module_shape(model, module);
+    sum += training.lora->rank * (in + out);
+  }
+  return sum;
 }
 
 double tied_head_copy_parameters(const ModelSpec& model, int pp) {
@@ -162,8 +210,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // Attention: QKV by columns, RoPE (if the model rotates) and attention on the local heads,
   // o_proj by rows.
   enter_block("attn");
-  fwd.push_back(gemm_with_backward("qkv", t, (h + 2 * kv) / split, h, backward));
-  regather_for_wgrad("qkv");
+  const bool frozen = training.lora.has_value();
+  fwd.push_back(gemm_with_backward("qkv", t, (h + 2 * kv) / split, h, backward, frozen));
+  if (!frozen) regather_for_wgrad("qkv");
+  lora_adapters(model, training, {"q", "k", "v"}, t, fwd, backward);
   if (model.positions == Positions::rope) {
     fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
     backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
@@ -216,23 +266,27 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       }
     }
   }
-  fwd.push_back(gemm_with_backward("o_proj", t, h, h / split, backward));
+  fwd.push_back(gemm_with_backward("o_proj", t, h, h / split, backward, frozen));
+  lora_adapters(model, training, {"o"}, t, fwd, backward);
   leave_block("attn");
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows.
   enter_block("mlp");
   if (model.mlp == Mlp::swiglu) {
-    fwd.push_back(gemm_with_backward("gate_up", t, 2 * f / split, h, backward));
-    regather_for_wgrad("gate_up");
+    fwd.push_back(gemm_with_backward("gate_up", t, 2 * f / split, h, backward, frozen));
+    if (!frozen) regather_for_wgrad("gate_up");
+    lora_adapters(model, training, {"gate", "up"}, t, fwd, backward);
     fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f / split));
     backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f / split));
   } else {
-    fwd.push_back(gemm_with_backward("up", t, f / split, h, backward));
-    regather_for_wgrad("up");
+    fwd.push_back(gemm_with_backward("up", t, f / split, h, backward, frozen));
+    if (!frozen) regather_for_wgrad("up");
+    lora_adapters(model, training, {"up"}, t, fwd, backward);
     fwd.push_back(memory_op("gelu", 2 * kBf16 * t * f / split));
     backward.push_back(memory_op("gelu.bwd", 3 * kBf16 * t * f / split));
   }
-  fwd.push_back(gemm_with_backward("down", t, h, f / split, backward));
+  fwd.push_back(gemm_with_backward("down", t, h, f / split, backward, frozen));
+  lora_adapters(model, training, {"down"}, t, fwd, backward);
   leave_block("mlp");
 
   std::reverse(backward.begin(), backward.end());
@@ -240,7 +294,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   return ops;
 }
 
-LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) {
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   LayerOps ops;
@@ -255,11 +309,13 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
   }
   // Scatter-add of the token gradients into the FP32 embedding gradient.
   // Each rank reads the whole gathered gradient; the FP32 rows it updates are its own share.
+  // A frozen embedding has no gradient: its backward is nothing.
+  if (frozen) return LayerOps{ops.forward, {}};
   ops.backward.push_back(memory_op("embedding.bwd", rows_read * t * h * (kBf16 + 2 * kFp32 / tp)));
   return ops;
 }
 
-LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) {
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   const double v = model.vocab;
@@ -268,7 +324,7 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) 
   std::vector<Op> backward;
   ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * t * h / split));
   if (tp > 1) ops.forward.push_back(tp_op("head_gather", CollectiveOp::all_gather, kBf16 * t * h));
-  ops.forward.push_back(gemm_with_backward("logits", t, v / split, h, backward));
+  ops.forward.push_back(gemm_with_backward("logits", t, v / split, h, backward, frozen));
   // Cross-entropy in FP32 on the local vocabulary shard: read BF16 logits, write FP32 logits,
   // read them for softmax and loss (its max and sum across ranks are a few bytes per token).
   ops.forward.push_back(memory_op("cross_entropy", t * v / split * (kBf16 + 2 * kFp32)));
@@ -278,8 +334,8 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp) 
     // needs the input gathered again.
     ops.backward.push_back(tp_op("logits.regather", CollectiveOp::all_gather, kBf16 * t * h));
   }
-  ops.backward.push_back(backward[1]);  // wgrad and dgrad of the logits GEMM
-  ops.backward.push_back(backward[0]);
+  // The logits GEMM's weight gradient (unless frozen), then its input gradient.
+  ops.backward.insert(ops.backward.end(), backward.rbegin(), backward.rend());
   if (tp > 1) {
     ops.backward.push_back(tp_op("head_gather.bwd", CollectiveOp::reduce_scatter, kBf16 * t * h));
   }

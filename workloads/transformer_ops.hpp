@@ -48,8 +48,13 @@ struct LayerOps {
 // backward recomputes its scores anyway); full recomputation is the caller's.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none);
-LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
-LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1);
+// A frozen embedding or head (LoRA) computes no weight gradient.
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
+                       bool frozen = false);
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
+                  bool frozen = false);
+// Trainable adapter parameters of one decoder layer under LoRA (0 without).
+double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).
 double optimizer_state_bytes_per_parameter(Optimizer optimizer);
 Op adam_step_op(double local_parameters, Optimizer optimizer);

@@ -166,7 +166,11 @@ void add_setup_rows(Table& table, const RunReport& report) {
   }
   table.add("GPU profile",
             cells_for(report, [](const VariantReport& v) { return v.inputs.gpu.name; }));
-  table.add("model", cells_for(report, [](const VariantReport& v) { return v.inputs.model.name; }));
+  table.add("model", cells_for(report, [](const VariantReport& v) {
+              const auto& lora = v.inputs.training.lora;
+              return v.inputs.model.name +
+                     (lora ? " (LoRA rank " + std::to_string(lora->rank) + ")" : "");
+            }));
   table.add("layout",
             cells_for(report, [](const VariantReport& v) { return layout_label(v.inputs.plan); }));
 }

@@ -698,15 +698,16 @@ int read_sm_count(const Field& f) {
 
 // ---- training and layout -------------------------------------------------------------------
 
-const Keys kTrainingKeys = {"method",       "precision",   "optimizer",         "seq_len",
-                            "global_batch", "micro_batch", "grad_reduce_dtype", "tokens",
-                            "attention",    "dropout"};
+const Keys kTrainingKeys = {
+    "method",      "precision",         "optimizer", "seq_len",   "global_batch",
+    "micro_batch", "grad_reduce_dtype", "tokens",    "attention", "dropout",
+    "lora"};
 
 TrainingSpec parse_training(const Field& f) {
   expect_map(f, kTrainingKeys);
-  if (auto method = find(f, "method")) {
-    read_choice(*method, {"full"}, {"lora", "qlora"}, "lora/qlora arrive in a later version");
-  }
+  const bool lora =
+      find(f, "method") && read_choice(*find(f, "method"), {"full", "lora"}, {"qlora"},
+                                       "qlora arrives in a later version") == "lora";
   if (auto precision = find(f, "precision")) {
     read_choice(*precision, {"bf16"}, {"fp8"}, "fp8 arrives in a later version");
   }
@@ -714,6 +715,25 @@ TrainingSpec parse_training(const Field& f) {
   if (auto optimizer = find(f, "optimizer")) {
     t.optimizer = read_choice(*optimizer, {"adam", "adam8bit"}) == "adam8bit" ? Optimizer::adam8bit
                                                                               : Optimizer::adam;
+  }
+  if (lora) {
+    t.lora = LoraSpec{};
+    if (auto spec = find(f, "lora")) {
+      expect_map(*spec, {"rank", "targets"});
+      if (auto rank = find(*spec, "rank")) t.lora->rank = read_int(*rank, 1);
+      if (auto targets = find(*spec, "targets")) {
+        t.lora->targets.clear();
+        for (const Field& target : read_list(*targets, 0, "module names")) {
+          const std::string name = read_choice(target, {"q", "k", "v", "o", "gate", "up", "down"});
+          if (std::find(t.lora->targets.begin(), t.lora->targets.end(), name) ==
+              t.lora->targets.end()) {
+            t.lora->targets.push_back(name);
+          }
+        }
+      }
+    }
+  } else if (auto spec = find(f, "lora")) {
+    fail(*spec, "lora settings without method: lora", "set method: lora, or remove lora");
   }
   t.seq_len = read_int(require(f, "seq_len"), 1);
   t.global_batch = read_int(require(f, "global_batch"), 1);
@@ -1427,6 +1447,24 @@ void check_layout(const Field& root, const StepInputs& in) {
 
 // Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
 // optimizer step, which must be a whole number.
+// LoRA's adapters sit beside projections the model has, on ranks that hold whole projections.
+void check_lora(const Field& training, StepInputs& in) {
+  auto& targets = in.training.lora->targets;
+  const auto gate = std::find(targets.begin(), targets.end(), "gate");
+  if (in.model.mlp == Mlp::gelu && gate != targets.end()) {
+    const auto spec = find(training, "lora");
+    const auto listed = spec ? find(*spec, "targets") : std::nullopt;
+    if (listed) {
+      fail(*listed, "a GELU MLP has no gate projection to adapt", "target q, k, v, o, up and down");
+    }
+    targets.erase(gate);  // the default list, for a model without a gate
+  }
+  if (in.plan.tp > 1) {
+    fail(require(training, "method"), "LoRA with tensor parallelism is not modelled yet",
+         "use tp: 1 (LoRA's small optimizer states usually let ZeRO or data parallelism fit)");
+  }
+}
+
 // Under interleaved 1F1B they must also come in whole groups of pp.
 void check_batch(const Field& root, const StepInputs& in) {
   const int per_pass = in.training.micro_batch * in.plan.dp;
@@ -1463,6 +1501,7 @@ StepInputs Loader::parse_variant(const Field& root) {
   in.plan = parse_layout(require(root, "layout"));
   check_layout(root, in);
   check_batch(root, in);
+  if (in.training.lora) check_lora(require(root, "training"), in);
   return in;
 }
 

@@ -252,7 +252,7 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   CHECK(too_big.out.find("over by") != std::string::npos);
 }
 
-TEST_CASE("Llama-3-70B on one node: no layout fits 8 H100s, B200 and MI300X fit with sharding") {
+TEST_CASE("Llama-3-70B on one node: full fine-tuning fits B200 and MI300X, LoRA fits H100 too") {
   // 70B parameters at 18 bytes (1.26 TB) of model states: 158 GB per GPU sharded eight ways,
   // more than an H100's 80 GB whatever the activations; B200 and MI300X (192 GB) fit.
   const std::string source = FLEETSIM_SOURCE_DIR;
@@ -265,6 +265,7 @@ TEST_CASE("Llama-3-70B on one node: no layout fits 8 H100s, B200 and MI300X fit 
   }
   CHECK_FALSE(simulated.at("h100 zero3 recompute"));
   CHECK_FALSE(simulated.at("h100 tp8 zero1 recompute"));
+  CHECK(simulated.at("h100 lora zero3 recompute"));  // frozen weights: 2 bytes per parameter
   CHECK(simulated.at("b200 zero3 recompute"));
   CHECK(simulated.at("b200 tp8 zero1"));
   CHECK(simulated.at("mi300x zero3 recompute"));

@@ -338,10 +338,10 @@ TEST_CASE("a bad enum value lists the allowed values") {
   REQUIRE(zero);
   CHECK_THAT(zero->what(), Catch::Contains("expected one of 0, 1, 2, 3, got \"4\""));
 
-  const auto lora = load_error(with(kBase, "training:\n", "training:\n  method: lora\n"));
-  REQUIRE(lora);
-  CHECK(lora->key() == "training.method");
-  CHECK_THAT(lora->what(), Catch::Contains("(hint: lora/qlora arrive in a later version)"));
+  const auto qlora = load_error(with(kBase, "training:\n", "training:\n  method: qlora\n"));
+  REQUIRE(qlora);
+  CHECK(qlora->key() == "training.method");
+  CHECK_THAT(qlora->what(), Catch::Contains("(hint: qlora arrives in a later version)"));
 }
 
 TEST_CASE("a missing required key names the key and its map") {
@@ -772,6 +772,36 @@ TEST_CASE("the model zoo's Llama 2 and Llama 3 405B count their published parame
   CHECK(parameters("llama2-13b") == 13'015'864'320.0);
   CHECK(parameters("llama2-70b") == 68'976'648'192.0);
   CHECK(parameters("llama3-405b") == 405'853'388'800.0);
+}
+
+TEST_CASE("LoRA loads with its rank and targets, and what it cannot adapt is refused") {
+  const std::string lora =
+      with(kBase, "training:\n", "training:\n  method: lora\n  lora: {rank: 8, targets: [q, v]}\n");
+  const StepInputs in = load_text(lora).variants[0].inputs;
+  REQUIRE(in.training.lora);
+  CHECK(in.training.lora->rank == 8);
+  CHECK(in.training.lora->targets == std::vector<std::string>{"q", "v"});
+  const StepInputs defaults =
+      load_text(with(kBase, "training:\n", "training:\n  method: lora\n")).variants[0].inputs;
+  CHECK(defaults.training.lora->targets.size() == 7);  // every linear layer
+
+  const auto stray = load_error(with(lora, "method: lora", "method: full"));
+  REQUIRE(stray);
+  CHECK(stray->key() == "training.lora");
+  const auto unknown = load_error(with(lora, "targets: [q, v]", "targets: [q, w]"));
+  REQUIRE(unknown);
+  CHECK(unknown->key() == "training.lora.targets[1]");
+  const auto tensor = load_error(with(with(lora, "dp: 8", "dp: 4\n  tp: 2"), "zero: 3", "zero: 1"));
+  REQUIRE(tensor);
+  CHECK(tensor->key() == "training.method");
+  const std::string gpt3 =
+      with(with(lora, "model: llama3-8b", "model: gpt3-175b"), "seq_len: 4096", "seq_len: 2048");
+  const auto gate = load_error(with(gpt3, "targets: [q, v]", "targets: [q, gate]"));
+  REQUIRE(gate);
+  CHECK_THAT(gate->what(), Catch::Contains("no gate projection"));
+  const StepInputs gpt3_default =
+      load_text(with(gpt3, "\n  lora: {rank: 8, targets: [q, v]}", "")).variants[0].inputs;
+  CHECK(gpt3_default.training.lora->targets.size() == 6);
 }
 
 TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {

@@ -495,3 +495,38 @@ TEST_CASE("pipeline: the interleaved schedule runs chunks in Megatron-LM's order
         "B2c0 B3c0 ");
   CHECK(graph.transfers == 2 * 3 * 4);
 }
+
+TEST_CASE("LoRA: PEFT's trainable count, 4N model FLOPs per token, only adapters reduced") {
+  // Hugging Face PEFT on Meta-Llama-3-8B, rank 16 on every linear layer, reports
+  // "trainable params: 41,943,040": per layer 16 x (2(h + h) + 2(h + kv) + 2(h + f) + (f + h)).
+  const ModelSpec m = llama3_8b();
+  TrainingSpec t = training(4096, 16, 1);
+  t.lora = LoraSpec{};
+  CHECK(32 * lora_parameters_per_layer(m, t) == 41'943'040.0);
+
+  ParallelPlan plan;
+  plan.dp = 8;
+  const TaskGraph lora = build_data_parallel_step(m, t, plan);
+  const TaskGraph full = build_data_parallel_step(m, training(4096, 16, 1), plan);
+  // Frozen weights need no weight gradients: the layers' GEMMs and the logits do 4 of their 6
+  // FLOPs per parameter and token; the adapters all 6; attention is unchanged.
+  const double tokens = lora.micro_batches * 4096.0;
+  const double gemm_parameters = m.parameters() - embedding_parameters(m) - 65 * 4096.0;
+  const double attention = 3.0 * 2.0 * 4096.0 * 4096.0 * 4096 * 32 * lora.micro_batches;
+  CHECK(lora.model_flops_per_rank ==
+        Approx(4 * gemm_parameters * tokens + 6 * 41'943'040.0 * tokens + attention).epsilon(1e-9));
+  CHECK(lora.model_flops_per_rank < full.model_flops_per_rank);
+  // DDP all-reduces the adapters' BF16 gradients, nothing else.
+  double reduced = 0;
+  for (const Task& task : lora.stages[0]) {
+    const auto* work = std::get_if<CollectiveWork>(&task.work);
+    if (work && work->op == CollectiveOp::all_reduce) reduced += work->size_bytes;
+  }
+  CHECK(reduced == Approx(2 * 41'943'040.0));
+  // Weights stay whole; gradients and Adam states are the adapters'.
+  plan.zero_stage = 3;
+  const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
+  CHECK(mem.items[0].bytes == Approx(2 * (m.parameters() + 41'943'040.0) / 8));
+  CHECK(mem.items[1].bytes == Approx(4 * 41'943'040.0 / 8));
+  CHECK(mem.items[2].bytes == Approx(12 * 41'943'040.0 / 8));
+}
