@@ -22,8 +22,18 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
     throw ModelError("model " + model.name + " has " + std::to_string(model.max_positions) +
                      " learned positions, fewer than seq_len " + std::to_string(training.seq_len));
   }
-  if (training.lora && (training.lora->rank < 1 || plan.tp > 1)) {
-    throw ModelError("LoRA needs a positive rank, and runs without tensor parallelism here");
+  if (const auto& lora = training.lora) {
+    if (lora->rank < 1 || plan.tp > 1) {
+      throw ModelError("LoRA needs a positive rank, and runs without tensor parallelism here");
+    }
+    for (auto t = lora->targets.begin(); t != lora->targets.end(); ++t) {
+      if (std::find(lora->targets.begin(), t, *t) != t) {
+        throw ModelError("LoRA target " + *t + " is listed twice");
+      }
+      if (*t == "gate" && model.mlp != Mlp::swiglu) {
+        throw ModelError("a GELU MLP has no gate projection for LoRA to adapt");
+      }
+    }
   }
   if (training.dropout < 0 || training.dropout >= 1) {
     throw ModelError("dropout must be in [0, 1)");

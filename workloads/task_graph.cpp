@@ -215,18 +215,18 @@ class MicroBatchBuilder {
     if (sharded()) regather(n - 1);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t u = n - 1 - i;
-      if (sharded() && u >= 1) regather(u - 1);
+      if (unit(u).ops.backward.empty()) {
+        // A frozen embedding: nothing to gather or compute, the layer above ended the backward.
+        backward_end_[u] = backward_end_[u + 1];
+        continue;
+      }
+      if (sharded() && u >= 1 && !unit(u - 1).ops.backward.empty()) regather(u - 1);
       std::vector<TaskIndex> deps;
       if (sharded()) deps.push_back(regathered[u]);
       if (i == 0) deps.insert(deps.end(), entry.begin(), entry.end());
       if (recompute && unit(u).is_layer) {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
-      }
-      if (unit(u).ops.backward.empty()) {
-        // A frozen embedding: nothing to do, the layer above ended the backward.
-        backward_end_[u] = backward_end_[u + 1];
-        continue;
       }
       backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
       if (!reduce_gradients || unit(u).trainable <= 0) continue;

@@ -329,7 +329,7 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   // read them for softmax and loss (its max and sum across ranks are a few bytes per token).
   ops.forward.push_back(memory_op("cross_entropy", t * v / split * (kBf16 + 2 * kFp32)));
   ops.backward.push_back(memory_op("cross_entropy.bwd", t * v / split * (kFp32 + kBf16)));
-  if (tp > 1) {
+  if (tp > 1 && !frozen) {
     // The logits GEMM is column-parallel on a sequence-parallel input: its weight gradient
     // needs the input gathered again.
     ops.backward.push_back(tp_op("logits.regather", CollectiveOp::all_gather, kBf16 * t * h));

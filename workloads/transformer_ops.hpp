@@ -45,7 +45,9 @@ struct LayerOps {
 // entered by an all-gather and left by a reduce-scatter of the T x hidden activations (in
 // backward the mirror images, plus the re-gather of a sharded input for its weight gradient).
 // Selective recomputation reruns eager attention's core in backward (FlashAttention's
-// backward recomputes its scores anyway); full recomputation is the caller's.
+// backward recomputes its scores anyway); full recomputation is the caller's. Under LoRA the
+// layer's projections are frozen (no weight gradients) and each targeted one has its adapter
+// GEMMs after it.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none);
 // A frozen embedding or head (LoRA) computes no weight gradient.
@@ -66,7 +68,8 @@ double head_parameters(const ModelSpec& model);       // final norm plus output 
 // With tied embeddings split over pp > 1 pipeline stages, the last stage keeps its own copy of
 // the embedding as the output projection (Megatron's); 0 otherwise.
 double tied_head_copy_parameters(const ModelSpec& model, int pp);
-// Parameters of each unit that is gathered, reduced and bucketed as a whole, in forward order:
+// Parameters of each unit that is gathered (and, when all of it trains, reduced and bucketed)
+// as a whole, in forward order:
 // the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
 

@@ -1445,17 +1445,19 @@ void check_layout(const Field& root, const StepInputs& in) {
        "set layout.dp to " + std::to_string(gpus / (tp * pp)) + " or change cluster.nodes");
 }
 
-// Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
-// optimizer step, which must be a whole number.
 // LoRA's adapters sit beside projections the model has, on ranks that hold whole projections.
 void check_lora(const Field& training, StepInputs& in) {
   auto& targets = in.training.lora->targets;
   const auto gate = std::find(targets.begin(), targets.end(), "gate");
   if (in.model.mlp == Mlp::gelu && gate != targets.end()) {
     const auto spec = find(training, "lora");
-    const auto listed = spec ? find(*spec, "targets") : std::nullopt;
-    if (listed) {
-      fail(*listed, "a GELU MLP has no gate projection to adapt", "target q, k, v, o, up and down");
+    if (const auto listed = spec ? find(*spec, "targets") : std::nullopt) {
+      for (const Field& target : read_list(*listed, 0, "module names")) {
+        if (read_string(target) == "gate") {
+          fail(target, "a GELU MLP has no gate projection to adapt",
+               "target q, k, v, o, up and down");
+        }
+      }
     }
     targets.erase(gate);  // the default list, for a model without a gate
   }
@@ -1465,7 +1467,9 @@ void check_lora(const Field& training, StepInputs& in) {
   }
 }
 
-// Under interleaved 1F1B they must also come in whole groups of pp.
+// Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
+// optimizer step, which must be a whole number. Under interleaved 1F1B they must also come in
+// whole groups of pp.
 void check_batch(const Field& root, const StepInputs& in) {
   const int per_pass = in.training.micro_batch * in.plan.dp;
   if (in.training.global_batch % per_pass != 0) {

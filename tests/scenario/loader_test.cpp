@@ -799,6 +799,7 @@ TEST_CASE("LoRA loads with its rank and targets, and what it cannot adapt is ref
   const auto gate = load_error(with(gpt3, "targets: [q, v]", "targets: [q, gate]"));
   REQUIRE(gate);
   CHECK_THAT(gate->what(), Catch::Contains("no gate projection"));
+  CHECK(gate->key() == "training.lora.targets[1]");
   const StepInputs gpt3_default =
       load_text(with(gpt3, "\n  lora: {rank: 8, targets: [q, v]}", "")).variants[0].inputs;
   CHECK(gpt3_default.training.lora->targets.size() == 6);

@@ -530,3 +530,29 @@ TEST_CASE("LoRA: PEFT's trainable count, 4N model FLOPs per token, only adapters
   CHECK(mem.items[1].bytes == Approx(4 * 41'943'040.0 / 8));
   CHECK(mem.items[2].bytes == Approx(12 * 41'943'040.0 / 8));
 }
+
+TEST_CASE("LoRA under ZeRO-3 never gathers the frozen embedding for a backward it skips") {
+  const ModelSpec m = llama3_8b();
+  TrainingSpec t = training(4096, 16, 1);
+  t.lora = LoraSpec{};
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 3;
+  const TaskGraph graph = build_data_parallel_step(m, t, plan);
+  int embedding_gathers = 0;
+  for (const Task& task : graph.stages[0]) {
+    if (task.name.find("embed.") != std::string::npos && task.stream == Stream::gather) {
+      ++embedding_gathers;
+    }
+  }
+  CHECK(embedding_gathers == graph.micro_batches);  // its forward only
+  // A GELU model has no gate to adapt, and a target listed twice is an error, not double
+  // counting.
+  t.lora->targets = {"q", "q"};
+  CHECK_THROWS_WITH(build_data_parallel_step(m, t, plan), Catch::Contains("listed twice"));
+  TrainingSpec gpt = training(2048, 16, 1);
+  gpt.lora = LoraSpec{};
+  gpt.lora->targets = {"gate"};
+  CHECK_THROWS_WITH(build_data_parallel_step(gpt3_175b(), gpt, plan),
+                    Catch::Contains("no gate projection"));
+}
