@@ -50,29 +50,28 @@ namespace {
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const std::vector<double> units = fsdp_unit_parameters(model);
   const int virtual_stages = plan.pp * plan.vpp;
-  const int per_stage = model.layers / virtual_stages;
   double sum = 0;
   for (int v = stage; v < virtual_stages; v += plan.pp) {
-    if (v == 0) sum += units.front();
-    for (int l = v * per_stage; l < (v + 1) * per_stage; ++l) sum += units[l + 1];
-    if (v == virtual_stages - 1) {
-      sum += units.back() + tied_head_copy_parameters(model, plan.pp);
+    for (const std::size_t index : virtual_stage_units(model, virtual_stages, v)) {
+      sum += units[index];
+      if (index == units.size() - 1) sum += tied_head_copy_parameters(model, plan.pp);
     }
   }
   return sum;
 }
 
-// Passes (a micro-batch through one of the stage's chunks) whose activations a stage holds at
-// once: one without a pipeline; all m under GPipe; pp - stage under 1F1B (its warm-up
-// forwards and the one in flight); under interleaved 1F1B its longer warm-up plus one.
+// Passes (a micro-batch through one of the stage's chunks) whose activations the stage holds
+// at once, walking its schedule: a forward saves them, its backward frees them. One without a
+// pipeline, all m under GPipe, pp - stage under 1F1B, the longer warm-up plus one interleaved.
 int passes_in_flight(const TrainingSpec& training, const ParallelPlan& plan, int stage) {
-  if (plan.pp == 1) return 1;
   const int m = training.global_batch / (training.micro_batch * plan.dp);
-  if (plan.schedule == PipelineSchedule::gpipe) return m;
-  if (plan.vpp == 1) return std::min(plan.pp - stage, m);
-  const int total = m * plan.vpp;
-  if (m == plan.pp) return total;
-  return std::min(total, (plan.pp - stage - 1) * 2 + (plan.vpp - 1) * plan.pp + 1);
+  int live = 0;
+  int peak = 0;
+  for (const Pass& pass : pipeline_schedule(plan, stage, m)) {
+    live += pass.forward ? 1 : -1;
+    peak = std::max(peak, live);
+  }
+  return peak;
 }
 
 MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,

@@ -29,26 +29,26 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   const int tp = plan.tp;
   const int mb = training.micro_batch;
   const int s = training.seq_len;
-  const int virtual_stages = plan.pp * plan.vpp;
-  const int per_stage = model.layers / virtual_stages;
   const std::vector<double> parameters = fsdp_unit_parameters(model);
+  const std::size_t head_index = parameters.size() - 1;
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
-  std::vector<Unit> units;
-  if (stage == 0) {
-    const double embed = parameters.front() / tp;
-    units.push_back(
-        {"embed", embed, frozen ? 0.0 : embed, embedding_ops(model, mb, s, tp, frozen), false});
-  }
   const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute);
-  for (int l = stage * per_stage; l < (stage + 1) * per_stage; ++l) {
-    const double held = parameters[l + 1] / tp + adapters;
-    units.push_back({"L" + std::to_string(l), held, frozen ? adapters : held, layer});
-  }
-  if (stage == virtual_stages - 1) {
-    const double head = (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp;
-    units.push_back({"head", head, frozen ? 0.0 : head, head_ops(model, mb, s, tp, frozen), false});
+  std::vector<Unit> units;
+  for (const std::size_t index : virtual_stage_units(model, plan.pp * plan.vpp, stage)) {
+    if (index == 0) {
+      const double embed = parameters.front() / tp;
+      units.push_back(
+          {"embed", embed, frozen ? 0.0 : embed, embedding_ops(model, mb, s, tp, frozen), false});
+    } else if (index == head_index) {
+      const double head = (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp;
+      units.push_back(
+          {"head", head, frozen ? 0.0 : head, head_ops(model, mb, s, tp, frozen), false});
+    } else {
+      const double held = parameters[index] / tp + adapters;
+      units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer});
+    }
   }
   return units;
 }
@@ -253,59 +253,10 @@ class MicroBatchBuilder {
   std::vector<TaskIndex> backward_end_;
 };
 
-// One forward or backward pass of a micro-batch through one of a stage's model chunks.
-struct Pass {
-  bool forward;
-  int micro_batch;
-  int chunk;  // 0 unless the schedule is interleaved
-};
-
 // The tied embedding's gradient the first and last stages exchange: none when it is frozen.
 double tied_embedding_exchange_parameters(const ModelSpec& model, const TrainingSpec& training,
                                           int pp) {
   return training.lora ? 0.0 : tied_head_copy_parameters(model, pp);
-}
-
-// The order of one stage's passes over micro-batches 0..m-1.
-std::vector<Pass> stage_schedule(const ParallelPlan& plan, int stage, int m) {
-  const int pp = plan.pp;
-  std::vector<Pass> order;
-  if (plan.schedule == PipelineSchedule::gpipe && pp > 1) {
-    for (int i = 0; i < m; ++i) order.push_back({true, i, 0});
-    for (int i = 0; i < m; ++i) order.push_back({false, i, 0});
-    return order;
-  }
-  if (plan.vpp > 1) {
-    // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): passes
-    // go in groups of pp micro-batches through chunk 0, then chunk 1, ... (backward: the last
-    // chunk first); the warm-up is longer by (vpp - 1) x pp passes.
-    const int vpp = plan.vpp;
-    const int total = m * vpp;
-    const auto pass = [&](int k, bool forward) {
-      const int in_group = k % (pp * vpp);
-      const int chunk = in_group / pp;
-      return Pass{forward, (k / (pp * vpp)) * pp + in_group % pp,
-                  forward ? chunk : vpp - 1 - chunk};
-    };
-    const int warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp);
-    for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
-    for (int k = 0; k < total - warmup; ++k) {
-      order.push_back(pass(warmup + k, true));
-      order.push_back(pass(k, false));
-    }
-    for (int k = total - warmup; k < total; ++k) order.push_back(pass(k, false));
-    return order;
-  }
-  // 1F1B; without a pipeline (no warm-up) plain gradient accumulation: each micro-batch's
-  // backward right after its forward, so one micro-batch's activations are live at a time.
-  const int warmup = std::min(pp - stage - 1, m);
-  for (int i = 0; i < warmup; ++i) order.push_back({true, i, 0});
-  for (int i = 0; i < m - warmup; ++i) {
-    order.push_back({true, warmup + i, 0});
-    order.push_back({false, i, 0});
-  }
-  for (int i = m - warmup; i < m; ++i) order.push_back({false, i, 0});
-  return order;
 }
 
 // Builds stage `stage`'s program: its micro-batches in schedule order through each of its model
@@ -339,7 +290,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const bool reduce_every_micro_batch = plan.zero_stage >= 2;
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
-  for (const auto& [forward, i, chunk] : stage_schedule(plan, stage, m)) {
+  for (const auto& [forward, i, chunk] : pipeline_schedule(plan, stage, m)) {
     const int v = chunk * pp + stage;
     const std::string tag = "mb" + std::to_string(i) + ".";
     std::vector<TaskIndex> entry;
@@ -402,6 +353,47 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
 }
 
 }  // namespace
+
+std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m) {
+  const int pp = plan.pp;
+  std::vector<Pass> order;
+  if (plan.schedule == PipelineSchedule::gpipe && pp > 1) {
+    for (int i = 0; i < m; ++i) order.push_back({true, i, 0});
+    for (int i = 0; i < m; ++i) order.push_back({false, i, 0});
+    return order;
+  }
+  if (plan.vpp > 1) {
+    // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): passes
+    // go in groups of pp micro-batches through chunk 0, then chunk 1, ... (backward: the last
+    // chunk first); the warm-up is longer by (vpp - 1) x pp passes.
+    const int vpp = plan.vpp;
+    const int total = m * vpp;
+    const auto pass = [&](int k, bool forward) {
+      const int in_group = k % (pp * vpp);
+      const int chunk = in_group / pp;
+      return Pass{forward, (k / (pp * vpp)) * pp + in_group % pp,
+                  forward ? chunk : vpp - 1 - chunk};
+    };
+    const int warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp);
+    for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
+    for (int k = 0; k < total - warmup; ++k) {
+      order.push_back(pass(warmup + k, true));
+      order.push_back(pass(k, false));
+    }
+    for (int k = total - warmup; k < total; ++k) order.push_back(pass(k, false));
+    return order;
+  }
+  // 1F1B; without a pipeline (no warm-up) plain gradient accumulation: each micro-batch's
+  // backward right after its forward, so one micro-batch's activations are live at a time.
+  const int warmup = std::min(pp - stage - 1, m);
+  for (int i = 0; i < warmup; ++i) order.push_back({true, i, 0});
+  for (int i = 0; i < m - warmup; ++i) {
+    order.push_back({true, warmup + i, 0});
+    order.push_back({false, i, 0});
+  }
+  for (int i = m - warmup; i < m; ++i) order.push_back({false, i, 0});
+  return order;
+}
 
 TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& training,
                                    const ParallelPlan& plan) {

@@ -87,6 +87,17 @@ struct TaskGraph {
   int pp() const { return static_cast<int>(stages.size()); }
 };
 
+// One forward or backward pass of a micro-batch through one of a stage's model chunks.
+struct Pass {
+  bool forward;
+  int micro_batch;
+  int chunk;  // 0 unless the schedule is interleaved
+};
+
+// The order of pipeline stage `stage`'s passes over micro-batches 0..m-1 under plan's schedule
+// (without a pipeline: each micro-batch's backward right after its forward).
+std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m);
+
 // Builds one optimizer step: data-parallel training (ZeRO stage 0-3, bucketed gradient
 // reduction overlapped with the backward pass), each replica tensor-parallel over plan.tp
 // ranks and pipelined over plan.pp stages (GPipe, 1F1B or interleaved 1F1B). Throws ModelError on

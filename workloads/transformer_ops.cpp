@@ -111,6 +111,15 @@ std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
   return units;
 }
 
+std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v) {
+  const int per_stage = model.layers / virtual_stages;
+  std::vector<std::size_t> units;
+  if (v == 0) units.push_back(0);
+  for (int l = v * per_stage; l < (v + 1) * per_stage; ++l) units.push_back(l + 1);
+  if (v == virtual_stages - 1) units.push_back(static_cast<std::size_t>(model.layers) + 1);
+  return units;
+}
+
 double head_parameters(const ModelSpec& model) {
   const double norm = norm_parameters(model);
   return model.tied_embeddings ? norm : norm + embedding_parameters(model);

@@ -9,6 +9,7 @@
 // FLOPs, counted as the same model FLOPs. Linear biases are fused into the GEMMs' epilogues.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,10 @@ double tied_head_copy_parameters(const ModelSpec& model, int pp);
 // as a whole, in forward order:
 // the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
+// The units virtual pipeline stage v of `virtual_stages` holds, as indices into
+// fsdp_unit_parameters (0 the embedding, 1..layers the layers, layers + 1 the head) in forward
+// order: an even share of the layers, the embedding on the first, the head on the last.
+std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v);
 
 // Bytes one decoder layer keeps for backward per token: BF16 activations, one-byte dropout
 // masks, FP32 log-sum-exp (FlashAttention) or BF16 probabilities (eager attention). For a GPT
