@@ -5,6 +5,7 @@
 #include <boost/graph/breadth_first_search.hpp>
 #include <boost/graph/filtered_graph.hpp>
 #include <string>
+#include <unordered_map>
 
 #include "sim/engine/errors.hpp"
 
@@ -23,12 +24,15 @@ using Adjacency =
 
 // The graph, and the buffers of the route search: colours and predecessors stay allocated and
 // are reset only where a search touched them, so a short route costs what it visits, not the
-// size of the cluster. (The search mutates them: one Topology serves one thread.)
+// size of the cluster. Routes found are kept, as a step asks for the same ones over and over;
+// adding a vertex or link forgets them. (The search mutates them: one Topology serves one
+// thread.)
 struct Topology::Graph {
   Adjacency adjacency;
   std::vector<boost::default_color_type> color;
   std::vector<LinkId> via;
   std::vector<VertexId> touched;
+  std::unordered_map<std::uint64_t, std::vector<LinkId>> routes;  // by src << 32 | dst
 };
 
 Topology::Topology() : graph_(std::make_unique<Graph>()) {}
@@ -65,6 +69,7 @@ const char* to_string(LinkKind kind) {
 
 VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int index) {
   const auto id = static_cast<VertexId>(boost::add_vertex(graph_->adjacency));
+  graph_->routes.clear();
   vertices_.push_back(Vertex{kind, std::move(name), node, index});
   nic_of_gpu_.push_back(kNoVertex);
   out_links_.emplace_back();
@@ -137,6 +142,7 @@ LinkId Topology::add_link(VertexId from, VertexId to, LinkKind kind, double byte
   const auto id = static_cast<LinkId>(links_.size());
   links_.push_back(Link{from, to, kind, bytes_per_s, latency});
   boost::add_edge(from, to, id, graph_->adjacency);
+  graph_->routes.clear();
   out_links_.at(from).push_back(id);
   return id;
 }
@@ -214,6 +220,8 @@ struct UsableForRoute {
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (src == dst) return {};
   Graph& g = *graph_;
+  const std::uint64_t key = std::uint64_t{src} << 32 | dst;
+  if (const auto known = g.routes.find(key); known != g.routes.end()) return known->second;
   g.color.resize(vertices_.size(), boost::white_color);
   g.via.resize(vertices_.size(), kNoVertex);
   const UsableForRoute filter{&g.adjacency, &vertices_, src, vertices_.at(src).node,
@@ -242,6 +250,7 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (!reached) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
+  g.routes.emplace(key, path);
   return path;
 }
 

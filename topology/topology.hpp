@@ -113,6 +113,10 @@ class Topology {
   // Switches that are interchangeable on every path through any of them: each connects to the
   // same vertices below and above. Members are picked in the order given.
   void add_equal_cost_group(std::vector<VertexId> members);
+  // Whether a route through this vertex may take another member of its group instead.
+  bool has_equal_cost_peers(VertexId vertex) const {
+    return vertex < equal_cost_group_of_.size() && equal_cost_group_of_[vertex] >= 0;
+  }
   // The seed of the hash that picks among equal-cost switches (which flows collide).
   void set_hash_seed(std::uint64_t seed) { hash_seed_ = seed; }
 

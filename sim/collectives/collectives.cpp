@@ -259,16 +259,34 @@ SimTime Collectives::time_lower_bound(CollectiveChoice choice, CollectiveOp op,
 }
 
 SimTime Collectives::idle_time(const Plan& plan) const {
-  // Phases follow one another on an otherwise idle network, so their times add up.
+  // Phases follow one another on an otherwise idle network, so their times add up. Each runs
+  // on a network of just the links its flows cross, renumbered, so that a choice costs what
+  // the collective touches, not the size of the cluster.
   const auto phase_time = [&](const std::vector<PlannedFlow>& flows, SimTime latency) {
-    Engine scratch_engine;
-    FlowNetwork scratch(scratch_engine, network_->capacities());
-    SimTime finished = latency;
+    std::vector<FlowLinkId> used;
     for (const PlannedFlow& flow : flows) {
-      scratch.start_flow(
-          flow.links, flow.bytes, latency,
-          [&] { finished = std::max(finished, scratch_engine.now()); }, flow.max_rate);
+      for (const LinkUse& use : flow.links) used.push_back(use.link);
     }
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    const auto local = [&](FlowLinkId link) {
+      return static_cast<FlowLinkId>(std::lower_bound(used.begin(), used.end(), link) -
+                                     used.begin());
+    };
+    std::vector<double> capacity;
+    for (const FlowLinkId link : used) capacity.push_back(network_->capacities()[link]);
+    Engine scratch_engine;
+    FlowNetwork scratch(scratch_engine, std::move(capacity));
+    SimTime finished = latency;
+    std::vector<FlowNetwork::FlowRequest> requests;
+    for (const PlannedFlow& flow : flows) {
+      std::vector<LinkUse> links = flow.links;
+      for (LinkUse& use : links) use.link = local(use.link);
+      requests.push_back({std::move(links), flow.bytes, latency,
+                          [&] { finished = std::max(finished, scratch_engine.now()); },
+                          flow.max_rate});
+    }
+    scratch.start_flows(std::move(requests));
     scratch_engine.run();
     return finished;
   };
@@ -290,8 +308,14 @@ void Collectives::check_ranks(const std::vector<VertexId>& ranks) const {
 
 void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                       std::function<void()> done) {
-  check_ranks(ranks);
-  start(plan(choose(op, ranks, size_bytes), op, ranks, size_bytes), std::move(done));
+  const ChoiceKey key{op, ranks, size_bytes, std::nullopt};
+  auto cached = plan_cache_.find(key);
+  if (cached == plan_cache_.end()) {
+    check_ranks(ranks);
+    cached =
+        plan_cache_.emplace(key, plan(choose(op, ranks, size_bytes), op, ranks, size_bytes)).first;
+  }
+  start(cached->second, std::move(done));
 }
 
 void Collectives::run_with(CollectiveAlgorithm algorithm, CollectiveOp op,
@@ -317,11 +341,16 @@ void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
 
 void Collectives::send(VertexId from, VertexId to, double size_bytes, std::function<void()> done) {
   const std::vector<VertexId> pair{from, to};
-  check_ranks(pair);
-  Plan one_way = plan(choose(CollectiveOp::send_recv, pair, size_bytes), CollectiveOp::send_recv,
-                      pair, size_bytes);
-  one_way.flows.resize(1);  // plan_pairs' first flow goes from -> to; the second comes back
-  start(std::move(one_way), std::move(done));
+  const ChoiceKey key{CollectiveOp::send_recv, pair, size_bytes, std::nullopt};
+  auto cached = send_plan_cache_.find(key);
+  if (cached == send_plan_cache_.end()) {
+    check_ranks(pair);
+    Plan one_way = plan(choose(CollectiveOp::send_recv, pair, size_bytes), CollectiveOp::send_recv,
+                        pair, size_bytes);
+    one_way.flows.resize(1);  // plan_pairs' first flow goes from -> to; the second comes back
+    cached = send_plan_cache_.emplace(key, std::move(one_way)).first;
+  }
+  start(cached->second, std::move(done));
 }
 
 void Collectives::start(Plan plan, std::function<void()> done) {
@@ -348,14 +377,15 @@ void Collectives::start_phases(std::shared_ptr<std::vector<Phase>> phases, std::
   }
   // A phase ends when its last flow does; its latency is paid once, after the bytes.
   auto remaining = std::make_shared<std::size_t>(phase.flows.size());
+  std::vector<FlowNetwork::FlowRequest> requests;
   for (PlannedFlow& flow : phase.flows) {
-    network_->start_flow(
-        std::move(flow.links), flow.bytes, phase.latency,
-        [remaining, finish] {
-          if (--*remaining == 0) (*finish)();
-        },
-        flow.max_rate);
+    requests.push_back({std::move(flow.links), flow.bytes, phase.latency,
+                        [remaining, finish] {
+                          if (--*remaining == 0) (*finish)();
+                        },
+                        flow.max_rate});
   }
+  network_->start_flows(std::move(requests));
 }
 
 // ---- plans ---------------------------------------------------------------------------------

@@ -214,6 +214,9 @@ class Collectives {
   GpuLinkModes gpu_links_;
   std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
   std::map<ChoiceKey, CollectiveChoice> choice_cache_;
+  // The tuner's plans, as a step runs the same collectives over and over: by run() and send().
+  std::map<ChoiceKey, Plan> plan_cache_;
+  std::map<ChoiceKey, Plan> send_plan_cache_;
 };
 
 }  // namespace fleetsim

@@ -78,42 +78,60 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
 FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double size_bytes,
                                             SimTime latency, Callback on_complete,
                                             double max_rate) {
-  for (const LinkUse& use : links) {
-    if (use.link >= capacity_.size() || !(use.weight > 0)) {
-      throw ModelError("flow uses an unknown link or a non-positive weight");
+  const FlowId id = next_id_;
+  std::vector<FlowRequest> request;
+  request.push_back({std::move(links), size_bytes, latency, std::move(on_complete), max_rate});
+  start_flows(std::move(request));
+  return id;
+}
+
+void FlowNetwork::start_flows(std::vector<FlowRequest> requests) {
+  for (const FlowRequest& request : requests) {
+    for (const LinkUse& use : request.links) {
+      if (use.link >= capacity_.size() || !(use.weight > 0)) {
+        throw ModelError("flow uses an unknown link or a non-positive weight");
+      }
     }
-  }
-  if (!(max_rate > 0)) throw ModelError("a flow's rate ceiling must be positive");
-  const FlowId id = next_id_++;
-  bytes_started_ += size_bytes;
-  links = merge_duplicates(std::move(links));
-  if (links.empty() || !(size_bytes > 0)) {
-    // Nothing crosses the network (a local copy, or an empty message): only latency remains.
-    bytes_delivered_ += std::max(size_bytes, 0.0);
-    engine_->schedule_after(latency, std::move(on_complete));
-    return id;
+    if (!(request.max_rate > 0)) throw ModelError("a flow's rate ceiling must be positive");
   }
   std::vector<FlowLinkId> touched;
-  for (const LinkUse& use : links) touched.push_back(use.link);
+  std::vector<FlowId> started;
+  std::vector<Flow> added;
+  for (FlowRequest& request : requests) {
+    const FlowId id = next_id_++;
+    bytes_started_ += request.size_bytes;
+    std::vector<LinkUse> links = merge_duplicates(std::move(request.links));
+    if (links.empty() || !(request.size_bytes > 0)) {
+      // Nothing crosses the network (a local copy, or an empty message): only latency remains.
+      bytes_delivered_ += std::max(request.size_bytes, 0.0);
+      engine_->schedule_after(request.latency, std::move(request.on_complete));
+      continue;
+    }
+    for (const LinkUse& use : links) touched.push_back(use.link);
+    Flow flow;
+    flow.links = std::move(links);
+    flow.size = request.size_bytes;
+    flow.remaining = request.size_bytes;
+    flow.max_rate = request.max_rate;
+    flow.last_update = engine_->now();
+    flow.latency = request.latency;
+    flow.on_complete = std::move(request.on_complete);
+    started.push_back(id);
+    added.push_back(std::move(flow));
+  }
+  if (started.empty()) return;
+  // The flows already running that share links with the new ones keep what they moved at
+  // their old rates.
   const std::vector<FlowId> neighbours = connected_flows(touched);
   for (const FlowId other : neighbours) advance(flows_.at(other));
-
-  Flow flow;
-  flow.links = std::move(links);
-  flow.size = size_bytes;
-  flow.remaining = size_bytes;
-  flow.max_rate = max_rate;
-  flow.last_update = engine_->now();
-  flow.latency = latency;
-  flow.on_complete = std::move(on_complete);
-  for (const LinkUse& use : flow.links) flows_on_link_[use.link].push_back(id);
-  flows_.emplace(id, std::move(flow));
-
+  for (std::size_t i = 0; i < started.size(); ++i) {
+    for (const LinkUse& use : added[i].links) flows_on_link_[use.link].push_back(started[i]);
+    flows_.emplace(started[i], std::move(added[i]));
+  }
   std::vector<FlowId> component = neighbours;
-  component.push_back(id);  // ids grow, so the list stays sorted
+  component.insert(component.end(), started.begin(), started.end());  // ids grow: still sorted
   reallocate(component);
   reschedule();
-  return id;
 }
 
 double FlowNetwork::rate(FlowId flow) const {

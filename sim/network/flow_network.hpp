@@ -44,6 +44,15 @@ class FlowNetwork {
  public:
   using FlowId = std::uint64_t;
   using Callback = std::function<void()>;
+  static constexpr double kUncapped = std::numeric_limits<double>::infinity();
+
+  struct FlowRequest {
+    std::vector<LinkUse> links;
+    double size_bytes = 0;
+    SimTime latency{};
+    Callback on_complete;
+    double max_rate = kUncapped;
+  };
 
   // capacity_bytes_per_s[l] is link l's usable capacity (line rate x efficiency), > 0.
   FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s);
@@ -58,7 +67,9 @@ class FlowNetwork {
   // transferred. A transfer over no links (a local copy) takes only its latency, ceiling or not.
   FlowId start_flow(std::vector<LinkUse> links, double size_bytes, SimTime latency,
                     Callback on_complete, double max_rate = kUncapped);
-  static constexpr double kUncapped = std::numeric_limits<double>::infinity();
+  // Starts several transfers at this instant, as start_flow does each, sharing out bandwidth
+  // once for all of them (a collective's flows start together).
+  void start_flows(std::vector<FlowRequest> requests);
 
   // Current rate in bytes/s of an active flow; 0 once it finished.
   double rate(FlowId flow) const;

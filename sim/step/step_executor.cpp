@@ -4,7 +4,10 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -70,11 +73,13 @@ struct ProgramIndex {
   // The streams whose head a task's end can unblock: its own and its dependents', as bits.
   std::vector<std::uint8_t> wakes;
   static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
+  std::vector<std::size_t> position;  // of each task in its stream's order
 
   ProgramIndex(const Program& program, const GpuProfile& gpu) {
     dependents.resize(program.size());
     duration.resize(program.size());
     wakes.resize(program.size());
+    position.resize(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
       const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
       wakes[t] |= bit;
@@ -84,7 +89,9 @@ struct ProgramIndex {
         wakes[d] |= bit;
       }
       if (program[t].stream != Stream::pipeline) {
-        order[static_cast<int>(program[t].stream)].push_back(t);
+        std::vector<TaskIndex>& stream = order[static_cast<int>(program[t].stream)];
+        position[t] = stream.size();
+        stream.push_back(t);
       } else if (program[t].deps.empty()) {
         unordered.push_back(t);
       }
@@ -95,13 +102,19 @@ struct ProgramIndex {
   }
 };
 
-// The ranks a trace records, `count` of them: the first ones, or with a pipeline the first rank
-// of stages spread from the first to the last, so the trace shows the schedule.
-std::vector<bool> traced_ranks(const TaskGraph& graph, int count) {
+// The ranks a trace records, `count` of them: the first replayed ones, or with a pipeline the
+// first rank of stages spread from the first to the last, so the trace shows the schedule.
+std::vector<bool> traced_ranks(const TaskGraph& graph, const std::vector<bool>& replayed,
+                               int count) {
   std::vector<bool> traced(graph.ranks, false);
   const int pp = graph.pp();
   if (pp == 1) {
-    for (int r = 0; r < std::min(count, graph.ranks); ++r) traced[r] = true;
+    for (int r = 0; r < graph.ranks && count > 0; ++r) {
+      if (replayed[r]) {
+        traced[r] = true;
+        --count;
+      }
+    }
     return traced;
   }
   const int stages = std::min(count, pp);
@@ -112,11 +125,69 @@ std::vector<bool> traced_ranks(const TaskGraph& graph, int count) {
   return traced;
 }
 
+// Which links the traffic of more than one data-parallel replica may cross: a union-find over
+// links, in which the links of one tensor-parallel group or one pipeline pair are joined, with
+// the replica that owns each. Under hash routing every link into or out of a switch with
+// equal-cost peers stands for all of them (one extra element), as the hash may pick any.
+class ReplicaSharing {
+ public:
+  explicit ReplicaSharing(const Topology& topology)
+      : topology_(&topology),
+        parent_(topology.link_count() + 1),
+        owner_(topology.link_count() + 1, kNone) {
+    std::iota(parent_.begin(), parent_.end(), std::size_t{0});
+  }
+  // Joins the links of one piece of traffic of `replica` and returns their part.
+  std::optional<std::size_t> join(const std::vector<LinkId>& links, int replica) {
+    std::optional<std::size_t> part;
+    const auto add = [&](std::size_t element) {
+      owner_[element] = owner_[element] == kNone || owner_[element] == replica ? replica : kMany;
+      if (part) parent_[find(element)] = find(*part);
+      part = element;
+    };
+    for (const LinkId link : links) {
+      add(link);
+      const Link& l = topology_->link(link);
+      if (topology_->has_equal_cost_peers(l.from) || topology_->has_equal_cost_peers(l.to)) {
+        add(any_equal_cost_link());
+      }
+    }
+    return part;
+  }
+  // Once everything is joined: whether the part holds a link that two replicas cross.
+  bool crossed_by_several(std::optional<std::size_t> part) {
+    if (!part) return false;
+    if (shared_root_.empty()) {
+      shared_root_.assign(parent_.size(), false);
+      for (std::size_t x = 0; x < parent_.size(); ++x) {
+        if (owner_[x] == kMany) shared_root_[find(x)] = true;
+      }
+    }
+    return shared_root_[find(*part)];
+  }
+
+ private:
+  static constexpr int kNone = -1;
+  static constexpr int kMany = -2;
+  std::size_t any_equal_cost_link() const { return parent_.size() - 1; }
+  std::size_t find(std::size_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  const Topology* topology_;
+  std::vector<std::size_t> parent_;
+  std::vector<int> owner_;  // the one replica whose traffic crosses the link, or none, or many
+  std::vector<bool> shared_root_;
+};
+
 class Replay {
  public:
-  Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology, int trace_ranks)
+  Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
+         const StepOptions& options)
       : graph_(graph),
-        traced_(traced_ranks(graph, trace_ranks)),
+        fold_(options.fold && graph.dp > 1),
+        replayed_(replayed_ranks(graph, fold_)),
+        traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
@@ -130,6 +201,7 @@ class Replay {
     for (int r = 0; r < graph.ranks; ++r) {
       Rank& rank = ranks_[r];
       rank.stage = r / stage_ranks;
+      if (!replayed_[r]) continue;
       const Program& program = graph.stages[rank.stage];
       rank.waiting_on.resize(program.size());
       for (TaskIndex t = 0; t < program.size(); ++t) {
@@ -138,6 +210,7 @@ class Replay {
     }
     check_transfers();
     build_groups(topology);
+    if (fold_) plan_shadows(topology);
     // One arrival counter per group instance a collective task of a stage runs in: dp tensor
     // groups, tp data groups, one pair of ranks per transfer.
     std::size_t counters = 0;
@@ -157,12 +230,14 @@ class Replay {
 
   StepResult run() {
     for (int r = 0; r < graph_.ranks; ++r) {
+      if (!replayed_[r]) continue;
       for (const TaskIndex t : index_[ranks_[r].stage].unordered) arrive_transfer(r, t);
       try_start(r);
     }
     engine_.run();
-    for (const Rank& rank : ranks_) {
-      if (rank.tasks_done != graph_.stages[rank.stage].size()) {
+    for (int r = 0; r < graph_.ranks; ++r) {
+      const Rank& rank = ranks_[r];
+      if (replayed_[r] && rank.tasks_done != graph_.stages[rank.stage].size()) {
         throw ModelError("step replay stalled: a collective or dependency never completed");
       }
     }
@@ -177,9 +252,12 @@ class Replay {
     bool busy = false;
   };
   // The compute kernel a rank is running: its work left, in nanoseconds at full speed, as of
-  // `updated`, and its completion event, moved whenever its speed changes.
+  // `updated`, and its completion event, moved whenever its speed changes. It may stand for a
+  // run of `tasks` kernels in stream order whose ends wake nothing but the next one (see
+  // try_start_stream).
   struct RunningKernel {
-    TaskIndex task = 0;
+    TaskIndex task = 0;  // the first of the run
+    std::size_t tasks = 1;
     SimTime begin{};
     SimTime updated{};
     double remaining_ns = 0;
@@ -212,8 +290,19 @@ class Replay {
       const RunningKernel finished = *done.kernel;
       done.kernel.reset();
       done.compute_busy.push_back({finished.begin, engine_.now()});
-      record(r, finished.task, finished.begin);
-      finish(r, finished.task);
+      const ProgramIndex& index = index_[done.stage];
+      const std::vector<TaskIndex>& order = index.order[static_cast<int>(Stream::compute)];
+      const std::size_t first = index.position[finished.task];
+      // All but the last of a run only hand their dependents (compute tasks of the run or
+      // later) one dependency fewer; the last ends as a single kernel does.
+      for (std::size_t i = first; i + 1 < first + finished.tasks; ++i) {
+        for (const TaskIndex d : index.dependents[order[i]]) --done.waiting_on[d];
+        ++done.streams[static_cast<int>(Stream::compute)].next;
+        ++done.tasks_done;
+      }
+      const TaskIndex last = order[first + finished.tasks - 1];
+      record(r, last, finished.begin);
+      finish(r, last);
     });
   }
 
@@ -249,8 +338,21 @@ class Replay {
     stream.busy = true;
     const Task& task = program_of(r)[t];
     if (task.stream == Stream::compute) {
-      ranks_[r].kernel = RunningKernel{t, engine_.now(), engine_.now(),
-                                       static_cast<double>(index.duration[t].ns()), EventHandle{}};
+      // Kernels whose ends wake only the compute stream, each followed by one that is then
+      // ready, run as one event: the same times, without an event per kernel. Traced ranks
+      // keep one slice per kernel.
+      std::size_t tasks = 1;
+      std::int64_t work_ns = index.duration[t].ns();
+      constexpr auto compute_only =
+          static_cast<std::uint8_t>(1u << static_cast<int>(Stream::compute));
+      while (!traced_[r] && stream.next + tasks < order.size() &&
+             index.wakes[order[stream.next + tasks - 1]] == compute_only &&
+             ready_after_run(r, order[stream.next + tasks], stream.next)) {
+        work_ns += index.duration[order[stream.next + tasks]].ns();
+        ++tasks;
+      }
+      ranks_[r].kernel = RunningKernel{
+          t, tasks, engine_.now(), engine_.now(), static_cast<double>(work_ns), EventHandle{}};
       schedule_kernel(r);
       return;
     }
@@ -259,10 +361,18 @@ class Replay {
     // The collective waits for every member of the rank's group.
     const std::size_t counter = arrival_offset_[ranks_[r].stage][t] + local_group_id(r, work.group);
     if (++arrivals_[counter] < static_cast<int>(group.ranks.size())) return;
-    comm_bytes_ += bus_factor(work.op, static_cast<int>(group.ranks.size())) * work.size_bytes *
-                   static_cast<double>(group.ranks.size());
+    // A folded tensor-parallel group stands for its copies in every replica.
+    const int members = static_cast<int>(group.gpus.size());
+    const double copies = fold_ && work.group == Group::tensor_parallel ? graph_.dp : 1;
+    comm_bytes_ += bus_factor(work.op, members) * work.size_bytes * members * copies;
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, +1);
+    const std::vector<int>& shadows =
+        fold_ && work.group == Group::tensor_parallel ? tensor_shadows_[r / graph_.tp] : kNoShadows;
+    // The copies load the links they share; the replayed group's own copy times the task.
+    for (const int shadow : shadows) {
+      collectives_.run(work.op, tensor_groups_[shadow].gpus, work.size_bytes, [] {});
+    }
     collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group] {
       for (const int member : group.ranks) change_collectives(member, -1);
       for (const int member : group.ranks) {
@@ -273,9 +383,21 @@ class Replay {
     });
   }
 
+  // Whether compute task `next` will be ready once the run of compute tasks from stream position
+  // `first` up to it has finished: every dependency it still waits on is in that run.
+  bool ready_after_run(int r, TaskIndex next, std::size_t first) const {
+    const ProgramIndex& index = index_[ranks_[r].stage];
+    const Program& program = program_of(r);
+    int in_run = 0;
+    for (const TaskIndex d : program[next].deps) {
+      in_run += program[d].stream == Stream::compute && index.position[d] >= first;
+    }
+    return ranks_[r].waiting_on[next] == in_run;
+  }
+
   // Every transfer id in range with exactly one sending and one receiving task, in two
   // different stages: otherwise a side would never be matched, or be matched twice.
-  void check_transfers() const {
+  void check_transfers() {
     std::vector<int> senders(graph_.transfers, 0), receivers(graph_.transfers, 0);
     std::vector<int> send_stage(graph_.transfers, -1), receive_stage(graph_.transfers, -1);
     for (int stage = 0; stage < graph_.pp(); ++stage) {
@@ -296,6 +418,7 @@ class Replay {
         throw ModelError("pipeline transfer " + std::to_string(t) +
                          " needs one sender and one receiver in different stages");
       }
+      transfer_stages_.insert({send_stage[t], receive_stage[t]});
     }
   }
 
@@ -314,10 +437,17 @@ class Replay {
     const bool sends = work.sends;
     const int from = sends ? r : other;
     const int to = sends ? other : r;
-    comm_bytes_ += work.size_bytes;
+    comm_bytes_ += work.size_bytes * (fold_ ? graph_.dp : 1);
     const SimTime begin = engine_.now();
     change_collectives(r, +1);
     change_collectives(other, +1);
+    const std::vector<int>& replicas =
+        fold_ ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[from % graph_.tp]
+              : kNoShadows;
+    for (const int replica : replicas) {
+      const int offset = replica * graph_.tp;  // the same tp rank in that replica
+      collectives_.send(gpus_[from + offset], gpus_[to + offset], work.size_bytes, [] {});
+    }
     collectives_.send(gpus_[from], gpus_[to], work.size_bytes,
                       [this, begin, sides = std::array{std::pair{r, t}, *first}] {
                         for (const auto& [member, task] : sides) change_collectives(member, -1);
@@ -331,10 +461,10 @@ class Replay {
 
   // The ranks of a collective group and their GPUs: tp consecutive ranks for tensor
   // parallelism, the ranks of one stage and tp rank across replicas for data parallelism
-  // (task_graph.hpp).
+  // (task_graph.hpp). Folded, a data-parallel group replays only its member in replica 0.
   struct CollectiveGroup {
-    std::vector<int> ranks;
-    std::vector<VertexId> gpus;
+    std::vector<int> ranks;      // the replayed members
+    std::vector<VertexId> gpus;  // every member's
   };
 
   const CollectiveGroup& group_of(int r, Group kind) const {
@@ -368,6 +498,84 @@ class Replay {
     for (auto* groups : {&tensor_groups_, &data_groups_}) {
       for (CollectiveGroup& group : *groups) {
         for (const int rank : group.ranks) group.gpus.push_back(gpus_[rank]);
+        std::erase_if(group.ranks, [this](int rank) { return !replayed_[rank]; });
+      }
+    }
+  }
+
+  static std::vector<bool> replayed_ranks(const TaskGraph& graph, bool fold) {
+    std::vector<bool> replayed(graph.ranks, true);
+    if (!fold) return replayed;
+    for (int r = 0; r < graph.ranks; ++r) replayed[r] = (r / graph.tp) % graph.dp == 0;
+    return replayed;
+  }
+
+  // The links a collective over `gpus` may cross: every hop of every channel's ring (the
+  // tree's chains inside a node are ring hops too, and every link between nodes is one part).
+  std::vector<LinkId> group_links(const std::vector<VertexId>& gpus) const {
+    if (gpus.size() < 2) return {};
+    std::vector<std::pair<VertexId, VertexId>> hops;
+    for (const std::vector<VertexId>& ring : collectives_.channel_rings(gpus)) {
+      for (std::size_t i = 0; i < ring.size(); ++i) {
+        hops.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
+      }
+    }
+    std::sort(hops.begin(), hops.end());
+    hops.erase(std::unique(hops.begin(), hops.end()), hops.end());
+    std::vector<LinkId> links;
+    for (const auto& [from, to] : hops) {
+      const std::vector<LinkId> hop = collectives_.hop_links(from, to);
+      links.insert(links.end(), hop.begin(), hop.end());
+    }
+    return links;
+  }
+
+  // Which copies of the replayed traffic in other replicas must run too. A copy whose links,
+  // and the links of whatever else of its replica they are joined to, carry no other replica's
+  // traffic loads them as its representative loads replica 0's: the data-parallel groups,
+  // replayed whole, cross every replica's links alike and are slowed where replica 0's are, so
+  // such a copy changes nothing and is left out. A copy joined to a link that several replicas
+  // cross (a fabric uplink, a PCIe switch two replicas share) runs.
+  void plan_shadows(const Topology& topology) {
+    const int tp = graph_.tp;
+    const int dp = graph_.dp;
+    ReplicaSharing sharing(topology);
+    // Tensor groups are numbered stage x dp + replica.
+    std::vector<std::optional<std::size_t>> tensor_part;
+    for (std::size_t g = 0; g < tensor_groups_.size(); ++g) {
+      tensor_part.push_back(
+          sharing.join(group_links(tensor_groups_[g].gpus), static_cast<int>(g % dp)));
+    }
+    // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
+    std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
+    for (const std::pair<int, int>& stages : transfer_stages_) {
+      auto& parts = pipeline_part[stages];
+      for (int replica = 0; replica < dp; ++replica) {
+        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+          const VertexId a = gpus_[(stages.first * dp + replica) * tp + tp_rank];
+          const VertexId b = gpus_[(stages.second * dp + replica) * tp + tp_rank];
+          std::vector<LinkId> links = collectives_.hop_links(a, b);
+          const std::vector<LinkId> back = collectives_.hop_links(b, a);
+          links.insert(links.end(), back.begin(), back.end());
+          parts.push_back(sharing.join(links, replica));
+        }
+      }
+    }
+    tensor_shadows_.assign(tensor_groups_.size(), {});
+    for (std::size_t g = 0; g < tensor_part.size(); ++g) {
+      const std::size_t replica = g % dp;
+      if (replica == 0 || !sharing.crossed_by_several(tensor_part[g])) continue;
+      tensor_shadows_[g - replica].push_back(static_cast<int>(g));
+    }
+    for (const auto& [stages, parts] : pipeline_part) {
+      auto& shadows = pipeline_shadows_[stages];
+      shadows.assign(tp, {});
+      for (int replica = 1; replica < dp; ++replica) {
+        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+          if (sharing.crossed_by_several(parts[replica * tp + tp_rank])) {
+            shadows[tp_rank].push_back(replica);
+          }
+        }
       }
     }
   }
@@ -405,24 +613,32 @@ class Replay {
     result.step_time_s = step.seconds();
     result.events = engine_.events_processed();
     SimTime compute{}, exposed{};
-    for (const Rank& rank : ranks_) {
+    std::int64_t replayed = 0;
+    for (int r = 0; r < graph_.ranks; ++r) {
+      if (!replayed_[r]) continue;
+      const Rank& rank = ranks_[r];
       // The compute stream is serial, so its intervals are already disjoint and in order.
       const std::vector<Interval> comm = merged(rank.comm_busy);
       compute += total(rank.compute_busy);
       exposed += total(comm) - overlap(rank.compute_busy, comm);
+      ++replayed;
     }
-    const double ranks = graph_.ranks;
+    // Folded replicas run as their representative does, so the average over replayed ranks is
+    // the average over all.
+    const double ranks = static_cast<double>(replayed);
     result.breakdown.compute_s = compute.seconds() / ranks;
     result.breakdown.exposed_comm_s = exposed.seconds() / ranks;
     result.breakdown.idle_s =
-        (SimTime::from_ns(step.ns() * graph_.ranks) - compute - exposed).seconds() / ranks;
-    result.comm_bytes_per_gpu = comm_bytes_ / ranks;
+        (SimTime::from_ns(step.ns() * replayed) - compute - exposed).seconds() / ranks;
+    result.comm_bytes_per_gpu = comm_bytes_ / graph_.ranks;
     result.trace = trace_;
     return result;
   }
 
   const TaskGraph& graph_;
-  std::vector<bool> traced_;  // by rank
+  bool fold_;
+  std::vector<bool> replayed_;  // by rank
+  std::vector<bool> traced_;    // by rank
   std::vector<TraceSlice> trace_;
   std::vector<ProgramIndex> index_;  // by stage
   double comm_slowdown_;
@@ -438,7 +654,13 @@ class Replay {
   std::vector<int> arrivals_;
   // By transfer and position in the stage: the side that arrived first, if one has.
   std::vector<std::optional<std::pair<int, TaskIndex>>> transfer_first_side_;
-  double comm_bytes_ = 0;  // bytes sent, all GPUs
+  double comm_bytes_ = 0;                          // bytes sent, all GPUs
+  std::set<std::pair<int, int>> transfer_stages_;  // (sending, receiving) stage of each transfer
+  static inline const std::vector<int> kNoShadows{};
+  // Folded copies to run: by representative tensor group, the other tensor groups; by
+  // (sending, receiving) stage and tp rank, the other replicas.
+  std::vector<std::vector<int>> tensor_shadows_;
+  std::map<std::pair<int, int>, std::vector<std::vector<int>>> pipeline_shadows_;
 };
 
 }  // namespace
@@ -492,7 +714,7 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
     throw ModelError("the layout needs " + std::to_string(graph.ranks) + " GPUs, the cluster has " +
                      std::to_string(topology.gpus().size()));
   }
-  Replay replay(graph, gpu, topology, options.trace_ranks);
+  Replay replay(graph, gpu, topology, options);
   StepResult result = replay.run();
 
   const double gpus = graph.ranks;

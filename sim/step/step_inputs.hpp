@@ -64,9 +64,14 @@ struct StepResult {
 
 // What a replay records beyond its results.
 struct StepOptions {
-  // Ranks whose slices are recorded: ranks 0 .. trace_ranks - 1, or with a pipeline the first
-  // rank of up to trace_ranks stages from the first to the last; 0: none.
+  // Ranks whose slices are recorded: the first trace_ranks replayed ranks, or with a pipeline
+  // the first rank of up to trace_ranks stages from the first to the last; 0: none.
   int trace_ranks = 0;
+  // Folding (DESIGN.md): data-parallel replicas run the same program at the same time, so only
+  // replica 0 of each stage is replayed. Its tensor-parallel collectives and pipeline transfers
+  // are run for the other replicas too wherever their links are shared with replayed traffic, so
+  // contention is kept; off: every rank is replayed.
+  bool fold = true;
 };
 
 struct StepOutcome {

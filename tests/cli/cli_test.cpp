@@ -205,8 +205,9 @@ TEST_CASE("fleetsim run --trace writes a Perfetto trace whose slices add up to t
   // the rank's compute time, which (all ranks alike under ZeRO-3) is the reported average.
   const std::string source = FLEETSIM_SOURCE_DIR;
   const fs::path trace = scratch_dir() / "trace.json";
-  const Result result =
-      run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --json --trace " + trace.string());
+  // Unfolded, so that every GPU has its tracks (folded, rank 0 alone is replayed).
+  const Result result = run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --json --no-fold " +
+                                "--trace " + trace.string());
   REQUIRE(result.exit_code == 0);
   const auto report = nlohmann::json::parse(result.out);
   const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
@@ -232,6 +233,23 @@ TEST_CASE("fleetsim run --trace writes a Perfetto trace whose slices add up to t
   }
   CHECK(run_cli("validate " + source + "/scenarios/h100-vs-b200.yaml --trace " + trace.string())
             .exit_code == 2);
+  // Folded, the same step from one replayed GPU of eight, whose tracks alone are written.
+  const Result folded =
+      run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --json --trace " + trace.string());
+  REQUIRE(folded.exit_code == 0);
+  const auto folded_report = nlohmann::json::parse(folded.out);
+  std::set<int> folded_tracks;
+  const auto folded_trace = nlohmann::json::parse(slurp(trace));
+  for (const auto& event : folded_trace["traceEvents"]) {
+    if (event["ph"] == "X" && event["pid"].get<int>() == 0) {
+      folded_tracks.insert(event["tid"].get<int>());
+    }
+  }
+  CHECK(folded_tracks.size() == 3);
+  for (int variant = 0; variant < 2; ++variant) {
+    CHECK(folded_report["variants"][variant]["step"]["step_time_s"].get<double>() ==
+          report["variants"][variant]["step"]["step_time_s"].get<double>());
+  }
 }
 
 TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout that does not fit") {

@@ -283,3 +283,34 @@ TEST_CASE("destroying a network with flows in flight leaves the engine safe") {
   engine.run();  // the cancelled completion event must not touch the destroyed network
   CHECK(engine.pending() == 0);
 }
+
+TEST_CASE("flows started together share as if started one by one at that instant") {
+  // Links of 100, 60 and 30 B/s; flows over {0}, {0, 1}, {1, 2}, {2}, and a capped one over
+  // {0}: the max-min shares do not depend on how the starts are grouped.
+  const std::vector<std::vector<LinkUse>> paths = {
+      {{0, 1.0}}, {{0, 1.0}, {1, 1.0}}, {{1, 1.0}, {2, 1.0}}, {{2, 1.0}}, {{0, 1.0}}};
+  const std::vector<double> ceilings = {FlowNetwork::kUncapped, FlowNetwork::kUncapped,
+                                        FlowNetwork::kUncapped, FlowNetwork::kUncapped, 5.0};
+  Engine one_engine, batch_engine;
+  FlowNetwork one(one_engine, {100.0, 60.0, 30.0});
+  FlowNetwork batch(batch_engine, {100.0, 60.0, 30.0});
+  std::vector<Finish> one_done(paths.size()), batch_done(paths.size());
+  std::vector<FlowNetwork::FlowRequest> requests;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    one.start_flow(paths[i], 120, SimTime{}, record(one_engine, one_done[i]), ceilings[i]);
+    requests.push_back(
+        {paths[i], 120, SimTime{}, record(batch_engine, batch_done[i]), ceilings[i]});
+  }
+  batch.start_flows(std::move(requests));
+  for (FlowNetwork::FlowId id = 1; id <= paths.size(); ++id) {
+    CHECK(batch.rate(id) == Approx(one.rate(id)).epsilon(1e-12));
+  }
+  CHECK(batch.rate(5) == Approx(5.0));
+  one_engine.run();
+  batch_engine.run();
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    CHECK(batch_done[i].done);
+    CHECK(batch_done[i].at == one_done[i].at);
+  }
+  CHECK(batch.bytes_delivered() == Approx(120.0 * paths.size()));
+}

@@ -46,9 +46,11 @@ const char* const kUsage =
     "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
-    "  --trace FILE.json      also write a Perfetto trace (ranks 0..7 of each variant)\n"
+    "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
     "  --json                 print JSON instead of the table\n"
     "  --bench N              repeat the simulation N times and report the median wall time\n"
+    "  --no-fold              replay every data-parallel replica (default: one per stage,\n"
+    "                         the others' traffic kept where it shares links)\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
     "  --threads N            worker threads for independent variants (default: all cores)\n"
     "\n"
@@ -85,6 +87,7 @@ struct Options {
   std::string trace;  // a Perfetto / Chrome trace of the run
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
+  bool no_fold = false;  // replay every data-parallel replica, not one per stage
   int bench_runs = 0;
   int threads = 0;  // 0: TBB's default, one per core
   fleetsim::CollectiveOptions collective;
@@ -100,9 +103,9 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
-      "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
-      "threads", po::value(&options.threads))("command", po::value(&options.command))(
-      "file", po::value(&options.file));
+      "no-fold", po::bool_switch(&options.no_fold))("bench", po::value(&options.bench_runs))(
+      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
+      "command", po::value(&options.command))("file", po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -168,11 +171,11 @@ RunReport simulate_memory(const Scenario& scenario) {
   return report;
 }
 
-void print_bench(const Scenario& scenario, int runs) {
+void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs) {
   std::vector<double> seconds;
   for (int i = 0; i < runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    simulate(scenario);
+    simulate(scenario, options);
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -274,6 +277,7 @@ int run_command(const Options& options) {
   }
   fleetsim::StepOptions step_options;
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
+  step_options.fold = !options.no_fold;
   const RunReport report = simulate(scenario, step_options);
   std::cout << (options.json ? fleetsim::render_json(report) + "\n"
                              : fleetsim::render_console(report));
@@ -281,7 +285,11 @@ int run_command(const Options& options) {
   if (!options.trace.empty()) {
     fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
   }
-  if (options.bench_runs > 0) print_bench(scenario, options.bench_runs);
+  if (options.bench_runs > 0) {
+    fleetsim::StepOptions bench_options;
+    bench_options.fold = step_options.fold;
+    print_bench(scenario, bench_options, options.bench_runs);
+  }
   const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
                                    [](const auto& v) { return v.outcome.simulated; });
   return all_fit ? kOk : kSimulationFailed;
