@@ -385,7 +385,23 @@ void Collectives::start_phases(std::shared_ptr<std::vector<Phase>> phases, std::
                         },
                         flow.max_rate});
   }
-  network_->start_flows(std::move(requests));
+  if (batch_) {
+    for (FlowNetwork::FlowRequest& request : requests) batch_->push_back(std::move(request));
+  } else {
+    network_->start_flows(std::move(requests));
+  }
+}
+
+void Collectives::begin_batch() {
+  if (batch_) throw ModelError("collective batches do not nest");
+  batch_.emplace();
+}
+
+void Collectives::end_batch() {
+  if (!batch_) throw ModelError("end_batch() without begin_batch()");
+  std::vector<FlowNetwork::FlowRequest> requests = std::move(*batch_);
+  batch_.reset();
+  if (!requests.empty()) network_->start_flows(std::move(requests));
 }
 
 // ---- plans ---------------------------------------------------------------------------------

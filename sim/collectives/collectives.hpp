@@ -123,6 +123,12 @@ class Collectives {
   // or gradients), costed as one direction of a two-rank send/recv with the tuner's protocol.
   void send(VertexId from, VertexId to, double size_bytes, std::function<void()> done);
 
+  // The first flows of the collectives and sends started between begin_batch() and
+  // end_batch() enter the network together at end_batch(), sharing out bandwidth once, as
+  // they would one by one at this instant (copies of one collective in many replicas).
+  void begin_batch();
+  void end_batch();
+
   // The ring step by step, to check the channel form: in each of the ring's steps every rank
   // sends a chunk of S / p to its successor (one flow per hop and channel), and a channel's next
   // step starts when all its hops have delivered. Slower (p flows per step instead of one per
@@ -217,6 +223,7 @@ class Collectives {
   // The tuner's plans, as a step runs the same collectives over and over: by run() and send().
   std::map<ChoiceKey, Plan> plan_cache_;
   std::map<ChoiceKey, Plan> send_plan_cache_;
+  std::optional<std::vector<FlowNetwork::FlowRequest>> batch_;  // between begin and end_batch
 };
 
 }  // namespace fleetsim

@@ -378,6 +378,37 @@ std::string render_memory(const RunReport& report) {
   return text + warnings_section(report);
 }
 
+std::string render_plan(const RunReport& report) {
+  std::string text = header_text(report);
+  if (report.plan) {
+    const PlanSummary& plan = *report.plan;
+    text += "layouts: " + grouped_integer(static_cast<double>(plan.layouts)) + " searched, " +
+            grouped_integer(static_cast<double>(plan.refused)) + " refused by the job rules, " +
+            grouped_integer(static_cast<double>(plan.not_fitting)) + " do not fit, " +
+            grouped_integer(static_cast<double>(plan.replayed)) + " replayed, " +
+            grouped_integer(static_cast<double>(plan.bounded_out)) +
+            " ruled out by their lower bound\nsearch: " + fixed(plan.search_s, 2) + " s\n\n";
+  }
+  if (report.variants.empty()) return text + "no layout fits\n";
+  const VariantReport& first = report.variants.front();
+  text += "model " + first.inputs.model.name + " on " + grouped_integer(total_gpus(first.inputs)) +
+          " GPUs (" + std::to_string(first.inputs.nodes) + " x " + first.inputs.node.name + ", " +
+          first.inputs.gpu.name + "), global batch " +
+          grouped_integer(first.inputs.training.global_batch) + " x " +
+          grouped_integer(first.inputs.training.seq_len) + " tokens\n\n";
+  Table table({"step time (s)", "tokens/s", "MFU (%)", "memory (GB)", "headroom (%)"});
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const VariantReport& variant = report.variants[i];
+    const StepResult& step = variant.outcome.step;
+    const MemoryBreakdown& memory = variant.outcome.memory;
+    table.add(std::to_string(i + 1) + ". " + variant.name,
+              {seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
+               fixed(100 * step.mfu, 1), fixed(memory.total_bytes / kBytesPerGB, 2),
+               fixed(100 * memory.headroom_fraction(), 1)});
+  }
+  return text + table.render() + warnings_section(report);
+}
+
 std::string render_console(const RunReport& report) {
   std::string text = header_text(report);
   if (report.variants.empty()) {

@@ -9,7 +9,8 @@
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
 //                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp, vpp,
-//                 zero_stage, simulated (int 0/1);
+//                 zero_stage, simulated (int 0/1), replayed_ranks (int: all the ranks, or
+//                 folded one replica's; 0 when not simulated);
 //                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
 //                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,
 //                 headroom_fraction, speedup_vs_first, scaling_efficiency_vs_first,
@@ -21,7 +22,8 @@
 //     memory      compound {item: string, bytes: double, basis: string}, one row per
 //                 memory item at the per-GPU peak
 //     links       compound {name, kind: string, capacity_bytes_per_s, bytes,
-//                 utilisation: double}, one row per link that carried traffic (may be 0 rows)
+//                 utilisation: double}, one row per link that carried traffic (may be 0 rows;
+//                 folded, a link only a left-out replica's copy would use is not listed)
 //     warnings    1-D variable-length string dataset (may be 0 rows)
 #include <H5Cpp.h>
 
@@ -198,6 +200,7 @@ void write_result_attributes(const H5::Group& group, const RunReport& report, st
   const StepResult& step = outcome.step;
   const auto value = [&](double v) { return outcome.simulated ? v : kNotSimulated; };
   write_attribute(group, "simulated", outcome.simulated ? 1 : 0);
+  write_attribute(group, "replayed_ranks", outcome.simulated ? step.replayed_ranks : 0);
   write_attribute(group, "step_time_s", value(step.step_time_s));
   write_attribute(group, "tokens_per_s", value(step.tokens_per_s));
   write_attribute(group, "mfu", value(step.mfu));

@@ -46,7 +46,8 @@ Json step_json(const StepOutcome& outcome) {
               {"exposed_comm_s", step.breakdown.exposed_comm_s},
               {"idle_s", step.breakdown.idle_s},
               {"comm_bytes_per_gpu", step.comm_bytes_per_gpu},
-              {"events", step.events}};
+              {"events", step.events},
+              {"replayed_ranks", step.replayed_ranks}};
 }
 
 Json memory_json(const MemoryBreakdown& memory) {
@@ -102,7 +103,13 @@ std::string render_json(const RunReport& report) {
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     variants.push_back(variant_json(report, i));
   }
-  const Json root{{"scenario", scenario_json(report)}, {"variants", std::move(variants)}};
+  Json root{{"scenario", scenario_json(report)}, {"variants", std::move(variants)}};
+  if (report.plan) {
+    const PlanSummary& plan = *report.plan;
+    root["plan"] = Json{{"layouts", plan.layouts},         {"refused", plan.refused},
+                        {"not_fitting", plan.not_fitting}, {"replayed", plan.replayed},
+                        {"bounded_out", plan.bounded_out}, {"search_s", plan.search_s}};
+  }
   // Names come from user files; invalid UTF-8 is replaced rather than aborting the whole report.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }

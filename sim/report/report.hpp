@@ -30,6 +30,16 @@ struct VariantReport {
   StepOutcome outcome;
 };
 
+// What `fleetsim plan` searched: how many layouts, and what became of them.
+struct PlanSummary {
+  std::size_t layouts = 0;      // enumerated
+  std::size_t refused = 0;      // by the job rules (tp not dividing the heads, ...)
+  std::size_t not_fitting = 0;  // in no recomputation mode
+  std::size_t replayed = 0;
+  std::size_t bounded_out = 0;  // fit, but their compute alone could not enter the ranking
+  double search_s = 0;          // wall time of the search
+};
+
 struct RunReport {
   std::string scenario_name;
   std::string description;
@@ -37,6 +47,7 @@ struct RunReport {
   std::string fleetsim_version;
   std::uint64_t seed = 1;
   std::vector<VariantReport> variants;  // the first one is the baseline for speed-ups
+  std::optional<PlanSummary> plan;      // set for `fleetsim plan`: variants are its ranking
 };
 
 // One column per variant; speed-up of each variant over the first. Ends with a newline.
@@ -44,7 +55,11 @@ std::string render_console(const RunReport& report);
 // `fleetsim memory`: per variant, each item of the memory per GPU with what it assumes, and for
 // a layout that does not fit, by how much. Ends with a newline.
 std::string render_memory(const RunReport& report);
-// Pretty-printed, keys in a fixed order; units in key names. Ends with a newline.
+// `fleetsim plan`: what was searched, then one row per ranked layout, fastest first, with its
+// step time, throughput, MFU and memory headroom. Ends with a newline.
+std::string render_plan(const RunReport& report);
+// Pretty-printed, keys in a fixed order; units in key names; for a plan, its summary under
+// "plan". Ends with a newline.
 std::string render_json(const RunReport& report);
 // Throws ModelError when the file cannot be written; the target is then left untouched.
 // The HDF5 library of the build is not thread-safe: calls are serialised internally.

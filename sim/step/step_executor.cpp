@@ -180,12 +180,26 @@ class ReplicaSharing {
   std::vector<bool> shared_root_;
 };
 
+// Whether every data-parallel replica sits on the cluster as replica 0 does, shifted by whole
+// nodes or by whole tensor-parallel groups inside nodes that its stages fill alike: tensor
+// groups that span whole nodes, or that divide a node when each stage fills whole nodes (or
+// there is one stage). Otherwise a pipeline transfer may stay inside a node in one replica and
+// cross the fabric in another, and replica 0 would not stand for the others.
+bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
+  const int first_node = topology.vertex(topology.gpus().front()).node;
+  const auto per_node = static_cast<int>(
+      std::count_if(topology.gpus().begin(), topology.gpus().end(),
+                    [&](VertexId gpu) { return topology.vertex(gpu).node == first_node; }));
+  if (graph.tp % per_node == 0) return true;
+  return per_node % graph.tp == 0 && (graph.pp() == 1 || (graph.tp * graph.dp) % per_node == 0);
+}
+
 class Replay {
  public:
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
          const StepOptions& options)
       : graph_(graph),
-        fold_(options.fold && graph.dp > 1),
+        fold_(options.fold && graph.dp > 1 && replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph, fold_)),
         traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
         comm_slowdown_(gpu.comm_slowdown.value),
@@ -208,7 +222,7 @@ class Replay {
         rank.waiting_on[t] = static_cast<int>(program[t].deps.size());
       }
     }
-    check_transfers();
+    index_transfers();
     build_groups(topology);
     if (fold_) plan_shadows(topology);
     // One arrival counter per group instance a collective task of a stage runs in: dp tensor
@@ -339,8 +353,9 @@ class Replay {
     const Task& task = program_of(r)[t];
     if (task.stream == Stream::compute) {
       // Kernels whose ends wake only the compute stream, each followed by one that is then
-      // ready, run as one event: the same times, without an event per kernel. Traced ranks
-      // keep one slice per kernel.
+      // ready, run as one event: the same times without an event per kernel (exactly; under a
+      // comm_slowdown, within a nanosecond per kernel, as each kernel alone rounds its end up to
+      // a whole nanosecond). Traced ranks keep one slice per kernel.
       std::size_t tasks = 1;
       std::int64_t work_ns = index.duration[t].ns();
       constexpr auto compute_only =
@@ -370,6 +385,7 @@ class Replay {
     const std::vector<int>& shadows =
         fold_ && work.group == Group::tensor_parallel ? tensor_shadows_[r / graph_.tp] : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
+    collectives_.begin_batch();
     for (const int shadow : shadows) {
       collectives_.run(work.op, tensor_groups_[shadow].gpus, work.size_bytes, [] {});
     }
@@ -381,6 +397,7 @@ class Replay {
         finish(member, t);
       }
     });
+    collectives_.end_batch();
   }
 
   // Whether compute task `next` will be ready once the run of compute tasks from stream position
@@ -395,9 +412,10 @@ class Replay {
     return ranks_[r].waiting_on[next] == in_run;
   }
 
-  // Every transfer id in range with exactly one sending and one receiving task, in two
-  // different stages: otherwise a side would never be matched, or be matched twice.
-  void check_transfers() {
+  // Checks that every transfer id is in range with exactly one sending and one receiving task,
+  // in two different stages (otherwise a side would never be matched, or be matched twice), and
+  // records the pair of stages of each.
+  void index_transfers() {
     std::vector<int> senders(graph_.transfers, 0), receivers(graph_.transfers, 0);
     std::vector<int> send_stage(graph_.transfers, -1), receive_stage(graph_.transfers, -1);
     for (int stage = 0; stage < graph_.pp(); ++stage) {
@@ -444,6 +462,7 @@ class Replay {
     const std::vector<int>& replicas =
         fold_ ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[from % graph_.tp]
               : kNoShadows;
+    collectives_.begin_batch();
     for (const int replica : replicas) {
       const int offset = replica * graph_.tp;  // the same tp rank in that replica
       collectives_.send(gpus_[from + offset], gpus_[to + offset], work.size_bytes, [] {});
@@ -457,6 +476,7 @@ class Replay {
                           finish(member, task);
                         }
                       });
+    collectives_.end_batch();
   }
 
   // The ranks of a collective group and their GPUs: tp consecutive ranks for tensor
@@ -631,6 +651,7 @@ class Replay {
     result.breakdown.idle_s =
         (SimTime::from_ns(step.ns() * replayed) - compute - exposed).seconds() / ranks;
     result.comm_bytes_per_gpu = comm_bytes_ / graph_.ranks;
+    result.replayed_ranks = static_cast<int>(replayed);
     result.trace = trace_;
     return result;
   }

@@ -58,6 +58,7 @@ struct StepResult {
   // whole), averaged over the GPUs: stages of a pipeline send different amounts.
   double comm_bytes_per_gpu = 0;
   std::uint64_t events = 0;       // engine events processed
+  int replayed_ranks = 0;         // all the ranks, or folded one replica's (see StepOptions)
   std::vector<LinkUsage> links;   // links that carried traffic, in topology order
   std::vector<TraceSlice> trace;  // every slice of the traced ranks, when asked for
 };

@@ -458,3 +458,32 @@ TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing els
   CHECK(slurp(profile) == after);
   fs::remove_all(data);
 }
+
+TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fastest first") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::string scenario = source + "/scenarios/h100-vs-b200.yaml";
+  const Result result = run_cli("plan " + scenario + " --top 3 --json");
+  REQUIRE(result.exit_code == 0);
+  const auto plan = nlohmann::json::parse(result.out);
+  const auto& variants = plan["variants"];
+  REQUIRE(variants.size() == 3);
+  const auto& summary = plan["plan"];
+  CHECK(summary["layouts"].get<int>() ==
+        summary["refused"].get<int>() + summary["not_fitting"].get<int>() +
+            summary["replayed"].get<int>() + summary["bounded_out"].get<int>());
+  for (std::size_t i = 1; i < variants.size(); ++i) {
+    CHECK(variants[i - 1]["step"]["step_time_s"].get<double>() <=
+          variants[i]["step"]["step_time_s"].get<double>());
+  }
+  // The scenario's own layout is among those searched: the best is no slower.
+  const auto run = nlohmann::json::parse(run_cli("run " + scenario + " --json").out);
+  CHECK(variants[0]["step"]["step_time_s"].get<double>() <=
+        run["variants"][0]["step"]["step_time_s"].get<double>());
+  const Result table = run_cli("plan " + scenario + " --top 3");
+  CHECK(table.exit_code == 0);
+  CHECK(table.out.find("1. ") != std::string::npos);
+  CHECK(table.out.find("layouts: ") != std::string::npos);
+  CHECK(run_cli("plan " + scenario + " --top 0").exit_code == 2);
+  CHECK(run_cli("run " + scenario + " --top 3").exit_code == 2);
+  CHECK(run_cli("plan " + scenario + " --no-fold").exit_code == 2);
+}

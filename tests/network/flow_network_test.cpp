@@ -285,15 +285,22 @@ TEST_CASE("destroying a network with flows in flight leaves the engine safe") {
 }
 
 TEST_CASE("flows started together share as if started one by one at that instant") {
-  // Links of 100, 60 and 30 B/s; flows over {0}, {0, 1}, {1, 2}, {2}, and a capped one over
-  // {0}: the max-min shares do not depend on how the starts are grouped.
+  // Links of 100, 60, 30 and 45 B/s; flows over {0}, {0, 1}, {1, 2}, {2}, a capped one over
+  // {0}, and two over link 3, which shares nothing with the others: the max-min shares do not
+  // depend on how the starts are grouped.
   const std::vector<std::vector<LinkUse>> paths = {
-      {{0, 1.0}}, {{0, 1.0}, {1, 1.0}}, {{1, 1.0}, {2, 1.0}}, {{2, 1.0}}, {{0, 1.0}}};
-  const std::vector<double> ceilings = {FlowNetwork::kUncapped, FlowNetwork::kUncapped,
-                                        FlowNetwork::kUncapped, FlowNetwork::kUncapped, 5.0};
+      {{0, 1.0}}, {{0, 1.0}, {1, 1.0}}, {{1, 1.0}, {2, 1.0}}, {{2, 1.0}}, {{0, 1.0}}, {{3, 1.0}},
+      {{3, 2.0}}};
+  const std::vector<double> ceilings = {FlowNetwork::kUncapped,
+                                        FlowNetwork::kUncapped,
+                                        FlowNetwork::kUncapped,
+                                        FlowNetwork::kUncapped,
+                                        5.0,
+                                        FlowNetwork::kUncapped,
+                                        FlowNetwork::kUncapped};
   Engine one_engine, batch_engine;
-  FlowNetwork one(one_engine, {100.0, 60.0, 30.0});
-  FlowNetwork batch(batch_engine, {100.0, 60.0, 30.0});
+  FlowNetwork one(one_engine, {100.0, 60.0, 30.0, 45.0});
+  FlowNetwork batch(batch_engine, {100.0, 60.0, 30.0, 45.0});
   std::vector<Finish> one_done(paths.size()), batch_done(paths.size());
   std::vector<FlowNetwork::FlowRequest> requests;
   for (std::size_t i = 0; i < paths.size(); ++i) {
@@ -306,6 +313,8 @@ TEST_CASE("flows started together share as if started one by one at that instant
     CHECK(batch.rate(id) == Approx(one.rate(id)).epsilon(1e-12));
   }
   CHECK(batch.rate(5) == Approx(5.0));
+  CHECK(batch.rate(6) == Approx(15.0));  // weight 1 beside weight 2 on 45 B/s
+  CHECK(batch.rate(7) == Approx(15.0));
   one_engine.run();
   batch_engine.run();
   for (std::size_t i = 0; i < paths.size(); ++i) {

@@ -3,53 +3,12 @@
 #include <map>
 #include <utility>
 
+#include "common/small_job.hpp"
 #include "sim/step/step_executor.hpp"
 
 using namespace fleetsim;
 
-namespace {
-
-// An H100-like node and GPU with round numbers; values matter only relative to each other.
-StepInputs small_job() {
-  StepInputs in;
-  in.node.name = "test-node";
-  in.node.gpus = 8;
-  in.node.nvlink_bytes_per_s = 450e9;
-  in.node.nvlink_latency = from_us(0.5);
-  in.node.pcie_switches = 4;
-  in.node.pcie_bytes_per_s = 64e9;
-  in.node.host_bytes_per_s = 64e9;
-  in.node.nics = 8;
-  in.node.nic_bytes_per_s = 50e9;
-  in.gpu.name = "test-gpu";
-  in.gpu.sm_count = 132;
-  in.gpu.dense_bf16_flops_per_s.value = 989e12;
-  in.gpu.hbm_capacity_bytes.value = 80e9;
-  in.gpu.hbm_bytes_per_s.value = 3.35e12;
-  in.gpu.gemm_efficiency.value = 0.8;
-  in.gpu.attention_efficiency.value = 0.35;
-  in.gpu.memory_efficiency.value = 0.87;
-  in.gpu.kernel_launch_s.value = 4e-6;
-  in.gpu.link_efficiency["nvlink"].value = 0.82;
-  in.gpu.link_efficiency["infiniband"].value = 0.96;
-  in.gpu.link_efficiency["pcie"].value = 0.8;
-  in.gpu.collectives = CollectiveCosts::simple_only(from_us(8.4), from_us(3.4));
-  in.model.name = "small";
-  in.model.layers = 8;
-  in.model.hidden = 2048;
-  in.model.ffn = 7168;
-  in.model.heads = 16;
-  in.model.kv_heads = 4;
-  in.model.vocab = 32000;
-  in.training.seq_len = 2048;
-  in.training.global_batch = 32;
-  in.training.micro_batch = 2;
-  in.plan.dp = 8;
-  in.plan.zero_stage = 3;
-  return in;
-}
-
-}  // namespace
+using fleetsim::testing::small_job;
 
 TEST_CASE("MFU is a fraction and the step is no faster than its FLOPs at peak") {
   for (const int zero : {0, 1, 2, 3}) {
@@ -421,4 +380,42 @@ TEST_CASE("folding: replicas that share no links are left out, and change nothin
   CHECK(folded.step.step_time_s == unfolded.step.step_time_s);
   CHECK(folded.step.comm_bytes_per_gpu == Approx(unfolded.step.comm_bytes_per_gpu).epsilon(1e-12));
   CHECK(folded.step.events * 3 < unfolded.step.events);
+}
+
+TEST_CASE("folding: ZeRO-3, interleaving with tied embeddings and PCIe-only nodes agree too") {
+  // Replicas that share PCIe switches (tp 2 on PCIe-only nodes: two replicas per switch) run
+  // their copies; the others change nothing.
+  StepInputs zero3 = small_job();
+  zero3.nodes = 2;
+  set_layout(zero3, 2, 1, 8, 3);
+  StepInputs interleaved = small_job();
+  interleaved.nodes = 2;
+  interleaved.model.vocab = 256;
+  interleaved.model.tied_embeddings = true;
+  set_layout(interleaved, 2, 2, 4, 1);
+  interleaved.plan.vpp = 2;
+  StepInputs pcie = small_job();
+  pcie.node.gpu_fabric = GpuFabric::pcie_only;
+  pcie.nodes = 2;
+  set_layout(pcie, 2, 2, 4, 1);
+  for (const StepInputs& in : {zero3, interleaved, pcie}) {
+    CAPTURE(in.plan.tp, in.plan.pp, in.plan.zero_stage);
+    const auto [folded, unfolded] = folded_and_unfolded(in);
+    CHECK(folded.step.replayed_ranks * in.plan.dp == unfolded.step.replayed_ranks);
+    CHECK(folded.step.step_time_s == Approx(unfolded.step.step_time_s).epsilon(1e-3));
+    CHECK(folded.step.comm_bytes_per_gpu == Approx(unfolded.step.comm_bytes_per_gpu).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("folding: replicas that do not sit alike on the nodes are all replayed") {
+  // tp 1 x dp 3 x pp 8 on three 8-GPU nodes: stage s on GPUs 3s to 3s + 2, so replica 0's
+  // transfer from stage 1 to 2 stays in node 0 (GPU 3 to 6) while replica 2's crosses to node
+  // 1 (GPU 5 to 8): replica 0 cannot stand for the others.
+  StepInputs in = small_job();
+  in.nodes = 3;
+  set_layout(in, 1, 8, 3, 1);
+  in.training.global_batch = 24;
+  const auto [folded, unfolded] = folded_and_unfolded(in);
+  CHECK(folded.step.replayed_ranks == 24);
+  CHECK(folded.step.step_time_s == unfolded.step.step_time_s);
 }

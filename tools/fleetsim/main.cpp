@@ -14,6 +14,7 @@
 #include "calibration/microbench.hpp"
 #include "calibration/nccl_log.hpp"
 #include "sim/engine/errors.hpp"
+#include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/step_executor.hpp"
@@ -40,6 +41,7 @@ const char* const kUsage =
     "  memory FILE     print each variant's memory per GPU, item by item, without simulating\n"
     "  list            list node presets, GPU profiles and models (and check them)\n"
     "  collective      simulate an nccl-tests run and print its table\n"
+    "  plan FILE       search the layouts of a scenario's model and cluster, rank them\n"
     "  calibrate LOG   fit the collective model to a measured nccl-tests log\n"
     "  calibrate --kernels DIR --gpu PROFILE\n"
     "                  fit a GPU profile's kernel model to microbenchmark CSVs\n"
@@ -53,6 +55,9 @@ const char* const kUsage =
     "                         the others' traffic kept where it shares links)\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
     "  --threads N            worker threads for independent variants (default: all cores)\n"
+    "\n"
+    "plan options (and -o, --json, --data-dir, --threads as for run):\n"
+    "  --top N                layouts to rank (default 10)\n"
     "\n"
     "collective options (as nccl-tests names them where it can):\n"
     "  --node PRESET          node preset (required), --nodes N (default 1), --gpu PROFILE\n"
@@ -89,6 +94,7 @@ struct Options {
   bool json = false;
   bool no_fold = false;  // replay every data-parallel replica, not one per stage
   int bench_runs = 0;
+  int top = -1;     // layouts `plan` ranks; -1: not given (10)
   int threads = 0;  // 0: TBB's default, one per core
   fleetsim::CollectiveOptions collective;
   // Below about 64 MiB NCCL switches to its LL/LL128 protocols and its pipeline is still
@@ -105,7 +111,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
       "no-fold", po::bool_switch(&options.no_fold))("bench", po::value(&options.bench_runs))(
       "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
-      "command", po::value(&options.command))("file", po::value(&options.file));
+      "top", po::value(&options.top))("command", po::value(&options.command))(
+      "file", po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -184,6 +191,35 @@ void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options,
             << " s, min " << seconds.front() << " s, max " << seconds.back() << " s\n";
 }
 
+// `fleetsim plan`: the search from the scenario's first variant (its model, recipe and
+// cluster), the ranking printed as a table or JSON and written to HDF5 as variants.
+int plan_command(const Scenario& scenario, const Options& options) {
+  if (options.top == 0 || options.top < -1) throw po::error("--top needs at least 1");
+  fleetsim::PlanOptions plan_options;
+  if (options.top > 0) plan_options.top = static_cast<std::size_t>(options.top);
+  const auto start = std::chrono::steady_clock::now();
+  fleetsim::PlanResult result =
+      fleetsim::search_layouts(scenario.variants.front().inputs, plan_options);
+  const double search_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RunReport report = empty_report(scenario);
+  for (fleetsim::PlannedLayout& layout : result.ranked) {
+    const std::string name = fleetsim::layout_label(layout.inputs.plan) + " mb" +
+                             std::to_string(layout.inputs.training.micro_batch);
+    report.variants.push_back({name, std::move(layout.inputs), std::move(layout.outcome)});
+  }
+  report.plan = fleetsim::PlanSummary{result.layouts,  result.refused,     result.not_fitting,
+                                      result.replayed, result.bounded_out, search_s};
+  if (scenario.variants.size() > 1 && !options.json) {
+    std::cout << "note: the plan searches from the scenario's base; its " +
+                     std::to_string(scenario.variants.size() - 1) +
+                     " compare entries are not used\n";
+  }
+  std::cout << (options.json ? fleetsim::render_json(report) : fleetsim::render_plan(report));
+  if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
+  return report.variants.empty() ? kSimulationFailed : kOk;
+}
+
 void print_catalog(const fleetsim::PresetCatalog& catalog) {
   std::size_t width = 0;
   for (const auto* presets : {&catalog.nodes, &catalog.gpus, &catalog.models}) {
@@ -213,6 +249,7 @@ int run_command(const Options& options) {
   if (options.calibrate_write && options.command != "calibrate") {
     throw po::error("--write belongs to 'calibrate'");
   }
+  if (options.top != -1 && options.command != "plan") throw po::error("--top belongs to 'plan'");
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -270,6 +307,12 @@ int run_command(const Options& options) {
                                      [](const auto& v) { return v.outcome.memory.fits(); });
     return all_fit ? kOk : kSimulationFailed;
   }
+  if (options.command == "plan") {
+    if (!options.trace.empty() || options.bench_runs > 0 || options.no_fold) {
+      throw po::error("--trace, --bench and --no-fold belong to 'run'");
+    }
+    return plan_command(scenario, options);
+  }
   if (options.command == "validate") {
     std::cout << options.file << ": ok (" << scenario.variants.size() << " variant"
               << (scenario.variants.size() == 1 ? "" : "s") << ")\n";
@@ -302,7 +345,7 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
-    const std::vector<std::string> commands{"run",  "validate",   "memory",
+    const std::vector<std::string> commands{"run",  "validate",   "memory",   "plan",
                                             "list", "collective", "calibrate"};
     if (std::find(commands.begin(), commands.end(), options.command) == commands.end()) {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";

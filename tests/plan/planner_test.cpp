@@ -1,0 +1,130 @@
+#include <tbb/global_control.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "common/small_job.hpp"
+#include "sim/plan/planner.hpp"
+#include "sim/step/step_executor.hpp"
+
+using namespace fleetsim;
+using fleetsim::testing::small_job;
+
+namespace {
+
+// The small job on two nodes (16 GPUs), 64 sequences per step: tp 1-8, pp 1-8 and dp to match.
+StepInputs two_nodes() {
+  StepInputs in = small_job();
+  in.nodes = 2;
+  in.training.global_batch = 64;
+  return in;
+}
+
+std::string describe(const PlannedLayout& layout) {
+  const ParallelPlan& plan = layout.inputs.plan;
+  return "tp" + std::to_string(plan.tp) + " pp" + std::to_string(plan.pp) + " vpp" +
+         std::to_string(plan.vpp) + " dp" + std::to_string(plan.dp) + " zero" +
+         std::to_string(plan.zero_stage) + " " + to_string(plan.recompute) + " mb" +
+         std::to_string(layout.inputs.training.micro_batch);
+}
+
+}  // namespace
+
+TEST_CASE("planner: the bound never exceeds the replayed step") {
+  PlanOptions everything;
+  everything.top = 1000;  // every layout that fits is replayed
+  const PlanResult all = search_layouts(two_nodes(), everything);
+  REQUIRE(all.replayed > 20);
+  CHECK(all.bounded_out == 0);
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout));
+    CHECK(layout.lower_bound_s == Approx(step_lower_bound_s(layout.inputs)));
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    // Not a vacuous bound: it holds most of the step.
+    CHECK(layout.lower_bound_s > 0.5 * layout.outcome.step.step_time_s);
+  }
+}
+
+TEST_CASE("planner: pruning by the bound keeps the exhaustive ranking") {
+  PlanOptions everything;
+  everything.top = 1000;
+  const PlanResult all = search_layouts(two_nodes(), everything);
+  PlanOptions top5;
+  top5.top = 5;
+  const PlanResult pruned = search_layouts(two_nodes(), top5);
+  REQUIRE(pruned.ranked.size() == 5);
+  CHECK(pruned.bounded_out > 0);
+  CHECK(pruned.replayed < all.replayed);
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO(i);
+    CHECK(describe(pruned.ranked[i]) == describe(all.ranked[i]));
+    CHECK(pruned.ranked[i].outcome.step.step_time_s == all.ranked[i].outcome.step.step_time_s);
+  }
+  // Every layout is accounted for, and the ranking is fastest first.
+  CHECK(pruned.refused + pruned.not_fitting + pruned.replayed + pruned.bounded_out ==
+        pruned.layouts);
+  for (std::size_t i = 1; i < all.ranked.size(); ++i) {
+    CHECK(all.ranked[i - 1].outcome.step.step_time_s <= all.ranked[i].outcome.step.step_time_s);
+  }
+}
+
+TEST_CASE(
+    "planner: a layout the memory model rejects never runs, and recomputation is the least that "
+    "fits") {
+  StepInputs in = two_nodes();
+  in.gpu.hbm_capacity_bytes.value = 12e9;  // tight: many layouts need recomputation or sharding
+  PlanOptions everything;
+  everything.top = 1000;
+  const PlanResult result = search_layouts(in, everything);
+  REQUIRE(!result.ranked.empty());
+  CHECK(result.not_fitting > 0);
+  bool some_recompute = false;
+  for (const PlannedLayout& layout : result.ranked) {
+    INFO(describe(layout));
+    CHECK(layout.outcome.simulated);
+    CHECK(layout.outcome.memory.fits());
+    if (layout.inputs.plan.recompute == Recompute::none) continue;
+    some_recompute = true;
+    StepInputs less = layout.inputs;
+    less.plan.recompute =
+        layout.inputs.plan.recompute == Recompute::full ? Recompute::selective : Recompute::none;
+    CHECK_FALSE(check_memory(less).memory.fits());
+  }
+  CHECK(some_recompute);
+}
+
+TEST_CASE("planner: the same ranking on one thread or many") {
+  PlanOptions options;
+  options.top = 6;
+  const PlanResult many = search_layouts(two_nodes(), options);
+  PlanResult one;
+  {
+    tbb::global_control single(tbb::global_control::max_allowed_parallelism, 1);
+    one = search_layouts(two_nodes(), options);
+  }
+  REQUIRE(one.ranked.size() == many.ranked.size());
+  CHECK(one.replayed == many.replayed);
+  for (std::size_t i = 0; i < one.ranked.size(); ++i) {
+    CHECK(describe(one.ranked[i]) == describe(many.ranked[i]));
+    CHECK(one.ranked[i].outcome.step.step_time_s == many.ranked[i].outcome.step.step_time_s);
+  }
+}
+
+TEST_CASE("planner: on an ideal pipeline the bound is the bubble formula") {
+  // Communication free (huge links, no latency), balanced stages: the replayed 1F1B step is the
+  // bound's (m + pp - 1) chunk times within the head and embedding's small share.
+  StepInputs in = small_job();
+  in.model.vocab = 256;
+  in.plan.dp = 2;
+  in.plan.pp = 4;
+  in.plan.zero_stage = 1;
+  in.node.nvlink_bytes_per_s = 1e18;
+  in.node.nic_bytes_per_s = 1e18;
+  in.node.pcie_bytes_per_s = 1e18;
+  in.node.host_bytes_per_s = 1e18;
+  in.gpu.collectives = CollectiveCosts::simple_only(SimTime{}, SimTime{});
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  CHECK(step_lower_bound_s(in) <= out.step.step_time_s);
+  CHECK(step_lower_bound_s(in) == Approx(out.step.step_time_s).epsilon(0.03));
+}
