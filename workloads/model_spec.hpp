@@ -112,6 +112,10 @@ struct ParallelPlan {
   int zero_stage = 0;
   Recompute recompute = Recompute::none;
   double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
+  // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers): each tensor-parallel
+  // all-gather runs beside the GEMM that reads it and each reduce-scatter beside the GEMM that
+  // writes it, pipelined in chunks; off, the compute stream waits for every one.
+  bool tp_comm_overlap = false;
 };
 
 // Throws ModelError when the job is inconsistent: a model without layers or with heads that do

@@ -55,7 +55,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
 
 class ProgramBuilder {
  public:
-  ProgramBuilder(TaskGraph& graph, Program& program) : graph_(&graph), program_(&program) {}
+  ProgramBuilder(TaskGraph& graph, Program& program, bool overlap_tp)
+      : graph_(&graph), program_(&program), overlap_tp_(overlap_tp) {}
 
   TaskIndex compute(const std::string& name, const Op& op, std::vector<TaskIndex> deps,
                     bool recomputed = false) {
@@ -72,12 +73,23 @@ class ProgramBuilder {
         Task{name, stream, CollectiveWork{op, size_bytes, Group::data_parallel}, std::move(deps)});
   }
   // Runs a non-empty list of ops back to back; the first waits for `deps`. A tensor-parallel
-  // collective in the list runs on its stream between the kernels around it. Returns the last.
+  // collective in the list runs on its stream between the kernels around it, or, overlapped
+  // (Megatron's --tp-comm-overlap), beside the GEMM next to it: an all-gather beside the GEMM
+  // that reads what it gathers, a reduce-scatter beside the GEMM that writes what it reduces,
+  // as Transformer Engine pipelines them in chunks; what follows waits for both. Returns the
+  // last.
   TaskIndex ops(const std::string& prefix, const std::vector<Op>& list, std::vector<TaskIndex> deps,
                 bool recomputed = false) {
     if (list.empty()) throw ModelError("no kernels for " + prefix);
     std::optional<TaskIndex> last;
-    for (const Op& op : list) {
+    // An all-gather overlapped with the GEMM after it: what it waited for, which the GEMM waits
+    // for too, and the gather itself, which the op after the GEMM waits for.
+    std::optional<std::vector<TaskIndex>> gather_after;
+    std::vector<TaskIndex> gather;         // empty, or that one gather
+    std::vector<TaskIndex> last_after;     // what the last op waited for
+    std::optional<TaskIndex> before_last;  // the chain's end before the last op
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Op& op = list[i];
       // Kernels and tensor-parallel collectives form one chain in program order: a kernel after
       // a kernel needs no edge (the compute stream runs in order), anything else waits for the
       // op before it, across units too (a layer reads the embedding's reduce-scatter).
@@ -86,18 +98,42 @@ class ProgramBuilder {
           chain_end_ &&
           (op.collective || !std::holds_alternative<ComputeWork>((*program_)[*chain_end_].work));
       if (crosses_streams) after.push_back(*chain_end_);
+      if (gather_after) {
+        after.insert(after.end(), gather_after->begin(), gather_after->end());
+        gather_after.reset();
+      } else {
+        after.insert(after.end(), gather.begin(), gather.end());
+        gather.clear();
+      }
       if (op.collective) {
-        last = add(Task{
+        const bool is_scatter = op.collective->op == CollectiveOp::reduce_scatter;
+        const bool gather_beside_next =
+            overlap_tp_ && !is_scatter && i + 2 < list.size() && is_gemm(list[i + 1]);
+        if (overlap_tp_ && is_scatter && i > 0 && is_gemm(list[i - 1])) {
+          // Starts with the GEMM that writes what it reduces.
+          after = last_after;
+          if (before_last) after.push_back(*before_last);
+        }
+        const TaskIndex task = add(Task{
             prefix + op.name, Stream::tensor,
             CollectiveWork{op.collective->op, op.collective->size_bytes, Group::tensor_parallel},
-            std::move(after)});
+            after});
+        last = task;
+        if (gather_beside_next) {
+          gather_after = after;
+          gather = {task};
+          continue;  // the chain goes on from the op before it, into the GEMM
+        }
       } else {
-        last = compute(prefix + op.name, op, std::move(after), recomputed);
+        last = compute(prefix + op.name, op, after, recomputed);
       }
+      last_after = std::move(after);
+      before_last = chain_end_;
       chain_end_ = last;
     }
     return *last;
   }
+
   // One side of a pipeline transfer: the send waits for `deps`, the receive for nothing (it is
   // posted ahead, as Megatron posts its irecv) and the compute that needs it depends on it.
   TaskIndex transfer(const std::string& name, int id, bool sends, double size_bytes,
@@ -111,8 +147,11 @@ class ProgramBuilder {
     program_->push_back(std::move(task));
     return static_cast<TaskIndex>(program_->size() - 1);
   }
+  static bool is_gemm(const Op& op) { return !op.collective && op.kernel.kind == KernelKind::gemm; }
+
   TaskGraph* graph_;
   Program* program_;
+  bool overlap_tp_;
   std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
 };
 
@@ -268,7 +307,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const int pp = plan.pp;
   const int virtual_stages = pp * plan.vpp;
   const int m = graph.micro_batches;
-  ProgramBuilder build(graph, graph.stages[stage]);
+  ProgramBuilder build(graph, graph.stages[stage], plan.tp_comm_overlap && plan.tp > 1);
   std::vector<std::vector<Unit>> chunks;
   for (int chunk = 0; chunk < plan.vpp; ++chunk) {
     chunks.push_back(stage_units(model, training, plan, chunk * pp + stage));

@@ -55,6 +55,8 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
             inputs.plan.vpp = vpp;
             inputs.plan.schedule = PipelineSchedule::one_f_one_b;
             inputs.plan.zero_stage = zero;
+            // The base's choice, where there is tensor parallelism to overlap.
+            inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
             inputs.plan.recompute = Recompute::none;
             layouts.push_back(std::move(inputs));
           }

@@ -9,14 +9,13 @@
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
 //                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp, vpp,
-//                 zero_stage, simulated (int 0/1), replayed_ranks (int: all the ranks, or
-//                 folded one replica's; 0 when not simulated);
-//                 step_time_s, tokens_per_s, mfu, hfu, model_flops, hardware_flops,
-//                 comm_bytes_per_gpu, memory_total_bytes, memory_capacity_bytes,
-//                 headroom_fraction, speedup_vs_first, scaling_efficiency_vs_first,
-//                 bucket_bytes (double). Step quantities and the ratios to the first variant
-//                 are NaN when simulated is 0 (the layout does not fit, so no step was
-//                 replayed).
+//                 zero_stage, tp_comm_overlap, simulated (int 0/1), replayed_ranks (int: all the
+//                 ranks, or folded one replica's; 0 when not simulated); step_time_s, tokens_per_s,
+//                 mfu, hfu, model_flops, hardware_flops, comm_bytes_per_gpu, memory_total_bytes,
+//                 memory_capacity_bytes, headroom_fraction, speedup_vs_first,
+//                 scaling_efficiency_vs_first, bucket_bytes (double). Step quantities and the
+//                 ratios to the first variant are NaN when simulated is 0 (the layout does not fit,
+//                 so no step was replayed).
 //     breakdown   compound {component: string, seconds: double}, 3 rows:
 //                 compute, exposed_comm, idle (NaN seconds when not simulated)
 //     memory      compound {item: string, bytes: double, basis: string}, one row per
@@ -191,6 +190,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "vpp", inputs.plan.vpp);
   write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
+  write_attribute(group, "tp_comm_overlap", inputs.plan.tp_comm_overlap ? 1 : 0);
   write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));
   write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
 }

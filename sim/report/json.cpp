@@ -28,6 +28,7 @@ Json layout_json(const ParallelPlan& plan) {
               {"pipeline_schedule", to_string(plan.schedule)},
               {"zero_stage", plan.zero_stage},
               {"recompute", to_string(plan.recompute)},
+              {"tp_comm_overlap", plan.tp_comm_overlap},
               {"bucket_bytes", plan.bucket_bytes}};
 }
 

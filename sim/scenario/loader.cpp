@@ -761,7 +761,8 @@ TrainingSpec parse_training(const Field& f) {
   return t;
 }
 
-const Keys kLayoutKeys = {"dp", "tp", "pp", "vpp", "schedule", "zero", "recompute", "bucket"};
+const Keys kLayoutKeys = {
+    "dp", "tp", "pp", "vpp", "schedule", "zero", "recompute", "bucket", "tp_comm_overlap"};
 
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
@@ -796,6 +797,9 @@ ParallelPlan parse_layout(const Field& f) {
   }
   if (auto bucket = find(f, "bucket")) {
     plan.bucket_bytes = read_quantity(*bucket, Quantity::size);
+  }
+  if (auto overlap = find(f, "tp_comm_overlap")) {
+    plan.tp_comm_overlap = read_bool(*overlap);
   }
   return plan;
 }
@@ -1403,6 +1407,10 @@ void check_layout(const Field& root, const StepInputs& in) {
                 std::to_string(in.training.seq_len),
             "sequence parallelism shards each sequence evenly over the tp ranks");
     }
+  }
+  if (in.plan.tp_comm_overlap && tp == 1) {
+    fail(require(layout, "tp_comm_overlap"), "tp_comm_overlap needs tensor parallelism (tp > 1)",
+         "it overlaps the tensor-parallel all-gathers and reduce-scatters with their GEMMs");
   }
   const int pp = in.plan.pp;
   if (in.plan.vpp > 1) {

@@ -367,7 +367,7 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK(layout->key() == "layout");
   CHECK_THAT(layout->what(),
              Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
-                             "recompute, bucket, got \"8\""));
+                             "recompute, bucket, tp_comm_overlap, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);
@@ -969,6 +969,20 @@ TEST_CASE("a model can come from a Hugging Face config.json, with errors at its 
   REQUIRE(nowhere);
   CHECK(nowhere->key() == "model.hf_config");
   CHECK_THAT(nowhere->what(), Catch::Contains("no Hugging Face config at"));
+}
+
+TEST_CASE("tp_comm_overlap loads with tensor parallelism and is refused without") {
+  const std::string tensor_parallel =
+      with(kBase, "  dp: 8\n  zero: 3\n", "  dp: 2\n  tp: 4\n  tp_comm_overlap: true\n");
+  CHECK(load_text(tensor_parallel).variants[0].inputs.plan.tp_comm_overlap);
+  const auto alone = load_error(with(tensor_parallel, "  tp: 4\n", ""));
+  REQUIRE(alone);
+  CHECK(alone->key() == "layout.tp_comm_overlap");
+  CHECK_THAT(alone->what(), Catch::Contains("needs tensor parallelism"));
+  const auto not_bool =
+      load_error(with(tensor_parallel, "tp_comm_overlap: true", "tp_comm_overlap: 2"));
+  REQUIRE(not_bool);
+  CHECK(not_bool->key() == "layout.tp_comm_overlap");
 }
 
 }  // namespace

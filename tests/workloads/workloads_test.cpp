@@ -556,3 +556,52 @@ TEST_CASE("LoRA under ZeRO-3 never gathers the frozen embedding for a backward i
   CHECK_THROWS_WITH(build_data_parallel_step(gpt3_175b(), gpt, plan),
                     Catch::Contains("no gate projection"));
 }
+
+TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, none is dropped") {
+  ParallelPlan plan;
+  plan.tp = 4;
+  plan.dp = 2;
+  plan.zero_stage = 1;
+  const TaskGraph blocking = build_data_parallel_step(llama3_8b(), training(4096, 4, 1), plan);
+  plan.tp_comm_overlap = true;
+  const TaskGraph overlapped = build_data_parallel_step(llama3_8b(), training(4096, 4, 1), plan);
+  const Program& program = overlapped.stages.front();
+  REQUIRE(program.size() == blocking.stages.front().size());
+  const auto is_tensor = [](const Task& task) {
+    const auto* work = std::get_if<CollectiveWork>(&task.work);
+    return work && work->group == Group::tensor_parallel;
+  };
+  const auto is_gemm = [](const Task& task) {
+    const auto* work = std::get_if<ComputeWork>(&task.work);
+    return work && work->kernel.kind == KernelKind::gemm;
+  };
+  int gathers = 0, scatters = 0;
+  for (TaskIndex t = 0; t + 2 < program.size(); ++t) {
+    if (!is_tensor(program[t])) continue;
+    INFO(program[t].name);
+    const auto op = std::get<CollectiveWork>(program[t].work).op;
+    const bool in_layer = program[t].name.find(".L") != std::string::npos;  // "mb0.L3.attn_gather"
+    if (op == CollectiveOp::reduce_scatter && is_gemm(program[t - 1])) {
+      // Beside the GEMM before it: it waits for what that GEMM waits for, not for the GEMM.
+      const auto& deps = program[t].deps;
+      CHECK(std::find(deps.begin(), deps.end(), t - 1) == deps.end());
+      scatters += in_layer;
+    } else if (op != CollectiveOp::reduce_scatter && is_gemm(program[t + 1])) {
+      // Beside the GEMM after it: the GEMM does not wait for it, the op after the GEMM does.
+      const auto& gemm_deps = program[t + 1].deps;
+      CHECK(std::find(gemm_deps.begin(), gemm_deps.end(), t) == gemm_deps.end());
+      const auto& next_deps = program[t + 2].deps;
+      CHECK(std::find(next_deps.begin(), next_deps.end(), t) != next_deps.end());
+      gathers += in_layer;
+    } else {
+      // Next to no GEMM (the embedding's lookup): it blocks as before.
+      CHECK_FALSE(in_layer);
+      const auto& next_deps = program[t + 1].deps;
+      CHECK(std::find(next_deps.begin(), next_deps.end(), t) != next_deps.end());
+    }
+  }
+  // Per layer and micro-batch: 2 gathers and 2 scatters forward; backward the mirror images
+  // and the two re-gathers for weight gradients (32 layers, 2 micro-batches per replica).
+  CHECK(gathers == 32 * 2 * (2 + 2 + 2));
+  CHECK(scatters == 32 * 2 * (2 + 2));
+}
