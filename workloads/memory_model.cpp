@@ -100,8 +100,17 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   const std::string split = tp > 1 ? "split over tp, " : "";
   const double weight_shards = zero >= 3 ? dp : 1;
-  add("weights", kWeightBytes * p / weight_shards,
-      "BF16, " + split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
+  // QLoRA keeps the stage's decoder layers in 4-bit NF4 (norms too: a rounding error).
+  const bool quantized = training.lora && training.lora->quantized_base;
+  const double quantized_params =
+      quantized ? decoder_layer_parameters(model) * model.layers / plan.pp / tp : 0.0;
+  add("weights",
+      (kWeightBytes * (p - quantized_params) + kNf4BytesPerParameter * quantized_params) /
+          weight_shards,
+      std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
+                              "bits), adapters, embedding and head BF16, "
+                            : "BF16, ") +
+          split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
   const double grad_shards = zero >= 2 ? dp : 1;
   add("gradients", kMainGradBytes * trained / grad_shards,
       "FP32 main gradients, " + which + split +
@@ -153,6 +162,17 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                 (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches);
   dynamic += activations;
+
+  if (quantized) {
+    // Each GEMM reads a BF16 copy of its weight, dequantized just before it.
+    const double largest = std::max({(model.mlp == Mlp::swiglu ? 2.0 : 1.0) * model.ffn,
+                                     static_cast<double>(model.ffn),
+                                     model.hidden + 2.0 * model.kv_heads * model.head_dim()}) *
+                           model.hidden / tp;
+    add("dequantized weight", kWeightBytes * largest,
+        "a BF16 copy of the largest projection, dequantized for its GEMM (QLoRA)");
+    dynamic += kWeightBytes * largest;
+  }
 
   const double logits = stage == plan.pp - 1 ? 2 * kFp32Bytes * tokens * model.vocab / tp : 0.0;
   add("logits", logits,

@@ -67,6 +67,10 @@ enum class Attention { flash, eager };
 struct LoraSpec {
   int rank = 16;
   std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  // QLoRA (Dettmers et al., arXiv:2305.14314): the frozen decoder-layer weights stored in 4-bit
+  // NormalFloat with double-quantized block scales, dequantized to BF16 for each GEMM that
+  // reads them; adapters, embedding, head and norms stay BF16.
+  bool quantized_base = false;
 };
 
 struct TrainingSpec {

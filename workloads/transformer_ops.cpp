@@ -171,6 +171,19 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
   return Op{std::move(name), Kernel{}, 0, TpCollective{op, size_bytes}};
 }
 
+// A projection's GEMM (m x n from k); under QLoRA its 4-bit weight is first dequantized to
+// BF16 (read 4.127 bits, write 16 per weight), in forward and again before the backward's
+// data-gradient GEMM, which reads it too.
+void projection(const std::string& name, double m, double n, double k, const TrainingSpec& training,
+                bool frozen, std::vector<Op>& fwd, std::vector<Op>& backward) {
+  const bool quantized = training.lora && training.lora->quantized_base;
+  const double dequantize_bytes = (kNf4BytesPerParameter + kBf16) * n * k;
+  if (quantized) fwd.push_back(memory_op(name + ".dequantize", dequantize_bytes));
+  fwd.push_back(gemm_with_backward(name, m, n, k, backward, frozen));
+  // Pushed after the data gradient: it runs before it once backward is reversed.
+  if (quantized) backward.push_back(memory_op(name + ".dequantize.bwd", dequantize_bytes));
+}
+
 }  // namespace
 
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
@@ -220,7 +233,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // o_proj by rows.
   enter_block("attn");
   const bool frozen = training.lora.has_value();
-  fwd.push_back(gemm_with_backward("qkv", t, (h + 2 * kv) / split, h, backward, frozen));
+  projection("qkv", t, (h + 2 * kv) / split, h, training, frozen, fwd, backward);
   if (!frozen) regather_for_wgrad("qkv");
   lora_adapters(model, training, {"q", "k", "v"}, t, fwd, backward);
   if (model.positions == Positions::rope) {
@@ -275,26 +288,26 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       }
     }
   }
-  fwd.push_back(gemm_with_backward("o_proj", t, h, h / split, backward, frozen));
+  projection("o_proj", t, h, h / split, training, frozen, fwd, backward);
   lora_adapters(model, training, {"o"}, t, fwd, backward);
   leave_block("attn");
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows.
   enter_block("mlp");
   if (model.mlp == Mlp::swiglu) {
-    fwd.push_back(gemm_with_backward("gate_up", t, 2 * f / split, h, backward, frozen));
+    projection("gate_up", t, 2 * f / split, h, training, frozen, fwd, backward);
     if (!frozen) regather_for_wgrad("gate_up");
     lora_adapters(model, training, {"gate", "up"}, t, fwd, backward);
     fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f / split));
     backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f / split));
   } else {
-    fwd.push_back(gemm_with_backward("up", t, f / split, h, backward, frozen));
+    projection("up", t, f / split, h, training, frozen, fwd, backward);
     if (!frozen) regather_for_wgrad("up");
     lora_adapters(model, training, {"up"}, t, fwd, backward);
     fwd.push_back(memory_op("gelu", 2 * kBf16 * t * f / split));
     backward.push_back(memory_op("gelu.bwd", 3 * kBf16 * t * f / split));
   }
-  fwd.push_back(gemm_with_backward("down", t, h, f / split, backward, frozen));
+  projection("down", t, h, f / split, training, frozen, fwd, backward);
   lora_adapters(model, training, {"down"}, t, fwd, backward);
   leave_block("mlp");
 

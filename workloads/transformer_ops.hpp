@@ -56,6 +56,10 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
                        bool frozen = false);
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
                   bool frozen = false);
+// QLoRA's stored bytes per frozen decoder-layer weight: 4-bit NF4, an 8-bit scale per block of
+// 64 weights and an FP32 scale per 256 such scales (double quantization): 4.127 bits
+// (Dettmers et al., arXiv:2305.14314, Section 3).
+inline constexpr double kNf4BytesPerParameter = (4.0 + 8.0 / 64 + 32.0 / (64 * 256)) / 8;
 // Trainable adapter parameters of one decoder layer under LoRA (0 without).
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).

@@ -169,7 +169,9 @@ void add_setup_rows(Table& table, const RunReport& report) {
   table.add("model", cells_for(report, [](const VariantReport& v) {
               const auto& lora = v.inputs.training.lora;
               return v.inputs.model.name +
-                     (lora ? " (LoRA rank " + std::to_string(lora->rank) + ")" : "");
+                     (lora ? std::string(lora->quantized_base ? " (QLoRA rank " : " (LoRA rank ") +
+                                 std::to_string(lora->rank) + ")"
+                           : "");
             }));
   table.add("layout",
             cells_for(report, [](const VariantReport& v) { return layout_label(v.inputs.plan); }));

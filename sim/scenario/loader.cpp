@@ -705,9 +705,9 @@ const Keys kTrainingKeys = {
 
 TrainingSpec parse_training(const Field& f) {
   expect_map(f, kTrainingKeys);
-  const bool lora =
-      find(f, "method") && read_choice(*find(f, "method"), {"full", "lora"}, {"qlora"},
-                                       "qlora arrives in a later version") == "lora";
+  const std::string method =
+      find(f, "method") ? read_choice(*find(f, "method"), {"full", "lora", "qlora"}) : "full";
+  const bool lora = method != "full";
   if (auto precision = find(f, "precision")) {
     read_choice(*precision, {"bf16"}, {"fp8"}, "fp8 arrives in a later version");
   }
@@ -718,6 +718,7 @@ TrainingSpec parse_training(const Field& f) {
   }
   if (lora) {
     t.lora = LoraSpec{};
+    t.lora->quantized_base = method == "qlora";
     if (auto spec = find(f, "lora")) {
       expect_map(*spec, {"rank", "targets"});
       if (auto rank = find(*spec, "rank")) t.lora->rank = read_int(*rank, 1);
@@ -733,7 +734,8 @@ TrainingSpec parse_training(const Field& f) {
       }
     }
   } else if (auto spec = find(f, "lora")) {
-    fail(*spec, "lora settings without method: lora", "set method: lora, or remove lora");
+    fail(*spec, "lora settings without method: lora or qlora",
+         "set method: lora (or qlora), or remove lora");
   }
   t.seq_len = read_int(require(f, "seq_len"), 1);
   t.global_batch = read_int(require(f, "global_batch"), 1);
@@ -1472,6 +1474,10 @@ void check_lora(const Field& training, StepInputs& in) {
   if (in.plan.tp > 1) {
     fail(require(training, "method"), "LoRA with tensor parallelism is not modelled yet",
          "use tp: 1 (LoRA's small optimizer states usually let ZeRO or data parallelism fit)");
+  }
+  if (in.training.lora->quantized_base && in.plan.zero_stage >= 3) {
+    fail(require(training, "method"), "QLoRA with ZeRO-3 (FSDP-QLoRA) is not modelled yet",
+         "use zero 0 to 2: the 4-bit base of a 70B model fits one GPU");
   }
 }
 

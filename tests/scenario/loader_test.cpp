@@ -338,10 +338,10 @@ TEST_CASE("a bad enum value lists the allowed values") {
   REQUIRE(zero);
   CHECK_THAT(zero->what(), Catch::Contains("expected one of 0, 1, 2, 3, got \"4\""));
 
-  const auto qlora = load_error(with(kBase, "training:\n", "training:\n  method: qlora\n"));
-  REQUIRE(qlora);
-  CHECK(qlora->key() == "training.method");
-  CHECK_THAT(qlora->what(), Catch::Contains("(hint: qlora arrives in a later version)"));
+  const auto fp8 = load_error(with(kBase, "training:\n", "training:\n  precision: fp8\n"));
+  REQUIRE(fp8);
+  CHECK(fp8->key() == "training.precision");
+  CHECK_THAT(fp8->what(), Catch::Contains("(hint: fp8 arrives in a later version)"));
 }
 
 TEST_CASE("a missing required key names the key and its map") {
@@ -969,6 +969,17 @@ TEST_CASE("a model can come from a Hugging Face config.json, with errors at its 
   REQUIRE(nowhere);
   CHECK(nowhere->key() == "model.hf_config");
   CHECK_THAT(nowhere->what(), Catch::Contains("no Hugging Face config at"));
+}
+
+TEST_CASE("QLoRA loads as LoRA over a 4-bit base, and is refused under ZeRO-3") {
+  const std::string qlora = with(kBase, "  seq_len:", "  method: qlora\n  seq_len:");
+  const StepInputs in = load_text(with(qlora, "zero: 3", "zero: 2")).variants[0].inputs;
+  REQUIRE(in.training.lora);
+  CHECK(in.training.lora->quantized_base);
+  const auto sharded = load_error(qlora);
+  REQUIRE(sharded);
+  CHECK(sharded->key() == "training.method");
+  CHECK_THAT(sharded->what(), Catch::Contains("QLoRA with ZeRO-3"));
 }
 
 TEST_CASE("tp_comm_overlap loads with tensor parallelism and is refused without") {

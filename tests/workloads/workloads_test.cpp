@@ -605,3 +605,43 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   CHECK(gathers == 32 * 2 * (2 + 2 + 2));
   CHECK(scatters == 32 * 2 * (2 + 2));
 }
+
+TEST_CASE("QLoRA: decoder layers at 4.127 bits, dequantized before each GEMM that reads them") {
+  const ModelSpec m = llama3_70b();
+  TrainingSpec lora = training(4096, 16, 1);
+  lora.lora = LoraSpec{};
+  TrainingSpec qlora = lora;
+  qlora.lora->quantized_base = true;
+  // NF4 4 bits + an 8-bit scale per 64 weights + an FP32 scale per 256 scales (the paper's
+  // 0.127 bits of double-quantized constants per weight).
+  CHECK(kNf4BytesPerParameter * 8 == Approx(4.127).epsilon(1e-3));
+  ParallelPlan plan;
+  plan.recompute = Recompute::full;
+  const MemoryBreakdown full = estimate_memory(m, lora, plan, 80e9);
+  const MemoryBreakdown quantized = estimate_memory(m, qlora, plan, 80e9);
+  const double layers = decoder_layer_parameters(m) * m.layers;
+  CHECK(full.items[0].bytes - quantized.items[0].bytes ==
+        Approx((2 - kNf4BytesPerParameter) * layers));
+  CHECK_FALSE(full.fits());  // 141 GB of BF16 weights
+  CHECK(quantized.fits());   // about 40 GB of weights
+  // The same model FLOPs; the dequantization adds memory traffic, not FLOPs, and time.
+  const TaskGraph plain = build_data_parallel_step(m, lora, plan);
+  const TaskGraph dequantized = build_data_parallel_step(m, qlora, plan);
+  CHECK(dequantized.model_flops_per_rank == Approx(plain.model_flops_per_rank));
+  CHECK(dequantized.hardware_flops_per_rank == Approx(plain.hardware_flops_per_rank));
+  // Each of the four projections: forward, the recomputed forward, and before the backward's
+  // data gradient.
+  const LayerOps ops = decoder_layer_ops(m, qlora, 1, Recompute::full);
+  const auto dequantizations = [](const std::vector<Op>& list) {
+    return std::count_if(list.begin(), list.end(), [](const Op& op) {
+      return op.name.find(".dequantize") != std::string::npos;
+    });
+  };
+  CHECK(dequantizations(ops.forward) == 4);
+  CHECK(dequantizations(ops.backward) == 4);
+  for (std::size_t i = 0; i + 1 < ops.backward.size(); ++i) {
+    if (ops.backward[i].name.find(".dequantize") == std::string::npos) continue;
+    const std::string gemm = ops.backward[i].name.substr(0, ops.backward[i].name.find('.'));
+    CHECK(ops.backward[i + 1].name == gemm + ".dgrad");
+  }
+}
