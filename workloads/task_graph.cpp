@@ -106,10 +106,10 @@ class ProgramBuilder {
         gather.clear();
       }
       if (op.collective) {
-        const bool is_scatter = op.collective->op == CollectiveOp::reduce_scatter;
-        const bool gather_beside_next =
-            overlap_tp_ && !is_scatter && i + 2 < list.size() && is_gemm(list[i + 1]);
-        if (overlap_tp_ && is_scatter && i > 0 && is_gemm(list[i - 1])) {
+        const std::optional<std::size_t> beside =
+            overlap_tp_ ? overlapped_gemm(list, i) : std::nullopt;
+        const bool gather_beside_next = beside == i + 1;
+        if (beside == i - 1) {
           // Starts with the GEMM that writes what it reduces.
           after = last_after;
           if (before_last) after.push_back(*before_last);
@@ -147,8 +147,6 @@ class ProgramBuilder {
     program_->push_back(std::move(task));
     return static_cast<TaskIndex>(program_->size() - 1);
   }
-  static bool is_gemm(const Op& op) { return !op.collective && op.kernel.kind == KernelKind::gemm; }
-
   TaskGraph* graph_;
   Program* program_;
   bool overlap_tp_;

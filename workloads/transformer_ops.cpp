@@ -186,6 +186,19 @@ void projection(const std::string& name, double m, double n, double k, const Tra
 
 }  // namespace
 
+std::optional<std::size_t> overlapped_gemm(const std::vector<Op>& ops, std::size_t i) {
+  const auto is_gemm = [&](std::size_t j) {
+    return !ops[j].collective && ops[j].kernel.kind == KernelKind::gemm;
+  };
+  if (i >= ops.size() || !ops[i].collective) return std::nullopt;
+  if (ops[i].collective->op == CollectiveOp::reduce_scatter) {
+    if (i > 0 && is_gemm(i - 1)) return i - 1;
+  } else if (i + 2 < ops.size() && is_gemm(i + 1)) {
+    return i + 1;
+  }
+  return std::nullopt;
+}
+
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
                            Recompute recompute) {
   const int micro_batch = training.micro_batch;

@@ -1,8 +1,10 @@
 #include "sim/collectives/collectives.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <tuple>
@@ -308,12 +310,14 @@ void Collectives::check_ranks(const std::vector<VertexId>& ranks) const {
 
 void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                       std::function<void()> done) {
-  const ChoiceKey key{op, ranks, size_bytes, std::nullopt};
+  const PlanKeyView key{op, ranks, size_bytes};
   auto cached = plan_cache_.find(key);
   if (cached == plan_cache_.end()) {
     check_ranks(ranks);
-    cached =
-        plan_cache_.emplace(key, plan(choose(op, ranks, size_bytes), op, ranks, size_bytes)).first;
+    cached = plan_cache_
+                 .emplace(PlanKey{op, ranks, size_bytes},
+                          merged(plan(choose(op, ranks, size_bytes), op, ranks, size_bytes)))
+                 .first;
   }
   start(cached->second, std::move(done));
 }
@@ -340,23 +344,41 @@ void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
 }
 
 void Collectives::send(VertexId from, VertexId to, double size_bytes, std::function<void()> done) {
-  const std::vector<VertexId> pair{from, to};
-  const ChoiceKey key{CollectiveOp::send_recv, pair, size_bytes, std::nullopt};
-  auto cached = send_plan_cache_.find(key);
+  const std::array<VertexId, 2> ends{from, to};
+  auto cached = send_plan_cache_.find(PlanKeyView{CollectiveOp::send_recv, ends, size_bytes});
   if (cached == send_plan_cache_.end()) {
+    const std::vector<VertexId> pair{from, to};
     check_ranks(pair);
     Plan one_way = plan(choose(CollectiveOp::send_recv, pair, size_bytes), CollectiveOp::send_recv,
                         pair, size_bytes);
     one_way.flows.resize(1);  // plan_pairs' first flow goes from -> to; the second comes back
-    cached = send_plan_cache_.emplace(key, std::move(one_way)).first;
+    cached = send_plan_cache_
+                 .emplace(PlanKey{CollectiveOp::send_recv, pair, size_bytes}, merged(one_way))
+                 .first;
   }
   start(cached->second, std::move(done));
 }
 
-void Collectives::start(Plan plan, std::function<void()> done) {
+void Collectives::start(const Plan& plan, std::function<void()> done) {
+  if (plan.later.empty() && !plan.flows.empty()) {
+    // One phase (most plans): its flows count down to `done`, with no phase bookkeeping.
+    auto remaining = std::make_shared<std::pair<std::size_t, std::function<void()>>>(
+        plan.flows.size(), std::move(done));
+    std::vector<FlowNetwork::FlowRequest> requests;
+    requests.reserve(plan.flows.size());
+    for (const PlannedFlow& flow : plan.flows) {
+      requests.push_back({flow.links, flow.bytes, plan.latency,
+                          [remaining] {
+                            if (--remaining->first == 0) remaining->second();
+                          },
+                          flow.max_rate});
+    }
+    enter(std::move(requests));
+    return;
+  }
   auto phases = std::make_shared<std::vector<Phase>>();
-  phases->push_back({std::move(plan.flows), plan.latency});
-  for (Phase& phase : plan.later) phases->push_back(std::move(phase));
+  phases->push_back({plan.flows, plan.latency});
+  for (const Phase& phase : plan.later) phases->push_back(phase);
   start_phases(std::move(phases), 0, std::move(done));
 }
 
@@ -385,11 +407,42 @@ void Collectives::start_phases(std::shared_ptr<std::vector<Phase>> phases, std::
                         },
                         flow.max_rate});
   }
+  enter(std::move(requests));
+}
+
+void Collectives::enter(std::vector<FlowNetwork::FlowRequest> requests) {
   if (batch_) {
     for (FlowNetwork::FlowRequest& request : requests) batch_->push_back(std::move(request));
   } else {
     network_->start_flows(std::move(requests));
   }
+}
+
+Collectives::Plan Collectives::merged(Plan plan) {
+  // Cached plans start many times: their flows' links are merged once, here.
+  for (PlannedFlow& flow : plan.flows) flow.links = merge_duplicates(std::move(flow.links));
+  for (Phase& phase : plan.later) {
+    for (PlannedFlow& flow : phase.flows) flow.links = merge_duplicates(std::move(flow.links));
+  }
+  return plan;
+}
+
+std::size_t Collectives::PlanKeyHash::operator()(PlanKeyView key) const {
+  // FNV-1a over the op, the ranks and the size's bits.
+  std::uint64_t hash = 1469598103934665603ull;
+  const auto mix = [&hash](std::uint64_t value) {
+    hash ^= value;
+    hash *= 1099511628211ull;
+  };
+  mix(static_cast<std::uint64_t>(key.op));
+  for (const VertexId rank : key.ranks) mix(rank);
+  mix(std::bit_cast<std::uint64_t>(key.size_bytes));
+  return static_cast<std::size_t>(hash);
+}
+
+bool Collectives::PlanKeyEqual::operator()(PlanKeyView a, PlanKeyView b) const {
+  return a.op == b.op && a.size_bytes == b.size_bytes &&
+         std::equal(a.ranks.begin(), a.ranks.end(), b.ranks.begin(), b.ranks.end());
 }
 
 void Collectives::begin_batch() {

@@ -31,7 +31,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "calibration/collective_costs.hpp"
@@ -200,7 +202,10 @@ class Collectives {
   // One flow of `bytes_each` per (from, to) pair, all in one step.
   Plan plan_transfers(const std::vector<std::pair<VertexId, VertexId>>& pairs,
                       double bytes_each) const;
-  void start(Plan plan, std::function<void()> done);
+  void start(const Plan& plan, std::function<void()> done);
+  static Plan merged(Plan plan);
+  // Flows into the network now, or into the open batch.
+  void enter(std::vector<FlowNetwork::FlowRequest> requests);
   SimTime idle_time(const Plan& plan) const;
   void check_ranks(const std::vector<VertexId>& ranks) const;
   bool nvls_possible(const std::vector<VertexId>& ranks) const;
@@ -221,8 +226,29 @@ class Collectives {
   std::map<std::vector<VertexId>, std::vector<Channel>> channel_cache_;
   std::map<ChoiceKey, CollectiveChoice> choice_cache_;
   // The tuner's plans, as a step runs the same collectives over and over: by run() and send().
-  std::map<ChoiceKey, Plan> plan_cache_;
-  std::map<ChoiceKey, Plan> send_plan_cache_;
+  // Looked up through a view of the key, so that a lookup allocates nothing; never iterated.
+  struct PlanKeyView {
+    CollectiveOp op;
+    std::span<const VertexId> ranks;
+    double size_bytes;
+  };
+  struct PlanKey {
+    CollectiveOp op;
+    std::vector<VertexId> ranks;
+    double size_bytes;
+    operator PlanKeyView() const { return {op, ranks, size_bytes}; }
+  };
+  struct PlanKeyHash {
+    using is_transparent = void;
+    std::size_t operator()(PlanKeyView key) const;
+  };
+  struct PlanKeyEqual {
+    using is_transparent = void;
+    bool operator()(PlanKeyView a, PlanKeyView b) const;
+  };
+  using PlanCache = std::unordered_map<PlanKey, Plan, PlanKeyHash, PlanKeyEqual>;
+  PlanCache plan_cache_;
+  PlanCache send_plan_cache_;
   std::optional<std::vector<FlowNetwork::FlowRequest>> batch_;  // between begin and end_batch
 };
 

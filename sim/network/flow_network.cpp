@@ -41,9 +41,13 @@ class FlowNetwork::LinkMarks {
   std::vector<FlowLinkId>* marked_;
 };
 
-namespace {
-
 std::vector<LinkUse> merge_duplicates(std::vector<LinkUse> links) {
+  const auto strictly_increasing = [](const LinkUse& a, const LinkUse& b) {
+    return a.link >= b.link;  // adjacent_find's predicate: true where the order breaks
+  };
+  if (std::adjacent_find(links.begin(), links.end(), strictly_increasing) == links.end()) {
+    return links;  // already sorted, no repeats
+  }
   std::stable_sort(links.begin(), links.end(),
                    [](const LinkUse& a, const LinkUse& b) { return a.link < b.link; });
   std::vector<LinkUse> merged;
@@ -56,8 +60,6 @@ std::vector<LinkUse> merge_duplicates(std::vector<LinkUse> links) {
   }
   return merged;
 }
-
-}  // namespace
 
 FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s)
     : engine_(&engine),

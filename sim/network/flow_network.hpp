@@ -40,6 +40,10 @@ struct LinkUse {
   double weight = 1.0;
 };
 
+// The uses sorted by link, repeats of a link merged into one use of their summed weight: the
+// form a flow keeps (start_flow takes any and merges them; merged ones it takes as they are).
+std::vector<LinkUse> merge_duplicates(std::vector<LinkUse> links);
+
 class FlowNetwork {
  public:
   using FlowId = std::uint64_t;

@@ -13,6 +13,7 @@
 #include "sim/engine/errors.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_executor.hpp"
+#include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
@@ -35,7 +36,7 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
   const int gpus = base.node.gpus * base.nodes;
   std::vector<StepInputs> layouts;
   for (int tp = 1; tp <= base.node.gpus; tp *= 2) {
-    if (gpus % tp != 0) continue;
+    if (base.node.gpus % tp != 0) continue;
     for (const int pp : divisors(base.model.layers)) {
       if (gpus % (tp * pp) != 0) continue;
       std::vector<int> virtual_stages{1};
@@ -45,6 +46,8 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
         }
       }
       for (const int micro_batch : kMicroBatches) {
+        // Only micro-batches that split each replica's share of the batch.
+        if (base.training.global_batch % (micro_batch * (gpus / (tp * pp))) != 0) continue;
         for (const int vpp : virtual_stages) {
           for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
             StepInputs inputs = base;
@@ -70,8 +73,30 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
 struct Candidate {
   StepInputs inputs;
   double bound_s = 0;
+  double estimate_s = 0;  // the replay order: layouts likely fastest first
   std::size_t order = 0;  // enumeration index: the tie-break
 };
+
+// A rough step time, only to order the replays so that the ranking fills with fast layouts
+// early and the bound prunes more: the bound, or the time a GPU needs to move its
+// data-parallel traffic (gradients once per step; under ZeRO-3 also weights, per micro-batch)
+// over its share of the node's NICs (or NVLink, when a replica group stays in a node), if
+// longer. Nothing is pruned by it.
+double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
+  const ParallelPlan& plan = inputs.plan;
+  if (plan.dp == 1) return bound_s;
+  const double micro_batches = static_cast<double>(inputs.training.global_batch) /
+                               (static_cast<double>(plan.dp) * inputs.training.micro_batch);
+  const double trained = inputs.training.lora ? 0.01 : 1.0;  // adapters: a sliver of the model
+  const double local = inputs.model.parameters() / (plan.tp * plan.pp);
+  const double passes = plan.zero_stage >= 3 ? 2 * micro_batches + trained : 2 * trained;
+  const double bytes = passes * kBf16Bytes * local * (plan.dp - 1) / plan.dp;
+  const bool in_node = plan.tp * plan.dp <= inputs.node.gpus;
+  const double per_gpu = in_node
+                             ? inputs.node.nvlink_bytes_per_s
+                             : inputs.node.nic_bytes_per_s * inputs.node.nics / inputs.node.gpus;
+  return per_gpu > 0 ? std::max(bound_s, bytes / per_gpu) : bound_s;
+}
 
 // Fastest first; equal step times in enumeration order.
 bool ranks_before(const PlannedLayout& a, std::size_t a_order, const PlannedLayout& b,
@@ -106,14 +131,61 @@ class TpCollectiveClock {
   std::map<std::tuple<int, CollectiveOp, double>, double> seconds_;
 };
 
+// What the first stage still does after its last backward, which ends the drain: its
+// optimizer step on its shard and, under ZeRO-1 and 2, the all-gather of the parameters its
+// replicas updated. The gather is bounded by the bytes that must enter each node through its
+// NICs (every tp rank's group brings in the shards of the members on other nodes) at their
+// usable rate; a group inside one node, or nodes that share an NVLink domain, bound it by
+// nothing.
+double first_stage_tail_s(const StepInputs& inputs) {
+  const ParallelPlan& plan = inputs.plan;
+  const ModelSpec& model = inputs.model;
+  if (inputs.training.lora) return 0;  // adapters: a sliver
+  double parameters = embedding_parameters(model) + position_parameters(model) +
+                      decoder_layer_parameters(model) * model.layers / plan.pp;
+  if (plan.pp == 1) parameters += head_parameters(model);
+  const double local = parameters / plan.tp;  // each tp rank's share, before ZeRO
+  const double shard = plan.zero_stage >= 1 ? local / plan.dp : local;
+  const double optimizer_s =
+      kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
+  const NodeSpec& node = inputs.node;
+  const bool gathers = plan.zero_stage == 1 || plan.zero_stage == 2;
+  const int members_per_node = node.gpus / plan.tp;  // of each data-parallel group
+  if (!gathers || plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 ||
+      node.nic_bytes_per_s <= 0) {
+    return optimizer_s;
+  }
+  const char* nic = node.nic_kind == NicKind::roce  ? "roce"
+                    : node.nic_kind == NicKind::efa ? "efa"
+                                                    : "infiniband";
+  const auto efficiency = inputs.gpu.link_efficiency.find(nic);
+  const double usable =
+      node.nics * node.nic_bytes_per_s *
+      (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);
+  const double inbound =
+      plan.tp * kBf16Bytes * local * (1.0 - static_cast<double>(members_per_node) / plan.dp);
+  return optimizer_s + inbound / usable;
+}
+
 double lower_bound_s(const StepInputs& inputs, TpCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
   const LayerOps layer = decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute);
+  // The compute stream's kernels, and what it waits for beyond them: each blocking collective
+  // whole, an overlapped one by how much it outlasts the GEMM beside it.
+  const bool overlap = plan.tp_comm_overlap && plan.tp > 1;
   const auto blocking_s = [&](const std::vector<Op>& ops) {
     double seconds = 0;
-    for (const Op& op : ops) {
-      seconds += op.collective ? clock.seconds(inputs, *op.collective)
-                               : kernel_seconds(inputs.gpu, op.kernel);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      if (!op.collective) {
+        seconds += kernel_seconds(inputs.gpu, op.kernel);
+        continue;
+      }
+      const double collective_s = clock.seconds(inputs, *op.collective);
+      const std::optional<std::size_t> beside = overlap ? overlapped_gemm(ops, i) : std::nullopt;
+      seconds += beside
+                     ? std::max(0.0, collective_s - kernel_seconds(inputs.gpu, ops[*beside].kernel))
+                     : collective_s;
     }
     return seconds;
   };
@@ -134,7 +206,8 @@ double lower_bound_s(const StepInputs& inputs, TpCollectiveClock& clock) {
   const LayerOps head = head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len,
                                  plan.tp, inputs.training.lora.has_value());
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
-  return (micro_batches * plan.vpp + (plan.pp - 1)) * chunk_s + micro_batches * head_s;
+  return (micro_batches * plan.vpp + (plan.pp - 1)) * chunk_s + micro_batches * head_s +
+         first_stage_tail_s(inputs);
 }
 
 }  // namespace
@@ -167,7 +240,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
         ++refusals;  // the job rules refuse this combination
         continue;
       }
-      checked[i] = Candidate{std::move(inputs), 0.0, i};
+      checked[i] = Candidate{std::move(inputs), 0.0, 0.0, i};
       return;
     }
     refused[i] = refusals == kRecomputeModes.size();
@@ -181,40 +254,51 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       ++result.not_fitting;
     } else {
       candidates.push_back(std::move(*checked[i]));
-      candidates.back().bound_s = lower_bound_s(candidates.back().inputs, clock);
+      Candidate& candidate = candidates.back();
+      candidate.bound_s = lower_bound_s(candidate.inputs, clock);
+      candidate.estimate_s = replay_order_estimate_s(candidate.inputs, candidate.bound_s);
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.bound_s < b.bound_s; });
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate& a, const Candidate& b) { return a.estimate_s < b.estimate_s; });
 
   std::vector<std::pair<PlannedLayout, std::size_t>> ranked;  // with enumeration order
   std::size_t next = 0;
-  while (next < candidates.size()) {
-    // The slowest layout of a full ranking: nothing whose bound is no better can enter it.
+  while (true) {
+    // A full ranking rules out every layout whose bound is above its slowest step time.
+    // (Strictly: one whose bound equals it might tie, and win the tie on enumeration order.)
     const auto cannot_enter = [&](const Candidate& c) {
       return ranked.size() == options.top &&
-             c.bound_s >= ranked.back().first.outcome.step.step_time_s;
+             c.bound_s > ranked.back().first.outcome.step.step_time_s;
     };
-    if (cannot_enter(candidates[next])) break;  // bounds only grow from here
-    // The first batch fills the ranking; later ones are small, so the bound prunes early.
-    const std::size_t batch = ranked.empty() ? options.top : options.batch_size;
-    const std::size_t end = std::min(candidates.size(), next + batch);
-    std::vector<PlannedLayout> replays(end - next);
-    tbb::parallel_for(next, end, [&](std::size_t i) {
-      replays[i - next] = {candidates[i].inputs, simulate_step(candidates[i].inputs),
-                           candidates[i].bound_s};
-    });
-    for (std::size_t i = next; i < end; ++i) {
-      ranked.emplace_back(std::move(replays[i - next]), candidates[i].order);
+    // The next batch: the first layouts in estimate order that can still enter. The first
+    // batch fills the ranking; later ones are small, so the bound prunes early.
+    const std::size_t batch_size = ranked.empty() ? options.top : options.batch_size;
+    std::vector<std::size_t> batch;
+    for (; next < candidates.size() && batch.size() < batch_size; ++next) {
+      if (cannot_enter(candidates[next])) {
+        ++result.bounded_out;
+      } else {
+        batch.push_back(next);
+      }
     }
-    result.replayed += end - next;
-    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    if (batch.empty()) break;
+    std::vector<PlannedLayout> replays(batch.size());
+    tbb::parallel_for(std::size_t{0}, batch.size(), [&](std::size_t i) {
+      const Candidate& candidate = candidates[batch[i]];
+      replays[i] = {candidate.inputs, simulate_step(candidate.inputs, options.step),
+                    candidate.bound_s};
+    });
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      ranked.emplace_back(std::move(replays[i]), candidates[batch[i]].order);
+    }
+    result.replayed += batch.size();
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return ranks_before(a.first, a.second, b.first, b.second);
     });
     if (ranked.size() > options.top) ranked.resize(options.top);
-    next = end;
   }
-  result.bounded_out = candidates.size() - next;
   for (auto& [layout, order] : ranked) result.ranked.push_back(std::move(layout));
   return result;
 }

@@ -2,20 +2,21 @@
 // recomputation and virtual stages for a model, training recipe and cluster, replays the
 // layouts that fit, and ranks them by throughput.
 //
-// Every layout uses all GPUs of the cluster: tp a power of two within a node, pp a divisor of
-// the layers, dp the rest; the micro-batch a power of two up to 8 that divides each replica's
-// share of the global batch; ZeRO 0-3 without a pipeline, 0-1 with one (as Megatron-LM and
-// DeepSpeed run them); vpp 1 or a divisor of each stage's layers up to 8 with a pipeline; the
-// 1F1B schedule (GPipe has its bubble and more memory). Layouts the job rules refuse (tp not
-// dividing the heads, a batch that does not split) are counted and skipped. Of each layout, only
-// the least recomputation that fits is kept: more recomputation adds kernels and never saves
-// time.
+// Every layout uses all GPUs of the cluster: tp a power of two dividing a node's GPUs, pp a
+// divisor of the layers, dp the rest; the micro-batch a power of two up to 8 that divides each
+// replica's share of the global batch; ZeRO 0-3 without a pipeline, 0-1 with one (as
+// Megatron-LM and DeepSpeed run them); vpp 1 or a divisor of each stage's layers up to 8 with a
+// pipeline; the 1F1B schedule (GPipe has its bubble and more memory); the base's
+// tp_comm_overlap wherever tp > 1. Layouts the job rules refuse (tp not dividing the heads,
+// interleaving without micro-batches in groups of pp) are counted and skipped. Of each layout,
+// only the least recomputation that fits is kept: more recomputation adds kernels and never
+// saves time.
 //
-// The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s): once
-// `top` layouts have been replayed, one whose bound is no better than the slowest of them
-// cannot enter the ranking. Layouts are replayed in order of their bound, in batches of fixed
-// sizes, in parallel (TBB) within a batch, so the ranking and what was replayed do not depend
-// on the thread count.
+// The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
+// once `top` layouts have been replayed, one whose bound is above the slowest of them cannot
+// enter the ranking. Layouts are replayed in order of their bound, in batches of fixed sizes,
+// in parallel (TBB) within a batch, so the ranking and what was replayed do not depend on the
+// thread count.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@ namespace fleetsim {
 
 struct PlanOptions {
   std::size_t top = 10;  // layouts ranked and reported
+  StepOptions step;      // how each layout is replayed (folded or not)
   // Layouts replayed between two updates of the bound, after a first batch of `top`.
   std::size_t batch_size = 4;
 };
@@ -48,7 +50,8 @@ struct PlanResult {
 
 // A lower bound on the step time, in seconds: the last pipeline stage's compute stream, which
 // runs each chunk of layers of every micro-batch back to back (kernels at full speed, and the
-// tensor-parallel collectives it waits for, each at its time alone on an idle node), after the
+// tensor-parallel collectives it waits for, each at its time alone on an idle node: whole when
+// it blocks, by how much it outlasts its GEMM when overlapped), after the
 // first micro-batch's forward has crossed the pp - 1 stages before it and before the last
 // gradient has crossed them back: (m vpp + pp - 1) chunk times, the bubble formula's ideal,
 // plus the output head of each micro-batch. The embedding, the optimizer step, data-parallel

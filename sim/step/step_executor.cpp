@@ -181,17 +181,22 @@ class ReplicaSharing {
 };
 
 // Whether every data-parallel replica sits on the cluster as replica 0 does, shifted by whole
-// nodes or by whole tensor-parallel groups inside nodes that its stages fill alike: tensor
-// groups that span whole nodes, or that divide a node when each stage fills whole nodes (or
-// there is one stage). Otherwise a pipeline transfer may stay inside a node in one replica and
-// cross the fabric in another, and replica 0 would not stand for the others.
+// units or by whole tensor-parallel groups inside units that its stages fill alike, a unit
+// being a node, or an NVLink domain of several nodes (GB200 NVL72): tensor groups that span
+// whole units, or that divide a unit when each stage fills whole units (or there is one
+// stage). Otherwise a pipeline transfer may stay inside a unit in one replica and cross the
+// fabric in another, and replica 0 would not stand for the others.
 bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
-  const int first_node = topology.vertex(topology.gpus().front()).node;
-  const auto per_node = static_cast<int>(
-      std::count_if(topology.gpus().begin(), topology.gpus().end(),
-                    [&](VertexId gpu) { return topology.vertex(gpu).node == first_node; }));
-  if (graph.tp % per_node == 0) return true;
-  return per_node % graph.tp == 0 && (graph.pp() == 1 || (graph.tp * graph.dp) % per_node == 0);
+  const VertexId first = topology.gpus().front();
+  const int first_node = topology.vertex(first).node;
+  const std::optional<VertexId> domain = topology.nvswitch_of(first);
+  const auto unit = static_cast<int>(
+      std::count_if(topology.gpus().begin(), topology.gpus().end(), [&](VertexId gpu) {
+        return domain ? topology.nvswitch_of(gpu) == domain
+                      : topology.vertex(gpu).node == first_node;
+      }));
+  if (graph.tp % unit == 0) return true;
+  return unit % graph.tp == 0 && (graph.pp() == 1 || (graph.tp * graph.dp) % unit == 0);
 }
 
 class Replay {

@@ -30,18 +30,27 @@ std::string describe(const PlannedLayout& layout) {
 
 }  // namespace
 
-TEST_CASE("planner: the bound never exceeds the replayed step") {
-  PlanOptions everything;
-  everything.top = 1000;  // every layout that fits is replayed
-  const PlanResult all = search_layouts(two_nodes(), everything);
-  REQUIRE(all.replayed > 20);
-  CHECK(all.bounded_out == 0);
-  for (const PlannedLayout& layout : all.ranked) {
-    INFO(describe(layout));
-    CHECK(layout.lower_bound_s == Approx(step_lower_bound_s(layout.inputs)));
-    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
-    // Not a vacuous bound: it holds most of the step.
-    CHECK(layout.lower_bound_s > 0.5 * layout.outcome.step.step_time_s);
+TEST_CASE("planner: the bound never exceeds the replayed step, tensor-parallel overlap or not") {
+  for (const bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    StepInputs base = two_nodes();
+    base.plan.tp_comm_overlap = overlap;
+    PlanOptions everything;
+    everything.top = 1000;  // every layout that fits is replayed
+    const PlanResult all = search_layouts(base, everything);
+    REQUIRE(all.replayed > 20);
+    CHECK(all.bounded_out == 0);
+    int overlapped = 0;
+    for (const PlannedLayout& layout : all.ranked) {
+      INFO(describe(layout));
+      overlapped += layout.inputs.plan.tp_comm_overlap;
+      CHECK(layout.inputs.plan.tp_comm_overlap == (overlap && layout.inputs.plan.tp > 1));
+      CHECK(layout.lower_bound_s == Approx(step_lower_bound_s(layout.inputs)));
+      CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+      // Not a vacuous bound: it holds most of the step.
+      CHECK(layout.lower_bound_s > 0.5 * layout.outcome.step.step_time_s);
+    }
+    CHECK((overlapped > 0) == overlap);
   }
 }
 

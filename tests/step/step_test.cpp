@@ -439,3 +439,20 @@ TEST_CASE("tp_comm_overlap hides tensor-parallel collectives behind GEMMs, never
   const StepOutcome contended = simulate_step(in);
   CHECK(contended.step.breakdown.compute_s > overlapped.step.breakdown.compute_s * 1.02);
 }
+
+TEST_CASE("folding: a stage that ends inside an NVLink domain of several nodes is not folded") {
+  // Domains of four 4-GPU nodes (GB200 NVL72-like trays): tp 4 x dp 3 x pp 2 puts stage 0 on
+  // GPUs 0-11 and stage 1 on 12-23, so replica 0 sends from GPU 0 to 12 inside domain 0 while
+  // replica 1 sends from GPU 4 to 16, across into domain 1.
+  StepInputs in = small_job();
+  in.node.gpus = 4;
+  in.node.nics = 4;
+  in.node.pcie_switches = 2;
+  in.node.nvlink_domain_nodes = 4;
+  in.nodes = 6;
+  set_layout(in, 4, 2, 3, 1);
+  in.training.global_batch = 24;
+  const auto [folded, unfolded] = folded_and_unfolded(in);
+  CHECK(folded.step.replayed_ranks == 24);
+  CHECK(folded.step.step_time_s == unfolded.step.step_time_s);
+}

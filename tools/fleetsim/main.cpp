@@ -56,7 +56,7 @@ const char* const kUsage =
     "  --data-dir DIR         where presets live (default: the source tree)\n"
     "  --threads N            worker threads for independent variants (default: all cores)\n"
     "\n"
-    "plan options (and -o, --json, --data-dir, --threads as for run):\n"
+    "plan options (and -o, --json, --no-fold, --data-dir, --threads as for run):\n"
     "  --top N                layouts to rank (default 10)\n"
     "\n"
     "collective options (as nccl-tests names them where it can):\n"
@@ -94,8 +94,8 @@ struct Options {
   bool json = false;
   bool no_fold = false;  // replay every data-parallel replica, not one per stage
   int bench_runs = 0;
-  int top = -1;     // layouts `plan` ranks; -1: not given (10)
-  int threads = 0;  // 0: TBB's default, one per core
+  std::optional<int> top;  // layouts `plan` ranks (default 10)
+  int threads = 0;         // 0: TBB's default, one per core
   fleetsim::CollectiveOptions collective;
   // Below about 64 MiB NCCL switches to its LL/LL128 protocols and its pipeline is still
   // filling; the model has neither, so a fit of bandwidth and latency uses large messages.
@@ -111,8 +111,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
       "no-fold", po::bool_switch(&options.no_fold))("bench", po::value(&options.bench_runs))(
       "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
-      "top", po::value(&options.top))("command", po::value(&options.command))(
-      "file", po::value(&options.file));
+      "top", po::value<int>())("command", po::value(&options.command))("file",
+                                                                       po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -129,6 +129,7 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::variables_map vm;
   po::store(po::command_line_parser(argc, argv).options(named).positional(positional).run(), vm);
   po::notify(vm);
+  if (vm.count("top")) options.top = vm["top"].as<int>();
   exit_now = false;
   if (vm.count("help") || argc == 1) {
     std::cout << kUsage;
@@ -194,9 +195,12 @@ void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options,
 // `fleetsim plan`: the search from the scenario's first variant (its model, recipe and
 // cluster), the ranking printed as a table or JSON and written to HDF5 as variants.
 int plan_command(const Scenario& scenario, const Options& options) {
-  if (options.top == 0 || options.top < -1) throw po::error("--top needs at least 1");
   fleetsim::PlanOptions plan_options;
-  if (options.top > 0) plan_options.top = static_cast<std::size_t>(options.top);
+  if (options.top) {
+    if (*options.top < 1) throw po::error("--top needs at least 1");
+    plan_options.top = static_cast<std::size_t>(*options.top);
+  }
+  plan_options.step.fold = !options.no_fold;
   const auto start = std::chrono::steady_clock::now();
   fleetsim::PlanResult result =
       fleetsim::search_layouts(scenario.variants.front().inputs, plan_options);
@@ -249,7 +253,7 @@ int run_command(const Options& options) {
   if (options.calibrate_write && options.command != "calibrate") {
     throw po::error("--write belongs to 'calibrate'");
   }
-  if (options.top != -1 && options.command != "plan") throw po::error("--top belongs to 'plan'");
+  if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -308,8 +312,8 @@ int run_command(const Options& options) {
     return all_fit ? kOk : kSimulationFailed;
   }
   if (options.command == "plan") {
-    if (!options.trace.empty() || options.bench_runs > 0 || options.no_fold) {
-      throw po::error("--trace, --bench and --no-fold belong to 'run'");
+    if (!options.trace.empty() || options.bench_runs > 0) {
+      throw po::error("--trace and --bench belong to 'run'");
     }
     return plan_command(scenario, options);
   }
