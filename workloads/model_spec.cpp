@@ -26,6 +26,9 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
     if (lora->rank < 1 || plan.tp > 1) {
       throw ModelError("LoRA needs a positive rank, and runs without tensor parallelism here");
     }
+    if (lora->quantized_base && plan.zero_stage >= 3) {
+      throw ModelError("QLoRA's 4-bit weights are not sharded here (FSDP-QLoRA): use ZeRO 0-2");
+    }
     for (auto t = lora->targets.begin(); t != lora->targets.end(); ++t) {
       if (std::find(lora->targets.begin(), t, *t) != t) {
         throw ModelError("LoRA target " + *t + " is listed twice");

@@ -49,12 +49,14 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
         // Only micro-batches that split each replica's share of the batch.
         if (base.training.global_batch % (micro_batch * (gpus / (tp * pp))) != 0) continue;
         for (const int vpp : virtual_stages) {
-          for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+          // ZeRO shards over replicas: without any, only stage 0.
+          const int dp = gpus / (tp * pp);
+          for (int zero = 0; zero <= (dp == 1 ? 0 : pp > 1 ? 1 : 3); ++zero) {
             StepInputs inputs = base;
             inputs.training.micro_batch = micro_batch;
             inputs.plan.tp = tp;
             inputs.plan.pp = pp;
-            inputs.plan.dp = gpus / (tp * pp);
+            inputs.plan.dp = dp;
             inputs.plan.vpp = vpp;
             inputs.plan.schedule = PipelineSchedule::one_f_one_b;
             inputs.plan.zero_stage = zero;

@@ -5,7 +5,7 @@
 // Every layout uses all GPUs of the cluster: tp a power of two dividing a node's GPUs, pp a
 // divisor of the layers, dp the rest; the micro-batch a power of two up to 8 that divides each
 // replica's share of the global batch; ZeRO 0-3 without a pipeline, 0-1 with one (as
-// Megatron-LM and DeepSpeed run them); vpp 1 or a divisor of each stage's layers up to 8 with a
+// Megatron-LM and DeepSpeed run them), 0 alone without replicas; vpp 1 or a divisor of each stage's layers up to 8 with a
 // pipeline; the 1F1B schedule (GPipe has its bubble and more memory); the base's
 // tp_comm_overlap wherever tp > 1. Layouts the job rules refuse (tp not dividing the heads,
 // interleaving without micro-batches in groups of pp) are counted and skipped. Of each layout,

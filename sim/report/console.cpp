@@ -394,7 +394,8 @@ std::string render_plan(const RunReport& report) {
   if (report.variants.empty()) return text + "no layout fits\n";
   const VariantReport& first = report.variants.front();
   text += "model " + first.inputs.model.name + " on " + grouped_integer(total_gpus(first.inputs)) +
-          " GPUs (" + std::to_string(first.inputs.nodes) + " x " + first.inputs.node.name + ", " +
+          (total_gpus(first.inputs) == 1 ? " GPU (" : " GPUs (") +
+          std::to_string(first.inputs.nodes) + " x " + first.inputs.node.name + ", " +
           first.inputs.gpu.name + "), global batch " +
           grouped_integer(first.inputs.training.global_batch) + " x " +
           grouped_integer(first.inputs.training.seq_len) + " tokens\n\n";
