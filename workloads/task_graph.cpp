@@ -98,22 +98,27 @@ class ProgramBuilder {
           chain_end_ &&
           (op.collective || !std::holds_alternative<ComputeWork>((*program_)[*chain_end_].work));
       if (crosses_streams) after.push_back(*chain_end_);
+      // What an overlapped gather leaves for the ops after it: its own dependencies for the
+      // GEMM beside it, the gather itself for the op after that (added below, so that no
+      // replacement of `after` drops it).
+      std::vector<TaskIndex> pending;
       if (gather_after) {
         after.insert(after.end(), gather_after->begin(), gather_after->end());
         gather_after.reset();
       } else {
-        after.insert(after.end(), gather.begin(), gather.end());
+        pending = std::move(gather);
         gather.clear();
       }
       if (op.collective) {
         const std::optional<std::size_t> beside =
             overlap_tp_ ? overlapped_gemm(list, i) : std::nullopt;
         const bool gather_beside_next = beside == i + 1;
-        if (beside == i - 1) {
+        if (i > 0 && beside == i - 1) {
           // Starts with the GEMM that writes what it reduces.
           after = last_after;
           if (before_last) after.push_back(*before_last);
         }
+        after.insert(after.end(), pending.begin(), pending.end());
         const TaskIndex task = add(Task{
             prefix + op.name, Stream::tensor,
             CollectiveWork{op.collective->op, op.collective->size_bytes, Group::tensor_parallel},
@@ -125,6 +130,7 @@ class ProgramBuilder {
           continue;  // the chain goes on from the op before it, into the GEMM
         }
       } else {
+        after.insert(after.end(), pending.begin(), pending.end());
         last = compute(prefix + op.name, op, after, recomputed);
       }
       last_after = std::move(after);

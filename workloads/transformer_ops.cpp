@@ -191,11 +191,9 @@ std::optional<std::size_t> overlapped_gemm(const std::vector<Op>& ops, std::size
     return !ops[j].collective && ops[j].kernel.kind == KernelKind::gemm;
   };
   if (i >= ops.size() || !ops[i].collective) return std::nullopt;
-  if (ops[i].collective->op == CollectiveOp::reduce_scatter) {
-    if (i > 0 && is_gemm(i - 1)) return i - 1;
-  } else if (i + 2 < ops.size() && is_gemm(i + 1)) {
-    return i + 1;
-  }
+  const CollectiveOp op = ops[i].collective->op;
+  if (op == CollectiveOp::reduce_scatter && i > 0 && is_gemm(i - 1)) return i - 1;
+  if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_gemm(i + 1)) return i + 1;
   return std::nullopt;
 }
 

@@ -54,7 +54,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
 // Under tensor-parallel overlap (ParallelPlan::tp_comm_overlap), the GEMM that the collective
 // ops[i] runs beside: for an all-gather the GEMM after it, when another op follows that GEMM
 // in the list (the op that waits for both); for a reduce-scatter the GEMM before it. None for
-// a kernel, or a collective next to no GEMM (the embedding's, which then blocks).
+// a kernel, another collective, or one next to no GEMM (the embedding's, which then blocks).
 std::optional<std::size_t> overlapped_gemm(const std::vector<Op>& ops, std::size_t i);
 
 // A frozen embedding or head (LoRA) computes no weight gradient.

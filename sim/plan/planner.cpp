@@ -13,6 +13,7 @@
 #include "sim/engine/errors.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_executor.hpp"
+#include "topology/topology.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
@@ -153,14 +154,15 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const NodeSpec& node = inputs.node;
   const bool gathers = plan.zero_stage == 1 || plan.zero_stage == 2;
   const int members_per_node = node.gpus / plan.tp;  // of each data-parallel group
-  if (!gathers || plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 ||
+  if (!gathers || plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
       node.nic_bytes_per_s <= 0) {
     return optimizer_s;
   }
-  const char* nic = node.nic_kind == NicKind::roce  ? "roce"
-                    : node.nic_kind == NicKind::efa ? "efa"
-                                                    : "infiniband";
-  const auto efficiency = inputs.gpu.link_efficiency.find(nic);
+  const LinkKind nic = node.nic_kind == NicKind::roce  ? LinkKind::roce
+                       : node.nic_kind == NicKind::efa ? LinkKind::efa
+                                                       : LinkKind::infiniband;
+  // Without an efficiency for it the replay refuses the cluster; the line rate bounds anyway.
+  const auto efficiency = inputs.gpu.link_efficiency.find(to_string(nic));
   const double usable =
       node.nics * node.nic_bytes_per_s *
       (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);
@@ -201,8 +203,9 @@ double lower_bound_s(const StepInputs& inputs, TpCollectiveClock& clock) {
       static_cast<double>(inputs.model.layers) / (static_cast<double>(plan.pp) * plan.vpp);
   // The last stage runs all its chunks of every micro-batch, one after another: it cannot
   // start before the first micro-batch's forward has crossed the pp - 1 stages before it, and
-  // after its last backward the gradient still crosses pp - 1 stages back to the first.
-  // The embedding, the optimizer step and data-parallel traffic only add to this.
+  // after its last backward the gradient still crosses pp - 1 stages back to the first, which
+  // then finishes its step (first_stage_tail_s). The embedding, pipeline transfers and the
+  // rest of the data-parallel traffic only add to this.
   const double chunk_s = chunk_layers * (forward_s + backward_s);
   // The last stage also runs the output head of every micro-batch.
   const LayerOps head = head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len,

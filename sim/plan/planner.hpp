@@ -5,18 +5,18 @@
 // Every layout uses all GPUs of the cluster: tp a power of two dividing a node's GPUs, pp a
 // divisor of the layers, dp the rest; the micro-batch a power of two up to 8 that divides each
 // replica's share of the global batch; ZeRO 0-3 without a pipeline, 0-1 with one (as
-// Megatron-LM and DeepSpeed run them), 0 alone without replicas; vpp 1 or a divisor of each stage's layers up to 8 with a
-// pipeline; the 1F1B schedule (GPipe has its bubble and more memory); the base's
-// tp_comm_overlap wherever tp > 1. Layouts the job rules refuse (tp not dividing the heads,
-// interleaving without micro-batches in groups of pp) are counted and skipped. Of each layout,
-// only the least recomputation that fits is kept: more recomputation adds kernels and never
-// saves time.
+// Megatron-LM and DeepSpeed run them), 0 alone without replicas; vpp 1 or a divisor of each
+// stage's layers up to 8 with a pipeline; the 1F1B schedule (GPipe has its bubble and more
+// memory); the base's tp_comm_overlap wherever tp > 1. Layouts the job rules refuse (tp not
+// dividing the heads, interleaving without micro-batches in groups of pp) are counted and
+// skipped. Of each layout, only the least recomputation that fits is kept: more recomputation
+// adds kernels and never saves time.
 //
 // The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
 // once `top` layouts have been replayed, one whose bound is above the slowest of them cannot
-// enter the ranking. Layouts are replayed in order of their bound, in batches of fixed sizes,
-// in parallel (TBB) within a batch, so the ranking and what was replayed do not depend on the
-// thread count.
+// enter the ranking. Layouts are replayed likeliest fastest first (by a rough estimate that
+// prunes nothing), in batches of fixed sizes, in parallel (TBB) within a batch, so the ranking
+// and what was replayed do not depend on the thread count.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +36,7 @@ struct PlanOptions {
 struct PlannedLayout {
   StepInputs inputs;  // the base inputs with this layout and micro-batch
   StepOutcome outcome;
-  double lower_bound_s = 0;  // the bound the search ordered it by
+  double lower_bound_s = 0;  // the bound the search pruned by
 };
 
 struct PlanResult {
@@ -54,8 +54,9 @@ struct PlanResult {
 // it blocks, by how much it outlasts its GEMM when overlapped), after the
 // first micro-batch's forward has crossed the pp - 1 stages before it and before the last
 // gradient has crossed them back: (m vpp + pp - 1) chunk times, the bubble formula's ideal,
-// plus the output head of each micro-batch. The embedding, the optimizer step, data-parallel
-// and pipeline traffic only add to it.
+// plus the output head of each micro-batch; then the first stage's optimizer step and, under
+// ZeRO-1 and 2, the parameter all-gather that must enter each of its nodes through the NICs.
+// The embedding, pipeline transfers and the rest of the data-parallel traffic only add to it.
 double step_lower_bound_s(const StepInputs& inputs);
 
 // Searches the layouts of `base` (its model, training recipe, cluster and GPU; its layout and

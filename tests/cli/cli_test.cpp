@@ -489,3 +489,28 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   CHECK(run_cli("plan " + scenario + " --top -1").exit_code == 2);
   CHECK(run_cli("plan " + scenario + " --trace x.json").exit_code == 2);
 }
+
+TEST_CASE("every shipped scenario validates, and the one-GPU adapters fit where the README says") {
+  const std::filesystem::path source = FLEETSIM_SOURCE_DIR;
+  int scenarios = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(source / "scenarios")) {
+    if (entry.path().extension() != ".yaml") continue;
+    INFO(entry.path().string());
+    CHECK(run_cli("validate " + entry.path().string()).exit_code == 0);
+    ++scenarios;
+  }
+  CHECK(scenarios >= 7);
+  // QLoRA fits every GPU; LoRA's BF16 70B weights fit only the 192 GB parts.
+  const Result adapters =
+      run_cli("run " + (source / "scenarios/llama3-70b-lora-one-gpu.yaml").string() + " --json");
+  CHECK(adapters.exit_code == 1);  // two variants do not fit
+  std::map<std::string, bool> fits;
+  const auto report = nlohmann::json::parse(adapters.out);
+  for (const auto& variant : report["variants"]) {
+    fits[variant["name"].get<std::string>()] = variant["simulated"].get<bool>();
+  }
+  const std::map<std::string, bool> expected{
+      {"h100 qlora", true}, {"h200 qlora", true}, {"b200 qlora", true}, {"mi300x qlora", true},
+      {"h100 lora", false}, {"h200 lora", false}, {"b200 lora", true},  {"mi300x lora", true}};
+  CHECK(fits == expected);
+}
