@@ -120,6 +120,10 @@ struct ParallelPlan {
   // all-gather runs beside the GEMM that reads it and each reduce-scatter beside the GEMM that
   // writes it, pipelined in chunks; off, the compute stream waits for every one.
   bool tp_comm_overlap = false;
+  // Megatron's --overlap-param-gather (ZeRO 1 and 2 only): the all-gather of the parameters
+  // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
+  // forward waiting for its own; off, it runs after the optimizer step, exposed.
+  bool overlap_param_gather = false;
 };
 
 // Throws ModelError when the job is inconsistent: a model without layers or with heads that do

@@ -198,6 +198,12 @@ class MicroBatchBuilder {
     forward_units(entry);
     return forward_end_.back();
   }
+  // The step's first forward of each unit waits for its gathered parameters
+  // (overlap_param_gather): by unit, the gather, if any.
+  void set_parameter_gathers(std::vector<std::optional<TaskIndex>> gathers) {
+    parameter_gathers_ = std::move(gathers);
+  }
+
   // Micro-batch mb's backward, last unit first, after `entry`; returns its last task.
   // `last_reduction` is set when gradients were reduced.
   TaskIndex backward(int mb, bool reduce_gradients, const std::vector<TaskIndex>& entry,
@@ -224,6 +230,10 @@ class MicroBatchBuilder {
     forward_end_.assign(count(), 0);
     for (std::size_t u = 0; u < count(); ++u) {
       std::vector<TaskIndex> deps;
+      if (u < parameter_gathers_.size() && parameter_gathers_[u]) {
+        deps.push_back(*parameter_gathers_[u]);
+        parameter_gathers_[u].reset();  // later micro-batches follow in compute-stream order
+      }
       if (sharded()) {
         std::optional<TaskIndex> after;
         if (u >= kFsdpUnitsGathered) after = forward_end_[u - kFsdpUnitsGathered];
@@ -293,6 +303,7 @@ class MicroBatchBuilder {
   const ParallelPlan* plan_;
   std::string tag_;
   std::vector<TaskIndex> forward_end_;
+  std::vector<std::optional<TaskIndex>> parameter_gathers_;
   std::vector<TaskIndex> backward_end_;
 };
 
@@ -319,6 +330,23 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   std::vector<MicroBatchBuilder> micro_batch;
   for (const std::vector<Unit>& units : chunks)
     micro_batch.emplace_back(build, units, training, plan);
+  // The distributed optimizer's gather of the last step's updates, overlapped with this step's
+  // forward: one all-gather per trained unit, in the order the forward needs them.
+  const bool gather_ahead =
+      plan.overlap_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2);
+  if (gather_ahead) {
+    for (std::size_t chunk = 0; chunk < chunks.size(); ++chunk) {
+      std::vector<std::optional<TaskIndex>> gathers(chunks[chunk].size());
+      for (std::size_t u = 0; u < chunks[chunk].size(); ++u) {
+        const Unit& unit = chunks[chunk][u];
+        if (unit.trainable <= 0) continue;
+        gathers[u] =
+            build.collective("c" + std::to_string(chunk) + "." + unit.name + ".param_gather",
+                             CollectiveOp::all_gather, unit.trainable * kBf16Bytes, {});
+      }
+      micro_batch[chunk].set_parameter_gathers(std::move(gathers));
+    }
+  }
   // With sequence parallelism each tp rank sends its sequence shard of the T x hidden
   // activations (Megatron's p2p tensors are scattered too).
   const double activation_bytes = kBf16Bytes * static_cast<double>(training.micro_batch) *
@@ -389,7 +417,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const TaskIndex step =
       build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
-  if (plan.zero_stage == 1 || plan.zero_stage == 2) {
+  if ((plan.zero_stage == 1 || plan.zero_stage == 2) && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
   }

@@ -63,6 +63,8 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
             inputs.plan.zero_stage = zero;
             // The base's choice, where there is tensor parallelism to overlap.
             inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
+            inputs.plan.overlap_param_gather =
+                base.plan.overlap_param_gather && (zero == 1 || zero == 2);
             inputs.plan.recompute = Recompute::none;
             layouts.push_back(std::move(inputs));
           }
@@ -135,11 +137,11 @@ class TpCollectiveClock {
 };
 
 // What the first stage still does after its last backward, which ends the drain: its
-// optimizer step on its shard and, under ZeRO-1 and 2, the all-gather of the parameters its
-// replicas updated. The gather is bounded by the bytes that must enter each node through its
-// NICs (every tp rank's group brings in the shards of the members on other nodes) at their
-// usable rate; a group inside one node, or nodes that share an NVLink domain, bound it by
-// nothing.
+// optimizer step on its shard and, under ZeRO-1 and 2 without overlap_param_gather, the
+// all-gather of the parameters its replicas updated. The gather is bounded by the bytes that must
+// enter each node through its NICs (every tp rank's group brings in the shards of the members on
+// other nodes) at their usable rate; a group inside one node, or nodes that share an NVLink domain,
+// bound it by nothing.
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
@@ -152,7 +154,8 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const double optimizer_s =
       kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
   const NodeSpec& node = inputs.node;
-  const bool gathers = plan.zero_stage == 1 || plan.zero_stage == 2;
+  // Overlapped with the next step's forward, the gather is not after the optimizer.
+  const bool gathers = (plan.zero_stage == 1 || plan.zero_stage == 2) && !plan.overlap_param_gather;
   const int members_per_node = node.gpus / plan.tp;  // of each data-parallel group
   if (!gathers || plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
       node.nic_bytes_per_s <= 0) {

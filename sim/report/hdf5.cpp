@@ -9,7 +9,8 @@
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
 //                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp, vpp,
-//                 zero_stage, tp_comm_overlap, simulated (int 0/1), replayed_ranks (int: all the
+//                 zero_stage, tp_comm_overlap, overlap_param_gather, simulated (int 0/1),
+//                 replayed_ranks (int: all the
 //                 ranks, or folded one replica's; 0 when not simulated); step_time_s, tokens_per_s,
 //                 mfu, hfu, model_flops, hardware_flops, comm_bytes_per_gpu, memory_total_bytes,
 //                 memory_capacity_bytes, headroom_fraction, speedup_vs_first,
@@ -191,6 +192,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
   write_attribute(group, "tp_comm_overlap", inputs.plan.tp_comm_overlap ? 1 : 0);
+  write_attribute(group, "overlap_param_gather", inputs.plan.overlap_param_gather ? 1 : 0);
   write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));
   write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
 }

@@ -29,6 +29,7 @@ Json layout_json(const ParallelPlan& plan) {
               {"zero_stage", plan.zero_stage},
               {"recompute", to_string(plan.recompute)},
               {"tp_comm_overlap", plan.tp_comm_overlap},
+              {"overlap_param_gather", plan.overlap_param_gather},
               {"bucket_bytes", plan.bucket_bytes}};
 }
 

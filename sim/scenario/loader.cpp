@@ -763,8 +763,16 @@ TrainingSpec parse_training(const Field& f) {
   return t;
 }
 
-const Keys kLayoutKeys = {
-    "dp", "tp", "pp", "vpp", "schedule", "zero", "recompute", "bucket", "tp_comm_overlap"};
+const Keys kLayoutKeys = {"dp",
+                          "tp",
+                          "pp",
+                          "vpp",
+                          "schedule",
+                          "zero",
+                          "recompute",
+                          "bucket",
+                          "tp_comm_overlap",
+                          "overlap_param_gather"};
 
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
@@ -802,6 +810,9 @@ ParallelPlan parse_layout(const Field& f) {
   }
   if (auto overlap = find(f, "tp_comm_overlap")) {
     plan.tp_comm_overlap = read_bool(*overlap);
+  }
+  if (auto overlap = find(f, "overlap_param_gather")) {
+    plan.overlap_param_gather = read_bool(*overlap);
   }
   return plan;
 }
@@ -1413,6 +1424,12 @@ void check_layout(const Field& root, const StepInputs& in) {
   if (in.plan.tp_comm_overlap && tp == 1) {
     fail(require(layout, "tp_comm_overlap"), "tp_comm_overlap needs tensor parallelism (tp > 1)",
          "it overlaps the tensor-parallel all-gathers and reduce-scatters with their GEMMs");
+  }
+  if (in.plan.overlap_param_gather && in.plan.zero_stage != 1 && in.plan.zero_stage != 2) {
+    fail(require(layout, "overlap_param_gather"),
+         "overlap_param_gather needs the distributed optimizer (zero 1 or 2)",
+         "it overlaps the gather of the updated parameter shards with the next forward; ZeRO-3 "
+         "gathers before each unit anyway");
   }
   const int pp = in.plan.pp;
   if (in.plan.vpp > 1) {

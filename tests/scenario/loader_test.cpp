@@ -365,9 +365,10 @@ TEST_CASE("a value of the wrong type says what it found") {
   const auto layout = load_error(with(kBase, "layout:\n  dp: 8\n  zero: 3\n", "layout: 8\n"));
   REQUIRE(layout);
   CHECK(layout->key() == "layout");
-  CHECK_THAT(layout->what(),
-             Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
-                             "recompute, bucket, tp_comm_overlap, got \"8\""));
+  CHECK_THAT(
+      layout->what(),
+      Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
+                      "recompute, bucket, tp_comm_overlap, overlap_param_gather, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);
@@ -980,6 +981,16 @@ TEST_CASE("QLoRA loads as LoRA over a 4-bit base, and is refused under ZeRO-3") 
   REQUIRE(sharded);
   CHECK(sharded->key() == "training.method");
   CHECK_THAT(sharded->what(), Catch::Contains("QLoRA with ZeRO-3"));
+}
+
+TEST_CASE("overlap_param_gather loads with ZeRO 1 or 2 and is refused with 0 or 3") {
+  const std::string distributed =
+      with(kBase, "  zero: 3\n", "  zero: 1\n  overlap_param_gather: true\n");
+  CHECK(load_text(distributed).variants[0].inputs.plan.overlap_param_gather);
+  const auto sharded = load_error(with(distributed, "zero: 1", "zero: 3"));
+  REQUIRE(sharded);
+  CHECK(sharded->key() == "layout.overlap_param_gather");
+  CHECK_THAT(sharded->what(), Catch::Contains("needs the distributed optimizer"));
 }
 
 TEST_CASE("tp_comm_overlap loads with tensor parallelism and is refused without") {

@@ -645,3 +645,33 @@ TEST_CASE("QLoRA: decoder layers at 4.127 bits, dequantized before each GEMM tha
     CHECK(ops.backward[i + 1].name == gemm + ".dgrad");
   }
 }
+
+TEST_CASE("overlap_param_gather: one gather per unit before its first forward, none at the end") {
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  plan.overlap_param_gather = true;
+  const ModelSpec m = llama3_8b();
+  const TaskGraph graph = build_data_parallel_step(m, training(4096, 32, 2), plan);
+  const Program& program = graph.stages.front();
+  double gathered = 0;
+  int gathers = 0;
+  for (TaskIndex t = 0; t < program.size(); ++t) {
+    const auto* work = std::get_if<CollectiveWork>(&program[t].work);
+    if (!work || work->op != CollectiveOp::all_gather) continue;
+    INFO(program[t].name);
+    CHECK(program[t].name.find("param_gather") != std::string::npos);
+    CHECK(program[t].deps.empty());  // at the start of the step
+    gathered += work->size_bytes;
+    ++gathers;
+    // The unit's first forward kernel waits for it.
+    bool awaited = false;
+    for (TaskIndex d = t + 1; d < program.size() && !awaited; ++d) {
+      const auto& deps = program[d].deps;
+      awaited = std::find(deps.begin(), deps.end(), t) != deps.end();
+    }
+    CHECK(awaited);
+  }
+  CHECK(gathers == 32 + 2);  // the embedding, every layer, the head
+  CHECK(gathered == Approx(2 * m.parameters()));
+}
