@@ -30,11 +30,12 @@ std::string describe(const PlannedLayout& layout) {
 
 }  // namespace
 
-TEST_CASE("planner: the bound never exceeds the replayed step, tensor-parallel overlap or not") {
+TEST_CASE("planner: the bound never exceeds the replayed step, with the overlaps or without") {
   for (const bool overlap : {false, true}) {
     CAPTURE(overlap);
     StepInputs base = two_nodes();
     base.plan.tp_comm_overlap = overlap;
+    base.plan.overlap_param_gather = overlap;
     PlanOptions everything;
     everything.top = 1000;  // every layout that fits is replayed
     const PlanResult all = search_layouts(base, everything);

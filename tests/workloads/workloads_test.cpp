@@ -674,4 +674,24 @@ TEST_CASE("overlap_param_gather: one gather per unit before its first forward, n
   }
   CHECK(gathers == 32 + 2);  // the embedding, every layer, the head
   CHECK(gathered == Approx(2 * m.parameters()));
+  // Interleaved: each chunk's units gathered once, by the first forward of that chunk.
+  plan.dp = 2;
+  plan.pp = 4;
+  plan.vpp = 2;
+  const TaskGraph interleaved = build_data_parallel_step(m, training(4096, 16, 1), plan);
+  for (const Program& stage : interleaved.stages) {
+    int stage_gathers = 0;
+    for (TaskIndex t = 0; t < stage.size(); ++t) {
+      const auto* work = std::get_if<CollectiveWork>(&stage[t].work);
+      if (!work || work->op != CollectiveOp::all_gather) continue;
+      ++stage_gathers;
+      // Waited for by exactly one task: that unit's first forward in its chunk.
+      int waiting = 0;
+      for (TaskIndex d = t + 1; d < stage.size(); ++d) {
+        waiting += std::count(stage[d].deps.begin(), stage[d].deps.end(), t) > 0;
+      }
+      CHECK(waiting == 1);
+    }
+    CHECK(stage_gathers >= 8);  // 32 layers over 8 chunks: 4 per chunk, 2 chunks per stage
+  }
 }
