@@ -176,23 +176,26 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
   // indexed by link; each is written before it is read, and the link flags are cleared when
   // this returns (or throws), so a change costs what its component touches.
   LinkMarks marks(in_component_, component_links_);
+  // The flows, looked up once (map nodes do not move while this runs).
+  std::vector<Flow*> unfixed;
+  unfixed.reserve(component.size());
   for (const FlowId id : component) {
     Flow& flow = flows_.at(id);
     flow.rate = 0;
     for (const LinkUse& use : flow.links) {
       if (marks.mark(use.link)) residual_[use.link] = capacity_[use.link];
     }
+    unfixed.push_back(&flow);
   }
   const std::vector<FlowLinkId>& links = component_links_;
-  std::vector<FlowId> unfixed = component;
+  std::vector<Flow*> still_unfixed;
   while (!unfixed.empty()) {
     for (const FlowLinkId l : links) weight_sum_[l] = 0;
     // No flow may rise past its own ceiling either.
     double increment = INFINITY;
-    for (const FlowId id : unfixed) {
-      const Flow& flow = flows_.at(id);
-      for (const LinkUse& use : flow.links) weight_sum_[use.link] += use.weight;
-      increment = std::min(increment, flow.max_rate - flow.rate);
+    for (const Flow* flow : unfixed) {
+      for (const LinkUse& use : flow->links) weight_sum_[use.link] += use.weight;
+      increment = std::min(increment, flow->max_rate - flow->rate);
     }
     for (const FlowLinkId l : links) {
       if (weight_sum_[l] > 0) increment = std::min(increment, residual_[l] / weight_sum_[l]);
@@ -203,17 +206,16 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
       residual_[l] -= increment * weight_sum_[l];
       saturated_[l] = residual_[l] <= kSaturationTolerance * capacity_[l];
     }
-    std::vector<FlowId> still_unfixed;
-    for (const FlowId id : unfixed) {
-      Flow& flow = flows_.at(id);
-      flow.rate += increment;
-      const bool capped = flow.rate >= flow.max_rate * (1 - kSaturationTolerance);
+    still_unfixed.clear();
+    for (Flow* flow : unfixed) {
+      flow->rate += increment;
+      const bool capped = flow->rate >= flow->max_rate * (1 - kSaturationTolerance);
       const bool bottlenecked =
-          capped || std::any_of(flow.links.begin(), flow.links.end(),
+          capped || std::any_of(flow->links.begin(), flow->links.end(),
                                 [&](const LinkUse& u) { return saturated_[u.link]; });
-      if (!bottlenecked) still_unfixed.push_back(id);
+      if (!bottlenecked) still_unfixed.push_back(flow);
     }
-    unfixed = std::move(still_unfixed);
+    std::swap(unfixed, still_unfixed);
   }
   for (const FlowId id : component) set_completion(id, flows_.at(id));
 }
