@@ -3,7 +3,10 @@
 // Layout (strings are UTF-8 variable-length; doubles IEEE 754 64-bit):
 //
 //   /                        attributes: scenario_name, description, scenario_file,
-//                            fleetsim_version (string), seed (uint64)
+//                            fleetsim_version (string), seed (uint64); from `fleetsim plan`
+//                            also plan_layouts, plan_refused, plan_not_fitting, plan_replayed,
+//                            plan_bounded_out (uint64), plan_search_s (double), the variants
+//                            being its ranking
 //   /variants/<name>         one group per variant; <name> is the variant name with '/' replaced
 //                            by '_' (a '~<index>' suffix separates names that then collide).
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
@@ -241,6 +244,15 @@ void write_root_attributes(const H5::H5File& file, const RunReport& report) {
   write_attribute(file, "scenario_file", report.scenario_file);
   write_attribute(file, "fleetsim_version", report.fleetsim_version);
   write_attribute(file, "seed", report.seed);
+  if (report.plan) {
+    const PlanSummary& plan = *report.plan;
+    write_attribute(file, "plan_layouts", static_cast<std::uint64_t>(plan.layouts));
+    write_attribute(file, "plan_refused", static_cast<std::uint64_t>(plan.refused));
+    write_attribute(file, "plan_not_fitting", static_cast<std::uint64_t>(plan.not_fitting));
+    write_attribute(file, "plan_replayed", static_cast<std::uint64_t>(plan.replayed));
+    write_attribute(file, "plan_bounded_out", static_cast<std::uint64_t>(plan.bounded_out));
+    write_attribute(file, "plan_search_s", plan.search_s);
+  }
 }
 
 // Every HDF5 handle is closed when this returns or throws, so the file can then be renamed or

@@ -327,5 +327,24 @@ TEST_CASE("text written into a missing directory throws and leaves nothing behin
   CHECK(dir.file_count() == 0);
 }
 
+TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layouts") {
+  const TempDir dir;
+  const auto path = dir.path() / "plan.h5";
+  RunReport report = two_variant_report();
+  report.plan = PlanSummary{800, 420, 171, 30, 179, 11.5};
+  write_hdf5(report, path);
+  const Hdf5Summary summary = read_hdf5_summary(path);
+  CHECK(attribute<std::uint64_t>(summary.attributes, "plan_layouts") == 800);
+  CHECK(attribute<std::uint64_t>(summary.attributes, "plan_refused") == 420);
+  CHECK(attribute<std::uint64_t>(summary.attributes, "plan_not_fitting") == 171);
+  CHECK(attribute<std::uint64_t>(summary.attributes, "plan_replayed") == 30);
+  CHECK(attribute<std::uint64_t>(summary.attributes, "plan_bounded_out") == 179);
+  CHECK(attribute<double>(summary.attributes, "plan_search_s") == 11.5);
+  CHECK(summary.variants.size() == 2);
+  // A run's file has none of them.
+  write_hdf5(two_variant_report(), path);
+  CHECK(read_hdf5_summary(path).attributes.count("plan_layouts") == 0);
+}
+
 }  // namespace
 }  // namespace fleetsim
