@@ -237,15 +237,24 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   // fits: independent, so in parallel, each into its own slot.
   std::vector<std::optional<Candidate>> checked(layouts.size());
   std::vector<char> refused(layouts.size(), 0);
+  // Of a layout that fits in no mode, its leanest mode's memory check (for `leanest`).
+  std::vector<std::optional<PlannedLayout>> closest(layouts.size());
   tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
     std::size_t refusals = 0;
     for (const Recompute recompute : kRecomputeModes) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
+      StepOutcome outcome;
       try {
-        if (!check_memory(inputs).memory.fits()) continue;
+        outcome = check_memory(inputs);
       } catch (const ModelError&) {
         ++refusals;  // the job rules refuse this combination
+        continue;
+      }
+      if (!outcome.memory.fits()) {
+        if (!closest[i] || outcome.memory.total_bytes < closest[i]->outcome.memory.total_bytes) {
+          closest[i] = PlannedLayout{inputs, std::move(outcome), 0.0};
+        }
         continue;
       }
       checked[i] = Candidate{std::move(inputs), 0.0, 0.0, i};
@@ -260,6 +269,11 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       ++result.refused;
     } else if (!checked[i]) {
       ++result.not_fitting;
+      // The first of equally lean layouts, in enumeration order.
+      if (closest[i] && (!result.leanest || closest[i]->outcome.memory.total_bytes <
+                                                result.leanest->outcome.memory.total_bytes)) {
+        result.leanest = std::move(closest[i]);
+      }
     } else {
       candidates.push_back(std::move(*checked[i]));
       Candidate& candidate = candidates.back();

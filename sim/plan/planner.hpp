@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "sim/step/step_inputs.hpp"
@@ -47,6 +48,9 @@ struct PlanResult {
   std::size_t not_fitting = 0;        // no recomputation mode fits in memory
   std::size_t replayed = 0;
   std::size_t bounded_out = 0;  // fit, not replayed: their bound could not enter the ranking
+  // Of the layouts that do not fit, the one needing the least memory per GPU (its memory check
+  // only), so that a search where nothing fits says how far off it is.
+  std::optional<PlannedLayout> leanest;
 };
 
 // A lower bound on the step time, in seconds: the last pipeline stage's compute stream, which

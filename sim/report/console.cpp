@@ -391,7 +391,13 @@ std::string render_plan(const RunReport& report) {
             grouped_integer(static_cast<double>(plan.bounded_out)) +
             " ruled out by their lower bound\nsearch: " + fixed(plan.search_s, 2) + " s\n\n";
   }
-  if (report.variants.empty()) return text + "no layout fits\n";
+  if (report.variants.empty()) {
+    text += "no layout fits\n";
+    if (report.plan && report.plan->leanest) {
+      text += "\nthe leanest:" + does_not_fit_section(*report.plan->leanest);
+    }
+    return text;
+  }
   const VariantReport& first = report.variants.front();
   text += "model " + first.inputs.model.name + " on " + grouped_integer(total_gpus(first.inputs)) +
           (total_gpus(first.inputs) == 1 ? " GPU (" : " GPUs (") +

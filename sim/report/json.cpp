@@ -111,6 +111,11 @@ std::string render_json(const RunReport& report) {
     root["plan"] = Json{{"layouts", plan.layouts},         {"refused", plan.refused},
                         {"not_fitting", plan.not_fitting}, {"replayed", plan.replayed},
                         {"bounded_out", plan.bounded_out}, {"search_s", plan.search_s}};
+    if (plan.leanest) {
+      root["plan"]["leanest"] = Json{{"name", plan.leanest->name},
+                                     {"layout", layout_json(plan.leanest->inputs.plan)},
+                                     {"memory", memory_json(plan.leanest->outcome.memory)}};
+    }
   }
   // Names come from user files; invalid UTF-8 is replaced rather than aborting the whole report.
   return root.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";

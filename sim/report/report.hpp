@@ -36,8 +36,10 @@ struct PlanSummary {
   std::size_t refused = 0;      // by the job rules (tp not dividing the heads, ...)
   std::size_t not_fitting = 0;  // in no recomputation mode
   std::size_t replayed = 0;
-  std::size_t bounded_out = 0;  // fit, but their compute alone could not enter the ranking
+  std::size_t bounded_out = 0;  // fit, but their lower bound could not enter the ranking
   double search_s = 0;          // wall time of the search
+  // Of the layouts that do not fit, the one needing the least memory (its memory check only).
+  std::optional<VariantReport> leanest;
 };
 
 struct RunReport {

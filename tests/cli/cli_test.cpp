@@ -487,6 +487,12 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   CHECK(run_cli("plan " + scenario + " --top 0").exit_code == 2);
   CHECK(run_cli("run " + scenario + " --top 3").exit_code == 2);
   CHECK(run_cli("plan " + scenario + " --top -1").exit_code == 2);
+  // Nothing fits Llama-3-70B's full fine-tune on one H100 node: exit 1, the leanest named.
+  const Result none = run_cli("plan " + source + "/scenarios/llama3-70b-one-node.yaml --json");
+  CHECK(none.exit_code == 1);
+  const auto none_report = nlohmann::json::parse(none.out);
+  CHECK(none_report["variants"].empty());
+  CHECK(none_report["plan"]["leanest"]["memory"]["fits"] == false);
   CHECK(run_cli("plan " + scenario + " --trace x.json").exit_code == 2);
 }
 

@@ -138,3 +138,23 @@ TEST_CASE("planner: on an ideal pipeline the bound is the bubble formula") {
   CHECK(step_lower_bound_s(in) <= out.step.step_time_s);
   CHECK(step_lower_bound_s(in) == Approx(out.step.step_time_s).epsilon(0.03));
 }
+
+TEST_CASE("planner: when nothing fits it names the leanest layout and by how much it is over") {
+  StepInputs in = two_nodes();
+  in.gpu.hbm_capacity_bytes.value = 2e9;  // less than any layout needs
+  const PlanResult result = search_layouts(in);
+  CHECK(result.ranked.empty());
+  CHECK(result.replayed == 0);
+  REQUIRE(result.leanest);
+  const MemoryBreakdown& leanest = result.leanest->outcome.memory;
+  CHECK_FALSE(leanest.fits());
+  // No layout of the search, in any recomputation mode, needs less.
+  for (const int zero : {0, 1, 2, 3}) {
+    StepInputs other = in;
+    other.plan.zero_stage = zero;
+    other.plan.dp = 16;
+    other.training.micro_batch = 1;
+    other.plan.recompute = Recompute::full;
+    CHECK(check_memory(other).memory.total_bytes >= leanest.total_bytes);
+  }
+}

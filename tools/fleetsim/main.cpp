@@ -212,8 +212,16 @@ int plan_command(const Scenario& scenario, const Options& options) {
                              std::to_string(layout.inputs.training.micro_batch);
     report.variants.push_back({name, std::move(layout.inputs), std::move(layout.outcome)});
   }
-  report.plan = fleetsim::PlanSummary{result.layouts,  result.refused,     result.not_fitting,
-                                      result.replayed, result.bounded_out, search_s};
+  report.plan =
+      fleetsim::PlanSummary{result.layouts,     result.refused, result.not_fitting, result.replayed,
+                            result.bounded_out, search_s,       std::nullopt};
+  if (result.leanest) {
+    fleetsim::PlannedLayout& leanest = *result.leanest;
+    report.plan->leanest =
+        fleetsim::VariantReport{fleetsim::layout_label(leanest.inputs.plan) + " mb" +
+                                    std::to_string(leanest.inputs.training.micro_batch),
+                                std::move(leanest.inputs), std::move(leanest.outcome)};
+  }
   if (scenario.variants.size() > 1 && !options.json) {
     std::cout << "note: the plan searches from the scenario's base; its " +
                      std::to_string(scenario.variants.size() - 1) +
