@@ -337,30 +337,22 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       attention;
   for (const MicrobenchFile& file : files) {
     fit.inputs.push_back(file.path + " (" + file.checksum + ")");
+    // BF16 rows are fitted; others are listed as skipped.
+    const auto bf16 = [&](const auto& s, const char* what) {
+      if (s.dtype == "bf16") return true;
+      fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype + " " + what +
+                            " (the profile models BF16 only)");
+      return false;
+    };
     for (const GemmSample& s : file.gemms) {
-      if (s.dtype == "bf16") {
-        gemms.push_back({&s, &file});
-      } else {
-        fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype +
-                              " GEMM (the profile models BF16 only)");
-      }
+      if (bf16(s, "GEMM")) gemms.push_back({&s, &file});
     }
     for (const MemorySample& s : file.memory) memory.push_back({&s, &file});
     for (const AttentionSample& s : file.attention) {
-      if (s.dtype == "bf16") {
-        attention[s.impl].push_back({&s, &file});
-      } else {
-        fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype +
-                              " attention (the profile models BF16 only)");
-      }
+      if (bf16(s, "attention")) attention[s.impl].push_back({&s, &file});
     }
     for (const OverlapSample& s : file.overlap) {
-      if (s.dtype == "bf16") {
-        overlap.push_back({&s, &file});
-      } else {
-        fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype +
-                              " overlap (the profile models BF16 only)");
-      }
+      if (bf16(s, "overlap")) overlap.push_back({&s, &file});
     }
   }
   if (gemms.empty() && memory.empty() && attention.empty() && overlap.empty()) {

@@ -402,8 +402,6 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
 
 }  // namespace
 
-namespace {
-
 LinkKind fabric_link_kind(NicKind kind) {
   switch (kind) {
     case NicKind::efa: return LinkKind::efa;
@@ -412,6 +410,8 @@ LinkKind fabric_link_kind(NicKind kind) {
   }
   return LinkKind::infiniband;
 }
+
+namespace {
 
 // Rail-optimised fat tree. A leaf switch serves `down` nodes on one rail (their NIC r) and sends
 // up down x port / oversubscription of bandwidth, with down = leaf_ports x o / (1 + o) rounded

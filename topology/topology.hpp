@@ -35,6 +35,8 @@ enum class LinkKind { nvlink, xgmi, pcie, host_memory, infiniband, roce, efa };
 
 const char* to_string(VertexKind kind);
 const char* to_string(LinkKind kind);
+// The kind of the links a node's NICs drive.
+LinkKind fabric_link_kind(NicKind kind);
 
 struct Vertex {
   VertexKind kind;

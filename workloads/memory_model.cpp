@@ -42,11 +42,6 @@ double largest_unit_parameters(const ModelSpec& model) {
 
 }  // namespace
 
-namespace {
-
-// The parameters pipeline stage `stage` holds: its layers, the embedding on the first stage and
-// the head on the last (with its copy of a tied embedding).
-// (With virtual stages, each of its chunks: chunk c is virtual stage c x pp + stage.)
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const std::vector<double> units = fsdp_unit_parameters(model);
   const int virtual_stages = plan.pp * plan.vpp;
@@ -59,6 +54,8 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
   }
   return sum;
 }
+
+namespace {
 
 // Passes (a micro-batch through one of the stage's chunks) whose activations the stage holds
 // at once, walking its schedule: a forward saves them, its backward frees them. One without a

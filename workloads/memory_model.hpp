@@ -32,6 +32,11 @@ struct MemoryBreakdown {
 inline constexpr double kMinComfortableHeadroom = 0.15;
 
 // The rank with the most memory: with a pipeline, the fullest stage's.
+// The parameters pipeline stage `stage` holds (all tp ranks together): its layers, the
+// embedding on the first stage and the head on the last (with its copy of a tied embedding).
+// With virtual stages, each of its chunks: chunk c is virtual stage c x pp + stage.
+double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
+
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes);
 

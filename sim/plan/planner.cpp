@@ -14,6 +14,7 @@
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_executor.hpp"
 #include "topology/topology.hpp"
+#include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
@@ -93,7 +94,7 @@ double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double trained = inputs.training.lora ? 0.01 : 1.0;  // adapters: a sliver of the model
-  const double local = inputs.model.parameters() / (plan.tp * plan.pp);
+  const double local = stage_parameters(inputs.model, plan, 0) / plan.tp;
   const double passes = plan.zero_stage >= 3 ? 2 * micro_batches + trained : 2 * trained;
   const double bytes = passes * kBf16Bytes * local * (plan.dp - 1) / plan.dp;
   const bool in_node = plan.tp * plan.dp <= inputs.node.gpus;
@@ -145,11 +146,8 @@ class TpCollectiveClock {
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
-  if (inputs.training.lora) return 0;  // adapters: a sliver
-  double parameters = embedding_parameters(model) + position_parameters(model) +
-                      decoder_layer_parameters(model) * model.layers / plan.pp;
-  if (plan.pp == 1) parameters += head_parameters(model);
-  const double local = parameters / plan.tp;  // each tp rank's share, before ZeRO
+  if (inputs.training.lora) return 0;                               // adapters: a sliver
+  const double local = stage_parameters(model, plan, 0) / plan.tp;  // before ZeRO
   const double shard = plan.zero_stage >= 1 ? local / plan.dp : local;
   const double optimizer_s =
       kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
@@ -161,11 +159,9 @@ double first_stage_tail_s(const StepInputs& inputs) {
       node.nic_bytes_per_s <= 0) {
     return optimizer_s;
   }
-  const LinkKind nic = node.nic_kind == NicKind::roce  ? LinkKind::roce
-                       : node.nic_kind == NicKind::efa ? LinkKind::efa
-                                                       : LinkKind::infiniband;
   // Without an efficiency for it the replay refuses the cluster; the line rate bounds anyway.
-  const auto efficiency = inputs.gpu.link_efficiency.find(to_string(nic));
+  const auto efficiency =
+      inputs.gpu.link_efficiency.find(to_string(fabric_link_kind(node.nic_kind)));
   const double usable =
       node.nics * node.nic_bytes_per_s *
       (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);

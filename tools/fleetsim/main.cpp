@@ -207,21 +207,18 @@ int plan_command(const Scenario& scenario, const Options& options) {
   const double search_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   RunReport report = empty_report(scenario);
-  for (fleetsim::PlannedLayout& layout : result.ranked) {
-    const std::string name = fleetsim::layout_label(layout.inputs.plan) + " mb" +
-                             std::to_string(layout.inputs.training.micro_batch);
-    report.variants.push_back({name, std::move(layout.inputs), std::move(layout.outcome)});
-  }
+  // A layout as a variant, named by its layout and micro-batch.
+  const auto variant = [](fleetsim::PlannedLayout& layout) {
+    std::string name = fleetsim::layout_label(layout.inputs.plan) + " mb" +
+                       std::to_string(layout.inputs.training.micro_batch);
+    return fleetsim::VariantReport{std::move(name), std::move(layout.inputs),
+                                   std::move(layout.outcome)};
+  };
+  for (fleetsim::PlannedLayout& layout : result.ranked) report.variants.push_back(variant(layout));
   report.plan =
       fleetsim::PlanSummary{result.layouts,     result.refused, result.not_fitting, result.replayed,
                             result.bounded_out, search_s,       std::nullopt};
-  if (result.leanest) {
-    fleetsim::PlannedLayout& leanest = *result.leanest;
-    report.plan->leanest =
-        fleetsim::VariantReport{fleetsim::layout_label(leanest.inputs.plan) + " mb" +
-                                    std::to_string(leanest.inputs.training.micro_batch),
-                                std::move(leanest.inputs), std::move(leanest.outcome)};
-  }
+  if (result.leanest) report.plan->leanest = variant(*result.leanest);
   if (scenario.variants.size() > 1 && !options.json) {
     std::cout << "note: the plan searches from the scenario's base; its " +
                      std::to_string(scenario.variants.size() - 1) +
