@@ -56,6 +56,19 @@ struct NodeSpec {
   // The fraction of that peak that streaming reads and writes sustain: a property of the host,
   // so the node carries it (GPU profiles carry the efficiencies of the links a GPU drives).
   double host_memory_efficiency = 1;
+  // The host as optimizer offload (ZeRO-Offload) uses it: its memory, and its CPU cores (all
+  // sockets) at their base clock, each spending cpu_adam_cycles_per_parameter cycles on one
+  // parameter's Adam update (tools/microbench/cpu_adam.cpp measures it). 0: not described.
+  double host_memory_capacity_bytes = 0;
+  int cpu_cores = 0;
+  double cpu_clock_hz = 0;
+  double cpu_adam_cycles_per_parameter = 0;
+  double cpu_cycles_per_s() const { return cpu_cores * cpu_clock_hz; }
+  // Whether the preset says all that optimizer offload needs of the host.
+  bool describes_host() const {
+    return host_memory_bytes_per_s > 0 && host_memory_capacity_bytes > 0 && cpu_cores > 0 &&
+           cpu_clock_hz > 0 && cpu_adam_cycles_per_parameter > 0;
+  }
   int nics = 8;  // compute NICs of the node
   NicKind nic_kind = NicKind::infiniband;
   double nic_bytes_per_s = 0;  // per NIC per direction (line rate)

@@ -254,15 +254,24 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   return path;
 }
 
-void Topology::set_staging(int node, Staging staging) {
-  if (node < 0) throw ModelError("staging needs a node index");
-  if (staging_.size() <= static_cast<std::size_t>(node)) staging_.resize(node + 1);
-  staging_[node] = staging;
+void Topology::set_host_memory(int node, HostMemory memory, bool stages_peer_traffic) {
+  if (node < 0) throw ModelError("host memory needs a node index");
+  if (host_memory_.size() <= static_cast<std::size_t>(node)) {
+    host_memory_.resize(node + 1);
+    stages_peer_traffic_.resize(node + 1, 0);
+  }
+  host_memory_[node] = memory;
+  stages_peer_traffic_[node] = stages_peer_traffic;
 }
 
-std::optional<Topology::Staging> Topology::staging_of(int node) const {
-  if (node < 0 || static_cast<std::size_t>(node) >= staging_.size()) return std::nullopt;
-  return staging_[node];
+std::optional<Topology::HostMemory> Topology::host_memory_of(int node) const {
+  if (node < 0 || static_cast<std::size_t>(node) >= host_memory_.size()) return std::nullopt;
+  return host_memory_[node];
+}
+
+std::optional<Topology::HostMemory> Topology::staging_of(int node) const {
+  const std::optional<HostMemory> memory = host_memory_of(node);
+  return memory && stages_peer_traffic_[node] ? memory : std::nullopt;
 }
 
 void Topology::add_equal_cost_group(std::vector<VertexId> members) {
@@ -326,17 +335,17 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
   const std::string prefix = node_prefix(node);
   NodeVertices built;
   const VertexId host = topo.add_vertex(VertexKind::host, prefix + "host", node);
-  if (!spec.gpu_p2p) {
-    if (!(spec.host_memory_bytes_per_s > 0)) {
-      throw ModelError("node preset " + spec.name +
-                       ": GPUs without peer-to-peer access need the host memory bandwidth");
-    }
-    // One link, host -> memory, carries both the writes and the reads of staged transfers.
+  if (!spec.gpu_p2p && !(spec.host_memory_bytes_per_s > 0)) {
+    throw ModelError("node preset " + spec.name +
+                     ": GPUs without peer-to-peer access need the host memory bandwidth");
+  }
+  if (spec.host_memory_bytes_per_s > 0) {
+    // One link, host -> memory, carries both the writes and the reads.
     const VertexId memory = topo.add_vertex(VertexKind::host_memory, prefix + "memory", node);
     const LinkId memory_link =
         topo.add_link(host, memory, LinkKind::host_memory,
                       spec.host_memory_bytes_per_s * spec.host_memory_efficiency, SimTime{});
-    topo.set_staging(node, {host, memory_link});
+    topo.set_host_memory(node, {host, memory_link, spec.cpu_cycles_per_s()}, !spec.gpu_p2p);
   }
   std::vector<VertexId> pcie_switches;
   for (int s = 0; s < spec.pcie_switches; ++s) {

@@ -88,16 +88,20 @@ class Topology {
   void set_in_switch_reduction(VertexId nvswitch);
   std::optional<VertexId> reducing_switch_of(VertexId gpu) const;
 
-  // GPUs without peer-to-peer access exchange data through host memory: the sender writes it
-  // there, the receiver reads it back. Such a node has a host_memory vertex behind its host;
-  // `memory` is the host -> memory link, whose capacity is the memory bandwidth that writes and
-  // reads share, so a staged transfer uses it twice.
-  struct Staging {
+  // A node whose preset gives its host memory bandwidth has a host_memory vertex behind its
+  // host; `memory_link` is the host -> memory link, whose capacity is the bandwidth that writes
+  // and reads share. Offloaded optimizer traffic runs on it, and GPUs without peer-to-peer access
+  // exchange data through it (the sender writes, the receiver reads back: a staged transfer uses
+  // it twice).
+  struct HostMemory {
     VertexId host;
     LinkId memory_link;
+    double cpu_cycles_per_s = 0;  // all the host's cores at their base clock; 0: not described
   };
-  void set_staging(int node, Staging staging);
-  std::optional<Staging> staging_of(int node) const;
+  void set_host_memory(int node, HostMemory memory, bool stages_peer_traffic);
+  std::optional<HostMemory> host_memory_of(int node) const;
+  // The node's host memory if its GPUs stage peer traffic there.
+  std::optional<HostMemory> staging_of(int node) const;
 
   // The link from a to b, if they are directly connected.
   std::optional<LinkId> link_between(VertexId a, VertexId b) const;
@@ -132,7 +136,8 @@ class Topology {
   std::vector<VertexId> nic_of_gpu_;                 // indexed by vertex; kNoVertex where none
   std::vector<std::vector<LinkId>> out_links_;       // indexed by vertex, in creation order
   std::vector<char> reduces_;                        // indexed by vertex: an NVLS-capable NVSwitch
-  std::vector<std::optional<Staging>> staging_;      // indexed by node
+  std::vector<std::optional<HostMemory>> host_memory_;  // indexed by node
+  std::vector<char> stages_peer_traffic_;               // indexed by node
   std::vector<std::vector<VertexId>> equal_cost_groups_;
   std::vector<int> equal_cost_group_of_;  // indexed by vertex; -1 where none
   std::uint64_t hash_seed_ = 0;

@@ -109,16 +109,30 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                             : "BF16, ") +
           split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
   const double grad_shards = zero >= 2 ? dp : 1;
-  add("gradients", kMainGradBytes * trained / grad_shards,
-      "FP32 main gradients, " + which + split +
-          std::string(zero >= 2 ? "sharded over dp" : "replicated"));
   const double optimizer_shards = zero >= 1 ? dp : 1;
+  const double offloaded_shard = trained / optimizer_shards;
+  if (plan.offload_optimizer && zero >= 2) {
+    add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");
+  } else {
+    add("gradients", kMainGradBytes * trained / grad_shards,
+        "FP32 main gradients, " + which + split +
+            std::string(zero >= 2 ? "sharded over dp" : "replicated"));
+  }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
-  add("optimizer states",
-      optimizer_state_bytes_per_parameter(training.optimizer) * trained / optimizer_shards,
+  const std::string states_basis =
       std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
                             : "FP32 master weights + Adam m, v = 12") +
-          per_param + ", " + which + split + (zero >= 1 ? "sharded over dp" : "replicated"));
+      per_param + ", " + which + split + (zero >= 1 ? "sharded over dp" : "replicated");
+  if (plan.offload_optimizer) {
+    add("optimizer states", 0, "offloaded to host memory (ZeRO-Offload): " + states_basis);
+    memory.host_bytes_per_rank =
+        (optimizer_state_bytes_per_parameter(training.optimizer) + kMainGradBytes) *
+        offloaded_shard;
+  } else {
+    add("optimizer states",
+        optimizer_state_bytes_per_parameter(training.optimizer) * trained / optimizer_shards,
+        states_basis);
+  }
 
   double dynamic = 0;
   if (zero >= 3) {
@@ -208,10 +222,13 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes) {
   MemoryBreakdown peak = stage_memory(model, training, plan, capacity_bytes, 0);
+  double host = peak.host_bytes_per_rank;
   for (int stage = 1; stage < plan.pp; ++stage) {
     MemoryBreakdown memory = stage_memory(model, training, plan, capacity_bytes, stage);
+    host = std::max(host, memory.host_bytes_per_rank);
     if (memory.total_bytes > peak.total_bytes) peak = std::move(memory);
   }
+  peak.host_bytes_per_rank = host;
   return peak;
 }
 

@@ -23,8 +23,18 @@ struct MemoryBreakdown {
   std::vector<MemoryItem> items;  // in a fixed order, see estimate_memory
   double total_bytes = 0;
   double capacity_bytes = 0;
+  // Optimizer offload: the FP32 master weights, Adam moments and gradients of a rank's shard
+  // in host memory (the fullest stage's) and all the node's ranks together (0 without
+  // offload); the node's host memory (0 where its preset does not say).
+  double host_bytes_per_rank = 0;
+  double host_bytes_per_node = 0;
+  double host_capacity_bytes = 0;
   double headroom_fraction() const { return 1.0 - total_bytes / capacity_bytes; }
-  bool fits() const { return total_bytes <= capacity_bytes; }
+  bool gpu_fits() const { return total_bytes <= capacity_bytes; }
+  bool host_fits() const {
+    return host_bytes_per_node <= 0 || host_bytes_per_node <= host_capacity_bytes;
+  }
+  bool fits() const { return gpu_fits() && host_fits(); }
 };
 
 // Practitioners keep 15-30% of HBM free for allocator spikes and fragmentation; below this a run
@@ -37,6 +47,7 @@ inline constexpr double kMinComfortableHeadroom = 0.15;
 // With virtual stages, each of its chunks: chunk c is virtual stage c x pp + stage.
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
 
+// host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes);
 

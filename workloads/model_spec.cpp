@@ -76,6 +76,12 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
           "a multiple of pp, as Megatron-LM's interleaved schedule does");
     }
   }
+  if (plan.offload_optimizer && plan.zero_stage < 1) {
+    throw ModelError("optimizer offload needs ZeRO 1-3: each rank offloads its shard");
+  }
+  if (plan.offload_optimizer && training.optimizer != Optimizer::adam) {
+    throw ModelError("optimizer offload runs CPU Adam with FP32 moments, not 8-bit Adam");
+  }
   // Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
   // over the micro-batches, and parameters stay on their stage.
   if (plan.pp > 1 && plan.zero_stage > 1) {

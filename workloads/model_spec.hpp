@@ -124,6 +124,11 @@ struct ParallelPlan {
   // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
   // forward waiting for its own; off, it runs after the optimizer step, exposed.
   bool overlap_param_gather = false;
+  // DeepSpeed's ZeRO-Offload (offload_optimizer: cpu, with ZeRO 1-3): each rank's shard of the
+  // FP32 master weights, Adam moments and gradients lives in host memory, where CPU Adam
+  // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes
+  // back.
+  bool offload_optimizer = false;
 };
 
 // Throws ModelError when the job is inconsistent: a model without layers or with heads that do

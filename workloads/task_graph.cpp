@@ -72,6 +72,17 @@ class ProgramBuilder {
     return add(
         Task{name, stream, CollectiveWork{op, size_bytes, Group::data_parallel}, std::move(deps)});
   }
+  // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.
+  TaskIndex host(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
+    graph_->host_work = true;
+    const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
+    const TaskIndex task = add(Task{name, stream, work, std::move(deps)});
+    if (work.op == HostOp::copy_to_host) last_copy_to_host_ = task;
+    return task;
+  }
+  // The last gradient copy to the host so far: the copy stream runs in order, so whatever
+  // waits for it waits for every copy before it.
+  std::optional<TaskIndex> last_copy_to_host() const { return last_copy_to_host_; }
   // Runs a non-empty list of ops back to back; the first waits for `deps`. A tensor-parallel
   // collective in the list runs on its stream between the kernels around it, or, overlapped
   // (Megatron's --tp-comm-overlap), beside the GEMM next to it: an all-gather beside the GEMM
@@ -157,7 +168,31 @@ class ProgramBuilder {
   Program* program_;
   bool overlap_tp_;
   std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
+  std::optional<TaskIndex> last_copy_to_host_;
 };
+
+// Optimizer offload, as DeepSpeed's ZeRO-Offload moves a reduced bucket of `parameters` of the
+// rank's shard to host memory once `after` is done. ZeRO-3 copies it in the reduction's dtype
+// and the CPU adds it into the FP32 gradients kept there (writes them, the first time); ZeRO-1
+// and 2 copy it as FP32, and accumulate a later micro-batch's through the GPU: the sum so far
+// comes back, is added there (a negligible kernel, left out) and goes out again.
+void offload_gradients(ProgramBuilder& build, const ParallelPlan& plan,
+                       const TrainingSpec& training, const std::string& name, TaskIndex after,
+                       double parameters, bool first) {
+  if (!plan.offload_optimizer) return;
+  if (plan.zero_stage >= 3) {
+    const double bytes = parameters * training.grad_reduce_bytes;
+    const TaskIndex copy = build.host(name + ".to_host", {HostOp::copy_to_host, bytes, 0}, {after});
+    const double fp32_bytes = (first ? 1 : 2) * kFp32Bytes * parameters;
+    build.host(name + ".accumulate", {HostOp::cpu, bytes + fp32_bytes, 0}, {copy});
+    return;
+  }
+  const double bytes = kFp32Bytes * parameters;
+  if (!first) {
+    after = build.host(name + ".sum_to_gpu", {HostOp::copy_to_gpu, bytes, 0}, {after});
+  }
+  build.host(name + ".to_host", {HostOp::copy_to_host, bytes, 0}, {after});
+}
 
 // Groups units, from the last to the first (the order their gradients become ready), into
 // buckets of at least `bucket_bytes` of gradients, as PyTorch DDP does. A bucket is ready when
@@ -205,17 +240,33 @@ class MicroBatchBuilder {
   }
 
   // Micro-batch mb's backward, last unit first, after `entry`; returns its last task.
-  // `last_reduction` is set when gradients were reduced.
-  TaskIndex backward(int mb, bool reduce_gradients, const std::vector<TaskIndex>& entry,
+  // `last_reduction` is set when gradients were reduced. Under optimizer offload each reduced
+  // shard goes to host memory (`first_reduction`: the step's first of it).
+  TaskIndex backward(int mb, bool reduce_gradients, bool first_reduction,
+                     const std::vector<TaskIndex>& entry,
                      std::optional<TaskIndex>& last_reduction) {
     tag_ = "mb" + std::to_string(mb) + ".";
-    return backward_units(reduce_gradients, entry, last_reduction);
+    return backward_units(reduce_gradients, first_reduction, entry, last_reduction);
   }
 
  private:
   bool sharded() const { return plan_->zero_stage >= 3; }
   std::size_t count() const { return units_->size(); }
   const Unit& unit(std::size_t u) const { return (*units_)[u]; }
+
+  // A gradient reduction of `parameters` (before sharding) after the unit's backward. Offloaded,
+  // the rank's shard then goes to the host, and the reduction first waits for the copy of the
+  // one before it: the reduced buffer is reused once its copy is out (two in flight at most).
+  TaskIndex reduce(const std::string& name, CollectiveOp op, double parameters, TaskIndex after,
+                   bool first_reduction) {
+    std::vector<TaskIndex> deps{after};
+    if (const auto copy = build_->last_copy_to_host()) deps.push_back(*copy);
+    const TaskIndex reduction =
+        build_->collective(name, op, parameters * training_->grad_reduce_bytes, deps);
+    offload_gradients(*build_, *plan_, *training_, name, reduction, parameters / plan_->dp,
+                      first_reduction);
+    return reduction;
+  }
 
   TaskIndex gather(std::size_t u, const std::string& pass, std::optional<TaskIndex> after) {
     std::vector<TaskIndex> deps;
@@ -246,7 +297,8 @@ class MicroBatchBuilder {
 
   // Backward, last unit first. With sharded parameters each unit is gathered again (FSDP
   // reshards after the forward pass), the next one prefetched while the current one computes.
-  TaskIndex backward_units(bool reduce_gradients, const std::vector<TaskIndex>& entry,
+  TaskIndex backward_units(bool reduce_gradients, bool first_reduction,
+                           const std::vector<TaskIndex>& entry,
                            std::optional<TaskIndex>& last_reduction) {
     const std::size_t n = count();
     backward_end_.assign(n, 0);
@@ -284,13 +336,13 @@ class MicroBatchBuilder {
       backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
       if (!reduce_gradients || unit(u).trainable <= 0) continue;
       if (sharded()) {
-        last_reduction = build_->collective(tag_ + unit(u).name + ".reduce_scatter",
-                                            CollectiveOp::reduce_scatter,
-                                            unit(u).trainable * grad_bytes, {backward_end_[u]});
+        last_reduction =
+            reduce(tag_ + unit(u).name + ".reduce_scatter", CollectiveOp::reduce_scatter,
+                   unit(u).trainable, backward_end_[u], first_reduction);
       } else if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
-        last_reduction = build_->collective(
+        last_reduction = reduce(
             tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op), bucket_op,
-            buckets[next_bucket].bytes, {backward_end_[u]});
+            buckets[next_bucket].bytes / grad_bytes, backward_end_[u], first_reduction);
         ++next_bucket;
       }
     }
@@ -384,7 +436,8 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
                                      activation_bytes, {}));
     }
     const bool reduce = reduce_every_micro_batch || i == m - 1;
-    previous_end = micro_batch[chunk].backward(i, reduce, entry, last_reduction);
+    previous_end = micro_batch[chunk].backward(i, reduce, !reduce_every_micro_batch || i == 0,
+                                               entry, last_reduction);
     if (v > 0) {
       build.transfer(tag + "send_gradients", transfer_id(v - 1, i, false), true, activation_bytes,
                      {*previous_end});
@@ -411,11 +464,27 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     const bool first = stage == 0;
     deps.push_back(build.transfer("embedding_grad.send", first ? from_first : from_last, true,
                                   bytes, {*previous_end}));
-    deps.push_back(
-        build.transfer("embedding_grad.recv", first ? from_last : from_first, false, bytes, {}));
+    const TaskIndex received =
+        build.transfer("embedding_grad.recv", first ? from_last : from_first, false, bytes, {});
+    deps.push_back(received);
+    // Offloaded, the other stage's share reaches the host shard too.
+    offload_gradients(build, plan, training, "embedding_grad", received, tied / plan.tp / plan.dp,
+                      /*first=*/false);
   }
+  // Offloaded, the step waits for every gradient to reach the host.
+  if (const auto copy = build.last_copy_to_host()) deps.push_back(*copy);
+  // Offloaded, CPU Adam updates the shard in host memory once every gradient is there (and,
+  // the cpu stream running in order, after the last accumulation), and the BF16 shard goes
+  // back.
   const TaskIndex step =
-      build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
+      plan.offload_optimizer
+          ? build.host(
+                "optimizer.to_gpu", {HostOp::copy_to_gpu, kBf16Bytes * local, 0},
+                {build.host(
+                    "optimizer.cpu_adam",
+                    {HostOp::cpu, adam_step_bytes_per_parameter(training.optimizer) * local, local},
+                    deps)})
+          : build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
   if ((plan.zero_stage == 1 || plan.zero_stage == 2) && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,

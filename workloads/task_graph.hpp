@@ -29,8 +29,10 @@
 
 namespace fleetsim {
 
-enum class Stream { compute, gather, reduce, tensor, pipeline };
-inline constexpr int kStreamCount = 5;
+// Under optimizer offload a rank also has a copy stream (its copy engine moving gradients to
+// host memory and updated weights back) and its share of the host's CPU cores.
+enum class Stream { compute, gather, reduce, tensor, pipeline, host_copy, cpu };
+inline constexpr int kStreamCount = 7;
 inline const char* to_string(Stream stream) {
   switch (stream) {
     case Stream::compute: return "compute";
@@ -38,6 +40,8 @@ inline const char* to_string(Stream stream) {
     case Stream::reduce: return "reduce";
     case Stream::tensor: return "tensor";
     case Stream::pipeline: return "pipeline";
+    case Stream::host_copy: return "host_copy";
+    case Stream::cpu: return "cpu";
   }
   return "?";
 }
@@ -63,12 +67,23 @@ struct CollectiveWork {
   bool sends = false;
 };
 
+// Optimizer offload's work on the host side: a copy between the rank's GPU and its node's host
+// memory over PCIe, or CPU work that moves `bytes` through host memory: accumulating offloaded
+// gradients, or the Adam step over `parameters` parameters, which also costs the cores their
+// cycles per parameter.
+enum class HostOp { copy_to_host, copy_to_gpu, cpu };
+struct HostWork {
+  HostOp op = HostOp::cpu;
+  double bytes = 0;
+  double parameters = 0;  // cpu only: parameters the Adam step updates (0: memory-bound work)
+};
+
 using TaskIndex = std::uint32_t;
 
 struct Task {
   std::string name;
   Stream stream;
-  std::variant<ComputeWork, CollectiveWork> work;
+  std::variant<ComputeWork, CollectiveWork, HostWork> work;
   std::vector<TaskIndex> deps;  // earlier tasks of the same program
 };
 
@@ -84,6 +99,7 @@ struct TaskGraph {
   double model_flops_per_rank = 0;     // model_flops summed over the programs, per rank
   double hardware_flops_per_rank = 0;  // executed kernel FLOPs, per rank
   int micro_batches = 0;               // micro-batches per replica per optimizer step
+  bool host_work = false;              // optimizer offload: some tasks are HostWork
   int pp() const { return static_cast<int>(stages.size()); }
 };
 

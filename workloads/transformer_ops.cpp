@@ -382,12 +382,15 @@ double optimizer_state_bytes_per_parameter(Optimizer optimizer) {
   return kFp32 + 2 * moment;
 }
 
+double adam_step_bytes_per_parameter(Optimizer optimizer) {
+  // Read the FP32 master weight, both moments and the FP32 gradient; write master and moments
+  // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes).
+  return 2 * optimizer_state_bytes_per_parameter(optimizer) + kFp32 + kBf16;
+}
+
 Op adam_step_op(double local_parameters, Optimizer optimizer) {
-  // Per parameter: read the FP32 master weight, both moments and the FP32 gradient; write
-  // master and moments and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes).
-  const double states = optimizer_state_bytes_per_parameter(optimizer);
-  const double bytes = 2 * states + kFp32 + kBf16;
-  return memory_op(optimizer == Optimizer::adam ? "adam" : "adam8bit", bytes * local_parameters);
+  return memory_op(optimizer == Optimizer::adam ? "adam" : "adam8bit",
+                   adam_step_bytes_per_parameter(optimizer) * local_parameters);
 }
 
 }  // namespace fleetsim

@@ -70,6 +70,8 @@ inline constexpr double kNf4BytesPerParameter = (4.0 + 8.0 / 64 + 32.0 / (64 * 2
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).
 double optimizer_state_bytes_per_parameter(Optimizer optimizer);
+// The memory traffic of one parameter's Adam update, on the GPU or on the host's CPU.
+double adam_step_bytes_per_parameter(Optimizer optimizer);
 Op adam_step_op(double local_parameters, Optimizer optimizer);
 
 double decoder_layer_parameters(const ModelSpec& model);

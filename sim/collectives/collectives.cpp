@@ -866,7 +866,7 @@ std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint
   const std::optional<VertexId> shared_switch = topology_->nvswitch_of(from);
   const bool same_domain = shared_switch && shared_switch == topology_->nvswitch_of(to);
   if (source.node == target.node) {
-    const std::optional<Topology::Staging> staging = topology_->staging_of(source.node);
+    const std::optional<Topology::HostMemory> staging = topology_->staging_of(source.node);
     if (!staging) return topology_->route(from, to);
     // No peer-to-peer: up to host memory, written and read back there, and down again.
     std::vector<LinkId> links = topology_->route(from, staging->host);

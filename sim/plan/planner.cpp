@@ -36,6 +36,8 @@ std::vector<int> divisors(int n) {
 // Every layout of the search, in a fixed order, with the base's recipe and cluster.
 std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
   const int gpus = base.node.gpus * base.nodes;
+  // Optimizer offload where the node describes its host and the optimizer is FP32 Adam.
+  const bool can_offload = base.node.describes_host() && base.training.optimizer == Optimizer::adam;
   std::vector<StepInputs> layouts;
   for (int tp = 1; tp <= base.node.gpus; tp *= 2) {
     if (base.node.gpus % tp != 0) continue;
@@ -67,7 +69,12 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
             inputs.plan.overlap_param_gather =
                 base.plan.overlap_param_gather && (zero == 1 || zero == 2);
             inputs.plan.recompute = Recompute::none;
-            layouts.push_back(std::move(inputs));
+            inputs.plan.offload_optimizer = false;
+            layouts.push_back(inputs);
+            if (can_offload && zero >= 1) {
+              inputs.plan.offload_optimizer = true;
+              layouts.push_back(std::move(inputs));
+            }
           }
         }
       }
@@ -149,9 +156,24 @@ double first_stage_tail_s(const StepInputs& inputs) {
   if (inputs.training.lora) return 0;                               // adapters: a sliver
   const double local = stage_parameters(model, plan, 0) / plan.tp;  // before ZeRO
   const double shard = plan.zero_stage >= 1 ? local / plan.dp : local;
-  const double optimizer_s =
-      kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
   const NodeSpec& node = inputs.node;
+  // Offloaded, the first node's ranks of the first stage each run CPU Adam after their last
+  // backward: together their bytes cross its host memory, each rank's parameters take its
+  // share of the cores, and then its BF16 shard crosses its PCIe link at line rate.
+  const auto offloaded_s = [&] {
+    const int stage_ranks_on_node = std::min(node.gpus, plan.tp * plan.dp);
+    const int ranks_on_node = std::min(node.gpus, plan.tp * plan.dp * plan.pp);
+    const double memory_s = stage_ranks_on_node *
+                            adam_step_bytes_per_parameter(inputs.training.optimizer) * shard /
+                            (node.host_memory_bytes_per_s * node.host_memory_efficiency);
+    const double cores_s =
+        shard * node.cpu_adam_cycles_per_parameter * ranks_on_node / node.cpu_cycles_per_s();
+    return std::max(memory_s, cores_s) + kBf16Bytes * shard / node.pcie_bytes_per_s;
+  };
+  const double optimizer_s =
+      plan.offload_optimizer
+          ? offloaded_s()
+          : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
   const bool gathers = (plan.zero_stage == 1 || plan.zero_stage == 2) && !plan.overlap_param_gather;
   const int members_per_node = node.gpus / plan.tp;  // of each data-parallel group
@@ -248,7 +270,9 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
         continue;
       }
       if (!outcome.memory.fits()) {
-        if (!closest[i] || outcome.memory.total_bytes < closest[i]->outcome.memory.total_bytes) {
+        // Leanest by GPU memory, among modes whose host memory (if offloaded) fits.
+        if (outcome.memory.host_fits() &&
+            (!closest[i] || outcome.memory.total_bytes < closest[i]->outcome.memory.total_bytes)) {
           closest[i] = PlannedLayout{inputs, std::move(outcome), 0.0};
         }
         continue;

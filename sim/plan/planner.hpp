@@ -11,7 +11,8 @@
 // or 2. Layouts the job rules refuse (tp not
 // dividing the heads, interleaving without micro-batches in groups of pp) are counted and
 // skipped. Of each layout, only the least recomputation that fits is kept: more recomputation
-// adds kernels and never saves time.
+// adds kernels and never saves time. Where the node describes its host and the optimizer is
+// FP32 Adam, every layout with ZeRO 1-3 is also tried with its optimizer offloaded.
 //
 // The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
 // once `top` layouts have been replayed, one whose bound is above the slowest of them cannot

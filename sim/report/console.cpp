@@ -310,11 +310,29 @@ std::string memory_table(const RunReport& report) {
   table.add("  capacity", cells_for(report, [](const VariantReport& v) {
               return gb_text(v.outcome.memory.capacity_bytes);
             }));
+  const bool offloads =
+      std::any_of(report.variants.begin(), report.variants.end(),
+                  [](const VariantReport& v) { return v.inputs.plan.offload_optimizer; });
+  if (offloads) {
+    table.add("host memory per node", cells_for(report, [](const VariantReport& v) {
+                const MemoryBreakdown& memory = v.outcome.memory;
+                if (!v.inputs.plan.offload_optimizer) return std::string(kMissing);
+                return gb_text(memory.host_bytes_per_node) + " of " +
+                       gb_text(memory.host_capacity_bytes);
+              }));
+  }
   return "\nmemory per GPU at peak (GB)\n" + table.render();
 }
 
 std::string does_not_fit_section(const VariantReport& variant) {
   const MemoryBreakdown& memory = variant.outcome.memory;
+  if (memory.gpu_fits()) {
+    return "\n" + variant.name + " does not fit: the offloaded optimizer needs " +
+           gb_text(memory.host_bytes_per_node) + " GB of host memory per node (" +
+           gb_text(memory.host_bytes_per_rank) +
+           " GB per rank: FP32 master weights, Adam moments and gradients of its shard), " +
+           gb_text(memory.host_capacity_bytes) + " GB available\n";
+  }
   std::size_t name_width = std::string("capacity").size();
   std::size_t gb_width = gb_text(memory.capacity_bytes).size();
   for (const MemoryItem& item : memory.items) {

@@ -12,11 +12,14 @@
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
 //                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp, vpp,
-//                 zero_stage, tp_comm_overlap, overlap_param_gather, simulated (int 0/1),
+//                 zero_stage, tp_comm_overlap, overlap_param_gather, offload_optimizer,
+//                 simulated (int 0/1),
 //                 replayed_ranks (int: all the
 //                 ranks, or folded one replica's; 0 when not simulated); step_time_s, tokens_per_s,
 //                 mfu, hfu, model_flops, hardware_flops, comm_bytes_per_gpu, memory_total_bytes,
-//                 memory_capacity_bytes, headroom_fraction, speedup_vs_first,
+//                 memory_capacity_bytes, headroom_fraction, host_memory_per_rank_bytes,
+//                 host_memory_per_node_bytes (0 without optimizer offload),
+//                 host_memory_capacity_bytes (0 where the node does not say), speedup_vs_first,
 //                 scaling_efficiency_vs_first, bucket_bytes (double). Step quantities and the
 //                 ratios to the first variant are NaN when simulated is 0 (the layout does not fit,
 //                 so no step was replayed).
@@ -196,6 +199,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "zero_stage", inputs.plan.zero_stage);
   write_attribute(group, "tp_comm_overlap", inputs.plan.tp_comm_overlap ? 1 : 0);
   write_attribute(group, "overlap_param_gather", inputs.plan.overlap_param_gather ? 1 : 0);
+  write_attribute(group, "offload_optimizer", inputs.plan.offload_optimizer ? 1 : 0);
   write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));
   write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
 }
@@ -216,6 +220,9 @@ void write_result_attributes(const H5::Group& group, const RunReport& report, st
   write_attribute(group, "memory_total_bytes", outcome.memory.total_bytes);
   write_attribute(group, "memory_capacity_bytes", outcome.memory.capacity_bytes);
   write_attribute(group, "headroom_fraction", outcome.memory.headroom_fraction());
+  write_attribute(group, "host_memory_per_rank_bytes", outcome.memory.host_bytes_per_rank);
+  write_attribute(group, "host_memory_per_node_bytes", outcome.memory.host_bytes_per_node);
+  write_attribute(group, "host_memory_capacity_bytes", outcome.memory.host_capacity_bytes);
   write_attribute(group, "speedup_vs_first",
                   speedup_vs_first(report, index).value_or(kNotSimulated));
   write_attribute(group, "scaling_efficiency_vs_first",

@@ -30,6 +30,7 @@ Json layout_json(const ParallelPlan& plan) {
               {"recompute", to_string(plan.recompute)},
               {"tp_comm_overlap", plan.tp_comm_overlap},
               {"overlap_param_gather", plan.overlap_param_gather},
+              {"offload_optimizer", plan.offload_optimizer},
               {"bucket_bytes", plan.bucket_bytes}};
 }
 
@@ -61,6 +62,9 @@ Json memory_json(const MemoryBreakdown& memory) {
               {"capacity_bytes", memory.capacity_bytes},
               {"headroom_fraction", memory.headroom_fraction()},
               {"fits", memory.fits()},
+              {"host_bytes_per_rank", memory.host_bytes_per_rank},
+              {"host_bytes_per_node", memory.host_bytes_per_node},
+              {"host_capacity_bytes", memory.host_capacity_bytes},
               {"items", std::move(items)}};
 }
 

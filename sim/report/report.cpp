@@ -42,7 +42,8 @@ std::string layout_label(const ParallelPlan& plan) {
                      : "pp" + std::to_string(plan.pp) + " " + to_string(plan.schedule) + " ";
   return tp + pp + "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +
          " recompute=" + recompute + (plan.tp_comm_overlap ? " tp-overlap" : "") +
-         (plan.overlap_param_gather ? " param-gather-overlap" : "");
+         (plan.overlap_param_gather ? " param-gather-overlap" : "") +
+         (plan.offload_optimizer ? " offload" : "");
 }
 
 }  // namespace fleetsim

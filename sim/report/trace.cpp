@@ -24,6 +24,15 @@ std::string render_trace(const RunReport& report) {
                           {"pid", pid},
                           {"args", Json{{"name", variant.name}}}});
     std::set<std::pair<int, int>> tracks;
+    // Kernels, collectives, and optimizer offload's copies and CPU work.
+    const auto category = [](Stream stream) {
+      switch (stream) {
+        case Stream::compute: return "kernel";
+        case Stream::host_copy: return "host copy";
+        case Stream::cpu: return "cpu";
+        default: return "collective";
+      }
+    };
     for (const TraceSlice& slice : variant.outcome.step.trace) {
       const int stream = static_cast<int>(slice.stream);
       const int tid = slice.rank * kStreamCount + stream;
@@ -36,7 +45,7 @@ std::string render_trace(const RunReport& report) {
                                                          to_string(slice.stream)}}}});
       }
       events.push_back(Json{{"name", slice.name},
-                            {"cat", slice.stream == Stream::compute ? "kernel" : "collective"},
+                            {"cat", category(slice.stream)},
                             {"ph", "X"},
                             {"ts", slice.begin.seconds() * 1e6},
                             {"dur", (slice.end - slice.begin).seconds() * 1e6},

@@ -21,7 +21,9 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -332,7 +334,7 @@ std::vector<Field> read_list(const Field& f, std::size_t count, std::string_view
 }
 
 // Physical quantities carry their unit; see units.hpp.
-enum class Quantity { bandwidth, size, duration, flop_rate, fraction, count };
+enum class Quantity { bandwidth, size, duration, flop_rate, frequency, fraction, count };
 
 std::string_view quantity_name(Quantity q) {
   switch (q) {
@@ -340,6 +342,7 @@ std::string_view quantity_name(Quantity q) {
     case Quantity::size: return "a size like 80GB or 81559MiB";
     case Quantity::duration: return "a duration like 0.6us or 90s";
     case Quantity::flop_rate: return "a FLOP rate like 989TFLOPS";
+    case Quantity::frequency: return "a frequency like 2.0GHz";
     case Quantity::fraction: return "a fraction in (0, 1]";
     case Quantity::count: return "a number >= 0";
   }
@@ -352,6 +355,7 @@ double parse_unit(Quantity q, const std::string& text, Zero zero) {
     case Quantity::size: return parse_size(text, zero);
     case Quantity::duration: return parse_duration(text);
     case Quantity::flop_rate: return parse_flop_rate(text, zero);
+    case Quantity::frequency: return parse_frequency(text);
     case Quantity::fraction:
     case Quantity::count: break;
   }
@@ -371,6 +375,14 @@ double read_fraction(const Field& f) {
   const double value = read_number(f);
   if (!(value > 0 && value <= 1)) {
     fail(f, "expected a fraction in (0, 1], got " + describe(f.node));
+  }
+  return value;
+}
+
+double read_positive(const Field& f) {
+  const double value = read_number(f);
+  if (!(value > 0)) {
+    fail(f, "expected a number > 0, got " + describe(f.node));
   }
   return value;
 }
@@ -462,7 +474,7 @@ NicKind read_nic_kind(const Field& f) {
   return NicKind::infiniband;
 }
 
-const std::array<NodeKey, 22> kNodeKeys = {{
+const std::array<NodeKey, 26> kNodeKeys = {{
     {"name", [](NodeSpec& s, const Field& f) { s.name = read_string(f); }, false},
     {"description", [](NodeSpec& s, const Field& f) { s.description = read_string(f); }, false},
     {"gpu_profile", [](NodeSpec& s, const Field& f) { s.gpu_profile = read_string(f); }, false},
@@ -503,6 +515,17 @@ const std::array<NodeKey, 22> kNodeKeys = {{
      true},
     {"host_memory_efficiency",
      [](NodeSpec& s, const Field& f) { s.host_memory_efficiency = read_fraction(f); }, true},
+    {"host_memory_capacity",
+     [](NodeSpec& s, const Field& f) {
+       s.host_memory_capacity_bytes = read_quantity(f, Quantity::size);
+     },
+     true},
+    {"cpu_cores", [](NodeSpec& s, const Field& f) { s.cpu_cores = read_int(f, 1); }, true},
+    {"cpu_clock",
+     [](NodeSpec& s, const Field& f) { s.cpu_clock_hz = read_quantity(f, Quantity::frequency); },
+     true},
+    {"cpu_adam_cycles_per_parameter",
+     [](NodeSpec& s, const Field& f) { s.cpu_adam_cycles_per_parameter = read_positive(f); }, true},
     {"nics", [](NodeSpec& s, const Field& f) { s.nics = read_int(f, 0); }, true},
     {"nic",
      [](NodeSpec& s, const Field& f) { s.nic_bytes_per_s = read_quantity(f, Quantity::bandwidth); },
@@ -772,7 +795,8 @@ const Keys kLayoutKeys = {"dp",
                           "recompute",
                           "bucket",
                           "tp_comm_overlap",
-                          "overlap_param_gather"};
+                          "overlap_param_gather",
+                          "offload_optimizer"};
 
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
@@ -813,6 +837,9 @@ ParallelPlan parse_layout(const Field& f) {
   }
   if (auto overlap = find(f, "overlap_param_gather")) {
     plan.overlap_param_gather = read_bool(*overlap);
+  }
+  if (auto offload = find(f, "offload_optimizer")) {
+    plan.offload_optimizer = read_bool(*offload);
   }
   return plan;
 }
@@ -1243,10 +1270,6 @@ void check_node(const NodeSpec& spec, const Field& f) {
     fail(f, "gpu_p2p: false needs the host memory bandwidth",
          "add host_memory: 460.8GB/s (for example: 12 channels of DDR5-4800)");
   }
-  if (spec.gpu_p2p && spec.host_memory_bytes_per_s > 0) {
-    fail(f, "host_memory is used only by GPUs without peer-to-peer access",
-         "remove host_memory, or set gpu_p2p: false");
-  }
 }
 
 NodeBuild Loader::node_preset(const Field& name) {
@@ -1386,6 +1409,34 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
   in.fabric = parse_fabric(find(f, "fabric"));
 }
 
+// Optimizer offload needs the distributed optimizer, FP32 Adam, and a node preset that says what
+// its host is: memory bandwidth and capacity, and CPU cores with their clock and Adam rate.
+void check_offload(const Field& f, const StepInputs& in) {
+  if (in.plan.zero_stage < 1) {
+    fail(f, "offload_optimizer needs ZeRO 1, 2 or 3",
+         "each rank offloads its shard of the optimizer states: set zero: 1 or more");
+  }
+  if (in.training.optimizer != Optimizer::adam) {
+    fail(f, "offload_optimizer runs CPU Adam with FP32 moments, not 8-bit Adam",
+         "remove optimizer: adam8bit, or offload_optimizer");
+  }
+  const NodeSpec& node = in.node;
+  for (const auto& [key, value, example] :
+       {std::tuple{"host_memory", node.host_memory_bytes_per_s, "614.4GB/s"},
+        {"host_memory_capacity", node.host_memory_capacity_bytes, "2TB"},
+        {"cpu_cores", static_cast<double>(node.cpu_cores), "112"},
+        {"cpu_clock", node.cpu_clock_hz, "2.0GHz"},
+        {"cpu_adam_cycles_per_parameter", node.cpu_adam_cycles_per_parameter, "0.7"}}) {
+    if (!(value > 0)) {
+      fail(f,
+           "offload_optimizer needs the node's " + std::string(key) + ", which node " + node.name +
+               " does not give",
+           "add it to the node (node: {preset: " + node.name + ", " + key + ": " + example +
+               "}), with its source");
+    }
+  }
+}
+
 // The layout must use every GPU (tp x pp x dp), and a tensor-parallel group must fit a node and
 // split the model evenly.
 void check_layout(const Field& root, const StepInputs& in) {
@@ -1431,6 +1482,7 @@ void check_layout(const Field& root, const StepInputs& in) {
          "it overlaps the gather of the updated parameter shards with the next forward; ZeRO-3 "
          "gathers before each unit anyway");
   }
+  if (in.plan.offload_optimizer) check_offload(require(layout, "offload_optimizer"), in);
   const int pp = in.plan.pp;
   if (in.plan.vpp > 1) {
     const Field vpp_field = require(layout, "vpp");

@@ -75,6 +75,13 @@ constexpr std::array kFlopRateUnits = {
     Unit{"PFLOP/s", 1e15, 1},
 };
 
+constexpr std::array kFrequencyUnits = {
+    Unit{"Hz", 1, 1},
+    Unit{"kHz", 1e3, 1},
+    Unit{"MHz", 1e6, 1},
+    Unit{"GHz", 1e9, 1},
+};
+
 const Kind kBandwidth{"a bandwidth", "400Gbps or 450GB/s",
                       "bits per second: bps, Kbps, Mbps, Gbps, Tbps (or Gb/s); bytes per second: "
                       "B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s",
@@ -84,6 +91,7 @@ const Kind kSize{"a size", "80GB or 81559MiB",
 const Kind kDuration{"a duration", "0.6us or 90s", "ns, us, ms, s, min, h", kDurationUnits};
 const Kind kFlopRate{"a FLOP rate", "989TFLOPS", "FLOPS, KFLOPS, MFLOPS, GFLOPS, TFLOPS, PFLOPS",
                      kFlopRateUnits};
+const Kind kFrequency{"a frequency", "2.0GHz", "Hz, kHz, MHz, GHz", kFrequencyUnits};
 
 std::string_view trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t");
@@ -206,6 +214,10 @@ double parse_duration(std::string_view text) {
 
 double parse_flop_rate(std::string_view text, Zero zero) {
   return parse_quantity(text, kFlopRate, zero);
+}
+
+double parse_frequency(std::string_view text) {
+  return parse_quantity(text, kFrequency, Zero::rejected);
 }
 
 }  // namespace fleetsim

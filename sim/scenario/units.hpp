@@ -43,4 +43,7 @@ double parse_duration(std::string_view text);
 // `989TFLOPS`, `2.25PFLOPS`, `500GFLOPS` (or `TFLOP/s`) -> floating-point operations per second.
 double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected);
 
+// `2.0GHz`, `3300MHz` -> cycles per second.
+double parse_frequency(std::string_view text);
+
 }  // namespace fleetsim

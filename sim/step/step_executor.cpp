@@ -202,14 +202,16 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
 class Replay {
  public:
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
-         const StepOptions& options)
+         const StepOptions& options, const HostCosts& host)
       : graph_(graph),
+        host_costs_(host),
         fold_(options.fold && graph.dp > 1 && replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph, fold_)),
         traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
         comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
+        topology_(&topology),
         ranks_(graph.ranks) {
     const int stage_ranks = graph.tp * graph.dp;
     if (graph.tp < 1 || graph.dp < 1 || graph.stages.empty() ||
@@ -229,7 +231,22 @@ class Replay {
     }
     index_transfers();
     build_groups(topology);
+    for (const VertexId gpu : gpus_) {
+      const int node = topology.vertex(gpu).node;
+      if (ranks_on_node_.size() <= static_cast<std::size_t>(node)) {
+        ranks_on_node_.resize(node + 1, 0);
+      }
+      ++ranks_on_node_[node];
+      if (!graph.host_work) continue;
+      const std::optional<Topology::HostMemory> memory = topology.host_memory_of(node);
+      if (!memory || !(memory->cpu_cycles_per_s > 0) || !(host.adam_cycles_per_parameter > 0)) {
+        throw ModelError("optimizer offload needs the host of node " + std::to_string(node) +
+                         " described: host_memory, cpu_cores, cpu_clock and "
+                         "cpu_adam_cycles_per_parameter");
+      }
+    }
     if (fold_) plan_shadows(topology);
+    if (fold_ && graph.host_work) plan_host_shadows(topology);
     // One arrival counter per group instance a collective task of a stage runs in: dp tensor
     // groups, tp data groups, one pair of ranks per transfer.
     std::size_t counters = 0;
@@ -376,6 +393,10 @@ class Replay {
       schedule_kernel(r);
       return;
     }
+    if (const auto* host = std::get_if<HostWork>(&task.work)) {
+      start_host_work(r, t, *host);
+      return;
+    }
     const auto& work = std::get<CollectiveWork>(task.work);
     const CollectiveGroup& group = group_of(r, work.group);
     // The collective waits for every member of the rank's group.
@@ -403,6 +424,47 @@ class Replay {
       }
     });
     collectives_.end_batch();
+  }
+
+  // Optimizer offload's host side as flows: a copy crosses the GPU's PCIe path to the host and
+  // the host's memory (sharing the GPU's PCIe link with its NIC traffic); CPU work crosses host
+  // memory alone, no faster than the rank's share of the node's cores updates parameters.
+  void start_host_work(int r, TaskIndex t, const HostWork& work) {
+    const int node = topology_->vertex(gpus_[r]).node;
+    const Topology::HostMemory memory = *topology_->host_memory_of(node);  // checked up front
+    double max_rate = FlowNetwork::kUncapped;
+    if (work.op == HostOp::cpu && work.parameters > 0) {
+      // The node's cores split evenly among its ranks (DeepSpeed binds cores to ranks).
+      const double cycles_per_s = memory.cpu_cycles_per_s / ranks_on_node_[node];
+      max_rate =
+          work.bytes / work.parameters * cycles_per_s / host_costs_.adam_cycles_per_parameter;
+    }
+    // The rank's GPU to host memory, or back, or host memory alone.
+    const auto links = [&](int rank) {
+      std::vector<LinkId> path;
+      if (work.op == HostOp::copy_to_host) path = topology_->route(gpus_[rank], memory.host);
+      if (work.op == HostOp::copy_to_gpu) path = topology_->route(memory.host, gpus_[rank]);
+      path.push_back(memory.memory_link);
+      std::vector<LinkUse> uses;
+      for (const LinkId link : path) uses.push_back({link, 1.0});
+      return uses;
+    };
+    std::vector<FlowNetwork::FlowRequest> flows;
+    if (fold_ && graph_.host_work) {
+      for (const int copy : host_shadows_[r]) {
+        flows.push_back({links(copy), work.bytes, SimTime{}, [] {}, max_rate});
+      }
+    }
+    const SimTime begin = engine_.now();
+    const bool copy = work.op != HostOp::cpu;
+    flows.push_back({links(r), work.bytes, SimTime{},
+                     [this, r, t, begin, copy] {
+                       if (copy) ranks_[r].comm_busy.push_back({begin, engine_.now()});
+                       record(r, t, begin);
+                       finish(r, t);
+                     },
+                     max_rate});
+    network_.start_flows(std::move(flows));
   }
 
   // Whether compute task `next` will be ready once the run of compute tasks from stream position
@@ -605,6 +667,22 @@ class Replay {
     }
   }
 
+  // Under optimizer offload the replicas on a node share its host memory, cores and PCIe
+  // uplinks: a replayed rank's host work runs for each of them too (the same rank of its stage
+  // in another replica on its node). Replicas on other nodes have hosts of their own.
+  void plan_host_shadows(const Topology& topology) {
+    const int tp = graph_.tp;
+    host_shadows_.assign(graph_.ranks, {});
+    for (int r = 0; r < graph_.ranks; ++r) {
+      if (!replayed_[r]) continue;
+      const int node = topology.vertex(gpus_[r]).node;
+      for (int replica = 1; replica < graph_.dp; ++replica) {
+        const int copy = r + replica * tp;
+        if (topology.vertex(gpus_[copy]).node == node) host_shadows_[r].push_back(copy);
+      }
+    }
+  }
+
   void record(int r, TaskIndex t, SimTime begin) {
     if (!traced_[r]) return;
     const Task& task = program_of(r)[t];
@@ -662,6 +740,7 @@ class Replay {
   }
 
   const TaskGraph& graph_;
+  HostCosts host_costs_;
   bool fold_;
   std::vector<bool> replayed_;  // by rank
   std::vector<bool> traced_;    // by rank
@@ -671,7 +750,9 @@ class Replay {
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;
+  const Topology* topology_;
   std::vector<VertexId> gpus_;                  // by rank
+  std::vector<int> ranks_on_node_;              // by node: the step's ranks there
   std::vector<CollectiveGroup> tensor_groups_;  // by r / tp
   std::vector<CollectiveGroup> data_groups_;    // by stage x tp + tp rank
   // By stage and task: its first counter in arrivals_.
@@ -687,6 +768,7 @@ class Replay {
   // (sending, receiving) stage and tp rank, the other replicas.
   std::vector<std::vector<int>> tensor_shadows_;
   std::map<std::pair<int, int>, std::vector<std::vector<int>>> pipeline_shadows_;
+  std::vector<std::vector<int>> host_shadows_;  // by replayed rank: its host work's copies
 };
 
 }  // namespace
@@ -735,12 +817,12 @@ std::vector<double> usable_link_capacities(const Topology& topology, const GpuPr
 }
 
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
-                        const StepOptions& options) {
+                        const StepOptions& options, const HostCosts& host) {
   if (graph.ranks < 1 || static_cast<std::size_t>(graph.ranks) > topology.gpus().size()) {
     throw ModelError("the layout needs " + std::to_string(graph.ranks) + " GPUs, the cluster has " +
                      std::to_string(topology.gpus().size()));
   }
-  Replay replay(graph, gpu, topology, options);
+  Replay replay(graph, gpu, topology, options, host);
   StepResult result = replay.run();
 
   const double gpus = graph.ranks;
@@ -765,15 +847,34 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
 StepOutcome check_memory(const StepInputs& inputs) {
   validate_job(inputs.model, inputs.training, inputs.plan);
   StepOutcome outcome;
-  outcome.memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
-                                   inputs.gpu.hbm_capacity_bytes.value);
-  if (!outcome.memory.fits()) {
+  MemoryBreakdown& memory = outcome.memory;
+  memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
+                           inputs.gpu.hbm_capacity_bytes.value);
+  memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
+  if (inputs.plan.offload_optimizer) {
+    if (!inputs.node.describes_host()) {
+      throw ModelError("optimizer offload needs node " + inputs.node.name +
+                       " to describe its host: host_memory, host_memory_capacity, cpu_cores, "
+                       "cpu_clock and cpu_adam_cycles_per_parameter");
+    }
+    const int ranks = inputs.plan.tp * inputs.plan.dp * inputs.plan.pp;
+    memory.host_bytes_per_node = memory.host_bytes_per_rank * std::min(inputs.node.gpus, ranks);
+  }
+  if (!memory.gpu_fits()) {
     char text[160];
     std::snprintf(text, sizeof text, "does not fit: needs %.1f GB per GPU, %.1f GB available",
-                  outcome.memory.total_bytes / 1e9, outcome.memory.capacity_bytes / 1e9);
+                  memory.total_bytes / 1e9, memory.capacity_bytes / 1e9);
     outcome.warnings.push_back(text);
-    return outcome;
   }
+  if (!memory.host_fits()) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "does not fit: the offloaded optimizer needs %.1f GB of host memory per node, "
+                  "%.1f GB available",
+                  memory.host_bytes_per_node / 1e9, memory.host_capacity_bytes / 1e9);
+    outcome.warnings.push_back(text);
+  }
+  if (!memory.fits()) return outcome;
   if (outcome.memory.headroom_fraction() < kMinComfortableHeadroom) {
     char text[160];
     std::snprintf(text, sizeof text,
@@ -789,7 +890,8 @@ StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) 
   if (!outcome.memory.fits()) return outcome;
   const TaskGraph graph = build_data_parallel_step(inputs.model, inputs.training, inputs.plan);
   const Topology topology = build_cluster(inputs.node, inputs.nodes, inputs.fabric);
-  outcome.step = execute_step(graph, inputs.gpu, topology, options);
+  outcome.step = execute_step(graph, inputs.gpu, topology, options,
+                              HostCosts{inputs.node.cpu_adam_cycles_per_parameter});
   outcome.simulated = true;
   return outcome;
 }

@@ -26,9 +26,16 @@ std::vector<double> usable_link_capacities(const Topology& topology, const GpuPr
 // How this GPU's links to its peers run under NVLS, rings and point-to-point sends.
 GpuLinkModes gpu_link_modes(const GpuProfile& gpu);
 
+// What CPU work costs on the hosts under optimizer offload: the cycles one core spends on one
+// parameter's Adam update (NodeSpec::cpu_adam_cycles_per_parameter). The topology gives each
+// host's memory and cores.
+struct HostCosts {
+  double adam_cycles_per_parameter = 0;
+};
+
 // Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
-                        const StepOptions& options = {});
+                        const StepOptions& options = {}, const HostCosts& host = {});
 
 // The memory check alone: the breakdown and its warnings, nothing replayed.
 StepOutcome check_memory(const StepInputs& inputs);

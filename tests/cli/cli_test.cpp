@@ -283,7 +283,8 @@ TEST_CASE("Llama-3-70B on one node: full fine-tuning fits B200 and MI300X, LoRA 
   }
   CHECK_FALSE(simulated.at("h100 zero3 recompute"));
   CHECK_FALSE(simulated.at("h100 tp8 zero1 recompute"));
-  CHECK(simulated.at("h100 lora zero3 recompute"));  // frozen weights: 2 bytes per parameter
+  CHECK(simulated.at("h100 zero3 recompute offload"));  // states in host memory
+  CHECK(simulated.at("h100 lora zero3 recompute"));     // frozen weights: 2 bytes per parameter
   CHECK(simulated.at("b200 zero3 recompute"));
   CHECK(simulated.at("b200 tp8 zero1"));
   CHECK(simulated.at("mi300x zero3 recompute"));
@@ -487,8 +488,21 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   CHECK(run_cli("plan " + scenario + " --top 0").exit_code == 2);
   CHECK(run_cli("run " + scenario + " --top 3").exit_code == 2);
   CHECK(run_cli("plan " + scenario + " --top -1").exit_code == 2);
-  // Nothing fits Llama-3-70B's full fine-tune on one H100 node: exit 1, the leanest named.
-  const Result none = run_cli("plan " + source + "/scenarios/llama3-70b-one-node.yaml --json");
+  // Llama-3-70B's full fine-tune on one H100 node fits only with the optimizer offloaded.
+  const Result offloaded =
+      run_cli("plan " + source + "/scenarios/llama3-70b-one-node.yaml --top 1 --json");
+  CHECK(offloaded.exit_code == 0);
+  const auto offloaded_report = nlohmann::json::parse(offloaded.out);
+  REQUIRE(offloaded_report["variants"].size() == 1);
+  CHECK(offloaded_report["variants"][0]["layout"]["offload_optimizer"] == true);
+  // On a DGX A100 (80 GB), whose preset does not describe its host, nothing fits: exit 1, the
+  // leanest named.
+  const fs::path a100 =
+      write_scenario("a100-70b.yaml",
+                     "name: a100-70b\nmodel: llama3-70b\n"
+                     "training: {seq_len: 4096, global_batch: 64, micro_batch: 1}\n"
+                     "layout: {dp: 8, zero: 3}\ncluster: {node: dgx-a100}\n");
+  const Result none = run_cli("plan " + a100.string() + " --json");
   CHECK(none.exit_code == 1);
   const auto none_report = nlohmann::json::parse(none.out);
   CHECK(none_report["variants"].empty());

@@ -158,3 +158,25 @@ TEST_CASE("planner: when nothing fits it names the leanest layout and by how muc
     CHECK(check_memory(other).memory.total_bytes >= leanest.total_bytes);
   }
 }
+
+TEST_CASE("the lower bound holds for offloaded layouts, the host's share included") {
+  StepInputs in = fleetsim::testing::small_job();
+  in.node.host_memory_bytes_per_s = 400e9;
+  in.node.host_memory_capacity_bytes = 2e12;
+  in.node.cpu_cores = 64;
+  in.node.cpu_clock_hz = 2e9;
+  in.plan.offload_optimizer = true;
+  for (const double cycles : {0.5, 100.0}) {
+    in.node.cpu_adam_cycles_per_parameter = cycles;
+    for (const int zero : {1, 2, 3}) {
+      INFO("zero " << zero << ", " << cycles << " cycles per parameter");
+      in.plan.zero_stage = zero;
+      const double step_s = simulate_step(in).step.step_time_s;
+      const double bound_s = step_lower_bound_s(in);
+      CHECK(bound_s <= step_s);
+      StepInputs on_gpu = in;
+      on_gpu.plan.offload_optimizer = false;
+      CHECK(bound_s > step_lower_bound_s(on_gpu));  // the host's time is in it
+    }
+  }
+}

@@ -365,10 +365,10 @@ TEST_CASE("a value of the wrong type says what it found") {
   const auto layout = load_error(with(kBase, "layout:\n  dp: 8\n  zero: 3\n", "layout: 8\n"));
   REQUIRE(layout);
   CHECK(layout->key() == "layout");
-  CHECK_THAT(
-      layout->what(),
-      Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
-                      "recompute, bucket, tp_comm_overlap, overlap_param_gather, got \"8\""));
+  CHECK_THAT(layout->what(),
+             Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
+                             "recompute, bucket, tp_comm_overlap, overlap_param_gather, "
+                             "offload_optimizer, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);
@@ -534,10 +534,10 @@ TEST_CASE("a node without peer-to-peer needs its host memory bandwidth") {
       load_error(with(kBase, "node: dgx-h100", "node: {preset: dgx-h100, gpu_p2p: false}"));
   REQUIRE(nvlink_without_p2p);
   CHECK_THAT(nvlink_without_p2p->what(), Catch::Contains("needs gpu_fabric pcie_only"));
-  const auto memory_unused =
-      load_error(with(kBase, "node: dgx-h100", "node: {preset: dgx-h100, host_memory: 1TB/s}"));
-  REQUIRE(memory_unused);
-  CHECK_THAT(memory_unused->what(), Catch::Contains("remove host_memory, or set gpu_p2p: false"));
+  // With peer-to-peer access host memory carries optimizer offload's traffic instead.
+  const Scenario overridden =
+      load_text(with(kBase, "node: dgx-h100", "node: {preset: dgx-h100, host_memory: 1TB/s}"));
+  CHECK(overridden.variants[0].inputs.node.host_memory_bytes_per_s == Approx(1e12));
   CHECK(s.variants[0].inputs.node.host_memory_bytes_per_s == Approx(460.8e9));
 }
 
@@ -1005,6 +1005,31 @@ TEST_CASE("tp_comm_overlap loads with tensor parallelism and is refused without"
       load_error(with(tensor_parallel, "tp_comm_overlap: true", "tp_comm_overlap: 2"));
   REQUIRE(not_bool);
   CHECK(not_bool->key() == "layout.tp_comm_overlap");
+}
+
+TEST_CASE("offload_optimizer loads with ZeRO 1-3 on a host the preset describes") {
+  const std::string offloaded =
+      with(kBase, "  zero: 3\n", "  zero: 3\n  offload_optimizer: true\n");
+  const StepInputs& in = load_text(offloaded).variants[0].inputs;
+  CHECK(in.plan.offload_optimizer);
+  CHECK(in.node.host_memory_capacity_bytes == Approx(2e12));
+  CHECK(in.node.cpu_cores == 112);
+  CHECK(in.node.cpu_clock_hz == Approx(2.0e9));
+  const auto plain = load_error(with(offloaded, "zero: 3", "zero: 0"));
+  REQUIRE(plain);
+  CHECK(plain->key() == "layout.offload_optimizer");
+  CHECK_THAT(plain->what(), Catch::Contains("needs ZeRO 1, 2 or 3"));
+  // DGX A100's preset does not describe its host: the error names the first missing key.
+  const auto undescribed = load_error(with(offloaded, "node: dgx-h100", "node: dgx-a100"));
+  REQUIRE(undescribed);
+  CHECK(undescribed->key() == "layout.offload_optimizer");
+  CHECK_THAT(undescribed->what(), Catch::Contains("needs the node's host_memory"));
+  CHECK_THAT(undescribed->what(), Catch::Contains("host_memory: 614.4GB/s"));
+  const auto bad_clock =
+      load_error(with(offloaded, "node: dgx-h100", "node: {preset: dgx-h100, cpu_clock: 2.0}"));
+  REQUIRE(bad_clock);
+  CHECK(bad_clock->key() == "cluster.node.cpu_clock");
+  CHECK_THAT(bad_clock->what(), Catch::Contains("expected a frequency like 2.0GHz"));
 }
 
 }  // namespace

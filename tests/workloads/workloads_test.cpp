@@ -695,3 +695,45 @@ TEST_CASE("overlap_param_gather: one gather per unit before its first forward, n
     CHECK(stage_gathers >= 8);  // 32 layers over 8 chunks: 4 per chunk, 2 chunks per stage
   }
 }
+
+TEST_CASE("optimizer offload: Adam on the host, each reduced shard copied there, the update back") {
+  const ModelSpec m = llama3_8b();
+  for (const int zero : {1, 2, 3}) {
+    INFO("zero " << zero);
+    ParallelPlan plan;
+    plan.dp = 8;
+    plan.zero_stage = zero;
+    plan.offload_optimizer = true;
+    const TrainingSpec t = training(4096, 32, 2);  // 2 micro-batches per rank
+    const TaskGraph graph = build_data_parallel_step(m, t, plan);
+    CHECK(graph.host_work);
+    double to_host = 0, to_gpu = 0, adam_parameters = 0;
+    int adam_steps = 0;
+    for (const Task& task : graph.stages[0]) {
+      CHECK(task.name != "optimizer.adam");  // no optimizer kernel on the GPU
+      const auto* work = std::get_if<HostWork>(&task.work);
+      if (!work) continue;
+      CHECK(task.stream == (work->op == HostOp::cpu ? Stream::cpu : Stream::host_copy));
+      if (work->op == HostOp::copy_to_host) to_host += work->bytes;
+      if (work->op == HostOp::copy_to_gpu) to_gpu += work->bytes;
+      if (work->parameters > 0) {
+        adam_parameters += work->parameters;
+        ++adam_steps;
+      }
+    }
+    const double shard = m.parameters() / 8;
+    // ZeRO-3 sends each micro-batch's BF16 shard, the CPU adding it up; ZeRO-2 an FP32 shard
+    // each micro-batch, the second one's sum so far fetched back to be added on the GPU;
+    // ZeRO-1 one FP32 shard. The updated BF16 shard comes back once.
+    const double sent[] = {0, 4 * shard, 2 * 4 * shard, 2 * 2 * shard};
+    const double fetched[] = {0, 0, 4 * shard, 0};
+    CHECK(to_host == Approx(sent[zero]));
+    CHECK(to_gpu == Approx(fetched[zero] + 2 * shard));
+    CHECK(adam_steps == 1);
+    CHECK(adam_parameters == Approx(shard));
+  }
+  ParallelPlan plain;
+  plain.dp = 8;
+  plain.offload_optimizer = true;
+  CHECK_THROWS_AS(build_data_parallel_step(m, training(4096, 32, 2), plain), ModelError);
+}
