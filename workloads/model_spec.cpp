@@ -38,6 +38,13 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
       }
     }
   }
+  if (model.mixture_of_experts() &&
+      (model.experts_per_token < 1 || model.experts_per_token > model.experts)) {
+    throw ModelError("model " + model.name + ": experts_per_token must be 1 to experts");
+  }
+  if (model.mixture_of_experts() && training.lora) {
+    throw ModelError("LoRA on a mixture-of-experts model is not modelled yet");
+  }
   if (training.dropout < 0 || training.dropout >= 1) {
     throw ModelError("dropout must be in [0, 1)");
   }

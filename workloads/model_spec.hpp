@@ -33,8 +33,13 @@ struct ModelSpec {
   bool linear_bias = false;  // the QKV, output and MLP projections have biases
   Positions positions = Positions::rope;
   int max_positions = 0;  // rows of the learned position table
+  // Mixture of experts (Mixtral): each layer's MLP is `experts` MLPs of size ffn, a router
+  // sending each token to `experts_per_token` of them. 0: one dense MLP.
+  int experts = 0;
+  int experts_per_token = 0;
 
   int head_dim() const { return hidden / heads; }
+  bool mixture_of_experts() const { return experts > 0; }
   // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices, biases, two
   // norms), final norm and the output head (unless tied).
   double parameters() const;

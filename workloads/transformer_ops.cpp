@@ -84,14 +84,22 @@ constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
 
 }  // namespace
 
-double decoder_layer_parameters(const ModelSpec& model) {
+double mlp_parameters(const ModelSpec& model) {
   const double h = model.hidden;
   const double f = model.ffn;
-  const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection
   const double mlp_in = model.mlp == Mlp::swiglu ? 2 * f : f;  // gate and up, or up
-  const double matrices = h * qkv + h * h + h * mlp_in + f * h;
-  const double biases = model.linear_bias ? qkv + h + mlp_in + h : 0;
-  return matrices + biases + 2 * norm_parameters(model);
+  return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
+}
+
+double decoder_layer_parameters(const ModelSpec& model) {
+  const double h = model.hidden;
+  const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection
+  const double attention = h * qkv + h * h + (model.linear_bias ? qkv + h : 0);
+  // A mixture of experts has one MLP per expert and the router's h x experts weight.
+  const double mlps = model.mixture_of_experts()
+                          ? model.experts * mlp_parameters(model) + h * model.experts
+                          : mlp_parameters(model);
+  return attention + mlps + 2 * norm_parameters(model);
 }
 
 double embedding_parameters(const ModelSpec& model) {
@@ -159,7 +167,12 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
                             : (kBf16 + (dropout ? kMaskBytes + kBf16 : 0)) * a * s;
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output.
-  const double mlp = model.mlp == Mlp::swiglu ? kBf16 * (2 * f + f) : kBf16 * (f + f);
+  const double one_mlp = model.mlp == Mlp::swiglu ? kBf16 * (2 * f + f) : kBf16 * (f + f);
+  // A mixture of experts keeps each of a token's k experts' tensors, the permuted copies of
+  // the token that enter them, and the router's FP32 scores.
+  const double k = model.experts_per_token;
+  const double mlp =
+      model.mixture_of_experts() ? k * one_mlp + k * kBf16 * h + kFp32 * model.experts : one_mlp;
   return norm_inputs + gemm_inputs + qkv + output + scores + hidden_masks + mlp;
 }
 
@@ -303,23 +316,49 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   lora_adapters(model, training, {"o"}, t, fwd, backward);
   leave_block("attn");
 
-  // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows.
+  // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
+  // `rows` tokens; `regather`: the first GEMM's weight gradient re-gathers its input.
+  const auto mlp = [&](const std::string& prefix, double rows, bool regather) {
+    if (model.mlp == Mlp::swiglu) {
+      projection(prefix + "gate_up", rows, 2 * f / split, h, training, frozen, fwd, backward);
+      if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
+      lora_adapters(model, training, {"gate", "up"}, rows, fwd, backward);
+      fwd.push_back(memory_op(prefix + "swiglu", 3 * kBf16 * rows * f / split));
+      backward.push_back(memory_op(prefix + "swiglu.bwd", 5 * kBf16 * rows * f / split));
+    } else {
+      projection(prefix + "up", rows, f / split, h, training, frozen, fwd, backward);
+      if (regather && !frozen) regather_for_wgrad(prefix + "up");
+      lora_adapters(model, training, {"up"}, rows, fwd, backward);
+      fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * f / split));
+      backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * f / split));
+    }
+    projection(prefix + "down", rows, h, f / split, training, frozen, fwd, backward);
+    lora_adapters(model, training, {"down"}, rows, fwd, backward);
+  };
   enter_block("mlp");
-  if (model.mlp == Mlp::swiglu) {
-    projection("gate_up", t, 2 * f / split, h, training, frozen, fwd, backward);
-    if (!frozen) regather_for_wgrad("gate_up");
-    lora_adapters(model, training, {"gate", "up"}, t, fwd, backward);
-    fwd.push_back(memory_op("swiglu", 3 * kBf16 * t * f / split));
-    backward.push_back(memory_op("swiglu.bwd", 5 * kBf16 * t * f / split));
+  if (model.mixture_of_experts()) {
+    // Mixture of experts (Mixtral): the router scores every expert for each token (a GEMM,
+    // replicated over tp), a softmax and top-k over the FP32 scores choose k, and the tokens
+    // are permuted into expert order (each row read, k copies written). Each expert's MLP,
+    // split by tp like a dense one, runs on the t x k / E tokens a balanced router sends it;
+    // then the k outputs of each token are gathered back and summed with the router's weights.
+    // Every expert is on every rank: no expert parallelism.
+    const double experts = model.experts;
+    const double k = model.experts_per_token;
+    fwd.push_back(gemm_with_backward("router", t, experts, h, backward, frozen));
+    const double route_bytes = 2 * kFp32 * t * experts + (1 + k) * kBf16 * t * h;
+    fwd.push_back(memory_op("route", route_bytes));
+    backward.push_back(memory_op("route.bwd", route_bytes));
+    for (int e = 0; e < model.experts; ++e) {
+      mlp("expert" + std::to_string(e) + ".", t * k / experts, /*regather=*/false);
+    }
+    // The experts' weight gradients read the gathered input, re-gathered once before them.
+    if (!frozen) regather_for_wgrad("experts");
+    fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));
+    backward.push_back(memory_op("unroute.bwd", (k + 1) * kBf16 * t * h));
   } else {
-    projection("up", t, f / split, h, training, frozen, fwd, backward);
-    if (!frozen) regather_for_wgrad("up");
-    lora_adapters(model, training, {"up"}, t, fwd, backward);
-    fwd.push_back(memory_op("gelu", 2 * kBf16 * t * f / split));
-    backward.push_back(memory_op("gelu.bwd", 3 * kBf16 * t * f / split));
+    mlp("", t, /*regather=*/true);
   }
-  projection("down", t, h, f / split, training, frozen, fwd, backward);
-  lora_adapters(model, training, {"down"}, t, fwd, backward);
   leave_block("mlp");
 
   std::reverse(backward.begin(), backward.end());

@@ -75,6 +75,8 @@ double adam_step_bytes_per_parameter(Optimizer optimizer);
 Op adam_step_op(double local_parameters, Optimizer optimizer);
 
 double decoder_layer_parameters(const ModelSpec& model);
+// One MLP's parameters: the dense layer's, or one expert's in a mixture of experts.
+double mlp_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
 double position_parameters(const ModelSpec& model);   // the learned position table, if any
 double head_parameters(const ModelSpec& model);       // final norm plus output projection if untied

@@ -554,9 +554,10 @@ Keys node_keys_plus(std::string_view extra) {
   return keys;
 }
 
-const Keys kModelKeys = {"name",  "source",      "layers",    "hidden",          "ffn",
-                         "heads", "kv_heads",    "vocab",     "tied_embeddings", "mlp",
-                         "norm",  "linear_bias", "positions", "max_positions"};
+const Keys kModelKeys = {
+    "name",    "source",           "layers", "hidden", "ffn",         "heads",     "kv_heads",
+    "vocab",   "tied_embeddings",  "mlp",    "norm",   "linear_bias", "positions", "max_positions",
+    "experts", "experts_per_token"};
 const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
 
 void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
@@ -578,6 +579,10 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
         read_choice(f, {"rope", "learned"}) == "learned" ? Positions::learned : Positions::rope;
   } else if (key == "max_positions") {
     m.max_positions = read_int(f, 1);
+  } else if (key == "experts") {
+    m.experts = read_int(f, 1);
+  } else if (key == "experts_per_token") {
+    m.experts_per_token = read_int(f, 1);
   } else {
     static const std::map<std::string, int ModelSpec::*> dims = {
         {"layers", &ModelSpec::layers},     {"hidden", &ModelSpec::hidden},
@@ -596,8 +601,20 @@ void apply_model_keys(ModelSpec& m, const Field& map) {
 }
 
 // Attention splits hidden into heads of a whole size, and grouped-query attention shares each
-// K/V head among a whole number of query heads.
+// K/V head among a whole number of query heads; a router picks 1 to all of its experts.
 void check_model(const ModelSpec& m, const Field& map) {
+  if (m.mixture_of_experts() != (m.experts_per_token > 0)) {
+    fail(find(map, m.mixture_of_experts() ? "experts" : "experts_per_token").value_or(map),
+         "a mixture of experts needs both experts and experts_per_token",
+         "give the number of experts and how many each token goes to, e.g. experts: 8, "
+         "experts_per_token: 2");
+  }
+  if (m.experts_per_token > m.experts) {
+    fail(find(map, "experts_per_token").value_or(map),
+         "experts_per_token (" + std::to_string(m.experts_per_token) + ") is more than experts (" +
+             std::to_string(m.experts) + ")",
+         "each token goes to at most every expert");
+  }
   if (m.positions == Positions::learned && m.max_positions < 1) {
     fail(find(map, "positions").value_or(map), "learned positions need max_positions",
          "give the size of the position table, e.g. max_positions: 2048");
@@ -1118,9 +1135,9 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
   const Field type = require(root, "model_type");
   const std::string model_type = read_string(type);
-  if (model_type != "llama" && model_type != "mistral") {
+  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral") {
     fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
-         "fleetsim models Llama-style decoders (model_type llama or mistral)");
+         "fleetsim models Llama-style decoders (model_type llama, mistral or mixtral)");
   }
   ModelSpec m;
   m.layers = read_int(require(root, "num_hidden_layers"), 1);
@@ -1131,6 +1148,10 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   m.kv_heads = kv_heads ? read_int(*kv_heads, 1) : m.heads;
   m.vocab = read_int(require(root, "vocab_size"), 1);
   if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
+  if (model_type == "mixtral") {
+    m.experts = read_int(require(root, "num_local_experts"), 1);
+    m.experts_per_token = read_int(require(root, "num_experts_per_tok"), 1);
+  }
   // What the op graph does not model is refused, not ignored.
   const auto is_set = [](const Field& f) {
     return !(f.node.IsNull() ||
@@ -1539,6 +1560,10 @@ void check_lora(const Field& training, StepInputs& in) {
       }
     }
     targets.erase(gate);  // the default list, for a model without a gate
+  }
+  if (in.model.mixture_of_experts()) {
+    fail(require(training, "method"), "LoRA on a mixture-of-experts model is not modelled yet",
+         "fine-tune every weight (method: full)");
   }
   if (in.plan.tp > 1) {
     fail(require(training, "method"), "LoRA with tensor parallelism is not modelled yet",

@@ -1032,5 +1032,54 @@ TEST_CASE("offload_optimizer loads with ZeRO 1-3 on a host the preset describes"
   CHECK_THAT(bad_clock->what(), Catch::Contains("expected a frequency like 2.0GHz"));
 }
 
+TEST_CASE("Mixtral loads from the zoo and from its Hugging Face config, as the same model") {
+  const std::string mixtral = with(kBase, "model: llama3-8b", "model: mixtral-8x7b");
+  const ModelSpec zoo = load_text(mixtral).variants[0].inputs.model;
+  CHECK(zoo.experts == 8);
+  CHECK(zoo.experts_per_token == 2);
+  // Mixtral-8x7B-v0.1's config.json, the fields fleetsim reads, as published.
+  const std::string config = R"({
+  "architectures": ["MixtralForCausalLM"],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "intermediate_size": 14336,
+  "model_type": "mixtral",
+  "num_attention_heads": 32,
+  "num_experts_per_tok": 2,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "num_local_experts": 8,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "vocab_size": 32000
+}
+)";
+  TempDir dir;
+  dir.write("Mixtral-8x7B-v0.1/config.json", config);
+  const ModelSpec hf =
+      load_scenario(dir.write("scenario.yaml", with(kBase, "model: llama3-8b",
+                                                    "model: {hf_config: "
+                                                    "Mixtral-8x7B-v0.1/config.json}")),
+                    testing::source_data())
+          .variants[0]
+          .inputs.model;
+  CHECK(hf.parameters() == zoo.parameters());
+  CHECK(hf.experts_per_token == 2);
+  const auto half =
+      load_error(with(kBase, "model: llama3-8b", "model: {preset: llama3-8b, experts: 8}"));
+  REQUIRE(half);
+  CHECK(half->key() == "model.experts");
+  CHECK_THAT(half->what(), Catch::Contains("needs both experts and experts_per_token"));
+  const auto too_many = load_error(
+      with(kBase, "model: llama3-8b", "model: {preset: mixtral-8x7b, experts_per_token: 9}"));
+  REQUIRE(too_many);
+  CHECK(too_many->key() == "model.experts_per_token");
+  const auto lora =
+      load_error(with(mixtral, "  micro_batch: 2\n", "  micro_batch: 2\n  method: lora\n"));
+  REQUIRE(lora);
+  CHECK(lora->key() == "training.method");
+  CHECK_THAT(lora->what(), Catch::Contains("mixture-of-experts"));
+}
+
 }  // namespace
 }  // namespace fleetsim

@@ -737,3 +737,50 @@ TEST_CASE("optimizer offload: Adam on the host, each reduced shard copied there,
   plain.offload_optimizer = true;
   CHECK_THROWS_AS(build_data_parallel_step(m, training(4096, 32, 2), plain), ModelError);
 }
+
+TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs those of k MLPs") {
+  // Jiang et al., arXiv:2401.04088: 46.7 B parameters, 12.9 B used per token (2 of 8 experts).
+  // Llama 3 8B's layer shapes with 8 experts in each MLP and Mistral's 32 K vocabulary.
+  ModelSpec m = llama3_8b();
+  m.name = "mixtral-8x7b";
+  m.vocab = 32000;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  CHECK(m.parameters() == Approx(46.7e9).epsilon(0.005));
+  const double idle_experts = m.layers * (m.experts - m.experts_per_token) * mlp_parameters(m);
+  CHECK(m.parameters() - idle_experts == Approx(12.9e9).epsilon(0.005));
+  // A layer's forward GEMMs do 2 FLOPs per token and active weight: attention projections,
+  // the router and k experts' MLPs (attention itself aside).
+  const TrainingSpec t = training(4096, 8, 1);
+  const double tokens = 4096;
+  double gemm_flops = 0;
+  for (const Op& op : decoder_layer_ops(m, t).forward) {
+    if (op.kernel.kind == KernelKind::gemm) gemm_flops += op.model_flops;
+  }
+  const double attention = 4096.0 * (4096 + 2 * 1024) + 4096.0 * 4096;
+  const double active = attention + m.hidden * m.experts + m.experts_per_token * mlp_parameters(m);
+  CHECK(gemm_flops == Approx(2 * tokens * active).epsilon(1e-9));
+  // A dense model with k times the MLP does the same MLP FLOPs.
+  ModelSpec dense = m;
+  dense.experts = 0;
+  dense.experts_per_token = 0;
+  dense.ffn = m.ffn * m.experts_per_token;
+  double dense_flops = 0;
+  for (const Op& op : decoder_layer_ops(dense, t).forward) {
+    if (op.kernel.kind == KernelKind::gemm) dense_flops += op.model_flops;
+  }
+  CHECK(gemm_flops - 2 * tokens * m.hidden * m.experts == Approx(dense_flops).epsilon(1e-9));
+  // Tensor parallelism splits every expert; its saved tensors scale with k.
+  ModelSpec one_expert = m;
+  one_expert.experts_per_token = 1;
+  CHECK(decoder_layer_saved_bytes_per_token(m, t) >
+        decoder_layer_saved_bytes_per_token(one_expert, t));
+  // Each layer runs every expert's GEMMs on its t x k / E tokens.
+  int expert_gemms = 0;
+  for (const Op& op : decoder_layer_ops(m, t).forward) {
+    if (op.name.rfind("expert", 0) != 0 || op.kernel.kind != KernelKind::gemm) continue;
+    ++expert_gemms;
+    CHECK(op.kernel.m == Approx(tokens * 2 / 8));
+  }
+  CHECK(expert_gemms == 2 * 8);  // gate_up and down of each
+}
