@@ -73,9 +73,10 @@ int passes_in_flight(const TrainingSpec& training, const ParallelPlan& plan, int
 
 MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,
                              const ParallelPlan& plan, double capacity_bytes, int stage) {
-  // A rank holds its tensor-parallel share of its stage's parameters (norms, which Megatron
-  // replicates, counted split too: a rounding error) and of every activation: sequence
-  // parallelism shards what tensor parallelism does not split.
+  // A rank holds its tensor-parallel share of its stage's parameters (norms and a router, which
+  // Megatron replicates, counted split too: a rounding error) and of every activation:
+  // sequence parallelism shards what tensor parallelism does not split (see
+  // decoder_layer_saved_bytes_per_token for what a mixture of experts keeps whole).
   const double tp = plan.tp;
   // Under LoRA the stage's layers also hold their adapters, and only the adapters have
   // gradients and optimizer states.
@@ -144,7 +145,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
 
   const double per_layer =
-      decoder_layer_saved_bytes_per_token(model, training, plan.recompute) * tokens / tp;
+      decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp) * tokens;
   const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
   const double layers = model.layers / (plan.pp * plan.vpp);          // per chunk
   const int in_flight = passes_in_flight(training, plan, stage);
@@ -171,6 +172,11 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                                                           : "eager attention's probabilities") +
                 (training.dropout > 0 ? ", dropout masks" : "") +
                 (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
+                (model.mixture_of_experts()
+                     ? ", " + std::to_string(model.experts_per_token) + " of " +
+                           std::to_string(model.experts) +
+                           " experts per token, their inputs and outputs whole on each tp rank"
+                     : std::string()) +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches);
   dynamic += activations;
 

@@ -40,8 +40,8 @@ struct ModelSpec {
 
   int head_dim() const { return hidden / heads; }
   bool mixture_of_experts() const { return experts > 0; }
-  // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices, biases, two
-  // norms), final norm and the output head (unless tied).
+  // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices or every
+  // expert's and the router's, biases, two norms), final norm and the output head (unless tied).
   double parameters() const;
 };
 

@@ -21,9 +21,9 @@ struct Unit {
 };
 
 // The units of one tensor-parallel rank of virtual pipeline stage `stage` (of pp x vpp): its
-// share of each unit's parameters (norms, which Megatron replicates, are a rounding error and
-// counted split too) and its ops. The first virtual stage has the embedding, the last the head,
-// each its share of the layers.
+// share of each unit's parameters (norms and a router, which Megatron replicates, are a
+// rounding error and counted split too) and its ops. The first virtual stage has the
+// embedding, the last the head, each its share of the layers.
 std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& training,
                               const ParallelPlan& plan, int stage) {
   const int tp = plan.tp;

@@ -148,7 +148,7 @@ double tied_head_copy_parameters(const ModelSpec& model, int pp) {
 }
 
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
-                                           Recompute recompute) {
+                                           Recompute recompute, int tp) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -168,12 +168,14 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output.
   const double one_mlp = model.mlp == Mlp::swiglu ? kBf16 * (2 * f + f) : kBf16 * (f + f);
-  // A mixture of experts keeps each of a token's k experts' tensors, the permuted copies of
-  // the token that enter them, and the router's FP32 scores.
+  // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
+  // scores (split over tp), and the token's k permuted copies (the experts' input) and k
+  // expert outputs (the router weights' gradient reads them), whole on every tp rank.
   const double k = model.experts_per_token;
-  const double mlp =
-      model.mixture_of_experts() ? k * one_mlp + k * kBf16 * h + kFp32 * model.experts : one_mlp;
-  return norm_inputs + gemm_inputs + qkv + output + scores + hidden_masks + mlp;
+  const bool moe = model.mixture_of_experts();
+  const double mlp = moe ? k * one_mlp + kFp32 * model.experts : one_mlp;
+  const double replicated = moe ? 2 * k * kBf16 * h : 0.0;
+  return (norm_inputs + gemm_inputs + qkv + output + scores + hidden_masks + mlp) / tp + replicated;
 }
 
 namespace {
@@ -337,25 +339,27 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   };
   enter_block("mlp");
   if (model.mixture_of_experts()) {
-    // Mixture of experts (Mixtral): the router scores every expert for each token (a GEMM,
-    // replicated over tp), a softmax and top-k over the FP32 scores choose k, and the tokens
-    // are permuted into expert order (each row read, k copies written). Each expert's MLP,
+    // Mixture of experts (Mixtral): the router scores every expert for each token of the
+    // rank's sequence shard (a GEMM; Megatron-Core routes before gathering the sequence), a
+    // softmax and top-k over the FP32 scores choose k, and the gathered tokens are permuted
+    // into expert order (each row read, k copies written). Each expert's MLP,
     // split by tp like a dense one, runs on the t x k / E tokens a balanced router sends it;
     // then the k outputs of each token are gathered back and summed with the router's weights.
     // Every expert is on every rank: no expert parallelism.
     const double experts = model.experts;
     const double k = model.experts_per_token;
-    fwd.push_back(gemm_with_backward("router", t, experts, h, backward, frozen));
-    const double route_bytes = 2 * kFp32 * t * experts + (1 + k) * kBf16 * t * h;
+    fwd.push_back(gemm_with_backward("router", local_tokens, experts, h, backward, frozen));
+    const double route_bytes = 2 * kFp32 * local_tokens * experts + (1 + k) * kBf16 * t * h;
     fwd.push_back(memory_op("route", route_bytes));
     backward.push_back(memory_op("route.bwd", route_bytes));
+    // The experts keep their permuted input, so their weight gradients need no re-gather.
     for (int e = 0; e < model.experts; ++e) {
       mlp("expert" + std::to_string(e) + ".", t * k / experts, /*regather=*/false);
     }
-    // The experts' weight gradients read the gathered input, re-gathered once before them.
-    if (!frozen) regather_for_wgrad("experts");
+    // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
+    // the k saved outputs (for the router weights' gradient) and writes k gradients.
     fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));
-    backward.push_back(memory_op("unroute.bwd", (k + 1) * kBf16 * t * h));
+    backward.push_back(memory_op("unroute.bwd", (2 * k + 1) * kBf16 * t * h));
   } else {
     mlp("", t, /*regather=*/true);
   }

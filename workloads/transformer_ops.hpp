@@ -92,10 +92,14 @@ std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
 // order: an even share of the layers, the embedding on the first, the head on the last.
 std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v);
 
-// Bytes one decoder layer keeps for backward per token: BF16 activations, one-byte dropout
-// masks, FP32 log-sum-exp (FlashAttention) or BF16 probabilities (eager attention). For a GPT
-// layer with eager attention and dropout this is Korthikanti et al.'s 34h + 5as.
+// Bytes one tensor-parallel rank of `tp` keeps for backward per token of the micro-batch, in
+// one decoder layer: BF16 activations, one-byte dropout masks, FP32 log-sum-exp
+// (FlashAttention) or BF16 probabilities (eager attention), and under a mixture of experts each
+// token's k permuted copies and k expert outputs, the experts' tensors and the router's
+// scores. Tensor (and sequence) parallelism splits all of it tp ways except the permuted
+// copies and expert outputs, which every tp rank holds for the whole sequence. For a GPT layer
+// with eager attention and dropout this is Korthikanti et al.'s (34h + 5as) / tp.
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
-                                           Recompute recompute = Recompute::none);
+                                           Recompute recompute = Recompute::none, int tp = 1);
 
 }  // namespace fleetsim

@@ -1117,7 +1117,7 @@ ModelSpec Loader::model_preset(const Field& name) {
 }
 
 // A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
-// columns too), for the decoder families the op graph models: Llama and Mistral.
+// columns too), for the decoder families the op graph models: Llama, Mistral and Mixtral.
 ModelSpec Loader::hf_model(const Field& path_field) {
   fs::path path = read_string(path_field);
   if (path.is_relative()) path = fs::path(path_field.doc->file).parent_path() / path;
@@ -1150,7 +1150,18 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
   if (model_type == "mixtral") {
     m.experts = read_int(require(root, "num_local_experts"), 1);
-    m.experts_per_token = read_int(require(root, "num_experts_per_tok"), 1);
+    const Field per_token = require(root, "num_experts_per_tok");
+    m.experts_per_token = read_int(per_token, 1);
+    if (m.experts_per_token > m.experts) {
+      fail(per_token, "num_experts_per_tok is more than num_local_experts",
+           "each token goes to at most every expert");
+    }
+    if (const auto jitter = find(root, "router_jitter_noise"); jitter && jitter->node.IsScalar() &&
+                                                               jitter->node.Scalar() != "null" &&
+                                                               read_number(*jitter) != 0) {
+      fail(*jitter, "router jitter noise is not modelled",
+           "fleetsim routes each token by its scores alone; set it to 0.0");
+    }
   }
   // What the op graph does not model is refused, not ignored.
   const auto is_set = [](const Field& f) {

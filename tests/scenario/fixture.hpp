@@ -29,17 +29,22 @@ inline DataPaths copy_of_source_data(const TempDir& dir) {
   return DataPaths{dir.path()};
 }
 
-// The error that loading `yaml` raises, or nothing when it loads.
-inline std::optional<ScenarioError> load_error(const std::string& yaml,
+// The error that loading the scenario `file` raises, or nothing when it loads.
+inline std::optional<ScenarioError> file_error(const std::filesystem::path& file,
                                                const DataPaths& data = source_data()) {
-  TempDir dir;
-  const auto file = dir.write("scenario.yaml", yaml);
   try {
     load_scenario(file, data);
   } catch (const ScenarioError& e) {
     return e;
   }
   return std::nullopt;
+}
+
+// The error that loading `yaml` raises, or nothing when it loads.
+inline std::optional<ScenarioError> load_error(const std::string& yaml,
+                                               const DataPaths& data = source_data()) {
+  TempDir dir;
+  return file_error(dir.write("scenario.yaml", yaml), data);
 }
 
 inline Scenario load_text(const std::string& yaml, const DataPaths& data = source_data()) {

@@ -930,12 +930,7 @@ TEST_CASE("a model can come from a Hugging Face config.json, with errors at its 
 
   const auto error_with = [&](const std::string& from, const std::string& to) {
     dir.write("models/Meta-Llama-3-8B/config.json", with(config, from, to));
-    try {
-      load_scenario(dir.path() / "scenario.yaml", testing::source_data());
-    } catch (const ScenarioError& e) {
-      return std::optional<ScenarioError>(e);
-    }
-    return std::optional<ScenarioError>();
+    return testing::file_error(dir.path() / "scenario.yaml");
   };
   const auto gpt2 = error_with("\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
   REQUIRE(gpt2);
@@ -1065,6 +1060,21 @@ TEST_CASE("Mixtral loads from the zoo and from its Hugging Face config, as the s
           .inputs.model;
   CHECK(hf.parameters() == zoo.parameters());
   CHECK(hf.experts_per_token == 2);
+  const auto hf_error = [&](const std::string& from, const std::string& to) {
+    dir.write("Mixtral-8x7B-v0.1/config.json", with(config, from, to));
+    return testing::file_error(dir.path() / "scenario.yaml");
+  };
+  const auto per_token = hf_error("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 9");
+  REQUIRE(per_token);
+  CHECK(per_token->key() == "num_experts_per_tok");
+  CHECK(per_token->line() == 8);
+  const auto jitter =
+      hf_error("\"vocab_size\": 32000", "\"vocab_size\": 32000,\n  \"router_jitter_noise\": 0.1");
+  REQUIRE(jitter);
+  CHECK(jitter->key() == "router_jitter_noise");
+  const auto no_experts = hf_error("\"num_local_experts\": 8,", "");
+  REQUIRE(no_experts);
+  CHECK(no_experts->key() == "num_local_experts");
   const auto half =
       load_error(with(kBase, "model: llama3-8b", "model: {preset: llama3-8b, experts: 8}"));
   REQUIRE(half);

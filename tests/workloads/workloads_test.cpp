@@ -747,6 +747,7 @@ TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs th
   m.experts = 8;
   m.experts_per_token = 2;
   CHECK(m.parameters() == Approx(46.7e9).epsilon(0.005));
+  CHECK(m.parameters() == 46'702'792'704.0);  // the zoo's mixtral-8x7b, counted by hand
   const double idle_experts = m.layers * (m.experts - m.experts_per_token) * mlp_parameters(m);
   CHECK(m.parameters() - idle_experts == Approx(12.9e9).epsilon(0.005));
   // A layer's forward GEMMs do 2 FLOPs per token and active weight: attention projections,
@@ -770,11 +771,30 @@ TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs th
     if (op.kernel.kind == KernelKind::gemm) dense_flops += op.model_flops;
   }
   CHECK(gemm_flops - 2 * tokens * m.hidden * m.experts == Approx(dense_flops).epsilon(1e-9));
-  // Tensor parallelism splits every expert; its saved tensors scale with k.
+  // A second expert per token keeps its SwiGLU tensors (3 f BF16), one more permuted copy of
+  // the token and one more output (h BF16 each).
   ModelSpec one_expert = m;
   one_expert.experts_per_token = 1;
-  CHECK(decoder_layer_saved_bytes_per_token(m, t) >
-        decoder_layer_saved_bytes_per_token(one_expert, t));
+  CHECK(decoder_layer_saved_bytes_per_token(m, t) -
+            decoder_layer_saved_bytes_per_token(one_expert, t) ==
+        2.0 * 3 * m.ffn + 2 * 2.0 * m.hidden);
+  // Tensor parallelism splits all but the k copies and k outputs, which each rank keeps whole.
+  const double whole = 2 * 2 * 2.0 * m.hidden;
+  CHECK(decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 2) ==
+        Approx((decoder_layer_saved_bytes_per_token(m, t) - whole) / 2 + whole));
+  // Each expert split over 2 tp ranks; the router on the rank's sequence shard; the experts
+  // keep their gathered input, so no re-gather in backward.
+  const LayerOps split = decoder_layer_ops(m, t, 2);
+  int regathers = 0;
+  for (const Op& op : split.backward) {
+    regathers += op.collective && op.name.find("regather") != std::string::npos;
+    if (op.name == "router.wgrad") CHECK(op.kernel.n == Approx(m.experts));
+  }
+  CHECK(regathers == 1);  // the attention's QKV only
+  for (const Op& op : split.forward) {
+    if (op.name == "router") CHECK(op.kernel.m == Approx(tokens / 2));
+    if (op.name == "expert0.gate_up") CHECK(op.kernel.n == Approx(2.0 * m.ffn / 2));
+  }
   // Each layer runs every expert's GEMMs on its t x k / E tokens.
   int expert_gemms = 0;
   for (const Op& op : decoder_layer_ops(m, t).forward) {
