@@ -41,6 +41,12 @@ struct NodeSpec {
   // of 4-GPU trays. The domain's GPUs talk over NVLink whatever tray they sit in. A node count
   // that is not a multiple leaves the last domain partly filled, as a partly filled rack is.
   int nvlink_domain_nodes = 1;
+  // Whether every group of `size` consecutive GPUs, groups aligned from the first GPU, stays in
+  // one NVLink domain: size divides a node's GPUs, or whole nodes of a domain it divides.
+  bool nvlink_group_fits(int size) const {
+    const int domain = gpus * nvlink_domain_nodes;
+    return size >= 1 && (gpus % size == 0 || (size % gpus == 0 && domain % size == 0));
+  }
   bool nvls = false;                 // the NVSwitch reduces in the switch (NVLink SHARP)
   double xgmi_link_bytes_per_s = 0;  // xgmi_mesh: each GPU-to-GPU link, per direction
   SimTime xgmi_latency{};

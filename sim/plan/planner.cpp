@@ -39,8 +39,9 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
   // Optimizer offload where the node describes its host and the optimizer is FP32 Adam.
   const bool can_offload = base.node.describes_host() && base.training.optimizer == Optimizer::adam;
   std::vector<StepInputs> layouts;
-  for (int tp = 1; tp <= base.node.gpus; tp *= 2) {
-    if (base.node.gpus % tp != 0) continue;
+  // Inside a node, or across whole nodes of an NVLink domain (GB200 NVL72 trays).
+  for (int tp = 1; tp <= base.node.gpus * base.node.nvlink_domain_nodes; tp *= 2) {
+    if (!base.node.nvlink_group_fits(tp) || gpus % tp != 0) continue;
     for (const int pp : divisors(base.model.layers)) {
       if (gpus % (tp * pp) != 0) continue;
       std::vector<int> virtual_stages{1};
@@ -129,8 +130,9 @@ class TpCollectiveClock {
     const auto key = std::tuple{inputs.plan.tp, collective.op, collective.size_bytes};
     const auto known = seconds_.find(key);
     if (known != seconds_.end()) return known->second;
+    // The fewest nodes that hold the group (more than one: trays of an NVLink domain).
     StepInputs one_node = inputs;
-    one_node.nodes = 1;
+    one_node.nodes = std::max(1, inputs.plan.tp / inputs.node.gpus);
     const double time_s =
         benchmark_collective(one_node, collective.op, inputs.plan.tp, {collective.size_bytes})
             .front()

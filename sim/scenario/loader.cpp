@@ -1476,16 +1476,25 @@ void check_layout(const Field& root, const StepInputs& in) {
   const Field layout = require(root, "layout");
   const int tp = in.plan.tp;
   if (tp > 1) {
-    // The tensor-parallel group shares its activations every layer: it stays inside a node.
+    // The tensor-parallel group shares its activations every layer: it stays inside a node, or
+    // in whole nodes of an NVLink domain (the trays of a GB200 NVL72).
     const auto tp_field = find(layout, "tp");
     const auto fails = [&](const std::string& problem, const std::string& hint) {
       fail(tp_field.value_or(layout), problem, hint);
     };
-    if (in.node.gpus % tp != 0) {
-      fails("tp " + std::to_string(tp) + " does not divide the " + std::to_string(in.node.gpus) +
-                " GPUs of a node",
-            "a tensor-parallel group must fit in a node: use a divisor of " +
-                std::to_string(in.node.gpus));
+    if (!in.node.nvlink_group_fits(tp)) {
+      const int domain = in.node.gpus * in.node.nvlink_domain_nodes;
+      fails(
+          "tp " + std::to_string(tp) + " does not divide the " + std::to_string(in.node.gpus) +
+              " GPUs of a node" +
+              (domain > in.node.gpus
+                   ? " nor the " + std::to_string(domain) + " GPUs of its NVLink domain"
+                   : ""),
+          "a tensor-parallel group must fit in a node" +
+              std::string(domain > in.node.gpus ? " or in whole nodes of its NVLink domain" : "") +
+              ": use a divisor of " + std::to_string(in.node.gpus) +
+              (domain > in.node.gpus ? " or a multiple of it that divides " + std::to_string(domain)
+                                     : ""));
     }
     const ModelSpec& m = in.model;
     for (const auto& [what, size] : {std::pair{"heads", m.heads},

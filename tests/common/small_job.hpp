@@ -46,4 +46,17 @@ inline StepInputs small_job() {
   return in;
 }
 
+// The small job on two 4-GPU trays of one NVLink domain (as a GB200 NVL72's), with 8 KV heads
+// so that tp 8 divides them.
+inline StepInputs two_trays() {
+  StepInputs in = small_job();
+  in.node.gpus = 4;
+  in.node.nics = 4;
+  in.node.pcie_switches = 2;
+  in.node.nvlink_domain_nodes = 2;
+  in.nodes = 2;
+  in.model.kv_heads = 8;
+  return in;
+}
+
 }  // namespace fleetsim::testing

@@ -180,3 +180,19 @@ TEST_CASE("the lower bound holds for offloaded layouts, the host's share include
     }
   }
 }
+
+TEST_CASE("the planner tries tp across whole trays of an NVLink domain") {
+  // Two 4-GPU trays: in one NVLink domain tp 8 spans both; as separate nodes it cannot.
+  StepInputs in = fleetsim::testing::two_trays();
+  in.training.global_batch = 16;
+  in.node.nvlink_domain_nodes = 1;
+  const PlanResult separate = search_layouts(in, PlanOptions{});
+  in.node.nvlink_domain_nodes = 2;
+  PlanOptions all;
+  all.top = 1000;
+  const PlanResult domain = search_layouts(in, all);
+  CHECK(domain.layouts > separate.layouts);
+  bool across = false;
+  for (const PlannedLayout& layout : domain.ranked) across |= layout.inputs.plan.tp == 8;
+  CHECK(across);
+}

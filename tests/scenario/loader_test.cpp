@@ -1091,5 +1091,20 @@ TEST_CASE("Mixtral loads from the zoo and from its Hugging Face config, as the s
   CHECK_THAT(lora->what(), Catch::Contains("mixture-of-experts"));
 }
 
+TEST_CASE("tp spans whole trays of an NVLink domain, never a domain's edge") {
+  // GB200 NVL72: 4-GPU trays, 72 GPUs to a domain. tp 8 takes two trays; 16 does not divide 72.
+  const std::string rack = with(with(kBase, "node: dgx-h100", "node: gb200-nvl72\n  nodes: 18"),
+                                "  dp: 8\n", "  dp: 9\n  tp: 8\n");
+  const std::string batch = with(rack, "global_batch: 256", "global_batch: 144");
+  CHECK(load_text(batch).variants[0].inputs.plan.tp == 8);
+  const auto across = load_error(with(with(batch, "tp: 8", "tp: 16"), "dp: 9", "dp: 9"));
+  REQUIRE(across);
+  CHECK(across->key() == "layout.tp");
+  CHECK_THAT(across->what(), Catch::Contains("nor the 72 GPUs of its NVLink domain"));
+  const auto node = load_error(with(kBase, "  dp: 8\n", "  dp: 1\n  tp: 16\n"));
+  REQUIRE(node);
+  CHECK_THAT(node->what(), Catch::Contains("does not divide the 8 GPUs of a node"));
+}
+
 }  // namespace
 }  // namespace fleetsim

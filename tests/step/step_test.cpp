@@ -444,10 +444,8 @@ TEST_CASE("folding: a stage that ends inside an NVLink domain of several nodes i
   // Domains of four 4-GPU nodes (GB200 NVL72-like trays): tp 4 x dp 3 x pp 2 puts stage 0 on
   // GPUs 0-11 and stage 1 on 12-23, so replica 0 sends from GPU 0 to 12 inside domain 0 while
   // replica 1 sends from GPU 4 to 16, across into domain 1.
-  StepInputs in = small_job();
-  in.node.gpus = 4;
-  in.node.nics = 4;
-  in.node.pcie_switches = 2;
+  StepInputs in = testing::two_trays();
+  in.model.kv_heads = 4;
   in.node.nvlink_domain_nodes = 4;
   in.nodes = 6;
   set_layout(in, 4, 2, 3, 1);
@@ -472,4 +470,21 @@ TEST_CASE("overlap_param_gather moves the distributed optimizer's gather into th
   // The same bytes, moved in time.
   CHECK(ahead.step.comm_bytes_per_gpu == Approx(after_step.step.comm_bytes_per_gpu));
   CHECK(ahead.step.breakdown.compute_s == Approx(after_step.step.breakdown.compute_s));
+}
+
+TEST_CASE("tp across the trays of an NVLink domain talks over NVLink only") {
+  // One tensor-parallel group of 8 across both trays.
+  StepInputs in = testing::two_trays();
+  in.plan.tp = 8;
+  in.plan.dp = 1;
+  in.plan.zero_stage = 0;
+  in.training.global_batch = 4;
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  double nvlink = 0, fabric = 0;
+  for (const LinkUsage& link : out.step.links) {
+    (link.kind == "nvlink" ? nvlink : fabric) += link.bytes;
+  }
+  CHECK(nvlink > 0);
+  CHECK(fabric == 0);
 }
