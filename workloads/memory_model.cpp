@@ -55,6 +55,19 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
   return sum;
 }
 
+RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
+  const double stage_total = stage_parameters(model, plan, stage) / plan.tp;
+  if (plan.ep == 1) return {stage_total, 0.0};
+  const double layers = static_cast<double>(model.layers) / plan.pp;
+  const double experts = layers * layer_expert_parameters(model) / plan.tp;
+  return {stage_total - experts, experts / plan.ep};
+}
+
+double optimizer_shard(const RankParameters& held, const ParallelPlan& plan) {
+  if (plan.zero_stage < 1) return held.total();
+  return held.dense / plan.dp + held.experts / (static_cast<double>(plan.dp) / plan.ep);
+}
+
 namespace {
 
 // Passes (a micro-batch through one of the stage's chunks) whose activations the stage holds
@@ -81,8 +94,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Under LoRA the stage's layers also hold their adapters, and only the adapters have
   // gradients and optimizer states.
   const double adapters = lora_parameters_per_layer(model, training) * model.layers / plan.pp / tp;
-  const double p = stage_parameters(model, plan, stage) / tp + adapters;
+  const RankParameters held = rank_parameters(model, plan, stage);
+  const double p = held.total() + adapters;
   const double trained = training.lora ? adapters : p;
+  // What the optimizer updates: ZeRO's shard, experts sharded over the replicas holding them.
+  const double updated = training.lora ? (plan.zero_stage >= 1 ? adapters / plan.dp : adapters)
+                                       : optimizer_shard(held, plan);
   const std::string which = training.lora ? "LoRA adapters only, " : "";
   const double dp = plan.dp;
   const int zero = plan.zero_stage;
@@ -108,10 +125,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
       std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
                               "bits), adapters, embedding and head BF16, "
                             : "BF16, ") +
-          split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated"));
+          split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated") +
+          (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   const double grad_shards = zero >= 2 ? dp : 1;
-  const double optimizer_shards = zero >= 1 ? dp : 1;
-  const double offloaded_shard = trained / optimizer_shards;
   if (plan.offload_optimizer && zero >= 2) {
     add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");
   } else {
@@ -123,15 +139,15 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const std::string states_basis =
       std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
                             : "FP32 master weights + Adam m, v = 12") +
-      per_param + ", " + which + split + (zero >= 1 ? "sharded over dp" : "replicated");
+      per_param + ", " + which + split +
+      (zero >= 1 ? (plan.ep > 1 ? "sharded over dp, experts over dp / ep" : "sharded over dp")
+                 : "replicated");
   if (plan.offload_optimizer) {
     add("optimizer states", 0, "offloaded to host memory (ZeRO-Offload): " + states_basis);
     memory.host_bytes_per_rank =
-        (optimizer_state_bytes_per_parameter(training.optimizer) + kMainGradBytes) *
-        offloaded_shard;
+        (optimizer_state_bytes_per_parameter(training.optimizer) + kMainGradBytes) * updated;
   } else {
-    add("optimizer states",
-        optimizer_state_bytes_per_parameter(training.optimizer) * trained / optimizer_shards,
+    add("optimizer states", optimizer_state_bytes_per_parameter(training.optimizer) * updated,
         states_basis);
   }
 

@@ -48,6 +48,18 @@ inline constexpr double kMinComfortableHeadroom = 0.15;
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
 
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
+// What one rank of pipeline stage `stage` holds of the stage's parameters: split over tp, and
+// under expert parallelism only experts / ep of each layer's experts (LoRA adapters aside).
+struct RankParameters {
+  double dense = 0;
+  double experts = 0;  // the rank's experts, under expert parallelism (else counted dense)
+  double total() const { return dense + experts; }
+};
+RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
+// The parameters of `held` a rank's optimizer updates: ZeRO 1-3 shard the dense ones over dp,
+// the experts over the dp / ep replicas that hold them.
+double optimizer_shard(const RankParameters& held, const ParallelPlan& plan);
+
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes);
 

@@ -89,6 +89,18 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
   if (plan.offload_optimizer && training.optimizer != Optimizer::adam) {
     throw ModelError("optimizer offload runs CPU Adam with FP32 moments, not 8-bit Adam");
   }
+  if (plan.ep < 1) throw ModelError("ep must be at least 1");
+  if (plan.ep > 1) {
+    if (!model.mixture_of_experts() || model.experts % plan.ep != 0 || plan.dp % plan.ep != 0) {
+      throw ModelError("expert parallelism over " + std::to_string(plan.ep) +
+                       " ranks needs a mixture of experts whose experts and dp it divides");
+    }
+    if (plan.tp > 1 || plan.zero_stage > 1 || plan.offload_optimizer || plan.overlap_param_gather) {
+      throw ModelError(
+          "expert parallelism is modelled with tp 1, ZeRO 0 or 1, no optimizer offload and no "
+          "overlap_param_gather");
+    }
+  }
   // Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
   // over the micro-batches, and parameters stay on their stage.
   if (plan.pp > 1 && plan.zero_stage > 1) {

@@ -129,6 +129,11 @@ struct ParallelPlan {
   // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
   // forward waiting for its own; off, it runs after the optimizer step, exposed.
   bool overlap_param_gather = false;
+  // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts, tp 1):
+  // each group of ep consecutive data-parallel replicas splits the experts among its ranks and
+  // sends each token to its experts' ranks by all-to-all. An expert's gradients are reduced,
+  // and its optimizer states sharded, over the dp / ep replicas that hold it.
+  int ep = 1;
   // DeepSpeed's ZeRO-Offload (offload_optimizer: cpu, with ZeRO 1-3): each rank's shard of the
   // FP32 master weights, Adam moments and gradients lives in host memory, where CPU Adam
   // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes

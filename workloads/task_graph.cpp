@@ -18,6 +18,10 @@ struct Unit {
   double trainable;   // with gradients and optimizer states: all, or LoRA's adapters
   LayerOps ops;
   bool is_layer = true;  // a decoder layer (recomputed under full recomputation)
+  // Under expert parallelism, the part of `trainable` that is the rank's experts: reduced and
+  // sharded over the expert's data-parallel group, the rest over all replicas.
+  double expert_trainable = 0;
+  double dense_trainable() const { return trainable - expert_trainable; }
 };
 
 // The units of one tensor-parallel rank of virtual pipeline stage `stage` (of pp x vpp): its
@@ -34,7 +38,10 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
-  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute);
+  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep);
+  // Under expert parallelism a layer holds experts / ep of its experts.
+  const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
+  const double absent_experts = experts * (plan.ep - 1);
   std::vector<Unit> units;
   for (const std::size_t index : virtual_stage_units(model, plan.pp * plan.vpp, stage)) {
     if (index == 0) {
@@ -46,8 +53,9 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
       units.push_back(
           {"head", head, frozen ? 0.0 : head, head_ops(model, mb, s, tp, frozen), false});
     } else {
-      const double held = parameters[index] / tp + adapters;
-      units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer});
+      const double held = parameters[index] / tp - absent_experts + adapters;
+      units.push_back(
+          {"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true, experts});
     }
   }
   return units;
@@ -65,12 +73,12 @@ class ProgramBuilder {
     graph_->hardware_flops_per_rank += op.kernel.flops;
     return add(Task{name, Stream::compute, ComputeWork{op.kernel, model_flops}, std::move(deps)});
   }
-  // A data-parallel collective: parameter gathers on one stream, gradient reductions on another.
+  // A data-parallel collective (of all replicas, or of an expert's): parameter gathers on one
+  // stream, gradient reductions on another.
   TaskIndex collective(const std::string& name, CollectiveOp op, double size_bytes,
-                       std::vector<TaskIndex> deps) {
+                       std::vector<TaskIndex> deps, Group group = Group::data_parallel) {
     const Stream stream = op == CollectiveOp::all_gather ? Stream::gather : Stream::reduce;
-    return add(
-        Task{name, stream, CollectiveWork{op, size_bytes, Group::data_parallel}, std::move(deps)});
+    return add(Task{name, stream, CollectiveWork{op, size_bytes, group}, std::move(deps)});
   }
   // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.
   TaskIndex host(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
@@ -130,10 +138,11 @@ class ProgramBuilder {
           if (before_last) after.push_back(*before_last);
         }
         after.insert(after.end(), pending.begin(), pending.end());
-        const TaskIndex task = add(Task{
-            prefix + op.name, Stream::tensor,
-            CollectiveWork{op.collective->op, op.collective->size_bytes, Group::tensor_parallel},
-            after});
+        const Group group =
+            op.collective->expert_parallel ? Group::expert_parallel : Group::tensor_parallel;
+        const TaskIndex task =
+            add(Task{prefix + op.name, Stream::tensor,
+                     CollectiveWork{op.collective->op, op.collective->size_bytes, group}, after});
         last = task;
         if (gather_beside_next) {
           gather_after = after;
@@ -197,19 +206,21 @@ void offload_gradients(ProgramBuilder& build, const ParallelPlan& plan,
 // Groups units, from the last to the first (the order their gradients become ready), into
 // buckets of at least `bucket_bytes` of gradients, as PyTorch DDP does. A bucket is ready when
 // the backward of its lowest unit, the last of it to run, is done. Frozen units (no trainable
-// parameters) have no gradients and close no bucket.
+// parameters) have no gradients and close no bucket. `part` picks what of a unit the buckets
+// hold: its dense parameters, or its experts under expert parallelism (reduced by another
+// group).
 struct Bucket {
   std::size_t ready_after_unit;
   double bytes;
 };
 std::vector<Bucket> gradient_buckets(const std::vector<Unit>& units, double bytes_per_parameter,
-                                     double bucket_bytes) {
+                                     double bucket_bytes, double (*part)(const Unit&)) {
   std::vector<Bucket> buckets;
   double pending = 0;
   std::size_t lowest = 0;  // the last unit with gradients added to the pending bucket
   for (std::size_t i = units.size(); i-- > 0;) {
-    if (units[i].trainable <= 0) continue;
-    pending += units[i].trainable * bytes_per_parameter;
+    if (part(units[i]) <= 0) continue;
+    pending += part(units[i]) * bytes_per_parameter;
     lowest = i;
     if (pending >= bucket_bytes) {
       buckets.push_back({i, pending});
@@ -258,11 +269,11 @@ class MicroBatchBuilder {
   // the rank's shard then goes to the host, and the reduction first waits for the copy of the
   // one before it: the reduced buffer is reused once its copy is out (two in flight at most).
   TaskIndex reduce(const std::string& name, CollectiveOp op, double parameters, TaskIndex after,
-                   bool first_reduction) {
+                   bool first_reduction, Group group = Group::data_parallel) {
     std::vector<TaskIndex> deps{after};
     if (const auto copy = build_->last_copy_to_host()) deps.push_back(*copy);
     const TaskIndex reduction =
-        build_->collective(name, op, parameters * training_->grad_reduce_bytes, deps);
+        build_->collective(name, op, parameters * training_->grad_reduce_bytes, deps, group);
     offload_gradients(*build_, *plan_, *training_, name, reduction, parameters / plan_->dp,
                       first_reduction);
     return reduction;
@@ -309,14 +320,20 @@ class MicroBatchBuilder {
       regathered[u] = gather(u, "bwd", after);
     };
     const double grad_bytes = training_->grad_reduce_bytes;
-    std::vector<Bucket> buckets;
+    // Dense gradients over every replica; under expert parallelism the experts' over the
+    // replicas that hold them, in buckets of their own.
+    std::vector<Bucket> buckets, expert_buckets;
     if (reduce_gradients && !sharded()) {
-      buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes);
+      buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
+                                 [](const Unit& u) { return u.dense_trainable(); });
+      expert_buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
+                                        [](const Unit& u) { return u.expert_trainable; });
     }
     const CollectiveOp bucket_op =
         plan_->zero_stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
     const bool recompute = plan_->recompute == Recompute::full;
     std::size_t next_bucket = 0;
+    std::size_t next_expert_bucket = 0;
     if (sharded()) regather(n - 1);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t u = n - 1 - i;
@@ -339,11 +356,21 @@ class MicroBatchBuilder {
         last_reduction =
             reduce(tag_ + unit(u).name + ".reduce_scatter", CollectiveOp::reduce_scatter,
                    unit(u).trainable, backward_end_[u], first_reduction);
-      } else if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
+        continue;
+      }
+      if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
         last_reduction = reduce(
             tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op), bucket_op,
             buckets[next_bucket].bytes / grad_bytes, backward_end_[u], first_reduction);
         ++next_bucket;
+      }
+      if (next_expert_bucket < expert_buckets.size() &&
+          expert_buckets[next_expert_bucket].ready_after_unit == u) {
+        last_reduction = reduce(tag_ + "expert_bucket" + std::to_string(next_expert_bucket) + "." +
+                                    to_string(bucket_op),
+                                bucket_op, expert_buckets[next_expert_bucket].bytes / grad_bytes,
+                                backward_end_[u], first_reduction, Group::expert_data_parallel);
+        ++next_expert_bucket;
       }
     }
     return backward_end_[0];
@@ -379,6 +406,15 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   for (int chunk = 0; chunk < plan.vpp; ++chunk) {
     chunks.push_back(stage_units(model, training, plan, chunk * pp + stage));
   }
+  // Room for every micro-batch's ops (recomputed too) and a few collectives per unit: the
+  // program then grows in place instead of being copied as it doubles.
+  std::size_t ops_per_micro_batch = 0;
+  for (const std::vector<Unit>& units : chunks) {
+    for (const Unit& unit : units) {
+      ops_per_micro_batch += 2 * unit.ops.forward.size() + unit.ops.backward.size() + 4;
+    }
+  }
+  graph.stages[stage].reserve(ops_per_micro_batch * m + 16);
   std::vector<MicroBatchBuilder> micro_batch;
   for (const std::vector<Unit>& units : chunks)
     micro_batch.emplace_back(build, units, training, plan);
@@ -446,11 +482,19 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
 
   // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without
   // ZeRO), after the last reduction (the reduce stream runs in order).
+  // ZeRO shards the dense parameters over every replica, the experts over the dp / ep that hold
+  // them.
   double parameters = 0;
+  double experts = 0;
   for (const std::vector<Unit>& units : chunks) {
-    for (const Unit& unit : units) parameters += unit.trainable;
+    for (const Unit& unit : units) {
+      parameters += unit.dense_trainable();
+      experts += unit.expert_trainable;
+    }
   }
-  const double local = plan.zero_stage >= 1 ? parameters / plan.dp : parameters;
+  const double expert_replicas = static_cast<double>(plan.dp) / plan.ep;
+  const double local = plan.zero_stage >= 1 ? parameters / plan.dp + experts / expert_replicas
+                                            : parameters + experts;
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
@@ -489,6 +533,10 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   if ((plan.zero_stage == 1 || plan.zero_stage == 2) && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
+    if (experts > 0) {
+      build.collective("optimizer.expert_all_gather", CollectiveOp::all_gather,
+                       experts * kBf16Bytes, {step}, Group::expert_data_parallel);
+    }
   }
 }
 
@@ -541,6 +589,7 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   TaskGraph graph;
   graph.tp = plan.tp;
   graph.dp = plan.dp;
+  graph.ep = plan.ep;
   graph.ranks = plan.tp * plan.dp * plan.pp;
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;

@@ -46,8 +46,16 @@ inline const char* to_string(Stream stream) {
   return "?";
 }
 
-// Which ranks a collective spans.
-enum class Group { data_parallel, tensor_parallel, pipeline };
+// Which ranks a collective spans. Under expert parallelism (ParallelPlan::ep) the expert group
+// is ep consecutive replicas of a stage (same tp rank), and an expert's data-parallel group the
+// dp / ep replicas that hold it: those whose replica index is the same modulo ep.
+enum class Group {
+  data_parallel,
+  tensor_parallel,
+  pipeline,
+  expert_parallel,
+  expert_data_parallel
+};
 
 // FSDP keeps at most this many units' full parameters at once: the one computing and the one
 // prefetched behind it (PyTorch FSDP's default backward prefetch and limit_all_gathers).
@@ -93,6 +101,7 @@ struct TaskGraph {
   int ranks = 1;  // tp x dp x pp
   int tp = 1;
   int dp = 1;
+  int ep = 1;                   // expert parallelism: ep consecutive replicas form an expert group
   std::vector<Program> stages;  // one program per pipeline stage, run by each of its ranks
   int transfers = 0;            // pipeline transfers, numbered 0..transfers-1
   double tokens_per_step = 0;

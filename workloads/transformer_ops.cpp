@@ -91,13 +91,17 @@ double mlp_parameters(const ModelSpec& model) {
   return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
 }
 
+double layer_expert_parameters(const ModelSpec& model) {
+  return model.mixture_of_experts() ? model.experts * mlp_parameters(model) : 0.0;
+}
+
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
   const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection
   const double attention = h * qkv + h * h + (model.linear_bias ? qkv + h : 0);
   // A mixture of experts has one MLP per expert and the router's h x experts weight.
   const double mlps = model.mixture_of_experts()
-                          ? model.experts * mlp_parameters(model) + h * model.experts
+                          ? layer_expert_parameters(model) + h * model.experts
                           : mlp_parameters(model);
   return attention + mlps + 2 * norm_parameters(model);
 }
@@ -183,7 +187,7 @@ namespace {
 // A collective of the tensor-parallel group: all-gather (S: the gathered size) or
 // reduce-scatter (S: the size reduced).
 Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
-  return Op{std::move(name), Kernel{}, 0, TpCollective{op, size_bytes}};
+  return Op{std::move(name), Kernel{}, 0, LayerCollective{op, size_bytes}};
 }
 
 // A projection's GEMM (m x n from k); under QLoRA its 4-bit weight is first dequantized to
@@ -213,7 +217,7 @@ std::optional<std::size_t> overlapped_gemm(const std::vector<Op>& ops, std::size
 }
 
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
-                           Recompute recompute) {
+                           Recompute recompute, int ep) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len;
@@ -345,17 +349,28 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // into expert order (each row read, k copies written). Each expert's MLP,
     // split by tp like a dense one, runs on the t x k / E tokens a balanced router sends it;
     // then the k outputs of each token are gathered back and summed with the router's weights.
-    // Every expert is on every rank: no expert parallelism.
+    // Without expert parallelism every expert is on every rank.
     const double experts = model.experts;
     const double k = model.experts_per_token;
     fwd.push_back(gemm_with_backward("router", local_tokens, experts, h, backward, frozen));
     const double route_bytes = 2 * kFp32 * local_tokens * experts + (1 + k) * kBf16 * t * h;
     fwd.push_back(memory_op("route", route_bytes));
     backward.push_back(memory_op("route.bwd", route_bytes));
+    // Expert parallelism: the rank's t x k token copies go to the ranks of their experts (an
+    // all-to-all of the expert group; in backward, their gradients come back), and each of its
+    // experts / ep experts then gets ep x t x k / E tokens.
+    const auto all_to_all = [&](const std::string& name) {
+      if (ep == 1) return;
+      const LayerCollective exchange{CollectiveOp::all_to_all, k * kBf16 * t * h, true};
+      fwd.push_back(Op{name, Kernel{}, 0, exchange});
+      backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
+    };
+    all_to_all("dispatch");
     // The experts keep their permuted input, so their weight gradients need no re-gather.
-    for (int e = 0; e < model.experts; ++e) {
-      mlp("expert" + std::to_string(e) + ".", t * k / experts, /*regather=*/false);
+    for (int e = 0; e < model.experts / ep; ++e) {
+      mlp("expert" + std::to_string(e) + ".", ep * t * k / experts, /*regather=*/false);
     }
+    all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
     // the k saved outputs (for the router weights' gradient) and writes k gradients.
     fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));

@@ -20,18 +20,20 @@
 
 namespace fleetsim {
 
-// A collective of the tensor-parallel group in the middle of a layer (sequence parallelism):
-// the compute stream waits for it.
-struct TpCollective {
+// A collective in the middle of a layer, which the compute stream waits for: of the
+// tensor-parallel group (sequence parallelism), or of the expert-parallel group (a mixture of
+// experts' token all-to-alls).
+struct LayerCollective {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
+  bool expert_parallel = false;
 };
 
 struct Op {
   std::string name;
   Kernel kernel;
   double model_flops = 0;
-  std::optional<TpCollective> collective;  // set: this op is that collective, not a kernel
+  std::optional<LayerCollective> collective;  // set: this op is that collective, not a kernel
 };
 
 struct LayerOps {
@@ -49,8 +51,11 @@ struct LayerOps {
 // backward recomputes its scores anyway); full recomputation is the caller's. Under LoRA the
 // layer's projections are frozen (no weight gradients) and each targeted one has its adapter
 // GEMMs after it.
+// With expert parallelism over `ep` ranks (a mixture of experts, tp 1) each rank holds experts
+// / ep of the experts; the permuted tokens go to their experts' ranks and come back by two
+// all-to-alls of the expert-parallel group, in forward and in backward.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
-                           Recompute recompute = Recompute::none);
+                           Recompute recompute = Recompute::none, int ep = 1);
 // Under tensor-parallel overlap (ParallelPlan::tp_comm_overlap), the GEMM that the collective
 // ops[i] runs beside: for an all-gather the GEMM after it, when another op follows that GEMM
 // in the list (the op that waits for both); for a reduce-scatter the GEMM before it. None for
@@ -77,6 +82,8 @@ Op adam_step_op(double local_parameters, Optimizer optimizer);
 double decoder_layer_parameters(const ModelSpec& model);
 // One MLP's parameters: the dense layer's, or one expert's in a mixture of experts.
 double mlp_parameters(const ModelSpec& model);
+// A decoder layer's experts' parameters (0 without a mixture of experts).
+double layer_expert_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
 double position_parameters(const ModelSpec& model);   // the learned position table, if any
 double head_parameters(const ModelSpec& model);       // final norm plus output projection if untied

@@ -33,6 +33,17 @@ std::vector<int> divisors(int n) {
   return found;
 }
 
+// Expert parallelism for a mixture of experts with tp 1 and ZeRO 0 or 1: 1 and every power of
+// two up to dp that divides the experts and dp; otherwise 1.
+std::vector<int> expert_parallel_sizes(const ModelSpec& model, int tp, int dp, int zero) {
+  std::vector<int> sizes{1};
+  if (!model.mixture_of_experts() || tp > 1 || zero > 1) return sizes;
+  for (int ep = 2; ep <= dp; ep *= 2) {
+    if (model.experts % ep == 0 && dp % ep == 0) sizes.push_back(ep);
+  }
+  return sizes;
+}
+
 // Every layout of the search, in a fixed order, with the base's recipe and cluster.
 std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
   const int gpus = base.node.gpus * base.nodes;
@@ -57,24 +68,27 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
           // ZeRO shards over replicas: without any, only stage 0.
           const int dp = gpus / (tp * pp);
           for (int zero = 0; zero <= (dp == 1 ? 0 : pp > 1 ? 1 : 3); ++zero) {
-            StepInputs inputs = base;
-            inputs.training.micro_batch = micro_batch;
-            inputs.plan.tp = tp;
-            inputs.plan.pp = pp;
-            inputs.plan.dp = dp;
-            inputs.plan.vpp = vpp;
-            inputs.plan.schedule = PipelineSchedule::one_f_one_b;
-            inputs.plan.zero_stage = zero;
-            // The base's choice, where there is tensor parallelism to overlap.
-            inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
-            inputs.plan.overlap_param_gather =
-                base.plan.overlap_param_gather && (zero == 1 || zero == 2);
-            inputs.plan.recompute = Recompute::none;
-            inputs.plan.offload_optimizer = false;
-            layouts.push_back(inputs);
-            if (can_offload && zero >= 1) {
-              inputs.plan.offload_optimizer = true;
-              layouts.push_back(std::move(inputs));
+            for (const int ep : expert_parallel_sizes(base.model, tp, dp, zero)) {
+              StepInputs inputs = base;
+              inputs.plan.ep = ep;
+              inputs.training.micro_batch = micro_batch;
+              inputs.plan.tp = tp;
+              inputs.plan.pp = pp;
+              inputs.plan.dp = dp;
+              inputs.plan.vpp = vpp;
+              inputs.plan.schedule = PipelineSchedule::one_f_one_b;
+              inputs.plan.zero_stage = zero;
+              // The base's choice, where there is tensor parallelism to overlap.
+              inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
+              inputs.plan.overlap_param_gather =
+                  base.plan.overlap_param_gather && (zero == 1 || zero == 2);
+              inputs.plan.recompute = Recompute::none;
+              inputs.plan.offload_optimizer = false;
+              layouts.push_back(inputs);
+              if (can_offload && zero >= 1 && ep == 1) {
+                inputs.plan.offload_optimizer = true;
+                layouts.push_back(std::move(inputs));
+              }
             }
           }
         }
@@ -102,7 +116,7 @@ double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double trained = inputs.training.lora ? 0.01 : 1.0;  // adapters: a sliver of the model
-  const double local = stage_parameters(inputs.model, plan, 0) / plan.tp;
+  const double local = rank_parameters(inputs.model, plan, 0).total();
   const double passes = plan.zero_stage >= 3 ? 2 * micro_batches + trained : 2 * trained;
   const double bytes = passes * kBf16Bytes * local * (plan.dp - 1) / plan.dp;
   const bool in_node = plan.tp * plan.dp <= inputs.node.gpus;
@@ -121,20 +135,22 @@ bool ranks_before(const PlannedLayout& a, std::size_t a_order, const PlannedLayo
   return a_order < b_order;
 }
 
-// The time of each tensor-parallel collective of a layer alone on an idle node, simulated once
-// per (tp, op, size): a collective that shares links can only take longer, and the compute
-// stream waits for each.
-class TpCollectiveClock {
+// The time of each tensor- or expert-parallel collective of a layer alone on an idle cluster,
+// simulated once per (group size, op, size): a collective that shares links can only take
+// longer, and the compute stream waits for each.
+class LayerCollectiveClock {
  public:
-  double seconds(const StepInputs& inputs, const TpCollective& collective) {
-    const auto key = std::tuple{inputs.plan.tp, collective.op, collective.size_bytes};
+  double seconds(const StepInputs& inputs, const LayerCollective& collective) {
+    // A group of consecutive ranks: tp of them, or ep with tp 1.
+    const int ranks = collective.expert_parallel ? inputs.plan.ep : inputs.plan.tp;
+    const auto key = std::tuple{ranks, collective.op, collective.size_bytes};
     const auto known = seconds_.find(key);
     if (known != seconds_.end()) return known->second;
-    // The fewest nodes that hold the group (more than one: trays of an NVLink domain).
+    // The fewest nodes that hold the group.
     StepInputs one_node = inputs;
-    one_node.nodes = std::max(1, inputs.plan.tp / inputs.node.gpus);
+    one_node.nodes = (ranks + inputs.node.gpus - 1) / inputs.node.gpus;
     const double time_s =
-        benchmark_collective(one_node, collective.op, inputs.plan.tp, {collective.size_bytes})
+        benchmark_collective(one_node, collective.op, ranks, {collective.size_bytes})
             .front()
             .time_us *
         1e-6;
@@ -155,9 +171,10 @@ class TpCollectiveClock {
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
-  if (inputs.training.lora) return 0;                               // adapters: a sliver
-  const double local = stage_parameters(model, plan, 0) / plan.tp;  // before ZeRO
-  const double shard = plan.zero_stage >= 1 ? local / plan.dp : local;
+  if (inputs.training.lora) return 0;  // adapters: a sliver
+  const RankParameters held = rank_parameters(model, plan, 0);
+  const double shard = optimizer_shard(held, plan);
+  const double local = held.dense;  // gathered over every replica (experts: a bound's omission)
   const NodeSpec& node = inputs.node;
   // Offloaded, the first node's ranks of the first stage each run CPU Adam after their last
   // backward: together their bytes cross its host memory, each rank's parameters take its
@@ -194,9 +211,10 @@ double first_stage_tail_s(const StepInputs& inputs) {
   return optimizer_s + inbound / usable;
 }
 
-double lower_bound_s(const StepInputs& inputs, TpCollectiveClock& clock) {
+double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
-  const LayerOps layer = decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute);
+  const LayerOps layer =
+      decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep);
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
   // whole, an overlapped one by how much it outlasts the GEMM beside it.
   const bool overlap = plan.tp_comm_overlap && plan.tp > 1;
@@ -241,7 +259,7 @@ double lower_bound_s(const StepInputs& inputs, TpCollectiveClock& clock) {
 }  // namespace
 
 double step_lower_bound_s(const StepInputs& inputs) {
-  TpCollectiveClock clock;
+  LayerCollectiveClock clock;
   return lower_bound_s(inputs, clock);
 }
 
@@ -285,7 +303,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
     refused[i] = refusals == kRecomputeModes.size();
   });
   std::vector<Candidate> candidates;
-  TpCollectiveClock clock;
+  LayerCollectiveClock clock;
   for (std::size_t i = 0; i < layouts.size(); ++i) {
     if (refused[i]) {
       ++result.refused;

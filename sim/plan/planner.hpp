@@ -7,7 +7,9 @@
 // the micro-batch a power of two up to 8 that divides each replica's share of the global batch;
 // ZeRO 0-3 without a pipeline, 0-1 with one (as Megatron-LM and DeepSpeed run them), 0 alone
 // without replicas; vpp 1 or a divisor of each stage's layers up to 8 with a pipeline; the 1F1B
-// schedule (GPipe has its bubble and more memory); the base's tp_comm_overlap wherever tp > 1 and
+// schedule (GPipe has its bubble and more memory); for a mixture of experts with tp 1 and ZeRO 0
+// or 1, expert parallelism over each power of two dividing the experts and dp; the base's
+// tp_comm_overlap wherever tp > 1 and
 // overlap_param_gather wherever ZeRO is 1 or 2. Layouts the job rules refuse (tp not dividing the
 // heads, interleaving without micro-batches in groups of pp) are counted and skipped. Of each
 // layout, only the least recomputation that fits is kept: more recomputation adds kernels and never

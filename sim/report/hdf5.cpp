@@ -11,7 +11,7 @@
 //                            by '_' (a '~<index>' suffix separates names that then collide).
 //     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
-//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, pp, vpp,
+//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, ep, pp, vpp,
 //                 zero_stage, tp_comm_overlap, overlap_param_gather, offload_optimizer,
 //                 simulated (int 0/1),
 //                 replayed_ranks (int: all the
@@ -193,6 +193,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);
   write_attribute(group, "tp", inputs.plan.tp);
   write_attribute(group, "dp", inputs.plan.dp);
+  write_attribute(group, "ep", inputs.plan.ep);
   write_attribute(group, "pp", inputs.plan.pp);
   write_attribute(group, "vpp", inputs.plan.vpp);
   write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));

@@ -23,6 +23,7 @@ Json scenario_json(const RunReport& report) {
 Json layout_json(const ParallelPlan& plan) {
   return Json{{"tp", plan.tp},
               {"dp", plan.dp},
+              {"ep", plan.ep},
               {"pp", plan.pp},
               {"vpp", plan.vpp},
               {"pipeline_schedule", to_string(plan.schedule)},

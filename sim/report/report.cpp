@@ -40,7 +40,8 @@ std::string layout_label(const ParallelPlan& plan) {
       plan.pp == 1   ? ""
       : plan.vpp > 1 ? "pp" + std::to_string(plan.pp) + " vpp" + std::to_string(plan.vpp) + " "
                      : "pp" + std::to_string(plan.pp) + " " + to_string(plan.schedule) + " ";
-  return tp + pp + "dp" + std::to_string(plan.dp) + " zero" + std::to_string(plan.zero_stage) +
+  const std::string ep = plan.ep > 1 ? " ep" + std::to_string(plan.ep) : "";
+  return tp + pp + "dp" + std::to_string(plan.dp) + ep + " zero" + std::to_string(plan.zero_stage) +
          " recompute=" + recompute + (plan.tp_comm_overlap ? " tp-overlap" : "") +
          (plan.overlap_param_gather ? " param-gather-overlap" : "") +
          (plan.offload_optimizer ? " offload" : "");

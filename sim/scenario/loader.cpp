@@ -813,7 +813,8 @@ const Keys kLayoutKeys = {"dp",
                           "bucket",
                           "tp_comm_overlap",
                           "overlap_param_gather",
-                          "offload_optimizer"};
+                          "offload_optimizer",
+                          "ep"};
 
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
@@ -857,6 +858,9 @@ ParallelPlan parse_layout(const Field& f) {
   }
   if (auto offload = find(f, "offload_optimizer")) {
     plan.offload_optimizer = read_bool(*offload);
+  }
+  if (auto ep = find(f, "ep")) {
+    plan.ep = read_int(*ep, 1);
   }
   return plan;
 }
@@ -1469,6 +1473,30 @@ void check_offload(const Field& f, const StepInputs& in) {
   }
 }
 
+// Expert parallelism splits a mixture of experts' experts over ep of the data-parallel
+// replicas, with what it is modelled with.
+void check_expert_parallelism(const Field& f, const StepInputs& in) {
+  const ParallelPlan& plan = in.plan;
+  const ModelSpec& m = in.model;
+  const std::string ep = std::to_string(plan.ep);
+  if (!m.mixture_of_experts()) {
+    fail(f, "ep " + ep + " needs a mixture-of-experts model",
+         "remove ep, or use e.g. mixtral-8x7b");
+  }
+  if (m.experts % plan.ep != 0 || plan.dp % plan.ep != 0) {
+    fail(f,
+         "ep " + ep + " must divide the model's " + std::to_string(m.experts) + " experts and dp " +
+             std::to_string(plan.dp),
+         "the expert groups are ep consecutive data-parallel replicas, each holding experts / ep");
+  }
+  if (plan.tp > 1 || plan.zero_stage > 1 || plan.offload_optimizer || plan.overlap_param_gather) {
+    fail(f,
+         "expert parallelism is modelled with tp 1, zero 0 or 1, without offload_optimizer and "
+         "overlap_param_gather",
+         "set tp: 1 and zero: 0 or 1, or remove ep");
+  }
+}
+
 // The layout must use every GPU (tp x pp x dp), and a tensor-parallel group must fit a node and
 // split the model evenly.
 void check_layout(const Field& root, const StepInputs& in) {
@@ -1524,6 +1552,7 @@ void check_layout(const Field& root, const StepInputs& in) {
          "gathers before each unit anyway");
   }
   if (in.plan.offload_optimizer) check_offload(require(layout, "offload_optimizer"), in);
+  if (in.plan.ep > 1) check_expert_parallelism(require(layout, "ep"), in);
   const int pp = in.plan.pp;
   if (in.plan.vpp > 1) {
     const Field vpp_field = require(layout, "vpp");

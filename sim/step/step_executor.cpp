@@ -205,7 +205,9 @@ class Replay {
          const StepOptions& options, const HostCosts& host)
       : graph_(graph),
         host_costs_(host),
-        fold_(options.fold && graph.dp > 1 && replicas_placed_alike(graph, topology)),
+        // An expert group's all-to-alls join several replicas: each is replayed.
+        fold_(options.fold && graph.dp > 1 && graph.ep == 1 &&
+              replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph, fold_)),
         traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
         comm_slowdown_(gpu.comm_slowdown.value),
@@ -255,8 +257,7 @@ class Replay {
       for (TaskIndex t = 0; t < program.size(); ++t) {
         offsets[t] = counters;
         if (const auto* work = std::get_if<CollectiveWork>(&program[t].work)) {
-          if (work->group == Group::tensor_parallel) counters += graph.dp;
-          if (work->group == Group::data_parallel) counters += graph.tp;
+          if (work->group != Group::pipeline) counters += groups_per_stage(work->group);
         }
       }
     }
@@ -555,13 +556,34 @@ class Replay {
   };
 
   const CollectiveGroup& group_of(int r, Group kind) const {
-    const int tp = graph_.tp;
-    return kind == Group::tensor_parallel ? tensor_groups_[r / tp]
-                                          : data_groups_[ranks_[r].stage * tp + r % tp];
+    const int stage = ranks_[r].stage;
+    const int local = local_group_id(r, kind);
+    switch (kind) {
+      case Group::tensor_parallel: return tensor_groups_[r / graph_.tp];
+      case Group::expert_parallel: return expert_groups_[stage * groups_per_stage(kind) + local];
+      case Group::expert_data_parallel:
+        return expert_data_groups_[stage * groups_per_stage(kind) + local];
+      default: return data_groups_[stage * graph_.tp + r % graph_.tp];
+    }
   }
-  // Which of its stage's groups of that kind the rank belongs to.
+  // Which of its stage's groups of that kind the rank belongs to, and how many there are.
   int local_group_id(int r, Group kind) const {
-    return kind == Group::tensor_parallel ? (r / graph_.tp) % graph_.dp : r % graph_.tp;
+    const int tp = graph_.tp;
+    const int replica = (r / tp) % graph_.dp;
+    switch (kind) {
+      case Group::tensor_parallel: return replica;
+      case Group::expert_parallel: return (replica / graph_.ep) * tp + r % tp;
+      case Group::expert_data_parallel: return (replica % graph_.ep) * tp + r % tp;
+      default: return r % tp;
+    }
+  }
+  int groups_per_stage(Group kind) const {
+    switch (kind) {
+      case Group::tensor_parallel: return graph_.dp;
+      case Group::expert_parallel: return graph_.tp * (graph_.dp / graph_.ep);
+      case Group::expert_data_parallel: return graph_.tp * graph_.ep;
+      default: return graph_.tp;
+    }
   }
 
   void build_groups(const Topology& topology) {
@@ -582,7 +604,29 @@ class Replay {
         data_groups_.push_back(group);
       }
     }
-    for (auto* groups : {&tensor_groups_, &data_groups_}) {
+    // Expert groups: ep consecutive replicas; an expert's data-parallel group: the replicas
+    // with its index modulo ep. Numbered stage x groups_per_stage + local_group_id.
+    const int ep = graph_.ep;
+    for (int stage = 0; stage < graph_.pp(); ++stage) {
+      for (int first = 0; first < dp; first += ep) {
+        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+          CollectiveGroup group;
+          for (int j = 0; j < ep; ++j)
+            group.ranks.push_back((stage * dp + first + j) * tp + tp_rank);
+          expert_groups_.push_back(group);
+        }
+      }
+      for (int residue = 0; residue < ep; ++residue) {
+        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+          CollectiveGroup group;
+          for (int replica = residue; replica < dp; replica += ep) {
+            group.ranks.push_back((stage * dp + replica) * tp + tp_rank);
+          }
+          expert_data_groups_.push_back(group);
+        }
+      }
+    }
+    for (auto* groups : {&tensor_groups_, &data_groups_, &expert_groups_, &expert_data_groups_}) {
       for (CollectiveGroup& group : *groups) {
         for (const int rank : group.ranks) group.gpus.push_back(gpus_[rank]);
         std::erase_if(group.ranks, [this](int rank) { return !replayed_[rank]; });
@@ -751,10 +795,12 @@ class Replay {
   FlowNetwork network_;
   Collectives collectives_;
   const Topology* topology_;
-  std::vector<VertexId> gpus_;                  // by rank
-  std::vector<int> ranks_on_node_;              // by node: the step's ranks there
-  std::vector<CollectiveGroup> tensor_groups_;  // by r / tp
-  std::vector<CollectiveGroup> data_groups_;    // by stage x tp + tp rank
+  std::vector<VertexId> gpus_;                       // by rank
+  std::vector<int> ranks_on_node_;                   // by node: the step's ranks there
+  std::vector<CollectiveGroup> tensor_groups_;       // by r / tp
+  std::vector<CollectiveGroup> data_groups_;         // by stage x tp + tp rank
+  std::vector<CollectiveGroup> expert_groups_;       // see group_of
+  std::vector<CollectiveGroup> expert_data_groups_;  // see group_of
   // By stage and task: its first counter in arrivals_.
   std::vector<std::vector<std::size_t>> arrival_offset_;
   std::vector<Rank> ranks_;

@@ -196,3 +196,21 @@ TEST_CASE("the planner tries tp across whole trays of an NVLink domain") {
   for (const PlannedLayout& layout : domain.ranked) across |= layout.inputs.plan.tp == 8;
   CHECK(across);
 }
+
+TEST_CASE("the lower bound holds under expert parallelism, and the planner tries it") {
+  StepInputs in = small_job();
+  in.model.experts = 8;
+  in.model.experts_per_token = 2;
+  in.plan.zero_stage = 1;
+  for (const int ep : {2, 8}) {
+    INFO("ep " << ep);
+    in.plan.ep = ep;
+    CHECK(step_lower_bound_s(in) <= simulate_step(in).step.step_time_s);
+  }
+  PlanOptions all;
+  all.top = 1000;
+  const PlanResult plan = search_layouts(in, all);
+  bool expert_parallel = false;
+  for (const PlannedLayout& layout : plan.ranked) expert_parallel |= layout.inputs.plan.ep > 1;
+  CHECK(expert_parallel);
+}

@@ -368,7 +368,7 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK_THAT(layout->what(),
              Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
                              "recompute, bucket, tp_comm_overlap, overlap_param_gather, "
-                             "offload_optimizer, got \"8\""));
+                             "offload_optimizer, ep, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);
@@ -1104,6 +1104,23 @@ TEST_CASE("tp spans whole trays of an NVLink domain, never a domain's edge") {
   const auto node = load_error(with(kBase, "  dp: 8\n", "  dp: 1\n  tp: 16\n"));
   REQUIRE(node);
   CHECK_THAT(node->what(), Catch::Contains("does not divide the 8 GPUs of a node"));
+}
+
+TEST_CASE("ep loads for a mixture of experts and says what it needs otherwise") {
+  const std::string mixtral = with(with(kBase, "model: llama3-8b", "model: mixtral-8x7b"),
+                                   "  zero: 3\n", "  zero: 1\n  ep: 8\n");
+  CHECK(load_text(mixtral).variants[0].inputs.plan.ep == 8);
+  const auto dense = load_error(with(mixtral, "model: mixtral-8x7b", "model: llama3-8b"));
+  REQUIRE(dense);
+  CHECK(dense->key() == "layout.ep");
+  CHECK_THAT(dense->what(), Catch::Contains("needs a mixture-of-experts model"));
+  const auto uneven = load_error(with(mixtral, "ep: 8", "ep: 3"));
+  REQUIRE(uneven);
+  CHECK_THAT(uneven->what(), Catch::Contains("must divide the model's 8 experts and dp 8"));
+  const auto sharded = load_error(with(mixtral, "zero: 1", "zero: 3"));
+  REQUIRE(sharded);
+  CHECK(sharded->key() == "layout.ep");
+  CHECK_THAT(sharded->what(), Catch::Contains("zero 0 or 1"));
 }
 
 }  // namespace

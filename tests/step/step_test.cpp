@@ -5,6 +5,7 @@
 
 #include "common/small_job.hpp"
 #include "sim/step/step_executor.hpp"
+#include "workloads/transformer_ops.hpp"
 
 using namespace fleetsim;
 
@@ -487,4 +488,40 @@ TEST_CASE("tp across the trays of an NVLink domain talks over NVLink only") {
   }
   CHECK(nvlink > 0);
   CHECK(fabric == 0);
+}
+
+TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other experts, four times") {
+  // A small mixture of experts (8 experts, 2 per token) on one node, dp 8 with ZeRO-1, one
+  // micro-batch per rank. Each layer's dispatch and combine all-to-alls move t x k x h BF16 per
+  // GPU in forward and again in backward, 7/8 of it to other GPUs. Dense gradients are reduced
+  // and gathered over 8 replicas, each expert's over the dp / ep that hold it.
+  StepInputs in = small_job();
+  in.model.experts = 8;
+  in.model.experts_per_token = 2;
+  in.plan.zero_stage = 1;
+  in.training.global_batch = 16;  // micro-batch 2, one per rank
+  const double tokens = 2.0 * 2048;
+  const double exchange = 2 * tokens * in.model.hidden * 2;  // k copies of each token, BF16
+  const double experts = in.model.layers * layer_expert_parameters(in.model);
+  const double dense = in.model.parameters() - experts;
+  for (const int ep : {1, 2, 8}) {
+    INFO("ep " << ep);
+    in.plan.ep = ep;
+    const StepOutcome out = simulate_step(in);
+    REQUIRE(out.simulated);
+    const double all_to_all = ep == 1 ? 0.0 : 4 * in.model.layers * (ep - 1.0) / ep * exchange;
+    // ZeRO-1: a reduce-scatter and an all-gather of BF16 gradients and weights per group.
+    const double expert_replicas = 8.0 / ep;
+    const double data_parallel =
+        2 * 2 * (7.0 / 8 * dense + (expert_replicas - 1) / expert_replicas * experts / ep);
+    CHECK(out.step.comm_bytes_per_gpu == Approx(all_to_all + data_parallel).epsilon(1e-9));
+    // Every replica is replayed: the expert groups join them.
+    CHECK(out.step.replayed_ranks == (ep == 1 ? 1 : 8));
+    // Each GPU holds experts / ep of every layer's experts.
+    const auto weights =
+        std::find_if(out.memory.items.begin(), out.memory.items.end(),
+                     [](const MemoryItem& item) { return item.name == "weights"; });
+    REQUIRE(weights != out.memory.items.end());
+    CHECK(weights->bytes == Approx(2 * (dense + experts / ep)));
+  }
 }

@@ -804,3 +804,53 @@ TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs th
   }
   CHECK(expert_gemms == 2 * 8);  // gate_up and down of each
 }
+
+TEST_CASE(
+    "expert parallelism: a rank runs experts / ep experts on ep times the tokens, between two "
+    "all-to-alls") {
+  ModelSpec m = llama3_8b();
+  m.vocab = 32000;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  const TrainingSpec t = training(4096, 8, 1);
+  const LayerOps ops = decoder_layer_ops(m, t, 1, Recompute::none, 4);
+  int experts = 0;
+  std::vector<std::string> exchanges;
+  for (const Op& op : ops.forward) {
+    if (op.collective) {
+      CHECK(op.collective->expert_parallel);
+      CHECK(op.collective->op == CollectiveOp::all_to_all);
+      CHECK(op.collective->size_bytes == 2.0 * 4096 * 2 * m.hidden);
+      exchanges.push_back(op.name);
+    }
+    if (op.name.rfind("expert", 0) == 0 && op.name.find("gate_up") != std::string::npos &&
+        op.kernel.kind == KernelKind::gemm) {
+      ++experts;
+      CHECK(op.kernel.m == Approx(4 * 4096.0 * 2 / 8));
+    }
+  }
+  CHECK(experts == 2);
+  CHECK(exchanges == std::vector<std::string>{"dispatch", "combine"});
+  // Backward: the combine's mirror first, the dispatch's last.
+  std::vector<std::string> back;
+  for (const Op& op : ops.backward) {
+    if (op.collective) back.push_back(op.name);
+  }
+  CHECK(back == std::vector<std::string>{"combine.bwd", "dispatch.bwd"});
+  // The same model FLOPs as without expert parallelism.
+  const auto flops = [](const LayerOps& layer) {
+    double sum = 0;
+    for (const Op& op : layer.forward) sum += op.model_flops;
+    for (const Op& op : layer.backward) sum += op.model_flops;
+    return sum;
+  };
+  CHECK(flops(ops) == Approx(flops(decoder_layer_ops(m, t))));
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.ep = 3;
+  CHECK_THROWS_AS(build_data_parallel_step(m, t, plan), ModelError);
+  plan.ep = 4;
+  plan.tp = 2;
+  plan.dp = 4;
+  CHECK_THROWS_AS(build_data_parallel_step(m, t, plan), ModelError);
+}
