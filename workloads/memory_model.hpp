@@ -60,6 +60,7 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
 // the experts over the dp / ep replicas that hold them.
 double optimizer_shard(const RankParameters& held, const ParallelPlan& plan);
 
+// host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes);
 

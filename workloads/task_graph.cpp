@@ -54,8 +54,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
           {"head", head, frozen ? 0.0 : head, head_ops(model, mb, s, tp, frozen), false});
     } else {
       const double held = parameters[index] / tp - absent_experts + adapters;
-      units.push_back(
-          {"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true, experts});
+      units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true,
+                       frozen ? 0.0 : experts});
     }
   }
   return units;
@@ -326,8 +326,11 @@ class MicroBatchBuilder {
     if (reduce_gradients && !sharded()) {
       buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
                                  [](const Unit& u) { return u.dense_trainable(); });
-      expert_buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
-                                        [](const Unit& u) { return u.expert_trainable; });
+      // With one replica per expert (ep = dp) there is nothing to reduce.
+      if (plan_->dp > plan_->ep) {
+        expert_buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
+                                          [](const Unit& u) { return u.expert_trainable; });
+      }
     }
     const CollectiveOp bucket_op =
         plan_->zero_stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
@@ -533,7 +536,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   if ((plan.zero_stage == 1 || plan.zero_stage == 2) && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
-    if (experts > 0) {
+    if (experts > 0 && plan.dp > plan.ep) {
       build.collective("optimizer.expert_all_gather", CollectiveOp::all_gather,
                        experts * kBf16Bytes, {step}, Group::expert_data_parallel);
     }

@@ -13,7 +13,8 @@
 // r / (tp x dp). A tensor-parallel collective spans the tp consecutive ranks of a replica, a
 // data-parallel one the dp ranks of the same stage and tp rank. Tensor-parallel collectives run
 // on their own stream and the compute stream waits for each (Megatron's, without communication
-// overlap). A pipeline transfer is a pair of tasks, the send in one stage's program and the
+// overlap); so do a mixture of experts' all-to-alls of its expert group (see Group). A pipeline
+// transfer is a pair of tasks, the send in one stage's program and the
 // receive in the next (or previous) stage's, between ranks of the same replica and tp rank; they
 // run as soon as their dependencies allow (NCCL's isend/irecv), not in stream order.
 #pragma once

@@ -80,8 +80,9 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
               inputs.plan.zero_stage = zero;
               // The base's choice, where there is tensor parallelism to overlap.
               inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
+              // Not with expert parallelism, which is modelled without it.
               inputs.plan.overlap_param_gather =
-                  base.plan.overlap_param_gather && (zero == 1 || zero == 2);
+                  base.plan.overlap_param_gather && (zero == 1 || zero == 2) && ep == 1;
               inputs.plan.recompute = Recompute::none;
               inputs.plan.offload_optimizer = false;
               layouts.push_back(inputs);

@@ -220,6 +220,9 @@ class Replay {
         graph.ranks != stage_ranks * graph.pp()) {
       throw ModelError("the step's ranks are not tp x dp x pp");
     }
+    if (graph.ep < 1 || graph.dp % graph.ep != 0) {
+      throw ModelError("expert groups of ep ranks must divide the data-parallel replicas");
+    }
     for (const Program& program : graph.stages) index_.emplace_back(program, gpu);
     for (int r = 0; r < graph.ranks; ++r) {
       Rank& rank = ranks_[r];
@@ -249,8 +252,8 @@ class Replay {
     }
     if (fold_) plan_shadows(topology);
     if (fold_ && graph.host_work) plan_host_shadows(topology);
-    // One arrival counter per group instance a collective task of a stage runs in: dp tensor
-    // groups, tp data groups, one pair of ranks per transfer.
+    // One arrival counter per group instance a collective task of a stage runs in (see
+    // groups_per_stage); transfers count their two sides apart.
     std::size_t counters = 0;
     for (const Program& program : graph.stages) {
       std::vector<std::size_t>& offsets = arrival_offset_.emplace_back(program.size(), 0);
@@ -563,8 +566,10 @@ class Replay {
       case Group::expert_parallel: return expert_groups_[stage * groups_per_stage(kind) + local];
       case Group::expert_data_parallel:
         return expert_data_groups_[stage * groups_per_stage(kind) + local];
-      default: return data_groups_[stage * graph_.tp + r % graph_.tp];
+      case Group::data_parallel: return data_groups_[stage * graph_.tp + r % graph_.tp];
+      case Group::pipeline: break;
     }
+    throw ModelError("a pipeline transfer has no collective group");
   }
   // Which of its stage's groups of that kind the rank belongs to, and how many there are.
   int local_group_id(int r, Group kind) const {
@@ -574,16 +579,20 @@ class Replay {
       case Group::tensor_parallel: return replica;
       case Group::expert_parallel: return (replica / graph_.ep) * tp + r % tp;
       case Group::expert_data_parallel: return (replica % graph_.ep) * tp + r % tp;
-      default: return r % tp;
+      case Group::data_parallel: return r % tp;
+      case Group::pipeline: break;
     }
+    throw ModelError("a pipeline transfer has no collective group");
   }
   int groups_per_stage(Group kind) const {
     switch (kind) {
       case Group::tensor_parallel: return graph_.dp;
       case Group::expert_parallel: return graph_.tp * (graph_.dp / graph_.ep);
       case Group::expert_data_parallel: return graph_.tp * graph_.ep;
-      default: return graph_.tp;
+      case Group::data_parallel: return graph_.tp;
+      case Group::pipeline: break;
     }
+    throw ModelError("a pipeline transfer has no collective group");
   }
 
   void build_groups(const Topology& topology) {
@@ -607,7 +616,7 @@ class Replay {
     // Expert groups: ep consecutive replicas; an expert's data-parallel group: the replicas
     // with its index modulo ep. Numbered stage x groups_per_stage + local_group_id.
     const int ep = graph_.ep;
-    for (int stage = 0; stage < graph_.pp(); ++stage) {
+    for (int stage = 0; stage < graph_.pp() && ep > 1; ++stage) {
       for (int first = 0; first < dp; first += ep) {
         for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
           CollectiveGroup group;

@@ -59,4 +59,13 @@ inline StepInputs two_trays() {
   return in;
 }
 
+// The job as a mixture of experts (8 experts, 2 per token) with ZeRO-1, which expert
+// parallelism runs with.
+inline StepInputs with_experts(StepInputs in) {
+  in.model.experts = 8;
+  in.model.experts_per_token = 2;
+  in.plan.zero_stage = 1;
+  return in;
+}
+
 }  // namespace fleetsim::testing

@@ -198,15 +198,19 @@ TEST_CASE("the planner tries tp across whole trays of an NVLink domain") {
 }
 
 TEST_CASE("the lower bound holds under expert parallelism, and the planner tries it") {
-  StepInputs in = small_job();
-  in.model.experts = 8;
-  in.model.experts_per_token = 2;
-  in.plan.zero_stage = 1;
+  StepInputs in = fleetsim::testing::with_experts(small_job());
   for (const int ep : {2, 8}) {
     INFO("ep " << ep);
     in.plan.ep = ep;
     CHECK(step_lower_bound_s(in) <= simulate_step(in).step.step_time_s);
   }
+  // An expert group across two trays: its all-to-all timed on both.
+  StepInputs trays = fleetsim::testing::with_experts(fleetsim::testing::two_trays());
+  trays.plan.ep = 8;
+  trays.training.global_batch = 16;
+  CHECK(step_lower_bound_s(trays) <= simulate_step(trays).step.step_time_s);
+  // A base with overlap_param_gather still gets expert-parallel layouts (without it).
+  in.plan.overlap_param_gather = true;
   PlanOptions all;
   all.top = 1000;
   const PlanResult plan = search_layouts(in, all);

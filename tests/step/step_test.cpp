@@ -473,6 +473,22 @@ TEST_CASE("overlap_param_gather moves the distributed optimizer's gather into th
   CHECK(ahead.step.breakdown.compute_s == Approx(after_step.step.breakdown.compute_s));
 }
 
+namespace {
+
+// The step's traffic went over NVLink, and over nothing else (PCIe, NICs, fabric).
+void check_nvlink_only(const StepInputs& in) {
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  double nvlink = 0, other = 0;
+  for (const LinkUsage& link : out.step.links) {
+    (link.kind == "nvlink" ? nvlink : other) += link.bytes;
+  }
+  CHECK(nvlink > 0);
+  CHECK(other == 0);
+}
+
+}  // namespace
+
 TEST_CASE("tp across the trays of an NVLink domain talks over NVLink only") {
   // One tensor-parallel group of 8 across both trays.
   StepInputs in = testing::two_trays();
@@ -480,14 +496,7 @@ TEST_CASE("tp across the trays of an NVLink domain talks over NVLink only") {
   in.plan.dp = 1;
   in.plan.zero_stage = 0;
   in.training.global_batch = 4;
-  const StepOutcome out = simulate_step(in);
-  REQUIRE(out.simulated);
-  double nvlink = 0, fabric = 0;
-  for (const LinkUsage& link : out.step.links) {
-    (link.kind == "nvlink" ? nvlink : fabric) += link.bytes;
-  }
-  CHECK(nvlink > 0);
-  CHECK(fabric == 0);
+  check_nvlink_only(in);
 }
 
 TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other experts, four times") {
@@ -495,10 +504,7 @@ TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other exp
   // micro-batch per rank. Each layer's dispatch and combine all-to-alls move t x k x h BF16 per
   // GPU in forward and again in backward, 7/8 of it to other GPUs. Dense gradients are reduced
   // and gathered over 8 replicas, each expert's over the dp / ep that hold it.
-  StepInputs in = small_job();
-  in.model.experts = 8;
-  in.model.experts_per_token = 2;
-  in.plan.zero_stage = 1;
+  StepInputs in = testing::with_experts(small_job());
   in.training.global_batch = 16;  // micro-batch 2, one per rank
   const double tokens = 2.0 * 2048;
   const double exchange = 2 * tokens * in.model.hidden * 2;  // k copies of each token, BF16
@@ -524,4 +530,35 @@ TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other exp
     REQUIRE(weights != out.memory.items.end());
     CHECK(weights->bytes == Approx(2 * (dense + experts / ep)));
   }
+}
+
+TEST_CASE("expert parallelism with a pipeline, across trays, and its optimizer shard") {
+  const StepInputs moe = testing::with_experts(small_job());
+  // Two stages of four replicas, one expert group of four in each stage.
+  StepInputs pipelined = moe;
+  pipelined.plan.pp = 2;
+  pipelined.plan.dp = 4;
+  pipelined.plan.ep = 4;
+  pipelined.training.global_batch = 16;
+  const StepOutcome staged = simulate_step(pipelined);
+  REQUIRE(staged.simulated);
+  CHECK(staged.step.replayed_ranks == 8);
+  // Eight replicas on two trays of one NVLink domain, one expert group across both: the
+  // all-to-alls stay on NVLink, and with one replica per expert nothing crosses the NICs.
+  StepInputs trays = testing::with_experts(testing::two_trays());
+  trays.plan.ep = 8;
+  trays.training.global_batch = 16;
+  check_nvlink_only(trays);
+  // ZeRO-1 under ep 2: each rank updates experts / ep over dp / ep replicas, which is the same
+  // share of the optimizer states as without expert parallelism.
+  StepInputs two = moe;
+  two.plan.ep = 2;
+  const auto states = [](const StepOutcome& out) {
+    for (const MemoryItem& item : out.memory.items) {
+      if (item.name == "optimizer states") return item.bytes;
+    }
+    return -1.0;
+  };
+  CHECK(states(check_memory(two)) == Approx(states(check_memory(moe))));
+  CHECK(states(check_memory(two)) == Approx(12 * moe.model.parameters() / 8));
 }
