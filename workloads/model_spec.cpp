@@ -13,6 +13,29 @@ double ModelSpec::parameters() const {
          layers * decoder_layer_parameters(*this) + head_parameters(*this);
 }
 
+std::optional<PlanProblem> expert_parallelism_problem(const ModelSpec& model,
+                                                      const ParallelPlan& plan) {
+  if (plan.ep <= 1) return std::nullopt;
+  const std::string ep = "ep " + std::to_string(plan.ep);
+  if (!model.mixture_of_experts()) {
+    return PlanProblem{ep + " needs a mixture-of-experts model",
+                       "remove ep, or use e.g. mixtral-8x7b"};
+  }
+  if (model.experts % plan.ep != 0 || plan.dp % plan.ep != 0) {
+    return PlanProblem{
+        ep + " must divide the model's " + std::to_string(model.experts) + " experts and dp " +
+            std::to_string(plan.dp),
+        "the expert groups are ep consecutive data-parallel replicas, each holding experts / ep"};
+  }
+  if (plan.tp > 1 || plan.zero_stage > 1 || plan.offload_optimizer || plan.overlap_param_gather) {
+    return PlanProblem{
+        "expert parallelism is modelled with tp 1, zero 0 or 1, without offload_optimizer and "
+        "overlap_param_gather",
+        "set tp: 1 and zero: 0 or 1, or remove ep"};
+  }
+  return std::nullopt;
+}
+
 void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan) {
   if (model.layers < 1 || model.hidden < 1 || model.ffn < 1 || model.vocab < 1 || model.heads < 1 ||
       model.kv_heads < 1) {
@@ -90,16 +113,8 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
     throw ModelError("optimizer offload runs CPU Adam with FP32 moments, not 8-bit Adam");
   }
   if (plan.ep < 1) throw ModelError("ep must be at least 1");
-  if (plan.ep > 1) {
-    if (!model.mixture_of_experts() || model.experts % plan.ep != 0 || plan.dp % plan.ep != 0) {
-      throw ModelError("expert parallelism over " + std::to_string(plan.ep) +
-                       " ranks needs a mixture of experts whose experts and dp it divides");
-    }
-    if (plan.tp > 1 || plan.zero_stage > 1 || plan.offload_optimizer || plan.overlap_param_gather) {
-      throw ModelError(
-          "expert parallelism is modelled with tp 1, ZeRO 0 or 1, no optimizer offload and no "
-          "overlap_param_gather");
-    }
+  if (const auto problem = expert_parallelism_problem(model, plan)) {
+    throw ModelError(problem->problem);
   }
   // Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
   // over the micro-batches, and parameters stay on their stage.

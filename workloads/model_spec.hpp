@@ -141,6 +141,16 @@ struct ParallelPlan {
   bool offload_optimizer = false;
 };
 
+// What keeps the plan's expert parallelism from running, with a hint, or nothing (ep 1 always
+// runs): the model must be a mixture of experts whose experts and dp ep divides, with tp 1,
+// ZeRO 0 or 1, no optimizer offload and no overlap_param_gather (what it is modelled with).
+struct PlanProblem {
+  std::string problem;
+  std::string hint;
+};
+std::optional<PlanProblem> expert_parallelism_problem(const ModelSpec& model,
+                                                      const ParallelPlan& plan);
+
 // Throws ModelError when the job is inconsistent: a model without layers or with heads that do
 // not divide, a batch that does not split into micro-batches over the data-parallel ranks.
 void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan);

@@ -213,8 +213,9 @@ struct Bucket {
   std::size_t ready_after_unit;
   double bytes;
 };
+template <typename Part>
 std::vector<Bucket> gradient_buckets(const std::vector<Unit>& units, double bytes_per_parameter,
-                                     double bucket_bytes, double (*part)(const Unit&)) {
+                                     double bucket_bytes, Part part) {
   std::vector<Bucket> buckets;
   double pending = 0;
   std::size_t lowest = 0;  // the last unit with gradients added to the pending bucket

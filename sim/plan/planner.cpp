@@ -33,13 +33,16 @@ std::vector<int> divisors(int n) {
   return found;
 }
 
-// Expert parallelism for a mixture of experts with tp 1 and ZeRO 0 or 1: 1 and every power of
-// two up to dp that divides the experts and dp; otherwise 1.
+// Expert parallelism: 1, and every power of two up to dp that the job rules allow with this
+// tp, dp and ZeRO stage (overlap_param_gather and offload are left off with it).
 std::vector<int> expert_parallel_sizes(const ModelSpec& model, int tp, int dp, int zero) {
   std::vector<int> sizes{1};
-  if (!model.mixture_of_experts() || tp > 1 || zero > 1) return sizes;
-  for (int ep = 2; ep <= dp; ep *= 2) {
-    if (model.experts % ep == 0 && dp % ep == 0) sizes.push_back(ep);
+  ParallelPlan plan;
+  plan.tp = tp;
+  plan.dp = dp;
+  plan.zero_stage = zero;
+  for (plan.ep = 2; plan.ep <= dp; plan.ep *= 2) {
+    if (!expert_parallelism_problem(model, plan)) sizes.push_back(plan.ep);
   }
   return sizes;
 }

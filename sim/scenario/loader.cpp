@@ -1476,24 +1476,8 @@ void check_offload(const Field& f, const StepInputs& in) {
 // Expert parallelism splits a mixture of experts' experts over ep of the data-parallel
 // replicas, with what it is modelled with.
 void check_expert_parallelism(const Field& f, const StepInputs& in) {
-  const ParallelPlan& plan = in.plan;
-  const ModelSpec& m = in.model;
-  const std::string ep = std::to_string(plan.ep);
-  if (!m.mixture_of_experts()) {
-    fail(f, "ep " + ep + " needs a mixture-of-experts model",
-         "remove ep, or use e.g. mixtral-8x7b");
-  }
-  if (m.experts % plan.ep != 0 || plan.dp % plan.ep != 0) {
-    fail(f,
-         "ep " + ep + " must divide the model's " + std::to_string(m.experts) + " experts and dp " +
-             std::to_string(plan.dp),
-         "the expert groups are ep consecutive data-parallel replicas, each holding experts / ep");
-  }
-  if (plan.tp > 1 || plan.zero_stage > 1 || plan.offload_optimizer || plan.overlap_param_gather) {
-    fail(f,
-         "expert parallelism is modelled with tp 1, zero 0 or 1, without offload_optimizer and "
-         "overlap_param_gather",
-         "set tp: 1 and zero: 0 or 1, or remove ep");
+  if (const auto problem = expert_parallelism_problem(in.model, in.plan)) {
+    fail(f, problem->problem, problem->hint);
   }
 }
 
