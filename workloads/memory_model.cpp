@@ -219,8 +219,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                                         : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
   // NCCL keeps buffers per communicator: the data-parallel, tensor-parallel and pipeline ones.
   // Expert parallelism adds the expert group's and the experts' data-parallel ones.
-  const double communicators =
-      (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) + (plan.pp > 1 ? 1 : 0) + (plan.ep > 1 ? 2 : 0);
+  const double communicators = (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) +
+                               (plan.pp > 1 ? 1 : 0) + (plan.ep > 1 ? 1 : 0) +
+                               (plan.ep > 1 && plan.dp > plan.ep ? 1 : 0);
   add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
       "gradient staging");

@@ -47,7 +47,6 @@ inline constexpr double kMinComfortableHeadroom = 0.15;
 // With virtual stages, each of its chunks: chunk c is virtual stage c x pp + stage.
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
 
-// host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
 // What one rank of pipeline stage `stage` holds of the stage's parameters: split over tp, and
 // under expert parallelism only experts / ep of each layer's experts (LoRA adapters aside).
 struct RankParameters {

@@ -85,12 +85,17 @@ class ProgramBuilder {
     graph_->host_work = true;
     const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
     const TaskIndex task = add(Task{name, stream, work, std::move(deps)});
-    if (work.op == HostOp::copy_to_host) last_copy_to_host_ = task;
+    if (work.op == HostOp::copy_to_host) {
+      copy_before_last_ = last_copy_to_host_;
+      last_copy_to_host_ = task;
+    }
     return task;
   }
   // The last gradient copy to the host so far: the copy stream runs in order, so whatever
   // waits for it waits for every copy before it.
   std::optional<TaskIndex> last_copy_to_host() const { return last_copy_to_host_; }
+  // The copy before that: a reduction into a buffer of two waits for it.
+  std::optional<TaskIndex> copy_before_last() const { return copy_before_last_; }
   // Runs a non-empty list of ops back to back; the first waits for `deps`. A tensor-parallel
   // collective in the list runs on its stream between the kernels around it, or, overlapped
   // (Megatron's --tp-comm-overlap), beside the GEMM next to it: an all-gather beside the GEMM
@@ -178,6 +183,7 @@ class ProgramBuilder {
   bool overlap_tp_;
   std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
   std::optional<TaskIndex> last_copy_to_host_;
+  std::optional<TaskIndex> copy_before_last_;
 };
 
 // Optimizer offload, as DeepSpeed's ZeRO-Offload moves a reduced bucket of `parameters` of the
@@ -267,12 +273,12 @@ class MicroBatchBuilder {
   const Unit& unit(std::size_t u) const { return (*units_)[u]; }
 
   // A gradient reduction of `parameters` (before sharding) after the unit's backward. Offloaded,
-  // the rank's shard then goes to the host, and the reduction first waits for the copy of the
-  // one before it: the reduced buffer is reused once its copy is out (two in flight at most).
+  // the rank's shard then goes to the host; reductions alternate between two buffers, so one
+  // first waits for the copy out of the reduction two before it.
   TaskIndex reduce(const std::string& name, CollectiveOp op, double parameters, TaskIndex after,
                    bool first_reduction, Group group = Group::data_parallel) {
     std::vector<TaskIndex> deps{after};
-    if (const auto copy = build_->last_copy_to_host()) deps.push_back(*copy);
+    if (const auto copy = build_->copy_before_last()) deps.push_back(*copy);
     const TaskIndex reduction =
         build_->collective(name, op, parameters * training_->grad_reduce_bytes, deps, group);
     offload_gradients(*build_, *plan_, *training_, name, reduction, parameters / plan_->dp,

@@ -199,7 +199,8 @@ double first_stage_tail_s(const StepInputs& inputs) {
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
   const bool gathers = (plan.zero_stage == 1 || plan.zero_stage == 2) && !plan.overlap_param_gather;
-  const int members_per_node = node.gpus / plan.tp;  // of each data-parallel group
+  // Of each data-parallel group (at least one: a tp over several trays shares its nodes).
+  const int members_per_node = std::max(1, node.gpus / plan.tp);
   if (!gathers || plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
       node.nic_bytes_per_s <= 0) {
     return optimizer_s;

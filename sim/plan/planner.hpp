@@ -10,11 +10,11 @@
 // schedule (GPipe has its bubble and more memory); for a mixture of experts with tp 1 and ZeRO 0
 // or 1, expert parallelism over each power of two dividing the experts and dp; the base's
 // tp_comm_overlap wherever tp > 1 and
-// overlap_param_gather wherever ZeRO is 1 or 2. Layouts the job rules refuse (tp not dividing the
-// heads, interleaving without micro-batches in groups of pp) are counted and skipped. Of each
-// layout, only the least recomputation that fits is kept: more recomputation adds kernels and never
-// saves time. Where the node describes its host and the optimizer is FP32 Adam, every layout with
-// ZeRO 1-3 is also tried with its optimizer offloaded.
+// overlap_param_gather wherever ZeRO is 1 or 2 and ep is 1. Layouts the job rules refuse (tp not
+// dividing the heads, interleaving without micro-batches in groups of pp) are counted and skipped.
+// Of each layout, only the least recomputation that fits is kept: more recomputation adds kernels
+// and never saves time. Where the node describes its host and the optimizer is FP32 Adam, every
+// layout with ZeRO 1-3 (and ep 1) is also tried with its optimizer offloaded.
 //
 // The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
 // once `top` layouts have been replayed, one whose bound is above the slowest of them cannot
@@ -58,12 +58,14 @@ struct PlanResult {
 
 // A lower bound on the step time, in seconds: the last pipeline stage's compute stream, which
 // runs each chunk of layers of every micro-batch back to back (kernels at full speed, and the
-// tensor-parallel collectives it waits for, each at its time alone on an idle node: whole when
-// it blocks, by how much it outlasts its GEMM when overlapped), after the
-// first micro-batch's forward has crossed the pp - 1 stages before it and before the last
-// gradient has crossed them back: (m vpp + pp - 1) chunk times, the bubble formula's ideal,
-// plus the output head of each micro-batch; then the first stage's optimizer step and, under
-// ZeRO-1 and 2, the parameter all-gather that must enter each of its nodes through the NICs.
+// tensor- and expert-parallel collectives it waits for, each at its time alone on the fewest
+// nodes that hold its group: whole when it blocks, by how much it outlasts its GEMM when
+// overlapped), after the first micro-batch's forward has crossed the pp - 1 stages before it and
+// before the last gradient has crossed them back: (m vpp + pp - 1) chunk times, the bubble
+// formula's ideal, plus the output head of each micro-batch; then the first stage's optimizer
+// step (offloaded: CPU Adam through the first node's host memory or on its rank's share of the
+// cores, then the copy back over PCIe) and, under ZeRO-1 and 2, the parameter all-gather that
+// must enter each of its nodes through the NICs.
 // The embedding, pipeline transfers and the rest of the data-parallel traffic only add to it.
 double step_lower_bound_s(const StepInputs& inputs);
 

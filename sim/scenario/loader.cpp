@@ -1499,9 +1499,9 @@ void check_layout(const Field& root, const StepInputs& in) {
       fails(
           "tp " + std::to_string(tp) + " does not divide the " + std::to_string(in.node.gpus) +
               " GPUs of a node" +
-              (domain > in.node.gpus
-                   ? " nor the " + std::to_string(domain) + " GPUs of its NVLink domain"
-                   : ""),
+              (domain > in.node.gpus ? ", nor is it a multiple of them that divides the " +
+                                           std::to_string(domain) + " GPUs of its NVLink domain"
+                                     : ""),
           "a tensor-parallel group must fit in a node" +
               std::string(domain > in.node.gpus ? " or in whole nodes of its NVLink domain" : "") +
               ": use a divisor of " + std::to_string(in.node.gpus) +

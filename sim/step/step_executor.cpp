@@ -551,7 +551,8 @@ class Replay {
   }
 
   // The ranks of a collective group and their GPUs: tp consecutive ranks for tensor
-  // parallelism, the ranks of one stage and tp rank across replicas for data parallelism
+  // parallelism, the ranks of one stage and tp rank across replicas for data parallelism, and
+  // for expert parallelism ep consecutive replicas or the replicas holding an expert
   // (task_graph.hpp). Folded, a data-parallel group replays only its member in replica 0.
   struct CollectiveGroup {
     std::vector<int> ranks;      // the replayed members

@@ -1100,7 +1100,8 @@ TEST_CASE("tp spans whole trays of an NVLink domain, never a domain's edge") {
   const auto across = load_error(with(with(batch, "tp: 8", "tp: 16"), "dp: 9", "dp: 9"));
   REQUIRE(across);
   CHECK(across->key() == "layout.tp");
-  CHECK_THAT(across->what(), Catch::Contains("nor the 72 GPUs of its NVLink domain"));
+  CHECK_THAT(across->what(),
+             Catch::Contains("nor is it a multiple of them that divides the 72 GPUs"));
   const auto node = load_error(with(kBase, "  dp: 8\n", "  dp: 1\n  tp: 16\n"));
   REQUIRE(node);
   CHECK_THAT(node->what(), Catch::Contains("does not divide the 8 GPUs of a node"));
