@@ -98,8 +98,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double p = held.total() + adapters;
   const double trained = training.lora ? adapters : p;
   // What the optimizer updates: ZeRO's shard, experts sharded over the replicas holding them.
-  const double updated = training.lora ? (plan.zero_stage >= 1 ? adapters / plan.dp : adapters)
-                                       : optimizer_shard(held, plan);
+  const double updated =
+      optimizer_shard(training.lora ? RankParameters{adapters, 0.0} : held, plan);
   const std::string which = training.lora ? "LoRA adapters only, " : "";
   const double dp = plan.dp;
   const int zero = plan.zero_stage;

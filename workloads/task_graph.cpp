@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "sim/engine/errors.hpp"
+#include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
@@ -502,9 +503,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
       experts += unit.expert_trainable;
     }
   }
-  const double expert_replicas = static_cast<double>(plan.dp) / plan.ep;
-  const double local = plan.zero_stage >= 1 ? parameters / plan.dp + experts / expert_replicas
-                                            : parameters + experts;
+  const double local = optimizer_shard(RankParameters{parameters, experts}, plan);
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and

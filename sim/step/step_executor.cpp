@@ -236,20 +236,7 @@ class Replay {
     }
     index_transfers();
     build_groups(topology);
-    for (const VertexId gpu : gpus_) {
-      const int node = topology.vertex(gpu).node;
-      if (ranks_on_node_.size() <= static_cast<std::size_t>(node)) {
-        ranks_on_node_.resize(node + 1, 0);
-      }
-      ++ranks_on_node_[node];
-      if (!graph.host_work) continue;
-      const std::optional<Topology::HostMemory> memory = topology.host_memory_of(node);
-      if (!memory || !(memory->cpu_cycles_per_s > 0) || !(host.adam_cycles_per_parameter > 0)) {
-        throw ModelError("optimizer offload needs the host of node " + std::to_string(node) +
-                         " described: host_memory, cpu_cores, cpu_clock and "
-                         "cpu_adam_cycles_per_parameter");
-      }
-    }
+    if (graph.host_work) count_host_sharing(topology, host);
     if (fold_) plan_shadows(topology);
     if (fold_ && graph.host_work) plan_host_shadows(topology);
     // One arrival counter per group instance a collective task of a stage runs in (see
@@ -717,6 +704,24 @@ class Replay {
             shadows[tp_rank].push_back(replica);
           }
         }
+      }
+    }
+  }
+
+  // Under optimizer offload: that every node's host is described, and how many ranks share
+  // each (their CPU Adam splits its cores).
+  void count_host_sharing(const Topology& topology, const HostCosts& host) {
+    for (const VertexId gpu : gpus_) {
+      const int node = topology.vertex(gpu).node;
+      if (ranks_on_node_.size() <= static_cast<std::size_t>(node)) {
+        ranks_on_node_.resize(node + 1, 0);
+      }
+      ++ranks_on_node_[node];
+      const std::optional<Topology::HostMemory> memory = topology.host_memory_of(node);
+      if (!memory || !(memory->cpu_cycles_per_s > 0) || !(host.adam_cycles_per_parameter > 0)) {
+        throw ModelError("optimizer offload needs the host of node " + std::to_string(node) +
+                         " described: host_memory, cpu_cores, cpu_clock and "
+                         "cpu_adam_cycles_per_parameter");
       }
     }
   }
