@@ -80,14 +80,23 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
 FlowNetwork::FlowId FlowNetwork::start_flow(std::vector<LinkUse> links, double size_bytes,
                                             SimTime latency, Callback on_complete,
                                             double max_rate) {
-  const FlowId id = next_id_;
   std::vector<FlowRequest> request;
   request.push_back({std::move(links), size_bytes, latency, std::move(on_complete), max_rate});
-  start_flows(std::move(request));
-  return id;
+  return start_flows(std::move(request)).front();
 }
 
-void FlowNetwork::start_flows(std::vector<FlowRequest> requests) {
+FlowNetwork::Slot FlowNetwork::acquire_slot() {
+  if (!free_slots_.empty()) {
+    const Slot slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  if (flows_.size() > 0xffffffffu) throw ModelError("more than 2^32 flows at once");
+  flows_.emplace_back();
+  return static_cast<Slot>(flows_.size() - 1);
+}
+
+std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowRequest> requests) {
   for (const FlowRequest& request : requests) {
     for (const LinkUse& use : request.links) {
       if (use.link >= capacity_.size() || !(use.weight > 0)) {
@@ -97,56 +106,63 @@ void FlowNetwork::start_flows(std::vector<FlowRequest> requests) {
     if (!(request.max_rate > 0)) throw ModelError("a flow's rate ceiling must be positive");
   }
   std::vector<FlowLinkId> touched;
-  std::vector<FlowId> started;
-  std::vector<Flow> added;
+  std::vector<FlowId> ids;
+  ids.reserve(requests.size());
+  std::vector<Slot> started;
   for (FlowRequest& request : requests) {
-    const FlowId id = next_id_++;
     bytes_started_ += request.size_bytes;
     std::vector<LinkUse> links = merge_duplicates(std::move(request.links));
     if (links.empty() || !(request.size_bytes > 0)) {
       // Nothing crosses the network (a local copy, or an empty message): only latency remains.
+      ids.push_back(next_sequence_++ << 32);  // names no slot: its rate reads 0
       bytes_delivered_ += std::max(request.size_bytes, 0.0);
       engine_->schedule_after(request.latency, std::move(request.on_complete));
       continue;
     }
     for (const LinkUse& use : links) touched.push_back(use.link);
-    Flow flow;
+    const Slot slot = acquire_slot();
+    Flow& flow = flows_[slot];
+    flow.id = (next_sequence_++ << 32) | slot;
     flow.links = std::move(links);
     flow.size = request.size_bytes;
     flow.remaining = request.size_bytes;
+    flow.rate = 0;
     flow.max_rate = request.max_rate;
     flow.last_update = engine_->now();
+    flow.completion = SimTime::max();
     flow.latency = request.latency;
     flow.on_complete = std::move(request.on_complete);
-    started.push_back(id);
-    added.push_back(std::move(flow));
+    ids.push_back(flow.id);
+    started.push_back(slot);
   }
-  if (started.empty()) return;
+  if (started.empty()) return ids;
   // The flows already running that share links with the new ones keep what they moved at
-  // their old rates.
-  const std::vector<FlowId> neighbours = connected_flows(touched);
-  for (const FlowId other : neighbours) advance(flows_.at(other));
-  for (std::size_t i = 0; i < started.size(); ++i) {
-    for (const LinkUse& use : added[i].links) flows_on_link_[use.link].push_back(started[i]);
-    flows_.emplace(started[i], std::move(added[i]));
+  // their old rates. (The new ones are not on their links yet, so the search misses them.)
+  std::vector<Slot> component = connected_flows(touched);
+  for (const Slot other : component) advance(flows_[other]);
+  for (const Slot slot : started) {
+    for (const LinkUse& use : flows_[slot].links) flows_on_link_[use.link].push_back(slot);
   }
-  std::vector<FlowId> component = neighbours;
+  active_flows_ += started.size();
   component.insert(component.end(), started.begin(), started.end());  // ids grow: still sorted
   reallocate(component);
   reschedule();
+  return ids;
 }
 
 double FlowNetwork::rate(FlowId flow) const {
-  const auto it = flows_.find(flow);
-  return it == flows_.end() ? 0.0 : it->second.rate;
+  const Slot slot = slot_of(flow);
+  return slot < flows_.size() && flows_[slot].id == flow ? flows_[slot].rate : 0.0;
 }
 
-std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
+std::vector<FlowNetwork::Slot> FlowNetwork::connected_flows(
     const std::vector<FlowLinkId>& seed_links) {
   // Links are marked in a reusable array and unmarked when the search ends (by the guard, even
-  // on an exception): the search costs what the component touches, not the network's size.
+  // on an exception), flows by the search's number: the search costs what the component
+  // touches, not the network's size.
   LinkMarks marks(in_component_, seen_links_);
-  std::set<FlowId> found;
+  const std::uint64_t search = ++searches_;
+  std::vector<Slot> found;
   std::vector<FlowLinkId> frontier;
   auto visit = [&](FlowLinkId l) {
     if (marks.mark(l)) frontier.push_back(l);
@@ -155,12 +171,17 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::connected_flows(
   while (!frontier.empty()) {
     const FlowLinkId l = frontier.back();
     frontier.pop_back();
-    for (const FlowId f : flows_on_link_[l]) {
-      if (!found.insert(f).second) continue;
-      for (const LinkUse& use : flows_.at(f).links) visit(use.link);
+    for (const Slot f : flows_on_link_[l]) {
+      Flow& flow = flows_[f];
+      if (flow.visited == search) continue;
+      flow.visited = search;
+      found.push_back(f);
+      for (const LinkUse& use : flow.links) visit(use.link);
     }
   }
-  return {found.begin(), found.end()};
+  std::sort(found.begin(), found.end(),
+            [this](Slot a, Slot b) { return flows_[a].id < flows_[b].id; });
+  return found;
 }
 
 void FlowNetwork::advance(Flow& flow) {
@@ -171,16 +192,16 @@ void FlowNetwork::advance(Flow& flow) {
   flow.last_update = engine_->now();
 }
 
-void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
+void FlowNetwork::reallocate(const std::vector<Slot>& component) {
   // Progressive filling over the links the component uses. Per-link values live in arrays
   // indexed by link; each is written before it is read, and the link flags are cleared when
   // this returns (or throws), so a change costs what its component touches.
   LinkMarks marks(in_component_, component_links_);
-  // The flows, looked up once (map nodes do not move while this runs).
+  // The flows, looked up once (slots do not move while this runs).
   std::vector<Flow*> unfixed;
   unfixed.reserve(component.size());
-  for (const FlowId id : component) {
-    Flow& flow = flows_.at(id);
+  for (const Slot slot : component) {
+    Flow& flow = flows_[slot];
     flow.rate = 0;
     for (const LinkUse& use : flow.links) {
       if (marks.mark(use.link)) residual_[use.link] = capacity_[use.link];
@@ -217,14 +238,14 @@ void FlowNetwork::reallocate(const std::vector<FlowId>& component) {
     }
     std::swap(unfixed, still_unfixed);
   }
-  for (const FlowId id : component) set_completion(id, flows_.at(id));
+  for (const Slot slot : component) set_completion(flows_[slot]);
 }
 
-void FlowNetwork::set_completion(FlowId id, Flow& flow) {
-  completions_.erase({flow.completion, id});
+void FlowNetwork::set_completion(Flow& flow) {
+  completions_.erase({flow.completion, flow.id});
   // Rounded up once, here: the flow is done at the first nanosecond its bytes are all through.
   flow.completion = engine_->now() + from_seconds(flow.remaining / flow.rate);
-  completions_.insert({flow.completion, id});
+  completions_.insert({flow.completion, flow.id});
 }
 
 void FlowNetwork::reschedule() {
@@ -241,11 +262,11 @@ void FlowNetwork::on_completion_event() {
   pending_at_ = SimTime::max();
   const SimTime now = engine_->now();
   std::vector<FlowLinkId> freed;
-  std::vector<Flow> finished;
+  std::vector<std::pair<SimTime, Callback>> finished;
   while (!completions_.empty() && completions_.begin()->first <= now) {
-    const FlowId id = completions_.begin()->second;
+    const Slot slot = slot_of(completions_.begin()->second);
     completions_.erase(completions_.begin());
-    Flow& flow = flows_.at(id);
+    Flow& flow = flows_[slot];
     advance(flow);
     // Whatever rounding left is carried now, so each link is charged the flow's exact size.
     for (const LinkUse& use : flow.links) link_bytes_[use.link] += use.weight * flow.remaining;
@@ -253,17 +274,36 @@ void FlowNetwork::on_completion_event() {
     bytes_delivered_ += flow.size;
     for (const LinkUse& use : flow.links) {
       auto& on_link = flows_on_link_[use.link];
-      on_link.erase(std::find(on_link.begin(), on_link.end(), id));
+      on_link.erase(std::find(on_link.begin(), on_link.end(), slot));
       freed.push_back(use.link);
     }
-    finished.push_back(std::move(flow));
-    flows_.erase(id);
+    finished.emplace_back(flow.latency, std::move(flow.on_complete));
+    flow.on_complete = nullptr;
+    flow.id = 0;
+    free_slots_.push_back(slot);
+    --active_flows_;
   }
-  const std::vector<FlowId> component = connected_flows(freed);
-  for (const FlowId id : component) advance(flows_.at(id));
+  const std::vector<Slot> component = connected_flows(freed);
+  for (const Slot slot : component) advance(flows_[slot]);
   reallocate(component);
   reschedule();
-  for (Flow& flow : finished) engine_->schedule_after(flow.latency, std::move(flow.on_complete));
+  // Flows that finish together with the same latency hand over in one event: the callbacks run
+  // back to back in finishing order, as events scheduled one after another at one instant do.
+  for (std::size_t first = 0; first < finished.size();) {
+    std::size_t end = first + 1;
+    while (end < finished.size() && finished[end].first == finished[first].first) ++end;
+    if (end - first == 1) {
+      engine_->schedule_after(finished[first].first, std::move(finished[first].second));
+    } else {
+      std::vector<Callback> callbacks;
+      callbacks.reserve(end - first);
+      for (std::size_t i = first; i < end; ++i) callbacks.push_back(std::move(finished[i].second));
+      engine_->schedule_after(finished[first].first, [callbacks = std::move(callbacks)] {
+        for (const Callback& callback : callbacks) callback();
+      });
+    }
+    first = end;
+  }
 }
 
 }  // namespace fleetsim

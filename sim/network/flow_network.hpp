@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
-#include <map>
+#include <memory_resource>
 #include <set>
 #include <utility>
 #include <vector>
@@ -72,12 +72,12 @@ class FlowNetwork {
   FlowId start_flow(std::vector<LinkUse> links, double size_bytes, SimTime latency,
                     Callback on_complete, double max_rate = kUncapped);
   // Starts several transfers at this instant, as start_flow does each, sharing out bandwidth
-  // once for all of them (a collective's flows start together).
-  void start_flows(std::vector<FlowRequest> requests);
+  // once for all of them (a collective's flows start together). Returns their ids, in order.
+  std::vector<FlowId> start_flows(std::vector<FlowRequest> requests);
 
   // Current rate in bytes/s of an active flow; 0 once it finished.
   double rate(FlowId flow) const;
-  std::size_t active_flows() const { return flows_.size(); }
+  std::size_t active_flows() const { return active_flows_; }
   std::size_t link_count() const { return capacity_.size(); }
   double capacity(FlowLinkId link) const { return capacity_[link]; }
   const std::vector<double>& capacities() const { return capacity_; }
@@ -87,7 +87,13 @@ class FlowNetwork {
   double bytes_delivered() const { return bytes_delivered_; }
 
  private:
+  // Flows live in reusable slots; a flow's id is its start sequence number times 2^32 plus its
+  // slot, so ids order flows by start (what keeps rates deterministic) and name their slot.
+  using Slot = std::uint32_t;
+  static Slot slot_of(FlowId id) { return static_cast<Slot>(id & 0xffffffffu); }
   struct Flow {
+    FlowId id = 0;              // 0: the slot is free
+    std::uint64_t visited = 0;  // the last connected_flows() search that reached it
     std::vector<LinkUse> links;
     double size = 0;
     double remaining = 0;  // as of last_update
@@ -99,20 +105,26 @@ class FlowNetwork {
     Callback on_complete;
   };
 
-  // Flows connected to the seed links through shared links, in id order.
-  std::vector<FlowId> connected_flows(const std::vector<FlowLinkId>& seed_links);
+  // The slots of the flows connected to the seed links through shared links, in id order.
+  std::vector<Slot> connected_flows(const std::vector<FlowLinkId>& seed_links);
   void advance(Flow& flow);
-  void reallocate(const std::vector<FlowId>& component);
-  void set_completion(FlowId id, Flow& flow);
+  void reallocate(const std::vector<Slot>& component);
+  void set_completion(Flow& flow);
+  Slot acquire_slot();
   void reschedule();
   void on_completion_event();
 
   Engine* engine_;
   std::vector<double> capacity_;
   std::vector<double> link_bytes_;
-  std::vector<std::vector<FlowId>> flows_on_link_;  // active flows per link, in start order
-  std::map<FlowId, Flow> flows_;                    // ordered: iteration order is id order
-  std::set<std::pair<SimTime, FlowId>> completions_;
+  std::vector<std::vector<Slot>> flows_on_link_;  // active flows per link, in start order
+  std::vector<Flow> flows_;                       // by slot
+  std::vector<Slot> free_slots_;
+  std::size_t active_flows_ = 0;
+  std::uint64_t searches_ = 0;  // connected_flows() calls, to mark visited flows
+  // Completion order; its nodes come from a pool, as flows start and end by the million.
+  std::pmr::unsynchronized_pool_resource completion_nodes_;
+  std::pmr::set<std::pair<SimTime, FlowId>> completions_{&completion_nodes_};
   // Scratch for connected_flows() and reallocate(), indexed by link: the flags are zero between
   // calls (LinkMarks clears them); the values are written before they are read.
   class LinkMarks;
@@ -124,7 +136,7 @@ class FlowNetwork {
   std::vector<FlowLinkId> component_links_;  // reallocate()
   EventHandle pending_;
   SimTime pending_at_ = SimTime::max();
-  FlowId next_id_ = 1;
+  FlowId next_sequence_ = 1;
   double bytes_started_ = 0;
   double bytes_delivered_ = 0;
 };

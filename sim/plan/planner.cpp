@@ -166,12 +166,45 @@ class LayerCollectiveClock {
   std::map<std::tuple<int, CollectiveOp, double>, double> seconds_;
 };
 
+// The least time the first node needs to take in data-parallel all-gathers of `bytes` per group:
+// every tp rank's group brings in the shards of its members on other nodes, through the node's
+// NICs at their usable rate. A group inside one node, or nodes that share an NVLink domain, bound
+// it by nothing.
+double gather_inbound_s(const StepInputs& inputs, double bytes) {
+  const ParallelPlan& plan = inputs.plan;
+  const NodeSpec& node = inputs.node;
+  // Of each data-parallel group (at least one: a tp over several trays shares its nodes).
+  const int members_per_node = std::max(1, node.gpus / plan.tp);
+  if (plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
+      node.nic_bytes_per_s <= 0) {
+    return 0;
+  }
+  // Without an efficiency for it the replay refuses the cluster; the line rate bounds anyway.
+  const auto efficiency =
+      inputs.gpu.link_efficiency.find(to_string(fabric_link_kind(node.nic_kind)));
+  const double usable =
+      node.nics * node.nic_bytes_per_s *
+      (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);
+  const double inbound = plan.tp * bytes * (1.0 - static_cast<double>(members_per_node) / plan.dp);
+  return inbound / usable;
+}
+
+// Under ZeRO-3 every micro-batch gathers each unit of the first stage before its forward and
+// again before its backward (all but a frozen embedding, left out here whatever it is): the
+// first node must take all of that in, however well the rest overlaps.
+double sharded_gathers_s(const StepInputs& inputs) {
+  const ParallelPlan& plan = inputs.plan;
+  if (plan.zero_stage < 3) return 0;
+  const double micro_batches = static_cast<double>(inputs.training.global_batch) /
+                               (static_cast<double>(plan.dp) * inputs.training.micro_batch);
+  const double held = rank_parameters(inputs.model, plan, 0).total();
+  const double embedding = fsdp_unit_parameters(inputs.model).front() / plan.tp;
+  return gather_inbound_s(inputs, micro_batches * (2 * held - embedding) * kBf16Bytes);
+}
+
 // What the first stage still does after its last backward, which ends the drain: its
 // optimizer step on its shard and, under ZeRO-1 and 2 without overlap_param_gather, the
-// all-gather of the parameters its replicas updated. The gather is bounded by the bytes that must
-// enter each node through its NICs (every tp rank's group brings in the shards of the members on
-// other nodes) at their usable rate; a group inside one node, or nodes that share an NVLink domain,
-// bound it by nothing.
+// all-gather of the parameters its replicas updated (gather_inbound_s).
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
@@ -199,21 +232,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
   const bool gathers = (plan.zero_stage == 1 || plan.zero_stage == 2) && !plan.overlap_param_gather;
-  // Of each data-parallel group (at least one: a tp over several trays shares its nodes).
-  const int members_per_node = std::max(1, node.gpus / plan.tp);
-  if (!gathers || plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
-      node.nic_bytes_per_s <= 0) {
-    return optimizer_s;
-  }
-  // Without an efficiency for it the replay refuses the cluster; the line rate bounds anyway.
-  const auto efficiency =
-      inputs.gpu.link_efficiency.find(to_string(fabric_link_kind(node.nic_kind)));
-  const double usable =
-      node.nics * node.nic_bytes_per_s *
-      (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);
-  const double inbound =
-      plan.tp * kBf16Bytes * local * (1.0 - static_cast<double>(members_per_node) / plan.dp);
-  return optimizer_s + inbound / usable;
+  return optimizer_s + (gathers ? gather_inbound_s(inputs, kBf16Bytes * local) : 0.0);
 }
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
@@ -257,8 +276,9 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const LayerOps head = head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len,
                                  plan.tp, inputs.training.lora.has_value());
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
-  return (micro_batches * plan.vpp + (plan.pp - 1)) * chunk_s + micro_batches * head_s +
-         first_stage_tail_s(inputs);
+  return std::max((micro_batches * plan.vpp + (plan.pp - 1)) * chunk_s + micro_batches * head_s +
+                      first_stage_tail_s(inputs),
+                  sharded_gathers_s(inputs));
 }
 
 }  // namespace

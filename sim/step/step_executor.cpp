@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -64,8 +65,30 @@ SimTime total(const std::vector<Interval>& intervals) {
 }
 
 // A stage program's static structure, shared by the stage's ranks.
+// One list of numbers per task, stored back to back: read in order, as replay does millions of
+// times, they cost one cache line where a vector per task costs a pointer chase each.
+class TaskLists {
+ public:
+  // lists[t] for each task t.
+  explicit TaskLists(const std::vector<std::vector<std::uint32_t>>& lists) {
+    begin_.reserve(lists.size() + 1);
+    begin_.push_back(0);
+    for (const auto& list : lists) {
+      items_.insert(items_.end(), list.begin(), list.end());
+      begin_.push_back(items_.size());
+    }
+  }
+  std::span<const std::uint32_t> operator[](TaskIndex t) const {
+    return {items_.data() + begin_[t], items_.data() + begin_[t + 1]};
+  }
+
+ private:
+  std::vector<std::size_t> begin_;
+  std::vector<std::uint32_t> items_;
+};
+
 struct ProgramIndex {
-  std::vector<std::vector<TaskIndex>> dependents;
+  TaskLists dependents;
   // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
   std::array<std::vector<TaskIndex>, kStreamCount> order;
   std::vector<TaskIndex> unordered;  // transfers with no dependencies
@@ -74,18 +97,25 @@ struct ProgramIndex {
   std::vector<std::uint8_t> wakes;
   static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
   std::vector<std::size_t> position;  // of each task in its stream's order
+  // Of each task, the stream positions of the dependencies it has on the compute stream.
+  TaskLists compute_dep_positions;
+  std::vector<int> dependencies;  // of each task: how many it waits on before any has run
+  std::vector<Stream> stream;     // of each task (read often: kept apart from the tasks)
 
-  ProgramIndex(const Program& program, const GpuProfile& gpu) {
-    dependents.resize(program.size());
+  ProgramIndex(const Program& program, const GpuProfile& gpu)
+      : dependents(dependents_of(program)),
+        compute_dep_positions(compute_dep_positions_of(program)) {
     duration.resize(program.size());
+    dependencies.resize(program.size());
+    stream.resize(program.size());
     wakes.resize(program.size());
     position.resize(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
       const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
       wakes[t] |= bit;
+      dependencies[t] = static_cast<int>(program[t].deps.size());
+      stream[t] = program[t].stream;
       for (const TaskIndex d : program[t].deps) {
-        if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
-        dependents[d].push_back(t);
         wakes[d] |= bit;
       }
       if (program[t].stream != Stream::pipeline) {
@@ -99,6 +129,30 @@ struct ProgramIndex {
         duration[t] = from_seconds(kernel_seconds(gpu, work->kernel));
       }
     }
+  }
+
+ private:
+  static TaskLists dependents_of(const Program& program) {
+    std::vector<std::vector<TaskIndex>> lists(program.size());
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      for (const TaskIndex d : program[t].deps) {
+        if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
+        lists[d].push_back(t);
+      }
+    }
+    return TaskLists(lists);
+  }
+  static TaskLists compute_dep_positions_of(const Program& program) {
+    std::vector<std::uint32_t> compute_position(program.size(), 0);
+    std::uint32_t computed = 0;
+    std::vector<std::vector<std::uint32_t>> lists(program.size());
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      for (const TaskIndex d : program[t].deps) {
+        if (program[d].stream == Stream::compute) lists[t].push_back(compute_position[d]);
+      }
+      if (program[t].stream == Stream::compute) compute_position[t] = computed++;
+    }
+    return TaskLists(lists);
   }
 };
 
@@ -227,12 +281,7 @@ class Replay {
     for (int r = 0; r < graph.ranks; ++r) {
       Rank& rank = ranks_[r];
       rank.stage = r / stage_ranks;
-      if (!replayed_[r]) continue;
-      const Program& program = graph.stages[rank.stage];
-      rank.waiting_on.resize(program.size());
-      for (TaskIndex t = 0; t < program.size(); ++t) {
-        rank.waiting_on[t] = static_cast<int>(program[t].deps.size());
-      }
+      if (replayed_[r]) rank.waiting_on = index_[rank.stage].dependencies;
     }
     index_transfers();
     build_groups(topology);
@@ -363,8 +412,7 @@ class Replay {
     const TaskIndex t = order[stream.next];
     if (ranks_[r].waiting_on[t] > 0) return;
     stream.busy = true;
-    const Task& task = program_of(r)[t];
-    if (task.stream == Stream::compute) {
+    if (s == static_cast<int>(Stream::compute)) {
       // Kernels whose ends wake only the compute stream, each followed by one that is then
       // ready, run as one event: the same times without an event per kernel (exactly; under a
       // comm_slowdown, within a nanosecond per kernel, as each kernel alone rounds its end up to
@@ -384,6 +432,7 @@ class Replay {
       schedule_kernel(r);
       return;
     }
+    const Task& task = program_of(r)[t];
     if (const auto* host = std::get_if<HostWork>(&task.work)) {
       start_host_work(r, t, *host);
       return;
@@ -461,11 +510,9 @@ class Replay {
   // Whether compute task `next` will be ready once the run of compute tasks from stream position
   // `first` up to it has finished: every dependency it still waits on is in that run.
   bool ready_after_run(int r, TaskIndex next, std::size_t first) const {
-    const ProgramIndex& index = index_[ranks_[r].stage];
-    const Program& program = program_of(r);
     int in_run = 0;
-    for (const TaskIndex d : program[next].deps) {
-      in_run += program[d].stream == Stream::compute && index.position[d] >= first;
+    for (const std::uint32_t position : index_[ranks_[r].stage].compute_dep_positions[next]) {
+      in_run += position >= first;
     }
     return ranks_[r].waiting_on[next] == in_run;
   }
@@ -750,16 +797,15 @@ class Replay {
 
   void finish(int r, TaskIndex t) {
     Rank& rank = ranks_[r];
-    const Program& program = program_of(r);
     const ProgramIndex& index = index_[rank.stage];
-    if (program[t].stream != Stream::pipeline) {
-      StreamState& stream = rank.streams[static_cast<int>(program[t].stream)];
+    if (index.stream[t] != Stream::pipeline) {
+      StreamState& stream = rank.streams[static_cast<int>(index.stream[t])];
       stream.busy = false;
       ++stream.next;
     }
     ++rank.tasks_done;
     for (const TaskIndex d : index.dependents[t]) {
-      if (--rank.waiting_on[d] == 0 && program[d].stream == Stream::pipeline) {
+      if (--rank.waiting_on[d] == 0 && index.stream[d] == Stream::pipeline) {
         arrive_transfer(r, d);
       }
     }

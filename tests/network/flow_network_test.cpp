@@ -303,18 +303,21 @@ TEST_CASE("flows started together share as if started one by one at that instant
   FlowNetwork batch(batch_engine, {100.0, 60.0, 30.0, 45.0});
   std::vector<Finish> one_done(paths.size()), batch_done(paths.size());
   std::vector<FlowNetwork::FlowRequest> requests;
+  std::vector<FlowNetwork::FlowId> one_ids;
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    one.start_flow(paths[i], 120, SimTime{}, record(one_engine, one_done[i]), ceilings[i]);
+    one_ids.push_back(
+        one.start_flow(paths[i], 120, SimTime{}, record(one_engine, one_done[i]), ceilings[i]));
     requests.push_back(
         {paths[i], 120, SimTime{}, record(batch_engine, batch_done[i]), ceilings[i]});
   }
-  batch.start_flows(std::move(requests));
-  for (FlowNetwork::FlowId id = 1; id <= paths.size(); ++id) {
-    CHECK(batch.rate(id) == Approx(one.rate(id)).epsilon(1e-12));
+  const std::vector<FlowNetwork::FlowId> batch_ids = batch.start_flows(std::move(requests));
+  REQUIRE(batch_ids.size() == paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    CHECK(batch.rate(batch_ids[i]) == Approx(one.rate(one_ids[i])).epsilon(1e-12));
   }
-  CHECK(batch.rate(5) == Approx(5.0));
-  CHECK(batch.rate(6) == Approx(15.0));  // weight 1 beside weight 2 on 45 B/s
-  CHECK(batch.rate(7) == Approx(15.0));
+  CHECK(batch.rate(batch_ids[4]) == Approx(5.0));
+  CHECK(batch.rate(batch_ids[5]) == Approx(15.0));  // weight 1 beside weight 2 on 45 B/s
+  CHECK(batch.rate(batch_ids[6]) == Approx(15.0));
   one_engine.run();
   batch_engine.run();
   for (std::size_t i = 0; i < paths.size(); ++i) {

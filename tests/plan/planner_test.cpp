@@ -181,6 +181,28 @@ TEST_CASE("the lower bound holds for offloaded layouts, the host's share include
   }
 }
 
+TEST_CASE("under ZeRO-3 the bound counts the gathers each node must take in through its NICs") {
+  // Two nodes, one replica per GPU: every micro-batch gathers each unit before its forward and
+  // its backward, half of it from the other node. With slow NICs those gathers are the step.
+  StepInputs in = two_nodes();
+  in.plan.dp = 16;
+  in.plan.zero_stage = 3;
+  in.node.nic_bytes_per_s = 2e9;
+  const double step_s = simulate_step(in).step.step_time_s;
+  const double bound_s = step_lower_bound_s(in);
+  CHECK(bound_s <= step_s);
+  // The gathers bound it: NICs half as fast, a bound twice as long.
+  StepInputs slower = in;
+  slower.node.nic_bytes_per_s /= 2;
+  CHECK(step_lower_bound_s(slower) == Approx(2 * bound_s).epsilon(1e-9));
+  CHECK(step_lower_bound_s(slower) <= simulate_step(slower).step.step_time_s);
+  // In one node nothing crosses a NIC.
+  StepInputs one_node = in;
+  one_node.nodes = 1;
+  one_node.plan.dp = 8;
+  CHECK(step_lower_bound_s(one_node) <= simulate_step(one_node).step.step_time_s);
+}
+
 TEST_CASE("the planner tries tp across whole trays of an NVLink domain") {
   // Two 4-GPU trays: in one NVLink domain tp 8 spans both; as separate nodes it cannot.
   StepInputs in = fleetsim::testing::two_trays();

@@ -387,7 +387,7 @@ TEST_CASE("folding: replicas that share no links are left out, and change nothin
   const auto [folded, unfolded] = folded_and_unfolded(in);
   CHECK(folded.step.step_time_s == unfolded.step.step_time_s);
   CHECK(folded.step.comm_bytes_per_gpu == Approx(unfolded.step.comm_bytes_per_gpu).epsilon(1e-12));
-  CHECK(folded.step.events * 3 < unfolded.step.events);
+  CHECK(folded.step.events * 2 < unfolded.step.events);  // a quarter of the ranks replayed
 }
 
 TEST_CASE("folding: ZeRO-3, interleaving with tied embeddings and PCIe-only nodes agree too") {
