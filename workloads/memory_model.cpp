@@ -65,7 +65,8 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
 
 double optimizer_shard(const RankParameters& held, const ParallelPlan& plan) {
   if (plan.zero_stage < 1) return held.total();
-  return held.dense / plan.dp + held.experts / (static_cast<double>(plan.dp) / plan.ep);
+  return held.dense / plan.gradient_ranks() +
+         held.experts / (static_cast<double>(plan.dp) / plan.ep);
 }
 
 namespace {
@@ -101,9 +102,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double updated =
       optimizer_shard(training.lora ? RankParameters{adapters, 0.0} : held, plan);
   const std::string which = training.lora ? "LoRA adapters only, " : "";
-  const double dp = plan.dp;
+  // Gradients and ZeRO shards split over dp x cp (the cp ranks hold the same parameters).
+  const double dp = plan.gradient_ranks();
+  const std::string over_dp = plan.cp > 1 ? "over dp x cp" : "over dp";
   const int zero = plan.zero_stage;
-  const double tokens = static_cast<double>(training.micro_batch) * training.seq_len;
+  // The rank's tokens of a micro-batch: its share of the sequence under context parallelism.
+  const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   const std::string per_param = " bytes/param";
 
   MemoryBreakdown memory;
@@ -125,7 +129,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
       std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
                               "bits), adapters, embedding and head BF16, "
                             : "BF16, ") +
-          split + std::string(zero >= 3 ? "sharded over dp (ZeRO-3)" : "replicated") +
+          split + (zero >= 3 ? "sharded " + over_dp + " (ZeRO-3)" : std::string("replicated")) +
           (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   const double grad_shards = zero >= 2 ? dp : 1;
   if (plan.offload_optimizer && zero >= 2) {
@@ -133,15 +137,15 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   } else {
     add("gradients", kMainGradBytes * trained / grad_shards,
         "FP32 main gradients, " + which + split +
-            std::string(zero >= 2 ? "sharded over dp" : "replicated"));
+            (zero >= 2 ? "sharded " + over_dp : std::string("replicated")));
   }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   const std::string states_basis =
       std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
                             : "FP32 master weights + Adam m, v = 12") +
       per_param + ", " + which + split +
-      (zero >= 1 ? (plan.ep > 1 ? "sharded over dp, experts over dp / ep" : "sharded over dp")
-                 : "replicated");
+      (zero >= 1 ? "sharded " + over_dp + (plan.ep > 1 ? ", experts over dp / ep" : "")
+                 : std::string("replicated"));
   if (plan.offload_optimizer) {
     add("optimizer states", 0, "offloaded to host memory (ZeRO-Offload): " + states_basis);
     memory.host_bytes_per_rank =
@@ -218,10 +222,11 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double grad_staging = zero >= 3 ? staged_unit / tp * training.grad_reduce_bytes
                                         : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
   // NCCL keeps buffers per communicator: the data-parallel, tensor-parallel and pipeline ones.
-  // Expert parallelism adds the expert group's and the experts' data-parallel ones.
-  const double communicators = (plan.dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) +
-                               (plan.pp > 1 ? 1 : 0) + (plan.ep > 1 ? 1 : 0) +
-                               (plan.ep > 1 && plan.dp > plan.ep ? 1 : 0);
+  // Expert parallelism adds the expert group's and the experts' data-parallel ones, context
+  // parallelism the context group's.
+  const double communicators = (dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) + (plan.pp > 1 ? 1 : 0) +
+                               (plan.ep > 1 ? 1 : 0) + (plan.ep > 1 && plan.dp > plan.ep ? 1 : 0) +
+                               (plan.cp > 1 ? 1 : 0);
   add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
       "gradient staging");
@@ -232,6 +237,14 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     add("tensor-parallel buffers", gathered_input,
         "two BF16 T x hidden all-gather outputs (a block's input, its re-gather in backward)");
     dynamic += gathered_input;
+  }
+  if (plan.cp > 1) {
+    // Ring attention holds the keys and values it computes with and those arriving for the
+    // next step, in backward their gradients too: four chunks' K and V of the local heads.
+    const double ring = 4 * 2 * kBf16Bytes * tokens * model.kv_heads * model.head_dim() / plan.tp;
+    add("context-parallel buffers", ring,
+        "ring attention: K and V being used and arriving, and their gradients, BF16");
+    dynamic += ring;
   }
 
   add("framework overhead", kFrameworkOverheadBytes,

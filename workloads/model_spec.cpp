@@ -36,6 +36,29 @@ std::optional<PlanProblem> expert_parallelism_problem(const ModelSpec& model,
   return std::nullopt;
 }
 
+std::optional<PlanProblem> context_parallelism_problem(const TrainingSpec& training,
+                                                       const ParallelPlan& plan) {
+  if (plan.cp <= 1) return std::nullopt;
+  const std::string cp = "cp " + std::to_string(plan.cp);
+  const int chunks = 2 * plan.cp * plan.tp;
+  if (training.seq_len % chunks != 0) {
+    return PlanProblem{cp + " cuts each sequence into 2 x cp chunks that tp " +
+                           std::to_string(plan.tp) +
+                           " shards again: 2 x cp x tp = " + std::to_string(chunks) +
+                           " must divide seq_len " + std::to_string(training.seq_len),
+                       "pick a cp whose 2 x cp x tp divides the sequence length"};
+  }
+  if (training.attention != Attention::flash) {
+    return PlanProblem{cp + " runs ring attention, which is built on FlashAttention",
+                       "set training.attention: flash, or remove cp"};
+  }
+  if (plan.ep > 1) {
+    return PlanProblem{"context and expert parallelism together are not modelled yet",
+                       "remove cp or ep"};
+  }
+  return std::nullopt;
+}
+
 void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan) {
   if (model.layers < 1 || model.hidden < 1 || model.ffn < 1 || model.vocab < 1 || model.heads < 1 ||
       model.kv_heads < 1) {
@@ -75,8 +98,9 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
     throw ModelError("model " + model.name +
                      ": heads must divide the hidden size and KV heads must divide heads");
   }
-  if (training.micro_batch < 1 || training.seq_len < 1 || plan.dp < 1 || plan.tp < 1) {
-    throw ModelError("micro-batch, sequence length, tp and dp must be positive");
+  if (training.micro_batch < 1 || training.seq_len < 1 || plan.dp < 1 || plan.tp < 1 ||
+      plan.cp < 1) {
+    throw ModelError("micro-batch, sequence length, tp, cp and dp must be positive");
   }
   // Tensor parallelism splits heads, KV heads, the MLP and the vocabulary (the embedding and
   // output head are vocabulary-parallel), and shards the sequence between blocks.
@@ -113,6 +137,9 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
     throw ModelError("optimizer offload runs CPU Adam with FP32 moments, not 8-bit Adam");
   }
   if (plan.ep < 1) throw ModelError("ep must be at least 1");
+  if (const auto problem = context_parallelism_problem(training, plan)) {
+    throw ModelError(problem->problem);
+  }
   if (const auto problem = expert_parallelism_problem(model, plan)) {
     throw ModelError(problem->problem);
   }

@@ -105,9 +105,16 @@ inline const char* to_string(PipelineSchedule schedule) {
 struct ParallelPlan {
   // Megatron-style tensor parallelism with sequence parallelism: each layer's GEMMs and heads
   // split over tp ranks of consecutive GPUs, activations between them sharded by sequence, an
-  // all-gather before and a reduce-scatter after each block. Ranks are tp x dp x pp, tp
-  // innermost.
+  // all-gather before and a reduce-scatter after each block. Ranks are tp x cp x dp x pp, tp
+  // innermost (Megatron's order).
   int tp = 1;
+  // Context parallelism (Megatron's --context-parallel-size): each micro-batch's sequence is
+  // cut into 2 x cp chunks and cp ranks each take two of them (chunks i and 2 cp - 1 - i, so
+  // causal attention's work is even); every op but attention runs on the rank's s / cp tokens,
+  // and attention exchanges keys and values around the cp ranks (ring attention), the exchange
+  // running beside the attention kernel. The cp ranks hold the same parameters: gradients are
+  // reduced, and ZeRO shards, over dp x cp (gradient_ranks).
+  int cp = 1;
   int dp = 1;
   // Pipeline parallelism: the layers split evenly over pp stages, the embedding on the first,
   // the output head on the last; activations and their gradients sent between stages.
@@ -139,6 +146,10 @@ struct ParallelPlan {
   // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes
   // back.
   bool offload_optimizer = false;
+
+  // The ranks that hold the same parameters, over which gradients are reduced and ZeRO shards.
+  int gradient_ranks() const { return dp * cp; }
+  int world_size() const { return tp * cp * dp * pp; }
 };
 
 // What keeps the plan's expert parallelism from running, with a hint, or nothing (ep 1 always
@@ -150,6 +161,12 @@ struct PlanProblem {
 };
 std::optional<PlanProblem> expert_parallelism_problem(const ModelSpec& model,
                                                       const ParallelPlan& plan);
+// What keeps the plan's context parallelism from running, or nothing (cp 1 always runs): the
+// sequence must split into 2 x cp chunks that tp splits again, attention must be
+// FlashAttention's (ring attention is built on it), and expert parallelism is not modelled
+// with it.
+std::optional<PlanProblem> context_parallelism_problem(const TrainingSpec& training,
+                                                       const ParallelPlan& plan);
 
 // Throws ModelError when the job is inconsistent: a model without layers or with heads that do
 // not divide, a batch that does not split into micro-batches over the data-parallel ranks.

@@ -33,13 +33,13 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
                               const ParallelPlan& plan, int stage) {
   const int tp = plan.tp;
   const int mb = training.micro_batch;
-  const int s = training.seq_len;
+  const int s = training.seq_len / plan.cp;  // the rank's share of each sequence
   const std::vector<double> parameters = fsdp_unit_parameters(model);
   const std::size_t head_index = parameters.size() - 1;
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
-  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep);
+  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp);
   // Under expert parallelism a layer holds experts / ep of its experts.
   const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
   const double absent_experts = experts * (plan.ep - 1);
@@ -135,8 +135,10 @@ class ProgramBuilder {
         gather.clear();
       }
       if (op.collective) {
+        // Ring attention always overlaps; tensor-parallel collectives under tp_comm_overlap.
+        const bool context = op.collective->group == LayerGroup::context;
         const std::optional<std::size_t> beside =
-            overlap_tp_ ? overlapped_gemm(list, i) : std::nullopt;
+            context || overlap_tp_ ? overlapped_kernel(list, i) : std::nullopt;
         const bool gather_beside_next = beside == i + 1;
         if (i > 0 && beside == i - 1) {
           // Starts with the GEMM that writes what it reduces.
@@ -144,8 +146,9 @@ class ProgramBuilder {
           if (before_last) after.push_back(*before_last);
         }
         after.insert(after.end(), pending.begin(), pending.end());
-        const Group group =
-            op.collective->expert_parallel ? Group::expert_parallel : Group::tensor_parallel;
+        const Group group = op.collective->group == LayerGroup::expert ? Group::expert_parallel
+                            : context                                  ? Group::context_parallel
+                                                                       : Group::tensor_parallel;
         const TaskIndex task =
             add(Task{prefix + op.name, Stream::tensor,
                      CollectiveWork{op.collective->op, op.collective->size_bytes, group}, after});
@@ -282,8 +285,8 @@ class MicroBatchBuilder {
     if (const auto copy = build_->copy_before_last()) deps.push_back(*copy);
     const TaskIndex reduction =
         build_->collective(name, op, parameters * training_->grad_reduce_bytes, deps, group);
-    offload_gradients(*build_, *plan_, *training_, name, reduction, parameters / plan_->dp,
-                      first_reduction);
+    offload_gradients(*build_, *plan_, *training_, name, reduction,
+                      parameters / plan_->gradient_ranks(), first_reduction);
     return reduction;
   }
 
@@ -447,9 +450,9 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     }
   }
   // With sequence parallelism each tp rank sends its sequence shard of the T x hidden
-  // activations (Megatron's p2p tensors are scattered too).
+  // activations (Megatron's p2p tensors are scattered too); each cp rank its chunks'.
   const double activation_bytes = kBf16Bytes * static_cast<double>(training.micro_batch) *
-                                  training.seq_len * model.hidden / plan.tp;
+                                  training.seq_len / plan.cp * model.hidden / plan.tp;
   // Transfer ids: boundary b (between virtual stages b and b + 1), micro-batch i, forward or
   // backward.
   const auto transfer_id = [m](int boundary, int i, bool forward) {
@@ -521,8 +524,8 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
         build.transfer("embedding_grad.recv", first ? from_last : from_first, false, bytes, {});
     deps.push_back(received);
     // Offloaded, the other stage's share reaches the host shard too.
-    offload_gradients(build, plan, training, "embedding_grad", received, tied / plan.tp / plan.dp,
-                      /*first=*/false);
+    offload_gradients(build, plan, training, "embedding_grad", received,
+                      tied / plan.tp / plan.gradient_ranks(), /*first=*/false);
   }
   // Offloaded, the step waits for every gradient to reach the host.
   if (const auto copy = build.last_copy_to_host()) deps.push_back(*copy);
@@ -597,9 +600,10 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   validate_job(model, training, plan);
   TaskGraph graph;
   graph.tp = plan.tp;
-  graph.dp = plan.dp;
+  graph.dp = plan.gradient_ranks();  // the replayed replicas: each cp rank is one
+  graph.cp = plan.cp;
   graph.ep = plan.ep;
-  graph.ranks = plan.tp * plan.dp * plan.pp;
+  graph.ranks = plan.world_size();
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   graph.stages.resize(plan.pp);

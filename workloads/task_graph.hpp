@@ -49,13 +49,17 @@ inline const char* to_string(Stream stream) {
 
 // Which ranks a collective spans. Under expert parallelism (ParallelPlan::ep) the expert group
 // is ep consecutive replicas of a stage (same tp rank), and an expert's data-parallel group the
-// dp / ep replicas that hold it: those whose replica index is the same modulo ep.
+// dp / ep replicas that hold it: those whose replica index is the same modulo ep. Under context
+// parallelism each cp rank counts as a replica (TaskGraph::dp is dp x cp, so the
+// data-parallel group is Megatron's dp x cp one) and the context group is cp consecutive
+// replicas, same tp rank.
 enum class Group {
   data_parallel,
   tensor_parallel,
   pipeline,
   expert_parallel,
-  expert_data_parallel
+  expert_data_parallel,
+  context_parallel
 };
 
 // FSDP keeps at most this many units' full parameters at once: the one computing and the one
@@ -101,8 +105,9 @@ using Program = std::vector<Task>;
 struct TaskGraph {
   int ranks = 1;  // tp x dp x pp
   int tp = 1;
-  int dp = 1;
+  int dp = 1;                   // replicas per stage: ParallelPlan's dp x cp
   int ep = 1;                   // expert parallelism: ep consecutive replicas form an expert group
+  int cp = 1;                   // context parallelism: cp consecutive replicas share sequences
   std::vector<Program> stages;  // one program per pipeline stage, run by each of its ranks
   int transfers = 0;            // pipeline transfers, numbered 0..transfers-1
   double tokens_per_step = 0;

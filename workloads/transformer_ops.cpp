@@ -205,23 +205,25 @@ void projection(const std::string& name, double m, double n, double k, const Tra
 
 }  // namespace
 
-std::optional<std::size_t> overlapped_gemm(const std::vector<Op>& ops, std::size_t i) {
-  const auto is_gemm = [&](std::size_t j) {
-    return !ops[j].collective && ops[j].kernel.kind == KernelKind::gemm;
-  };
+std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i) {
   if (i >= ops.size() || !ops[i].collective) return std::nullopt;
+  const KernelKind beside =
+      ops[i].collective->group == LayerGroup::context ? KernelKind::attention : KernelKind::gemm;
+  const auto is_beside = [&](std::size_t j) {
+    return !ops[j].collective && ops[j].kernel.kind == beside;
+  };
   const CollectiveOp op = ops[i].collective->op;
-  if (op == CollectiveOp::reduce_scatter && i > 0 && is_gemm(i - 1)) return i - 1;
-  if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_gemm(i + 1)) return i + 1;
+  if (op == CollectiveOp::reduce_scatter && i > 0 && is_beside(i - 1)) return i - 1;
+  if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_beside(i + 1)) return i + 1;
   return std::nullopt;
 }
 
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
-                           Recompute recompute, int ep) {
+                           Recompute recompute, int ep, int cp) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
-  const double t = static_cast<double>(micro_batch) * seq_len;
-  const double mask = training.dropout > 0 ? kMaskBytes : 0;  // per element dropped
+  const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
+  const double mask = training.dropout > 0 ? kMaskBytes : 0;         // per element dropped
   const double h = model.hidden;
   const double f = model.ffn;
   const double kv = kv_dim(model);
@@ -271,11 +273,24 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
   }
 
-  // Causal attention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away.
+  // Causal attention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away; cp ranks
+  // share them evenly.
   const double attention_fwd_flops =
-      0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h / split;
+      0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h / split / cp;
+  // Ring attention: the whole sequence's keys and values of the local KV heads, gathered in
+  // forward; in backward gathered again while their gradients are reduce-scattered. Listed
+  // around attention in forward order (the backward list is reversed at the end).
+  const double sequence_kv = kBf16 * micro_batch * double(seq_len) * 2 * kv / split;
+  const auto context_op = [&](std::string name, CollectiveOp op) {
+    return Op{std::move(name), Kernel{}, 0, LayerCollective{op, sequence_kv, LayerGroup::context}};
+  };
+  if (cp > 1) {
+    fwd.push_back(context_op("kv_ring", CollectiveOp::all_gather));
+    backward.push_back(context_op("kv_ring.dkv", CollectiveOp::reduce_scatter));
+  }
   if (training.attention == Attention::flash) {
-    const double attention_io = kBf16 * t * (2 * h + 2 * kv) / split;  // read Q, K, V; write O
+    // Read Q, the keys and values it meets (the whole sequence's under cp), write O.
+    const double attention_io = kBf16 * (t * 2 * h + cp * t * 2 * kv) / split;
     Kernel attention_fwd;
     attention_fwd.kind = KernelKind::attention;
     attention_fwd.flops = attention_fwd_flops;
@@ -285,6 +300,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     attention_bwd.flops = 2.5 * attention_fwd_flops;
     attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
     backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
+    if (cp > 1) backward.push_back(context_op("kv_ring.bwd", CollectiveOp::all_gather));
   } else {
     // Eager: per head, batched over micro-batch x local heads, S = QK^T [s,s], P = softmax(S)
     // (scaled, masked, dropped out), O = PV; backward dP = dO V^T, dV = P^T dO, dS, then
@@ -361,7 +377,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // experts / ep experts then gets ep x t x k / E tokens.
     const auto all_to_all = [&](const std::string& name) {
       if (ep == 1) return;
-      const LayerCollective exchange{CollectiveOp::all_to_all, k * kBf16 * t * h, true};
+      const LayerCollective exchange{CollectiveOp::all_to_all, k * kBf16 * t * h,
+                                     LayerGroup::expert};
       fwd.push_back(Op{name, Kernel{}, 0, exchange});
       backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
     };

@@ -21,12 +21,14 @@
 namespace fleetsim {
 
 // A collective in the middle of a layer, which the compute stream waits for: of the
-// tensor-parallel group (sequence parallelism), or of the expert-parallel group (a mixture of
-// experts' token all-to-alls).
+// tensor-parallel group (sequence parallelism), of the expert-parallel group (a mixture of
+// experts' token all-to-alls), or of the context-parallel group (ring attention's keys and
+// values).
+enum class LayerGroup { tensor, expert, context };
 struct LayerCollective {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
-  bool expert_parallel = false;
+  LayerGroup group = LayerGroup::tensor;
 };
 
 struct Op {
@@ -54,13 +56,21 @@ struct LayerOps {
 // With expert parallelism over `ep` ranks (a mixture of experts, tp 1) each rank holds experts
 // / ep of the experts; the permuted tokens go to their experts' ranks and come back by two
 // all-to-alls of the expert-parallel group, in forward and in backward.
+// With context parallelism over `cp` ranks every op but attention runs on the rank's
+// micro_batch x seq_len / cp tokens, and attention does 1 / cp of the causal work (two
+// balanced chunks of queries against the keys before them). Its keys and values travel around
+// the cp ranks beside it (ring attention, as Transformer Engine runs it): in forward the
+// bytes of an all-gather of the whole sequence's K and V, in backward those again and a
+// reduce-scatter's of their gradients.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
-                           Recompute recompute = Recompute::none, int ep = 1);
-// Under tensor-parallel overlap (ParallelPlan::tp_comm_overlap), the GEMM that the collective
-// ops[i] runs beside: for an all-gather the GEMM after it, when another op follows that GEMM
-// in the list (the op that waits for both); for a reduce-scatter the GEMM before it. None for
-// a kernel, another collective, or one next to no GEMM (the embedding's, which then blocks).
-std::optional<std::size_t> overlapped_gemm(const std::vector<Op>& ops, std::size_t i);
+                           Recompute recompute = Recompute::none, int ep = 1, int cp = 1);
+// The kernel the collective ops[i] runs beside, when it overlaps: for an all-gather the kernel
+// after it, when another op follows that kernel in the list (the op that waits for both); for
+// a reduce-scatter the kernel before it. The kernel is a GEMM for a tensor-parallel collective
+// (under ParallelPlan::tp_comm_overlap; the caller decides), attention for a context-parallel
+// one (always). None for a kernel, another collective, or one next to no such kernel (the
+// embedding's, which then blocks).
+std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
 
 // A frozen embedding or head (LoRA) computes no weight gradient.
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,

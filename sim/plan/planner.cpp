@@ -53,45 +53,52 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
   // Optimizer offload where the node describes its host and the optimizer is FP32 Adam.
   const bool can_offload = base.node.describes_host() && base.training.optimizer == Optimizer::adam;
   std::vector<StepInputs> layouts;
-  // Inside a node, or across whole nodes of an NVLink domain (GB200 NVL72 trays).
-  for (int tp = 1; tp <= base.node.gpus * base.node.nvlink_domain_nodes; tp *= 2) {
-    if (!base.node.nvlink_group_fits(tp) || gpus % tp != 0) continue;
-    for (const int pp : divisors(base.model.layers)) {
-      if (gpus % (tp * pp) != 0) continue;
-      std::vector<int> virtual_stages{1};
-      if (pp > 1) {
-        for (const int v : divisors(base.model.layers / pp)) {
-          if (v > 1 && v <= kMaxVirtualStages) virtual_stages.push_back(v);
+  // Context parallelism: powers of two up to the base's cp (1 unless the scenario asks).
+  for (int cp = 1; cp <= base.plan.cp; cp *= 2) {
+    // Inside a node, or across whole nodes of an NVLink domain (GB200 NVL72 trays).
+    for (int tp = 1; tp <= base.node.gpus * base.node.nvlink_domain_nodes; tp *= 2) {
+      if (!base.node.nvlink_group_fits(tp) || gpus % tp != 0) continue;
+      for (const int pp : divisors(base.model.layers)) {
+        if (gpus % (tp * cp * pp) != 0) continue;
+        std::vector<int> virtual_stages{1};
+        if (pp > 1) {
+          for (const int v : divisors(base.model.layers / pp)) {
+            if (v > 1 && v <= kMaxVirtualStages) virtual_stages.push_back(v);
+          }
         }
-      }
-      for (const int micro_batch : kMicroBatches) {
-        // Only micro-batches that split each replica's share of the batch.
-        if (base.training.global_batch % (micro_batch * (gpus / (tp * pp))) != 0) continue;
-        for (const int vpp : virtual_stages) {
-          // ZeRO shards over replicas: without any, only stage 0.
-          const int dp = gpus / (tp * pp);
-          for (int zero = 0; zero <= (dp == 1 ? 0 : pp > 1 ? 1 : 3); ++zero) {
-            for (const int ep : expert_parallel_sizes(base.model, tp, dp, zero)) {
-              StepInputs inputs = base;
-              inputs.plan.ep = ep;
-              inputs.training.micro_batch = micro_batch;
-              inputs.plan.tp = tp;
-              inputs.plan.pp = pp;
-              inputs.plan.dp = dp;
-              inputs.plan.vpp = vpp;
-              inputs.plan.schedule = PipelineSchedule::one_f_one_b;
-              inputs.plan.zero_stage = zero;
-              // The base's choice, where there is tensor parallelism to overlap.
-              inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
-              // Not with expert parallelism, which is modelled without it.
-              inputs.plan.overlap_param_gather =
-                  base.plan.overlap_param_gather && (zero == 1 || zero == 2) && ep == 1;
-              inputs.plan.recompute = Recompute::none;
-              inputs.plan.offload_optimizer = false;
-              layouts.push_back(inputs);
-              if (can_offload && zero >= 1 && ep == 1) {
-                inputs.plan.offload_optimizer = true;
-                layouts.push_back(std::move(inputs));
+        for (const int micro_batch : kMicroBatches) {
+          const int dp = gpus / (tp * cp * pp);
+          // Only micro-batches that split each replica's share of the batch.
+          if (base.training.global_batch % (micro_batch * dp) != 0) continue;
+          for (const int vpp : virtual_stages) {
+            // ZeRO shards over the ranks holding the same parameters: without any, only stage 0.
+            for (int zero = 0; zero <= (dp * cp == 1 ? 0 : pp > 1 ? 1 : 3); ++zero) {
+              // Expert parallelism is not modelled with context parallelism.
+              const std::vector<int> eps =
+                  cp == 1 ? expert_parallel_sizes(base.model, tp, dp, zero) : std::vector<int>{1};
+              for (const int ep : eps) {
+                StepInputs inputs = base;
+                inputs.plan.ep = ep;
+                inputs.training.micro_batch = micro_batch;
+                inputs.plan.tp = tp;
+                inputs.plan.cp = cp;
+                inputs.plan.pp = pp;
+                inputs.plan.dp = dp;
+                inputs.plan.vpp = vpp;
+                inputs.plan.schedule = PipelineSchedule::one_f_one_b;
+                inputs.plan.zero_stage = zero;
+                // The base's choice, where there is tensor parallelism to overlap.
+                inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
+                // Not with expert parallelism, which is modelled without it.
+                inputs.plan.overlap_param_gather =
+                    base.plan.overlap_param_gather && (zero == 1 || zero == 2) && ep == 1;
+                inputs.plan.recompute = Recompute::none;
+                inputs.plan.offload_optimizer = false;
+                layouts.push_back(inputs);
+                if (can_offload && zero >= 1 && ep == 1) {
+                  inputs.plan.offload_optimizer = true;
+                  layouts.push_back(std::move(inputs));
+                }
               }
             }
           }
@@ -116,14 +123,15 @@ struct Candidate {
 // longer. Nothing is pruned by it.
 double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
   const ParallelPlan& plan = inputs.plan;
-  if (plan.dp == 1) return bound_s;
+  const int replicas = plan.gradient_ranks();
+  if (replicas == 1) return bound_s;
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double trained = inputs.training.lora ? 0.01 : 1.0;  // adapters: a sliver of the model
   const double local = rank_parameters(inputs.model, plan, 0).total();
   const double passes = plan.zero_stage >= 3 ? 2 * micro_batches + trained : 2 * trained;
-  const double bytes = passes * kBf16Bytes * local * (plan.dp - 1) / plan.dp;
-  const bool in_node = plan.tp * plan.dp <= inputs.node.gpus;
+  const double bytes = passes * kBf16Bytes * local * (replicas - 1) / replicas;
+  const bool in_node = plan.tp * replicas <= inputs.node.gpus;
   const double per_gpu = in_node
                              ? inputs.node.nvlink_bytes_per_s
                              : inputs.node.nic_bytes_per_s * inputs.node.nics / inputs.node.gpus;
@@ -139,14 +147,17 @@ bool ranks_before(const PlannedLayout& a, std::size_t a_order, const PlannedLayo
   return a_order < b_order;
 }
 
-// The time of each tensor- or expert-parallel collective of a layer alone on an idle cluster,
-// simulated once per (group size, op, size): a collective that shares links can only take
-// longer, and the compute stream waits for each.
+// The time of each tensor-, expert- or context-parallel collective of a layer alone on an idle
+// cluster, simulated once per (group size, op, size): a collective that shares links can only
+// take longer, and the compute stream waits for each.
 class LayerCollectiveClock {
  public:
   double seconds(const StepInputs& inputs, const LayerCollective& collective) {
-    // A group of consecutive ranks: tp of them, or ep with tp 1.
-    const int ranks = collective.expert_parallel ? inputs.plan.ep : inputs.plan.tp;
+    // A group of consecutive ranks: tp of them, or ep with tp 1. A context group's cp ranks lie
+    // tp apart; timed as cp consecutive ones, on as few nodes, it can only be faster.
+    const int ranks = collective.group == LayerGroup::expert    ? inputs.plan.ep
+                      : collective.group == LayerGroup::context ? inputs.plan.cp
+                                                                : inputs.plan.tp;
     const auto key = std::tuple{ranks, collective.op, collective.size_bytes};
     const auto known = seconds_.find(key);
     if (known != seconds_.end()) return known->second;
@@ -175,7 +186,8 @@ double gather_inbound_s(const StepInputs& inputs, double bytes) {
   const NodeSpec& node = inputs.node;
   // Of each data-parallel group (at least one: a tp over several trays shares its nodes).
   const int members_per_node = std::max(1, node.gpus / plan.tp);
-  if (plan.dp <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
+  const int replicas = plan.gradient_ranks();
+  if (replicas <= members_per_node || node.nvlink_domain_nodes > 1 || node.nics <= 0 ||
       node.nic_bytes_per_s <= 0) {
     return 0;
   }
@@ -185,7 +197,7 @@ double gather_inbound_s(const StepInputs& inputs, double bytes) {
   const double usable =
       node.nics * node.nic_bytes_per_s *
       (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);
-  const double inbound = plan.tp * bytes * (1.0 - static_cast<double>(members_per_node) / plan.dp);
+  const double inbound = plan.tp * bytes * (1.0 - static_cast<double>(members_per_node) / replicas);
   return inbound / usable;
 }
 
@@ -217,8 +229,8 @@ double first_stage_tail_s(const StepInputs& inputs) {
   // backward: together their bytes cross its host memory, each rank's parameters take its
   // share of the cores, and then its BF16 shard crosses its PCIe link at line rate.
   const auto offloaded_s = [&] {
-    const int stage_ranks_on_node = std::min(node.gpus, plan.tp * plan.dp);
-    const int ranks_on_node = std::min(node.gpus, plan.tp * plan.dp * plan.pp);
+    const int stage_ranks_on_node = std::min(node.gpus, plan.tp * plan.gradient_ranks());
+    const int ranks_on_node = std::min(node.gpus, plan.world_size());
     const double memory_s = stage_ranks_on_node *
                             adam_step_bytes_per_parameter(inputs.training.optimizer) * shard /
                             (node.host_memory_bytes_per_s * node.host_memory_efficiency);
@@ -238,9 +250,10 @@ double first_stage_tail_s(const StepInputs& inputs) {
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
   const LayerOps layer =
-      decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep);
+      decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp);
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
-  // whole, an overlapped one by how much it outlasts the GEMM beside it.
+  // whole, an overlapped one by how much it outlasts the kernel beside it (ring attention's
+  // always overlaps).
   const bool overlap = plan.tp_comm_overlap && plan.tp > 1;
   const auto blocking_s = [&](const std::vector<Op>& ops) {
     double seconds = 0;
@@ -251,7 +264,8 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
         continue;
       }
       const double collective_s = clock.seconds(inputs, *op.collective);
-      const std::optional<std::size_t> beside = overlap ? overlapped_gemm(ops, i) : std::nullopt;
+      const bool overlaps = overlap || op.collective->group == LayerGroup::context;
+      const std::optional<std::size_t> beside = overlaps ? overlapped_kernel(ops, i) : std::nullopt;
       seconds += beside
                      ? std::max(0.0, collective_s - kernel_seconds(inputs.gpu, ops[*beside].kernel))
                      : collective_s;
@@ -273,8 +287,9 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   // rest of the data-parallel traffic only add to this.
   const double chunk_s = chunk_layers * (forward_s + backward_s);
   // The last stage also runs the output head of every micro-batch.
-  const LayerOps head = head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len,
-                                 plan.tp, inputs.training.lora.has_value());
+  const LayerOps head =
+      head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp,
+               plan.tp, inputs.training.lora.has_value());
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
   return std::max((micro_batches * plan.vpp + (plan.pp - 1)) * chunk_s + micro_batches * head_s +
                       first_stage_tail_s(inputs),

@@ -194,6 +194,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "tp", inputs.plan.tp);
   write_attribute(group, "dp", inputs.plan.dp);
   write_attribute(group, "ep", inputs.plan.ep);
+  write_attribute(group, "cp", inputs.plan.cp);
   write_attribute(group, "pp", inputs.plan.pp);
   write_attribute(group, "vpp", inputs.plan.vpp);
   write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));

@@ -24,6 +24,7 @@ Json layout_json(const ParallelPlan& plan) {
   return Json{{"tp", plan.tp},
               {"dp", plan.dp},
               {"ep", plan.ep},
+              {"cp", plan.cp},
               {"pp", plan.pp},
               {"vpp", plan.vpp},
               {"pipeline_schedule", to_string(plan.schedule)},

@@ -814,7 +814,8 @@ const Keys kLayoutKeys = {"dp",
                           "tp_comm_overlap",
                           "overlap_param_gather",
                           "offload_optimizer",
-                          "ep"};
+                          "ep",
+                          "cp"};
 
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
@@ -861,6 +862,9 @@ ParallelPlan parse_layout(const Field& f) {
   }
   if (auto ep = find(f, "ep")) {
     plan.ep = read_int(*ep, 1);
+  }
+  if (auto cp = find(f, "cp")) {
+    plan.cp = read_int(*cp, 1);
   }
   return plan;
 }
@@ -1537,6 +1541,9 @@ void check_layout(const Field& root, const StepInputs& in) {
   }
   if (in.plan.offload_optimizer) check_offload(require(layout, "offload_optimizer"), in);
   if (in.plan.ep > 1) check_expert_parallelism(require(layout, "ep"), in);
+  if (const auto problem = context_parallelism_problem(in.training, in.plan)) {
+    fail(require(layout, "cp"), problem->problem, problem->hint);
+  }
   const int pp = in.plan.pp;
   if (in.plan.vpp > 1) {
     const Field vpp_field = require(layout, "vpp");
@@ -1568,14 +1575,17 @@ void check_layout(const Field& root, const StepInputs& in) {
            "or 1");
     }
   }
-  if (in.plan.dp * tp * pp == gpus) {
+  const int cp = in.plan.cp;
+  if (in.plan.world_size() == gpus) {
     return;
   }
+  const std::string cp_factor = cp > 1 ? " x cp" : "";
   fail(require(layout, "dp"),
-       "tp x pp x dp must equal the GPU count (" + std::to_string(gpus) + " = " +
+       "tp" + cp_factor + " x pp x dp must equal the GPU count (" + std::to_string(gpus) + " = " +
            std::to_string(in.nodes) + " nodes x " + std::to_string(in.node.gpus) + " GPUs), got " +
-           std::to_string(tp) + " x " + std::to_string(pp) + " x " + std::to_string(in.plan.dp),
-       "set layout.dp to " + std::to_string(gpus / (tp * pp)) + " or change cluster.nodes");
+           std::to_string(tp) + (cp > 1 ? " x " + std::to_string(cp) : "") + " x " +
+           std::to_string(pp) + " x " + std::to_string(in.plan.dp),
+       "set layout.dp to " + std::to_string(gpus / (tp * cp * pp)) + " or change cluster.nodes");
 }
 
 // LoRA's adapters sit beside projections the model has, on ranks that hold whole projections.

@@ -259,8 +259,9 @@ class Replay {
          const StepOptions& options, const HostCosts& host)
       : graph_(graph),
         host_costs_(host),
-        // An expert group's all-to-alls join several replicas: each is replayed.
-        fold_(options.fold && graph.dp > 1 && graph.ep == 1 &&
+        // An expert group's all-to-alls, or a context group's ring, join several replicas:
+        // each is replayed.
+        fold_(options.fold && graph.dp > 1 && graph.ep == 1 && graph.cp == 1 &&
               replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph, fold_)),
         traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
@@ -274,8 +275,8 @@ class Replay {
         graph.ranks != stage_ranks * graph.pp()) {
       throw ModelError("the step's ranks are not tp x dp x pp");
     }
-    if (graph.ep < 1 || graph.dp % graph.ep != 0) {
-      throw ModelError("expert groups of ep ranks must divide the data-parallel replicas");
+    if (graph.ep < 1 || graph.dp % graph.ep != 0 || graph.cp < 1 || graph.dp % graph.cp != 0) {
+      throw ModelError("expert and context groups of ep and cp ranks must divide the replicas");
     }
     for (const Program& program : graph.stages) index_.emplace_back(program, gpu);
     for (int r = 0; r < graph.ranks; ++r) {
@@ -599,6 +600,7 @@ class Replay {
     switch (kind) {
       case Group::tensor_parallel: return tensor_groups_[r / graph_.tp];
       case Group::expert_parallel: return expert_groups_[stage * groups_per_stage(kind) + local];
+      case Group::context_parallel: return context_groups_[stage * groups_per_stage(kind) + local];
       case Group::expert_data_parallel:
         return expert_data_groups_[stage * groups_per_stage(kind) + local];
       case Group::data_parallel: return data_groups_[stage * graph_.tp + r % graph_.tp];
@@ -612,17 +614,23 @@ class Replay {
     const int replica = (r / tp) % graph_.dp;
     switch (kind) {
       case Group::tensor_parallel: return replica;
-      case Group::expert_parallel: return (replica / graph_.ep) * tp + r % tp;
+      case Group::expert_parallel:
+      case Group::context_parallel: return (replica / consecutive_replicas(kind)) * tp + r % tp;
       case Group::expert_data_parallel: return (replica % graph_.ep) * tp + r % tp;
       case Group::data_parallel: return r % tp;
       case Group::pipeline: break;
     }
     throw ModelError("a pipeline transfer has no collective group");
   }
+  // An expert or context group's replicas: ep or cp consecutive ones.
+  int consecutive_replicas(Group kind) const {
+    return kind == Group::expert_parallel ? graph_.ep : graph_.cp;
+  }
   int groups_per_stage(Group kind) const {
     switch (kind) {
       case Group::tensor_parallel: return graph_.dp;
-      case Group::expert_parallel: return graph_.tp * (graph_.dp / graph_.ep);
+      case Group::expert_parallel:
+      case Group::context_parallel: return graph_.tp * (graph_.dp / consecutive_replicas(kind));
       case Group::expert_data_parallel: return graph_.tp * graph_.ep;
       case Group::data_parallel: return graph_.tp;
       case Group::pipeline: break;
@@ -648,18 +656,25 @@ class Replay {
         data_groups_.push_back(group);
       }
     }
-    // Expert groups: ep consecutive replicas; an expert's data-parallel group: the replicas
-    // with its index modulo ep. Numbered stage x groups_per_stage + local_group_id.
-    const int ep = graph_.ep;
-    for (int stage = 0; stage < graph_.pp() && ep > 1; ++stage) {
-      for (int first = 0; first < dp; first += ep) {
-        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-          CollectiveGroup group;
-          for (int j = 0; j < ep; ++j)
-            group.ranks.push_back((stage * dp + first + j) * tp + tp_rank);
-          expert_groups_.push_back(group);
+    // Expert and context groups: ep or cp consecutive replicas; an expert's data-parallel
+    // group: the replicas with its index modulo ep. Numbered stage x groups_per_stage +
+    // local_group_id.
+    const auto consecutive = [&](int size, std::vector<CollectiveGroup>& groups) {
+      for (int stage = 0; stage < graph_.pp() && size > 1; ++stage) {
+        for (int first = 0; first < dp; first += size) {
+          for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+            CollectiveGroup group;
+            for (int j = 0; j < size; ++j)
+              group.ranks.push_back((stage * dp + first + j) * tp + tp_rank);
+            groups.push_back(group);
+          }
         }
       }
+    };
+    consecutive(graph_.ep, expert_groups_);
+    consecutive(graph_.cp, context_groups_);
+    const int ep = graph_.ep;
+    for (int stage = 0; stage < graph_.pp() && ep > 1; ++stage) {
       for (int residue = 0; residue < ep; ++residue) {
         for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
           CollectiveGroup group;
@@ -670,7 +685,8 @@ class Replay {
         }
       }
     }
-    for (auto* groups : {&tensor_groups_, &data_groups_, &expert_groups_, &expert_data_groups_}) {
+    for (auto* groups : {&tensor_groups_, &data_groups_, &expert_groups_, &expert_data_groups_,
+                         &context_groups_}) {
       for (CollectiveGroup& group : *groups) {
         for (const int rank : group.ranks) group.gpus.push_back(gpus_[rank]);
         std::erase_if(group.ranks, [this](int rank) { return !replayed_[rank]; });
@@ -856,11 +872,12 @@ class Replay {
   FlowNetwork network_;
   Collectives collectives_;
   const Topology* topology_;
-  std::vector<VertexId> gpus_;                       // by rank
-  std::vector<int> ranks_on_node_;                   // by node: the step's ranks there
-  std::vector<CollectiveGroup> tensor_groups_;       // by r / tp
-  std::vector<CollectiveGroup> data_groups_;         // by stage x tp + tp rank
-  std::vector<CollectiveGroup> expert_groups_;       // see group_of
+  std::vector<VertexId> gpus_;                  // by rank
+  std::vector<int> ranks_on_node_;              // by node: the step's ranks there
+  std::vector<CollectiveGroup> tensor_groups_;  // by r / tp
+  std::vector<CollectiveGroup> data_groups_;    // by stage x tp + tp rank
+  std::vector<CollectiveGroup> expert_groups_;  // see group_of
+  std::vector<CollectiveGroup> context_groups_;
   std::vector<CollectiveGroup> expert_data_groups_;  // see group_of
   // By stage and task: its first counter in arrivals_.
   std::vector<std::vector<std::size_t>> arrival_offset_;

@@ -1,6 +1,7 @@
 #include <tbb/global_control.h>
 
 #include <catch2/catch.hpp>
+#include <set>
 #include <string>
 
 #include "common/small_job.hpp"
@@ -201,6 +202,22 @@ TEST_CASE("under ZeRO-3 the bound counts the gathers each node must take in thro
   one_node.nodes = 1;
   one_node.plan.dp = 8;
   CHECK(step_lower_bound_s(one_node) <= simulate_step(one_node).step.step_time_s);
+}
+
+TEST_CASE("the planner tries cp up to the scenario's, and bounds those layouts too") {
+  StepInputs base = two_nodes();
+  base.plan.cp = 4;
+  PlanOptions everything;
+  everything.top = 1000;
+  const PlanResult all = search_layouts(base, everything);
+  std::set<int> sizes;
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout) << " cp" << layout.inputs.plan.cp);
+    sizes.insert(layout.inputs.plan.cp);
+    CHECK(layout.inputs.plan.world_size() == 16);
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+  }
+  CHECK(sizes == std::set<int>{1, 2, 4});
 }
 
 TEST_CASE("the planner tries tp across whole trays of an NVLink domain") {

@@ -368,7 +368,7 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK_THAT(layout->what(),
              Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
                              "recompute, bucket, tp_comm_overlap, overlap_param_gather, "
-                             "offload_optimizer, ep, got \"8\""));
+                             "offload_optimizer, ep, cp, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);
@@ -1122,6 +1122,31 @@ TEST_CASE("ep loads for a mixture of experts and says what it needs otherwise") 
   REQUIRE(sharded);
   CHECK(sharded->key() == "layout.ep");
   CHECK_THAT(sharded->what(), Catch::Contains("zero 0 or 1"));
+}
+
+TEST_CASE("cp loads, counts in the GPU total, and says what it needs otherwise") {
+  // Eight GPUs: cp 2 x dp 4.
+  const std::string context = with(kBase, "  dp: 8\n", "  dp: 4\n  cp: 2\n");
+  const Scenario s = load_text(context);
+  CHECK(s.variants[0].inputs.plan.cp == 2);
+  CHECK(s.variants[0].inputs.plan.gradient_ranks() == 8);
+  const auto total = load_error(with(context, "dp: 4", "dp: 8"));
+  REQUIRE(total);
+  CHECK(total->key() == "layout.dp");
+  CHECK_THAT(total->what(), Catch::Contains("tp x cp x pp x dp must equal the GPU count"));
+  CHECK_THAT(total->what(), Catch::Contains("set layout.dp to 4"));
+  // 2 x cp chunks of 4,096 tokens: cp 4,096 leaves half a token per chunk.
+  const auto chunks = load_error(with(with(kBase, "  dp: 8\n", "  dp: 1\n  cp: 4096\n"),
+                                      "  node: dgx-h100\n", "  node: dgx-h100\n  nodes: 512\n"));
+  REQUIRE(chunks);
+  CHECK(chunks->key() == "layout.cp");
+  CHECK(chunks->line() == 9);
+  CHECK_THAT(chunks->what(), Catch::Contains("must divide seq_len 4096"));
+  const auto eager =
+      load_error(with(context, "  micro_batch: 2\n", "  micro_batch: 2\n  attention: eager\n"));
+  REQUIRE(eager);
+  CHECK(eager->key() == "layout.cp");
+  CHECK_THAT(eager->what(), Catch::Contains("built on FlashAttention"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "common/small_job.hpp"
@@ -10,6 +11,18 @@
 using namespace fleetsim;
 
 using fleetsim::testing::small_job;
+
+namespace {
+
+// The bytes of the named item of a step's memory breakdown (-1 when it has none).
+double memory_item(const StepOutcome& out, const std::string& name) {
+  for (const MemoryItem& item : out.memory.items) {
+    if (item.name == name) return item.bytes;
+  }
+  return -1.0;
+}
+
+}  // namespace
 
 TEST_CASE("MFU is a fraction and the step is no faster than its FLOPs at peak") {
   for (const int zero : {0, 1, 2, 3}) {
@@ -255,12 +268,7 @@ TEST_CASE("pipeline: same model FLOPs as data parallelism, 1F1B holds pp micro-b
   const StepOutcome gpipe = simulate_step(pipelined_job(PipelineSchedule::gpipe));
   CHECK(one_f_one_b.step.model_flops == Approx(data_parallel.step.model_flops).epsilon(1e-12));
   CHECK(gpipe.step.model_flops == Approx(data_parallel.step.model_flops).epsilon(1e-12));
-  const auto activations = [](const StepOutcome& out) {
-    for (const auto& item : out.memory.items) {
-      if (item.name == "activations") return item.bytes;
-    }
-    return -1.0;
-  };
+  const auto activations = [](const StepOutcome& out) { return memory_item(out, "activations"); };
   // Stage 0 under 1F1B: pp = 4 micro-batches of its 2 layers, as much as one micro-batch of all
   // 8 layers without a pipeline; GPipe: all m = 8.
   CHECK(activations(one_f_one_b) == Approx(activations(data_parallel)));
@@ -308,12 +316,7 @@ TEST_CASE("pipeline: interleaving vpp chunks per stage cuts the bubble vpp-fold"
   CHECK(interleaved.step.comm_bytes_per_gpu > plain.step.comm_bytes_per_gpu);
   // Stage 0 holds its warm-up passes plus one: (4 - 1) x 2 + (2 - 1) x 4 + 1 = 11 passes of one
   // layer, against 1F1B's 4 micro-batches of 2 layers.
-  const auto activations = [](const StepOutcome& out) {
-    for (const auto& item : out.memory.items) {
-      if (item.name == "activations") return item.bytes;
-    }
-    return -1.0;
-  };
+  const auto activations = [](const StepOutcome& out) { return memory_item(out, "activations"); };
   CHECK(activations(interleaved) == Approx(activations(plain) * 11 / 8));
 }
 
@@ -527,11 +530,7 @@ TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other exp
     // Every replica is replayed: the expert groups join them.
     CHECK(out.step.replayed_ranks == (ep == 1 ? 1 : 8));
     // Each GPU holds experts / ep of every layer's experts.
-    const auto weights =
-        std::find_if(out.memory.items.begin(), out.memory.items.end(),
-                     [](const MemoryItem& item) { return item.name == "weights"; });
-    REQUIRE(weights != out.memory.items.end());
-    CHECK(weights->bytes == Approx(2 * (dense + experts / ep)));
+    CHECK(memory_item(out, "weights") == Approx(2 * (dense + experts / ep)));
   }
 }
 
@@ -556,12 +555,54 @@ TEST_CASE("expert parallelism with a pipeline, across trays, and its optimizer s
   // share of the optimizer states as without expert parallelism.
   StepInputs two = moe;
   two.plan.ep = 2;
-  const auto states = [](const StepOutcome& out) {
-    for (const MemoryItem& item : out.memory.items) {
-      if (item.name == "optimizer states") return item.bytes;
-    }
-    return -1.0;
-  };
+  const auto states = [](const StepOutcome& out) { return memory_item(out, "optimizer states"); };
   CHECK(states(check_memory(two)) == Approx(states(check_memory(moe))));
   CHECK(states(check_memory(two)) == Approx(12 * moe.model.parameters() / 8));
+}
+
+TEST_CASE("context parallelism: ring attention moves the sequence's K and V three times a layer") {
+  // One node, one micro-batch of 2 x 2,048 tokens per replica, ZeRO-1 over all 8 GPUs (dp x cp
+  // = 8). Each layer gathers the whole sequence's K and V of its cp group in forward, and in
+  // backward gathers them again and reduce-scatters their gradients: 3 x (cp-1)/cp of them per
+  // GPU. Gradients and weights go round all 8 GPUs whatever cp is.
+  StepInputs in = small_job();
+  in.plan.zero_stage = 1;
+  const double kv = in.model.kv_heads * in.model.head_dim();
+  const double sequence_kv = 2.0 * 2 * 2048 * 2 * kv;  // BF16 K and V, micro-batch 2
+  const double data_parallel = 2 * 2 * 7.0 / 8 * in.model.parameters();
+  double activations_cp1 = 0;
+  for (const int cp : {1, 2, 8}) {
+    INFO("cp " << cp);
+    in.plan.cp = cp;
+    in.plan.dp = 8 / cp;
+    in.training.global_batch = 2 * in.plan.dp;
+    const StepOutcome out = simulate_step(in);
+    REQUIRE(out.simulated);
+    const double ring = 3.0 * in.model.layers * (cp - 1.0) / cp * sequence_kv;
+    CHECK(out.step.comm_bytes_per_gpu == Approx(ring + data_parallel).epsilon(1e-9));
+    // A context group's ring joins replicas: every rank is replayed.
+    CHECK(out.step.replayed_ranks == (cp == 1 ? 1 : 8));
+    // Each rank keeps the activations of its 2 x 2,048 / cp tokens.
+    const double activations = memory_item(out, "activations");
+    REQUIRE(activations > 0);
+    if (cp == 1) activations_cp1 = activations;
+    CHECK(activations == Approx(activations_cp1 / cp).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("context parallelism splits each rank's model FLOPs, attention's included, by cp") {
+  // The same batch on one GPU and on cp of them: each does 1/cp of the work.
+  StepInputs in = small_job();
+  in.plan.dp = 1;
+  in.plan.zero_stage = 0;
+  in.training.global_batch = 4;
+  const TaskGraph one = build_data_parallel_step(in.model, in.training, in.plan);
+  for (const int cp : {2, 4}) {
+    INFO("cp " << cp);
+    in.plan.cp = cp;
+    const TaskGraph split = build_data_parallel_step(in.model, in.training, in.plan);
+    CHECK(split.ranks == cp);
+    CHECK(split.tokens_per_step == one.tokens_per_step);
+    CHECK(split.model_flops_per_rank == Approx(one.model_flops_per_rank / cp).epsilon(1e-12));
+  }
 }

@@ -818,7 +818,7 @@ TEST_CASE(
   std::vector<std::string> exchanges;
   for (const Op& op : ops.forward) {
     if (op.collective) {
-      CHECK(op.collective->expert_parallel);
+      CHECK(op.collective->group == LayerGroup::expert);
       CHECK(op.collective->op == CollectiveOp::all_to_all);
       CHECK(op.collective->size_bytes == 2.0 * 4096 * 2 * m.hidden);
       exchanges.push_back(op.name);
