@@ -6,9 +6,11 @@
 // calibration/profiles/, read by the scenario layer.
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "calibration/collective_costs.hpp"
@@ -25,6 +27,17 @@ struct GemmTile {
   int m = 128;  // rows of the output each thread block computes
   int n = 256;  // columns
   bool operator==(const GemmTile&) const = default;
+};
+
+// FP8 GEMMs (E4M3 and E5M2 inputs, as Transformer Engine runs a layer's projections on Hopper,
+// Blackwell and MI300X): their own peak and GEMM parameters, fitted from FP8 rows as the BF16
+// ones are from BF16 rows (kernel_cost.hpp); the tile shapes are the BF16 ones.
+struct Fp8Gemm {
+  Calibrated dense_flops_per_s;  // dense FP8 tensor-core peak, no sparsity
+  Calibrated gemm_efficiency;
+  Calibrated gemm_sustained_flops_per_s;
+  Calibrated gemm_k_overhead;
+  Calibrated kernel_launch_s;  // an FP8 GEMM's fixed time
 };
 
 struct GpuProfile {
@@ -64,7 +77,19 @@ struct GpuProfile {
   // The collective library the GPU runs (NCCL, RCCL) and its cost model, from
   // calibration/collectives/<library>.yaml.
   CollectiveCosts collectives;
+  // Absent: no FP8 tensor cores (A100), or none calibrated.
+  std::optional<Fp8Gemm> fp8;
 };
+
+// The FP8 entries by their profile keys ("fp8.gemm_efficiency", ...), in the order a profile
+// writes them.
+inline constexpr std::array<std::pair<const char*, Calibrated Fp8Gemm::*>, 5> kFp8Entries = {{
+    {"fp8.dense", &Fp8Gemm::dense_flops_per_s},
+    {"fp8.gemm_efficiency", &Fp8Gemm::gemm_efficiency},
+    {"fp8.gemm_sustained", &Fp8Gemm::gemm_sustained_flops_per_s},
+    {"fp8.gemm_k_overhead", &Fp8Gemm::gemm_k_overhead},
+    {"fp8.kernel_launch", &Fp8Gemm::kernel_launch_s},
+}};
 
 // The entry a profile file names `key` ("gemm_efficiency", "kernel_launch", "nvls_efficiency",
 // "link_efficiency.<kind>", ...), as loaded; nothing for a key it does not have.
@@ -78,6 +103,9 @@ inline std::optional<Calibrated> profile_entry(const GpuProfile& profile, const 
   if (key == "comm_slowdown") return profile.comm_slowdown;
   if (key == "nvls_efficiency") return profile.nvls_efficiency;
   if (key == "p2p_efficiency") return profile.p2p_efficiency;
+  for (const auto& [name, member] : kFp8Entries) {
+    if (key == name) return profile.fp8 ? std::optional((*profile.fp8).*member) : std::nullopt;
+  }
   const std::string links = "link_efficiency.";
   if (key.rfind(links, 0) == 0) {
     const auto found = profile.link_efficiency.find(key.substr(links.size()));

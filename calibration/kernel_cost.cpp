@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/engine/errors.hpp"
+
 namespace fleetsim {
 
 Kernel gemm_kernel(double m, double n, double k, double bytes_per_element) {
@@ -14,6 +16,24 @@ Kernel gemm_kernel(double m, double n, double k, double bytes_per_element) {
   kernel.flops = 2 * m * n * k;
   kernel.bytes = bytes_per_element * (m * k + k * n + m * n);
   return kernel;
+}
+
+Kernel fp8_gemm_kernel(double m, double n, double k) {
+  Kernel kernel = gemm_kernel(m, n, k, 1.0);
+  kernel.bytes += m * n;  // the output in BF16
+  kernel.fp8 = true;
+  return kernel;
+}
+
+GpuProfile fp8_gemm_view(const GpuProfile& gpu) {
+  if (!gpu.fp8) throw ModelError("GPU profile " + gpu.name + " has no FP8 GEMM entries");
+  GpuProfile view = gpu;
+  view.dense_bf16_flops_per_s = gpu.fp8->dense_flops_per_s;
+  view.gemm_efficiency = gpu.fp8->gemm_efficiency;
+  view.gemm_sustained_flops_per_s = gpu.fp8->gemm_sustained_flops_per_s;
+  view.gemm_k_overhead = gpu.fp8->gemm_k_overhead;
+  view.kernel_launch_s = gpu.fp8->kernel_launch_s;
+  return view;
 }
 
 double wave_efficiency(int sms, GemmTile tile, double m, double n) {
@@ -30,8 +50,34 @@ double wave_efficiency(const GpuProfile& gpu, double m, double n) {
   return gpu.gemm_tiles.empty() ? 1.0 : best;
 }
 
+namespace {
+
+// The GEMM model's parameters for one input precision.
+struct GemmRates {
+  double peak, efficiency, k_overhead, sustained, fixed_s;
+};
+
+GemmRates bf16_rates(const GpuProfile& gpu) {
+  return {gpu.dense_bf16_flops_per_s.value, gpu.gemm_efficiency.value, gpu.gemm_k_overhead.value,
+          gpu.gemm_sustained_flops_per_s.value, gpu.kernel_launch_s.value};
+}
+
+GemmRates fp8_rates(const GpuProfile& gpu) {
+  if (!gpu.fp8) throw ModelError("GPU profile " + gpu.name + " has no FP8 GEMM entries");
+  const Fp8Gemm& f = *gpu.fp8;
+  return {f.dense_flops_per_s.value, f.gemm_efficiency.value, f.gemm_k_overhead.value,
+          f.gemm_sustained_flops_per_s.value, f.kernel_launch_s.value};
+}
+
+double shape_efficiency(const GpuProfile& gpu, const GemmRates& rates, double m, double n,
+                        double k) {
+  return wave_efficiency(gpu, m, n) * k / (k + rates.k_overhead);
+}
+
+}  // namespace
+
 double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k) {
-  return wave_efficiency(gpu, m, n) * k / (k + gpu.gemm_k_overhead.value);
+  return shape_efficiency(gpu, bf16_rates(gpu), m, n, k);
 }
 
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k) {
@@ -39,21 +85,26 @@ double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double
 }
 
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
-  double compute_efficiency = 0;
+  const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
   switch (kernel.kind) {
-    case KernelKind::gemm:
-      compute_efficiency = gemm_compute_efficiency(gpu, kernel.m, kernel.n, kernel.k);
-      break;
-    case KernelKind::attention: compute_efficiency = gpu.attention_efficiency.value; break;
+    case KernelKind::gemm: {
+      const GemmRates rates = kernel.fp8 ? fp8_rates(gpu) : bf16_rates(gpu);
+      const double efficiency =
+          rates.efficiency * shape_efficiency(gpu, rates, kernel.m, kernel.n, kernel.k);
+      double rate = rates.peak * efficiency;
+      if (rates.sustained > 0) rate = std::min(rate, rates.sustained);
+      const double compute_s = efficiency > 0 ? kernel.flops / rate : 0.0;
+      return std::max(compute_s, memory_s) + rates.fixed_s;
+    }
+    case KernelKind::attention: {
+      const double efficiency = gpu.attention_efficiency.value;
+      const double compute_s =
+          efficiency > 0 ? kernel.flops / (gpu.dense_bf16_flops_per_s.value * efficiency) : 0.0;
+      return std::max(compute_s, memory_s) + gpu.kernel_launch_s.value;
+    }
     case KernelKind::memory_bound: break;
   }
-  double rate = gpu.dense_bf16_flops_per_s.value * compute_efficiency;
-  if (kernel.kind == KernelKind::gemm && gpu.gemm_sustained_flops_per_s.value > 0) {
-    rate = std::min(rate, gpu.gemm_sustained_flops_per_s.value);
-  }
-  const double compute_s = compute_efficiency > 0 ? kernel.flops / rate : 0.0;
-  const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
-  return std::max(compute_s, memory_s) + gpu.kernel_launch_s.value;
+  return memory_s + gpu.kernel_launch_s.value;
 }
 
 }  // namespace fleetsim

@@ -13,7 +13,8 @@
 // and the GEMM's rate peak x eff_c is capped by the rate the GPU sustains under its power limit
 // (gemm_sustained), which large GEMMs reach.
 // `launch` is the fixed GPU time of a kernel. Attention (FlashAttention) has its own
-// efficiency; memory-bound kernels have no FLOP term.
+// efficiency; memory-bound kernels have no FLOP term. An FP8 GEMM runs on the profile's FP8
+// entries (peak, efficiency, k0, sustained rate, fixed time) with the same tiles.
 #pragma once
 
 #include "calibration/gpu_profile.hpp"
@@ -27,9 +28,12 @@ struct Kernel {
   double m = 0, n = 0, k = 0;  // GEMM shape (C[m,n] = A[m,k] B[k,n]); unused otherwise
   double flops = 0;            // executed FLOPs
   double bytes = 0;            // HBM bytes read and written
+  bool fp8 = false;            // a GEMM on FP8 inputs
 };
 
 Kernel gemm_kernel(double m, double n, double k, double bytes_per_element);
+// FP8 inputs (one byte each), a BF16 output.
+Kernel fp8_gemm_kernel(double m, double n, double k);
 // The wave efficiency of one tile shape over `sms` SMs.
 double wave_efficiency(int sms, GemmTile tile, double m, double n);
 // The best over the profile's tiles.
@@ -38,6 +42,10 @@ double wave_efficiency(const GpuProfile& gpu, double m, double n);
 double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k);
 // eff_c of a GEMM of this shape: efficiency x wave x K term.
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k);
+// ModelError for an FP8 GEMM on a profile without FP8 entries.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
+// The profile with its FP8 entries in the places of the BF16 GEMM ones (peak, efficiency, k0,
+// sustained rate, fixed time): what an FP8 GEMM sees, and what an FP8 fit adjusts.
+GpuProfile fp8_gemm_view(const GpuProfile& gpu);
 
 }  // namespace fleetsim

@@ -31,9 +31,13 @@ struct GemmRow {
   const MicrobenchFile* file;
 };
 
+// A row's time on `gpu`'s GEMM entries: for an FP8 row, pass fp8_gemm_view's profile (its
+// bytes are FP8's; the view holds the FP8 rates where the BF16 ones are).
 double gemm_seconds(const GpuProfile& gpu, const GemmSample& s) {
   // Batched GEMMs run the batch's tiles together: the batch multiplies the rows of tiles.
-  Kernel kernel = gemm_kernel(s.batch * s.m, s.n, s.k, 2);
+  Kernel kernel = s.dtype == "fp8" ? fp8_gemm_kernel(s.batch * s.m, s.n, s.k)
+                                   : gemm_kernel(s.batch * s.m, s.n, s.k, 2);
+  kernel.fp8 = false;
   return kernel_seconds(gpu, kernel);
 }
 
@@ -320,6 +324,101 @@ std::vector<std::string> fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRo
   return fit_gemm_best_shape(gpu, rows);
 }
 
+// Fits the GEMM parameters of `gpu` (BF16's, or FP8's through fp8_gemm_view) to `gemms` and
+// records them in `fit` under their keys with `prefix` ("" or "fp8.").
+void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
+                      const std::vector<GemmRow>& gemms, const std::string& prefix,
+                      const std::string& label) {
+  const std::vector<std::string> keys = fit_gemm_rows(gpu, gemms);
+  std::vector<KernelFitPoint> held_out;
+  if (keys.size() == 4 && gemms.size() >= 6) {
+    // Out of sample: every third row held back, the rest fitted from the starting profile,
+    // the held rows predicted.
+    std::vector<GemmRow> kept, held;
+    for (std::size_t i = 0; i < gemms.size(); ++i) (i % 3 == 1 ? held : kept).push_back(gemms[i]);
+    if (distinct_shapes(kept) >= 4) {
+      GpuProfile trial = start;
+      trial.memory_efficiency.value = gpu.memory_efficiency.value;
+      fit_gemm_rows(trial, kept);
+      for (const GemmRow& row : held) held_out.push_back(gemm_point(trial, row));
+    }
+  }
+  const std::map<std::string, Calibrated*> members{
+      {"gemm_efficiency", &gpu.gemm_efficiency},
+      {"gemm_k_overhead", &gpu.gemm_k_overhead},
+      {"kernel_launch", &gpu.kernel_launch_s},
+      {"gemm_sustained", &gpu.gemm_sustained_flops_per_s}};
+  const double peak = gpu.dense_bf16_flops_per_s.value;
+  // A sustained rate at the peak means the rows reach no ceiling: written as the peak, its
+  // uncertainty not estimable from them.
+  const bool no_ceiling = std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
+                          gpu.gemm_sustained_flops_per_s.value >= 0.999 * peak;
+  std::vector<std::string> estimated;
+  for (const std::string& key : keys) {
+    if (!(key == "gemm_sustained" && no_ceiling)) estimated.push_back(key);
+  }
+  std::vector<Calibrated*> fitted;
+  for (const std::string& key : estimated) fitted.push_back(members.at(key));
+  const std::vector<double> sigmas = parameter_sigmas(gpu, gemms, fitted);
+  std::vector<KernelFitPoint> points;
+  for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
+  const bool best_shape = keys.size() < 4;
+  std::string basis = rows_of(gemms.size(), label + " GEMM");
+  if (best_shape) {
+    basis +=
+        " read as best-shape measurements: the sustained rate is the highest measured, the "
+        "efficiency at least what reaches it (sigma: 5% or the profile's, the larger)";
+  } else {
+    const std::vector<double> errors = abs_errors(points);
+    basis += ", median |error| " + percent(median(errors)) + ", max " +
+             percent(*std::max_element(errors.begin(), errors.end()));
+  }
+  if (!held_out.empty()) {
+    const std::vector<double> held = abs_errors(held_out);
+    basis += "; held out " + std::to_string(held.size()) + ", median |error| " +
+             percent(median(held)) + ", max " +
+             percent(*std::max_element(held.begin(), held.end()));
+  }
+  std::vector<const MicrobenchFile*> inputs;
+  for (const GemmRow& row : gemms) {
+    if (std::find(inputs.begin(), inputs.end(), row.file) == inputs.end()) {
+      inputs.push_back(row.file);
+    }
+  }
+  for (std::size_t j = 0; j < fitted.size(); ++j) {
+    // Best-shape rows say nothing of their scatter, and a parameter the rows barely move (its
+    // sigma not estimable: an ill-conditioned J^T J) no more: never claim more than the
+    // profile did.
+    const double prior = start_sigma(start, estimated[j]);
+    const bool estimable = !best_shape && sigmas[j] > 0 && std::isfinite(sigmas[j]);
+    const double sigma = estimable ? sigmas[j] : std::max(kOnePointSigma * fitted[j]->value, prior);
+    const std::string note =
+        estimable || best_shape
+            ? ""
+            : " (its sigma not estimable from these rows: 5% or the profile's, the larger)";
+    fit.parameters.push_back(
+        {prefix + estimated[j], fitted[j]->value, sigma, basis + note, true, inputs});
+  }
+  if (no_ceiling) {
+    fit.parameters.push_back({prefix + "gemm_sustained", peak, 0.1 * peak,
+                              rows_of(gemms.size(), label + " GEMM") +
+                                  ": none reaches a ceiling below the peak (sigma assumed 10% "
+                                  "of the peak)",
+                              true, inputs});
+  }
+  for (const auto& [key, member] : members) {
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    fit.parameters.push_back({prefix + key,
+                              member->value,
+                              member->sigma,
+                              "kept: too few GEMM shapes to tell it",
+                              false,
+                              {}});
+  }
+  fit.points.insert(fit.points.end(), points.begin(), points.end());
+  fit.held_out.insert(fit.held_out.end(), held_out.begin(), held_out.end());
+}
+
 }  // namespace
 
 KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files) {
@@ -330,14 +429,15 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
   KernelFit fit;
   fit.profile = start;
   GpuProfile& gpu = fit.profile;
-  std::vector<GemmRow> gemms;
+  std::vector<GemmRow> gemms, fp8_gemms;
   MemoryRows memory;
   std::vector<std::pair<const OverlapSample*, const MicrobenchFile*>> overlap;
   std::map<std::string, std::vector<std::pair<const AttentionSample*, const MicrobenchFile*>>>
       attention;
   for (const MicrobenchFile& file : files) {
     fit.inputs.push_back(file.path + " (" + file.checksum + ")");
-    // BF16 rows are fitted; others are listed as skipped.
+    // BF16 rows are fitted, and FP8 GEMM rows where the profile has FP8 entries; others are
+    // listed as skipped.
     const auto bf16 = [&](const auto& s, const char* what) {
       if (s.dtype == "bf16") return true;
       fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype + " " + what +
@@ -345,7 +445,16 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       return false;
     };
     for (const GemmSample& s : file.gemms) {
-      if (bf16(s, "GEMM")) gemms.push_back({&s, &file});
+      if (s.dtype == "fp8") {
+        if (start.fp8) {
+          fp8_gemms.push_back({&s, &file});
+        } else {
+          fit.skipped.push_back(file.path + ":" + std::to_string(s.line) +
+                                ": fp8 GEMM (the profile has no fp8 entries to fit)");
+        }
+      } else if (bf16(s, "GEMM")) {
+        gemms.push_back({&s, &file});
+      }
     }
     for (const MemorySample& s : file.memory) memory.push_back({&s, &file});
     for (const AttentionSample& s : file.attention) {
@@ -355,7 +464,8 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       if (bf16(s, "overlap")) overlap.push_back({&s, &file});
     }
   }
-  if (gemms.empty() && memory.empty() && attention.empty() && overlap.empty()) {
+  if (gemms.empty() && fp8_gemms.empty() && memory.empty() && attention.empty() &&
+      overlap.empty()) {
     throw MicrobenchError(files.empty() ? "(no files)" : files.front().path, 0,
                           "no rows the kernel model can fit");
   }
@@ -384,84 +494,8 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     }
   }
 
-  // 1. GEMMs.
-  if (!gemms.empty()) {
-    const std::vector<std::string> keys = fit_gemm_rows(gpu, gemms);
-    if (keys.size() == 4 && gemms.size() >= 6) {
-      // Out of sample: every third row held back, the rest fitted from the starting profile,
-      // the held rows predicted.
-      std::vector<GemmRow> kept, held;
-      for (std::size_t i = 0; i < gemms.size(); ++i) (i % 3 == 1 ? held : kept).push_back(gemms[i]);
-      if (distinct_shapes(kept) >= 4) {
-        GpuProfile trial = start;
-        trial.memory_efficiency.value = gpu.memory_efficiency.value;
-        fit_gemm_rows(trial, kept);
-        for (const GemmRow& row : held) fit.held_out.push_back(gemm_point(trial, row));
-      }
-    }
-    const std::map<std::string, Calibrated*> members{
-        {"gemm_efficiency", &gpu.gemm_efficiency},
-        {"gemm_k_overhead", &gpu.gemm_k_overhead},
-        {"kernel_launch", &gpu.kernel_launch_s},
-        {"gemm_sustained", &gpu.gemm_sustained_flops_per_s}};
-    const double peak = gpu.dense_bf16_flops_per_s.value;
-    // A sustained rate at the peak means the rows reach no ceiling: written as the peak, its
-    // uncertainty not estimable from them.
-    const bool no_ceiling = std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
-                            gpu.gemm_sustained_flops_per_s.value >= 0.999 * peak;
-    std::vector<std::string> estimated;
-    for (const std::string& key : keys) {
-      if (!(key == "gemm_sustained" && no_ceiling)) estimated.push_back(key);
-    }
-    std::vector<Calibrated*> fitted;
-    for (const std::string& key : estimated) fitted.push_back(members.at(key));
-    const std::vector<double> sigmas = parameter_sigmas(gpu, gemms, fitted);
-    std::vector<KernelFitPoint> points;
-    for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
-    const bool best_shape = keys.size() < 4;
-    std::string basis = rows_of(gemms.size(), "BF16 GEMM");
-    if (best_shape) {
-      basis +=
-          " read as best-shape measurements: the sustained rate is the highest measured, the "
-          "efficiency at least what reaches it (sigma: 5% or the profile's, the larger)";
-    } else {
-      const std::vector<double> errors = abs_errors(points);
-      basis += ", median |error| " + percent(median(errors)) + ", max " +
-               percent(*std::max_element(errors.begin(), errors.end()));
-    }
-    if (!fit.held_out.empty()) {
-      const std::vector<double> held = abs_errors(fit.held_out);
-      basis += "; held out " + std::to_string(held.size()) + ", median |error| " +
-               percent(median(held)) + ", max " +
-               percent(*std::max_element(held.begin(), held.end()));
-    }
-    std::vector<const MicrobenchFile*> inputs;
-    for (const GemmRow& row : gemms) {
-      if (std::find(inputs.begin(), inputs.end(), row.file) == inputs.end()) {
-        inputs.push_back(row.file);
-      }
-    }
-    for (std::size_t j = 0; j < fitted.size(); ++j) {
-      // Best-shape rows say nothing of their scatter: never claim more than the profile did.
-      const double prior = start_sigma(start, estimated[j]);
-      const double sigma =
-          best_shape ? std::max(kOnePointSigma * fitted[j]->value, prior) : sigmas[j];
-      fit.parameters.push_back({estimated[j], fitted[j]->value, sigma, basis, true, inputs});
-    }
-    if (no_ceiling) {
-      fit.parameters.push_back({"gemm_sustained", peak, 0.1 * peak,
-                                rows_of(gemms.size(), "BF16 GEMM") +
-                                    ": none reaches a ceiling below the peak (sigma assumed 10% "
-                                    "of the peak)",
-                                true, inputs});
-    }
-    for (const auto& [key, member] : members) {
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
-      fit.parameters.push_back(
-          {key, member->value, member->sigma, "kept: too few GEMM shapes to tell it", false, {}});
-    }
-    fit.points.insert(fit.points.end(), points.begin(), points.end());
-  }
+  // 1. GEMMs (BF16 rows).
+  if (!gemms.empty()) fit_gemm_section(fit, gpu, start, gemms, "", "BF16");
 
   // 2. Memory: t = launch + bytes / (hbm x e), least squares on relative errors.
   const double launch = gpu.kernel_launch_s.value;
@@ -498,6 +532,18 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       fit.points.push_back({"memory " + s->op + " " + std::to_string(s->bytes / 1e6) + " MB",
                             file->path, s->line, s->seconds, kernel_seconds(gpu, copy)});
     }
+  }
+
+  // 2b. FP8 GEMMs: the same fit on the profile's FP8 entries (fp8_gemm_view), with the
+  // memory efficiency just fitted.
+  if (!fp8_gemms.empty()) {
+    GpuProfile view = fp8_gemm_view(gpu);
+    fit_gemm_section(fit, view, fp8_gemm_view(start), fp8_gemms, "fp8.", "FP8");
+    Fp8Gemm& fp8 = *gpu.fp8;
+    fp8.gemm_efficiency = view.gemm_efficiency;
+    fp8.gemm_sustained_flops_per_s = view.gemm_sustained_flops_per_s;
+    fp8.gemm_k_overhead = view.gemm_k_overhead;
+    fp8.kernel_launch_s = view.kernel_launch_s;
   }
 
   // 3. Attention: one implementation (FlashAttention-2 if present: the profile's attention is

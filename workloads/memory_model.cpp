@@ -131,6 +131,18 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                             : "BF16, ") +
           split + (zero >= 3 ? "sharded " + over_dp + " (ZeRO-3)" : std::string("replicated")) +
           (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
+  if (training.precision == Precision::fp8) {
+    // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad
+    // reads it), refreshed once per step; under ZeRO-3 only for the units gathered at once.
+    const double layer =
+        (decoder_layer_parameters(model) - layer_expert_parameters(model) * (1.0 - 1.0 / plan.ep)) /
+        tp;
+    const double layers = zero >= 3 ? kFsdpUnitsGathered : model.layers / plan.pp;
+    const double copies = 2 * kFp8Bytes * layer * layers;
+    add("FP8 weight copies", copies,
+        "each decoder-layer projection weight in FP8 and transposed (Transformer Engine), " +
+            std::string(zero >= 3 ? "the units gathered at once" : "the stage's layers"));
+  }
   const double grad_shards = zero >= 2 ? dp : 1;
   if (plan.offload_optimizer && zero >= 2) {
     add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");

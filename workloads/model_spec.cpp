@@ -88,6 +88,9 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
       (model.experts_per_token < 1 || model.experts_per_token > model.experts)) {
     throw ModelError("model " + model.name + ": experts_per_token must be 1 to experts");
   }
+  if (training.precision == Precision::fp8 && training.lora) {
+    throw ModelError("FP8 training with LoRA is not modelled yet: use precision bf16");
+  }
   if (model.mixture_of_experts() && training.lora) {
     throw ModelError("LoRA on a mixture-of-experts model is not modelled yet");
   }

@@ -45,7 +45,14 @@ struct ModelSpec {
   double parameters() const;
 };
 
-enum class Precision { bf16 };
+// The precision of a layer's projection GEMMs: BF16, or FP8 as Transformer Engine runs them
+// (delayed scaling: E4M3 inputs and weights forward, E5M2 gradients backward, BF16 outputs;
+// attention, norms, the embedding and the output head stay BF16; FP32 master weights and
+// optimizer as with BF16).
+enum class Precision { bf16, fp8 };
+inline const char* to_string(Precision precision) {
+  return precision == Precision::fp8 ? "fp8" : "bf16";
+}
 // Adam with FP32 moments, or with moments quantised block-wise to 8 bits (bitsandbytes'
 // Adam8bit; Dettmers et al., arXiv:2110.02861: blocks of 2048 values, one FP32 scale each).
 enum class Optimizer { adam, adam8bit };

@@ -4,6 +4,7 @@
 namespace fleetsim {
 
 inline constexpr double kBf16Bytes = 2;
+inline constexpr double kFp8Bytes = 1;
 inline constexpr double kFp32Bytes = 4;
 
 }  // namespace fleetsim

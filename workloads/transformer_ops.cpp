@@ -13,6 +13,7 @@ namespace {
 
 constexpr double kBf16 = kBf16Bytes;  // activations and weights
 constexpr double kFp32 = kFp32Bytes;
+constexpr double kFp8 = kFp8Bytes;
 
 Kernel memory_kernel(double bytes) {
   Kernel kernel;
@@ -158,10 +159,15 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double a = model.heads;
   const double s = training.seq_len;
   const bool dropout = training.dropout > 0;
-  const double norm_inputs = 2 * kBf16 * h;  // residual stream into each norm
-  const double gemm_inputs = 2 * kBf16 * h;  // normed inputs of the QKV and first MLP GEMMs
+  // Under FP8 each projection keeps its input's FP8 cast for the weight gradient, not BF16.
+  const bool fp8 = training.precision == Precision::fp8;
+  const double gemm_input = fp8 ? kFp8 : kBf16;
+  const double norm_inputs = 2 * kBf16 * h;       // residual stream into each norm
+  const double gemm_inputs = 2 * gemm_input * h;  // normed inputs of the QKV and first MLP GEMMs
   const double qkv = kBf16 * (h + 2 * kv_dim(model));  // both attention backwards need Q, K, V
-  const double output = kBf16 * h;                     // O, also o_proj's input
+  // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
+  // kept as o_proj's FP8 cast).
+  const double output = kBf16 * h + (fp8 ? kFp8 * h : 0.0);
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
   // Selective recomputation keeps neither.
@@ -170,8 +176,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
                             ? 0.0
                             : (kBf16 + (dropout ? kMaskBytes + kBf16 : 0)) * a * s;
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
-  // SwiGLU: gate/up output and its product (down's input); GELU: its input and output.
-  const double one_mlp = model.mlp == Mlp::swiglu ? kBf16 * (2 * f + f) : kBf16 * (f + f);
+  // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
+  // input). Down's input is its FP8 cast under FP8.
+  const double one_mlp =
+      model.mlp == Mlp::swiglu ? kBf16 * 2 * f + gemm_input * f : kBf16 * f + gemm_input * f;
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input) and k
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
@@ -190,11 +198,35 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
   return Op{std::move(name), Kernel{}, 0, LayerCollective{op, size_bytes}};
 }
 
+// FP8 GEMMs as Transformer Engine runs a projection: its input (m x k) cast to FP8 with the
+// transpose the weight gradient reads (read BF16, write two FP8 copies), the forward GEMM; in
+// backward the output gradient (m x n) cast the same way, then the data- and weight-gradient
+// GEMMs. The FP8 weights (and their transposes) are cast once per step and kept
+// (is_first_microbatch): no per-micro-batch cost here.
+void fp8_projection(const std::string& name, double m, double n, double k, std::vector<Op>& fwd,
+                    std::vector<Op>& backward) {
+  const double cast_bytes_per_element = kBf16 + 2 * kFp8;
+  const auto fp8_gemm = [](std::string op, double rows, double columns, double depth) {
+    const Kernel kernel = fp8_gemm_kernel(rows, columns, depth);
+    return Op{std::move(op), kernel, kernel.flops, std::nullopt};
+  };
+  fwd.push_back(memory_op(name + ".cast", cast_bytes_per_element * m * k));
+  fwd.push_back(fp8_gemm(name, m, n, k));
+  // Collected in forward order, reversed at the end: the cast runs first in backward.
+  backward.push_back(fp8_gemm(name + ".dgrad", m, k, n));
+  backward.push_back(fp8_gemm(name + ".wgrad", k, n, m));
+  backward.push_back(memory_op(name + ".grad_cast", cast_bytes_per_element * m * n));
+}
+
 // A projection's GEMM (m x n from k); under QLoRA its 4-bit weight is first dequantized to
 // BF16 (read 4.127 bits, write 16 per weight), in forward and again before the backward's
 // data-gradient GEMM, which reads it too.
 void projection(const std::string& name, double m, double n, double k, const TrainingSpec& training,
                 bool frozen, std::vector<Op>& fwd, std::vector<Op>& backward) {
+  if (training.precision == Precision::fp8 && !frozen) {
+    fp8_projection(name, m, n, k, fwd, backward);
+    return;
+  }
   const bool quantized = training.lora && training.lora->quantized_base;
   const double dequantize_bytes = (kNf4BytesPerParameter + kBf16) * n * k;
   if (quantized) fwd.push_back(memory_op(name + ".dequantize", dequantize_bytes));
@@ -284,6 +316,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const auto context_op = [&](std::string name, CollectiveOp op) {
     return Op{std::move(name), Kernel{}, 0, LayerCollective{op, sequence_kv, LayerGroup::context}};
   };
+  if (cp > 1 && training.attention != Attention::flash) {
+    throw ModelError("context parallelism runs ring attention, which is built on FlashAttention");
+  }
   if (cp > 1) {
     fwd.push_back(context_op("kv_ring", CollectiveOp::all_gather));
     backward.push_back(context_op("kv_ring.dkv", CollectiveOp::reduce_scatter));

@@ -110,6 +110,8 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowReques
   ids.reserve(requests.size());
   std::vector<Slot> started;
   for (FlowRequest& request : requests) {
+    // Ids keep the start order in their upper 32 bits.
+    if (next_sequence_ >= (FlowId{1} << 32)) throw ModelError("more than 2^32 flows started");
     bytes_started_ += request.size_bytes;
     std::vector<LinkUse> links = merge_duplicates(std::move(request.links));
     if (links.empty() || !(request.size_bytes > 0)) {
@@ -279,6 +281,7 @@ void FlowNetwork::on_completion_event() {
     }
     finished.emplace_back(flow.latency, std::move(flow.on_complete));
     flow.on_complete = nullptr;
+    flow.rate = 0;
     flow.id = 0;
     free_slots_.push_back(slot);
     --active_flows_;

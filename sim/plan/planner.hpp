@@ -56,17 +56,19 @@ struct PlanResult {
   std::optional<PlannedLayout> leanest;
 };
 
-// A lower bound on the step time, in seconds: the last pipeline stage's compute stream, which
-// runs each chunk of layers of every micro-batch back to back (kernels at full speed, and the
-// tensor- and expert-parallel collectives it waits for, each at its time alone on the fewest
-// nodes that hold its group: whole when it blocks, by how much it outlasts its GEMM when
-// overlapped), after the first micro-batch's forward has crossed the pp - 1 stages before it and
-// before the last gradient has crossed them back: (m vpp + pp - 1) chunk times, the bubble
-// formula's ideal, plus the output head of each micro-batch; then the first stage's optimizer
-// step (offloaded: CPU Adam through the first node's host memory or on its rank's share of the
-// cores, then the copy back over PCIe) and, under ZeRO-1 and 2, the parameter all-gather that
-// must enter each of its nodes through the NICs.
-// The embedding, pipeline transfers and the rest of the data-parallel traffic only add to it.
+// A lower bound on the step time, in seconds, the larger of two. The last pipeline stage's
+// compute stream, which runs each chunk of layers of every micro-batch back to back (kernels at
+// full speed, and the tensor-, expert- and context-parallel collectives it waits for, each at
+// its time alone on the fewest nodes that hold its group: whole when it blocks, by how much it
+// outlasts the kernel beside it when overlapped), after the first micro-batch's forward has crossed
+// the pp - 1 stages before it and before the last gradient has crossed them back: (m vpp + pp - 1)
+// chunk times, the bubble formula's ideal, plus the output head of each micro-batch; then the first
+// stage's optimizer step (offloaded: CPU Adam through the first node's host memory or on its rank's
+// share of the cores, then the copy back over PCIe) and, under ZeRO-1 and 2, the parameter
+// all-gather that must enter each of its nodes through the NICs; the embedding, pipeline transfers
+// and the rest of the data-parallel traffic only add to it. And under ZeRO-3, the parameter
+// all-gathers of every micro-batch's forward and backward (the embedding's backward and LoRA
+// adapters left out) that the first node must take in through its NICs.
 double step_lower_bound_s(const StepInputs& inputs);
 
 // Searches the layouts of `base` (its model, training recipe, cluster and GPU; its layout and

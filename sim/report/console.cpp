@@ -171,7 +171,8 @@ void add_setup_rows(Table& table, const RunReport& report) {
               return v.inputs.model.name +
                      (lora ? std::string(lora->quantized_base ? " (QLoRA rank " : " (LoRA rank ") +
                                  std::to_string(lora->rank) + ")"
-                           : "");
+                           : "") +
+                     (v.inputs.training.precision == Precision::fp8 ? " FP8" : "");
             }));
   table.add("layout",
             cells_for(report, [](const VariantReport& v) { return layout_label(v.inputs.plan); }));

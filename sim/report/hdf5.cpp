@@ -9,9 +9,11 @@
 //                            being its ranking
 //   /variants/<name>         one group per variant; <name> is the variant name with '/' replaced
 //                            by '_' (a '~<index>' suffix separates names that then collide).
-//     attributes  name, node, gpu_profile, model, recompute, pipeline_schedule (string);
+//     attributes  name, node, gpu_profile, model, precision, recompute, pipeline_schedule
+//                 (string);
 //                 index (int, position in the scenario: sort by it, HDF5 lists groups
-//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, ep, pp, vpp,
+//                 alphabetically), nodes, gpus_per_node, gpus (total), tp, dp, ep, cp, pp,
+//                 vpp,
 //                 zero_stage, tp_comm_overlap, overlap_param_gather, offload_optimizer,
 //                 simulated (int 0/1),
 //                 replayed_ranks (int: all the
@@ -188,6 +190,7 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "node", inputs.node.name);
   write_attribute(group, "gpu_profile", inputs.gpu.name);
   write_attribute(group, "model", inputs.model.name);
+  write_attribute(group, "precision", std::string(to_string(inputs.training.precision)));
   write_attribute(group, "nodes", inputs.nodes);
   write_attribute(group, "gpus_per_node", inputs.node.gpus);
   write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);

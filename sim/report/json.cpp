@@ -94,6 +94,7 @@ Json variant_json(const RunReport& report, std::size_t index) {
               {"gpus", inputs.nodes * inputs.node.gpus},
               {"gpu_profile", inputs.gpu.name},
               {"model", inputs.model.name},
+              {"precision", to_string(inputs.training.precision)},
               {"layout", layout_json(inputs.plan)},
               {"simulated", variant.outcome.simulated},
               {"step", step_json(variant.outcome)},

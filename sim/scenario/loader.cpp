@@ -659,6 +659,20 @@ const std::array<CalibratedKey, 10> kCalibratedKeys = {{
     {"comm_slowdown", Quantity::count, &GpuProfile::comm_slowdown},
 }};
 
+// The FP8 GEMM entries under a profile's `fp8` map (kFp8Entries names them "fp8.<key>").
+struct Fp8Key {
+  std::string_view key;
+  Quantity quantity;
+};
+const std::array<Fp8Key, 5> kFp8Keys = {{
+    {"dense", Quantity::flop_rate},
+    {"gemm_efficiency", Quantity::fraction},
+    {"gemm_sustained", Quantity::flop_rate},
+    {"gemm_k_overhead", Quantity::count},
+    {"kernel_launch", Quantity::duration},
+}};
+static_assert(kFp8Keys.size() == kFp8Entries.size());
+
 Keys profile_keys() {
   Keys keys = {"name",       "description",     "sm_count",
                "gemm_tiles", "link_efficiency", "collective_library"};
@@ -748,10 +762,10 @@ TrainingSpec parse_training(const Field& f) {
   const std::string method =
       find(f, "method") ? read_choice(*find(f, "method"), {"full", "lora", "qlora"}) : "full";
   const bool lora = method != "full";
-  if (auto precision = find(f, "precision")) {
-    read_choice(*precision, {"bf16"}, {"fp8"}, "fp8 arrives in a later version");
-  }
   TrainingSpec t;
+  if (auto precision = find(f, "precision")) {
+    if (read_choice(*precision, {"bf16", "fp8"}) == "fp8") t.precision = Precision::fp8;
+  }
   if (auto optimizer = find(f, "optimizer")) {
     t.optimizer = read_choice(*optimizer, {"adam", "adam8bit"}) == "adam8bit" ? Optimizer::adam8bit
                                                                               : Optimizer::adam;
@@ -1387,6 +1401,7 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   allowed.push_back("nvls_efficiency");     // only GPUs behind an NVLS-capable NVSwitch have it
   allowed.push_back("compute_capability");  // NVIDIA GPUs only
   allowed.push_back("p2p_efficiency");      // where a send/recv benchmark calibrates it
+  allowed.push_back("fp8");                 // GPUs with FP8 tensor cores
   expect_map(root, allowed);
   require_keys(root, required);
   GpuProfile g;
@@ -1419,6 +1434,18 @@ GpuProfile Loader::gpu_profile(const Field& name) {
       fail(*p2p, "a p2p efficiency needs an nvlink or xgmi link efficiency",
            "point-to-point sends between GPUs run over NVLink or xGMI; remove p2p_efficiency");
     }
+  }
+  if (const auto fp8 = find(root, "fp8")) {
+    Keys keys;
+    for (const Fp8Key& key : kFp8Keys) keys.emplace_back(key.key);
+    expect_map(*fp8, keys);
+    require_keys(*fp8, keys);
+    Fp8Gemm rates;
+    for (std::size_t i = 0; i < kFp8Keys.size(); ++i) {
+      rates.*kFp8Entries[i].second =
+          read_calibrated(require(*fp8, std::string(kFp8Keys[i].key)), kFp8Keys[i].quantity);
+    }
+    g.fp8 = rates;
   }
   g.collectives = collective_library(require(root, "collective_library"));
   if (const auto capability = find(root, "compute_capability")) {
@@ -1485,8 +1512,8 @@ void check_expert_parallelism(const Field& f, const StepInputs& in) {
   }
 }
 
-// The layout must use every GPU (tp x pp x dp), and a tensor-parallel group must fit a node and
-// split the model evenly.
+// The layout must use every GPU (tp x cp x pp x dp), and a tensor-parallel group must fit a node
+// and split the model evenly.
 void check_layout(const Field& root, const StepInputs& in) {
   const int gpus = in.nodes * in.node.gpus;
   const Field layout = require(root, "layout");
@@ -1618,6 +1645,19 @@ void check_lora(const Field& training, StepInputs& in) {
   }
 }
 
+// FP8 projections need a GPU whose profile has FP8 GEMM entries, and full fine-tuning.
+void check_fp8(const Field& training, const StepInputs& in) {
+  const Field precision = require(training, "precision");
+  if (!in.gpu.fp8) {
+    fail(precision, "GPU profile " + in.gpu.name + " has no FP8 GEMM entries",
+         "FP8 needs Hopper, Blackwell or MI300X tensor cores (profiles h100-sxm, h200, b200, "
+         "gb200, mi300x); use precision: bf16");
+  }
+  if (in.training.lora) {
+    fail(precision, "FP8 training with LoRA is not modelled yet", "use precision: bf16");
+  }
+}
+
 // Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
 // optimizer step, which must be a whole number. Under interleaved 1F1B they must also come in
 // whole groups of pp.
@@ -1657,6 +1697,7 @@ StepInputs Loader::parse_variant(const Field& root) {
   check_layout(root, in);
   check_batch(root, in);
   if (in.training.lora) check_lora(require(root, "training"), in);
+  if (in.training.precision == Precision::fp8) check_fp8(require(root, "training"), in);
   return in;
 }
 
@@ -1765,11 +1806,15 @@ GpuProfile Loader::profile(const std::string& name) {
 }
 
 std::string profile_entry_unit(const std::string& key) {
-  const auto entry = std::find_if(kCalibratedKeys.begin(), kCalibratedKeys.end(),
-                                  [&](const CalibratedKey& k) { return k.key == key; });
-  if (entry == kCalibratedKeys.end()) return "";
-  if (entry->quantity == Quantity::duration) return "us";
-  if (entry->quantity == Quantity::flop_rate) return "TFLOPS";
+  std::optional<Quantity> quantity;
+  for (const CalibratedKey& k : kCalibratedKeys) {
+    if (k.key == key) quantity = k.quantity;
+  }
+  for (const Fp8Key& k : kFp8Keys) {
+    if ("fp8." + std::string(k.key) == key) quantity = k.quantity;
+  }
+  if (quantity == Quantity::duration) return "us";
+  if (quantity == Quantity::flop_rate) return "TFLOPS";
   return "";
 }
 

@@ -981,7 +981,7 @@ StepOutcome check_memory(const StepInputs& inputs) {
                        " to describe its host: host_memory, host_memory_capacity, cpu_cores, "
                        "cpu_clock and cpu_adam_cycles_per_parameter");
     }
-    const int ranks = inputs.plan.tp * inputs.plan.dp * inputs.plan.pp;
+    const int ranks = inputs.plan.world_size();
     memory.host_bytes_per_node = memory.host_bytes_per_rank * std::min(inputs.node.gpus, ranks);
   }
   if (!memory.gpu_fits()) {

@@ -30,19 +30,31 @@ GpuProfile h100_like() {
   return gpu;
 }
 
-std::string gemm_csv(const GpuProfile& truth) {
+// 36 GEMM rows timed by the model on `truth`: BF16, or FP8 on its FP8 entries.
+std::string gemm_csv(const GpuProfile& truth, bool fp8 = false) {
   std::string csv = "# provenance: measured\ndtype,m,n,k,time_us\n";
   for (const double m : {256.0, 1024.0, 3000.0, 8192.0}) {
     for (const double n : {512.0, 4096.0, 14336.0}) {
       for (const double k : {256.0, 1024.0, 4096.0}) {
+        const Kernel kernel = fp8 ? fp8_gemm_kernel(m, n, k) : gemm_kernel(m, n, k, 2);
         char row[96];
-        std::snprintf(row, sizeof row, "bf16,%.0f,%.0f,%.0f,%.9g\n", m, n, k,
-                      1e6 * kernel_seconds(truth, gemm_kernel(m, n, k, 2)));
+        std::snprintf(row, sizeof row, "%s,%.0f,%.0f,%.0f,%.9g\n", fp8 ? "fp8" : "bf16", m, n, k,
+                      1e6 * kernel_seconds(truth, kernel));
         csv += row;
       }
     }
   }
   return csv;
+}
+
+Fp8Gemm fp8_entries(double efficiency, double k_overhead, double fixed_s, double sustained) {
+  Fp8Gemm fp8;
+  fp8.dense_flops_per_s.value = 1979e12;
+  fp8.gemm_efficiency.value = efficiency;
+  fp8.gemm_k_overhead.value = k_overhead;
+  fp8.kernel_launch_s.value = fixed_s;
+  fp8.gemm_sustained_flops_per_s.value = sustained;
+  return fp8;
 }
 
 }  // namespace
@@ -149,6 +161,54 @@ TEST_CASE("a fit recovers the kernel parameters that generated the data") {
   REQUIRE(fit.held_out.size() == 12);
   for (const KernelFitPoint& point : fit.held_out) CHECK(std::abs(point.error()) < 1e-3);
   for (const KernelFitParameter& p : fit.parameters) CHECK(p.fitted);
+}
+
+TEST_CASE("an FP8 GEMM runs on the profile's FP8 entries, with the BF16 tiles") {
+  GpuProfile gpu = h100_like();
+  const Kernel fp8 = fp8_gemm_kernel(8192, 8192, 8192);
+  CHECK(fp8.fp8);
+  CHECK(fp8.flops == 2.0 * 8192 * 8192 * 8192);
+  CHECK(fp8.bytes == 3.0 * 8192 * 8192 + 8192.0 * 8192);  // FP8 inputs, BF16 output
+  CHECK_THROWS_WITH(kernel_seconds(gpu, fp8), Catch::Contains("has no FP8 GEMM entries"));
+  gpu.fp8 = fp8_entries(0.9, 500, 6e-6, 1300e12);
+  // 8192 x 8192 in 128 x 256 tiles: 2,048 tiles on 132 SMs, 16 waves, the last one short.
+  const double wave = 2048.0 / (16 * 132);
+  const double rate = std::min(1979e12 * 0.9 * wave * 8192 / (8192 + 500), 1300e12);
+  CHECK(kernel_seconds(gpu, fp8) == Approx(fp8.flops / rate + 6e-6).epsilon(1e-12));
+  // A long FP8 GEMM is faster than the BF16 one, by no more than the peaks' ratio.
+  const double bf16_s = kernel_seconds(gpu, gemm_kernel(16384, 16384, 16384, 2));
+  const double fp8_s = kernel_seconds(gpu, fp8_gemm_kernel(16384, 16384, 16384));
+  CHECK(bf16_s / fp8_s > 1.5);
+  CHECK(bf16_s / fp8_s < 1979.0 / 989);
+}
+
+TEST_CASE("a fit recovers the FP8 GEMM entries that generated FP8 rows, BF16 ones untouched") {
+  GpuProfile truth = h100_like();
+  truth.fp8 = fp8_entries(0.85, 600, 7e-6, 1250e12);
+  GpuProfile start = h100_like();
+  start.fp8 = fp8_entries(0.6, 100, 4e-6, 900e12);
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("gemm-fp8.csv", gemm_csv(truth, /*fp8=*/true)))};
+  const KernelFit fit = fit_kernels(start, files);
+  REQUIRE(fit.profile.fp8);
+  const Fp8Gemm& fitted = *fit.profile.fp8;
+  CHECK(fitted.gemm_efficiency.value == Approx(0.85).epsilon(1e-3));
+  CHECK(fitted.gemm_k_overhead.value == Approx(600).epsilon(0.01));
+  CHECK(fitted.kernel_launch_s.value == Approx(7e-6).epsilon(0.01));
+  CHECK(fitted.gemm_sustained_flops_per_s.value == Approx(1250e12).epsilon(1e-3));
+  CHECK(fitted.dense_flops_per_s.value == 1979e12);  // a spec figure, not fitted
+  for (const KernelFitPoint& point : fit.points) CHECK(std::abs(point.error()) < 1e-3);
+  REQUIRE(fit.held_out.size() == 12);
+  for (const KernelFitPoint& point : fit.held_out) CHECK(std::abs(point.error()) < 1e-3);
+  // The BF16 GEMM entries are the starting profile's, and the fit's keys are the fp8 ones.
+  CHECK(fit.profile.gemm_efficiency.value == start.gemm_efficiency.value);
+  CHECK(fit.profile.kernel_launch_s.value == start.kernel_launch_s.value);
+  for (const KernelFitParameter& p : fit.parameters) {
+    CHECK_THAT(p.key, Catch::StartsWith("fp8."));
+  }
+  // A profile without FP8 entries has nothing to fit them to.
+  CHECK_THROWS_AS(fit_kernels(h100_like(), files), MicrobenchError);
 }
 
 TEST_CASE("a best-shape row sets the sustained rate, and the efficiency only if it must rise") {

@@ -338,10 +338,23 @@ TEST_CASE("a bad enum value lists the allowed values") {
   REQUIRE(zero);
   CHECK_THAT(zero->what(), Catch::Contains("expected one of 0, 1, 2, 3, got \"4\""));
 
-  const auto fp8 = load_error(with(kBase, "training:\n", "training:\n  precision: fp8\n"));
-  REQUIRE(fp8);
-  CHECK(fp8->key() == "training.precision");
-  CHECK_THAT(fp8->what(), Catch::Contains("(hint: fp8 arrives in a later version)"));
+  const auto fp16 = load_error(with(kBase, "training:\n", "training:\n  precision: fp16\n"));
+  REQUIRE(fp16);
+  CHECK(fp16->key() == "training.precision");
+  CHECK_THAT(fp16->what(), Catch::Contains("expected one of bf16, fp8, got \"fp16\""));
+}
+
+TEST_CASE("fp8 loads where the GPU has FP8 GEMM entries, and is refused where it has none") {
+  const std::string fp8 = with(kBase, "training:\n", "training:\n  precision: fp8\n");
+  const Scenario s = load_text(fp8);
+  CHECK(s.variants[0].inputs.training.precision == Precision::fp8);
+  REQUIRE(s.variants[0].inputs.gpu.fp8);
+  CHECK(s.variants[0].inputs.gpu.fp8->dense_flops_per_s.value == 1979e12);
+  const auto a100 = load_error(with(fp8, "  node: dgx-h100\n", "  node: dgx-a100\n"));
+  REQUIRE(a100);
+  CHECK(a100->key() == "training.precision");
+  CHECK(a100->line() == 4);
+  CHECK_THAT(a100->what(), Catch::Contains("GPU profile a100-sxm has no FP8 GEMM entries"));
 }
 
 TEST_CASE("a missing required key names the key and its map") {

@@ -218,3 +218,17 @@ TEST_CASE("offload: gradient copies keep pace with the reductions, two buffers a
   }
   CHECK(reductions > 2);
 }
+
+TEST_CASE("context parallelism: each cp rank's offloaded shard counts in its node's host memory") {
+  StepInputs in = offloaded_job();
+  in.plan.zero_stage = 1;
+  in.plan.cp = 4;
+  in.plan.dp = 2;
+  in.training.global_batch = 4;
+  const StepOutcome out = check_memory(in);
+  REQUIRE(out.memory.host_bytes_per_rank > 0);
+  CHECK(out.memory.host_bytes_per_node == Approx(8 * out.memory.host_bytes_per_rank));
+  // Each rank's shard is 1 / (dp x cp) of the parameters: 16 bytes each (master, moments,
+  // gradients).
+  CHECK(out.memory.host_bytes_per_rank == Approx(16 * in.model.parameters() / 8));
+}

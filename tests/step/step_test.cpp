@@ -606,3 +606,47 @@ TEST_CASE("context parallelism splits each rank's model FLOPs, attention's inclu
     CHECK(split.model_flops_per_rank == Approx(one.model_flops_per_rank / cp).epsilon(1e-12));
   }
 }
+
+TEST_CASE("FP8 projections: the same model FLOPs, faster GEMMs, FP8 saved inputs and weights") {
+  StepInputs bf16 = small_job();
+  bf16.plan.zero_stage = 1;
+  bf16.gpu.fp8 = Fp8Gemm{};
+  bf16.gpu.fp8->dense_flops_per_s.value = 2 * bf16.gpu.dense_bf16_flops_per_s.value;
+  bf16.gpu.fp8->gemm_efficiency.value = bf16.gpu.gemm_efficiency.value;
+  bf16.gpu.fp8->gemm_k_overhead.value = 100;
+  bf16.gpu.fp8->kernel_launch_s.value = bf16.gpu.kernel_launch_s.value;
+  StepInputs fp8 = bf16;
+  fp8.training.precision = Precision::fp8;
+  // Every decoder-layer projection's GEMMs run in FP8, after a cast of their input; attention,
+  // the router and the output head stay BF16.
+  const LayerOps layer = decoder_layer_ops(fp8.model, fp8.training);
+  int fp8_gemms = 0, casts = 0;
+  for (const std::vector<Op>* ops : {&layer.forward, &layer.backward}) {
+    for (const Op& op : *ops) {
+      fp8_gemms += op.kernel.fp8;
+      casts += op.name.find("cast") != std::string::npos;
+      if (op.kernel.kind == KernelKind::gemm) CHECK(op.kernel.fp8);
+    }
+  }
+  CHECK(fp8_gemms == 4 * 3);  // qkv, o_proj, gate_up, down: forward, dgrad, wgrad
+  CHECK(casts == 4 * 2);      // each input forward, each output gradient backward
+  const StepOutcome slow = simulate_step(bf16);
+  const StepOutcome fast = simulate_step(fp8);
+  REQUIRE(slow.simulated);
+  REQUIRE(fast.simulated);
+  CHECK(fast.step.model_flops == Approx(slow.step.model_flops).epsilon(1e-12));
+  // Faster, but by less than the peaks' ratio: casts, attention and the rest do not speed up.
+  CHECK(fast.step.step_time_s < slow.step.step_time_s);
+  CHECK(slow.step.step_time_s / fast.step.step_time_s < 2);
+  // Each token of each layer keeps its QKV and first MLP GEMM inputs in one byte, not two, and
+  // o_proj's and down's FP8 casts (O stays BF16 for attention's backward, down's BF16 input is
+  // not kept): h + f bytes fewer per token and layer.
+  const double tokens = 2.0 * 2048;
+  const double saved = bf16.model.layers * tokens * (bf16.model.hidden + bf16.model.ffn);
+  CHECK(memory_item(slow, "activations") - memory_item(fast, "activations") ==
+        Approx(saved).epsilon(1e-9));
+  // Each layer's projection weights in FP8 and transposed.
+  CHECK(memory_item(slow, "FP8 weight copies") == -1.0);
+  CHECK(memory_item(fast, "FP8 weight copies") ==
+        Approx(2.0 * bf16.model.layers * decoder_layer_parameters(bf16.model)).epsilon(1e-12));
+}
