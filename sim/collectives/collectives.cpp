@@ -344,6 +344,15 @@ void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
 }
 
 void Collectives::send(VertexId from, VertexId to, double size_bytes, std::function<void()> done) {
+  send(plan_send(from, to, size_bytes), std::move(done));
+}
+
+void Collectives::send(const SendPlan& plan, std::function<void()> done) {
+  if (!plan.plan_) throw ModelError("a send started without its plan");
+  start(*plan.plan_, std::move(done));
+}
+
+Collectives::SendPlan Collectives::plan_send(VertexId from, VertexId to, double size_bytes) {
   const std::array<VertexId, 2> ends{from, to};
   auto cached = send_plan_cache_.find(PlanKeyView{CollectiveOp::send_recv, ends, size_bytes});
   if (cached == send_plan_cache_.end()) {
@@ -356,10 +365,18 @@ void Collectives::send(VertexId from, VertexId to, double size_bytes, std::funct
                  .emplace(PlanKey{CollectiveOp::send_recv, pair, size_bytes}, merged(one_way))
                  .first;
   }
-  start(cached->second, std::move(done));
+  SendPlan send_plan;
+  send_plan.plan_ = &cached->second;  // map nodes stay put
+  return send_plan;
 }
 
 void Collectives::start(const Plan& plan, std::function<void()> done) {
+  if (plan.later.empty() && plan.flows.size() == 1) {
+    // One flow (a send): it ends the collective itself.
+    const PlannedFlow& flow = plan.flows.front();
+    enter({{flow.links, flow.bytes, plan.latency, std::move(done), flow.max_rate}});
+    return;
+  }
   if (plan.later.empty() && !plan.flows.empty()) {
     // One phase (most plans): its flows count down to `done`, with no phase bookkeeping.
     auto remaining = std::make_shared<std::pair<std::size_t, std::function<void()>>>(

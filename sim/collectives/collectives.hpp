@@ -78,6 +78,8 @@ struct GpuLinkModes {
 };
 
 class Collectives {
+  struct Plan;
+
  public:
   Collectives(Engine& engine, FlowNetwork& network, const Topology& topology, CollectiveCosts costs,
               GpuLinkModes gpu_links = {});
@@ -124,6 +126,14 @@ class Collectives {
   // One GPU sends `size_bytes` to another (ncclSend / ncclRecv: a pipeline stage's activations
   // or gradients), costed as one direction of a two-rank send/recv with the tuner's protocol.
   void send(VertexId from, VertexId to, double size_bytes, std::function<void()> done);
+  // A send's plan, planned once (as send() does) for a caller that starts the same send many
+  // times: send(plan, done) skips the lookup. Valid while this object lives.
+  class SendPlan {
+    friend class Collectives;
+    const Plan* plan_ = nullptr;
+  };
+  SendPlan plan_send(VertexId from, VertexId to, double size_bytes);
+  void send(const SendPlan& plan, std::function<void()> done);
 
   // The first flows of the collectives and sends started between begin_batch() and
   // end_batch() enter the network together at end_batch(), sharing out bandwidth once, as

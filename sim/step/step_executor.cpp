@@ -10,6 +10,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "sim/collectives/collectives.hpp"
@@ -565,23 +566,30 @@ class Replay {
     const SimTime begin = engine_.now();
     change_collectives(r, +1);
     change_collectives(other, +1);
-    const std::vector<int>& replicas =
-        fold_ ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[from % graph_.tp]
-              : kNoShadows;
-    collectives_.begin_batch();
-    for (const int replica : replicas) {
-      const int offset = replica * graph_.tp;  // the same tp rank in that replica
-      collectives_.send(gpus_[from + offset], gpus_[to + offset], work.size_bytes, [] {});
+    // The replicas' copies of this send (folded), then its own, planned once per pair of
+    // ranks and size.
+    std::vector<Collectives::SendPlan>& plans = send_plans_[{from, to, work.size_bytes}];
+    if (plans.empty()) {
+      const std::vector<int>& replicas =
+          fold_ ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[from % graph_.tp]
+                : kNoShadows;
+      for (const int replica : replicas) {
+        const int offset = replica * graph_.tp;  // the same tp rank in that replica
+        plans.push_back(
+            collectives_.plan_send(gpus_[from + offset], gpus_[to + offset], work.size_bytes));
+      }
+      plans.push_back(collectives_.plan_send(gpus_[from], gpus_[to], work.size_bytes));
     }
-    collectives_.send(gpus_[from], gpus_[to], work.size_bytes,
-                      [this, begin, sides = std::array{std::pair{r, t}, *first}] {
-                        for (const auto& [member, task] : sides) change_collectives(member, -1);
-                        for (const auto& [member, task] : sides) {
-                          ranks_[member].comm_busy.push_back({begin, engine_.now()});
-                          record(member, task, begin);
-                          finish(member, task);
-                        }
-                      });
+    collectives_.begin_batch();
+    for (std::size_t i = 0; i + 1 < plans.size(); ++i) collectives_.send(plans[i], [] {});
+    collectives_.send(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
+      for (const auto& [member, task] : sides) change_collectives(member, -1);
+      for (const auto& [member, task] : sides) {
+        ranks_[member].comm_busy.push_back({begin, engine_.now()});
+        record(member, task, begin);
+        finish(member, task);
+      }
+    });
     collectives_.end_batch();
   }
 
@@ -892,6 +900,8 @@ class Replay {
   // (sending, receiving) stage and tp rank, the other replicas.
   std::vector<std::vector<int>> tensor_shadows_;
   std::map<std::pair<int, int>, std::vector<std::vector<int>>> pipeline_shadows_;
+  // Per (sending rank, receiving rank, bytes): the plans of its replicas' copies, then its own.
+  std::map<std::tuple<int, int, double>, std::vector<Collectives::SendPlan>> send_plans_;
   std::vector<std::vector<int>> host_shadows_;  // by replayed rank: its host work's copies
 };
 
