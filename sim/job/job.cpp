@@ -1,0 +1,171 @@
+#include "sim/job/job.hpp"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "sim/engine/errors.hpp"
+#include "sim/engine/rng.hpp"
+
+namespace fleetsim {
+namespace {
+
+constexpr double kSecondsPerDay = 86400;
+constexpr double kSecondsPerHour = 3600;
+constexpr double kZ99 = 2.5758293035489004;  // two-sided 99% normal quantile
+
+void check(const JobSpec& job) {
+  if (!(job.steps > 0) || !(job.step_s > 0) || job.gpus < 1) {
+    throw ModelError("a run needs steps, a positive step time and GPUs");
+  }
+  if (job.checkpoint_write_s < 0 || job.restore_s < 0 || job.detection_s < 0 || job.restart_s < 0) {
+    throw ModelError("checkpoint, restore, detection and restart times cannot be negative");
+  }
+  for (const InterruptionCause& cause : job.causes) {
+    if (!(cause.per_gpu_day >= 0)) {
+      throw ModelError("interruption cause " + cause.name + " has a negative rate");
+    }
+  }
+  if (job.policy.kind != CheckpointPolicy::Kind::young_daly && !(job.policy.value > 0)) {
+    throw ModelError("a checkpoint interval must be positive");
+  }
+}
+
+// One run: segments of training and checkpoint, interruptions at the arrival times the stream
+// gives (a Poisson process in wall-clock time, drawn in order whatever happens between them).
+JobReplication replicate(const JobSpec& job, double interval_steps, double rate, RngStream rng) {
+  const double infinity = std::numeric_limits<double>::infinity();
+  const auto next_arrival = [&](double after) {
+    return rate > 0 ? after + rng.exponential(rate) : infinity;
+  };
+  const double downtime = job.detection_s + job.restart_s + job.restore_s;
+  JobReplication run;
+  double now = 0;
+  double committed = 0;  // steps in the last completed checkpoint
+  double interruption = next_arrival(0);
+  while (committed < job.steps) {
+    const double steps = std::min(interval_steps, job.steps - committed);
+    const double segment_end = now + steps * job.step_s + job.checkpoint_write_s;
+    if (interruption >= segment_end) {
+      now = segment_end;
+      committed += steps;
+      ++run.checkpoints;
+      continue;
+    }
+    // The segment is lost; the downtime runs until it passes without an interruption.
+    while (true) {
+      ++run.interruptions;
+      now = interruption;
+      interruption = next_arrival(interruption);
+      if (interruption >= now + downtime) break;
+    }
+    now += downtime;
+  }
+  run.wall_s = now;
+  return run;
+}
+
+double percentile(const std::vector<double>& sorted, double fraction) {
+  // Nearest rank: the smallest sample with at least `fraction` of them at or below it.
+  const auto rank = static_cast<std::size_t>(std::ceil(fraction * sorted.size()));
+  return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
+}  // namespace
+
+double interruptions_per_second(const JobSpec& job) {
+  double per_gpu_day = 0;
+  for (const InterruptionCause& cause : job.causes) per_gpu_day += cause.per_gpu_day;
+  return per_gpu_day * job.gpus / kSecondsPerDay;
+}
+
+double young_daly_interval_s(double checkpoint_s, double mtbf_s) {
+  if (!(checkpoint_s < 2 * mtbf_s)) return mtbf_s;
+  const double ratio = checkpoint_s / (2 * mtbf_s);
+  return std::sqrt(2 * checkpoint_s * mtbf_s) * (1 + std::sqrt(ratio) / 3 + ratio / 9) -
+         checkpoint_s;
+}
+
+double checkpoint_interval_steps(const JobSpec& job) {
+  double steps = 0;
+  switch (job.policy.kind) {
+    case CheckpointPolicy::Kind::every_steps: steps = job.policy.value; break;
+    case CheckpointPolicy::Kind::every_seconds: steps = job.policy.value / job.step_s; break;
+    case CheckpointPolicy::Kind::young_daly: {
+      const double rate = interruptions_per_second(job);
+      if (!(rate > 0)) return job.steps;  // nothing fails: one checkpoint, at the end
+      steps = young_daly_interval_s(job.checkpoint_write_s, 1 / rate) / job.step_s;
+      break;
+    }
+  }
+  return std::clamp(std::round(steps), 1.0, job.steps);
+}
+
+double daly_expected_wall_s(const JobSpec& job) {
+  check(job);
+  const double rate = interruptions_per_second(job);
+  const double interval = checkpoint_interval_steps(job);
+  const double downtime = job.detection_s + job.restart_s + job.restore_s;
+  const auto segment_s = [&](double steps) {
+    const double length = steps * job.step_s + job.checkpoint_write_s;
+    if (!(rate > 0)) return length;
+    return std::exp(rate * downtime) * std::expm1(rate * length) / rate;
+  };
+  const double full = std::floor(job.steps / interval);
+  const double rest = job.steps - full * interval;
+  return full * segment_s(interval) + (rest > 0 ? segment_s(rest) : 0.0);
+}
+
+SampleSummary summarise(std::vector<double> samples) {
+  SampleSummary summary;
+  if (samples.empty()) return summary;
+  double sum = 0;
+  for (const double x : samples) sum += x;
+  const double n = static_cast<double>(samples.size());
+  summary.mean = sum / n;
+  if (samples.size() > 1) {
+    double squares = 0;
+    for (const double x : samples) squares += (x - summary.mean) * (x - summary.mean);
+    summary.ci99_half_width = kZ99 * std::sqrt(squares / (n - 1) / n);
+  }
+  std::sort(samples.begin(), samples.end());
+  summary.p50 = percentile(samples, 0.50);
+  summary.p90 = percentile(samples, 0.90);
+  summary.p99 = percentile(samples, 0.99);
+  return summary;
+}
+
+JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed) {
+  check(job);
+  if (replications < 1) throw ModelError("a Monte Carlo needs at least one replication");
+  JobResult result;
+  const double rate = interruptions_per_second(job);
+  result.mtbf_s = rate > 0 ? 1 / rate : std::numeric_limits<double>::infinity();
+  result.interval_steps = checkpoint_interval_steps(job);
+  result.useful_s = job.steps * job.step_s;
+  result.replications.resize(static_cast<std::size_t>(replications));
+  tbb::parallel_for(0, replications, [&](int i) {
+    result.replications[static_cast<std::size_t>(i)] =
+        replicate(job, result.interval_steps, rate,
+                  RngStream(seed, "job.interruptions", static_cast<std::uint64_t>(i)));
+  });
+  std::vector<double> wall, goodput, interruptions, lost, cost;
+  for (const JobReplication& run : result.replications) {
+    wall.push_back(run.wall_s);
+    goodput.push_back(result.useful_s / run.wall_s);
+    interruptions.push_back(run.interruptions);
+    lost.push_back((run.wall_s - result.useful_s) * job.gpus / kSecondsPerHour);
+    cost.push_back(run.wall_s * job.gpus / kSecondsPerHour * job.usd_per_gpu_hour);
+  }
+  result.wall_s = summarise(std::move(wall));
+  result.goodput = summarise(std::move(goodput));
+  result.interruptions = summarise(std::move(interruptions));
+  result.lost_gpu_hours = summarise(std::move(lost));
+  result.cost_usd = summarise(std::move(cost));
+  return result;
+}
+
+}  // namespace fleetsim

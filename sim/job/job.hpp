@@ -1,0 +1,101 @@
+// Long training runs under interruptions: a Monte Carlo of the wall time to train, with
+// checkpoints.
+//
+// A run is a number of optimizer steps of one duration (the step executor's, for the run's
+// layout on its healthy cluster), simulated as segments, not steps: train for the checkpoint
+// interval, then write a checkpoint, training stopped while it writes (a blocking checkpoint).
+// Interruptions arrive as a Poisson process over wall-clock time at the cluster's total rate,
+// the sum over causes of their rate per GPU-day times the GPUs. One costs the work since the
+// last completed checkpoint (a checkpoint being written is lost too), then a downtime:
+// detection, restart and reading the checkpoint back; an interruption during the downtime
+// starts it over. The run ends when its last segment's checkpoint is written.
+//
+// For this process the expected wall time has a closed form (J. T. Daly, "A higher order
+// estimate of the optimum checkpoint interval for restart dumps", Future Generation Computer
+// Systems 22 (2006) 303-312): a segment of tau seconds of training and a delta-second
+// checkpoint, with interruptions every M seconds on average and a downtime R, takes on average
+//     M e^(R/M) (e^((tau + delta)/M) - 1),
+// which a test holds the simulation to. Young's interval sqrt(2 delta M), and Daly's higher-order
+// one, minimise the waste.
+//
+// Each replication draws its interruptions from its own seeded stream (the run's seed and the
+// replication's index): results are the same on any number of threads, and policies compared
+// under one seed see the same interruption histories (common random numbers), so their
+// difference is not noise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fleetsim {
+
+struct InterruptionCause {
+  std::string name;
+  double per_gpu_day = 0;  // interruptions per GPU per day
+  std::string source;      // where the rate comes from; "assumed: ..." when nothing published
+};
+
+struct CheckpointPolicy {
+  enum class Kind { every_steps, every_seconds, young_daly };
+  Kind kind = Kind::young_daly;
+  double value = 0;  // steps, or seconds of training, between checkpoints (every_*)
+};
+
+struct JobSpec {
+  double steps = 0;   // optimizer steps to train
+  double step_s = 0;  // one step on the healthy cluster
+  int gpus = 0;
+  double checkpoint_write_s = 0;  // training stops while a checkpoint is written
+  double restore_s = 0;           // reading the last checkpoint back after a restart
+  double detection_s = 0;         // from an interruption to the job's being declared failed
+  double restart_s = 0;           // rescheduling and relaunching the job
+  std::vector<InterruptionCause> causes;
+  CheckpointPolicy policy;
+  double usd_per_gpu_hour = 0;  // paid for every GPU over the wall time
+};
+
+// The cluster's interruptions per second: every cause's rate over all its GPUs.
+double interruptions_per_second(const JobSpec& job);
+// Training time between checkpoints that minimises the expected waste, for a checkpoint of
+// `checkpoint_s` and a mean time between interruptions `mtbf_s`: Daly's higher-order estimate
+// sqrt(2 delta M) (1 + sqrt(delta / 2M) / 3 + delta / 18M) - delta for delta < 2M, else M.
+double young_daly_interval_s(double checkpoint_s, double mtbf_s);
+// Steps per segment under the job's policy (at least one; the run's steps when nothing fails).
+double checkpoint_interval_steps(const JobSpec& job);
+// Daly's expected wall time of the job, segment by segment (the last one may be shorter).
+double daly_expected_wall_s(const JobSpec& job);
+
+struct JobReplication {
+  double wall_s = 0;
+  int interruptions = 0;
+  int checkpoints = 0;  // completed
+};
+
+// Mean with its 99% confidence half-width (normal approximation), and percentiles.
+struct SampleSummary {
+  double mean = 0;
+  double ci99_half_width = 0;
+  double p50 = 0;
+  double p90 = 0;
+  double p99 = 0;
+};
+SampleSummary summarise(std::vector<double> samples);
+
+struct JobResult {
+  double interval_steps = 0;
+  double mtbf_s = 0;    // the cluster's mean time between interruptions (infinite: none)
+  double useful_s = 0;  // training time the run needs without interruptions or checkpoints
+  std::vector<JobReplication> replications;
+  SampleSummary wall_s;
+  SampleSummary goodput;  // useful training time / wall time
+  SampleSummary interruptions;
+  SampleSummary lost_gpu_hours;  // GPU-hours of wall time not spent on useful training
+  SampleSummary cost_usd;
+};
+
+// Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
+// positive where needed, a negative rate).
+JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed);
+
+}  // namespace fleetsim

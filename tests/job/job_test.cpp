@@ -1,0 +1,132 @@
+#include "sim/job/job.hpp"
+
+#include <tbb/global_control.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+using namespace fleetsim;
+
+namespace {
+
+// 10,000 steps of 10 s on 1,000 GPUs interrupted every 20,000 s on average (0.00432 per GPU-day),
+// a 300 s checkpoint, 13 minutes of downtime (detection, restart, restore).
+JobSpec interrupted_job() {
+  JobSpec job;
+  job.steps = 10000;
+  job.step_s = 10;
+  job.gpus = 1000;
+  job.checkpoint_write_s = 300;
+  job.detection_s = 60;
+  job.restart_s = 600;
+  job.restore_s = 120;
+  job.causes = {{"hardware", 0.00432, "assumed: a test's"}};
+  job.policy = {CheckpointPolicy::Kind::every_steps, 200};
+  job.usd_per_gpu_hour = 2;
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("job: Daly's expected wall time lies in the simulation's 99% confidence interval") {
+  JobSpec job = interrupted_job();
+  CHECK(1 / interruptions_per_second(job) == Approx(20000));
+  for (const double steps : {10000.0, 10050.0}) {  // the second ends on a shorter segment
+    INFO(steps << " steps");
+    job.steps = steps;
+    const JobResult result = simulate_job(job, 4000, 7);
+    const double expected = daly_expected_wall_s(job);
+    CHECK(std::abs(result.wall_s.mean - expected) <= result.wall_s.ci99_half_width);
+    // Not a vacuous interval: a tenth of a percent of the mean.
+    CHECK(result.wall_s.ci99_half_width < 0.01 * expected);
+    CHECK(result.interruptions.mean > 5);
+  }
+}
+
+TEST_CASE("job: the waste over a sweep of intervals is least at the Young-Daly interval") {
+  JobSpec job = interrupted_job();
+  job.steps = 50000;
+  job.policy = {CheckpointPolicy::Kind::young_daly, 0};
+  const double optimum = checkpoint_interval_steps(job);
+  // Daly's estimate for delta = 300 s, M = 20,000 s: sqrt(2 delta M) (1 + ...) - delta.
+  CHECK(optimum * job.step_s == Approx(young_daly_interval_s(300, 20000)).margin(job.step_s));
+  const auto waste = [&](double interval_steps) {
+    JobSpec fixed = job;
+    fixed.policy = {CheckpointPolicy::Kind::every_steps, interval_steps};
+    const JobResult result = simulate_job(fixed, 1000, 3);
+    return result.wall_s.mean / result.useful_s - 1;
+  };
+  const double at_optimum = waste(optimum);
+  for (const double factor : {0.25, 0.5, 2.0, 4.0}) {
+    INFO("interval x " << factor);
+    CHECK(waste(std::round(optimum * factor)) > at_optimum);
+  }
+  // And the closed form agrees: its waste at the optimum is below its waste around it.
+  const auto daly_waste = [&](double interval_steps) {
+    JobSpec fixed = job;
+    fixed.policy = {CheckpointPolicy::Kind::every_steps, interval_steps};
+    return daly_expected_wall_s(fixed) / (job.steps * job.step_s) - 1;
+  };
+  CHECK(daly_waste(optimum) < daly_waste(optimum * 0.8));
+  CHECK(daly_waste(optimum) < daly_waste(optimum * 1.25));
+}
+
+TEST_CASE("job: Young-Daly is Young's sqrt(2 delta M) for short checkpoints, M for long ones") {
+  CHECK(young_daly_interval_s(1, 1e6) == Approx(std::sqrt(2e6)).epsilon(1e-3));
+  CHECK(young_daly_interval_s(5000, 2000) == 2000);
+}
+
+TEST_CASE("job: without interruptions and with free checkpoints, goodput is exactly 1") {
+  JobSpec job = interrupted_job();
+  job.causes.clear();
+  job.checkpoint_write_s = 0;
+  const JobResult result = simulate_job(job, 10, 1);
+  CHECK(result.goodput.mean == 1);
+  CHECK(result.goodput.p99 == 1);
+  CHECK(result.wall_s.p50 == job.steps * job.step_s);
+  CHECK(result.lost_gpu_hours.mean == 0);
+  CHECK(result.cost_usd.mean == Approx(job.steps * job.step_s / 3600 * job.gpus * 2));
+  // Young-Daly with nothing to fear writes one checkpoint, at the end.
+  job.policy = {CheckpointPolicy::Kind::young_daly, 0};
+  CHECK(checkpoint_interval_steps(job) == job.steps);
+}
+
+TEST_CASE("job: the same interruptions whatever the policy or the thread count") {
+  // Common random numbers: each replication's interruption arrivals do not depend on the
+  // policy, so a replication that runs longer has seen at least as many.
+  JobSpec often = interrupted_job();
+  often.policy = {CheckpointPolicy::Kind::every_steps, 50};
+  JobSpec rarely = interrupted_job();
+  rarely.policy = {CheckpointPolicy::Kind::every_steps, 2000};
+  const JobResult a = simulate_job(often, 200, 11);
+  const JobResult b = simulate_job(rarely, 200, 11);
+  for (std::size_t i = 0; i < a.replications.size(); ++i) {
+    INFO("replication " << i);
+    const JobReplication& x = a.replications[i];
+    const JobReplication& y = b.replications[i];
+    if (x.wall_s <= y.wall_s) CHECK(x.interruptions <= y.interruptions);
+    if (y.wall_s <= x.wall_s) CHECK(y.interruptions <= x.interruptions);
+  }
+  std::vector<double> one_thread;
+  {
+    tbb::global_control single(tbb::global_control::max_allowed_parallelism, 1);
+    for (const JobReplication& run : simulate_job(often, 200, 11).replications) {
+      one_thread.push_back(run.wall_s);
+    }
+  }
+  for (std::size_t i = 0; i < a.replications.size(); ++i) {
+    CHECK(a.replications[i].wall_s == one_thread[i]);
+  }
+}
+
+TEST_CASE("job: a run that cannot be simulated is refused") {
+  JobSpec job = interrupted_job();
+  job.step_s = 0;
+  CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("positive step time"));
+  job = interrupted_job();
+  job.policy = {CheckpointPolicy::Kind::every_seconds, 0};
+  CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("interval must be positive"));
+  CHECK_THROWS_WITH(simulate_job(interrupted_job(), 0, 1), Catch::Contains("replication"));
+}
