@@ -386,16 +386,16 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
     }
   }
   for (std::size_t j = 0; j < fitted.size(); ++j) {
-    // Best-shape rows say nothing of their scatter, and a parameter the rows barely move (its
-    // sigma not estimable: an ill-conditioned J^T J) no more: never claim more than the
-    // profile did.
+    // Best-shape rows say nothing of their scatter: never claim more than the profile did. A
+    // parameter the rows barely move (an ill-conditioned J^T J: its sigma not estimable) is
+    // as uncertain as it is large.
     const double prior = start_sigma(start, estimated[j]);
-    const bool estimable = !best_shape && sigmas[j] > 0 && std::isfinite(sigmas[j]);
-    const double sigma = estimable ? sigmas[j] : std::max(kOnePointSigma * fitted[j]->value, prior);
+    const bool estimable = best_shape || (sigmas[j] > 0 && std::isfinite(sigmas[j]));
+    const double sigma = !estimable   ? std::max(std::abs(fitted[j]->value), prior)
+                         : best_shape ? std::max(kOnePointSigma * fitted[j]->value, prior)
+                                      : sigmas[j];
     const std::string note =
-        estimable || best_shape
-            ? ""
-            : " (its sigma not estimable from these rows: 5% or the profile's, the larger)";
+        estimable ? "" : " (these rows barely move it: sigma its value, or the profile's)";
     fit.parameters.push_back(
         {prefix + estimated[j], fitted[j]->value, sigma, basis + note, true, inputs});
   }

@@ -8,13 +8,17 @@
 //      of shapes): gemm_sustained is the highest rate measured and gemm_efficiency rises, if
 //      it must, until the model reaches it there; k0 and the fixed time are kept.
 //   2. Memory (copy rows, and any other op): memory_efficiency of t = launch + bytes / (hbm x e).
+//   2b. FP8 GEMM rows, where the profile has FP8 entries: the same GEMM fit on them
+//      (fp8_gemm_view: the FP8 peak, efficiency, k0, sustained rate and fixed time), keys
+//      "fp8.*". FP8 rows on a profile without FP8 entries are skipped.
 //   3. Attention (one implementation, FlashAttention-2 rows if any): attention_efficiency of
 //      t = launch + flops / (peak x e).
 //   4. Overlap (a GEMM alone and beside a collective): comm_slowdown, the median of
 //      time beside / time alone - 1.
 // Uncertainties come from the residuals (sigma^2 (J^T J)^-1 on the relative residuals) where the
-// data over-determine the parameters; a parameter set by too few rows gets 5% of its value or
-// the starting profile's sigma, the larger, as its entry says. With six or more GEMM rows of
+// data over-determine the parameters (one the rows barely move, an ill-conditioned J^T J, gets
+// its own value as sigma); a parameter set by too few rows gets 5% of its value or the starting
+// profile's sigma, the larger, as its entry says. With six or more GEMM rows of
 // four shapes, every third is held back and predicted by a fit of the others, started from the
 // same profile: the out-of-sample error.
 #pragma once

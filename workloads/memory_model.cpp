@@ -131,15 +131,16 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                             : "BF16, ") +
           split + (zero >= 3 ? "sharded " + over_dp + " (ZeRO-3)" : std::string("replicated")) +
           (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
+  // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
+  // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
+  // them (a per-step allocation).
+  double fp8_copies = 0;
   if (training.precision == Precision::fp8) {
-    // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad
-    // reads it), refreshed once per step; under ZeRO-3 only for the units gathered at once.
     const double layer =
-        (decoder_layer_parameters(model) - layer_expert_parameters(model) * (1.0 - 1.0 / plan.ep)) /
-        tp;
+        layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp;
     const double layers = zero >= 3 ? kFsdpUnitsGathered : model.layers / plan.pp;
-    const double copies = 2 * kFp8Bytes * layer * layers;
-    add("FP8 weight copies", copies,
+    fp8_copies = 2 * kFp8Bytes * layer * layers;
+    add("FP8 weight copies", fp8_copies,
         "each decoder-layer projection weight in FP8 and transposed (Transformer Engine), " +
             std::string(zero >= 3 ? "the units gathered at once" : "the stage's layers"));
   }
@@ -168,6 +169,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
 
   double dynamic = 0;
+  if (zero >= 3) dynamic += fp8_copies;
   if (zero >= 3) {
     const double gathered = peak_gathered_parameters(model) / tp * kWeightBytes;
     add("gathered parameters", gathered,

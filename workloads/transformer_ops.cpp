@@ -96,6 +96,14 @@ double layer_expert_parameters(const ModelSpec& model) {
   return model.mixture_of_experts() ? model.experts * mlp_parameters(model) : 0.0;
 }
 
+double layer_projection_weights(const ModelSpec& model, double experts_held) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double mlp_in = model.mlp == Mlp::swiglu ? 2 * f : f;
+  const double mlps = model.mixture_of_experts() ? experts_held : 1.0;
+  return h * (h + 2 * kv_dim(model)) + h * h + mlps * (h * mlp_in + f * h);
+}
+
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
   const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection
@@ -162,8 +170,11 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // Under FP8 each projection keeps its input's FP8 cast for the weight gradient, not BF16.
   const bool fp8 = training.precision == Precision::fp8;
   const double gemm_input = fp8 ? kFp8 : kBf16;
-  const double norm_inputs = 2 * kBf16 * h;       // residual stream into each norm
-  const double gemm_inputs = 2 * gemm_input * h;  // normed inputs of the QKV and first MLP GEMMs
+  const double norm_inputs = 2 * kBf16 * h;  // residual stream into each norm
+  // Normed inputs of the QKV and first MLP GEMMs; a mixture of experts' MLP block input feeds
+  // the router, which stays BF16.
+  const bool moe = model.mixture_of_experts();
+  const double gemm_inputs = (gemm_input + (moe ? kBf16 : gemm_input)) * h;
   const double qkv = kBf16 * (h + 2 * kv_dim(model));  // both attention backwards need Q, K, V
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
   // kept as o_proj's FP8 cast).
@@ -183,10 +194,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input) and k
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
+  // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.)
   const double k = model.experts_per_token;
-  const bool moe = model.mixture_of_experts();
   const double mlp = moe ? k * one_mlp + kFp32 * model.experts : one_mlp;
-  const double replicated = moe ? 2 * k * kBf16 * h : 0.0;
+  const double replicated = moe ? k * (gemm_input + kBf16) * h : 0.0;
   return (norm_inputs + gemm_inputs + qkv + output + scores + hidden_masks + mlp) / tp + replicated;
 }
 
@@ -216,6 +227,30 @@ void fp8_projection(const std::string& name, double m, double n, double k, std::
   backward.push_back(fp8_gemm(name + ".dgrad", m, k, n));
   backward.push_back(fp8_gemm(name + ".wgrad", k, n, m));
   backward.push_back(memory_op(name + ".grad_cast", cast_bytes_per_element * m * n));
+}
+
+// Under FP8 with sequence parallelism Transformer Engine casts a block's sequence shard to FP8
+// and all-gathers the FP8 tensor (a norm's output, or in backward an output gradient; the
+// re-gather for a weight gradient gathers the saved FP8 shard): each tensor-parallel all-gather
+// followed by a cast and a GEMM becomes the cast, on the shard, then the all-gather of half the
+// bytes beside the GEMM.
+void cast_before_gathers(std::vector<Op>& ops, int tp) {
+  for (std::size_t i = 0; i + 2 < ops.size(); ++i) {
+    Op& gather = ops[i];
+    Op& cast = ops[i + 1];
+    const bool tensor_gather = gather.collective &&
+                               gather.collective->group == LayerGroup::tensor &&
+                               gather.collective->op == CollectiveOp::all_gather;
+    const bool casts = !cast.collective && cast.kernel.kind == KernelKind::memory_bound &&
+                       cast.name.ends_with("cast");
+    const bool gemm = !ops[i + 2].collective && ops[i + 2].kernel.fp8;
+    if (!tensor_gather || !casts || !gemm) continue;
+    // A re-gather brings back the saved FP8 input, and the cast after it is of another tensor
+    // (the output gradient); otherwise the cast is of what is gathered: now of the shard.
+    if (!gather.name.ends_with(".regather")) cast.kernel.bytes /= tp;
+    gather.collective->size_bytes *= kFp8 / kBf16;
+    std::swap(gather, cast);
+  }
 }
 
 // A projection's GEMM (m x n from k); under QLoRA its 4-bit weight is first dequantized to
@@ -434,6 +469,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
 
   std::reverse(backward.begin(), backward.end());
   ops.backward = std::move(backward);
+  if (training.precision == Precision::fp8 && parallel) {
+    cast_before_gathers(ops.forward, tp);
+    cast_before_gathers(ops.backward, tp);
+  }
   return ops;
 }
 

@@ -90,6 +90,9 @@ double adam_step_bytes_per_parameter(Optimizer optimizer);
 Op adam_step_op(double local_parameters, Optimizer optimizer);
 
 double decoder_layer_parameters(const ModelSpec& model);
+// A decoder layer's projection weights (QKV, output, each MLP's or expert's matrices of
+// `experts_held` experts): what FP8 casts, without norms, biases and the router.
+double layer_projection_weights(const ModelSpec& model, double experts_held);
 // One MLP's parameters: the dense layer's, or one expert's in a mixture of experts.
 double mlp_parameters(const ModelSpec& model);
 // A decoder layer's experts' parameters (0 without a mixture of experts).

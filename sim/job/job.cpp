@@ -9,6 +9,8 @@
 
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
+#include "workloads/precision.hpp"
+#include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
 namespace {
@@ -166,6 +168,46 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
   result.lost_gpu_hours = summarise(std::move(lost));
   result.cost_usd = summarise(std::move(cost));
   return result;
+}
+
+double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training) {
+  const double master_and_moments =
+      kFp32Bytes + optimizer_state_bytes_per_parameter(training.optimizer) - kFp32Bytes;
+  if (!training.lora) return model.parameters() * (kBf16Bytes + master_and_moments);
+  const double adapters = lora_parameters_per_layer(model, training) * model.layers;
+  const double quantized =
+      training.lora->quantized_base ? decoder_layer_parameters(model) * model.layers : 0.0;
+  const double base =
+      (model.parameters() - quantized) * kBf16Bytes + quantized * kNf4BytesPerParameter;
+  return base + adapters * (kBf16Bytes + master_and_moments);
+}
+
+double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes) {
+  const double nics = static_cast<double>(nodes) * node.nics * node.nic_bytes_per_s;
+  return nics > 0 ? std::min(storage_bytes_per_s, nics) : storage_bytes_per_s;
+}
+
+JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
+                 const NodeSpec& node, int nodes, double step_s) {
+  if (!(run.tokens > 0)) throw ModelError("a run needs training.tokens");
+  if (!(run.storage_write_bytes_per_s > 0) || !(run.storage_read_bytes_per_s > 0)) {
+    throw ModelError("a run needs its checkpoint storage's write and read rates");
+  }
+  JobSpec job;
+  const double tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
+  job.steps = std::ceil(run.tokens / tokens_per_step);
+  job.step_s = step_s;
+  job.gpus = nodes * node.gpus;
+  const double bytes = checkpoint_bytes(model, training);
+  job.checkpoint_write_s =
+      bytes / checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
+  job.restore_s = bytes / checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
+  job.detection_s = run.detection_s;
+  job.restart_s = run.restart_s;
+  job.causes = run.causes;
+  job.policy = run.policy;
+  job.usd_per_gpu_hour = run.usd_per_gpu_hour;
+  return job;
 }
 
 }  // namespace fleetsim

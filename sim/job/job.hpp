@@ -28,6 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "topology/node_spec.hpp"
+#include "workloads/model_spec.hpp"
+
 namespace fleetsim {
 
 struct InterruptionCause {
@@ -97,5 +100,33 @@ struct JobResult {
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
 // positive where needed, a negative rate).
 JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed);
+
+// A training run as a scenario describes it (its run: block, training.tokens, cluster.storage
+// and pricing): what turns a simulated step into a job.
+struct RunSpec {
+  double tokens = 0;          // to train
+  std::string interruptions;  // the preset the causes come from, or "listed"
+  std::vector<InterruptionCause> causes;
+  CheckpointPolicy policy;
+  double detection_s = 0;
+  double restart_s = 0;
+  int replications = 1000;
+  double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
+  double storage_read_bytes_per_s = 0;
+  double usd_per_gpu_hour = 0;
+};
+
+// A checkpoint's bytes, written once for the whole model across the data-parallel replicas:
+// per trained parameter its BF16 weight, FP32 master weight and the optimizer's moments (14
+// bytes with Adam's FP32 moments, 8 with 8-bit Adam's), and under LoRA the frozen base's BF16
+// weights (QLoRA's 4-bit ones) beside the adapters'.
+double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training);
+// The rate a checkpoint moves at: the storage's, unless the nodes' NICs, every node writing
+// its share at once, are slower.
+double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);
+// The job of a run whose steps take `step_s`: its steps (tokens over the tokens a step trains),
+// GPUs, checkpoint write and read times, and the run's rates, policy and price.
+JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
+                 const NodeSpec& node, int nodes, double step_s);
 
 }  // namespace fleetsim

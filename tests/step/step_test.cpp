@@ -648,5 +648,33 @@ TEST_CASE("FP8 projections: the same model FLOPs, faster GEMMs, FP8 saved inputs
   // Each layer's projection weights in FP8 and transposed.
   CHECK(memory_item(slow, "FP8 weight copies") == -1.0);
   CHECK(memory_item(fast, "FP8 weight copies") ==
-        Approx(2.0 * bf16.model.layers * decoder_layer_parameters(bf16.model)).epsilon(1e-12));
+        Approx(2.0 * bf16.model.layers * layer_projection_weights(bf16.model, 0)).epsilon(1e-12));
+}
+
+TEST_CASE("FP8 with tensor parallelism: casts the shard, gathers FP8, overlaps as BF16 does") {
+  const StepInputs in = small_job();
+  TrainingSpec fp8 = in.training;
+  fp8.precision = Precision::fp8;
+  const LayerOps bf16_ops = decoder_layer_ops(in.model, in.training, 2);
+  const LayerOps fp8_ops = decoder_layer_ops(in.model, fp8, 2);
+  const auto overlapped = [](const std::vector<Op>& ops) {
+    int count = 0;
+    for (std::size_t i = 0; i < ops.size(); ++i) count += overlapped_kernel(ops, i).has_value();
+    return count;
+  };
+  const auto gathered = [](const std::vector<Op>& ops) {
+    double bytes = 0;
+    for (const Op& op : ops) {
+      if (op.collective && op.collective->op == CollectiveOp::all_gather) {
+        bytes += op.collective->size_bytes;
+      }
+    }
+    return bytes;
+  };
+  for (const auto& [bf16, fp8_list] : {std::pair{&bf16_ops.forward, &fp8_ops.forward},
+                                       std::pair{&bf16_ops.backward, &fp8_ops.backward}}) {
+    CHECK(overlapped(*fp8_list) == overlapped(*bf16));
+    CHECK(overlapped(*fp8_list) > 0);
+    CHECK(gathered(*fp8_list) == Approx(gathered(*bf16) / 2));
+  }
 }

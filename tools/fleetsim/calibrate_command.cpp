@@ -95,10 +95,14 @@ void print_points(const std::vector<KernelFitPoint>& points) {
   }
 }
 
-std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points, const char* prefix) {
+// The errors of the GEMM rows of one input precision ("gemm ... bf16").
+std::vector<double> gemm_errors(const std::vector<KernelFitPoint>& points,
+                                const std::string& dtype) {
   std::vector<double> errors;
   for (const KernelFitPoint& point : points) {
-    if (point.what.rfind(prefix, 0) == 0) errors.push_back(std::abs(point.error()));
+    if (point.what.starts_with("gemm ") && point.what.ends_with(" " + dtype)) {
+      errors.push_back(std::abs(point.error()));
+    }
   }
   return errors;
 }
@@ -128,18 +132,22 @@ void run_kernel_calibrate_command(const KernelCalibrateOptions& options) {
   }
   std::printf("\n");
   print_points(fit.points);
-  const std::vector<double> gemm_errors = abs_errors(fit.points, "gemm");
-  std::vector<double> held_errors = abs_errors(fit.held_out, "gemm");
-  if (!gemm_errors.empty()) {
-    std::printf("\n  GEMM rows in the fit: median |error| %.1f%%, max %.1f%%\n",
-                100 * median(gemm_errors),
-                100 * *std::max_element(gemm_errors.begin(), gemm_errors.end()));
+  // BF16 and FP8 rows are two fits, summarised apart.
+  for (const std::string dtype : {"bf16", "fp8"}) {
+    const std::vector<double> errors = gemm_errors(fit.points, dtype);
+    if (errors.empty()) continue;
+    std::printf("\n  %s GEMM rows in the fit: median |error| %.1f%%, max %.1f%%\n", dtype.c_str(),
+                100 * median(errors), 100 * *std::max_element(errors.begin(), errors.end()));
   }
   if (!fit.held_out.empty()) {
     std::printf("\n  held out (every third GEMM row, predicted by a fit of the others):\n");
     print_points(fit.held_out);
-    std::printf("  held-out median |error| %.1f%%, max %.1f%%\n", 100 * median(held_errors),
-                100 * *std::max_element(held_errors.begin(), held_errors.end()));
+    for (const std::string dtype : {"bf16", "fp8"}) {
+      const std::vector<double> held = gemm_errors(fit.held_out, dtype);
+      if (held.empty()) continue;
+      std::printf("  %s held-out median |error| %.1f%%, max %.1f%%\n", dtype.c_str(),
+                  100 * median(held), 100 * *std::max_element(held.begin(), held.end()));
+    }
   }
   for (const std::string& skipped : fit.skipped) std::printf("  skipped %s\n", skipped.c_str());
   std::printf("\n");
