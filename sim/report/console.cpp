@@ -269,6 +269,63 @@ std::string header_text(const RunReport& report) {
   return text + "\n\n";
 }
 
+// A run's Monte Carlo, for the variants that have one (see sim/job).
+void add_run_rows(Table& table, const RunReport& report) {
+  const bool any = std::any_of(report.variants.begin(), report.variants.end(),
+                               [](const VariantReport& v) { return v.job_result.has_value(); });
+  if (!any) return;
+  const auto run_cell = [](auto text_of) {
+    return [text_of](const VariantReport& v) {
+      return v.job_result ? text_of(*v.job, *v.job_result) : std::string(kMissing);
+    };
+  };
+  constexpr double kDay = 86400;
+  table.add("run: steps to train",
+            cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
+                        return grouped_integer(job.steps);
+                      })));
+  table.add("checkpoint write, restore (s)",
+            cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
+                        return seconds_text(job.checkpoint_write_s) + ", " +
+                               seconds_text(job.restore_s);
+                      })));
+  table.add("mean time between interruptions (h)",
+            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
+                        return std::isfinite(r.mtbf_s) ? fixed(r.mtbf_s / 3600, 2)
+                                                       : std::string("none");
+                      })));
+  table.add("checkpoint every (steps, min)",
+            cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
+                        return grouped_integer(r.interval_steps) + ", " +
+                               fixed(r.interval_steps * job.step_s / 60, 1);
+                      })));
+  table.add("time to train P50 / P90 (days)",
+            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
+                        return fixed(r.wall_s.p50 / kDay, 2) + " / " +
+                               fixed(r.wall_s.p90 / kDay, 2);
+                      })));
+  table.add("goodput, mean (99% CI)",
+            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
+                        return fixed(r.goodput.mean, 3) + " +- " +
+                               fixed(r.goodput.ci99_half_width, 3);
+                      })));
+  table.add("interruptions, mean (P90)",
+            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
+                        return fixed(r.interruptions.mean, 1) + " (" +
+                               fixed(r.interruptions.p90, 0) + ")";
+                      })));
+  table.add("lost GPU-hours, mean",
+            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
+                        return grouped_integer(r.lost_gpu_hours.mean);
+                      })));
+  table.add("cost P50 / P90 (USD)",
+            cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
+                        if (!(job.usd_per_gpu_hour > 0)) return std::string(kMissing);
+                        return grouped_integer(r.cost_usd.p50) + " / " +
+                               grouped_integer(r.cost_usd.p90);
+                      })));
+}
+
 std::string main_table(const RunReport& report) {
   Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
   add_setup_rows(table, report);
@@ -276,6 +333,7 @@ std::string main_table(const RunReport& report) {
   add_breakdown_rows(table, report);
   add_memory_rows(table, report);
   add_speedup_row(table, report);
+  add_run_rows(table, report);
   return table.render();
 }
 
@@ -363,6 +421,14 @@ std::string warnings_section(const RunReport& report) {
   for (const VariantReport& variant : report.variants) {
     for (const std::string& warning : variant.outcome.warnings) {
       text += "  " + variant.name + ": " + warning + "\n";
+    }
+    // Every assumed interruption rate is said to be one.
+    if (!variant.job) continue;
+    for (const InterruptionCause& cause : variant.job->causes) {
+      if (cause.source.starts_with("assumed:")) {
+        text += "  " + variant.name + ": the " + cause.name + " interruption rate is " +
+                cause.source + "\n";
+      }
     }
   }
   return text.empty() ? text : "\nwarnings\n" + text;

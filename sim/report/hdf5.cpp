@@ -33,6 +33,13 @@
 //                 utilisation: double}, one row per link that carried traffic (may be 0 rows;
 //                 folded, a link only a left-out replica's copy would use is not listed)
 //     warnings    1-D variable-length string dataset (may be 0 rows)
+//     run         group, only for a variant with a run: block whose layout fits: attributes
+//                 interruptions_preset (string), steps, checkpoint_write_s, restore_s,
+//                 detection_s, restart_s, checkpoint_interval_steps, mtbf_s (inf: none),
+//                 usd_per_gpu_hour, useful_s, and for each of wall_s, goodput, interruptions,
+//                 lost_gpu_hours, cost_usd its <name>_mean, _ci99_half_width, _p50, _p90, _p99
+//                 (double); datasets wall_s, interruptions (double, one row per replication,
+//                 in replication order)
 #include <H5Cpp.h>
 
 #include <cmath>
@@ -269,6 +276,42 @@ void write_root_attributes(const H5::H5File& file, const RunReport& report) {
 
 // Every HDF5 handle is closed when this returns or throws, so the file can then be renamed or
 // removed.
+void write_run(const H5::Group& variant_group, const VariantReport& variant) {
+  if (!variant.job_result) return;
+  const JobSpec& job = *variant.job;
+  const JobResult& result = *variant.job_result;
+  const H5::Group group = variant_group.createGroup("run");
+  write_attribute(group, "interruptions_preset", variant.run->interruptions);
+  write_attribute(group, "steps", job.steps);
+  write_attribute(group, "checkpoint_write_s", job.checkpoint_write_s);
+  write_attribute(group, "restore_s", job.restore_s);
+  write_attribute(group, "detection_s", job.detection_s);
+  write_attribute(group, "restart_s", job.restart_s);
+  write_attribute(group, "checkpoint_interval_steps", result.interval_steps);
+  write_attribute(group, "mtbf_s", result.mtbf_s);
+  write_attribute(group, "usd_per_gpu_hour", job.usd_per_gpu_hour);
+  write_attribute(group, "useful_s", result.useful_s);
+  const auto summary = [&](const std::string& name, const SampleSummary& s) {
+    write_attribute(group, (name + "_mean").c_str(), s.mean);
+    write_attribute(group, (name + "_ci99_half_width").c_str(), s.ci99_half_width);
+    write_attribute(group, (name + "_p50").c_str(), s.p50);
+    write_attribute(group, (name + "_p90").c_str(), s.p90);
+    write_attribute(group, (name + "_p99").c_str(), s.p99);
+  };
+  summary("wall_s", result.wall_s);
+  summary("goodput", result.goodput);
+  summary("interruptions", result.interruptions);
+  summary("lost_gpu_hours", result.lost_gpu_hours);
+  summary("cost_usd", result.cost_usd);
+  std::vector<double> wall, interruptions;
+  for (const JobReplication& run : result.replications) {
+    wall.push_back(run.wall_s);
+    interruptions.push_back(run.interruptions);
+  }
+  write_rows(group, "wall_s", H5::PredType::NATIVE_DOUBLE, wall);
+  write_rows(group, "interruptions", H5::PredType::NATIVE_DOUBLE, interruptions);
+}
+
 void write_file(const RunReport& report, const std::filesystem::path& file_path) {
   const H5::H5File file(file_path.string(), H5F_ACC_TRUNC);
   write_root_attributes(file, report);
@@ -284,6 +327,7 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
     write_memory(group, variant.outcome.memory);
     write_links(group, variant.outcome.step.links);
     write_warnings(group, variant.outcome.warnings);
+    write_run(group, variant);
   }
 }
 

@@ -3,6 +3,7 @@
 // A variant that was not simulated has "step": null and "speedup_vs_first": null, so a script
 // cannot mistake a layout that does not fit for one that runs at zero tokens/s. Non-finite
 // numbers (no capacity, no baseline) are written as null by nlohmann.
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "sim/report/report.hpp"
@@ -82,6 +83,43 @@ Json links_json(const StepOutcome& outcome) {
   return links;
 }
 
+Json summary_json(const SampleSummary& s) {
+  return Json{{"mean", s.mean},
+              {"ci99_half_width", s.ci99_half_width},
+              {"p50", s.p50},
+              {"p90", s.p90},
+              {"p99", s.p99}};
+}
+
+// A run's Monte Carlo (null without a run: block, or when the layout does not fit).
+Json run_json(const VariantReport& variant) {
+  if (!variant.job_result) return nullptr;
+  const JobSpec& job = *variant.job;
+  const JobResult& result = *variant.job_result;
+  Json causes = Json::array();
+  for (const InterruptionCause& cause : job.causes) {
+    causes.push_back(
+        {{"cause", cause.name}, {"per_gpu_day", cause.per_gpu_day}, {"source", cause.source}});
+  }
+  return Json{{"interruptions_preset", variant.run->interruptions},
+              {"steps", job.steps},
+              {"checkpoint_write_s", job.checkpoint_write_s},
+              {"restore_s", job.restore_s},
+              {"detection_s", job.detection_s},
+              {"restart_s", job.restart_s},
+              {"checkpoint_interval_steps", result.interval_steps},
+              {"mtbf_s", std::isfinite(result.mtbf_s) ? Json(result.mtbf_s) : Json(nullptr)},
+              {"usd_per_gpu_hour", job.usd_per_gpu_hour},
+              {"replications", result.replications.size()},
+              {"useful_s", result.useful_s},
+              {"wall_s", summary_json(result.wall_s)},
+              {"goodput", summary_json(result.goodput)},
+              {"interruptions", summary_json(result.interruptions)},
+              {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
+              {"cost_usd", summary_json(result.cost_usd)},
+              {"causes", std::move(causes)}};
+}
+
 Json variant_json(const RunReport& report, std::size_t index) {
   const VariantReport& variant = report.variants[index];
   const StepInputs& inputs = variant.inputs;
@@ -102,7 +140,8 @@ Json variant_json(const RunReport& report, std::size_t index) {
               {"links", links_json(variant.outcome)},
               {"warnings", variant.outcome.warnings},
               {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
-              {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)}};
+              {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)},
+              {"run", run_json(variant)}};
 }
 
 }  // namespace

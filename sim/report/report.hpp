@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "sim/job/job.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_inputs.hpp"
 
@@ -28,6 +29,10 @@ struct VariantReport {
   std::string name;
   StepInputs inputs;
   StepOutcome outcome;
+  // A scenario with a run: block: the run's job (from the simulated step) and its Monte Carlo.
+  std::optional<RunSpec> run = std::nullopt;
+  std::optional<JobSpec> job = std::nullopt;
+  std::optional<JobResult> job_result = std::nullopt;
 };
 
 // What `fleetsim plan` searched: how many layouts, and what became of them.

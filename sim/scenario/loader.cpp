@@ -334,7 +334,16 @@ std::vector<Field> read_list(const Field& f, std::size_t count, std::string_view
 }
 
 // Physical quantities carry their unit; see units.hpp.
-enum class Quantity { bandwidth, size, duration, flop_rate, frequency, fraction, count };
+enum class Quantity {
+  bandwidth,
+  size,
+  duration,
+  flop_rate,
+  frequency,
+  hourly_price,
+  fraction,
+  count
+};
 
 std::string_view quantity_name(Quantity q) {
   switch (q) {
@@ -343,6 +352,7 @@ std::string_view quantity_name(Quantity q) {
     case Quantity::duration: return "a duration like 0.6us or 90s";
     case Quantity::flop_rate: return "a FLOP rate like 989TFLOPS";
     case Quantity::frequency: return "a frequency like 2.0GHz";
+    case Quantity::hourly_price: return "a price per hour like 2.50USD/h";
     case Quantity::fraction: return "a fraction in (0, 1]";
     case Quantity::count: return "a number >= 0";
   }
@@ -356,6 +366,7 @@ double parse_unit(Quantity q, const std::string& text, Zero zero) {
     case Quantity::duration: return parse_duration(text);
     case Quantity::flop_rate: return parse_flop_rate(text, zero);
     case Quantity::frequency: return parse_frequency(text);
+    case Quantity::hourly_price: return parse_hourly_price(text);
     case Quantity::fraction:
     case Quantity::count: break;
   }
@@ -966,10 +977,19 @@ void merge_into(YAML::Node base, const YAML::Node& over, const std::string& path
 
 // ---- the loader ----------------------------------------------------------------------------
 
-const Keys kTopKeys = {"name",     "description", "seed",    "label",  "model",
-                       "training", "layout",      "cluster", "compare"};
-const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster"};
-const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric"};
+const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",  "training",
+                       "layout", "cluster",     "run",  "pricing", "compare"};
+const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
+const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
+const Keys kRunKeys = {"interruptions", "checkpoint", "detection", "restart", "replications"};
+const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
+const Keys kCauseCountKeys = {"cause", "count"};
+const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source"};
+const Keys kCheckpointKeys = {"every_steps", "every"};
+const Keys kStorageKeys = {"write", "read"};
+const Keys kPricingKeys = {"gpu_hour"};
+// More replications than this is a mistake, not a study: refused before anything runs.
+constexpr int kMaxReplications = 1000000;
 
 // Owns the presets read so far: fields point into their documents, so a mistake found late (an
 // unknown GPU profile named in a node preset) can still name the preset file and line.
@@ -994,6 +1014,9 @@ class Loader {
   GpuProfile gpu_profile(const Field& name);
   CollectiveCosts collective_library(const Field& name);
   void parse_compare(const Field& list, const fs::path& file, Scenario& scenario);
+  Variant parse_full_variant(std::string name, const Field& root);
+  std::optional<RunSpec> parse_run(const Field& root);
+  std::vector<InterruptionCause> interruption_preset(const Field& name);
 
   DataPaths data_;
   std::map<fs::path, std::unique_ptr<Preset>> presets_;
@@ -1723,8 +1746,112 @@ void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& sc
     const YAML::Node fresh = parse_yaml_file(file, doc.file, "scenario file");
     const YAML::Node fresh_entry = (*child_node(fresh, "compare"))[i];
     merge_into(fresh, fresh_entry, "", doc.overridden, "name");
-    scenario.variants.push_back({name, parse_variant(Field{fresh, &doc, ""})});
+    scenario.variants.push_back(parse_full_variant(name, Field{fresh, &doc, ""}));
   }
+}
+
+Variant Loader::parse_full_variant(std::string name, const Field& root) {
+  Variant variant{std::move(name), parse_variant(root), std::nullopt};
+  variant.run = parse_run(root);
+  return variant;
+}
+
+// Interruption rates from a published run's counts by cause: count / (GPUs x days) per GPU-day.
+std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
+  const Preset& p =
+      preset(name, data_.root / "calibration" / "interruptions", "interruption preset");
+  const Field root{p.root, &p.doc, ""};
+  expect_map(root, kInterruptionPresetKeys);
+  require_keys(root, kInterruptionPresetKeys);
+  const std::string source = read_provenance(require(root, "source"));
+  const double gpus = read_positive(require(root, "gpus"));
+  const double days = read_positive(require(root, "days"));
+  std::vector<InterruptionCause> causes;
+  for (const Field& entry : read_list(require(root, "causes"), 0, "causes")) {
+    expect_map(entry, kCauseCountKeys);
+    require_keys(entry, kCauseCountKeys);
+    const double count = read_non_negative(require(entry, "count"));
+    causes.push_back({read_string(require(entry, "cause")), count / (gpus * days), source});
+  }
+  return causes;
+}
+
+// The run: block with what it needs from the rest of the file: the tokens to train, the
+// checkpoint storage and, if given, the price.
+std::optional<RunSpec> Loader::parse_run(const Field& root) {
+  const auto block = find(root, "run");
+  if (!block) return std::nullopt;
+  expect_map(*block, kRunKeys);
+  RunSpec run;
+  const auto tokens = find(require(root, "training"), "tokens");
+  if (!tokens) {
+    fail(*block, "a run needs training.tokens, the tokens it trains",
+         "add tokens: under training, e.g. tokens: 15e12");
+  }
+  run.tokens = read_positive(*tokens);
+  const auto storage = find(require(root, "cluster"), "storage");
+  if (!storage) {
+    fail(*block, "a run writes checkpoints: it needs cluster.storage",
+         "add storage: {write: 200GB/s, read: 400GB/s} under cluster (the storage's aggregate "
+         "rates)");
+  }
+  expect_map(*storage, kStorageKeys);
+  require_keys(*storage, kStorageKeys);
+  run.storage_write_bytes_per_s = read_quantity(require(*storage, "write"), Quantity::bandwidth);
+  run.storage_read_bytes_per_s = read_quantity(require(*storage, "read"), Quantity::bandwidth);
+  const Field interruptions = require(*block, "interruptions");
+  if (interruptions.node.IsScalar()) {
+    run.interruptions = read_string(interruptions);
+    run.causes = interruption_preset(interruptions);
+  } else {
+    run.interruptions = "listed";
+    for (const Field& entry : read_list(interruptions, 0, "causes")) {
+      expect_map(entry, kCauseRateKeys);
+      require_keys(entry, kCauseRateKeys);
+      run.causes.push_back({read_string(require(entry, "cause")),
+                            read_non_negative(require(entry, "per_gpu_day")),
+                            read_provenance(require(entry, "source"))});
+    }
+  }
+  if (const auto checkpoint = find(*block, "checkpoint")) {
+    if (checkpoint->node.IsScalar()) {
+      read_choice(*checkpoint, {"young_daly"});
+      run.policy = {CheckpointPolicy::Kind::young_daly, 0};
+    } else {
+      expect_map(*checkpoint, kCheckpointKeys);
+      if (entries(*checkpoint).size() != 1) {
+        fail(*checkpoint, "expected one of every_steps or every",
+             "checkpoint: young_daly, {every_steps: 500} or {every: 30min}");
+      }
+      if (const auto steps = find(*checkpoint, "every_steps")) {
+        run.policy = {CheckpointPolicy::Kind::every_steps,
+                      static_cast<double>(read_int(*steps, 1))};
+      } else {
+        run.policy = {CheckpointPolicy::Kind::every_seconds,
+                      read_quantity(require(*checkpoint, "every"), Quantity::duration)};
+        if (!(run.policy.value > 0)) {
+          fail(require(*checkpoint, "every"), "a checkpoint interval must be positive",
+               "e.g. every: 30min");
+        }
+      }
+    }
+  }
+  run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
+  run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);
+  if (const auto replications = find(*block, "replications")) {
+    run.replications = read_int(*replications, 1);
+    if (run.replications > kMaxReplications) {
+      fail(*replications,
+           "more than " + std::to_string(kMaxReplications) + " replications is refused",
+           "a thousand give a P99 to a few percent");
+    }
+  }
+  if (const auto pricing = find(root, "pricing")) {
+    expect_map(*pricing, kPricingKeys);
+    run.usd_per_gpu_hour =
+        read_quantity(require(*pricing, "gpu_hour"), Quantity::hourly_price, Zero::allowed);
+  }
+  return run;
 }
 
 Scenario Loader::load(const fs::path& file) {
@@ -1741,7 +1868,7 @@ Scenario Loader::load(const fs::path& file) {
   if (auto seed = find(root, "seed")) {
     scenario.seed = read_uint64(*seed);
   }
-  Variant first{{}, parse_variant(root)};
+  Variant first = parse_full_variant("", root);
   const auto label = find(root, "label");
   first.name = label ? read_string(*label) : first.inputs.node.name;
   scenario.variants.push_back(std::move(first));

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "sim/job/job.hpp"
 #include "sim/step/step_inputs.hpp"
 
 namespace fleetsim {
@@ -43,6 +45,7 @@ struct DataPaths {
 struct Variant {
   std::string name;
   StepInputs inputs;
+  std::optional<RunSpec> run;  // set: the scenario's run: block, a Monte Carlo of the run
 };
 
 struct Scenario {

@@ -65,7 +65,12 @@ constexpr std::array kSizeUnits = {
 
 constexpr std::array kDurationUnits = {
     Unit{"ns", 1, 1e9}, Unit{"us", 1, 1e6}, Unit{"\u00b5s", 1, 1e6}, Unit{"ms", 1, 1e3},
-    Unit{"s", 1, 1},    Unit{"min", 60, 1}, Unit{"h", 3600, 1},
+    Unit{"s", 1, 1},    Unit{"min", 60, 1}, Unit{"h", 3600, 1},      Unit{"d", 86400, 1},
+};
+
+constexpr std::array kHourlyPriceUnits = {
+    Unit{"USD/h", 1, 1},
+    Unit{"USD/hour", 1, 1},
 };
 
 constexpr std::array kFlopRateUnits = {
@@ -88,7 +93,9 @@ const Kind kBandwidth{"a bandwidth", "400Gbps or 450GB/s",
                       kBandwidthUnits};
 const Kind kSize{"a size", "80GB or 81559MiB",
                  "B, KB, MB, GB, TB (decimal) or KiB, MiB, GiB, TiB (binary)", kSizeUnits};
-const Kind kDuration{"a duration", "0.6us or 90s", "ns, us, ms, s, min, h", kDurationUnits};
+const Kind kDuration{"a duration", "0.6us or 90s", "ns, us, ms, s, min, h, d", kDurationUnits};
+const Kind kHourlyPrice{"a price per hour", "2.50USD/h", "USD/h (US dollars per hour)",
+                        kHourlyPriceUnits};
 const Kind kFlopRate{"a FLOP rate", "989TFLOPS", "FLOPS, KFLOPS, MFLOPS, GFLOPS, TFLOPS, PFLOPS",
                      kFlopRateUnits};
 const Kind kFrequency{"a frequency", "2.0GHz", "Hz, kHz, MHz, GHz", kFrequencyUnits};
@@ -214,6 +221,10 @@ double parse_duration(std::string_view text) {
 
 double parse_flop_rate(std::string_view text, Zero zero) {
   return parse_quantity(text, kFlopRate, zero);
+}
+
+double parse_hourly_price(std::string_view text) {
+  return parse_quantity(text, kHourlyPrice, Zero::allowed);
 }
 
 double parse_frequency(std::string_view text) {

@@ -37,8 +37,11 @@ double parse_bandwidth(std::string_view text, Zero zero = Zero::rejected);
 // `80GB`, `81559MiB`, `25MB`, `1.5TB`, `512KiB`, `100B` -> bytes.
 double parse_size(std::string_view text, Zero zero = Zero::rejected);
 
-// `90s`, `3.4us`, `5ms`, `2ns`, `10min`, `2h` -> seconds. Zero is allowed (`0us`).
+// `90s`, `3.4us`, `5ms`, `2ns`, `10min`, `2h`, `30d` -> seconds. Zero is allowed (`0us`).
 double parse_duration(std::string_view text);
+
+// `2.50USD/h` -> US dollars per hour. Zero is allowed (hardware already paid for).
+double parse_hourly_price(std::string_view text);
 
 // `989TFLOPS`, `2.25PFLOPS`, `500GFLOPS` (or `TFLOP/s`) -> floating-point operations per second.
 double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected);

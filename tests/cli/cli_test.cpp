@@ -534,3 +534,29 @@ TEST_CASE("every shipped scenario validates, and the one-GPU adapters fit where 
       {"h100 lora", false}, {"h200 lora", false}, {"b200 lora", true},  {"mi300x lora", true}};
   CHECK(fits == expected);
 }
+
+TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::string file = source + "/scenarios/llama3-70b-pretraining-run.yaml";
+  const Result table = run_cli("run " + file);
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("time to train P50 / P90 (days)"));
+  CHECK_THAT(table.out, Catch::Contains("goodput, mean (99% CI)"));
+  const Result json = run_cli("run " + file + " --json");
+  REQUIRE(json.exit_code == 0);
+  const auto variants = nlohmann::json::parse(json.out)["variants"];
+  REQUIRE(variants.size() == 3);
+  for (const auto& variant : variants) {
+    const auto& run = variant["run"];
+    REQUIRE(run.is_object());
+    CHECK(run["replications"] == 1000);
+    CHECK(run["goodput"]["mean"].get<double>() > 0.9);
+    CHECK(run["goodput"]["mean"].get<double>() < 1.0);
+    CHECK(run["wall_s"]["p90"].get<double>() >= run["wall_s"]["p50"].get<double>());
+    CHECK(run["wall_s"]["mean"].get<double>() > run["useful_s"].get<double>());
+  }
+  // Common random numbers: the three policies see one interruption history each replication,
+  // so the Young-Daly interval's goodput is not below the others' by noise.
+  CHECK(variants[0]["run"]["goodput"]["mean"].get<double>() >=
+        variants[2]["run"]["goodput"]["mean"].get<double>());
+}

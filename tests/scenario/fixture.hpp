@@ -2,6 +2,7 @@
 // them against the presets shipped in the source tree (or a copy of them).
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -50,6 +51,13 @@ inline std::optional<ScenarioError> load_error(const std::string& yaml,
 inline Scenario load_text(const std::string& yaml, const DataPaths& data = source_data()) {
   TempDir dir;
   return load_scenario(dir.write("scenario.yaml", yaml), data);
+}
+
+// `text` with its first `from` replaced by `to` (which must be there): a scenario with one change.
+inline std::string with(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
 }
 
 }  // namespace fleetsim::testing

@@ -163,8 +163,17 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   // same however TBB schedules them.
   tbb::parallel_for(std::size_t{0}, scenario.variants.size(), [&](std::size_t i) {
     const auto& variant = scenario.variants[i];
-    report.variants[i] = {variant.name, variant.inputs,
-                          fleetsim::simulate_step(variant.inputs, options)};
+    fleetsim::VariantReport& out = report.variants[i];
+    out = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs, options),
+           variant.run,  std::nullopt,   std::nullopt};
+    // A run: its job from the simulated step, then the Monte Carlo, on the scenario's seed (the
+    // same interruption histories for every variant of one cluster size).
+    if (variant.run && out.outcome.simulated) {
+      const auto& in = variant.inputs;
+      out.job = fleetsim::job_spec(*variant.run, in.model, in.training, in.node, in.nodes,
+                                   out.outcome.step.step_time_s);
+      out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed);
+    }
   });
   return report;
 }

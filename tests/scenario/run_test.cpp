@@ -1,0 +1,129 @@
+// The run: block: what a training run's Monte Carlo reads from a scenario, and its mistakes.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+
+#include "scenario/fixture.hpp"
+
+namespace fleetsim {
+namespace {
+
+using testing::load_error;
+using testing::load_text;
+using testing::with;
+
+// Line numbers in the tests below count from here.
+const std::string kRun =
+    "name: run\n"                                  // 1
+    "model: llama3-8b\n"                           // 2
+    "training:\n"                                  // 3
+    "  seq_len: 4096\n"                            // 4
+    "  global_batch: 256\n"                        // 5
+    "  micro_batch: 2\n"                           // 6
+    "  tokens: 1e11\n"                             // 7
+    "layout:\n"                                    // 8
+    "  dp: 8\n"                                    // 9
+    "  zero: 3\n"                                  // 10
+    "cluster:\n"                                   // 11
+    "  node: dgx-h100\n"                           // 12
+    "  storage: {write: 50GB/s, read: 100GB/s}\n"  // 13
+    "pricing: {gpu_hour: 2.95USD/h}\n"             // 14
+    "run:\n"                                       // 15
+    "  interruptions: llama3-405b\n"               // 16
+    "  checkpoint: young_daly\n"                   // 17
+    "  detection: 5min\n"                          // 18
+    "  restart: 10min\n"                           // 19
+    "  replications: 200\n";                       // 20
+
+TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and policy") {
+  const Scenario s = load_text(kRun);
+  REQUIRE(s.variants[0].run);
+  const RunSpec& run = *s.variants[0].run;
+  CHECK(run.tokens == 1e11);
+  CHECK(run.interruptions == "llama3-405b");
+  REQUIRE(run.causes.size() == 18);
+  CHECK(run.causes.front().name == "faulty GPU");
+  CHECK(run.causes.front().per_gpu_day == Approx(148.0 / (16384 * 54)));
+  double total = 0;
+  for (const InterruptionCause& cause : run.causes) total += cause.per_gpu_day;
+  CHECK(total == Approx(419.0 / (16384 * 54)));  // the report's 419 unexpected interruptions
+  CHECK_THAT(run.causes.front().source, Catch::StartsWith("published: Llama Team"));
+  CHECK(run.policy.kind == CheckpointPolicy::Kind::young_daly);
+  CHECK(run.detection_s == 300);
+  CHECK(run.restart_s == 600);
+  CHECK(run.replications == 200);
+  CHECK(run.storage_write_bytes_per_s == 50e9);
+  CHECK(run.storage_read_bytes_per_s == 100e9);
+  CHECK(run.usd_per_gpu_hour == 2.95);
+  // A compare entry changes the policy; listed causes carry their provenance.
+  const Scenario two = load_text(kRun +
+                                 "compare:\n"
+                                 "  - name: hourly\n"
+                                 "    run: {checkpoint: {every: 1h}}\n"
+                                 "  - name: listed\n"
+                                 "    run:\n"
+                                 "      interruptions:\n"
+                                 "        - {cause: spot, per_gpu_day: 0.01, source: 'assumed: "
+                                 "no published rate'}\n");
+  REQUIRE(two.variants.size() == 3);
+  CHECK(two.variants[1].run->policy.kind == CheckpointPolicy::Kind::every_seconds);
+  CHECK(two.variants[1].run->policy.value == 3600);
+  CHECK(two.variants[1].run->causes.size() == 18);
+  REQUIRE(two.variants[2].run->causes.size() == 1);
+  CHECK(two.variants[2].run->causes[0].per_gpu_day == 0.01);
+  CHECK(two.variants[2].run->interruptions == "listed");
+  // No run: block, no run.
+  CHECK_FALSE(load_text(kRun.substr(0, kRun.find("run:\n"))).variants[0].run);
+}
+
+TEST_CASE("a run: block's mistakes name the key and what to do") {
+  const auto tokens = load_error(with(kRun, "  tokens: 1e11\n", ""));
+  REQUIRE(tokens);
+  CHECK(tokens->key() == "run");
+  CHECK_THAT(tokens->what(), Catch::Contains("a run needs training.tokens"));
+  const auto storage = load_error(with(kRun, "  storage: {write: 50GB/s, read: 100GB/s}\n", ""));
+  REQUIRE(storage);
+  CHECK_THAT(storage->what(), Catch::Contains("it needs cluster.storage"));
+  const auto preset = load_error(with(kRun, "llama3-405b", "llama3-450b"));
+  REQUIRE(preset);
+  CHECK(preset->key() == "run.interruptions");
+  CHECK(preset->line() == 16);
+  CHECK_THAT(preset->what(), Catch::Contains("unknown interruption preset \"llama3-450b\""));
+  CHECK_THAT(preset->what(), Catch::Contains("did you mean \"llama3-405b\"?"));
+  const auto policy = load_error(with(kRun, "young_daly", "{every: 0min}"));
+  REQUIRE(policy);
+  CHECK_THAT(policy->what(), Catch::Contains("a checkpoint interval must be positive"));
+  const auto both = load_error(with(kRun, "young_daly", "{every: 1h, every_steps: 100}"));
+  REQUIRE(both);
+  CHECK_THAT(both->what(), Catch::Contains("expected one of every_steps or every"));
+  const auto many = load_error(with(kRun, "replications: 200", "replications: 5000000"));
+  REQUIRE(many);
+  CHECK(many->key() == "run.replications");
+  CHECK_THAT(many->what(), Catch::Contains("more than 1000000 replications is refused"));
+  const auto price = load_error(with(kRun, "2.95USD/h", "2.95EUR/h"));
+  REQUIRE(price);
+  CHECK(price->key() == "pricing.gpu_hour");
+  const auto unsourced =
+      load_error(with(kRun, "  interruptions: llama3-405b\n",
+                      "  interruptions:\n    - {cause: spot, per_gpu_day: 0.01, source: guess}\n"));
+  REQUIRE(unsourced);
+  CHECK_THAT(unsourced->what(), Catch::Contains("expected a provenance starting with its kind"));
+}
+
+TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from storage and NICs") {
+  const Scenario s = load_text(kRun);
+  const StepInputs& in = s.variants[0].inputs;
+  const JobSpec job = job_spec(*s.variants[0].run, in.model, in.training, in.node, in.nodes, 5.0);
+  CHECK(job.steps == std::ceil(1e11 / (256.0 * 4096)));
+  CHECK(job.gpus == 8);
+  // 14 bytes per parameter (BF16 weights, FP32 master weights, two FP32 moments) at the
+  // storage's 50 GB/s (eight 400 Gb/s NICs would take 400 GB/s).
+  CHECK(checkpoint_bytes(in.model, in.training) == Approx(14 * in.model.parameters()));
+  CHECK(job.checkpoint_write_s == Approx(14 * in.model.parameters() / 50e9));
+  CHECK(job.restore_s == Approx(14 * in.model.parameters() / 100e9));
+  // A storage faster than the node's NICs runs at the NICs' rate.
+  CHECK(checkpoint_bytes_per_s(1e15, in.node, 1) == Approx(8 * 50e9));
+}
+
+}  // namespace
+}  // namespace fleetsim
