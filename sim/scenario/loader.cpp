@@ -1017,6 +1017,7 @@ class Loader {
   Variant parse_full_variant(std::string name, const Field& root);
   std::optional<RunSpec> parse_run(const Field& root);
   std::vector<InterruptionCause> interruption_preset(const Field& name);
+  std::string interruption_preset_description(const Field& name);
 
   DataPaths data_;
   std::map<fs::path, std::unique_ptr<Preset>> presets_;
@@ -1763,6 +1764,13 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
   const Field root{p.root, &p.doc, ""};
   expect_map(root, kInterruptionPresetKeys);
   require_keys(root, kInterruptionPresetKeys);
+  const Field name_field = require(root, "name");
+  if (read_string(name_field) != read_string(name)) {
+    fail(name_field,
+         "the preset is named " + in_quotes(read_string(name_field)) + " in a file named " +
+             in_quotes(read_string(name) + ".yaml"),
+         "make the name match the file name");
+  }
   const std::string source = read_provenance(require(root, "source"));
   const double gpus = read_positive(require(root, "gpus"));
   const double days = read_positive(require(root, "days"));
@@ -1774,6 +1782,14 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
     causes.push_back({read_string(require(entry, "cause")), count / (gpus * days), source});
   }
   return causes;
+}
+
+// The preset's description, once its causes have been read and checked.
+std::string Loader::interruption_preset_description(const Field& name) {
+  interruption_preset(name);
+  const Preset& p =
+      preset(name, data_.root / "calibration" / "interruptions", "interruption preset");
+  return read_string(require(Field{p.root, &p.doc, ""}, "description"));
 }
 
 // The run: block with what it needs from the rest of the file: the tokens to train, the
@@ -1896,6 +1912,9 @@ PresetCatalog Loader::catalog() {
   }
   for (const auto& name : available_presets(data_.root / "workloads" / "models")) {
     catalog.models.push_back({name, model_preset(named(name)).source});
+  }
+  for (const auto& name : available_presets(data_.root / "calibration" / "interruptions")) {
+    catalog.interruptions.push_back({name, interruption_preset_description(named(name))});
   }
   return catalog;
 }

@@ -68,6 +68,7 @@ struct PresetCatalog {
   std::vector<PresetInfo> nodes;
   std::vector<PresetInfo> gpus;
   std::vector<PresetInfo> models;
+  std::vector<PresetInfo> interruptions;
 };
 PresetCatalog list_presets(const DataPaths& data);
 

@@ -240,7 +240,8 @@ int plan_command(const Scenario& scenario, const Options& options) {
 
 void print_catalog(const fleetsim::PresetCatalog& catalog) {
   std::size_t width = 0;
-  for (const auto* presets : {&catalog.nodes, &catalog.gpus, &catalog.models}) {
+  for (const auto* presets :
+       {&catalog.nodes, &catalog.gpus, &catalog.models, &catalog.interruptions}) {
     for (const auto& preset : *presets) width = std::max(width, preset.name.size());
   }
   const auto section = [&](const char* title, const std::vector<fleetsim::PresetInfo>& presets) {
@@ -253,6 +254,7 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
   section("nodes (topology/presets)", catalog.nodes);
   section("GPU profiles (calibration/profiles)", catalog.gpus);
   section("models (workloads/models)", catalog.models);
+  section("interruption rates (calibration/interruptions)", catalog.interruptions);
 }
 
 int run_command(const Options& options) {
