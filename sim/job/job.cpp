@@ -18,13 +18,21 @@ namespace {
 constexpr double kSecondsPerDay = 86400;
 constexpr double kSecondsPerHour = 3600;
 constexpr double kZ99 = 2.5758293035489004;  // two-sided 99% normal quantile
+// A segment (or the downtime) that an interruption cuts short e^(rate x length) times on average
+// before one gets through: past e^kMaxExposure (about 22,000 tries) the run never ends in
+// practice, and is refused rather than simulated.
+constexpr double kMaxExposure = 10;
 
 void check(const JobSpec& job) {
-  if (!(job.steps > 0) || !(job.step_s > 0) || job.gpus < 1) {
-    throw ModelError("a run needs steps, a positive step time and GPUs");
+  if (!(job.steps >= 1) || !(job.step_s > 0) || !std::isfinite(job.steps * job.step_s) ||
+      job.gpus < 1) {
+    throw ModelError("a run needs at least one step, a positive step time and GPUs");
   }
-  if (job.checkpoint_write_s < 0 || job.restore_s < 0 || job.detection_s < 0 || job.restart_s < 0) {
-    throw ModelError("checkpoint, restore, detection and restart times cannot be negative");
+  for (const double seconds :
+       {job.checkpoint_write_s, job.restore_s, job.detection_s, job.restart_s}) {
+    if (!(seconds >= 0) || !std::isfinite(seconds)) {
+      throw ModelError("checkpoint, restore, detection and restart times must be finite and >= 0");
+    }
   }
   for (const InterruptionCause& cause : job.causes) {
     if (!(cause.per_gpu_day >= 0)) {
@@ -33,6 +41,22 @@ void check(const JobSpec& job) {
   }
   if (job.policy.kind != CheckpointPolicy::Kind::young_daly && !(job.policy.value > 0)) {
     throw ModelError("a checkpoint interval must be positive");
+  }
+}
+
+// Refuses a run whose segments or downtime interruptions would almost never let through.
+void check_exposure(const JobSpec& job, double interval_steps, double rate) {
+  const double segment = interval_steps * job.step_s + job.checkpoint_write_s;
+  const double downtime = job.detection_s + job.restart_s + job.restore_s;
+  const double exposure = rate * std::max(segment, downtime);
+  if (exposure > kMaxExposure) {
+    throw ModelError(
+        "with an interruption every " + std::to_string(1 / rate / 3600) + " h, a segment of " +
+        std::to_string(segment / 3600) + " h between checkpoints (or a downtime of " +
+        std::to_string(downtime / 3600) + " h) would be cut short about e^" +
+        std::to_string(exposure) +
+        " times before one got through: checkpoint more often (young_daly picks the interval), "
+        "or check the interruption rates and the downtime");
   }
 }
 
@@ -147,6 +171,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
   const double rate = interruptions_per_second(job);
   result.mtbf_s = rate > 0 ? 1 / rate : std::numeric_limits<double>::infinity();
   result.interval_steps = checkpoint_interval_steps(job);
+  check_exposure(job, result.interval_steps, rate);
   result.useful_s = job.steps * job.step_s;
   result.replications.resize(static_cast<std::size_t>(replications));
   tbb::parallel_for(0, replications, [&](int i) {
@@ -171,15 +196,16 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
 }
 
 double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training) {
-  const double master_and_moments =
-      kFp32Bytes + optimizer_state_bytes_per_parameter(training.optimizer) - kFp32Bytes;
-  if (!training.lora) return model.parameters() * (kBf16Bytes + master_and_moments);
-  const double adapters = lora_parameters_per_layer(model, training) * model.layers;
-  const double quantized =
-      training.lora->quantized_base ? decoder_layer_parameters(model) * model.layers : 0.0;
-  const double base =
-      (model.parameters() - quantized) * kBf16Bytes + quantized * kNf4BytesPerParameter;
-  return base + adapters * (kBf16Bytes + master_and_moments);
+  // Per trained parameter: the BF16 weight, and the optimizer's FP32 master weight and moments.
+  const double per_trained = kBf16Bytes + optimizer_state_bytes_per_parameter(training.optimizer);
+  const double trained = training.lora ? lora_parameters_per_layer(model, training) * model.layers
+                                       : model.parameters();
+  return trained * per_trained;
+}
+
+double restore_bytes(const ModelSpec& model, const TrainingSpec& training) {
+  const double base = training.lora ? model.parameters() * kBf16Bytes : 0.0;
+  return checkpoint_bytes(model, training) + base;
 }
 
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes) {
@@ -198,10 +224,10 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.steps = std::ceil(run.tokens / tokens_per_step);
   job.step_s = step_s;
   job.gpus = nodes * node.gpus;
-  const double bytes = checkpoint_bytes(model, training);
-  job.checkpoint_write_s =
-      bytes / checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
-  job.restore_s = bytes / checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
+  job.checkpoint_write_s = checkpoint_bytes(model, training) /
+                           checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
+  job.restore_s = restore_bytes(model, training) /
+                  checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
   job.detection_s = run.detection_s;
   job.restart_s = run.restart_s;
   job.causes = run.causes;

@@ -64,15 +64,16 @@ double interruptions_per_second(const JobSpec& job);
 // `checkpoint_s` and a mean time between interruptions `mtbf_s`: Daly's higher-order estimate
 // sqrt(2 delta M) (1 + sqrt(delta / 2M) / 3 + delta / 18M) - delta for delta < 2M, else M.
 double young_daly_interval_s(double checkpoint_s, double mtbf_s);
-// Steps per segment under the job's policy (at least one; the run's steps when nothing fails).
+// Steps per segment under the job's policy (at least one, at most the run's; under Young-Daly
+// the run's steps when nothing fails).
 double checkpoint_interval_steps(const JobSpec& job);
 // Daly's expected wall time of the job, segment by segment (the last one may be shorter).
 double daly_expected_wall_s(const JobSpec& job);
 
 struct JobReplication {
   double wall_s = 0;
-  int interruptions = 0;
-  int checkpoints = 0;  // completed
+  std::int64_t interruptions = 0;
+  std::int64_t checkpoints = 0;  // completed
 };
 
 // Mean with its 99% confidence half-width (normal approximation), and percentiles.
@@ -98,7 +99,8 @@ struct JobResult {
 };
 
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
-// positive where needed, a negative rate).
+// positive where needed, a negative rate), or that would practically never end: a segment or
+// downtime that interruptions would cut short more than e^10 times on average.
 JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed);
 
 // A training run as a scenario describes it (its run: block, training.tokens, cluster.storage
@@ -114,13 +116,17 @@ struct RunSpec {
   double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
   double storage_read_bytes_per_s = 0;
   double usd_per_gpu_hour = 0;
+  bool priced = false;  // a price was given (zero is a price: hardware already paid for)
 };
 
 // A checkpoint's bytes, written once for the whole model across the data-parallel replicas:
 // per trained parameter its BF16 weight, FP32 master weight and the optimizer's moments (14
-// bytes with Adam's FP32 moments, 8 with 8-bit Adam's), and under LoRA the frozen base's BF16
-// weights (QLoRA's 4-bit ones) beside the adapters'.
+// bytes with Adam's FP32 moments, about 8 with 8-bit Adam's). Under LoRA and QLoRA only the
+// adapters train, and only they are checkpointed.
 double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training);
+// What a restart reads: the checkpoint, and under LoRA and QLoRA the frozen base's BF16 weights
+// too (QLoRA quantizes them again as it loads them).
+double restore_bytes(const ModelSpec& model, const TrainingSpec& training);
 // The rate a checkpoint moves at: the storage's, unless the nodes' NICs, every node writing
 // its share at once, are slower.
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);

@@ -318,12 +318,11 @@ void add_run_rows(Table& table, const RunReport& report) {
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
                         return grouped_integer(r.lost_gpu_hours.mean);
                       })));
-  table.add("cost P50 / P90 (USD)",
-            cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
-                        if (!(job.usd_per_gpu_hour > 0)) return std::string(kMissing);
-                        return grouped_integer(r.cost_usd.p50) + " / " +
-                               grouped_integer(r.cost_usd.p90);
-                      })));
+  table.add("cost P50 / P90 (USD)", cells_for(report, [](const VariantReport& v) {
+              if (!v.job_result || !v.run->priced) return std::string(kMissing);
+              return grouped_integer(v.job_result->cost_usd.p50) + " / " +
+                     grouped_integer(v.job_result->cost_usd.p90);
+            }));
 }
 
 std::string main_table(const RunReport& report) {

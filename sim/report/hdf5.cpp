@@ -36,10 +36,10 @@
 //     run         group, only for a variant with a run: block whose layout fits: attributes
 //                 interruptions_preset (string), steps, checkpoint_write_s, restore_s,
 //                 detection_s, restart_s, checkpoint_interval_steps, mtbf_s (inf: none),
-//                 usd_per_gpu_hour, useful_s, and for each of wall_s, goodput, interruptions,
-//                 lost_gpu_hours, cost_usd its <name>_mean, _ci99_half_width, _p50, _p90, _p99
-//                 (double); datasets wall_s, interruptions (double, one row per replication,
-//                 in replication order)
+//                 usd_per_gpu_hour (NaN without pricing), useful_s, and for each of wall_s,
+//                 goodput, interruptions, lost_gpu_hours and (with pricing) cost_usd its
+//                 <name>_mean, _ci99_half_width, _p50, _p90, _p99 (double); datasets wall_s,
+//                 interruptions (double, one row per replication, in replication order)
 #include <H5Cpp.h>
 
 #include <cmath>
@@ -289,7 +289,8 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   write_attribute(group, "restart_s", job.restart_s);
   write_attribute(group, "checkpoint_interval_steps", result.interval_steps);
   write_attribute(group, "mtbf_s", result.mtbf_s);
-  write_attribute(group, "usd_per_gpu_hour", job.usd_per_gpu_hour);
+  const bool priced = variant.run->priced;
+  write_attribute(group, "usd_per_gpu_hour", priced ? job.usd_per_gpu_hour : kNotSimulated);
   write_attribute(group, "useful_s", result.useful_s);
   const auto summary = [&](const std::string& name, const SampleSummary& s) {
     write_attribute(group, (name + "_mean").c_str(), s.mean);
@@ -302,7 +303,7 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   summary("goodput", result.goodput);
   summary("interruptions", result.interruptions);
   summary("lost_gpu_hours", result.lost_gpu_hours);
-  summary("cost_usd", result.cost_usd);
+  if (priced) summary("cost_usd", result.cost_usd);
   std::vector<double> wall, interruptions;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);

@@ -101,23 +101,24 @@ Json run_json(const VariantReport& variant) {
     causes.push_back(
         {{"cause", cause.name}, {"per_gpu_day", cause.per_gpu_day}, {"source", cause.source}});
   }
-  return Json{{"interruptions_preset", variant.run->interruptions},
-              {"steps", job.steps},
-              {"checkpoint_write_s", job.checkpoint_write_s},
-              {"restore_s", job.restore_s},
-              {"detection_s", job.detection_s},
-              {"restart_s", job.restart_s},
-              {"checkpoint_interval_steps", result.interval_steps},
-              {"mtbf_s", std::isfinite(result.mtbf_s) ? Json(result.mtbf_s) : Json(nullptr)},
-              {"usd_per_gpu_hour", job.usd_per_gpu_hour},
-              {"replications", result.replications.size()},
-              {"useful_s", result.useful_s},
-              {"wall_s", summary_json(result.wall_s)},
-              {"goodput", summary_json(result.goodput)},
-              {"interruptions", summary_json(result.interruptions)},
-              {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
-              {"cost_usd", summary_json(result.cost_usd)},
-              {"causes", std::move(causes)}};
+  return Json{
+      {"interruptions_preset", variant.run->interruptions},
+      {"steps", job.steps},
+      {"checkpoint_write_s", job.checkpoint_write_s},
+      {"restore_s", job.restore_s},
+      {"detection_s", job.detection_s},
+      {"restart_s", job.restart_s},
+      {"checkpoint_interval_steps", result.interval_steps},
+      {"mtbf_s", std::isfinite(result.mtbf_s) ? Json(result.mtbf_s) : Json(nullptr)},
+      {"usd_per_gpu_hour", variant.run->priced ? Json(job.usd_per_gpu_hour) : Json(nullptr)},
+      {"replications", result.replications.size()},
+      {"useful_s", result.useful_s},
+      {"wall_s", summary_json(result.wall_s)},
+      {"goodput", summary_json(result.goodput)},
+      {"interruptions", summary_json(result.interruptions)},
+      {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
+      {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
+      {"causes", std::move(causes)}};
 }
 
 Json variant_json(const RunReport& report, std::size_t index) {

@@ -985,7 +985,6 @@ const Keys kRunKeys = {"interruptions", "checkpoint", "detection", "restart", "r
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
 const Keys kCauseCountKeys = {"cause", "count"};
 const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source"};
-const Keys kCheckpointKeys = {"every_steps", "every"};
 const Keys kStorageKeys = {"write", "read"};
 const Keys kPricingKeys = {"gpu_hour"};
 // More replications than this is a mistake, not a study: refused before anything runs.
@@ -1795,27 +1794,43 @@ std::string Loader::interruption_preset_description(const Field& name) {
 // The run: block with what it needs from the rest of the file: the tokens to train, the
 // checkpoint storage and, if given, the price.
 std::optional<RunSpec> Loader::parse_run(const Field& root) {
+  RunSpec run;
+  // Storage and pricing are checked wherever they appear; only a run uses them.
+  const auto storage = find(require(root, "cluster"), "storage");
+  if (storage) {
+    expect_map(*storage, kStorageKeys);
+    require_keys(*storage, kStorageKeys);
+    run.storage_write_bytes_per_s = read_quantity(require(*storage, "write"), Quantity::bandwidth);
+    run.storage_read_bytes_per_s = read_quantity(require(*storage, "read"), Quantity::bandwidth);
+  }
+  if (const auto pricing = find(root, "pricing")) {
+    expect_map(*pricing, kPricingKeys);
+    run.usd_per_gpu_hour =
+        read_quantity(require(*pricing, "gpu_hour"), Quantity::hourly_price, Zero::allowed);
+    run.priced = true;
+  }
   const auto block = find(root, "run");
   if (!block) return std::nullopt;
   expect_map(*block, kRunKeys);
-  RunSpec run;
-  const auto tokens = find(require(root, "training"), "tokens");
+  const Field training = require(root, "training");
+  const auto tokens = find(training, "tokens");
   if (!tokens) {
-    fail(*block, "a run needs training.tokens, the tokens it trains",
+    fail(training, "a run needs training.tokens, the tokens it trains",
          "add tokens: under training, e.g. tokens: 15e12");
   }
   run.tokens = read_positive(*tokens);
-  const auto storage = find(require(root, "cluster"), "storage");
   if (!storage) {
-    fail(*block, "a run writes checkpoints: it needs cluster.storage",
+    fail(require(root, "cluster"), "a run writes checkpoints: it needs cluster.storage",
          "add storage: {write: 200GB/s, read: 400GB/s} under cluster (the storage's aggregate "
          "rates)");
   }
-  expect_map(*storage, kStorageKeys);
-  require_keys(*storage, kStorageKeys);
-  run.storage_write_bytes_per_s = read_quantity(require(*storage, "write"), Quantity::bandwidth);
-  run.storage_read_bytes_per_s = read_quantity(require(*storage, "read"), Quantity::bandwidth);
-  const Field interruptions = require(*block, "interruptions");
+  const auto listed = find(*block, "interruptions");
+  if (!listed) {
+    fail(*block, "a run needs its interruptions",
+         "interruptions: llama3-405b (a preset under calibration/interruptions/), or a list of "
+         "{cause, per_gpu_day, source}");
+  }
+  const Field interruptions = *listed;
   if (interruptions.node.IsScalar()) {
     run.interruptions = read_string(interruptions);
     run.causes = interruption_preset(interruptions);
@@ -1829,27 +1844,33 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
                             read_provenance(require(entry, "source"))});
     }
   }
+  // One scalar, so that a compare entry replaces it whole: young_daly, "500 steps" or a
+  // duration of training between checkpoints.
   if (const auto checkpoint = find(*block, "checkpoint")) {
-    if (checkpoint->node.IsScalar()) {
-      read_choice(*checkpoint, {"young_daly"});
+    const std::string text = scalar(*checkpoint, "young_daly, a step count or a duration");
+    const std::string hint = "checkpoint: young_daly, 500 steps (of training) or 30min";
+    if (text == "young_daly") {
       run.policy = {CheckpointPolicy::Kind::young_daly, 0};
+    } else if (text.ends_with("steps")) {
+      std::string count = text.substr(0, text.size() - 5);
+      while (!count.empty() && count.back() == ' ') count.pop_back();
+      const auto steps = parse_whole<int>(count);
+      if (!steps || *steps < 1) {
+        fail(*checkpoint, "expected a positive number of steps, got " + describe(checkpoint->node),
+             hint);
+      }
+      run.policy = {CheckpointPolicy::Kind::every_steps, static_cast<double>(*steps)};
     } else {
-      expect_map(*checkpoint, kCheckpointKeys);
-      if (entries(*checkpoint).size() != 1) {
-        fail(*checkpoint, "expected one of every_steps or every",
-             "checkpoint: young_daly, {every_steps: 500} or {every: 30min}");
+      double seconds = 0;
+      try {
+        seconds = parse_duration(text);
+      } catch (const UnitError&) {
+        fail(*checkpoint,
+             "expected young_daly, a step count or a duration, got " + describe(checkpoint->node),
+             hint);
       }
-      if (const auto steps = find(*checkpoint, "every_steps")) {
-        run.policy = {CheckpointPolicy::Kind::every_steps,
-                      static_cast<double>(read_int(*steps, 1))};
-      } else {
-        run.policy = {CheckpointPolicy::Kind::every_seconds,
-                      read_quantity(require(*checkpoint, "every"), Quantity::duration)};
-        if (!(run.policy.value > 0)) {
-          fail(require(*checkpoint, "every"), "a checkpoint interval must be positive",
-               "e.g. every: 30min");
-        }
-      }
+      if (!(seconds > 0)) fail(*checkpoint, "a checkpoint interval must be positive", hint);
+      run.policy = {CheckpointPolicy::Kind::every_seconds, seconds};
     }
   }
   run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
@@ -1861,11 +1882,6 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
            "more than " + std::to_string(kMaxReplications) + " replications is refused",
            "a thousand give a P99 to a few percent");
     }
-  }
-  if (const auto pricing = find(root, "pricing")) {
-    expect_map(*pricing, kPricingKeys);
-    run.usd_per_gpu_hour =
-        read_quantity(require(*pricing, "gpu_hour"), Quantity::hourly_price, Zero::allowed);
   }
   return run;
 }

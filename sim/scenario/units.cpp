@@ -194,6 +194,10 @@ double parse_quantity(std::string_view raw, const Kind& kind, Zero zero) {
         case_hint(kind, digits, suffix));
   }
   const double value = number * unit->num / unit->den;
+  if (!std::isfinite(value)) {
+    throw UnitError(expected(kind) + ", got " + in_quotes(text) + ", too large to represent",
+                    std::string(kind.forms));
+  }
   if (value < 0) {
     throw UnitError("expected " + std::string(kind.what) + " >= 0, got " + in_quotes(text),
                     "a quantity cannot be negative");

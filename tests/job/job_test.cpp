@@ -39,7 +39,7 @@ TEST_CASE("job: Daly's expected wall time lies in the simulation's 99% confidenc
     const JobResult result = simulate_job(job, 4000, 7);
     const double expected = daly_expected_wall_s(job);
     CHECK(std::abs(result.wall_s.mean - expected) <= result.wall_s.ci99_half_width);
-    // Not a vacuous interval: a tenth of a percent of the mean.
+    // Not a vacuous interval: under a percent of the mean.
     CHECK(result.wall_s.ci99_half_width < 0.01 * expected);
     CHECK(result.interruptions.mean > 5);
   }
@@ -119,6 +119,19 @@ TEST_CASE("job: the same interruptions whatever the policy or the thread count")
   for (std::size_t i = 0; i < a.replications.size(); ++i) {
     CHECK(a.replications[i].wall_s == one_thread[i]);
   }
+}
+
+TEST_CASE("job: a run that interruptions would practically never let finish is refused") {
+  // A segment of 30 days between checkpoints at one interruption every 5.5 hours: the run would
+  // restart it about e^130 times before one got through.
+  JobSpec job = interrupted_job();
+  job.policy = {CheckpointPolicy::Kind::every_seconds, 30 * 86400.0};
+  job.steps = 1e6;
+  CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("checkpoint more often"));
+  // So would a downtime of days.
+  job = interrupted_job();
+  job.restart_s = 10 * 86400;
+  CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("downtime"));
 }
 
 TEST_CASE("job: a run that cannot be simulated is refused") {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "scenario/fixture.hpp"
+#include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
 namespace {
@@ -59,7 +60,7 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
   const Scenario two = load_text(kRun +
                                  "compare:\n"
                                  "  - name: hourly\n"
-                                 "    run: {checkpoint: {every: 1h}}\n"
+                                 "    run: {checkpoint: 1h}\n"
                                  "  - name: listed\n"
                                  "    run:\n"
                                  "      interruptions:\n"
@@ -79,7 +80,7 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
 TEST_CASE("a run: block's mistakes name the key and what to do") {
   const auto tokens = load_error(with(kRun, "  tokens: 1e11\n", ""));
   REQUIRE(tokens);
-  CHECK(tokens->key() == "run");
+  CHECK(tokens->key() == "training");
   CHECK_THAT(tokens->what(), Catch::Contains("a run needs training.tokens"));
   const auto storage = load_error(with(kRun, "  storage: {write: 50GB/s, read: 100GB/s}\n", ""));
   REQUIRE(storage);
@@ -90,12 +91,29 @@ TEST_CASE("a run: block's mistakes name the key and what to do") {
   CHECK(preset->line() == 16);
   CHECK_THAT(preset->what(), Catch::Contains("unknown interruption preset \"llama3-450b\""));
   CHECK_THAT(preset->what(), Catch::Contains("did you mean \"llama3-405b\"?"));
-  const auto policy = load_error(with(kRun, "young_daly", "{every: 0min}"));
+  const auto policy = load_error(with(kRun, "young_daly", "0min"));
   REQUIRE(policy);
   CHECK_THAT(policy->what(), Catch::Contains("a checkpoint interval must be positive"));
-  const auto both = load_error(with(kRun, "young_daly", "{every: 1h, every_steps: 100}"));
-  REQUIRE(both);
-  CHECK_THAT(both->what(), Catch::Contains("expected one of every_steps or every"));
+  const auto neither = load_error(with(kRun, "young_daly", "often"));
+  REQUIRE(neither);
+  CHECK(neither->key() == "run.checkpoint");
+  CHECK_THAT(neither->what(), Catch::Contains("expected young_daly, a step count or a duration"));
+  const auto steps = load_error(with(kRun, "young_daly", "0 steps"));
+  REQUIRE(steps);
+  CHECK_THAT(steps->what(), Catch::Contains("expected a positive number of steps"));
+  // A compare entry replaces the base's policy whatever its form.
+  const Scenario forms = load_text(with(kRun, "young_daly", "500 steps") +
+                                   "compare:\n"
+                                   "  - name: timed\n"
+                                   "    run: {checkpoint: 30min}\n");
+  CHECK(forms.variants[0].run->policy.kind == CheckpointPolicy::Kind::every_steps);
+  CHECK(forms.variants[0].run->policy.value == 500);
+  CHECK(forms.variants[1].run->policy.kind == CheckpointPolicy::Kind::every_seconds);
+  CHECK(forms.variants[1].run->policy.value == 1800);
+  // Storage and pricing are checked even without a run.
+  const std::string no_run = kRun.substr(0, kRun.find("run:\n"));
+  CHECK(load_error(with(no_run, "2.95USD/h", "2.95EUR/h")));
+  CHECK(load_error(with(no_run, "write: 50GB/s", "write: 50GB")));
   const auto many = load_error(with(kRun, "replications: 200", "replications: 5000000"));
   REQUIRE(many);
   CHECK(many->key() == "run.replications");
@@ -123,6 +141,13 @@ TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from stora
   CHECK(job.restore_s == Approx(14 * in.model.parameters() / 100e9));
   // A storage faster than the node's NICs runs at the NICs' rate.
   CHECK(checkpoint_bytes_per_s(1e15, in.node, 1) == Approx(8 * 50e9));
+  // LoRA checkpoints its adapters' weights and optimizer states only; a restart also reads the
+  // frozen base back.
+  TrainingSpec lora = in.training;
+  lora.lora = LoraSpec{};
+  const double adapters = lora_parameters_per_layer(in.model, lora) * in.model.layers;
+  CHECK(checkpoint_bytes(in.model, lora) == Approx(14 * adapters));
+  CHECK(restore_bytes(in.model, lora) == Approx(14 * adapters + 2 * in.model.parameters()));
 }
 
 }  // namespace
