@@ -42,6 +42,11 @@ void check(const JobSpec& job) {
   if (job.policy.kind != CheckpointPolicy::Kind::young_daly && !(job.policy.value > 0)) {
     throw ModelError("a checkpoint interval must be positive");
   }
+  if (job.spot && (!(job.spot->preemptions_per_node_hour >= 0) || !(job.spot->notice_s >= 0) ||
+                   !(job.spot->capacity_return_s >= 0) ||
+                   !std::isfinite(job.spot->capacity_return_s) || job.nodes < 1)) {
+    throw ModelError("spot capacity needs a preemption rate, a notice and a capacity delay >= 0");
+  }
 }
 
 // Refuses a run whose segments or downtime interruptions would almost never let through.
@@ -62,33 +67,86 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate) {
 
 // One run: segments of training and checkpoint, interruptions at the arrival times the stream
 // gives (a Poisson process in wall-clock time, drawn in order whatever happens between them).
-JobReplication replicate(const JobSpec& job, double interval_steps, double rate, RngStream rng) {
+// Spot preemptions arrive over the job's nodes at this rate per second (0 without spot).
+double preemptions_per_second(const JobSpec& job) {
+  return job.spot ? job.spot->preemptions_per_node_hour * job.nodes / 3600 : 0.0;
+}
+
+JobReplication replicate(const JobSpec& job, double interval_steps, double rate,
+                         RngStream interruptions, RngStream preemptions) {
   const double infinity = std::numeric_limits<double>::infinity();
-  const auto next_arrival = [&](double after) {
-    return rate > 0 ? after + rng.exponential(rate) : infinity;
+  const double preemption_rate = preemptions_per_second(job);
+  const auto next_interruption = [&](double after) {
+    return rate > 0 ? after + interruptions.exponential(rate) : infinity;
+  };
+  const auto next_preemption = [&](double after) {
+    return preemption_rate > 0 ? after + preemptions.exponential(preemption_rate) : infinity;
   };
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
   JobReplication run;
   double now = 0;
   double committed = 0;  // steps in the last completed checkpoint
-  double interruption = next_arrival(0);
+  double interruption = next_interruption(0);
+  double preemption = next_preemption(0);
+  // Recovery of `duration` from `from`; an interruption during it starts it over.
+  const auto recover = [&](double from, double duration) {
+    while (interruption < from) interruption = next_interruption(interruption);
+    now = from;
+    while (interruption < now + duration) {
+      ++run.interruptions;
+      now = interruption;
+      interruption = next_interruption(interruption);
+    }
+    now += duration;
+  };
   while (committed < job.steps) {
+    // Nothing is interrupted or preempted while the job holds no capacity.
+    while (interruption < now) interruption = next_interruption(interruption);
+    while (preemption < now) preemption = next_preemption(preemption);
     const double steps = std::min(interval_steps, job.steps - committed);
-    const double segment_end = now + steps * job.step_s + job.checkpoint_write_s;
-    if (interruption >= segment_end) {
+    const double training_end = now + steps * job.step_s;
+    const double segment_end = training_end + job.checkpoint_write_s;
+    if (std::min(interruption, preemption) >= segment_end) {
       now = segment_end;
       committed += steps;
       ++run.checkpoints;
       continue;
     }
-    // The segment is lost; the downtime runs until it passes without an interruption.
-    while (true) {
+    if (interruption <= preemption) {
+      // The segment is lost; the downtime runs until it passes without an interruption.
       ++run.interruptions;
-      now = interruption;
-      interruption = next_arrival(interruption);
-      if (interruption >= now + downtime) break;
+      const double at = interruption;
+      run.lost_training_s += std::min(at, training_end) - now;
+      interruption = next_interruption(at);
+      recover(at, downtime);
+      continue;
     }
-    now += downtime;
+    // A preemption notice: finish the step in progress (or the checkpoint being written) and
+    // checkpoint, if that fits in the notice; else stop now and lose the segment.
+    ++run.preemptions;
+    const double notice = preemption;
+    preemption = next_preemption(notice);
+    double stop = notice;
+    if (notice >= training_end) {
+      if (segment_end - notice <= job.spot->notice_s) {
+        stop = segment_end;
+        committed += steps;
+        ++run.checkpoints;
+      } else {
+        run.lost_training_s += training_end - now;
+      }
+    } else {
+      const double done = std::ceil((notice - now) / job.step_s);
+      const double boundary = now + done * job.step_s;
+      if (boundary + job.checkpoint_write_s - notice <= job.spot->notice_s) {
+        stop = boundary + job.checkpoint_write_s;
+        committed += done;
+        ++run.checkpoints;
+      } else {
+        run.lost_training_s += notice - now;
+      }
+    }
+    recover(stop + job.spot->capacity_return_s, job.restart_s + job.restore_s);
   }
   run.wall_s = now;
   return run;
@@ -171,25 +229,28 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
   const double rate = interruptions_per_second(job);
   result.mtbf_s = rate > 0 ? 1 / rate : std::numeric_limits<double>::infinity();
   result.interval_steps = checkpoint_interval_steps(job);
-  check_exposure(job, result.interval_steps, rate);
+  check_exposure(job, result.interval_steps, rate + preemptions_per_second(job));
   result.useful_s = job.steps * job.step_s;
   result.replications.resize(static_cast<std::size_t>(replications));
   tbb::parallel_for(0, replications, [&](int i) {
     result.replications[static_cast<std::size_t>(i)] =
         replicate(job, result.interval_steps, rate,
-                  RngStream(seed, "job.interruptions", static_cast<std::uint64_t>(i)));
+                  RngStream(seed, "job.interruptions", static_cast<std::uint64_t>(i)),
+                  RngStream(seed, "job.preemptions", static_cast<std::uint64_t>(i)));
   });
-  std::vector<double> wall, goodput, interruptions, lost, cost;
+  std::vector<double> wall, goodput, interruptions, preemptions, lost, cost;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
     goodput.push_back(result.useful_s / run.wall_s);
-    interruptions.push_back(run.interruptions);
+    interruptions.push_back(static_cast<double>(run.interruptions));
+    preemptions.push_back(static_cast<double>(run.preemptions));
     lost.push_back((run.wall_s - result.useful_s) * job.gpus / kSecondsPerHour);
     cost.push_back(run.wall_s * job.gpus / kSecondsPerHour * job.usd_per_gpu_hour);
   }
   result.wall_s = summarise(std::move(wall));
   result.goodput = summarise(std::move(goodput));
   result.interruptions = summarise(std::move(interruptions));
+  result.preemptions = summarise(std::move(preemptions));
   result.lost_gpu_hours = summarise(std::move(lost));
   result.cost_usd = summarise(std::move(cost));
   return result;
@@ -224,6 +285,8 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.steps = std::ceil(run.tokens / tokens_per_step);
   job.step_s = step_s;
   job.gpus = nodes * node.gpus;
+  job.nodes = nodes;
+  job.spot = run.spot;
   job.checkpoint_write_s = checkpoint_bytes(model, training) /
                            checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
   job.restore_s = restore_bytes(model, training) /
@@ -232,7 +295,8 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.restart_s = run.restart_s;
   job.causes = run.causes;
   job.policy = run.policy;
-  job.usd_per_gpu_hour = run.usd_per_gpu_hour;
+  job.usd_per_gpu_hour =
+      run.spot && run.spot_priced ? run.spot_usd_per_gpu_hour : run.usd_per_gpu_hour;
   return job;
 }
 

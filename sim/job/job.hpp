@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,16 +46,30 @@ struct CheckpointPolicy {
   double value = 0;  // steps, or seconds of training, between checkpoints (every_*)
 };
 
+// Spot capacity: nodes taken back with a notice. Within the notice the job finishes the step in
+// progress and writes an emergency checkpoint when both fit, losing no work; otherwise it stops
+// at the notice and loses the work since its last checkpoint. Either way it waits for capacity
+// to return, then restarts and reads its checkpoint back (interruptions can start that over;
+// nothing is preempted or interrupted while the job holds no capacity).
+struct SpotCapacity {
+  double preemptions_per_node_hour = 0;
+  std::string source;  // "assumed: ..." where nothing is published (H100-class spot)
+  double notice_s = 0;
+  double capacity_return_s = 0;
+};
+
 struct JobSpec {
   double steps = 0;   // optimizer steps to train
   double step_s = 0;  // one step on the healthy cluster
   int gpus = 0;
+  int nodes = 1;                  // spot preemptions take nodes
   double checkpoint_write_s = 0;  // training stops while a checkpoint is written
   double restore_s = 0;           // reading the last checkpoint back after a restart
   double detection_s = 0;         // from an interruption to the job's being declared failed
   double restart_s = 0;           // rescheduling and relaunching the job
   std::vector<InterruptionCause> causes;
   CheckpointPolicy policy;
+  std::optional<SpotCapacity> spot;
   double usd_per_gpu_hour = 0;  // paid for every GPU over the wall time
 };
 
@@ -73,7 +88,9 @@ double daly_expected_wall_s(const JobSpec& job);
 struct JobReplication {
   double wall_s = 0;
   std::int64_t interruptions = 0;
-  std::int64_t checkpoints = 0;  // completed
+  std::int64_t preemptions = 0;  // of spot capacity, while the job ran
+  std::int64_t checkpoints = 0;  // completed, emergency ones included
+  double lost_training_s = 0;    // training redone: the work interruptions and preemptions lost
 };
 
 // Mean with its 99% confidence half-width (normal approximation), and percentiles.
@@ -94,6 +111,7 @@ struct JobResult {
   SampleSummary wall_s;
   SampleSummary goodput;  // useful training time / wall time
   SampleSummary interruptions;
+  SampleSummary preemptions;
   SampleSummary lost_gpu_hours;  // GPU-hours of wall time not spent on useful training
   SampleSummary cost_usd;
 };
@@ -115,8 +133,11 @@ struct RunSpec {
   int replications = 1000;
   double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
   double storage_read_bytes_per_s = 0;
-  double usd_per_gpu_hour = 0;
-  bool priced = false;  // a price was given (zero is a price: hardware already paid for)
+  std::optional<SpotCapacity> spot;  // set: the run is on spot capacity
+  double usd_per_gpu_hour = 0;       // on-demand
+  double spot_usd_per_gpu_hour = 0;
+  bool priced = false;       // a price was given (zero is a price: hardware already paid for)
+  bool spot_priced = false;  // a spot price was given
 };
 
 // A checkpoint's bytes, written once for the whole model across the data-parallel replicas:
@@ -131,7 +152,8 @@ double restore_bytes(const ModelSpec& model, const TrainingSpec& training);
 // its share at once, are slower.
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);
 // The job of a run whose steps take `step_s`: its steps (tokens over the tokens a step trains),
-// GPUs, checkpoint write and read times, and the run's rates, policy and price.
+// GPUs, checkpoint write and read times, and the run's rates, policy, spot capacity and price
+// (on spot, the spot price where one is given).
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
                  const NodeSpec& node, int nodes, double step_s);
 

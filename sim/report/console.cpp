@@ -314,6 +314,16 @@ void add_run_rows(Table& table, const RunReport& report) {
                         return fixed(r.interruptions.mean, 1) + " (" +
                                fixed(r.interruptions.p90, 0) + ")";
                       })));
+  const bool spot = std::any_of(report.variants.begin(), report.variants.end(),
+                                [](const VariantReport& v) { return v.job && v.job->spot; });
+  if (spot) {
+    table.add("spot preemptions, mean (P90)",
+              cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
+                          if (!job.spot) return std::string(kMissing);
+                          return fixed(r.preemptions.mean, 1) + " (" + fixed(r.preemptions.p90, 0) +
+                                 ")";
+                        })));
+  }
   table.add("lost GPU-hours, mean",
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
                         return grouped_integer(r.lost_gpu_hours.mean);
@@ -428,6 +438,10 @@ std::string warnings_section(const RunReport& report) {
         text += "  " + variant.name + ": the " + cause.name + " interruption rate is " +
                 cause.source + "\n";
       }
+    }
+    if (variant.job->spot && variant.job->spot->source.starts_with("assumed:")) {
+      text +=
+          "  " + variant.name + ": the spot preemption rate is " + variant.job->spot->source + "\n";
     }
   }
   return text.empty() ? text : "\nwarnings\n" + text;

@@ -37,7 +37,8 @@
 //                 interruptions_preset (string), steps, checkpoint_write_s, restore_s,
 //                 detection_s, restart_s, checkpoint_interval_steps, mtbf_s (inf: none),
 //                 usd_per_gpu_hour (NaN without pricing), useful_s, and for each of wall_s,
-//                 goodput, interruptions, lost_gpu_hours and (with pricing) cost_usd its
+//                 goodput, interruptions, (on spot) preemptions, lost_gpu_hours and (with
+//                 pricing) cost_usd its
 //                 <name>_mean, _ci99_half_width, _p50, _p90, _p99 (double); datasets wall_s,
 //                 interruptions (double, one row per replication, in replication order)
 #include <H5Cpp.h>
@@ -302,6 +303,7 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   summary("wall_s", result.wall_s);
   summary("goodput", result.goodput);
   summary("interruptions", result.interruptions);
+  if (job.spot) summary("preemptions", result.preemptions);
   summary("lost_gpu_hours", result.lost_gpu_hours);
   if (priced) summary("cost_usd", result.cost_usd);
   std::vector<double> wall, interruptions;

@@ -116,6 +116,12 @@ Json run_json(const VariantReport& variant) {
       {"wall_s", summary_json(result.wall_s)},
       {"goodput", summary_json(result.goodput)},
       {"interruptions", summary_json(result.interruptions)},
+      {"spot", job.spot ? Json{{"preemptions_per_node_hour", job.spot->preemptions_per_node_hour},
+                               {"source", job.spot->source},
+                               {"notice_s", job.spot->notice_s},
+                               {"capacity_return_s", job.spot->capacity_return_s},
+                               {"preemptions", summary_json(result.preemptions)}}
+                        : Json(nullptr)},
       {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
       {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
       {"causes", std::move(causes)}};

@@ -981,12 +981,14 @@ const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",  "tr
                        "layout", "cluster",     "run",  "pricing", "compare"};
 const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
-const Keys kRunKeys = {"interruptions", "checkpoint", "detection", "restart", "replications"};
+const Keys kRunKeys = {"interruptions", "checkpoint",   "detection",
+                       "restart",       "replications", "spot"};
+const Keys kSpotKeys = {"preemptions_per_node_hour", "source", "notice", "capacity_return"};
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
 const Keys kCauseCountKeys = {"cause", "count"};
 const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source"};
 const Keys kStorageKeys = {"write", "read"};
-const Keys kPricingKeys = {"gpu_hour"};
+const Keys kPricingKeys = {"gpu_hour", "spot_gpu_hour"};
 // More replications than this is a mistake, not a study: refused before anything runs.
 constexpr int kMaxReplications = 1000000;
 
@@ -1808,6 +1810,10 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     run.usd_per_gpu_hour =
         read_quantity(require(*pricing, "gpu_hour"), Quantity::hourly_price, Zero::allowed);
     run.priced = true;
+    if (const auto spot_price = find(*pricing, "spot_gpu_hour")) {
+      run.spot_usd_per_gpu_hour = read_quantity(*spot_price, Quantity::hourly_price, Zero::allowed);
+      run.spot_priced = true;
+    }
   }
   const auto block = find(root, "run");
   if (!block) return std::nullopt;
@@ -1872,6 +1878,14 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       if (!(seconds > 0)) fail(*checkpoint, "a checkpoint interval must be positive", hint);
       run.policy = {CheckpointPolicy::Kind::every_seconds, seconds};
     }
+  }
+  if (const auto spot = find(*block, "spot")) {
+    expect_map(*spot, kSpotKeys);
+    require_keys(*spot, kSpotKeys);
+    run.spot = SpotCapacity{read_non_negative(require(*spot, "preemptions_per_node_hour")),
+                            read_provenance(require(*spot, "source")),
+                            read_quantity(require(*spot, "notice"), Quantity::duration),
+                            read_quantity(require(*spot, "capacity_return"), Quantity::duration)};
   }
   run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
   run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);

@@ -545,7 +545,7 @@ TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo"
   const Result json = run_cli("run " + file + " --json");
   REQUIRE(json.exit_code == 0);
   const auto variants = nlohmann::json::parse(json.out)["variants"];
-  REQUIRE(variants.size() == 3);
+  REQUIRE(variants.size() == 4);
   for (const auto& variant : variants) {
     const auto& run = variant["run"];
     REQUIRE(run.is_object());
@@ -559,4 +559,9 @@ TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo"
   // so the Young-Daly interval's goodput is not below the others' by noise.
   CHECK(variants[0]["run"]["goodput"]["mean"].get<double>() >=
         variants[2]["run"]["goodput"]["mean"].get<double>());
+  // The spot variant: its preemptions, at the spot price.
+  CHECK(variants[0]["run"]["spot"].is_null());
+  REQUIRE(variants[3]["run"]["spot"].is_object());
+  CHECK(variants[3]["run"]["spot"]["preemptions"]["mean"].get<double>() > 1);
+  CHECK(variants[3]["run"]["usd_per_gpu_hour"] == 1.52);
 }

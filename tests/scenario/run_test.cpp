@@ -73,6 +73,34 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
   REQUIRE(two.variants[2].run->causes.size() == 1);
   CHECK(two.variants[2].run->causes[0].per_gpu_day == 0.01);
   CHECK(two.variants[2].run->interruptions == "listed");
+  // Spot capacity, with its own price.
+  const Scenario spot = load_text(
+      with(kRun, "  replications: 200\n",
+           "  replications: 200\n"
+           "  spot: {preemptions_per_node_hour: 0.001, notice: 2min, capacity_return: 1h,\n"
+           "         source: 'assumed: no published rate'}\n") +
+      "");
+  REQUIRE(spot.variants[0].run->spot);
+  CHECK(spot.variants[0].run->spot->preemptions_per_node_hour == 0.001);
+  CHECK(spot.variants[0].run->spot->notice_s == 120);
+  CHECK(spot.variants[0].run->spot->capacity_return_s == 3600);
+  const Scenario spot_priced = load_text(
+      with(with(kRun, "  replications: 200\n",
+                "  replications: 200\n"
+                "  spot: {preemptions_per_node_hour: 0.001, notice: 2min, capacity_return: 1h,\n"
+                "         source: 'assumed: no published rate'}\n"),
+           "{gpu_hour: 2.95USD/h}", "{gpu_hour: 2.95USD/h, spot_gpu_hour: 1.5USD/h}"));
+  const StepInputs& in = spot_priced.variants[0].inputs;
+  const JobSpec spot_job =
+      job_spec(*spot_priced.variants[0].run, in.model, in.training, in.node, in.nodes, 5.0);
+  CHECK(spot_job.usd_per_gpu_hour == 1.5);
+  CHECK(spot_job.nodes == 1);
+  const auto unsourced_spot = load_error(
+      with(kRun, "  replications: 200\n",
+           "  replications: 200\n  spot: {preemptions_per_node_hour: 0.001, notice: 2min, "
+           "capacity_return: 1h}\n"));
+  REQUIRE(unsourced_spot);
+  CHECK_THAT(unsourced_spot->what(), Catch::Contains("source"));
   // No run: block, no run.
   CHECK_FALSE(load_text(kRun.substr(0, kRun.find("run:\n"))).variants[0].run);
 }
