@@ -50,18 +50,27 @@ void check(const JobSpec& job) {
 }
 
 // Refuses a run whose segments or downtime interruptions would almost never let through.
-void check_exposure(const JobSpec& job, double interval_steps, double rate) {
+// `rate`: interruptions per second; `losing_rate`: those and the preemptions whose notice has
+// no room for an emergency checkpoint, which cut a segment short as well.
+void check_exposure(const JobSpec& job, double interval_steps, double rate, double losing_rate) {
   const double segment = interval_steps * job.step_s + job.checkpoint_write_s;
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
-  const double exposure = rate * std::max(segment, downtime);
+  const double exposure = std::max(losing_rate * segment, rate * downtime);
   if (exposure > kMaxExposure) {
     throw ModelError(
-        "with an interruption every " + std::to_string(1 / rate / 3600) + " h, a segment of " +
-        std::to_string(segment / 3600) + " h between checkpoints (or a downtime of " +
-        std::to_string(downtime / 3600) + " h) would be cut short about e^" +
+        "with a segment of " + std::to_string(segment / 3600) +
+        " h between checkpoints and a downtime of " + std::to_string(downtime / 3600) +
+        " h, interruptions (and preemptions with too short a notice) every " +
+        std::to_string(1 / losing_rate / 3600) + " h would cut them short about e^" +
         std::to_string(exposure) +
-        " times before one got through: checkpoint more often (young_daly picks the interval), "
-        "or check the interruption rates and the downtime");
+        " times before one got through: checkpoint more often, or check the rates and the "
+        "downtime");
+  }
+  // Arrivals while the job waits for capacity are drawn and skipped: bound that work too.
+  const double skipped = losing_rate * (job.spot ? job.spot->capacity_return_s : 0.0);
+  if (skipped > 1e6) {
+    throw ModelError("a capacity return of " + std::to_string(job.spot->capacity_return_s / 3600) +
+                     " h is too long to simulate against these rates");
   }
 }
 
@@ -88,14 +97,16 @@ JobReplication replicate(const JobSpec& job, double interval_steps, double rate,
   double committed = 0;  // steps in the last completed checkpoint
   double interruption = next_interruption(0);
   double preemption = next_preemption(0);
-  // Recovery of `duration` from `from`; an interruption during it starts it over.
-  const auto recover = [&](double from, double duration) {
+  // Recovery of `duration` from `from`; an interruption during it starts over a recovery of
+  // `again` (the whole downtime).
+  const auto recover = [&](double from, double duration, double again) {
     while (interruption < from) interruption = next_interruption(interruption);
     now = from;
     while (interruption < now + duration) {
       ++run.interruptions;
       now = interruption;
       interruption = next_interruption(interruption);
+      duration = again;
     }
     now += duration;
   };
@@ -118,35 +129,35 @@ JobReplication replicate(const JobSpec& job, double interval_steps, double rate,
       const double at = interruption;
       run.lost_training_s += std::min(at, training_end) - now;
       interruption = next_interruption(at);
-      recover(at, downtime);
+      recover(at, downtime, downtime);
       continue;
     }
     // A preemption notice: finish the step in progress (or the checkpoint being written) and
-    // checkpoint, if that fits in the notice; else stop now and lose the segment.
+    // checkpoint, if that fits in the notice and no interruption comes first; else stop now
+    // and lose the segment. The wait for capacity starts when the node is reclaimed, at the
+    // notice's end.
     ++run.preemptions;
     const double notice = preemption;
     preemption = next_preemption(notice);
-    double stop = notice;
-    if (notice >= training_end) {
-      if (segment_end - notice <= job.spot->notice_s) {
-        stop = segment_end;
-        committed += steps;
-        ++run.checkpoints;
-      } else {
-        run.lost_training_s += training_end - now;
-      }
+    const double reclaimed = notice + job.spot->notice_s;
+    const double done =
+        notice >= training_end ? steps : std::min(steps, std::ceil((notice - now) / job.step_s));
+    const double saved_at = notice >= training_end ? segment_end
+                            : done > 0 ? now + done * job.step_s + job.checkpoint_write_s
+                                       : notice;
+    if (saved_at <= reclaimed && interruption >= saved_at) {
+      committed += done;
+      if (done > 0) ++run.checkpoints;
     } else {
-      const double done = std::ceil((notice - now) / job.step_s);
-      const double boundary = now + done * job.step_s;
-      if (boundary + job.checkpoint_write_s - notice <= job.spot->notice_s) {
-        stop = boundary + job.checkpoint_write_s;
-        committed += done;
-        ++run.checkpoints;
-      } else {
-        run.lost_training_s += notice - now;
+      run.lost_training_s += std::min(notice, training_end) - now;
+      if (interruption < reclaimed) {  // the job held its nodes: a failure counts
+        ++run.interruptions;
+        interruption = next_interruption(interruption);
       }
     }
-    recover(stop + job.spot->capacity_return_s, job.restart_s + job.restore_s);
+    // Restart and restore after capacity returns; an interruption then starts over the whole
+    // downtime, detection included.
+    recover(reclaimed + job.spot->capacity_return_s, job.restart_s + job.restore_s, downtime);
   }
   run.wall_s = now;
   return run;
@@ -173,13 +184,24 @@ double young_daly_interval_s(double checkpoint_s, double mtbf_s) {
          checkpoint_s;
 }
 
+namespace {
+
+// Interruptions, and preemptions whose notice may have no room for the step in progress and an
+// emergency checkpoint: what loses work, per second.
+double losing_rate(const JobSpec& job) {
+  const bool notice_saves = job.spot && job.spot->notice_s >= job.step_s + job.checkpoint_write_s;
+  return interruptions_per_second(job) + (notice_saves ? 0.0 : preemptions_per_second(job));
+}
+
+}  // namespace
+
 double checkpoint_interval_steps(const JobSpec& job) {
   double steps = 0;
   switch (job.policy.kind) {
     case CheckpointPolicy::Kind::every_steps: steps = job.policy.value; break;
     case CheckpointPolicy::Kind::every_seconds: steps = job.policy.value / job.step_s; break;
     case CheckpointPolicy::Kind::young_daly: {
-      const double rate = interruptions_per_second(job);
+      const double rate = losing_rate(job);
       if (!(rate > 0)) return job.steps;  // nothing fails: one checkpoint, at the end
       steps = young_daly_interval_s(job.checkpoint_write_s, 1 / rate) / job.step_s;
       break;
@@ -229,7 +251,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
   const double rate = interruptions_per_second(job);
   result.mtbf_s = rate > 0 ? 1 / rate : std::numeric_limits<double>::infinity();
   result.interval_steps = checkpoint_interval_steps(job);
-  check_exposure(job, result.interval_steps, rate + preemptions_per_second(job));
+  check_exposure(job, result.interval_steps, rate, losing_rate(job));
   result.useful_s = job.steps * job.step_s;
   result.replications.resize(static_cast<std::size_t>(replications));
   tbb::parallel_for(0, replications, [&](int i) {

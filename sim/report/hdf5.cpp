@@ -38,7 +38,8 @@
 //                 detection_s, restart_s, checkpoint_interval_steps, mtbf_s (inf: none),
 //                 usd_per_gpu_hour (NaN without pricing), useful_s, and for each of wall_s,
 //                 goodput, interruptions, (on spot) preemptions, lost_gpu_hours and (with
-//                 pricing) cost_usd its
+//                 pricing) cost_usd its (on spot also spot_preemptions_per_node_hour,
+//                 spot_source, spot_notice_s, spot_capacity_return_s)
 //                 <name>_mean, _ci99_half_width, _p50, _p90, _p99 (double); datasets wall_s,
 //                 interruptions (double, one row per replication, in replication order)
 #include <H5Cpp.h>
@@ -303,7 +304,13 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   summary("wall_s", result.wall_s);
   summary("goodput", result.goodput);
   summary("interruptions", result.interruptions);
-  if (job.spot) summary("preemptions", result.preemptions);
+  if (job.spot) {
+    summary("preemptions", result.preemptions);
+    write_attribute(group, "spot_preemptions_per_node_hour", job.spot->preemptions_per_node_hour);
+    write_attribute(group, "spot_source", job.spot->source);
+    write_attribute(group, "spot_notice_s", job.spot->notice_s);
+    write_attribute(group, "spot_capacity_return_s", job.spot->capacity_return_s);
+  }
   summary("lost_gpu_hours", result.lost_gpu_hours);
   if (priced) summary("cost_usd", result.cost_usd);
   std::vector<double> wall, interruptions;

@@ -1882,6 +1882,10 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
   if (const auto spot = find(*block, "spot")) {
     expect_map(*spot, kSpotKeys);
     require_keys(*spot, kSpotKeys);
+    if (run.priced && !run.spot_priced) {
+      fail(*spot, "a priced run on spot capacity needs pricing.spot_gpu_hour",
+           "add spot_gpu_hour: to pricing, e.g. {gpu_hour: 2.95USD/h, spot_gpu_hour: 1.50USD/h}");
+    }
     run.spot = SpotCapacity{read_non_negative(require(*spot, "preemptions_per_node_hour")),
                             read_provenance(require(*spot, "source")),
                             read_quantity(require(*spot, "notice"), Quantity::duration),

@@ -147,7 +147,8 @@ TEST_CASE("job: a run that cannot be simulated is refused") {
 TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no work") {
   // No interruptions; 64 nodes preempted at 0.002 per node-hour (one every 7.8 hours), a 2-minute
   // notice for a 10 s step and a 60 s checkpoint: every preemption ends in an emergency
-  // checkpoint, so the wall time is the training, the checkpoints and the waits, exactly.
+  // checkpoint, so the wall time is the training, the checkpoints and the waits (from the
+  // notice's end, after at most the notice idle).
   JobSpec job = interrupted_job();
   job.causes.clear();
   job.checkpoint_write_s = 60;
@@ -160,11 +161,14 @@ TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no w
     CHECK(run.lost_training_s == 0);
     CHECK(run.interruptions == 0);
     const double waits = run.preemptions * (1800 + job.restart_s + job.restore_s);
-    CHECK(run.wall_s == Approx(result.useful_s + run.checkpoints * 60.0 + waits).epsilon(1e-12));
+    const double busy = result.useful_s + run.checkpoints * 60.0 + waits;
+    CHECK(run.wall_s >= busy * (1 - 1e-12));
+    CHECK(run.wall_s <= busy + run.preemptions * 120.0 * (1 + 1e-12));
     preempted += run.preemptions;
   }
   CHECK(preempted / 300 > 3);  // not vacuous: 100,000 s of training, a preemption per 28,000 s
-  // A notice shorter than the checkpoint loses the segment each time.
+  // A notice shorter than the checkpoint loses the segment (unless it comes in the regular
+  // write's last seconds).
   job.spot->notice_s = 30;
   const JobResult short_notice = simulate_job(job, 300, 5);
   double lost = 0;

@@ -75,11 +75,11 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
   CHECK(two.variants[2].run->interruptions == "listed");
   // Spot capacity, with its own price.
   const Scenario spot = load_text(
-      with(kRun, "  replications: 200\n",
-           "  replications: 200\n"
-           "  spot: {preemptions_per_node_hour: 0.001, notice: 2min, capacity_return: 1h,\n"
-           "         source: 'assumed: no published rate'}\n") +
-      "");
+      with(with(kRun, "  replications: 200\n",
+                "  replications: 200\n"
+                "  spot: {preemptions_per_node_hour: 0.001, notice: 2min, capacity_return: 1h,\n"
+                "         source: 'assumed: no published rate'}\n"),
+           "{gpu_hour: 2.95USD/h}", "{gpu_hour: 2.95USD/h, spot_gpu_hour: 1.5USD/h}"));
   REQUIRE(spot.variants[0].run->spot);
   CHECK(spot.variants[0].run->spot->preemptions_per_node_hour == 0.001);
   CHECK(spot.variants[0].run->spot->notice_s == 120);
@@ -101,6 +101,15 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
            "capacity_return: 1h}\n"));
   REQUIRE(unsourced_spot);
   CHECK_THAT(unsourced_spot->what(), Catch::Contains("source"));
+  // A priced spot run needs its spot price.
+  const auto unpriced = load_error(
+      with(kRun, "  replications: 200\n",
+           "  replications: 200\n"
+           "  spot: {preemptions_per_node_hour: 0.001, notice: 2min, capacity_return: 1h,\n"
+           "         source: 'assumed: no published rate'}\n"));
+  REQUIRE(unpriced);
+  CHECK(unpriced->key() == "run.spot");
+  CHECK_THAT(unpriced->what(), Catch::Contains("needs pricing.spot_gpu_hour"));
   // No run: block, no run.
   CHECK_FALSE(load_text(kRun.substr(0, kRun.find("run:\n"))).variants[0].run);
 }
