@@ -670,19 +670,15 @@ const std::array<CalibratedKey, 10> kCalibratedKeys = {{
     {"comm_slowdown", Quantity::count, &GpuProfile::comm_slowdown},
 }};
 
-// The FP8 GEMM entries under a profile's `fp8` map (kFp8Entries names them "fp8.<key>").
-struct Fp8Key {
-  std::string_view key;
-  Quantity quantity;
-};
-const std::array<Fp8Key, 5> kFp8Keys = {{
-    {"dense", Quantity::flop_rate},
-    {"gemm_efficiency", Quantity::fraction},
-    {"gemm_sustained", Quantity::flop_rate},
-    {"gemm_k_overhead", Quantity::count},
-    {"kernel_launch", Quantity::duration},
-}};
-static_assert(kFp8Keys.size() == kFp8Entries.size());
+// The quantity of each FP8 GEMM entry, in kFp8Entries' order; under a profile's `fp8` map each
+// is written without kFp8Entries' "fp8." prefix.
+const std::array<Quantity, 5> kFp8Quantities = {Quantity::flop_rate, Quantity::fraction,
+                                                Quantity::flop_rate, Quantity::count,
+                                                Quantity::duration};
+static_assert(kFp8Quantities.size() == kFp8Entries.size());
+std::string fp8_key(std::size_t i) {
+  return std::string(kFp8Entries[i].first).substr(std::string_view("fp8.").size());
+}
 
 Keys profile_keys() {
   Keys keys = {"name",       "description",     "sm_count",
@@ -1461,14 +1457,14 @@ GpuProfile Loader::gpu_profile(const Field& name) {
     }
   }
   if (const auto fp8 = find(root, "fp8")) {
-    Keys keys;
-    for (const Fp8Key& key : kFp8Keys) keys.emplace_back(key.key);
+    std::vector<std::string> names;  // Keys views them: they must outlive it
+    for (std::size_t i = 0; i < kFp8Entries.size(); ++i) names.push_back(fp8_key(i));
+    const Keys keys(names.begin(), names.end());
     expect_map(*fp8, keys);
     require_keys(*fp8, keys);
     Fp8Gemm rates;
-    for (std::size_t i = 0; i < kFp8Keys.size(); ++i) {
-      rates.*kFp8Entries[i].second =
-          read_calibrated(require(*fp8, std::string(kFp8Keys[i].key)), kFp8Keys[i].quantity);
+    for (std::size_t i = 0; i < kFp8Entries.size(); ++i) {
+      rates.*kFp8Entries[i].second = read_calibrated(require(*fp8, names[i]), kFp8Quantities[i]);
     }
     g.fp8 = rates;
   }
@@ -1990,8 +1986,8 @@ std::string profile_entry_unit(const std::string& key) {
   for (const CalibratedKey& k : kCalibratedKeys) {
     if (k.key == key) quantity = k.quantity;
   }
-  for (const Fp8Key& k : kFp8Keys) {
-    if ("fp8." + std::string(k.key) == key) quantity = k.quantity;
+  for (std::size_t i = 0; i < kFp8Entries.size(); ++i) {
+    if (kFp8Entries[i].first == key) quantity = kFp8Quantities[i];
   }
   if (quantity == Quantity::duration) return "us";
   if (quantity == Quantity::flop_rate) return "TFLOPS";
