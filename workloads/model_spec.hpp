@@ -13,8 +13,9 @@ namespace fleetsim {
 enum class Mlp { swiglu, gelu };
 // RMSNorm has a weight per channel; LayerNorm a weight and a bias.
 enum class Norm { rmsnorm, layernorm };
-// Rotary position embeddings have no parameters; learned ones are a table of max_positions rows.
-enum class Positions { rope, learned };
+// Rotary position embeddings have no parameters; learned ones are a table of max_positions rows;
+// ALiBi (BLOOM) is a bias the attention kernel adds to its scores, with neither.
+enum class Positions { rope, learned, alibi };
 
 // A decoder-only transformer: the Llama family (RMSNorm, RoPE, SwiGLU, grouped-query attention)
 // by default, the GPT-2/3 family (LayerNorm, learned positions, GELU MLP, biases) by its keys.

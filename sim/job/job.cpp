@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
@@ -42,6 +44,13 @@ void check(const JobSpec& job) {
   if (job.policy.kind != CheckpointPolicy::Kind::young_daly && !(job.policy.value > 0)) {
     throw ModelError("a checkpoint interval must be positive");
   }
+  if (!(job.checkpoint_copy_s >= 0) || !std::isfinite(job.checkpoint_copy_s) ||
+      !(job.node_repair_s >= 0) || !std::isfinite(job.node_repair_s) || job.hot_spares < 0) {
+    throw ModelError("checkpoint copy and node repair times must be finite and >= 0, spares too");
+  }
+  if (job.hot_spares > 0 && !(job.node_repair_s > 0)) {
+    throw ModelError("hot spares need a node repair time: how long a node taken out stays out");
+  }
   if (job.spot && (!(job.spot->preemptions_per_node_hour >= 0) || !(job.spot->notice_s >= 0) ||
                    !(job.spot->capacity_return_s >= 0) ||
                    !std::isfinite(job.spot->capacity_return_s) || job.nodes < 1)) {
@@ -49,11 +58,18 @@ void check(const JobSpec& job) {
   }
 }
 
+// Spot preemptions arrive over the job's nodes at this rate per second (0 without spot).
+double preemptions_per_second(const JobSpec& job) {
+  return job.spot ? job.spot->preemptions_per_node_hour * job.nodes / 3600 : 0.0;
+}
+
 // Refuses a run whose segments or downtime interruptions would almost never let through.
 // `rate`: interruptions per second; `losing_rate`: those and the preemptions whose notice has
 // no room for an emergency checkpoint, which cut a segment short as well.
 void check_exposure(const JobSpec& job, double interval_steps, double rate, double losing_rate) {
-  const double segment = interval_steps * job.step_s + job.checkpoint_write_s;
+  // An asynchronous checkpoint is exposed until its write ends, behind the next segment.
+  const double segment = interval_steps * job.step_s + checkpoint_stall_s(job) +
+                         (job.write == CheckpointWrite::async ? job.checkpoint_write_s : 0.0);
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
   const double exposure = std::max(losing_rate * segment, rate * downtime);
   if (exposure > kMaxExposure) {
@@ -74,94 +90,235 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
   }
 }
 
-// One run: segments of training and checkpoint, interruptions at the arrival times the stream
-// gives (a Poisson process in wall-clock time, drawn in order whatever happens between them).
-// Spot preemptions arrive over the job's nodes at this rate per second (0 without spot).
-double preemptions_per_second(const JobSpec& job) {
-  return job.spot ? job.spot->preemptions_per_node_hour * job.nodes / 3600 : 0.0;
+// The share of interruptions whose cause takes a node out of service.
+double node_share(const JobSpec& job) {
+  double all = 0;
+  double taking = 0;
+  for (const InterruptionCause& cause : job.causes) {
+    all += cause.per_gpu_day;
+    if (cause.takes_node) taking += cause.per_gpu_day;
+  }
+  return all > 0 ? taking / all : 0.0;
 }
 
-JobReplication replicate(const JobSpec& job, double interval_steps, double rate,
-                         RngStream interruptions, RngStream preemptions) {
-  const double infinity = std::numeric_limits<double>::infinity();
-  const double preemption_rate = preemptions_per_second(job);
-  const auto next_interruption = [&](double after) {
-    return rate > 0 ? after + interruptions.exponential(rate) : infinity;
-  };
-  const auto next_preemption = [&](double after) {
-    return preemption_rate > 0 ? after + preemptions.exponential(preemption_rate) : infinity;
-  };
-  const double downtime = job.detection_s + job.restart_s + job.restore_s;
-  JobReplication run;
-  double now = 0;
-  double committed = 0;  // steps in the last completed checkpoint
-  double interruption = next_interruption(0);
-  double preemption = next_preemption(0);
-  // Recovery of `duration` from `from`; an interruption during it starts over a recovery of
-  // `again` (the whole downtime).
-  const auto recover = [&](double from, double duration, double again) {
-    while (interruption < from) interruption = next_interruption(interruption);
-    now = from;
-    while (interruption < now + duration) {
-      ++run.interruptions;
-      now = interruption;
-      interruption = next_interruption(interruption);
-      duration = again;
-    }
-    now += duration;
-  };
-  while (committed < job.steps) {
-    // Nothing is interrupted or preempted while the job holds no capacity.
-    while (interruption < now) interruption = next_interruption(interruption);
-    while (preemption < now) preemption = next_preemption(preemption);
-    const double steps = std::min(interval_steps, job.steps - committed);
-    const double training_end = now + steps * job.step_s;
-    const double segment_end = training_end + job.checkpoint_write_s;
-    if (std::min(interruption, preemption) >= segment_end) {
-      now = segment_end;
-      committed += steps;
-      ++run.checkpoints;
-      continue;
-    }
-    if (interruption <= preemption) {
-      // The segment is lost; the downtime runs until it passes without an interruption.
-      ++run.interruptions;
-      const double at = interruption;
-      run.lost_training_s += std::min(at, training_end) - now;
-      interruption = next_interruption(at);
-      recover(at, downtime, downtime);
-      continue;
-    }
-    // A preemption notice: finish the step in progress (or the checkpoint being written) and
-    // checkpoint, if that fits in the notice and no interruption comes first; else stop now
-    // and lose the segment. The wait for capacity starts when the node is reclaimed, at the
-    // notice's end.
-    ++run.preemptions;
-    const double notice = preemption;
-    preemption = next_preemption(notice);
-    const double reclaimed = notice + job.spot->notice_s;
-    const double done =
-        notice >= training_end ? steps : std::min(steps, std::ceil((notice - now) / job.step_s));
-    const double saved_at = notice >= training_end ? segment_end
-                            : done > 0 ? now + done * job.step_s + job.checkpoint_write_s
-                                       : notice;
-    if (saved_at <= reclaimed && interruption >= saved_at) {
-      committed += done;
-      if (done > 0) ++run.checkpoints;
-    } else {
-      run.lost_training_s += std::min(notice, training_end) - now;
-      if (interruption < reclaimed) {  // the job held its nodes: a failure counts
-        ++run.interruptions;
-        interruption = next_interruption(interruption);
+// One run, drawn from its replication's streams. Interruption and preemption arrivals are
+// drawn in order whatever happens between them, each interruption's scope (does it take a
+// node?) from a third stream in step with them: policies compared see the same histories.
+class Replication {
+ public:
+  Replication(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
+              std::uint64_t index)
+      : job_(job),
+        interval_steps_(interval_steps),
+        rate_(rate),
+        preemption_rate_(preemptions_per_second(job)),
+        node_share_(node_share(job)),
+        stall_s_(checkpoint_stall_s(job)),
+        drain_s_(job.write == CheckpointWrite::async ? job.checkpoint_write_s : 0.0),
+        interruptions_(seed, "job.interruptions", index),
+        scopes_(seed, "job.interruption_scopes", index),
+        preemptions_(seed, "job.preemptions", index) {
+    draw_interruption(0);
+    draw_preemption(0);
+  }
+
+  JobReplication run() {
+    while (committed_ < job_.steps) {
+      // Nothing is interrupted or preempted while the job holds no capacity.
+      while (interruption_ < now_) draw_interruption(interruption_);
+      while (preemption_ < now_) draw_preemption(preemption_);
+      if (trained_ == job_.steps) {
+        drain_last();
+      } else {
+        segment();
       }
     }
-    // Restart and restore after capacity returns; an interruption then starts over the whole
-    // downtime, detection included.
-    recover(reclaimed + job.spot->capacity_return_s, job.restart_s + job.restore_s, downtime);
+    result_.wall_s = now_;
+    return result_;
   }
-  run.wall_s = now;
-  return run;
-}
+
+ private:
+  struct Written {
+    double steps = 0;       // the checkpoint holds the run up to this step
+    double durable_at = 0;  // when its write to storage ends
+  };
+
+  void draw_interruption(double after) {
+    interruption_ = rate_ > 0 ? after + interruptions_.exponential(rate_) : kInfinity;
+    takes_node_ = scopes_.uniform01() < node_share_;
+  }
+  void draw_preemption(double after) {
+    preemption_ =
+        preemption_rate_ > 0 ? after + preemptions_.exponential(preemption_rate_) : kInfinity;
+  }
+
+  // Train for the interval, then checkpoint: the copy (or the blocking write) starts when the
+  // training ends and the previous checkpoint's write has drained.
+  void segment() {
+    const double steps = std::min(interval_steps_, job_.steps - trained_);
+    const double training_end = now_ + steps * job_.step_s;
+    const double write_start = std::max(training_end, pending_ ? pending_->durable_at : 0.0);
+    const double resume = write_start + stall_s_;
+    const double first = std::min(interruption_, preemption_);
+    result_.checkpoint_stall_s += std::max(0.0, std::min(first, resume) - training_end);
+    if (first >= resume) {
+      if (pending_) complete_pending();
+      trained_ += steps;
+      pending_ = Written{trained_, resume + drain_s_};
+      if (drain_s_ == 0) complete_pending();
+      now_ = resume;
+      return;
+    }
+    if (interruption_ <= preemption_) {
+      if (pending_ && pending_->durable_at <= interruption_) complete_pending();
+      lose_work(std::min(interruption_, training_end));
+      fail();
+      return;
+    }
+    preempted(steps, training_end);
+  }
+
+  // Everything is trained: the run ends when the last checkpoint is on storage.
+  void drain_last() {
+    const double end = pending_->durable_at;
+    if (std::min(interruption_, preemption_) >= end) {
+      complete_pending();
+      now_ = end;
+      return;
+    }
+    if (interruption_ <= preemption_) {
+      lose_work(now_);
+      fail();
+      return;
+    }
+    preempted(0, now_);
+  }
+
+  void complete_pending() {
+    committed_ = pending_->steps;
+    ++result_.checkpoints;
+    pending_.reset();
+  }
+
+  // The training since the last written checkpoint is lost, up to `until` in this segment.
+  void lose_work(double until) {
+    result_.lost_training_s += (trained_ - committed_) * job_.step_s + std::max(0.0, until - now_);
+    trained_ = committed_;
+    pending_.reset();
+  }
+
+  // A spot notice arrives during a segment of `steps` steps whose training ends at
+  // `training_end`. The job finishes the step in progress (or the checkpoint under way) and
+  // checkpoints, when the checkpoint is written within the notice and no interruption comes
+  // first; else it loses the work since its last written checkpoint. The wait for capacity
+  // starts when the nodes are reclaimed, at the notice's end.
+  void preempted(double steps, double training_end) {
+    ++result_.preemptions;
+    const double notice = preemption_;
+    draw_preemption(notice);
+    const double reclaimed = notice + job_.spot->notice_s;
+    const double done =
+        notice >= training_end ? steps : std::min(steps, std::ceil((notice - now_) / job_.step_s));
+    const double target = trained_ + done;
+    const double trained_by = now_ + done * job_.step_s;
+    double saved_at = notice;  // nothing new to save
+    if (pending_ && target == pending_->steps) {
+      saved_at = pending_->durable_at;
+    } else if (target > committed_) {
+      saved_at = std::max(trained_by, pending_ ? pending_->durable_at : 0.0) + stall_s_ + drain_s_;
+    }
+    // A checkpoint already being written is kept if it is done before the nodes go.
+    if (pending_ && pending_->steps < target &&
+        pending_->durable_at <= std::min(reclaimed, interruption_)) {
+      complete_pending();
+    }
+    if (saved_at <= reclaimed && interruption_ >= saved_at) {
+      if (target > committed_) ++result_.checkpoints;
+      committed_ = target;
+      trained_ = target;
+      pending_.reset();
+    } else {
+      lose_work(std::min(notice, training_end));
+      if (interruption_ < reclaimed) {  // the job held its nodes: a failure counts
+        ++result_.interruptions;
+        draw_interruption(interruption_);
+      }
+    }
+    // Capacity returns as a full set of healthy nodes.
+    restart(reclaimed + job_.spot->capacity_return_s);
+  }
+
+  // Restart and read the checkpoint back from `from`; an interruption during that is a
+  // failure like any other.
+  void restart(double from) {
+    while (interruption_ < from) draw_interruption(interruption_);
+    const double end = from + job_.restart_s + job_.restore_s;
+    if (interruption_ < end) {
+      fail();
+    } else {
+      now_ = end;
+    }
+  }
+
+  // The interruption now due stops the job: detection; then, once it has its nodes, restart
+  // and restore. An interruption during detection, restart or restore starts it all over;
+  // none arrives while the job waits for a node.
+  void fail() {
+    for (;;) {
+      const double at = interruption_;
+      ++result_.interruptions;
+      if (takes_node_ && job_.node_repair_s > 0) take_node_out(at);
+      draw_interruption(at);
+      const double detected = at + job_.detection_s;
+      if (interruption_ < detected) continue;
+      const double start = std::max(detected, nodes_ready_at(detected));
+      result_.node_wait_s += start - detected;
+      while (interruption_ < start) draw_interruption(interruption_);
+      const double end = start + job_.restart_s + job_.restore_s;
+      if (interruption_ < end) continue;
+      now_ = end;
+      return;
+    }
+  }
+
+  void take_node_out(double at) {
+    under_repair_.insert(
+        std::upper_bound(under_repair_.begin(), under_repair_.end(), at + job_.node_repair_s),
+        at + job_.node_repair_s);
+  }
+
+  // When, from `at`, the job has all its nodes: at once while the nodes under repair are no
+  // more than the spares, else when enough of them are back.
+  double nodes_ready_at(double at) {
+    const auto repaired = std::upper_bound(under_repair_.begin(), under_repair_.end(), at);
+    under_repair_.erase(under_repair_.begin(), repaired);
+    const auto out = static_cast<std::ptrdiff_t>(under_repair_.size());
+    if (out <= job_.hot_spares) return at;
+    return under_repair_[static_cast<std::size_t>(out - job_.hot_spares - 1)];
+  }
+
+  static constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+  const JobSpec& job_;
+  const double interval_steps_;
+  const double rate_;
+  const double preemption_rate_;
+  const double node_share_;
+  const double stall_s_;
+  const double drain_s_;
+  RngStream interruptions_;
+  RngStream scopes_;
+  RngStream preemptions_;
+  double interruption_ = 0;  // the next interruption's arrival
+  bool takes_node_ = false;  // whether it takes a node out
+  double preemption_ = 0;    // the next spot notice's arrival
+  double now_ = 0;
+  double trained_ = 0;                // steps the job holds in memory
+  double committed_ = 0;              // steps in the last written checkpoint
+  std::optional<Written> pending_;    // a checkpoint on its way to storage
+  std::vector<double> under_repair_;  // when each node taken out is back, ascending
+  JobReplication result_;
+};
 
 double percentile(const std::vector<double>& sorted, double fraction) {
   // Nearest rank: the smallest sample with at least `fraction` of them at or below it.
@@ -170,6 +327,14 @@ double percentile(const std::vector<double>& sorted, double fraction) {
 }
 
 }  // namespace
+
+double paid_gpus(const JobSpec& job) {
+  return job.gpus + static_cast<double>(job.hot_spares) * job.gpus / job.nodes;
+}
+
+double checkpoint_stall_s(const JobSpec& job) {
+  return job.write == CheckpointWrite::async ? job.checkpoint_copy_s : job.checkpoint_write_s;
+}
 
 double interruptions_per_second(const JobSpec& job) {
   double per_gpu_day = 0;
@@ -189,7 +354,10 @@ namespace {
 // Interruptions, and preemptions whose notice may have no room for the step in progress and an
 // emergency checkpoint: what loses work, per second.
 double losing_rate(const JobSpec& job) {
-  const bool notice_saves = job.spot && job.spot->notice_s >= job.step_s + job.checkpoint_write_s;
+  // An asynchronous emergency checkpoint may wait for the previous one's write first.
+  const double save_s = job.step_s + checkpoint_stall_s(job) +
+                        (job.write == CheckpointWrite::async ? 2 * job.checkpoint_write_s : 0.0);
+  const bool notice_saves = job.spot && job.spot->notice_s >= save_s;
   return interruptions_per_second(job) + (notice_saves ? 0.0 : preemptions_per_second(job));
 }
 
@@ -203,7 +371,8 @@ double checkpoint_interval_steps(const JobSpec& job) {
     case CheckpointPolicy::Kind::young_daly: {
       const double rate = losing_rate(job);
       if (!(rate > 0)) return job.steps;  // nothing fails: one checkpoint, at the end
-      steps = young_daly_interval_s(job.checkpoint_write_s, 1 / rate) / job.step_s;
+      // What a checkpoint costs is the time training stands still for it.
+      steps = young_daly_interval_s(checkpoint_stall_s(job), 1 / rate) / job.step_s;
       break;
     }
   }
@@ -212,6 +381,9 @@ double checkpoint_interval_steps(const JobSpec& job) {
 
 double daly_expected_wall_s(const JobSpec& job) {
   check(job);
+  if (job.write != CheckpointWrite::blocking || job.spot || job.node_repair_s > 0) {
+    throw ModelError("Daly's closed form is for blocking checkpoints without waits for capacity");
+  }
   const double rate = interruptions_per_second(job);
   const double interval = checkpoint_interval_steps(job);
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
@@ -256,25 +428,34 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
   result.replications.resize(static_cast<std::size_t>(replications));
   tbb::parallel_for(0, replications, [&](int i) {
     result.replications[static_cast<std::size_t>(i)] =
-        replicate(job, result.interval_steps, rate,
-                  RngStream(seed, "job.interruptions", static_cast<std::uint64_t>(i)),
-                  RngStream(seed, "job.preemptions", static_cast<std::uint64_t>(i)));
+        Replication(job, result.interval_steps, rate, seed, static_cast<std::uint64_t>(i)).run();
   });
-  std::vector<double> wall, goodput, interruptions, preemptions, lost, cost;
+  const double gpus = paid_gpus(job);
+  const double tokens = job.steps * job.tokens_per_step;
+  std::vector<double> wall, goodput, interruptions, preemptions, lost, node_wait, cost,
+      per_million_tokens, per_checkpoint;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
     goodput.push_back(result.useful_s / run.wall_s);
     interruptions.push_back(static_cast<double>(run.interruptions));
     preemptions.push_back(static_cast<double>(run.preemptions));
-    lost.push_back((run.wall_s - result.useful_s) * job.gpus / kSecondsPerHour);
-    cost.push_back(run.wall_s * job.gpus / kSecondsPerHour * job.usd_per_gpu_hour);
+    lost.push_back((run.wall_s * gpus - result.useful_s * job.gpus) / kSecondsPerHour);
+    node_wait.push_back(run.node_wait_s);
+    const double usd = run.wall_s * gpus / kSecondsPerHour * job.usd_per_gpu_hour;
+    cost.push_back(usd);
+    if (tokens > 0) per_million_tokens.push_back(usd / tokens * 1e6);
+    per_checkpoint.push_back(run.checkpoint_stall_s * job.gpus / kSecondsPerHour *
+                             job.usd_per_gpu_hour / static_cast<double>(run.checkpoints));
   }
   result.wall_s = summarise(std::move(wall));
   result.goodput = summarise(std::move(goodput));
   result.interruptions = summarise(std::move(interruptions));
   result.preemptions = summarise(std::move(preemptions));
   result.lost_gpu_hours = summarise(std::move(lost));
+  result.node_wait_s = summarise(std::move(node_wait));
   result.cost_usd = summarise(std::move(cost));
+  result.usd_per_million_tokens = summarise(std::move(per_million_tokens));
+  result.usd_per_checkpoint = summarise(std::move(per_checkpoint));
   return result;
 }
 
@@ -309,8 +490,20 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.gpus = nodes * node.gpus;
   job.nodes = nodes;
   job.spot = run.spot;
-  job.checkpoint_write_s = checkpoint_bytes(model, training) /
-                           checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
+  const double bytes = checkpoint_bytes(model, training);
+  job.checkpoint_write_s =
+      bytes / checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
+  job.write = run.write;
+  if (run.write == CheckpointWrite::async) {
+    if (!(node.pcie_bytes_per_s > 0)) {
+      throw ModelError("an asynchronous checkpoint is copied over PCIe: node " + node.name +
+                       " does not give its PCIe rate");
+    }
+    job.checkpoint_copy_s = bytes / job.gpus / node.pcie_bytes_per_s;
+  }
+  job.node_repair_s = run.node_repair_s;
+  job.hot_spares = run.hot_spares;
+  job.tokens_per_step = tokens_per_step;
   job.restore_s = restore_bytes(model, training) /
                   checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
   job.detection_s = run.detection_s;

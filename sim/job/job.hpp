@@ -3,12 +3,17 @@
 //
 // A run is a number of optimizer steps of one duration (the step executor's, for the run's
 // layout on its healthy cluster), simulated as segments, not steps: train for the checkpoint
-// interval, then write a checkpoint, training stopped while it writes (a blocking checkpoint).
+// interval, then checkpoint. A blocking checkpoint stops training while it is written; an
+// asynchronous one only while it is copied to host memory, and is written from there while
+// training goes on (the next one waits for that write). A checkpoint counts once written.
 // Interruptions arrive as a Poisson process over wall-clock time at the cluster's total rate,
 // the sum over causes of their rate per GPU-day times the GPUs. One costs the work since the
-// last completed checkpoint (a checkpoint being written is lost too), then a downtime:
+// last written checkpoint (one being copied or written is lost too), then a downtime:
 // detection, restart and reading the checkpoint back; an interruption during the downtime
-// starts it over. The run ends when its last segment's checkpoint is written.
+// starts it over. Causes that take a node out of service (hardware) also leave it out for the
+// node repair time: the job restarts on a hot spare when one is free, else waits for a repaired
+// node (with no repair time, the cluster always has a healthy node to give). The run ends when
+// its last segment's checkpoint is written.
 //
 // For this process the expected wall time has a closed form (J. T. Daly, "A higher order
 // estimate of the optimum checkpoint interval for restart dumps", Future Generation Computer
@@ -38,6 +43,14 @@ struct InterruptionCause {
   std::string name;
   double per_gpu_day = 0;  // interruptions per GPU per day
   std::string source;      // where the rate comes from; "assumed: ..." when nothing published
+  // Whether the interruption takes its node out of service until repaired (a GPU, host or link
+  // fault), or the job restarts on the same nodes (a software bug, a timeout).
+  bool takes_node = true;
+};
+
+enum class CheckpointWrite {
+  blocking,  // training stops until the checkpoint is on storage
+  async,     // training stops for the copy to host memory; the write to storage drains behind
 };
 
 struct CheckpointPolicy {
@@ -63,15 +76,25 @@ struct JobSpec {
   double step_s = 0;  // one step on the healthy cluster
   int gpus = 0;
   int nodes = 1;                  // spot preemptions take nodes
-  double checkpoint_write_s = 0;  // training stops while a checkpoint is written
-  double restore_s = 0;           // reading the last checkpoint back after a restart
-  double detection_s = 0;         // from an interruption to the job's being declared failed
-  double restart_s = 0;           // rescheduling and relaunching the job
+  double checkpoint_write_s = 0;  // a checkpoint's write to storage
+  CheckpointWrite write = CheckpointWrite::blocking;
+  double checkpoint_copy_s = 0;  // async: the device-to-host copy training stops for
+  double restore_s = 0;          // reading the last checkpoint back after a restart
+  double detection_s = 0;        // from an interruption to the job's being declared failed
+  double restart_s = 0;          // rescheduling and relaunching the job
   std::vector<InterruptionCause> causes;
   CheckpointPolicy policy;
   std::optional<SpotCapacity> spot;
-  double usd_per_gpu_hour = 0;  // paid for every GPU over the wall time
+  double node_repair_s = 0;  // a node taken out by an interruption is back after this
+  int hot_spares = 0;        // idle nodes, paid for, that replace a node taken out at once
+  double tokens_per_step = 0;
+  double usd_per_gpu_hour = 0;  // paid for every GPU, spares' too, over the wall time
 };
+
+// The GPUs paid for over the run's wall time: the job's and its hot spares'.
+double paid_gpus(const JobSpec& job);
+// How long training stands still for one checkpoint (blocking: the write; async: the copy).
+double checkpoint_stall_s(const JobSpec& job);
 
 // The cluster's interruptions per second: every cause's rate over all its GPUs.
 double interruptions_per_second(const JobSpec& job);
@@ -82,15 +105,19 @@ double young_daly_interval_s(double checkpoint_s, double mtbf_s);
 // Steps per segment under the job's policy (at least one, at most the run's; under Young-Daly
 // the run's steps when nothing fails).
 double checkpoint_interval_steps(const JobSpec& job);
-// Daly's expected wall time of the job, segment by segment (the last one may be shorter).
+// Daly's expected wall time of the job, segment by segment (the last one may be shorter). Its
+// process has blocking checkpoints and no waits for nodes or capacity; throws ModelError for
+// another.
 double daly_expected_wall_s(const JobSpec& job);
 
 struct JobReplication {
   double wall_s = 0;
   std::int64_t interruptions = 0;
-  std::int64_t preemptions = 0;  // of spot capacity, while the job ran
-  std::int64_t checkpoints = 0;  // completed, emergency ones included
-  double lost_training_s = 0;    // training redone: the work interruptions and preemptions lost
+  std::int64_t preemptions = 0;   // of spot capacity, while the job ran
+  std::int64_t checkpoints = 0;   // written, emergency ones included
+  double lost_training_s = 0;     // training redone: the work interruptions and preemptions lost
+  double checkpoint_stall_s = 0;  // training stood still for scheduled checkpoints
+  double node_wait_s = 0;         // the job waited for a repaired node
 };
 
 // Mean with its 99% confidence half-width (normal approximation), and percentiles.
@@ -112,8 +139,13 @@ struct JobResult {
   SampleSummary goodput;  // useful training time / wall time
   SampleSummary interruptions;
   SampleSummary preemptions;
-  SampleSummary lost_gpu_hours;  // GPU-hours of wall time not spent on useful training
+  SampleSummary lost_gpu_hours;  // GPU-hours paid for and not spent on useful training
+  SampleSummary node_wait_s;
   SampleSummary cost_usd;
+  SampleSummary usd_per_million_tokens;  // empty without tokens_per_step
+  // The GPU-time that scheduled checkpoints stood training still, priced, over the checkpoints
+  // written: what one checkpoint that counts costs.
+  SampleSummary usd_per_checkpoint;
 };
 
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
@@ -131,6 +163,9 @@ struct RunSpec {
   double detection_s = 0;
   double restart_s = 0;
   int replications = 1000;
+  CheckpointWrite write = CheckpointWrite::blocking;
+  double node_repair_s = 0;
+  int hot_spares = 0;
   double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
   double storage_read_bytes_per_s = 0;
   std::optional<SpotCapacity> spot;  // set: the run is on spot capacity
@@ -152,8 +187,10 @@ double restore_bytes(const ModelSpec& model, const TrainingSpec& training);
 // its share at once, are slower.
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);
 // The job of a run whose steps take `step_s`: its steps (tokens over the tokens a step trains),
-// GPUs, checkpoint write and read times, and the run's rates, policy, spot capacity and price
-// (on spot, the spot price where one is given).
+// GPUs, checkpoint write, copy and read times, and the run's rates, policy, spot capacity, node
+// repair, spares and price (on spot, the spot price where one is given). An asynchronous
+// checkpoint is copied by every GPU at once, each its share (a fully parallel save), over its
+// PCIe link.
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
                  const NodeSpec& node, int nodes, double step_s);
 

@@ -286,8 +286,12 @@ void add_run_rows(Table& table, const RunReport& report) {
                       })));
   table.add("checkpoint write, restore (s)",
             cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
-                        return seconds_text(job.checkpoint_write_s) + ", " +
-                               seconds_text(job.restore_s);
+                        const std::string write =
+                            job.write == CheckpointWrite::async
+                                ? "async: copy " + seconds_text(job.checkpoint_copy_s) + ", " +
+                                      "write " + seconds_text(job.checkpoint_write_s)
+                                : seconds_text(job.checkpoint_write_s);
+                        return write + ", " + seconds_text(job.restore_s);
                       })));
   table.add("mean time between interruptions (h)",
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
@@ -324,15 +328,42 @@ void add_run_rows(Table& table, const RunReport& report) {
                                  ")";
                         })));
   }
+  const bool repairs =
+      std::any_of(report.variants.begin(), report.variants.end(),
+                  [](const VariantReport& v) { return v.job && v.job->node_repair_s > 0; });
+  if (repairs) {
+    table.add("node repair (h), hot spares",
+              cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
+                          return fixed(job.node_repair_s / 3600, 1) + ", " +
+                                 std::to_string(job.hot_spares);
+                        })));
+    table.add("waiting for nodes (h), mean (P90)",
+              cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
+                          return fixed(r.node_wait_s.mean / 3600, 1) + " (" +
+                                 fixed(r.node_wait_s.p90 / 3600, 1) + ")";
+                        })));
+  }
   table.add("lost GPU-hours, mean",
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
                         return grouped_integer(r.lost_gpu_hours.mean);
                       })));
-  table.add("cost P50 / P90 (USD)", cells_for(report, [](const VariantReport& v) {
-              if (!v.job_result || !v.run->priced) return std::string(kMissing);
-              return grouped_integer(v.job_result->cost_usd.p50) + " / " +
-                     grouped_integer(v.job_result->cost_usd.p90);
-            }));
+  const auto priced_cell = [](auto text_of) {
+    return [text_of](const VariantReport& v) {
+      return v.job_result && v.run->priced ? text_of(*v.job_result) : std::string(kMissing);
+    };
+  };
+  table.add("cost P50 / P90 (USD)", cells_for(report, priced_cell([](const JobResult& r) {
+                                                return grouped_integer(r.cost_usd.p50) + " / " +
+                                                       grouped_integer(r.cost_usd.p90);
+                                              })));
+  table.add("per million tokens P50 (USD)", cells_for(report, priced_cell([](const JobResult& r) {
+                                                        return fixed(r.usd_per_million_tokens.p50,
+                                                                     3);
+                                                      })));
+  table.add("stall per written checkpoint, mean (USD)",
+            cells_for(report, priced_cell([](const JobResult& r) {
+                        return fixed(r.usd_per_checkpoint.mean, 2);
+                      })));
 }
 
 std::string main_table(const RunReport& report) {

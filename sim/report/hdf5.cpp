@@ -34,14 +34,17 @@
 //                 folded, a link only a left-out replica's copy would use is not listed)
 //     warnings    1-D variable-length string dataset (may be 0 rows)
 //     run         group, only for a variant with a run: block whose layout fits: attributes
-//                 interruptions_preset (string), steps, checkpoint_write_s, restore_s,
-//                 detection_s, restart_s, checkpoint_interval_steps, mtbf_s (inf: none),
-//                 usd_per_gpu_hour (NaN without pricing), useful_s, and for each of wall_s,
-//                 goodput, interruptions, (on spot) preemptions, lost_gpu_hours and (with
-//                 pricing) cost_usd its (on spot also spot_preemptions_per_node_hour,
-//                 spot_source, spot_notice_s, spot_capacity_return_s)
-//                 <name>_mean, _ci99_half_width, _p50, _p90, _p99 (double); datasets wall_s,
-//                 interruptions (double, one row per replication, in replication order)
+//                 interruptions_preset, checkpoint_write ("blocking" or "async") (strings),
+//                 steps, checkpoint_write_s, checkpoint_copy_s, restore_s, detection_s,
+//                 restart_s, node_repair_s, paid_gpus, checkpoint_interval_steps, mtbf_s
+//                 (inf: none), usd_per_gpu_hour (NaN without pricing), useful_s (double),
+//                 hot_spares (int); on spot spot_preemptions_per_node_hour, spot_notice_s,
+//                 spot_capacity_return_s (double), spot_source (string); and for each of
+//                 wall_s, goodput, interruptions, preemptions (on spot), lost_gpu_hours,
+//                 node_wait_s, and with pricing cost_usd, usd_per_million_tokens and
+//                 usd_per_checkpoint: <name>_mean, _ci99_half_width, _p50, _p90, _p99
+//                 (double). Datasets, one row per replication in replication order (double):
+//                 wall_s, interruptions, checkpoints, lost_training_s, node_wait_s
 #include <H5Cpp.h>
 
 #include <cmath>
@@ -285,10 +288,16 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   const H5::Group group = variant_group.createGroup("run");
   write_attribute(group, "interruptions_preset", variant.run->interruptions);
   write_attribute(group, "steps", job.steps);
+  write_attribute(group, "checkpoint_write",
+                  std::string(job.write == CheckpointWrite::async ? "async" : "blocking"));
   write_attribute(group, "checkpoint_write_s", job.checkpoint_write_s);
+  write_attribute(group, "checkpoint_copy_s", job.checkpoint_copy_s);
   write_attribute(group, "restore_s", job.restore_s);
   write_attribute(group, "detection_s", job.detection_s);
   write_attribute(group, "restart_s", job.restart_s);
+  write_attribute(group, "node_repair_s", job.node_repair_s);
+  write_attribute(group, "hot_spares", job.hot_spares);
+  write_attribute(group, "paid_gpus", paid_gpus(job));
   write_attribute(group, "checkpoint_interval_steps", result.interval_steps);
   write_attribute(group, "mtbf_s", result.mtbf_s);
   const bool priced = variant.run->priced;
@@ -312,14 +321,25 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
     write_attribute(group, "spot_capacity_return_s", job.spot->capacity_return_s);
   }
   summary("lost_gpu_hours", result.lost_gpu_hours);
-  if (priced) summary("cost_usd", result.cost_usd);
-  std::vector<double> wall, interruptions;
+  summary("node_wait_s", result.node_wait_s);
+  if (priced) {
+    summary("cost_usd", result.cost_usd);
+    summary("usd_per_million_tokens", result.usd_per_million_tokens);
+    summary("usd_per_checkpoint", result.usd_per_checkpoint);
+  }
+  std::vector<double> wall, interruptions, checkpoints, lost, node_wait;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
-    interruptions.push_back(run.interruptions);
+    interruptions.push_back(static_cast<double>(run.interruptions));
+    checkpoints.push_back(static_cast<double>(run.checkpoints));
+    lost.push_back(run.lost_training_s);
+    node_wait.push_back(run.node_wait_s);
   }
   write_rows(group, "wall_s", H5::PredType::NATIVE_DOUBLE, wall);
   write_rows(group, "interruptions", H5::PredType::NATIVE_DOUBLE, interruptions);
+  write_rows(group, "checkpoints", H5::PredType::NATIVE_DOUBLE, checkpoints);
+  write_rows(group, "lost_training_s", H5::PredType::NATIVE_DOUBLE, lost);
+  write_rows(group, "node_wait_s", H5::PredType::NATIVE_DOUBLE, node_wait);
 }
 
 void write_file(const RunReport& report, const std::filesystem::path& file_path) {

@@ -98,16 +98,23 @@ Json run_json(const VariantReport& variant) {
   const JobResult& result = *variant.job_result;
   Json causes = Json::array();
   for (const InterruptionCause& cause : job.causes) {
-    causes.push_back(
-        {{"cause", cause.name}, {"per_gpu_day", cause.per_gpu_day}, {"source", cause.source}});
+    causes.push_back({{"cause", cause.name},
+                      {"per_gpu_day", cause.per_gpu_day},
+                      {"source", cause.source},
+                      {"takes_node", cause.takes_node}});
   }
   return Json{
       {"interruptions_preset", variant.run->interruptions},
       {"steps", job.steps},
+      {"checkpoint_write", job.write == CheckpointWrite::async ? "async" : "blocking"},
       {"checkpoint_write_s", job.checkpoint_write_s},
+      {"checkpoint_copy_s", job.checkpoint_copy_s},
       {"restore_s", job.restore_s},
       {"detection_s", job.detection_s},
       {"restart_s", job.restart_s},
+      {"node_repair_s", job.node_repair_s},
+      {"hot_spares", job.hot_spares},
+      {"paid_gpus", paid_gpus(job)},
       {"checkpoint_interval_steps", result.interval_steps},
       {"mtbf_s", std::isfinite(result.mtbf_s) ? Json(result.mtbf_s) : Json(nullptr)},
       {"usd_per_gpu_hour", variant.run->priced ? Json(job.usd_per_gpu_hour) : Json(nullptr)},
@@ -123,7 +130,12 @@ Json run_json(const VariantReport& variant) {
                                {"preemptions", summary_json(result.preemptions)}}
                         : Json(nullptr)},
       {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
+      {"node_wait_s", summary_json(result.node_wait_s)},
       {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
+      {"usd_per_million_tokens",
+       variant.run->priced ? summary_json(result.usd_per_million_tokens) : Json(nullptr)},
+      {"usd_per_checkpoint",
+       variant.run->priced ? summary_json(result.usd_per_checkpoint) : Json(nullptr)},
       {"causes", std::move(causes)}};
 }
 

@@ -586,8 +586,10 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
   } else if (key == "linear_bias") {
     m.linear_bias = read_bool(f);
   } else if (key == "positions") {
-    m.positions =
-        read_choice(f, {"rope", "learned"}) == "learned" ? Positions::learned : Positions::rope;
+    const std::string positions = read_choice(f, {"rope", "learned", "alibi"});
+    m.positions = positions == "learned" ? Positions::learned
+                  : positions == "alibi" ? Positions::alibi
+                                         : Positions::rope;
   } else if (key == "max_positions") {
     m.max_positions = read_int(f, 1);
   } else if (key == "experts") {
@@ -630,9 +632,9 @@ void check_model(const ModelSpec& m, const Field& map) {
     fail(find(map, "positions").value_or(map), "learned positions need max_positions",
          "give the size of the position table, e.g. max_positions: 2048");
   }
-  if (m.positions == Positions::rope && m.max_positions > 0) {
+  if (m.positions != Positions::learned && m.max_positions > 0) {
     fail(find(map, "max_positions").value_or(map),
-         "max_positions sizes a learned position table, and this model uses rotary positions",
+         "max_positions sizes a learned position table, and this model's positions have none",
          "set positions: learned, or remove max_positions");
   }
   const Field at = find(map, "heads").value_or(map);
@@ -977,12 +979,15 @@ const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",  "tr
                        "layout", "cluster",     "run",  "pricing", "compare"};
 const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
-const Keys kRunKeys = {"interruptions", "checkpoint",   "detection",
-                       "restart",       "replications", "spot"};
+const Keys kRunKeys = {"interruptions", "checkpoint", "checkpoint_write", "detection", "restart",
+                       "node_repair",   "hot_spares", "replications",     "spot"};
 const Keys kSpotKeys = {"preemptions_per_node_hour", "source", "notice", "capacity_return"};
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
-const Keys kCauseCountKeys = {"cause", "count"};
-const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source"};
+// A cause takes its node out of service unless it says takes_node: false.
+const Keys kCauseCountKeys = {"cause", "count", "takes_node"};
+const Keys kCauseCountRequired = {"cause", "count"};
+const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source", "takes_node"};
+const Keys kCauseRateRequired = {"cause", "per_gpu_day", "source"};
 const Keys kStorageKeys = {"write", "read"};
 const Keys kPricingKeys = {"gpu_hour", "spot_gpu_hour"};
 // More replications than this is a mistake, not a study: refused before anything runs.
@@ -1754,6 +1759,11 @@ Variant Loader::parse_full_variant(std::string name, const Field& root) {
   return variant;
 }
 
+bool takes_node(const Field& cause) {
+  const auto field = find(cause, "takes_node");
+  return field ? read_bool(*field) : true;
+}
+
 // Interruption rates from a published run's counts by cause: count / (GPUs x days) per GPU-day.
 std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
   const Preset& p =
@@ -1774,9 +1784,10 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
   std::vector<InterruptionCause> causes;
   for (const Field& entry : read_list(require(root, "causes"), 0, "causes")) {
     expect_map(entry, kCauseCountKeys);
-    require_keys(entry, kCauseCountKeys);
+    require_keys(entry, kCauseCountRequired);
     const double count = read_non_negative(require(entry, "count"));
-    causes.push_back({read_string(require(entry, "cause")), count / (gpus * days), source});
+    causes.push_back(
+        {read_string(require(entry, "cause")), count / (gpus * days), source, takes_node(entry)});
   }
   return causes;
 }
@@ -1840,10 +1851,10 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     run.interruptions = "listed";
     for (const Field& entry : read_list(interruptions, 0, "causes")) {
       expect_map(entry, kCauseRateKeys);
-      require_keys(entry, kCauseRateKeys);
+      require_keys(entry, kCauseRateRequired);
       run.causes.push_back({read_string(require(entry, "cause")),
                             read_non_negative(require(entry, "per_gpu_day")),
-                            read_provenance(require(entry, "source"))});
+                            read_provenance(require(entry, "source")), takes_node(entry)});
     }
   }
   // One scalar, so that a compare entry replaces it whole: young_daly, "500 steps" or a
@@ -1887,8 +1898,27 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
                             read_quantity(require(*spot, "notice"), Quantity::duration),
                             read_quantity(require(*spot, "capacity_return"), Quantity::duration)};
   }
+  if (const auto write = find(*block, "checkpoint_write")) {
+    const std::string text = scalar(*write, "blocking or async");
+    if (text == "async") {
+      run.write = CheckpointWrite::async;
+    } else if (text != "blocking") {
+      fail(*write, "expected blocking or async, got " + describe(write->node),
+           "checkpoint_write: async stalls training only for the copy to host memory");
+    }
+  }
   run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
   run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);
+  if (const auto repair = find(*block, "node_repair")) {
+    run.node_repair_s = read_quantity(*repair, Quantity::duration, Zero::allowed);
+  }
+  if (const auto spares = find(*block, "hot_spares")) {
+    run.hot_spares = read_int(*spares, 0);
+    if (run.hot_spares > 0 && !(run.node_repair_s > 0)) {
+      fail(*spares, "hot spares replace nodes under repair: the run needs node_repair",
+           "add node_repair: 8h (how long a node a hardware fault takes out stays out)");
+    }
+  }
   if (const auto replications = find(*block, "replications")) {
     run.replications = read_int(*replications, 1);
     if (run.replications > kMaxReplications) {

@@ -545,7 +545,7 @@ TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo"
   const Result json = run_cli("run " + file + " --json");
   REQUIRE(json.exit_code == 0);
   const auto variants = nlohmann::json::parse(json.out)["variants"];
-  REQUIRE(variants.size() == 4);
+  REQUIRE(variants.size() == 6);
   for (const auto& variant : variants) {
     const auto& run = variant["run"];
     REQUIRE(run.is_object());
@@ -559,9 +559,16 @@ TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo"
   // so the Young-Daly interval's goodput is not below the others' by noise.
   CHECK(variants[0]["run"]["goodput"]["mean"].get<double>() >=
         variants[2]["run"]["goodput"]["mean"].get<double>());
-  // The spot variant: its preemptions, at the spot price.
+  // The spot variants: their preemptions, at the spot price.
   CHECK(variants[0]["run"]["spot"].is_null());
-  REQUIRE(variants[3]["run"]["spot"].is_object());
-  CHECK(variants[3]["run"]["spot"]["preemptions"]["mean"].get<double>() > 1);
-  CHECK(variants[3]["run"]["usd_per_gpu_hour"] == 1.52);
+  for (int spot = 3; spot < 6; ++spot) {
+    REQUIRE(variants[spot]["run"]["spot"].is_object());
+    CHECK(variants[spot]["run"]["spot"]["preemptions"]["mean"].get<double>() > 1);
+    CHECK(variants[spot]["run"]["usd_per_gpu_hour"] == 1.52);
+  }
+  // Cost per million tokens: the run's cost over its trillion tokens.
+  const auto& first = variants[0]["run"];
+  CHECK(first["usd_per_million_tokens"]["mean"].get<double>() ==
+        Approx(first["cost_usd"]["mean"].get<double>() /
+               (first["steps"].get<double>() * 512 * 8192) * 1e6));
 }

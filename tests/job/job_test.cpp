@@ -167,6 +167,15 @@ TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no w
     preempted += run.preemptions;
   }
   CHECK(preempted / 300 > 3);  // not vacuous: 100,000 s of training, a preemption per 28,000 s
+  // So does an asynchronous one whose copy and write fit in the notice with the step and the
+  // write of the previous checkpoint, which may be under way: 10 + 50 + 5 + 50 s <= 120 s.
+  JobSpec async = job;
+  async.write = CheckpointWrite::async;
+  async.checkpoint_copy_s = 5;
+  async.checkpoint_write_s = 50;
+  for (const JobReplication& run : simulate_job(async, 300, 5).replications) {
+    CHECK(run.lost_training_s == 0);
+  }
   // A notice shorter than the checkpoint loses the segment (unless it comes in the regular
   // write's last seconds).
   job.spot->notice_s = 30;
@@ -175,4 +184,83 @@ TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no w
   for (const JobReplication& run : short_notice.replications) lost += run.lost_training_s;
   CHECK(lost > 0);
   CHECK(short_notice.goodput.mean < result.goodput.mean);
+}
+
+TEST_CASE("job: an asynchronous checkpoint stalls training for its copy only") {
+  // Without interruptions: 10,000 steps of 10 s, a checkpoint every 200 steps (50 of them), a
+  // 300 s write behind a 20 s copy. Training stalls 20 s per checkpoint, and the run ends when
+  // the last write drains: 100,000 + 50 x 20 + 300 = 101,300 s.
+  JobSpec job = interrupted_job();
+  job.causes.clear();
+  job.write = CheckpointWrite::async;
+  job.checkpoint_copy_s = 20;
+  JobResult result = simulate_job(job, 5, 1);
+  CHECK(result.wall_s.p50 == Approx(101300).epsilon(1e-12));
+  CHECK(result.replications[0].checkpoints == 50);
+  CHECK(result.replications[0].checkpoint_stall_s == Approx(50 * 20.0));
+  // Every 20 steps (200 s) a write of 300 s cannot drain before the next copy, which waits for
+  // it: each checkpoint then holds training up for 300 - 200 + 20 = 120 s, the first 20 s.
+  job.policy = {CheckpointPolicy::Kind::every_steps, 20};
+  result = simulate_job(job, 5, 1);
+  CHECK(result.wall_s.p50 == Approx(100000 + 20 + 499 * 120.0 + 300).epsilon(1e-12));
+
+  // Under interruptions, with a write 15 times the copy, asynchronous checkpoints finish
+  // sooner on average than blocking ones at the same interval, over the same histories.
+  JobSpec blocking = interrupted_job();
+  JobSpec async = blocking;
+  async.write = CheckpointWrite::async;
+  async.checkpoint_copy_s = 20;
+  const JobResult a = simulate_job(async, 2000, 9);
+  const JobResult b = simulate_job(blocking, 2000, 9);
+  CHECK(a.wall_s.mean + a.wall_s.ci99_half_width < b.wall_s.mean - b.wall_s.ci99_half_width);
+  // Young-Daly prices a checkpoint at its stall: a copy checkpoints more often than a write.
+  async.policy = blocking.policy = {CheckpointPolicy::Kind::young_daly, 0};
+  CHECK(checkpoint_interval_steps(async) < checkpoint_interval_steps(blocking) / 3);
+}
+
+TEST_CASE("job: a node taken out waits for its repair unless a hot spare takes its place") {
+  // Interruptions every 20,000 s that all take a node, each out for 4 h; 60 s of detection.
+  JobSpec job = interrupted_job();
+  job.nodes = 125;
+  job.node_repair_s = 4 * 3600;
+  const JobResult no_spares = simulate_job(job, 1000, 21);
+  // Most repairs overlap no other, so the wait per interruption is nearly the repair after the
+  // detection, 14,340 s: less when a repair was already under way, or when an interruption
+  // during detection or restart starts the downtime over.
+  const double per_interruption = no_spares.node_wait_s.mean / no_spares.interruptions.mean;
+  CHECK(per_interruption < 14340);
+  CHECK(per_interruption > 0.8 * 14340);
+
+  JobSpec spares = job;
+  spares.hot_spares = 1;
+  const JobResult one = simulate_job(spares, 1000, 21);
+  spares.hot_spares = 8;
+  const JobResult eight = simulate_job(spares, 1000, 21);
+  JobSpec no_repair = job;
+  no_repair.node_repair_s = 0;
+  const JobResult never_waits = simulate_job(no_repair, 1000, 21);
+  CHECK(one.node_wait_s.mean < 0.5 * no_spares.node_wait_s.mean);
+  CHECK(one.wall_s.mean < no_spares.wall_s.mean);
+  // Eight spares are never all out at once here (4 h repairs, 5.6 h between failures), so the
+  // run is the one whose failed nodes come back at once, replication by replication.
+  CHECK(eight.node_wait_s.p99 == 0);
+  for (std::size_t i = 0; i < eight.replications.size(); ++i) {
+    CHECK(eight.replications[i].wall_s == never_waits.replications[i].wall_s);
+  }
+  // Spares are paid for: eight of 8 GPUs beside the job's 1,000, all the wall time.
+  CHECK(paid_gpus(spares) == 1064);
+  CHECK(eight.cost_usd.mean == Approx(eight.wall_s.mean / 3600 * 1064 * 2));
+  CHECK(eight.lost_gpu_hours.mean ==
+        Approx((eight.wall_s.mean * 1064 - eight.useful_s * 1000) / 3600));
+
+  // An interruption that leaves the nodes in service (a software fault) waits for nothing.
+  JobSpec software = job;
+  software.causes = {{"software bug", 0.00432, "assumed: a test's", false}};
+  const JobResult in_place = simulate_job(software, 200, 21);
+  CHECK(in_place.node_wait_s.p99 == 0);
+  CHECK(in_place.interruptions.mean > 5);
+
+  // Spares without a repair time mean nothing, and are refused.
+  no_repair.hot_spares = 2;
+  CHECK_THROWS_WITH(simulate_job(no_repair, 10, 1), Catch::Contains("repair time"));
 }
