@@ -58,7 +58,7 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
 RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const double stage_total = stage_parameters(model, plan, stage) / plan.tp;
   if (plan.ep == 1) return {stage_total, 0.0};
-  const double layers = static_cast<double>(model.layers) / plan.pp;
+  const double layers = stage_layers(model, plan, stage);
   const double experts = layers * layer_expert_parameters(model) / plan.tp;
   return {stage_total - experts, experts / plan.ep};
 }
@@ -94,7 +94,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double tp = plan.tp;
   // Under LoRA the stage's layers also hold their adapters, and only the adapters have
   // gradients and optimizer states.
-  const double adapters = lora_parameters_per_layer(model, training) * model.layers / plan.pp / tp;
+  const double layers = stage_layers(model, plan, stage);
+  const double adapters = lora_parameters_per_layer(model, training) * layers / tp;
   const RankParameters held = rank_parameters(model, plan, stage);
   const double p = held.total() + adapters;
   const double trained = training.lora ? adapters : p;
@@ -121,8 +122,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double weight_shards = zero >= 3 ? dp : 1;
   // QLoRA keeps the stage's decoder layers in 4-bit NF4 (norms too: a rounding error).
   const bool quantized = training.lora && training.lora->quantized_base;
-  const double quantized_params =
-      quantized ? decoder_layer_parameters(model) * model.layers / plan.pp / tp : 0.0;
+  const double quantized_params = quantized ? decoder_layer_parameters(model) * layers / tp : 0.0;
   add("weights",
       (kWeightBytes * (p - quantized_params) + kNf4BytesPerParameter * quantized_params) /
           weight_shards,
@@ -138,8 +138,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   if (training.precision == Precision::fp8) {
     const double layer =
         layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp;
-    const double layers = zero >= 3 ? kFsdpUnitsGathered : model.layers / plan.pp;
-    fp8_copies = 2 * kFp8Bytes * layer * layers;
+    fp8_copies = 2 * kFp8Bytes * layer * (zero >= 3 ? kFsdpUnitsGathered : layers);
     add("FP8 weight copies", fp8_copies,
         "each decoder-layer projection weight in FP8 and transposed (Transformer Engine), " +
             std::string(zero >= 3 ? "the units gathered at once" : "the stage's layers"));
@@ -181,22 +180,31 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double per_layer =
       decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp) * tokens;
   const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
-  const double layers = model.layers / (plan.pp * plan.vpp);          // per chunk
+  // Passes in flight each hold a chunk's layers: counted at the stage's largest chunk.
+  int chunk_layers = 0;
+  for (int v = stage; v < plan.pp * plan.vpp; v += plan.pp) {
+    chunk_layers =
+        std::max(chunk_layers, virtual_stage_layers(model, plan.pp * plan.vpp, v).count());
+  }
+  const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
   const int in_flight = passes_in_flight(training, plan, stage);
   const double activations = plan.recompute == Recompute::full
-                                 ? in_flight * layers * boundary + per_layer
-                                 : in_flight * layers * per_layer;
+                                 ? in_flight * chunk_layers * boundary + per_layer
+                                 : in_flight * chunk_layers * per_layer;
   const std::string batches =
-      plan.pp == 1
-          ? "one micro-batch"
-          : std::to_string(in_flight) +
-                (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
-                " in flight on stage " + std::to_string(stage) + " of " + std::to_string(plan.pp) +
-                " (" +
-                (plan.vpp > 1 ? "interleaved over " + std::to_string(plan.vpp) + " chunks of " +
-                                    std::to_string(model.layers / (plan.pp * plan.vpp)) + " layers"
-                              : std::string(to_string(plan.schedule))) +
-                ")";
+      plan.pp == 1 ? "one micro-batch"
+                   : std::to_string(in_flight) +
+                         (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
+                         " in flight on stage " + std::to_string(stage) + " of " +
+                         std::to_string(plan.pp) + " (" +
+                         (plan.vpp > 1 ? "interleaved over " + std::to_string(plan.vpp) +
+                                             " chunks of " + (uneven ? "up to " : "") +
+                                             std::to_string(chunk_layers) + " layers"
+                                       : std::string(to_string(plan.schedule))) +
+                         (uneven ? ", " + std::to_string(static_cast<int>(layers)) +
+                                       " layers on this stage of an uneven split"
+                                 : std::string()) +
+                         ")";
   add("activations", activations,
       plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time, " + batches

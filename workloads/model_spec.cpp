@@ -121,9 +121,9 @@ void validate_job(const ModelSpec& model, const TrainingSpec& training, const Pa
         " is not a positive multiple of micro_batch x dp = " + std::to_string(per_pass));
   }
   if (plan.zero_stage < 0 || plan.zero_stage > 3) throw ModelError("ZeRO stage must be 0-3");
-  if (plan.pp < 1 || plan.vpp < 1 || model.layers % (plan.pp * plan.vpp) != 0) {
+  if (plan.pp < 1 || plan.vpp < 1 || plan.pp * plan.vpp > model.layers) {
     throw ModelError((plan.vpp > 1 ? "pp x vpp = " : "pp ") + std::to_string(plan.pp * plan.vpp) +
-                     " must divide the " + std::to_string(model.layers) + " layers");
+                     " is more stages than the " + std::to_string(model.layers) + " layers");
   }
   if (plan.vpp > 1) {
     const int m = training.global_batch / std::max(1, training.micro_batch * plan.dp);

@@ -124,12 +124,13 @@ struct ParallelPlan {
   // reduced, and ZeRO shards, over dp x cp (gradient_ranks).
   int cp = 1;
   int dp = 1;
-  // Pipeline parallelism: the layers split evenly over pp stages, the embedding on the first,
-  // the output head on the last; activations and their gradients sent between stages.
+  // Pipeline parallelism: the layers split over pp stages, evenly or one fewer on the stages
+  // at the ends (virtual_stage_layers), the embedding on the first, the output head on the
+  // last; activations and their gradients sent between stages.
   int pp = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // Virtual stages per rank (Megatron's interleaved 1F1B): each stage holds vpp chunks of
-  // layers / (pp x vpp) layers, chunk c of stage p being virtual stage c x pp + p; the bubble
+  // about layers / (pp x vpp) layers, chunk c of stage p being virtual stage c x pp + p; the bubble
   // shrinks vpp-fold for vpp times the transfers.
   int vpp = 1;
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)

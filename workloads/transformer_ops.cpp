@@ -132,11 +132,36 @@ std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
   return units;
 }
 
+LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v) {
+  const int per_stage = (model.layers + virtual_stages - 1) / virtual_stages;
+  const int short_stages = per_stage * virtual_stages - model.layers;
+  // Stage u's place in the order that takes layers away: 0, V - 1, 1, V - 2, ...
+  const auto layers_of = [&](int u) {
+    const int place = std::min(2 * u, 2 * (virtual_stages - 1 - u) + 1);
+    return place < short_stages ? per_stage - 1 : per_stage;
+  };
+  LayerRange range;
+  for (int u = 0; u < v; ++u) range.first += layers_of(u);
+  range.end = range.first + layers_of(v);
+  return range;
+}
+
+int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
+  const int virtual_stages = plan.pp * plan.vpp;
+  int layers = 0;
+  for (int v = stage; v < virtual_stages; v += plan.pp) {
+    layers += virtual_stage_layers(model, virtual_stages, v).count();
+  }
+  return layers;
+}
+
 std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v) {
-  const int per_stage = model.layers / virtual_stages;
+  const LayerRange layers = virtual_stage_layers(model, virtual_stages, v);
   std::vector<std::size_t> units;
   if (v == 0) units.push_back(0);
-  for (int l = v * per_stage; l < (v + 1) * per_stage; ++l) units.push_back(l + 1);
+  for (int l = layers.first; l < layers.end; ++l) {
+    units.push_back(static_cast<std::size_t>(l) + 1);
+  }
   if (v == virtual_stages - 1) units.push_back(static_cast<std::size_t>(model.layers) + 1);
   return units;
 }

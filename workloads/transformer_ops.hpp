@@ -107,9 +107,22 @@ double tied_head_copy_parameters(const ModelSpec& model, int pp);
 // as a whole, in forward order:
 // the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
+// The decoder layers [first, end) of virtual pipeline stage v of `virtual_stages` (at most the
+// layers): an even share, or where the stages do not divide the layers, one layer fewer on as
+// many stages as it takes, from the ends inwards (first, last, second, second to last...), as
+// the ends also hold the embedding and the head. The Llama 3 405B run split its 126 layers so
+// over 16 stages: 7 on the first and the last, 8 on the others.
+struct LayerRange {
+  int first = 0;
+  int end = 0;
+  int count() const { return end - first; }
+};
+LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v);
+// The layers pipeline stage `stage` holds, over all its vpp chunks.
+int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // The units virtual pipeline stage v of `virtual_stages` holds, as indices into
 // fsdp_unit_parameters (0 the embedding, 1..layers the layers, layers + 1 the head) in forward
-// order: an even share of the layers, the embedding on the first, the head on the last.
+// order: its layers, the embedding on the first, the head on the last.
 std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v);
 
 // Bytes one tensor-parallel rank of `tp` keeps for backward per token of the micro-batch, in

@@ -145,7 +145,10 @@ class Replication {
 
   void draw_interruption(double after) {
     interruption_ = rate_ > 0 ? after + interruptions_.exponential(rate_) : kInfinity;
-    takes_node_ = scopes_.uniform01() < node_share_;
+    // The scope matters only with repairs; drawn for every arrival when it can go either way.
+    if (job_.node_repair_s > 0) {
+      takes_node_ = node_share_ >= 1 || (node_share_ > 0 && scopes_.uniform01() < node_share_);
+    }
   }
   void draw_preemption(double after) {
     preemption_ =

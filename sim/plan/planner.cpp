@@ -33,6 +33,19 @@ std::vector<int> divisors(int n) {
   return found;
 }
 
+// Pipeline sizes: the layers' divisors (even stages, interleaving possible), and the powers of
+// two that do not divide them (uneven stages, one fewer layer at the ends; not interleaved) and
+// leave at least two layers a stage: a power-of-two cluster often has no other way to a deep
+// pipeline.
+std::vector<int> pipeline_sizes(int layers) {
+  std::vector<int> sizes = divisors(layers);
+  for (int pp = 2; 2 * pp <= layers; pp *= 2) {
+    if (layers % pp != 0) sizes.push_back(pp);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
 // Expert parallelism: 1, and every power of two up to dp that the job rules allow with this
 // tp, dp and ZeRO stage (overlap_param_gather and offload are left off with it).
 std::vector<int> expert_parallel_sizes(const ModelSpec& model, int tp, int dp, int zero) {
@@ -58,10 +71,10 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
     // Inside a node, or across whole nodes of an NVLink domain (GB200 NVL72 trays).
     for (int tp = 1; tp <= base.node.gpus * base.node.nvlink_domain_nodes; tp *= 2) {
       if (!base.node.nvlink_group_fits(tp) || gpus % tp != 0) continue;
-      for (const int pp : divisors(base.model.layers)) {
+      for (const int pp : pipeline_sizes(base.model.layers)) {
         if (gpus % (tp * cp * pp) != 0) continue;
         std::vector<int> virtual_stages{1};
-        if (pp > 1) {
+        if (pp > 1 && base.model.layers % pp == 0) {
           for (const int v : divisors(base.model.layers / pp)) {
             if (v > 1 && v <= kMaxVirtualStages) virtual_stages.push_back(v);
           }
@@ -278,21 +291,27 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
       blocking_s(layer.backward) + (plan.recompute == Recompute::full ? forward_s : 0.0);
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
-  const double chunk_layers =
-      static_cast<double>(inputs.model.layers) / (static_cast<double>(plan.pp) * plan.vpp);
   // The last stage runs all its chunks of every micro-batch, one after another: it cannot
   // start before the first micro-batch's forward has crossed the pp - 1 stages before it, and
   // after its last backward the gradient still crosses pp - 1 stages back to the first, which
-  // then finishes its step (first_stage_tail_s). The embedding, pipeline transfers and the
-  // rest of the data-parallel traffic only add to this.
-  const double chunk_s = chunk_layers * (forward_s + backward_s);
+  // then finishes its step (first_stage_tail_s); each of those crossings takes at least the
+  // smallest chunk. The embedding, pipeline transfers and the rest of the data-parallel
+  // traffic only add to this.
+  const int virtual_stages = plan.pp * plan.vpp;
+  int smallest_chunk = inputs.model.layers;
+  for (int v = 0; v < virtual_stages; ++v) {
+    smallest_chunk =
+        std::min(smallest_chunk, virtual_stage_layers(inputs.model, virtual_stages, v).count());
+  }
+  const double layer_s = forward_s + backward_s;
+  const double last_stage_layers = stage_layers(inputs.model, plan, plan.pp - 1);
   // The last stage also runs the output head of every micro-batch.
   const LayerOps head =
       head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp,
                plan.tp, inputs.training.lora.has_value());
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
-  return std::max((micro_batches * plan.vpp + (plan.pp - 1)) * chunk_s + micro_batches * head_s +
-                      first_stage_tail_s(inputs),
+  return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
+                      micro_batches * head_s + first_stage_tail_s(inputs),
                   sharded_gathers_s(inputs));
 }
 

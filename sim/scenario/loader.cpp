@@ -1605,20 +1605,20 @@ void check_layout(const Field& root, const StepInputs& in) {
       fail(vpp_field, "virtual stages need a pipeline (pp > 1) with the 1f1b schedule",
            "vpp > 1 interleaves each stage's chunks in Megatron-LM's 1F1B");
     }
-    if (in.model.layers % (pp * vpp) != 0) {
+    if (pp * vpp > in.model.layers) {
       fail(vpp_field,
-           "pp x vpp = " + std::to_string(pp * vpp) + " does not divide the model's " +
+           "pp x vpp = " + std::to_string(pp * vpp) + " is more virtual stages than the model's " +
                std::to_string(in.model.layers) + " layers",
-           "each virtual stage holds layers / (pp x vpp) layers");
+           "each virtual stage holds at least one layer");
     }
   }
   if (pp > 1) {
     const Field pp_field = require(layout, "pp");
-    if (in.model.layers % pp != 0) {
+    if (pp > in.model.layers) {
       fail(pp_field,
-           "pp " + std::to_string(pp) + " does not divide the model's " +
+           "pp " + std::to_string(pp) + " is more stages than the model's " +
                std::to_string(in.model.layers) + " layers",
-           "each pipeline stage holds layers / pp layers");
+           "each pipeline stage holds at least one layer");
     }
     if (in.plan.zero_stage > 1) {
       fail(find(layout, "zero").value_or(pp_field),

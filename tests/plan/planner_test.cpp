@@ -7,6 +7,7 @@
 #include "common/small_job.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/step/step_executor.hpp"
+#include "workloads/transformer_ops.hpp"
 
 using namespace fleetsim;
 using fleetsim::testing::small_job;
@@ -256,4 +257,27 @@ TEST_CASE("the lower bound holds under expert parallelism, and the planner tries
   bool expert_parallel = false;
   for (const PlannedLayout& layout : plan.ranked) expert_parallel |= layout.inputs.plan.ep > 1;
   CHECK(expert_parallel);
+}
+
+TEST_CASE("planner: uneven pipeline stages are searched, and bounded below their step") {
+  // Ten layers on 16 GPUs: pp 4 splits them 2, 3, 3, 2 (no power of two but 2 divides them;
+  // pp 8 would leave a stage one layer, and is not tried).
+  StepInputs base = two_nodes();
+  base.model.layers = 10;
+  PlanOptions everything;
+  everything.top = 1000;
+  const PlanResult all = search_layouts(base, everything);
+  int uneven = 0;
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout));
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    if (layout.inputs.plan.pp == 4) {
+      ++uneven;
+      CHECK(layout.inputs.plan.vpp == 1);
+      CHECK(stage_layers(layout.inputs.model, layout.inputs.plan, 0) == 2);
+      CHECK(stage_layers(layout.inputs.model, layout.inputs.plan, 1) == 3);
+    }
+    CHECK(layout.inputs.plan.pp != 8);
+  }
+  CHECK(uneven > 0);
 }

@@ -11,6 +11,7 @@
 
 #include "fixture.hpp"
 #include "sim/scenario/scenario.hpp"
+#include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
 namespace {
@@ -821,10 +822,17 @@ TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {
   CHECK(in.plan.pp == 2);
   CHECK(in.plan.dp == 4);
   CHECK(in.plan.schedule == PipelineSchedule::gpipe);
-  const auto uneven = load_error(with(with(pipelined, "pp: 2", "pp: 3"), "dp: 4", "dp: 1"));
-  REQUIRE(uneven);
-  CHECK(uneven->key() == "layout.pp");
-  CHECK_THAT(uneven->what(), Catch::Contains("does not divide the model's 32 layers"));
+  // Stages that do not divide the layers split them unevenly: BLOOM's 70 over 8 stages.
+  const StepInputs uneven =
+      load_text(with(with(with(pipelined, "pp: 2", "pp: 8"), "dp: 4", "dp: 1"), "llama3-8b",
+                     "bloom-176b"))
+          .variants[0]
+          .inputs;
+  CHECK(uneven.plan.pp == 8);
+  CHECK(stage_layers(uneven.model, uneven.plan, 0) == 8);
+  CHECK(stage_layers(uneven.model, uneven.plan, 1) == 9);
+  CHECK(stage_layers(uneven.model, uneven.plan, 7) == 8);
+
   const auto sharded = load_error(with(pipelined, "zero: 1", "zero: 3"));
   REQUIRE(sharded);
   CHECK(sharded->key() == "layout.zero");
@@ -838,9 +846,11 @@ TEST_CASE("a pipeline layout loads, and its limits are checked at their keys") {
   const std::string interleaved_ok =
       with(with(pipelined, "pp: 2", "pp: 2\n  vpp: 4"), "schedule: gpipe", "schedule: 1f1b");
   CHECK(load_text(interleaved_ok).variants[0].inputs.plan.vpp == 4);
-  const auto uneven_chunks = load_error(with(interleaved_ok, "vpp: 4", "vpp: 5"));
-  REQUIRE(uneven_chunks);
-  CHECK_THAT(uneven_chunks->what(), Catch::Contains("pp x vpp = 10 does not divide"));
+  const auto too_deep = load_error(with(interleaved_ok, "vpp: 4", "vpp: 20"));
+  REQUIRE(too_deep);
+  CHECK(too_deep->key() == "layout.vpp");
+  CHECK_THAT(too_deep->what(), Catch::Contains("pp x vpp = 40 is more virtual stages than the "
+                                               "model's 32 layers"));
   const auto odd_batches =
       load_error(with(interleaved_ok, "global_batch: 256", "global_batch: 24"));  // m = 3
   REQUIRE(odd_batches);

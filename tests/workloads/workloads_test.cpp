@@ -854,3 +854,32 @@ TEST_CASE(
   plan.dp = 4;
   CHECK_THROWS_AS(build_data_parallel_step(m, t, plan), ModelError);
 }
+
+TEST_CASE("pipeline: stages that do not divide the layers hold one fewer at the ends") {
+  // The Llama 3 405B run's split: 126 layers over 16 stages, 7 on the first and the last, 8 on
+  // the others (arXiv:2407.21783, Section 3.3.2).
+  ModelSpec m = llama3_8b();
+  m.layers = 126;
+  const ParallelPlan plan = pipeline(16, 1);
+  int next = 0;
+  double parameters = 0;
+  for (int stage = 0; stage < 16; ++stage) {
+    INFO("stage " << stage);
+    const LayerRange layers = virtual_stage_layers(m, 16, stage);
+    CHECK(layers.first == next);  // contiguous, in order
+    next = layers.end;
+    CHECK(layers.count() == (stage == 0 || stage == 15 ? 7 : 8));
+    CHECK(stage_layers(m, plan, stage) == layers.count());
+    parameters += stage_parameters(m, plan, stage);
+  }
+  CHECK(next == 126);
+  CHECK(parameters == Approx(m.parameters()));  // every parameter on exactly one stage
+  // The order goes on inwards: 13 layers over 4 stages is 3, 3, 4, 3 (the first, the last,
+  // then the second lose one).
+  m.layers = 13;
+  const int expected[] = {3, 3, 4, 3};
+  for (int v = 0; v < 4; ++v) CHECK(virtual_stage_layers(m, 4, v).count() == expected[v]);
+  // Interleaved, each stage holds its chunks' layers: 13 over 2 stages x 2 chunks.
+  CHECK(stage_layers(m, pipeline(2, 1, 2), 0) == 3 + 4);
+  CHECK(stage_layers(m, pipeline(2, 1, 2), 1) == 3 + 3);
+}
