@@ -63,13 +63,19 @@ double preemptions_per_second(const JobSpec& job) {
   return job.spot ? job.spot->preemptions_per_node_hour * job.nodes / 3600 : 0.0;
 }
 
+// How long an asynchronous checkpoint's write to storage drains behind training (0 blocking).
+double drain_s(const JobSpec& job) {
+  return job.write == CheckpointWrite::async ? job.checkpoint_write_s : 0.0;
+}
+
 // Refuses a run whose segments or downtime interruptions would almost never let through.
 // `rate`: interruptions per second; `losing_rate`: those and the preemptions whose notice has
 // no room for an emergency checkpoint, which cut a segment short as well.
 void check_exposure(const JobSpec& job, double interval_steps, double rate, double losing_rate) {
-  // An asynchronous checkpoint is exposed until its write ends, behind the next segment.
-  const double segment = interval_steps * job.step_s + checkpoint_stall_s(job) +
-                         (job.write == CheckpointWrite::async ? job.checkpoint_write_s : 0.0);
+  // An asynchronous checkpoint is exposed until its write ends, behind the next segment, whose
+  // own copy waits for the write before it.
+  const double segment =
+      std::max(interval_steps * job.step_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
   const double exposure = std::max(losing_rate * segment, rate * downtime);
   if (exposure > kMaxExposure) {
@@ -82,10 +88,15 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
         " times before one got through: checkpoint more often, or check the rates and the "
         "downtime");
   }
-  // Arrivals while the job waits for capacity are drawn and skipped: bound that work too.
+  // Arrivals while the job waits for capacity or a repaired node are drawn and skipped: bound
+  // that work too.
   const double skipped = losing_rate * (job.spot ? job.spot->capacity_return_s : 0.0);
   if (skipped > 1e6) {
     throw ModelError("a capacity return of " + std::to_string(job.spot->capacity_return_s / 3600) +
+                     " h is too long to simulate against these rates");
+  }
+  if (rate * job.node_repair_s > 1e6) {
+    throw ModelError("a node repair of " + std::to_string(job.node_repair_s / 3600) +
                      " h is too long to simulate against these rates");
   }
 }
@@ -114,7 +125,7 @@ class Replication {
         preemption_rate_(preemptions_per_second(job)),
         node_share_(node_share(job)),
         stall_s_(checkpoint_stall_s(job)),
-        drain_s_(job.write == CheckpointWrite::async ? job.checkpoint_write_s : 0.0),
+        drain_s_(drain_s(job)),
         interruptions_(seed, "job.interruptions", index),
         scopes_(seed, "job.interruption_scopes", index),
         preemptions_(seed, "job.preemptions", index) {
@@ -236,7 +247,10 @@ class Replication {
       complete_pending();
     }
     if (saved_at <= reclaimed && interruption_ >= saved_at) {
-      if (target > committed_) ++result_.checkpoints;
+      if (target > committed_) {
+        ++result_.checkpoints;
+        if (!(pending_ && target == pending_->steps)) ++result_.emergency_checkpoints;
+      }
       committed_ = target;
       trained_ = target;
       pending_.reset();
@@ -247,7 +261,8 @@ class Replication {
         draw_interruption(interruption_);
       }
     }
-    // Capacity returns as a full set of healthy nodes.
+    // Capacity returns as a full set of healthy nodes: none of the reclaimed is under repair.
+    under_repair_.clear();
     restart(reclaimed + job_.spot->capacity_return_s);
   }
 
@@ -357,9 +372,9 @@ namespace {
 // Interruptions, and preemptions whose notice may have no room for the step in progress and an
 // emergency checkpoint: what loses work, per second.
 double losing_rate(const JobSpec& job) {
-  // An asynchronous emergency checkpoint may wait for the previous one's write first.
-  const double save_s = job.step_s + checkpoint_stall_s(job) +
-                        (job.write == CheckpointWrite::async ? 2 * job.checkpoint_write_s : 0.0);
+  // An asynchronous emergency checkpoint starts when the step in progress ends and the previous
+  // checkpoint's write (due within one write of the notice) has drained.
+  const double save_s = std::max(job.step_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
   const bool notice_saves = job.spot && job.spot->notice_s >= save_s;
   return interruptions_per_second(job) + (notice_saves ? 0.0 : preemptions_per_second(job));
 }
@@ -374,8 +389,11 @@ double checkpoint_interval_steps(const JobSpec& job) {
     case CheckpointPolicy::Kind::young_daly: {
       const double rate = losing_rate(job);
       if (!(rate > 0)) return job.steps;  // nothing fails: one checkpoint, at the end
-      // What a checkpoint costs is the time training stands still for it.
-      steps = young_daly_interval_s(checkpoint_stall_s(job), 1 / rate) / job.step_s;
+      // What a checkpoint costs is the time training stands still for it. Asynchronous ones
+      // no more often than their writes drain: below that interval each waits for the last
+      // one's write, and a shorter interval only stalls more for the same loss per failure.
+      steps = std::max(young_daly_interval_s(checkpoint_stall_s(job), 1 / rate), drain_s(job)) /
+              job.step_s;
       break;
     }
   }
@@ -384,7 +402,8 @@ double checkpoint_interval_steps(const JobSpec& job) {
 
 double daly_expected_wall_s(const JobSpec& job) {
   check(job);
-  if (job.write != CheckpointWrite::blocking || job.spot || job.node_repair_s > 0) {
+  if (job.write != CheckpointWrite::blocking || job.spot ||
+      (job.node_repair_s > 0 && node_share(job) > 0)) {
     throw ModelError("Daly's closed form is for blocking checkpoints without waits for capacity");
   }
   const double rate = interruptions_per_second(job);
@@ -447,8 +466,9 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
     const double usd = run.wall_s * gpus / kSecondsPerHour * job.usd_per_gpu_hour;
     cost.push_back(usd);
     if (tokens > 0) per_million_tokens.push_back(usd / tokens * 1e6);
+    const auto scheduled = std::max<std::int64_t>(1, run.checkpoints - run.emergency_checkpoints);
     per_checkpoint.push_back(run.checkpoint_stall_s * job.gpus / kSecondsPerHour *
-                             job.usd_per_gpu_hour / static_cast<double>(run.checkpoints));
+                             job.usd_per_gpu_hour / static_cast<double>(scheduled));
   }
   result.wall_s = summarise(std::move(wall));
   result.goodput = summarise(std::move(goodput));

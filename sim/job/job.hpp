@@ -113,8 +113,9 @@ double daly_expected_wall_s(const JobSpec& job);
 struct JobReplication {
   double wall_s = 0;
   std::int64_t interruptions = 0;
-  std::int64_t preemptions = 0;   // of spot capacity, while the job ran
-  std::int64_t checkpoints = 0;   // written, emergency ones included
+  std::int64_t preemptions = 0;            // of spot capacity, while the job ran
+  std::int64_t checkpoints = 0;            // written, emergency ones included
+  std::int64_t emergency_checkpoints = 0;  // written within a spot notice
   double lost_training_s = 0;     // training redone: the work interruptions and preemptions lost
   double checkpoint_stall_s = 0;  // training stood still for scheduled checkpoints
   double node_wait_s = 0;         // the job waited for a repaired node
@@ -143,8 +144,8 @@ struct JobResult {
   SampleSummary node_wait_s;
   SampleSummary cost_usd;
   SampleSummary usd_per_million_tokens;  // empty without tokens_per_step
-  // The GPU-time that scheduled checkpoints stood training still, priced, over the checkpoints
-  // written: what one checkpoint that counts costs.
+  // The job's GPU-time that scheduled checkpoints stood training still (those an interruption
+  // cut short too), priced, over the scheduled checkpoints written: what one that counts costs.
   SampleSummary usd_per_checkpoint;
 };
 

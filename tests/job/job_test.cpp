@@ -167,15 +167,20 @@ TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no w
     preempted += run.preemptions;
   }
   CHECK(preempted / 300 > 3);  // not vacuous: 100,000 s of training, a preemption per 28,000 s
-  // So does an asynchronous one whose copy and write fit in the notice with the step and the
-  // write of the previous checkpoint, which may be under way: 10 + 50 + 5 + 50 s <= 120 s.
+  // So does an asynchronous one whose copy and write fit in the notice after the step in
+  // progress and the previous checkpoint's write, always under way here: max(10, 50) + 5 + 50
+  // s <= 120 s.
   JobSpec async = job;
   async.write = CheckpointWrite::async;
   async.checkpoint_copy_s = 5;
   async.checkpoint_write_s = 50;
+  async.policy = {CheckpointPolicy::Kind::every_steps, 5};  // a write always under way
+  std::int64_t emergency = 0;
   for (const JobReplication& run : simulate_job(async, 300, 5).replications) {
     CHECK(run.lost_training_s == 0);
+    emergency += run.emergency_checkpoints;
   }
+  CHECK(emergency > 300);
   // A notice shorter than the checkpoint loses the segment (unless it comes in the regular
   // write's last seconds).
   job.spot->notice_s = 30;
@@ -203,6 +208,7 @@ TEST_CASE("job: an asynchronous checkpoint stalls training for its copy only") {
   job.policy = {CheckpointPolicy::Kind::every_steps, 20};
   result = simulate_job(job, 5, 1);
   CHECK(result.wall_s.p50 == Approx(100000 + 20 + 499 * 120.0 + 300).epsilon(1e-12));
+  CHECK(result.replications[0].checkpoint_stall_s == Approx(20 + 499 * 120.0));
 
   // Under interruptions, with a write 15 times the copy, asynchronous checkpoints finish
   // sooner on average than blocking ones at the same interval, over the same histories.
@@ -213,9 +219,29 @@ TEST_CASE("job: an asynchronous checkpoint stalls training for its copy only") {
   const JobResult a = simulate_job(async, 2000, 9);
   const JobResult b = simulate_job(blocking, 2000, 9);
   CHECK(a.wall_s.mean + a.wall_s.ci99_half_width < b.wall_s.mean - b.wall_s.ci99_half_width);
-  // Young-Daly prices a checkpoint at its stall: a copy checkpoints more often than a write.
+  // But an interruption costs it more: the work back to the last checkpoint written, which
+  // may be the one before the last copy.
+  CHECK(a.replications.size() == b.replications.size());
+  CHECK(a.lost_gpu_hours.mean > 0);
+  double lost_async = 0, lost_blocking = 0;
+  for (std::size_t i = 0; i < a.replications.size(); ++i) {
+    lost_async +=
+        a.replications[i].lost_training_s / std::max<double>(1, a.replications[i].interruptions);
+    lost_blocking +=
+        b.replications[i].lost_training_s / std::max<double>(1, b.replications[i].interruptions);
+  }
+  CHECK(lost_async > lost_blocking);
+  // Young-Daly prices a checkpoint at its stall: a copy checkpoints more often than a write...
   async.policy = blocking.policy = {CheckpointPolicy::Kind::young_daly, 0};
   CHECK(checkpoint_interval_steps(async) < checkpoint_interval_steps(blocking) / 3);
+  // ...but no more often than its writes drain: a 0.01 s copy would checkpoint every 20 s, each
+  // then waiting for the last 300 s write.
+  async.checkpoint_copy_s = 0.01;
+  CHECK(young_daly_interval_s(0.01, 20000) < 30);
+  CHECK(checkpoint_interval_steps(async) == 30);
+  const JobResult fast_copy = simulate_job(async, 2000, 9);
+  const JobResult blocking_optimum = simulate_job(blocking, 2000, 9);
+  CHECK(fast_copy.wall_s.mean < blocking_optimum.wall_s.mean);
 }
 
 TEST_CASE("job: a node taken out waits for its repair unless a hot spare takes its place") {
