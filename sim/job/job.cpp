@@ -438,7 +438,8 @@ SampleSummary summarise(std::vector<double> samples) {
   return summary;
 }
 
-JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed) {
+JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
+                       const std::function<void()>& replication_done) {
   check(job);
   if (replications < 1) throw ModelError("a Monte Carlo needs at least one replication");
   JobResult result;
@@ -451,6 +452,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed)
   tbb::parallel_for(0, replications, [&](int i) {
     result.replications[static_cast<std::size_t>(i)] =
         Replication(job, result.interval_steps, rate, seed, static_cast<std::uint64_t>(i)).run();
+    if (replication_done) replication_done();
   });
   const double gpus = paid_gpus(job);
   const double tokens = job.steps * job.tokens_per_step;

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -152,7 +153,9 @@ struct JobResult {
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
 // positive where needed, a negative rate), or that would practically never end: a segment or
 // downtime that interruptions would cut short more than e^10 times on average.
-JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed);
+// `replication_done`, if given, is called once per finished replication, from any thread.
+JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
+                       const std::function<void()>& replication_done = {});
 
 // A training run as a scenario describes it (its run: block, training.tokens, cluster.storage
 // and pricing): what turns a simulated step into a job.

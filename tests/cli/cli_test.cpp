@@ -542,8 +542,11 @@ TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo"
   REQUIRE(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("time to train P50 / P90 (days)"));
   CHECK_THAT(table.out, Catch::Contains("goodput, mean (99% CI)"));
-  const Result json = run_cli("run " + file + " --json");
+  // Not on a terminal, no progress bar: stderr stays clean for scripts, with -q or without.
+  CHECK(table.err.empty());
+  const Result json = run_cli("run " + file + " --json -q");
   REQUIRE(json.exit_code == 0);
+  CHECK(json.err.empty());
   const auto variants = nlohmann::json::parse(json.out)["variants"];
   REQUIRE(variants.size() == 6);
   for (const auto& variant : variants) {

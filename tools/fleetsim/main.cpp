@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <cstdint>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "sim/step/step_executor.hpp"
 #include "tools/fleetsim/calibrate_command.hpp"
 #include "tools/fleetsim/collective_command.hpp"
+#include "tools/fleetsim/progress.hpp"
 
 namespace po = boost::program_options;
 using fleetsim::DataPaths;
@@ -55,6 +57,7 @@ const char* const kUsage =
     "                         the others' traffic kept where it shares links)\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
     "  --threads N            worker threads for independent variants (default: all cores)\n"
+    "  -q, --quiet            no progress bar (it shows on a terminal for runs over a second)\n"
     "\n"
     "plan options (and -o, --json, --no-fold, --data-dir, --threads as for run):\n"
     "  --top N                layouts to rank (default 10)\n"
@@ -93,6 +96,7 @@ struct Options {
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
   bool no_fold = false;  // replay every data-parallel replica, not one per stage
+  bool quiet = false;    // no progress bar
   int bench_runs = 0;
   std::optional<int> top;  // layouts `plan` ranks (default 10)
   int threads = 0;         // 0: TBB's default, one per core
@@ -109,10 +113,10 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
-      "no-fold", po::bool_switch(&options.no_fold))("bench", po::value(&options.bench_runs))(
-      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
-      "top", po::value<int>())("command", po::value(&options.command))("file",
-                                                                       po::value(&options.file));
+      "no-fold", po::bool_switch(&options.no_fold))("quiet,q", po::bool_switch(&options.quiet))(
+      "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
+      "threads", po::value(&options.threads))("top", po::value<int>())(
+      "command", po::value(&options.command))("file", po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -156,9 +160,16 @@ RunReport empty_report(const Scenario& scenario) {
   return report;
 }
 
-RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {}) {
+RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {},
+                   bool quiet = true) {
   RunReport report = empty_report(scenario);
   report.variants.resize(scenario.variants.size());
+  std::int64_t replications = 0;
+  for (const auto& variant : scenario.variants) {
+    if (variant.run) replications += variant.run->replications;
+  }
+  fleetsim::ProgressBar progress(replications, "replications",
+                                 fleetsim::ProgressBar::wanted(quiet));
   // Variants are independent simulations; each writes only its own slot, so the report is the
   // same however TBB schedules them.
   tbb::parallel_for(std::size_t{0}, scenario.variants.size(), [&](std::size_t i) {
@@ -172,9 +183,11 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
       const auto& in = variant.inputs;
       out.job = fleetsim::job_spec(*variant.run, in.model, in.training, in.node, in.nodes,
                                    out.outcome.step.step_time_s);
-      out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed);
+      out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed,
+                                              [&progress] { progress.advance(); });
     }
   });
+  progress.finish();
   return report;
 }
 
@@ -341,7 +354,7 @@ int run_command(const Options& options) {
   fleetsim::StepOptions step_options;
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
   step_options.fold = !options.no_fold;
-  const RunReport report = simulate(scenario, step_options);
+  const RunReport report = simulate(scenario, step_options, options.quiet);
   std::cout << (options.json ? fleetsim::render_json(report) + "\n"
                              : fleetsim::render_console(report));
   if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
