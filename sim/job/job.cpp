@@ -101,20 +101,20 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
   }
 }
 
-// The share of interruptions whose cause takes a node out of service.
+// The share of interruptions whose cause takes nodes out of service.
 double node_share(const JobSpec& job) {
   double all = 0;
   double taking = 0;
   for (const InterruptionCause& cause : job.causes) {
     all += cause.per_gpu_day;
-    if (cause.takes_node) taking += cause.per_gpu_day;
+    if (cause.nodes_out > 0) taking += cause.per_gpu_day;
   }
   return all > 0 ? taking / all : 0.0;
 }
 
 // One run, drawn from its replication's streams. Interruption and preemption arrivals are
-// drawn in order whatever happens between them, each interruption's scope (does it take a
-// node?) from a third stream in step with them: policies compared see the same histories.
+// drawn in order whatever happens between them, each interruption's cause (how many nodes it
+// takes out) from a third stream in step with them: policies compared see the same histories.
 class Replication {
  public:
   Replication(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
@@ -123,12 +123,23 @@ class Replication {
         interval_steps_(interval_steps),
         rate_(rate),
         preemption_rate_(preemptions_per_second(job)),
-        node_share_(node_share(job)),
         stall_s_(checkpoint_stall_s(job)),
         drain_s_(drain_s(job)),
+        step_s_(job.step_s),
         interruptions_(seed, "job.interruptions", index),
-        scopes_(seed, "job.interruption_scopes", index),
+        causes_(seed, "job.interruption_scopes", index),
         preemptions_(seed, "job.preemptions", index) {
+    // Causes by their share of the rate, drawn only where repairs make the node count matter
+    // and the causes differ in it.
+    double total = 0;
+    for (const InterruptionCause& cause : job.causes) {
+      total += cause.per_gpu_day;
+      cumulative_share_.push_back(total);
+      if (cause.nodes_out != job.causes.front().nodes_out) draws_cause_ = true;
+    }
+    for (double& share : cumulative_share_) share /= total > 0 ? total : 1.0;
+    draws_cause_ = draws_cause_ && job.node_repair_s > 0;
+    if (!job.causes.empty()) nodes_out_ = job.causes.front().nodes_out;
     draw_interruption(0);
     draw_preemption(0);
   }
@@ -156,9 +167,12 @@ class Replication {
 
   void draw_interruption(double after) {
     interruption_ = rate_ > 0 ? after + interruptions_.exponential(rate_) : kInfinity;
-    // The scope matters only with repairs; drawn for every arrival when it can go either way.
-    if (job_.node_repair_s > 0) {
-      takes_node_ = node_share_ >= 1 || (node_share_ > 0 && scopes_.uniform01() < node_share_);
+    if (draws_cause_) {
+      const double u = causes_.uniform01();
+      const auto cause =
+          std::upper_bound(cumulative_share_.begin(), cumulative_share_.end() - 1, u) -
+          cumulative_share_.begin();
+      nodes_out_ = job_.causes[static_cast<std::size_t>(cause)].nodes_out;
     }
   }
   void draw_preemption(double after) {
@@ -170,7 +184,7 @@ class Replication {
   // training ends and the previous checkpoint's write has drained.
   void segment() {
     const double steps = std::min(interval_steps_, job_.steps - trained_);
-    const double training_end = now_ + steps * job_.step_s;
+    const double training_end = now_ + steps * step_s_;
     const double write_start = std::max(training_end, pending_ ? pending_->durable_at : 0.0);
     const double resume = write_start + stall_s_;
     const double first = std::min(interruption_, preemption_);
@@ -180,7 +194,9 @@ class Replication {
       trained_ += steps;
       pending_ = Written{trained_, resume + drain_s_};
       if (drain_s_ == 0) complete_pending();
+      if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
       now_ = resume;
+      regrow();
       return;
     }
     if (interruption_ <= preemption_) {
@@ -216,7 +232,7 @@ class Replication {
 
   // The training since the last written checkpoint is lost, up to `until` in this segment.
   void lose_work(double until) {
-    result_.lost_training_s += (trained_ - committed_) * job_.step_s + std::max(0.0, until - now_);
+    result_.lost_training_s += (trained_ - committed_) * step_s_ + std::max(0.0, until - now_);
     trained_ = committed_;
     pending_.reset();
   }
@@ -232,9 +248,9 @@ class Replication {
     draw_preemption(notice);
     const double reclaimed = notice + job_.spot->notice_s;
     const double done =
-        notice >= training_end ? steps : std::min(steps, std::ceil((notice - now_) / job_.step_s));
+        notice >= training_end ? steps : std::min(steps, std::ceil((notice - now_) / step_s_));
     const double target = trained_ + done;
-    const double trained_by = now_ + done * job_.step_s;
+    const double trained_by = now_ + done * step_s_;
     double saved_at = notice;  // nothing new to save
     if (pending_ && target == pending_->steps) {
       saved_at = pending_->durable_at;
@@ -263,6 +279,7 @@ class Replication {
     }
     // Capacity returns as a full set of healthy nodes: none of the reclaimed is under repair.
     under_repair_.clear();
+    shrink_to(0);
     restart(reclaimed + job_.spot->capacity_return_s);
   }
 
@@ -285,11 +302,16 @@ class Replication {
     for (;;) {
       const double at = interruption_;
       ++result_.interruptions;
-      if (takes_node_ && job_.node_repair_s > 0) take_node_out(at);
+      if (job_.node_repair_s > 0) take_nodes_out(at, nodes_out_);
       draw_interruption(at);
       const double detected = at + job_.detection_s;
       if (interruption_ < detected) continue;
-      const double start = std::max(detected, nodes_ready_at(detected));
+      // Short of nodes, the job restarts without the replicas they belonged to if it may and
+      // keeps one; else it waits for repairs.
+      const int lost = replicas_lost(nodes_missing(detected));
+      const bool shrinks = job_.when_short == ShortagePolicy::shrink && lost < job_.replicas;
+      shrink_to(shrinks ? lost : 0);
+      const double start = shrinks ? detected : std::max(detected, nodes_ready_at(detected));
       result_.node_wait_s += start - detected;
       while (interruption_ < start) draw_interruption(interruption_);
       const double end = start + job_.restart_s + job_.restore_s;
@@ -299,20 +321,54 @@ class Replication {
     }
   }
 
-  void take_node_out(double at) {
-    under_repair_.insert(
-        std::upper_bound(under_repair_.begin(), under_repair_.end(), at + job_.node_repair_s),
-        at + job_.node_repair_s);
+  void take_nodes_out(double at, int nodes) {
+    const double back = at + job_.node_repair_s;
+    under_repair_.insert(std::upper_bound(under_repair_.begin(), under_repair_.end(), back),
+                         static_cast<std::size_t>(nodes), back);
+  }
+
+  // The job's nodes that neither the cluster nor the spares can give at `at`.
+  int nodes_missing(double at) {
+    const auto repaired = std::upper_bound(under_repair_.begin(), under_repair_.end(), at);
+    under_repair_.erase(under_repair_.begin(), repaired);
+    return std::max(0, static_cast<int>(under_repair_.size()) - job_.hot_spares);
   }
 
   // When, from `at`, the job has all its nodes: at once while the nodes under repair are no
   // more than the spares, else when enough of them are back.
   double nodes_ready_at(double at) {
-    const auto repaired = std::upper_bound(under_repair_.begin(), under_repair_.end(), at);
-    under_repair_.erase(under_repair_.begin(), repaired);
-    const auto out = static_cast<std::ptrdiff_t>(under_repair_.size());
-    if (out <= job_.hot_spares) return at;
-    return under_repair_[static_cast<std::size_t>(out - job_.hot_spares - 1)];
+    const int missing = nodes_missing(at);
+    if (missing == 0) return at;
+    return under_repair_[static_cast<std::size_t>(missing - 1)];
+  }
+
+  // Data-parallel replicas a shortfall of `nodes` nodes costs: one a node when a replica spans
+  // one or more (each missing node in another replica, the worst case), all those on the node
+  // when several share one.
+  int replicas_lost(int nodes) const {
+    if (nodes == 0) return 0;
+    const double per_node = std::max(1.0, static_cast<double>(job_.replicas) / job_.nodes);
+    return std::min(job_.replicas, static_cast<int>(std::ceil(nodes * per_node)));
+  }
+
+  // Runs `replicas` short: each step trains that share fewer tokens (the replicas' batch is
+  // kept), so a full step's tokens take proportionally longer.
+  void shrink_to(int replicas) {
+    short_replicas_ = replicas;
+    const double step = replicas > 0 && job_.shrunk_step_s > 0 ? job_.shrunk_step_s : job_.step_s;
+    step_s_ = step * job_.replicas / (job_.replicas - replicas);
+  }
+
+  // After a checkpoint of a shrunk run: when repairs would give it replicas back, it stops,
+  // lets the checkpoint in flight finish writing (nothing interrupts the idle job), and
+  // restarts larger.
+  void regrow() {
+    if (short_replicas_ == 0 || replicas_lost(nodes_missing(now_)) >= short_replicas_) return;
+    const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
+    if (pending_) complete_pending();
+    ++result_.regrows;
+    shrink_to(replicas_lost(nodes_missing(from)));
+    restart(from);
   }
 
   static constexpr double kInfinity = std::numeric_limits<double>::infinity();
@@ -321,20 +377,23 @@ class Replication {
   const double interval_steps_;
   const double rate_;
   const double preemption_rate_;
-  const double node_share_;
   const double stall_s_;
   const double drain_s_;
+  double step_s_;  // the time of a full step's tokens at the job's size now
   RngStream interruptions_;
-  RngStream scopes_;
+  RngStream causes_;
   RngStream preemptions_;
+  std::vector<double> cumulative_share_;  // of the causes' rates, ending at 1
+  bool draws_cause_ = false;
   double interruption_ = 0;  // the next interruption's arrival
-  bool takes_node_ = false;  // whether it takes a node out
+  int nodes_out_ = 0;        // the nodes it takes out of service
   double preemption_ = 0;    // the next spot notice's arrival
   double now_ = 0;
   double trained_ = 0;                // steps the job holds in memory
   double committed_ = 0;              // steps in the last written checkpoint
   std::optional<Written> pending_;    // a checkpoint on its way to storage
   std::vector<double> under_repair_;  // when each node taken out is back, ascending
+  int short_replicas_ = 0;            // data-parallel replicas the job runs without
   JobReplication result_;
 };
 
@@ -456,8 +515,8 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   });
   const double gpus = paid_gpus(job);
   const double tokens = job.steps * job.tokens_per_step;
-  std::vector<double> wall, goodput, interruptions, preemptions, lost, node_wait, cost,
-      per_million_tokens, per_checkpoint;
+  std::vector<double> wall, goodput, interruptions, preemptions, lost, node_wait, shrunk, regrows,
+      cost, per_million_tokens, per_checkpoint;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
     goodput.push_back(result.useful_s / run.wall_s);
@@ -465,6 +524,8 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
     preemptions.push_back(static_cast<double>(run.preemptions));
     lost.push_back((run.wall_s * gpus - result.useful_s * job.gpus) / kSecondsPerHour);
     node_wait.push_back(run.node_wait_s);
+    shrunk.push_back(run.shrunk_s);
+    regrows.push_back(static_cast<double>(run.regrows));
     const double usd = run.wall_s * gpus / kSecondsPerHour * job.usd_per_gpu_hour;
     cost.push_back(usd);
     if (tokens > 0) per_million_tokens.push_back(usd / tokens * 1e6);
@@ -478,6 +539,8 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   result.preemptions = summarise(std::move(preemptions));
   result.lost_gpu_hours = summarise(std::move(lost));
   result.node_wait_s = summarise(std::move(node_wait));
+  result.shrunk_s = summarise(std::move(shrunk));
+  result.regrows = summarise(std::move(regrows));
   result.cost_usd = summarise(std::move(cost));
   result.usd_per_million_tokens = summarise(std::move(per_million_tokens));
   result.usd_per_checkpoint = summarise(std::move(per_checkpoint));
@@ -503,7 +566,7 @@ double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, 
 }
 
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
-                 const NodeSpec& node, int nodes, double step_s) {
+                 const ParallelPlan& plan, const NodeSpec& node, int nodes, double step_s) {
   if (!(run.tokens > 0)) throw ModelError("a run needs training.tokens");
   if (!(run.storage_write_bytes_per_s > 0) || !(run.storage_read_bytes_per_s > 0)) {
     throw ModelError("a run needs its checkpoint storage's write and read rates");
@@ -528,6 +591,8 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   }
   job.node_repair_s = run.node_repair_s;
   job.hot_spares = run.hot_spares;
+  job.when_short = run.when_short;
+  job.replicas = plan.dp;
   job.tokens_per_step = tokens_per_step;
   job.restore_s = restore_bytes(model, training) /
                   checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);

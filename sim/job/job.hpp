@@ -44,9 +44,17 @@ struct InterruptionCause {
   std::string name;
   double per_gpu_day = 0;  // interruptions per GPU per day
   std::string source;      // where the rate comes from; "assumed: ..." when nothing published
-  // Whether the interruption takes its node out of service until repaired (a GPU, host or link
-  // fault), or the job restarts on the same nodes (a software bug, a timeout).
-  bool takes_node = true;
+  // The nodes one interruption takes out of service until repaired: 1 for a GPU, host or link
+  // fault, those under a switch for the switch's (correlated failures), 0 where the job
+  // restarts on the same nodes (a software bug, a timeout).
+  int nodes_out = 1;
+};
+
+// What a job short of healthy nodes (more out for repair than spares) does.
+enum class ShortagePolicy {
+  wait,    // for the repairs, then restart at full size
+  shrink,  // restart at once without the data-parallel replicas the nodes belonged to; after a
+           // checkpoint, restart with them again once they are repaired
 };
 
 enum class CheckpointWrite {
@@ -88,6 +96,10 @@ struct JobSpec {
   std::optional<SpotCapacity> spot;
   double node_repair_s = 0;  // a node taken out by an interruption is back after this
   int hot_spares = 0;        // idle nodes, paid for, that replace a node taken out at once
+  ShortagePolicy when_short = ShortagePolicy::wait;
+  int replicas = 1;  // data-parallel replicas (dp), what shrinking drops
+  // A step one replica short, its tokens that much fewer (0: as long as a full step).
+  double shrunk_step_s = 0;
   double tokens_per_step = 0;
   double usd_per_gpu_hour = 0;  // paid for every GPU, spares' too, over the wall time
 };
@@ -120,6 +132,8 @@ struct JobReplication {
   double lost_training_s = 0;     // training redone: the work interruptions and preemptions lost
   double checkpoint_stall_s = 0;  // training stood still for scheduled checkpoints
   double node_wait_s = 0;         // the job waited for a repaired node
+  double shrunk_s = 0;            // trained short of replicas
+  std::int64_t regrows = 0;       // restarts to take repaired replicas back
 };
 
 // Mean with its 99% confidence half-width (normal approximation), and percentiles.
@@ -143,6 +157,8 @@ struct JobResult {
   SampleSummary preemptions;
   SampleSummary lost_gpu_hours;  // GPU-hours paid for and not spent on useful training
   SampleSummary node_wait_s;
+  SampleSummary shrunk_s;
+  SampleSummary regrows;
   SampleSummary cost_usd;
   SampleSummary usd_per_million_tokens;  // empty without tokens_per_step
   // The job's GPU-time that scheduled checkpoints stood training still (those an interruption
@@ -170,6 +186,7 @@ struct RunSpec {
   CheckpointWrite write = CheckpointWrite::blocking;
   double node_repair_s = 0;
   int hot_spares = 0;
+  ShortagePolicy when_short = ShortagePolicy::wait;
   double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
   double storage_read_bytes_per_s = 0;
   std::optional<SpotCapacity> spot;  // set: the run is on spot capacity
@@ -196,6 +213,6 @@ double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, 
 // checkpoint is copied by every GPU at once, each its share (a fully parallel save), over its
 // PCIe link.
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
-                 const NodeSpec& node, int nodes, double step_s);
+                 const ParallelPlan& plan, const NodeSpec& node, int nodes, double step_s);
 
 }  // namespace fleetsim

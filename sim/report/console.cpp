@@ -342,6 +342,20 @@ void add_run_rows(Table& table, const RunReport& report) {
                           return fixed(r.node_wait_s.mean / 3600, 1) + " (" +
                                  fixed(r.node_wait_s.p90 / 3600, 1) + ")";
                         })));
+    const bool shrinks =
+        std::any_of(report.variants.begin(), report.variants.end(), [](const VariantReport& v) {
+          return v.job && v.job->when_short == ShortagePolicy::shrink;
+        });
+    if (shrinks) {
+      table.add("shrunk (h), regrows, mean",
+                cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
+                            if (job.when_short != ShortagePolicy::shrink) {
+                              return std::string(kMissing);
+                            }
+                            return fixed(r.shrunk_s.mean / 3600, 1) + ", " +
+                                   fixed(r.regrows.mean, 1);
+                          })));
+    }
   }
   table.add("lost GPU-hours, mean",
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {

@@ -34,14 +34,16 @@
 //                 folded, a link only a left-out replica's copy would use is not listed)
 //     warnings    1-D variable-length string dataset (may be 0 rows)
 //     run         group, only for a variant with a run: block whose layout fits: attributes
-//                 interruptions_preset, checkpoint_write ("blocking" or "async") (strings),
-//                 steps, checkpoint_write_s, checkpoint_copy_s, restore_s, detection_s,
-//                 restart_s, node_repair_s, paid_gpus, checkpoint_interval_steps, mtbf_s
-//                 (inf: none), usd_per_gpu_hour (NaN without pricing), useful_s (double),
-//                 hot_spares (int); on spot spot_preemptions_per_node_hour, spot_notice_s,
+//                 interruptions_preset, checkpoint_write ("blocking" or "async"), when_short
+//                 ("wait" or "shrink") (strings), steps, checkpoint_write_s,
+//                 checkpoint_copy_s, restore_s, detection_s, restart_s, node_repair_s,
+//                 paid_gpus, shrunk_step_s, checkpoint_interval_steps, mtbf_s (inf: none),
+//                 usd_per_gpu_hour (NaN without pricing), useful_s (double), hot_spares,
+//                 replicas (int); on spot spot_preemptions_per_node_hour, spot_notice_s,
 //                 spot_capacity_return_s (double), spot_source (string); and for each of
 //                 wall_s, goodput, interruptions, preemptions (on spot), lost_gpu_hours,
-//                 node_wait_s, and with pricing cost_usd, usd_per_million_tokens and
+//                 node_wait_s, shrunk_s, regrows, and with pricing cost_usd,
+//                 usd_per_million_tokens and
 //                 usd_per_checkpoint: <name>_mean, _ci99_half_width, _p50, _p90, _p99
 //                 (double). Datasets, one row per replication in replication order (double):
 //                 wall_s, interruptions, checkpoints, lost_training_s, node_wait_s
@@ -297,6 +299,10 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   write_attribute(group, "restart_s", job.restart_s);
   write_attribute(group, "node_repair_s", job.node_repair_s);
   write_attribute(group, "hot_spares", job.hot_spares);
+  write_attribute(group, "when_short",
+                  std::string(job.when_short == ShortagePolicy::shrink ? "shrink" : "wait"));
+  write_attribute(group, "replicas", job.replicas);
+  write_attribute(group, "shrunk_step_s", job.shrunk_step_s);
   write_attribute(group, "paid_gpus", paid_gpus(job));
   write_attribute(group, "checkpoint_interval_steps", result.interval_steps);
   write_attribute(group, "mtbf_s", result.mtbf_s);
@@ -322,6 +328,8 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   }
   summary("lost_gpu_hours", result.lost_gpu_hours);
   summary("node_wait_s", result.node_wait_s);
+  summary("shrunk_s", result.shrunk_s);
+  summary("regrows", result.regrows);
   if (priced) {
     summary("cost_usd", result.cost_usd);
     summary("usd_per_million_tokens", result.usd_per_million_tokens);

@@ -101,7 +101,7 @@ Json run_json(const VariantReport& variant) {
     causes.push_back({{"cause", cause.name},
                       {"per_gpu_day", cause.per_gpu_day},
                       {"source", cause.source},
-                      {"takes_node", cause.takes_node}});
+                      {"nodes_out", cause.nodes_out}});
   }
   return Json{
       {"interruptions_preset", variant.run->interruptions},
@@ -114,6 +114,9 @@ Json run_json(const VariantReport& variant) {
       {"restart_s", job.restart_s},
       {"node_repair_s", job.node_repair_s},
       {"hot_spares", job.hot_spares},
+      {"when_short", job.when_short == ShortagePolicy::shrink ? "shrink" : "wait"},
+      {"replicas", job.replicas},
+      {"shrunk_step_s", job.shrunk_step_s},
       {"paid_gpus", paid_gpus(job)},
       {"checkpoint_interval_steps", result.interval_steps},
       {"mtbf_s", std::isfinite(result.mtbf_s) ? Json(result.mtbf_s) : Json(nullptr)},
@@ -131,6 +134,8 @@ Json run_json(const VariantReport& variant) {
                         : Json(nullptr)},
       {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
       {"node_wait_s", summary_json(result.node_wait_s)},
+      {"shrunk_s", summary_json(result.shrunk_s)},
+      {"regrows", summary_json(result.regrows)},
       {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
       {"usd_per_million_tokens",
        variant.run->priced ? summary_json(result.usd_per_million_tokens) : Json(nullptr)},

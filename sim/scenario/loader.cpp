@@ -979,14 +979,14 @@ const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",  "tr
                        "layout", "cluster",     "run",  "pricing", "compare"};
 const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
-const Keys kRunKeys = {"interruptions", "checkpoint", "checkpoint_write", "detection", "restart",
-                       "node_repair",   "hot_spares", "replications",     "spot"};
+const Keys kRunKeys = {"interruptions", "checkpoint", "checkpoint_write", "detection",    "restart",
+                       "node_repair",   "hot_spares", "when_short",       "replications", "spot"};
 const Keys kSpotKeys = {"preemptions_per_node_hour", "source", "notice", "capacity_return"};
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
-// A cause takes its node out of service unless it says takes_node: false.
-const Keys kCauseCountKeys = {"cause", "count", "takes_node"};
+// A cause takes one node out of service unless it says otherwise (nodes_out: 0, or a switch's).
+const Keys kCauseCountKeys = {"cause", "count", "nodes_out"};
 const Keys kCauseCountRequired = {"cause", "count"};
-const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source", "takes_node"};
+const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source", "nodes_out"};
 const Keys kCauseRateRequired = {"cause", "per_gpu_day", "source"};
 const Keys kStorageKeys = {"write", "read"};
 const Keys kPricingKeys = {"gpu_hour", "spot_gpu_hour"};
@@ -1759,9 +1759,9 @@ Variant Loader::parse_full_variant(std::string name, const Field& root) {
   return variant;
 }
 
-bool takes_node(const Field& cause) {
-  const auto field = find(cause, "takes_node");
-  return field ? read_bool(*field) : true;
+int nodes_out(const Field& cause) {
+  const auto field = find(cause, "nodes_out");
+  return field ? read_int(*field, 0) : 1;
 }
 
 // Interruption rates from a published run's counts by cause: count / (GPUs x days) per GPU-day.
@@ -1787,7 +1787,7 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
     require_keys(entry, kCauseCountRequired);
     const double count = read_non_negative(require(entry, "count"));
     causes.push_back(
-        {read_string(require(entry, "cause")), count / (gpus * days), source, takes_node(entry)});
+        {read_string(require(entry, "cause")), count / (gpus * days), source, nodes_out(entry)});
   }
   return causes;
 }
@@ -1854,7 +1854,7 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       require_keys(entry, kCauseRateRequired);
       run.causes.push_back({read_string(require(entry, "cause")),
                             read_non_negative(require(entry, "per_gpu_day")),
-                            read_provenance(require(entry, "source")), takes_node(entry)});
+                            read_provenance(require(entry, "source")), nodes_out(entry)});
     }
   }
   // One scalar, so that a compare entry replaces it whole: young_daly, "500 steps" or a
@@ -1911,6 +1911,19 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
   run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);
   if (const auto repair = find(*block, "node_repair")) {
     run.node_repair_s = read_quantity(*repair, Quantity::duration, Zero::allowed);
+  }
+  if (const auto policy = find(*block, "when_short")) {
+    const std::string text = scalar(*policy, "wait or shrink");
+    if (text == "shrink") {
+      run.when_short = ShortagePolicy::shrink;
+    } else if (text != "wait") {
+      fail(*policy, "expected wait or shrink, got " + describe(policy->node),
+           "when_short: shrink drops the replicas of nodes under repair until they are back");
+    }
+    if (!(run.node_repair_s > 0)) {
+      fail(*policy, "a run short of nodes needs node_repair: how long a node stays out",
+           "add node_repair: 8h");
+    }
   }
   if (const auto spares = find(*block, "hot_spares")) {
     run.hot_spares = read_int(*spares, 0);

@@ -281,7 +281,7 @@ TEST_CASE("job: a node taken out waits for its repair unless a hot spare takes i
 
   // An interruption that leaves the nodes in service (a software fault) waits for nothing.
   JobSpec software = job;
-  software.causes = {{"software bug", 0.00432, "assumed: a test's", false}};
+  software.causes = {{"software bug", 0.00432, "assumed: a test's", 0}};
   const JobResult in_place = simulate_job(software, 200, 21);
   CHECK(in_place.node_wait_s.p99 == 0);
   CHECK(in_place.interruptions.mean > 5);
@@ -289,4 +289,85 @@ TEST_CASE("job: a node taken out waits for its repair unless a hot spare takes i
   // Spares without a repair time mean nothing, and are refused.
   no_repair.hot_spares = 2;
   CHECK_THROWS_WITH(simulate_job(no_repair, 10, 1), Catch::Contains("repair time"));
+}
+
+TEST_CASE("job: a switch fault takes all its nodes out at once") {
+  // Interruptions every 20,000 s, each taking 4 nodes out for 4 h: spares for one fault at a
+  // time are not enough when two overlap (they do, 4 h in 5.6 h between), spares for four are.
+  JobSpec job = interrupted_job();
+  job.nodes = 125;
+  job.node_repair_s = 4 * 3600;
+  job.causes = {{"leaf switch", 0.00432, "assumed: a test's", 4}};
+  job.hot_spares = 4;
+  const JobResult four = simulate_job(job, 1000, 21);
+  job.hot_spares = 16;
+  const JobResult sixteen = simulate_job(job, 1000, 21);
+  job.hot_spares = 3;
+  const JobResult three = simulate_job(job, 1000, 21);
+  CHECK(four.node_wait_s.mean > 0);
+  CHECK(sixteen.node_wait_s.mean < four.node_wait_s.mean);
+  // Three spares for four nodes: every fault waits for its repair, as a one-node fault
+  // without spares does, replication by replication.
+  JobSpec single = job;
+  single.causes = {{"GPU", 0.00432, "assumed: a test's", 1}};
+  single.hot_spares = 0;
+  const JobResult one_node = simulate_job(single, 1000, 21);
+  for (std::size_t i = 0; i < three.replications.size(); ++i) {
+    CHECK(three.replications[i].wall_s == one_node.replications[i].wall_s);
+  }
+  // Causes are drawn by their share of the rate: half switches, half software bugs wait about
+  // half as much as switches alone.
+  JobSpec mixed = job;
+  mixed.hot_spares = 3;
+  mixed.causes = {{"leaf switch", 0.00216, "assumed: a test's", 4},
+                  {"software bug", 0.00216, "assumed: a test's", 0}};
+  const JobResult half = simulate_job(mixed, 1000, 21);
+  CHECK(half.interruptions.mean == Approx(three.interruptions.mean).epsilon(0.05));
+  const double ratio = half.node_wait_s.mean / three.node_wait_s.mean;
+  CHECK(ratio > 0.4);
+  CHECK(ratio < 0.6);
+}
+
+TEST_CASE("job: shrinking runs on without a replica while its node is repaired") {
+  // 125 replicas of one node each, interruptions every 20,000 s taking a node out for 4 h.
+  JobSpec job = interrupted_job();
+  job.nodes = 125;
+  job.replicas = 125;
+  job.node_repair_s = 4 * 3600;
+  const JobResult waits = simulate_job(job, 1000, 21);
+  job.when_short = ShortagePolicy::shrink;
+  const JobResult shrinks = simulate_job(job, 1000, 21);
+  JobSpec no_repair = job;
+  no_repair.node_repair_s = 0;
+  const JobResult never_short = simulate_job(no_repair, 1000, 21);
+  // It never waits for a node, and takes the replica back at a checkpoint, at most once an
+  // interruption. It trains short while some node is out: repairs of 4 h starting as a Poisson
+  // process of 1 / 20,000 s cover (1 - e^(-14,400 / 20,000)) x 20,000 = 10,265 s per
+  // interruption (overlapping ones share it), less the downtime and segments lost, more the
+  // wait for the checkpoint after a repair.
+  CHECK(shrinks.node_wait_s.p99 == 0);
+  double shrunk = 0, regrows = 0;
+  for (const JobReplication& run : shrinks.replications) {
+    shrunk += run.shrunk_s;
+    regrows += static_cast<double>(run.regrows);
+    CHECK(run.regrows <= run.interruptions);
+  }
+  const double per_interruption = shrunk / (shrinks.interruptions.mean * 1000);
+  CHECK(per_interruption > 0.7 * 10265);
+  CHECK(per_interruption < 1.2 * 10265);
+  CHECK(regrows > 0.8 * shrinks.interruptions.mean * 1000);
+  // A 1/125 slower step for hours and a restart to regrow cost far less than stopping for the
+  // repair, and more than no repair at all.
+  CHECK(shrinks.wall_s.mean < waits.wall_s.mean - waits.wall_s.ci99_half_width);
+  CHECK(shrinks.wall_s.mean > never_short.wall_s.mean);
+  // With one replica there is nothing to drop: shrinking is waiting.
+  JobSpec one = job;
+  one.replicas = 1;
+  JobSpec one_waits = one;
+  one_waits.when_short = ShortagePolicy::wait;
+  const JobResult a = simulate_job(one, 200, 4);
+  const JobResult b = simulate_job(one_waits, 200, 4);
+  for (std::size_t i = 0; i < a.replications.size(); ++i) {
+    CHECK(a.replications[i].wall_s == b.replications[i].wall_s);
+  }
 }

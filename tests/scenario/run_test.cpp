@@ -52,7 +52,8 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
   // Hardware causes take their node out; software bugs, timeouts and dependencies do not.
   double in_place = 0;
   for (const InterruptionCause& cause : run.causes) {
-    if (!cause.takes_node) in_place += cause.per_gpu_day * 16384 * 54;
+    if (cause.nodes_out == 0) in_place += cause.per_gpu_day * 16384 * 54;
+    CHECK(cause.nodes_out <= 1);
   }
   CHECK(in_place == Approx(54 + 7 + 2));
   CHECK(run.write == CheckpointWrite::blocking);
@@ -100,8 +101,8 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
                 "         source: 'assumed: no published rate'}\n"),
            "{gpu_hour: 2.95USD/h}", "{gpu_hour: 2.95USD/h, spot_gpu_hour: 1.5USD/h}"));
   const StepInputs& in = spot_priced.variants[0].inputs;
-  const JobSpec spot_job =
-      job_spec(*spot_priced.variants[0].run, in.model, in.training, in.node, in.nodes, 5.0);
+  const JobSpec spot_job = job_spec(*spot_priced.variants[0].run, in.model, in.training, in.plan,
+                                    in.node, in.nodes, 5.0);
   CHECK(spot_job.usd_per_gpu_hour == 1.5);
   CHECK(spot_job.nodes == 1);
   const auto unsourced_spot = load_error(
@@ -192,12 +193,33 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   CHECK(s.variants[1].run->node_repair_s == 8 * 3600);
   // Every GPU copies its share of the checkpoint over its own PCIe link at once.
   const StepInputs& in = s.variants[0].inputs;
-  const JobSpec job = job_spec(run, in.model, in.training, in.node, in.nodes, 5.0);
+  const JobSpec job = job_spec(run, in.model, in.training, in.plan, in.node, in.nodes, 5.0);
   CHECK(job.checkpoint_copy_s ==
         Approx(checkpoint_bytes(in.model, in.training) / 8 / in.node.pcie_bytes_per_s));
   CHECK(job.checkpoint_copy_s < job.checkpoint_write_s / 4);
   CHECK(checkpoint_stall_s(job) == job.checkpoint_copy_s);
   CHECK(paid_gpus(job) == 8 + 2 * 8);
+  CHECK(job.replicas == 8);
+  CHECK(job.when_short == ShortagePolicy::wait);
+  // Shrinking, and a correlated cause: a leaf switch takes its 16 nodes out.
+  const Scenario shrink = load_text(with(kRun, "  interruptions: llama3-405b\n",
+                                         "  interruptions:\n"
+                                         "    - {cause: leaf switch, per_gpu_day: 0.001, "
+                                         "source: 'assumed: a guess', nodes_out: 16}\n"
+                                         "  node_repair: 4h\n"
+                                         "  when_short: shrink\n"));
+  CHECK(shrink.variants[0].run->when_short == ShortagePolicy::shrink);
+  CHECK(shrink.variants[0].run->causes[0].nodes_out == 16);
+  const auto unrepaired = load_error(
+      with(kRun, "  replications: 200\n", "  replications: 200\n  when_short: shrink\n"));
+  REQUIRE(unrepaired);
+  CHECK(unrepaired->key() == "run.when_short");
+  CHECK_THAT(unrepaired->what(), Catch::Contains("needs node_repair"));
+  const auto policy = load_error(with(kRun, "  replications: 200\n",
+                                      "  replications: 200\n  node_repair: 1h\n"
+                                      "  when_short: pray\n"));
+  REQUIRE(policy);
+  CHECK_THAT(policy->what(), Catch::Contains("expected wait or shrink"));
   CHECK(job.tokens_per_step == 256.0 * 4096);
 
   const auto write = load_error(
@@ -218,9 +240,9 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   const auto scope = load_error(
       with(kRun, "  interruptions: llama3-405b\n",
            "  interruptions:\n    - {cause: bug, per_gpu_day: 0.01, source: 'assumed: a guess', "
-           "takes_node: sometimes}\n"));
+           "nodes_out: some}\n"));
   REQUIRE(scope);
-  CHECK(scope->key() == "run.interruptions[0].takes_node");
+  CHECK(scope->key() == "run.interruptions[0].nodes_out");
 }
 
 TEST_CASE("BLOOM-176B's checkpoint is about the published 2.3 TB") {
@@ -236,7 +258,8 @@ TEST_CASE("BLOOM-176B's checkpoint is about the published 2.3 TB") {
 TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from storage and NICs") {
   const Scenario s = load_text(kRun);
   const StepInputs& in = s.variants[0].inputs;
-  const JobSpec job = job_spec(*s.variants[0].run, in.model, in.training, in.node, in.nodes, 5.0);
+  const JobSpec job =
+      job_spec(*s.variants[0].run, in.model, in.training, in.plan, in.node, in.nodes, 5.0);
   CHECK(job.steps == std::ceil(1e11 / (256.0 * 4096)));
   CHECK(job.gpus == 8);
   // 14 bytes per parameter (BF16 weights, FP32 master weights, two FP32 moments) at the

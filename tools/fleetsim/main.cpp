@@ -160,6 +160,21 @@ RunReport empty_report(const Scenario& scenario) {
   return report;
 }
 
+// A shrinking run's step one data-parallel replica short, from the step executor: the replica's
+// nodes and its share of the batch gone. 0 (taken as the full step) where the job has one
+// replica or a replica is not whole nodes.
+double shrunk_step_s(const fleetsim::StepInputs& in, fleetsim::StepOptions options) {
+  const int replica_gpus = in.plan.world_size() / in.plan.dp;
+  if (in.plan.dp < 2 || replica_gpus % in.node.gpus != 0) return 0;
+  fleetsim::StepInputs shrunk = in;
+  shrunk.plan.dp -= 1;
+  shrunk.training.global_batch -= in.training.global_batch / in.plan.dp;
+  shrunk.nodes -= replica_gpus / in.node.gpus;
+  options.trace_ranks = 0;
+  const fleetsim::StepOutcome outcome = fleetsim::simulate_step(shrunk, options);
+  return outcome.simulated ? outcome.step.step_time_s : 0.0;
+}
+
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {},
                    bool quiet = true) {
   RunReport report = empty_report(scenario);
@@ -181,8 +196,11 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     // same interruption histories for every variant of one cluster size).
     if (variant.run && out.outcome.simulated) {
       const auto& in = variant.inputs;
-      out.job = fleetsim::job_spec(*variant.run, in.model, in.training, in.node, in.nodes,
+      out.job = fleetsim::job_spec(*variant.run, in.model, in.training, in.plan, in.node, in.nodes,
                                    out.outcome.step.step_time_s);
+      if (out.job->when_short == fleetsim::ShortagePolicy::shrink) {
+        out.job->shrunk_step_s = shrunk_step_s(in, options);
+      }
       out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed,
                                               [&progress] { progress.advance(); });
     }
