@@ -1899,13 +1899,8 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
                             read_quantity(require(*spot, "capacity_return"), Quantity::duration)};
   }
   if (const auto write = find(*block, "checkpoint_write")) {
-    const std::string text = scalar(*write, "blocking or async");
-    if (text == "async") {
-      run.write = CheckpointWrite::async;
-    } else if (text != "blocking") {
-      fail(*write, "expected blocking or async, got " + describe(write->node),
-           "checkpoint_write: async stalls training only for the copy to host memory");
-    }
+    run.write = read_choice(*write, {"blocking", "async"}) == "async" ? CheckpointWrite::async
+                                                                      : CheckpointWrite::blocking;
   }
   run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
   run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);
@@ -1913,13 +1908,8 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     run.node_repair_s = read_quantity(*repair, Quantity::duration, Zero::allowed);
   }
   if (const auto policy = find(*block, "when_short")) {
-    const std::string text = scalar(*policy, "wait or shrink");
-    if (text == "shrink") {
-      run.when_short = ShortagePolicy::shrink;
-    } else if (text != "wait") {
-      fail(*policy, "expected wait or shrink, got " + describe(policy->node),
-           "when_short: shrink drops the replicas of nodes under repair until they are back");
-    }
+    run.when_short = read_choice(*policy, {"wait", "shrink"}) == "shrink" ? ShortagePolicy::shrink
+                                                                          : ShortagePolicy::wait;
     if (!(run.node_repair_s > 0)) {
       fail(*policy, "a run short of nodes needs node_repair: how long a node stays out",
            "add node_repair: 8h");

@@ -219,14 +219,14 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
                                       "  replications: 200\n  node_repair: 1h\n"
                                       "  when_short: pray\n"));
   REQUIRE(policy);
-  CHECK_THAT(policy->what(), Catch::Contains("expected wait or shrink"));
+  CHECK_THAT(policy->what(), Catch::Contains("expected one of wait, shrink"));
   CHECK(job.tokens_per_step == 256.0 * 4096);
 
   const auto write = load_error(
       with(kRun, "  replications: 200\n", "  replications: 200\n  checkpoint_write: lazy\n"));
   REQUIRE(write);
   CHECK(write->key() == "run.checkpoint_write");
-  CHECK_THAT(write->what(), Catch::Contains("expected blocking or async"));
+  CHECK_THAT(write->what(), Catch::Contains("expected one of blocking, async"));
   const auto spares =
       load_error(with(kRun, "  replications: 200\n", "  replications: 200\n  hot_spares: 4\n"));
   REQUIRE(spares);
