@@ -84,6 +84,18 @@ double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double
   return gpu.gemm_efficiency.value * gemm_shape_efficiency(gpu, m, n, k);
 }
 
+GpuProfile slowed(const GpuProfile& gpu, double slowdown) {
+  GpuProfile slow = gpu;
+  const double factor = 1 / (1 + slowdown);
+  slow.dense_bf16_flops_per_s.value *= factor;
+  slow.gemm_sustained_flops_per_s.value *= factor;
+  if (slow.fp8) {
+    slow.fp8->dense_flops_per_s.value *= factor;
+    slow.fp8->gemm_sustained_flops_per_s.value *= factor;
+  }
+  return slow;
+}
+
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
   const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
   switch (kernel.kind) {

@@ -44,6 +44,11 @@ double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k);
 // ModelError for an FP8 GEMM on a profile without FP8 entries.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
+
+// The GPU running `slowdown` slower at compute (0.1: its compute kernels take 10% longer), as a
+// throttled or faulty one does: every compute rate (BF16 and FP8 peaks, sustained GEMM rates)
+// divided by 1 + slowdown; HBM, launch times and links unchanged.
+GpuProfile slowed(const GpuProfile& gpu, double slowdown);
 // The profile with its FP8 entries in the places of the BF16 GEMM ones (peak, efficiency, k0,
 // sustained rate, fixed time): what an FP8 GEMM sees, and what an FP8 fit adjusts.
 GpuProfile fp8_gemm_view(const GpuProfile& gpu);

@@ -48,6 +48,16 @@ void check(const JobSpec& job) {
       !(job.node_repair_s >= 0) || !std::isfinite(job.node_repair_s) || job.hot_spares < 0) {
     throw ModelError("checkpoint copy and node repair times must be finite and >= 0, spares too");
   }
+  for (const Degradation& degradation : job.degradations) {
+    if (!(degradation.fraction >= 0) || !(degradation.per_gpu_day >= 0) ||
+        !(degradation.step_s > 0) || !std::isfinite(degradation.step_s)) {
+      throw ModelError("degradation " + degradation.name +
+                       " needs a fraction and a rate >= 0 and its step time");
+    }
+  }
+  if (job.evict_degraded_after_s && !(*job.evict_degraded_after_s >= 0)) {
+    throw ModelError("degraded nodes are evicted after a time >= 0");
+  }
   if (job.hot_spares > 0 && !(job.node_repair_s > 0)) {
     throw ModelError("hot spares need a node repair time: how long a node taken out stays out");
   }
@@ -128,7 +138,10 @@ class Replication {
         step_s_(job.step_s),
         interruptions_(seed, "job.interruptions", index),
         causes_(seed, "job.interruption_scopes", index),
-        preemptions_(seed, "job.preemptions", index) {
+        preemptions_(seed, "job.preemptions", index),
+        degradations_(seed, "job.degradations", index),
+        degradation_kinds_(seed, "job.degradation_kinds", index),
+        present_(job.degradations.size(), false) {
     // Causes by their share of the rate, drawn only where repairs make the node count matter
     // and the causes differ in it.
     double total = 0;
@@ -140,8 +153,12 @@ class Replication {
     for (double& share : cumulative_share_) share /= total > 0 ? total : 1.0;
     draws_cause_ = draws_cause_ && job.node_repair_s > 0;
     if (!job.causes.empty()) nodes_out_ = job.causes.front().nodes_out;
+    for (const Degradation& degradation : job.degradations) {
+      degradation_rate_ += degradation.per_gpu_day * job.gpus / 86400;
+    }
     draw_interruption(0);
     draw_preemption(0);
+    draw_degradation(0);
   }
 
   JobReplication run() {
@@ -149,6 +166,8 @@ class Replication {
       // Nothing is interrupted or preempted while the job holds no capacity.
       while (interruption_ < now_) draw_interruption(interruption_);
       while (preemption_ < now_) draw_preemption(preemption_);
+      // Hardware degrades whatever the job does; it slows the job from its next segment.
+      while (degradation_ <= now_) degrade();
       if (trained_ == job_.steps) {
         drain_last();
       } else {
@@ -175,6 +194,43 @@ class Replication {
       nodes_out_ = job_.causes[static_cast<std::size_t>(cause)].nodes_out;
     }
   }
+  void draw_degradation(double after) {
+    degradation_ =
+        degradation_rate_ > 0 ? after + degradations_.exponential(degradation_rate_) : kInfinity;
+  }
+
+  // The degradation now due appears, of a kind drawn by the kinds' shares of the rate.
+  void degrade() {
+    double u = degradation_kinds_.uniform01() * degradation_rate_;
+    std::size_t kind = 0;
+    for (; kind + 1 < job_.degradations.size(); ++kind) {
+      u -= job_.degradations[kind].per_gpu_day * job_.gpus / 86400;
+      if (u < 0) break;
+    }
+    if (degraded_count_ == 0) degraded_since_ = degradation_;
+    degraded_count_ = std::min(degraded_count_ + 1, job_.nodes);
+    present_[kind] = true;
+    draw_degradation(degradation_);
+    update_step();
+  }
+
+  // At a checkpoint, when the job evicts degraded nodes and one has been present long enough:
+  // it stops, lets the checkpoint in flight finish writing, takes them out for repair and
+  // restarts without them (on spares, short, or after waiting, as for a failure).
+  void evict_degraded() {
+    if (!job_.evict_degraded_after_s || degraded_count_ == 0 ||
+        now_ < degraded_since_ + *job_.evict_degraded_after_s) {
+      return;
+    }
+    const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
+    if (pending_) complete_pending();
+    result_.evictions += degraded_count_;
+    if (job_.node_repair_s > 0) take_nodes_out(from, degraded_count_);
+    degraded_count_ = 0;
+    std::fill(present_.begin(), present_.end(), false);
+    restart(nodes_for_restart(from));
+  }
+
   void draw_preemption(double after) {
     preemption_ =
         preemption_rate_ > 0 ? after + preemptions_.exponential(preemption_rate_) : kInfinity;
@@ -195,7 +251,9 @@ class Replication {
       pending_ = Written{trained_, resume + drain_s_};
       if (drain_s_ == 0) complete_pending();
       if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
+      if (degraded_count_ > 0) result_.degraded_s += resume - now_;
       now_ = resume;
+      evict_degraded();
       regrow();
       return;
     }
@@ -277,8 +335,11 @@ class Replication {
         draw_interruption(interruption_);
       }
     }
-    // Capacity returns as a full set of healthy nodes: none of the reclaimed is under repair.
+    // Capacity returns as a full set of healthy nodes: none of the reclaimed is under repair or
+    // degraded.
     under_repair_.clear();
+    degraded_count_ = 0;
+    std::fill(present_.begin(), present_.end(), false);
     shrink_to(0);
     restart(reclaimed + job_.spot->capacity_return_s);
   }
@@ -306,13 +367,7 @@ class Replication {
       draw_interruption(at);
       const double detected = at + job_.detection_s;
       if (interruption_ < detected) continue;
-      // Short of nodes, the job restarts without the replicas they belonged to if it may and
-      // keeps one; else it waits for repairs.
-      const int lost = replicas_lost(nodes_missing(detected));
-      const bool shrinks = job_.when_short == ShortagePolicy::shrink && lost < job_.replicas;
-      shrink_to(shrinks ? lost : 0);
-      const double start = shrinks ? detected : std::max(detected, nodes_ready_at(detected));
-      result_.node_wait_s += start - detected;
+      const double start = nodes_for_restart(detected);
       while (interruption_ < start) draw_interruption(interruption_);
       const double end = start + job_.restart_s + job_.restore_s;
       if (interruption_ < end) continue;
@@ -332,6 +387,17 @@ class Replication {
     const auto repaired = std::upper_bound(under_repair_.begin(), under_repair_.end(), at);
     under_repair_.erase(under_repair_.begin(), repaired);
     return std::max(0, static_cast<int>(under_repair_.size()) - job_.hot_spares);
+  }
+
+  // When the job, stopped at `at`, can restart: at once on spares, or short of nodes without
+  // the replicas they belonged to if it shrinks and keeps one, else when enough are repaired.
+  double nodes_for_restart(double at) {
+    const int lost = replicas_lost(nodes_missing(at));
+    const bool shrinks = job_.when_short == ShortagePolicy::shrink && lost < job_.replicas;
+    shrink_to(shrinks ? lost : 0);
+    const double start = shrinks ? at : nodes_ready_at(at);
+    result_.node_wait_s += start - at;
+    return start;
   }
 
   // When, from `at`, the job has all its nodes: at once while the nodes under repair are no
@@ -355,8 +421,18 @@ class Replication {
   // kept), so a full step's tokens take proportionally longer.
   void shrink_to(int replicas) {
     short_replicas_ = replicas;
-    const double step = replicas > 0 && job_.shrunk_step_s > 0 ? job_.shrunk_step_s : job_.step_s;
-    step_s_ = step * job_.replicas / (job_.replicas - replicas);
+    update_step();
+  }
+
+  // A full step's tokens at the job's size and state now: the slowest degradation present,
+  // and a shrunk job's step scaled from the executor's one replica short.
+  void update_step() {
+    double step = job_.step_s;
+    for (std::size_t kind = 0; kind < present_.size(); ++kind) {
+      if (present_[kind]) step = std::max(step, job_.degradations[kind].step_s);
+    }
+    if (short_replicas_ > 0 && job_.shrunk_step_s > 0) step *= job_.shrunk_step_s / job_.step_s;
+    step_s_ = step * job_.replicas / (job_.replicas - short_replicas_);
   }
 
   // After a checkpoint of a shrunk run: when repairs would give it replicas back, it stops,
@@ -394,6 +470,13 @@ class Replication {
   std::optional<Written> pending_;    // a checkpoint on its way to storage
   std::vector<double> under_repair_;  // when each node taken out is back, ascending
   int short_replicas_ = 0;            // data-parallel replicas the job runs without
+  RngStream degradations_;
+  RngStream degradation_kinds_;
+  double degradation_rate_ = 0;  // onsets per second, all kinds
+  double degradation_ = 0;       // the next one's onset
+  std::vector<bool> present_;    // by kind: one or more present
+  int degraded_count_ = 0;       // degraded nodes in the job
+  double degraded_since_ = 0;    // the first present's onset
   JobReplication result_;
 };
 
@@ -516,7 +599,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   const double gpus = paid_gpus(job);
   const double tokens = job.steps * job.tokens_per_step;
   std::vector<double> wall, goodput, interruptions, preemptions, lost, node_wait, shrunk, regrows,
-      cost, per_million_tokens, per_checkpoint;
+      degraded, evictions, cost, per_million_tokens, per_checkpoint;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
     goodput.push_back(result.useful_s / run.wall_s);
@@ -526,6 +609,8 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
     node_wait.push_back(run.node_wait_s);
     shrunk.push_back(run.shrunk_s);
     regrows.push_back(static_cast<double>(run.regrows));
+    degraded.push_back(run.degraded_s);
+    evictions.push_back(static_cast<double>(run.evictions));
     const double usd = run.wall_s * gpus / kSecondsPerHour * job.usd_per_gpu_hour;
     cost.push_back(usd);
     if (tokens > 0) per_million_tokens.push_back(usd / tokens * 1e6);
@@ -541,6 +626,8 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   result.node_wait_s = summarise(std::move(node_wait));
   result.shrunk_s = summarise(std::move(shrunk));
   result.regrows = summarise(std::move(regrows));
+  result.degraded_s = summarise(std::move(degraded));
+  result.evictions = summarise(std::move(evictions));
   result.cost_usd = summarise(std::move(cost));
   result.usd_per_million_tokens = summarise(std::move(per_million_tokens));
   result.usd_per_checkpoint = summarise(std::move(per_checkpoint));
@@ -592,6 +679,8 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.node_repair_s = run.node_repair_s;
   job.hot_spares = run.hot_spares;
   job.when_short = run.when_short;
+  job.degradations = run.degradations;
+  job.evict_degraded_after_s = run.evict_degraded_after_s;
   job.replicas = plan.dp;
   job.tokens_per_step = tokens_per_step;
   job.restore_s = restore_bytes(model, training) /

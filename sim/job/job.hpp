@@ -50,6 +50,24 @@ struct InterruptionCause {
   int nodes_out = 1;
 };
 
+// Degraded hardware that keeps running: a GPU computing slower (thermal throttling, a failing
+// part) or a NIC link down to part of its bandwidth (a flapping or degraded cable). One slows
+// every synchronous step: the slowest rank gates the data-parallel reduction and the slowest
+// stage the pipeline, and NCCL splits a collective evenly over its channels, so the slowest
+// channel's rail gates it. Its step time is the step executor's with every GPU (or every NIC)
+// so degraded, which is what that gating amounts to. Degradations appear as a Poisson process
+// and stay until evicted: when the job evicts them, at the first checkpoint `evict_after` after
+// one appeared it restarts without the degraded nodes (taken out for repair like a failed one).
+struct Degradation {
+  enum class Kind { compute, network };
+  std::string name;
+  Kind kind = Kind::compute;
+  double fraction = 0;     // compute: kernels that much slower; network: the bandwidth lost
+  double per_gpu_day = 0;  // onsets per GPU per day
+  std::string source;
+  double step_s = 0;  // a step with one present (the step executor's, set by the caller)
+};
+
 // What a job short of healthy nodes (more out for repair than spares) does.
 enum class ShortagePolicy {
   wait,    // for the repairs, then restart at full size
@@ -100,6 +118,8 @@ struct JobSpec {
   int replicas = 1;  // data-parallel replicas (dp), what shrinking drops
   // A step one replica short, its tokens that much fewer (0: as long as a full step).
   double shrunk_step_s = 0;
+  std::vector<Degradation> degradations;
+  std::optional<double> evict_degraded_after_s;  // none: degraded nodes are kept
   double tokens_per_step = 0;
   double usd_per_gpu_hour = 0;  // paid for every GPU, spares' too, over the wall time
 };
@@ -134,6 +154,8 @@ struct JobReplication {
   double node_wait_s = 0;         // the job waited for a repaired node
   double shrunk_s = 0;            // trained short of replicas
   std::int64_t regrows = 0;       // restarts to take repaired replicas back
+  double degraded_s = 0;          // trained with degraded hardware present
+  std::int64_t evictions = 0;     // degraded nodes evicted
 };
 
 // Mean with its 99% confidence half-width (normal approximation), and percentiles.
@@ -159,6 +181,8 @@ struct JobResult {
   SampleSummary node_wait_s;
   SampleSummary shrunk_s;
   SampleSummary regrows;
+  SampleSummary degraded_s;
+  SampleSummary evictions;
   SampleSummary cost_usd;
   SampleSummary usd_per_million_tokens;  // empty without tokens_per_step
   // The job's GPU-time that scheduled checkpoints stood training still (those an interruption
@@ -187,6 +211,8 @@ struct RunSpec {
   double node_repair_s = 0;
   int hot_spares = 0;
   ShortagePolicy when_short = ShortagePolicy::wait;
+  std::vector<Degradation> degradations;  // step_s unset: the caller's step executor sets them
+  std::optional<double> evict_degraded_after_s;
   double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
   double storage_read_bytes_per_s = 0;
   std::optional<SpotCapacity> spot;  // set: the run is on spot capacity

@@ -357,6 +357,17 @@ void add_run_rows(Table& table, const RunReport& report) {
                           })));
     }
   }
+  const bool degrades =
+      std::any_of(report.variants.begin(), report.variants.end(),
+                  [](const VariantReport& v) { return v.job && !v.job->degradations.empty(); });
+  if (degrades) {
+    table.add("degraded (h), evictions, mean",
+              cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
+                          if (job.degradations.empty()) return std::string(kMissing);
+                          return fixed(r.degraded_s.mean / 3600, 1) + ", " +
+                                 fixed(r.evictions.mean, 1);
+                        })));
+  }
   table.add("lost GPU-hours, mean",
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
                         return grouped_integer(r.lost_gpu_hours.mean);
@@ -487,6 +498,12 @@ std::string warnings_section(const RunReport& report) {
     if (variant.job->spot && variant.job->spot->source.starts_with("assumed:")) {
       text +=
           "  " + variant.name + ": the spot preemption rate is " + variant.job->spot->source + "\n";
+    }
+    for (const Degradation& degradation : variant.job->degradations) {
+      if (degradation.source.starts_with("assumed:")) {
+        text += "  " + variant.name + ": the " + degradation.name + " rate is " +
+                degradation.source + "\n";
+      }
     }
   }
   return text.empty() ? text : "\nwarnings\n" + text;

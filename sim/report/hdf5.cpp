@@ -37,12 +37,13 @@
 //                 interruptions_preset, checkpoint_write ("blocking" or "async"), when_short
 //                 ("wait" or "shrink") (strings), steps, checkpoint_write_s,
 //                 checkpoint_copy_s, restore_s, detection_s, restart_s, node_repair_s,
-//                 paid_gpus, shrunk_step_s, checkpoint_interval_steps, mtbf_s (inf: none),
+//                 paid_gpus, shrunk_step_s, evict_degraded_after_s (NaN: kept),
+//                 checkpoint_interval_steps, mtbf_s (inf: none),
 //                 usd_per_gpu_hour (NaN without pricing), useful_s (double), hot_spares,
 //                 replicas (int); on spot spot_preemptions_per_node_hour, spot_notice_s,
 //                 spot_capacity_return_s (double), spot_source (string); and for each of
 //                 wall_s, goodput, interruptions, preemptions (on spot), lost_gpu_hours,
-//                 node_wait_s, shrunk_s, regrows, and with pricing cost_usd,
+//                 node_wait_s, shrunk_s, regrows, degraded_s, evictions, and with pricing cost_usd,
 //                 usd_per_million_tokens and
 //                 usd_per_checkpoint: <name>_mean, _ci99_half_width, _p50, _p90, _p99
 //                 (double). Datasets, one row per replication in replication order (double):
@@ -330,6 +331,10 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   summary("node_wait_s", result.node_wait_s);
   summary("shrunk_s", result.shrunk_s);
   summary("regrows", result.regrows);
+  summary("degraded_s", result.degraded_s);
+  summary("evictions", result.evictions);
+  write_attribute(group, "evict_degraded_after_s",
+                  job.evict_degraded_after_s ? *job.evict_degraded_after_s : kNotSimulated);
   if (priced) {
     summary("cost_usd", result.cost_usd);
     summary("usd_per_million_tokens", result.usd_per_million_tokens);

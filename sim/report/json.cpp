@@ -103,6 +103,16 @@ Json run_json(const VariantReport& variant) {
                       {"source", cause.source},
                       {"nodes_out", cause.nodes_out}});
   }
+  Json degradations = Json::array();
+  for (const Degradation& degradation : job.degradations) {
+    degradations.push_back(
+        {{"cause", degradation.name},
+         {"slows", degradation.kind == Degradation::Kind::network ? "network" : "compute"},
+         {"fraction", degradation.fraction},
+         {"per_gpu_day", degradation.per_gpu_day},
+         {"source", degradation.source},
+         {"step_s", degradation.step_s}});
+  }
   return Json{
       {"interruptions_preset", variant.run->interruptions},
       {"steps", job.steps},
@@ -136,6 +146,11 @@ Json run_json(const VariantReport& variant) {
       {"node_wait_s", summary_json(result.node_wait_s)},
       {"shrunk_s", summary_json(result.shrunk_s)},
       {"regrows", summary_json(result.regrows)},
+      {"degradations", std::move(degradations)},
+      {"evict_degraded_after_s",
+       job.evict_degraded_after_s ? Json(*job.evict_degraded_after_s) : Json(nullptr)},
+      {"degraded_s", summary_json(result.degraded_s)},
+      {"evictions", summary_json(result.evictions)},
       {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
       {"usd_per_million_tokens",
        variant.run->priced ? summary_json(result.usd_per_million_tokens) : Json(nullptr)},

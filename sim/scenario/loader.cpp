@@ -979,8 +979,10 @@ const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",  "tr
                        "layout", "cluster",     "run",  "pricing", "compare"};
 const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
-const Keys kRunKeys = {"interruptions", "checkpoint", "checkpoint_write", "detection",    "restart",
-                       "node_repair",   "hot_spares", "when_short",       "replications", "spot"};
+const Keys kRunKeys = {"interruptions", "checkpoint",     "checkpoint_write", "detection",
+                       "restart",       "node_repair",    "hot_spares",       "when_short",
+                       "degraded",      "evict_degraded", "replications",     "spot"};
+const Keys kDegradationKeys = {"cause", "slows", "fraction", "per_gpu_day", "source"};
 const Keys kSpotKeys = {"preemptions_per_node_hour", "source", "notice", "capacity_return"};
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
 // A cause takes one node out of service unless it says otherwise (nodes_out: 0, or a switch's).
@@ -1921,6 +1923,29 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       fail(*spares, "hot spares replace nodes under repair: the run needs node_repair",
            "add node_repair: 8h (how long a node a hardware fault takes out stays out)");
     }
+  }
+  if (const auto degraded = find(*block, "degraded")) {
+    for (const Field& entry : read_list(*degraded, 0, "degradations")) {
+      expect_map(entry, kDegradationKeys);
+      require_keys(entry, kDegradationKeys);
+      Degradation degradation;
+      degradation.name = read_string(require(entry, "cause"));
+      degradation.kind = read_choice(require(entry, "slows"), {"compute", "network"}) == "network"
+                             ? Degradation::Kind::network
+                             : Degradation::Kind::compute;
+      const Field fraction = require(entry, "fraction");
+      degradation.fraction = read_positive(fraction);
+      if (degradation.kind == Degradation::Kind::network && !(degradation.fraction < 1)) {
+        fail(fraction, "a degraded link keeps part of its bandwidth: the fraction lost is < 1",
+             "fraction: 0.5 for a 400 Gb/s link running at 200");
+      }
+      degradation.per_gpu_day = read_non_negative(require(entry, "per_gpu_day"));
+      degradation.source = read_provenance(require(entry, "source"));
+      run.degradations.push_back(std::move(degradation));
+    }
+  }
+  if (const auto evict = find(*block, "evict_degraded")) {
+    run.evict_degraded_after_s = read_quantity(*evict, Quantity::duration, Zero::allowed);
   }
   if (const auto replications = find(*block, "replications")) {
     run.replications = read_int(*replications, 1);

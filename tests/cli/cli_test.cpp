@@ -575,3 +575,40 @@ TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo"
         Approx(first["cost_usd"]["mean"].get<double>() /
                (first["steps"].get<double>() * 512 * 8192) * 1e6));
 }
+
+TEST_CASE("a run's shrunk and degraded steps come from the step executor") {
+  // Llama-3-8B on 4 nodes, dp 4 of 8-GPU replicas (tp 8): one replica short is 3 nodes and 3/4
+  // of the batch; a GPU 20% slow stretches the step, a link at half rate too (ZeRO-1 traffic
+  // crosses the NICs).
+  const fs::path file = write_scenario("degraded.yaml", R"(name: degraded
+model: llama3-8b
+training: {seq_len: 4096, global_batch: 64, micro_batch: 2, tokens: 1e10}
+layout: {tp: 8, dp: 4, zero: 1}
+cluster: {node: dgx-h100, nodes: 4, storage: {write: 50GB/s, read: 100GB/s}}
+run:
+  interruptions: llama3-405b
+  detection: 5min
+  restart: 10min
+  node_repair: 8h
+  when_short: shrink
+  replications: 20
+  degraded:
+    - {cause: slow GPU, slows: compute, fraction: 0.2, per_gpu_day: 0.001, source: 'assumed: a test'}
+    - {cause: slow link, slows: network, fraction: 0.5, per_gpu_day: 0.001, source: 'assumed: a test'}
+)");
+  const Result result = run_cli("run " + file.string() + " --json -q");
+  REQUIRE(result.exit_code == 0);
+  const auto variant = nlohmann::json::parse(result.out)["variants"][0];
+  const double step = variant["step"]["step_time_s"].get<double>();
+  const auto& run = variant["run"];
+  CHECK(run["replicas"] == 4);
+  // Three replicas run three quarters of the batch in about the same time.
+  CHECK(run["shrunk_step_s"].get<double>() > 0.8 * step);
+  CHECK(run["shrunk_step_s"].get<double>() <= step * 1.001);
+  const double slow_gpu = run["degradations"][0]["step_s"].get<double>();
+  const double slow_link = run["degradations"][1]["step_s"].get<double>();
+  // Compute kernels 20% slower: the step by less (memory-bound kernels, exposed communication).
+  CHECK(slow_gpu > 1.05 * step);
+  CHECK(slow_gpu < 1.2 * step * 1.001);
+  CHECK(slow_link > step);
+}

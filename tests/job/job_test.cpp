@@ -371,3 +371,32 @@ TEST_CASE("job: shrinking runs on without a replica while its node is repaired")
     CHECK(a.replications[i].wall_s == b.replications[i].wall_s);
   }
 }
+
+TEST_CASE("job: degraded hardware slows every step until evicted") {
+  // No interruptions; a GPU 20% slow appears about once a second (86.4 per GPU-day on 1,000
+  // GPUs), so from the second segment on the job always has one: 200 steps at 10 s, then 9,800
+  // at the degraded step's 12 s, and 50 checkpoints of 300 s.
+  JobSpec job = interrupted_job();
+  job.causes.clear();
+  job.nodes = 125;
+  job.degradations = {{"slow GPU", Degradation::Kind::compute, 0.2, 86.4, "assumed: a test's", 12}};
+  JobResult kept = simulate_job(job, 3, 1);
+  CHECK(kept.wall_s.p50 == Approx(200 * 10 + 9800 * 12.0 + 50 * 300).epsilon(1e-12));
+  CHECK(kept.replications[0].degraded_s == Approx(9800 * 12.0 + 49 * 300));
+  CHECK(kept.evictions.mean == 0);
+
+  // Rare ones (every 28 h on average): evicting one at the next checkpoint (a restart, 720 s)
+  // beats keeping it for the rest of the run when it slows the run by 20%, not when by 0.5%.
+  job.degradations[0].per_gpu_day = 0.00086;
+  JobSpec evicts = job;
+  evicts.evict_degraded_after_s = 0;
+  const JobResult slow_kept = simulate_job(job, 2000, 3);
+  const JobResult slow_evicted = simulate_job(evicts, 2000, 3);
+  CHECK(slow_evicted.evictions.mean > 0.5);
+  CHECK(slow_evicted.wall_s.mean < slow_kept.wall_s.mean);
+  CHECK(slow_evicted.degraded_s.mean < slow_kept.degraded_s.mean);
+  job.degradations[0].step_s = evicts.degradations[0].step_s = 10.05;
+  const JobResult mild_kept = simulate_job(job, 2000, 3);
+  const JobResult mild_evicted = simulate_job(evicts, 2000, 3);
+  CHECK(mild_kept.wall_s.mean < mild_evicted.wall_s.mean);
+}

@@ -215,6 +215,22 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   REQUIRE(unrepaired);
   CHECK(unrepaired->key() == "run.when_short");
   CHECK_THAT(unrepaired->what(), Catch::Contains("needs node_repair"));
+  // Degraded hardware, and a link cannot lose all its bandwidth.
+  const std::string degraded = with(kRun, "  replications: 200\n",
+                                    "  replications: 200\n"
+                                    "  evict_degraded: 30min\n"
+                                    "  degraded:\n"
+                                    "    - {cause: slow GPU, slows: compute, fraction: 0.1, "
+                                    "per_gpu_day: 0.0001, source: 'assumed: a guess'}\n");
+  const RunSpec& slow = *load_text(degraded).variants[0].run;
+  REQUIRE(slow.degradations.size() == 1);
+  CHECK(slow.degradations[0].kind == Degradation::Kind::compute);
+  CHECK(slow.degradations[0].fraction == 0.1);
+  CHECK(slow.evict_degraded_after_s == 1800);
+  const auto dead_link = load_error(with(with(degraded, "compute", "network"), "0.1", "1.5"));
+  REQUIRE(dead_link);
+  CHECK(dead_link->key() == "run.degraded[0].fraction");
+  CHECK_THAT(dead_link->what(), Catch::Contains("the fraction lost is < 1"));
   const auto policy = load_error(with(kRun, "  replications: 200\n",
                                       "  replications: 200\n  node_repair: 1h\n"
                                       "  when_short: pray\n"));

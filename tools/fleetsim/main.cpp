@@ -175,6 +175,20 @@ double shrunk_step_s(const fleetsim::StepInputs& in, fleetsim::StepOptions optio
   return outcome.simulated ? outcome.step.step_time_s : 0.0;
 }
 
+// A run's step with degraded hardware present, from the step executor: every GPU computing
+// that much slower, or every NIC down to its remaining bandwidth (sim/job/job.hpp says why).
+double degraded_step_s(const fleetsim::StepInputs& in, const fleetsim::Degradation& degradation,
+                       fleetsim::StepOptions options) {
+  fleetsim::StepInputs degraded = in;
+  if (degradation.kind == fleetsim::Degradation::Kind::compute) {
+    degraded.gpu = fleetsim::slowed(in.gpu, degradation.fraction);
+  } else {
+    degraded.node.nic_bytes_per_s *= 1 - degradation.fraction;
+  }
+  options.trace_ranks = 0;
+  return fleetsim::simulate_step(degraded, options).step.step_time_s;
+}
+
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {},
                    bool quiet = true) {
   RunReport report = empty_report(scenario);
@@ -200,6 +214,9 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
                                    out.outcome.step.step_time_s);
       if (out.job->when_short == fleetsim::ShortagePolicy::shrink) {
         out.job->shrunk_step_s = shrunk_step_s(in, options);
+      }
+      for (fleetsim::Degradation& degradation : out.job->degradations) {
+        degradation.step_s = degraded_step_s(in, degradation, options);
       }
       out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed,
                                               [&progress] { progress.advance(); });
