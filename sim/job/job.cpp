@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ void check(const JobSpec& job) {
   }
   if (job.evict_degraded_after_s && !(*job.evict_degraded_after_s >= 0)) {
     throw ModelError("degraded nodes are evicted after a time >= 0");
+  }
+  if (job.nodes < 1 || job.replicas < 1 || !(job.shrunk_step_s >= 0) ||
+      !std::isfinite(job.shrunk_step_s)) {
+    throw ModelError("a run needs nodes and replicas, and a shrunk step time >= 0");
+  }
+  for (const InterruptionCause& cause : job.causes) {
+    if (cause.nodes_out < 0) {
+      throw ModelError("interruption cause " + cause.name + " takes a negative number of nodes");
+    }
   }
   if (job.hot_spares > 0 && !(job.node_repair_s > 0)) {
     throw ModelError("hot spares need a node repair time: how long a node taken out stays out");
@@ -217,18 +227,32 @@ class Replication {
   // At a checkpoint, when the job evicts degraded nodes and one has been present long enough:
   // it stops, lets the checkpoint in flight finish writing, takes them out for repair and
   // restarts without them (on spares, short, or after waiting, as for a failure).
-  void evict_degraded() {
+  // Returns whether it restarted.
+  bool evict_degraded() {
     if (!job_.evict_degraded_after_s || degraded_count_ == 0 ||
         now_ < degraded_since_ + *job_.evict_degraded_after_s) {
-      return;
+      return false;
     }
-    const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
-    if (pending_) complete_pending();
+    const auto from = planned_stop();
+    if (!from) return false;
     result_.evictions += degraded_count_;
-    if (job_.node_repair_s > 0) take_nodes_out(from, degraded_count_);
+    if (job_.node_repair_s > 0) take_nodes_out(*from, degraded_count_);
     degraded_count_ = 0;
     std::fill(present_.begin(), present_.end(), false);
-    restart(nodes_for_restart(from));
+    restart(nodes_for_restart(*from));
+    return true;
+  }
+
+  // A restart the job chooses, after a checkpoint: once the run still has steps to train and
+  // the checkpoint in flight is written before anything interrupts or preempts it (else the
+  // job trains on and the event is met as any other). Returns when the job stops, its last
+  // checkpoint written.
+  std::optional<double> planned_stop() {
+    if (trained_ >= job_.steps) return std::nullopt;
+    const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
+    if (std::min(interruption_, preemption_) < from) return std::nullopt;
+    if (pending_) complete_pending();
+    return from;
   }
 
   void draw_preemption(double after) {
@@ -253,8 +277,7 @@ class Replication {
       if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
       if (degraded_count_ > 0) result_.degraded_s += resume - now_;
       now_ = resume;
-      evict_degraded();
-      regrow();
+      if (!evict_degraded()) regrow();
       return;
     }
     if (interruption_ <= preemption_) {
@@ -440,11 +463,11 @@ class Replication {
   // restarts larger.
   void regrow() {
     if (short_replicas_ == 0 || replicas_lost(nodes_missing(now_)) >= short_replicas_) return;
-    const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
-    if (pending_) complete_pending();
+    const auto from = planned_stop();
+    if (!from) return;
     ++result_.regrows;
-    shrink_to(replicas_lost(nodes_missing(from)));
-    restart(from);
+    shrink_to(replicas_lost(nodes_missing(*from)));
+    restart(*from);
   }
 
   static constexpr double kInfinity = std::numeric_limits<double>::infinity();
@@ -487,6 +510,29 @@ double percentile(const std::vector<double>& sorted, double fraction) {
 }
 
 }  // namespace
+
+double expected_max_of_normals(int n) {
+  if (n < 1) throw ModelError("the maximum of no draws");
+  if (n == 1) return 0;
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1), by Simpson's rule over [-12, 12], the
+  // upper tail's Phi as 1 - Q so that Phi^(n-1) keeps its precision for large n.
+  constexpr int kIntervals = 24000;
+  constexpr double kFrom = -12;
+  constexpr double kTo = 12;
+  const double h = (kTo - kFrom) / kIntervals;
+  const auto integrand = [n](double x) {
+    const double density = std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
+    const double upper_tail = 0.5 * std::erfc(x / std::numbers::sqrt2);
+    return x * n * density * std::exp((n - 1) * std::log1p(-upper_tail));
+  };
+  double sum = integrand(kFrom) + integrand(kTo);
+  for (int i = 1; i < kIntervals; ++i) sum += (i % 2 == 1 ? 4 : 2) * integrand(kFrom + i * h);
+  return sum * h / 3;
+}
+
+double synchronous_jitter_factor(double cv, int ranks) {
+  return 1 + cv * expected_max_of_normals(ranks);
+}
 
 double paid_gpus(const JobSpec& job) {
   return job.gpus + static_cast<double>(job.hot_spares) * job.gpus / job.nodes;
@@ -661,8 +707,10 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   JobSpec job;
   const double tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   job.steps = std::ceil(run.tokens / tokens_per_step);
-  job.step_s = step_s;
   job.gpus = nodes * node.gpus;
+  if (!(run.step_jitter >= 0)) throw ModelError("step jitter must be >= 0");
+  job.jitter_factor = synchronous_jitter_factor(run.step_jitter, job.gpus);
+  job.step_s = step_s * job.jitter_factor;
   job.nodes = nodes;
   job.spot = run.spot;
   const double bytes = checkpoint_bytes(model, training);

@@ -99,8 +99,9 @@ struct SpotCapacity {
 };
 
 struct JobSpec {
-  double steps = 0;   // optimizer steps to train
-  double step_s = 0;  // one step on the healthy cluster
+  double steps = 0;          // optimizer steps to train
+  double step_s = 0;         // one step on the healthy cluster, jitter included
+  double jitter_factor = 1;  // what jitter made of the replayed step (all step times include it)
   int gpus = 0;
   int nodes = 1;                  // spot preemptions take nodes
   double checkpoint_write_s = 0;  // a checkpoint's write to storage
@@ -123,6 +124,14 @@ struct JobSpec {
   double tokens_per_step = 0;
   double usd_per_gpu_hour = 0;  // paid for every GPU, spares' too, over the wall time
 };
+
+// The mean of the largest of n independent standard normal draws: 0 for one, 1/sqrt(pi) for
+// two, about sqrt(2 ln n) for many.
+double expected_max_of_normals(int n);
+// What jitter makes of a synchronous step: every rank's time varies with the coefficient of
+// variation `cv`, and the step waits for the slowest of `ranks`, so it takes on average
+// 1 + cv x expected_max_of_normals(ranks) of the replayed step.
+double synchronous_jitter_factor(double cv, int ranks);
 
 // The GPUs paid for over the run's wall time: the job's and its hot spares'.
 double paid_gpus(const JobSpec& job);
@@ -207,6 +216,7 @@ struct RunSpec {
   double detection_s = 0;
   double restart_s = 0;
   int replications = 1000;
+  double step_jitter = 0;  // coefficient of variation of one rank's step time
   CheckpointWrite write = CheckpointWrite::blocking;
   double node_repair_s = 0;
   int hot_spares = 0;
@@ -235,7 +245,8 @@ double restore_bytes(const ModelSpec& model, const TrainingSpec& training);
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);
 // The job of a run whose steps take `step_s`: its steps (tokens over the tokens a step trains),
 // GPUs, checkpoint write, copy and read times, and the run's rates, policy, spot capacity, node
-// repair, spares and price (on spot, the spot price where one is given). An asynchronous
+// repair, spares and price (on spot, the spot price where one is given); `step_s` with the
+// run's jitter (synchronous_jitter_factor over the GPUs). An asynchronous
 // checkpoint is copied by every GPU at once, each its share (a fully parallel save), over its
 // PCIe link.
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,

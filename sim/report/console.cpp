@@ -284,6 +284,15 @@ void add_run_rows(Table& table, const RunReport& report) {
             cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
                         return grouped_integer(job.steps);
                       })));
+  const bool jitters =
+      std::any_of(report.variants.begin(), report.variants.end(),
+                  [](const VariantReport& v) { return v.job && v.job->jitter_factor != 1; });
+  if (jitters) {
+    table.add("run step with jitter (s)",
+              cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
+                          return seconds_text(job.step_s);
+                        })));
+  }
   table.add("checkpoint write, restore (s)",
             cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
                         const std::string write =

@@ -35,7 +35,8 @@
 //     warnings    1-D variable-length string dataset (may be 0 rows)
 //     run         group, only for a variant with a run: block whose layout fits: attributes
 //                 interruptions_preset, checkpoint_write ("blocking" or "async"), when_short
-//                 ("wait" or "shrink") (strings), steps, checkpoint_write_s,
+//                 ("wait" or "shrink") (strings), steps, step_s (jitter included),
+//                 jitter_factor, checkpoint_write_s,
 //                 checkpoint_copy_s, restore_s, detection_s, restart_s, node_repair_s,
 //                 paid_gpus, shrunk_step_s, evict_degraded_after_s (NaN: kept),
 //                 checkpoint_interval_steps, mtbf_s (inf: none),
@@ -291,6 +292,8 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   const H5::Group group = variant_group.createGroup("run");
   write_attribute(group, "interruptions_preset", variant.run->interruptions);
   write_attribute(group, "steps", job.steps);
+  write_attribute(group, "step_s", job.step_s);
+  write_attribute(group, "jitter_factor", job.jitter_factor);
   write_attribute(group, "checkpoint_write",
                   std::string(job.write == CheckpointWrite::async ? "async" : "blocking"));
   write_attribute(group, "checkpoint_write_s", job.checkpoint_write_s);

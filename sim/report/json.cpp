@@ -116,6 +116,8 @@ Json run_json(const VariantReport& variant) {
   return Json{
       {"interruptions_preset", variant.run->interruptions},
       {"steps", job.steps},
+      {"step_s", job.step_s},
+      {"jitter_factor", job.jitter_factor},
       {"checkpoint_write", job.write == CheckpointWrite::async ? "async" : "blocking"},
       {"checkpoint_write_s", job.checkpoint_write_s},
       {"checkpoint_copy_s", job.checkpoint_copy_s},

@@ -981,7 +981,8 @@ const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "ru
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
 const Keys kRunKeys = {"interruptions", "checkpoint",     "checkpoint_write", "detection",
                        "restart",       "node_repair",    "hot_spares",       "when_short",
-                       "degraded",      "evict_degraded", "replications",     "spot"};
+                       "degraded",      "evict_degraded", "step_jitter",      "replications",
+                       "spot"};
 const Keys kDegradationKeys = {"cause", "slows", "fraction", "per_gpu_day", "source"};
 const Keys kSpotKeys = {"preemptions_per_node_hour", "source", "notice", "capacity_return"};
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
@@ -1943,6 +1944,9 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       degradation.source = read_provenance(require(entry, "source"));
       run.degradations.push_back(std::move(degradation));
     }
+  }
+  if (const auto jitter = find(*block, "step_jitter")) {
+    run.step_jitter = read_non_negative(*jitter);
   }
   if (const auto evict = find(*block, "evict_degraded")) {
     run.evict_degraded_after_s = read_quantity(*evict, Quantity::duration, Zero::allowed);

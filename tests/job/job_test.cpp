@@ -355,7 +355,9 @@ TEST_CASE("job: shrinking runs on without a replica while its node is repaired")
   const double per_interruption = shrunk / (shrinks.interruptions.mean * 1000);
   CHECK(per_interruption > 0.7 * 10265);
   CHECK(per_interruption < 1.2 * 10265);
-  CHECK(regrows > 0.8 * shrinks.interruptions.mean * 1000);
+  // At least once a stretch with nodes out, which a failure starts when none is out: a share
+  // e^(-14,400 / 20,000) = 0.49 of them.
+  CHECK(regrows > 0.45 * shrinks.interruptions.mean * 1000);
   // A 1/125 slower step for hours and a restart to regrow cost far less than stopping for the
   // repair, and more than no repair at all.
   CHECK(shrinks.wall_s.mean < waits.wall_s.mean - waits.wall_s.ci99_half_width);
@@ -399,4 +401,25 @@ TEST_CASE("job: degraded hardware slows every step until evicted") {
   const JobResult mild_kept = simulate_job(job, 2000, 3);
   const JobResult mild_evicted = simulate_job(evicts, 2000, 3);
   CHECK(mild_kept.wall_s.mean < mild_evicted.wall_s.mean);
+}
+
+TEST_CASE("job: a synchronous step waits for its slowest rank") {
+  // The mean of the larger of two standard normals is 1/sqrt(pi), of three 3/(2 sqrt(pi)).
+  CHECK(expected_max_of_normals(1) == 0);
+  CHECK(expected_max_of_normals(2) == Approx(1 / std::sqrt(M_PI)).epsilon(1e-9));
+  CHECK(expected_max_of_normals(3) == Approx(1.5 / std::sqrt(M_PI)).epsilon(1e-9));
+  // Tabulated expected normal order statistics (H. L. Harter, "Expected values of normal order
+  // statistics", Biometrika 48 (1961)): 1.16296 for 5, 2.50759 for 100.
+  CHECK(expected_max_of_normals(5) == Approx(1.16296).epsilon(1e-4));
+  CHECK(expected_max_of_normals(100) == Approx(2.50759).epsilon(1e-4));
+  // Growing without bound, ever slower: more ranks never make the step faster.
+  double last = 0;
+  for (const int n : {2, 8, 64, 512, 4096, 16384, 131072}) {
+    const double e = expected_max_of_normals(n);
+    CHECK(e > last);
+    CHECK(e < std::sqrt(2 * std::log(n)));
+    last = e;
+  }
+  CHECK(synchronous_jitter_factor(0.01, 2) == Approx(1 + 0.01 / std::sqrt(M_PI)));
+  CHECK(synchronous_jitter_factor(0, 16384) == 1);
 }

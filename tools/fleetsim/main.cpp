@@ -161,18 +161,24 @@ RunReport empty_report(const Scenario& scenario) {
 }
 
 // A shrinking run's step one data-parallel replica short, from the step executor: the replica's
-// nodes and its share of the batch gone. 0 (taken as the full step) where the job has one
-// replica or a replica is not whole nodes.
-double shrunk_step_s(const fleetsim::StepInputs& in, fleetsim::StepOptions options) {
+// nodes and its share of the batch gone. 0 (taken as the full step) where a replica is not
+// whole nodes; nothing where the job cannot run one replica short (it has one, the smaller
+// layout breaks the job's rules, as expert parallelism over dp - 1 can, or does not fit).
+std::optional<double> shrunk_step_s(const fleetsim::StepInputs& in, fleetsim::StepOptions options) {
+  if (in.plan.dp < 2) return std::nullopt;
   const int replica_gpus = in.plan.world_size() / in.plan.dp;
-  if (in.plan.dp < 2 || replica_gpus % in.node.gpus != 0) return 0;
+  if (replica_gpus % in.node.gpus != 0) return 0.0;
   fleetsim::StepInputs shrunk = in;
   shrunk.plan.dp -= 1;
   shrunk.training.global_batch -= in.training.global_batch / in.plan.dp;
   shrunk.nodes -= replica_gpus / in.node.gpus;
   options.trace_ranks = 0;
-  const fleetsim::StepOutcome outcome = fleetsim::simulate_step(shrunk, options);
-  return outcome.simulated ? outcome.step.step_time_s : 0.0;
+  try {
+    const fleetsim::StepOutcome outcome = fleetsim::simulate_step(shrunk, options);
+    if (outcome.simulated) return outcome.step.step_time_s;
+  } catch (const fleetsim::ModelError&) {
+  }
+  return std::nullopt;
 }
 
 // A run's step with degraded hardware present, from the step executor: every GPU computing
@@ -213,10 +219,17 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
       out.job = fleetsim::job_spec(*variant.run, in.model, in.training, in.plan, in.node, in.nodes,
                                    out.outcome.step.step_time_s);
       if (out.job->when_short == fleetsim::ShortagePolicy::shrink) {
-        out.job->shrunk_step_s = shrunk_step_s(in, options);
+        if (const auto shrunk = shrunk_step_s(in, options)) {
+          out.job->shrunk_step_s = *shrunk * out.job->jitter_factor;
+        } else {
+          out.job->when_short = fleetsim::ShortagePolicy::wait;
+          out.outcome.warnings.push_back(
+              "cannot shrink: one data-parallel replica short, the layout does not run (one "
+              "replica, the job's rules, or memory); the run waits for repairs instead");
+        }
       }
       for (fleetsim::Degradation& degradation : out.job->degradations) {
-        degradation.step_s = degraded_step_s(in, degradation, options);
+        degradation.step_s = degraded_step_s(in, degradation, options) * out.job->jitter_factor;
       }
       out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed,
                                               [&progress] { progress.advance(); });
