@@ -574,15 +574,40 @@ std::string render_plan(const RunReport& report) {
           first.inputs.gpu.name + "), global batch " +
           grouped_integer(first.inputs.training.global_batch) + " x " +
           grouped_integer(first.inputs.training.seq_len) + " tokens\n\n";
-  Table table({"step time (s)", "tokens/s", "MFU (%)", "memory (GB)", "headroom (%)"});
+  // With a run, the layouts are ranked by their run's expected cost (or wall time).
+  const bool runs = first.job_result.has_value();
+  const bool priced = runs && first.run->priced;
+  if (runs) {
+    text += std::string("ranked by the run's expected ") +
+            (priced ? "cost to train" : "time to train") + " (mean of " +
+            grouped_integer(static_cast<double>(first.job_result->replications.size())) +
+            " replications)\n\n";
+  }
+  std::vector<std::string> columns{"step time (s)", "tokens/s", "MFU (%)", "memory (GB)",
+                                   "headroom (%)"};
+  if (runs) {
+    columns.insert(columns.end(), {"time to train P50 / P90 (days)", "goodput"});
+    if (priced) columns.push_back("cost P50 / P90 (USD)");
+  }
+  Table table(columns);
+  constexpr double kDay = 86400;
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const VariantReport& variant = report.variants[i];
     const StepResult& step = variant.outcome.step;
     const MemoryBreakdown& memory = variant.outcome.memory;
-    table.add(std::to_string(i + 1) + ". " + variant.name,
-              {seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
-               fixed(100 * step.mfu, 1), fixed(memory.total_bytes / kBytesPerGB, 2),
-               fixed(100 * memory.headroom_fraction(), 1)});
+    std::vector<std::string> cells{seconds_text(step.step_time_s),
+                                   grouped_integer(step.tokens_per_s), fixed(100 * step.mfu, 1),
+                                   fixed(memory.total_bytes / kBytesPerGB, 2),
+                                   fixed(100 * memory.headroom_fraction(), 1)};
+    if (runs) {
+      const JobResult& r = *variant.job_result;
+      cells.push_back(fixed(r.wall_s.p50 / kDay, 2) + " / " + fixed(r.wall_s.p90 / kDay, 2));
+      cells.push_back(fixed(r.goodput.mean, 3));
+      if (priced) {
+        cells.push_back(grouped_integer(r.cost_usd.p50) + " / " + grouped_integer(r.cost_usd.p90));
+      }
+    }
+    table.add(std::to_string(i + 1) + ". " + variant.name, cells);
   }
   return text + table.render() + warnings_section(report);
 }

@@ -612,3 +612,26 @@ run:
   CHECK(slow_gpu < 1.2 * step * 1.001);
   CHECK(slow_link > step);
 }
+
+TEST_CASE("plan ranks a run's layouts by their expected cost to train") {
+  const std::string file =
+      std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/llama3-70b-pretraining-run.yaml";
+  const Result table = run_cli("plan " + file + " --top 3 -q");
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("ranked by the run's expected cost to train"));
+  CHECK_THAT(table.out, Catch::Contains("cost P50 / P90 (USD)"));
+  const Result json = run_cli("plan " + file + " --top 3 --json -q");
+  REQUIRE(json.exit_code == 0);
+  const auto variants = nlohmann::json::parse(json.out)["variants"];
+  REQUIRE(variants.size() == 3);
+  double last = 0;
+  for (const auto& variant : variants) {
+    const double cost = variant["run"]["cost_usd"]["mean"].get<double>();
+    CHECK(cost >= last);
+    last = cost;
+    // Each layout's run is its own: the steps the same, the time to train its step's.
+    CHECK(variant["run"]["useful_s"].get<double>() ==
+          Approx(variant["run"]["steps"].get<double>() *
+                 variant["step"]["step_time_s"].get<double>()));
+  }
+}

@@ -195,6 +195,32 @@ double degraded_step_s(const fleetsim::StepInputs& in, const fleetsim::Degradati
   return fleetsim::simulate_step(degraded, options).step.step_time_s;
 }
 
+// A variant's run, once its step is simulated: its job (with the steps one replica short and
+// with degraded hardware, from the step executor), then the Monte Carlo on the scenario's seed
+// (the same interruption histories for every variant of one cluster size).
+void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
+                  const fleetsim::StepOptions& options, fleetsim::ProgressBar& progress) {
+  if (!out.run || !out.outcome.simulated) return;
+  const fleetsim::StepInputs& in = out.inputs;
+  out.job = fleetsim::job_spec(*out.run, in.model, in.training, in.plan, in.node, in.nodes,
+                               out.outcome.step.step_time_s);
+  if (out.job->when_short == fleetsim::ShortagePolicy::shrink) {
+    if (const auto shrunk = shrunk_step_s(in, options)) {
+      out.job->shrunk_step_s = *shrunk * out.job->jitter_factor;
+    } else {
+      out.job->when_short = fleetsim::ShortagePolicy::wait;
+      out.outcome.warnings.push_back(
+          "cannot shrink: one data-parallel replica short, the layout does not run (one "
+          "replica, the job's rules, or memory); the run waits for repairs instead");
+    }
+  }
+  for (fleetsim::Degradation& degradation : out.job->degradations) {
+    degradation.step_s = degraded_step_s(in, degradation, options) * out.job->jitter_factor;
+  }
+  out.job_result = fleetsim::simulate_job(*out.job, out.run->replications, seed,
+                                          [&progress] { progress.advance(); });
+}
+
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {},
                    bool quiet = true) {
   RunReport report = empty_report(scenario);
@@ -212,28 +238,7 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     fleetsim::VariantReport& out = report.variants[i];
     out = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs, options),
            variant.run,  std::nullopt,   std::nullopt};
-    // A run: its job from the simulated step, then the Monte Carlo, on the scenario's seed (the
-    // same interruption histories for every variant of one cluster size).
-    if (variant.run && out.outcome.simulated) {
-      const auto& in = variant.inputs;
-      out.job = fleetsim::job_spec(*variant.run, in.model, in.training, in.plan, in.node, in.nodes,
-                                   out.outcome.step.step_time_s);
-      if (out.job->when_short == fleetsim::ShortagePolicy::shrink) {
-        if (const auto shrunk = shrunk_step_s(in, options)) {
-          out.job->shrunk_step_s = *shrunk * out.job->jitter_factor;
-        } else {
-          out.job->when_short = fleetsim::ShortagePolicy::wait;
-          out.outcome.warnings.push_back(
-              "cannot shrink: one data-parallel replica short, the layout does not run (one "
-              "replica, the job's rules, or memory); the run waits for repairs instead");
-        }
-      }
-      for (fleetsim::Degradation& degradation : out.job->degradations) {
-        degradation.step_s = degraded_step_s(in, degradation, options) * out.job->jitter_factor;
-      }
-      out.job_result = fleetsim::simulate_job(*out.job, variant.run->replications, scenario.seed,
-                                              [&progress] { progress.advance(); });
-    }
+    if (variant.run) simulate_run(out, scenario.seed, options, progress);
   });
   progress.finish();
   return report;
@@ -285,6 +290,26 @@ int plan_command(const Scenario& scenario, const Options& options) {
                                    std::move(layout.outcome)};
   };
   for (fleetsim::PlannedLayout& layout : result.ranked) report.variants.push_back(variant(layout));
+  // With a run: block, each ranked layout's run too, and the ranking by its expected cost to
+  // train (mean; its wall time without a price): a layout's step is not all a run costs.
+  if (const auto& run = scenario.variants.front().run) {
+    std::int64_t replications = 0;
+    for (fleetsim::VariantReport& layout : report.variants) {
+      layout.run = run;
+      replications += run->replications;
+    }
+    fleetsim::ProgressBar progress(replications, "replications",
+                                   fleetsim::ProgressBar::wanted(options.quiet));
+    tbb::parallel_for(std::size_t{0}, report.variants.size(), [&](std::size_t i) {
+      simulate_run(report.variants[i], scenario.seed, plan_options.step, progress);
+    });
+    progress.finish();
+    const auto expected = [&](const fleetsim::VariantReport& layout) {
+      return run->priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
+    };
+    std::stable_sort(report.variants.begin(), report.variants.end(),
+                     [&](const auto& a, const auto& b) { return expected(a) < expected(b); });
+  }
   report.plan =
       fleetsim::PlanSummary{result.layouts,     result.refused, result.not_fitting, result.replayed,
                             result.bounded_out, search_s,       std::nullopt};
