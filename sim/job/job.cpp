@@ -79,8 +79,12 @@ void check(const JobSpec& job) {
 }
 
 // Spot preemptions arrive over the job's nodes at this rate per second (0 without spot).
+// A trace's: its preemptions over its span.
 double preemptions_per_second(const JobSpec& job) {
-  return job.spot ? job.spot->preemptions_per_node_hour * job.nodes / 3600 : 0.0;
+  if (!job.spot) return 0.0;
+  const std::vector<double>& trace = job.spot->trace_s;
+  if (!trace.empty()) return trace.back() > 0 ? trace.size() / trace.back() : 0.0;
+  return job.spot->preemptions_per_node_hour * job.nodes / 3600;
 }
 
 // How long an asynchronous checkpoint's write to storage drains behind training (0 blocking).
@@ -256,6 +260,11 @@ class Replication {
   }
 
   void draw_preemption(double after) {
+    if (job_.spot && !job_.spot->trace_s.empty()) {  // the trace's next, alike for every run
+      const std::vector<double>& trace = job_.spot->trace_s;
+      preemption_ = next_in_trace_ < trace.size() ? trace[next_in_trace_++] : kInfinity;
+      return;
+    }
     preemption_ =
         preemption_rate_ > 0 ? after + preemptions_.exponential(preemption_rate_) : kInfinity;
   }
@@ -487,6 +496,7 @@ class Replication {
   double interruption_ = 0;  // the next interruption's arrival
   int nodes_out_ = 0;        // the nodes it takes out of service
   double preemption_ = 0;    // the next spot notice's arrival
+  std::size_t next_in_trace_ = 0;
   double now_ = 0;
   double trained_ = 0;                // steps the job holds in memory
   double committed_ = 0;              // steps in the last written checkpoint

@@ -96,6 +96,9 @@ struct SpotCapacity {
   std::string source;  // "assumed: ..." where nothing is published (H100-class spot)
   double notice_s = 0;
   double capacity_return_s = 0;
+  // A trace instead of a rate: the seconds from the job's start at which one of its nodes was
+  // preempted, ascending, replayed alike in every replication (none after the last).
+  std::vector<double> trace_s = {};
 };
 
 struct JobSpec {

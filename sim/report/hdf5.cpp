@@ -42,7 +42,8 @@
 //                 checkpoint_interval_steps, mtbf_s (inf: none),
 //                 usd_per_gpu_hour (NaN without pricing), useful_s (double), hot_spares,
 //                 replicas (int); on spot spot_preemptions_per_node_hour, spot_notice_s,
-//                 spot_capacity_return_s (double), spot_source (string); and for each of
+//                 spot_capacity_return_s (double), spot_trace_preemptions (uint64: 0 for a
+//                 rate), spot_source (string); and for each of
 //                 wall_s, goodput, interruptions, preemptions (on spot), lost_gpu_hours,
 //                 node_wait_s, shrunk_s, regrows, degraded_s, evictions, and with pricing cost_usd,
 //                 usd_per_million_tokens and
@@ -329,6 +330,8 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
     write_attribute(group, "spot_source", job.spot->source);
     write_attribute(group, "spot_notice_s", job.spot->notice_s);
     write_attribute(group, "spot_capacity_return_s", job.spot->capacity_return_s);
+    write_attribute(group, "spot_trace_preemptions",
+                    static_cast<std::uint64_t>(job.spot->trace_s.size()));
   }
   summary("lost_gpu_hours", result.lost_gpu_hours);
   summary("node_wait_s", result.node_wait_s);

@@ -142,6 +142,7 @@ Json run_json(const VariantReport& variant) {
                                {"source", job.spot->source},
                                {"notice_s", job.spot->notice_s},
                                {"capacity_return_s", job.spot->capacity_return_s},
+                               {"trace_preemptions", job.spot->trace_s.size()},
                                {"preemptions", summary_json(result.preemptions)}}
                         : Json(nullptr)},
       {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},

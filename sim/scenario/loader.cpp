@@ -984,7 +984,9 @@ const Keys kRunKeys = {"interruptions", "checkpoint",     "checkpoint_write", "d
                        "degraded",      "evict_degraded", "step_jitter",      "replications",
                        "spot"};
 const Keys kDegradationKeys = {"cause", "slows", "fraction", "per_gpu_day", "source"};
-const Keys kSpotKeys = {"preemptions_per_node_hour", "source", "notice", "capacity_return"};
+const Keys kSpotKeys = {"preemptions_per_node_hour", "trace", "source", "notice",
+                        "capacity_return"};
+const Keys kSpotTraceKeys = {"source", "hours"};
 const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "days", "causes"};
 // A cause takes one node out of service unless it says otherwise (nodes_out: 0, or a switch's).
 const Keys kCauseCountKeys = {"cause", "count", "nodes_out"};
@@ -1013,6 +1015,8 @@ class Loader {
   ModelSpec parse_model(const Field& f);
   ModelSpec model_preset(const Field& name);
   ModelSpec hf_model(const Field& path);
+  const Preset& file_named_by(const Field& path_field, const std::string& what,
+                              const std::string& hint);
   void parse_cluster(const Field& f, StepInputs& in);
   NodeBuild parse_node(const Field& f);
   NodeBuild node_preset(const Field& name);
@@ -1022,6 +1026,7 @@ class Loader {
   Variant parse_full_variant(std::string name, const Field& root);
   std::optional<RunSpec> parse_run(const Field& root);
   std::vector<InterruptionCause> interruption_preset(const Field& name);
+  std::vector<double> preemption_trace(const Field& path, std::string& source);
   std::string interruption_preset_description(const Field& name);
 
   DataPaths data_;
@@ -1167,22 +1172,30 @@ ModelSpec Loader::model_preset(const Field& name) {
   return m;
 }
 
-// A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
-// columns too), for the decoder families the op graph models: Llama, Mistral and Mixtral.
-ModelSpec Loader::hf_model(const Field& path_field) {
+// The YAML (or JSON) file a scenario names at `path_field`, relative to the scenario file,
+// parsed once: `what` it is for the errors, `hint` where it is missing.
+const Preset& Loader::file_named_by(const Field& path_field, const std::string& what,
+                                    const std::string& hint) {
   fs::path path = read_string(path_field);
   if (path.is_relative()) path = fs::path(path_field.doc->file).parent_path() / path;
-  if (!fs::is_regular_file(path)) {
-    fail(path_field, "no Hugging Face config at " + in_quotes(path.string()),
-         "give the path of the model's config.json, relative to the scenario file");
-  }
+  if (!fs::is_regular_file(path))
+    fail(path_field, "no " + what + " at " + in_quotes(path.string()), hint);
   auto& slot = presets_[path];
   if (!slot) {
     slot = std::make_unique<Preset>();
     slot->doc.file = path.string();
-    slot->root = parse_yaml_file(path, slot->doc.file, "Hugging Face config");
+    slot->root = parse_yaml_file(path, slot->doc.file, what);
   }
-  const Field root{slot->root, &slot->doc, ""};
+  return *slot;
+}
+
+// A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
+// columns too), for the decoder families the op graph models: Llama, Mistral and Mixtral.
+ModelSpec Loader::hf_model(const Field& path_field) {
+  const Preset& config = file_named_by(path_field, "Hugging Face config",
+                                       "give the path of the model's config.json, relative to "
+                                       "the scenario file");
+  const Field root{config.root, &config.doc, ""};
   if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
   const Field type = require(root, "model_type");
   const std::string model_type = read_string(type);
@@ -1244,6 +1257,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
            "the op graph derives the head size from hidden_size and num_attention_heads");
     }
   }
+  const fs::path path = config.doc.file;
   m.name = path.parent_path().filename().string();
   if (m.name.empty()) m.name = "hf-model";
   m.source = "Hugging Face config " + path.string();
@@ -1795,6 +1809,30 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
   return causes;
 }
 
+// A trace of spot preemptions: the hours from the job's start at which one of its nodes was
+// preempted, ascending, with the trace's source. Relative to the scenario file.
+std::vector<double> Loader::preemption_trace(const Field& path_field, std::string& source) {
+  const Preset& trace = file_named_by(path_field, "preemption trace",
+                                      "give the path of a YAML file {source, hours: [...]}, "
+                                      "relative to the scenario file");
+  const Field root{trace.root, &trace.doc, ""};
+  expect_map(root, kSpotTraceKeys);
+  require_keys(root, kSpotTraceKeys);
+  source = read_provenance(require(root, "source"));
+  std::vector<double> seconds;
+  for (const Field& entry : read_list(require(root, "hours"), 0, "preemption hours")) {
+    const double hours = read_non_negative(entry);
+    if (!seconds.empty() && hours * 3600 < seconds.back()) {
+      fail(entry,
+           "preemption times must not go back: " + describe(entry.node) + " after " +
+               std::to_string(seconds.back() / 3600) + " h",
+           "list the hours of each preemption from the job's start, ascending");
+    }
+    seconds.push_back(hours * 3600);
+  }
+  return seconds;
+}
+
 // The preset's description, once its causes have been read and checked.
 std::string Loader::interruption_preset_description(const Field& name) {
   interruption_preset(name);
@@ -1891,15 +1929,33 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
   }
   if (const auto spot = find(*block, "spot")) {
     expect_map(*spot, kSpotKeys);
-    require_keys(*spot, kSpotKeys);
+    require_keys(*spot, {"notice", "capacity_return"});
+    // A rate, or a trace of preemption times with its own source.
+    const auto rate = find(*spot, "preemptions_per_node_hour");
+    const auto trace = find(*spot, "trace");
+    if (rate.has_value() == trace.has_value()) {
+      fail(*spot, "spot capacity needs preemptions_per_node_hour or a trace, one of them",
+           "preemptions_per_node_hour: 0.0001, or trace: preemptions.yaml (hours of each "
+           "preemption from the job's start)");
+    }
+    SpotCapacity capacity;
+    if (rate) {
+      capacity.preemptions_per_node_hour = read_non_negative(*rate);
+      capacity.source = read_provenance(require(*spot, "source"));
+    } else {
+      if (const auto source = find(*spot, "source")) {
+        fail(*source, "a trace names its own source", "move source: into the trace file");
+      }
+      capacity.trace_s = preemption_trace(*trace, capacity.source);
+    }
+    capacity.notice_s = read_quantity(require(*spot, "notice"), Quantity::duration);
+    capacity.capacity_return_s =
+        read_quantity(require(*spot, "capacity_return"), Quantity::duration);
+    run.spot = std::move(capacity);
     if (run.priced && !run.spot_priced) {
       fail(*spot, "a priced run on spot capacity needs pricing.spot_gpu_hour",
            "add spot_gpu_hour: to pricing, e.g. {gpu_hour: 2.95USD/h, spot_gpu_hour: 1.50USD/h}");
     }
-    run.spot = SpotCapacity{read_non_negative(require(*spot, "preemptions_per_node_hour")),
-                            read_provenance(require(*spot, "source")),
-                            read_quantity(require(*spot, "notice"), Quantity::duration),
-                            read_quantity(require(*spot, "capacity_return"), Quantity::duration)};
   }
   if (const auto write = find(*block, "checkpoint_write")) {
     run.write = read_choice(*write, {"blocking", "async"}) == "async" ? CheckpointWrite::async

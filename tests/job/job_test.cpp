@@ -423,3 +423,27 @@ TEST_CASE("job: a synchronous step waits for its slowest rank") {
   CHECK(synchronous_jitter_factor(0.01, 2) == Approx(1 + 0.01 / std::sqrt(M_PI)));
   CHECK(synchronous_jitter_factor(0, 16384) == 1);
 }
+
+TEST_CASE("job: a preemption trace is replayed alike in every replication") {
+  // No interruptions; preemptions at 2 h, 5.5 h and 50 h of a run of 28 h of training, each with
+  // a notice long enough for the step and a checkpoint: every run meets the first two (the
+  // third comes after it ends, waits and checkpoints counted), loses nothing, and takes the same
+  // time.
+  JobSpec job = interrupted_job();
+  job.causes.clear();
+  job.nodes = 64;
+  job.spot = SpotCapacity{0, "measured: a test's", 600, 1800, {2 * 3600.0, 5.5 * 3600, 50 * 3600}};
+  const JobResult result = simulate_job(job, 20, 5);
+  for (const JobReplication& run : result.replications) {
+    CHECK(run.preemptions == 2);
+    CHECK(run.lost_training_s == 0);
+    CHECK(run.wall_s == result.replications[0].wall_s);
+  }
+  // Training, the checkpoints (two of them emergency ones), two waits of 1,800 s for capacity
+  // and 720 s to restart, plus what the notices left idle (at most the notice each).
+  const JobReplication& run = result.replications[0];
+  CHECK(run.emergency_checkpoints == 2);
+  const double busy = 100000 + run.checkpoints * 300.0 + 2 * (1800 + 720);
+  CHECK(run.wall_s >= busy);
+  CHECK(run.wall_s <= busy + 2 * 600);
+}

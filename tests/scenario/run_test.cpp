@@ -296,3 +296,39 @@ TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from stora
 
 }  // namespace
 }  // namespace fleetsim
+
+namespace fleetsim {
+namespace {
+
+TEST_CASE("a spot run can replay a trace of preemption times") {
+  testing::TempDir dir;
+  dir.write("preemptions.yaml",
+            "source: 'measured: a test fleet'\n"
+            "hours: [2, 5.5, 30]\n");
+  const std::string spot = with(kRun, "  replications: 200\n",
+                                "  replications: 200\n"
+                                "  spot: {trace: preemptions.yaml, notice: 2min, "
+                                "capacity_return: 1h}\n");
+  const std::string priced =
+      with(spot, "{gpu_hour: 2.95USD/h}", "{gpu_hour: 2.95USD/h, spot_gpu_hour: 1.5USD/h}");
+  const Scenario s = load_scenario(dir.write("scenario.yaml", priced), testing::source_data());
+  const SpotCapacity& capacity = *s.variants[0].run->spot;
+  CHECK(capacity.trace_s == std::vector<double>{2 * 3600.0, 5.5 * 3600, 30 * 3600});
+  CHECK(capacity.source == "measured: a test fleet");
+  CHECK(capacity.preemptions_per_node_hour == 0);
+
+  // Times that go back, a rate beside a trace, a source in the scenario: each named.
+  dir.write("preemptions.yaml", "source: 'measured: a test fleet'\nhours: [2, 1]\n");
+  const auto backwards = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(backwards);
+  CHECK_THAT(backwards->file(), Catch::EndsWith("preemptions.yaml"));
+  CHECK(backwards->line() == 2);
+  CHECK_THAT(backwards->what(), Catch::Contains("must not go back"));
+  const auto both = load_error(with(priced, "{trace: preemptions.yaml,",
+                                    "{trace: preemptions.yaml, preemptions_per_node_hour: 0.1,"));
+  REQUIRE(both);
+  CHECK_THAT(both->what(), Catch::Contains("one of them"));
+}
+
+}  // namespace
+}  // namespace fleetsim

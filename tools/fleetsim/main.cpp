@@ -219,6 +219,13 @@ void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
   }
   out.job_result = fleetsim::simulate_job(*out.job, out.run->replications, seed,
                                           [&progress] { progress.advance(); });
+  if (out.job->spot && !out.job->spot->trace_s.empty() &&
+      out.job_result->wall_s.p50 > out.job->spot->trace_s.back()) {
+    out.outcome.warnings.push_back(
+        "the spot preemption trace ends at " +
+        std::to_string(static_cast<long long>(out.job->spot->trace_s.back() / 3600)) +
+        " h, before most runs do: no preemptions after it");
+  }
 }
 
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {},
