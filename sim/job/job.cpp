@@ -68,6 +68,13 @@ void check(const JobSpec& job) {
       throw ModelError("interruption cause " + cause.name + " takes a negative number of nodes");
     }
   }
+  if (job.write == CheckpointWrite::in_memory &&
+      (job.spot || job.nodes < 2 || !(job.persist_every_s > 0) || !(job.peer_copy_s >= 0) ||
+       !(job.peer_restore_s >= 0))) {
+    throw ModelError(
+        "in-memory checkpoints need two nodes or more, a persist interval and no spot capacity "
+        "(reclaimed nodes take the peers' copies with them)");
+  }
   if (job.hot_spares > 0 && !(job.node_repair_s > 0)) {
     throw ModelError("hot spares need a node repair time: how long a node taken out stays out");
   }
@@ -88,8 +95,14 @@ double preemptions_per_second(const JobSpec& job) {
 }
 
 // How long an asynchronous checkpoint's write to storage drains behind training (0 blocking).
+// An in-memory checkpoint's drain is its copy to the peers.
 double drain_s(const JobSpec& job) {
-  return job.write == CheckpointWrite::async ? job.checkpoint_write_s : 0.0;
+  switch (job.write) {
+    case CheckpointWrite::blocking: return 0.0;
+    case CheckpointWrite::async: return job.checkpoint_write_s;
+    case CheckpointWrite::in_memory: return job.peer_copy_s;
+  }
+  return 0.0;
 }
 
 // Refuses a run whose segments or downtime interruptions would almost never let through.
@@ -165,7 +178,9 @@ class Replication {
       if (cause.nodes_out != job.causes.front().nodes_out) draws_cause_ = true;
     }
     for (double& share : cumulative_share_) share /= total > 0 ? total : 1.0;
-    draws_cause_ = draws_cause_ && job.node_repair_s > 0;
+    // The nodes a cause takes matter with repairs, and to in-memory checkpoints.
+    draws_cause_ =
+        draws_cause_ && (job.node_repair_s > 0 || job.write == CheckpointWrite::in_memory);
     if (!job.causes.empty()) nodes_out_ = job.causes.front().nodes_out;
     for (const Degradation& degradation : job.degradations) {
       degradation_rate_ += degradation.per_gpu_day * job.gpus / 86400;
@@ -176,7 +191,7 @@ class Replication {
   }
 
   JobReplication run() {
-    while (committed_ < job_.steps) {
+    while (!finished()) {
       // Nothing is interrupted or preempted while the job holds no capacity.
       while (interruption_ < now_) draw_interruption(interruption_);
       while (preemption_ < now_) draw_preemption(preemption_);
@@ -193,6 +208,50 @@ class Replication {
   }
 
  private:
+  bool in_memory() const { return job_.write == CheckpointWrite::in_memory; }
+
+  // Done when the last step's checkpoint is written (in memory: on storage too).
+  bool finished() const {
+    return committed_ >= job_.steps && (!in_memory() || persisted_ >= job_.steps);
+  }
+
+  // In memory: the writes to storage that end by `at` are done.
+  void settle_persists(double at) {
+    while (!persists_.empty() && persists_.front().durable_at <= at) {
+      persisted_ = persists_.front().steps;
+      persists_.erase(persists_.begin());
+    }
+  }
+
+  // In memory, after the checkpoint just copied at `at`: a write to storage from host memory
+  // when `persist_every_s` of training has passed since the last one began, or at the end
+  // (after the one under way).
+  void maybe_persist(double at) {
+    settle_persists(at);
+    const bool last = trained_ >= job_.steps;
+    const bool due = (trained_ - persist_began_steps_) * job_.step_s >= job_.persist_every_s;
+    if (!(last || (due && persists_.empty()))) return;
+    const double start = persists_.empty() ? at : std::max(at, persists_.back().durable_at);
+    persists_.push_back({trained_, start + job_.checkpoint_write_s});
+    persist_began_steps_ = trained_;
+  }
+
+  // In memory, at an interruption at `at` once the work since the peers' copy is lost: the
+  // writes to storage under way stop, and an interruption that took more than one node out
+  // loses the peers' copy too (a peer may be among them), the job falling back to storage.
+  void fall_back(double at) {
+    if (!in_memory()) return;
+    settle_persists(at);
+    persists_.clear();
+    persist_began_steps_ = persisted_;
+    if (nodes_out_ >= 2 && committed_ > persisted_) {
+      result_.lost_training_s += (committed_ - persisted_) * step_s_;
+      ++result_.memory_lost;
+      committed_ = trained_ = persisted_;
+    }
+    restore_s_ = nodes_out_ < 2 ? job_.peer_restore_s : job_.restore_s;
+  }
+
   struct Written {
     double steps = 0;       // the checkpoint holds the run up to this step
     double durable_at = 0;  // when its write to storage ends
@@ -256,6 +315,7 @@ class Replication {
     const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
     if (std::min(interruption_, preemption_) < from) return std::nullopt;
     if (pending_) complete_pending();
+    if (in_memory()) restore_s_ = job_.peer_restore_s;  // the state is in healthy nodes' memory
     return from;
   }
 
@@ -283,6 +343,7 @@ class Replication {
       trained_ += steps;
       pending_ = Written{trained_, resume + drain_s_};
       if (drain_s_ == 0) complete_pending();
+      if (in_memory()) maybe_persist(resume);
       if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
       if (degraded_count_ > 0) result_.degraded_s += resume - now_;
       now_ = resume;
@@ -300,12 +361,20 @@ class Replication {
 
   // Everything is trained: the run ends when the last checkpoint is on storage.
   void drain_last() {
-    const double end = pending_->durable_at;
+    // In memory, the last state goes to storage too (again, after an interruption).
+    if (in_memory() && (persists_.empty() || persists_.back().steps < job_.steps) &&
+        persisted_ < job_.steps) {
+      maybe_persist(now_);
+    }
+    const double end = std::max(pending_ ? pending_->durable_at : now_,
+                                persists_.empty() ? now_ : persists_.back().durable_at);
     if (std::min(interruption_, preemption_) >= end) {
-      complete_pending();
+      if (pending_) complete_pending();
+      settle_persists(end);
       now_ = end;
       return;
     }
+    if (pending_ && pending_->durable_at <= interruption_) complete_pending();
     if (interruption_ <= preemption_) {
       lose_work(now_);
       fail();
@@ -380,7 +449,7 @@ class Replication {
   // failure like any other.
   void restart(double from) {
     while (interruption_ < from) draw_interruption(interruption_);
-    const double end = from + job_.restart_s + job_.restore_s;
+    const double end = from + job_.restart_s + restore_s_;
     if (interruption_ < end) {
       fail();
     } else {
@@ -395,13 +464,14 @@ class Replication {
     for (;;) {
       const double at = interruption_;
       ++result_.interruptions;
+      fall_back(at);
       if (job_.node_repair_s > 0) take_nodes_out(at, nodes_out_);
       draw_interruption(at);
       const double detected = at + job_.detection_s;
       if (interruption_ < detected) continue;
       const double start = nodes_for_restart(detected);
       while (interruption_ < start) draw_interruption(interruption_);
-      const double end = start + job_.restart_s + job_.restore_s;
+      const double end = start + job_.restart_s + restore_s_;
       if (interruption_ < end) continue;
       now_ = end;
       return;
@@ -498,11 +568,15 @@ class Replication {
   double preemption_ = 0;    // the next spot notice's arrival
   std::size_t next_in_trace_ = 0;
   double now_ = 0;
-  double trained_ = 0;                // steps the job holds in memory
-  double committed_ = 0;              // steps in the last written checkpoint
-  std::optional<Written> pending_;    // a checkpoint on its way to storage
-  std::vector<double> under_repair_;  // when each node taken out is back, ascending
-  int short_replicas_ = 0;            // data-parallel replicas the job runs without
+  double trained_ = 0;                 // steps the job holds in memory
+  double committed_ = 0;               // steps in the last written checkpoint
+  std::optional<Written> pending_;     // a checkpoint on its way to storage
+  std::vector<double> under_repair_;   // when each node taken out is back, ascending
+  int short_replicas_ = 0;             // data-parallel replicas the job runs without
+  double restore_s_ = job_.restore_s;  // reading back the checkpoint the job restarts from
+  double persisted_ = 0;               // in memory: steps in the last copy on storage
+  double persist_began_steps_ = 0;     // in memory: steps of the last write to storage begun
+  std::vector<Written> persists_;      // in memory: writes to storage under way, in order
   RngStream degradations_;
   RngStream degradation_kinds_;
   double degradation_rate_ = 0;  // onsets per second, all kinds
@@ -544,12 +618,21 @@ double synchronous_jitter_factor(double cv, int ranks) {
   return 1 + cv * expected_max_of_normals(ranks);
 }
 
+std::string to_string(CheckpointWrite write) {
+  switch (write) {
+    case CheckpointWrite::blocking: return "blocking";
+    case CheckpointWrite::async: return "async";
+    case CheckpointWrite::in_memory: return "in_memory";
+  }
+  return "blocking";
+}
+
 double paid_gpus(const JobSpec& job) {
   return job.gpus + static_cast<double>(job.hot_spares) * job.gpus / job.nodes;
 }
 
 double checkpoint_stall_s(const JobSpec& job) {
-  return job.write == CheckpointWrite::async ? job.checkpoint_copy_s : job.checkpoint_write_s;
+  return job.write == CheckpointWrite::blocking ? job.checkpoint_write_s : job.checkpoint_copy_s;
 }
 
 double interruptions_per_second(const JobSpec& job) {
@@ -727,7 +810,21 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.checkpoint_write_s =
       bytes / checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
   job.write = run.write;
-  if (run.write == CheckpointWrite::async) {
+  if (run.write == CheckpointWrite::in_memory) {
+    // Each node's share to a peer node over its compute NICs, and back after a restart (under
+    // LoRA the frozen base still comes from storage).
+    const double nics = static_cast<double>(nodes) * node.nics * node.nic_bytes_per_s;
+    if (!(nics > 0)) {
+      throw ModelError("in-memory checkpoints go to peer nodes over the NICs: node " + node.name +
+                       " gives none");
+    }
+    job.peer_copy_s = bytes / nics;
+    job.peer_restore_s =
+        bytes / nics + (restore_bytes(model, training) - bytes) /
+                           checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
+    job.persist_every_s = run.persist_every_s;
+  }
+  if (run.write != CheckpointWrite::blocking) {
     if (!(node.pcie_bytes_per_s > 0)) {
       throw ModelError("an asynchronous checkpoint is copied over PCIe: node " + node.name +
                        " does not give its PCIe rate");

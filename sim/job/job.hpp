@@ -78,7 +78,14 @@ enum class ShortagePolicy {
 enum class CheckpointWrite {
   blocking,  // training stops until the checkpoint is on storage
   async,     // training stops for the copy to host memory; the write to storage drains behind
+  // Training stops for the copy to host memory; each node's share then goes to a peer node's
+  // host memory over the NICs, behind training, and every `persist_every_s` of training (and at
+  // the end) to storage too, from host memory. A restart reads the peers' copy back, unless the
+  // interruption took out more than one node (a peer may be among them: assumed lost), when it
+  // falls back to the last copy on storage.
+  in_memory,
 };
+std::string to_string(CheckpointWrite write);  // "blocking", "async", "in_memory"
 
 struct CheckpointPolicy {
   enum class Kind { every_steps, every_seconds, young_daly };
@@ -109,7 +116,10 @@ struct JobSpec {
   int nodes = 1;                  // spot preemptions take nodes
   double checkpoint_write_s = 0;  // a checkpoint's write to storage
   CheckpointWrite write = CheckpointWrite::blocking;
-  double checkpoint_copy_s = 0;  // async: the device-to-host copy training stops for
+  double checkpoint_copy_s = 0;  // async, in_memory: the device-to-host copy training stops for
+  double peer_copy_s = 0;        // in_memory: a node's share to its peer's host memory
+  double peer_restore_s = 0;     // in_memory: reading it back
+  double persist_every_s = 0;    // in_memory: training between writes to storage
   double restore_s = 0;          // reading the last checkpoint back after a restart
   double detection_s = 0;        // from an interruption to the job's being declared failed
   double restart_s = 0;          // rescheduling and relaunching the job
@@ -161,6 +171,7 @@ struct JobReplication {
   std::int64_t preemptions = 0;            // of spot capacity, while the job ran
   std::int64_t checkpoints = 0;            // written, emergency ones included
   std::int64_t emergency_checkpoints = 0;  // written within a spot notice
+  std::int64_t memory_lost = 0;            // in_memory: restarts from storage, the peers' copy lost
   double lost_training_s = 0;     // training redone: the work interruptions and preemptions lost
   double checkpoint_stall_s = 0;  // training stood still for scheduled checkpoints
   double node_wait_s = 0;         // the job waited for a repaired node
@@ -221,6 +232,7 @@ struct RunSpec {
   int replications = 1000;
   double step_jitter = 0;  // coefficient of variation of one rank's step time
   CheckpointWrite write = CheckpointWrite::blocking;
+  double persist_every_s = 0;  // in_memory: training between writes to storage
   double node_repair_s = 0;
   int hot_spares = 0;
   ShortagePolicy when_short = ShortagePolicy::wait;

@@ -295,11 +295,14 @@ void add_run_rows(Table& table, const RunReport& report) {
   }
   table.add("checkpoint write, restore (s)",
             cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
-                        const std::string write =
-                            job.write == CheckpointWrite::async
-                                ? "async: copy " + seconds_text(job.checkpoint_copy_s) + ", " +
-                                      "write " + seconds_text(job.checkpoint_write_s)
-                                : seconds_text(job.checkpoint_write_s);
+                        std::string write = seconds_text(job.checkpoint_write_s);
+                        if (job.write == CheckpointWrite::async) {
+                          write = "async: copy " + seconds_text(job.checkpoint_copy_s) +
+                                  ", write " + write;
+                        } else if (job.write == CheckpointWrite::in_memory) {
+                          write = "in memory: copy " + seconds_text(job.checkpoint_copy_s) +
+                                  ", to peer " + seconds_text(job.peer_copy_s) + ", write " + write;
+                        }
                         return write + ", " + seconds_text(job.restore_s);
                       })));
   table.add("mean time between interruptions (h)",

@@ -34,11 +34,11 @@
 //                 folded, a link only a left-out replica's copy would use is not listed)
 //     warnings    1-D variable-length string dataset (may be 0 rows)
 //     run         group, only for a variant with a run: block whose layout fits: attributes
-//                 interruptions_preset, checkpoint_write ("blocking" or "async"), when_short
-//                 ("wait" or "shrink") (strings), steps, step_s (jitter included),
-//                 jitter_factor, checkpoint_write_s,
-//                 checkpoint_copy_s, restore_s, detection_s, restart_s, node_repair_s,
-//                 paid_gpus, shrunk_step_s, evict_degraded_after_s (NaN: kept),
+//                 interruptions_preset, checkpoint_write ("blocking", "async" or "in_memory"),
+//                 when_short ("wait" or "shrink") (strings), steps, step_s (jitter included),
+//                 jitter_factor, checkpoint_write_s, checkpoint_copy_s, peer_copy_s,
+//                 peer_restore_s, persist_every_s, restore_s, detection_s, restart_s,
+//                 node_repair_s, paid_gpus, shrunk_step_s, evict_degraded_after_s (NaN: kept),
 //                 checkpoint_interval_steps, mtbf_s (inf: none),
 //                 usd_per_gpu_hour (NaN without pricing), useful_s (double), hot_spares,
 //                 replicas (int); on spot spot_preemptions_per_node_hour, spot_notice_s,
@@ -295,10 +295,12 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   write_attribute(group, "steps", job.steps);
   write_attribute(group, "step_s", job.step_s);
   write_attribute(group, "jitter_factor", job.jitter_factor);
-  write_attribute(group, "checkpoint_write",
-                  std::string(job.write == CheckpointWrite::async ? "async" : "blocking"));
+  write_attribute(group, "checkpoint_write", to_string(job.write));
   write_attribute(group, "checkpoint_write_s", job.checkpoint_write_s);
   write_attribute(group, "checkpoint_copy_s", job.checkpoint_copy_s);
+  write_attribute(group, "peer_copy_s", job.peer_copy_s);
+  write_attribute(group, "peer_restore_s", job.peer_restore_s);
+  write_attribute(group, "persist_every_s", job.persist_every_s);
   write_attribute(group, "restore_s", job.restore_s);
   write_attribute(group, "detection_s", job.detection_s);
   write_attribute(group, "restart_s", job.restart_s);

@@ -982,7 +982,7 @@ const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
 const Keys kRunKeys = {"interruptions", "checkpoint",     "checkpoint_write", "detection",
                        "restart",       "node_repair",    "hot_spares",       "when_short",
                        "degraded",      "evict_degraded", "step_jitter",      "replications",
-                       "spot"};
+                       "spot",          "persist"};
 const Keys kDegradationKeys = {"cause", "slows", "fraction", "per_gpu_day", "source"};
 const Keys kSpotKeys = {"preemptions_per_node_hour", "trace", "source", "notice",
                         "capacity_return"};
@@ -1958,8 +1958,18 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     }
   }
   if (const auto write = find(*block, "checkpoint_write")) {
-    run.write = read_choice(*write, {"blocking", "async"}) == "async" ? CheckpointWrite::async
-                                                                      : CheckpointWrite::blocking;
+    const std::string mode = read_choice(*write, {"blocking", "async", "in_memory"});
+    run.write = mode == "async"       ? CheckpointWrite::async
+                : mode == "in_memory" ? CheckpointWrite::in_memory
+                                      : CheckpointWrite::blocking;
+    if (run.write == CheckpointWrite::in_memory && !find(*block, "persist")) {
+      fail(*write, "in-memory checkpoints also go to storage now and then: the run needs persist",
+           "add persist: 1h (training between writes to storage)");
+    }
+  }
+  // Read wherever it is (a compare entry may turn in-memory checkpoints off); only they use it.
+  if (const auto persist = find(*block, "persist")) {
+    run.persist_every_s = read_quantity(*persist, Quantity::duration);
   }
   run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
   run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);

@@ -447,3 +447,43 @@ TEST_CASE("job: a preemption trace is replayed alike in every replication") {
   CHECK(run.wall_s >= busy);
   CHECK(run.wall_s <= busy + 2 * 600);
 }
+
+TEST_CASE("job: in-memory checkpoints restart from the peers' copy, or from storage") {
+  // No interruptions: 50 copies of 20 s stall training; the run ends when the last state is on
+  // storage, 300 s after the last copy (its 30 s to the peer ends sooner).
+  JobSpec job = interrupted_job();
+  job.causes.clear();
+  job.nodes = 125;
+  job.write = CheckpointWrite::in_memory;
+  job.checkpoint_copy_s = 20;
+  job.peer_copy_s = 30;
+  job.peer_restore_s = 30;
+  job.persist_every_s = 3 * 3600;
+  const JobResult quiet = simulate_job(job, 3, 1);
+  CHECK(quiet.wall_s.p50 == Approx(100000 + 50 * 20.0 + 300).epsilon(1e-12));
+
+  // Interruptions that take one node: the peers' copy survives, restores in 30 s, not 120 s.
+  job.causes = interrupted_job().causes;
+  JobSpec async = job;
+  async.write = CheckpointWrite::async;
+  const JobResult memory = simulate_job(job, 2000, 13);
+  const JobResult storage = simulate_job(async, 2000, 13);
+  CHECK(memory.wall_s.mean < storage.wall_s.mean - storage.wall_s.ci99_half_width);
+  std::int64_t lost_copies = 0;
+  for (const JobReplication& run : memory.replications) lost_copies += run.memory_lost;
+  CHECK(lost_copies == 0);
+
+  // Interruptions that take two nodes lose the peers' copy: back to the last write to storage,
+  // every 3 h, which loses far more work.
+  JobSpec correlated = job;
+  correlated.causes[0].nodes_out = 2;
+  const JobResult fallen = simulate_job(correlated, 2000, 13);
+  for (const JobReplication& run : fallen.replications) lost_copies += run.memory_lost;
+  CHECK(lost_copies > 0.5 * fallen.interruptions.mean * 2000);
+  CHECK(fallen.wall_s.mean > memory.wall_s.mean + memory.wall_s.ci99_half_width);
+  CHECK(fallen.lost_gpu_hours.mean > 2 * memory.lost_gpu_hours.mean);
+
+  // Spot capacity takes the peers' copies with it: refused.
+  correlated.spot = SpotCapacity{0.001, "assumed: a test's", 120, 600};
+  CHECK_THROWS_WITH(simulate_job(correlated, 10, 1), Catch::Contains("no spot capacity"));
+}

@@ -238,11 +238,28 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   CHECK_THAT(policy->what(), Catch::Contains("expected one of wait, shrink"));
   CHECK(job.tokens_per_step == 256.0 * 4096);
 
+  // In memory: persist is required with it (and checked, not used, without it: a compare entry
+  // may turn in-memory checkpoints off).
+  const Scenario memory = load_text(with(kRun, "  replications: 200\n",
+                                         "  replications: 200\n"
+                                         "  checkpoint_write: in_memory\n"
+                                         "  persist: 2h\n"));
+  CHECK(memory.variants[0].run->write == CheckpointWrite::in_memory);
+  CHECK(memory.variants[0].run->persist_every_s == 7200);
+  const auto unpersisted = load_error(with(kRun, "  replications: 200\n",
+                                           "  replications: 200\n"
+                                           "  checkpoint_write: in_memory\n"));
+  REQUIRE(unpersisted);
+  CHECK_THAT(unpersisted->what(), Catch::Contains("needs persist"));
+  const auto stray =
+      load_error(with(kRun, "  replications: 200\n", "  replications: 200\n  persist: 2 hours\n"));
+  REQUIRE(stray);
+  CHECK(stray->key() == "run.persist");
   const auto write = load_error(
       with(kRun, "  replications: 200\n", "  replications: 200\n  checkpoint_write: lazy\n"));
   REQUIRE(write);
   CHECK(write->key() == "run.checkpoint_write");
-  CHECK_THAT(write->what(), Catch::Contains("expected one of blocking, async"));
+  CHECK_THAT(write->what(), Catch::Contains("expected one of blocking, async, in_memory"));
   const auto spares =
       load_error(with(kRun, "  replications: 200\n", "  replications: 200\n  hot_spares: 4\n"));
   REQUIRE(spares);
