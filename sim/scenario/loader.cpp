@@ -991,8 +991,11 @@ const Keys kInterruptionPresetKeys = {"name", "description", "source", "gpus", "
 // A cause takes one node out of service unless it says otherwise (nodes_out: 0, or a switch's).
 const Keys kCauseCountKeys = {"cause", "count", "nodes_out"};
 const Keys kCauseCountRequired = {"cause", "count"};
-const Keys kCauseRateKeys = {"cause", "per_gpu_day", "source", "nodes_out"};
-const Keys kCauseRateRequired = {"cause", "per_gpu_day", "source"};
+// A listed cause's rate: per GPU-day, or a component's mean time between failures and the GPUs
+// one component serves (1 for a GPU, 8 for a DGX node, 256 for a leaf switch of 32 of them).
+const Keys kCauseRateKeys = {"cause",  "per_gpu_day", "mtbf", "gpus_per_component",
+                             "source", "nodes_out"};
+const Keys kCauseRateRequired = {"cause", "source"};
 const Keys kStorageKeys = {"write", "read"};
 const Keys kPricingKeys = {"gpu_hour", "spot_gpu_hour"};
 // More replications than this is a mistake, not a study: refused before anything runs.
@@ -1776,6 +1779,28 @@ Variant Loader::parse_full_variant(std::string name, const Field& root) {
   return variant;
 }
 
+// Interruptions per GPU-day of a listed cause: given, or one component's failures per day
+// (24 h over its MTBF) over the GPUs it serves.
+double cause_rate(const Field& cause) {
+  const auto rate = find(cause, "per_gpu_day");
+  const auto mtbf = find(cause, "mtbf");
+  if (rate.has_value() == mtbf.has_value()) {
+    fail(cause, "a cause needs per_gpu_day or mtbf, one of them",
+         "per_gpu_day: 0.0005, or mtbf: 50000h with gpus_per_component: 8 (a node's)");
+  }
+  const auto gpus = find(cause, "gpus_per_component");
+  if (rate) {
+    if (gpus) fail(*gpus, "gpus_per_component goes with an mtbf", "remove it, or give mtbf");
+    return read_non_negative(*rate);
+  }
+  const double mtbf_s = read_quantity(*mtbf, Quantity::duration);
+  if (!gpus) {
+    fail(cause, "an MTBF needs gpus_per_component: the GPUs one component serves",
+         "1 for a GPU, 8 for an 8-GPU node, 256 for a switch under 32 such nodes");
+  }
+  return 86400 / mtbf_s / read_positive(*gpus);
+}
+
 int nodes_out(const Field& cause) {
   const auto field = find(cause, "nodes_out");
   return field ? read_int(*field, 0) : 1;
@@ -1893,8 +1918,7 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     for (const Field& entry : read_list(interruptions, 0, "causes")) {
       expect_map(entry, kCauseRateKeys);
       require_keys(entry, kCauseRateRequired);
-      run.causes.push_back({read_string(require(entry, "cause")),
-                            read_non_negative(require(entry, "per_gpu_day")),
+      run.causes.push_back({read_string(require(entry, "cause")), cause_rate(entry),
                             read_provenance(require(entry, "source")), nodes_out(entry)});
     }
   }

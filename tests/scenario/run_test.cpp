@@ -210,6 +210,24 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
                                          "  when_short: shrink\n"));
   CHECK(shrink.variants[0].run->when_short == ShortagePolicy::shrink);
   CHECK(shrink.variants[0].run->causes[0].nodes_out == 16);
+  // A component's MTBF: a node of 8 GPUs failing every 50,000 h is 24 / 50,000 / 8 per GPU-day.
+  const Scenario mtbf = load_text(with(kRun, "  interruptions: llama3-405b\n",
+                                       "  interruptions:\n"
+                                       "    - {cause: node, mtbf: 50000h, gpus_per_component: 8, "
+                                       "source: 'assumed: a guess'}\n"));
+  CHECK(mtbf.variants[0].run->causes[0].per_gpu_day == Approx(24.0 / 50000 / 8));
+  const auto both = load_error(with(kRun, "  interruptions: llama3-405b\n",
+                                    "  interruptions:\n"
+                                    "    - {cause: node, mtbf: 50000h, per_gpu_day: 0.1, "
+                                    "source: 'assumed: a guess'}\n"));
+  REQUIRE(both);
+  CHECK_THAT(both->what(), Catch::Contains("per_gpu_day or mtbf, one of them"));
+  const auto alone = load_error(with(kRun, "  interruptions: llama3-405b\n",
+                                     "  interruptions:\n"
+                                     "    - {cause: node, mtbf: 50000h, "
+                                     "source: 'assumed: a guess'}\n"));
+  REQUIRE(alone);
+  CHECK_THAT(alone->what(), Catch::Contains("needs gpus_per_component"));
   const auto unrepaired = load_error(
       with(kRun, "  replications: 200\n", "  replications: 200\n  when_short: shrink\n"));
   REQUIRE(unrepaired);
