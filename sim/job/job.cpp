@@ -109,12 +109,34 @@ double drain_s(const JobSpec& job) {
 // `rate`: interruptions per second; `losing_rate`: those and the preemptions whose notice has
 // no room for an emergency checkpoint, which cut a segment short as well.
 void check_exposure(const JobSpec& job, double interval_steps, double rate, double losing_rate) {
+  // At the slowest the job can run: with degraded hardware, one replica short.
+  double step_s = job.step_s;
+  for (const Degradation& degradation : job.degradations) {
+    step_s = std::max(step_s, degradation.step_s);
+  }
+  if (job.when_short == ShortagePolicy::shrink && job.replicas > 1) {
+    step_s *= static_cast<double>(job.replicas) / (job.replicas - 1);
+  }
   // An asynchronous checkpoint is exposed until its write ends, behind the next segment, whose
   // own copy waits for the write before it.
   const double segment =
-      std::max(interval_steps * job.step_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
+      std::max(interval_steps * step_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
-  const double exposure = std::max(losing_rate * segment, rate * downtime);
+  double exposure = std::max(losing_rate * segment, rate * downtime);
+  if (job.write == CheckpointWrite::in_memory) {
+    // A fault of several nodes throws the job back to storage, written every persist interval;
+    // and the last write to storage needs a stretch without interruptions.
+    double several = 0;
+    double all = 0;
+    for (const InterruptionCause& cause : job.causes) {
+      all += cause.per_gpu_day;
+      if (cause.nodes_out >= 2) several += cause.per_gpu_day;
+    }
+    const double several_rate = all > 0 ? rate * several / all : 0.0;
+    exposure =
+        std::max({exposure, several_rate * (job.persist_every_s + job.checkpoint_write_s + segment),
+                  rate * job.checkpoint_write_s});
+  }
   if (exposure > kMaxExposure) {
     throw ModelError(
         "with a segment of " + std::to_string(segment / 3600) +
@@ -244,12 +266,15 @@ class Replication {
     settle_persists(at);
     persists_.clear();
     persist_began_steps_ = persisted_;
-    if (nodes_out_ >= 2 && committed_ > persisted_) {
-      result_.lost_training_s += (committed_ - persisted_) * step_s_;
-      ++result_.memory_lost;
-      committed_ = trained_ = persisted_;
+    if (nodes_out_ >= 2) {
+      if (committed_ > persisted_) {
+        result_.lost_training_s += (committed_ - persisted_) * step_s_;
+        ++result_.memory_lost;
+        committed_ = trained_ = persisted_;
+      }
+      peer_copy_ = false;  // until the next copy to the peers
     }
-    restore_s_ = nodes_out_ < 2 ? job_.peer_restore_s : job_.restore_s;
+    restore_s_ = peer_copy_ ? job_.peer_restore_s : job_.restore_s;
   }
 
   struct Written {
@@ -347,6 +372,7 @@ class Replication {
       if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
       if (degraded_count_ > 0) result_.degraded_s += resume - now_;
       now_ = resume;
+      while (degradation_ <= now_) degrade();  // one that showed in the segment counts now
       if (!evict_degraded()) regrow();
       return;
     }
@@ -374,8 +400,8 @@ class Replication {
       now_ = end;
       return;
     }
-    if (pending_ && pending_->durable_at <= interruption_) complete_pending();
     if (interruption_ <= preemption_) {
+      if (pending_ && pending_->durable_at <= interruption_) complete_pending();
       lose_work(now_);
       fail();
       return;
@@ -387,6 +413,7 @@ class Replication {
     committed_ = pending_->steps;
     ++result_.checkpoints;
     pending_.reset();
+    peer_copy_ = true;
   }
 
   // The training since the last written checkpoint is lost, up to `until` in this segment.
@@ -429,6 +456,10 @@ class Replication {
       committed_ = target;
       trained_ = target;
       pending_.reset();
+      if (committed_ >= job_.steps) {  // the run's last checkpoint: done, nothing to wait for
+        now_ = std::max(saved_at, now_);
+        return;
+      }
     } else {
       lose_work(std::min(notice, training_end));
       if (interruption_ < reclaimed) {  // the job held its nodes: a failure counts
@@ -574,6 +605,7 @@ class Replication {
   std::vector<double> under_repair_;   // when each node taken out is back, ascending
   int short_replicas_ = 0;             // data-parallel replicas the job runs without
   double restore_s_ = job_.restore_s;  // reading back the checkpoint the job restarts from
+  bool peer_copy_ = false;             // in memory: the peers hold the committed state
   double persisted_ = 0;               // in memory: steps in the last copy on storage
   double persist_began_steps_ = 0;     // in memory: steps of the last write to storage begun
   std::vector<Written> persists_;      // in memory: writes to storage under way, in order
@@ -738,7 +770,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   const double gpus = paid_gpus(job);
   const double tokens = job.steps * job.tokens_per_step;
   std::vector<double> wall, goodput, interruptions, preemptions, lost, node_wait, shrunk, regrows,
-      degraded, evictions, cost, per_million_tokens, per_checkpoint;
+      degraded, evictions, memory_lost, cost, per_million_tokens, per_checkpoint;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
     goodput.push_back(result.useful_s / run.wall_s);
@@ -750,6 +782,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
     regrows.push_back(static_cast<double>(run.regrows));
     degraded.push_back(run.degraded_s);
     evictions.push_back(static_cast<double>(run.evictions));
+    memory_lost.push_back(static_cast<double>(run.memory_lost));
     const double usd = run.wall_s * gpus / kSecondsPerHour * job.usd_per_gpu_hour;
     cost.push_back(usd);
     if (tokens > 0) per_million_tokens.push_back(usd / tokens * 1e6);
@@ -767,6 +800,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   result.regrows = summarise(std::move(regrows));
   result.degraded_s = summarise(std::move(degraded));
   result.evictions = summarise(std::move(evictions));
+  result.memory_lost = summarise(std::move(memory_lost));
   result.cost_usd = summarise(std::move(cost));
   result.usd_per_million_tokens = summarise(std::move(per_million_tokens));
   result.usd_per_checkpoint = summarise(std::move(per_checkpoint));

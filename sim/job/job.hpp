@@ -148,7 +148,8 @@ double synchronous_jitter_factor(double cv, int ranks);
 
 // The GPUs paid for over the run's wall time: the job's and its hot spares'.
 double paid_gpus(const JobSpec& job);
-// How long training stands still for one checkpoint (blocking: the write; async: the copy).
+// How long training stands still for one checkpoint (blocking: the write; async and in memory:
+// the copy to host memory).
 double checkpoint_stall_s(const JobSpec& job);
 
 // The cluster's interruptions per second: every cause's rate over all its GPUs.
@@ -206,6 +207,7 @@ struct JobResult {
   SampleSummary regrows;
   SampleSummary degraded_s;
   SampleSummary evictions;
+  SampleSummary memory_lost;  // in memory: restarts from storage
   SampleSummary cost_usd;
   SampleSummary usd_per_million_tokens;  // empty without tokens_per_step
   // The job's GPU-time that scheduled checkpoints stood training still (those an interruption

@@ -303,7 +303,12 @@ void add_run_rows(Table& table, const RunReport& report) {
                           write = "in memory: copy " + seconds_text(job.checkpoint_copy_s) +
                                   ", to peer " + seconds_text(job.peer_copy_s) + ", write " + write;
                         }
-                        return write + ", " + seconds_text(job.restore_s);
+                        const std::string restore = job.write == CheckpointWrite::in_memory
+                                                        ? seconds_text(job.peer_restore_s) +
+                                                              " (from storage " +
+                                                              seconds_text(job.restore_s) + ")"
+                                                        : seconds_text(job.restore_s);
+                        return write + ", " + restore;
                       })));
   table.add("mean time between interruptions (h)",
             cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
@@ -602,7 +607,9 @@ std::string render_plan(const RunReport& report) {
                                    grouped_integer(step.tokens_per_s), fixed(100 * step.mfu, 1),
                                    fixed(memory.total_bytes / kBytesPerGB, 2),
                                    fixed(100 * memory.headroom_fraction(), 1)};
-    if (runs) {
+    if (runs && !variant.job_result) {  // its run could not be simulated (see the warnings)
+      cells.insert(cells.end(), priced ? 3 : 2, std::string(kMissing));
+    } else if (runs) {
       const JobResult& r = *variant.job_result;
       cells.push_back(fixed(r.wall_s.p50 / kDay, 2) + " / " + fixed(r.wall_s.p90 / kDay, 2));
       cells.push_back(fixed(r.goodput.mean, 3));

@@ -45,7 +45,8 @@
 //                 spot_capacity_return_s (double), spot_trace_preemptions (uint64: 0 for a
 //                 rate), spot_source (string); and for each of
 //                 wall_s, goodput, interruptions, preemptions (on spot), lost_gpu_hours,
-//                 node_wait_s, shrunk_s, regrows, degraded_s, evictions, and with pricing cost_usd,
+//                 node_wait_s, shrunk_s, regrows, degraded_s, evictions, memory_lost, and with
+//                 pricing cost_usd,
 //                 usd_per_million_tokens and
 //                 usd_per_checkpoint: <name>_mean, _ci99_half_width, _p50, _p90, _p99
 //                 (double). Datasets, one row per replication in replication order (double):
@@ -341,6 +342,7 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   summary("regrows", result.regrows);
   summary("degraded_s", result.degraded_s);
   summary("evictions", result.evictions);
+  summary("memory_lost", result.memory_lost);
   write_attribute(group, "evict_degraded_after_s",
                   job.evict_degraded_after_s ? *job.evict_degraded_after_s : kNotSimulated);
   if (priced) {

@@ -157,6 +157,7 @@ Json run_json(const VariantReport& variant) {
        job.evict_degraded_after_s ? Json(*job.evict_degraded_after_s) : Json(nullptr)},
       {"degraded_s", summary_json(result.degraded_s)},
       {"evictions", summary_json(result.evictions)},
+      {"memory_lost", summary_json(result.memory_lost)},
       {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
       {"usd_per_million_tokens",
        variant.run->priced ? summary_json(result.usd_per_million_tokens) : Json(nullptr)},

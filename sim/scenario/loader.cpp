@@ -1776,6 +1776,14 @@ void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& sc
 Variant Loader::parse_full_variant(std::string name, const Field& root) {
   Variant variant{std::move(name), parse_variant(root), std::nullopt};
   variant.run = parse_run(root);
+  // In-memory checkpoints need a peer node, and capacity that is not taken back.
+  if (variant.run && variant.run->write == CheckpointWrite::in_memory &&
+      (variant.inputs.nodes < 2 || variant.run->spot)) {
+    fail(require(require(root, "run"), "checkpoint_write"),
+         variant.run->spot ? "in-memory checkpoints do not survive spot capacity taken back"
+                           : "in-memory checkpoints go to a peer node, and the job has one node",
+         "use checkpoint_write: async");
+  }
   return variant;
 }
 

@@ -258,12 +258,19 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
 
   // In memory: persist is required with it (and checked, not used, without it: a compare entry
   // may turn in-memory checkpoints off).
-  const Scenario memory = load_text(with(kRun, "  replications: 200\n",
-                                         "  replications: 200\n"
-                                         "  checkpoint_write: in_memory\n"
-                                         "  persist: 2h\n"));
+  const std::string in_memory = with(kRun, "  replications: 200\n",
+                                     "  replications: 200\n"
+                                     "  checkpoint_write: in_memory\n"
+                                     "  persist: 2h\n");
+  const Scenario memory = load_text(with(with(in_memory, "  dp: 8\n", "  dp: 16\n"),
+                                         "  node: dgx-h100\n", "  node: dgx-h100\n  nodes: 2\n"));
   CHECK(memory.variants[0].run->write == CheckpointWrite::in_memory);
   CHECK(memory.variants[0].run->persist_every_s == 7200);
+  // One node has no peer.
+  const auto no_peer = load_error(in_memory);
+  REQUIRE(no_peer);
+  CHECK(no_peer->key() == "run.checkpoint_write");
+  CHECK_THAT(no_peer->what(), Catch::Contains("the job has one node"));
   const auto unpersisted = load_error(with(kRun, "  replications: 200\n",
                                            "  replications: 200\n"
                                            "  checkpoint_write: in_memory\n"));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -308,10 +309,17 @@ int plan_command(const Scenario& scenario, const Options& options) {
     fleetsim::ProgressBar progress(replications, "replications",
                                    fleetsim::ProgressBar::wanted(options.quiet));
     tbb::parallel_for(std::size_t{0}, report.variants.size(), [&](std::size_t i) {
-      simulate_run(report.variants[i], scenario.seed, plan_options.step, progress);
+      fleetsim::VariantReport& layout = report.variants[i];
+      try {
+        simulate_run(layout, scenario.seed, plan_options.step, progress);
+      } catch (const fleetsim::ModelError& e) {  // this layout's run only: ranked last
+        layout.job.reset();
+        layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
+      }
     });
     progress.finish();
     const auto expected = [&](const fleetsim::VariantReport& layout) {
+      if (!layout.job_result) return std::numeric_limits<double>::infinity();
       return run->priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
     };
     std::stable_sort(report.variants.begin(), report.variants.end(),
