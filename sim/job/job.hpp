@@ -1,19 +1,22 @@
 // Long training runs under interruptions: a Monte Carlo of the wall time to train, with
 // checkpoints.
 //
-// A run is a number of optimizer steps of one duration (the step executor's, for the run's
-// layout on its healthy cluster), simulated as segments, not steps: train for the checkpoint
-// interval, then checkpoint. A blocking checkpoint stops training while it is written; an
-// asynchronous one only while it is copied to host memory, and is written from there while
-// training goes on (the next one waits for that write). A checkpoint counts once written.
+// A run is a number of optimizer steps, simulated as segments, not steps: train for the
+// checkpoint interval, then checkpoint. A step takes the step executor's time for the cluster's
+// state (healthy, one replica short, with degraded hardware), stretched by jitter to the
+// slowest rank's. A blocking checkpoint stops training while it is written; an asynchronous
+// one only while it is copied to host memory, and is written from there while training goes on
+// (the next one waits for that write); an in-memory one goes from host memory to a peer node,
+// and to storage every so often. A checkpoint counts once written.
 // Interruptions arrive as a Poisson process over wall-clock time at the cluster's total rate,
 // the sum over causes of their rate per GPU-day times the GPUs. One costs the work since the
 // last written checkpoint (one being copied or written is lost too), then a downtime:
 // detection, restart and reading the checkpoint back; an interruption during the downtime
-// starts it over. Causes that take a node out of service (hardware) also leave it out for the
-// node repair time: the job restarts on a hot spare when one is free, else waits for a repaired
-// node (with no repair time, the cluster always has a healthy node to give). The run ends when
-// its last segment's checkpoint is written.
+// starts it over. Causes that take nodes out of service (hardware; a switch's nodes at once)
+// also leave them out for the node repair time: the job restarts on hot spares when enough are
+// free, else waits for repairs or restarts without the replicas the nodes belonged to. Spot
+// capacity is taken back with a notice (at a rate, or the times of a trace); degraded
+// hardware slows every step until evicted. The run ends when its last checkpoint is written.
 //
 // For this process the expected wall time has a closed form (J. T. Daly, "A higher order
 // estimate of the optimum checkpoint interval for restart dumps", Future Generation Computer
