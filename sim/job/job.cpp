@@ -85,13 +85,27 @@ void check(const JobSpec& job) {
   }
 }
 
+// Interruptions per GPU-day of the causes that take at least `nodes` nodes out (0: all).
+double per_gpu_day_taking(const JobSpec& job, int nodes) {
+  double per_gpu_day = 0;
+  for (const InterruptionCause& cause : job.causes) {
+    if (cause.nodes_out >= nodes) per_gpu_day += cause.per_gpu_day;
+  }
+  return per_gpu_day;
+}
+
+// Onsets of one kind of degraded hardware per second, over the job's GPUs.
+double degradations_per_second(const JobSpec& job, const Degradation& degradation) {
+  return degradation.per_gpu_day * job.gpus / kSecondsPerDay;
+}
+
 // Spot preemptions arrive over the job's nodes at this rate per second (0 without spot).
 // A trace's: its preemptions over its span.
 double preemptions_per_second(const JobSpec& job) {
   if (!job.spot) return 0.0;
   const std::vector<double>& trace = job.spot->trace_s;
   if (!trace.empty()) return trace.back() > 0 ? trace.size() / trace.back() : 0.0;
-  return job.spot->preemptions_per_node_hour * job.nodes / 3600;
+  return job.spot->preemptions_per_node_hour * job.nodes / kSecondsPerHour;
 }
 
 // How long an asynchronous checkpoint's write to storage drains behind training (0 blocking).
@@ -126,13 +140,8 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
   if (job.write == CheckpointWrite::in_memory) {
     // A fault of several nodes throws the job back to storage, written every persist interval;
     // and the last write to storage needs a stretch without interruptions.
-    double several = 0;
-    double all = 0;
-    for (const InterruptionCause& cause : job.causes) {
-      all += cause.per_gpu_day;
-      if (cause.nodes_out >= 2) several += cause.per_gpu_day;
-    }
-    const double several_rate = all > 0 ? rate * several / all : 0.0;
+    const double all = per_gpu_day_taking(job, 0);
+    const double several_rate = all > 0 ? rate * per_gpu_day_taking(job, 2) / all : 0.0;
     exposure =
         std::max({exposure, several_rate * (job.persist_every_s + job.checkpoint_write_s + segment),
                   rate * job.checkpoint_write_s});
@@ -162,13 +171,8 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
 
 // The share of interruptions whose cause takes nodes out of service.
 double node_share(const JobSpec& job) {
-  double all = 0;
-  double taking = 0;
-  for (const InterruptionCause& cause : job.causes) {
-    all += cause.per_gpu_day;
-    if (cause.nodes_out > 0) taking += cause.per_gpu_day;
-  }
-  return all > 0 ? taking / all : 0.0;
+  const double all = per_gpu_day_taking(job, 0);
+  return all > 0 ? per_gpu_day_taking(job, 1) / all : 0.0;
 }
 
 // One run, drawn from its replication's streams. Interruption and preemption arrivals are
@@ -205,7 +209,7 @@ class Replication {
         draws_cause_ && (job.node_repair_s > 0 || job.write == CheckpointWrite::in_memory);
     if (!job.causes.empty()) nodes_out_ = job.causes.front().nodes_out;
     for (const Degradation& degradation : job.degradations) {
-      degradation_rate_ += degradation.per_gpu_day * job.gpus / 86400;
+      degradation_rate_ += degradations_per_second(job, degradation);
     }
     draw_interruption(0);
     draw_preemption(0);
@@ -302,7 +306,7 @@ class Replication {
     double u = degradation_kinds_.uniform01() * degradation_rate_;
     std::size_t kind = 0;
     for (; kind + 1 < job_.degradations.size(); ++kind) {
-      u -= job_.degradations[kind].per_gpu_day * job_.gpus / 86400;
+      u -= degradations_per_second(job_, job_.degradations[kind]);
       if (u < 0) break;
     }
     if (degraded_count_ == 0) degraded_since_ = degradation_;
@@ -668,9 +672,7 @@ double checkpoint_stall_s(const JobSpec& job) {
 }
 
 double interruptions_per_second(const JobSpec& job) {
-  double per_gpu_day = 0;
-  for (const InterruptionCause& cause : job.causes) per_gpu_day += cause.per_gpu_day;
-  return per_gpu_day * job.gpus / kSecondsPerDay;
+  return per_gpu_day_taking(job, 0) * job.gpus / kSecondsPerDay;
 }
 
 double young_daly_interval_s(double checkpoint_s, double mtbf_s) {

@@ -59,8 +59,9 @@ struct InterruptionCause {
 // stage the pipeline, and NCCL splits a collective evenly over its channels, so the slowest
 // channel's rail gates it. Its step time is the step executor's with every GPU (or every NIC)
 // so degraded, which is what that gating amounts to. Degradations appear as a Poisson process
-// and stay until evicted: when the job evicts them, at the first checkpoint `evict_after` after
-// one appeared it restarts without the degraded nodes (taken out for repair like a failed one).
+// and stay until evicted: when the job evicts them, at the first checkpoint that long after
+// one appeared (evict_degraded_after_s) it restarts without the degraded nodes (taken out for
+// repair like a failed one).
 struct Degradation {
   enum class Kind { compute, network };
   std::string name;
@@ -116,7 +117,7 @@ struct JobSpec {
   double step_s = 0;         // one step on the healthy cluster, jitter included
   double jitter_factor = 1;  // what jitter made of the replayed step (all step times include it)
   int gpus = 0;
-  int nodes = 1;                  // spot preemptions take nodes
+  int nodes = 1;  // the job's nodes: what preemptions, repairs, spares and peers count in
   double checkpoint_write_s = 0;  // a checkpoint's write to storage
   CheckpointWrite write = CheckpointWrite::blocking;
   double checkpoint_copy_s = 0;  // async, in_memory: the device-to-host copy training stops for
@@ -219,8 +220,9 @@ struct JobResult {
 };
 
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
-// positive where needed, a negative rate), or that would practically never end: a segment or
-// downtime that interruptions would cut short more than e^10 times on average.
+// positive where needed, a negative rate, spares without a repair time, in-memory checkpoints
+// on one node or on spot), or that would practically never end: a segment, downtime or write
+// that interruptions would cut short more than e^10 times on average.
 // `replication_done`, if given, is called once per finished replication, from any thread.
 JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
                        const std::function<void()>& replication_done = {});

@@ -17,6 +17,7 @@ namespace {
 
 constexpr const char* kMissing = "—";
 constexpr double kBytesPerGB = 1e9;  // decimal GB, as HBM capacities are quoted
+constexpr double kDay = 86400;       // seconds
 
 // std::to_chars, unlike printf, ignores the process locale: a table never shows "1,5" for 1.5.
 std::string fixed(double value, int decimals) {
@@ -279,7 +280,6 @@ void add_run_rows(Table& table, const RunReport& report) {
       return v.job_result ? text_of(*v.job, *v.job_result) : std::string(kMissing);
     };
   };
-  constexpr double kDay = 86400;
   table.add("run: steps to train",
             cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
                         return grouped_integer(job.steps);
@@ -598,7 +598,6 @@ std::string render_plan(const RunReport& report) {
     if (priced) columns.push_back("cost P50 / P90 (USD)");
   }
   Table table(columns);
-  constexpr double kDay = 86400;
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const VariantReport& variant = report.variants[i];
     const StepResult& step = variant.outcome.step;

@@ -478,10 +478,10 @@ TEST_CASE("job: in-memory checkpoints restart from the peers' copy, or from stor
   const JobResult half = simulate_job(mixed, 2000, 13);
   CHECK(half.memory_lost.mean > 0.3 * half.interruptions.mean);
   CHECK(half.memory_lost.mean < 0.5 * half.interruptions.mean);
-  std::int64_t lost_copies = 0;
 
   // Interruptions that take two nodes lose the peers' copy: back to the last write to storage,
   // every 3 h, which loses far more work.
+  std::int64_t lost_copies = 0;
   JobSpec correlated = job;
   correlated.causes[0].nodes_out = 2;
   const JobResult fallen = simulate_job(correlated, 2000, 13);

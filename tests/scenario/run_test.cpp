@@ -305,7 +305,7 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
 
 TEST_CASE("BLOOM-176B's checkpoint is about the published 2.3 TB") {
   // BigScience's tr11 README: "each checkpoint with fp32 optim states and bf16+fp32 weights is
-  // 2.3TB" (shared/reference/published.yaml, bloom_176b_A100.checkpoint). 14 bytes for each of
+  // 2.3TB" (github.com/bigscience-workshop/bigscience, train/tr11-176B-ml). 14 bytes for each of
   // 176.2 B parameters is 2.47 TB (2.24 TiB): within 8% of the published figure.
   const Scenario s = load_text(with(kRun, "model: llama3-8b", "model: bloom-176b"));
   const StepInputs& in = s.variants[0].inputs;
@@ -335,12 +335,6 @@ TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from stora
   CHECK(checkpoint_bytes(in.model, lora) == Approx(14 * adapters));
   CHECK(restore_bytes(in.model, lora) == Approx(14 * adapters + 2 * in.model.parameters()));
 }
-
-}  // namespace
-}  // namespace fleetsim
-
-namespace fleetsim {
-namespace {
 
 TEST_CASE("a spot run can replay a trace of preemption times") {
   testing::TempDir dir;

@@ -55,7 +55,7 @@ BENCHMARK(BM_FlowChurn)->Arg(8)->Arg(64)->Unit(benchmark::kMillisecond);
 
 // 1,000 replications of a 30-day run on 16,384 GPUs at the Llama 3 run's interruption rate
 // (419 in 54 days on 16,384 GPUs: one every 3.1 hours), 10 s steps, a 60 s checkpoint at the
-// Young-Daly interval, 15 minutes of downtime: the target is 10 s on two cores.
+// Young-Daly interval, 15 minutes of downtime: the target is 10 s on two cores.
 void BM_JobMonteCarlo(benchmark::State& state) {
   fleetsim::JobSpec job;
   job.steps = 30 * 86400 / 10.0;

@@ -60,7 +60,7 @@ const char* const kUsage =
     "  --threads N            worker threads for independent variants (default: all cores)\n"
     "  -q, --quiet            no progress bar (it shows on a terminal for runs over a second)\n"
     "\n"
-    "plan options (and -o, --json, --no-fold, --data-dir, --threads as for run):\n"
+    "plan options (and -o, --json, --no-fold, --data-dir, --threads, -q as for run):\n"
     "  --top N                layouts to rank (default 10)\n"
     "\n"
     "collective options (as nccl-tests names them where it can):\n"
