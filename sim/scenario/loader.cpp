@@ -843,7 +843,9 @@ const Keys kLayoutKeys = {"dp",
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
   ParallelPlan plan;
-  plan.dp = read_int(require(f, "dp"), 1);
+  // dp: auto is what the GPUs leave (parse_variant resolves it once the cluster is known).
+  const Field dp = require(f, "dp");
+  plan.dp = dp.node.IsScalar() && dp.node.Scalar() == "auto" ? 0 : read_int(dp, 1);
   if (auto tp = find(f, "tp")) {
     plan.tp = read_int(*tp, 1);
   }
@@ -1740,6 +1742,17 @@ StepInputs Loader::parse_variant(const Field& root) {
   }
   parse_cluster(require(root, "cluster"), in);
   in.plan = parse_layout(require(root, "layout"));
+  if (in.plan.dp == 0) {
+    const int gpus = in.nodes * in.node.gpus;
+    const int model_ranks = in.plan.tp * in.plan.cp * in.plan.pp;
+    if (gpus % model_ranks != 0) {
+      fail(require(require(root, "layout"), "dp"),
+           "dp: auto needs tp x cp x pp = " + std::to_string(model_ranks) + " to divide the " +
+               std::to_string(gpus) + " GPUs",
+           "change tp, cp or pp, or cluster.nodes");
+    }
+    in.plan.dp = gpus / model_ranks;
+  }
   check_layout(root, in);
   check_batch(root, in);
   if (in.training.lora) check_lora(require(root, "training"), in);

@@ -1167,5 +1167,24 @@ TEST_CASE("cp loads, counts in the GPU total, and says what it needs otherwise")
   CHECK_THAT(eager->what(), Catch::Contains("built on FlashAttention"));
 }
 
+TEST_CASE("dp: auto takes what the GPUs leave to data parallelism") {
+  // Two DGX H100 nodes, tp 8: 16 GPUs / 8 = 2 replicas; with pp 2 on three nodes, 24 GPUs do
+  // not split into replicas of 16.
+  const std::string automatic =
+      with(with(kBase, "  dp: 8\n  zero: 3\n", "  dp: auto\n  tp: 8\n  zero: 1\n"),
+           "  node: dgx-h100\n", "  node: dgx-h100\n  nodes: 2\n");
+  CHECK(load_text(automatic).variants[0].inputs.plan.dp == 2);
+  const auto uneven =
+      load_error(with(with(automatic, "  tp: 8\n", "  tp: 8\n  pp: 2\n"), "nodes: 2", "nodes: 3"));
+  REQUIRE(uneven);
+  CHECK(uneven->key() == "layout.dp");
+  CHECK_THAT(uneven->what(),
+             Catch::Contains("dp: auto needs tp x cp x pp = 16 to divide the 24 GPUs"));
+  // Anything else than a count or auto is refused as before.
+  const auto word = load_error(with(kBase, "dp: 8", "dp: many"));
+  REQUIRE(word);
+  CHECK_THAT(word->what(), Catch::Contains("expected a positive integer"));
+}
+
 }  // namespace
 }  // namespace fleetsim
