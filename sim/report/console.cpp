@@ -557,6 +557,34 @@ std::string render_memory(const RunReport& report) {
   return text + warnings_section(report);
 }
 
+std::string render_sweep(const RunReport& report) {
+  std::string text = header_text(report);
+  Table table({"GPUs", "step time (s)", "tokens/s", "tokens/s per GPU", "scaling efficiency",
+               "MFU (%)", "largest share of the step"});
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const VariantReport& point = report.variants[i];
+    const std::string gpus = grouped_integer(total_gpus(point.inputs));
+    if (!point.outcome.simulated) {
+      table.add(point.name,
+                {gpus, "does not fit", kMissing, kMissing, kMissing, kMissing, kMissing});
+      continue;
+    }
+    const StepResult& step = point.outcome.step;
+    const StepBreakdown& parts = step.breakdown;
+    // What holds the step: computing, communication the compute did not hide, or waiting
+    // (pipeline bubbles, ranks waiting for each other).
+    const std::string largest =
+        parts.compute_s >= parts.exposed_comm_s && parts.compute_s >= parts.idle_s ? "compute"
+        : parts.exposed_comm_s >= parts.idle_s ? "exposed communication"
+                                               : "idle (bubble, waits)";
+    table.add(point.name, {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
+                           grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
+                           fixed(*scaling_efficiency_in_sweep(report, i), 3),
+                           fixed(100 * step.mfu, 1), largest});
+  }
+  return text + table.render() + warnings_section(report);
+}
+
 std::string render_plan(const RunReport& report) {
   std::string text = header_text(report);
   if (report.plan) {

@@ -171,23 +171,28 @@ Json variant_json(const RunReport& report, std::size_t index) {
   const StepInputs& inputs = variant.inputs;
   const std::optional<double> speedup = speedup_vs_first(report, index);
   const std::optional<double> scaling = scaling_efficiency_vs_first(report, index);
-  return Json{{"name", variant.name},
-              {"node", inputs.node.name},
-              {"nodes", inputs.nodes},
-              {"gpus_per_node", inputs.node.gpus},
-              {"gpus", inputs.nodes * inputs.node.gpus},
-              {"gpu_profile", inputs.gpu.name},
-              {"model", inputs.model.name},
-              {"precision", to_string(inputs.training.precision)},
-              {"layout", layout_json(inputs.plan)},
-              {"simulated", variant.outcome.simulated},
-              {"step", step_json(variant.outcome)},
-              {"memory", memory_json(variant.outcome.memory)},
-              {"links", links_json(variant.outcome)},
-              {"warnings", variant.outcome.warnings},
-              {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
-              {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)},
-              {"run", run_json(variant)}};
+  Json json{{"name", variant.name},
+            {"node", inputs.node.name},
+            {"nodes", inputs.nodes},
+            {"gpus_per_node", inputs.node.gpus},
+            {"gpus", inputs.nodes * inputs.node.gpus},
+            {"gpu_profile", inputs.gpu.name},
+            {"model", inputs.model.name},
+            {"precision", to_string(inputs.training.precision)},
+            {"layout", layout_json(inputs.plan)},
+            {"simulated", variant.outcome.simulated},
+            {"step", step_json(variant.outcome)},
+            {"memory", memory_json(variant.outcome.memory)},
+            {"links", links_json(variant.outcome)},
+            {"warnings", variant.outcome.warnings},
+            {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
+            {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)},
+            {"run", run_json(variant)}};
+  if (report.swept) {
+    const std::optional<double> in_sweep = scaling_efficiency_in_sweep(report, index);
+    json["scaling_efficiency_in_sweep"] = in_sweep ? Json(*in_sweep) : Json(nullptr);
+  }
+  return json;
 }
 
 }  // namespace

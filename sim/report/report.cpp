@@ -33,6 +33,25 @@ std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::
   return *speedup * first_gpus / gpus(report.variants[index]);
 }
 
+std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::size_t index) {
+  const VariantReport& point = report.variants[index];
+  if (!point.outcome.simulated) return std::nullopt;
+  const auto gpus = [](const VariantReport& v) {
+    return static_cast<double>(v.inputs.nodes) * v.inputs.node.gpus;
+  };
+  const VariantReport* smallest = nullptr;
+  for (const VariantReport& v : report.variants) {
+    if (!v.outcome.simulated || v.inputs.node.name != point.inputs.node.name ||
+        v.inputs.gpu.name != point.inputs.gpu.name ||
+        v.inputs.model.name != point.inputs.model.name) {
+      continue;
+    }
+    if (!smallest || gpus(v) < gpus(*smallest)) smallest = &v;
+  }
+  const double per_gpu = point.outcome.step.tokens_per_s / gpus(point);
+  return per_gpu / (smallest->outcome.step.tokens_per_s / gpus(*smallest));
+}
+
 std::string layout_label(const ParallelPlan& plan) {
   const char* recompute = to_string(plan.recompute);
   const std::string tp = plan.tp > 1 ? "tp" + std::to_string(plan.tp) + " " : "";

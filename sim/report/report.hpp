@@ -55,6 +55,7 @@ struct RunReport {
   std::uint64_t seed = 1;
   std::vector<VariantReport> variants;  // the first one is the baseline for speed-ups
   std::optional<PlanSummary> plan;      // set for `fleetsim plan`: variants are its ranking
+  bool swept = false;                   // a sweep's: variants are its points
 };
 
 // One column per variant; speed-up of each variant over the first. Ends with a newline.
@@ -103,6 +104,14 @@ std::optional<double> speedup_vs_first(const RunReport& report, std::size_t inde
 // first variant's GPU count to this one's; empty when either was not simulated, or when every
 // variant has the first one's GPU count.
 std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::size_t index);
+// For a sweep: tokens/s per GPU of variant `index` over those of the point with the fewest GPUs
+// that fits among the points of its node preset, GPU profile and model (a sweep over node
+// counts and node types scales each type from its own smallest point); empty when it was not
+// simulated.
+std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::size_t index);
+// `fleetsim sweep`: one row per point (GPUs, step time, tokens/s, per GPU, scaling efficiency,
+// MFU, the largest share of the step). Ends with a newline.
+std::string render_sweep(const RunReport& report);
 // "dp8 zero3 recompute=none"
 std::string layout_label(const ParallelPlan& plan);
 

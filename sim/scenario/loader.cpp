@@ -123,6 +123,8 @@ bool replaced_by_entry(const Doc& doc, std::string path) {
     } else {
       text = "in variant " + in_quotes(doc.variant) + ": " + problem;
     }
+  } else if (!doc.variant.empty()) {  // a sweep point: its swept values keep their own marks
+    text = "at sweep point " + in_quotes(doc.variant) + ": " + problem;
   }
   throw ScenarioError(doc.file, mark.line + 1, mark.column + 1, key, text, hint);
 }
@@ -977,8 +979,11 @@ void merge_into(YAML::Node base, const YAML::Node& over, const std::string& path
 
 // ---- the loader ----------------------------------------------------------------------------
 
-const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",  "training",
-                       "layout", "cluster",     "run",  "pricing", "compare"};
+const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",   "training",
+                       "layout", "cluster",     "run",  "pricing", "compare", "sweep"};
+const Keys kSweepKeys = {"grid", "zip", "batch", "layout"};
+// A sweep of more points than this is a mistake, not a study: refused before anything runs.
+constexpr std::size_t kMaxSweepPoints = 10000;
 const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
 const Keys kRunKeys = {"interruptions", "checkpoint",     "checkpoint_write", "detection",
@@ -1028,6 +1033,7 @@ class Loader {
   GpuProfile gpu_profile(const Field& name);
   CollectiveCosts collective_library(const Field& name);
   void parse_compare(const Field& list, const fs::path& file, Scenario& scenario);
+  void parse_sweep(const Field& sweep, const fs::path& file, Scenario& scenario);
   Variant parse_full_variant(std::string name, const Field& root);
   std::optional<RunSpec> parse_run(const Field& root);
   std::vector<InterruptionCause> interruption_preset(const Field& name);
@@ -1786,6 +1792,114 @@ void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& sc
   }
 }
 
+// The sweep: every combination of the grid's lists (in the order written, the last varying
+// fastest) times every row of the zip's lists (of one length, varied together). Each point is
+// the base scenario with those values in place of the ones it sets, which keep their marks:
+// a value that does not fit its key is reported at its place in the sweep.
+void Loader::parse_sweep(const Field& sweep, const fs::path& file, Scenario& scenario) {
+  expect_map(sweep, kSweepKeys);
+  if (const auto batch = find(sweep, "batch")) {
+    read_choice(*batch, {"fixed"}, {"per_gpu"},
+                "scale the batch with the GPUs by zipping training.global_batch with "
+                "cluster.nodes");
+  }
+  if (const auto layout = find(sweep, "layout")) {
+    read_choice(*layout, {"fixed"}, {"plan"},
+                "keep tp, cp and pp and let layout.dp: auto follow the GPUs");
+  }
+  struct Axis {
+    std::string path;
+    std::string group;  // "grid" or "zip"
+    std::size_t values = 0;
+  };
+  std::vector<Axis> axes;
+  std::size_t zip_rows = 0;
+  for (const std::string& group : {std::string("grid"), std::string("zip")}) {
+    const auto lists = find(sweep, group);
+    if (!lists) continue;
+    if (!lists->node.IsMap() || lists->node.size() == 0) {
+      fail(*lists, "expected a map of field paths to lists of values, got " + describe(lists->node),
+           "e.g. " + group + ": {cluster.nodes: [1, 2, 4]}");
+    }
+    for (const auto& kv : lists->node) {
+      const std::string path = kv.first.Scalar();
+      const Field values{kv.second, sweep.doc, join(lists->path, path)};
+      const std::size_t count = read_list(values, 0, "values").size();
+      if (group == "zip") {
+        if (zip_rows != 0 && count != zip_rows) {
+          fail(values,
+               "zipped lists vary together and need one length: this has " + std::to_string(count) +
+                   " values, the one before " + std::to_string(zip_rows),
+               "give every list under zip the same number of values");
+        }
+        zip_rows = count;
+      }
+      axes.push_back({path, group, count});
+    }
+  }
+  if (axes.empty())
+    fail(sweep, "a sweep needs a grid or a zip", "grid: {cluster.nodes: [1, 2, 4]}");
+  std::size_t points = zip_rows == 0 ? 1 : zip_rows;
+  for (const Axis& axis : axes) {
+    if (axis.group == "grid") points *= axis.values;
+    if (points > kMaxSweepPoints) {
+      fail(sweep, "the sweep has more than " + std::to_string(kMaxSweepPoints) + " points",
+           "sweep fewer values, or split the study into several scenarios");
+    }
+  }
+  // Each point: which value of each axis (grid axes odometer-style, zip axes on one row).
+  for (std::size_t point = 0; point < points; ++point) {
+    Doc doc{file.string(), -1, {}, {}};
+    const YAML::Node fresh = parse_yaml_file(file, doc.file, "scenario file");
+    const YAML::Node fresh_sweep = *child_node(fresh, "sweep");
+    std::size_t rest = zip_rows == 0 ? point : point / zip_rows;
+    const std::size_t zip_row = zip_rows == 0 ? 0 : point % zip_rows;
+    std::vector<std::size_t> index(axes.size());
+    for (std::size_t a = axes.size(); a-- > 0;) {
+      if (axes[a].group == "grid") {
+        index[a] = rest % axes[a].values;
+        rest /= axes[a].values;
+      } else {
+        index[a] = zip_row;
+      }
+    }
+    std::string name;
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      const YAML::Node value = (*child_node(fresh_sweep, axes[a].group))[axes[a].path][index[a]];
+      // The path must be a field the scenario sets: its value is the one replaced.
+      // The path must be a field the scenario sets: its value is the one replaced. (Handles are
+      // rebound with reset(): assigning one node to another would copy into the tree.)
+      YAML::Node parent;
+      parent.reset(fresh);
+      std::string walked;
+      std::string rest_path = axes[a].path;
+      while (true) {
+        const auto dot = rest_path.find('.');
+        const std::string key = rest_path.substr(0, dot);
+        walked = join(walked, key);
+        std::optional<YAML::Node> found =
+            parent.IsMap() ? child_node(parent, key) : std::optional<YAML::Node>();
+        if (!found || key == "sweep" || key == "compare" || key == "name") {
+          fail(Field{value, &doc, "sweep." + axes[a].group + "." + axes[a].path},
+               walked + " is not a field the scenario sets",
+               "a sweep varies fields the scenario sets: write " + walked +
+                   " in the scenario (its value there is not used)");
+        }
+        if (dot == std::string::npos) {
+          *found = value;  // rebinds the value inside `fresh`, keeping the sweep value's mark
+          break;
+        }
+        parent.reset(*found);
+        rest_path = rest_path.substr(dot + 1);
+      }
+      name += (name.empty() ? "" : ", ") + axes[a].path + "=" +
+              (value.IsScalar() ? value.Scalar() : std::string("..."));
+    }
+    doc.variant = name;
+    scenario.variants.push_back(parse_full_variant(name, Field{fresh, &doc, ""}));
+  }
+}
+
 Variant Loader::parse_full_variant(std::string name, const Field& root) {
   Variant variant{std::move(name), parse_variant(root), std::nullopt};
   variant.run = parse_run(root);
@@ -2093,6 +2207,15 @@ Scenario Loader::load(const fs::path& file) {
   scenario.variants.push_back(std::move(first));
   if (auto compare = find(root, "compare")) {
     parse_compare(*compare, file, scenario);
+  }
+  if (auto sweep = find(root, "sweep")) {
+    if (find(root, "compare")) {
+      fail(*sweep, "a scenario sweeps or compares, not both yet",
+           "put the compared field in the sweep's grid");
+    }
+    scenario.variants.clear();  // the points replace the base
+    scenario.swept = true;
+    parse_sweep(*sweep, file, scenario);
   }
   for (Variant& variant : scenario.variants) {
     variant.inputs.fabric.hash_seed = scenario.seed;  // the one seed of the scenario

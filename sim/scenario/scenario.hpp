@@ -54,6 +54,7 @@ struct Scenario {
   std::string file;
   std::uint64_t seed = 1;
   std::vector<Variant> variants;  // the base scenario first, then the compare entries in order
+  bool swept = false;             // a sweep: the variants are its points, in order
 };
 
 Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data);

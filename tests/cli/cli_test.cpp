@@ -635,3 +635,41 @@ TEST_CASE("plan ranks a run's layouts by their expected cost to train") {
                  variant["step"]["step_time_s"].get<double>()));
   }
 }
+
+TEST_CASE("sweep prints a row per point, scaling each node type from its smallest point") {
+  const fs::path file = write_scenario("sweep.yaml", R"(name: sweep
+model: llama3-8b
+training: {seq_len: 4096, global_batch: 256, micro_batch: 2}
+layout: {dp: auto, tp: 8, zero: 1}
+cluster: {node: dgx-h100, nodes: 1}
+sweep:
+  grid:
+    cluster.nodes: [1, 2, 4]
+    cluster.node: [dgx-h100, dgx-b200]
+)");
+  const Result table = run_cli("sweep " + file.string() + " -q");
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("cluster.nodes=4, cluster.node=dgx-b200"));
+  CHECK_THAT(table.out, Catch::Contains("scaling efficiency"));
+  // The same numbers on one thread as on two, in the same order.
+  const Result one = run_cli("run " + file.string() + " --json -q --threads 1");
+  const Result two = run_cli("run " + file.string() + " --json -q --threads 2");
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.out == two.out);
+  const auto points = nlohmann::json::parse(one.out)["variants"];
+  REQUIRE(points.size() == 6);
+  // Weak scaling of the batch's tokens over more H100 nodes: per-GPU throughput does not rise.
+  const double one_node = points[0]["step"]["tokens_per_s"].get<double>() / 8;
+  const double four_nodes = points[4]["step"]["tokens_per_s"].get<double>() / 32;
+  CHECK(four_nodes <= one_node * 1.0001);
+  CHECK(four_nodes > 0.9 * one_node);
+  // Each node type scales from its own smallest point.
+  CHECK(points[0]["scaling_efficiency_in_sweep"] == 1.0);
+  CHECK(points[1]["scaling_efficiency_in_sweep"] == 1.0);
+  CHECK(points[4]["scaling_efficiency_in_sweep"].get<double>() == Approx(four_nodes / one_node));
+  // Without a sweep: block there is nothing to sweep.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result none = run_cli("sweep " + source + "/scenarios/h100-vs-b200.yaml");
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, Catch::Contains("no sweep: block"));
+}

@@ -1,0 +1,83 @@
+// The sweep: block: a scenario's points, their order, and the mistakes a sweep can make.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "scenario/fixture.hpp"
+
+namespace fleetsim {
+namespace {
+
+using testing::load_error;
+using testing::load_text;
+using testing::with;
+
+TEST_CASE("a sweep's points: the grid's combinations times the zip's rows") {
+  // The base sets the fields the sweep varies; dp: auto follows the GPUs.
+  const std::string base =
+      "name: sweep\n"                                                   // 1
+      "model: llama3-8b\n"                                              // 2
+      "training: {seq_len: 4096, global_batch: 256, micro_batch: 2}\n"  // 3
+      "layout: {dp: auto, tp: 8, zero: 1}\n"                            // 4
+      "cluster: {node: dgx-h100, nodes: 1}\n"                           // 5
+      "sweep:\n"                                                        // 6
+      "  grid:\n"                                                       // 7
+      "    cluster.nodes: [1, 2, 4]\n"                                  // 8
+      "    cluster.node: [dgx-h100, dgx-b200]\n";                       // 9
+  const Scenario s = load_text(base);
+  CHECK(s.swept);
+  REQUIRE(s.variants.size() == 6);
+  CHECK(s.variants[0].name == "cluster.nodes=1, cluster.node=dgx-h100");
+  CHECK(s.variants[1].name == "cluster.nodes=1, cluster.node=dgx-b200");
+  CHECK(s.variants[5].name == "cluster.nodes=4, cluster.node=dgx-b200");
+  CHECK(s.variants[4].inputs.nodes == 4);
+  CHECK(s.variants[4].inputs.plan.dp == 4);
+  CHECK(s.variants[5].inputs.node.name == "dgx-b200");
+  // Zipped lists vary together, times the grid: 3 x 2 points.
+  const Scenario zipped = load_text(with(base, "    cluster.node: [dgx-h100, dgx-b200]\n",
+                                         "  zip:\n"
+                                         "    training.global_batch: [128, 256]\n"
+                                         "    training.micro_batch: [1, 2]\n"));
+  REQUIRE(zipped.variants.size() == 6);
+  CHECK(zipped.variants[0].inputs.training.global_batch == 128);
+  CHECK(zipped.variants[0].inputs.training.micro_batch == 1);
+  CHECK(zipped.variants[1].inputs.training.global_batch == 256);
+  CHECK(zipped.variants[1].inputs.training.micro_batch == 2);
+  CHECK(zipped.variants[2].inputs.nodes == 2);
+
+  // A field the scenario does not set, at the sweep's key; a value that does not fit its key,
+  // at the value, named by its point.
+  const auto unknown = load_error(with(base, "cluster.node:", "cluster.nodez:"));
+  REQUIRE(unknown);
+  CHECK(unknown->line() == 9);
+  CHECK_THAT(unknown->what(), Catch::Contains("cluster.nodez is not a field the scenario sets"));
+  const auto zero = load_error(with(base, "[1, 2, 4]", "[1, 0, 4]"));
+  REQUIRE(zero);
+  CHECK(zero->line() == 8);
+  CHECK(zero->column() == 24);  // the 0 in "    cluster.nodes: [1, 0, 4]"
+  CHECK_THAT(zero->what(),
+             Catch::Contains("at sweep point \"cluster.nodes=0, cluster.node=dgx-h100\""));
+  const auto lengths = load_error(with(base, "    cluster.node: [dgx-h100, dgx-b200]\n",
+                                       "  zip:\n"
+                                       "    training.global_batch: [128, 256]\n"
+                                       "    training.micro_batch: [1, 2, 4]\n"));
+  REQUIRE(lengths);
+  CHECK_THAT(lengths->what(), Catch::Contains("need one length"));
+  // Too many points, sweeping beside a compare, and what is not supported yet: refused.
+  const auto many = load_error(with(
+      base, "[1, 2, 4]", "[" + [] {
+        std::string values;
+        for (int i = 1; i <= 5001; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+        return values;
+      }() + "]"));
+  REQUIRE(many);
+  CHECK_THAT(many->what(), Catch::Contains("more than 10000 points"));
+  const auto both = load_error(base + "compare:\n  - name: b200\n    cluster: {node: dgx-b200}\n");
+  REQUIRE(both);
+  CHECK_THAT(both->what(), Catch::Contains("sweeps or compares, not both"));
+  const auto per_gpu = load_error(base + "  batch: per_gpu\n");
+  REQUIRE(per_gpu);
+  CHECK_THAT(per_gpu->what(), Catch::Contains("not supported yet"));
+}
+
+}  // namespace
+}  // namespace fleetsim
