@@ -1033,7 +1033,8 @@ class Loader {
   GpuProfile gpu_profile(const Field& name);
   CollectiveCosts collective_library(const Field& name);
   void parse_compare(const Field& list, const fs::path& file, Scenario& scenario);
-  void parse_sweep(const Field& sweep, const fs::path& file, Scenario& scenario);
+  void parse_sweep(const Field& sweep, const fs::path& file, const StepInputs& base,
+                   Scenario& scenario);
   Variant parse_full_variant(std::string name, const Field& root);
   std::optional<RunSpec> parse_run(const Field& root);
   std::vector<InterruptionCause> interruption_preset(const Field& name);
@@ -1796,13 +1797,11 @@ void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& sc
 // fastest) times every row of the zip's lists (of one length, varied together). Each point is
 // the base scenario with those values in place of the ones it sets, which keep their marks:
 // a value that does not fit its key is reported at its place in the sweep.
-void Loader::parse_sweep(const Field& sweep, const fs::path& file, Scenario& scenario) {
+void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInputs& base,
+                         Scenario& scenario) {
   expect_map(sweep, kSweepKeys);
-  if (const auto batch = find(sweep, "batch")) {
-    read_choice(*batch, {"fixed"}, {"per_gpu"},
-                "scale the batch with the GPUs by zipping training.global_batch with "
-                "cluster.nodes");
-  }
+  const auto batch = find(sweep, "batch");
+  const bool per_gpu = batch && read_choice(*batch, {"fixed", "per_gpu"}) == "per_gpu";
   if (const auto layout = find(sweep, "layout")) {
     read_choice(*layout, {"fixed"}, {"plan"},
                 "keep tp, cp and pp and let layout.dp: auto follow the GPUs");
@@ -1845,6 +1844,14 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, Scenario& sce
     if (points > kMaxSweepPoints) {
       fail(sweep, "the sweep has more than " + std::to_string(kMaxSweepPoints) + " points",
            "sweep fewer values, or split the study into several scenarios");
+    }
+  }
+  if (per_gpu) {
+    for (const Axis& axis : axes) {
+      if (axis.path == "training.global_batch") {
+        fail(*batch, "batch: per_gpu sets training.global_batch, which the sweep also varies",
+             "use batch: fixed with the swept batch, or stop sweeping it");
+      }
     }
   }
   // Each point: which value of each axis (grid axes odometer-style, zip axes on one row).
@@ -1896,6 +1903,20 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, Scenario& sce
               (value.IsScalar() ? value.Scalar() : std::string("..."));
     }
     doc.variant = name;
+    // Per GPU: each replica keeps the base's share of the batch, so the batch grows with the
+    // data-parallel replicas the point's GPUs make (always a valid batch when the base's is).
+    if (per_gpu) {
+      StepInputs point;
+      parse_cluster(require(Field{fresh, &doc, ""}, "cluster"), point);
+      const ParallelPlan plan = parse_layout(require(Field{fresh, &doc, ""}, "layout"));
+      const int gpus = point.nodes * point.node.gpus;
+      const int dp = plan.dp > 0 ? plan.dp : gpus / (plan.tp * plan.cp * plan.pp);
+      const long long global_batch =
+          static_cast<long long>(base.training.global_batch) / base.plan.dp * dp;
+      YAML::Node training;
+      training.reset(*child_node(fresh, "training"));
+      *child_node(training, "global_batch") = YAML::Node(global_batch);
+    }
     scenario.variants.push_back(parse_full_variant(name, Field{fresh, &doc, ""}));
   }
 }
@@ -2213,9 +2234,10 @@ Scenario Loader::load(const fs::path& file) {
       fail(*sweep, "a scenario sweeps or compares, not both yet",
            "put the compared field in the sweep's grid");
     }
+    const StepInputs base = scenario.variants.front().inputs;
     scenario.variants.clear();  // the points replace the base
     scenario.swept = true;
-    parse_sweep(*sweep, file, scenario);
+    parse_sweep(*sweep, file, base, scenario);
   }
   for (Variant& variant : scenario.variants) {
     variant.inputs.fabric.hash_seed = scenario.seed;  // the one seed of the scenario

@@ -74,9 +74,34 @@ TEST_CASE("a sweep's points: the grid's combinations times the zip's rows") {
   const auto both = load_error(base + "compare:\n  - name: b200\n    cluster: {node: dgx-b200}\n");
   REQUIRE(both);
   CHECK_THAT(both->what(), Catch::Contains("sweeps or compares, not both"));
-  const auto per_gpu = load_error(base + "  batch: per_gpu\n");
-  REQUIRE(per_gpu);
-  CHECK_THAT(per_gpu->what(), Catch::Contains("not supported yet"));
+  const auto plan = load_error(base + "  layout: plan\n");
+  REQUIRE(plan);
+  CHECK_THAT(plan->what(), Catch::Contains("not supported yet"));
+}
+
+TEST_CASE("a sweep's batch per GPU keeps each replica's share") {
+  // 256 sequences on one node's single replica (tp 8); per GPU, 2 and 4 nodes train 512 and
+  // 1,024 a step, each replica 256 as at the base.
+  const std::string base =
+      "name: sweep\n"
+      "model: llama3-8b\n"
+      "training: {seq_len: 4096, global_batch: 256, micro_batch: 2}\n"
+      "layout: {dp: auto, tp: 8, zero: 1}\n"
+      "cluster: {node: dgx-h100, nodes: 1}\n"
+      "sweep:\n"
+      "  grid: {cluster.nodes: [1, 2, 4]}\n"
+      "  batch: per_gpu\n";
+  const Scenario s = load_text(base);
+  REQUIRE(s.variants.size() == 3);
+  CHECK(s.variants[0].inputs.training.global_batch == 256);
+  CHECK(s.variants[1].inputs.training.global_batch == 512);
+  CHECK(s.variants[2].inputs.training.global_batch == 1024);
+  CHECK(s.variants[2].inputs.plan.dp == 4);
+  // It sets the batch: the sweep cannot vary it too.
+  const auto both = load_error(with(base, "{cluster.nodes: [1, 2, 4]}",
+                                    "{cluster.nodes: [1, 2, 4], training.global_batch: [256]}"));
+  REQUIRE(both);
+  CHECK(both->key() == "sweep.batch");
 }
 
 }  // namespace
