@@ -557,6 +557,21 @@ std::string render_memory(const RunReport& report) {
   return text + warnings_section(report);
 }
 
+// What holds a step: computing, communication the compute did not hide, or waiting (pipeline
+// bubbles, ranks waiting for each other).
+std::string largest_share(const StepBreakdown& parts) {
+  if (parts.compute_s >= parts.exposed_comm_s && parts.compute_s >= parts.idle_s) return "compute";
+  return parts.exposed_comm_s >= parts.idle_s ? "exposed communication" : "idle (bubble, waits)";
+}
+
+// A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180).
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 std::string render_sweep(const RunReport& report) {
   std::string text = header_text(report);
   Table table({"GPUs", "step time (s)", "tokens/s", "tokens/s per GPU", "scaling efficiency",
@@ -570,19 +585,39 @@ std::string render_sweep(const RunReport& report) {
       continue;
     }
     const StepResult& step = point.outcome.step;
-    const StepBreakdown& parts = step.breakdown;
-    // What holds the step: computing, communication the compute did not hide, or waiting
-    // (pipeline bubbles, ranks waiting for each other).
-    const std::string largest =
-        parts.compute_s >= parts.exposed_comm_s && parts.compute_s >= parts.idle_s ? "compute"
-        : parts.exposed_comm_s >= parts.idle_s ? "exposed communication"
-                                               : "idle (bubble, waits)";
     table.add(point.name, {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
                            grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
                            fixed(*scaling_efficiency_in_sweep(report, i), 3),
-                           fixed(100 * step.mfu, 1), largest});
+                           fixed(100 * step.mfu, 1), largest_share(step.breakdown)});
   }
   return text + table.render() + warnings_section(report);
+}
+
+std::string render_sweep_csv(const RunReport& report) {
+  std::string text = "point";
+  if (!report.variants.empty()) {
+    for (const auto& [path, value] : report.variants.front().swept) text += "," + csv_field(path);
+  }
+  text +=
+      ",gpus,fits,step_time_s,tokens_per_s,tokens_per_s_per_gpu,scaling_efficiency,mfu,"
+      "largest_share\n";
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const VariantReport& point = report.variants[i];
+    text += csv_field(point.name);
+    for (const auto& [path, value] : point.swept) text += "," + csv_field(value);
+    const int gpus = total_gpus(point.inputs);
+    text += "," + std::to_string(gpus);
+    if (!point.outcome.simulated) {
+      text += ",false,,,,,,\n";
+      continue;
+    }
+    const StepResult& step = point.outcome.step;
+    text += ",true," + significant(step.step_time_s, 9) + "," + significant(step.tokens_per_s, 9) +
+            "," + significant(step.tokens_per_s / gpus, 9) + "," +
+            significant(*scaling_efficiency_in_sweep(report, i), 9) + "," +
+            significant(step.mfu, 9) + "," + csv_field(largest_share(step.breakdown)) + "\n";
+  }
+  return text;
 }
 
 std::string render_plan(const RunReport& report) {

@@ -33,6 +33,7 @@ struct VariantReport {
   std::optional<RunSpec> run = std::nullopt;
   std::optional<JobSpec> job = std::nullopt;
   std::optional<JobResult> job_result = std::nullopt;
+  std::vector<std::pair<std::string, std::string>> swept = {};  // a sweep point's values
 };
 
 // What `fleetsim plan` searched: how many layouts, and what became of them.
@@ -112,6 +113,9 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
 // `fleetsim sweep`: one row per point (GPUs, step time, tokens/s, per GPU, scaling efficiency,
 // MFU, the largest share of the step). Ends with a newline.
 std::string render_sweep(const RunReport& report);
+// The same as CSV for scripts: a header, then one line per point with its swept values and
+// metrics (empty where a point does not fit). Ends with a newline.
+std::string render_sweep_csv(const RunReport& report);
 // "dp8 zero3 recompute=none"
 std::string layout_label(const ParallelPlan& plan);
 

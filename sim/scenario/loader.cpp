@@ -1871,6 +1871,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
       }
     }
     std::string name;
+    std::vector<std::pair<std::string, std::string>> swept;
     for (std::size_t a = 0; a < axes.size(); ++a) {
       const YAML::Node value = (*child_node(fresh_sweep, axes[a].group))[axes[a].path][index[a]];
       // The path must be a field the scenario sets: its value is the one replaced.
@@ -1899,8 +1900,9 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
         parent.reset(*found);
         rest_path = rest_path.substr(dot + 1);
       }
-      name += (name.empty() ? "" : ", ") + axes[a].path + "=" +
-              (value.IsScalar() ? value.Scalar() : std::string("..."));
+      const std::string shown = value.IsScalar() ? value.Scalar() : std::string("...");
+      name += (name.empty() ? "" : ", ") + axes[a].path + "=" + shown;
+      swept.emplace_back(axes[a].path, shown);
     }
     doc.variant = name;
     // Per GPU: each replica keeps the base's share of the batch, so the batch grows with the
@@ -1918,6 +1920,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
       *child_node(training, "global_batch") = YAML::Node(global_batch);
     }
     scenario.variants.push_back(parse_full_variant(name, Field{fresh, &doc, ""}));
+    scenario.variants.back().swept = std::move(swept);
   }
 }
 

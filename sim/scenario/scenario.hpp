@@ -46,6 +46,8 @@ struct Variant {
   std::string name;
   StepInputs inputs;
   std::optional<RunSpec> run;  // set: the scenario's run: block, a Monte Carlo of the run
+  // A sweep's point: each swept field's path and value, in the sweep's order.
+  std::vector<std::pair<std::string, std::string>> swept = {};
 };
 
 struct Scenario {

@@ -667,6 +667,14 @@ sweep:
   CHECK(points[0]["scaling_efficiency_in_sweep"] == 1.0);
   CHECK(points[1]["scaling_efficiency_in_sweep"] == 1.0);
   CHECK(points[4]["scaling_efficiency_in_sweep"].get<double>() == Approx(four_nodes / one_node));
+  // CSV for scripts: a header with the swept paths, a line per point, names quoted.
+  const Result csv = run_cli("sweep " + file.string() + " --csv -q");
+  REQUIRE(csv.exit_code == 0);
+  CHECK_THAT(csv.out, Catch::StartsWith("point,cluster.nodes,cluster.node,gpus,fits,step_time_s"));
+  CHECK_THAT(csv.out,
+             Catch::Contains("\n\"cluster.nodes=4, cluster.node=dgx-b200\",4,dgx-b200,32,true,"));
+  CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 7);
+  CHECK(run_cli("run " + file.string() + " --csv").exit_code == 2);
   // Without a sweep: block there is nothing to sweep.
   const std::string source = FLEETSIM_SOURCE_DIR;
   const Result none = run_cli("sweep " + source + "/scenarios/h100-vs-b200.yaml");

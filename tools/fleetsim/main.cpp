@@ -61,6 +61,8 @@ const char* const kUsage =
     "  --threads N            worker threads for independent variants (default: all cores)\n"
     "  -q, --quiet            no progress bar (it shows on a terminal for runs over a second)\n"
     "\n"
+    "sweep options: --csv (one line per point, for scripts), and those of run\n"
+    "\n"
     "plan options (and -o, --json, --no-fold, --data-dir, --threads, -q as for run):\n"
     "  --top N                layouts to rank (default 10)\n"
     "\n"
@@ -97,6 +99,7 @@ struct Options {
   std::string trace;  // a Perfetto / Chrome trace of the run
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
+  bool csv = false;      // sweep: CSV instead of the table
   bool no_fold = false;  // replay every data-parallel replica, not one per stage
   bool quiet = false;    // no progress bar
   int bench_runs = 0;
@@ -115,10 +118,11 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
-      "no-fold", po::bool_switch(&options.no_fold))("quiet,q", po::bool_switch(&options.quiet))(
-      "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
-      "threads", po::value(&options.threads))("top", po::value<int>())(
-      "command", po::value(&options.command))("file", po::value(&options.file));
+      "csv", po::bool_switch(&options.csv))("no-fold", po::bool_switch(&options.no_fold))(
+      "quiet,q", po::bool_switch(&options.quiet))("bench", po::value(&options.bench_runs))(
+      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
+      "top", po::value<int>())("command", po::value(&options.command))("file",
+                                                                       po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -247,7 +251,8 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     const auto& variant = scenario.variants[i];
     fleetsim::VariantReport& out = report.variants[i];
     out = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs, options),
-           variant.run,  std::nullopt,   std::nullopt};
+           variant.run,  std::nullopt,   std::nullopt,
+           variant.swept};
     if (variant.run) simulate_run(out, scenario.seed, options, progress);
   });
   progress.finish();
@@ -373,6 +378,7 @@ int run_command(const Options& options) {
     throw po::error("--write belongs to 'calibrate'");
   }
   if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
+  if (options.csv && options.command != "sweep") throw po::error("--csv belongs to 'sweep'");
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -452,9 +458,10 @@ int run_command(const Options& options) {
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
   step_options.fold = !options.no_fold;
   const RunReport report = simulate(scenario, step_options, options.quiet);
-  std::cout << (options.json ? fleetsim::render_json(report) + "\n"
-                : sweep      ? fleetsim::render_sweep(report)
-                             : fleetsim::render_console(report));
+  std::cout << (options.json  ? fleetsim::render_json(report) + "\n"
+                : options.csv ? fleetsim::render_sweep_csv(report)
+                : sweep       ? fleetsim::render_sweep(report)
+                              : fleetsim::render_console(report));
   if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
   if (!options.trace.empty()) {
     fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
