@@ -7,6 +7,12 @@
 //                            also plan_layouts, plan_refused, plan_not_fitting, plan_replayed,
 //                            plan_bounded_out (uint64), plan_search_s (double), the variants
 //                            being its ranking
+//   /sweep                   a sweep's only: compound {point, group (under /variants), gpus,
+//                            fits (int: 1 or 0), step_time_s, tokens_per_s,
+//                            tokens_per_s_per_gpu, scaling_efficiency, mfu (double, NaN where
+//                            it does not fit)}, one row per point in order; /sweep_axes the
+//                            swept paths (string), /sweep_values their values (string, points
+//                            x axes)
 //   /variants/<name>         one group per variant; <name> is the variant name with '/' replaced
 //                            by '_' (a '~<index>' suffix separates names that then collide).
 //     attributes  name, node, gpu_profile, model, precision, recompute, pipeline_schedule
@@ -152,6 +158,35 @@ H5::CompType link_type() {
                     H5::PredType::NATIVE_DOUBLE);
   type.insertMember("bytes", HOFFSET(LinkRow, bytes), H5::PredType::NATIVE_DOUBLE);
   type.insertMember("utilisation", HOFFSET(LinkRow, utilisation), H5::PredType::NATIVE_DOUBLE);
+  return type;
+}
+
+struct SweepRow {
+  const char* point;
+  const char* group;  // the point's group under /variants
+  int gpus;
+  int fits;  // 1, or 0: the metrics are NaN
+  double step_time_s;
+  double tokens_per_s;
+  double tokens_per_s_per_gpu;
+  double scaling_efficiency;
+  double mfu;
+};
+
+H5::CompType sweep_type() {
+  H5::CompType type(sizeof(SweepRow));
+  type.insertMember("point", HOFFSET(SweepRow, point), string_type());
+  type.insertMember("group", HOFFSET(SweepRow, group), string_type());
+  type.insertMember("gpus", HOFFSET(SweepRow, gpus), H5::PredType::NATIVE_INT);
+  type.insertMember("fits", HOFFSET(SweepRow, fits), H5::PredType::NATIVE_INT);
+  for (const auto& [name, offset] :
+       {std::pair{"step_time_s", HOFFSET(SweepRow, step_time_s)},
+        std::pair{"tokens_per_s", HOFFSET(SweepRow, tokens_per_s)},
+        std::pair{"tokens_per_s_per_gpu", HOFFSET(SweepRow, tokens_per_s_per_gpu)},
+        std::pair{"scaling_efficiency", HOFFSET(SweepRow, scaling_efficiency)},
+        std::pair{"mfu", HOFFSET(SweepRow, mfu)}}) {
+    type.insertMember(name, offset, H5::PredType::NATIVE_DOUBLE);
+  }
   return type;
 }
 
@@ -365,15 +400,45 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   write_rows(group, "node_wait_s", H5::PredType::NATIVE_DOUBLE, node_wait);
 }
 
+// A sweep's table, a row per point, and its swept values: /sweep_axes (the paths) and
+// /sweep_values (points x axes, as written in the scenario).
+void write_sweep(const H5::H5File& file, const RunReport& report,
+                 const std::vector<std::string>& groups) {
+  std::vector<SweepRow> rows;
+  std::vector<const char*> axes;
+  std::vector<const char*> values;
+  for (const auto& [path, value] : report.variants.front().swept) axes.push_back(path.c_str());
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const VariantReport& point = report.variants[i];
+    const int gpus = point.inputs.nodes * point.inputs.node.gpus;
+    const bool fits = point.outcome.simulated;
+    const StepResult& step = point.outcome.step;
+    const auto metric = [&](double value) { return fits ? value : kNotSimulated; };
+    rows.push_back(
+        {point.name.c_str(), groups[i].c_str(), gpus, fits ? 1 : 0, metric(step.step_time_s),
+         metric(step.tokens_per_s), metric(step.tokens_per_s / gpus),
+         fits ? *scaling_efficiency_in_sweep(report, i) : kNotSimulated, metric(step.mfu)});
+    for (const auto& [path, value] : point.swept) values.push_back(value.c_str());
+  }
+  write_rows(file, "sweep", sweep_type(), rows);
+  write_rows(file, "sweep_axes", string_type(), axes);
+  const hsize_t dims[2] = {report.variants.size(), axes.size()};
+  const H5::DataSet table =
+      file.createDataSet("sweep_values", string_type(), H5::DataSpace(2, dims));
+  if (!values.empty()) table.write(values.data(), string_type());
+}
+
 void write_file(const RunReport& report, const std::filesystem::path& file_path) {
   const H5::H5File file(file_path.string(), H5F_ACC_TRUNC);
   write_root_attributes(file, report);
   const H5::Group variants = file.createGroup("variants");
   std::set<std::string> used_names;
+  std::vector<std::string> groups;
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const VariantReport& variant = report.variants[i];
     const int index = static_cast<int>(i);
-    const H5::Group group = variants.createGroup(group_name_for(variant.name, index, used_names));
+    groups.push_back(group_name_for(variant.name, index, used_names));
+    const H5::Group group = variants.createGroup(groups.back());
     write_setup_attributes(group, variant, index);
     write_result_attributes(group, report, i);
     write_breakdown(group, variant.outcome);
@@ -382,6 +447,7 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
     write_warnings(group, variant.outcome.warnings);
     write_run(group, variant);
   }
+  if (report.swept && !report.variants.empty()) write_sweep(file, report, groups);
 }
 
 [[noreturn]] void fail(const std::filesystem::path& temp, const std::filesystem::path& path,

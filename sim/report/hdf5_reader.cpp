@@ -102,6 +102,12 @@ Hdf5Summary read_file(const std::filesystem::path& path) {
                    [](const Hdf5VariantSummary& a, const Hdf5VariantSummary& b) {
                      return written_index(a) < written_index(b);
                    });
+  if (file.nameExists("sweep")) {
+    summary.sweep_axes = read_strings(file.openDataSet("sweep_axes"));
+    hsize_t rows = 0;
+    file.openDataSet("sweep").getSpace().getSimpleExtentDims(&rows);
+    summary.sweep_rows = rows;
+  }
   return summary;
 }
 

@@ -132,6 +132,8 @@ struct Hdf5VariantSummary {
 struct Hdf5Summary {
   std::map<std::string, Hdf5Attribute> attributes;  // of the root group
   std::vector<Hdf5VariantSummary> variants;         // in the order they were written
+  std::vector<std::string> sweep_axes;              // a sweep's paths (none: not a sweep)
+  std::size_t sweep_rows = 0;                       // rows of its /sweep table
 };
 
 // Throws ModelError when the file cannot be opened or does not follow the layout of write_hdf5.

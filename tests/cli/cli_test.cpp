@@ -1,6 +1,7 @@
 // The fleetsim executable end to end: exit codes, one-line errors with locations, outputs.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>

@@ -219,6 +219,31 @@ TEST_CASE("JSON parses back with the numbers of the records") {
   CHECK(unfit["links"].empty());
 }
 
+TEST_CASE("a sweep's HDF5 file has its table and its swept values") {
+  RunReport report = two_variant_report();
+  report.swept = true;
+  report.variants[0].swept = {{"cluster.nodes", "1"}};
+  report.variants[1].swept = {{"cluster.nodes", "2"}};
+  // The point that fits is its own smallest; the other has no efficiency.
+  CHECK(scaling_efficiency_in_sweep(report, 0) == 1.0);
+  CHECK_FALSE(scaling_efficiency_in_sweep(report, 1));
+  const TempDir dir;
+  const auto path = dir.path() / "sweep.h5";
+  write_hdf5(report, path);
+  const Hdf5Summary summary = read_hdf5_summary(path);
+  CHECK(summary.sweep_axes == std::vector<std::string>{"cluster.nodes"});
+  CHECK(summary.sweep_rows == 2);
+  REQUIRE(summary.variants.size() == 2);
+  // Not a sweep: no table.
+  write_hdf5(two_variant_report(), path);
+  CHECK(read_hdf5_summary(path).sweep_rows == 0);
+  // The CSV: a header with the path, the point that does not fit left blank.
+  const std::string csv = render_sweep_csv(report);
+  CHECK_THAT(csv, Catch::StartsWith("point,cluster.nodes,gpus,fits,"));
+  CHECK_THAT(csv, Catch::Contains(",2,"));
+  CHECK_THAT(csv, Catch::Contains(",false,,,,,,\n"));
+}
+
 TEST_CASE("JSON keeps keys in a fixed order") {
   const std::string text = render_json(two_variant_report());
   CHECK(text.find("\"scenario\"") < text.find("\"variants\""));
