@@ -1,5 +1,6 @@
 // The sweep: block: a scenario's points, their order, and the mistakes a sweep can make.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <string>
 
 #include "scenario/fixture.hpp"
@@ -77,6 +78,18 @@ TEST_CASE("a sweep's points: the grid's combinations times the zip's rows") {
   const auto plan = load_error(base + "  layout: plan\n");
   REQUIRE(plan);
   CHECK_THAT(plan->what(), Catch::Contains("not supported yet"));
+}
+
+TEST_CASE("the shipped scaling sweep has both node types at every size") {
+  const Scenario s = load_scenario(
+      std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios" / "scaling-h100-vs-b200.yaml",
+      testing::source_data());
+  REQUIRE(s.variants.size() == 16);
+  CHECK(s.variants[0].inputs.node.name == "dgx-h100");
+  CHECK(s.variants[15].inputs.node.name == "dgx-b200");
+  CHECK(s.variants[15].inputs.nodes == 128);
+  CHECK(s.variants[15].inputs.plan.dp == 128);
+  CHECK(s.variants[15].inputs.training.global_batch == 16 * 128);
 }
 
 TEST_CASE("a sweep's batch per GPU keeps each replica's share") {
