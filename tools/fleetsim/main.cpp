@@ -239,11 +239,12 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
                    bool quiet = true) {
   RunReport report = empty_report(scenario);
   report.variants.resize(scenario.variants.size());
-  std::int64_t replications = 0;
+  // Each variant's step, and each of its run's replications, is one unit of work.
+  std::int64_t units = static_cast<std::int64_t>(scenario.variants.size());
   for (const auto& variant : scenario.variants) {
-    if (variant.run) replications += variant.run->replications;
+    if (variant.run) units += variant.run->replications;
   }
-  fleetsim::ProgressBar progress(replications, "replications",
+  fleetsim::ProgressBar progress(units, scenario.swept ? "points and replications" : "simulations",
                                  fleetsim::ProgressBar::wanted(quiet));
   // Variants are independent simulations; each writes only its own slot, so the report is the
   // same however TBB schedules them.
@@ -253,6 +254,7 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     out = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs, options),
            variant.run,  std::nullopt,   std::nullopt,
            variant.swept};
+    progress.advance();
     if (variant.run) simulate_run(out, scenario.seed, options, progress);
   });
   progress.finish();
