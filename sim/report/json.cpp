@@ -191,6 +191,9 @@ Json variant_json(const RunReport& report, std::size_t index) {
   if (report.swept) {
     const std::optional<double> in_sweep = scaling_efficiency_in_sweep(report, index);
     json["scaling_efficiency_in_sweep"] = in_sweep ? Json(*in_sweep) : Json(nullptr);
+    Json swept = Json::object();  // the point's value of each swept path
+    for (const auto& [path, value] : variant.swept) swept[path] = value;
+    json["swept"] = std::move(swept);
   }
   return json;
 }

@@ -39,13 +39,24 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
   const auto gpus = [](const VariantReport& v) {
     return static_cast<double>(v.inputs.nodes) * v.inputs.node.gpus;
   };
+  // Points that differ only in their size: the same node, GPU and model, and the same value on
+  // every swept field but those that set the GPU count.
+  const auto same_but_size = [&](const VariantReport& v) {
+    if (v.inputs.node.name != point.inputs.node.name ||
+        v.inputs.gpu.name != point.inputs.gpu.name ||
+        v.inputs.model.name != point.inputs.model.name || v.swept.size() != point.swept.size()) {
+      return false;
+    }
+    for (std::size_t a = 0; a < v.swept.size(); ++a) {
+      const std::string& path = v.swept[a].first;
+      if (path == "cluster.nodes" || path == "layout.dp") continue;
+      if (v.swept[a].second != point.swept[a].second) return false;
+    }
+    return true;
+  };
   const VariantReport* smallest = nullptr;
   for (const VariantReport& v : report.variants) {
-    if (!v.outcome.simulated || v.inputs.node.name != point.inputs.node.name ||
-        v.inputs.gpu.name != point.inputs.gpu.name ||
-        v.inputs.model.name != point.inputs.model.name) {
-      continue;
-    }
+    if (!v.outcome.simulated || !same_but_size(v)) continue;
     if (!smallest || gpus(v) < gpus(*smallest)) smallest = &v;
   }
   const double per_gpu = point.outcome.step.tokens_per_s / gpus(point);

@@ -106,9 +106,10 @@ std::optional<double> speedup_vs_first(const RunReport& report, std::size_t inde
 // variant has the first one's GPU count.
 std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::size_t index);
 // For a sweep: tokens/s per GPU of variant `index` over those of the point with the fewest GPUs
-// that fits among the points of its node preset, GPU profile and model (a sweep over node
-// counts and node types scales each type from its own smallest point); empty when it was not
-// simulated.
+// that fits among the points that differ from it only in size (the same node preset, GPU
+// profile and model, and the same value of every swept field but cluster.nodes and layout.dp:
+// a sweep over node counts and node types scales each type from its own smallest point);
+// empty when it was not simulated.
 std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::size_t index);
 // `fleetsim sweep`: one row per point (GPUs, step time, tokens/s, per GPU, scaling efficiency,
 // MFU, the largest share of the step). Ends with a newline.

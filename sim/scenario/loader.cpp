@@ -1808,9 +1808,12 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
   }
   struct Axis {
     std::string path;
-    std::string group;  // "grid" or "zip"
+    std::string group;         // "grid" or "zip"
+    std::size_t position = 0;  // in its group's map (a repeated key would shadow by name)
     std::size_t values = 0;
   };
+  // The sections a point is made of; the rest (name, seed, ...) is the scenario's alone.
+  const Keys sections = {"model", "training", "layout", "cluster", "run", "pricing"};
   std::vector<Axis> axes;
   std::size_t zip_rows = 0;
   for (const std::string& group : {std::string("grid"), std::string("zip")}) {
@@ -1820,10 +1823,35 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
       fail(*lists, "expected a map of field paths to lists of values, got " + describe(lists->node),
            "e.g. " + group + ": {cluster.nodes: [1, 2, 4]}");
     }
+    std::size_t position = 0;
     for (const auto& kv : lists->node) {
-      const std::string path = kv.first.Scalar();
+      const Field key{kv.first, sweep.doc, lists->path};
+      const std::string path = scalar(key, "a field path such as cluster.nodes");
+      const std::string section = path.substr(0, path.find('.'));
+      if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+        fail(key, in_quotes(path) + " is not a field a sweep can vary",
+             "sweep fields of " + join_list(sections) + ", e.g. cluster.nodes");
+      }
+      for (const Axis& other : axes) {
+        const auto covers = [](const std::string& outer, const std::string& inner) {
+          return inner == outer || inner.starts_with(outer + ".");
+        };
+        if (covers(other.path, path) || covers(path, other.path)) {
+          fail(key, in_quotes(path) + " overlaps " + in_quotes(other.path) + ", swept already",
+               "sweep each field once");
+        }
+      }
       const Field values{kv.second, sweep.doc, join(lists->path, path)};
-      const std::size_t count = read_list(values, 0, "values").size();
+      const std::vector<Field> elements = read_list(values, 0, "values");
+      for (const Field& element : elements) {
+        if (!element.node.IsScalar()) {
+          fail(element,
+               "a swept value is one value (a number, a name, a size), got " +
+                   describe(element.node),
+               "sweep the fields inside it one by one, e.g. cluster.fabric.link");
+        }
+      }
+      const std::size_t count = elements.size();
       if (group == "zip") {
         if (zip_rows != 0 && count != zip_rows) {
           fail(values,
@@ -1833,7 +1861,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
         }
         zip_rows = count;
       }
-      axes.push_back({path, group, count});
+      axes.push_back({path, group, position++, count});
     }
   }
   if (axes.empty())
@@ -1848,7 +1876,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
   }
   if (per_gpu) {
     for (const Axis& axis : axes) {
-      if (axis.path == "training.global_batch") {
+      if (axis.path == "training" || axis.path == "training.global_batch") {
         fail(*batch, "batch: per_gpu sets training.global_batch, which the sweep also varies",
              "use batch: fixed with the swept batch, or stop sweeping it");
       }
@@ -1873,10 +1901,16 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
     std::string name;
     std::vector<std::pair<std::string, std::string>> swept;
     for (std::size_t a = 0; a < axes.size(); ++a) {
-      const YAML::Node value = (*child_node(fresh_sweep, axes[a].group))[axes[a].path][index[a]];
-      // The path must be a field the scenario sets: its value is the one replaced.
+      // The axis's list by its position in its group (a repeated key would shadow by name).
+      YAML::Node list;
+      std::size_t position = 0;
+      const YAML::Node group_map = *child_node(fresh_sweep, axes[a].group);
+      for (const auto& kv : group_map) {
+        if (position++ == axes[a].position) list.reset(kv.second);
+      }
+      const YAML::Node value = list[index[a]];
       // The path must be a field the scenario sets: its value is the one replaced. (Handles are
-      // rebound with reset(): assigning one node to another would copy into the tree.)
+      // rebound with reset(): assigning to one that refers into a tree writes into the tree.)
       YAML::Node parent;
       parent.reset(fresh);
       std::string walked;
@@ -1887,11 +1921,12 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
         walked = join(walked, key);
         std::optional<YAML::Node> found =
             parent.IsMap() ? child_node(parent, key) : std::optional<YAML::Node>();
-        if (!found || key == "sweep" || key == "compare" || key == "name") {
+        if (!found) {
           fail(Field{value, &doc, "sweep." + axes[a].group + "." + axes[a].path},
                walked + " is not a field the scenario sets",
                "a sweep varies fields the scenario sets: write " + walked +
-                   " in the scenario (its value there is not used)");
+                   " in the scenario (the scenario must be valid as written; the sweep replaces "
+                   "the value)");
         }
         if (dot == std::string::npos) {
           *found = value;  // rebinds the value inside `fresh`, keeping the sweep value's mark
@@ -1906,18 +1941,32 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
     }
     doc.variant = name;
     // Per GPU: each replica keeps the base's share of the batch, so the batch grows with the
-    // data-parallel replicas the point's GPUs make (always a valid batch when the base's is).
+    // data-parallel replicas the point's GPUs make. A point whose replicas do not come out
+    // whole keeps the batch, and its layout's own error names the problem.
     if (per_gpu) {
+      const Field root{fresh, &doc, ""};
       StepInputs point;
-      parse_cluster(require(Field{fresh, &doc, ""}, "cluster"), point);
-      const ParallelPlan plan = parse_layout(require(Field{fresh, &doc, ""}, "layout"));
+      parse_cluster(require(root, "cluster"), point);
+      const ParallelPlan plan = parse_layout(require(root, "layout"));
       const int gpus = point.nodes * point.node.gpus;
-      const int dp = plan.dp > 0 ? plan.dp : gpus / (plan.tp * plan.cp * plan.pp);
+      const int model_ranks = plan.tp * plan.cp * plan.pp;
+      const int dp = plan.dp > 0 ? plan.dp : gpus % model_ranks == 0 ? gpus / model_ranks : 0;
       const long long global_batch =
           static_cast<long long>(base.training.global_batch) / base.plan.dp * dp;
-      YAML::Node training;
-      training.reset(*child_node(fresh, "training"));
-      *child_node(training, "global_batch") = YAML::Node(global_batch);
+      const Field training = require(root, "training");
+      const int micro_batch = read_int(require(training, "micro_batch"), 1);
+      if (dp > 0 && global_batch % (static_cast<long long>(micro_batch) * dp) != 0) {
+        fail(*batch,
+             "at sweep point " + in_quotes(name) + ": per GPU the batch would be " +
+                 std::to_string(global_batch) +
+                 " sequences, not a multiple of micro_batch x dp = " +
+                 std::to_string(micro_batch * dp),
+             "keep the base's share of the batch a multiple of every point's micro_batch");
+      }
+      if (dp > 0) {
+        YAML::Node slot = require(training, "global_batch").node;
+        slot = YAML::Node(global_batch);  // rebinds the value inside `fresh`
+      }
     }
     scenario.variants.push_back(parse_full_variant(name, Field{fresh, &doc, ""}));
     scenario.variants.back().swept = std::move(swept);

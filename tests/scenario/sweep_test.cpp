@@ -57,6 +57,19 @@ TEST_CASE("a sweep's points: the grid's combinations times the zip's rows") {
   CHECK(zero->column() == 24);  // the 0 in "    cluster.nodes: [1, 0, 4]"
   CHECK_THAT(zero->what(),
              Catch::Contains("at sweep point \"cluster.nodes=0, cluster.node=dgx-h100\""));
+  // What a point is not made of, a field swept twice, and a value that is not one value.
+  const auto seed = load_error(with(base, "cluster.node:", "seed:"));
+  REQUIRE(seed);
+  CHECK(seed->line() == 9);
+  CHECK_THAT(seed->what(), Catch::Contains("\"seed\" is not a field a sweep can vary"));
+  const auto overlap = load_error(with(base, "    cluster.node: [dgx-h100, dgx-b200]\n",
+                                       "  zip:\n    cluster: [{node: dgx-h100}]\n"));
+  REQUIRE(overlap);
+  CHECK_THAT(overlap->what(), Catch::Contains("overlaps \"cluster.nodes\""));
+  const auto map_value =
+      load_error(with(base, "[dgx-h100, dgx-b200]", "[dgx-h100, {preset: dgx-b200}]"));
+  REQUIRE(map_value);
+  CHECK_THAT(map_value->what(), Catch::Contains("a swept value is one value"));
   const auto lengths = load_error(with(base, "    cluster.node: [dgx-h100, dgx-b200]\n",
                                        "  zip:\n"
                                        "    training.global_batch: [128, 256]\n"

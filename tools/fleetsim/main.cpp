@@ -381,6 +381,7 @@ int run_command(const Options& options) {
   }
   if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
   if (options.csv && options.command != "sweep") throw po::error("--csv belongs to 'sweep'");
+  if (options.csv && options.json) throw po::error("--csv and --json: one of them");
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -441,6 +442,12 @@ int run_command(const Options& options) {
   if (options.command == "plan") {
     if (!options.trace.empty() || options.bench_runs > 0) {
       throw po::error("--trace and --bench belong to 'run'");
+    }
+    if (scenario.swept) {
+      std::cerr << "error: " << options.file
+                << ": plan searches the layouts of one point, and this scenario sweeps (hint: "
+                   "plan a copy without its sweep: block)\n";
+      return kBadInput;
     }
     return plan_command(scenario, options);
   }
