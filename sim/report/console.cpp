@@ -575,20 +575,21 @@ std::string csv_field(const std::string& text) {
 std::string render_sweep(const RunReport& report) {
   std::string text = header_text(report);
   Table table({"GPUs", "step time (s)", "tokens/s", "tokens/s per GPU", "scaling efficiency",
-               "MFU (%)", "largest share of the step"});
+               "MFU (%)", "largest share of the step", "layout"});
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const VariantReport& point = report.variants[i];
     const std::string gpus = grouped_integer(total_gpus(point.inputs));
     if (!point.outcome.simulated) {
-      table.add(point.name,
-                {gpus, "does not fit", kMissing, kMissing, kMissing, kMissing, kMissing});
+      table.add(point.name, {gpus, "does not fit", kMissing, kMissing, kMissing, kMissing, kMissing,
+                             layout_label(point.inputs.plan)});
       continue;
     }
     const StepResult& step = point.outcome.step;
-    table.add(point.name, {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
-                           grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
-                           fixed(*scaling_efficiency_in_sweep(report, i), 3),
-                           fixed(100 * step.mfu, 1), largest_share(step.breakdown)});
+    table.add(point.name,
+              {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
+               grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
+               fixed(*scaling_efficiency_in_sweep(report, i), 3), fixed(100 * step.mfu, 1),
+               largest_share(step.breakdown), layout_label(point.inputs.plan)});
   }
   return text + table.render() + warnings_section(report);
 }
@@ -600,22 +601,24 @@ std::string render_sweep_csv(const RunReport& report) {
   }
   text +=
       ",gpus,fits,step_time_s,tokens_per_s,tokens_per_s_per_gpu,scaling_efficiency,mfu,"
-      "largest_share\n";
+      "largest_share,layout\n";
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const VariantReport& point = report.variants[i];
     text += csv_field(point.name);
     for (const auto& [path, value] : point.swept) text += "," + csv_field(value);
     const int gpus = total_gpus(point.inputs);
     text += "," + std::to_string(gpus);
+    const std::string layout = csv_field(layout_label(point.inputs.plan));
     if (!point.outcome.simulated) {
-      text += ",false,,,,,,\n";
+      text += ",false,,,,,,," + layout + "\n";
       continue;
     }
     const StepResult& step = point.outcome.step;
     text += ",true," + significant(step.step_time_s, 9) + "," + significant(step.tokens_per_s, 9) +
             "," + significant(step.tokens_per_s / gpus, 9) + "," +
             significant(*scaling_efficiency_in_sweep(report, i), 9) + "," +
-            significant(step.mfu, 9) + "," + csv_field(largest_share(step.breakdown)) + "\n";
+            significant(step.mfu, 9) + "," + csv_field(largest_share(step.breakdown)) + "," +
+            layout + "\n";
   }
   return text;
 }

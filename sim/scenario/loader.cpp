@@ -1803,8 +1803,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
   const auto batch = find(sweep, "batch");
   const bool per_gpu = batch && read_choice(*batch, {"fixed", "per_gpu"}) == "per_gpu";
   if (const auto layout = find(sweep, "layout")) {
-    read_choice(*layout, {"fixed"}, {"plan"},
-                "keep tp, cp and pp and let layout.dp: auto follow the GPUs");
+    scenario.replanned = read_choice(*layout, {"fixed", "plan"}) == "plan";
   }
   struct Axis {
     std::string path;

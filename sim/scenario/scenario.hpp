@@ -57,6 +57,7 @@ struct Scenario {
   std::uint64_t seed = 1;
   std::vector<Variant> variants;  // the base scenario first, then the compare entries in order
   bool swept = false;             // a sweep: the variants are its points, in order
+  bool replanned = false;         // a sweep with layout: plan: each point's layout is searched
 };
 
 Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data);

@@ -676,6 +676,17 @@ sweep:
              Catch::Contains("\n\"cluster.nodes=4, cluster.node=dgx-b200\",4,dgx-b200,32,true,"));
   CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 7);
   CHECK(run_cli("run " + file.string() + " --csv").exit_code == 2);
+  // Re-planned at each point: the best layout of each, never slower than the fixed one (which
+  // the search includes).
+  const fs::path planned = write_scenario("sweep-plan.yaml", slurp(file) + "  layout: plan\n");
+  const Result best = run_cli("run " + planned.string() + " --json -q");
+  REQUIRE(best.exit_code == 0);
+  const auto best_points = nlohmann::json::parse(best.out)["variants"];
+  REQUIRE(best_points.size() == points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    CHECK(best_points[i]["step"]["step_time_s"].get<double>() <=
+          points[i]["step"]["step_time_s"].get<double>() * (1 + 1e-12));
+  }
   // Without a sweep: block there is nothing to sweep.
   const std::string source = FLEETSIM_SOURCE_DIR;
   const Result none = run_cli("sweep " + source + "/scenarios/h100-vs-b200.yaml");

@@ -88,9 +88,11 @@ TEST_CASE("a sweep's points: the grid's combinations times the zip's rows") {
   const auto both = load_error(base + "compare:\n  - name: b200\n    cluster: {node: dgx-b200}\n");
   REQUIRE(both);
   CHECK_THAT(both->what(), Catch::Contains("sweeps or compares, not both"));
-  const auto plan = load_error(base + "  layout: plan\n");
-  REQUIRE(plan);
-  CHECK_THAT(plan->what(), Catch::Contains("not supported yet"));
+  CHECK_FALSE(s.replanned);
+  CHECK(load_text(base + "  layout: plan\n").replanned);
+  const auto layout = load_error(base + "  layout: guess\n");
+  REQUIRE(layout);
+  CHECK_THAT(layout->what(), Catch::Contains("expected one of fixed, plan"));
 }
 
 TEST_CASE("the shipped scaling sweep has both node types at every size") {

@@ -251,9 +251,25 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   tbb::parallel_for(std::size_t{0}, scenario.variants.size(), [&](std::size_t i) {
     const auto& variant = scenario.variants[i];
     fleetsim::VariantReport& out = report.variants[i];
-    out = {variant.name, variant.inputs, fleetsim::simulate_step(variant.inputs, options),
-           variant.run,  std::nullopt,   std::nullopt,
-           variant.swept};
+    out = {variant.name, variant.inputs, {},           variant.run,
+           std::nullopt, std::nullopt,   variant.swept};
+    if (scenario.replanned) {
+      // The point's best layout, as `fleetsim plan` would rank it first.
+      fleetsim::PlanOptions plan;
+      plan.top = 1;
+      plan.step = options;
+      plan.step.trace_ranks = 0;
+      fleetsim::PlanResult best = fleetsim::search_layouts(variant.inputs, plan);
+      if (!best.ranked.empty()) {
+        out.inputs = std::move(best.ranked.front().inputs);
+        out.outcome = std::move(best.ranked.front().outcome);
+      } else {
+        out.outcome = best.leanest ? std::move(best.leanest->outcome)
+                                   : fleetsim::check_memory(variant.inputs);
+      }
+    } else {
+      out.outcome = fleetsim::simulate_step(variant.inputs, options);
+    }
     progress.advance();
     if (variant.run) simulate_run(out, scenario.seed, options, progress);
   });
