@@ -119,6 +119,13 @@ double drain_s(const JobSpec& job) {
   return 0.0;
 }
 
+// At the longest, from the start of `training_s` of training to the checkpoint after it being
+// written: the training, or the previous checkpoint's drain if longer (the copy waits for it;
+// it ends within one drain), then the stall and the drain.
+double until_written_s(const JobSpec& job, double training_s) {
+  return std::max(training_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
+}
+
 // Refuses a run whose segments or downtime interruptions would almost never let through.
 // `rate`: interruptions per second; `losing_rate`: those and the preemptions whose notice has
 // no room for an emergency checkpoint, which cut a segment short as well.
@@ -131,17 +138,13 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
   if (job.when_short == ShortagePolicy::shrink && job.replicas > 1) {
     step_s *= static_cast<double>(job.replicas) / (job.replicas - 1);
   }
-  // An asynchronous checkpoint is exposed until its write ends, behind the next segment, whose
-  // own copy waits for the write before it.
-  const double segment =
-      std::max(interval_steps * step_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
+  const double segment = until_written_s(job, interval_steps * step_s);
   const double downtime = job.detection_s + job.restart_s + job.restore_s;
   double exposure = std::max(losing_rate * segment, rate * downtime);
   if (job.write == CheckpointWrite::in_memory) {
     // A fault of several nodes throws the job back to storage, written every persist interval;
     // and the last write to storage needs a stretch without interruptions.
-    const double all = per_gpu_day_taking(job, 0);
-    const double several_rate = all > 0 ? rate * per_gpu_day_taking(job, 2) / all : 0.0;
+    const double several_rate = per_gpu_day_taking(job, 2) * job.gpus / kSecondsPerDay;
     exposure =
         std::max({exposure, several_rate * (job.persist_every_s + job.checkpoint_write_s + segment),
                   rate * job.checkpoint_write_s});
@@ -167,12 +170,6 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
     throw ModelError("a node repair of " + std::to_string(job.node_repair_s / 3600) +
                      " h is too long to simulate against these rates");
   }
-}
-
-// The share of interruptions whose cause takes nodes out of service.
-double node_share(const JobSpec& job) {
-  const double all = per_gpu_day_taking(job, 0);
-  return all > 0 ? per_gpu_day_taking(job, 1) / all : 0.0;
 }
 
 // One run, drawn from its replication's streams. Interruption and preemption arrivals are
@@ -222,7 +219,7 @@ class Replication {
       while (interruption_ < now_) draw_interruption(interruption_);
       while (preemption_ < now_) draw_preemption(preemption_);
       // Hardware degrades whatever the job does; it slows the job from its next segment.
-      while (degradation_ <= now_) degrade();
+      degrade_until(now_);
       if (trained_ == job_.steps) {
         drain_last();
       } else {
@@ -301,7 +298,10 @@ class Replication {
         degradation_rate_ > 0 ? after + degradations_.exponential(degradation_rate_) : kInfinity;
   }
 
-  // The degradation now due appears, of a kind drawn by the kinds' shares of the rate.
+  // The degradations due by `at` appear, each of a kind drawn by the kinds' shares of the rate.
+  void degrade_until(double at) {
+    while (degradation_ <= at) degrade();
+  }
   void degrade() {
     double u = degradation_kinds_.uniform01() * degradation_rate_;
     std::size_t kind = 0;
@@ -376,7 +376,7 @@ class Replication {
       if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
       if (degraded_count_ > 0) result_.degraded_s += resume - now_;
       now_ = resume;
-      while (degradation_ <= now_) degrade();  // one that showed in the segment counts now
+      degrade_until(now_);  // one that showed in the segment counts now
       if (!evict_degraded()) regrow();
       return;
     }
@@ -687,10 +687,8 @@ namespace {
 // Interruptions, and preemptions whose notice may have no room for the step in progress and an
 // emergency checkpoint: what loses work, per second.
 double losing_rate(const JobSpec& job) {
-  // An asynchronous emergency checkpoint starts when the step in progress ends and the previous
-  // checkpoint's write (due within one write of the notice) has drained.
-  const double save_s = std::max(job.step_s, drain_s(job)) + checkpoint_stall_s(job) + drain_s(job);
-  const bool notice_saves = job.spot && job.spot->notice_s >= save_s;
+  // An emergency checkpoint follows the step in progress.
+  const bool notice_saves = job.spot && job.spot->notice_s >= until_written_s(job, job.step_s);
   return interruptions_per_second(job) + (notice_saves ? 0.0 : preemptions_per_second(job));
 }
 
@@ -718,7 +716,7 @@ double checkpoint_interval_steps(const JobSpec& job) {
 double daly_expected_wall_s(const JobSpec& job) {
   check(job);
   if (job.write != CheckpointWrite::blocking || job.spot ||
-      (job.node_repair_s > 0 && node_share(job) > 0)) {
+      (job.node_repair_s > 0 && per_gpu_day_taking(job, 1) > 0)) {
     throw ModelError("Daly's closed form is for blocking checkpoints without waits for capacity");
   }
   const double rate = interruptions_per_second(job);

@@ -842,6 +842,14 @@ const Keys kLayoutKeys = {"dp",
                           "ep",
                           "cp"};
 
+// The layout's dp, or under dp: auto (0) what `gpus` leave to it: 0 when tp x cp x pp does not
+// divide them.
+int data_parallel_size(const ParallelPlan& plan, int gpus) {
+  if (plan.dp > 0) return plan.dp;
+  const int model_ranks = plan.tp * plan.cp * plan.pp;
+  return gpus % model_ranks == 0 ? gpus / model_ranks : 0;
+}
+
 ParallelPlan parse_layout(const Field& f) {
   expect_map(f, kLayoutKeys);
   ParallelPlan plan;
@@ -1751,14 +1759,13 @@ StepInputs Loader::parse_variant(const Field& root) {
   in.plan = parse_layout(require(root, "layout"));
   if (in.plan.dp == 0) {
     const int gpus = in.nodes * in.node.gpus;
-    const int model_ranks = in.plan.tp * in.plan.cp * in.plan.pp;
-    if (gpus % model_ranks != 0) {
+    in.plan.dp = data_parallel_size(in.plan, gpus);
+    if (in.plan.dp == 0) {
       fail(require(require(root, "layout"), "dp"),
-           "dp: auto needs tp x cp x pp = " + std::to_string(model_ranks) + " to divide the " +
-               std::to_string(gpus) + " GPUs",
+           "dp: auto needs tp x cp x pp = " + std::to_string(in.plan.tp * in.plan.cp * in.plan.pp) +
+               " to divide the " + std::to_string(gpus) + " GPUs",
            "change tp, cp or pp, or cluster.nodes");
     }
-    in.plan.dp = gpus / model_ranks;
   }
   check_layout(root, in);
   check_batch(root, in);
@@ -1947,9 +1954,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
       StepInputs point;
       parse_cluster(require(root, "cluster"), point);
       const ParallelPlan plan = parse_layout(require(root, "layout"));
-      const int gpus = point.nodes * point.node.gpus;
-      const int model_ranks = plan.tp * plan.cp * plan.pp;
-      const int dp = plan.dp > 0 ? plan.dp : gpus % model_ranks == 0 ? gpus / model_ranks : 0;
+      const int dp = data_parallel_size(plan, point.nodes * point.node.gpus);
       const long long global_batch =
           static_cast<long long>(base.training.global_batch) / base.plan.dp * dp;
       const Field training = require(root, "training");
