@@ -28,6 +28,7 @@ struct ProtocolCost {
   SimTime pcie_step{};     // per step across PCIe and the host
   SimTime network_step{};  // per step across NICs and the fabric
   double bandwidth = 1;    // fraction of Simple's bandwidth; 0: the protocol is not used
+  bool operator==(const ProtocolCost&) const = default;
 };
 
 // What one channel of the tree reaches, as the library's tuner models it (NCCL's
@@ -38,6 +39,7 @@ struct TreeChannelLimits {
   int from_compute_capability = 0;             // the generation's first (70, 80, 90, 100)
   std::array<double, 3> simple_bytes_per_s{};  // by node count: 1, 2, 3+
   std::array<double, 3> ll128_bytes_per_s{};
+  bool operator==(const TreeChannelLimits&) const = default;
 };
 
 struct CollectiveCosts {
@@ -75,6 +77,7 @@ struct CollectiveCosts {
     costs.tree = {off, off, simple};
     return costs;
   }
+  bool operator==(const CollectiveCosts&) const = default;
 };
 
 inline const char* to_string(Protocol protocol) {

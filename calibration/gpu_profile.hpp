@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct Calibrated {
   double value = 0;
   double sigma = 0;  // one standard deviation, same unit as value
   std::string provenance;
+  bool operator==(const Calibrated&) const = default;
 };
 
 struct GemmTile {
@@ -38,6 +40,7 @@ struct Fp8Gemm {
   Calibrated gemm_sustained_flops_per_s;
   Calibrated gemm_k_overhead;
   Calibrated kernel_launch_s;  // an FP8 GEMM's fixed time
+  bool operator==(const Fp8Gemm&) const = default;
 };
 
 struct GpuProfile {
@@ -79,6 +82,7 @@ struct GpuProfile {
   CollectiveCosts collectives;
   // Absent: no FP8 tensor cores (A100), or none calibrated.
   std::optional<Fp8Gemm> fp8;
+  bool operator==(const GpuProfile&) const = default;
 };
 
 // The FP8 entries by their profile keys ("fp8.gemm_efficiency", ...), in the order a profile
@@ -91,27 +95,39 @@ inline constexpr std::array<std::pair<const char*, Calibrated Fp8Gemm::*>, 5> kF
     {"fp8.kernel_launch", &Fp8Gemm::kernel_launch_s},
 }};
 
-// The entry a profile file names `key` ("gemm_efficiency", "kernel_launch", "nvls_efficiency",
-// "link_efficiency.<kind>", ...), as loaded; nothing for a key it does not have.
-inline std::optional<Calibrated> profile_entry(const GpuProfile& profile, const std::string& key) {
-  if (key == "gemm_efficiency") return profile.gemm_efficiency;
-  if (key == "gemm_sustained") return profile.gemm_sustained_flops_per_s;
-  if (key == "gemm_k_overhead") return profile.gemm_k_overhead;
-  if (key == "kernel_launch") return profile.kernel_launch_s;
-  if (key == "memory_efficiency") return profile.memory_efficiency;
-  if (key == "attention_efficiency") return profile.attention_efficiency;
-  if (key == "comm_slowdown") return profile.comm_slowdown;
-  if (key == "nvls_efficiency") return profile.nvls_efficiency;
-  if (key == "p2p_efficiency") return profile.p2p_efficiency;
+// The entry a profile file names `key` ("dense_bf16", "hbm_bandwidth", "gemm_efficiency",
+// "kernel_launch", "nvls_efficiency", "link_efficiency.<kind>", "fp8.gemm_efficiency", ...) in
+// `profile` (const or not); null for a key it does not have.
+template <typename Profile>
+auto* find_profile_entry(Profile& profile, const std::string& key) {
+  using Entry = std::remove_pointer_t<decltype(&profile.gemm_efficiency)>;
+  const auto optional = [](auto& entry) -> Entry* { return entry ? &*entry : nullptr; };
+  if (key == "dense_bf16") return &profile.dense_bf16_flops_per_s;
+  if (key == "hbm_bandwidth") return &profile.hbm_bytes_per_s;
+  if (key == "gemm_efficiency") return &profile.gemm_efficiency;
+  if (key == "gemm_sustained") return &profile.gemm_sustained_flops_per_s;
+  if (key == "gemm_k_overhead") return &profile.gemm_k_overhead;
+  if (key == "kernel_launch") return &profile.kernel_launch_s;
+  if (key == "memory_efficiency") return &profile.memory_efficiency;
+  if (key == "attention_efficiency") return &profile.attention_efficiency;
+  if (key == "comm_slowdown") return &profile.comm_slowdown;
+  if (key == "nvls_efficiency") return optional(profile.nvls_efficiency);
+  if (key == "p2p_efficiency") return optional(profile.p2p_efficiency);
   for (const auto& [name, member] : kFp8Entries) {
-    if (key == name) return profile.fp8 ? std::optional((*profile.fp8).*member) : std::nullopt;
+    if (key == name) return profile.fp8 ? &((*profile.fp8).*member) : static_cast<Entry*>(nullptr);
   }
   const std::string links = "link_efficiency.";
   if (key.rfind(links, 0) == 0) {
     const auto found = profile.link_efficiency.find(key.substr(links.size()));
-    if (found != profile.link_efficiency.end()) return found->second;
+    if (found != profile.link_efficiency.end()) return &found->second;
   }
-  return std::nullopt;
+  return static_cast<Entry*>(nullptr);
+}
+
+// The entry a profile file names `key`, as loaded; nothing for a key it does not have.
+inline std::optional<Calibrated> profile_entry(const GpuProfile& profile, const std::string& key) {
+  const Calibrated* entry = find_profile_entry(profile, key);
+  return entry ? std::optional(*entry) : std::nullopt;
 }
 
 }  // namespace fleetsim

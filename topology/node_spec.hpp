@@ -79,6 +79,7 @@ struct NodeSpec {
   NicKind nic_kind = NicKind::infiniband;
   double nic_bytes_per_s = 0;  // per NIC per direction (line rate)
   SimTime nic_latency{};
+  bool operator==(const NodeSpec&) const = default;
 };
 
 enum class FabricKind {
@@ -111,6 +112,7 @@ struct FabricSpec {
   int leaf_ports = 64;            // switch radix (NDR Quantum-2: 64 ports of 400 Gb/s)
   int tiers = 0;             // 2: leaf-spine; 3: leaf-spine-core with pods; 0: the fewest that fit
   SimTime switch_latency{};  // one switch traversal
+  bool operator==(const FabricSpec&) const = default;
 };
 
 }  // namespace fleetsim

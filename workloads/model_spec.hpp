@@ -44,6 +44,7 @@ struct ModelSpec {
   // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices or every
   // expert's and the router's, biases, two norms), final norm and the output head (unless tied).
   double parameters() const;
+  bool operator==(const ModelSpec&) const = default;
 };
 
 // The precision of a layer's projection GEMMs: BF16, or FP8 as Transformer Engine runs them
@@ -84,6 +85,7 @@ struct LoraSpec {
   // NormalFloat with double-quantized block scales, dequantized to BF16 for each GEMM that
   // reads them; adapters, embedding, head and norms stay BF16.
   bool quantized_base = false;
+  bool operator==(const LoraSpec&) const = default;
 };
 
 struct TrainingSpec {
@@ -99,6 +101,7 @@ struct TrainingSpec {
   // Dropout after attention and after the MLP (and on the attention probabilities): above 0,
   // each keeps a one-byte mask for backward. FlashAttention regenerates its own from the seed.
   double dropout = 0;
+  bool operator==(const TrainingSpec&) const = default;
 };
 
 // The order of micro-batches on each pipeline stage: GPipe runs every forward, then every
@@ -159,6 +162,7 @@ struct ParallelPlan {
   // The ranks that hold the same parameters, over which gradients are reduced and ZeRO shards.
   int gradient_ranks() const { return dp * cp; }
   int world_size() const { return tp * cp * dp * pp; }
+  bool operator==(const ParallelPlan&) const = default;
 };
 
 // What keeps the plan's expert parallelism from running, with a hint, or nothing (ep 1 always

@@ -51,6 +51,10 @@ struct InterruptionCause {
   // fault, those under a switch for the switch's (correlated failures), 0 where the job
   // restarts on the same nodes (a software bug, a timeout).
   int nodes_out = 1;
+  // One standard deviation of per_gpu_day: a rate counted from `count` interruptions is known to
+  // within rate / sqrt(count) (Poisson); 0 where nothing says (a rate written in the scenario).
+  double per_gpu_day_sigma = 0;
+  bool operator==(const InterruptionCause&) const = default;
 };
 
 // Degraded hardware that keeps running: a GPU computing slower (thermal throttling, a failing
@@ -70,6 +74,7 @@ struct Degradation {
   double per_gpu_day = 0;  // onsets per GPU per day
   std::string source;
   double step_s = 0;  // a step with one present (the step executor's, set by the caller)
+  bool operator==(const Degradation&) const = default;
 };
 
 // What a job short of healthy nodes (more out for repair than spares) does.
@@ -95,6 +100,7 @@ struct CheckpointPolicy {
   enum class Kind { every_steps, every_seconds, young_daly };
   Kind kind = Kind::young_daly;
   double value = 0;  // steps, or seconds of training, between checkpoints (every_*)
+  bool operator==(const CheckpointPolicy&) const = default;
 };
 
 // Spot capacity: nodes taken back with a notice. Within the notice the job finishes the step in
@@ -110,6 +116,7 @@ struct SpotCapacity {
   // A trace instead of a rate: the seconds from the job's start at which one of its nodes was
   // preempted, ascending, replayed alike in every replication (none after the last).
   std::vector<double> trace_s = {};
+  bool operator==(const SpotCapacity&) const = default;
 };
 
 struct JobSpec {
@@ -252,6 +259,7 @@ struct RunSpec {
   double spot_usd_per_gpu_hour = 0;
   bool priced = false;       // a price was given (zero is a price: hardware already paid for)
   bool spot_priced = false;  // a spot price was given
+  bool operator==(const RunSpec&) const = default;
 };
 
 // A checkpoint's bytes, written once for the whole model across the data-parallel replicas:

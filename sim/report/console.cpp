@@ -687,6 +687,153 @@ std::string render_plan(const RunReport& report) {
   return text + table.render() + warnings_section(report);
 }
 
+// Why a variant differs from the first: one row per factor, one column per attributed metric,
+// the parts adding up to the total row (Shapley values, sim/analysis/attribution.hpp).
+std::string attribution_section(const Attribution& a) {
+  std::string text = "\nwhy " + a.variant + " differs from " + a.baseline;
+  if (!a.not_attributed.empty()) {
+    return text + ": not attributed, " + a.not_attributed + "\n";
+  }
+  if (a.factors.empty()) return text + ": it does not, in anything the simulation reads\n";
+  text += " (Shapley values over " + std::to_string(a.factors.size()) + " factor" +
+          (a.factors.size() == 1 ? "" : "s") + ", " + std::to_string(a.counterfactuals) +
+          " simulations)\n";
+  struct Column {
+    std::string title;
+    std::function<std::string(double)> format;
+  };
+  std::vector<Column> columns;
+  for (const std::string& metric : a.metrics) {
+    if (metric == "step_time_s") {
+      columns.push_back({"step time (s)", [](double s) { return seconds_text(s); }});
+    } else if (metric == "wall_s_mean") {
+      columns.push_back(
+          {"time to train, mean (days)", [](double s) { return fixed(s / kDay, 2); }});
+    } else {
+      columns.push_back({"cost, mean (USD)", [](double usd) { return grouped_integer(usd); }});
+    }
+  }
+  std::vector<std::vector<std::string>> rows;
+  // Exactly zero, as a factor that changes nothing the step or run depends on is, reads "0".
+  const auto signed_text = [](const std::string& number) {
+    if (number.find_first_not_of("0.,") == std::string::npos) return std::string("0");
+    return number.front() == '-' ? number : "+" + number;
+  };
+  for (std::size_t i = 0; i < a.factors.size(); ++i) {
+    std::vector<std::string> row{label(a.factors[i])};
+    for (std::size_t m = 0; m < columns.size(); ++m) {
+      row.push_back(signed_text(columns[m].format(a.parts[i][m])));
+    }
+    rows.push_back(std::move(row));
+  }
+  std::vector<std::string> total{"total"}, from{a.baseline}, to{a.variant};
+  for (std::size_t m = 0; m < columns.size(); ++m) {
+    total.push_back(signed_text(columns[m].format(a.variant_values[m] - a.baseline_values[m])));
+    from.push_back(columns[m].format(a.baseline_values[m]));
+    to.push_back(columns[m].format(a.variant_values[m]));
+  }
+  rows.push_back(std::move(total));
+  rows.push_back(std::move(from));
+  rows.push_back(std::move(to));
+  std::size_t label_width = 0;
+  for (const auto& row : rows) label_width = std::max(label_width, display_width(row[0]));
+  std::string header = "  " + std::string(label_width, ' ');
+  std::vector<std::size_t> widths;
+  for (std::size_t m = 0; m < columns.size(); ++m) {
+    std::size_t width = display_width(columns[m].title);
+    for (const auto& row : rows) width = std::max(width, display_width(row[m + 1]));
+    widths.push_back(width);
+    header += "  " + pad_left(columns[m].title, width);
+  }
+  text += header + "\n";
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (r == a.factors.size()) {
+      text += "  " + std::string(label_width, ' ');
+      for (std::size_t width : widths) text += "  " + std::string(width, '-');
+      text += "\n";
+    }
+    text += "  " + pad_right(rows[r][0], label_width);
+    for (std::size_t m = 0; m < widths.size(); ++m)
+      text += "  " + pad_left(rows[r][m + 1], widths[m]);
+    text += "\n";
+  }
+  return text;
+}
+
+// A table's rows, the first column left-aligned, the others right-aligned, two spaces apart.
+std::string aligned_rows(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      widths[c] = std::max(widths[c], display_width(row[c]));
+    }
+  }
+  std::string text;
+  for (const auto& row : rows) {
+    text += "  " + pad_right(row[0], widths[0]);
+    for (std::size_t c = 1; c < row.size(); ++c) text += "  " + pad_left(row[c], widths[c]);
+    text += "\n";
+  }
+  return text;
+}
+
+// A metric's name and its value as the console shows it.
+std::string metric_title(const std::string& metric) {
+  if (metric == "step_time_s") return "step time (s)";
+  if (metric == "tokens_per_s") return "tokens/s";
+  if (metric == "mfu") return "MFU (%)";
+  if (metric == "wall_s_mean") return "time to train, mean (days)";
+  return "cost, mean (USD)";
+}
+std::string metric_text(const std::string& metric, double value) {
+  if (metric == "step_time_s") return seconds_text(value);
+  if (metric == "tokens_per_s") return grouped_integer(value);
+  if (metric == "mfu") return percent_text(value);
+  if (metric == "wall_s_mean") return fixed(value / kDay, 2);
+  return grouped_integer(value);
+}
+
+// A variant's prediction interval, then its inputs by how far one sigma moves the result.
+std::string sensitivity_section(const std::string& name, const Sensitivity& s) {
+  std::string text = "\nsensitivity of " + name;
+  if (!s.not_simulated.empty()) return text + ": not simulated, it " + s.not_simulated + "\n";
+  const std::string low = "P" + fixed(100 * (1 - s.coverage) / 2, 0);
+  const std::string high = "P" + fixed(100 * (1 + s.coverage) / 2, 0);
+  text += " (" + std::to_string(s.draws) + " draws of " + std::to_string(s.swings.size()) +
+          " calibrated inputs within their sigma)\n";
+  std::vector<std::vector<std::string>> rows{{"", "nominal", low, "P50", high}};
+  for (const MetricInterval& interval : s.intervals) {
+    rows.push_back({metric_title(interval.metric), metric_text(interval.metric, interval.nominal),
+                    metric_text(interval.metric, interval.low),
+                    metric_text(interval.metric, interval.median),
+                    metric_text(interval.metric, interval.high)});
+  }
+  text += aligned_rows(rows);
+  if (s.swings.empty()) return text;
+  // The swing of the first metric (the step time) and, for runs, of the time to train.
+  std::vector<std::size_t> shown{0};
+  for (std::size_t m = 0; m < s.metrics.size(); ++m) {
+    if (s.metrics[m] == "wall_s_mean") shown.push_back(m);
+  }
+  text += "each input one sigma below and above its value, the others at theirs:\n";
+  std::vector<std::vector<std::string>> swing_rows{{"input", "value", "sigma"}};
+  for (std::size_t m : shown) {
+    swing_rows[0].push_back(metric_title(s.metrics[m]) + " -1 sigma");
+    swing_rows[0].push_back("+1 sigma");
+  }
+  for (const InputSwing& swing : s.swings) {
+    std::vector<std::string> row{swing.input.name, significant(swing.input.value, 4),
+                                 significant(swing.input.sigma, 3)};
+    for (std::size_t m : shown) {
+      row.push_back(metric_text(s.metrics[m], swing.minus[m]));
+      row.push_back(metric_text(s.metrics[m], swing.plus[m]));
+    }
+    swing_rows.push_back(std::move(row));
+  }
+  return text + aligned_rows(swing_rows);
+}
+
 std::string render_console(const RunReport& report) {
   std::string text = header_text(report);
   if (report.variants.empty()) {
@@ -698,6 +845,12 @@ std::string render_console(const RunReport& report) {
     if (!variant.outcome.simulated) {
       text += does_not_fit_section(variant);
     }
+  }
+  for (const VariantReport& variant : report.variants) {
+    if (variant.attribution) text += attribution_section(*variant.attribution);
+  }
+  for (const VariantReport& variant : report.variants) {
+    if (variant.sensitivity) text += sensitivity_section(variant.name, *variant.sensitivity);
   }
   return text + warnings_section(report);
 }

@@ -57,8 +57,26 @@
 //                 usd_per_checkpoint: <name>_mean, _ci99_half_width, _p50, _p90, _p99
 //                 (double). Datasets, one row per replication in replication order (double):
 //                 wall_s, interruptions, checkpoints, lost_training_s, node_wait_s
+//     attribution group, only from `run --attribute` and not on the first variant: why the
+//                 variant differs from the first. Attributes against, not_attributed (string:
+//                 empty when attributed), counterfactuals (uint64: simulations run),
+//                 baseline_ and variant_ step_time_s, wall_s_mean, cost_usd_mean (double, NaN
+//                 where not attributed: runs on both sides, both priced); dataset parts:
+//                 compound {factor: string, step_time_s, wall_s_mean, cost_usd_mean: double},
+//                 one row per factor that differs, each the factor's Shapley value (the rows
+//                 add up to variant minus baseline; no rows when not attributed)
+//     sensitivity group, only from `run --sensitivity N`: attributes draws (int), coverage
+//                 (double: the interval's share of the draws, 0.9), not_simulated (string:
+//                 empty when simulated); datasets intervals: compound {metric: string,
+//                 nominal, low, median, high: double}, one row per metric (step_time_s,
+//                 tokens_per_s, mfu, and for runs wall_s_mean and, priced, cost_usd_mean);
+//                 inputs: compound {input: string, value, sigma, step_time_s_minus,
+//                 step_time_s_plus, wall_s_mean_minus, wall_s_mean_plus (NaN without a run):
+//                 double}, largest swing first; metrics: the metric names (string); samples:
+//                 draws x metrics (double), each draw's metrics in the order of metrics
 #include <H5Cpp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -234,6 +252,124 @@ void write_warnings(const H5::Group& group, const std::vector<std::string>& warn
     rows.push_back(warning.c_str());
   }
   write_rows(group, "warnings", string_type(), rows);
+}
+
+// A compound type of a string member `name` and then doubles.
+template <typename Row>
+H5::CompType doubles_after_name(const char* name, std::size_t name_offset,
+                                const std::vector<std::pair<const char*, std::size_t>>& doubles) {
+  H5::CompType type(sizeof(Row));
+  type.insertMember(name, name_offset, string_type());
+  for (const auto& [member, offset] : doubles) {
+    type.insertMember(member, offset, H5::PredType::NATIVE_DOUBLE);
+  }
+  return type;
+}
+
+struct AttributionRow {
+  const char* factor;
+  double step_time_s;
+  double wall_s_mean;    // NaN: not attributed (no run on both sides)
+  double cost_usd_mean;  // NaN: not attributed (not both priced)
+};
+
+H5::CompType attribution_type() {
+  return doubles_after_name<AttributionRow>(
+      "factor", HOFFSET(AttributionRow, factor),
+      {{"step_time_s", HOFFSET(AttributionRow, step_time_s)},
+       {"wall_s_mean", HOFFSET(AttributionRow, wall_s_mean)},
+       {"cost_usd_mean", HOFFSET(AttributionRow, cost_usd_mean)}});
+}
+
+// <variant>/attribution: why the variant differs from the first, a row per factor.
+void write_attribution(const H5::Group& variant, const Attribution& a) {
+  const H5::Group group = variant.createGroup("attribution");
+  write_attribute(group, "against", a.baseline);
+  write_attribute(group, "counterfactuals", static_cast<std::uint64_t>(a.counterfactuals));
+  write_attribute(group, "not_attributed", a.not_attributed);
+  const auto metric = [&](const std::vector<double>& values, const char* name) {
+    for (std::size_t m = 0; m < a.metrics.size() && m < values.size(); ++m) {
+      if (a.metrics[m] == name) return values[m];
+    }
+    return kNotSimulated;
+  };
+  for (const char* name : {"step_time_s", "wall_s_mean", "cost_usd_mean"}) {
+    write_attribute(group, ("baseline_" + std::string(name)).c_str(),
+                    metric(a.baseline_values, name));
+    write_attribute(group, ("variant_" + std::string(name)).c_str(),
+                    metric(a.variant_values, name));
+  }
+  std::vector<AttributionRow> rows;
+  for (std::size_t i = 0; i < a.parts.size(); ++i) {
+    rows.push_back({to_string(a.factors[i]), metric(a.parts[i], "step_time_s"),
+                    metric(a.parts[i], "wall_s_mean"), metric(a.parts[i], "cost_usd_mean")});
+  }
+  write_rows(group, "parts", attribution_type(), rows);
+}
+
+struct IntervalRow {
+  const char* metric;
+  double nominal;
+  double low;
+  double median;
+  double high;
+};
+
+struct SwingRow {
+  const char* input;
+  double value;
+  double sigma;
+  double step_time_s_minus;
+  double step_time_s_plus;
+  double wall_s_mean_minus;  // NaN without a run
+  double wall_s_mean_plus;
+};
+
+// <variant>/sensitivity: the prediction interval per metric, each input's swing, every draw.
+void write_sensitivity(const H5::Group& variant, const Sensitivity& s) {
+  const H5::Group group = variant.createGroup("sensitivity");
+  write_attribute(group, "draws", s.draws);
+  write_attribute(group, "coverage", s.coverage);
+  write_attribute(group, "not_simulated", s.not_simulated);
+  std::vector<IntervalRow> intervals;
+  for (const MetricInterval& i : s.intervals) {
+    intervals.push_back({i.metric.c_str(), i.nominal, i.low, i.median, i.high});
+  }
+  write_rows(group, "intervals",
+             doubles_after_name<IntervalRow>("metric", HOFFSET(IntervalRow, metric),
+                                             {{"nominal", HOFFSET(IntervalRow, nominal)},
+                                              {"low", HOFFSET(IntervalRow, low)},
+                                              {"median", HOFFSET(IntervalRow, median)},
+                                              {"high", HOFFSET(IntervalRow, high)}}),
+             intervals);
+  const auto wall = std::find(s.metrics.begin(), s.metrics.end(), "wall_s_mean");
+  const auto at = [&](const std::vector<double>& values) {
+    return wall == s.metrics.end() ? kNotSimulated : values[wall - s.metrics.begin()];
+  };
+  std::vector<SwingRow> swings;
+  for (const InputSwing& w : s.swings) {
+    swings.push_back({w.input.name.c_str(), w.input.value, w.input.sigma, w.minus[0], w.plus[0],
+                      at(w.minus), at(w.plus)});
+  }
+  write_rows(
+      group, "inputs",
+      doubles_after_name<SwingRow>("input", HOFFSET(SwingRow, input),
+                                   {{"value", HOFFSET(SwingRow, value)},
+                                    {"sigma", HOFFSET(SwingRow, sigma)},
+                                    {"step_time_s_minus", HOFFSET(SwingRow, step_time_s_minus)},
+                                    {"step_time_s_plus", HOFFSET(SwingRow, step_time_s_plus)},
+                                    {"wall_s_mean_minus", HOFFSET(SwingRow, wall_s_mean_minus)},
+                                    {"wall_s_mean_plus", HOFFSET(SwingRow, wall_s_mean_plus)}}),
+      swings);
+  std::vector<const char*> metrics;
+  for (const std::string& metric : s.metrics) metrics.push_back(metric.c_str());
+  write_rows(group, "metrics", string_type(), metrics);
+  std::vector<double> samples;
+  for (const auto& sample : s.samples) samples.insert(samples.end(), sample.begin(), sample.end());
+  const hsize_t dims[2] = {s.samples.size(), s.metrics.size()};
+  const H5::DataSet table =
+      group.createDataSet("samples", H5::PredType::NATIVE_DOUBLE, H5::DataSpace(2, dims));
+  if (!samples.empty()) table.write(samples.data(), H5::PredType::NATIVE_DOUBLE);
 }
 
 void write_setup_attributes(const H5::Group& group, const VariantReport& variant, int index) {
@@ -446,6 +582,8 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
     write_links(group, variant.outcome.step.links);
     write_warnings(group, variant.outcome.warnings);
     write_run(group, variant);
+    if (variant.attribution) write_attribution(group, *variant.attribution);
+    if (variant.sensitivity) write_sensitivity(group, *variant.sensitivity);
   }
   if (report.swept && !report.variants.empty()) write_sweep(file, report, groups);
 }

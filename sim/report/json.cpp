@@ -166,6 +166,60 @@ Json run_json(const VariantReport& variant) {
       {"causes", std::move(causes)}};
 }
 
+// Why a variant differs from the first: per factor, its part of each attributed metric.
+Json attribution_json(const Attribution& a) {
+  Json parts = Json::array();
+  for (std::size_t i = 0; i < a.parts.size(); ++i) {
+    Json part{{"factor", to_string(a.factors[i])}};
+    for (std::size_t m = 0; m < a.metrics.size(); ++m) part[a.metrics[m]] = a.parts[i][m];
+    parts.push_back(std::move(part));
+  }
+  Json baseline = Json::object();
+  Json variant = Json::object();
+  for (std::size_t m = 0; m < a.baseline_values.size(); ++m) {
+    baseline[a.metrics[m]] = a.baseline_values[m];
+    variant[a.metrics[m]] = a.variant_values[m];
+  }
+  return Json{
+      {"against", a.baseline},
+      {"metrics", a.metrics},
+      {"baseline", std::move(baseline)},
+      {"variant", std::move(variant)},
+      {"parts", std::move(parts)},
+      {"counterfactuals", a.counterfactuals},
+      {"not_attributed", a.not_attributed.empty() ? Json(nullptr) : Json(a.not_attributed)}};
+}
+
+// A variant's prediction interval per metric and each input's swing.
+Json sensitivity_json(const Sensitivity& s) {
+  Json intervals = Json::object();
+  for (const MetricInterval& interval : s.intervals) {
+    intervals[interval.metric] = Json{{"nominal", interval.nominal},
+                                      {"low", interval.low},
+                                      {"median", interval.median},
+                                      {"high", interval.high}};
+  }
+  Json inputs = Json::array();
+  for (const InputSwing& swing : s.swings) {
+    Json minus = Json::object();
+    Json plus = Json::object();
+    for (std::size_t m = 0; m < s.metrics.size(); ++m) {
+      minus[s.metrics[m]] = swing.minus[m];
+      plus[s.metrics[m]] = swing.plus[m];
+    }
+    inputs.push_back(Json{{"name", swing.input.name},
+                          {"value", swing.input.value},
+                          {"sigma", swing.input.sigma},
+                          {"minus_sigma", std::move(minus)},
+                          {"plus_sigma", std::move(plus)}});
+  }
+  return Json{{"draws", s.draws},
+              {"coverage", s.coverage},
+              {"intervals", std::move(intervals)},
+              {"inputs", std::move(inputs)},
+              {"not_simulated", s.not_simulated.empty() ? Json(nullptr) : Json(s.not_simulated)}};
+}
+
 Json variant_json(const RunReport& report, std::size_t index) {
   const VariantReport& variant = report.variants[index];
   const StepInputs& inputs = variant.inputs;
@@ -188,6 +242,8 @@ Json variant_json(const RunReport& report, std::size_t index) {
             {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
             {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)},
             {"run", run_json(variant)}};
+  if (variant.attribution) json["attribution"] = attribution_json(*variant.attribution);
+  if (variant.sensitivity) json["sensitivity"] = sensitivity_json(*variant.sensitivity);
   if (report.swept) {
     const std::optional<double> in_sweep = scaling_efficiency_in_sweep(report, index);
     json["scaling_efficiency_in_sweep"] = in_sweep ? Json(*in_sweep) : Json(nullptr);

@@ -19,6 +19,8 @@
 #include <variant>
 #include <vector>
 
+#include "sim/analysis/attribution.hpp"
+#include "sim/analysis/sensitivity.hpp"
 #include "sim/job/job.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_inputs.hpp"
@@ -34,6 +36,10 @@ struct VariantReport {
   std::optional<JobSpec> job = std::nullopt;
   std::optional<JobResult> job_result = std::nullopt;
   std::vector<std::pair<std::string, std::string>> swept = {};  // a sweep point's values
+  // `fleetsim run --attribute`: why this variant differs from the first (not on the first).
+  std::optional<Attribution> attribution = std::nullopt;
+  // `fleetsim run --sensitivity N`: its prediction interval and the inputs that move it most.
+  std::optional<Sensitivity> sensitivity = std::nullopt;
 };
 
 // What `fleetsim plan` searched: how many layouts, and what became of them.
@@ -59,7 +65,8 @@ struct RunReport {
   bool swept = false;                   // a sweep's: variants are its points
 };
 
-// One column per variant; speed-up of each variant over the first. Ends with a newline.
+// One column per variant; speed-up of each variant over the first; then each attribution, a
+// row per factor. Ends with a newline.
 std::string render_console(const RunReport& report);
 // `fleetsim memory`: per variant, each item of the memory per GPU with what it assumes, and for
 // a layout that does not fit, by how much. Ends with a newline.
@@ -126,8 +133,12 @@ using Hdf5Attribute = std::variant<std::string, std::int64_t, std::uint64_t, dou
 struct Hdf5VariantSummary {
   std::string group;  // "/variants/<name>"
   std::map<std::string, Hdf5Attribute> attributes;
-  std::map<std::string, std::size_t> dataset_rows;  // dataset name -> number of rows
+  // dataset name -> number of rows; "attribution/parts", "sensitivity/samples", ... for the
+  // datasets of its attribution and sensitivity groups
+  std::map<std::string, std::size_t> dataset_rows;
   std::vector<std::string> warnings;
+  // The attributes of its attribution and sensitivity groups, by group name.
+  std::map<std::string, std::map<std::string, Hdf5Attribute>> group_attributes;
 };
 
 struct Hdf5Summary {

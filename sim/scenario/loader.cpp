@@ -2040,8 +2040,8 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
     expect_map(entry, kCauseCountKeys);
     require_keys(entry, kCauseCountRequired);
     const double count = read_non_negative(require(entry, "count"));
-    causes.push_back(
-        {read_string(require(entry, "cause")), count / (gpus * days), source, nodes_out(entry)});
+    causes.push_back({read_string(require(entry, "cause")), count / (gpus * days), source,
+                      nodes_out(entry), std::sqrt(count) / (gpus * days)});
   }
   return causes;
 }

@@ -20,6 +20,7 @@ struct StepInputs {
   ModelSpec model;
   TrainingSpec training;
   ParallelPlan plan;
+  bool operator==(const StepInputs&) const = default;
 };
 
 struct LinkUsage {

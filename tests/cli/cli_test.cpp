@@ -693,3 +693,47 @@ sweep:
   CHECK(none.exit_code == 2);
   CHECK_THAT(none.err, Catch::Contains("no sweep: block"));
 }
+
+TEST_CASE("run --attribute splits each compare entry's difference among its causes") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result table = run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --attribute -q");
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("why dgx-b200 differs from dgx-h100 (Shapley values"));
+  const Result json = run_cli("run " + source + "/scenarios/h100-vs-b200.yaml --attribute --json");
+  REQUIRE(json.exit_code == 0);
+  const auto variants = nlohmann::json::parse(json.out)["variants"];
+  const auto& attribution = variants[1]["attribution"];
+  double sum = 0;
+  for (const auto& part : attribution["parts"]) sum += part["step_time_s"].get<double>();
+  const double difference = variants[1]["step"]["step_time_s"].get<double>() -
+                            variants[0]["step"]["step_time_s"].get<double>();
+  CHECK(sum == Approx(difference).epsilon(1e-12));
+  CHECK(attribution["variant"]["step_time_s"] == variants[1]["step"]["step_time_s"]);
+  // Nothing to attribute without a compare, and only run attributes.
+  const fs::path single = write_scenario("single.yaml", kValid);
+  const Result none = run_cli("run " + single.string() + " --attribute");
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, Catch::Contains("nothing to attribute"));
+  CHECK(run_cli("memory " + single.string() + " --attribute").exit_code == 2);
+}
+
+TEST_CASE(
+    "run --sensitivity gives each variant a prediction interval, the same on any thread count") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::string file = source + "/scenarios/h100-vs-b200.yaml";
+  const Result one = run_cli("run " + file + " --sensitivity 12 --json --threads 1");
+  const Result two = run_cli("run " + file + " --sensitivity 12 --json --threads 2");
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.out == two.out);
+  const auto variants = nlohmann::json::parse(one.out)["variants"];
+  for (const auto& variant : variants) {
+    const auto& step = variant["sensitivity"]["intervals"]["step_time_s"];
+    CHECK(step["nominal"] == variant["step"]["step_time_s"]);
+    CHECK(step["low"].get<double>() < step["high"].get<double>());
+    CHECK(variant["sensitivity"]["inputs"].size() > 3);
+  }
+  const Result table = run_cli("run " + file + " --sensitivity 12 -q");
+  CHECK_THAT(table.out, Catch::Contains("sensitivity of dgx-b200 (12 draws of"));
+  CHECK(run_cli("run " + file + " --sensitivity 1").exit_code == 2);
+  CHECK(run_cli("memory " + file + " --sensitivity 10").exit_code == 2);
+}

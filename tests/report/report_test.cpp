@@ -371,5 +371,90 @@ TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layout
   CHECK(read_hdf5_summary(path).attributes.count("plan_layouts") == 0);
 }
 
+TEST_CASE("an attribution prints its parts adding up to the total, and writes them to HDF5") {
+  RunReport report = two_variant_report();
+  Attribution a;
+  a.baseline = "zero3";
+  a.variant = "zero1";
+  a.factors = {Factor::compute, Factor::network};
+  a.metrics = {"step_time_s"};
+  a.baseline_values = {2.0};
+  a.variant_values = {1.5};
+  a.parts = {{-0.75}, {0.25}};
+  a.counterfactuals = 4;
+  report.variants[1].attribution = a;
+  const std::string text = render_console(report);
+  CHECK_THAT(text, Catch::Contains("why zero1 differs from zero3 (Shapley values over 2 factors, "
+                                   "4 simulations)"));
+  CHECK_THAT(text, Catch::Contains("\n  compute         -0.750\n"));
+  CHECK_THAT(text, Catch::Contains("\n  network         +0.250\n"));
+  CHECK_THAT(text, Catch::Contains("\n  total           -0.500\n"));
+  const auto json = nlohmann::json::parse(render_json(report));
+  const auto& parts = json["variants"][1]["attribution"]["parts"];
+  REQUIRE(parts.size() == 2);
+  CHECK(parts[0]["factor"] == "compute");
+  CHECK(parts[1]["step_time_s"] == 0.25);
+  CHECK(json["variants"][1]["attribution"]["against"] == "zero3");
+  CHECK(json["variants"][0].count("attribution") == 0);
+  const TempDir dir;
+  const auto path = dir.path() / "attribution.h5";
+  write_hdf5(report, path);
+  const Hdf5Summary summary = read_hdf5_summary(path);
+  REQUIRE(summary.variants.size() == 2);
+  CHECK(summary.variants[0].group_attributes.count("attribution") == 0);
+  CHECK(summary.variants[1].dataset_rows.at("attribution/parts") == 2);
+  const auto& attributes = summary.variants[1].group_attributes.at("attribution");
+  CHECK(std::get<std::string>(attributes.at("against")) == "zero3");
+  CHECK(std::get<double>(attributes.at("variant_step_time_s")) == 1.5);
+  CHECK(std::isnan(std::get<double>(attributes.at("baseline_wall_s_mean"))));
+  // One that could not be made says why, and has no parts.
+  Attribution refused;
+  refused.baseline = "zero3";
+  refused.variant = "ddp";
+  refused.not_attributed = "ddp does not fit in memory";
+  report.variants[1].attribution = refused;
+  CHECK_THAT(
+      render_console(report),
+      Catch::Contains("why ddp differs from zero3: not attributed, ddp does not fit in memory"));
+  write_hdf5(report, path);
+  CHECK(read_hdf5_summary(path).variants[1].dataset_rows.at("attribution/parts") == 0);
+}
+
+TEST_CASE("a sensitivity prints its interval and swings, and writes every draw to HDF5") {
+  RunReport report = two_variant_report();
+  Sensitivity s;
+  s.draws = 3;
+  s.coverage = 0.9;
+  s.metrics = {"step_time_s", "tokens_per_s", "mfu"};
+  s.intervals = {{"step_time_s", 2.0, 1.9, 2.05, 2.3},
+                 {"tokens_per_s", 1048576, 911805, 1022611, 1103764},
+                 {"mfu", 0.45, 0.39, 0.44, 0.47}};
+  InputSwing swing;
+  swing.input.name = "gemm_sustained";
+  swing.input.value = 8e14;
+  swing.input.sigma = 2e13;
+  swing.minus = {2.1, 998643, 0.43};
+  swing.plus = {1.95, 1075462, 0.46};
+  s.swings.push_back(swing);
+  s.samples = {{1.9, 1103764, 0.47}, {2.05, 1022611, 0.44}, {2.3, 911805, 0.39}};
+  report.variants[0].sensitivity = s;
+  const std::string text = render_console(report);
+  CHECK_THAT(text, Catch::Contains("sensitivity of zero3 (3 draws of 1 calibrated inputs"));
+  CHECK_THAT(text, Catch::Contains("P5"));
+  CHECK_THAT(text, Catch::Contains("P95"));
+  CHECK_THAT(text, Catch::Contains("gemm_sustained"));
+  const auto json = nlohmann::json::parse(render_json(report));
+  CHECK(json["variants"][0]["sensitivity"]["intervals"]["step_time_s"]["high"] == 2.3);
+  CHECK(json["variants"][0]["sensitivity"]["inputs"][0]["plus_sigma"]["step_time_s"] == 1.95);
+  const TempDir dir;
+  const auto path = dir.path() / "sensitivity.h5";
+  write_hdf5(report, path);
+  const Hdf5VariantSummary written = read_hdf5_summary(path).variants[0];
+  CHECK(written.dataset_rows.at("sensitivity/samples") == 3);
+  CHECK(written.dataset_rows.at("sensitivity/intervals") == 3);
+  CHECK(written.dataset_rows.at("sensitivity/inputs") == 1);
+  CHECK(std::get<std::int64_t>(written.group_attributes.at("sensitivity").at("draws")) == 3);
+}
+
 }  // namespace
 }  // namespace fleetsim

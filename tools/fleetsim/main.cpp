@@ -16,6 +16,7 @@
 #include "calibration/microbench.hpp"
 #include "calibration/nccl_log.hpp"
 #include "sim/engine/errors.hpp"
+#include "sim/job/job_of_step.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
@@ -55,6 +56,13 @@ const char* const kUsage =
     "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
     "  --json                 print JSON instead of the table\n"
     "  --bench N              repeat the simulation N times and report the median wall time\n"
+    "  --attribute            split each compare entry's difference from the first variant\n"
+    "                         among its causes (compute, HBM, NVLink, network, memory and\n"
+    "                         layout, failures, checkpoints, ...) by counterfactual\n"
+    "                         simulations, as Shapley values\n"
+    "  --sensitivity N        draw the calibrated inputs N times within their sigma: each\n"
+    "                         variant's 90% prediction interval, and the inputs that move it\n"
+    "                         most (each one sigma either way)\n"
     "  --no-fold              replay every data-parallel replica (default: one per stage,\n"
     "                         the others' traffic kept where it shares links)\n"
     "  --data-dir DIR         where presets live (default: the source tree)\n"
@@ -99,9 +107,11 @@ struct Options {
   std::string trace;  // a Perfetto / Chrome trace of the run
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
-  bool csv = false;      // sweep: CSV instead of the table
-  bool no_fold = false;  // replay every data-parallel replica, not one per stage
-  bool quiet = false;    // no progress bar
+  bool attribute = false;     // run: attribute each variant's difference from the first
+  int sensitivity_draws = 0;  // run: draws of the calibrated inputs within their sigma (0: off)
+  bool csv = false;           // sweep: CSV instead of the table
+  bool no_fold = false;       // replay every data-parallel replica, not one per stage
+  bool quiet = false;         // no progress bar
   int bench_runs = 0;
   std::optional<int> top;  // layouts `plan` ranks (default 10)
   int threads = 0;         // 0: TBB's default, one per core
@@ -118,11 +128,12 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
-      "csv", po::bool_switch(&options.csv))("no-fold", po::bool_switch(&options.no_fold))(
-      "quiet,q", po::bool_switch(&options.quiet))("bench", po::value(&options.bench_runs))(
-      "data-dir", po::value(&options.data_dir))("threads", po::value(&options.threads))(
-      "top", po::value<int>())("command", po::value(&options.command))("file",
-                                                                       po::value(&options.file));
+      "csv", po::bool_switch(&options.csv))("attribute", po::bool_switch(&options.attribute))(
+      "sensitivity", po::value(&options.sensitivity_draws))(
+      "no-fold", po::bool_switch(&options.no_fold))("quiet,q", po::bool_switch(&options.quiet))(
+      "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
+      "threads", po::value(&options.threads))("top", po::value<int>())(
+      "command", po::value(&options.command))("file", po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -167,63 +178,14 @@ RunReport empty_report(const Scenario& scenario) {
   return report;
 }
 
-// A shrinking run's step one data-parallel replica short, from the step executor: the replica's
-// nodes and its share of the batch gone. 0 (taken as the full step) where a replica is not
-// whole nodes; nothing where the job cannot run one replica short (it has one, the smaller
-// layout breaks the job's rules, as expert parallelism over dp - 1 can, or does not fit).
-std::optional<double> shrunk_step_s(const fleetsim::StepInputs& in, fleetsim::StepOptions options) {
-  if (in.plan.dp < 2) return std::nullopt;
-  const int replica_gpus = in.plan.world_size() / in.plan.dp;
-  if (replica_gpus % in.node.gpus != 0) return 0.0;
-  fleetsim::StepInputs shrunk = in;
-  shrunk.plan.dp -= 1;
-  shrunk.training.global_batch -= in.training.global_batch / in.plan.dp;
-  shrunk.nodes -= replica_gpus / in.node.gpus;
-  options.trace_ranks = 0;
-  try {
-    const fleetsim::StepOutcome outcome = fleetsim::simulate_step(shrunk, options);
-    if (outcome.simulated) return outcome.step.step_time_s;
-  } catch (const fleetsim::ModelError&) {
-  }
-  return std::nullopt;
-}
-
-// A run's step with degraded hardware present, from the step executor: every GPU computing
-// that much slower, or every NIC down to its remaining bandwidth (sim/job/job.hpp says why).
-double degraded_step_s(const fleetsim::StepInputs& in, const fleetsim::Degradation& degradation,
-                       fleetsim::StepOptions options) {
-  fleetsim::StepInputs degraded = in;
-  if (degradation.kind == fleetsim::Degradation::Kind::compute) {
-    degraded.gpu = fleetsim::slowed(in.gpu, degradation.fraction);
-  } else {
-    degraded.node.nic_bytes_per_s *= 1 - degradation.fraction;
-  }
-  options.trace_ranks = 0;
-  return fleetsim::simulate_step(degraded, options).step.step_time_s;
-}
-
 // A variant's run, once its step is simulated: its job (with the steps one replica short and
 // with degraded hardware, from the step executor), then the Monte Carlo on the scenario's seed
 // (the same interruption histories for every variant of one cluster size).
 void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
                   const fleetsim::StepOptions& options, fleetsim::ProgressBar& progress) {
   if (!out.run || !out.outcome.simulated) return;
-  const fleetsim::StepInputs& in = out.inputs;
-  out.job = fleetsim::job_spec(*out.run, in.model, in.training, in.plan, in.node, in.nodes,
-                               out.outcome.step.step_time_s);
-  if (out.job->when_short == fleetsim::ShortagePolicy::shrink) {
-    if (const auto shrunk = shrunk_step_s(in, options)) {
-      out.job->shrunk_step_s = *shrunk * out.job->jitter_factor;
-    } else {
-      out.job->when_short = fleetsim::ShortagePolicy::wait;
-      out.outcome.warnings.push_back(
-          "cannot shrink: one data-parallel replica short, the layout does not run (one "
-          "replica, the job's rules, or memory); the run waits for repairs instead");
-    }
-  }
-  for (fleetsim::Degradation& degradation : out.job->degradations) {
-    degradation.step_s = degraded_step_s(in, degradation, options) * out.job->jitter_factor;
-  }
+  out.job = fleetsim::job_of_step(*out.run, out.inputs, out.outcome.step.step_time_s, options,
+                                  out.outcome.warnings);
   out.job_result = fleetsim::simulate_job(*out.job, out.run->replications, seed,
                                           [&progress] { progress.advance(); });
   if (out.job->spot && !out.job->spot->trace_s.empty() &&
@@ -275,6 +237,18 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   });
   progress.finish();
   return report;
+}
+
+// Each compare entry's difference from the first variant, split among its causes.
+void attribute_variants(const Scenario& scenario, const fleetsim::StepOptions& options,
+                        RunReport& report) {
+  const fleetsim::Variant& first = scenario.variants.front();
+  for (std::size_t i = 1; i < scenario.variants.size(); ++i) {
+    const fleetsim::Variant& variant = scenario.variants[i];
+    report.variants[i].attribution =
+        fleetsim::attribute({first.name, first.inputs, first.run},
+                            {variant.name, variant.inputs, variant.run}, scenario.seed, options);
+  }
 }
 
 // The report `fleetsim memory` prints: every variant's memory check, nothing replayed.
@@ -398,6 +372,12 @@ int run_command(const Options& options) {
   if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
   if (options.csv && options.command != "sweep") throw po::error("--csv belongs to 'sweep'");
   if (options.csv && options.json) throw po::error("--csv and --json: one of them");
+  if ((options.attribute || options.sensitivity_draws != 0) && options.command != "run") {
+    throw po::error("--attribute and --sensitivity belong to 'run'");
+  }
+  if (options.sensitivity_draws != 0 && options.sensitivity_draws < 2) {
+    throw po::error("--sensitivity needs at least 2 draws (100 make a steady 90% interval)");
+  }
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -482,7 +462,28 @@ int run_command(const Options& options) {
   fleetsim::StepOptions step_options;
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
   step_options.fold = !options.no_fold;
-  const RunReport report = simulate(scenario, step_options, options.quiet);
+  if (options.attribute && scenario.swept) {
+    std::cerr << "error: " << options.file
+              << ": --attribute explains compare: entries, and this scenario sweeps (hint: "
+                 "compare two of its points in a compare: list)\n";
+    return kBadInput;
+  }
+  if (options.attribute && scenario.variants.size() < 2) {
+    std::cerr << "error: " << options.file
+              << ": nothing to attribute, the scenario has no compare: entries (hint: add "
+                 "compare: [{name: b200, cluster: {node: dgx-b200}}])\n";
+    return kBadInput;
+  }
+  RunReport report = simulate(scenario, step_options, options.quiet);
+  if (options.attribute) attribute_variants(scenario, step_options, report);
+  if (options.sensitivity_draws > 0) {
+    fleetsim::SensitivityOptions sensitivity;
+    sensitivity.draws = options.sensitivity_draws;
+    for (fleetsim::VariantReport& variant : report.variants) {
+      variant.sensitivity = fleetsim::sensitivity(variant.inputs, variant.run, scenario.seed,
+                                                  sensitivity, step_options);
+    }
+  }
   std::cout << (options.json  ? fleetsim::render_json(report) + "\n"
                 : options.csv ? fleetsim::render_sweep_csv(report)
                 : sweep       ? fleetsim::render_sweep(report)

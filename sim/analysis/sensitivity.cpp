@@ -1,0 +1,205 @@
+#include "sim/analysis/sensitivity.hpp"
+
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sim/engine/errors.hpp"
+#include "sim/engine/rng.hpp"
+#include "sim/job/job_of_step.hpp"
+#include "sim/step/step_executor.hpp"
+#include "topology/topology.hpp"
+
+namespace fleetsim {
+namespace {
+
+enum class Range { fraction, rate, non_negative };
+
+struct ProfileKey {
+  const char* key;
+  Range range;
+};
+
+// The kernel model's entries; FP8's when the recipe runs FP8 GEMMs.
+constexpr ProfileKey kKernelKeys[] = {{"dense_bf16", Range::rate},
+                                      {"hbm_bandwidth", Range::rate},
+                                      {"gemm_efficiency", Range::fraction},
+                                      {"gemm_sustained", Range::rate},
+                                      {"gemm_k_overhead", Range::non_negative},
+                                      {"attention_efficiency", Range::fraction},
+                                      {"memory_efficiency", Range::fraction},
+                                      {"kernel_launch", Range::non_negative},
+                                      {"comm_slowdown", Range::non_negative}};
+constexpr ProfileKey kFp8Keys[] = {{"fp8.dense", Range::rate},
+                                   {"fp8.gemm_efficiency", Range::fraction},
+                                   {"fp8.gemm_sustained", Range::rate},
+                                   {"fp8.gemm_k_overhead", Range::non_negative},
+                                   {"fp8.kernel_launch", Range::non_negative}};
+
+UncertainInput uncertain(std::string name, double value, double sigma, Range range) {
+  const double infinity = std::numeric_limits<double>::infinity();
+  // A positive value is uncertain by a factor; one that may be zero, by an amount.
+  const bool factor = range != Range::non_negative && value > 0;
+  return {std::move(name), value, sigma, 0.0, range == Range::fraction ? 1.0 : infinity, factor};
+}
+
+// The link kinds the configuration's traffic crosses.
+std::vector<std::string> used_link_kinds(const StepInputs& in) {
+  std::vector<std::string> kinds;
+  if (in.node.gpus > 1 || in.node.nvlink_domain_nodes > 1) {
+    if (in.node.gpu_fabric == GpuFabric::nvswitch ||
+        in.node.gpu_fabric == GpuFabric::nvlink_pairs) {
+      kinds.push_back("nvlink");
+    } else if (in.node.gpu_fabric == GpuFabric::xgmi_mesh) {
+      kinds.push_back("xgmi");
+    }
+  }
+  kinds.push_back("pcie");
+  kinds.push_back("host_memory");
+  if (in.nodes > 1) kinds.push_back(to_string(fabric_link_kind(in.node.nic_kind)));
+  return kinds;
+}
+
+// The input `z` standard deviations from its value, kept in its range.
+double drawn(const UncertainInput& input, double z) {
+  const double value = input.by_factor
+                           ? input.value * std::exp(z * std::log1p(input.sigma / input.value))
+                           : input.value + z * input.sigma;
+  return std::clamp(value, input.lower, input.upper);
+}
+
+// Quantile q of sorted samples, interpolating linearly between order statistics.
+double quantile(const std::vector<double>& sorted, double q) {
+  const double at = q * static_cast<double>(sorted.size() - 1);
+  const auto below = static_cast<std::size_t>(std::floor(at));
+  const std::size_t above = std::min(below + 1, sorted.size() - 1);
+  return sorted[below] + (at - static_cast<double>(below)) * (sorted[above] - sorted[below]);
+}
+
+}  // namespace
+
+std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
+                                             const std::optional<RunSpec>& run) {
+  std::vector<UncertainInput> found;
+  const auto add = [&](const std::string& key, Range range) {
+    const Calibrated* entry = find_profile_entry(inputs.gpu, key);
+    if (entry && entry->sigma > 0)
+      found.push_back(uncertain(key, entry->value, entry->sigma, range));
+  };
+  for (const ProfileKey& key : kKernelKeys) add(key.key, key.range);
+  if (inputs.training.precision == Precision::fp8) {
+    for (const ProfileKey& key : kFp8Keys) add(key.key, key.range);
+  }
+  for (const std::string& kind : used_link_kinds(inputs)) {
+    add("link_efficiency." + kind, Range::fraction);
+  }
+  if (inputs.node.nvls) add("nvls_efficiency", Range::fraction);
+  const ParallelPlan& plan = inputs.plan;
+  if (plan.pp > 1 || plan.cp > 1 || plan.ep > 1) add("p2p_efficiency", Range::fraction);
+  if (run) {
+    double rate = 0;
+    double variance = 0;
+    for (const InterruptionCause& cause : run->causes) {
+      rate += cause.per_gpu_day;
+      variance += cause.per_gpu_day_sigma * cause.per_gpu_day_sigma;
+    }
+    if (variance > 0) {
+      found.push_back(uncertain("interruption_rates", rate, std::sqrt(variance), Range::rate));
+    }
+  }
+  return found;
+}
+
+void set_uncertain_input(const UncertainInput& input, double value, StepInputs& inputs,
+                         std::optional<RunSpec>& run) {
+  if (input.name == "interruption_rates") {
+    if (!run) throw ModelError("interruption_rates set on a configuration without a run");
+    for (InterruptionCause& cause : run->causes) cause.per_gpu_day *= value / input.value;
+    return;
+  }
+  Calibrated* entry = find_profile_entry(inputs.gpu, input.name);
+  if (!entry) throw ModelError("GPU profile " + inputs.gpu.name + " has no entry " + input.name);
+  entry->value = value;
+}
+
+Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& run,
+                        std::uint64_t seed, const SensitivityOptions& options,
+                        const StepOptions& step) {
+  if (options.draws < 2) throw ModelError("a prediction interval needs at least 2 draws");
+  if (!(options.coverage > 0 && options.coverage < 1)) {
+    throw ModelError("a prediction interval covers a share of the draws between 0 and 1");
+  }
+  Sensitivity out;
+  out.draws = options.draws;
+  out.coverage = options.coverage;
+  out.metrics = {"step_time_s", "tokens_per_s", "mfu"};
+  const bool priced = run && run->priced;
+  if (run) out.metrics.push_back("wall_s_mean");
+  if (priced) out.metrics.push_back("cost_usd_mean");
+  StepOptions untraced = step;
+  untraced.trace_ranks = 0;
+  const auto evaluate = [&](const StepInputs& in, const std::optional<RunSpec>& r) {
+    const StepOutcome outcome = simulate_step(in, untraced);
+    if (!outcome.simulated) throw ModelError("does not fit in memory");
+    std::vector<double> values{outcome.step.step_time_s, outcome.step.tokens_per_s,
+                               outcome.step.mfu};
+    if (r) {
+      std::vector<std::string> warnings;
+      const JobSpec job = job_of_step(*r, in, outcome.step.step_time_s, untraced, warnings);
+      const JobResult result = simulate_job(job, r->replications, seed);
+      values.push_back(result.wall_s.mean);
+      if (priced) values.push_back(result.cost_usd.mean);
+    }
+    return values;
+  };
+  std::vector<double> nominal;
+  try {
+    nominal = evaluate(inputs, run);
+  } catch (const ModelError& error) {
+    out.not_simulated = error.what();
+    return out;
+  }
+  const std::vector<UncertainInput> uncertain = uncertain_inputs(inputs, run);
+
+  // Draws: each its own stream, every input's standard normal drawn in the inputs' order.
+  out.samples.assign(static_cast<std::size_t>(options.draws), {});
+  tbb::parallel_for(0, options.draws, [&](int draw) {
+    RngStream rng(seed, "sensitivity", static_cast<std::uint64_t>(draw));
+    StepInputs in = inputs;
+    std::optional<RunSpec> r = run;
+    for (const UncertainInput& input : uncertain) {
+      set_uncertain_input(input, drawn(input, rng.normal()), in, r);
+    }
+    out.samples[static_cast<std::size_t>(draw)] = evaluate(in, r);
+  });
+  const double tail = (1 - options.coverage) / 2;
+  for (std::size_t m = 0; m < out.metrics.size(); ++m) {
+    std::vector<double> values;
+    for (const auto& sample : out.samples) values.push_back(sample[m]);
+    std::sort(values.begin(), values.end());
+    out.intervals.push_back({out.metrics[m], nominal[m], quantile(values, tail),
+                             quantile(values, 0.5), quantile(values, 1 - tail)});
+  }
+
+  // Swings: each input one sigma either side, the others at their values.
+  out.swings.resize(uncertain.size());
+  tbb::parallel_for(std::size_t{0}, 2 * uncertain.size(), [&](std::size_t k) {
+    const UncertainInput& input = uncertain[k / 2];
+    const double side = k % 2 == 0 ? -1.0 : 1.0;
+    StepInputs in = inputs;
+    std::optional<RunSpec> r = run;
+    set_uncertain_input(input, drawn(input, side), in, r);
+    InputSwing& swing = out.swings[k / 2];
+    (side < 0 ? swing.minus : swing.plus) = evaluate(in, r);
+  });
+  for (std::size_t i = 0; i < uncertain.size(); ++i) out.swings[i].input = uncertain[i];
+  const std::size_t key = run ? 3 : 0;  // time to train, else the step time
+  std::stable_sort(out.swings.begin(), out.swings.end(), [&](const auto& a, const auto& b) {
+    return std::abs(a.plus[key] - a.minus[key]) > std::abs(b.plus[key] - b.minus[key]);
+  });
+  return out;
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,69 @@
+#include "sim/job/job_of_step.hpp"
+
+#include <optional>
+
+#include "calibration/kernel_cost.hpp"
+#include "sim/engine/errors.hpp"
+#include "sim/step/step_executor.hpp"
+
+namespace fleetsim {
+namespace {
+
+// A shrinking run's step one data-parallel replica short, from the step executor: the replica's
+// nodes and its share of the batch gone. 0 (taken as the full step) where a replica is not
+// whole nodes; nothing where the job cannot run one replica short (it has one, the smaller
+// layout breaks the job's rules, as expert parallelism over dp - 1 can, or does not fit).
+std::optional<double> shrunk_step_s(const StepInputs& in, const StepOptions& options) {
+  if (in.plan.dp < 2) return std::nullopt;
+  const int replica_gpus = in.plan.world_size() / in.plan.dp;
+  if (replica_gpus % in.node.gpus != 0) return 0.0;
+  StepInputs shrunk = in;
+  shrunk.plan.dp -= 1;
+  shrunk.training.global_batch -= in.training.global_batch / in.plan.dp;
+  shrunk.nodes -= replica_gpus / in.node.gpus;
+  try {
+    const StepOutcome outcome = simulate_step(shrunk, options);
+    if (outcome.simulated) return outcome.step.step_time_s;
+  } catch (const ModelError&) {
+  }
+  return std::nullopt;
+}
+
+// A run's step with degraded hardware present, from the step executor: every GPU computing
+// that much slower, or every NIC down to its remaining bandwidth (sim/job/job.hpp says why).
+double degraded_step_s(const StepInputs& in, const Degradation& degradation,
+                       const StepOptions& options) {
+  StepInputs degraded = in;
+  if (degradation.kind == Degradation::Kind::compute) {
+    degraded.gpu = slowed(in.gpu, degradation.fraction);
+  } else {
+    degraded.node.nic_bytes_per_s *= 1 - degradation.fraction;
+  }
+  return simulate_step(degraded, options).step.step_time_s;
+}
+
+}  // namespace
+
+JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
+                    const StepOptions& options, std::vector<std::string>& warnings) {
+  StepOptions untraced = options;
+  untraced.trace_ranks = 0;
+  JobSpec job =
+      job_spec(run, inputs.model, inputs.training, inputs.plan, inputs.node, inputs.nodes, step_s);
+  if (job.when_short == ShortagePolicy::shrink) {
+    if (const auto shrunk = shrunk_step_s(inputs, untraced)) {
+      job.shrunk_step_s = *shrunk * job.jitter_factor;
+    } else {
+      job.when_short = ShortagePolicy::wait;
+      warnings.push_back(
+          "cannot shrink: one data-parallel replica short, the layout does not run (one "
+          "replica, the job's rules, or memory); the run waits for repairs instead");
+    }
+  }
+  for (Degradation& degradation : job.degradations) {
+    degradation.step_s = degraded_step_s(inputs, degradation, untraced) * job.jitter_factor;
+  }
+  return job;
+}
+
+}  // namespace fleetsim

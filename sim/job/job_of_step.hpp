@@ -1,0 +1,21 @@
+// A run's job from its simulated step: what the step executor must replay besides the healthy
+// step (the step one data-parallel replica short when the run shrinks, the step with degraded
+// hardware present) before the Monte Carlo can run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/job/job.hpp"
+#include "sim/step/step_inputs.hpp"
+
+namespace fleetsim {
+
+// The job of `run` on `inputs`, whose healthy step takes `step_s` (jitter not included), with
+// its shrunk and degraded steps replayed by the step executor. Where the layout cannot run one
+// replica short (one replica, the job's rules, memory), the job waits for repairs instead and
+// says so in `warnings`.
+JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
+                    const StepOptions& options, std::vector<std::string>& warnings);
+
+}  // namespace fleetsim

@@ -1,0 +1,114 @@
+#include "sim/analysis/sensitivity.hpp"
+
+#include <tbb/global_control.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+
+#include "scenario/fixture.hpp"
+#include "sim/scenario/scenario.hpp"
+
+using namespace fleetsim;
+
+namespace {
+
+Scenario shipped(const std::string& name) {
+  return load_scenario(std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios" / name,
+                       testing::source_data());
+}
+
+// The inputs with every uncertainty but `key`'s set to zero, and `key`'s to `sigma`.
+StepInputs only_uncertain(StepInputs inputs, const std::string& key, double sigma) {
+  for (const UncertainInput& input : uncertain_inputs(inputs, std::nullopt)) {
+    find_profile_entry(inputs.gpu, input.name)->sigma = 0;
+  }
+  find_profile_entry(inputs.gpu, key)->sigma = sigma;
+  return inputs;
+}
+
+double width(const Sensitivity& s, std::size_t metric = 0) {
+  return s.intervals[metric].high - s.intervals[metric].low;
+}
+
+}  // namespace
+
+TEST_CASE("sensitivity: an input's wider sigma widens the prediction interval") {
+  const StepInputs h100 = shipped("h100-vs-b200.yaml").variants.front().inputs;
+  SensitivityOptions options;
+  options.draws = 24;
+  // The rate long GEMMs sustain under the power limit bounds most of this step's kernels.
+  const double sustained = find_profile_entry(h100.gpu, "gemm_sustained")->value;
+  const Sensitivity narrow = sensitivity(only_uncertain(h100, "gemm_sustained", 0.01 * sustained),
+                                         std::nullopt, 1, options);
+  const Sensitivity wide = sensitivity(only_uncertain(h100, "gemm_sustained", 0.03 * sustained),
+                                       std::nullopt, 1, options);
+  REQUIRE(narrow.not_simulated.empty());
+  REQUIRE(narrow.swings.size() == 1);
+  CHECK(width(narrow) > 0);
+  CHECK(width(wide) > 2 * width(narrow));  // about 3x: the step is mostly GEMMs
+  CHECK(width(wide, 1) > 2 * width(narrow, 1));
+  // The nominal configuration sits inside both intervals.
+  for (const Sensitivity* s : {&narrow, &wide}) {
+    CHECK(s->intervals[0].low <= s->intervals[0].nominal);
+    CHECK(s->intervals[0].nominal <= s->intervals[0].high);
+  }
+  // Faster GEMMs shorten the step.
+  CHECK(narrow.swings[0].plus[0] < narrow.swings[0].minus[0]);
+
+  // Nothing uncertain: nothing to widen.
+  StepInputs certain = only_uncertain(h100, "gemm_efficiency", 0);
+  const Sensitivity none = sensitivity(certain, std::nullopt, 1, options);
+  CHECK(none.swings.empty());
+  CHECK(width(none) == 0);
+  CHECK(none.intervals[0].median == none.intervals[0].nominal);
+}
+
+TEST_CASE("sensitivity: the same draws on one thread and on two, and draws stay in range") {
+  const StepInputs h100 = shipped("h100-vs-b200.yaml").variants.front().inputs;
+  SensitivityOptions options;
+  options.draws = 16;
+  // A sigma of ten times the value: drawn by a factor, half the draws are above 1 unless kept
+  // in (0, 1], none at or below 0.
+  const StepInputs wild = only_uncertain(h100, "attention_efficiency", 10.0);
+  const auto run_with = [&](int threads) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    return sensitivity(wild, std::nullopt, 7, options);
+  };
+  const Sensitivity one = run_with(1);
+  const Sensitivity two = run_with(2);
+  REQUIRE(one.samples.size() == 16);
+  CHECK(one.samples == two.samples);
+  // An attention efficiency of 1 is the fastest any draw can be.
+  StepInputs fastest = wild;
+  find_profile_entry(fastest.gpu, "attention_efficiency")->value = 1.0;
+  const double low = sensitivity(fastest, std::nullopt, 7, options).intervals[0].nominal;
+  int at_the_bound = 0;
+  for (const auto& sample : one.samples) {
+    CHECK(sample[0] >= low * (1 - 1e-12));
+    CHECK(std::isfinite(sample[0]));
+    at_the_bound += sample[0] == low;
+  }
+  CHECK(at_the_bound > 0);
+}
+
+TEST_CASE("sensitivity: a run's interruption rates are as sure as the interruptions counted") {
+  const Variant base = shipped("llama3-70b-pretraining-run.yaml").variants.front();
+  REQUIRE(base.run);
+  const auto inputs = uncertain_inputs(base.inputs, base.run);
+  const auto rates = std::find_if(inputs.begin(), inputs.end(),
+                                  [](const auto& in) { return in.name == "interruption_rates"; });
+  REQUIRE(rates != inputs.end());
+  // 419 interruptions counted: each cause's Poisson sigma adds up to 1 / sqrt(419) of the rate.
+  CHECK(rates->sigma / rates->value == Approx(1 / std::sqrt(419.0)).epsilon(1e-9));
+  SensitivityOptions options;
+  options.draws = 8;
+  const Sensitivity s = sensitivity(base.inputs, base.run, 1, options);
+  REQUIRE(s.metrics.back() == "cost_usd_mean");
+  const auto swing = std::find_if(s.swings.begin(), s.swings.end(), [](const InputSwing& in) {
+    return in.input.name == "interruption_rates";
+  });
+  REQUIRE(swing != s.swings.end());
+  CHECK(swing->plus[3] > swing->minus[3]);   // more interruptions, a longer run
+  CHECK(swing->plus[0] == swing->minus[0]);  // and the same step
+}
