@@ -667,6 +667,10 @@ double paid_gpus(const JobSpec& job) {
   return job.gpus + static_cast<double>(job.hot_spares) * job.gpus / job.nodes;
 }
 
+double run_cost_usd(const JobSpec& job, double wall_s) {
+  return wall_s * paid_gpus(job) / kSecondsPerHour * job.usd_per_gpu_hour;
+}
+
 double checkpoint_stall_s(const JobSpec& job) {
   return job.write == CheckpointWrite::blocking ? job.checkpoint_write_s : job.checkpoint_copy_s;
 }
@@ -783,7 +787,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
     degraded.push_back(run.degraded_s);
     evictions.push_back(static_cast<double>(run.evictions));
     memory_lost.push_back(static_cast<double>(run.memory_lost));
-    const double usd = run.wall_s * gpus / kSecondsPerHour * job.usd_per_gpu_hour;
+    const double usd = run_cost_usd(job, run.wall_s);
     cost.push_back(usd);
     if (tokens > 0) per_million_tokens.push_back(usd / tokens * 1e6);
     const auto scheduled = std::max<std::int64_t>(1, run.checkpoints - run.emergency_checkpoints);

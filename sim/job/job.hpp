@@ -159,6 +159,8 @@ double synchronous_jitter_factor(double cv, int ranks);
 
 // The GPUs paid for over the run's wall time: the job's and its hot spares'.
 double paid_gpus(const JobSpec& job);
+// What a run of `wall_s` costs: every paid GPU at the job's price over the wall time.
+double run_cost_usd(const JobSpec& job, double wall_s);
 // How long training stands still for one checkpoint (blocking: the write; async and in memory:
 // the copy to host memory).
 double checkpoint_stall_s(const JobSpec& job);

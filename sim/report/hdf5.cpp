@@ -56,7 +56,8 @@
 //                 usd_per_million_tokens and
 //                 usd_per_checkpoint: <name>_mean, _ci99_half_width, _p50, _p90, _p99
 //                 (double). Datasets, one row per replication in replication order (double):
-//                 wall_s, interruptions, checkpoints, lost_training_s, node_wait_s
+//                 wall_s, interruptions, checkpoints, lost_training_s, node_wait_s, and with
+//                 pricing cost_usd
 //     attribution group, only from `run --attribute` and not on the first variant: why the
 //                 variant differs from the first. Attributes against, not_attributed (string:
 //                 empty when attributed), counterfactuals (uint64: simulations run),
@@ -521,9 +522,10 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
     summary("usd_per_million_tokens", result.usd_per_million_tokens);
     summary("usd_per_checkpoint", result.usd_per_checkpoint);
   }
-  std::vector<double> wall, interruptions, checkpoints, lost, node_wait;
+  std::vector<double> wall, interruptions, checkpoints, lost, node_wait, cost;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
+    cost.push_back(run_cost_usd(job, run.wall_s));
     interruptions.push_back(static_cast<double>(run.interruptions));
     checkpoints.push_back(static_cast<double>(run.checkpoints));
     lost.push_back(run.lost_training_s);
@@ -534,6 +536,7 @@ void write_run(const H5::Group& variant_group, const VariantReport& variant) {
   write_rows(group, "checkpoints", H5::PredType::NATIVE_DOUBLE, checkpoints);
   write_rows(group, "lost_training_s", H5::PredType::NATIVE_DOUBLE, lost);
   write_rows(group, "node_wait_s", H5::PredType::NATIVE_DOUBLE, node_wait);
+  if (priced) write_rows(group, "cost_usd", H5::PredType::NATIVE_DOUBLE, cost);
 }
 
 // A sweep's table, a row per point, and its swept values: /sweep_axes (the paths) and
