@@ -95,6 +95,12 @@ inline constexpr std::array<std::pair<const char*, Calibrated Fp8Gemm::*>, 5> kF
     {"fp8.kernel_launch", &Fp8Gemm::kernel_launch_s},
 }};
 
+// A profile's single entries by their file keys (FP8's are kFp8Entries, links' link_efficiency).
+inline constexpr std::array<const char*, 12> kProfileEntryKeys = {
+    "dense_bf16",     "hbm_capacity",    "hbm_bandwidth",        "gemm_efficiency",
+    "gemm_sustained", "gemm_k_overhead", "attention_efficiency", "memory_efficiency",
+    "kernel_launch",  "comm_slowdown",   "nvls_efficiency",      "p2p_efficiency"};
+
 // The entry a profile file names `key` ("dense_bf16", "hbm_bandwidth", "gemm_efficiency",
 // "kernel_launch", "nvls_efficiency", "link_efficiency.<kind>", "fp8.gemm_efficiency", ...) in
 // `profile` (const or not); null for a key it does not have.
@@ -103,6 +109,7 @@ auto* find_profile_entry(Profile& profile, const std::string& key) {
   using Entry = std::remove_pointer_t<decltype(&profile.gemm_efficiency)>;
   const auto optional = [](auto& entry) -> Entry* { return entry ? &*entry : nullptr; };
   if (key == "dense_bf16") return &profile.dense_bf16_flops_per_s;
+  if (key == "hbm_capacity") return &profile.hbm_capacity_bytes;
   if (key == "hbm_bandwidth") return &profile.hbm_bytes_per_s;
   if (key == "gemm_efficiency") return &profile.gemm_efficiency;
   if (key == "gemm_sustained") return &profile.gemm_sustained_flops_per_s;

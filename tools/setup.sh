@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ccache libboost-graph-dev libboost-program-options-dev libtbb-dev
           libhdf5-dev hdf5-tools libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev
-          python3-matplotlib python3-h5py)
+          libboost-serialization-dev python3-matplotlib python3-h5py)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

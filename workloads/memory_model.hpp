@@ -17,6 +17,7 @@ struct MemoryItem {
   std::string name;  // e.g. "optimizer states"
   double bytes = 0;
   std::string basis;  // how it was counted, for the report
+  bool operator==(const MemoryItem&) const = default;
 };
 
 struct MemoryBreakdown {
@@ -35,6 +36,7 @@ struct MemoryBreakdown {
     return host_bytes_per_node <= 0 || host_bytes_per_node <= host_capacity_bytes;
   }
   bool fits() const { return gpu_fits() && host_fits(); }
+  bool operator==(const MemoryBreakdown&) const = default;
 };
 
 // Practitioners keep 15-30% of HBM free for allocator spikes and fragmentation; below this a run

@@ -2,10 +2,12 @@
 
 #include <tbb/parallel_for.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
-#include <functional>
 #include <map>
 
+#include "sim/analysis/configuration.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/job/job_of_step.hpp"
 #include "sim/step/step_executor.hpp"
@@ -138,17 +140,6 @@ void take_run_factor(Factor factor, RunSpec& to, const RunSpec& from) {
   }
 }
 
-// Inputs without what only names them: the simulation reads none of it.
-StepInputs without_names(StepInputs inputs) {
-  inputs.node.name.clear();
-  inputs.node.description.clear();
-  inputs.node.source.clear();
-  inputs.node.gpu_profile.clear();
-  inputs.gpu.name.clear();
-  inputs.gpu.description.clear();
-  return inputs;
-}
-
 double factorial(std::size_t n) {
   return std::tgamma(static_cast<double>(n) + 1.0);
 }
@@ -190,7 +181,7 @@ const char* label(Factor factor) {
     case Factor::host: return "PCIe and host";
     case Factor::network: return "network";
     case Factor::collective_library: return "collective library";
-    case Factor::memory_and_layout: return "memory and layout";
+    case Factor::memory_and_layout: return "memory, workload, layout";
     case Factor::failures: return "failures";
     case Factor::recovery: return "recovery";
     case Factor::checkpoints: return "checkpoints";
@@ -246,14 +237,31 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
   out.baseline = baseline.name;
   out.variant = variant.name;
   const bool runs = baseline.run && variant.run;
-  const std::optional<RunSpec> base_run = runs ? baseline.run : std::nullopt;
-  const std::optional<RunSpec> other_run = runs ? variant.run : std::nullopt;
+  std::optional<RunSpec> base_run = runs ? baseline.run : std::nullopt;
+  std::optional<RunSpec> other_run = runs ? variant.run : std::nullopt;
+  if (runs) {
+    // One replication count for every counterfactual, the larger: more replications change the
+    // estimate, not the run, and would otherwise be attributed as a difference.
+    const int replications = std::max(base_run->replications, other_run->replications);
+    base_run->replications = other_run->replications = replications;
+  }
+  // What the simulation reads of a configuration: a factor differs only if that does. Link
+  // kinds count where either side's traffic crosses them.
+  std::vector<std::string> kinds = used_link_kinds(baseline.inputs);
+  for (const std::string& kind : used_link_kinds(variant.inputs)) {
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+  }
+  const auto same = [&](const StepInputs& a, const std::optional<RunSpec>& run_a,
+                        const StepInputs& b, const std::optional<RunSpec>& run_b) {
+    return simulated_part(a, kinds) == simulated_part(b, kinds) &&
+           simulated_part(run_a) == simulated_part(run_b);
+  };
   for (Factor factor : kFactors) {
     if (is_run_factor(factor) && !runs) continue;
     StepInputs inputs = baseline.inputs;
     std::optional<RunSpec> run = base_run;
     take_factor(factor, inputs, run, variant.inputs, other_run);
-    if (!(inputs == baseline.inputs) || run != base_run) out.factors.push_back(factor);
+    if (!same(inputs, run, baseline.inputs, base_run)) out.factors.push_back(factor);
   }
   const std::size_t n = out.factors.size();
   const std::size_t coalitions = std::size_t{1} << n;
@@ -269,7 +277,7 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
     return config;
   };
   const auto whole = compose(coalitions - 1);
-  if (!(without_names(whole.first) == without_names(variant.inputs)) || whole.second != other_run) {
+  if (!same(whole.first, whole.second, variant.inputs, other_run)) {
     throw ModelError("attribution: a field of variant " + variant.name +
                      " belongs to no factor, so its counterfactuals cannot reach it");
   }
@@ -321,6 +329,8 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
 
   if (runs) {
     std::vector<std::pair<double, double>> run_values(coalitions);
+    // Its own slots: the step failures are read while these are written.
+    std::vector<std::string> run_failure(coalitions);
     tbb::parallel_for(std::size_t{0}, coalitions, [&](std::size_t mask) {
       if (!failure[mask & step_bits].empty()) return;
       try {
@@ -331,9 +341,12 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
         const JobResult result = simulate_job(job, config.second->replications, seed);
         run_values[mask] = {result.wall_s.mean, result.cost_usd.mean};
       } catch (const ModelError& error) {
-        failure[mask] = std::string("does not run: ") + error.what();
+        run_failure[mask] = std::string("does not run: ") + error.what();
       }
     });
+    for (std::size_t mask = 0; mask < coalitions; ++mask) {
+      if (failure[mask].empty()) failure[mask] = std::move(run_failure[mask]);
+    }
     out.counterfactuals += coalitions;
     for (std::size_t mask = 0; mask < coalitions; ++mask) {
       values[1][mask] = run_values[mask].first;

@@ -8,12 +8,17 @@
 // order in which the differing factors could be swapped in one at a time:
 //   phi_i = sum over S not holding i of |S|! (n - |S| - 1)! / n! (v(S + i) - v(S)),
 // so the values add up to v(all) - v(none), the simulated difference, with nothing left over,
-// and swapping baseline and variant negates them. Every one of the 2^n counterfactuals is
-// simulated (n differing factors, at most kMaxFactors); steps are simulated once per set of
-// step factors, and a run's Monte Carlo keeps the scenario's seed throughout, so the parts are
-// differences between the same interruption histories, not noise.
+// and swapping baseline and variant negates them. A factor differs when what the simulation
+// reads of it does (configuration.hpp: not a name, a source, a sigma, or the efficiency of a
+// link neither side has). Every one of the 2^n counterfactuals is simulated (n differing
+// factors, at most kMaxFactors): each step once per set of step factors; for runs, each
+// counterfactual's Monte Carlo (and the steps one replica short or with degraded hardware that
+// its job needs), all on the scenario's seed with one replication count, so that between
+// counterfactuals of one GPU count and one interruption rate the parts are differences between
+// the same interruption histories, not noise.
 //
-// HBM capacity moves with the layout (and the model, recipe and GPU count): what more memory
+// HBM capacity moves with the layout (and the model, recipe, GPU count and tokens to train, the
+// workload the layout runs; "memory, workload, layout" on the console): what more memory
 // buys is the layout it lets a variant run (less recomputation, bigger micro-batches, less
 // sharding), and a counterfactual pairing a layout with a memory it does not fit in has no
 // step time.
@@ -92,15 +97,15 @@ struct Attribution {
   std::vector<double> baseline_values;  // per metric
   std::vector<double> variant_values;
   std::vector<std::vector<double>> parts;  // [factor][metric], adding up to the difference
-  std::size_t counterfactuals = 0;         // distinct configurations simulated
-  std::string not_attributed;              // why, when it could not be (empty: attributed)
+  std::size_t counterfactuals = 0;  // configurations simulated: steps, and runs' Monte Carlos
+  std::string not_attributed;       // why, when it could not be (empty: attributed)
 };
 
 // Attributes `variant`'s difference from `baseline`. Steps replay with `options` (untraced);
-// runs are Monte Carlos of the baseline's replication count (a field of memory_and_layout) on
-// `seed`. When a counterfactual does not fit in memory or breaks the job's rules, the result
-// says which, in not_attributed. Throws ModelError for more than kMaxFactors differing factors
-// (there are not more).
+// runs are Monte Carlos on `seed` of the larger of the two replication counts (the ends' values
+// are then those of that count). When a counterfactual does not fit in memory or breaks the
+// job's rules, the result says which, in not_attributed. Throws ModelError if a field the
+// simulation reads belongs to no factor (a test keeps that from happening).
 Attribution attribute(const AttributionSide& baseline, const AttributionSide& variant,
                       std::uint64_t seed, const StepOptions& options = {});
 

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include "sim/analysis/configuration.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
 #include "sim/job/job_of_step.hpp"
 #include "sim/step/step_executor.hpp"
-#include "topology/topology.hpp"
 
 namespace fleetsim {
 namespace {
@@ -43,23 +43,6 @@ UncertainInput uncertain(std::string name, double value, double sigma, Range ran
   // A positive value is uncertain by a factor; one that may be zero, by an amount.
   const bool factor = range != Range::non_negative && value > 0;
   return {std::move(name), value, sigma, 0.0, range == Range::fraction ? 1.0 : infinity, factor};
-}
-
-// The link kinds the configuration's traffic crosses.
-std::vector<std::string> used_link_kinds(const StepInputs& in) {
-  std::vector<std::string> kinds;
-  if (in.node.gpus > 1 || in.node.nvlink_domain_nodes > 1) {
-    if (in.node.gpu_fabric == GpuFabric::nvswitch ||
-        in.node.gpu_fabric == GpuFabric::nvlink_pairs) {
-      kinds.push_back("nvlink");
-    } else if (in.node.gpu_fabric == GpuFabric::xgmi_mesh) {
-      kinds.push_back("xgmi");
-    }
-  }
-  kinds.push_back("pcie");
-  kinds.push_back("host_memory");
-  if (in.nodes > 1) kinds.push_back(to_string(fabric_link_kind(in.node.nic_kind)));
-  return kinds;
 }
 
 // The input `z` standard deviations from its value, kept in its range.
@@ -163,21 +146,48 @@ Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& 
   }
   const std::vector<UncertainInput> uncertain = uncertain_inputs(inputs, run);
 
+  // A draw or swing that does not run (a drawn interruption rate too high for the run ever to
+  // end, say) has NaN metrics and its reason kept; the others still count.
+  const std::vector<double> not_run(out.metrics.size(), std::numeric_limits<double>::quiet_NaN());
+  const auto evaluate_or_not = [&](const StepInputs& in, const std::optional<RunSpec>& r,
+                                   std::string& why) {
+    try {
+      return evaluate(in, r);
+    } catch (const ModelError& error) {
+      why = error.what();
+      return not_run;
+    }
+  };
+
   // Draws: each its own stream, every input's standard normal drawn in the inputs' order.
-  out.samples.assign(static_cast<std::size_t>(options.draws), {});
-  tbb::parallel_for(0, options.draws, [&](int draw) {
-    RngStream rng(seed, "sensitivity", static_cast<std::uint64_t>(draw));
+  const auto draws = static_cast<std::size_t>(options.draws);
+  out.samples.assign(draws, {});
+  std::vector<std::string> draw_failure(draws);
+  tbb::parallel_for(std::size_t{0}, draws, [&](std::size_t draw) {
+    RngStream rng(seed, "sensitivity", draw);
     StepInputs in = inputs;
     std::optional<RunSpec> r = run;
     for (const UncertainInput& input : uncertain) {
       set_uncertain_input(input, drawn(input, rng.normal()), in, r);
     }
-    out.samples[static_cast<std::size_t>(draw)] = evaluate(in, r);
+    out.samples[draw] = evaluate_or_not(in, r, draw_failure[draw]);
   });
+  for (std::size_t draw = 0; draw < draws; ++draw) {
+    if (draw_failure[draw].empty()) continue;
+    if (out.failed_draws++ == 0) {
+      out.failure = "draw " + std::to_string(draw) + ": " + draw_failure[draw];
+    }
+  }
+  if (draws - static_cast<std::size_t>(out.failed_draws) < 2) {
+    out.not_simulated = "has fewer than 2 draws that run (" + out.failure + ")";
+    return out;
+  }
   const double tail = (1 - options.coverage) / 2;
   for (std::size_t m = 0; m < out.metrics.size(); ++m) {
     std::vector<double> values;
-    for (const auto& sample : out.samples) values.push_back(sample[m]);
+    for (const auto& sample : out.samples) {
+      if (!std::isnan(sample[m])) values.push_back(sample[m]);
+    }
     std::sort(values.begin(), values.end());
     out.intervals.push_back({out.metrics[m], nominal[m], quantile(values, tail),
                              quantile(values, 0.5), quantile(values, 1 - tail)});
@@ -185,6 +195,7 @@ Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& 
 
   // Swings: each input one sigma either side, the others at their values.
   out.swings.resize(uncertain.size());
+  std::vector<std::string> swing_failure(2 * uncertain.size());
   tbb::parallel_for(std::size_t{0}, 2 * uncertain.size(), [&](std::size_t k) {
     const UncertainInput& input = uncertain[k / 2];
     const double side = k % 2 == 0 ? -1.0 : 1.0;
@@ -192,13 +203,24 @@ Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& 
     std::optional<RunSpec> r = run;
     set_uncertain_input(input, drawn(input, side), in, r);
     InputSwing& swing = out.swings[k / 2];
-    (side < 0 ? swing.minus : swing.plus) = evaluate(in, r);
+    (side < 0 ? swing.minus : swing.plus) = evaluate_or_not(in, r, swing_failure[k]);
   });
+  for (std::size_t k = 0; k < swing_failure.size() && out.failure.empty(); ++k) {
+    if (!swing_failure[k].empty()) {
+      out.failure =
+          uncertain[k / 2].name + (k % 2 == 0 ? " -1" : " +1") + " sigma: " + swing_failure[k];
+    }
+  }
   for (std::size_t i = 0; i < uncertain.size(); ++i) out.swings[i].input = uncertain[i];
-  const std::size_t key = run ? 3 : 0;  // time to train, else the step time
-  std::stable_sort(out.swings.begin(), out.swings.end(), [&](const auto& a, const auto& b) {
-    return std::abs(a.plus[key] - a.minus[key]) > std::abs(b.plus[key] - b.minus[key]);
-  });
+  // Largest swing of time to train (runs) or of the step first; one that did not run last.
+  const auto wall = std::find(out.metrics.begin(), out.metrics.end(), "wall_s_mean");
+  const std::size_t key = wall == out.metrics.end() ? 0 : wall - out.metrics.begin();
+  const auto swing_of = [&](const InputSwing& s) {
+    const double swing = std::abs(s.plus[key] - s.minus[key]);
+    return std::isnan(swing) ? -1.0 : swing;
+  };
+  std::stable_sort(out.swings.begin(), out.swings.end(),
+                   [&](const auto& a, const auto& b) { return swing_of(a) > swing_of(b); });
   return out;
 }
 

@@ -8,8 +8,8 @@
 // history (one input: every cause's rate scaled together, sigma from the causes' Poisson
 // sigmas). Each draw takes every input z standard deviations from its value, z a standard
 // normal from the draw's own seeded stream: draw i takes the same z whatever the thread count,
-// and whatever the sigmas, so an input's wider sigma widens the interval (a test). Rates and
-// efficiencies move by a factor, log-normally: one sigma up is the value plus sigma, one sigma
+// and whatever the non-zero sigmas, so an input's wider sigma widens the interval (a test). Rates
+// and efficiencies move by a factor, log-normally: one sigma up is the value plus sigma, one sigma
 // down the value over (1 + sigma / value), so a wide sigma (a spec-sheet number's) spreads the
 // draws by a factor instead of down to zero or below; overheads and slowdowns that may be zero
 // move by an amount (value + z sigma). Every draw is kept in its range: an efficiency at most
@@ -58,8 +58,10 @@ struct MetricInterval {
 
 struct InputSwing {
   UncertainInput input;
-  std::vector<double> minus;  // per metric, the input one sigma below (kept in range)
-  std::vector<double> plus;   // one sigma above
+  // Per metric, with the input one sigma below and above its value (kept in its range); NaN
+  // where that did not run.
+  std::vector<double> minus;
+  std::vector<double> plus;
 };
 
 struct SensitivityOptions {
@@ -74,13 +76,16 @@ struct Sensitivity {
   std::vector<MetricInterval> intervals;  // per metric
   // Largest swing first: |plus - minus| of time to train for runs, else of the step time.
   std::vector<InputSwing> swings;
-  std::vector<std::vector<double>> samples;  // [draw][metric]
-  std::string not_simulated;                 // why, when the nominal configuration does not run
+  std::vector<std::vector<double>> samples;  // [draw][metric], NaN for a draw that did not run
+  int failed_draws = 0;                      // draws that did not run, left out of the intervals
+  std::string failure;        // the first draw (or else swing) that did not run, and why
+  std::string not_simulated;  // why, when the nominal configuration or all but a draw do not run
 };
 
 // Draws and swings of one configuration. Steps replay with `options` (untraced); runs are
-// Monte Carlos on `seed`. A draw that does not run (a sampled rate the layout cannot meet in a
-// rule, which none of the inputs above changes) throws ModelError.
+// Monte Carlos on `seed`. A draw or swing that does not run (a drawn interruption rate so high
+// that the run would never end) is kept as NaN with its reason and left out of the intervals.
+// Throws ModelError for fewer than 2 draws or a coverage outside (0, 1).
 Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& run,
                         std::uint64_t seed, const SensitivityOptions& options = {},
                         const StepOptions& step = {});

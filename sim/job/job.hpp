@@ -147,6 +147,7 @@ struct JobSpec {
   std::optional<double> evict_degraded_after_s;  // none: degraded nodes are kept
   double tokens_per_step = 0;
   double usd_per_gpu_hour = 0;  // paid for every GPU, spares' too, over the wall time
+  bool operator==(const JobSpec&) const = default;
 };
 
 // The mean of the largest of n independent standard normal draws: 0 for one, 1/sqrt(pi) for
@@ -193,6 +194,7 @@ struct JobReplication {
   std::int64_t regrows = 0;       // restarts to take repaired replicas back
   double degraded_s = 0;          // trained with degraded hardware present
   std::int64_t evictions = 0;     // degraded nodes evicted
+  bool operator==(const JobReplication&) const = default;
 };
 
 // Mean with its 99% confidence half-width (normal approximation), and percentiles.
@@ -202,6 +204,7 @@ struct SampleSummary {
   double p50 = 0;
   double p90 = 0;
   double p99 = 0;
+  bool operator==(const SampleSummary&) const = default;
 };
 SampleSummary summarise(std::vector<double> samples);
 
@@ -226,6 +229,7 @@ struct JobResult {
   // The job's GPU-time that scheduled checkpoints stood training still (those an interruption
   // cut short too), priced, over the scheduled checkpoints written: what one that counts costs.
   SampleSummary usd_per_checkpoint;
+  bool operator==(const JobResult&) const = default;
 };
 
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not

@@ -687,79 +687,6 @@ std::string render_plan(const RunReport& report) {
   return text + table.render() + warnings_section(report);
 }
 
-// Why a variant differs from the first: one row per factor, one column per attributed metric,
-// the parts adding up to the total row (Shapley values, sim/analysis/attribution.hpp).
-std::string attribution_section(const Attribution& a) {
-  std::string text = "\nwhy " + a.variant + " differs from " + a.baseline;
-  if (!a.not_attributed.empty()) {
-    return text + ": not attributed, " + a.not_attributed + "\n";
-  }
-  if (a.factors.empty()) return text + ": it does not, in anything the simulation reads\n";
-  text += " (Shapley values over " + std::to_string(a.factors.size()) + " factor" +
-          (a.factors.size() == 1 ? "" : "s") + ", " + std::to_string(a.counterfactuals) +
-          " simulations)\n";
-  struct Column {
-    std::string title;
-    std::function<std::string(double)> format;
-  };
-  std::vector<Column> columns;
-  for (const std::string& metric : a.metrics) {
-    if (metric == "step_time_s") {
-      columns.push_back({"step time (s)", [](double s) { return seconds_text(s); }});
-    } else if (metric == "wall_s_mean") {
-      columns.push_back(
-          {"time to train, mean (days)", [](double s) { return fixed(s / kDay, 2); }});
-    } else {
-      columns.push_back({"cost, mean (USD)", [](double usd) { return grouped_integer(usd); }});
-    }
-  }
-  std::vector<std::vector<std::string>> rows;
-  // Exactly zero, as a factor that changes nothing the step or run depends on is, reads "0".
-  const auto signed_text = [](const std::string& number) {
-    if (number.find_first_not_of("0.,") == std::string::npos) return std::string("0");
-    return number.front() == '-' ? number : "+" + number;
-  };
-  for (std::size_t i = 0; i < a.factors.size(); ++i) {
-    std::vector<std::string> row{label(a.factors[i])};
-    for (std::size_t m = 0; m < columns.size(); ++m) {
-      row.push_back(signed_text(columns[m].format(a.parts[i][m])));
-    }
-    rows.push_back(std::move(row));
-  }
-  std::vector<std::string> total{"total"}, from{a.baseline}, to{a.variant};
-  for (std::size_t m = 0; m < columns.size(); ++m) {
-    total.push_back(signed_text(columns[m].format(a.variant_values[m] - a.baseline_values[m])));
-    from.push_back(columns[m].format(a.baseline_values[m]));
-    to.push_back(columns[m].format(a.variant_values[m]));
-  }
-  rows.push_back(std::move(total));
-  rows.push_back(std::move(from));
-  rows.push_back(std::move(to));
-  std::size_t label_width = 0;
-  for (const auto& row : rows) label_width = std::max(label_width, display_width(row[0]));
-  std::string header = "  " + std::string(label_width, ' ');
-  std::vector<std::size_t> widths;
-  for (std::size_t m = 0; m < columns.size(); ++m) {
-    std::size_t width = display_width(columns[m].title);
-    for (const auto& row : rows) width = std::max(width, display_width(row[m + 1]));
-    widths.push_back(width);
-    header += "  " + pad_left(columns[m].title, width);
-  }
-  text += header + "\n";
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    if (r == a.factors.size()) {
-      text += "  " + std::string(label_width, ' ');
-      for (std::size_t width : widths) text += "  " + std::string(width, '-');
-      text += "\n";
-    }
-    text += "  " + pad_right(rows[r][0], label_width);
-    for (std::size_t m = 0; m < widths.size(); ++m)
-      text += "  " + pad_left(rows[r][m + 1], widths[m]);
-    text += "\n";
-  }
-  return text;
-}
-
 // A table's rows, the first column left-aligned, the others right-aligned, two spaces apart.
 std::string aligned_rows(const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> widths;
@@ -794,14 +721,53 @@ std::string metric_text(const std::string& metric, double value) {
   return grouped_integer(value);
 }
 
+// Why a variant differs from the first: one row per factor, one column per attributed metric,
+// the parts adding up to the total row (Shapley values, sim/analysis/attribution.hpp).
+std::string attribution_section(const Attribution& a) {
+  std::string text = "\nwhy " + a.variant + " differs from " + a.baseline;
+  if (!a.not_attributed.empty()) return text + ": not attributed, " + a.not_attributed + "\n";
+  if (a.factors.empty()) return text + ": it does not, in anything the simulation reads\n";
+  text += " (Shapley values over " + std::to_string(a.factors.size()) + " factor" +
+          (a.factors.size() == 1 ? "" : "s") + ", " + std::to_string(a.counterfactuals) +
+          " simulations)\n";
+  // A part with its sign; exactly zero (a factor that changes nothing the metric depends on)
+  // reads "0".
+  const auto part_text = [&](std::size_t m, double value) {
+    if (value == 0) return std::string("0");
+    const std::string number = metric_text(a.metrics[m], value);
+    return number.front() == '-' ? number : "+" + number;
+  };
+  std::vector<std::vector<std::string>> rows{{""}};
+  for (const std::string& metric : a.metrics) rows[0].push_back(metric_title(metric));
+  for (std::size_t i = 0; i < a.factors.size(); ++i) {
+    rows.push_back({label(a.factors[i])});
+    for (std::size_t m = 0; m < a.metrics.size(); ++m)
+      rows.back().push_back(part_text(m, a.parts[i][m]));
+  }
+  std::vector<std::string> total{"total"}, from{a.baseline}, to{a.variant};
+  for (std::size_t m = 0; m < a.metrics.size(); ++m) {
+    total.push_back(part_text(m, a.variant_values[m] - a.baseline_values[m]));
+    from.push_back(metric_text(a.metrics[m], a.baseline_values[m]));
+    to.push_back(metric_text(a.metrics[m], a.variant_values[m]));
+  }
+  rows.push_back(std::move(total));
+  rows.push_back(std::move(from));
+  rows.push_back(std::move(to));
+  return text + aligned_rows(rows);
+}
+
 // A variant's prediction interval, then its inputs by how far one sigma moves the result.
 std::string sensitivity_section(const std::string& name, const Sensitivity& s) {
   std::string text = "\nsensitivity of " + name;
-  if (!s.not_simulated.empty()) return text + ": not simulated, it " + s.not_simulated + "\n";
+  if (!s.not_simulated.empty()) return text + ": not simulated: " + s.not_simulated + "\n";
   const std::string low = "P" + fixed(100 * (1 - s.coverage) / 2, 0);
   const std::string high = "P" + fixed(100 * (1 + s.coverage) / 2, 0);
   text += " (" + std::to_string(s.draws) + " draws of " + std::to_string(s.swings.size()) +
-          " calibrated inputs within their sigma)\n";
+          " uncertain inputs within their sigma)\n";
+  if (s.failed_draws > 0) {
+    text += "  " + std::to_string(s.failed_draws) + " draws did not run and are left out (" +
+            s.failure + ")\n";
+  }
   std::vector<std::vector<std::string>> rows{{"", "nominal", low, "P50", high}};
   for (const MetricInterval& interval : s.intervals) {
     rows.push_back({metric_title(interval.metric), metric_text(interval.metric, interval.nominal),

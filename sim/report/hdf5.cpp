@@ -66,12 +66,13 @@
 //                 compound {factor: string, step_time_s, wall_s_mean, cost_usd_mean: double},
 //                 one row per factor that differs, each the factor's Shapley value (the rows
 //                 add up to variant minus baseline; no rows when not attributed)
-//     sensitivity group, only from `run --sensitivity N`: attributes draws (int), coverage
-//                 (double: the interval's share of the draws, 0.9), not_simulated (string:
-//                 empty when simulated); datasets intervals: compound {metric: string,
-//                 nominal, low, median, high: double}, one row per metric (step_time_s,
-//                 tokens_per_s, mfu, and for runs wall_s_mean and, priced, cost_usd_mean);
-//                 inputs: compound {input: string, value, sigma, step_time_s_minus,
+//     sensitivity group, only from `run --sensitivity N`: attributes draws, failed_draws
+//                 (int: draws that did not run, NaN rows in samples), coverage (double: the
+//                 interval's share of the draws, 0.9), not_simulated, failure (string: empty
+//                 when simulated; the first draw or swing that did not run); datasets intervals:
+//                 compound {metric: string, nominal, low, median, high: double}, one row per metric
+//                 (step_time_s, tokens_per_s, mfu, and for runs wall_s_mean and, priced,
+//                 cost_usd_mean); inputs: compound {input: string, value, sigma, step_time_s_minus,
 //                 step_time_s_plus, wall_s_mean_minus, wall_s_mean_plus (NaN without a run):
 //                 double}, largest swing first; metrics: the metric names (string); samples:
 //                 draws x metrics (double), each draw's metrics in the order of metrics
@@ -332,6 +333,8 @@ void write_sensitivity(const H5::Group& variant, const Sensitivity& s) {
   write_attribute(group, "draws", s.draws);
   write_attribute(group, "coverage", s.coverage);
   write_attribute(group, "not_simulated", s.not_simulated);
+  write_attribute(group, "failed_draws", s.failed_draws);
+  write_attribute(group, "failure", s.failure);
   std::vector<IntervalRow> intervals;
   for (const MetricInterval& i : s.intervals) {
     intervals.push_back({i.metric.c_str(), i.nominal, i.low, i.median, i.high});

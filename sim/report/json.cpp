@@ -207,7 +207,7 @@ Json sensitivity_json(const Sensitivity& s) {
       minus[s.metrics[m]] = swing.minus[m];
       plus[s.metrics[m]] = swing.plus[m];
     }
-    inputs.push_back(Json{{"name", swing.input.name},
+    inputs.push_back(Json{{"input", swing.input.name},
                           {"value", swing.input.value},
                           {"sigma", swing.input.sigma},
                           {"minus_sigma", std::move(minus)},
@@ -215,6 +215,8 @@ Json sensitivity_json(const Sensitivity& s) {
   }
   return Json{{"draws", s.draws},
               {"coverage", s.coverage},
+              {"failed_draws", s.failed_draws},
+              {"failure", s.failure.empty() ? Json(nullptr) : Json(s.failure)},
               {"intervals", std::move(intervals)},
               {"inputs", std::move(inputs)},
               {"not_simulated", s.not_simulated.empty() ? Json(nullptr) : Json(s.not_simulated)}};

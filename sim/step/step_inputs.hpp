@@ -29,12 +29,14 @@ struct LinkUsage {
   double capacity_bytes_per_s = 0;
   double bytes = 0;        // carried during the step
   double utilisation = 0;  // bytes / (capacity x step time)
+  bool operator==(const LinkUsage&) const = default;
 };
 
 struct StepBreakdown {
   double compute_s = 0;       // time the compute stream of a rank was busy
   double exposed_comm_s = 0;  // communication running while compute was idle
   double idle_s = 0;          // neither (waiting on peers, latency, dependencies)
+  bool operator==(const StepBreakdown&) const = default;
 };
 
 // One activity of one rank's stream, for traces: a kernel, or a collective the rank took part
@@ -45,6 +47,7 @@ struct TraceSlice {
   std::string name;
   SimTime begin{};
   SimTime end{};
+  bool operator==(const TraceSlice&) const = default;
 };
 
 struct StepResult {
@@ -62,6 +65,7 @@ struct StepResult {
   int replayed_ranks = 0;         // all the ranks, or folded one replica's (see StepOptions)
   std::vector<LinkUsage> links;   // links that carried traffic, in topology order
   std::vector<TraceSlice> trace;  // every slice of the traced ranks, when asked for
+  bool operator==(const StepResult&) const = default;
 };
 
 // What a replay records beyond its results.
@@ -81,6 +85,7 @@ struct StepOutcome {
   MemoryBreakdown memory;
   std::vector<std::string> warnings;
   bool simulated = false;  // false when memory does not fit: no step is replayed
+  bool operator==(const StepOutcome&) const = default;
 };
 
 }  // namespace fleetsim

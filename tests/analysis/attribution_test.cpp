@@ -1,5 +1,7 @@
 #include "sim/analysis/attribution.hpp"
 
+#include <tbb/global_control.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -91,6 +93,80 @@ TEST_CASE("attribution: every field of every shipped variant belongs to a factor
       CHECK(run == variant.run);
     }
   }
+}
+
+TEST_CASE("attribution: no field is in two factors") {
+  // Across the shipped compares (H100, B200, MI300X and H200 nodes, layouts, runs): taking one
+  // factor from the variant and then another never undoes the first.
+  for (const char* file : {"llama3-70b-one-node.yaml", "llama3-405b-16k-run.yaml",
+                           "llama3-70b-pretraining-run.yaml", "llama3-70b-lora-one-gpu.yaml"}) {
+    const Scenario scenario = shipped(file);
+    const Variant& base = scenario.variants.front();
+    for (const Variant& variant : scenario.variants) {
+      for (Factor first : kFactors) {
+        StepInputs once = base.inputs;
+        std::optional<RunSpec> run_once = base.run;
+        take_factor(first, once, run_once, variant.inputs, variant.run);
+        for (Factor second : kFactors) {
+          if (second == first) continue;
+          INFO(file << ": " << variant.name << ": " << to_string(first) << " then "
+                    << to_string(second));
+          StepInputs twice = once;
+          std::optional<RunSpec> run_twice = run_once;
+          take_factor(second, twice, run_twice, base.inputs, base.run);
+          // Taking `second` back from the base keeps what `first` took from the variant.
+          StepInputs first_only = base.inputs;
+          std::optional<RunSpec> run_first_only = base.run;
+          take_factor(first, first_only, run_first_only, variant.inputs, variant.run);
+          CHECK(twice == first_only);
+          CHECK(run_twice == run_first_only);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attribution: step and run factors together, the same on one thread and two") {
+  const Scenario scenario = testing::load_text(R"(
+name: both
+model: llama3-8b
+training: {seq_len: 4096, global_batch: 128, micro_batch: 2, tokens: 2e10}
+layout: {dp: 16, zero: 3}
+cluster:
+  node: dgx-h100
+  nodes: 2
+  fabric: {kind: rail-fat-tree, link: 400Gbps}
+  storage: {write: 20GB/s, read: 40GB/s}
+pricing: {gpu_hour: 3USD/h}
+run: {interruptions: llama3-405b, checkpoint: young_daly, detection: 5min, restart: 10min,
+      replications: 200}
+compare:
+  - name: b200, hourly checkpoints
+    cluster: {node: dgx-b200}
+    run: {checkpoint: 1h}
+)");
+  const auto attribute_on = [&](int threads) {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    return attribute(side(scenario.variants[0]), side(scenario.variants[1]), scenario.seed);
+  };
+  const Attribution a = attribute_on(2);
+  REQUIRE(a.not_attributed.empty());
+  std::size_t step_factors = 0;
+  for (Factor factor : a.factors) step_factors += !is_run_factor(factor);
+  REQUIRE(step_factors >= 3);
+  REQUIRE(a.factors.back() == Factor::checkpoints);
+  CHECK(a.counterfactuals ==
+        (std::size_t{1} << step_factors) + (std::size_t{1} << a.factors.size()));
+  for (std::size_t m = 0; m < a.metrics.size(); ++m) {
+    INFO(a.metrics[m]);
+    CHECK(sum_of(a, m) ==
+          Approx(a.variant_values[m] - a.baseline_values[m]).epsilon(1e-12).margin(1e-9));
+  }
+  CHECK(part_of(a, Factor::checkpoints, 0) == 0);  // the checkpoint policy leaves the step be
+  CHECK(part_of(a, Factor::compute, 1) < 0);       // a faster step, a shorter run
+  const Attribution one = attribute_on(1);
+  CHECK(one.parts == a.parts);
+  CHECK(one.baseline_values == a.baseline_values);
 }
 
 TEST_CASE("attribution: H100 against B200 adds up to the simulated difference, and swaps") {

@@ -439,7 +439,7 @@ TEST_CASE("a sensitivity prints its interval and swings, and writes every draw t
   s.samples = {{1.9, 1103764, 0.47}, {2.05, 1022611, 0.44}, {2.3, 911805, 0.39}};
   report.variants[0].sensitivity = s;
   const std::string text = render_console(report);
-  CHECK_THAT(text, Catch::Contains("sensitivity of zero3 (3 draws of 1 calibrated inputs"));
+  CHECK_THAT(text, Catch::Contains("sensitivity of zero3 (3 draws of 1 uncertain inputs"));
   CHECK_THAT(text, Catch::Contains("P5"));
   CHECK_THAT(text, Catch::Contains("P95"));
   CHECK_THAT(text, Catch::Contains("gemm_sustained"));

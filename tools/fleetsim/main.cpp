@@ -240,14 +240,14 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
 }
 
 // Each compare entry's difference from the first variant, split among its causes.
-void attribute_variants(const Scenario& scenario, const fleetsim::StepOptions& options,
+void attribute_variants(std::uint64_t seed, const fleetsim::StepOptions& options,
                         RunReport& report) {
-  const fleetsim::Variant& first = scenario.variants.front();
-  for (std::size_t i = 1; i < scenario.variants.size(); ++i) {
-    const fleetsim::Variant& variant = scenario.variants[i];
-    report.variants[i].attribution =
+  const fleetsim::VariantReport& first = report.variants.front();
+  for (std::size_t i = 1; i < report.variants.size(); ++i) {
+    fleetsim::VariantReport& variant = report.variants[i];
+    variant.attribution =
         fleetsim::attribute({first.name, first.inputs, first.run},
-                            {variant.name, variant.inputs, variant.run}, scenario.seed, options);
+                            {variant.name, variant.inputs, variant.run}, seed, options);
   }
 }
 
@@ -475,7 +475,7 @@ int run_command(const Options& options) {
     return kBadInput;
   }
   RunReport report = simulate(scenario, step_options, options.quiet);
-  if (options.attribute) attribute_variants(scenario, step_options, report);
+  if (options.attribute) attribute_variants(scenario.seed, step_options, report);
   if (options.sensitivity_draws > 0) {
     fleetsim::SensitivityOptions sensitivity;
     sensitivity.draws = options.sensitivity_draws;

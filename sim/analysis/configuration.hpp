@@ -1,0 +1,27 @@
+// What of a configuration the simulation reads: the analyses compare configurations by it, so
+// that a name, a source, a sigma or the efficiency of a link the cluster does not have is never
+// taken for a difference.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/job/job.hpp"
+#include "sim/step/step_inputs.hpp"
+
+namespace fleetsim {
+
+// The link kinds the configuration's traffic can cross: its GPU fabric's ("nvlink", "xgmi")
+// where a GPU has peers, "pcie", and between nodes its NICs' ("infiniband", "roce", "efa").
+std::vector<std::string> used_link_kinds(const StepInputs& inputs);
+
+// `inputs` with what the simulation does not read cleared: names, descriptions and sources,
+// every calibrated number's sigma and provenance, and the efficiencies of link kinds not in
+// `kinds`.
+StepInputs simulated_part(StepInputs inputs, const std::vector<std::string>& kinds);
+// `run` with its causes', degradations' and spot capacity's sources and its preset's name
+// cleared.
+std::optional<RunSpec> simulated_part(std::optional<RunSpec> run);
+
+}  // namespace fleetsim

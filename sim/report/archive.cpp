@@ -1,0 +1,159 @@
+// A variant's results as bytes (Boost.Serialization's binary archive) and back: what one rank
+// of a distributed sweep sends rank 0. Binary archives keep every double's bits, so rank 0
+// renders what a single process would have; they are read by the same build that wrote them.
+#include <boost/archive/binary_iarchive.hpp>
+#include <boost/archive/binary_oarchive.hpp>
+#include <boost/serialization/string.hpp>
+#include <boost/serialization/vector.hpp>
+#include <optional>
+#include <sstream>
+
+#include "sim/engine/errors.hpp"
+#include "sim/report/report.hpp"
+
+namespace boost::serialization {
+
+// Boost 1.74 has boost::optional's, not std::optional's: a flag, then the value.
+template <class Archive, class T>
+void save(Archive& archive, const std::optional<T>& value, unsigned) {
+  const bool present = value.has_value();
+  archive << present;
+  if (present) archive << *value;
+}
+template <class Archive, class T>
+void load(Archive& archive, std::optional<T>& value, unsigned) {
+  bool present = false;
+  archive >> present;
+  if (!present) {
+    value.reset();
+    return;
+  }
+  T loaded{};
+  archive >> loaded;
+  value = std::move(loaded);
+}
+template <class Archive, class T>
+void serialize(Archive& archive, std::optional<T>& value, unsigned version) {
+  split_free(archive, value, version);
+}
+
+template <class Archive>
+void save(Archive& archive, const fleetsim::SimTime& time, unsigned) {
+  const std::int64_t ns = time.ns();
+  archive << ns;
+}
+template <class Archive>
+void load(Archive& archive, fleetsim::SimTime& time, unsigned) {
+  std::int64_t ns = 0;
+  archive >> ns;
+  time = fleetsim::SimTime::from_ns(ns);
+}
+template <class Archive>
+void serialize(Archive& archive, fleetsim::SimTime& time, unsigned version) {
+  split_free(archive, time, version);
+}
+
+template <class Archive>
+void serialize(Archive& a, fleetsim::LinkUsage& l, unsigned) {
+  a& l.name& l.kind& l.capacity_bytes_per_s& l.bytes& l.utilisation;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::StepBreakdown& b, unsigned) {
+  a& b.compute_s& b.exposed_comm_s& b.idle_s;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::TraceSlice& t, unsigned) {
+  a& t.rank& t.stream& t.name& t.begin& t.end;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::StepResult& r, unsigned) {
+  a& r.step_time_s& r.breakdown& r.tokens_per_s& r.model_flops& r.hardware_flops& r.mfu& r.hfu& r
+      .comm_bytes_per_gpu& r.events& r.replayed_ranks& r.links& r.trace;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {
+  a& m.name& m.bytes& m.basis;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::MemoryBreakdown& m, unsigned) {
+  a& m.items& m.total_bytes& m.capacity_bytes& m.host_bytes_per_rank& m.host_bytes_per_node& m
+      .host_capacity_bytes;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::StepOutcome& o, unsigned) {
+  a& o.step& o.memory& o.warnings& o.simulated;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::InterruptionCause& c, unsigned) {
+  a& c.name& c.per_gpu_day& c.source& c.nodes_out& c.per_gpu_day_sigma;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::CheckpointPolicy& p, unsigned) {
+  a& p.kind& p.value;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::SpotCapacity& s, unsigned) {
+  a& s.preemptions_per_node_hour& s.source& s.notice_s& s.capacity_return_s& s.trace_s;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::Degradation& d, unsigned) {
+  a& d.name& d.kind& d.fraction& d.per_gpu_day& d.source& d.step_s;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::JobSpec& j, unsigned) {
+  a& j.steps& j.step_s& j.jitter_factor& j.gpus& j.nodes& j.checkpoint_write_s& j.write& j
+      .checkpoint_copy_s& j.peer_copy_s& j.peer_restore_s& j.persist_every_s& j.restore_s& j
+      .detection_s& j.restart_s& j.causes& j.policy& j.spot& j.node_repair_s& j.hot_spares& j
+      .when_short& j.replicas& j.shrunk_step_s& j.degradations& j.evict_degraded_after_s& j
+      .tokens_per_step& j.usd_per_gpu_hour;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::JobReplication& r, unsigned) {
+  a& r.wall_s& r.interruptions& r.preemptions& r.checkpoints& r.emergency_checkpoints& r
+      .memory_lost& r.lost_training_s& r.checkpoint_stall_s& r.node_wait_s& r.shrunk_s& r.regrows& r
+      .degraded_s& r.evictions;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::SampleSummary& s, unsigned) {
+  a& s.mean& s.ci99_half_width& s.p50& s.p90& s.p99;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::JobResult& r, unsigned) {
+  a& r.interval_steps& r.mtbf_s& r.useful_s& r.replications& r.wall_s& r.goodput& r.interruptions& r
+      .preemptions& r.lost_gpu_hours& r.node_wait_s& r.shrunk_s& r.regrows& r.degraded_s& r
+      .evictions& r.memory_lost& r.cost_usd& r.usd_per_million_tokens& r.usd_per_checkpoint;
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::ParallelPlan& p, unsigned) {
+  a& p.tp& p.cp& p.dp& p.pp& p.schedule& p.vpp& p.zero_stage& p.recompute& p.bucket_bytes& p
+      .tp_comm_overlap& p.overlap_param_gather& p.ep& p.offload_optimizer;
+}
+
+}  // namespace boost::serialization
+
+namespace fleetsim {
+
+std::string results_to_bytes(const VariantReport& variant) {
+  std::ostringstream bytes(std::ios::binary);
+  {
+    boost::archive::binary_oarchive archive(bytes);
+    // What a variant's simulation adds to the scenario's inputs: a re-planned point's layout
+    // and micro-batch, the step's outcome, and a run's job and Monte Carlo.
+    archive << variant.inputs.plan << variant.inputs.training.micro_batch << variant.outcome
+            << variant.job << variant.job_result;
+  }
+  return bytes.str();
+}
+
+void results_from_bytes(const std::string& bytes, VariantReport& variant) {
+  try {
+    std::istringstream in(bytes, std::ios::binary);
+    boost::archive::binary_iarchive archive(in);
+    archive >> variant.inputs.plan >> variant.inputs.training.micro_batch >> variant.outcome >>
+        variant.job >> variant.job_result;
+  } catch (const std::exception& error) {
+    throw ModelError(std::string("cannot read a variant's results back: ") + error.what());
+  }
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,53 @@
+// A variant's results survive the trip to bytes and back, every field and every bit.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "scenario/fixture.hpp"
+#include "sim/engine/errors.hpp"
+#include "sim/job/job_of_step.hpp"
+#include "sim/report/report.hpp"
+#include "sim/step/step_executor.hpp"
+
+namespace fleetsim {
+
+TEST_CASE("a variant's results read back from bytes as they were written") {
+  const Scenario scenario = load_scenario(
+      std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios/llama3-70b-pretraining-run.yaml",
+      testing::source_data());
+  const Variant& spot = scenario.variants[4];
+  REQUIRE(spot.run);
+  REQUIRE(spot.run->spot);
+  VariantReport written{spot.name, spot.inputs, simulate_step(spot.inputs), spot.run};
+  REQUIRE(written.outcome.simulated);
+  written.job = job_of_step(*spot.run, spot.inputs, written.outcome.step.step_time_s, {},
+                            written.outcome.warnings);
+  written.job_result = simulate_job(*written.job, 20, scenario.seed);
+  written.outcome.warnings.push_back("a warning, so that the list is not empty");
+  written.inputs.plan.vpp = 2;  // as a re-planned point's layout would differ
+  written.inputs.training.micro_batch = 2;
+
+  VariantReport read{spot.name, spot.inputs, {}, spot.run};
+  results_from_bytes(results_to_bytes(written), read);
+  CHECK(read.outcome == written.outcome);
+  CHECK(read.job == written.job);
+  CHECK(read.job_result == written.job_result);
+  CHECK(read.inputs == written.inputs);
+  RunReport before;
+  before.variants = {written};
+  RunReport after;
+  after.variants = {read};
+  CHECK(render_json(before) == render_json(after));
+
+  // A variant that did not run reads back as one that did not run.
+  VariantReport empty{"none", spot.inputs, {}, std::nullopt};
+  VariantReport back{"none", spot.inputs, simulate_step(spot.inputs), spot.run};
+  back.job = written.job;
+  results_from_bytes(results_to_bytes(empty), back);
+  CHECK_FALSE(back.outcome.simulated);
+  CHECK_FALSE(back.job);
+  CHECK_FALSE(back.job_result);
+
+  CHECK_THROWS_AS(results_from_bytes("not an archive", read), ModelError);
+}
+
+}  // namespace fleetsim
