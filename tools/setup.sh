@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ccache libboost-graph-dev libboost-program-options-dev libtbb-dev
           libhdf5-dev hdf5-tools libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev
-          libboost-serialization-dev python3-matplotlib python3-h5py)
+          libboost-serialization-dev python3-matplotlib python3-h5py libopenmpi-dev openmpi-bin)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
@@ -23,7 +23,7 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLEETSIM_MPI=ON >/dev/null
 fi
 # Progress lines are hidden; warnings and errors are shown, and pipefail keeps the build's status.
 cmake --build build -j "$jobs" 2>&1 | { grep -vE '^\[ *[0-9]+%\]|^g?make\[' || true; }

@@ -133,26 +133,42 @@ void serialize(Archive& a, fleetsim::ParallelPlan& p, unsigned) {
 
 namespace fleetsim {
 
-std::string results_to_bytes(const VariantReport& variant) {
+std::string results_to_bytes(const RunReport& report, const std::vector<std::size_t>& indices) {
   std::ostringstream bytes(std::ios::binary);
   {
     boost::archive::binary_oarchive archive(bytes);
+    const std::size_t count = indices.size();
+    archive << count;
     // What a variant's simulation adds to the scenario's inputs: a re-planned point's layout
     // and micro-batch, the step's outcome, and a run's job and Monte Carlo.
-    archive << variant.inputs.plan << variant.inputs.training.micro_batch << variant.outcome
-            << variant.job << variant.job_result;
+    for (std::size_t index : indices) {
+      const VariantReport& variant = report.variants.at(index);
+      archive << index << variant.inputs.plan << variant.inputs.training.micro_batch
+              << variant.outcome << variant.job << variant.job_result;
+    }
   }
   return bytes.str();
 }
 
-void results_from_bytes(const std::string& bytes, VariantReport& variant) {
+void results_from_bytes(const std::string& bytes, RunReport& report) {
   try {
     std::istringstream in(bytes, std::ios::binary);
     boost::archive::binary_iarchive archive(in);
-    archive >> variant.inputs.plan >> variant.inputs.training.micro_batch >> variant.outcome >>
-        variant.job >> variant.job_result;
+    std::size_t count = 0;
+    archive >> count;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::size_t index = 0;
+      archive >> index;
+      if (index >= report.variants.size()) {
+        throw ModelError("variant " + std::to_string(index) + " of " +
+                         std::to_string(report.variants.size()));
+      }
+      VariantReport& variant = report.variants[index];
+      archive >> variant.inputs.plan >> variant.inputs.training.micro_batch >> variant.outcome >>
+          variant.job >> variant.job_result;
+    }
   } catch (const std::exception& error) {
-    throw ModelError(std::string("cannot read a variant's results back: ") + error.what());
+    throw ModelError(std::string("cannot read variants' results back: ") + error.what());
   }
 }
 

@@ -127,12 +127,13 @@ std::string render_sweep_csv(const RunReport& report);
 // "dp8 zero3 recompute=none"
 std::string layout_label(const ParallelPlan& plan);
 
-// A variant's results (what its simulation adds to the scenario's inputs: a re-planned point's
-// layout and micro-batch, the step's outcome, a run's job and Monte Carlo) as bytes, and back
-// into a variant of the same scenario: what one rank of a distributed sweep sends rank 0. Every
-// double keeps its bits. Read by the build that wrote it; throws ModelError on other bytes.
-std::string results_to_bytes(const VariantReport& variant);
-void results_from_bytes(const std::string& bytes, VariantReport& variant);
+// The results of some of a report's variants (what each one's simulation adds to the
+// scenario's inputs: a re-planned point's layout and micro-batch, the step's outcome, a run's
+// job and Monte Carlo) as bytes, and back into the same variants of a report of the same
+// scenario: what one rank of a distributed sweep sends rank 0. Every double keeps its bits.
+// Read by the build that wrote it; throws ModelError on other bytes.
+std::string results_to_bytes(const RunReport& report, const std::vector<std::size_t>& indices);
+void results_from_bytes(const std::string& bytes, RunReport& report);
 
 // Reading an HDF5 result file back without HDF5 headers (tests, `fleetsim inspect`).
 using Hdf5Attribute = std::variant<std::string, std::int64_t, std::uint64_t, double>;

@@ -4,20 +4,11 @@
 set -euo pipefail
 fleetsim=$1
 plot=$2
+# $3: tests/data/small-sweep.yaml
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-cat >"$dir/sweep.yaml" <<'YAML'
-name: plot-sweep
-model: llama3-8b
-training: {seq_len: 4096, global_batch: 256, micro_batch: 2}
-layout: {dp: auto, zero: 3}
-cluster: {node: dgx-h100, nodes: 1}
-sweep:
-  grid:
-    cluster.node: [dgx-h100, dgx-b200]
-    cluster.nodes: [1, 2, 4]
-YAML
+cp "$3" "$dir/sweep.yaml"
 cat >"$dir/run.yaml" <<'YAML'
 name: plot-run
 model: llama3-8b

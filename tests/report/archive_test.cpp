@@ -26,28 +26,30 @@ TEST_CASE("a variant's results read back from bytes as they were written") {
   written.inputs.plan.vpp = 2;  // as a re-planned point's layout would differ
   written.inputs.training.micro_batch = 2;
 
-  VariantReport read{spot.name, spot.inputs, {}, spot.run};
-  results_from_bytes(results_to_bytes(written), read);
+  RunReport before;
+  before.variants = {VariantReport{"first", spot.inputs, {}, std::nullopt}, written};
+  RunReport after;
+  after.variants = {VariantReport{"first", spot.inputs, {}, std::nullopt},
+                    VariantReport{spot.name, spot.inputs, {}, spot.run}};
+  results_from_bytes(results_to_bytes(before, {1}), after);
+  const VariantReport& read = after.variants[1];
   CHECK(read.outcome == written.outcome);
   CHECK(read.job == written.job);
   CHECK(read.job_result == written.job_result);
   CHECK(read.inputs == written.inputs);
-  RunReport before;
-  before.variants = {written};
-  RunReport after;
-  after.variants = {read};
   CHECK(render_json(before) == render_json(after));
 
-  // A variant that did not run reads back as one that did not run.
-  VariantReport empty{"none", spot.inputs, {}, std::nullopt};
-  VariantReport back{"none", spot.inputs, simulate_step(spot.inputs), spot.run};
-  back.job = written.job;
-  results_from_bytes(results_to_bytes(empty), back);
-  CHECK_FALSE(back.outcome.simulated);
-  CHECK_FALSE(back.job);
-  CHECK_FALSE(back.job_result);
+  // A variant that did not run reads back as one that did not run, over one that did.
+  after.variants[0] = written;
+  results_from_bytes(results_to_bytes(before, {0}), after);
+  CHECK_FALSE(after.variants[0].outcome.simulated);
+  CHECK_FALSE(after.variants[0].job);
+  CHECK_FALSE(after.variants[0].job_result);
 
-  CHECK_THROWS_AS(results_from_bytes("not an archive", read), ModelError);
+  CHECK_THROWS_AS(results_from_bytes("not an archive", after), ModelError);
+  RunReport smaller;
+  smaller.variants = {written};
+  CHECK_THROWS_AS(results_from_bytes(results_to_bytes(before, {1}), smaller), ModelError);
 }
 
 }  // namespace fleetsim

@@ -24,6 +24,7 @@
 #include "tools/fleetsim/calibrate_command.hpp"
 #include "tools/fleetsim/collective_command.hpp"
 #include "tools/fleetsim/progress.hpp"
+#include "tools/fleetsim/ranks.hpp"
 
 namespace po = boost::program_options;
 using fleetsim::DataPaths;
@@ -197,24 +198,35 @@ void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
   }
 }
 
-RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options = {},
-                   bool quiet = true) {
+// Which rank simulates variant `index`: round robin, so that a sweep's small and large points
+// spread evenly.
+bool mine(std::size_t index, const fleetsim::Ranks& ranks) {
+  return index % static_cast<std::size_t>(ranks.size()) == static_cast<std::size_t>(ranks.rank());
+}
+
+RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options,
+                   const fleetsim::Ranks& ranks, bool quiet = true) {
   RunReport report = empty_report(scenario);
   report.variants.resize(scenario.variants.size());
   // Each variant's step, and each of its run's replications, is one unit of work.
-  std::int64_t units = static_cast<std::int64_t>(scenario.variants.size());
-  for (const auto& variant : scenario.variants) {
-    if (variant.run) units += variant.run->replications;
+  std::int64_t units = 0;
+  for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
+    if (!mine(i, ranks)) continue;
+    units += 1 + (scenario.variants[i].run ? scenario.variants[i].run->replications : 0);
   }
   fleetsim::ProgressBar progress(units, scenario.swept ? "points and replications" : "simulations",
                                  fleetsim::ProgressBar::wanted(quiet));
   // Variants are independent simulations; each writes only its own slot, so the report is the
   // same however TBB schedules them.
-  tbb::parallel_for(std::size_t{0}, scenario.variants.size(), [&](std::size_t i) {
+  for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
+    const auto& variant = scenario.variants[i];
+    report.variants[i] = {variant.name, variant.inputs, {},           variant.run,
+                          std::nullopt, std::nullopt,   variant.swept};
+  }
+  const auto simulate_variant = [&](std::size_t i) {
+    if (!mine(i, ranks)) return;
     const auto& variant = scenario.variants[i];
     fleetsim::VariantReport& out = report.variants[i];
-    out = {variant.name, variant.inputs, {},           variant.run,
-           std::nullopt, std::nullopt,   variant.swept};
     if (scenario.replanned) {
       // The point's best layout, as `fleetsim plan` would rank it first.
       fleetsim::PlanOptions plan;
@@ -234,8 +246,33 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     }
     progress.advance();
     if (variant.run) simulate_run(out, scenario.seed, options, progress);
-  });
+  };
+  if (ranks.size() == 1) {
+    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_variant);
+    progress.finish();
+    return report;
+  }
+  // Spread over ranks: each sends rank 0 its variants' results ('R'), or what stopped it ('E'),
+  // so that no rank waits for one that has given up.
+  std::string sent;
+  try {
+    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_variant);
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
+      if (mine(i, ranks)) indices.push_back(i);
+    }
+    sent = "R" + fleetsim::results_to_bytes(report, indices);
+  } catch (const std::exception& error) {
+    sent = std::string("E") + error.what();
+  }
   progress.finish();
+  const std::vector<std::string> received = ranks.gather(sent);
+  for (std::size_t r = 0; r < received.size(); ++r) {
+    if (received[r].front() == 'E') {
+      throw fleetsim::ModelError("rank " + std::to_string(r) + ": " + received[r].substr(1));
+    }
+    if (r > 0) fleetsim::results_from_bytes(received[r].substr(1), report);
+  }
   return report;
 }
 
@@ -261,11 +298,12 @@ RunReport simulate_memory(const Scenario& scenario) {
   return report;
 }
 
-void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs) {
+void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs,
+                 const fleetsim::Ranks& ranks) {
   std::vector<double> seconds;
   for (int i = 0; i < runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    simulate(scenario, options);
+    simulate(scenario, options, ranks);
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -357,7 +395,7 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
   section("interruption rates (calibration/interruptions)", catalog.interruptions);
 }
 
-int run_command(const Options& options) {
+int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   std::optional<tbb::global_control> thread_limit;
   if (options.threads > 0) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
@@ -474,7 +512,8 @@ int run_command(const Options& options) {
                  "compare: [{name: b200, cluster: {node: dgx-b200}}])\n";
     return kBadInput;
   }
-  RunReport report = simulate(scenario, step_options, options.quiet);
+  RunReport report = simulate(scenario, step_options, ranks, options.quiet);
+  if (ranks.rank() != 0) return kOk;  // rank 0 has every rank's results and reports them
   if (options.attribute) attribute_variants(scenario.seed, step_options, report);
   if (options.sensitivity_draws > 0) {
     fleetsim::SensitivityOptions sensitivity;
@@ -495,7 +534,7 @@ int run_command(const Options& options) {
   if (options.bench_runs > 0) {
     fleetsim::StepOptions bench_options;
     bench_options.fold = step_options.fold;
-    print_bench(scenario, bench_options, options.bench_runs);
+    print_bench(scenario, bench_options, options.bench_runs, ranks);
   }
   // A sweep reports the points that do not fit as such: it fails only when none does.
   const auto simulated = [](const auto& v) { return v.outcome.simulated; };
@@ -507,6 +546,18 @@ int run_command(const Options& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::optional<fleetsim::Ranks> ranks;
+  try {
+    ranks.emplace(argc, argv);
+  } catch (const std::exception& error) {
+    std::cerr << "error: " << error.what() << "\n";
+    return kSimulationFailed;
+  }
+  // Under MPI every rank runs this program; only rank 0 speaks.
+  if (ranks->rank() != 0) {
+    std::cout.rdbuf(nullptr);
+    std::cerr.rdbuf(nullptr);
+  }
   try {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
@@ -517,7 +568,17 @@ int main(int argc, char** argv) {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;
     }
-    return run_command(options);
+    if (ranks->size() > 1 && options.command != "run" && options.command != "sweep") {
+      std::cerr << "fleetsim: '" << options.command
+                << "' runs in one process; only run and sweep spread over MPI ranks (start it "
+                   "without mpirun)\n";
+      return kBadInput;
+    }
+    if (ranks->size() > 1 && options.bench_runs > 0) {
+      std::cerr << "fleetsim: --bench times one process; start it without mpirun\n";
+      return kBadInput;
+    }
+    return run_command(options, *ranks);
   } catch (const fleetsim::ScenarioError& error) {
     std::cerr << "error: " << error.what() << "\n";
     return kBadInput;
