@@ -1041,8 +1041,10 @@ class Loader {
   GpuProfile gpu_profile(const Field& name);
   CollectiveCosts collective_library(const Field& name);
   void parse_compare(const Field& list, const fs::path& file, Scenario& scenario);
-  void parse_sweep(const Field& sweep, const fs::path& file, const StepInputs& base,
-                   Scenario& scenario);
+  // The sweep's points of one variant: the base (entry -1) or compare entry `entry`, named
+  // after it when the scenario compares (`copies` variants, each swept alike).
+  void parse_sweep(const Field& sweep, const fs::path& file, const Variant& base, int entry,
+                   std::size_t copies, Scenario& scenario);
   Variant parse_full_variant(std::string name, const Field& root);
   std::optional<RunSpec> parse_run(const Field& root);
   std::vector<InterruptionCause> interruption_preset(const Field& name);
@@ -1802,10 +1804,13 @@ void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& sc
 
 // The sweep: every combination of the grid's lists (in the order written, the last varying
 // fastest) times every row of the zip's lists (of one length, varied together). Each point is
-// the base scenario with those values in place of the ones it sets, which keep their marks:
-// a value that does not fit its key is reported at its place in the sweep.
-void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInputs& base,
-                         Scenario& scenario) {
+// the variant (the base scenario, or it with a compare entry merged in) with those values in
+// place of the ones it sets, which keep their marks: a value that does not fit its key is
+// reported at its place in the sweep. A compare entry may not set a swept field.
+void Loader::parse_sweep(const Field& sweep, const fs::path& file, const Variant& variant,
+                         int entry, std::size_t copies, Scenario& scenario) {
+  const StepInputs& base = variant.inputs;
+  const bool compared = copies > 1;
   expect_map(sweep, kSweepKeys);
   const auto batch = find(sweep, "batch");
   const bool per_gpu = batch && read_choice(*batch, {"fixed", "per_gpu"}) == "per_gpu";
@@ -1875,8 +1880,10 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
   std::size_t points = zip_rows == 0 ? 1 : zip_rows;
   for (const Axis& axis : axes) {
     if (axis.group == "grid") points *= axis.values;
-    if (points > kMaxSweepPoints) {
-      fail(sweep, "the sweep has more than " + std::to_string(kMaxSweepPoints) + " points",
+    if (points * copies > kMaxSweepPoints) {
+      fail(sweep,
+           "the sweep has more than " + std::to_string(kMaxSweepPoints) + " points" +
+               (compared ? " over its " + std::to_string(copies) + " compared variants" : ""),
            "sweep fewer values, or split the study into several scenarios");
     }
   }
@@ -1890,9 +1897,30 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
   }
   // Each point: which value of each axis (grid axes odometer-style, zip axes on one row).
   for (std::size_t point = 0; point < points; ++point) {
-    Doc doc{file.string(), -1, {}, {}};
+    Doc doc{file.string(), entry, entry >= 0 ? variant.name : std::string(), {}};
     const YAML::Node fresh = parse_yaml_file(file, doc.file, "scenario file");
     const YAML::Node fresh_sweep = *child_node(fresh, "sweep");
+    if (entry >= 0) {
+      const YAML::Node fresh_entry =
+          (*child_node(fresh, "compare"))[static_cast<std::size_t>(entry)];
+      merge_into(fresh, fresh_entry, "", doc.overridden, "name");
+      for (const Axis& axis : axes) {
+        const bool inside =
+            std::any_of(doc.overridden.begin(), doc.overridden.end(),
+                        [&](const std::string& path) { return path.starts_with(axis.path + "."); });
+        if (replaced_by_entry(doc, axis.path) || inside) {
+          const YAML::Node group_map = *child_node(fresh_sweep, axis.group);
+          std::size_t position = 0;
+          for (const auto& kv : group_map) {
+            if (position++ != axis.position) continue;
+            fail(Field{kv.first, sweep.doc, "sweep." + axis.group},
+                 "compare entry " + in_quotes(variant.name) + " sets " + in_quotes(axis.path) +
+                     ", which the sweep varies",
+                 "vary a field in the sweep or in the compare entries, not both");
+          }
+        }
+      }
+    }
     std::size_t rest = zip_rows == 0 ? point : point / zip_rows;
     const std::size_t zip_row = zip_rows == 0 ? 0 : point % zip_rows;
     std::vector<std::size_t> index(axes.size());
@@ -1944,6 +1972,10 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const StepInp
       const std::string shown = value.IsScalar() ? value.Scalar() : std::string("...");
       name += (name.empty() ? "" : ", ") + axes[a].path + "=" + shown;
       swept.emplace_back(axes[a].path, shown);
+    }
+    if (compared) {
+      name = variant.name + ": " + name;
+      swept.insert(swept.begin(), {"compare", variant.name});
     }
     doc.variant = name;
     // Per GPU: each replica keeps the base's share of the batch, so the batch grows with the
@@ -2286,14 +2318,13 @@ Scenario Loader::load(const fs::path& file) {
     parse_compare(*compare, file, scenario);
   }
   if (auto sweep = find(root, "sweep")) {
-    if (find(root, "compare")) {
-      fail(*sweep, "a scenario sweeps or compares, not both yet",
-           "put the compared field in the sweep's grid");
-    }
-    const StepInputs base = scenario.variants.front().inputs;
-    scenario.variants.clear();  // the points replace the base
+    // The points replace the variants: each variant (the base, each compare entry) swept alike.
+    const std::vector<Variant> variants = std::move(scenario.variants);
+    scenario.variants.clear();
     scenario.swept = true;
-    parse_sweep(*sweep, file, base, scenario);
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      parse_sweep(*sweep, file, variants[v], static_cast<int>(v) - 1, variants.size(), scenario);
+    }
   }
   for (Variant& variant : scenario.variants) {
     variant.inputs.fabric.hash_seed = scenario.seed;  // the one seed of the scenario

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include "scenario/fixture.hpp"
@@ -127,20 +129,10 @@ TEST_CASE("attribution: no field is in two factors") {
 }
 
 TEST_CASE("attribution: step and run factors together, the same on one thread and two") {
-  const Scenario scenario = testing::load_text(R"(
-name: both
-model: llama3-8b
-training: {seq_len: 4096, global_batch: 128, micro_batch: 2, tokens: 2e10}
-layout: {dp: 16, zero: 3}
-cluster:
-  node: dgx-h100
-  nodes: 2
-  fabric: {kind: rail-fat-tree, link: 400Gbps}
-  storage: {write: 20GB/s, read: 40GB/s}
-pricing: {gpu_hour: 3USD/h}
-run: {interruptions: llama3-405b, checkpoint: young_daly, detection: 5min, restart: 10min,
-      replications: 200}
-compare:
+  // tests/data/small-run.yaml against B200 nodes with hourly checkpoints.
+  std::ifstream file(std::filesystem::path(FLEETSIM_TEST_DATA_DIR) / "small-run.yaml");
+  const std::string base((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const Scenario scenario = testing::load_text(base + R"(compare:
   - name: b200, hourly checkpoints
     cluster: {node: dgx-b200}
     run: {checkpoint: 1h}

@@ -737,3 +737,28 @@ TEST_CASE(
   CHECK(run_cli("run " + file + " --sensitivity 1").exit_code == 2);
   CHECK(run_cli("memory " + file + " --sensitivity 10").exit_code == 2);
 }
+
+TEST_CASE("a re-planned sweep point with a run keeps the layout whose run costs least") {
+  const std::string scenario = slurp(fs::path(FLEETSIM_TEST_DATA_DIR) / "small-run.yaml");
+  const Result plan =
+      run_cli("plan " + write_scenario("point.yaml", scenario).string() + " --json -q");
+  const Result sweep =
+      run_cli("sweep " +
+              write_scenario("points.yaml", scenario + "sweep:\n  grid: {cluster.nodes: [2]}\n  "
+                                                       "layout: plan\n")
+                  .string() +
+              " --json -q");
+  REQUIRE(plan.exit_code == 0);
+  REQUIRE(sweep.exit_code == 0);
+  // As `fleetsim plan` ranks the point's fastest layouts by their runs' expected cost.
+  const auto ranked = nlohmann::json::parse(plan.out)["variants"];
+  const auto point = nlohmann::json::parse(sweep.out)["variants"][0];
+  REQUIRE(ranked.size() > 1);
+  CHECK(point["layout"] == ranked[0]["layout"]);
+  CHECK(point["run"]["cost_usd"]["mean"] == ranked[0]["run"]["cost_usd"]["mean"]);
+  for (const auto& layout : ranked) {
+    if (layout["run"].is_null()) continue;
+    CHECK(point["run"]["cost_usd"]["mean"].get<double>() <=
+          layout["run"]["cost_usd"]["mean"].get<double>());
+  }
+}

@@ -85,14 +85,57 @@ TEST_CASE("a sweep's points: the grid's combinations times the zip's rows") {
       }() + "]"));
   REQUIRE(many);
   CHECK_THAT(many->what(), Catch::Contains("more than 10000 points"));
-  const auto both = load_error(base + "compare:\n  - name: b200\n    cluster: {node: dgx-b200}\n");
-  REQUIRE(both);
-  CHECK_THAT(both->what(), Catch::Contains("sweeps or compares, not both"));
   CHECK_FALSE(s.replanned);
   CHECK(load_text(base + "  layout: plan\n").replanned);
   const auto layout = load_error(base + "  layout: guess\n");
   REQUIRE(layout);
   CHECK_THAT(layout->what(), Catch::Contains("expected one of fixed, plan"));
+}
+
+TEST_CASE("a sweep beside a compare sweeps every variant alike") {
+  const std::string base =
+      "name: sweep\n"                                                   // 1
+      "label: h100\n"                                                   // 2
+      "model: llama3-8b\n"                                              // 3
+      "training: {seq_len: 4096, global_batch: 256, micro_batch: 2}\n"  // 4
+      "layout: {dp: auto, zero: 3}\n"                                   // 5
+      "cluster: {node: dgx-h100, nodes: 1}\n"                           // 6
+      "compare:\n"                                                      // 7
+      "  - name: b200\n"                                                // 8
+      "    cluster: {node: dgx-b200}\n"                                 // 9
+      "  - name: mb1\n"                                                 // 10
+      "    training: {micro_batch: 1}\n"                                // 11
+      "sweep:\n"                                                        // 12
+      "  grid:\n"                                                       // 13
+      "    cluster.nodes: [1, 2]\n";                                    // 14
+  const Scenario s = load_text(base);
+  REQUIRE(s.variants.size() == 6);  // 3 variants x 2 points, variant by variant
+  CHECK(s.variants[0].name == "h100: cluster.nodes=1");
+  CHECK(s.variants[3].name == "b200: cluster.nodes=2");
+  CHECK(s.variants[3].inputs.node.name == "dgx-b200");
+  CHECK(s.variants[3].inputs.nodes == 2);
+  CHECK(s.variants[3].inputs.plan.dp == 16);
+  CHECK(s.variants[5].inputs.training.micro_batch == 1);
+  CHECK(s.variants[5].inputs.node.name == "dgx-h100");
+  // The variant is a swept value of its own, first: scaling and tables tell them apart by it.
+  using Swept = std::vector<std::pair<std::string, std::string>>;
+  CHECK(s.variants[4].swept == Swept{{"compare", "mb1"}, {"cluster.nodes", "1"}});
+  // A compare entry that sets a swept field: at the sweep's key.
+  const auto both = load_error(with(base, "{node: dgx-b200}", "{node: dgx-b200, nodes: 2}"));
+  REQUIRE(both);
+  CHECK(both->line() == 14);
+  CHECK_THAT(
+      both->what(),
+      Catch::Contains("compare entry \"b200\" sets \"cluster.nodes\", which the sweep varies"));
+  const auto inside =
+      load_error(with(base, "    cluster.nodes: [1, 2]\n", "    training: [{seq_len: 4096}]\n"));
+  REQUIRE(inside);  // a section is not one value, whatever the entries set
+  // The point limit counts every variant's points.
+  std::string values;
+  for (int i = 1; i <= 4000; ++i) values += (i > 1 ? ", " : "") + std::to_string(i);
+  const auto many = load_error(with(base, "[1, 2]", "[" + values + "]"));
+  REQUIRE(many);
+  CHECK_THAT(many->what(), Catch::Contains("more than 10000 points over its 3 compared variants"));
 }
 
 TEST_CASE("the shipped scaling sweep has both node types at every size") {

@@ -198,6 +198,35 @@ void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
   }
 }
 
+// `layouts` (fastest step first) each with `run` simulated, ranked by the run's expected cost
+// (its mean; without a price its mean wall time), ties in the order given: a layout's step is
+// not all its run costs. One whose run cannot be simulated is ranked last, with a warning.
+void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::RunSpec& run,
+                 std::uint64_t seed, const fleetsim::StepOptions& options,
+                 fleetsim::ProgressBar& progress) {
+  tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
+    fleetsim::VariantReport& layout = layouts[i];
+    layout.run = run;
+    try {
+      simulate_run(layout, seed, options, progress);
+    } catch (const fleetsim::ModelError& e) {  // this layout's run only
+      layout.job.reset();
+      layout.job_result.reset();
+      layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
+    }
+  });
+  const auto expected = [&](const fleetsim::VariantReport& layout) {
+    if (!layout.job_result) return std::numeric_limits<double>::infinity();
+    return run.priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
+  };
+  std::stable_sort(layouts.begin(), layouts.end(),
+                   [&](const auto& a, const auto& b) { return expected(a) < expected(b); });
+}
+
+// A re-planned point with a run: block keeps, of this many fastest layouts, the one whose run
+// is expected to cost least (as `fleetsim plan` ranks them by default).
+constexpr std::size_t kRunCandidates = 10;
+
 // Which rank simulates variant `index`: round robin, so that a sweep's small and large points
 // spread evenly.
 bool mine(std::size_t index, const fleetsim::Ranks& ranks) {
@@ -212,7 +241,9 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   std::int64_t units = 0;
   for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
     if (!mine(i, ranks)) continue;
-    units += 1 + (scenario.variants[i].run ? scenario.variants[i].run->replications : 0);
+    const auto& run = scenario.variants[i].run;
+    const std::int64_t runs = scenario.replanned ? kRunCandidates : 1;
+    units += 1 + (run ? runs * run->replications : 0);
   }
   fleetsim::ProgressBar progress(units, scenario.swept ? "points and replications" : "simulations",
                                  fleetsim::ProgressBar::wanted(quiet));
@@ -228,19 +259,33 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     const auto& variant = scenario.variants[i];
     fleetsim::VariantReport& out = report.variants[i];
     if (scenario.replanned) {
-      // The point's best layout, as `fleetsim plan` would rank it first.
+      // The point's best layout, as `fleetsim plan` would rank it first: the fastest step, or
+      // with a run: block the cheapest expected run of the fastest few.
       fleetsim::PlanOptions plan;
-      plan.top = 1;
+      plan.top = variant.run ? kRunCandidates : 1;
       plan.step = options;
       plan.step.trace_ranks = 0;
       fleetsim::PlanResult best = fleetsim::search_layouts(variant.inputs, plan);
-      if (!best.ranked.empty()) {
-        out.inputs = std::move(best.ranked.front().inputs);
-        out.outcome = std::move(best.ranked.front().outcome);
-      } else {
+      if (best.ranked.empty()) {
         out.outcome = best.leanest ? std::move(best.leanest->outcome)
                                    : fleetsim::check_memory(variant.inputs);
+        progress.advance(1 + (variant.run ? kRunCandidates * variant.run->replications : 0));
+        return;
       }
+      if (variant.run) {
+        std::vector<fleetsim::VariantReport> candidates;
+        for (fleetsim::PlannedLayout& layout : best.ranked) {
+          candidates.push_back({out.name, std::move(layout.inputs), std::move(layout.outcome),
+                                variant.run, std::nullopt, std::nullopt, out.swept});
+        }
+        rank_by_run(candidates, *variant.run, scenario.seed, plan.step, progress);
+        progress.advance(1 + static_cast<std::int64_t>(kRunCandidates - candidates.size()) *
+                                 variant.run->replications);
+        out = std::move(candidates.front());
+        return;
+      }
+      out.inputs = std::move(best.ranked.front().inputs);
+      out.outcome = std::move(best.ranked.front().outcome);
     } else {
       out.outcome = fleetsim::simulate_step(variant.inputs, options);
     }
@@ -338,29 +383,11 @@ int plan_command(const Scenario& scenario, const Options& options) {
   // With a run: block, each ranked layout's run too, and the ranking by its expected cost to
   // train (mean; its wall time without a price): a layout's step is not all a run costs.
   if (const auto& run = scenario.variants.front().run) {
-    std::int64_t replications = 0;
-    for (fleetsim::VariantReport& layout : report.variants) {
-      layout.run = run;
-      replications += run->replications;
-    }
-    fleetsim::ProgressBar progress(replications, "replications",
-                                   fleetsim::ProgressBar::wanted(options.quiet));
-    tbb::parallel_for(std::size_t{0}, report.variants.size(), [&](std::size_t i) {
-      fleetsim::VariantReport& layout = report.variants[i];
-      try {
-        simulate_run(layout, scenario.seed, plan_options.step, progress);
-      } catch (const fleetsim::ModelError& e) {  // this layout's run only: ranked last
-        layout.job.reset();
-        layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
-      }
-    });
+    fleetsim::ProgressBar progress(
+        static_cast<std::int64_t>(report.variants.size()) * run->replications, "replications",
+        fleetsim::ProgressBar::wanted(options.quiet));
+    rank_by_run(report.variants, *run, scenario.seed, plan_options.step, progress);
     progress.finish();
-    const auto expected = [&](const fleetsim::VariantReport& layout) {
-      if (!layout.job_result) return std::numeric_limits<double>::infinity();
-      return run->priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
-    };
-    std::stable_sort(report.variants.begin(), report.variants.end(),
-                     [&](const auto& a, const auto& b) { return expected(a) < expected(b); });
   }
   report.plan =
       fleetsim::PlanSummary{result.layouts,     result.refused, result.not_fitting, result.replayed,
