@@ -22,7 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-if [ ! -f build/CMakeCache.txt ]; then
+# Configured once; again when an older build directory lacks MPI.
+if ! grep -q "^FLEETSIM_MPI:BOOL=ON" build/CMakeCache.txt 2>/dev/null; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DFLEETSIM_MPI=ON >/dev/null
 fi
 # Progress lines are hidden; warnings and errors are shown, and pipefail keeps the build's status.

@@ -767,6 +767,8 @@ std::string sensitivity_section(const std::string& name, const Sensitivity& s) {
   if (s.failed_draws > 0) {
     text += "  " + std::to_string(s.failed_draws) + " draws did not run and are left out (" +
             s.failure + ")\n";
+  } else if (!s.failure.empty()) {
+    text += "  a swing did not run, shown as nan (" + s.failure + ")\n";
   }
   std::vector<std::vector<std::string>> rows{{"", "nominal", low, "P50", high}};
   for (const MetricInterval& interval : s.intervals) {

@@ -12,6 +12,7 @@ trap 'rm -rf "$dir"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 two() { timeout 300 "$mpirun" -n 2 --oversubscribe "$fleetsim" "$@"; }
+three() { timeout 300 "$mpirun" -n 3 --oversubscribe "$fleetsim" "$@"; }
 
 # tests/data/small-sweep.yaml, each point re-planned.
 { cat "$4"; echo "  layout: plan"; } >"$dir/sweep.yaml"
@@ -28,6 +29,17 @@ for args in "sweep $dir/sweep.yaml" "run $scenarios/llama3-70b-pretraining-run.y
   grep -q '"tokens_per_s"' "$dir/two.json"
 done
 h5dump -H -d "/variants/checkpoint every 6 h/run/wall_s" "$dir/two.h5" | grep -q "( 1000 )"
+# More ranks than variants (the third has none to send), with a trace: the same outputs.
+"$fleetsim" run "$scenarios/h100-vs-b200.yaml" -q --json --trace "$dir/one.trace" >"$dir/one.json"
+three run "$scenarios/h100-vs-b200.yaml" -q --json --trace "$dir/three.trace" >"$dir/three.json"
+cmp "$dir/one.json" "$dir/three.json"
+cmp "$dir/one.trace" "$dir/three.trace"
+# Copies that a launcher started but MPI did not join would each do all the work: refused.
+status=0
+OMPI_COMM_WORLD_SIZE=2 "$fleetsim" run "$scenarios/h100-vs-b200.yaml" -q >/dev/null 2>"$dir/err" ||
+  status=$?
+[ "$status" -eq 2 ] || { echo "lone copy: exit $status"; exit 1; }
+grep -q "MPI did not make them one job" "$dir/err"
 status=0
 two plan "$scenarios/h100-vs-b200.yaml" >/dev/null 2>"$dir/err" || status=$?
 [ "$status" -eq 2 ] || { echo "plan under mpirun: exit $status"; exit 1; }

@@ -14,13 +14,20 @@ TEST_CASE("a variant's results read back from bytes as they were written") {
   const Scenario scenario = load_scenario(
       std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios/llama3-70b-pretraining-run.yaml",
       testing::source_data());
-  const Variant& spot = scenario.variants[4];
+  Variant spot = scenario.variants[4];
   REQUIRE(spot.run);
   REQUIRE(spot.run->spot);
-  VariantReport written{spot.name, spot.inputs, simulate_step(spot.inputs), spot.run};
+  // Every field set: a traced step, degraded hardware evicted after a while.
+  spot.run->degradations = {{"slow GPU", Degradation::Kind::compute, 0.1, 1e-4, "test"}};
+  spot.run->evict_degraded_after_s = 1800;
+  StepOptions traced;
+  traced.trace_ranks = 2;
+  VariantReport written{spot.name, spot.inputs, simulate_step(spot.inputs, traced), spot.run};
   REQUIRE(written.outcome.simulated);
+  REQUIRE_FALSE(written.outcome.step.trace.empty());
   written.job = job_of_step(*spot.run, spot.inputs, written.outcome.step.step_time_s, {},
                             written.outcome.warnings);
+  REQUIRE(written.job->degradations.front().step_s > 0);
   written.job_result = simulate_job(*written.job, 20, scenario.seed);
   written.outcome.warnings.push_back("a warning, so that the list is not empty");
   written.inputs.plan.vpp = 2;  // as a re-planned point's layout would differ

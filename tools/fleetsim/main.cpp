@@ -576,15 +576,21 @@ int main(int argc, char** argv) {
   std::optional<fleetsim::Ranks> ranks;
   try {
     ranks.emplace(argc, argv);
+  } catch (const std::invalid_argument& error) {  // launched as copies that are not one job
+    std::cerr << "error: " << error.what() << "\n";
+    return kBadInput;
   } catch (const std::exception& error) {
     std::cerr << "error: " << error.what() << "\n";
     return kSimulationFailed;
   }
-  // Under MPI every rank runs this program; only rank 0 speaks.
+  // Under MPI every rank runs this program; only rank 0 speaks, but for its own errors.
+  std::streambuf* const stderr_buffer = std::cerr.rdbuf();
   if (ranks->rank() != 0) {
     std::cout.rdbuf(nullptr);
     std::cerr.rdbuf(nullptr);
   }
+  int code = kOk;
+  std::string failure;
   try {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
@@ -607,22 +613,25 @@ int main(int argc, char** argv) {
     }
     return run_command(options, *ranks);
   } catch (const fleetsim::ScenarioError& error) {
-    std::cerr << "error: " << error.what() << "\n";
-    return kBadInput;
+    code = kBadInput;
+    failure = std::string("error: ") + error.what();
   } catch (const fleetsim::NcclLogError& error) {
-    std::cerr << "error: " << error.what() << "\n";
-    return kBadInput;
+    code = kBadInput;
+    failure = std::string("error: ") + error.what();
   } catch (const fleetsim::MicrobenchError& error) {
-    std::cerr << "error: " << error.what() << "\n";
-    return kBadInput;
+    code = kBadInput;
+    failure = std::string("error: ") + error.what();
   } catch (const po::error& error) {
-    std::cerr << "fleetsim: " << error.what() << " (try --help)\n";
-    return kBadInput;
-  } catch (const fleetsim::ModelError& error) {
-    std::cerr << "error: " << error.what() << "\n";
-    return kSimulationFailed;
-  } catch (const std::exception& error) {
-    std::cerr << "error: " << error.what() << "\n";
-    return kSimulationFailed;
+    code = kBadInput;
+    failure = std::string("fleetsim: ") + error.what() + " (try --help)";
+  } catch (const std::exception& error) {  // ModelError and the rest: the simulation failed
+    code = kSimulationFailed;
+    failure = std::string("error: ") + error.what();
   }
+  std::cerr.rdbuf(stderr_buffer);
+  std::cerr << (ranks->rank() != 0 ? "rank " + std::to_string(ranks->rank()) + ": " : "") << failure
+            << "\n";
+  // The other ranks may be waiting for this one in the gather: a failure ends them all.
+  if (ranks->size() > 1) ranks->abort(code);
+  return code;
 }

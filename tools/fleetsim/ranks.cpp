@@ -3,12 +3,34 @@
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #ifdef FLEETSIM_MPI
 #include <mpi.h>
 #endif
 
 namespace fleetsim {
+namespace {
+
+// The processes the launcher says it started, 1 when none did.
+long launched_processes() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(variable)) return std::strtol(value, nullptr, 10);
+  }
+  return 1;
+}
+
+void refuse_lone_copies(int size) {
+  if (launched_processes() > 1 && size == 1) {
+    throw std::invalid_argument(
+        "started as one of " + std::to_string(launched_processes()) +
+        " processes, but MPI did not make them one job: every copy would do all the work and "
+        "write the same files (hint: build with -DFLEETSIM_MPI=ON, as tools/setup.sh does; under "
+        "Slurm start it with srun --mpi=pmix)");
+  }
+}
+
+}  // namespace
 
 #ifdef FLEETSIM_MPI
 
@@ -28,11 +50,18 @@ void check(int status, const char* call) {
 }  // namespace
 
 Ranks::Ranks(int& argc, char**& argv) {
-  if (!launched_by_mpi()) return;
-  check(MPI_Init(&argc, &argv), "MPI_Init");
-  started_ = true;
-  check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
-  check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  if (launched_by_mpi()) {
+    check(MPI_Init(&argc, &argv), "MPI_Init");
+    started_ = true;
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  }
+  refuse_lone_copies(size_);
+}
+
+void Ranks::abort(int code) const {
+  if (started_) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
 }
 
 Ranks::~Ranks() {
@@ -59,8 +88,8 @@ std::vector<std::string> Ranks::gather(const std::string& mine) const {
     total += lengths[r];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  check(MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
-                    MPI_CHAR, 0, MPI_COMM_WORLD),
+  check(MPI_Gatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(), offsets.data(),
+                    MPI_BYTE, 0, MPI_COMM_WORLD),
         "MPI_Gatherv");
   std::vector<std::string> by_rank;
   for (std::size_t r = 0; r < lengths.size(); ++r) {
@@ -72,8 +101,13 @@ std::vector<std::string> Ranks::gather(const std::string& mine) const {
 
 #else
 
-Ranks::Ranks(int&, char**&) {}
+Ranks::Ranks(int&, char**&) {
+  refuse_lone_copies(size_);
+}
 Ranks::~Ranks() = default;
+void Ranks::abort(int code) const {
+  std::exit(code);
+}
 std::vector<std::string> Ranks::gather(const std::string& mine) const {
   return {mine};
 }

@@ -3,7 +3,9 @@
 // Built with FLEETSIM_MPI, MPI starts when a launcher started the process (its environment
 // names a rank: Open MPI's OMPI_COMM_WORLD_RANK, PMIx's PMIX_RANK, or PMI_RANK as Slurm's srun
 // sets it), so a plain `fleetsim` never waits on MPI. Built without it, or not launched, the
-// process is rank 0 of 1.
+// process is rank 0 of 1; a process whose launcher says it is one of several (Open MPI's
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE) while MPI does not make it so is refused, since every copy
+// would do all the work and write the same files.
 #pragma once
 
 #include <string>
@@ -22,6 +24,9 @@ class Ranks {
   int size() const { return size_; }
   // Every rank's `mine`, in rank order, on rank 0; nothing on the others. Every rank calls it.
   std::vector<std::string> gather(const std::string& mine) const;
+  // Ends every rank of the launch with `code`: what a rank that fails must do, since the
+  // others may be waiting for it in gather (and MPI_Finalize waits for every rank).
+  [[noreturn]] void abort(int code) const;
 
  private:
   int rank_ = 0;
