@@ -13,6 +13,13 @@
 
 namespace boost::serialization {
 
+// Every field of a struct through the archive, in order (one call, where `a & x & y` would read
+// to clang-format as declarations).
+template <class Archive, class... Fields>
+void fields(Archive& a, Fields&... field) {
+  (a & ... & field);
+}
+
 // Boost 1.74 has boost::optional's, not std::optional's: a flag, then the value.
 template <class Archive, class T>
 void save(Archive& archive, const std::optional<T>& value, unsigned) {
@@ -55,78 +62,80 @@ void serialize(Archive& archive, fleetsim::SimTime& time, unsigned version) {
 
 template <class Archive>
 void serialize(Archive& a, fleetsim::LinkUsage& l, unsigned) {
-  a& l.name& l.kind& l.capacity_bytes_per_s& l.bytes& l.utilisation;
+  fields(a, l.name, l.kind, l.capacity_bytes_per_s, l.bytes, l.utilisation);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepBreakdown& b, unsigned) {
-  a& b.compute_s& b.exposed_comm_s& b.idle_s;
+  fields(a, b.compute_s, b.exposed_comm_s, b.idle_s, b.exposed_dp_s, b.exposed_tp_s, b.exposed_pp_s,
+         b.exposed_host_s);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::TraceSlice& t, unsigned) {
-  a& t.rank& t.stream& t.name& t.begin& t.end;
+  fields(a, t.rank, t.stream, t.name, t.begin, t.end);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepResult& r, unsigned) {
-  a& r.step_time_s& r.breakdown& r.tokens_per_s& r.model_flops& r.hardware_flops& r.mfu& r.hfu& r
-      .comm_bytes_per_gpu& r.events& r.replayed_ranks& r.links& r.trace;
+  fields(a, r.step_time_s, r.breakdown, r.tokens_per_s, r.model_flops, r.hardware_flops, r.mfu,
+         r.hfu, r.comm_bytes_per_gpu, r.events, r.replayed_ranks, r.links, r.trace);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {
-  a& m.name& m.bytes& m.basis;
+  fields(a, m.name, m.bytes, m.basis);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryBreakdown& m, unsigned) {
-  a& m.items& m.total_bytes& m.capacity_bytes& m.host_bytes_per_rank& m.host_bytes_per_node& m
-      .host_capacity_bytes;
+  fields(a, m.items, m.total_bytes, m.capacity_bytes, m.host_bytes_per_rank, m.host_bytes_per_node,
+         m.host_capacity_bytes);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepOutcome& o, unsigned) {
-  a& o.step& o.memory& o.warnings& o.simulated;
+  fields(a, o.step, o.memory, o.warnings, o.simulated);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::InterruptionCause& c, unsigned) {
-  a& c.name& c.per_gpu_day& c.source& c.nodes_out& c.per_gpu_day_sigma;
+  fields(a, c.name, c.per_gpu_day, c.source, c.nodes_out, c.per_gpu_day_sigma);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::CheckpointPolicy& p, unsigned) {
-  a& p.kind& p.value;
+  fields(a, p.kind, p.value);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::SpotCapacity& s, unsigned) {
-  a& s.preemptions_per_node_hour& s.source& s.notice_s& s.capacity_return_s& s.trace_s;
+  fields(a, s.preemptions_per_node_hour, s.source, s.notice_s, s.capacity_return_s, s.trace_s);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::Degradation& d, unsigned) {
-  a& d.name& d.kind& d.fraction& d.per_gpu_day& d.source& d.step_s;
+  fields(a, d.name, d.kind, d.fraction, d.per_gpu_day, d.source, d.step_s);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::JobSpec& j, unsigned) {
-  a& j.steps& j.step_s& j.jitter_factor& j.gpus& j.nodes& j.checkpoint_write_s& j.write& j
-      .checkpoint_copy_s& j.peer_copy_s& j.peer_restore_s& j.persist_every_s& j.restore_s& j
-      .detection_s& j.restart_s& j.causes& j.policy& j.spot& j.node_repair_s& j.hot_spares& j
-      .when_short& j.replicas& j.shrunk_step_s& j.degradations& j.evict_degraded_after_s& j
-      .tokens_per_step& j.usd_per_gpu_hour;
+  fields(a, j.steps, j.step_s, j.jitter_factor, j.gpus, j.nodes, j.checkpoint_write_s, j.write,
+         j.checkpoint_copy_s, j.peer_copy_s, j.peer_restore_s, j.persist_every_s, j.restore_s,
+         j.detection_s, j.restart_s, j.causes, j.policy, j.spot, j.node_repair_s, j.hot_spares,
+         j.when_short, j.replicas, j.shrunk_step_s, j.degradations, j.evict_degraded_after_s,
+         j.tokens_per_step, j.usd_per_gpu_hour);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::JobReplication& r, unsigned) {
-  a& r.wall_s& r.interruptions& r.preemptions& r.checkpoints& r.emergency_checkpoints& r
-      .memory_lost& r.lost_training_s& r.checkpoint_stall_s& r.node_wait_s& r.shrunk_s& r.regrows& r
-      .degraded_s& r.evictions;
+  fields(a, r.wall_s, r.interruptions, r.preemptions, r.checkpoints, r.emergency_checkpoints,
+         r.memory_lost, r.lost_training_s, r.checkpoint_stall_s, r.node_wait_s, r.shrunk_s,
+         r.regrows, r.degraded_s, r.evictions);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::SampleSummary& s, unsigned) {
-  a& s.mean& s.ci99_half_width& s.p50& s.p90& s.p99;
+  fields(a, s.mean, s.ci99_half_width, s.p50, s.p90, s.p99);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::JobResult& r, unsigned) {
-  a& r.interval_steps& r.mtbf_s& r.useful_s& r.replications& r.wall_s& r.goodput& r.interruptions& r
-      .preemptions& r.lost_gpu_hours& r.node_wait_s& r.shrunk_s& r.regrows& r.degraded_s& r
-      .evictions& r.memory_lost& r.cost_usd& r.usd_per_million_tokens& r.usd_per_checkpoint;
+  fields(a, r.interval_steps, r.mtbf_s, r.useful_s, r.replications, r.wall_s, r.goodput,
+         r.interruptions, r.preemptions, r.lost_gpu_hours, r.node_wait_s, r.shrunk_s, r.regrows,
+         r.degraded_s, r.evictions, r.memory_lost, r.cost_usd, r.usd_per_million_tokens,
+         r.usd_per_checkpoint);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::ParallelPlan& p, unsigned) {
-  a& p.tp& p.cp& p.dp& p.pp& p.schedule& p.vpp& p.zero_stage& p.recompute& p.bucket_bytes& p
-      .tp_comm_overlap& p.overlap_param_gather& p.ep& p.offload_optimizer;
+  fields(a, p.tp, p.cp, p.dp, p.pp, p.schedule, p.vpp, p.zero_stage, p.recompute, p.bucket_bytes,
+         p.tp_comm_overlap, p.overlap_param_gather, p.ep, p.offload_optimizer);
 }
 
 }  // namespace boost::serialization

@@ -208,6 +208,22 @@ void add_breakdown_rows(Table& table, const RunReport& report) {
             cells_for(report, step_cell([](const StepResult& s) {
                         return seconds_text(s.breakdown.exposed_comm_s);
                       })));
+  // What the exposed communication is for, where any is.
+  const auto kinds = [&](double StepBreakdown::*member) {
+    return std::any_of(report.variants.begin(), report.variants.end(), [&](const auto& v) {
+      return v.outcome.simulated && v.outcome.step.breakdown.*member > 0;
+    });
+  };
+  for (const auto& [label, member] :
+       {std::pair{"  data-parallel (s)", &StepBreakdown::exposed_dp_s},
+        std::pair{"  tensor/context/expert-parallel (s)", &StepBreakdown::exposed_tp_s},
+        std::pair{"  pipeline transfers (s)", &StepBreakdown::exposed_pp_s},
+        std::pair{"  offload copies (s)", &StepBreakdown::exposed_host_s}}) {
+    if (!kinds(member)) continue;
+    table.add(label, cells_for(report, step_cell([member = member](const StepResult& s) {
+                                 return seconds_text(s.breakdown.*member);
+                               })));
+  }
   table.add("idle per step (s)", cells_for(report, step_cell([](const StepResult& s) {
                                              return seconds_text(s.breakdown.idle_s);
                                            })));
@@ -557,11 +573,21 @@ std::string render_memory(const RunReport& report) {
   return text + warnings_section(report);
 }
 
-// What holds a step: computing, communication the compute did not hide, or waiting (pipeline
-// bubbles, ranks waiting for each other).
+// What holds a step most: computing, the exposed communication of one kind (data-, tensor- or
+// pipeline-parallel, offload copies), or waiting (pipeline bubbles, ranks waiting for each
+// other); ties to the first.
 std::string largest_share(const StepBreakdown& parts) {
-  if (parts.compute_s >= parts.exposed_comm_s && parts.compute_s >= parts.idle_s) return "compute";
-  return parts.exposed_comm_s >= parts.idle_s ? "exposed communication" : "idle (bubble, waits)";
+  const std::pair<const char*, double> shares[] = {{"compute", parts.compute_s},
+                                                   {"exposed DP comm", parts.exposed_dp_s},
+                                                   {"exposed TP/CP/EP comm", parts.exposed_tp_s},
+                                                   {"exposed PP comm", parts.exposed_pp_s},
+                                                   {"exposed offload copies", parts.exposed_host_s},
+                                                   {"idle (bubble, waits)", parts.idle_s}};
+  const auto* largest = &shares[0];
+  for (const auto& share : shares) {
+    if (share.second > largest->second) largest = &share;
+  }
+  return largest->first;
 }
 
 // A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180).

@@ -31,8 +31,9 @@
 //                 scaling_efficiency_vs_first, bucket_bytes (double). Step quantities and the
 //                 ratios to the first variant are NaN when simulated is 0 (the layout does not fit,
 //                 so no step was replayed).
-//     breakdown   compound {component: string, seconds: double}, 3 rows:
-//                 compute, exposed_comm, idle (NaN seconds when not simulated)
+//     breakdown   compound {component: string, seconds: double}, 7 rows: compute,
+//                 exposed_comm, idle, then exposed_comm by kind: exposed_dp, exposed_tp,
+//                 exposed_pp, exposed_host (NaN seconds when not simulated)
 //     memory      compound {item: string, bytes: double, basis: string}, one row per
 //                 memory item at the per-GPU peak
 //     links       compound {name, kind: string, capacity_bytes_per_s, bytes,
@@ -227,7 +228,11 @@ void write_breakdown(const H5::Group& group, const StepOutcome& outcome) {
   const auto seconds = [&](double value) { return outcome.simulated ? value : kNotSimulated; };
   const std::vector<BreakdownRow> rows{{"compute", seconds(breakdown.compute_s)},
                                        {"exposed_comm", seconds(breakdown.exposed_comm_s)},
-                                       {"idle", seconds(breakdown.idle_s)}};
+                                       {"idle", seconds(breakdown.idle_s)},
+                                       {"exposed_dp", seconds(breakdown.exposed_dp_s)},
+                                       {"exposed_tp", seconds(breakdown.exposed_tp_s)},
+                                       {"exposed_pp", seconds(breakdown.exposed_pp_s)},
+                                       {"exposed_host", seconds(breakdown.exposed_host_s)}};
   write_rows(group, "breakdown", breakdown_type(), rows);
 }
 

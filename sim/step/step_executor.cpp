@@ -22,6 +22,21 @@
 namespace fleetsim {
 namespace {
 
+// Communication by what it is for, so that exposed time can be told apart: data-parallel
+// (gradient reductions, parameter gathers), tensor-, context- and expert-parallel collectives,
+// pipeline transfers, and optimizer offload's copies over PCIe.
+enum CommKind { kDataParallelComm, kTensorComm, kPipelineComm, kHostComm, kCommKinds };
+
+CommKind comm_kind(Stream stream) {
+  switch (stream) {
+    case Stream::gather:
+    case Stream::reduce: return kDataParallelComm;
+    case Stream::pipeline: return kPipelineComm;
+    case Stream::host_copy: return kHostComm;
+    default: return kTensorComm;
+  }
+}
+
 struct Interval {
   SimTime begin;
   SimTime end;
@@ -347,7 +362,8 @@ class Replay {
     std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
     std::vector<Interval> compute_busy;
-    std::vector<Interval> comm_busy;      // collectives of any stream, possibly overlapping
+    // Communication by kind (CommKind), each kind's possibly overlapping.
+    std::array<std::vector<Interval>, kCommKinds> comm_busy;
     std::optional<RunningKernel> kernel;  // on the compute stream
     int collectives_in_flight = 0;        // its communication kernels running now
   };
@@ -457,10 +473,11 @@ class Replay {
     for (const int shadow : shadows) {
       collectives_.run(work.op, tensor_groups_[shadow].gpus, work.size_bytes, [] {});
     }
-    collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group] {
+    const CommKind kind = comm_kind(task.stream);
+    collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind] {
       for (const int member : group.ranks) change_collectives(member, -1);
       for (const int member : group.ranks) {
-        ranks_[member].comm_busy.push_back({begin, engine_.now()});
+        ranks_[member].comm_busy[kind].push_back({begin, engine_.now()});
         record(member, t, begin);
         finish(member, t);
       }
@@ -501,7 +518,7 @@ class Replay {
     const bool copy = work.op != HostOp::cpu;
     flows.push_back({links(r), work.bytes, SimTime{},
                      [this, r, t, begin, copy] {
-                       if (copy) ranks_[r].comm_busy.push_back({begin, engine_.now()});
+                       if (copy) ranks_[r].comm_busy[kHostComm].push_back({begin, engine_.now()});
                        record(r, t, begin);
                        finish(r, t);
                      },
@@ -585,7 +602,7 @@ class Replay {
     collectives_.send(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
       for (const auto& [member, task] : sides) change_collectives(member, -1);
       for (const auto& [member, task] : sides) {
-        ranks_[member].comm_busy.push_back({begin, engine_.now()});
+        ranks_[member].comm_busy[kPipelineComm].push_back({begin, engine_.now()});
         record(member, task, begin);
         finish(member, task);
       }
@@ -838,6 +855,45 @@ class Replay {
     }
   }
 
+  // Adds to `by_kind` the rank's exposed communication (its compute stream idle) by kind: a
+  // stretch where several kinds run is shared among them evenly (the nanoseconds left over to
+  // the first), so the kinds add up exactly to the exposed time.
+  static void add_exposed_by_kind(const Rank& rank, std::array<SimTime, kCommKinds>& by_kind) {
+    struct Edge {
+      SimTime at;
+      int kind;  // kCommKinds: the compute stream
+      int step;  // +1 starts, -1 ends
+    };
+    std::vector<Edge> edges;
+    for (const Interval& busy : rank.compute_busy) {
+      edges.push_back({busy.begin, kCommKinds, +1});
+      edges.push_back({busy.end, kCommKinds, -1});
+    }
+    for (int kind = 0; kind < kCommKinds; ++kind) {
+      for (const Interval& busy : merged(rank.comm_busy[kind])) {
+        edges.push_back({busy.begin, kind, +1});
+        edges.push_back({busy.end, kind, -1});
+      }
+    }
+    std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+    std::array<int, kCommKinds + 1> active{};
+    for (std::size_t e = 0; e < edges.size(); ++e) {
+      active[edges[e].kind] += edges[e].step;
+      if (e + 1 == edges.size() || edges[e + 1].at == edges[e].at) continue;
+      if (active[kCommKinds] > 0) continue;  // computing: nothing exposed
+      const std::int64_t length = (edges[e + 1].at - edges[e].at).ns();
+      int running = 0;
+      for (int kind = 0; kind < kCommKinds; ++kind) running += active[kind] > 0;
+      if (running == 0) continue;
+      bool first = true;
+      for (int kind = 0; kind < kCommKinds; ++kind) {
+        if (active[kind] == 0) continue;
+        by_kind[kind] += SimTime::from_ns(length / running + (first ? length % running : 0));
+        first = false;
+      }
+    }
+  }
+
   // Sums in integer nanoseconds, so compute + exposed + idle is exactly the step time.
   StepResult summarise() const {
     StepResult result;
@@ -845,14 +901,18 @@ class Replay {
     result.step_time_s = step.seconds();
     result.events = engine_.events_processed();
     SimTime compute{}, exposed{};
+    std::array<SimTime, kCommKinds> exposed_by_kind{};
     std::int64_t replayed = 0;
     for (int r = 0; r < graph_.ranks; ++r) {
       if (!replayed_[r]) continue;
       const Rank& rank = ranks_[r];
       // The compute stream is serial, so its intervals are already disjoint and in order.
-      const std::vector<Interval> comm = merged(rank.comm_busy);
+      std::vector<Interval> all;
+      for (const auto& kind : rank.comm_busy) all.insert(all.end(), kind.begin(), kind.end());
+      const std::vector<Interval> comm = merged(std::move(all));
       compute += total(rank.compute_busy);
       exposed += total(comm) - overlap(rank.compute_busy, comm);
+      add_exposed_by_kind(rank, exposed_by_kind);
       ++replayed;
     }
     // Folded replicas run as their representative does, so the average over replayed ranks is
@@ -862,6 +922,10 @@ class Replay {
     result.breakdown.exposed_comm_s = exposed.seconds() / ranks;
     result.breakdown.idle_s =
         (SimTime::from_ns(step.ns() * replayed) - compute - exposed).seconds() / ranks;
+    result.breakdown.exposed_dp_s = exposed_by_kind[kDataParallelComm].seconds() / ranks;
+    result.breakdown.exposed_tp_s = exposed_by_kind[kTensorComm].seconds() / ranks;
+    result.breakdown.exposed_pp_s = exposed_by_kind[kPipelineComm].seconds() / ranks;
+    result.breakdown.exposed_host_s = exposed_by_kind[kHostComm].seconds() / ranks;
     result.comm_bytes_per_gpu = comm_bytes_ / graph_.ranks;
     result.replayed_ranks = static_cast<int>(replayed);
     result.trace = trace_;

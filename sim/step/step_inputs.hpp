@@ -35,7 +35,14 @@ struct LinkUsage {
 struct StepBreakdown {
   double compute_s = 0;       // time the compute stream of a rank was busy
   double exposed_comm_s = 0;  // communication running while compute was idle
-  double idle_s = 0;          // neither (waiting on peers, latency, dependencies)
+  double idle_s = 0;          // neither (pipeline bubbles, waiting on peers, latency, dependencies)
+  // exposed_comm_s by what the communication is for (a stretch where several run shared among
+  // them evenly): data-parallel gradient reductions and parameter gathers; tensor-, context-
+  // and expert-parallel collectives; pipeline transfers; optimizer offload's PCIe copies.
+  double exposed_dp_s = 0;
+  double exposed_tp_s = 0;
+  double exposed_pp_s = 0;
+  double exposed_host_s = 0;
   bool operator==(const StepBreakdown&) const = default;
 };
 

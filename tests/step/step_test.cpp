@@ -46,6 +46,10 @@ TEST_CASE("the breakdown adds up to the step time and no part is negative") {
   CHECK(b.compute_s > 0);
   CHECK(b.exposed_comm_s > 0);  // ZeRO-3 cannot hide the first gather of each micro-batch
   CHECK(b.idle_s >= 0);
+  // Pure data parallelism: all of it is data-parallel communication.
+  CHECK(b.exposed_dp_s == Approx(b.exposed_comm_s).epsilon(1e-12));
+  CHECK(b.exposed_tp_s == 0);
+  CHECK(b.exposed_pp_s == 0);
 }
 
 TEST_CASE("one GPU: the step is exactly the sum of its kernels") {
@@ -427,6 +431,26 @@ TEST_CASE("folding: replicas that do not sit alike on the nodes are all replayed
   set_layout(in, 1, 8, 3, 1);
   in.training.global_batch = 24;
   check_every_rank_replayed(in);
+}
+
+TEST_CASE("exposed communication splits by kind, the kinds adding up to the whole") {
+  // Tensor and pipeline parallelism over data parallelism, collectives blocking the compute.
+  StepInputs in = small_job();
+  in.nodes = 2;
+  in.training.global_batch = 32;
+  set_layout(in, 4, 2, 2, 1);
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  const StepBreakdown& b = out.step.breakdown;
+  CHECK(b.exposed_dp_s + b.exposed_tp_s + b.exposed_pp_s + b.exposed_host_s ==
+        Approx(b.exposed_comm_s).epsilon(1e-12));
+  CHECK(b.exposed_tp_s > 0);  // blocking tensor-parallel collectives stall every layer
+  CHECK(b.exposed_pp_s > 0);  // the first micro-batch's activations cross to the next stage
+  CHECK(b.exposed_host_s == 0);
+  // Overlapping the tensor-parallel collectives with the GEMMs hides their kind, not the others.
+  in.plan.tp_comm_overlap = true;
+  const StepBreakdown overlapped = simulate_step(in).step.breakdown;
+  CHECK(overlapped.exposed_tp_s < 0.5 * b.exposed_tp_s);
 }
 
 TEST_CASE("tp_comm_overlap hides tensor-parallel collectives behind GEMMs, never slower") {
