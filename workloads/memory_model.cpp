@@ -278,6 +278,13 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
 }  // namespace
 
+double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training) {
+  const bool quantized = training.lora && training.lora->quantized_base;
+  const double quantized_params = quantized ? decoder_layer_parameters(model) * model.layers : 0.0;
+  return kWeightBytes * (model.parameters() - quantized_params) +
+         kNf4BytesPerParameter * quantized_params;
+}
+
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes) {
   MemoryBreakdown peak = stage_memory(model, training, plan, capacity_bytes, 0);

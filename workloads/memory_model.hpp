@@ -61,6 +61,10 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
 // the experts over the dp / ep replicas that hold them.
 double optimizer_shard(const RankParameters& held, const ParallelPlan& plan);
 
+// The whole model's weights as the GPUs hold them (BF16; under QLoRA the decoder layers in
+// NF4), before any split: no layout holds less than this over all its GPUs together.
+double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training);
+
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, double capacity_bytes);

@@ -112,6 +112,14 @@ bool replaced_by_entry(const Doc& doc, std::string path) {
   }
 }
 
+// `value` with `decimals` decimals, whatever the locale.
+std::string rounded(double value, int decimals) {
+  char text[64];
+  const auto end =
+      std::to_chars(text, text + sizeof text, value, std::chars_format::fixed, decimals);
+  return std::string(text, end.ptr);
+}
+
 [[noreturn]] void fail(const Field& f, const std::string& problem, const std::string& hint = {}) {
   const YAML::Mark mark = f.node.Mark();
   const Doc& doc = *f.doc;
@@ -126,7 +134,10 @@ bool replaced_by_entry(const Doc& doc, std::string path) {
   } else if (!doc.variant.empty()) {  // a sweep point: its swept values keep their own marks
     text = "at sweep point " + in_quotes(doc.variant) + ": " + problem;
   }
-  throw ScenarioError(doc.file, mark.line + 1, mark.column + 1, key, text, hint);
+  // A node with no place in the file (an empty document) is reported at its start.
+  const bool placed = mark.line >= 0 && mark.column >= 0;
+  throw ScenarioError(doc.file, placed ? mark.line + 1 : 1, placed ? mark.column + 1 : 1, key, text,
+                      hint);
 }
 
 std::string describe(const YAML::Node& node) {
@@ -992,6 +1003,11 @@ const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",   "t
 const Keys kSweepKeys = {"grid", "zip", "batch", "layout"};
 // A sweep of more points than this is a mistake, not a study: refused before anything runs.
 constexpr std::size_t kMaxSweepPoints = 10000;
+// Clusters above this many GPUs are refused: a step's topology, flows and programs take about
+// kBytesPerSimulatedGpu of memory for each GPU (measured: 507 MB peak for six variants of a
+// 16,384-GPU run, two replayed at a time), so 2^20 GPUs need about 17 GB.
+constexpr double kMaxGpus = 1048576;
+constexpr double kBytesPerSimulatedGpu = 16e3;
 const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
 const Keys kRunKeys = {"interruptions", "checkpoint",     "checkpoint_write", "detection",
@@ -1531,6 +1547,21 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
   in.node = node.spec;
   if (auto nodes = find(f, "nodes")) {
     in.nodes = read_int(*nodes, 1);
+    const double gpus = static_cast<double>(in.nodes) * in.node.gpus;
+    if (gpus > kMaxGpus) {
+      fail(*nodes,
+           rounded(gpus, 0) + " GPUs are more than fleetsim simulates (at most " +
+               rounded(kMaxGpus, 0) + "): a step on them would need about " +
+               rounded(gpus * kBytesPerSimulatedGpu / 1e9, 0) + " GB of memory",
+           "simulate a slice of the cluster (a few thousand nodes) and scale with a sweep");
+    }
+    // Nodes reach each other through their NICs, or over NVLink inside one domain.
+    if (in.nodes > in.node.nvlink_domain_nodes && in.node.nics < 1) {
+      fail(*nodes,
+           std::to_string(in.nodes) + " nodes, but node " + in.node.name +
+               " has no NICs: nothing connects them",
+           "give the node its NICs (node: {preset: ..., nics: 8}), or use one node");
+    }
   }
   if (auto gpu = find(f, "gpu")) {
     in.gpu = gpu_profile(*gpu);
@@ -1771,9 +1802,32 @@ StepInputs Loader::parse_variant(const Field& root) {
   }
   check_layout(root, in);
   check_batch(root, in);
+
   if (in.training.lora) check_lora(require(root, "training"), in);
   if (in.training.precision == Precision::fp8) check_fp8(require(root, "training"), in);
   return in;
+}
+
+// Whether a variant could fit in some layout: its weights alone, sharded over every GPU, must
+// fit a GPU. Throws at the base's model when no variant could.
+void check_some_variant_can_fit(const Field& model, const Scenario& scenario) {
+  const auto weights_per_gpu = [](const StepInputs& in) {
+    return model_weight_bytes(in.model, in.training) /
+           (static_cast<double>(in.nodes) * in.node.gpus);
+  };
+  for (const Variant& variant : scenario.variants) {
+    if (weights_per_gpu(variant.inputs) <= variant.inputs.gpu.hbm_capacity_bytes.value) return;
+  }
+  const StepInputs& in = scenario.variants.front().inputs;
+  const double gpus = static_cast<double>(in.nodes) * in.node.gpus;
+  fail(model,
+       "model " + in.model.name + " cannot fit on " + rounded(gpus, 0) +
+           " GPUs in any layout: its weights alone, " +
+           rounded(model_weight_bytes(in.model, in.training) / 1e9, 0) + " GB, need " +
+           rounded(weights_per_gpu(in) / 1e9, 1) + " GB a GPU sharded over all of them; a " +
+           in.gpu.name + " has " + rounded(in.gpu.hbm_capacity_bytes.value / 1e9, 1) + " GB" +
+           (scenario.variants.size() > 1 ? ", and no compare entry fits either" : ""),
+       "use more GPUs (cluster.nodes), GPUs with more memory, or a smaller model");
 }
 
 void Loader::parse_compare(const Field& list, const fs::path& file, Scenario& scenario) {
@@ -2317,6 +2371,9 @@ Scenario Loader::load(const fs::path& file) {
   if (auto compare = find(root, "compare")) {
     parse_compare(*compare, file, scenario);
   }
+  // A variant that does not fit is a result (a compare shows which GPUs can run a model, a
+  // sweep where it starts to fit); a scenario where no variant can, in any layout, is a mistake.
+  if (!find(root, "sweep")) check_some_variant_can_fit(require(root, "model"), scenario);
   if (auto sweep = find(root, "sweep")) {
     // The points replace the variants: each variant (the base, each compare entry) swept alike.
     const std::vector<Variant> variants = std::move(scenario.variants);

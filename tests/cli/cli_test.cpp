@@ -1,4 +1,5 @@
 // The fleetsim executable end to end: exit codes, one-line errors with locations, outputs.
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -761,4 +762,41 @@ TEST_CASE("a re-planned sweep point with a run keeps the layout whose run costs 
     CHECK(point["run"]["cost_usd"]["mean"].get<double>() <=
           layout["run"]["cost_usd"]["mean"].get<double>());
   }
+}
+
+TEST_CASE("every file of the bad-input catalogue gets exit 2 and one line naming its place") {
+  const fs::path catalogue = fs::path(FLEETSIM_SOURCE_DIR) / "tests/bad_inputs";
+  std::ifstream index(catalogue / "EXPECTED");
+  REQUIRE(index);
+  std::map<std::string, std::string> expected;
+  for (std::string line; std::getline(index, line);) {
+    if (line.empty() || line.front() == '#') continue;
+    const auto tab = line.find('\t');
+    REQUIRE(tab != std::string::npos);
+    expected[line.substr(0, tab)] = line.substr(tab + 1);
+  }
+  // Every file is in the index, and the index names no file that is missing.
+  std::set<std::string> files;
+  for (const auto& entry : fs::directory_iterator(catalogue)) {
+    if (entry.path().extension() == ".yaml") files.insert(entry.path().filename().string());
+  }
+  std::set<std::string> indexed;
+  for (const auto& [file, message] : expected) indexed.insert(file);
+  CHECK(files == indexed);
+  CHECK(files.size() >= 30);
+  for (const auto& [file, message] : expected) {
+    INFO(file);
+    const std::string path = (catalogue / file).string();
+    const Result result = run_cli("run " + path + " -q");
+    CHECK(result.exit_code == 2);
+    CHECK(result.out.empty());
+    // One line: "error: FILE:LINE:COLUMN: ...", with what the index says.
+    CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
+    CHECK_THAT(result.err, Catch::Matches("error: " + path + ":[0-9]+:[0-9]+: .*\n"));
+    CHECK_THAT(result.err, Catch::Contains(message));
+  }
+  // None of them made a process grow past 1 GB (ru_maxrss: the largest child so far, in KB).
+  rusage children{};
+  getrusage(RUSAGE_CHILDREN, &children);
+  CHECK(children.ru_maxrss < 1'000'000);
 }
