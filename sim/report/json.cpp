@@ -3,6 +3,7 @@
 // A variant that was not simulated has "step": null and "speedup_vs_first": null, so a script
 // cannot mistake a layout that does not fit for one that runs at zero tokens/s. Non-finite
 // numbers (no capacity, no baseline) are written as null by nlohmann.
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -85,6 +86,26 @@ Json links_json(const StepOutcome& outcome) {
                          {"utilisation", link.utilisation}});
   }
   return links;
+}
+
+// The links summed by kind, in the order the kinds first appear: how many carried traffic,
+// their bytes, and the busiest one's utilisation.
+Json links_by_kind_json(const StepOutcome& outcome) {
+  Json kinds = Json::array();
+  for (const LinkUsage& link : outcome.step.links) {
+    auto kind = std::find_if(kinds.begin(), kinds.end(),
+                             [&](const Json& k) { return k["kind"] == link.kind; });
+    if (kind == kinds.end()) {
+      kinds.push_back(
+          Json{{"kind", link.kind}, {"links", 0}, {"bytes", 0.0}, {"max_utilisation", 0.0}});
+      kind = kinds.end() - 1;
+    }
+    (*kind)["links"] = (*kind)["links"].get<int>() + 1;
+    (*kind)["bytes"] = (*kind)["bytes"].get<double>() + link.bytes;
+    (*kind)["max_utilisation"] =
+        std::max((*kind)["max_utilisation"].get<double>(), link.utilisation);
+  }
+  return kinds;
 }
 
 Json summary_json(const SampleSummary& s) {
@@ -226,7 +247,7 @@ Json sensitivity_json(const Sensitivity& s) {
               {"not_simulated", s.not_simulated.empty() ? Json(nullptr) : Json(s.not_simulated)}};
 }
 
-Json variant_json(const RunReport& report, std::size_t index) {
+Json variant_json(const RunReport& report, std::size_t index, LinkDetail detail) {
   const VariantReport& variant = report.variants[index];
   const StepInputs& inputs = variant.inputs;
   const std::optional<double> speedup = speedup_vs_first(report, index);
@@ -243,7 +264,8 @@ Json variant_json(const RunReport& report, std::size_t index) {
             {"simulated", variant.outcome.simulated},
             {"step", step_json(variant.outcome)},
             {"memory", memory_json(variant.outcome.memory)},
-            {"links", links_json(variant.outcome)},
+            {"links", detail == LinkDetail::every_link ? links_json(variant.outcome)
+                                                       : links_by_kind_json(variant.outcome)},
             {"warnings", variant.outcome.warnings},
             {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
             {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)},
@@ -262,10 +284,10 @@ Json variant_json(const RunReport& report, std::size_t index) {
 
 }  // namespace
 
-std::string render_json(const RunReport& report) {
+std::string render_json(const RunReport& report, LinkDetail detail) {
   Json variants = Json::array();
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    variants.push_back(variant_json(report, i));
+    variants.push_back(variant_json(report, i, detail));
   }
   Json root{{"scenario", scenario_json(report)}, {"variants", std::move(variants)}};
   if (report.plan) {

@@ -74,9 +74,12 @@ std::string render_memory(const RunReport& report);
 // `fleetsim plan`: what was searched, then one row per ranked layout, fastest first, with its
 // step time, throughput, MFU and memory headroom. Ends with a newline.
 std::string render_plan(const RunReport& report);
+// Per variant, every link that carried traffic, or the links summed by kind (kind, links,
+// bytes, max_utilisation): a summary that stays small on large clusters.
+enum class LinkDetail { every_link, by_kind };
 // Pretty-printed, keys in a fixed order; units in key names; for a plan, its summary under
 // "plan". Ends with a newline.
-std::string render_json(const RunReport& report);
+std::string render_json(const RunReport& report, LinkDetail links = LinkDetail::every_link);
 // Throws ModelError when the file cannot be written; the target is then left untouched.
 // The HDF5 library of the build is not thread-safe: calls are serialised internally.
 void write_hdf5(const RunReport& report, const std::filesystem::path& path);

@@ -56,6 +56,7 @@ const char* const kUsage =
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
     "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
     "  --json                 print JSON instead of the table\n"
+    "  --summary              with --json: each variant's links summed by kind, not one by one\n"
     "  --bench N              repeat the simulation N times and report the median wall time\n"
     "  --attribute            split each compare entry's difference from the first variant\n"
     "                         among its causes (compute, HBM, NVLink, network, memory and\n"
@@ -108,6 +109,7 @@ struct Options {
   std::string trace;  // a Perfetto / Chrome trace of the run
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
+  bool summary = false;       // --json with the links summed by kind
   bool attribute = false;     // run: attribute each variant's difference from the first
   int sensitivity_draws = 0;  // run: draws of the calibrated inputs within their sigma (0: off)
   bool csv = false;           // sweep: CSV instead of the table
@@ -129,8 +131,9 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
       "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
-      "csv", po::bool_switch(&options.csv))("attribute", po::bool_switch(&options.attribute))(
-      "sensitivity", po::value(&options.sensitivity_draws))(
+      "csv", po::bool_switch(&options.csv))("summary", po::bool_switch(&options.summary))(
+      "attribute", po::bool_switch(&options.attribute))("sensitivity",
+                                                        po::value(&options.sensitivity_draws))(
       "no-fold", po::bool_switch(&options.no_fold))("quiet,q", po::bool_switch(&options.quiet))(
       "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
       "threads", po::value(&options.threads))("top", po::value<int>())(
@@ -161,6 +164,10 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
     exit_now = true;
   }
   return options;
+}
+
+fleetsim::LinkDetail link_detail(const Options& options) {
+  return options.summary ? fleetsim::LinkDetail::by_kind : fleetsim::LinkDetail::every_link;
 }
 
 // Ranks whose slices a trace records: enough to see a layout's schedule, few enough that the
@@ -398,7 +405,8 @@ int plan_command(const Scenario& scenario, const Options& options) {
                      std::to_string(scenario.variants.size() - 1) +
                      " compare entries are not used\n";
   }
-  std::cout << (options.json ? fleetsim::render_json(report) : fleetsim::render_plan(report));
+  std::cout << (options.json ? fleetsim::render_json(report, link_detail(options))
+                             : fleetsim::render_plan(report));
   if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
   return report.variants.empty() ? kSimulationFailed : kOk;
 }
@@ -437,6 +445,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
   if (options.csv && options.command != "sweep") throw po::error("--csv belongs to 'sweep'");
   if (options.csv && options.json) throw po::error("--csv and --json: one of them");
+  if (options.summary && !options.json) throw po::error("--summary shortens --json's output");
   if ((options.attribute || options.sensitivity_draws != 0) && options.command != "run") {
     throw po::error("--attribute and --sensitivity belong to 'run'");
   }
@@ -550,7 +559,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
                                                   sensitivity, step_options);
     }
   }
-  std::cout << (options.json  ? fleetsim::render_json(report) + "\n"
+  std::cout << (options.json  ? fleetsim::render_json(report, link_detail(options)) + "\n"
                 : options.csv ? fleetsim::render_sweep_csv(report)
                 : sweep       ? fleetsim::render_sweep(report)
                               : fleetsim::render_console(report));
