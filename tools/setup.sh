@@ -4,22 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ccache libboost-graph-dev libboost-program-options-dev libtbb-dev
-          libhdf5-dev hdf5-tools libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev
-          libboost-serialization-dev python3-matplotlib python3-h5py libopenmpi-dev openmpi-bin)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
-    missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "setup: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-fi
+tools/install-packages.sh setup build-essential cmake ccache libboost-graph-dev \
+  libboost-program-options-dev libboost-serialization-dev libtbb-dev libhdf5-dev hdf5-tools \
+  libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev python3-matplotlib python3-h5py \
+  libopenmpi-dev openmpi-bin
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # Configured once; again when an older build directory lacks MPI.

@@ -7,6 +7,7 @@
 #include <boost/serialization/vector.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "sim/engine/errors.hpp"
 #include "sim/report/report.hpp"
@@ -142,8 +143,13 @@ void serialize(Archive& a, fleetsim::ParallelPlan& p, unsigned) {
 
 namespace fleetsim {
 
+// What every archive starts with: bytes that are not one are refused before Boost reads a
+// length out of them (and would try to allocate it).
+constexpr std::string_view kMagic = "fleetsim results 1\n";
+
 std::string results_to_bytes(const RunReport& report, const std::vector<std::size_t>& indices) {
   std::ostringstream bytes(std::ios::binary);
+  bytes << kMagic;
   {
     boost::archive::binary_oarchive archive(bytes);
     const std::size_t count = indices.size();
@@ -160,8 +166,11 @@ std::string results_to_bytes(const RunReport& report, const std::vector<std::siz
 }
 
 void results_from_bytes(const std::string& bytes, RunReport& report) {
+  if (!bytes.starts_with(kMagic)) {
+    throw ModelError("cannot read variants' results back: not fleetsim's results archive");
+  }
   try {
-    std::istringstream in(bytes, std::ios::binary);
+    std::istringstream in(bytes.substr(kMagic.size()), std::ios::binary);
     boost::archive::binary_iarchive archive(in);
     std::size_t count = 0;
     archive >> count;

@@ -694,7 +694,7 @@ TEST_CASE("an MI300X node takes RCCL's tuning tables, not NCCL's") {
   CHECK(rccl.tree_efficiency == Approx(0.27));
   CHECK(rccl.ring[static_cast<int>(Protocol::ll)].bandwidth == Approx(0.2));
   CHECK(rccl.ring[static_cast<int>(Protocol::simple)].base.ns() == 27900);
-  const CollectiveCosts& nccl = load_text(kBase).variants[0].inputs.gpu.collectives;
+  const CollectiveCosts nccl = load_text(kBase).variants[0].inputs.gpu.collectives;
   CHECK(nccl.library == "nccl");
   CHECK(nccl.tree_efficiency == Approx(0.92));
   // NCCL's per-channel tree limits for the H100 (compute capability 9.0: Hopper's row); RCCL's
@@ -705,9 +705,9 @@ TEST_CASE("an MI300X node takes RCCL's tuning tables, not NCCL's") {
   CHECK(nccl.tree_correction(Protocol::simple, 64.0 * 4096) == Approx(0.5));
   CHECK(nccl.tree_correction(Protocol::simple, 1e12) == 1.0);
   CHECK_FALSE(rccl.gpu_tree_limits);
-  const CollectiveCosts& rtx4090 = load_text(with(kBase, "node: dgx-h100", "node: rtx4090-server"))
-                                       .variants[0]
-                                       .inputs.gpu.collectives;
+  const CollectiveCosts rtx4090 = load_text(with(kBase, "node: dgx-h100", "node: rtx4090-server"))
+                                      .variants[0]
+                                      .inputs.gpu.collectives;
   REQUIRE(rtx4090.gpu_tree_limits);  // sm_89: Ampere's row, as NCCL picks it
   CHECK(rtx4090.gpu_tree_limits->from_compute_capability == 80);
 }
@@ -1026,7 +1026,7 @@ TEST_CASE("tp_comm_overlap loads with tensor parallelism and is refused without"
 TEST_CASE("offload_optimizer loads with ZeRO 1-3 on a host the preset describes") {
   const std::string offloaded =
       with(kBase, "  zero: 3\n", "  zero: 3\n  offload_optimizer: true\n");
-  const StepInputs& in = load_text(offloaded).variants[0].inputs;
+  const StepInputs in = load_text(offloaded).variants[0].inputs;
   CHECK(in.plan.offload_optimizer);
   CHECK(in.node.host_memory_capacity_bytes == Approx(2e12));
   CHECK(in.node.cpu_cores == 112);

@@ -240,7 +240,7 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
                                     "  degraded:\n"
                                     "    - {cause: slow GPU, slows: compute, fraction: 0.1, "
                                     "per_gpu_day: 0.0001, source: 'assumed: a guess'}\n");
-  const RunSpec& slow = *load_text(degraded).variants[0].run;
+  const RunSpec slow = *load_text(degraded).variants[0].run;
   REQUIRE(slow.degradations.size() == 1);
   CHECK(slow.degradations[0].kind == Degradation::Kind::compute);
   CHECK(slow.degradations[0].fraction == 0.1);
