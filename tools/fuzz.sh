@@ -2,7 +2,7 @@
 # Runs each libFuzzer target for SECONDS (default 60) on a scratch copy of its seeds (shipped
 # scenarios, bad inputs, logs, microbenchmark CSVs, unit strings, past findings), after
 # building them with the fuzz preset (clang). A crash, a leak, undefined behaviour or an input
-# slower than 10 s stops it with exit 1 and leaves the input under build-fuzz/findings/: copy
+# slower than 60 s stops it with exit 1 and leaves the input under build-fuzz/findings/: copy
 # it to tests/fuzz/regressions/<target>/ once fixed, so it runs with the test suite.
 # Prints each target's executions, executions per second and new corpus size.
 set -euo pipefail
@@ -24,10 +24,11 @@ status=0
 for target in fuzz_scenario fuzz_units fuzz_nccl_log fuzz_microbench; do
   corpus=$(mktemp -d)
   for dir in ${seeds[$target]} "tests/fuzz/regressions/$target"; do
-    find "$dir" -type f -exec cp {} "$corpus/" \;
+    # Numbered copies where two seeds share a name.
+    find "$dir" -type f -exec cp --backup=numbered {} "$corpus/" \;
   done
   log=build-fuzz/findings/$target.log
-  if ! "build-fuzz/bin/$target" "$corpus" -max_total_time="$seconds" -timeout=10 \
+  if ! "build-fuzz/bin/$target" "$corpus" -max_total_time="$seconds" -timeout=60 \
       -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="build-fuzz/findings/$target-" \
       >"$log" 2>&1; then
     echo "fuzz: $target found a problem: see $log and build-fuzz/findings/" >&2

@@ -15,6 +15,13 @@ for scenario in scenarios/*.yaml; do
     echo "refresh-golden: $scenario failed with exit code $status" >&2
     exit 1
   fi
+  # Exit 1 is also what a failure gives: only a whole report with its variants is kept.
+  if ! python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["variants"]' \
+      "tests/golden/$name.json.tmp" 2>/dev/null; then
+    rm -f "tests/golden/$name.json.tmp"
+    echo "refresh-golden: $scenario gave no report" >&2
+    exit 1
+  fi
   mv "tests/golden/$name.json.tmp" "tests/golden/$name.json"
   echo "tests/golden/$name.json"
 done

@@ -426,9 +426,15 @@ SimTime read_time(const Field& f) {
 // ---- presets -------------------------------------------------------------------------------
 
 YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::string_view what) {
+  // Not a device, a pipe or a directory: /dev/zero would never end, a FIFO never open.
+  std::error_code error;
+  if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
+    throw ScenarioError(shown, 0, 0, "", std::string(what) + " is not a regular file",
+                        "give the path of a file");
+  }
   std::ifstream in(path);
-  if (!in || fs::is_directory(path)) {
-    const bool exists = fs::exists(path);
+  if (!in) {
+    const bool exists = fs::exists(path, error);
     throw ScenarioError(shown, 0, 0, "", "cannot open " + std::string(what),
                         exists ? "check that it is a readable file" : "no such file");
   }

@@ -31,10 +31,13 @@ CommKind comm_kind(Stream stream) {
   switch (stream) {
     case Stream::gather:
     case Stream::reduce: return kDataParallelComm;
+    case Stream::tensor: return kTensorComm;  // tensor-, context- and expert-parallel
     case Stream::pipeline: return kPipelineComm;
     case Stream::host_copy: return kHostComm;
-    default: return kTensorComm;
+    case Stream::compute:
+    case Stream::cpu: break;  // not communication: never recorded as such
   }
+  throw ModelError(std::string("stream ") + to_string(stream) + " carries no communication");
 }
 
 struct Interval {

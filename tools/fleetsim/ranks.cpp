@@ -14,6 +14,8 @@ namespace {
 
 // The processes the launcher says it started, 1 when none did.
 long launched_processes() {
+  // Open MPI's mpirun, or a PMI launcher (srun --mpi=pmi2). Slurm's srun without an MPI plugin
+  // leaves no trace that a batch script's own environment would not also have.
   for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     if (const char* value = std::getenv(variable)) return std::strtol(value, nullptr, 10);
   }
@@ -56,7 +58,12 @@ Ranks::Ranks(int& argc, char**& argv) {
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
   }
-  refuse_lone_copies(size_);
+  try {
+    refuse_lone_copies(size_);
+  } catch (...) {
+    if (started_) MPI_Finalize();
+    throw;
+  }
 }
 
 void Ranks::abort(int code) const {
