@@ -335,10 +335,8 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
       if (!failure[mask & step_bits].empty()) return;
       try {
         const auto config = compose(mask);
-        std::vector<std::string> warnings;
-        const JobSpec job =
-            job_of_step(*config.second, config.first, step_s[mask & step_bits], untraced, warnings);
-        const JobResult result = simulate_job(job, config.second->replications, seed);
+        const JobResult result = simulate_run_of_step(*config.second, config.first,
+                                                      step_s[mask & step_bits], untraced, seed);
         run_values[mask] = {result.wall_s.mean, result.cost_usd.mean};
       } catch (const ModelError& error) {
         run_failure[mask] = std::string("does not run: ") + error.what();

@@ -129,9 +129,8 @@ Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& 
     std::vector<double> values{outcome.step.step_time_s, outcome.step.tokens_per_s,
                                outcome.step.mfu};
     if (r) {
-      std::vector<std::string> warnings;
-      const JobSpec job = job_of_step(*r, in, outcome.step.step_time_s, untraced, warnings);
-      const JobResult result = simulate_job(job, r->replications, seed);
+      const JobResult result =
+          simulate_run_of_step(*r, in, outcome.step.step_time_s, untraced, seed);
       values.push_back(result.wall_s.mean);
       if (priced) values.push_back(result.cost_usd.mean);
     }

@@ -66,4 +66,10 @@ JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
   return job;
 }
 
+JobResult simulate_run_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
+                               const StepOptions& options, std::uint64_t seed) {
+  std::vector<std::string> warnings;
+  return simulate_job(job_of_step(run, inputs, step_s, options, warnings), run.replications, seed);
+}
+
 }  // namespace fleetsim

@@ -3,6 +3,7 @@
 // hardware present) before the Monte Carlo can run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,5 +18,10 @@ namespace fleetsim {
 // says so in `warnings`.
 JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
                     const StepOptions& options, std::vector<std::string>& warnings);
+
+// The Monte Carlo of that job: its run's replications on `seed`, the warnings dropped (what
+// the analyses compare many configurations by).
+JobResult simulate_run_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
+                               const StepOptions& options, std::uint64_t seed);
 
 }  // namespace fleetsim

@@ -156,11 +156,21 @@ struct LinkRow {
   double utilisation;
 };
 
-H5::CompType breakdown_type() {
-  H5::CompType type(sizeof(BreakdownRow));
-  type.insertMember("component", HOFFSET(BreakdownRow, component), string_type());
-  type.insertMember("seconds", HOFFSET(BreakdownRow, seconds), H5::PredType::NATIVE_DOUBLE);
+// A compound type of a string member `name` and then doubles.
+template <typename Row>
+H5::CompType doubles_after_name(const char* name, std::size_t name_offset,
+                                const std::vector<std::pair<const char*, std::size_t>>& doubles) {
+  H5::CompType type(sizeof(Row));
+  type.insertMember(name, name_offset, string_type());
+  for (const auto& [member, offset] : doubles) {
+    type.insertMember(member, offset, H5::PredType::NATIVE_DOUBLE);
+  }
   return type;
+}
+
+H5::CompType breakdown_type() {
+  return doubles_after_name<BreakdownRow>("component", HOFFSET(BreakdownRow, component),
+                                          {{"seconds", HOFFSET(BreakdownRow, seconds)}});
 }
 
 H5::CompType memory_type() {
@@ -259,18 +269,6 @@ void write_warnings(const H5::Group& group, const std::vector<std::string>& warn
     rows.push_back(warning.c_str());
   }
   write_rows(group, "warnings", string_type(), rows);
-}
-
-// A compound type of a string member `name` and then doubles.
-template <typename Row>
-H5::CompType doubles_after_name(const char* name, std::size_t name_offset,
-                                const std::vector<std::pair<const char*, std::size_t>>& doubles) {
-  H5::CompType type(sizeof(Row));
-  type.insertMember(name, name_offset, string_type());
-  for (const auto& [member, offset] : doubles) {
-    type.insertMember(member, offset, H5::PredType::NATIVE_DOUBLE);
-  }
-  return type;
 }
 
 struct AttributionRow {

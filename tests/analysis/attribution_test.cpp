@@ -243,33 +243,24 @@ TEST_CASE("attribution: a run's time and cost split between checkpoints and spot
 }
 
 TEST_CASE("attribution: a counterfactual that does not run is named, not guessed") {
-  const Scenario scenario = testing::load_text(R"(
+  // ZeRO 3 on one DGX H100, against ZeRO 1 on a B200 node or on the same H100 node.
+  const std::string base = R"(
 name: tiny memory
 model: llama3-8b
 training: {seq_len: 4096, global_batch: 64, micro_batch: 2}
 layout: {dp: 8, zero: 3}
 cluster: {node: dgx-h100}
 compare:
-  - name: zero1 on b200
-    layout: {zero: 1}
-    cluster: {node: dgx-b200}
-)");
+  - name: zero1 on )";
+  const Scenario scenario =
+      testing::load_text(base + "b200\n    layout: {zero: 1}\n    cluster: {node: dgx-b200}\n");
   // ZeRO 1 of an 8B model needs 109 GB a GPU: it fits B200's HBM, not H100's, and the HBM moves
   // with the layout, so every counterfactual runs a layout where it fits.
   const Attribution a = attribute(side(scenario.variants[0]), side(scenario.variants[1]), 1);
   INFO(a.not_attributed);
   CHECK(a.not_attributed.empty());
 
-  const Scenario too_big = testing::load_text(R"(
-name: too big
-model: llama3-8b
-training: {seq_len: 4096, global_batch: 64, micro_batch: 2}
-layout: {dp: 8, zero: 3}
-cluster: {node: dgx-h100}
-compare:
-  - name: zero1 on h100
-    layout: {zero: 1}
-)");
+  const Scenario too_big = testing::load_text(base + "h100\n    layout: {zero: 1}\n");
   const Attribution refused = attribute(side(too_big.variants[0]), side(too_big.variants[1]), 1);
   CHECK(refused.not_attributed == "zero1 on h100 does not fit in memory");
   CHECK(refused.parts.empty());
