@@ -3,8 +3,14 @@
 #include <string>
 
 #include "sim/engine/errors.hpp"
+#include "sim/engine/stop.hpp"
 
 namespace fleetsim {
+namespace {
+
+constexpr std::uint64_t kStopPollEvents = 4096;
+
+}  // namespace
 
 std::uint32_t Engine::acquire_slot() {
   if (!free_slots_.empty()) {
@@ -43,6 +49,9 @@ bool Engine::cancel(EventHandle handle) {
 
 void Engine::run(SimTime until) {
   while (!queue_.empty()) {
+    // A stop (Ctrl-C, a limit) is polled often enough to answer quickly, and rarely enough to
+    // cost nothing; before the next event, which stays pending.
+    if (events_processed_ % kStopPollEvents == 0) throw_if_stop_requested();
     const Entry entry = queue_.top();
     if (entry.at > until) break;
     queue_.pop();

@@ -41,7 +41,9 @@ class Engine {
   bool cancel(EventHandle handle);
 
   // Runs events until the queue is empty or the next event lies after `until`; then, if an
-  // `until` was given, the clock stands at it, so a caller can simulate in segments.
+  // `until` was given, the clock stands at it, so a caller can simulate in segments. Throws
+  // Stopped (sim/engine/stop.hpp) when a stop is requested meanwhile, the next event still
+  // pending (but for one whose callback ran another engine that threw: that one is lost).
   void run(SimTime until = SimTime::max());
   std::uint64_t events_processed() const { return events_processed_; }
   std::size_t pending() const { return pending_; }

@@ -12,6 +12,7 @@
 
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
+#include "sim/engine/stop.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
@@ -766,11 +767,20 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   check_exposure(job, result.interval_steps, rate, losing_rate(job));
   result.useful_s = job.steps * job.step_s;
   result.replications.resize(static_cast<std::size_t>(replications));
+  std::vector<char> finished(result.replications.size(), 0);  // not vector<bool>: shared bits
   tbb::parallel_for(0, replications, [&](int i) {
+    if (stop_requested()) return;
     result.replications[static_cast<std::size_t>(i)] =
         Replication(job, result.interval_steps, rate, seed, static_cast<std::uint64_t>(i)).run();
+    finished[static_cast<std::size_t>(i)] = 1;
     if (replication_done) replication_done();
   });
+  // Stopped: the replications up to the first one not finished, which are exactly those a run
+  // of that many replications draws.
+  const auto done =
+      static_cast<std::size_t>(std::find(finished.begin(), finished.end(), 0) - finished.begin());
+  if (done == 0) throw Stopped();
+  result.replications.resize(done);
   const double gpus = paid_gpus(job);
   const double tokens = job.steps * job.tokens_per_step;
   std::vector<double> wall, goodput, interruptions, preemptions, lost, node_wait, shrunk, regrows,

@@ -237,6 +237,9 @@ struct JobResult {
 // on one node or on spot), or that would practically never end: a segment, downtime or write
 // that interruptions would cut short more than e^10 times on average.
 // `replication_done`, if given, is called once per finished replication, from any thread.
+// When a stop is requested (sim/engine/stop.hpp) no further replication starts: the result has
+// the first k < `replications` (those k replications alone would give), or, with none
+// finished, Stopped is thrown.
 JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
                        const std::function<void()>& replication_done = {});
 

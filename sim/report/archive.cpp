@@ -165,10 +165,11 @@ std::string results_to_bytes(const RunReport& report, const std::vector<std::siz
   return bytes.str();
 }
 
-void results_from_bytes(const std::string& bytes, RunReport& report) {
+std::vector<std::size_t> results_from_bytes(const std::string& bytes, RunReport& report) {
   if (!bytes.starts_with(kMagic)) {
     throw ModelError("cannot read variants' results back: not fleetsim's results archive");
   }
+  std::vector<std::size_t> indices;
   try {
     std::istringstream in(bytes.substr(kMagic.size()), std::ios::binary);
     boost::archive::binary_iarchive archive(in);
@@ -181,6 +182,7 @@ void results_from_bytes(const std::string& bytes, RunReport& report) {
         throw ModelError("variant " + std::to_string(index) + " of " +
                          std::to_string(report.variants.size()));
       }
+      indices.push_back(index);
       VariantReport& variant = report.variants[index];
       archive >> variant.inputs.plan >> variant.inputs.training.micro_batch >> variant.outcome >>
           variant.job >> variant.job_result;
@@ -188,6 +190,7 @@ void results_from_bytes(const std::string& bytes, RunReport& report) {
   } catch (const std::exception& error) {
     throw ModelError(std::string("cannot read variants' results back: ") + error.what());
   }
+  return indices;
 }
 
 }  // namespace fleetsim

@@ -283,7 +283,17 @@ std::string header_text(const RunReport& report) {
   if (!report.fleetsim_version.empty()) {
     text += ", fleetsim " + report.fleetsim_version;
   }
-  return text + "\n\n";
+  text += "\n";
+  if (const auto& partial = report.partial) {
+    text += "partial: " + partial->stopped_by + "; " + std::to_string(report.variants.size()) +
+            " of " + std::to_string(partial->variants_planned) +
+            (report.swept ? " points" : " variants") + " finished";
+    for (std::size_t i = 0; i < partial->left_out.size(); ++i) {
+      text += (i == 0 ? "; left out: " : ", ") + partial->left_out[i];
+    }
+    text += "\n";
+  }
+  return text + "\n";
 }
 
 // A run's Monte Carlo, for the variants that have one (see sim/job).

@@ -3,7 +3,11 @@
 // Layout (strings are UTF-8 variable-length; doubles IEEE 754 64-bit):
 //
 //   /                        attributes: scenario_name, description, scenario_file,
-//                            fleetsim_version (string), seed (uint64); from `fleetsim plan`
+//                            fleetsim_version (string), seed (uint64), partial (int: 1 when
+//                            a stop ended the run early, with stopped_by, not_finished (the
+//                            variants' names), left_out (string, "; " between items) and
+//                            variants_planned (uint64): the variants written are those that
+//                            finished); from `fleetsim plan`
 //                            also plan_layouts, plan_refused, plan_not_fitting, plan_replayed,
 //                            plan_bounded_out (uint64), plan_search_s (double), the variants
 //                            being its ranking
@@ -452,6 +456,21 @@ void write_root_attributes(const H5::H5File& file, const RunReport& report) {
   write_attribute(file, "scenario_file", report.scenario_file);
   write_attribute(file, "fleetsim_version", report.fleetsim_version);
   write_attribute(file, "seed", report.seed);
+  write_attribute(file, "partial", report.partial ? 1 : 0);
+  if (const auto& partial = report.partial) {
+    const auto joined = [](const auto& items, const auto& text_of) {
+      std::string text;
+      for (const auto& item : items) text += (text.empty() ? "" : "; ") + text_of(item);
+      return text;
+    };
+    write_attribute(file, "stopped_by", partial->stopped_by);
+    write_attribute(file, "variants_planned",
+                    static_cast<std::uint64_t>(partial->variants_planned));
+    write_attribute(file, "not_finished",
+                    joined(partial->not_finished, [](const VariantReport& v) { return v.name; }));
+    write_attribute(file, "left_out",
+                    joined(partial->left_out, [](const std::string& item) { return item; }));
+  }
   if (report.plan) {
     const PlanSummary& plan = *report.plan;
     write_attribute(file, "plan_layouts", static_cast<std::uint64_t>(plan.layouts));

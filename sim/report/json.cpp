@@ -289,7 +289,21 @@ std::string render_json(const RunReport& report, LinkDetail detail) {
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     variants.push_back(variant_json(report, i, detail));
   }
-  Json root{{"scenario", scenario_json(report)}, {"variants", std::move(variants)}};
+  Json partial = nullptr;
+  if (report.partial) {
+    Json not_finished = Json::array();
+    for (const VariantReport& variant : report.partial->not_finished) {
+      not_finished.push_back(variant.name);
+    }
+    partial = Json{{"stopped_by", report.partial->stopped_by},
+                   {"variants_planned", report.partial->variants_planned},
+                   {"variants_finished", report.variants.size()},
+                   {"not_finished", std::move(not_finished)},
+                   {"left_out", report.partial->left_out}};
+  }
+  Json root{{"scenario", scenario_json(report)},
+            {"partial", std::move(partial)},
+            {"variants", std::move(variants)}};
   if (report.plan) {
     const PlanSummary& plan = *report.plan;
     root["plan"] = Json{{"layouts", plan.layouts},         {"refused", plan.refused},

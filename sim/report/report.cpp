@@ -6,7 +6,8 @@
 namespace fleetsim {
 
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index) {
-  if (report.variants.empty() || index >= report.variants.size()) {
+  if (report.variants.empty() || index >= report.variants.size() ||
+      (report.partial && report.partial->first_variant_left_out)) {
     return std::nullopt;
   }
   const StepOutcome& baseline = report.variants.front().outcome;
@@ -58,6 +59,12 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
   for (const VariantReport& v : report.variants) {
     if (!v.outcome.simulated || !same_but_size(v)) continue;
     if (!smallest || gpus(v) < gpus(*smallest)) smallest = &v;
+  }
+  // A smaller point that a stop left out might have been the baseline.
+  if (report.partial) {
+    for (const VariantReport& v : report.partial->not_finished) {
+      if (same_but_size(v) && gpus(v) < gpus(*smallest)) return std::nullopt;
+    }
   }
   const double per_gpu = point.outcome.step.tokens_per_s / gpus(point);
   return per_gpu / (smallest->outcome.step.tokens_per_s / gpus(*smallest));

@@ -54,6 +54,20 @@ struct PlanSummary {
   std::optional<VariantReport> leanest;
 };
 
+// Set when a stop (Ctrl-C, SIGTERM, --max-wall, --max-memory) ended the work early: the report
+// holds the variants that finished, and says what is missing.
+struct PartialResults {
+  std::string stopped_by;            // "interrupted (SIGINT)", ...
+  std::size_t variants_planned = 0;  // in the scenario; the report holds those that finished
+  // The variants not finished, as the scenario has them (nothing simulated): a speed-up needs
+  // to know whether its baseline is among them, a sweep's scaling efficiency whether a smaller
+  // point of its group is.
+  std::vector<VariantReport> not_finished;
+  bool first_variant_left_out = false;
+  // Beyond the variants not finished: "h100: 63 of 100 replications", "b200: attribution", ...
+  std::vector<std::string> left_out;
+};
+
 struct RunReport {
   std::string scenario_name;
   std::string description;
@@ -63,6 +77,7 @@ struct RunReport {
   std::vector<VariantReport> variants;  // the first one is the baseline for speed-ups
   std::optional<PlanSummary> plan;      // set for `fleetsim plan`: variants are its ranking
   bool swept = false;                   // a sweep's: variants are its points
+  std::optional<PartialResults> partial;
 };
 
 // One column per variant; speed-up of each variant over the first; then each attribution, a
@@ -109,7 +124,8 @@ struct CollectiveReport {
 // one row per message size (the tuner may pick per size). Written atomically like write_hdf5.
 void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path);
 
-// tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated.
+// tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated,
+// or when a stop left the scenario's first variant out.
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index);
 // Tokens/s per GPU of variant `index` over those of variant 0: 1 is perfect scaling from the
 // first variant's GPU count to this one's; empty when either was not simulated, or when every
@@ -119,7 +135,7 @@ std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::
 // that fits among the points that differ from it only in size (the same node preset, GPU
 // profile and model, and the same value of every swept field but cluster.nodes and layout.dp:
 // a sweep over node counts and node types scales each type from its own smallest point);
-// empty when it was not simulated.
+// empty when it was not simulated, or when a stop left out a smaller point of its group.
 std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::size_t index);
 // `fleetsim sweep`: one row per point (GPUs, step time, tokens/s, per GPU, scaling efficiency,
 // MFU, the largest share of the step). Ends with a newline.
@@ -134,9 +150,9 @@ std::string layout_label(const ParallelPlan& plan);
 // scenario's inputs: a re-planned point's layout and micro-batch, the step's outcome, a run's
 // job and Monte Carlo) as bytes, and back into the same variants of a report of the same
 // scenario: what one rank of a distributed sweep sends rank 0. Every double keeps its bits.
-// Read by the build that wrote it; throws ModelError on other bytes.
+// Read by the build that wrote it; throws ModelError on other bytes. Returns the indices read.
 std::string results_to_bytes(const RunReport& report, const std::vector<std::size_t>& indices);
-void results_from_bytes(const std::string& bytes, RunReport& report);
+std::vector<std::size_t> results_from_bytes(const std::string& bytes, RunReport& report);
 
 // Reading an HDF5 result file back without HDF5 headers (tests, `fleetsim inspect`).
 using Hdf5Attribute = std::variant<std::string, std::int64_t, std::uint64_t, double>;

@@ -1,10 +1,15 @@
 #include "sim/job/job.hpp"
 
+#include "common/stop_guard.hpp"
+#include "sim/engine/stop.hpp"
+
 #include <tbb/global_control.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 using namespace fleetsim;
@@ -509,4 +514,44 @@ TEST_CASE("job: a spot notice that lets the last checkpoint through ends the run
   const JobResult result = simulate_job(job, 3, 1);
   CHECK(result.replications[0].preemptions == 1);
   CHECK(result.wall_s.p50 == 1060);
+}
+
+TEST_CASE("job: a Monte Carlo stopped partway keeps the replications a shorter run would draw") {
+  const JobSpec job = interrupted_job();
+  const JobResult whole = simulate_job(job, 400, 5);
+  for (const int threads : {1, 2}) {
+    INFO(threads << " threads");
+    const fleetsim::testing::StopGuard guard;
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
+    std::atomic<int> done{0};
+    const auto stop_after_40 = [&done] {
+      if (++done == 40) request_stop(StopReason::interrupt);
+    };
+    std::optional<JobResult> result;
+    try {
+      result = simulate_job(job, 400, 5, stop_after_40);
+    } catch (const Stopped&) {
+      // With two threads the other one may finish 40 before replication 0 is finished: no
+      // prefix then, which is what Stopped says.
+      CHECK(threads > 1);
+      continue;
+    }
+    clear_stop_request();
+    const JobResult& stopped = *result;
+    // No replication starts after the stop; some in flight may finish. What is kept is a
+    // prefix: exactly what a run of that many replications gives.
+    const std::size_t kept = stopped.replications.size();
+    CHECK(kept >= 1);
+    CHECK(kept < 400);
+    CHECK(kept <= static_cast<std::size_t>(done.load()));
+    if (threads == 1) CHECK(kept == 40);
+    const JobResult shorter = simulate_job(job, static_cast<int>(kept), 5);
+    CHECK(stopped == shorter);
+    CHECK(std::equal(stopped.replications.begin(), stopped.replications.end(),
+                     whole.replications.begin()));
+  }
+  // Stopped before the first replication: nothing to report, and it says so.
+  const fleetsim::testing::StopGuard guard;
+  request_stop(StopReason::wall_limit);
+  CHECK_THROWS_AS(simulate_job(job, 10, 5), Stopped);
 }

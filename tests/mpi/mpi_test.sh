@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A run and a sweep spread over two MPI ranks: the same JSON and the same HDF5 file as one
-# process writes; commands that run in one process refused under mpirun.
+# process writes; a stopped sweep reports both ranks' finished points; commands that run in one
+# process refused under mpirun.
 set -euo pipefail
 fleetsim=$1
 mpirun=$2
@@ -34,6 +35,22 @@ h5dump -H -d "/variants/checkpoint every 6 h/run/wall_s" "$dir/two.h5" | grep -q
 three run "$scenarios/h100-vs-b200.yaml" -q --json --trace "$dir/three.trace" >"$dir/three.json"
 cmp "$dir/one.json" "$dir/three.json"
 cmp "$dir/one.trace" "$dir/three.trace"
+# A sweep stopped by --max-wall (each rank's own): both ranks' finished points, marked partial.
+status=0
+two sweep "$scenarios/../tools/bench/sweep-200.yaml" -q --threads 1 --json --max-wall 4s \
+  >"$dir/stopped.json" 2>/dev/null || status=$?
+[ "$status" -eq 3 ] || { echo "sweep stopped under mpirun: exit $status"; exit 1; }
+python3 - "$dir/stopped.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+partial = report["partial"]
+assert "--max-wall" in partial["stopped_by"], partial
+assert 0 < partial["variants_finished"] < partial["variants_planned"] == 200, partial
+names = [v["name"] for v in report["variants"]]
+# Points 0 and 1 are the first of rank 0 and of rank 1.
+assert any(n.endswith("link=100Gbps") for n in names), names
+assert any(n.endswith("link=105Gbps") for n in names), names
+PY
 # Copies that a launcher started but MPI did not join would each do all the work: refused.
 status=0
 OMPI_COMM_WORLD_SIZE=2 "$fleetsim" run "$scenarios/h100-vs-b200.yaml" -q >/dev/null 2>"$dir/err" ||

@@ -457,4 +457,45 @@ TEST_CASE("a sensitivity prints its interval and swings, and writes every draw t
 }
 
 }  // namespace
+
+TEST_CASE("a partial report measures no speed-up against a stand-in for a baseline left out") {
+  // Two fitting variants on 16 and 32 GPUs, the second at 1.5 times the throughput.
+  RunReport report;
+  report.variants = {fitting_variant(), fitting_variant()};
+  report.variants[1].name = "twice the nodes";
+  report.variants[1].inputs.nodes *= 2;
+  report.variants[1].outcome.step.tokens_per_s *= 1.5;
+  REQUIRE(speedup_vs_first(report, 1) == Approx(1.5));
+  REQUIRE(scaling_efficiency_vs_first(report, 1) == Approx(0.75));
+
+  // A stop that left a third variant out changes nothing; one that left the first out, and put
+  // another first, leaves the speed-ups empty.
+  report.partial = PartialResults{};
+  report.partial->not_finished = {fitting_variant()};
+  CHECK(speedup_vs_first(report, 1) == Approx(1.5));
+  report.partial->first_variant_left_out = true;
+  CHECK_FALSE(speedup_vs_first(report, 1));
+  CHECK_FALSE(scaling_efficiency_vs_first(report, 1));
+  CHECK(nlohmann::json::parse(render_json(report))["variants"][1]["speedup_vs_first"].is_null());
+
+  // A sweep over node counts: the 32-GPU point scales from the 16-GPU one, but not from itself
+  // when a stop left the 16-GPU point out.
+  RunReport sweep = report;
+  sweep.partial.reset();
+  sweep.swept = true;
+  sweep.variants[0].swept = {{"cluster.nodes", "2"}};
+  sweep.variants[1].swept = {{"cluster.nodes", "4"}};
+  CHECK(scaling_efficiency_in_sweep(sweep, 1) == Approx(0.75));
+  VariantReport smaller = sweep.variants[0];
+  sweep.variants.erase(sweep.variants.begin());
+  sweep.partial = PartialResults{};
+  sweep.partial->not_finished = {smaller};
+  CHECK_FALSE(scaling_efficiency_in_sweep(sweep, 0));
+  // A larger point left out is no baseline: the 16-GPU point is its own.
+  sweep.variants = {smaller};
+  sweep.partial->not_finished = {report.variants[1]};
+  sweep.partial->not_finished[0].swept = {{"cluster.nodes", "4"}};
+  CHECK(scaling_efficiency_in_sweep(sweep, 0) == Approx(1.0));
+}
+
 }  // namespace fleetsim

@@ -1,5 +1,7 @@
 // The fleetsim command line. The only place that prints, and that turns errors into exit codes:
-// 0 ok, 1 the simulation says a layout does not fit or a model fails, 2 bad input.
+// 0 ok, 1 the simulation says a layout does not fit or a model fails, 2 bad input, 3 stopped at
+// --max-wall or --max-memory, 130 and 143 stopped by SIGINT and SIGTERM (run and sweep write
+// what finished first, marked partial).
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 
@@ -25,6 +27,7 @@
 #include "tools/fleetsim/collective_command.hpp"
 #include "tools/fleetsim/progress.hpp"
 #include "tools/fleetsim/ranks.hpp"
+#include "tools/fleetsim/stopping.hpp"
 
 namespace po = boost::program_options;
 using fleetsim::DataPaths;
@@ -70,10 +73,17 @@ const char* const kUsage =
     "  --data-dir DIR         where presets live (default: the source tree)\n"
     "  --threads N            worker threads for independent variants (default: all cores)\n"
     "  -q, --quiet            no progress bar (it shows on a terminal for runs over a second)\n"
+    "  --max-wall DURATION    stop after this long (90s, 30min, 2h): the variants and\n"
+    "                         replications finished are written, marked partial (exit 3)\n"
+    "  --max-memory SIZE      stop when the process holds more memory than this (8GB,\n"
+    "                         512MiB; checked every 10 ms), likewise. Ctrl-C (SIGINT) or\n"
+    "                         SIGTERM does the same with exit 130 or 143; a second one ends\n"
+    "                         it at once\n"
     "\n"
     "sweep options: --csv (one line per point, for scripts), and those of run\n"
     "\n"
-    "plan options (and -o, --json, --no-fold, --data-dir, --threads, -q as for run):\n"
+    "plan options (and -o, --json, --no-fold, --data-dir, --threads, -q, --max-wall and\n"
+    "--max-memory as for run, but a plan stopped early writes nothing):\n"
     "  --top N                layouts to rank (default 10)\n"
     "\n"
     "collective options (as nccl-tests names them where it can):\n"
@@ -116,6 +126,8 @@ struct Options {
   bool no_fold = false;       // replay every data-parallel replica, not one per stage
   bool quiet = false;         // no progress bar
   int bench_runs = 0;
+  std::string max_wall;    // run, sweep, plan: stop after this long
+  std::string max_memory;  // run, sweep, plan: stop above this resident memory
   std::optional<int> top;  // layouts `plan` ranks (default 10)
   int threads = 0;         // 0: TBB's default, one per core
   fleetsim::CollectiveOptions collective;
@@ -135,7 +147,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "attribute", po::bool_switch(&options.attribute))("sensitivity",
                                                         po::value(&options.sensitivity_draws))(
       "no-fold", po::bool_switch(&options.no_fold))("quiet,q", po::bool_switch(&options.quiet))(
-      "bench", po::value(&options.bench_runs))("data-dir", po::value(&options.data_dir))(
+      "bench", po::value(&options.bench_runs))("max-wall", po::value(&options.max_wall))(
+      "max-memory", po::value(&options.max_memory))("data-dir", po::value(&options.data_dir))(
       "threads", po::value(&options.threads))("top", po::value<int>())(
       "command", po::value(&options.command))("file", po::value(&options.file));
   auto& c = options.collective;
@@ -208,6 +221,7 @@ void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
 // `layouts` (fastest step first) each with `run` simulated, ranked by the run's expected cost
 // (its mean; without a price its mean wall time), ties in the order given: a layout's step is
 // not all its run costs. One whose run cannot be simulated is ranked last, with a warning.
+// Throws Stopped when a stop cut a Monte Carlo short: the ranking would not be one.
 void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::RunSpec& run,
                  std::uint64_t seed, const fleetsim::StepOptions& options,
                  fleetsim::ProgressBar& progress) {
@@ -222,6 +236,12 @@ void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::
       layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
     }
   });
+  for (const fleetsim::VariantReport& layout : layouts) {
+    if (layout.job_result &&
+        layout.job_result->replications.size() < static_cast<std::size_t>(run.replications)) {
+      throw fleetsim::Stopped();
+    }
+  }
   const auto expected = [&](const fleetsim::VariantReport& layout) {
     if (!layout.job_result) return std::numeric_limits<double>::infinity();
     return run.priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
@@ -240,6 +260,22 @@ bool mine(std::size_t index, const fleetsim::Ranks& ranks) {
   return index % static_cast<std::size_t>(ranks.size()) == static_cast<std::size_t>(ranks.rank());
 }
 
+// A stop reason as the one character a rank's results start with, and back.
+static_assert(static_cast<int>(fleetsim::StopReason::memory_limit) < 10);
+std::string stop_reason_byte(fleetsim::StopReason reason) {
+  return std::to_string(static_cast<int>(reason));
+}
+fleetsim::StopReason stop_reason_of_byte(char byte) {
+  const int reason = byte - '0';
+  if (reason < 0 || reason > static_cast<int>(fleetsim::StopReason::memory_limit)) {
+    throw fleetsim::ModelError("a rank's results begin with an unknown stop reason");
+  }
+  return static_cast<fleetsim::StopReason>(reason);
+}
+
+// Every variant of `scenario`, spread over threads and `ranks` (rank 0's report has them all).
+// A stop (sim/engine/stop.hpp) leaves the variants not finished out: the report is then marked
+// partial, a run cut short keeping the replications it finished.
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options,
                    const fleetsim::Ranks& ranks, bool quiet = true) {
   RunReport report = empty_report(scenario);
@@ -299,33 +335,69 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
     progress.advance();
     if (variant.run) simulate_run(out, scenario.seed, options, progress);
   };
+  // Which variants finished; each element written by its variant's own task only (chars, not
+  // vector<bool>, whose packed bits tasks would share).
+  std::vector<char> finished(scenario.variants.size(), 0);
+  const auto simulate_unless_stopped = [&](std::size_t i) {
+    if (!mine(i, ranks) || fleetsim::stop_requested()) return;
+    try {
+      simulate_variant(i);
+      finished[i] = 1;
+    } catch (const fleetsim::Stopped&) {  // left out
+    }
+  };
   if (ranks.size() == 1) {
-    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_variant);
+    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_unless_stopped);
     progress.finish();
+    if (fleetsim::stop_requested()) keep_finished(report, finished, fleetsim::stop_reason());
     return report;
   }
-  // Spread over ranks: each sends rank 0 its variants' results ('R'), or what stopped it ('E'),
-  // so that no rank waits for one that has given up.
+  // Spread over ranks: each sends rank 0 its finished variants' results ('R', then what stopped
+  // it, '0' for nothing), or what failed ('E'), so that no rank waits for one that has given up.
   std::string sent;
   try {
-    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_variant);
+    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_unless_stopped);
     std::vector<std::size_t> indices;
     for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
-      if (mine(i, ranks)) indices.push_back(i);
+      if (finished[i]) indices.push_back(i);
     }
-    sent = "R" + fleetsim::results_to_bytes(report, indices);
+    sent = "R" + stop_reason_byte(fleetsim::stop_reason()) +
+           fleetsim::results_to_bytes(report, indices);
   } catch (const std::exception& error) {
     sent = std::string("E") + error.what();
   }
   progress.finish();
   const std::vector<std::string> received = ranks.gather(sent);
+  auto reason = fleetsim::StopReason::none;
   for (std::size_t r = 0; r < received.size(); ++r) {
     if (received[r].front() == 'E') {
       throw fleetsim::ModelError("rank " + std::to_string(r) + ": " + received[r].substr(1));
     }
-    if (r > 0) fleetsim::results_from_bytes(received[r].substr(1), report);
+    if (reason == fleetsim::StopReason::none) {
+      reason = stop_reason_of_byte(received[r][1]);
+    }
+    if (r == 0) continue;
+    for (std::size_t i : fleetsim::results_from_bytes(received[r].substr(2), report)) {
+      finished[i] = 1;
+    }
+  }
+  if (reason != fleetsim::StopReason::none) {
+    fleetsim::request_stop(reason);  // rank 0 stops too: what follows would not be whole
+    keep_finished(report, finished, reason);
   }
   return report;
+}
+
+// `out` = compute(), unless a stop comes first or meanwhile: an analysis is whole or absent
+// (a Monte Carlo inside it that a stop cut short would skew it).
+template <typename T, typename Compute>
+void whole_unless_stopped(std::optional<T>& out, Compute compute) {
+  if (fleetsim::stop_requested()) return;
+  try {
+    T result = compute();
+    if (!fleetsim::stop_requested()) out = std::move(result);
+  } catch (const fleetsim::Stopped&) {  // left out
+  }
 }
 
 // Each compare entry's difference from the first variant, split among its causes.
@@ -334,9 +406,24 @@ void attribute_variants(std::uint64_t seed, const fleetsim::StepOptions& options
   const fleetsim::VariantReport& first = report.variants.front();
   for (std::size_t i = 1; i < report.variants.size(); ++i) {
     fleetsim::VariantReport& variant = report.variants[i];
-    variant.attribution =
-        fleetsim::attribute({first.name, first.inputs, first.run},
-                            {variant.name, variant.inputs, variant.run}, seed, options);
+    whole_unless_stopped(variant.attribution, [&] {
+      return fleetsim::attribute({first.name, first.inputs, first.run},
+                                 {variant.name, variant.inputs, variant.run}, seed, options);
+    });
+  }
+}
+
+// After a stop: the report is partial, and says which of the analyses asked for are missing.
+void note_stopped_analyses(const Options& options, fleetsim::StopReason reason, RunReport& report) {
+  fleetsim::PartialResults& partial = fleetsim::mark_partial(report, reason);
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    const fleetsim::VariantReport& variant = report.variants[i];
+    if (options.attribute && i > 0 && !variant.attribution) {
+      partial.left_out.push_back(variant.name + ": attribution");
+    }
+    if (options.sensitivity_draws > 0 && !variant.sensitivity) {
+      partial.left_out.push_back(variant.name + ": sensitivity");
+    }
   }
 }
 
@@ -452,6 +539,16 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (options.sensitivity_draws != 0 && options.sensitivity_draws < 2) {
     throw po::error("--sensitivity needs at least 2 draws (100 make a steady 90% interval)");
   }
+  const bool simulates =
+      options.command == "run" || options.command == "sweep" || options.command == "plan";
+  if ((!options.max_wall.empty() || !options.max_memory.empty()) && !simulates) {
+    throw po::error("--max-wall and --max-memory belong to 'run', 'sweep' and 'plan'");
+  }
+  // Started before the scenario loads: a limit counts the whole command.
+  std::optional<fleetsim::ResourceWatch> watch;
+  watch.emplace(fleetsim::parse_limits(options.max_wall, options.max_memory));
+  // A stopped run or sweep writes what it finished; other commands end at once, as usual.
+  if (options.command == "run" || options.command == "sweep") fleetsim::stop_on_signals();
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -550,27 +647,56 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   RunReport report = simulate(scenario, step_options, ranks, options.quiet);
   if (ranks.rank() != 0) return kOk;  // rank 0 has every rank's results and reports them
+  const char* const variants = sweep ? "points" : "variants";
+  if (report.partial && report.variants.empty()) {
+    std::cerr << "fleetsim: " << report.partial->stopped_by << " before any of the " << variants
+              << " finished: nothing written\n";
+    return fleetsim::exit_code(fleetsim::stop_reason());
+  }
   if (options.attribute) attribute_variants(scenario.seed, step_options, report);
   if (options.sensitivity_draws > 0) {
     fleetsim::SensitivityOptions sensitivity;
     sensitivity.draws = options.sensitivity_draws;
     for (fleetsim::VariantReport& variant : report.variants) {
-      variant.sensitivity = fleetsim::sensitivity(variant.inputs, variant.run, scenario.seed,
-                                                  sensitivity, step_options);
+      whole_unless_stopped(variant.sensitivity, [&] {
+        return fleetsim::sensitivity(variant.inputs, variant.run, scenario.seed, sensitivity,
+                                     step_options);
+      });
     }
+  }
+  // The results are decided here: stopped or not, what follows writes them whole. A limit no
+  // longer applies, and Ctrl-C ends the process as usual (its files are written atomically).
+  const fleetsim::StopReason stopped = fleetsim::stop_reason();
+  watch.reset();
+  fleetsim::stop_ending_process_on_signals();
+  if (stopped != fleetsim::StopReason::none) note_stopped_analyses(options, stopped, report);
+  // Files first: a launcher that ends a stopped process soon after (mpirun) is likelier to
+  // find them written. A file that cannot be written fails the command once the report is
+  // printed.
+  std::exception_ptr write_failure;
+  try {
+    if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
+    if (!options.trace.empty()) {
+      fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
+    }
+  } catch (const fleetsim::ModelError&) {
+    write_failure = std::current_exception();
   }
   std::cout << (options.json  ? fleetsim::render_json(report, link_detail(options)) + "\n"
                 : options.csv ? fleetsim::render_sweep_csv(report)
                 : sweep       ? fleetsim::render_sweep(report)
                               : fleetsim::render_console(report));
-  if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
-  if (!options.trace.empty()) {
-    fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
-  }
-  if (options.bench_runs > 0) {
+  if (write_failure) std::rethrow_exception(write_failure);
+  if (options.bench_runs > 0 && stopped == fleetsim::StopReason::none) {
     fleetsim::StepOptions bench_options;
     bench_options.fold = step_options.fold;
     print_bench(scenario, bench_options, options.bench_runs, ranks);
+  }
+  if (stopped != fleetsim::StopReason::none) {
+    std::cerr << "fleetsim: " << report.partial->stopped_by << ": the " << report.variants.size()
+              << " of " << report.partial->variants_planned << " " << variants
+              << " that finished are reported, marked partial\n";
+    return fleetsim::exit_code(stopped);
   }
   // A sweep reports the points that do not fit as such: it fails only when none does.
   const auto simulated = [](const auto& v) { return v.outcome.simulated; };
@@ -633,6 +759,9 @@ int main(int argc, char** argv) {
   } catch (const po::error& error) {
     code = kBadInput;
     failure = std::string("fleetsim: ") + error.what() + " (try --help)";
+  } catch (const fleetsim::Stopped& stopped) {  // a command that writes nothing partial
+    code = fleetsim::exit_code(fleetsim::stop_reason());
+    failure = std::string("fleetsim: ") + stopped.what() + ": nothing written";
   } catch (const std::exception& error) {  // ModelError and the rest: the simulation failed
     code = kSimulationFailed;
     failure = std::string("error: ") + error.what();

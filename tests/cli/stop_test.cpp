@@ -1,0 +1,219 @@
+// Stopping fleetsim: --max-wall, --max-memory and Ctrl-C write what finished, marked partial;
+// a process killed while it writes its result file leaves the previous file or none.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/temp_dir.hpp"
+#include "sim/report/report.hpp"
+
+namespace fs = std::filesystem;
+using fleetsim::testing::TempDir;
+
+extern char** environ;
+
+namespace {
+
+const std::string kSmallThenHuge = std::string(FLEETSIM_TEST_DATA_DIR) + "/small-then-huge.yaml";
+
+// The second variant alone: a step that takes minutes.
+const char* const kHuge = R"(name: stop-test-huge
+model: llama3-405b
+training: {seq_len: 8192, global_batch: 2048, micro_batch: 1}
+layout: {tp: 8, pp: 16, vpp: 4, dp: 128, recompute: full, zero: 1}
+cluster:
+  node: dgx-h100
+  nodes: 2048
+  fabric: {kind: rail-fat-tree, link: 400Gbps}
+)";
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// fleetsim started with `arguments`, its stdout and stderr going to files in `dir`.
+class Fleetsim {
+ public:
+  Fleetsim(const TempDir& dir, const std::vector<std::string>& arguments)
+      : out_(dir.path() / "out"), err_(dir.path() / "err") {
+    std::vector<std::string> argv_text{FLEETSIM_CLI};
+    argv_text.insert(argv_text.end(), arguments.begin(), arguments.end());
+    std::vector<char*> argv;
+    for (std::string& argument : argv_text) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, out_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&files, STDERR_FILENO, err_.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int error = posix_spawn(&pid_, argv[0], &files, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&files);
+    REQUIRE(error == 0);
+  }
+
+  void signal(int number) const { REQUIRE(::kill(pid_, number) == 0); }
+
+  // The exit status, or 128 + the signal that ended it.
+  int wait() const {
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::string out() const { return read_text(out_); }
+  std::string err() const { return read_text(err_); }
+
+ private:
+  fs::path out_;
+  fs::path err_;
+  pid_t pid_ = 0;
+};
+
+// fleetsim running kSmallThenHuge on one thread, every GPU replayed, writing JSON and `h5`.
+Fleetsim run_small_then_huge(const TempDir& dir, const fs::path& h5,
+                             const std::vector<std::string>& limits) {
+  std::vector<std::string> arguments{"run", kSmallThenHuge, "--no-fold", "--threads",
+                                     "1",   "--json",       "-o",        h5.string()};
+  arguments.insert(arguments.end(), limits.begin(), limits.end());
+  return Fleetsim(dir, arguments);
+}
+
+// Checks what a run of kSmallThenHuge stopped during its second variant reported: the first
+// variant, as a run of it alone reports it, and the stop's reason.
+void check_first_variant_kept(const TempDir& dir, const Fleetsim& stopped, const fs::path& h5,
+                              const std::string& stopped_by) {
+  const auto report = nlohmann::json::parse(stopped.out());
+  INFO(stopped.err());
+  REQUIRE(report["partial"].is_object());
+  CHECK(report["partial"]["stopped_by"].get<std::string>().find(stopped_by) != std::string::npos);
+  CHECK(report["partial"]["variants_planned"] == 2);
+  REQUIRE(report["variants"].size() == 1);
+  CHECK(report["variants"][0]["name"] == "dgx-h100");
+  // The line on stderr says what happened.
+  CHECK(stopped.err().find("1 of 2 variants that finished are reported, marked partial") !=
+        std::string::npos);
+
+  const std::string both = read_text(kSmallThenHuge);
+  const fs::path alone = dir.write("alone.yaml", both.substr(0, both.find("\ncompare:")));
+  Fleetsim whole(dir, {"run", alone.string(), "--no-fold", "--json"});
+  REQUIRE(whole.wait() == 0);
+  const auto expected = nlohmann::json::parse(whole.out());
+  CHECK(report["variants"][0]["step"] == expected["variants"][0]["step"]);
+
+  const fleetsim::Hdf5Summary file = fleetsim::read_hdf5_summary(h5);
+  CHECK(std::get<std::int64_t>(file.attributes.at("partial")) == 1);
+  CHECK(std::get<std::string>(file.attributes.at("stopped_by")).find(stopped_by) !=
+        std::string::npos);
+  CHECK(file.variants.size() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("stop: --max-wall and --max-memory stop inside a simulation: what finished is written") {
+  for (const auto& [limit, value] : {std::pair{"--max-wall", "5s"}, {"--max-memory", "400MB"}}) {
+    INFO(limit);
+    const TempDir dir;
+    const fs::path h5 = dir.path() / "out.h5";
+    const Fleetsim run = run_small_then_huge(dir, h5, {limit, value});
+    REQUIRE(run.wait() == 3);
+    check_first_variant_kept(dir, run, h5, limit);
+  }
+}
+
+TEST_CASE("stop: a stop before anything finished writes nothing: the previous result file stays") {
+  const TempDir dir;
+  const fs::path scenario = dir.write("s.yaml", kHuge);
+  const fs::path h5 = dir.write("out.h5", "the previous results");
+  Fleetsim run(dir, {"run", scenario.string(), "--no-fold", "-o", h5.string(), "--max-wall", "1s"});
+  CHECK(run.wait() == 3);
+  CHECK(run.out().empty());
+  CHECK(run.err().find("before any of the variants finished: nothing written") !=
+        std::string::npos);
+  CHECK(read_text(h5) == "the previous results");
+  CHECK(dir.file_count() == 4);  // s.yaml, out.h5, out, err: no temporary file left
+}
+
+TEST_CASE("stop: Ctrl-C (SIGINT) on a run writes what finished, marked partial, and exits 130") {
+  const TempDir dir;
+  const fs::path h5 = dir.path() / "out.h5";
+  const Fleetsim run = run_small_then_huge(dir, h5, {});
+  // The first variant takes well under a second, even under the sanitizers; the second minutes.
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  run.signal(SIGINT);
+  REQUIRE(run.wait() == 130);
+  check_first_variant_kept(dir, run, h5, "SIGINT");
+}
+
+TEST_CASE(
+    "stop: a fleetsim killed while it writes its HDF5 file leaves the previous file, or none") {
+  // The kill lands as the temporary file appears (inotify), while HDF5 fills it: the target
+  // must then be as it was. A kill that comes after the rename (the write took less than the
+  // kill's latency) proves nothing, and the attempt is repeated.
+  const std::string scenario = std::string(FLEETSIM_TEST_DATA_DIR) + "/large-output.yaml";
+  const TempDir dir;
+  const fs::path h5 = dir.path() / "result.h5";
+  // `restore` puts the target as it was before each attempt.
+  const auto kill_while_writing = [&](const auto& restore) {
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      restore();
+      const int watch = inotify_init1(IN_CLOEXEC);
+      REQUIRE(watch >= 0);
+      REQUIRE(inotify_add_watch(watch, dir.path().c_str(), IN_CREATE) >= 0);
+      Fleetsim run(dir, {"run", scenario, "-q", "-o", h5.string()});
+      const std::string temp_prefix = h5.filename().string() + ".tmp.";
+      std::string temp_name;
+      alignas(inotify_event) char buffer[4096];
+      while (temp_name.empty()) {
+        pollfd ready{watch, POLLIN, 0};
+        REQUIRE(::poll(&ready, 1, 600'000) == 1);  // fleetsim never began its file: no hang
+        const ssize_t length = ::read(watch, buffer, sizeof buffer);
+        REQUIRE(length > 0);
+        for (ssize_t at = 0; at < length;) {
+          const auto* event = reinterpret_cast<const inotify_event*>(buffer + at);
+          const std::string name = event->len > 0 ? event->name : "";
+          if (name.rfind(temp_prefix, 0) == 0) temp_name = name;
+          at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
+        }
+      }
+      run.signal(SIGKILL);
+      const int status = run.wait();
+      ::close(watch);
+      const fs::path temp = dir.path() / temp_name;
+      if (fs::exists(temp)) {  // killed before the rename
+        CHECK(status == 128 + SIGKILL);
+        fs::remove(temp);  // what a kill leaves: never the target
+        return true;
+      }
+    }
+    return false;
+  };
+
+  // No previous file: none after the kill.
+  REQUIRE(kill_while_writing([&] { fs::remove(h5); }));
+  CHECK_FALSE(fs::exists(h5));
+
+  // A previous file: the same bytes after the kill, and still a whole result.
+  Fleetsim first(dir, {"run", scenario, "-q", "-o", h5.string()});
+  REQUIRE(first.wait() == 0);
+  const std::string previous = read_text(h5);
+  REQUIRE(kill_while_writing([&] { std::ofstream(h5, std::ios::binary) << previous; }));
+  CHECK(read_text(h5) == previous);
+  CHECK(fleetsim::read_hdf5_summary(h5).variants.size() == 4);
+}

@@ -1,0 +1,99 @@
+#include "tools/fleetsim/stopping.hpp"
+
+#include <boost/program_options/errors.hpp>
+#include <csignal>
+
+#include "sim/scenario/units.hpp"
+
+namespace fleetsim {
+namespace {
+
+extern "C" void on_signal(int signal) {
+  request_stop(signal == SIGINT ? StopReason::interrupt : StopReason::terminate);
+  // The next SIGINT or SIGTERM ends the process the ordinary way, for a user who will not wait
+  // for the results to be written (signal() is async-signal-safe).
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+}  // namespace
+
+ResourceWatch::Limits parse_limits(const std::string& max_wall, const std::string& max_memory) {
+  ResourceWatch::Limits limits;
+  try {
+    if (!max_wall.empty()) {
+      limits.max_wall_s = parse_duration(max_wall);
+      if (*limits.max_wall_s <= 0) throw UnitError("--max-wall must be above zero", "e.g. 2h");
+    }
+    if (!max_memory.empty()) limits.max_memory_bytes = parse_size(max_memory);
+  } catch (const UnitError& error) {
+    throw boost::program_options::error(std::string(error.what()) + " (" + error.hint() + ")");
+  }
+  if (limits.max_memory_bytes && resident_memory_bytes() <= 0) {
+    throw boost::program_options::error(
+        "--max-memory needs the process's resident memory, and /proc/self/statm cannot be read "
+        "here");
+  }
+  return limits;
+}
+
+void stop_on_signals() {
+  struct sigaction action = {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  // Restarted, a write to a pipe that the signal interrupts does not fail the output.
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+void stop_ending_process_on_signals() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+int exit_code(StopReason reason) {
+  switch (reason) {
+    case StopReason::interrupt: return 128 + SIGINT;
+    case StopReason::terminate: return 128 + SIGTERM;
+    case StopReason::none: return 0;
+    case StopReason::wall_limit:
+    case StopReason::memory_limit: break;
+  }
+  return kStoppedAtLimit;
+}
+
+PartialResults& mark_partial(RunReport& report, StopReason reason) {
+  if (!report.partial) {
+    report.partial.emplace();
+    report.partial->stopped_by = describe(reason);
+    report.partial->variants_planned = report.variants.size();
+  }
+  return *report.partial;
+}
+
+void keep_finished(RunReport& report, const std::vector<char>& finished, StopReason reason) {
+  PartialResults& partial = mark_partial(report, reason);
+  partial.first_variant_left_out = !report.variants.empty() && !finished[0];
+  std::vector<VariantReport> kept;
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    VariantReport& variant = report.variants[i];
+    if (!finished[i]) {
+      partial.not_finished.push_back(std::move(variant));
+      continue;
+    }
+    if (variant.job_result && variant.job_result->replications.size() <
+                                  static_cast<std::size_t>(variant.run->replications)) {
+      partial.left_out.push_back(
+          variant.name + ": " +
+          std::to_string(variant.run->replications - variant.job_result->replications.size()) +
+          " of " + std::to_string(variant.run->replications) + " replications");
+    }
+    kept.push_back(std::move(variant));
+  }
+  report.variants = std::move(kept);
+}
+
+}  // namespace fleetsim
