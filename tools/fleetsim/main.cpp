@@ -760,7 +760,7 @@ int main(int argc, char** argv) {
     code = kBadInput;
     failure = std::string("fleetsim: ") + error.what() + " (try --help)";
   } catch (const fleetsim::Stopped& stopped) {  // a command that writes nothing partial
-    code = fleetsim::exit_code(fleetsim::stop_reason());
+    code = fleetsim::exit_code(stopped.reason());
     failure = std::string("fleetsim: ") + stopped.what() + ": nothing written";
   } catch (const std::exception& error) {  // ModelError and the rest: the simulation failed
     code = kSimulationFailed;
