@@ -621,11 +621,11 @@ std::string render_sweep(const RunReport& report) {
       continue;
     }
     const StepResult& step = point.outcome.step;
-    table.add(point.name,
-              {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
-               grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
-               fixed(*scaling_efficiency_in_sweep(report, i), 3), fixed(100 * step.mfu, 1),
-               largest_share(step.breakdown), layout_label(point.inputs.plan)});
+    const std::optional<double> efficiency = scaling_efficiency_in_sweep(report, i);
+    table.add(point.name, {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
+                           grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
+                           efficiency ? fixed(*efficiency, 3) : kMissing, fixed(100 * step.mfu, 1),
+                           largest_share(step.breakdown), layout_label(point.inputs.plan)});
   }
   return text + table.render() + warnings_section(report);
 }
@@ -650,11 +650,11 @@ std::string render_sweep_csv(const RunReport& report) {
       continue;
     }
     const StepResult& step = point.outcome.step;
+    const std::optional<double> efficiency = scaling_efficiency_in_sweep(report, i);
     text += ",true," + significant(step.step_time_s, 9) + "," + significant(step.tokens_per_s, 9) +
             "," + significant(step.tokens_per_s / gpus, 9) + "," +
-            significant(*scaling_efficiency_in_sweep(report, i), 9) + "," +
-            significant(step.mfu, 9) + "," + csv_field(largest_share(step.breakdown)) + "," +
-            layout + "\n";
+            (efficiency ? significant(*efficiency, 9) : "") + "," + significant(step.mfu, 9) + "," +
+            csv_field(largest_share(step.breakdown)) + "," + layout + "\n";
   }
   return text;
 }

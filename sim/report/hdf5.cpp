@@ -14,7 +14,8 @@
 //   /sweep                   a sweep's only: compound {point, group (under /variants), gpus,
 //                            fits (int: 1 or 0), step_time_s, tokens_per_s,
 //                            tokens_per_s_per_gpu, scaling_efficiency, mfu (double, NaN where
-//                            it does not fit)}, one row per point in order; /sweep_axes the
+//                            it does not fit; the efficiency also where a stop left its
+//                            baseline out)}, one row per point in order; /sweep_axes the
 //                            swept paths (string), /sweep_values their values (string, points
 //                            x axes)
 //   /variants/<name>         one group per variant; <name> is the variant name with '/' replaced
@@ -581,7 +582,7 @@ void write_sweep(const H5::H5File& file, const RunReport& report,
     rows.push_back(
         {point.name.c_str(), groups[i].c_str(), gpus, fits ? 1 : 0, metric(step.step_time_s),
          metric(step.tokens_per_s), metric(step.tokens_per_s / gpus),
-         fits ? *scaling_efficiency_in_sweep(report, i) : kNotSimulated, metric(step.mfu)});
+         scaling_efficiency_in_sweep(report, i).value_or(kNotSimulated), metric(step.mfu)});
     for (const auto& [path, value] : point.swept) values.push_back(value.c_str());
   }
   write_rows(file, "sweep", sweep_type(), rows);

@@ -498,4 +498,34 @@ TEST_CASE("a partial report measures no speed-up against a stand-in for a baseli
   CHECK(scaling_efficiency_in_sweep(sweep, 0) == Approx(1.0));
 }
 
+TEST_CASE("a partial sweep whose smaller point was left out shows no scaling efficiency") {
+  // The 32-GPU point finished, the 16-GPU point of its group did not: every output leaves its
+  // efficiency empty (an empty optional read would be undefined behaviour).
+  RunReport sweep;
+  sweep.swept = true;
+  sweep.variants = {fitting_variant()};
+  sweep.variants[0].inputs.nodes = 4;
+  sweep.variants[0].swept = {{"cluster.nodes", "4"}};
+  VariantReport smaller = fitting_variant();
+  smaller.swept = {{"cluster.nodes", "2"}};
+  sweep.partial = PartialResults{};
+  sweep.partial->variants_planned = 2;
+  sweep.partial->not_finished = {smaller};
+  REQUIRE_FALSE(scaling_efficiency_in_sweep(sweep, 0));
+
+  const std::string table = render_sweep(sweep);
+  CHECK(contains(table, "partial: "));
+  CHECK(contains(table, "1 of 2 points finished"));
+  const std::string csv = render_sweep_csv(sweep);
+  // ...,tokens_per_s_per_gpu,scaling_efficiency,mfu,...: two commas with nothing between.
+  CHECK(contains(csv, "32768,,0.45,"));  // 1,048,576 tokens/s on 32 GPUs
+  const TempDir dir;
+  const auto path = dir.path() / "sweep.h5";
+  write_hdf5(sweep, path);
+  const Hdf5Summary file = read_hdf5_summary(path);
+  CHECK(file.sweep_rows == 1);
+  CHECK(std::get<std::int64_t>(file.attributes.at("partial")) == 1);
+  CHECK(std::get<std::string>(file.attributes.at("not_finished")) == "zero3");
+}
+
 }  // namespace fleetsim

@@ -236,12 +236,7 @@ void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::
       layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
     }
   });
-  for (const fleetsim::VariantReport& layout : layouts) {
-    if (layout.job_result &&
-        layout.job_result->replications.size() < static_cast<std::size_t>(run.replications)) {
-      throw fleetsim::Stopped();
-    }
-  }
+  if (std::any_of(layouts.begin(), layouts.end(), fleetsim::cut_short)) throw fleetsim::Stopped();
   const auto expected = [&](const fleetsim::VariantReport& layout) {
     if (!layout.job_result) return std::numeric_limits<double>::infinity();
     return run.priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
@@ -418,7 +413,9 @@ void note_stopped_analyses(const Options& options, fleetsim::StopReason reason, 
   fleetsim::PartialResults& partial = fleetsim::mark_partial(report, reason);
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const fleetsim::VariantReport& variant = report.variants[i];
-    if (options.attribute && i > 0 && !variant.attribution) {
+    // The first variant is the others' baseline; when a stop left it out, every one lacks one.
+    const bool attributed = i > 0 || partial.first_variant_left_out;
+    if (options.attribute && attributed && !variant.attribution) {
       partial.left_out.push_back(variant.name + ": attribution");
     }
     if (options.sensitivity_draws > 0 && !variant.sensitivity) {
@@ -653,7 +650,11 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
               << " finished: nothing written\n";
     return fleetsim::exit_code(fleetsim::stop_reason());
   }
-  if (options.attribute) attribute_variants(scenario.seed, step_options, report);
+  // Attributing against a stand-in for a first variant left out would answer another question.
+  const bool baseline_kept = !report.partial || !report.partial->first_variant_left_out;
+  if (options.attribute && baseline_kept) {
+    attribute_variants(scenario.seed, step_options, report);
+  }
   if (options.sensitivity_draws > 0) {
     fleetsim::SensitivityOptions sensitivity;
     sensitivity.draws = options.sensitivity_draws;
@@ -666,9 +667,9 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   // The results are decided here: stopped or not, what follows writes them whole. A limit no
   // longer applies, and Ctrl-C ends the process as usual (its files are written atomically).
-  const fleetsim::StopReason stopped = fleetsim::stop_reason();
   watch.reset();
   fleetsim::stop_ending_process_on_signals();
+  const fleetsim::StopReason stopped = fleetsim::stop_reason();
   if (stopped != fleetsim::StopReason::none) note_stopped_analyses(options, stopped, report);
   // Files first: a launcher that ends a stopped process soon after (mpirun) is likelier to
   // find them written. A file that cannot be written fails the command once the report is

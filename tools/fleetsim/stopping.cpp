@@ -6,14 +6,25 @@
 #include "sim/scenario/units.hpp"
 
 namespace fleetsim {
+
+void stop_ending_process_on_signals() {
+  // Async-signal-safe (signal() is), for the handler's use.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+bool cut_short(const VariantReport& variant) {
+  return variant.job_result && variant.job_result->replications.size() <
+                                   static_cast<std::size_t>(variant.run->replications);
+}
+
 namespace {
 
 extern "C" void on_signal(int signal) {
   request_stop(signal == SIGINT ? StopReason::interrupt : StopReason::terminate);
   // The next SIGINT or SIGTERM ends the process the ordinary way, for a user who will not wait
-  // for the results to be written (signal() is async-signal-safe).
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  // for the results to be written.
+  stop_ending_process_on_signals();
 }
 
 }  // namespace
@@ -49,11 +60,6 @@ void stop_on_signals() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
-void stop_ending_process_on_signals() {
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-}
-
 int exit_code(StopReason reason) {
   switch (reason) {
     case StopReason::interrupt: return 128 + SIGINT;
@@ -81,11 +87,14 @@ void keep_finished(RunReport& report, const std::vector<char>& finished, StopRea
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     VariantReport& variant = report.variants[i];
     if (!finished[i]) {
+      // As the scenario has it: a step that finished before its run was stopped is dropped too.
+      variant.outcome = {};
+      variant.job.reset();
+      variant.job_result.reset();
       partial.not_finished.push_back(std::move(variant));
       continue;
     }
-    if (variant.job_result && variant.job_result->replications.size() <
-                                  static_cast<std::size_t>(variant.run->replications)) {
+    if (cut_short(variant)) {
       partial.left_out.push_back(
           variant.name + ": " +
           std::to_string(variant.run->replications - variant.job_result->replications.size()) +
