@@ -757,7 +757,7 @@ SampleSummary summarise(std::vector<double> samples) {
 }
 
 JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
-                       const std::function<void()>& replication_done) {
+                       const std::function<void()>& replication_done, OnStop on_stop) {
   check(job);
   if (replications < 1) throw ModelError("a Monte Carlo needs at least one replication");
   JobResult result;
@@ -779,7 +779,7 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   // of that many replications draws.
   const auto done =
       static_cast<std::size_t>(std::find(finished.begin(), finished.end(), 0) - finished.begin());
-  if (done == 0) throw Stopped();
+  if (done < finished.size() && (done == 0 || on_stop == OnStop::throw_stopped)) throw Stopped();
   result.replications.resize(done);
   const double gpus = paid_gpus(job);
   const double tokens = job.steps * job.tokens_per_step;

@@ -237,11 +237,13 @@ struct JobResult {
 // on one node or on spot), or that would practically never end: a segment, downtime or write
 // that interruptions would cut short more than e^10 times on average.
 // `replication_done`, if given, is called once per finished replication, from any thread.
-// When a stop is requested (sim/engine/stop.hpp) no further replication starts: the result has
-// the first k < `replications` (those k replications alone would give), or, with none
-// finished, Stopped is thrown.
+// When a stop is requested (sim/engine/stop.hpp) no further replication starts, and Stopped is
+// thrown; with `on_stop` keep_finished the result has instead the first k < `replications`
+// that finished (what those k replications alone give), Stopped only when k is 0.
+enum class OnStop { throw_stopped, keep_finished };
 JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
-                       const std::function<void()>& replication_done = {});
+                       const std::function<void()>& replication_done = {},
+                       OnStop on_stop = OnStop::throw_stopped);
 
 // A training run as a scenario describes it (its run: block, training.tokens, cluster.storage
 // and pricing): what turns a simulated step into a job.

@@ -286,7 +286,7 @@ std::string header_text(const RunReport& report) {
   text += "\n";
   if (const auto& partial = report.partial) {
     text += "partial: " + partial->stopped_by + "; " + std::to_string(report.variants.size()) +
-            " of " + std::to_string(partial->variants_planned) +
+            " of " + std::to_string(planned_variants(report)) +
             (report.swept ? " points" : " variants") + " finished";
     for (std::size_t i = 0; i < partial->left_out.size(); ++i) {
       text += (i == 0 ? "; left out: " : ", ") + partial->left_out[i];

@@ -465,8 +465,7 @@ void write_root_attributes(const H5::H5File& file, const RunReport& report) {
       return text;
     };
     write_attribute(file, "stopped_by", partial->stopped_by);
-    write_attribute(file, "variants_planned",
-                    static_cast<std::uint64_t>(partial->variants_planned));
+    write_attribute(file, "variants_planned", static_cast<std::uint64_t>(planned_variants(report)));
     write_attribute(file, "not_finished",
                     joined(partial->not_finished, [](const VariantReport& v) { return v.name; }));
     write_attribute(file, "left_out",

@@ -296,7 +296,7 @@ std::string render_json(const RunReport& report, LinkDetail detail) {
       not_finished.push_back(variant.name);
     }
     partial = Json{{"stopped_by", report.partial->stopped_by},
-                   {"variants_planned", report.partial->variants_planned},
+                   {"variants_planned", planned_variants(report)},
                    {"variants_finished", report.variants.size()},
                    {"not_finished", std::move(not_finished)},
                    {"left_out", report.partial->left_out}};

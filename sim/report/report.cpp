@@ -5,6 +5,10 @@
 
 namespace fleetsim {
 
+std::size_t planned_variants(const RunReport& report) {
+  return report.variants.size() + (report.partial ? report.partial->not_finished.size() : 0);
+}
+
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index) {
   if (report.variants.empty() || index >= report.variants.size() ||
       (report.partial && report.partial->first_variant_left_out)) {

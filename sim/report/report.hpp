@@ -57,8 +57,7 @@ struct PlanSummary {
 // Set when a stop (Ctrl-C, SIGTERM, --max-wall, --max-memory) ended the work early: the report
 // holds the variants that finished, and says what is missing.
 struct PartialResults {
-  std::string stopped_by;            // "interrupted (SIGINT)", ...
-  std::size_t variants_planned = 0;  // in the scenario; the report holds those that finished
+  std::string stopped_by;  // "interrupted (SIGINT)", ...
   // The variants not finished, as the scenario has them (nothing simulated): a speed-up needs
   // to know whether its baseline is among them, a sweep's scaling efficiency whether a smaller
   // point of its group is.
@@ -124,6 +123,8 @@ struct CollectiveReport {
 // one row per message size (the tuner may pick per size). Written atomically like write_hdf5.
 void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path);
 
+// The variants the scenario has: those reported, and those a stop left out.
+std::size_t planned_variants(const RunReport& report);
 // tokens/s of variant `index` over tokens/s of variant 0; empty when either was not simulated,
 // or when a stop left the scenario's first variant out.
 std::optional<double> speedup_vs_first(const RunReport& report, std::size_t index);

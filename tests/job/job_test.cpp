@@ -516,7 +516,7 @@ TEST_CASE("job: a spot notice that lets the last checkpoint through ends the run
   CHECK(result.wall_s.p50 == 1060);
 }
 
-TEST_CASE("job: a Monte Carlo stopped partway keeps the replications a shorter run would draw") {
+TEST_CASE("job: a Monte Carlo stopped partway keeps, if asked, what a shorter run would draw") {
   const JobSpec job = interrupted_job();
   const JobResult whole = simulate_job(job, 400, 5);
   for (const int threads : {1, 2}) {
@@ -529,7 +529,7 @@ TEST_CASE("job: a Monte Carlo stopped partway keeps the replications a shorter r
     };
     std::optional<JobResult> result;
     try {
-      result = simulate_job(job, 400, 5, stop_after_40);
+      result = simulate_job(job, 400, 5, stop_after_40, OnStop::keep_finished);
     } catch (const Stopped&) {
       // With two threads the other one may finish 40 before replication 0 is finished: no
       // prefix then, which is what Stopped says.
@@ -550,8 +550,13 @@ TEST_CASE("job: a Monte Carlo stopped partway keeps the replications a shorter r
     CHECK(std::equal(stopped.replications.begin(), stopped.replications.end(),
                      whole.replications.begin()));
   }
-  // Stopped before the first replication: nothing to report, and it says so.
+  // By default a Monte Carlo cut short is no result: Stopped, as when none finished at all.
   const fleetsim::testing::StopGuard guard;
-  request_stop(StopReason::wall_limit);
-  CHECK_THROWS_AS(simulate_job(job, 10, 5), Stopped);
+  std::atomic<int> done{0};
+  CHECK_THROWS_AS(simulate_job(job, 400, 5,
+                               [&done] {
+                                 if (++done == 40) request_stop(StopReason::interrupt);
+                               }),
+                  Stopped);
+  CHECK_THROWS_AS(simulate_job(job, 10, 5, {}, OnStop::keep_finished), Stopped);
 }

@@ -509,7 +509,6 @@ TEST_CASE("a partial sweep whose smaller point was left out shows no scaling eff
   VariantReport smaller = fitting_variant();
   smaller.swept = {{"cluster.nodes", "2"}};
   sweep.partial = PartialResults{};
-  sweep.partial->variants_planned = 2;
   sweep.partial->not_finished = {smaller};
   REQUIRE_FALSE(scaling_efficiency_in_sweep(sweep, 0));
 

@@ -201,14 +201,16 @@ RunReport empty_report(const Scenario& scenario) {
 
 // A variant's run, once its step is simulated: its job (with the steps one replica short and
 // with degraded hardware, from the step executor), then the Monte Carlo on the scenario's seed
-// (the same interruption histories for every variant of one cluster size).
+// (the same interruption histories for every variant of one cluster size). A stop keeps the
+// replications finished, or throws Stopped, as `on_stop` says.
 void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
-                  const fleetsim::StepOptions& options, fleetsim::ProgressBar& progress) {
+                  const fleetsim::StepOptions& options, fleetsim::ProgressBar& progress,
+                  fleetsim::OnStop on_stop) {
   if (!out.run || !out.outcome.simulated) return;
   out.job = fleetsim::job_of_step(*out.run, out.inputs, out.outcome.step.step_time_s, options,
                                   out.outcome.warnings);
-  out.job_result = fleetsim::simulate_job(*out.job, out.run->replications, seed,
-                                          [&progress] { progress.advance(); });
+  out.job_result = fleetsim::simulate_job(
+      *out.job, out.run->replications, seed, [&progress] { progress.advance(); }, on_stop);
   if (out.job->spot && !out.job->spot->trace_s.empty() &&
       out.job_result->wall_s.p50 > out.job->spot->trace_s.back()) {
     out.outcome.warnings.push_back(
@@ -221,7 +223,7 @@ void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
 // `layouts` (fastest step first) each with `run` simulated, ranked by the run's expected cost
 // (its mean; without a price its mean wall time), ties in the order given: a layout's step is
 // not all its run costs. One whose run cannot be simulated is ranked last, with a warning.
-// Throws Stopped when a stop cut a Monte Carlo short: the ranking would not be one.
+// Throws Stopped when a stop cuts a Monte Carlo short: the ranking would not be one.
 void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::RunSpec& run,
                  std::uint64_t seed, const fleetsim::StepOptions& options,
                  fleetsim::ProgressBar& progress) {
@@ -229,14 +231,13 @@ void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::
     fleetsim::VariantReport& layout = layouts[i];
     layout.run = run;
     try {
-      simulate_run(layout, seed, options, progress);
+      simulate_run(layout, seed, options, progress, fleetsim::OnStop::throw_stopped);
     } catch (const fleetsim::ModelError& e) {  // this layout's run only
       layout.job.reset();
       layout.job_result.reset();
       layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
     }
   });
-  if (std::any_of(layouts.begin(), layouts.end(), fleetsim::cut_short)) throw fleetsim::Stopped();
   const auto expected = [&](const fleetsim::VariantReport& layout) {
     if (!layout.job_result) return std::numeric_limits<double>::infinity();
     return run.priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
@@ -328,7 +329,8 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
       out.outcome = fleetsim::simulate_step(variant.inputs, options);
     }
     progress.advance();
-    if (variant.run) simulate_run(out, scenario.seed, options, progress);
+    if (variant.run)
+      simulate_run(out, scenario.seed, options, progress, fleetsim::OnStop::keep_finished);
   };
   // Which variants finished; each element written by its variant's own task only (chars, not
   // vector<bool>, whose packed bits tasks would share).
@@ -383,14 +385,12 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   return report;
 }
 
-// `out` = compute(), unless a stop comes first or meanwhile: an analysis is whole or absent
-// (a Monte Carlo inside it that a stop cut short would skew it).
+// `out` = compute(), left empty when a stop ends it: an analysis is whole or absent (its
+// simulations and Monte Carlos throw Stopped rather than return part of their work).
 template <typename T, typename Compute>
 void whole_unless_stopped(std::optional<T>& out, Compute compute) {
-  if (fleetsim::stop_requested()) return;
   try {
-    T result = compute();
-    if (!fleetsim::stop_requested()) out = std::move(result);
+    out = compute();
   } catch (const fleetsim::Stopped&) {  // left out
   }
 }
@@ -695,7 +695,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   if (stopped != fleetsim::StopReason::none) {
     std::cerr << "fleetsim: " << report.partial->stopped_by << ": the " << report.variants.size()
-              << " of " << report.partial->variants_planned << " " << variants
+              << " of " << fleetsim::planned_variants(report) << " " << variants
               << " that finished are reported, marked partial\n";
     return fleetsim::exit_code(stopped);
   }

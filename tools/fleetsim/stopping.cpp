@@ -13,12 +13,13 @@ void stop_ending_process_on_signals() {
   std::signal(SIGTERM, SIG_DFL);
 }
 
+namespace {
+
+// Whether a stop cut the variant's Monte Carlo short (fewer replications than its run has).
 bool cut_short(const VariantReport& variant) {
   return variant.job_result && variant.job_result->replications.size() <
                                    static_cast<std::size_t>(variant.run->replications);
 }
-
-namespace {
 
 extern "C" void on_signal(int signal) {
   request_stop(signal == SIGINT ? StopReason::interrupt : StopReason::terminate);
@@ -75,7 +76,6 @@ PartialResults& mark_partial(RunReport& report, StopReason reason) {
   if (!report.partial) {
     report.partial.emplace();
     report.partial->stopped_by = describe(reason);
-    report.partial->variants_planned = report.variants.size();
   }
   return *report.partial;
 }

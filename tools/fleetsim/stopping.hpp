@@ -26,9 +26,6 @@ void stop_ending_process_on_signals();
 constexpr int kStoppedAtLimit = 3;
 int exit_code(StopReason reason);
 
-// Whether a stop cut the variant's Monte Carlo short (it has fewer replications than its run).
-bool cut_short(const VariantReport& variant);
-
 // `report` marked partial, stopped for `reason` (kept if it is already): its partial results.
 PartialResults& mark_partial(RunReport& report, StopReason reason);
 // Marks `report` partial after a stop: keeps the variants finished (`finished[i]`), the others
