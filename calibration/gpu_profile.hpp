@@ -65,9 +65,11 @@ struct GpuProfile {
   Calibrated attention_efficiency;  // FlashAttention fwd+bwd throughput / dense peak
   Calibrated memory_efficiency;     // achieved / peak HBM bandwidth of streaming kernels
   Calibrated kernel_launch_s;       // fixed GPU time of every kernel (launch, ramp, tail)
-  // How much longer a compute kernel takes while communication kernels run beside it on the
-  // same GPU (sharing SMs and HBM): 0.1 is 10% slower. From the overlap microbenchmark.
-  Calibrated comm_slowdown;
+  // The SMs a communication kernel holds while it runs beside compute on the same GPU: NCCL runs
+  // one thread block per channel, each on an SM of its own that compute kernels cannot use, so
+  // a kernel beside k collectives runs on sm_count - k x comm_sms SMs (kernel_cost.hpp). From
+  // the library's channel count, or fitted to the overlap microbenchmark.
+  Calibrated comm_sms;
   // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
   // for GPU and fabric links, NCCL's bus bandwidth over line rate.
   std::map<std::string, Calibrated> link_efficiency;
@@ -99,7 +101,7 @@ inline constexpr std::array<std::pair<const char*, Calibrated Fp8Gemm::*>, 5> kF
 inline constexpr std::array<const char*, 12> kProfileEntryKeys = {
     "dense_bf16",     "hbm_capacity",    "hbm_bandwidth",        "gemm_efficiency",
     "gemm_sustained", "gemm_k_overhead", "attention_efficiency", "memory_efficiency",
-    "kernel_launch",  "comm_slowdown",   "nvls_efficiency",      "p2p_efficiency"};
+    "kernel_launch",  "comm_sms",        "nvls_efficiency",      "p2p_efficiency"};
 
 // The entry a profile file names `key` ("dense_bf16", "hbm_bandwidth", "gemm_efficiency",
 // "kernel_launch", "nvls_efficiency", "link_efficiency.<kind>", "fp8.gemm_efficiency", ...) in
@@ -117,7 +119,7 @@ auto* find_profile_entry(Profile& profile, const std::string& key) {
   if (key == "kernel_launch") return &profile.kernel_launch_s;
   if (key == "memory_efficiency") return &profile.memory_efficiency;
   if (key == "attention_efficiency") return &profile.attention_efficiency;
-  if (key == "comm_slowdown") return &profile.comm_slowdown;
+  if (key == "comm_sms") return &profile.comm_sms;
   if (key == "nvls_efficiency") return optional(profile.nvls_efficiency);
   if (key == "p2p_efficiency") return optional(profile.p2p_efficiency);
   for (const auto& [name, member] : kFp8Entries) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "sim/engine/errors.hpp"
 
@@ -42,12 +43,38 @@ double wave_efficiency(int sms, GemmTile tile, double m, double n) {
   return tiles / (std::ceil(tiles / sms) * sms);
 }
 
-double wave_efficiency(const GpuProfile& gpu, double m, double n) {
-  double best = 0;
+namespace {
+
+// The tile the library picks for the whole GPU: the first with the best wave.
+std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, double m, double n) {
+  std::optional<GemmTile> chosen;
+  double best = -1;
   for (const GemmTile& tile : gpu.gemm_tiles) {
-    best = std::max(best, wave_efficiency(gpu.sm_count, tile, m, n));
+    const double wave = wave_efficiency(gpu.sm_count, tile, m, n);
+    if (wave > best) {
+      best = wave;
+      chosen = tile;
+    }
   }
-  return gpu.gemm_tiles.empty() ? 1.0 : best;
+  return chosen;
+}
+
+// The wave efficiency of the tile chosen for the whole GPU, run on `sms` of its SMs.
+double wave_efficiency_on(const GpuProfile& gpu, int sms, double m, double n) {
+  const std::optional<GemmTile> tile = chosen_tile(gpu, m, n);
+  return tile ? wave_efficiency(sms, *tile, m, n) : 1.0;
+}
+
+}  // namespace
+
+double wave_efficiency(const GpuProfile& gpu, double m, double n) {
+  return wave_efficiency_on(gpu, gpu.sm_count, m, n);
+}
+
+int comm_sms_held(const GpuProfile& gpu, int collectives) {
+  if (collectives <= 0 || gpu.sm_count < 1) return 0;
+  const double held = std::round(collectives * std::max(0.0, gpu.comm_sms.value));
+  return static_cast<int>(std::min(held, static_cast<double>(gpu.sm_count - 1)));
 }
 
 namespace {
@@ -69,15 +96,16 @@ GemmRates fp8_rates(const GpuProfile& gpu) {
           f.gemm_sustained_flops_per_s.value, f.kernel_launch_s.value};
 }
 
-double shape_efficiency(const GpuProfile& gpu, const GemmRates& rates, double m, double n,
+// On `sms` of the GPU's SMs.
+double shape_efficiency(const GpuProfile& gpu, int sms, const GemmRates& rates, double m, double n,
                         double k) {
-  return wave_efficiency(gpu, m, n) * k / (k + rates.k_overhead);
+  return wave_efficiency_on(gpu, sms, m, n) * k / (k + rates.k_overhead);
 }
 
 }  // namespace
 
 double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k) {
-  return shape_efficiency(gpu, bf16_rates(gpu), m, n, k);
+  return shape_efficiency(gpu, gpu.sm_count, bf16_rates(gpu), m, n, k);
 }
 
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k) {
@@ -97,21 +125,30 @@ GpuProfile slowed(const GpuProfile& gpu, double slowdown) {
 }
 
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
+  return kernel_seconds(gpu, kernel, 0);
+}
+
+double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held) {
   const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
+  const int sms = std::max(1, gpu.sm_count - std::max(0, sms_held));
+  const double sm_share =
+      gpu.sm_count > 0 ? std::min(1.0, static_cast<double>(sms) / gpu.sm_count) : 1.0;
   switch (kernel.kind) {
     case KernelKind::gemm: {
       const GemmRates rates = kernel.fp8 ? fp8_rates(gpu) : bf16_rates(gpu);
       const double efficiency =
-          rates.efficiency * shape_efficiency(gpu, rates, kernel.m, kernel.n, kernel.k);
-      double rate = rates.peak * efficiency;
-      if (rates.sustained > 0) rate = std::min(rate, rates.sustained);
+          rates.efficiency * shape_efficiency(gpu, sms, rates, kernel.m, kernel.n, kernel.k);
+      double rate = rates.peak * sm_share * efficiency;
+      if (rates.sustained > 0)
+        rate = std::min(rate, rates.sustained * std::cbrt(sm_share * sm_share));
       const double compute_s = efficiency > 0 ? kernel.flops / rate : 0.0;
       return std::max(compute_s, memory_s) + rates.fixed_s;
     }
     case KernelKind::attention: {
       const double efficiency = gpu.attention_efficiency.value;
       const double compute_s =
-          efficiency > 0 ? kernel.flops / (gpu.dense_bf16_flops_per_s.value * efficiency) : 0.0;
+          efficiency > 0 ? kernel.flops / (gpu.dense_bf16_flops_per_s.value * sm_share * efficiency)
+                         : 0.0;
       return std::max(compute_s, memory_s) + gpu.kernel_launch_s.value;
     }
     case KernelKind::memory_bound: break;

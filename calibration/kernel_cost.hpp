@@ -15,6 +15,12 @@
 // `launch` is the fixed GPU time of a kernel. Attention (FlashAttention) has its own
 // efficiency; memory-bound kernels have no FLOP term. An FP8 GEMM runs on the profile's FP8
 // entries (peak, efficiency, k0, sustained rate, fixed time) with the same tiles.
+//
+// Beside communication kernels, which hold SMs of their own (comm_sms each), a kernel runs on
+// the SMs left: see kernel_seconds(gpu, kernel, sms_held). Left out: the communication's HBM
+// traffic (memory-bound kernels keep their bandwidth), kernels sized for fewer SMs (Transformer
+// Engine's userbuffers overlap sets an SM target; persistent and stream-K GEMMs schedule their
+// own tiles) and the power the communication itself draws.
 #pragma once
 
 #include "calibration/gpu_profile.hpp"
@@ -44,6 +50,17 @@ double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k);
 // ModelError for an FP8 GEMM on a profile without FP8 entries.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
+// The kernel's time while communication kernels hold `sms_held` of the GPU's SMs. The GEMM
+// library picked its tile for the whole GPU (it cannot know what else runs), so a GEMM's waves
+// run over the SMs left: a shape that filled every SM in one wave takes a second (the tail
+// effect). Compute peaks shrink with the share of SMs left; the power ceiling (gemm_sustained)
+// shrinks less, to share^(2/3): dynamic power goes as SMs x f x V^2 with V rising with f, so
+// under the same power fewer SMs clock higher, f ~ SMs^(-1/3). HBM bandwidth is left whole, so
+// memory-bound kernels and the fixed time do not change.
+double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held);
+// The SMs `collectives` communication kernels running at once hold: comm_sms each, rounded,
+// leaving compute at least one.
+int comm_sms_held(const GpuProfile& gpu, int collectives);
 
 // The GPU running `slowdown` slower at compute (0.1: its compute kernels take 10% longer), as a
 // throttled or faulty one does: every compute rate (BF16 and FP8 peaks, sustained GEMM rates)

@@ -588,33 +588,53 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       }
     }
   }
-  // 4. Overlap: how much longer a GEMM takes beside a collective, the median over the rows
-  // (the GEMMs differ in how much of the SMs and HBM they need; the spread is the sigma).
+  // 4. Overlap: the SMs a collective's kernels hold (comm_sms), the whole number that best
+  // explains how much longer each GEMM took beside the collective: a row's time alone times the
+  // model's ratio of its time on the SMs left to its time on all. Counts whose waves come out
+  // the same fit the same; the smallest is taken. Sigma: the farthest count whose rms relative
+  // error is within 0.01 (absolute) of the best's (a GEMM's slowdown steps with its waves, so
+  // few shapes leave a range).
   if (!overlap.empty()) {
-    std::vector<double> slowdowns;
     std::vector<const MicrobenchFile*> inputs;
     for (const auto& [s, file] : overlap) {
-      slowdowns.push_back(std::max(0.0, s->with_comm_seconds / s->alone_seconds - 1));
       if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
     }
-    const double slowdown = median(slowdowns);
+    const auto beside_s = [&gpu](const OverlapSample& s, int held) {
+      const Kernel kernel = gemm_kernel(s.m, s.n, s.k, 2.0);
+      return s.alone_seconds * kernel_seconds(gpu, kernel, held) / kernel_seconds(gpu, kernel);
+    };
+    // Each count's rms relative error over the rows.
+    std::vector<double> rms(static_cast<std::size_t>(std::max(gpu.sm_count, 1)), 0.0);
+    for (int count = 0; count < static_cast<int>(rms.size()); ++count) {
+      double squares = 0;
+      for (const auto& [s, file] : overlap) {
+        squares += std::pow(beside_s(*s, count) / s->with_comm_seconds - 1, 2);
+      }
+      rms[count] = std::sqrt(squares / static_cast<double>(overlap.size()));
+    }
+    int held = 0;
+    for (int count = 1; count < static_cast<int>(rms.size()); ++count) {
+      if (rms[count] < rms[held] - 1e-9) held = count;  // equal to a part in 10^9: the same fit
+    }
+    constexpr double kCountTolerance = 0.01;
     double spread = 0;
-    for (const double x : slowdowns) spread = std::max(spread, std::abs(x - slowdown));
-    gpu.comm_slowdown.value = slowdown;
+    for (int count = 0; count < static_cast<int>(rms.size()); ++count) {
+      if (rms[count] <= rms[held] + kCountTolerance) {
+        spread = std::max(spread, std::abs(static_cast<double>(count - held)));
+      }
+    }
+    gpu.comm_sms.value = held;
     for (const auto& [s, file] : overlap) {
       char what[96];
       std::snprintf(what, sizeof what, "overlap %.0fx%.0fx%.0f beside a collective", s->m, s->n,
                     s->k);
-      fit.points.push_back(
-          {what, file->path, s->line, s->with_comm_seconds, s->alone_seconds * (1 + slowdown)});
+      fit.points.push_back({what, file->path, s->line, s->with_comm_seconds, beside_s(*s, held)});
     }
     fit.parameters.push_back(
-        {"comm_slowdown", slowdown,
-         overlap.size() < 2
-             ? std::max(kOnePointSigma * slowdown, start_sigma(start, "comm_slowdown"))
-             : spread,
-         rows_of(overlap.size(), "overlap") + ", median of the slowdowns, sigma their widest "
-                                              "spread",
+        {"comm_sms", static_cast<double>(held), spread,
+         rows_of(overlap.size(), "overlap") +
+             ", the SM count that best explains the GEMMs' slowdowns, sigma the farthest count "
+             "within 1% rms of it",
          true, inputs});
   }
   return fit;

@@ -13,8 +13,9 @@
 //      "fp8.*". FP8 rows on a profile without FP8 entries are skipped.
 //   3. Attention (one implementation, FlashAttention-2 rows if any): attention_efficiency of
 //      t = launch + flops / (peak x e).
-//   4. Overlap (a GEMM alone and beside a collective): comm_slowdown, the median of
-//      time beside / time alone - 1.
+//   4. Overlap (a GEMM alone and beside a collective): comm_sms, the SMs a collective's
+//      kernels hold, as the whole number whose model times beside (the row's time alone times
+//      the model's ratio on the SMs left) best match the rows.
 // Uncertainties come from the residuals (sigma^2 (J^T J)^-1 on the relative residuals) where the
 // data over-determine the parameters (one the rows barely move, an ill-conditioned J^T J, gets
 // its own value as sigma); a parameter set by too few rows gets 5% of its value or the starting

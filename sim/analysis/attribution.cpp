@@ -45,7 +45,7 @@ void take_step_factor(Factor factor, StepInputs& to, const StepInputs& from) {
       gpu.gemm_tiles = other.gemm_tiles;
       gpu.attention_efficiency = other.attention_efficiency;
       gpu.kernel_launch_s = other.kernel_launch_s;
-      gpu.comm_slowdown = other.comm_slowdown;
+      gpu.comm_sms = other.comm_sms;
       gpu.fp8 = other.fp8;
       return;
     case Factor::hbm_bandwidth:

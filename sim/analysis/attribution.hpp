@@ -37,11 +37,11 @@
 namespace fleetsim {
 
 enum class Factor {
-  compute,             // peak FLOP/s, GEMM and attention efficiencies, launches, overlap slowdown
-  hbm_bandwidth,       // HBM bandwidth and the share of it streaming kernels reach
-  scale_up,            // NVLink / xGMI: the GPU fabric, its rates and efficiencies, NVLS
-  host,                // PCIe, host memory bandwidth and CPUs
-  network,             // NICs, their efficiencies and the fabric between nodes
+  compute,        // peak FLOP/s, GEMM and attention efficiencies, launches, SMs collectives hold
+  hbm_bandwidth,  // HBM bandwidth and the share of it streaming kernels reach
+  scale_up,       // NVLink / xGMI: the GPU fabric, its rates and efficiencies, NVLS
+  host,           // PCIe, host memory bandwidth and CPUs
+  network,        // NICs, their efficiencies and the fabric between nodes
   collective_library,  // the collective library's latencies and algorithm tables
   memory_and_layout,   // HBM and host capacity, layout, micro-batch, model, recipe, GPU count
   failures,            // interruption causes and rates, detection, restart, repair, jitter

@@ -31,7 +31,7 @@ constexpr ProfileKey kKernelKeys[] = {{"dense_bf16", Range::rate},
                                       {"attention_efficiency", Range::fraction},
                                       {"memory_efficiency", Range::fraction},
                                       {"kernel_launch", Range::non_negative},
-                                      {"comm_slowdown", Range::non_negative}};
+                                      {"comm_sms", Range::non_negative}};
 constexpr ProfileKey kFp8Keys[] = {{"fp8.dense", Range::rate},
                                    {"fp8.gemm_efficiency", Range::fraction},
                                    {"fp8.gemm_sustained", Range::rate},

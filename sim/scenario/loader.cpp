@@ -688,7 +688,7 @@ const std::array<CalibratedKey, 10> kCalibratedKeys = {{
     {"attention_efficiency", Quantity::fraction, &GpuProfile::attention_efficiency},
     {"memory_efficiency", Quantity::fraction, &GpuProfile::memory_efficiency},
     {"kernel_launch", Quantity::duration, &GpuProfile::kernel_launch_s},
-    {"comm_slowdown", Quantity::count, &GpuProfile::comm_slowdown},
+    {"comm_sms", Quantity::count, &GpuProfile::comm_sms},
 }};
 
 // The quantity of each FP8 GEMM entry, in kFp8Entries' order; under a profile's `fp8` map each

@@ -106,12 +106,19 @@ class TaskLists {
   std::vector<std::uint32_t> items_;
 };
 
+// Compute's durations are kept for no collective in flight on the rank and for 1, 2, and 3 or
+// more (whose kernels hold 3 x comm_sms SMs or all but one).
+constexpr int kBusyLevels = 4;
+
 struct ProgramIndex {
   TaskLists dependents;
   // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
   std::array<std::vector<TaskIndex>, kStreamCount> order;
   std::vector<TaskIndex> unordered;  // transfers with no dependencies
-  std::vector<SimTime> duration;     // compute tasks only
+  // The compute stream's kernels' durations summed in stream order, alone ([0]) and beside 1,
+  // 2, and 3 or more collectives of the rank, whose kernels hold SMs (comm_sms_held): element i
+  // is the nanoseconds of the kernels before position i, so a kernel's is a difference.
+  std::array<std::vector<std::int64_t>, kBusyLevels> compute_ns_before;
   // The streams whose head a task's end can unblock: its own and its dependents', as bits.
   std::vector<std::uint8_t> wakes;
   static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
@@ -124,7 +131,8 @@ struct ProgramIndex {
   ProgramIndex(const Program& program, const GpuProfile& gpu)
       : dependents(dependents_of(program)),
         compute_dep_positions(compute_dep_positions_of(program)) {
-    duration.resize(program.size());
+    std::array<std::vector<SimTime>, kBusyLevels> duration;
+    for (std::vector<SimTime>& level : duration) level.resize(program.size());
     dependencies.resize(program.size());
     stream.resize(program.size());
     wakes.resize(program.size());
@@ -145,7 +153,20 @@ struct ProgramIndex {
         unordered.push_back(t);
       }
       if (const auto* work = std::get_if<ComputeWork>(&program[t].work)) {
-        duration[t] = from_seconds(kernel_seconds(gpu, work->kernel));
+        for (int level = 0; level < kBusyLevels; ++level) {
+          const int held = comm_sms_held(gpu, level);
+          duration[level][t] = level > 0 && held == comm_sms_held(gpu, level - 1)
+                                   ? duration[level - 1][t]
+                                   : from_seconds(kernel_seconds(gpu, work->kernel, held));
+        }
+      }
+    }
+    const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
+    for (int level = 0; level < kBusyLevels; ++level) {
+      std::vector<std::int64_t>& before = compute_ns_before[level];
+      before.assign(compute.size() + 1, 0);
+      for (std::size_t i = 0; i < compute.size(); ++i) {
+        before[i + 1] = before[i] + duration[level][compute[i]].ns();
       }
     }
   }
@@ -284,7 +305,6 @@ class Replay {
               replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph, fold_)),
         traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
-        comm_slowdown_(gpu.comm_slowdown.value),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         topology_(&topology),
@@ -347,16 +367,17 @@ class Replay {
     std::size_t next = 0;  // position in the stream's order
     bool busy = false;
   };
-  // The compute kernel a rank is running: its work left, in nanoseconds at full speed, as of
-  // `updated`, and its completion event, moved whenever its speed changes. It may stand for a
-  // run of `tasks` kernels in stream order whose ends wake nothing but the next one (see
-  // try_start_stream).
+  // The compute kernel a rank is running, and its completion event, moved whenever the busy
+  // level changes. It may stand for a run of `tasks` kernels in stream order whose ends wake
+  // nothing but the next one (see try_start_stream): as of `updated`, the kernels before stream
+  // position `at` are done and `share` of the one at `at`.
   struct RunningKernel {
     TaskIndex task = 0;  // the first of the run
     std::size_t tasks = 1;
     SimTime begin{};
     SimTime updated{};
-    double remaining_ns = 0;
+    std::size_t at = 0;
+    double share = 0;
     EventHandle completion{};
   };
   struct Rank {
@@ -368,20 +389,27 @@ class Replay {
     // Communication by kind (CommKind), each kind's possibly overlapping.
     std::array<std::vector<Interval>, kCommKinds> comm_busy;
     std::optional<RunningKernel> kernel;  // on the compute stream
-    int collectives_in_flight = 0;        // its communication kernels running now
+    int collectives_in_flight = 0;        // its collectives running now (not pipeline sends)
   };
 
-  // Compute runs slower while the rank's communication kernels share its SMs and HBM: at
-  // 1 / (1 + slowdown) of full speed while any collective it takes part in is in flight.
-  double compute_speed(const Rank& rank) const {
-    return rank.collectives_in_flight > 0 ? 1 / (1 + comm_slowdown_) : 1.0;
+  // Compute runs on the SMs the rank's communication kernels leave it: the busy level is the
+  // number of its collectives in flight, three or more counting as three.
+  static int busy_level(const Rank& rank) {
+    return std::min(rank.collectives_in_flight, kBusyLevels - 1);
   }
 
-  // Schedules the running kernel's completion at its current speed.
+  // Schedules the running kernel's completion at its current busy level: the rest of the kernel
+  // at `at` and the whole of those after it in the run.
   void schedule_kernel(int r) {
     Rank& rank = ranks_[r];
     RunningKernel& kernel = *rank.kernel;
-    const SimTime left = from_seconds(kernel.remaining_ns * 1e-9 / compute_speed(rank));
+    const ProgramIndex& index = index_[rank.stage];
+    const std::vector<std::int64_t>& before = index.compute_ns_before[busy_level(rank)];
+    const std::size_t end = index.position[kernel.task] + kernel.tasks;
+    const double left_ns =
+        static_cast<double>(before[end] - before[kernel.at]) -
+        kernel.share * static_cast<double>(before[kernel.at + 1] - before[kernel.at]);
+    const SimTime left = from_seconds(std::max(0.0, left_ns) * 1e-9);
     kernel.completion = engine_.schedule_after(left, [this, r] {
       Rank& done = ranks_[r];
       const RunningKernel finished = *done.kernel;
@@ -403,18 +431,41 @@ class Replay {
     });
   }
 
-  // A collective starts or ends on rank r: its running kernel keeps the work it has done at the
-  // old speed and goes on at the new one.
+  // A collective starts or ends on rank r: its running kernel (or run of kernels) keeps the work
+  // it has done at the old level, kernel by kernel, and goes on at the new one.
   void change_collectives(int r, int delta) {
     Rank& rank = ranks_[r];
-    const double old_speed = compute_speed(rank);
+    const int old_level = busy_level(rank);
     rank.collectives_in_flight += delta;
-    // Only a change of speed (no collective <-> some) moves the running kernel's end.
-    if (!rank.kernel || compute_speed(rank) == old_speed) return;
+    const int level = busy_level(rank);
+    if (!rank.kernel || level == old_level) return;
     RunningKernel& kernel = *rank.kernel;
-    const double elapsed_ns = static_cast<double>((engine_.now() - kernel.updated).ns());
-    kernel.remaining_ns = std::max(0.0, kernel.remaining_ns - elapsed_ns * old_speed);
+    const ProgramIndex& index = index_[rank.stage];
+    const std::vector<std::int64_t>& old_before = index.compute_ns_before[old_level];
+    const std::vector<std::int64_t>& new_before = index.compute_ns_before[level];
+    const std::size_t end = index.position[kernel.task] + kernel.tasks;
+    // Where the run stands on the old level's time line: the kernel it is in, and its share.
+    const auto duration = [](const std::vector<std::int64_t>& before, std::size_t i) {
+      return static_cast<double>(before[i + 1] - before[i]);
+    };
+    const double reached = static_cast<double>(old_before[kernel.at]) +
+                           kernel.share * duration(old_before, kernel.at) +
+                           static_cast<double>((engine_.now() - kernel.updated).ns());
+    const auto after =
+        std::upper_bound(old_before.begin() + static_cast<std::ptrdiff_t>(kernel.at) + 1,
+                         old_before.begin() + static_cast<std::ptrdiff_t>(end) + 1, reached);
+    kernel.at = std::min(end - 1, static_cast<std::size_t>(after - old_before.begin()) - 1);
+    const double old_ns = duration(old_before, kernel.at);
+    kernel.share =
+        old_ns > 0
+            ? std::clamp((reached - static_cast<double>(old_before[kernel.at])) / old_ns, 0.0, 1.0)
+            : 0.0;
     kernel.updated = engine_.now();
+    // Unchanged durations from here on leave the completion where it is.
+    if (new_before[end] - new_before[kernel.at] == old_before[end] - old_before[kernel.at] &&
+        duration(new_before, kernel.at) == old_ns) {
+      return;
+    }
     engine_.cancel(kernel.completion);
     schedule_kernel(r);
   }
@@ -435,21 +486,20 @@ class Replay {
     stream.busy = true;
     if (s == static_cast<int>(Stream::compute)) {
       // Kernels whose ends wake only the compute stream, each followed by one that is then
-      // ready, run as one event: the same times without an event per kernel (exactly; under a
-      // comm_slowdown, within a nanosecond per kernel, as each kernel alone rounds its end up to
-      // a whole nanosecond). Traced ranks keep one slice per kernel.
+      // ready, run as one event: the same times without an event per kernel (a change of busy
+      // level inside the run is followed kernel by kernel, within a nanosecond per kernel, as
+      // each kernel alone rounds its end up to a whole nanosecond). Traced ranks keep one slice
+      // per kernel.
       std::size_t tasks = 1;
-      std::int64_t work_ns = index.duration[t].ns();
       constexpr auto compute_only =
           static_cast<std::uint8_t>(1u << static_cast<int>(Stream::compute));
       while (!traced_[r] && stream.next + tasks < order.size() &&
              index.wakes[order[stream.next + tasks - 1]] == compute_only &&
              ready_after_run(r, order[stream.next + tasks], stream.next)) {
-        work_ns += index.duration[order[stream.next + tasks]].ns();
         ++tasks;
       }
-      ranks_[r].kernel = RunningKernel{
-          t, tasks, engine_.now(), engine_.now(), static_cast<double>(work_ns), EventHandle{}};
+      ranks_[r].kernel =
+          RunningKernel{t, tasks, engine_.now(), engine_.now(), stream.next, 0.0, EventHandle{}};
       schedule_kernel(r);
       return;
     }
@@ -584,8 +634,8 @@ class Replay {
     const int to = sends ? other : r;
     comm_bytes_ += work.size_bytes * (fold_ ? graph_.dp : 1);
     const SimTime begin = engine_.now();
-    change_collectives(r, +1);
-    change_collectives(other, +1);
+    // A pipeline send or receive holds few SMs (NCCL's point-to-point runs two channels per
+    // network peer by default, NCCL_NCHANNELS_PER_NET_PEER): it leaves compute its SMs.
     // The replicas' copies of this send (folded), then its own, planned once per pair of
     // ranks and size.
     std::vector<Collectives::SendPlan>& plans = send_plans_[{from, to, work.size_bytes}];
@@ -603,7 +653,6 @@ class Replay {
     collectives_.begin_batch();
     for (std::size_t i = 0; i + 1 < plans.size(); ++i) collectives_.send(plans[i], [] {});
     collectives_.send(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
-      for (const auto& [member, task] : sides) change_collectives(member, -1);
       for (const auto& [member, task] : sides) {
         ranks_[member].comm_busy[kPipelineComm].push_back({begin, engine_.now()});
         record(member, task, begin);
@@ -942,7 +991,6 @@ class Replay {
   std::vector<bool> traced_;    // by rank
   std::vector<TraceSlice> trace_;
   std::vector<ProgramIndex> index_;  // by stage
-  double comm_slowdown_;
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;

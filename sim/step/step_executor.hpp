@@ -7,9 +7,9 @@
 // collective starts when every member of its group (tensor- or data-parallel) has reached it.
 // Pipeline transfers run out of stream order, as soon as their dependencies are done: a send
 // and the matching receive on the other stage's rank form one transfer. Kernel durations come from
-// the GPU's calibration profile, slowed by its comm_slowdown while a collective of the rank is in
-// flight; collective durations from the flow network, so traffic that shares a link shares its
-// bandwidth.
+// the GPU's calibration profile, run on the SMs that the rank's collectives in flight leave them
+// (comm_sms each); collective durations from the flow network, so traffic that shares a link
+// shares its bandwidth.
 #pragma once
 
 #include "calibration/gpu_profile.hpp"

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "calibration/kernel_cost.hpp"
 
@@ -66,4 +67,73 @@ TEST_CASE("launch overhead is added once per kernel") {
   gpu.kernel_launch_s.value = 5e-6;
   Kernel empty;
   CHECK(kernel_seconds(gpu, empty) == Approx(5e-6));
+}
+
+TEST_CASE("a GEMM that fills every SM in one wave takes a second beside a collective") {
+  // 10 x 10 tiles fill the 100 SMs once. A collective holding 20 SMs leaves 80: the tile chosen
+  // for the whole GPU now needs two waves over 80 SMs (wave 100 / 160) at 80% of the peak, so the
+  // compute takes (100 / 80) x (160 / 100) = 2x as long: the tail effect of a GEMM sized for
+  // the whole GPU.
+  GpuProfile gpu = round_gpu();
+  gpu.hbm_bytes_per_s.value = 1e15;
+  const Kernel gemm = gemm_kernel(128 * 10, 256 * 10, 16384, 2);
+  CHECK(kernel_seconds(gpu, gemm, 20) / kernel_seconds(gpu, gemm) == Approx(2.0).epsilon(1e-9));
+  // A GEMM of many waves loses about the SMs' share: 100 waves of 100 tiles on 80 SMs take
+  // 125 waves, exactly 1.25x.
+  const Kernel many = gemm_kernel(12800, 25600, 8192, 2);
+  CHECK(kernel_seconds(gpu, many, 20) / kernel_seconds(gpu, many) == Approx(1.25).epsilon(1e-9));
+  // Attention keeps its efficiency on the SMs left.
+  Kernel attention;
+  attention.kind = KernelKind::attention;
+  attention.flops = 1e12;
+  CHECK(kernel_seconds(gpu, attention, 20) == Approx(1e12 / (1e15 * 0.8 * 0.5)));
+}
+
+TEST_CASE("beside collectives compute is never faster, HBM-bound kernels keep their time") {
+  GpuProfile gpu = round_gpu();
+  gpu.kernel_launch_s.value = 5e-6;
+  gpu.gemm_tiles = {{128, 256}, {256, 128}, {128, 128}, {64, 64}};
+  for (const double m : {512.0, 2048.0, 4096.0, 12288.0}) {
+    for (const double n : {1024.0, 5120.0, 14336.0}) {
+      const Kernel gemm = gemm_kernel(m, n, 4096, 2);
+      double previous = kernel_seconds(gpu, gemm);
+      for (const int held : {1, 8, 16, 24, 50, 99}) {
+        const double t = kernel_seconds(gpu, gemm, held);
+        CHECK(t >= previous);
+        previous = t;
+      }
+    }
+  }
+  Kernel copy;
+  copy.kind = KernelKind::memory_bound;
+  copy.bytes = 9e9;
+  CHECK(kernel_seconds(gpu, copy, 40) == kernel_seconds(gpu, copy));
+}
+
+TEST_CASE("beside a collective the power ceiling falls as SMs^(2/3): capped GEMMs lose less") {
+  // A GEMM capped at 600 TFLOPS of an 800 TFLOPS uncapped rate. With 20 of 100 SMs held the 80
+  // left could reach 640 uncapped; under the same power they clock up by 0.8^(-1/3), so the
+  // ceiling is 600 x 0.8^(2/3) = 517: 1.16x as long, less than the 1.25x of the SMs' share.
+  // With 50 held: 400 uncapped against a ceiling of 600 x 0.5^(2/3) = 378, which binds.
+  GpuProfile gpu = round_gpu();
+  gpu.gemm_sustained_flops_per_s.value = 600e12;
+  const Kernel many = gemm_kernel(12800, 25600, 8192, 2);
+  const double alone = kernel_seconds(gpu, many);
+  CHECK(kernel_seconds(gpu, many, 20) / alone == Approx(std::pow(0.8, -2.0 / 3)));
+  CHECK(kernel_seconds(gpu, many, 20) / alone < 1.25);
+  CHECK(kernel_seconds(gpu, many, 50) / alone == Approx(std::pow(0.5, -2.0 / 3)));
+  // Uncapped (no ceiling), the SMs' share alone decides.
+  gpu.gemm_sustained_flops_per_s.value = 0;
+  CHECK(kernel_seconds(gpu, many, 20) / kernel_seconds(gpu, many) == Approx(1.25));
+}
+
+TEST_CASE("collectives hold comm_sms SMs each, leaving compute at least one") {
+  GpuProfile gpu = round_gpu();
+  gpu.comm_sms.value = 24;
+  CHECK(comm_sms_held(gpu, 0) == 0);
+  CHECK(comm_sms_held(gpu, 1) == 24);
+  CHECK(comm_sms_held(gpu, 3) == 72);
+  CHECK(comm_sms_held(gpu, 5) == 99);
+  gpu.comm_sms.value = 0;
+  CHECK(comm_sms_held(gpu, 3) == 0);
 }

@@ -98,29 +98,72 @@ TEST_CASE("microbenchmark CSVs: a time, a rate or both, and errors with file and
              Catch::Contains("expected fwd, bwd or fwd_bwd"));
 }
 
-TEST_CASE("overlap rows fit the slowdown of compute beside a collective: the median") {
+TEST_CASE("overlap rows fit the SMs a collective holds: the count the model recovers") {
+  // GEMMs timed alone and beside a collective whose kernels hold 24 SMs, by the model on the
+  // profile the GEMM row gives: the fit recovers 24 and every row. 25 SMs leave these shapes
+  // the same waves, so sigma is at least 1; 23 would run the 4096-row GEMM in one wave fewer.
   TempDir dir;
-  const std::vector<MicrobenchFile> files{
-      read_microbench_file(dir.write("gemm.csv",
-                                     "# provenance: measured\ndtype,m,n,k,time_us\n"
-                                     "bf16,8192,8192,8192,1400\n")),
-      read_microbench_file(dir.write("overlap.csv",
-                                     "# provenance: measured\n"
-                                     "dtype,m,n,k,alone_us,with_comm_us,comm_op,comm_bytes,gpus\n"
-                                     "bf16,8192,4096,4096,350,385,all_reduce,1073741824,8\n"
-                                     "bf16,8192,8192,4096,700,840,all_reduce,1073741824,8\n"
-                                     "bf16,4096,4096,4096,175,178.5,all_reduce,1073741824,8\n"))};
+  const std::vector<MicrobenchFile> gemm{read_microbench_file(dir.write(
+      "gemm.csv", "# provenance: measured\ndtype,m,n,k,time_us\nbf16,8192,8192,8192,1400\n"))};
+  GpuProfile truth = fit_kernels(h100_like(), gemm).profile;
+  std::string csv =
+      "# provenance: measured\n"
+      "dtype,m,n,k,alone_us,with_comm_us,comm_op,comm_bytes,gpus\n";
+  for (const double m : {1536.0, 4096.0, 8192.0}) {
+    const Kernel kernel = gemm_kernel(m, 2816, 4096, 2);
+    char row[160];
+    std::snprintf(row, sizeof row, "bf16,%.0f,2816,4096,%.6f,%.6f,all_reduce,1073741824,8\n", m,
+                  kernel_seconds(truth, kernel) * 1e6, kernel_seconds(truth, kernel, 24) * 1e6);
+    csv += row;
+  }
+  const std::vector<MicrobenchFile> files{gemm[0],
+                                          read_microbench_file(dir.write("overlap.csv", csv))};
   REQUIRE(files[1].overlap.size() == 3);
-  CHECK(files[1].overlap[0].with_comm_seconds == Approx(385e-6));
   const KernelFit fit = fit_kernels(h100_like(), files);
-  // Slowdowns 10%, 20% and 2%: the median, 10%, with sigma the widest spread, 10 points.
-  CHECK(fit.profile.comm_slowdown.value == Approx(0.10));
+  CHECK(fit.profile.comm_sms.value == 24);
   const auto entries = kernel_profile_entries(fit);
-  const auto slowdown = std::find_if(entries.begin(), entries.end(),
-                                     [](const auto& e) { return e.first == "comm_slowdown"; });
-  REQUIRE(slowdown != entries.end());
-  CHECK(slowdown->second.sigma == Approx(0.10));
+  const auto held = std::find_if(entries.begin(), entries.end(),
+                                 [](const auto& e) { return e.first == "comm_sms"; });
+  REQUIRE(held != entries.end());
+  CHECK(held->second.sigma >= 1);
+  CHECK(held->second.sigma <= 3);
+  for (const KernelFitPoint& p : fit.points) {
+    if (p.what.rfind("overlap", 0) == 0) CHECK(std::abs(p.error()) < 1e-6);
+  }
   CHECK(fit.skipped.empty());
+}
+
+TEST_CASE("overlap rows that disagree: the count that fits them best, sigma their spread") {
+  // One row slowed as by 12 SMs held, one as by 36: the fit lies between, one row slower and one
+  // faster than fitted, and sigma is not zero.
+  TempDir dir;
+  const std::vector<MicrobenchFile> gemm{read_microbench_file(dir.write(
+      "gemm.csv", "# provenance: measured\ndtype,m,n,k,time_us\nbf16,8192,8192,8192,1400\n"))};
+  const GpuProfile truth = fit_kernels(h100_like(), gemm).profile;
+  std::string csv = "# provenance: measured\ndtype,m,n,k,alone_us,with_comm_us\n";
+  const Kernel kernel = gemm_kernel(8192, 8192, 4096, 2);
+  for (const int held : {12, 36}) {
+    char row[128];
+    std::snprintf(row, sizeof row, "bf16,8192,8192,4096,%.6f,%.6f\n",
+                  kernel_seconds(truth, kernel) * 1e6, kernel_seconds(truth, kernel, held) * 1e6);
+    csv += row;
+  }
+  const std::vector<MicrobenchFile> files{gemm[0],
+                                          read_microbench_file(dir.write("overlap.csv", csv))};
+  const KernelFit fit = fit_kernels(h100_like(), files);
+  CHECK(fit.profile.comm_sms.value > 12);
+  CHECK(fit.profile.comm_sms.value < 36);
+  const auto entries = kernel_profile_entries(fit);
+  const auto held = std::find_if(entries.begin(), entries.end(),
+                                 [](const auto& e) { return e.first == "comm_sms"; });
+  REQUIRE(held != entries.end());
+  CHECK(held->second.sigma > 0);
+  std::vector<double> errors;
+  for (const KernelFitPoint& p : fit.points) {
+    if (p.what.rfind("overlap", 0) == 0) errors.push_back(p.error());
+  }
+  REQUIRE(errors.size() == 2);
+  CHECK(errors[0] * errors[1] < 0);
 }
 
 TEST_CASE("attention FLOPs follow FlashAttention's benchmark") {

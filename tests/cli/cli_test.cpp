@@ -316,7 +316,8 @@ TEST_CASE(
     "the 70B scaling scenario loses efficiency only where rings cross the oversubscribed spine") {
   // 4:1 leaves of 25 nodes, spread placement: up to 16 nodes the job sits under one leaf per
   // rail and scales; at 32 and 64 nodes every ring hop between nodes crosses the spine. Packing
-  // the 64 nodes leaf by leaf, or a non-blocking fabric, brings the scaling back.
+  // the 64 nodes leaf by leaf, or a non-blocking fabric, brings the scaling back, all but the
+  // 2-3% that ZeRO-3's longer rings cost the compute beside them (their kernels hold SMs).
   const std::string source = FLEETSIM_SOURCE_DIR;
   const Result result = run_cli("run " + source + "/scenarios/llama3-70b-dp-scaling.yaml --json");
   REQUIRE(result.exit_code == 0);
@@ -331,7 +332,8 @@ TEST_CASE(
   }
   CHECK(efficiency["32 nodes"] < 0.97);
   CHECK(efficiency["64 nodes"] < efficiency["32 nodes"]);
-  CHECK(efficiency["64 packed"] == Approx(1).epsilon(0.01));
+  CHECK(efficiency["64 packed"] == Approx(1).epsilon(0.03));
+  CHECK(efficiency["64 packed"] > efficiency["32 nodes"] + 0.1);
   CHECK(efficiency["64 non-blocking"] == Approx(efficiency["64 packed"]).epsilon(1e-3));
   // Hash collisions on the spread rings cost what adaptive routing avoids.
   CHECK(efficiency["64 non-blocking hash"] < 0.95 * efficiency["64 non-blocking"]);

@@ -113,25 +113,35 @@ TEST_CASE("more NVLink bandwidth or a faster GPU never makes the step slower") {
   CHECK(simulate_step(faster_gpu).step.step_time_s < base);
 }
 
-TEST_CASE("compute beside communication runs slower by the profile's slowdown, no more") {
-  // ZeRO-3 gathers and reduces beside the compute stream. At a 20% slowdown each kernel takes
-  // up to 1.2x as long, only for the part of it that overlaps a collective: compute grows, but
-  // by less than 20%; without collectives (one GPU) nothing changes.
+TEST_CASE("compute beside communication runs on the SMs the collectives leave it") {
+  // ZeRO-3 gathers and reduces beside the compute stream. The more SMs each collective holds,
+  // the longer the compute (never shorter), and the step with it; each kernel runs at most on
+  // all but three collectives' SMs, which bounds the compute; without collectives (one GPU)
+  // nothing changes.
   StepInputs in = small_job();
   const StepOutcome free = simulate_step(in);
-  in.gpu.comm_slowdown.value = 0.2;
-  const StepOutcome slowed = simulate_step(in);
   REQUIRE(free.simulated);
-  REQUIRE(slowed.simulated);
-  CHECK(slowed.step.breakdown.compute_s > free.step.breakdown.compute_s);
-  CHECK(slowed.step.breakdown.compute_s < 1.2 * free.step.breakdown.compute_s);
-  CHECK(slowed.step.step_time_s >= free.step.step_time_s);
+  double previous_compute = free.step.breakdown.compute_s;
+  double previous_step = free.step.step_time_s;
+  for (const double sms : {6.0, 13.0, 26.0}) {
+    in.gpu.comm_sms.value = sms;
+    const StepOutcome slowed = simulate_step(in);
+    REQUIRE(slowed.simulated);
+    CHECK(slowed.step.breakdown.compute_s >= previous_compute);
+    CHECK(slowed.step.step_time_s >= previous_step);
+    previous_compute = slowed.step.breakdown.compute_s;
+    previous_step = slowed.step.step_time_s;
+  }
+  CHECK(previous_compute > 1.01 * free.step.breakdown.compute_s);
+  // Three collectives' 78 SMs leave 54 of 132: no kernel runs slower than 132 / 54 times its
+  // time alone, twice that with a wave's tail.
+  CHECK(previous_compute < 2 * 132.0 / 54 * free.step.breakdown.compute_s);
   StepInputs alone = small_job();
   alone.node.gpus = 1;
   alone.plan.dp = 1;
   alone.training.global_batch = 4;
   const StepOutcome alone_free = simulate_step(alone);
-  alone.gpu.comm_slowdown.value = 0.2;
+  alone.gpu.comm_sms.value = 26;
   CHECK(simulate_step(alone).step.step_time_s == alone_free.step.step_time_s);
 }
 
@@ -467,10 +477,41 @@ TEST_CASE("tp_comm_overlap hides tensor-parallel collectives behind GEMMs, never
   CHECK(overlapped.step.breakdown.compute_s == Approx(blocking.step.breakdown.compute_s));
   CHECK(overlapped.step.comm_bytes_per_gpu == Approx(blocking.step.comm_bytes_per_gpu));
   CHECK(overlapped.step.model_flops == Approx(blocking.step.model_flops));
-  // GEMMs beside a collective share the GPU: with a slowdown the compute takes longer.
-  in.gpu.comm_slowdown.value = 0.2;
+  // GEMMs beside a collective share the GPU: on the SMs it leaves the compute takes longer.
+  in.gpu.comm_sms.value = 26;
   const StepOutcome contended = simulate_step(in);
   CHECK(contended.step.breakdown.compute_s > overlapped.step.breakdown.compute_s * 1.02);
+}
+
+TEST_CASE("kernels run as one event keep each kernel's time when a collective starts inside") {
+  // Untraced ranks run chains of kernels as one event; traced ranks one event per kernel. With
+  // collectives holding SMs, a collective that starts or ends inside a chain must slow only the
+  // kernels it runs beside, as it does kernel by kernel: the step and the compute time agree
+  // within a nanosecond per kernel. ZeRO-3 and tensor parallelism overlap much of the step.
+  for (const int tp : {1, 4}) {
+    StepInputs in = small_job();
+    set_layout(in, tp, 1, 8 / tp, 3);
+    in.plan.tp_comm_overlap = tp > 1;
+    in.gpu.comm_sms.value = 30;
+    StepOptions traced;
+    traced.trace_ranks = 8;
+    const StepOutcome chained = simulate_step(in);
+    const StepOutcome one_by_one = simulate_step(in, traced);
+    REQUIRE(chained.simulated);
+    REQUIRE(one_by_one.simulated);
+    std::size_t kernels = 0;
+    for (const TraceSlice& slice : one_by_one.step.trace) {
+      kernels += slice.stream == Stream::compute && slice.rank == 0;
+    }
+    REQUIRE(kernels > 100);
+    const double tolerance_s = 1e-9 * static_cast<double>(kernels);
+    CHECK(std::abs(chained.step.step_time_s - one_by_one.step.step_time_s) <= tolerance_s);
+    CHECK(std::abs(chained.step.breakdown.compute_s - one_by_one.step.breakdown.compute_s) <=
+          tolerance_s);
+    // And the SMs held cost something here.
+    in.gpu.comm_sms.value = 0;
+    CHECK(simulate_step(in).step.step_time_s < chained.step.step_time_s);
+  }
 }
 
 TEST_CASE("folding: a stage that ends inside an NVLink domain of several nodes is not folded") {

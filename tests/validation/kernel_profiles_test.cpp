@@ -6,6 +6,7 @@
 #include <iterator>
 #include <string>
 
+#include "calibration/kernel_cost.hpp"
 #include "calibration/kernel_fit.hpp"
 #include "calibration/microbench.hpp"
 #include "sim/scenario/scenario.hpp"
@@ -47,4 +48,20 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
   CHECK(h200.gemm_sustained_flops_per_s.value == h100.gemm_sustained_flops_per_s.value);
   CHECK(h200.gemm_tiles == h100.gemm_tiles);
   CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
+}
+
+TEST_CASE("an H100 GEMM of one full wave beside an NCCL all-gather takes about twice as long") {
+  // Published (NVIDIA developer forum thread 337991, H100): a GEMM of exactly 132 thread
+  // blocks at about 80% MFU alone drops to about 47% beside an all-gather whose 24 blocks take
+  // SMs, pushing part of the GEMM into a second wave: 1.70x as long. Neither the shape nor the
+  // message size is given; a 132-tile shape (1536 x 2816 in 128 x 256 tiles, K 8192) on the
+  // shipped profile, held to 10%: the model gives 1.85x.
+  const DataPaths data{FLEETSIM_SOURCE_DIR};
+  const GpuProfile h100 = load_gpu_profile(data, "h100-sxm");
+  const Kernel gemm = gemm_kernel(1536, 2816, 8192, 2);
+  const double alone = kernel_seconds(h100, gemm);
+  const double beside = kernel_seconds(h100, gemm, comm_sms_held(h100, 1));
+  CHECK(comm_sms_held(h100, 1) == 24);
+  CHECK(gemm.flops / alone / h100.dense_bf16_flops_per_s.value == Approx(0.80).margin(0.05));
+  CHECK(beside / alone == Approx(0.80 / 0.47).epsilon(0.10));
 }
