@@ -11,10 +11,10 @@
 // and whatever the non-zero sigmas, so an input's wider sigma widens the interval (a test). Rates
 // and efficiencies move by a factor, log-normally: one sigma up is the value plus sigma, one sigma
 // down the value over (1 + sigma / value), so a wide sigma (a spec-sheet number's) spreads the
-// draws by a factor instead of down to zero or below; overheads and slowdowns that may be zero
-// move by an amount (value + z sigma). Every draw is kept in its range: an efficiency at most
-// 1, an overhead at least 0.
-// Rates written as assumptions, spot capacity and degradations have no sigma and stay fixed.
+// draws by a factor instead of down to zero or below; overheads and counts that may be zero
+// (the SMs a collective holds) move by an amount (value + z sigma). Every draw is kept in its
+// range: an efficiency at most 1, an overhead at least 0. Rates written as assumptions, spot
+// capacity and degradations have no sigma and stay fixed.
 #pragma once
 
 #include <cstdint>

@@ -265,8 +265,11 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const LayerOps layer =
       decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp);
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
-  // whole, an overlapped one by how much it outlasts the kernel beside it (ring attention's
-  // always overlaps).
+  // whole, an overlapped one (ring attention's always overlaps) by how much the pair outlasts
+  // the kernel alone. The pair starts together at the earliest; while the collective runs the
+  // kernel runs on the SMs it leaves (k_beside), so with the collective's c shorter than
+  // k_beside the kernel ends at c + (1 - c / k_beside) k, c (1 - k / k_beside) after its time
+  // alone k; otherwise the collective ends last, c - k after it.
   const bool overlap = plan.tp_comm_overlap && plan.tp > 1;
   const auto blocking_s = [&](const std::vector<Op>& ops) {
     double seconds = 0;
@@ -279,9 +282,15 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
       const double collective_s = clock.seconds(inputs, *op.collective);
       const bool overlaps = overlap || op.collective->group == LayerGroup::context;
       const std::optional<std::size_t> beside = overlaps ? overlapped_kernel(ops, i) : std::nullopt;
-      seconds += beside
-                     ? std::max(0.0, collective_s - kernel_seconds(inputs.gpu, ops[*beside].kernel))
-                     : collective_s;
+      if (!beside) {
+        seconds += collective_s;
+        continue;
+      }
+      const Kernel& kernel = ops[*beside].kernel;
+      const double alone_s = kernel_seconds(inputs.gpu, kernel);
+      const double beside_s = kernel_seconds(inputs.gpu, kernel, comm_sms_held(inputs.gpu, 1));
+      seconds += collective_s >= beside_s ? collective_s - alone_s
+                                          : collective_s * (1 - alone_s / beside_s);
     }
     return seconds;
   };

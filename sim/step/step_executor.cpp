@@ -110,6 +110,9 @@ class TaskLists {
 // more (whose kernels hold 3 x comm_sms SMs or all but one).
 constexpr int kBusyLevels = 4;
 
+// What a kernel's cost depends on (calibration/kernel_cost.hpp).
+using KernelKey = std::tuple<KernelKind, bool, double, double, double, double, double>;
+
 struct ProgramIndex {
   TaskLists dependents;
   // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
@@ -131,8 +134,6 @@ struct ProgramIndex {
   ProgramIndex(const Program& program, const GpuProfile& gpu)
       : dependents(dependents_of(program)),
         compute_dep_positions(compute_dep_positions_of(program)) {
-    std::array<std::vector<SimTime>, kBusyLevels> duration;
-    for (std::vector<SimTime>& level : duration) level.resize(program.size());
     dependencies.resize(program.size());
     stream.resize(program.size());
     wakes.resize(program.size());
@@ -152,21 +153,30 @@ struct ProgramIndex {
       } else if (program[t].deps.empty()) {
         unordered.push_back(t);
       }
-      if (const auto* work = std::get_if<ComputeWork>(&program[t].work)) {
-        for (int level = 0; level < kBusyLevels; ++level) {
-          const int held = comm_sms_held(gpu, level);
-          duration[level][t] = level > 0 && held == comm_sms_held(gpu, level - 1)
-                                   ? duration[level - 1][t]
-                                   : from_seconds(kernel_seconds(gpu, work->kernel, held));
-        }
-      }
     }
+    // A program repeats its layers' kernels many times over: each distinct one is costed once.
+    std::map<KernelKey, std::array<std::int64_t, kBusyLevels>> costed;
     const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
-    for (int level = 0; level < kBusyLevels; ++level) {
-      std::vector<std::int64_t>& before = compute_ns_before[level];
+    for (std::vector<std::int64_t>& before : compute_ns_before)
       before.assign(compute.size() + 1, 0);
-      for (std::size_t i = 0; i < compute.size(); ++i) {
-        before[i + 1] = before[i] + duration[level][compute[i]].ns();
+    for (std::size_t i = 0; i < compute.size(); ++i) {
+      std::array<std::int64_t, kBusyLevels> ns{};
+      if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
+        const Kernel& k = work->kernel;
+        const auto [at, added] =
+            costed.try_emplace(KernelKey{k.kind, k.fp8, k.m, k.n, k.k, k.flops, k.bytes});
+        if (added) {
+          for (int level = 0; level < kBusyLevels; ++level) {
+            const int held = comm_sms_held(gpu, level);
+            at->second[level] = level > 0 && held == comm_sms_held(gpu, level - 1)
+                                    ? at->second[level - 1]
+                                    : from_seconds(kernel_seconds(gpu, k, held)).ns();
+          }
+        }
+        ns = at->second;
+      }
+      for (int level = 0; level < kBusyLevels; ++level) {
+        compute_ns_before[level][i + 1] = compute_ns_before[level][i] + ns[level];
       }
     }
   }
