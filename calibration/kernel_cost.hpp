@@ -35,6 +35,7 @@ struct Kernel {
   double flops = 0;            // executed FLOPs
   double bytes = 0;            // HBM bytes read and written
   bool fp8 = false;            // a GEMM on FP8 inputs
+  auto operator<=>(const Kernel&) const = default;
 };
 
 Kernel gemm_kernel(double m, double n, double k, double bytes_per_element);

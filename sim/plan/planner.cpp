@@ -266,7 +266,9 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
       decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp);
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
   // whole, an overlapped one (ring attention's always overlaps) by how much the pair outlasts
-  // the kernel alone. The pair starts together at the earliest; while the collective runs the
+  // the kernel alone. The pair starts together at the earliest (the task graph gives an
+  // overlapped collective at least its kernel's dependencies, so it never starts before the
+  // kernel beside it; a later start only ends the pair later); while the collective runs the
   // kernel runs on the SMs it leaves (k_beside), so with the collective's c shorter than
   // k_beside the kernel ends at c + (1 - c / k_beside) k, c (1 - k / k_beside) after its time
   // alone k; otherwise the collective ends last, c - k after it.

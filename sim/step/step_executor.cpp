@@ -107,11 +107,10 @@ class TaskLists {
 };
 
 // Compute's durations are kept for no collective in flight on the rank and for 1, 2, and 3 or
-// more (whose kernels hold 3 x comm_sms SMs or all but one).
+// more (whose kernels hold 3 x comm_sms SMs or all but one). A rank rarely has more than three
+// at once (a tensor-parallel one, a data-parallel gather and reduction), and three already
+// leave an H100 54 of its 132 SMs.
 constexpr int kBusyLevels = 4;
-
-// What a kernel's cost depends on (calibration/kernel_cost.hpp).
-using KernelKey = std::tuple<KernelKind, bool, double, double, double, double, double>;
 
 struct ProgramIndex {
   TaskLists dependents;
@@ -155,7 +154,7 @@ struct ProgramIndex {
       }
     }
     // A program repeats its layers' kernels many times over: each distinct one is costed once.
-    std::map<KernelKey, std::array<std::int64_t, kBusyLevels>> costed;
+    std::map<Kernel, std::array<std::int64_t, kBusyLevels>> costed;
     const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
     for (std::vector<std::int64_t>& before : compute_ns_before)
       before.assign(compute.size() + 1, 0);
@@ -163,8 +162,7 @@ struct ProgramIndex {
       std::array<std::int64_t, kBusyLevels> ns{};
       if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
         const Kernel& k = work->kernel;
-        const auto [at, added] =
-            costed.try_emplace(KernelKey{k.kind, k.fp8, k.m, k.n, k.k, k.flops, k.bytes});
+        const auto [at, added] = costed.try_emplace(k);
         if (added) {
           for (int level = 0; level < kBusyLevels; ++level) {
             const int held = comm_sms_held(gpu, level);
@@ -416,9 +414,8 @@ class Replay {
     const ProgramIndex& index = index_[rank.stage];
     const std::vector<std::int64_t>& before = index.compute_ns_before[busy_level(rank)];
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
-    const double left_ns =
-        static_cast<double>(before[end] - before[kernel.at]) -
-        kernel.share * static_cast<double>(before[kernel.at + 1] - before[kernel.at]);
+    const double left_ns = static_cast<double>(before[end] - before[kernel.at]) -
+                           kernel.share * kernel_ns(before, kernel.at);
     const SimTime left = from_seconds(std::max(0.0, left_ns) * 1e-9);
     kernel.completion = engine_.schedule_after(left, [this, r] {
       Rank& done = ranks_[r];
@@ -441,6 +438,25 @@ class Replay {
     });
   }
 
+  // The nanoseconds of the compute stream's kernel at position i, by one level's sums.
+  static double kernel_ns(const std::vector<std::int64_t>& before, std::size_t i) {
+    return static_cast<double>(before[i + 1] - before[i]);
+  }
+
+  // Moves a run to the kernel it is in, and that kernel's share done, `reached` nanoseconds
+  // into the level whose sums `before` holds (a kernel that ends exactly there is done).
+  static void move_to(RunningKernel& kernel, const std::vector<std::int64_t>& before,
+                      std::size_t end, double reached) {
+    const auto after =
+        std::upper_bound(before.begin() + static_cast<std::ptrdiff_t>(kernel.at) + 1,
+                         before.begin() + static_cast<std::ptrdiff_t>(end) + 1, reached);
+    kernel.at = std::min(end - 1, static_cast<std::size_t>(after - before.begin()) - 1);
+    const double ns = kernel_ns(before, kernel.at);
+    kernel.share =
+        ns > 0 ? std::clamp((reached - static_cast<double>(before[kernel.at])) / ns, 0.0, 1.0)
+               : 0.0;
+  }
+
   // A collective starts or ends on rank r: its running kernel (or run of kernels) keeps the work
   // it has done at the old level, kernel by kernel, and goes on at the new one.
   void change_collectives(int r, int delta) {
@@ -454,26 +470,18 @@ class Replay {
     const std::vector<std::int64_t>& old_before = index.compute_ns_before[old_level];
     const std::vector<std::int64_t>& new_before = index.compute_ns_before[level];
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
-    // Where the run stands on the old level's time line: the kernel it is in, and its share.
-    const auto duration = [](const std::vector<std::int64_t>& before, std::size_t i) {
-      return static_cast<double>(before[i + 1] - before[i]);
-    };
+    // Where the run stands on the old level's time line. At its end already, its completion
+    // (due now) stands.
     const double reached = static_cast<double>(old_before[kernel.at]) +
-                           kernel.share * duration(old_before, kernel.at) +
+                           kernel.share * kernel_ns(old_before, kernel.at) +
                            static_cast<double>((engine_.now() - kernel.updated).ns());
-    const auto after =
-        std::upper_bound(old_before.begin() + static_cast<std::ptrdiff_t>(kernel.at) + 1,
-                         old_before.begin() + static_cast<std::ptrdiff_t>(end) + 1, reached);
-    kernel.at = std::min(end - 1, static_cast<std::size_t>(after - old_before.begin()) - 1);
-    const double old_ns = duration(old_before, kernel.at);
-    kernel.share =
-        old_ns > 0
-            ? std::clamp((reached - static_cast<double>(old_before[kernel.at])) / old_ns, 0.0, 1.0)
-            : 0.0;
+    if (reached >= static_cast<double>(old_before[end])) return;
+    move_to(kernel, old_before, end, reached);
+    const double old_ns = kernel_ns(old_before, kernel.at);
     kernel.updated = engine_.now();
     // Unchanged durations from here on leave the completion where it is.
     if (new_before[end] - new_before[kernel.at] == old_before[end] - old_before[kernel.at] &&
-        duration(new_before, kernel.at) == old_ns) {
+        kernel_ns(new_before, kernel.at) == old_ns) {
       return;
     }
     engine_.cancel(kernel.completion);
