@@ -599,16 +599,23 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     for (const auto& [s, file] : overlap) {
       if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
     }
-    const auto beside_s = [&gpu](const OverlapSample& s, int held) {
-      const Kernel kernel = gemm_kernel(s.m, s.n, s.k, 2.0);
-      return s.alone_seconds * kernel_seconds(gpu, kernel, held) / kernel_seconds(gpu, kernel);
+    // Each row's GEMM and the model's time for it alone, then beside `held` SMs held.
+    std::vector<Kernel> kernels;
+    std::vector<double> model_alone_s;
+    for (const auto& [s, file] : overlap) {
+      kernels.push_back(gemm_kernel(s->m, s->n, s->k, 2.0));
+      model_alone_s.push_back(kernel_seconds(gpu, kernels.back()));
+    }
+    const auto beside_s = [&](std::size_t row, int held) {
+      return overlap[row].first->alone_seconds * kernel_seconds(gpu, kernels[row], held) /
+             model_alone_s[row];
     };
     // Each count's rms relative error over the rows.
     std::vector<double> rms(static_cast<std::size_t>(std::max(gpu.sm_count, 1)), 0.0);
     for (int count = 0; count < static_cast<int>(rms.size()); ++count) {
       double squares = 0;
-      for (const auto& [s, file] : overlap) {
-        squares += std::pow(beside_s(*s, count) / s->with_comm_seconds - 1, 2);
+      for (std::size_t row = 0; row < overlap.size(); ++row) {
+        squares += std::pow(beside_s(row, count) / overlap[row].first->with_comm_seconds - 1, 2);
       }
       rms[count] = std::sqrt(squares / static_cast<double>(overlap.size()));
     }
@@ -624,11 +631,12 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       }
     }
     gpu.comm_sms.value = held;
-    for (const auto& [s, file] : overlap) {
+    for (std::size_t row = 0; row < overlap.size(); ++row) {
+      const auto& [s, file] = overlap[row];
       char what[96];
       std::snprintf(what, sizeof what, "overlap %.0fx%.0fx%.0f beside a collective", s->m, s->n,
                     s->k);
-      fit.points.push_back({what, file->path, s->line, s->with_comm_seconds, beside_s(*s, held)});
+      fit.points.push_back({what, file->path, s->line, s->with_comm_seconds, beside_s(row, held)});
     }
     fit.parameters.push_back(
         {"comm_sms", static_cast<double>(held), spread,
