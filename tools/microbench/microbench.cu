@@ -3,7 +3,9 @@
 // (calibration/microbench.hpp):
 //
 //   fleetsim_microbench gemm    OUT.csv   BF16 cuBLASLt GEMMs: the layer shapes of the model zoo
-//                                          (Llama 3 8B and 70B at 2k..16k tokens) and a grid
+//                                          (Llama 3 8B and 70B at 2k..16k tokens) and a grid;
+//                                          on GPUs with FP8 tensor cores (compute capability 8.9
+//                                          and up) the same shapes again in FP8 (E4M3)
 //   fleetsim_microbench memory  OUT.csv   a device copy kernel from 256 MiB to 4 GiB
 //   fleetsim_microbench overlap OUT.csv   GEMMs alone and while an NCCL all-reduce runs on the
 //                                          same GPU (the slowdown communication kernels cause)
@@ -13,6 +15,7 @@
 // each file say what machine measured it.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -48,14 +51,15 @@ void check(ncclResult_t status, const char* what) {
 
 // Fills with values in [-1, 1) from a hash of the index: random enough to keep the tensor cores
 // and the memory system honest, and the same on every run.
-__global__ void fill_random(__nv_bfloat16* data, std::size_t count, std::uint32_t seed) {
+template <typename Element>
+__global__ void fill_random(Element* data, std::size_t count, std::uint32_t seed) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 16;
     x *= 0x7feb352dU;
     x ^= x >> 15;
-    data[i] = __float2bfloat16(static_cast<float>(x & 0xffff) / 32768.0f - 1.0f);
+    data[i] = Element(static_cast<float>(x & 0xffff) / 32768.0f - 1.0f);
   }
 }
 
@@ -78,6 +82,18 @@ struct DeviceBuffer {
 void random_bf16(DeviceBuffer& buffer, std::size_t count, std::uint32_t seed) {
   fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(buffer.ptr), count, seed);
   check(cudaGetLastError(), "fill_random");
+}
+
+void random_fp8(DeviceBuffer& buffer, std::size_t count, std::uint32_t seed) {
+  fill_random<<<1024, 256>>>(static_cast<__nv_fp8_e4m3*>(buffer.ptr), count, seed);
+  check(cudaGetLastError(), "fill_random");
+}
+
+// The inputs' number format: BF16, or FP8 E4M3 as Transformer Engine's forward GEMMs take it.
+enum class Precision { bf16, fp8 };
+
+const char* precision_name(Precision precision) {
+  return precision == Precision::fp8 ? "fp8" : "bf16";
 }
 
 // Median time in microseconds of one call of `run`, over five batches of `iterations` calls,
@@ -104,11 +120,13 @@ double median_us(cudaStream_t stream, int iterations, Run run) {
   return batches[batches.size() / 2];
 }
 
-// A BF16 GEMM C[m,n] = A[m,k] B[k,n] through cuBLASLt with FP32 accumulation, the algorithm its
-// heuristic ranks first: what frameworks call for a linear layer.
+// A GEMM C[m,n] = A[m,k] B[k,n] through cuBLASLt with FP32 accumulation and a BF16 output, the
+// algorithm its heuristic ranks first: what frameworks call for a linear layer. FP8 inputs come
+// with per-tensor scales (of 1 here), as Transformer Engine's delayed scaling passes them, and
+// fast accumulation, its forward GEMMs' setting.
 class Gemm {
  public:
-  Gemm(cublasLtHandle_t handle, int m, int n, int k, DeviceBuffer& workspace,
+  Gemm(cublasLtHandle_t handle, Precision precision, int m, int n, int k, DeviceBuffer& workspace,
        std::size_t workspace_bytes)
       : handle_(handle),
         m_(m),
@@ -116,12 +134,36 @@ class Gemm {
         k_(k),
         workspace_(&workspace),
         workspace_bytes_(workspace_bytes),
-        a_(sizeof(__nv_bfloat16) * m * k),
-        b_(sizeof(__nv_bfloat16) * k * n),
-        c_(sizeof(__nv_bfloat16) * m * n) {
-    random_bf16(a_, static_cast<std::size_t>(m) * k, 1);
-    random_bf16(b_, static_cast<std::size_t>(k) * n, 2);
+        a_(input_bytes(precision) * m * k),
+        b_(input_bytes(precision) * k * n),
+        c_(sizeof(__nv_bfloat16) * m * n),
+        scales_(2 * sizeof(float)) {
+    const bool fp8 = precision == Precision::fp8;
+    const cudaDataType_t input = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    if (fp8) {
+      random_fp8(a_, static_cast<std::size_t>(m) * k, 1);
+      random_fp8(b_, static_cast<std::size_t>(k) * n, 2);
+    } else {
+      random_bf16(a_, static_cast<std::size_t>(m) * k, 1);
+      random_bf16(b_, static_cast<std::size_t>(k) * n, 2);
+    }
     check(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+    if (fp8) {
+      const float ones[2] = {1.0f, 1.0f};
+      check(cudaMemcpy(scales_.ptr, ones, sizeof ones, cudaMemcpyHostToDevice), "scales");
+      const float* a_scale = static_cast<const float*>(scales_.ptr);
+      const float* b_scale = a_scale + 1;
+      const std::int8_t fast_accumulation = 1;
+      check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                           sizeof a_scale),
+            "a scale");
+      check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                           sizeof b_scale),
+            "b scale");
+      check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accumulation,
+                                           sizeof fast_accumulation),
+            "fast accumulation");
+    }
     // Column-major, as cuBLAS is: C[m,n] = op(A)[m,k] B[k,n] with A stored as k x m (the
     // activations [m,k] row-major) read transposed, and B stored as k x n (the weight as
     // [n,k] row-major): the TN layout.
@@ -131,8 +173,8 @@ class Gemm {
           "transa");
     check(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &none, sizeof none),
           "transb");
-    check(cublasLtMatrixLayoutCreate(&layout_a_, CUDA_R_16BF, k, m, k), "layout a");
-    check(cublasLtMatrixLayoutCreate(&layout_b_, CUDA_R_16BF, k, n, k), "layout b");
+    check(cublasLtMatrixLayoutCreate(&layout_a_, input, k, m, k), "layout a");
+    check(cublasLtMatrixLayoutCreate(&layout_b_, input, k, n, k), "layout b");
     check(cublasLtMatrixLayoutCreate(&layout_c_, CUDA_R_16BF, m, n, m), "layout c");
     cublasLtMatmulPreference_t preference;
     check(cublasLtMatmulPreferenceCreate(&preference), "preference");
@@ -165,11 +207,15 @@ class Gemm {
   double flops() const { return 2.0 * m_ * n_ * k_; }
 
  private:
+  static std::size_t input_bytes(Precision precision) {
+    return precision == Precision::fp8 ? 1 : sizeof(__nv_bfloat16);
+  }
+
   cublasLtHandle_t handle_;
   int m_, n_, k_;
   DeviceBuffer* workspace_;
   std::size_t workspace_bytes_;
-  DeviceBuffer a_, b_, c_;
+  DeviceBuffer a_, b_, c_, scales_;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t layout_a_ = nullptr, layout_b_ = nullptr, layout_c_ = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic_{};
@@ -222,11 +268,37 @@ std::string gpu_header(const char* what) {
          ", " + date + "\n# gpu: " + name + "\n";
 }
 
-FILE* open_output(const char* path) {
-  FILE* out = std::fopen(path, "w");
-  if (!out) throw std::runtime_error(std::string("cannot write ") + path);
-  return out;
-}
+// A CSV written as PATH.partial and renamed to PATH once complete: a benchmark that fails or is
+// stopped halfway leaves no file that `fleetsim calibrate` would take for a whole one.
+class OutputFile {
+ public:
+  explicit OutputFile(const char* path)
+      : path_(path), partial_(path_ + ".partial"), file_(std::fopen(partial_.c_str(), "w")) {
+    if (!file_) throw std::runtime_error("cannot write " + partial_);
+  }
+  ~OutputFile() {
+    if (!file_) return;
+    std::fclose(file_);
+    std::remove(partial_.c_str());
+  }
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  FILE* get() const { return file_; }
+  void commit() {
+    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0;
+    std::fclose(file_);
+    file_ = nullptr;
+    if (!written || std::rename(partial_.c_str(), path_.c_str()) != 0) {
+      std::remove(partial_.c_str());
+      throw std::runtime_error("cannot write " + path_);
+    }
+  }
+
+ private:
+  std::string path_, partial_;
+  FILE* file_;
+};
 
 // What timing GEMMs needs on the current device: a cuBLASLt handle, a stream, a workspace.
 struct GemmBench {
@@ -246,25 +318,41 @@ struct GemmBench {
   GemmBench& operator=(const GemmBench&) = delete;
 };
 
+// Whether the current GPU has FP8 tensor cores: Ada (8.9), Hopper (9.0) and newer.
+bool has_fp8_tensor_cores() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return prop.major * 10 + prop.minor >= 89;
+}
+
 void measure_gemms(const char* path) {
   GemmBench bench;
-  FILE* out = open_output(path);
+  OutputFile output(path);
+  FILE* out = output.get();
   std::fprintf(out, "%sdtype,m,n,k,time_us,tflops\n", gpu_header("gemm").c_str());
-  for (const Shape& s : gemm_shapes()) {
-    Gemm gemm(bench.handle, s.m, s.n, s.k, bench.workspace, GemmBench::kWorkspaceBytes);
-    const int iterations = gemm.flops() > 1e12 ? 5 : 20;
-    const double us = median_us(bench.stream, iterations, [&] { gemm.run(bench.stream); });
-    std::fprintf(out, "bf16,%d,%d,%d,%.3f,%.2f\n", s.m, s.n, s.k, us,
-                 gemm.flops() / (us * 1e-6) / 1e12);
-    std::fflush(out);
+  std::vector<Precision> precisions{Precision::bf16};
+  if (has_fp8_tensor_cores()) precisions.push_back(Precision::fp8);
+  for (const Precision precision : precisions) {
+    for (const Shape& s : gemm_shapes()) {
+      Gemm gemm(bench.handle, precision, s.m, s.n, s.k, bench.workspace,
+                GemmBench::kWorkspaceBytes);
+      const int iterations = gemm.flops() > 1e12 ? 5 : 20;
+      const double us = median_us(bench.stream, iterations, [&] { gemm.run(bench.stream); });
+      std::fprintf(out, "%s,%d,%d,%d,%.3f,%.2f\n", precision_name(precision), s.m, s.n, s.k, us,
+                   gemm.flops() / (us * 1e-6) / 1e12);
+      std::fflush(out);
+    }
   }
-  std::fclose(out);
+  output.commit();
 }
 
 void measure_memory(const char* path) {
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  FILE* out = open_output(path);
+  OutputFile output(path);
+  FILE* out = output.get();
   std::fprintf(out, "%sop,bytes,time_us,gb_per_s\n", gpu_header("memory").c_str());
   // From 256 MiB up: smaller copies stay in L2 (50 MB on H100, more on newer parts) across
   // iterations and would measure the cache, not HBM.
@@ -281,7 +369,7 @@ void measure_memory(const char* path) {
     std::fprintf(out, "copy,%.0f,%.3f,%.1f\n", moved, us, moved / (us * 1e-6) / 1e9);
     std::fflush(out);
   }
-  std::fclose(out);
+  output.commit();
   cudaStreamDestroy(stream);
 }
 
@@ -293,9 +381,6 @@ void measure_memory(const char* path) {
 void measure_overlap(const char* path) {
   int devices = 0;
   check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  if (devices < 2) {
-    throw std::runtime_error("overlap needs two GPUs or more: a one-rank all-reduce moves nothing");
-  }
   std::vector<ncclComm_t> comms(devices);
   std::vector<int> ids(devices);
   for (int d = 0; d < devices; ++d) ids[d] = d;
@@ -310,12 +395,14 @@ void measure_overlap(const char* path) {
   }
   check(cudaSetDevice(0), "cudaSetDevice");
   GemmBench bench;
-  FILE* out = open_output(path);
+  OutputFile output(path);
+  FILE* out = output.get();
   std::fprintf(out, "%sdtype,m,n,k,alone_us,with_comm_us,comm_op,comm_bytes,gpus\n",
                gpu_header("overlap").c_str());
   for (const Shape& s : {Shape{8192, 4096, 4096}, Shape{8192, 28672, 8192},
                          Shape{4096, 14336, 4096}, Shape{16384, 8192, 8192}}) {
-    Gemm gemm(bench.handle, s.m, s.n, s.k, bench.workspace, GemmBench::kWorkspaceBytes);
+    Gemm gemm(bench.handle, Precision::bf16, s.m, s.n, s.k, bench.workspace,
+              GemmBench::kWorkspaceBytes);
     const double alone = median_us(bench.stream, 10, [&] { gemm.run(bench.stream); });
     // Keep the all-reduces busy for the whole timed stretch (60 GEMMs): queue enough for three
     // times as long at an assumed 100 GB/s of bus bandwidth, at least 20.
@@ -345,7 +432,7 @@ void measure_overlap(const char* path) {
                  with_comm, bytes, devices);
     std::fflush(out);
   }
-  std::fclose(out);
+  output.commit();
   for (int d = 0; d < devices; ++d) {
     cudaSetDevice(d);
     buffers[d].reset();
@@ -356,6 +443,9 @@ void measure_overlap(const char* path) {
 }
 
 }  // namespace
+
+// The exit status of a benchmark this machine cannot run (not a failure).
+constexpr int kSkipped = 3;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -376,6 +466,15 @@ int main(int argc, char** argv) {
     } else if (what == "memory") {
       measure_memory(argv[2]);
     } else if (what == "overlap") {
+      // A one-rank all-reduce moves nothing and NCCL refuses two ranks on one GPU: nothing to
+      // measure on a one-GPU machine. Said apart from a failure, so that run.sh goes on.
+      if (devices < 2) {
+        std::fprintf(stderr,
+                     "fleetsim_microbench: overlap skipped: it needs two GPUs or more (this "
+                     "machine has one); no %s written\n",
+                     argv[2]);
+        return kSkipped;
+      }
       measure_overlap(argv[2]);
     } else {
       std::fprintf(stderr, "fleetsim_microbench: unknown benchmark '%s'\n", what.c_str());
