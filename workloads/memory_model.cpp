@@ -232,9 +232,15 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     dynamic += kWeightBytes * largest;
   }
 
-  const double logits = stage == plan.pp - 1 ? 2 * kFp32Bytes * tokens * model.vocab / tp : 0.0;
+  // The FP32 copy the cross-entropy works on and its gradient; in place, the BF16 logits with
+  // the gradient written over them.
+  const bool in_place = training.cross_entropy == CrossEntropy::in_place;
+  const double logit_bytes = in_place ? kBf16Bytes : 2 * kFp32Bytes;
+  const double logits = stage == plan.pp - 1 ? logit_bytes * tokens * model.vocab / tp : 0.0;
   add("logits", logits,
-      std::string("FP32 logits and their gradient") + (tp > 1 ? ", vocabulary split over tp" : ""));
+      std::string(in_place ? "BF16 logits, their gradient written over them"
+                           : "FP32 logits and their gradient") +
+          (tp > 1 ? ", vocabulary split over tp" : ""));
   dynamic += logits;
 
   // Gradients are reduced from communication buckets; under ZeRO-3 the unit's full BF16

@@ -74,6 +74,21 @@ inline const char* to_string(Recompute recompute) {
 // FlashAttention keeps Q, K, V, O and the log-sum-exp for backward and recomputes the scores;
 // eager attention (two batched GEMMs around a softmax) keeps the s x s probabilities.
 enum class Attention { flash, eager };
+// How the loss's softmax cross-entropy runs over the logits (head_ops counts its passes):
+// unfused: PyTorch ops on an FP32 copy, as Megatron-Core's vocab_parallel_cross_entropy does by
+// default (and Hugging Face models' upcast, log-softmax and NLL loss about as much);
+// fused: Megatron-Core's --cross-entropy-loss-fusion (the same steps in three fused kernels,
+// NeMo 2's default); in_place: one kernel computing the loss and writing the gradient over the
+// BF16 logits in forward (Transformer Engine's Triton cross-entropy, Liger's): no FP32 copy.
+enum class CrossEntropy { unfused, fused, in_place };
+inline const char* to_string(CrossEntropy cross_entropy) {
+  switch (cross_entropy) {
+    case CrossEntropy::unfused: return "unfused";
+    case CrossEntropy::fused: return "fused";
+    case CrossEntropy::in_place: return "in_place";
+  }
+  return "?";
+}
 
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
 // projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets
@@ -97,6 +112,7 @@ struct TrainingSpec {
   // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did).
   int grad_reduce_bytes = 2;
   Attention attention = Attention::flash;
+  CrossEntropy cross_entropy = CrossEntropy::unfused;
   std::optional<LoraSpec> lora;  // set: LoRA fine-tuning; unset: every weight trained
   // Dropout after attention and after the MLP (and on the attention probabilities): above 0,
   // each keeps a one-byte mask for backward. FlashAttention regenerates its own from the seed.

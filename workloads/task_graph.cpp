@@ -51,8 +51,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
           {"embed", embed, frozen ? 0.0 : embed, embedding_ops(model, mb, s, tp, frozen), false});
     } else if (index == head_index) {
       const double head = (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp;
-      units.push_back(
-          {"head", head, frozen ? 0.0 : head, head_ops(model, mb, s, tp, frozen), false});
+      units.push_back({"head", head, frozen ? 0.0 : head,
+                       head_ops(model, mb, s, tp, frozen, training.cross_entropy), false});
     } else {
       const double held = parameters[index] / tp - absent_experts + adapters;
       units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true,

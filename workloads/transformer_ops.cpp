@@ -522,7 +522,45 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
   return ops;
 }
 
-LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen) {
+// The cross-entropy's passes over the local vocabulary shard of the logits, forward then
+// backward, each a kernel with the bytes it reads plus writes per logit (BF16 2, FP32 4).
+struct CrossEntropyPass {
+  const char* name;
+  double bytes_per_logit;
+};
+struct CrossEntropyPasses {
+  std::vector<CrossEntropyPass> forward, backward;
+};
+
+CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy) {
+  switch (cross_entropy) {
+    case CrossEntropy::unfused:
+      // Megatron-Core's vocab_parallel_cross_entropy: an FP32 copy, its max, the max subtracted
+      // in place, exp in place, the sum, the division in place (the softmax kept for backward);
+      // backward scales the softmax in place by the loss gradient, and autograd casts it back
+      // to the logits' BF16.
+      return {{{"cast", kBf16 + kFp32},
+               {"max", kFp32},
+               {"shift", 2 * kFp32},
+               {"exp", 2 * kFp32},
+               {"sum", kFp32},
+               {"normalize", 2 * kFp32}},
+              {{"scale", 2 * kFp32}, {"cast", kFp32 + kBf16}}};
+    case CrossEntropy::fused:
+      // The same steps fused by the JIT into three kernels (the FP32 copy with its max; shift,
+      // exp and sum; the division) and one backward kernel (scale in place, then BF16).
+      return {{{"cast_max", kBf16 + kFp32}, {"exp_sum", 2 * kFp32}, {"normalize", 2 * kFp32}},
+              {{"scale", 2 * kFp32 + kBf16}}};
+    case CrossEntropy::in_place:
+      // An online max and sum over the BF16 logits, then the loss and the gradient written over
+      // them; backward scales that gradient in place.
+      return {{{"max_sum", kBf16}, {"loss_grad", 2 * kBf16}}, {{"scale", 2 * kBf16}}};
+  }
+  return {};
+}
+
+LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen,
+                  CrossEntropy cross_entropy) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   const double v = model.vocab;
@@ -532,10 +570,18 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * t * h / split));
   if (tp > 1) ops.forward.push_back(tp_op("head_gather", CollectiveOp::all_gather, kBf16 * t * h));
   ops.forward.push_back(gemm_with_backward("logits", t, v / split, h, backward, frozen));
-  // Cross-entropy in FP32 on the local vocabulary shard: read BF16 logits, write FP32 logits,
-  // read them for softmax and loss (its max and sum across ranks are a few bytes per token).
-  ops.forward.push_back(memory_op("cross_entropy", t * v / split * (kBf16 + 2 * kFp32)));
-  ops.backward.push_back(memory_op("cross_entropy.bwd", t * v / split * (kFp32 + kBf16)));
+  // Cross-entropy on the local vocabulary shard (its max and sums across ranks are a few bytes
+  // per token).
+  const double logits = t * v / split;
+  const CrossEntropyPasses passes = cross_entropy_passes(cross_entropy);
+  for (const CrossEntropyPass& pass : passes.forward) {
+    ops.forward.push_back(
+        memory_op(std::string("cross_entropy.") + pass.name, logits * pass.bytes_per_logit));
+  }
+  for (const CrossEntropyPass& pass : passes.backward) {
+    ops.backward.push_back(memory_op(std::string("cross_entropy.") + pass.name + ".bwd",
+                                     logits * pass.bytes_per_logit));
+  }
   if (tp > 1 && !frozen) {
     // The logits GEMM is column-parallel on a sequence-parallel input: its weight gradient
     // needs the input gathered again.

@@ -76,7 +76,7 @@ std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::si
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
                        bool frozen = false);
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
-                  bool frozen = false);
+                  bool frozen = false, CrossEntropy cross_entropy = CrossEntropy::unfused);
 // QLoRA's stored bytes per frozen decoder-layer weight: 4-bit NF4, an 8-bit scale per block of
 // 64 weights and an FP32 scale per 256 such scales (double quantization): 4.127 bits
 // (Dettmers et al., arXiv:2305.14314, Section 3).

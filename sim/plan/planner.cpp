@@ -319,7 +319,7 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   // The last stage also runs the output head of every micro-batch.
   const LayerOps head =
       head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp,
-               plan.tp, inputs.training.lora.has_value());
+               plan.tp, inputs.training.lora.has_value(), inputs.training.cross_entropy);
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
   return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
                       micro_batches * head_s + first_stage_tail_s(inputs),

@@ -783,7 +783,7 @@ int read_sm_count(const Field& f) {
 const Keys kTrainingKeys = {
     "method",      "precision",         "optimizer", "seq_len",   "global_batch",
     "micro_batch", "grad_reduce_dtype", "tokens",    "attention", "dropout",
-    "lora"};
+    "lora",        "cross_entropy"};
 
 TrainingSpec parse_training(const Field& f) {
   expect_map(f, kTrainingKeys);
@@ -828,6 +828,12 @@ TrainingSpec parse_training(const Field& f) {
   if (auto attention = find(f, "attention")) {
     t.attention = read_choice(*attention, {"flash", "eager"}) == "eager" ? Attention::eager
                                                                          : Attention::flash;
+  }
+  if (auto cross_entropy = find(f, "cross_entropy")) {
+    const std::string choice = read_choice(*cross_entropy, {"unfused", "fused", "in_place"});
+    t.cross_entropy = choice == "fused"      ? CrossEntropy::fused
+                      : choice == "in_place" ? CrossEntropy::in_place
+                                             : CrossEntropy::unfused;
   }
   if (auto dropout = find(f, "dropout")) {
     t.dropout = read_number(*dropout);

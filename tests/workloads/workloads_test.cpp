@@ -269,6 +269,70 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   CHECK(find(full, "gathered parameters") == Approx(2.0 * (525'336'576 + 218'112'000)));
 }
 
+TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer bytes when fused") {
+  // Llama-3-8B's head at 8,192 tokens, vocabulary split over tp 2: 8192 x 64128 logits a rank.
+  const ModelSpec m = llama3_8b();
+  const double logits = 8192.0 * 128256 / 2;
+  struct Traffic {
+    int forward_kernels = 0, backward_kernels = 0;
+    double forward_bytes = 0, backward_bytes = 0;
+  };
+  const auto traffic = [&](CrossEntropy cross_entropy) {
+    const LayerOps head = head_ops(m, 2, 4096, 2, false, cross_entropy);
+    Traffic sum;
+    for (const Op& op : head.forward) {
+      if (op.name.rfind("cross_entropy.", 0) != 0) continue;
+      CHECK(op.kernel.kind == KernelKind::memory_bound);
+      ++sum.forward_kernels;
+      sum.forward_bytes += op.kernel.bytes;
+    }
+    for (const Op& op : head.backward) {
+      if (op.name.rfind("cross_entropy.", 0) != 0) continue;
+      ++sum.backward_kernels;
+      sum.backward_bytes += op.kernel.bytes;
+    }
+    return sum;
+  };
+  // Megatron-Core's vocab_parallel_cross_entropy: BF16 -> FP32 copy (2 + 4), max (4), shift,
+  // exp and division in place (8 each), sum (4); backward: scale in place (8), cast (4 + 2).
+  const Traffic unfused = traffic(CrossEntropy::unfused);
+  CHECK(unfused.forward_kernels == 6);
+  CHECK(unfused.backward_kernels == 2);
+  CHECK(unfused.forward_bytes == Approx(38 * logits));
+  CHECK(unfused.backward_bytes == Approx(14 * logits));
+  // Fused: copy with max (6), shift-exp-sum (8), division (8); backward one kernel (4 + 4 + 2).
+  const Traffic fused = traffic(CrossEntropy::fused);
+  CHECK(fused.forward_kernels == 3);
+  CHECK(fused.backward_kernels == 1);
+  CHECK(fused.forward_bytes == Approx(22 * logits));
+  CHECK(fused.backward_bytes == Approx(10 * logits));
+  // In place on the BF16 logits: read for max and sum (2), read and overwrite with the gradient
+  // (4); backward scales it in place (4).
+  const Traffic in_place = traffic(CrossEntropy::in_place);
+  CHECK(in_place.forward_bytes == Approx(6 * logits));
+  CHECK(in_place.backward_bytes == Approx(4 * logits));
+  CHECK(in_place.forward_bytes + in_place.backward_bytes <
+        fused.forward_bytes + fused.backward_bytes);
+  CHECK(fused.forward_bytes + fused.backward_bytes <
+        unfused.forward_bytes + unfused.backward_bytes);
+
+  // Memory: the FP32 copy and its gradient (8 bytes a logit), or only the BF16 logits.
+  ParallelPlan plan;
+  plan.tp = 2;
+  plan.dp = 4;
+  TrainingSpec t = training(4096, 256, 2);
+  const auto logits_memory = [&](CrossEntropy cross_entropy) {
+    t.cross_entropy = cross_entropy;
+    for (const auto& item : estimate_memory(m, t, plan, 80e9).items) {
+      if (item.name == "logits") return item.bytes;
+    }
+    return -1.0;
+  };
+  CHECK(logits_memory(CrossEntropy::unfused) == Approx(8 * logits));
+  CHECK(logits_memory(CrossEntropy::fused) == Approx(8 * logits));
+  CHECK(logits_memory(CrossEntropy::in_place) == Approx(2 * logits));
+}
+
 TEST_CASE("memory: totals add up and capacity decides the fit") {
   ParallelPlan plan;
   plan.dp = 8;
