@@ -149,14 +149,28 @@ class ProgramBuilder {
         const Group group = op.collective->group == LayerGroup::expert ? Group::expert_parallel
                             : context                                  ? Group::context_parallel
                                                                        : Group::tensor_parallel;
-        const TaskIndex task =
-            add(Task{prefix + op.name, Stream::tensor,
-                     CollectiveWork{op.collective->op, op.collective->size_bytes, group}, after});
+        // Beside its GEMM, a layer's tensor-parallel collective runs as Transformer Engine's
+        // userbuffers do (its SMs; a pipelined reduce-scatter's last chunk after the GEMM).
+        const bool userbuffers =
+            beside && !context && op.collective->userbuffers != Userbuffers::none;
+        const UserbuffersOverlap overlap =
+            userbuffers ? userbuffers_overlap(op.collective->userbuffers) : UserbuffersOverlap{};
+        CollectiveWork work{op.collective->op,
+                            op.collective->size_bytes * (1 - overlap.after_gemm_share), group};
+        if (userbuffers) work.sms_held = overlap.sms;
+        const TaskIndex task = add(Task{prefix + op.name, Stream::tensor, work, after});
         last = task;
         if (gather_beside_next) {
           gather_after = after;
           gather = {task};
           continue;  // the chain goes on from the op before it, into the GEMM
+        }
+        if (overlap.after_gemm_share > 0 && chain_end_) {
+          // The last chunk, reduced once the GEMM (the chain's end) and the chunks before it
+          // are done; what follows waits for it.
+          work.size_bytes = op.collective->size_bytes * overlap.after_gemm_share;
+          after = {*chain_end_, task};
+          last = add(Task{prefix + op.name + ".last", Stream::tensor, work, after});
         }
       } else {
         after.insert(after.end(), pending.begin(), pending.end());

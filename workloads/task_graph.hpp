@@ -78,6 +78,9 @@ struct CollectiveWork {
   // Pipeline transfers only: the transfer both sides name, and whether this side sends.
   int transfer = -1;
   bool sends = false;
+  // The SMs its kernels hold beside compute, when the library says (Transformer Engine's
+  // userbuffers); -1: NCCL's channels, the GPU profile's comm_sms.
+  int sms_held = -1;
 };
 
 // Optimizer offload's work on the host side: a copy between the rank's GPU and its node's host

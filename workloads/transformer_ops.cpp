@@ -230,8 +230,10 @@ namespace {
 
 // A collective of the tensor-parallel group: all-gather (S: the gathered size) or
 // reduce-scatter (S: the size reduced).
-Op tp_op(std::string name, CollectiveOp op, double size_bytes) {
-  return Op{std::move(name), Kernel{}, 0, LayerCollective{op, size_bytes}};
+Op tp_op(std::string name, CollectiveOp op, double size_bytes,
+         Userbuffers userbuffers = Userbuffers::none) {
+  return Op{std::move(name), Kernel{}, 0,
+            LayerCollective{op, size_bytes, LayerGroup::tensor, userbuffers}};
 }
 
 // FP8 GEMMs as Transformer Engine runs a projection: its input (m x k) cast to FP8 with the
@@ -297,6 +299,20 @@ void projection(const std::string& name, double m, double n, double k, const Tra
 
 }  // namespace
 
+UserbuffersOverlap userbuffers_overlap(Userbuffers method) {
+  // Transformer Engine's defaults: num_sm 16 for pipeline and bulk; ring_exchange's one SM
+  // only signals copies the copy engines make (use_ce); num_splits 4 for pipeline.
+  constexpr int kUserbuffersSms = 16;
+  constexpr double kPipelineChunks = 4;
+  switch (method) {
+    case Userbuffers::ring_exchange: return {0, 0.0};
+    case Userbuffers::pipeline: return {kUserbuffersSms, 1 / kPipelineChunks};
+    case Userbuffers::bulk: return {kUserbuffersSms, 0.0};
+    case Userbuffers::none: break;
+  }
+  return {};
+}
+
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i) {
   if (i >= ops.size() || !ops[i].collective) return std::nullopt;
   const KernelKind beside =
@@ -335,17 +351,22 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
     backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
     if (!parallel) return;
-    fwd.push_back(tp_op(block + "_gather", CollectiveOp::all_gather, activation));
-    backward.push_back(tp_op(block + "_gather.bwd", CollectiveOp::reduce_scatter, activation));
+    fwd.push_back(
+        tp_op(block + "_gather", CollectiveOp::all_gather, activation, Userbuffers::ring_exchange));
+    backward.push_back(
+        tp_op(block + "_gather.bwd", CollectiveOp::reduce_scatter, activation, Userbuffers::bulk));
   };
   const auto regather_for_wgrad = [&](const std::string& gemm) {
     if (parallel)
-      backward.push_back(tp_op(gemm + ".regather", CollectiveOp::all_gather, activation));
+      backward.push_back(
+          tp_op(gemm + ".regather", CollectiveOp::all_gather, activation, Userbuffers::bulk));
   };
   const auto leave_block = [&](const std::string& block) {
     if (parallel) {
-      fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation));
-      backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation));
+      fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation,
+                          Userbuffers::pipeline));
+      backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation,
+                               Userbuffers::ring_exchange));
     }
     // Bias, dropout and residual add fused (Megatron's bias_dropout_add): the mask is written
     // in forward and read in backward.

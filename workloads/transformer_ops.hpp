@@ -25,10 +25,30 @@ namespace fleetsim {
 // experts' token all-to-alls), or of the context-parallel group (ring attention's keys and
 // values).
 enum class LayerGroup { tensor, expert, context };
+// How Transformer Engine's userbuffers run a decoder layer's tensor-parallel collective beside
+// its GEMM under --tp-comm-overlap (the defaults of TE's initialize_ub). ring_exchange, for the
+// all-gathers a GEMM reads (the QKV and first MLP GEMMs' inputs forward, the o_proj and down
+// input gradients' output gradients backward): tp chunks sent peer to peer on copy engines
+// while the GEMM runs chunk by chunk, no SMs taken. pipeline, for the reduce-scatters after
+// o_proj and down forward: the GEMM in 4 chunks on the SMs the 16 of the reduction leave, each
+// chunk reduced once done, the last after the GEMM. bulk, for the backward's input re-gathers
+// and the reduce-scatters of the QKV and first MLP GEMMs' input gradients: whole beside the
+// other backward GEMM, on 16 SMs. none: not userbuffers' (NCCL's kernels, the GPU profile's
+// comm_sms, when overlapped at all).
+enum class Userbuffers { none, ring_exchange, pipeline, bulk };
+// The SMs a userbuffers method's kernels hold, and the share of the collective left after its
+// GEMM (pipeline: the last of its 4 chunks).
+struct UserbuffersOverlap {
+  int sms = 0;
+  double after_gemm_share = 0;
+};
+UserbuffersOverlap userbuffers_overlap(Userbuffers method);
+
 struct LayerCollective {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
   LayerGroup group = LayerGroup::tensor;
+  Userbuffers userbuffers = Userbuffers::none;
 };
 
 struct Op {

@@ -271,7 +271,9 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   // kernel beside it; a later start only ends the pair later); while the collective runs the
   // kernel runs on the SMs it leaves (k_beside), so with the collective's c shorter than
   // k_beside the kernel ends at c + (1 - c / k_beside) k, c (1 - k / k_beside) after its time
-  // alone k; otherwise the collective ends last, c - k after it.
+  // alone k; otherwise the collective ends last, c - k after it. A layer's tensor-parallel
+  // collective holds its userbuffers method's SMs (none on copy engines), and a pipelined
+  // reduce-scatter's last chunk runs after its GEMM: whole.
   const bool overlap = plan.tp_comm_overlap && plan.tp > 1;
   const auto blocking_s = [&](const std::vector<Op>& ops) {
     double seconds = 0;
@@ -281,16 +283,28 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
         seconds += kernel_seconds(inputs.gpu, op.kernel);
         continue;
       }
-      const double collective_s = clock.seconds(inputs, *op.collective);
-      const bool overlaps = overlap || op.collective->group == LayerGroup::context;
-      const std::optional<std::size_t> beside = overlaps ? overlapped_kernel(ops, i) : std::nullopt;
+      const bool context = op.collective->group == LayerGroup::context;
+      const std::optional<std::size_t> beside =
+          overlap || context ? overlapped_kernel(ops, i) : std::nullopt;
       if (!beside) {
-        seconds += collective_s;
+        seconds += clock.seconds(inputs, *op.collective);
         continue;
       }
+      const bool userbuffers = !context && op.collective->userbuffers != Userbuffers::none;
+      const UserbuffersOverlap method =
+          userbuffers ? userbuffers_overlap(op.collective->userbuffers) : UserbuffersOverlap{};
+      LayerCollective beside_part = *op.collective;
+      beside_part.size_bytes *= 1 - method.after_gemm_share;
+      if (method.after_gemm_share > 0) {
+        LayerCollective after_part = *op.collective;
+        after_part.size_bytes *= method.after_gemm_share;
+        seconds += clock.seconds(inputs, after_part);
+      }
+      const double collective_s = clock.seconds(inputs, beside_part);
       const Kernel& kernel = ops[*beside].kernel;
       const double alone_s = kernel_seconds(inputs.gpu, kernel);
-      const double beside_s = kernel_seconds(inputs.gpu, kernel, comm_sms_held(inputs.gpu, 1));
+      const double beside_s = kernel_seconds(
+          inputs.gpu, kernel, userbuffers ? method.sms : comm_sms_held(inputs.gpu, 1));
       seconds += collective_s >= beside_s ? collective_s - alone_s
                                           : collective_s * (1 - alone_s / beside_s);
     }

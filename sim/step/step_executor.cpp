@@ -106,21 +106,11 @@ class TaskLists {
   std::vector<std::uint32_t> items_;
 };
 
-// Compute's durations are kept for no collective in flight on the rank and for 1, 2, and 3 or
-// more (whose kernels hold 3 x comm_sms SMs or all but one). A rank rarely has more than three
-// at once (a tensor-parallel one, a data-parallel gather and reduction), and three already
-// leave an H100 54 of its 132 SMs.
-constexpr int kBusyLevels = 4;
-
 struct ProgramIndex {
   TaskLists dependents;
   // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
   std::array<std::vector<TaskIndex>, kStreamCount> order;
   std::vector<TaskIndex> unordered;  // transfers with no dependencies
-  // The compute stream's kernels' durations summed in stream order, alone ([0]) and beside 1,
-  // 2, and 3 or more collectives of the rank, whose kernels hold SMs (comm_sms_held): element i
-  // is the nanoseconds of the kernels before position i, so a kernel's is a difference.
-  std::array<std::vector<std::int64_t>, kBusyLevels> compute_ns_before;
   // The streams whose head a task's end can unblock: its own and its dependents', as bits.
   std::vector<std::uint8_t> wakes;
   static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
@@ -132,7 +122,8 @@ struct ProgramIndex {
 
   ProgramIndex(const Program& program, const GpuProfile& gpu)
       : dependents(dependents_of(program)),
-        compute_dep_positions(compute_dep_positions_of(program)) {
+        compute_dep_positions(compute_dep_positions_of(program)),
+        gpu_(&gpu) {
     dependencies.resize(program.size());
     stream.resize(program.size());
     wakes.resize(program.size());
@@ -153,33 +144,48 @@ struct ProgramIndex {
         unordered.push_back(t);
       }
     }
-    // A program repeats its layers' kernels many times over: each distinct one is costed once.
-    std::map<Kernel, std::array<std::int64_t, kBusyLevels>> costed;
+    // A program repeats its layers' kernels many times over: each distinct one is costed once
+    // for each number of SMs held beside it.
+    std::map<Kernel, std::uint32_t> distinct;
     const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
-    for (std::vector<std::int64_t>& before : compute_ns_before)
-      before.assign(compute.size() + 1, 0);
+    kernel_at_.assign(compute.size(), kNoKernel);
     for (std::size_t i = 0; i < compute.size(); ++i) {
-      std::array<std::int64_t, kBusyLevels> ns{};
       if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
-        const Kernel& k = work->kernel;
-        const auto [at, added] = costed.try_emplace(k);
-        if (added) {
-          for (int level = 0; level < kBusyLevels; ++level) {
-            const int held = comm_sms_held(gpu, level);
-            at->second[level] = level > 0 && held == comm_sms_held(gpu, level - 1)
-                                    ? at->second[level - 1]
-                                    : from_seconds(kernel_seconds(gpu, k, held)).ns();
-          }
-        }
-        ns = at->second;
-      }
-      for (int level = 0; level < kBusyLevels; ++level) {
-        compute_ns_before[level][i + 1] = compute_ns_before[level][i] + ns[level];
+        const auto [at, added] =
+            distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
+        if (added) kernels_.push_back(work->kernel);
+        kernel_at_[i] = at->second;
       }
     }
+    compute_ns_before(0);
+  }
+
+  // The compute stream's kernels' durations summed in stream order while the rank's
+  // collectives hold `sms_held` of the GPU's SMs: element i is the nanoseconds of the kernels
+  // before position i, so a kernel's is a difference. Built the first time a count is asked
+  // for (a rank meets a few: none, one collective's, two's).
+  const std::vector<std::int64_t>& compute_ns_before(int sms_held) {
+    const auto [at, added] = ns_before_.try_emplace(sms_held);
+    if (!added) return at->second;
+    std::vector<std::int64_t> ns(kernels_.size());
+    for (std::size_t k = 0; k < kernels_.size(); ++k) {
+      ns[k] = from_seconds(kernel_seconds(*gpu_, kernels_[k], sms_held)).ns();
+    }
+    std::vector<std::int64_t>& before = at->second;
+    before.assign(kernel_at_.size() + 1, 0);
+    for (std::size_t i = 0; i < kernel_at_.size(); ++i) {
+      before[i + 1] = before[i] + (kernel_at_[i] == kNoKernel ? 0 : ns[kernel_at_[i]]);
+    }
+    return before;
   }
 
  private:
+  static constexpr std::uint32_t kNoKernel = ~std::uint32_t{0};
+  const GpuProfile* gpu_;
+  std::vector<Kernel> kernels_;           // the compute stream's distinct kernels
+  std::vector<std::uint32_t> kernel_at_;  // of each compute stream position (kNoKernel: none)
+  std::map<int, std::vector<std::int64_t>> ns_before_;  // by SMs held
+
   static TaskLists dependents_of(const Program& program) {
     std::vector<std::vector<TaskIndex>> lists(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
@@ -306,6 +312,7 @@ class Replay {
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
          const StepOptions& options, const HostCosts& host)
       : graph_(graph),
+        gpu_(&gpu),
         host_costs_(host),
         // An expert group's all-to-alls, or a context group's ring, join several replicas:
         // each is replayed.
@@ -375,10 +382,10 @@ class Replay {
     std::size_t next = 0;  // position in the stream's order
     bool busy = false;
   };
-  // The compute kernel a rank is running, and its completion event, moved whenever the busy
-  // level changes. It may stand for a run of `tasks` kernels in stream order whose ends wake
-  // nothing but the next one (see try_start_stream): as of `updated`, the kernels before stream
-  // position `at` are done and `share` of the one at `at`.
+  // The compute kernel a rank is running, and its completion event, moved whenever the SMs its
+  // collectives hold change. It may stand for a run of `tasks` kernels in stream order whose ends
+  // wake nothing but the next one (see try_start_stream): as of `updated`, the kernels before
+  // stream position `at` are done and `share` of the one at `at`.
   struct RunningKernel {
     TaskIndex task = 0;  // the first of the run
     std::size_t tasks = 1;
@@ -397,22 +404,26 @@ class Replay {
     // Communication by kind (CommKind), each kind's possibly overlapping.
     std::array<std::vector<Interval>, kCommKinds> comm_busy;
     std::optional<RunningKernel> kernel;  // on the compute stream
-    int collectives_in_flight = 0;        // its collectives running now (not pipeline sends)
+    // Its collectives running now (not pipeline sends): NCCL's, each on the GPU profile's
+    // comm_sms, and the SMs of those that say what they hold (Transformer Engine's userbuffers).
+    int nccl_in_flight = 0;
+    int sms_declared = 0;
   };
 
-  // Compute runs on the SMs the rank's communication kernels leave it: the busy level is the
-  // number of its collectives in flight, three or more counting as three.
-  static int busy_level(const Rank& rank) {
-    return std::min(rank.collectives_in_flight, kBusyLevels - 1);
+  // The SMs the rank's communication kernels hold now; compute runs on those left (one at
+  // least).
+  int sms_held(const Rank& rank) const {
+    return std::min(comm_sms_held(*gpu_, rank.nccl_in_flight) + rank.sms_declared,
+                    std::max(0, gpu_->sm_count - 1));
   }
 
-  // Schedules the running kernel's completion at its current busy level: the rest of the kernel
-  // at `at` and the whole of those after it in the run.
+  // Schedules the running kernel's completion at the SMs held now: the rest of the kernel at
+  // `at` and the whole of those after it in the run.
   void schedule_kernel(int r) {
     Rank& rank = ranks_[r];
     RunningKernel& kernel = *rank.kernel;
-    const ProgramIndex& index = index_[rank.stage];
-    const std::vector<std::int64_t>& before = index.compute_ns_before[busy_level(rank)];
+    ProgramIndex& index = index_[rank.stage];
+    const std::vector<std::int64_t>& before = index.compute_ns_before(sms_held(rank));
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
     const double left_ns = static_cast<double>(before[end] - before[kernel.at]) -
                            kernel.share * kernel_ns(before, kernel.at);
@@ -457,18 +468,24 @@ class Replay {
                : 0.0;
   }
 
-  // A collective starts or ends on rank r: its running kernel (or run of kernels) keeps the work
-  // it has done at the old level, kernel by kernel, and goes on at the new one.
-  void change_collectives(int r, int delta) {
+  // A collective starts (+1) or ends (-1) on rank r: its running kernel (or run of kernels)
+  // keeps the work it has done on the SMs it had, kernel by kernel, and goes on with those left
+  // now.
+  void change_collectives(int r, const CollectiveWork& work, int delta) {
     Rank& rank = ranks_[r];
-    const int old_level = busy_level(rank);
-    rank.collectives_in_flight += delta;
-    const int level = busy_level(rank);
-    if (!rank.kernel || level == old_level) return;
+    const int old_held = sms_held(rank);
+    if (work.sms_held >= 0) {
+      rank.sms_declared += delta * work.sms_held;
+    } else {
+      rank.nccl_in_flight += delta;
+    }
+    const int held = sms_held(rank);
+    if (!rank.kernel || held == old_held) return;
     RunningKernel& kernel = *rank.kernel;
-    const ProgramIndex& index = index_[rank.stage];
-    const std::vector<std::int64_t>& old_before = index.compute_ns_before[old_level];
-    const std::vector<std::int64_t>& new_before = index.compute_ns_before[level];
+    ProgramIndex& index = index_[rank.stage];
+    // (The map keeps its elements in place: building the second leaves the first valid.)
+    const std::vector<std::int64_t>& old_before = index.compute_ns_before(old_held);
+    const std::vector<std::int64_t>& new_before = index.compute_ns_before(held);
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
     // Where the run stands on the old level's time line. At its end already, its completion
     // (due now) stands.
@@ -536,7 +553,7 @@ class Replay {
     const double copies = fold_ && work.group == Group::tensor_parallel ? graph_.dp : 1;
     comm_bytes_ += bus_factor(work.op, members) * work.size_bytes * members * copies;
     const SimTime begin = engine_.now();
-    for (const int member : group.ranks) change_collectives(member, +1);
+    for (const int member : group.ranks) change_collectives(member, work, +1);
     const std::vector<int>& shadows =
         fold_ && work.group == Group::tensor_parallel ? tensor_shadows_[r / graph_.tp] : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
@@ -545,8 +562,8 @@ class Replay {
       collectives_.run(work.op, tensor_groups_[shadow].gpus, work.size_bytes, [] {});
     }
     const CommKind kind = comm_kind(task.stream);
-    collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind] {
-      for (const int member : group.ranks) change_collectives(member, -1);
+    collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind, &work] {
+      for (const int member : group.ranks) change_collectives(member, work, -1);
       for (const int member : group.ranks) {
         ranks_[member].comm_busy[kind].push_back({begin, engine_.now()});
         record(member, t, begin);
@@ -1003,6 +1020,7 @@ class Replay {
   }
 
   const TaskGraph& graph_;
+  const GpuProfile* gpu_;
   HostCosts host_costs_;
   bool fold_;
   std::vector<bool> replayed_;  // by rank

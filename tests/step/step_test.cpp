@@ -474,13 +474,18 @@ TEST_CASE("tp_comm_overlap hides tensor-parallel collectives behind GEMMs, never
   CHECK(overlapped.step.step_time_s < blocking.step.step_time_s);
   CHECK(overlapped.step.breakdown.exposed_comm_s < 0.5 * blocking.step.breakdown.exposed_comm_s);
   // The same kernels and bytes, only their order in time changes.
-  CHECK(overlapped.step.breakdown.compute_s == Approx(blocking.step.breakdown.compute_s));
   CHECK(overlapped.step.comm_bytes_per_gpu == Approx(blocking.step.comm_bytes_per_gpu));
   CHECK(overlapped.step.model_flops == Approx(blocking.step.model_flops));
-  // GEMMs beside a collective share the GPU: on the SMs it leaves the compute takes longer.
+  // But GEMMs beside userbuffers' pipelined and bulk collectives run on the 16 SMs fewer they
+  // leave (the profile's comm_sms, NCCL's, is 0 here): the compute takes longer.
+  REQUIRE(in.gpu.comm_sms.value == 0);
+  CHECK(overlapped.step.breakdown.compute_s > blocking.step.breakdown.compute_s * 1.01);
+  // NCCL's SMs do not enter the layers' userbuffers collectives: with NCCL holding many, the
+  // data-parallel reduction and the head's gather slow their kernels, the layers' stay.
   in.gpu.comm_sms.value = 26;
   const StepOutcome contended = simulate_step(in);
-  CHECK(contended.step.breakdown.compute_s > overlapped.step.breakdown.compute_s * 1.02);
+  CHECK(contended.step.breakdown.compute_s > overlapped.step.breakdown.compute_s);
+  CHECK(contended.step.breakdown.compute_s < overlapped.step.breakdown.compute_s * 1.02);
 }
 
 TEST_CASE("kernels run as one event keep each kernel's time when a collective starts inside") {

@@ -630,7 +630,9 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   plan.tp_comm_overlap = true;
   const TaskGraph overlapped = build_data_parallel_step(llama3_8b(), training(4096, 4, 1), plan);
   const Program& program = overlapped.stages.front();
-  REQUIRE(program.size() == blocking.stages.front().size());
+  // The same tasks, but for the last chunk of each pipelined reduce-scatter (two a layer
+  // forward, 32 layers, 2 micro-batches per replica).
+  REQUIRE(program.size() == blocking.stages.front().size() + 32 * 2 * 2);
   const auto is_tensor = [](const Task& task) {
     const auto* work = std::get_if<CollectiveWork>(&task.work);
     return work && work->group == Group::tensor_parallel;
@@ -639,13 +641,47 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
     const auto* work = std::get_if<ComputeWork>(&task.work);
     return work && work->kernel.kind == KernelKind::gemm;
   };
-  int gathers = 0, scatters = 0;
+  const auto tensor_bytes = [&](const Program& tasks) {
+    double bytes = 0;
+    for (const Task& task : tasks) {
+      if (is_tensor(task)) bytes += std::get<CollectiveWork>(task.work).size_bytes;
+    }
+    return bytes;
+  };
+  CHECK(tensor_bytes(program) == Approx(tensor_bytes(blocking.stages.front())));
+  const auto ends_with = [](const std::string& name, const std::string& end) {
+    return name.size() >= end.size() &&
+           name.compare(name.size() - end.size(), end.size(), end) == 0;
+  };
+  int gathers = 0, scatters = 0, last_chunks = 0;
   for (TaskIndex t = 0; t + 2 < program.size(); ++t) {
     if (!is_tensor(program[t])) continue;
     INFO(program[t].name);
-    const auto op = std::get<CollectiveWork>(program[t].work).op;
+    const auto& work = std::get<CollectiveWork>(program[t].work);
+    const auto op = work.op;
     const bool in_layer = program[t].name.find(".L") != std::string::npos;  // "mb0.L3.attn_gather"
-    if (op == CollectiveOp::reduce_scatter && is_gemm(program[t - 1])) {
+    const std::string& name = program[t].name;
+    // Transformer Engine's userbuffers: ring exchanges on copy engines (the gathers a GEMM
+    // reads), 16 SMs for pipelined and bulk ones; NCCL's (outside the layers) say nothing.
+    if (in_layer) {
+      const bool ring_exchange = ends_with(name, "_gather") || ends_with(name, "_scatter.bwd");
+      CHECK(work.sms_held == (ring_exchange ? 0 : 16));
+    } else {
+      CHECK(work.sms_held == -1);
+    }
+    if (ends_with(name, ".last")) {
+      // A pipelined reduce-scatter's last quarter: after the GEMM and the three before it.
+      const TaskIndex gemm = t - 2;
+      REQUIRE(is_gemm(program[gemm]));
+      const auto& deps = program[t].deps;
+      CHECK(std::find(deps.begin(), deps.end(), gemm) != deps.end());
+      CHECK(std::find(deps.begin(), deps.end(), t - 1) != deps.end());
+      CHECK(work.size_bytes ==
+            Approx(std::get<CollectiveWork>(program[t - 1].work).size_bytes / 3));
+      const auto& next_deps = program[t + 1].deps;
+      CHECK(std::find(next_deps.begin(), next_deps.end(), t) != next_deps.end());
+      ++last_chunks;
+    } else if (op == CollectiveOp::reduce_scatter && is_gemm(program[t - 1])) {
       // Beside the GEMM before it: it waits for what that GEMM waits for, not for the GEMM.
       const auto& deps = program[t].deps;
       CHECK(std::find(deps.begin(), deps.end(), t - 1) == deps.end());
@@ -668,6 +704,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   // and the two re-gathers for weight gradients (32 layers, 2 micro-batches per replica).
   CHECK(gathers == 32 * 2 * (2 + 2 + 2));
   CHECK(scatters == 32 * 2 * (2 + 2));
+  CHECK(last_chunks == 32 * 2 * 2);
 }
 
 TEST_CASE("QLoRA: decoder layers at 4.127 bits, dequantized before each GEMM that reads them") {
