@@ -26,6 +26,15 @@ Kernel fp8_gemm_kernel(double m, double n, double k) {
   return kernel;
 }
 
+Kernel gemm_rows(const Kernel& gemm, double rows) {
+  const double elements = gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n;
+  Kernel part = gemm.fp8
+                    ? fp8_gemm_kernel(rows, gemm.n, gemm.k)
+                    : gemm_kernel(rows, gemm.n, gemm.k, elements > 0 ? gemm.bytes / elements : 0.0);
+  part.sm_margin = gemm.sm_margin;
+  return part;
+}
+
 GpuProfile fp8_gemm_view(const GpuProfile& gpu) {
   if (!gpu.fp8) throw ModelError("GPU profile " + gpu.name + " has no FP8 GEMM entries");
   GpuProfile view = gpu;
@@ -45,12 +54,13 @@ double wave_efficiency(int sms, GemmTile tile, double m, double n) {
 
 namespace {
 
-// The tile the library picks for the whole GPU: the first with the best wave.
-std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, double m, double n) {
+// The tile the library picks for the `planned` SMs it is told it has (the whole GPU unless
+// given a margin): the first with the best wave.
+std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, int planned, double m, double n) {
   std::optional<GemmTile> chosen;
   double best = -1;
   for (const GemmTile& tile : gpu.gemm_tiles) {
-    const double wave = wave_efficiency(gpu.sm_count, tile, m, n);
+    const double wave = wave_efficiency(planned, tile, m, n);
     if (wave > best) {
       best = wave;
       chosen = tile;
@@ -60,15 +70,15 @@ std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, double m, double n) {
 }
 
 // The wave efficiency of the tile chosen for the whole GPU, run on `sms` of its SMs.
-double wave_efficiency_on(const GpuProfile& gpu, int sms, double m, double n) {
-  const std::optional<GemmTile> tile = chosen_tile(gpu, m, n);
+double wave_efficiency_on(const GpuProfile& gpu, int planned, int sms, double m, double n) {
+  const std::optional<GemmTile> tile = chosen_tile(gpu, planned, m, n);
   return tile ? wave_efficiency(sms, *tile, m, n) : 1.0;
 }
 
 }  // namespace
 
 double wave_efficiency(const GpuProfile& gpu, double m, double n) {
-  return wave_efficiency_on(gpu, gpu.sm_count, m, n);
+  return wave_efficiency_on(gpu, gpu.sm_count, gpu.sm_count, m, n);
 }
 
 int comm_sms_held(const GpuProfile& gpu, int collectives) {
@@ -97,15 +107,15 @@ GemmRates fp8_rates(const GpuProfile& gpu) {
 }
 
 // On `sms` of the GPU's SMs.
-double shape_efficiency(const GpuProfile& gpu, int sms, const GemmRates& rates, double m, double n,
-                        double k) {
-  return wave_efficiency_on(gpu, sms, m, n) * k / (k + rates.k_overhead);
+double shape_efficiency(const GpuProfile& gpu, int planned, int sms, const GemmRates& rates,
+                        double m, double n, double k) {
+  return wave_efficiency_on(gpu, planned, sms, m, n) * k / (k + rates.k_overhead);
 }
 
 }  // namespace
 
 double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k) {
-  return shape_efficiency(gpu, gpu.sm_count, bf16_rates(gpu), m, n, k);
+  return shape_efficiency(gpu, gpu.sm_count, gpu.sm_count, bf16_rates(gpu), m, n, k);
 }
 
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k) {
@@ -130,14 +140,17 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
 
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held) {
   const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
-  const int sms = std::max(1, gpu.sm_count - std::max(0, sms_held));
+  // Communication takes the SMs of the kernel's margin first, then ones it planned for.
+  const int margin = std::max(0, kernel.sm_margin);
+  const int sms = std::max(1, gpu.sm_count - std::max(margin, sms_held));
+  const int planned = std::max(1, gpu.sm_count - margin);
   const double sm_share =
       gpu.sm_count > 0 ? std::min(1.0, static_cast<double>(sms) / gpu.sm_count) : 1.0;
   switch (kernel.kind) {
     case KernelKind::gemm: {
       const GemmRates rates = kernel.fp8 ? fp8_rates(gpu) : bf16_rates(gpu);
-      const double efficiency =
-          rates.efficiency * shape_efficiency(gpu, sms, rates, kernel.m, kernel.n, kernel.k);
+      const double efficiency = rates.efficiency * shape_efficiency(gpu, planned, sms, rates,
+                                                                    kernel.m, kernel.n, kernel.k);
       double rate = rates.peak * sm_share * efficiency;
       if (rates.sustained > 0)
         rate = std::min(rate, rates.sustained * std::cbrt(sm_share * sm_share));

@@ -35,12 +35,18 @@ struct Kernel {
   double flops = 0;            // executed FLOPs
   double bytes = 0;            // HBM bytes read and written
   bool fp8 = false;            // a GEMM on FP8 inputs
+  // SMs the library leaves free when it launches the kernel (Transformer Engine's
+  // set_sm_margin, for communication beside it): a GEMM plans its tiles for the rest.
+  int sm_margin = 0;
   auto operator<=>(const Kernel&) const = default;
 };
 
 Kernel gemm_kernel(double m, double n, double k, double bytes_per_element);
 // FP8 inputs (one byte each), a BF16 output.
 Kernel fp8_gemm_kernel(double m, double n, double k);
+// The same GEMM on `rows` of its m rows (a chunk of a GEMM split by rows): every chunk reads
+// all of B.
+Kernel gemm_rows(const Kernel& gemm, double rows);
 // The wave efficiency of one tile shape over `sms` SMs.
 double wave_efficiency(int sms, GemmTile tile, double m, double n);
 // The best over the profile's tiles.
@@ -52,12 +58,13 @@ double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double
 // ModelError for an FP8 GEMM on a profile without FP8 entries.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
 // The kernel's time while communication kernels hold `sms_held` of the GPU's SMs. The GEMM
-// library picked its tile for the whole GPU (it cannot know what else runs), so a GEMM's waves
-// run over the SMs left: a shape that filled every SM in one wave takes a second (the tail
-// effect). Compute peaks shrink with the share of SMs left; the power ceiling (gemm_sustained)
-// shrinks less, to share^(2/3): dynamic power goes as SMs x f x V^2 with V rising with f, so
-// under the same power fewer SMs clock higher, f ~ SMs^(-1/3). HBM bandwidth is left whole, so
-// memory-bound kernels and the fixed time do not change.
+// library picked its tile for the whole GPU but its margin (it cannot know what else runs),
+// so a GEMM's waves run over the SMs left (all but the larger of the margin and those held): a
+// shape that filled every SM in one wave takes a second (the tail effect). Compute peaks shrink
+// with the share of SMs left; the power ceiling (gemm_sustained) shrinks less, to share^(2/3):
+// dynamic power goes as SMs x f x V^2 with V rising with f, so under the same power fewer SMs clock
+// higher, f ~ SMs^(-1/3). HBM bandwidth is left whole, so memory-bound kernels and the fixed time
+// do not change.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held);
 // The SMs `collectives` communication kernels running at once hold: comm_sms each, rounded,
 // leaving compute at least one.

@@ -232,14 +232,15 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     dynamic += kWeightBytes * largest;
   }
 
-  // The FP32 copy the cross-entropy works on and its gradient; in place, the BF16 logits with
-  // the gradient written over them.
+  // The FP32 copy the cross-entropy works on (its gradient computed in place) beside the BF16
+  // logits (forward) or their BF16 gradient (backward); in place, only the BF16 logits with the
+  // gradient written over them.
   const bool in_place = training.cross_entropy == CrossEntropy::in_place;
-  const double logit_bytes = in_place ? kBf16Bytes : 2 * kFp32Bytes;
+  const double logit_bytes = in_place ? kBf16Bytes : kFp32Bytes + kBf16Bytes;
   const double logits = stage == plan.pp - 1 ? logit_bytes * tokens * model.vocab / tp : 0.0;
   add("logits", logits,
       std::string(in_place ? "BF16 logits, their gradient written over them"
-                           : "FP32 logits and their gradient") +
+                           : "FP32 logits (their gradient in place) and the BF16 ones") +
           (tp > 1 ? ", vocabulary split over tp" : ""));
   dynamic += logits;
 

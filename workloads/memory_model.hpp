@@ -3,7 +3,8 @@
 // Counted, not guessed: weights, gradients and optimizer states follow the precision recipe and
 // the ZeRO stage; activations are the tensors each op of a layer saves for its backward pass
 // (FlashAttention keeps only Q, K, V, the output and the log-sum-exp, not the s x s scores);
-// logits and their gradient are FP32. The peak is compared with the device's visible capacity.
+// the logits are copied to FP32 for the loss unless its kernel works in place. The peak is compared
+// with the device's visible capacity.
 #pragma once
 
 #include <string>

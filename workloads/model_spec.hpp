@@ -81,14 +81,6 @@ enum class Attention { flash, eager };
 // NeMo 2's default); in_place: one kernel computing the loss and writing the gradient over the
 // BF16 logits in forward (Transformer Engine's Triton cross-entropy, Liger's): no FP32 copy.
 enum class CrossEntropy { unfused, fused, in_place };
-inline const char* to_string(CrossEntropy cross_entropy) {
-  switch (cross_entropy) {
-    case CrossEntropy::unfused: return "unfused";
-    case CrossEntropy::fused: return "fused";
-    case CrossEntropy::in_place: return "in_place";
-  }
-  return "?";
-}
 
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
 // projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets

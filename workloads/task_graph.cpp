@@ -64,8 +64,9 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
 
 class ProgramBuilder {
  public:
-  ProgramBuilder(TaskGraph& graph, Program& program, bool overlap_tp)
-      : graph_(&graph), program_(&program), overlap_tp_(overlap_tp) {}
+  // overlap_tp: tensor-parallel collectives of tp ranks run beside their GEMMs.
+  ProgramBuilder(TaskGraph& graph, Program& program, bool overlap_tp, int tp)
+      : graph_(&graph), program_(&program), overlap_tp_(overlap_tp), tp_(tp) {}
 
   TaskIndex compute(const std::string& name, const Op& op, std::vector<TaskIndex> deps,
                     bool recomputed = false) {
@@ -151,13 +152,12 @@ class ProgramBuilder {
                                                                        : Group::tensor_parallel;
         // Beside its GEMM, a layer's tensor-parallel collective runs as Transformer Engine's
         // userbuffers do (its SMs; a pipelined reduce-scatter's last chunk after the GEMM).
-        const bool userbuffers =
-            beside && !context && op.collective->userbuffers != Userbuffers::none;
-        const UserbuffersOverlap overlap =
-            userbuffers ? userbuffers_overlap(op.collective->userbuffers) : UserbuffersOverlap{};
-        CollectiveWork work{op.collective->op,
-                            op.collective->size_bytes * (1 - overlap.after_gemm_share), group};
-        if (userbuffers) work.sms_held = overlap.sms;
+        const std::optional<UserbuffersOverlap> userbuffers =
+            overlap_tp_ ? userbuffers_collective(list, i) : std::nullopt;
+        const double after_gemm_share = userbuffers ? userbuffers->after_gemm_share : 0.0;
+        CollectiveWork work{op.collective->op, op.collective->size_bytes * (1 - after_gemm_share),
+                            group};
+        if (userbuffers) work.sms_held = userbuffers->sms;
         const TaskIndex task = add(Task{prefix + op.name, Stream::tensor, work, after});
         last = task;
         if (gather_beside_next) {
@@ -165,16 +165,28 @@ class ProgramBuilder {
           gather = {task};
           continue;  // the chain goes on from the op before it, into the GEMM
         }
-        if (overlap.after_gemm_share > 0 && chain_end_) {
-          // The last chunk, reduced once the GEMM (the chain's end) and the chunks before it
-          // are done; what follows waits for it.
-          work.size_bytes = op.collective->size_bytes * overlap.after_gemm_share;
-          after = {*chain_end_, task};
+        if (after_gemm_share > 0) {
+          // The last chunk, reduced once the GEMM and the chunks before it are done; what
+          // follows waits for it. Only a reduce-scatter beside the GEMM before it has a share
+          // after it, and that GEMM ends the chain so far.
+          const TaskIndex gemm = chain_end_.value();
+          work.size_bytes = op.collective->size_bytes * after_gemm_share;
+          after = {gemm, task};
           last = add(Task{prefix + op.name + ".last", Stream::tensor, work, after});
         }
       } else {
         after.insert(after.end(), pending.begin(), pending.end());
-        last = compute(prefix + op.name, op, after, recomputed);
+        // Beside a userbuffers collective a GEMM runs as they launch it: in chunks of rows
+        // beside a ring exchange or a pipelined reduce-scatter, leaving their SMs free.
+        const GemmLaunch launch = overlap_tp_ ? userbuffers_gemm(list, i, tp_) : GemmLaunch{op, 1};
+        if (launch.chunks == 1) {
+          last = compute(prefix + op.name, launch.part, after, recomputed);
+        } else {
+          for (int c = 0; c < launch.chunks; ++c) {
+            last = compute(prefix + op.name + ".chunk" + std::to_string(c), launch.part,
+                           c == 0 ? after : std::vector<TaskIndex>{}, recomputed);
+          }
+        }
       }
       last_after = std::move(after);
       before_last = chain_end_;
@@ -199,6 +211,7 @@ class ProgramBuilder {
   TaskGraph* graph_;
   Program* program_;
   bool overlap_tp_;
+  int tp_;
   std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
   std::optional<TaskIndex> last_copy_to_host_;
   std::optional<TaskIndex> copy_before_last_;
@@ -429,7 +442,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const int pp = plan.pp;
   const int virtual_stages = pp * plan.vpp;
   const int m = graph.micro_batches;
-  ProgramBuilder build(graph, graph.stages[stage], plan.tp_comm_overlap && plan.tp > 1);
+  ProgramBuilder build(graph, graph.stages[stage], plan.tp_comm_overlap && plan.tp > 1, plan.tp);
   std::vector<std::vector<Unit>> chunks;
   for (int chunk = 0; chunk < plan.vpp; ++chunk) {
     chunks.push_back(stage_units(model, training, plan, chunk * pp + stage));

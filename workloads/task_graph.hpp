@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -79,8 +80,8 @@ struct CollectiveWork {
   int transfer = -1;
   bool sends = false;
   // The SMs its kernels hold beside compute, when the library says (Transformer Engine's
-  // userbuffers); -1: NCCL's channels, the GPU profile's comm_sms.
-  int sms_held = -1;
+  // userbuffers); unset: NCCL's channels, the GPU profile's comm_sms.
+  std::optional<int> sms_held = std::nullopt;
 };
 
 // Optimizer offload's work on the host side: a copy between the rank's GPU and its node's host

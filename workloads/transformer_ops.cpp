@@ -31,12 +31,14 @@ Op memory_op(std::string name, double bytes) {
   return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
 }
 
-// A forward GEMM and, appended to `backward`, its backward GEMMs: the input gradient, and the
-// weight gradient unless the weight is frozen.
+// A forward GEMM and, appended to `backward` (collected in forward order, reversed at the
+// end), its backward GEMMs: the input gradient first, as frameworks run them (the gradient can
+// go on to the layer before, and Transformer Engine overlaps its reduction with the weight
+// gradient), then the weight gradient unless the weight is frozen.
 Op gemm_with_backward(const std::string& name, double m, double n, double k,
                       std::vector<Op>& backward, bool frozen = false) {
-  backward.push_back(gemm_op(name + ".dgrad", m, k, n));
   if (!frozen) backward.push_back(gemm_op(name + ".wgrad", k, n, m));
+  backward.push_back(gemm_op(name + ".dgrad", m, k, n));
   return gemm_op(name, m, n, k);
 }
 
@@ -250,9 +252,10 @@ void fp8_projection(const std::string& name, double m, double n, double k, std::
   };
   fwd.push_back(memory_op(name + ".cast", cast_bytes_per_element * m * k));
   fwd.push_back(fp8_gemm(name, m, n, k));
-  // Collected in forward order, reversed at the end: the cast runs first in backward.
-  backward.push_back(fp8_gemm(name + ".dgrad", m, k, n));
+  // Collected in forward order, reversed at the end: the cast runs first in backward, then the
+  // data and the weight gradient.
   backward.push_back(fp8_gemm(name + ".wgrad", k, n, m));
+  backward.push_back(fp8_gemm(name + ".dgrad", m, k, n));
   backward.push_back(memory_op(name + ".grad_cast", cast_bytes_per_element * m * n));
 }
 
@@ -299,18 +302,46 @@ void projection(const std::string& name, double m, double n, double k, const Tra
 
 }  // namespace
 
-UserbuffersOverlap userbuffers_overlap(Userbuffers method) {
-  // Transformer Engine's defaults: num_sm 16 for pipeline and bulk; ring_exchange's one SM
-  // only signals copies the copy engines make (use_ce); num_splits 4 for pipeline.
-  constexpr int kUserbuffersSms = 16;
-  constexpr double kPipelineChunks = 4;
-  switch (method) {
-    case Userbuffers::ring_exchange: return {0, 0.0};
-    case Userbuffers::pipeline: return {kUserbuffersSms, 1 / kPipelineChunks};
-    case Userbuffers::bulk: return {kUserbuffersSms, 0.0};
+// Transformer Engine's userbuffers defaults: num_sm 16 for pipeline and bulk (ring_exchange's
+// one SM only signals the copies the copy engines make: use_ce); num_splits 4 for pipeline, tp
+// for ring_exchange.
+constexpr int kUserbuffersSms = 16;
+constexpr int kPipelineChunks = 4;
+
+std::optional<UserbuffersOverlap> userbuffers_collective(const std::vector<Op>& ops,
+                                                         std::size_t i) {
+  if (i >= ops.size() || !ops[i].collective || ops[i].collective->group != LayerGroup::tensor ||
+      !overlapped_kernel(ops, i)) {
+    return std::nullopt;
+  }
+  switch (ops[i].collective->userbuffers) {
+    case Userbuffers::ring_exchange: return UserbuffersOverlap{0, 0.0};
+    case Userbuffers::pipeline: return UserbuffersOverlap{kUserbuffersSms, 1.0 / kPipelineChunks};
+    case Userbuffers::bulk: return UserbuffersOverlap{kUserbuffersSms, 0.0};
     case Userbuffers::none: break;
   }
-  return {};
+  return std::nullopt;
+}
+
+GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp) {
+  GemmLaunch launch{ops.at(i), 1};
+  if (ops[i].collective || ops[i].kernel.kind != KernelKind::gemm) return launch;
+  // The collective beside it: a gather just before, or a reduce-scatter just after.
+  std::optional<Userbuffers> method;
+  for (const std::size_t j : {i - 1, i + 1}) {
+    if (j < ops.size() && userbuffers_collective(ops, j) && overlapped_kernel(ops, j) == i) {
+      method = ops[j].collective->userbuffers;
+    }
+  }
+  if (!method) return launch;
+  const int chunks = *method == Userbuffers::ring_exchange ? std::max(1, tp)
+                     : *method == Userbuffers::pipeline    ? kPipelineChunks
+                                                           : 1;
+  launch.chunks = chunks;
+  launch.part.kernel = gemm_rows(ops[i].kernel, ops[i].kernel.m / chunks);
+  launch.part.kernel.sm_margin = *method == Userbuffers::ring_exchange ? 0 : kUserbuffersSms;
+  launch.part.model_flops = ops[i].model_flops / chunks;
+  return launch;
 }
 
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i) {
@@ -346,27 +377,29 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // A block (attention, MLP) starts with a norm on the local sequence shard and, with tensor
   // parallelism, an all-gather of the sequence; it ends with a reduce-scatter back to the shard
   // and the residual add. A column-split GEMM's weight gradient needs its gathered input again:
-  // the re-gather runs before it in backward.
-  const auto enter_block = [&](const std::string& block) {
+  // the re-gather runs before it in backward. A block of Transformer Engine's projections
+  // (`projections`) overlaps them by userbuffers; a mixture of experts' MLP block (its router a
+  // GEMM of Megatron's own) by NCCL.
+  const auto enter_block = [&](const std::string& block, bool projections) {
     fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
     backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
     if (!parallel) return;
-    fwd.push_back(
-        tp_op(block + "_gather", CollectiveOp::all_gather, activation, Userbuffers::ring_exchange));
-    backward.push_back(
-        tp_op(block + "_gather.bwd", CollectiveOp::reduce_scatter, activation, Userbuffers::bulk));
+    fwd.push_back(tp_op(block + "_gather", CollectiveOp::all_gather, activation,
+                        projections ? Userbuffers::ring_exchange : Userbuffers::none));
+    backward.push_back(tp_op(block + "_gather.bwd", CollectiveOp::reduce_scatter, activation,
+                             projections ? Userbuffers::bulk : Userbuffers::none));
   };
   const auto regather_for_wgrad = [&](const std::string& gemm) {
     if (parallel)
       backward.push_back(
           tp_op(gemm + ".regather", CollectiveOp::all_gather, activation, Userbuffers::bulk));
   };
-  const auto leave_block = [&](const std::string& block) {
+  const auto leave_block = [&](const std::string& block, bool projections) {
     if (parallel) {
       fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation,
-                          Userbuffers::pipeline));
+                          projections ? Userbuffers::pipeline : Userbuffers::none));
       backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation,
-                               Userbuffers::ring_exchange));
+                               projections ? Userbuffers::ring_exchange : Userbuffers::none));
     }
     // Bias, dropout and residual add fused (Megatron's bias_dropout_add): the mask is written
     // in forward and read in backward.
@@ -376,7 +409,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
 
   // Attention: QKV by columns, RoPE (if the model rotates) and attention on the local heads,
   // o_proj by rows.
-  enter_block("attn");
+  enter_block("attn", true);
   const bool frozen = training.lora.has_value();
   projection("qkv", t, (h + 2 * kv) / split, h, training, frozen, fwd, backward);
   if (!frozen) regather_for_wgrad("qkv");
@@ -452,7 +485,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   }
   projection("o_proj", t, h, h / split, training, frozen, fwd, backward);
   lora_adapters(model, training, {"o"}, t, fwd, backward);
-  leave_block("attn");
+  leave_block("attn", true);
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
   // `rows` tokens; `regather`: the first GEMM's weight gradient re-gathers its input.
@@ -473,8 +506,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     projection(prefix + "down", rows, h, f / split, training, frozen, fwd, backward);
     lora_adapters(model, training, {"down"}, rows, fwd, backward);
   };
-  enter_block("mlp");
-  if (model.mixture_of_experts()) {
+  const bool moe = model.mixture_of_experts();
+  enter_block("mlp", !moe);
+  if (moe) {
     // Mixture of experts (Mixtral): the router scores every expert for each token of the
     // rank's sequence shard (a GEMM; Megatron-Core routes before gathering the sequence), a
     // softmax and top-k over the FP32 scores choose k, and the gathered tokens are permuted
@@ -511,7 +545,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   } else {
     mlp("", t, /*regather=*/true);
   }
-  leave_block("mlp");
+  leave_block("mlp", !moe);
 
   std::reverse(backward.begin(), backward.end());
   ops.backward = std::move(backward);

@@ -36,13 +36,13 @@ enum class LayerGroup { tensor, expert, context };
 // other backward GEMM, on 16 SMs. none: not userbuffers' (NCCL's kernels, the GPU profile's
 // comm_sms, when overlapped at all).
 enum class Userbuffers { none, ring_exchange, pipeline, bulk };
-// The SMs a userbuffers method's kernels hold, and the share of the collective left after its
-// GEMM (pipeline: the last of its 4 chunks).
+// The SMs a userbuffers method's kernels hold (the GEMM beside leaves them free, Transformer
+// Engine's set_sm_margin, but for a ring exchange, which takes none), and the share of the
+// collective left after its GEMM (pipeline: the last of its 4 chunks).
 struct UserbuffersOverlap {
   int sms = 0;
   double after_gemm_share = 0;
 };
-UserbuffersOverlap userbuffers_overlap(Userbuffers method);
 
 struct LayerCollective {
   CollectiveOp op;
@@ -91,6 +91,19 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
 // one (always). None for a kernel, another collective, or one next to no such kernel (the
 // embedding's, which then blocks).
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
+// Under tp_comm_overlap, how userbuffers run ops[i] when it is a decoder layer's
+// tensor-parallel collective beside a GEMM; none for any other op (NCCL's kernels, which hold
+// the GPU profile's comm_sms where they overlap).
+std::optional<UserbuffersOverlap> userbuffers_collective(const std::vector<Op>& ops, std::size_t i);
+// Under tp_comm_overlap, the GEMM ops[i] as userbuffers launch it beside their collective: in
+// `chunks` equal parts by rows (its m, the tokens: tp beside a ring exchange, 4 beside a
+// pipelined reduce-scatter), each with the collective's SMs as its margin (pipeline, bulk);
+// ops[i] itself, once, for any other op.
+struct GemmLaunch {
+  Op part;
+  int chunks = 1;
+};
+GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp);
 
 // A frozen embedding or head (LoRA) computes no weight gradient.
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,

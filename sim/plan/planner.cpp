@@ -275,12 +275,17 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   // collective holds its userbuffers method's SMs (none on copy engines), and a pipelined
   // reduce-scatter's last chunk runs after its GEMM: whole.
   const bool overlap = plan.tp_comm_overlap && plan.tp > 1;
+  // A kernel's time while `sms_held` SMs are held, as userbuffers launch a GEMM beside them.
+  const auto kernel_s = [&](const std::vector<Op>& ops, std::size_t i, int sms_held) {
+    const GemmLaunch launch = overlap ? userbuffers_gemm(ops, i, plan.tp) : GemmLaunch{ops[i], 1};
+    return launch.chunks * kernel_seconds(inputs.gpu, launch.part.kernel, sms_held);
+  };
   const auto blocking_s = [&](const std::vector<Op>& ops) {
     double seconds = 0;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       if (!op.collective) {
-        seconds += kernel_seconds(inputs.gpu, op.kernel);
+        seconds += kernel_s(ops, i, 0);
         continue;
       }
       const bool context = op.collective->group == LayerGroup::context;
@@ -290,21 +295,20 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
         seconds += clock.seconds(inputs, *op.collective);
         continue;
       }
-      const bool userbuffers = !context && op.collective->userbuffers != Userbuffers::none;
-      const UserbuffersOverlap method =
-          userbuffers ? userbuffers_overlap(op.collective->userbuffers) : UserbuffersOverlap{};
+      const std::optional<UserbuffersOverlap> userbuffers =
+          overlap ? userbuffers_collective(ops, i) : std::nullopt;
+      const double after_gemm_share = userbuffers ? userbuffers->after_gemm_share : 0.0;
       LayerCollective beside_part = *op.collective;
-      beside_part.size_bytes *= 1 - method.after_gemm_share;
-      if (method.after_gemm_share > 0) {
+      beside_part.size_bytes *= 1 - after_gemm_share;
+      if (after_gemm_share > 0) {
         LayerCollective after_part = *op.collective;
-        after_part.size_bytes *= method.after_gemm_share;
+        after_part.size_bytes *= after_gemm_share;
         seconds += clock.seconds(inputs, after_part);
       }
       const double collective_s = clock.seconds(inputs, beside_part);
-      const Kernel& kernel = ops[*beside].kernel;
-      const double alone_s = kernel_seconds(inputs.gpu, kernel);
-      const double beside_s = kernel_seconds(
-          inputs.gpu, kernel, userbuffers ? method.sms : comm_sms_held(inputs.gpu, 1));
+      const double alone_s = kernel_s(ops, *beside, 0);
+      const double beside_s =
+          kernel_s(ops, *beside, userbuffers ? userbuffers->sms : comm_sms_held(inputs.gpu, 1));
       seconds += collective_s >= beside_s ? collective_s - alone_s
                                           : collective_s * (1 - alone_s / beside_s);
     }

@@ -449,13 +449,13 @@ class Replay {
     });
   }
 
-  // The nanoseconds of the compute stream's kernel at position i, by one level's sums.
+  // The nanoseconds of the compute stream's kernel at position i, by one timeline's sums.
   static double kernel_ns(const std::vector<std::int64_t>& before, std::size_t i) {
     return static_cast<double>(before[i + 1] - before[i]);
   }
 
   // Moves a run to the kernel it is in, and that kernel's share done, `reached` nanoseconds
-  // into the level whose sums `before` holds (a kernel that ends exactly there is done).
+  // into the timeline whose sums `before` holds (a kernel that ends exactly there is done).
   static void move_to(RunningKernel& kernel, const std::vector<std::int64_t>& before,
                       std::size_t end, double reached) {
     const auto after =
@@ -474,8 +474,8 @@ class Replay {
   void change_collectives(int r, const CollectiveWork& work, int delta) {
     Rank& rank = ranks_[r];
     const int old_held = sms_held(rank);
-    if (work.sms_held >= 0) {
-      rank.sms_declared += delta * work.sms_held;
+    if (work.sms_held) {
+      rank.sms_declared += delta * *work.sms_held;
     } else {
       rank.nccl_in_flight += delta;
     }
@@ -487,7 +487,7 @@ class Replay {
     const std::vector<std::int64_t>& old_before = index.compute_ns_before(old_held);
     const std::vector<std::int64_t>& new_before = index.compute_ns_before(held);
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
-    // Where the run stands on the old level's time line. At its end already, its completion
+    // Where the run stands on the old SMs' timeline. At its end already, its completion
     // (due now) stands.
     const double reached = static_cast<double>(old_before[kernel.at]) +
                            kernel.share * kernel_ns(old_before, kernel.at) +
@@ -521,8 +521,8 @@ class Replay {
     stream.busy = true;
     if (s == static_cast<int>(Stream::compute)) {
       // Kernels whose ends wake only the compute stream, each followed by one that is then
-      // ready, run as one event: the same times without an event per kernel (a change of busy
-      // level inside the run is followed kernel by kernel, within a nanosecond per kernel, as
+      // ready, run as one event: the same times without an event per kernel (a change of SMs
+      // held inside the run is followed kernel by kernel, within a nanosecond per kernel, as
       // each kernel alone rounds its end up to a whole nanosecond). Traced ranks keep one slice
       // per kernel.
       std::size_t tasks = 1;

@@ -89,6 +89,35 @@ TEST_CASE("a GEMM that fills every SM in one wave takes a second beside a collec
   CHECK(kernel_seconds(gpu, attention, 20) == Approx(1e12 / (1e15 * 0.8 * 0.5)));
 }
 
+TEST_CASE("a GEMM launched with an SM margin plans its tiles for the SMs left") {
+  // 10 x 10 tiles on 100 SMs with a margin of 20 (Transformer Engine's set_sm_margin): one
+  // wave of 80 and a second of 20 on the 80 SMs it plans for, wave 100 / 160 at 80% of the
+  // peak: 2x the full GPU's time, collective or not, as long as the collective holds no more
+  // than the margin. Holding more takes SMs it planned for: 60 held leave 40, three waves.
+  GpuProfile gpu = round_gpu();
+  gpu.hbm_bytes_per_s.value = 1e15;
+  const Kernel whole = gemm_kernel(128 * 10, 256 * 10, 16384, 2);
+  Kernel margin = whole;
+  margin.sm_margin = 20;
+  CHECK(kernel_seconds(gpu, margin) / kernel_seconds(gpu, whole) == Approx(2.0).epsilon(1e-9));
+  CHECK(kernel_seconds(gpu, margin, 20) == kernel_seconds(gpu, margin));
+  CHECK(kernel_seconds(gpu, margin, 60) / kernel_seconds(gpu, margin) == Approx(1.5).epsilon(1e-9));
+  // With a tile that fits the SMs left (5 x 16 = 80 tiles of 256 x 160 on 80 SMs) the margin
+  // costs only the SMs' share, where the same GEMM planned for the whole GPU loses a wave.
+  gpu.gemm_tiles = {{128, 256}, {256, 160}};
+  const Kernel fits = gemm_kernel(256 * 5, 160 * 16, 16384, 2);
+  Kernel planned = fits;
+  planned.sm_margin = 20;
+  CHECK(kernel_seconds(gpu, planned, 20) / kernel_seconds(gpu, fits) == Approx(1.25).epsilon(1e-9));
+  CHECK(kernel_seconds(gpu, fits, 20) > kernel_seconds(gpu, planned, 20));
+  // A chunk of rows keeps the margin and reads all of B.
+  const Kernel chunk = gemm_rows(planned, planned.m / 4);
+  CHECK(chunk.sm_margin == 20);
+  CHECK(chunk.flops == Approx(planned.flops / 4));
+  CHECK(chunk.bytes == Approx(2 * (planned.m / 4 * planned.k + planned.k * planned.n +
+                                   planned.m / 4 * planned.n)));
+}
+
 TEST_CASE("beside collectives compute is never faster, HBM-bound kernels keep their time") {
   GpuProfile gpu = round_gpu();
   gpu.kernel_launch_s.value = 5e-6;

@@ -263,7 +263,7 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   plan.recompute = Recompute::full;
   const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
   CHECK(find(recomputed, "activations") == Approx(32 * 2.0 * 4096 * 8192 + 139'392.0 * 8192));
-  CHECK(find(full, "logits") == Approx(8.0 * 8192 * 128256));
+  CHECK(find(full, "logits") == Approx(6.0 * 8192 * 128256));
   // Two consecutive FSDP units gathered at most: embedding + first layer (or last layer + head),
   // (525,336,576 + 218,112,000) parameters x 2 bytes.
   CHECK(find(full, "gathered parameters") == Approx(2.0 * (525'336'576 + 218'112'000)));
@@ -316,7 +316,8 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
   CHECK(fused.forward_bytes + fused.backward_bytes <
         unfused.forward_bytes + unfused.backward_bytes);
 
-  // Memory: the FP32 copy and its gradient (8 bytes a logit), or only the BF16 logits.
+  // Memory: the FP32 copy (its gradient in place) beside the BF16 logits or their gradient (6
+  // bytes a logit), or only the BF16 logits.
   ParallelPlan plan;
   plan.tp = 2;
   plan.dp = 4;
@@ -328,8 +329,8 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
     }
     return -1.0;
   };
-  CHECK(logits_memory(CrossEntropy::unfused) == Approx(8 * logits));
-  CHECK(logits_memory(CrossEntropy::fused) == Approx(8 * logits));
+  CHECK(logits_memory(CrossEntropy::unfused) == Approx(6 * logits));
+  CHECK(logits_memory(CrossEntropy::fused) == Approx(6 * logits));
   CHECK(logits_memory(CrossEntropy::in_place) == Approx(2 * logits));
 }
 
@@ -630,9 +631,40 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   plan.tp_comm_overlap = true;
   const TaskGraph overlapped = build_data_parallel_step(llama3_8b(), training(4096, 4, 1), plan);
   const Program& program = overlapped.stages.front();
-  // The same tasks, but for the last chunk of each pipelined reduce-scatter (two a layer
-  // forward, 32 layers, 2 micro-batches per replica).
-  REQUIRE(program.size() == blocking.stages.front().size() + 32 * 2 * 2);
+  // The same work: the same FLOPs, the same bytes communicated (below).
+  CHECK(overlapped.model_flops_per_rank == Approx(blocking.model_flops_per_rank));
+  CHECK(overlapped.hardware_flops_per_rank == Approx(blocking.hardware_flops_per_rank));
+  // The same tasks, but per layer and micro-batch (32 layers, 2 micro-batches per replica) the
+  // last chunk of the two pipelined reduce-scatters, and the GEMMs in chunks: 4 (tp) beside
+  // each of the 4 ring exchanges (QKV and gate/up forward, o_proj's and down's input
+  // gradients), 4 beside each of the 2 pipelined reduce-scatters (o_proj and down forward).
+  REQUIRE(program.size() == blocking.stages.front().size() + 32 * 2 * (2 + 4 * 3 + 2 * 3));
+  const auto chunk_of = [&](TaskIndex t) {
+    const std::string& name = program[t].name;
+    const std::size_t at = name.rfind(".chunk");
+    return at == std::string::npos ? std::string{} : name.substr(0, at);
+  };
+  // The last of a GEMM's chunks from its first.
+  const auto gemm_end = [&](TaskIndex t) {
+    while (!chunk_of(t).empty() && t + 1 < program.size() && chunk_of(t + 1) == chunk_of(t)) ++t;
+    return t;
+  };
+  int ring_exchange_chunks = 0, pipeline_chunks = 0, bulk_gemms = 0;
+  for (const Task& task : program) {
+    const auto* work = std::get_if<ComputeWork>(&task.work);
+    if (!work || work->kernel.kind != KernelKind::gemm) continue;
+    if (task.name.find(".chunk") != std::string::npos) {
+      // Ring exchange chunks plan for the whole GPU; pipelined ones leave the reduction's 16.
+      CHECK(work->kernel.m == Approx(4096.0 / 4));
+      (work->kernel.sm_margin == 0 ? ring_exchange_chunks : pipeline_chunks) += 1;
+      CHECK((work->kernel.sm_margin == 0 || work->kernel.sm_margin == 16));
+    } else if (work->kernel.sm_margin == 16) {
+      ++bulk_gemms;  // beside a bulk re-gather or reduce-scatter
+    }
+  }
+  CHECK(ring_exchange_chunks == 32 * 2 * 4 * 4);
+  CHECK(pipeline_chunks == 32 * 2 * 2 * 4);
+  CHECK(bulk_gemms == 32 * 2 * 4);
   const auto is_tensor = [](const Task& task) {
     const auto* work = std::get_if<CollectiveWork>(&task.work);
     return work && work->group == Group::tensor_parallel;
@@ -667,7 +699,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
       const bool ring_exchange = ends_with(name, "_gather") || ends_with(name, "_scatter.bwd");
       CHECK(work.sms_held == (ring_exchange ? 0 : 16));
     } else {
-      CHECK(work.sms_held == -1);
+      CHECK_FALSE(work.sms_held);
     }
     if (ends_with(name, ".last")) {
       // A pipelined reduce-scatter's last quarter: after the GEMM and the three before it.
@@ -687,10 +719,14 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
       CHECK(std::find(deps.begin(), deps.end(), t - 1) == deps.end());
       scatters += in_layer;
     } else if (op != CollectiveOp::reduce_scatter && is_gemm(program[t + 1])) {
-      // Beside the GEMM after it: the GEMM does not wait for it, the op after the GEMM does.
-      const auto& gemm_deps = program[t + 1].deps;
-      CHECK(std::find(gemm_deps.begin(), gemm_deps.end(), t) == gemm_deps.end());
-      const auto& next_deps = program[t + 2].deps;
+      // Beside the GEMM after it (or its chunks): the GEMM does not wait for it, the op after
+      // the GEMM does.
+      const TaskIndex end = gemm_end(t + 1);
+      for (TaskIndex g = t + 1; g <= end; ++g) {
+        CHECK(std::find(program[g].deps.begin(), program[g].deps.end(), t) ==
+              program[g].deps.end());
+      }
+      const auto& next_deps = program[end + 1].deps;
       CHECK(std::find(next_deps.begin(), next_deps.end(), t) != next_deps.end());
       gathers += in_layer;
     } else {

@@ -3,9 +3,11 @@
 // (calibration/microbench.hpp):
 //
 //   fleetsim_microbench gemm    OUT.csv   BF16 cuBLASLt GEMMs: the layer shapes of the model zoo
-//                                          (Llama 3 8B and 70B at 2k..16k tokens) and a grid;
-//                                          on GPUs with FP8 tensor cores (compute capability 8.9
-//                                          and up) the same shapes again in FP8 (E4M3)
+//                                          (Llama 3 8B and 70B at 2k..16k tokens) and a grid
+//   fleetsim_microbench gemm_fp8 OUT.csv  the same shapes in FP8 (E4M3, fast accumulation, as
+//                                          Transformer Engine's forward GEMMs; its backward ones
+//                                          accumulate in two steps, not measured here), on GPUs
+//                                          with FP8 tensor cores (compute capability 8.9 and up)
 //   fleetsim_microbench memory  OUT.csv   a device copy kernel from 256 MiB to 4 GiB
 //   fleetsim_microbench overlap OUT.csv   GEMMs alone and while an NCCL all-reduce runs on the
 //                                          same GPU (the slowdown communication kernels cause)
@@ -286,8 +288,8 @@ class OutputFile {
 
   FILE* get() const { return file_; }
   void commit() {
-    const bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0;
-    std::fclose(file_);
+    bool written = std::fflush(file_) == 0 && std::ferror(file_) == 0;
+    written = std::fclose(file_) == 0 && written;
     file_ = nullptr;
     if (!written || std::rename(partial_.c_str(), path_.c_str()) != 0) {
       std::remove(partial_.c_str());
@@ -327,23 +329,20 @@ bool has_fp8_tensor_cores() {
   return prop.major * 10 + prop.minor >= 89;
 }
 
-void measure_gemms(const char* path) {
+// One file per precision, so that a failure of one keeps the other's rows.
+void measure_gemms(Precision precision, const char* path) {
   GemmBench bench;
   OutputFile output(path);
   FILE* out = output.get();
-  std::fprintf(out, "%sdtype,m,n,k,time_us,tflops\n", gpu_header("gemm").c_str());
-  std::vector<Precision> precisions{Precision::bf16};
-  if (has_fp8_tensor_cores()) precisions.push_back(Precision::fp8);
-  for (const Precision precision : precisions) {
-    for (const Shape& s : gemm_shapes()) {
-      Gemm gemm(bench.handle, precision, s.m, s.n, s.k, bench.workspace,
-                GemmBench::kWorkspaceBytes);
-      const int iterations = gemm.flops() > 1e12 ? 5 : 20;
-      const double us = median_us(bench.stream, iterations, [&] { gemm.run(bench.stream); });
-      std::fprintf(out, "%s,%d,%d,%d,%.3f,%.2f\n", precision_name(precision), s.m, s.n, s.k, us,
-                   gemm.flops() / (us * 1e-6) / 1e12);
-      std::fflush(out);
-    }
+  const std::string what = precision == Precision::fp8 ? "gemm_fp8" : "gemm";
+  std::fprintf(out, "%sdtype,m,n,k,time_us,tflops\n", gpu_header(what.c_str()).c_str());
+  for (const Shape& s : gemm_shapes()) {
+    Gemm gemm(bench.handle, precision, s.m, s.n, s.k, bench.workspace, GemmBench::kWorkspaceBytes);
+    const int iterations = gemm.flops() > 1e12 ? 5 : 20;
+    const double us = median_us(bench.stream, iterations, [&] { gemm.run(bench.stream); });
+    std::fprintf(out, "%s,%d,%d,%d,%.3f,%.2f\n", precision_name(precision), s.m, s.n, s.k, us,
+                 gemm.flops() / (us * 1e-6) / 1e12);
+    std::fflush(out);
   }
   output.commit();
 }
@@ -450,7 +449,7 @@ constexpr int kSkipped = 3;
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr,
-                 "usage: fleetsim_microbench gemm|memory|overlap OUT.csv\n"
+                 "usage: fleetsim_microbench gemm|gemm_fp8|memory|overlap OUT.csv\n"
                  "  writes the CSV that `fleetsim calibrate --kernels` reads\n");
     return 2;
   }
@@ -462,7 +461,16 @@ int main(int argc, char** argv) {
   }
   try {
     if (what == "gemm") {
-      measure_gemms(argv[2]);
+      measure_gemms(Precision::bf16, argv[2]);
+    } else if (what == "gemm_fp8") {
+      if (!has_fp8_tensor_cores()) {
+        std::fprintf(stderr,
+                     "fleetsim_microbench: gemm_fp8 skipped: this GPU has no FP8 tensor cores "
+                     "(compute capability 8.9 and up); no %s written\n",
+                     argv[2]);
+        return kSkipped;
+      }
+      measure_gemms(Precision::fp8, argv[2]);
     } else if (what == "memory") {
       measure_memory(argv[2]);
     } else if (what == "overlap") {
