@@ -100,10 +100,11 @@ class ProgramBuilder {
   std::optional<TaskIndex> copy_before_last() const { return copy_before_last_; }
   // Runs a non-empty list of ops back to back; the first waits for `deps`. A tensor-parallel
   // collective in the list runs on its stream between the kernels around it, or, overlapped
-  // (Megatron's --tp-comm-overlap), beside the GEMM next to it: an all-gather beside the GEMM
-  // that reads what it gathers, a reduce-scatter beside the GEMM that writes what it reduces,
-  // as Transformer Engine pipelines them in chunks; what follows waits for both. Returns the
-  // last.
+  // (Megatron's --tp-comm-overlap), beside the GEMM next to it (overlapped_kernel): an
+  // all-gather beside the GEMM that reads what it gathers, a reduce-scatter beside the GEMM
+  // before it (the one that writes what it reduces, pipelined in chunks; in backward the
+  // weight gradient after the data gradient it reduces); what follows waits for both. Returns
+  // the last.
   TaskIndex ops(const std::string& prefix, const std::vector<Op>& list, std::vector<TaskIndex> deps,
                 bool recomputed = false) {
     if (list.empty()) throw ModelError("no kernels for " + prefix);
@@ -142,9 +143,11 @@ class ProgramBuilder {
             context || overlap_tp_ ? overlapped_kernel(list, i) : std::nullopt;
         const bool gather_beside_next = beside == i + 1;
         if (i > 0 && beside == i - 1) {
-          // Starts with the GEMM that writes what it reduces.
+          // Starts with the GEMM before it, once what that GEMM waited for is done; pipelined,
+          // once its first chunk is.
           after = last_after;
           if (before_last) after.push_back(*before_last);
+          if (first_chunk_) after.push_back(*first_chunk_);
         }
         after.insert(after.end(), pending.begin(), pending.end());
         const Group group = op.collective->group == LayerGroup::expert ? Group::expert_parallel
@@ -179,12 +182,21 @@ class ProgramBuilder {
         // Beside a userbuffers collective a GEMM runs as they launch it: in chunks of rows
         // beside a ring exchange or a pipelined reduce-scatter, leaving their SMs free.
         const GemmLaunch launch = overlap_tp_ ? userbuffers_gemm(list, i, tp_) : GemmLaunch{op, 1};
+        first_chunk_.reset();
         if (launch.chunks == 1) {
           last = compute(prefix + op.name, launch.part, after, recomputed);
         } else {
+          // The first chunk waits for what the GEMM waits for; the last, beside a ring
+          // exchange, for the gather's last piece: the whole gather here.
           for (int c = 0; c < launch.chunks; ++c) {
+            std::vector<TaskIndex> chunk_after;
+            if (c == 0) chunk_after = after;
+            if (c == launch.chunks - 1) {
+              chunk_after.insert(chunk_after.end(), gather.begin(), gather.end());
+            }
             last = compute(prefix + op.name + ".chunk" + std::to_string(c), launch.part,
-                           c == 0 ? after : std::vector<TaskIndex>{}, recomputed);
+                           std::move(chunk_after), recomputed);
+            if (c == 0) first_chunk_ = last;
           }
         }
       }
@@ -212,6 +224,8 @@ class ProgramBuilder {
   Program* program_;
   bool overlap_tp_;
   int tp_;
+  // The first chunk of the last GEMM run, if it ran in chunks.
+  std::optional<TaskIndex> first_chunk_;
   std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
   std::optional<TaskIndex> last_copy_to_host_;
   std::optional<TaskIndex> copy_before_last_;
@@ -442,20 +456,32 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const int pp = plan.pp;
   const int virtual_stages = pp * plan.vpp;
   const int m = graph.micro_batches;
-  ProgramBuilder build(graph, graph.stages[stage], plan.tp_comm_overlap && plan.tp > 1, plan.tp);
   std::vector<std::vector<Unit>> chunks;
   for (int chunk = 0; chunk < plan.vpp; ++chunk) {
     chunks.push_back(stage_units(model, training, plan, chunk * pp + stage));
   }
   // Room for every micro-batch's ops (recomputed too) and a few collectives per unit: the
   // program then grows in place instead of being copied as it doubles.
+  const bool overlap_tp = plan.tp_comm_overlap && plan.tp > 1;
+  // The tasks a list adds to its ops under userbuffers: GEMM chunks, reductions' last chunks.
+  const auto userbuffers_tasks = [&](const std::vector<Op>& ops) {
+    std::size_t tasks = 0;
+    for (std::size_t i = 0; overlap_tp && i < ops.size(); ++i) {
+      tasks += static_cast<std::size_t>(userbuffers_gemm(ops, i, plan.tp).chunks - 1);
+      const std::optional<UserbuffersOverlap> overlap = userbuffers_collective(ops, i);
+      tasks += overlap && overlap->after_gemm_share > 0 ? 1 : 0;
+    }
+    return tasks;
+  };
   std::size_t ops_per_micro_batch = 0;
   for (const std::vector<Unit>& units : chunks) {
     for (const Unit& unit : units) {
-      ops_per_micro_batch += 2 * unit.ops.forward.size() + unit.ops.backward.size() + 4;
+      ops_per_micro_batch += 2 * (unit.ops.forward.size() + userbuffers_tasks(unit.ops.forward)) +
+                             unit.ops.backward.size() + userbuffers_tasks(unit.ops.backward) + 4;
     }
   }
   graph.stages[stage].reserve(ops_per_micro_batch * m + 16);
+  ProgramBuilder build(graph, graph.stages[stage], overlap_tp, plan.tp);
   std::vector<MicroBatchBuilder> micro_batch;
   for (const std::vector<Unit>& units : chunks)
     micro_batch.emplace_back(build, units, training, plan);

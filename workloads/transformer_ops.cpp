@@ -330,6 +330,7 @@ GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp) {
   std::optional<Userbuffers> method;
   for (const std::size_t j : {i - 1, i + 1}) {
     if (j < ops.size() && userbuffers_collective(ops, j) && overlapped_kernel(ops, j) == i) {
+      if (method) throw ModelError(ops[i].name + ": two userbuffers collectives beside one GEMM");
       method = ops[j].collective->userbuffers;
     }
   }
@@ -352,6 +353,10 @@ std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::si
     return !ops[j].collective && ops[j].kernel.kind == beside;
   };
   const CollectiveOp op = ops[i].collective->op;
+  // A reduce-scatter runs beside the GEMM before it: in forward the one that writes what it
+  // reduces (pipelined), in backward the weight gradient after the data gradient it reduces.
+  // (Frozen weights have no weight gradient, which would put it beside its producer: LoRA is
+  // refused with tensor parallelism.)
   if (op == CollectiveOp::reduce_scatter && i > 0 && is_beside(i - 1)) return i - 1;
   if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_beside(i + 1)) return i + 1;
   return std::nullopt;
@@ -642,7 +647,7 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
     // needs the input gathered again.
     ops.backward.push_back(tp_op("logits.regather", CollectiveOp::all_gather, kBf16 * t * h));
   }
-  // The logits GEMM's weight gradient (unless frozen), then its input gradient.
+  // The logits GEMM's input gradient, then its weight gradient (unless frozen).
   ops.backward.insert(ops.backward.end(), backward.rbegin(), backward.rend());
   if (tp > 1) {
     ops.backward.push_back(tp_op("head_gather.bwd", CollectiveOp::reduce_scatter, kBf16 * t * h));

@@ -714,17 +714,28 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
       CHECK(std::find(next_deps.begin(), next_deps.end(), t) != next_deps.end());
       ++last_chunks;
     } else if (op == CollectiveOp::reduce_scatter && is_gemm(program[t - 1])) {
-      // Beside the GEMM before it: it waits for what that GEMM waits for, not for the GEMM.
+      // Beside the GEMM before it: it waits for what that GEMM waits for, not for the GEMM;
+      // pipelined, for the GEMM's first chunk. In backward that GEMM is a weight gradient,
+      // after the data gradient it reduces, which it waits for.
       const auto& deps = program[t].deps;
       CHECK(std::find(deps.begin(), deps.end(), t - 1) == deps.end());
+      if (ends_with(program[t - 1].name, ".chunk3")) {
+        CHECK(std::find(deps.begin(), deps.end(), t - 4) != deps.end());
+      }
+      if (ends_with(name, ".bwd")) {
+        CHECK(ends_with(program[t - 1].name, ".wgrad"));
+        CHECK(ends_with(program[t - 2].name, ".dgrad"));
+        CHECK(std::find(deps.begin(), deps.end(), t - 2) != deps.end());
+      }
       scatters += in_layer;
     } else if (op != CollectiveOp::reduce_scatter && is_gemm(program[t + 1])) {
-      // Beside the GEMM after it (or its chunks): the GEMM does not wait for it, the op after
-      // the GEMM does.
+      // Beside the GEMM after it: the GEMM does not wait for it, the op after the GEMM does;
+      // in chunks (a ring exchange), only the last chunk waits for it.
       const TaskIndex end = gemm_end(t + 1);
       for (TaskIndex g = t + 1; g <= end; ++g) {
-        CHECK(std::find(program[g].deps.begin(), program[g].deps.end(), t) ==
-              program[g].deps.end());
+        const bool waits =
+            std::find(program[g].deps.begin(), program[g].deps.end(), t) != program[g].deps.end();
+        CHECK(waits == (g == end && end > t + 1));
       }
       const auto& next_deps = program[end + 1].deps;
       CHECK(std::find(next_deps.begin(), next_deps.end(), t) != next_deps.end());
