@@ -326,13 +326,17 @@ std::optional<UserbuffersOverlap> userbuffers_collective(const std::vector<Op>& 
 GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp) {
   GemmLaunch launch{ops.at(i), 1};
   if (ops[i].collective || ops[i].kernel.kind != KernelKind::gemm) return launch;
-  // The collective beside it: a gather just before, or a reduce-scatter just after.
+  // The collective beside it: a gather just before, or a reduce-scatter just after. The GEMM
+  // leaves its SMs free (set_sm_margin; a ring exchange holds none).
   std::optional<Userbuffers> method;
+  int margin = 0;
   for (const std::size_t j : {i - 1, i + 1}) {
-    if (j < ops.size() && userbuffers_collective(ops, j) && overlapped_kernel(ops, j) == i) {
-      if (method) throw ModelError(ops[i].name + ": two userbuffers collectives beside one GEMM");
-      method = ops[j].collective->userbuffers;
-    }
+    const std::optional<UserbuffersOverlap> overlap =
+        j < ops.size() ? userbuffers_collective(ops, j) : std::nullopt;
+    if (!overlap || overlapped_kernel(ops, j) != i) continue;
+    if (method) throw ModelError(ops[i].name + ": two userbuffers collectives beside one GEMM");
+    method = ops[j].collective->userbuffers;
+    margin = overlap->sms;
   }
   if (!method) return launch;
   const int chunks = *method == Userbuffers::ring_exchange ? std::max(1, tp)
@@ -340,7 +344,7 @@ GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp) {
                                                            : 1;
   launch.chunks = chunks;
   launch.part.kernel = gemm_rows(ops[i].kernel, ops[i].kernel.m / chunks);
-  launch.part.kernel.sm_margin = *method == Userbuffers::ring_exchange ? 0 : kUserbuffersSms;
+  launch.part.kernel.sm_margin = margin;
   launch.part.model_flops = ops[i].model_flops / chunks;
   return launch;
 }
