@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "workloads/layout/sharding.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/task_graph.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -63,12 +64,6 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
   return {stage_total - experts, experts / plan.ep};
 }
 
-double optimizer_shard(const RankParameters& held, const ParallelPlan& plan) {
-  if (plan.zero_stage < 1) return held.total();
-  return held.dense / plan.gradient_ranks() +
-         held.experts / (static_cast<double>(plan.dp) / plan.ep);
-}
-
 namespace {
 
 // Passes (a micro-batch through one of the stage's chunks) whose activations the stage holds
@@ -100,13 +95,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double p = held.total() + adapters;
   const double trained = training.lora ? adapters : p;
   // What the optimizer updates: ZeRO's shard, experts sharded over the replicas holding them.
-  const double updated =
-      optimizer_shard(training.lora ? RankParameters{adapters, 0.0} : held, plan);
+  const Sharding sharding(plan);
+  const double updated = training.lora ? sharding.optimizer_parameters(adapters, 0.0)
+                                       : sharding.optimizer_parameters(held.dense, held.experts);
   const std::string which = training.lora ? "LoRA adapters only, " : "";
   // Gradients and ZeRO shards split over dp x cp (the cp ranks hold the same parameters).
-  const double dp = plan.gradient_ranks();
   const std::string over_dp = plan.cp > 1 ? "over dp x cp" : "over dp";
-  const int zero = plan.zero_stage;
   // The rank's tokens of a micro-batch: its share of the sequence under context parallelism.
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   const std::string per_param = " bytes/param";
@@ -119,7 +113,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   };
 
   const std::string split = tp > 1 ? "split over tp, " : "";
-  const double weight_shards = zero >= 3 ? dp : 1;
+  const double weight_shards = sharding.weight_shards();
   // QLoRA keeps the stage's decoder layers in 4-bit NF4 (norms too: a rounding error).
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * layers / tp : 0.0;
@@ -129,7 +123,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
       std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
                               "bits), adapters, embedding and head BF16, "
                             : "BF16, ") +
-          split + (zero >= 3 ? "sharded " + over_dp + " (ZeRO-3)" : std::string("replicated")) +
+          split +
+          (sharding.parameters_sharded() ? "sharded " + over_dp + " (ZeRO-3)"
+                                         : std::string("replicated")) +
           (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
   // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
@@ -138,26 +134,29 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   if (training.precision == Precision::fp8) {
     const double layer =
         layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp;
-    fp8_copies = 2 * kFp8Bytes * layer * (zero >= 3 ? kFsdpUnitsGathered : layers);
+    fp8_copies =
+        2 * kFp8Bytes * layer * (sharding.parameters_sharded() ? kFsdpUnitsGathered : layers);
     add("FP8 weight copies", fp8_copies,
         "each decoder-layer projection weight in FP8 and transposed (Transformer Engine), " +
-            std::string(zero >= 3 ? "the units gathered at once" : "the stage's layers"));
+            std::string(sharding.parameters_sharded() ? "the units gathered at once"
+                                                      : "the stage's layers"));
   }
-  const double grad_shards = zero >= 2 ? dp : 1;
-  if (plan.offload_optimizer && zero >= 2) {
+  const double grad_shards = sharding.gradient_shards();
+  if (plan.offload_optimizer && sharding.gradients_sharded()) {
     add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");
   } else {
     add("gradients", kMainGradBytes * trained / grad_shards,
         "FP32 main gradients, " + which + split +
-            (zero >= 2 ? "sharded " + over_dp : std::string("replicated")));
+            (sharding.gradients_sharded() ? "sharded " + over_dp : std::string("replicated")));
   }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   const std::string states_basis =
       std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
                             : "FP32 master weights + Adam m, v = 12") +
       per_param + ", " + which + split +
-      (zero >= 1 ? "sharded " + over_dp + (plan.ep > 1 ? ", experts over dp / ep" : "")
-                 : std::string("replicated"));
+      (sharding.optimizer_sharded()
+           ? "sharded " + over_dp + (plan.ep > 1 ? ", experts over dp / ep" : "")
+           : std::string("replicated"));
   if (plan.offload_optimizer) {
     add("optimizer states", 0, "offloaded to host memory (ZeRO-Offload): " + states_basis);
     memory.host_bytes_per_rank =
@@ -168,8 +167,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
 
   double dynamic = 0;
-  if (zero >= 3) dynamic += fp8_copies;
-  if (zero >= 3) {
+  if (sharding.parameters_sharded()) dynamic += fp8_copies;
+  if (sharding.parameters_sharded()) {
     const double gathered = peak_gathered_parameters(model) / tp * kWeightBytes;
     add("gathered parameters", gathered,
         std::string("BF16 copies of the unit computing and the one prefetched (FSDP)") +
@@ -248,14 +247,15 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // gradient exists until its reduce-scatter finishes.
   const double staged_unit =
       training.lora ? lora_parameters_per_layer(model, training) : largest_unit_parameters(model);
-  const double grad_staging = zero >= 3 ? staged_unit / tp * training.grad_reduce_bytes
-                                        : (zero >= 1 ? 2 * plan.bucket_bytes : 0.0);
+  const double grad_staging = sharding.parameters_sharded()
+                                  ? staged_unit / tp * training.grad_reduce_bytes
+                                  : (sharding.optimizer_sharded() ? 2 * plan.bucket_bytes : 0.0);
   // NCCL keeps buffers per communicator: the data-parallel, tensor-parallel and pipeline ones.
   // Expert parallelism adds the expert group's and the experts' data-parallel ones, context
   // parallelism the context group's.
-  const double communicators = (dp > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) + (plan.pp > 1 ? 1 : 0) +
-                               (plan.ep > 1 ? 1 : 0) + (plan.ep > 1 && plan.dp > plan.ep ? 1 : 0) +
-                               (plan.cp > 1 ? 1 : 0);
+  const double communicators = (plan.gradient_ranks() > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) +
+                               (plan.pp > 1 ? 1 : 0) + (plan.ep > 1 ? 1 : 0) +
+                               (plan.ep > 1 && plan.dp > plan.ep ? 1 : 0) + (plan.cp > 1 ? 1 : 0);
   add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
       "gradient staging");

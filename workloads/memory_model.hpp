@@ -58,9 +58,6 @@ struct RankParameters {
   double total() const { return dense + experts; }
 };
 RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
-// The parameters of `held` a rank's optimizer updates: ZeRO 1-3 shard the dense ones over dp,
-// the experts over the dp / ep replicas that hold them.
-double optimizer_shard(const RankParameters& held, const ParallelPlan& plan);
 
 // The whole model's weights as the GPUs hold them (BF16; under QLoRA the decoder layers in
 // NF4), before any split: no layout holds less than this over all its GPUs together.

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "workloads/layout/parallel_plan.hpp"
+#include "workloads/layout/rules.hpp"
+
 namespace fleetsim {
 
 // The MLP of a decoder layer: SwiGLU (gate and up projections, then down; Llama) or a GELU MLP
@@ -58,19 +61,6 @@ inline const char* to_string(Precision precision) {
 // Adam with FP32 moments, or with moments quantised block-wise to 8 bits (bitsandbytes'
 // Adam8bit; Dettmers et al., arXiv:2110.02861: blocks of 2048 values, one FP32 scale each).
 enum class Optimizer { adam, adam8bit };
-// none: keep every tensor a layer saves; selective: recompute the attention core (scores,
-// softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et
-// al.; nothing to drop under FlashAttention, which keeps none); full: keep only each layer's
-// input and rerun its forward before its backward.
-enum class Recompute { none, selective, full };
-inline const char* to_string(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
-  }
-  return "?";
-}
 // FlashAttention keeps Q, K, V, O and the log-sum-exp for backward and recomputes the scores;
 // eager attention (two batched GEMMs around a softmax) keeps the s x s probabilities.
 enum class Attention { flash, eager };
@@ -112,85 +102,18 @@ struct TrainingSpec {
   bool operator==(const TrainingSpec&) const = default;
 };
 
-// The order of micro-batches on each pipeline stage: GPipe runs every forward, then every
-// backward; 1F1B (PipeDream-Flush, Megatron's default) runs pp - stage - 1 forwards, then
-// alternates one forward and one backward, so a stage holds at most pp - stage micro-batches
-// (interleaved over virtual stages when vpp > 1).
-enum class PipelineSchedule { gpipe, one_f_one_b };
-inline const char* to_string(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
-}
+// The facts of the model and recipe that the job rules read (workloads/layout/rules.hpp); the
+// caller adds the cluster where there is one.
+JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training);
 
-struct ParallelPlan {
-  // Megatron-style tensor parallelism with sequence parallelism: each layer's GEMMs and heads
-  // split over tp ranks of consecutive GPUs, activations between them sharded by sequence, an
-  // all-gather before and a reduce-scatter after each block. Ranks are tp x cp x dp x pp, tp
-  // innermost (Megatron's order).
-  int tp = 1;
-  // Context parallelism (Megatron's --context-parallel-size): each micro-batch's sequence is
-  // cut into 2 x cp chunks and cp ranks each take two of them (chunks i and 2 cp - 1 - i, so
-  // causal attention's work is even); every op but attention runs on the rank's s / cp tokens,
-  // and attention exchanges keys and values around the cp ranks (ring attention), the exchange
-  // running beside the attention kernel. The cp ranks hold the same parameters: gradients are
-  // reduced, and ZeRO shards, over dp x cp (gradient_ranks).
-  int cp = 1;
-  int dp = 1;
-  // Pipeline parallelism: the layers split over pp stages, evenly or one fewer on the stages
-  // at the ends (virtual_stage_layers), the embedding on the first, the output head on the
-  // last; activations and their gradients sent between stages.
-  int pp = 1;
-  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  // Virtual stages per rank (Megatron's interleaved 1F1B): each stage holds vpp chunks of
-  // about layers / (pp x vpp) layers, chunk c of stage p being virtual stage c x pp + p; the bubble
-  // shrinks vpp-fold for vpp times the transfers.
-  int vpp = 1;
-  // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
-  int zero_stage = 0;
-  Recompute recompute = Recompute::none;
-  double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
-  // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers): each tensor-parallel
-  // all-gather runs beside the GEMM that reads it and each reduce-scatter beside the GEMM that
-  // writes it, pipelined in chunks; off, the compute stream waits for every one.
-  bool tp_comm_overlap = false;
-  // Megatron's --overlap-param-gather (ZeRO 1 and 2 only): the all-gather of the parameters
-  // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
-  // forward waiting for its own; off, it runs after the optimizer step, exposed.
-  bool overlap_param_gather = false;
-  // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts, tp 1):
-  // each group of ep consecutive data-parallel replicas splits the experts among its ranks and
-  // sends each token to its experts' ranks by all-to-all. An expert's gradients are reduced,
-  // and its optimizer states sharded, over the dp / ep replicas that hold it.
-  int ep = 1;
-  // DeepSpeed's ZeRO-Offload (offload_optimizer: cpu, with ZeRO 1-3): each rank's shard of the
-  // FP32 master weights, Adam moments and gradients lives in host memory, where CPU Adam
-  // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes
-  // back.
-  bool offload_optimizer = false;
+// The rules a model must satisfy for its op graph to be built, with fields named by the model's
+// keys ("heads", "experts_per_token"); and those of a training recipe on it, with fields from
+// the scenario's top ("training.seq_len"). In the order they are checked.
+std::vector<JobProblem> model_problems(const ModelSpec& model);
+std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSpec& training);
 
-  // The ranks that hold the same parameters, over which gradients are reduced and ZeRO shards.
-  int gradient_ranks() const { return dp * cp; }
-  int world_size() const { return tp * cp * dp * pp; }
-  bool operator==(const ParallelPlan&) const = default;
-};
-
-// What keeps the plan's expert parallelism from running, with a hint, or nothing (ep 1 always
-// runs): the model must be a mixture of experts whose experts and dp ep divides, with tp 1,
-// ZeRO 0 or 1, no optimizer offload and no overlap_param_gather (what it is modelled with).
-struct PlanProblem {
-  std::string problem;
-  std::string hint;
-};
-std::optional<PlanProblem> expert_parallelism_problem(const ModelSpec& model,
-                                                      const ParallelPlan& plan);
-// What keeps the plan's context parallelism from running, or nothing (cp 1 always runs): the
-// sequence must split into 2 x cp chunks that tp splits again, attention must be
-// FlashAttention's (ring attention is built on it), and expert parallelism is not modelled
-// with it.
-std::optional<PlanProblem> context_parallelism_problem(const TrainingSpec& training,
-                                                       const ParallelPlan& plan);
-
-// Throws ModelError when the job is inconsistent: a model without layers or with heads that do
-// not divide, a batch that does not split into micro-batches over the data-parallel ranks.
+// Throws ModelError with the first problem of the job: the model's, the recipe's, then the
+// layout's (job_problems, without a cluster).
 void validate_job(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan);
 
 }  // namespace fleetsim

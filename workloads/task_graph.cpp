@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "sim/engine/errors.hpp"
+#include "workloads/layout/sharding.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -78,7 +79,7 @@ class ProgramBuilder {
   // A data-parallel collective (of all replicas, or of an expert's): parameter gathers on one
   // stream, gradient reductions on another.
   TaskIndex collective(const std::string& name, CollectiveOp op, double size_bytes,
-                       std::vector<TaskIndex> deps, Group group = Group::data_parallel) {
+                       std::vector<TaskIndex> deps, GroupKind group = GroupKind::data) {
     const Stream stream = op == CollectiveOp::all_gather ? Stream::gather : Stream::reduce;
     return add(Task{name, stream, CollectiveWork{op, size_bytes, group}, std::move(deps)});
   }
@@ -138,7 +139,7 @@ class ProgramBuilder {
       }
       if (op.collective) {
         // Ring attention always overlaps; tensor-parallel collectives under tp_comm_overlap.
-        const bool context = op.collective->group == LayerGroup::context;
+        const bool context = op.collective->group == GroupKind::context;
         const std::optional<std::size_t> beside =
             context || overlap_tp_ ? overlapped_kernel(list, i) : std::nullopt;
         const bool gather_beside_next = beside == i + 1;
@@ -150,16 +151,13 @@ class ProgramBuilder {
           if (first_chunk_) after.push_back(*first_chunk_);
         }
         after.insert(after.end(), pending.begin(), pending.end());
-        const Group group = op.collective->group == LayerGroup::expert ? Group::expert_parallel
-                            : context                                  ? Group::context_parallel
-                                                                       : Group::tensor_parallel;
         // Beside its GEMM, a layer's tensor-parallel collective runs as Transformer Engine's
         // userbuffers do (its SMs; a pipelined reduce-scatter's last chunk after the GEMM).
         const std::optional<UserbuffersOverlap> userbuffers =
             overlap_tp_ ? userbuffers_collective(list, i) : std::nullopt;
         const double after_gemm_share = userbuffers ? userbuffers->after_gemm_share : 0.0;
         CollectiveWork work{op.collective->op, op.collective->size_bytes * (1 - after_gemm_share),
-                            group};
+                            op.collective->group};
         if (userbuffers) work.sms_held = userbuffers->sms;
         const TaskIndex task = add(Task{prefix + op.name, Stream::tensor, work, after});
         last = task;
@@ -211,7 +209,7 @@ class ProgramBuilder {
   // posted ahead, as Megatron posts its irecv) and the compute that needs it depends on it.
   TaskIndex transfer(const std::string& name, int id, bool sends, double size_bytes,
                      std::vector<TaskIndex> deps) {
-    CollectiveWork work{CollectiveOp::send_recv, size_bytes, Group::pipeline, id, sends};
+    CollectiveWork work{CollectiveOp::send_recv, size_bytes, GroupKind::pipeline, id, sends};
     return add(Task{name, Stream::pipeline, work, std::move(deps)});
   }
 
@@ -240,7 +238,7 @@ void offload_gradients(ProgramBuilder& build, const ParallelPlan& plan,
                        const TrainingSpec& training, const std::string& name, TaskIndex after,
                        double parameters, bool first) {
   if (!plan.offload_optimizer) return;
-  if (plan.zero_stage >= 3) {
+  if (Sharding(plan).parameters_sharded()) {
     const double bytes = parameters * training.grad_reduce_bytes;
     const TaskIndex copy = build.host(name + ".to_host", {HostOp::copy_to_host, bytes, 0}, {after});
     const double fp32_bytes = (first ? 1 : 2) * kFp32Bytes * parameters;
@@ -313,7 +311,7 @@ class MicroBatchBuilder {
   }
 
  private:
-  bool sharded() const { return plan_->zero_stage >= 3; }
+  bool sharded() const { return Sharding(*plan_).parameters_sharded(); }
   std::size_t count() const { return units_->size(); }
   const Unit& unit(std::size_t u) const { return (*units_)[u]; }
 
@@ -321,7 +319,7 @@ class MicroBatchBuilder {
   // the rank's shard then goes to the host; reductions alternate between two buffers, so one
   // first waits for the copy out of the reduction two before it.
   TaskIndex reduce(const std::string& name, CollectiveOp op, double parameters, TaskIndex after,
-                   bool first_reduction, Group group = Group::data_parallel) {
+                   bool first_reduction, GroupKind group = GroupKind::data) {
     std::vector<TaskIndex> deps{after};
     if (const auto copy = build_->copy_before_last()) deps.push_back(*copy);
     const TaskIndex reduction =
@@ -384,8 +382,9 @@ class MicroBatchBuilder {
                                           [](const Unit& u) { return u.expert_trainable; });
       }
     }
-    const CollectiveOp bucket_op =
-        plan_->zero_stage == 0 ? CollectiveOp::all_reduce : CollectiveOp::reduce_scatter;
+    const CollectiveOp bucket_op = Sharding(*plan_).reduces_by_scatter()
+                                       ? CollectiveOp::reduce_scatter
+                                       : CollectiveOp::all_reduce;
     const bool recompute = plan_->recompute == Recompute::full;
     std::size_t next_bucket = 0;
     std::size_t next_expert_bucket = 0;
@@ -424,7 +423,7 @@ class MicroBatchBuilder {
         last_reduction = reduce(tag_ + "expert_bucket" + std::to_string(next_expert_bucket) + "." +
                                     to_string(bucket_op),
                                 bucket_op, expert_buckets[next_expert_bucket].bytes / grad_bytes,
-                                backward_end_[u], first_reduction, Group::expert_data_parallel);
+                                backward_end_[u], first_reduction, GroupKind::expert_data);
         ++next_expert_bucket;
       }
     }
@@ -487,8 +486,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     micro_batch.emplace_back(build, units, training, plan);
   // The distributed optimizer's gather of the last step's updates, overlapped with this step's
   // forward: one all-gather per trained unit, in the order the forward needs them.
-  const bool gather_ahead =
-      plan.overlap_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2);
+  const bool gather_ahead = plan.overlap_param_gather && Sharding(plan).gathers_updated_shards();
   if (gather_ahead) {
     for (std::size_t chunk = 0; chunk < chunks.size(); ++chunk) {
       std::vector<std::optional<TaskIndex>> gathers(chunks[chunk].size());
@@ -513,7 +511,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   };
   // ZeRO-2/3 shard gradients, so they are reduced after every micro-batch; stages 0/1 keep full
   // gradients, accumulate them locally and reduce only after the last micro-batch.
-  const bool reduce_every_micro_batch = plan.zero_stage >= 2;
+  const bool reduce_every_micro_batch = Sharding(plan).reduces_every_micro_batch();
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
   for (const auto& [forward, i, chunk] : pipeline_schedule(plan, stage, m)) {
@@ -559,7 +557,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
       experts += unit.expert_trainable;
     }
   }
-  const double local = optimizer_shard(RankParameters{parameters, experts}, plan);
+  const double local = Sharding(plan).optimizer_parameters(parameters, experts);
   std::vector<TaskIndex> deps{*previous_end};
   if (last_reduction) deps.push_back(*last_reduction);
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
@@ -595,12 +593,12 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
                     deps)})
           : build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
-  if ((plan.zero_stage == 1 || plan.zero_stage == 2) && !gather_ahead) {
+  if (Sharding(plan).gathers_updated_shards() && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
     if (experts > 0 && plan.dp > plan.ep) {
       build.collective("optimizer.expert_all_gather", CollectiveOp::all_gather,
-                       experts * kBf16Bytes, {step}, Group::expert_data_parallel);
+                       experts * kBf16Bytes, {step}, GroupKind::expert_data);
     }
   }
 }
@@ -652,11 +650,7 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
                                    const ParallelPlan& plan) {
   validate_job(model, training, plan);
   TaskGraph graph;
-  graph.tp = plan.tp;
-  graph.dp = plan.gradient_ranks();  // the replayed replicas: each cp rank is one
-  graph.cp = plan.cp;
-  graph.ep = plan.ep;
-  graph.ranks = plan.world_size();
+  graph.grid = RankGrid(plan);
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   graph.stages.resize(plan.pp);

@@ -7,16 +7,15 @@
 // collective also waits for all members of its group. The step executor (sim/step) replays the
 // graph and decides the durations.
 //
-// Every rank of a pipeline stage runs the same program, so the graph holds one per stage. Ranks
-// are tp x dp x pp with the tensor-parallel rank innermost and the stage outermost (Megatron's
-// order): rank r is tp rank r % tp of data-parallel replica (r / tp) % dp of stage
-// r / (tp x dp). A tensor-parallel collective spans the tp consecutive ranks of a replica, a
-// data-parallel one the dp ranks of the same stage and tp rank. Tensor-parallel collectives run
-// on their own stream and the compute stream waits for each (Megatron's, without communication
-// overlap); so do a mixture of experts' all-to-alls of its expert group (see Group). A pipeline
-// transfer is a pair of tasks, the send in one stage's program and the
-// receive in the next (or previous) stage's, between ranks of the same replica and tp rank; they
-// run as soon as their dependencies allow (NCCL's isend/irecv), not in stream order.
+// Every rank of a pipeline stage runs the same program, so the graph holds one per stage; the
+// graph's RankGrid says which ranks a collective of each GroupKind spans. Tensor-parallel
+// collectives run on their own stream and the compute stream waits for each (Megatron's,
+// without communication overlap: with it, each runs beside its GEMM); so do a mixture of
+// experts' all-to-alls in its expert group, while ring attention's exchanges in a context
+// group run beside the attention kernel. A pipeline transfer is a pair of tasks,
+// the send in one stage's program and the receive in the next (or previous) stage's, between
+// the ranks of one pipeline group; they run as soon as their dependencies allow (NCCL's
+// isend/irecv), not in stream order.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +26,7 @@
 
 #include "calibration/kernel_cost.hpp"
 #include "topology/collective_op.hpp"
+#include "workloads/layout/rank_grid.hpp"
 #include "workloads/model_spec.hpp"
 
 namespace fleetsim {
@@ -48,21 +48,6 @@ inline const char* to_string(Stream stream) {
   return "?";
 }
 
-// Which ranks a collective spans. Under expert parallelism (ParallelPlan::ep) the expert group
-// is ep consecutive replicas of a stage (same tp rank), and an expert's data-parallel group the
-// dp / ep replicas that hold it: those whose replica index is the same modulo ep. Under context
-// parallelism each cp rank counts as a replica (TaskGraph::dp is dp x cp, so the
-// data-parallel group is Megatron's dp x cp one) and the context group is cp consecutive
-// replicas, same tp rank.
-enum class Group {
-  data_parallel,
-  tensor_parallel,
-  pipeline,
-  expert_parallel,
-  expert_data_parallel,
-  context_parallel
-};
-
 // FSDP keeps at most this many units' full parameters at once: the one computing and the one
 // prefetched behind it (PyTorch FSDP's default backward prefetch and limit_all_gathers).
 inline constexpr int kFsdpUnitsGathered = 2;
@@ -75,7 +60,7 @@ struct ComputeWork {
 struct CollectiveWork {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
-  Group group = Group::data_parallel;
+  GroupKind group = GroupKind::data;
   // Pipeline transfers only: the transfer both sides name, and whether this side sends.
   int transfer = -1;
   bool sends = false;
@@ -107,11 +92,7 @@ struct Task {
 using Program = std::vector<Task>;
 
 struct TaskGraph {
-  int ranks = 1;  // tp x dp x pp
-  int tp = 1;
-  int dp = 1;                   // replicas per stage: ParallelPlan's dp x cp
-  int ep = 1;                   // expert parallelism: ep consecutive replicas form an expert group
-  int cp = 1;                   // context parallelism: cp consecutive replicas share sequences
+  RankGrid grid;                // the ranks and their groups (workloads/layout/rank_grid.hpp)
   std::vector<Program> stages;  // one program per pipeline stage, run by each of its ranks
   int transfers = 0;            // pipeline transfers, numbered 0..transfers-1
   double tokens_per_step = 0;
@@ -119,7 +100,6 @@ struct TaskGraph {
   double hardware_flops_per_rank = 0;  // executed kernel FLOPs, per rank
   int micro_batches = 0;               // micro-batches per replica per optimizer step
   bool host_work = false;              // optimizer offload: some tasks are HostWork
-  int pp() const { return static_cast<int>(stages.size()); }
 };
 
 // One forward or backward pass of a micro-batch through one of a stage's model chunks.

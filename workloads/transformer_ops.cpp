@@ -235,7 +235,7 @@ namespace {
 Op tp_op(std::string name, CollectiveOp op, double size_bytes,
          Userbuffers userbuffers = Userbuffers::none) {
   return Op{std::move(name), Kernel{}, 0,
-            LayerCollective{op, size_bytes, LayerGroup::tensor, userbuffers}};
+            LayerCollective{op, size_bytes, GroupKind::tensor, userbuffers}};
 }
 
 // FP8 GEMMs as Transformer Engine runs a projection: its input (m x k) cast to FP8 with the
@@ -268,8 +268,7 @@ void cast_before_gathers(std::vector<Op>& ops, int tp) {
   for (std::size_t i = 0; i + 2 < ops.size(); ++i) {
     Op& gather = ops[i];
     Op& cast = ops[i + 1];
-    const bool tensor_gather = gather.collective &&
-                               gather.collective->group == LayerGroup::tensor &&
+    const bool tensor_gather = gather.collective && gather.collective->group == GroupKind::tensor &&
                                gather.collective->op == CollectiveOp::all_gather;
     const bool casts = !cast.collective && cast.kernel.kind == KernelKind::memory_bound &&
                        cast.name.ends_with("cast");
@@ -310,7 +309,7 @@ constexpr int kPipelineChunks = 4;
 
 std::optional<UserbuffersOverlap> userbuffers_collective(const std::vector<Op>& ops,
                                                          std::size_t i) {
-  if (i >= ops.size() || !ops[i].collective || ops[i].collective->group != LayerGroup::tensor ||
+  if (i >= ops.size() || !ops[i].collective || ops[i].collective->group != GroupKind::tensor ||
       !overlapped_kernel(ops, i)) {
     return std::nullopt;
   }
@@ -352,7 +351,7 @@ GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp) {
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i) {
   if (i >= ops.size() || !ops[i].collective) return std::nullopt;
   const KernelKind beside =
-      ops[i].collective->group == LayerGroup::context ? KernelKind::attention : KernelKind::gemm;
+      ops[i].collective->group == GroupKind::context ? KernelKind::attention : KernelKind::gemm;
   const auto is_beside = [&](std::size_t j) {
     return !ops[j].collective && ops[j].kernel.kind == beside;
   };
@@ -437,7 +436,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // around attention in forward order (the backward list is reversed at the end).
   const double sequence_kv = kBf16 * micro_batch * double(seq_len) * 2 * kv / split;
   const auto context_op = [&](std::string name, CollectiveOp op) {
-    return Op{std::move(name), Kernel{}, 0, LayerCollective{op, sequence_kv, LayerGroup::context}};
+    return Op{std::move(name), Kernel{}, 0, LayerCollective{op, sequence_kv, GroupKind::context}};
   };
   if (cp > 1 && training.attention != Attention::flash) {
     throw ModelError("context parallelism runs ring attention, which is built on FlashAttention");
@@ -537,7 +536,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const auto all_to_all = [&](const std::string& name) {
       if (ep == 1) return;
       const LayerCollective exchange{CollectiveOp::all_to_all, k * kBf16 * t * h,
-                                     LayerGroup::expert};
+                                     GroupKind::expert};
       fwd.push_back(Op{name, Kernel{}, 0, exchange});
       backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
     };

@@ -16,15 +16,11 @@
 
 #include "calibration/kernel_cost.hpp"
 #include "topology/collective_op.hpp"
+#include "workloads/layout/rank_grid.hpp"
 #include "workloads/model_spec.hpp"
 
 namespace fleetsim {
 
-// A collective in the middle of a layer, which the compute stream waits for: of the
-// tensor-parallel group (sequence parallelism), of the expert-parallel group (a mixture of
-// experts' token all-to-alls), or of the context-parallel group (ring attention's keys and
-// values).
-enum class LayerGroup { tensor, expert, context };
 // How Transformer Engine's userbuffers run a decoder layer's tensor-parallel collective beside
 // its GEMM under --tp-comm-overlap (the defaults of TE's initialize_ub). ring_exchange, for the
 // all-gathers a GEMM reads (the QKV and first MLP GEMMs' inputs forward, the o_proj and down
@@ -44,10 +40,13 @@ struct UserbuffersOverlap {
   double after_gemm_share = 0;
 };
 
+// A collective in the middle of a layer: of the tensor group (sequence parallelism), of the
+// expert group (a mixture of experts' token all-to-alls), or of the context group (ring
+// attention's keys and values).
 struct LayerCollective {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
-  LayerGroup group = LayerGroup::tensor;
+  GroupKind group = GroupKind::tensor;
   Userbuffers userbuffers = Userbuffers::none;
 };
 

@@ -14,6 +14,7 @@
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_executor.hpp"
 #include "topology/topology.hpp"
+#include "workloads/layout/sharding.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -46,16 +47,16 @@ std::vector<int> pipeline_sizes(int layers) {
   return sizes;
 }
 
-// Expert parallelism: 1, and every power of two up to dp that the job rules allow with this
-// tp, dp and ZeRO stage (overlap_param_gather and offload are left off with it).
-std::vector<int> expert_parallel_sizes(const ModelSpec& model, int tp, int dp, int zero) {
+// Expert parallelism: 1, and every power of two up to dp that the job rules allow at layout.ep
+// with this tp, dp and ZeRO stage (overlap_param_gather and offload are left off with it).
+std::vector<int> expert_parallel_sizes(const JobSubject& subject, int tp, int dp, int zero) {
   std::vector<int> sizes{1};
   ParallelPlan plan;
   plan.tp = tp;
   plan.dp = dp;
   plan.zero_stage = zero;
   for (plan.ep = 2; plan.ep <= dp; plan.ep *= 2) {
-    if (!expert_parallelism_problem(model, plan)) sizes.push_back(plan.ep);
+    if (!first_job_problem_at("layout.ep", subject, plan)) sizes.push_back(plan.ep);
   }
   return sizes;
 }
@@ -65,6 +66,7 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
   const int gpus = base.node.gpus * base.nodes;
   // Optimizer offload where the node describes its host and the optimizer is FP32 Adam.
   const bool can_offload = base.node.describes_host() && base.training.optimizer == Optimizer::adam;
+  const JobSubject subject = job_subject(base.model, base.training);
   std::vector<StepInputs> layouts;
   // Context parallelism: powers of two up to the base's cp (1 unless the scenario asks).
   for (int cp = 1; cp <= base.plan.cp; cp *= 2) {
@@ -88,7 +90,7 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
             for (int zero = 0; zero <= (dp * cp == 1 ? 0 : pp > 1 ? 1 : 3); ++zero) {
               // Expert parallelism is not modelled with context parallelism.
               const std::vector<int> eps =
-                  cp == 1 ? expert_parallel_sizes(base.model, tp, dp, zero) : std::vector<int>{1};
+                  cp == 1 ? expert_parallel_sizes(subject, tp, dp, zero) : std::vector<int>{1};
               for (const int ep : eps) {
                 StepInputs inputs = base;
                 inputs.plan.ep = ep;
@@ -142,7 +144,8 @@ double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double trained = inputs.training.lora ? 0.01 : 1.0;  // adapters: a sliver of the model
   const double local = rank_parameters(inputs.model, plan, 0).total();
-  const double passes = plan.zero_stage >= 3 ? 2 * micro_batches + trained : 2 * trained;
+  const double passes =
+      Sharding(plan).parameters_sharded() ? 2 * micro_batches + trained : 2 * trained;
   const double bytes = passes * kBf16Bytes * local * (replicas - 1) / replicas;
   const bool in_node = plan.tp * replicas <= inputs.node.gpus;
   const double per_gpu = in_node
@@ -168,9 +171,9 @@ class LayerCollectiveClock {
   double seconds(const StepInputs& inputs, const LayerCollective& collective) {
     // A group of consecutive ranks: tp of them, or ep with tp 1. A context group's cp ranks lie
     // tp apart; timed as cp consecutive ones, on as few nodes, it can only be faster.
-    const int ranks = collective.group == LayerGroup::expert    ? inputs.plan.ep
-                      : collective.group == LayerGroup::context ? inputs.plan.cp
-                                                                : inputs.plan.tp;
+    const int ranks = collective.group == GroupKind::expert    ? inputs.plan.ep
+                      : collective.group == GroupKind::context ? inputs.plan.cp
+                                                               : inputs.plan.tp;
     const auto key = std::tuple{ranks, collective.op, collective.size_bytes};
     const auto known = seconds_.find(key);
     if (known != seconds_.end()) return known->second;
@@ -219,7 +222,7 @@ double gather_inbound_s(const StepInputs& inputs, double bytes) {
 // first node must take all of that in, however well the rest overlaps.
 double sharded_gathers_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
-  if (plan.zero_stage < 3) return 0;
+  if (!Sharding(plan).parameters_sharded()) return 0;
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double held = rank_parameters(inputs.model, plan, 0).total();
@@ -235,7 +238,8 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const ModelSpec& model = inputs.model;
   if (inputs.training.lora) return 0;  // adapters: a sliver
   const RankParameters held = rank_parameters(model, plan, 0);
-  const double shard = optimizer_shard(held, plan);
+  const Sharding sharding(plan);
+  const double shard = sharding.optimizer_parameters(held.dense, held.experts);
   const double local = held.dense;  // gathered over every replica (experts: a bound's omission)
   const NodeSpec& node = inputs.node;
   // Offloaded, the first node's ranks of the first stage each run CPU Adam after their last
@@ -256,7 +260,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
           ? offloaded_s()
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
-  const bool gathers = (plan.zero_stage == 1 || plan.zero_stage == 2) && !plan.overlap_param_gather;
+  const bool gathers = sharding.gathers_updated_shards() && !plan.overlap_param_gather;
   return optimizer_s + (gathers ? gather_inbound_s(inputs, kBf16Bytes * local) : 0.0);
 }
 
@@ -288,7 +292,7 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
         seconds += kernel_s(ops, i, 0);
         continue;
       }
-      const bool context = op.collective->group == LayerGroup::context;
+      const bool context = op.collective->group == GroupKind::context;
       const std::optional<std::size_t> beside =
           overlap || context ? overlapped_kernel(ops, i) : std::nullopt;
       if (!beside) {
@@ -366,17 +370,15 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   // Of a layout that fits in no mode, its leanest mode's memory check (for `leanest`).
   std::vector<std::optional<PlannedLayout>> closest(layouts.size());
   tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
-    std::size_t refusals = 0;
+    // The job rules do not look at recomputation: a layout they refuse is refused in every mode.
+    if (first_job_problem(job_subject_on_cluster(layouts[i]), layouts[i].plan)) {
+      refused[i] = 1;
+      return;
+    }
     for (const Recompute recompute : kRecomputeModes) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
-      StepOutcome outcome;
-      try {
-        outcome = check_memory(inputs);
-      } catch (const ModelError&) {
-        ++refusals;  // the job rules refuse this combination
-        continue;
-      }
+      StepOutcome outcome = check_memory(inputs);
       if (!outcome.memory.fits()) {
         // Leanest by GPU memory, among modes whose host memory (if offloaded) fits.
         if (outcome.memory.host_fits() &&
@@ -388,7 +390,6 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       checked[i] = Candidate{std::move(inputs), 0.0, 0.0, i};
       return;
     }
-    refused[i] = refusals == kRecomputeModes.size();
   });
   std::vector<Candidate> candidates;
   LayerCollectiveClock clock;

@@ -8,9 +8,11 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <variant>
 
 #include "sim/engine/errors.hpp"
 #include "sim/report/report.hpp"
+#include "workloads/layout/dimensions.hpp"
 
 namespace boost::serialization {
 
@@ -133,10 +135,24 @@ void serialize(Archive& a, fleetsim::JobResult& r, unsigned) {
          r.degraded_s, r.evictions, r.memory_lost, r.cost_usd, r.usd_per_million_tokens,
          r.usd_per_checkpoint);
 }
+// A layout, dimension by dimension (workloads/layout/dimensions.hpp), each as its value's type.
 template <class Archive>
-void serialize(Archive& a, fleetsim::ParallelPlan& p, unsigned) {
-  fields(a, p.tp, p.cp, p.dp, p.pp, p.schedule, p.vpp, p.zero_stage, p.recompute, p.bucket_bytes,
-         p.tp_comm_overlap, p.overlap_param_gather, p.ep, p.offload_optimizer);
+void save(Archive& a, const fleetsim::ParallelPlan& p, unsigned) {
+  for (const fleetsim::LayoutDimension& dimension : fleetsim::layout_dimensions()) {
+    std::visit([&a](const auto& value) { a << value; }, dimension.get(p));
+  }
+}
+template <class Archive>
+void load(Archive& a, fleetsim::ParallelPlan& p, unsigned) {
+  for (const fleetsim::LayoutDimension& dimension : fleetsim::layout_dimensions()) {
+    fleetsim::DimensionValue value = dimension.get(p);  // of the type the dimension holds
+    std::visit([&a](auto& held) { a >> held; }, value);
+    dimension.set(p, value);
+  }
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::ParallelPlan& p, unsigned version) {
+  split_free(a, p, version);
 }
 
 }  // namespace boost::serialization

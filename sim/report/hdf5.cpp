@@ -90,6 +90,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "sim/engine/errors.hpp"
@@ -395,19 +397,19 @@ void write_setup_attributes(const H5::Group& group, const VariantReport& variant
   write_attribute(group, "nodes", inputs.nodes);
   write_attribute(group, "gpus_per_node", inputs.node.gpus);
   write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);
-  write_attribute(group, "tp", inputs.plan.tp);
-  write_attribute(group, "dp", inputs.plan.dp);
-  write_attribute(group, "ep", inputs.plan.ep);
-  write_attribute(group, "cp", inputs.plan.cp);
-  write_attribute(group, "pp", inputs.plan.pp);
-  write_attribute(group, "vpp", inputs.plan.vpp);
-  write_attribute(group, "pipeline_schedule", std::string(to_string(inputs.plan.schedule)));
-  write_attribute(group, "zero_stage", inputs.plan.zero_stage);
-  write_attribute(group, "tp_comm_overlap", inputs.plan.tp_comm_overlap ? 1 : 0);
-  write_attribute(group, "overlap_param_gather", inputs.plan.overlap_param_gather ? 1 : 0);
-  write_attribute(group, "offload_optimizer", inputs.plan.offload_optimizer ? 1 : 0);
-  write_attribute(group, "recompute", std::string(to_string(inputs.plan.recompute)));
-  write_attribute(group, "bucket_bytes", inputs.plan.bucket_bytes);
+  // The layout's dimensions (workloads/layout/dimensions.hpp), flags as 0 or 1.
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    const std::string name(dimension.output);
+    std::visit(
+        [&](const auto& value) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
+            write_attribute(group, name.c_str(), value ? 1 : 0);
+          } else {
+            write_attribute(group, name.c_str(), value);
+          }
+        },
+        dimension.get(inputs.plan));
+  }
 }
 
 void write_result_attributes(const H5::Group& group, const RunReport& report, std::size_t index) {

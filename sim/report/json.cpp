@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/report/report.hpp"
+#include "workloads/layout/dimensions.hpp"
 
 namespace fleetsim {
 namespace {
@@ -22,20 +23,14 @@ Json scenario_json(const RunReport& report) {
               {"fleetsim_version", report.fleetsim_version}};
 }
 
+// Every dimension of the layout (workloads/layout/dimensions.hpp) under its output name.
 Json layout_json(const ParallelPlan& plan) {
-  return Json{{"tp", plan.tp},
-              {"dp", plan.dp},
-              {"ep", plan.ep},
-              {"cp", plan.cp},
-              {"pp", plan.pp},
-              {"vpp", plan.vpp},
-              {"pipeline_schedule", to_string(plan.schedule)},
-              {"zero_stage", plan.zero_stage},
-              {"recompute", to_string(plan.recompute)},
-              {"tp_comm_overlap", plan.tp_comm_overlap},
-              {"overlap_param_gather", plan.overlap_param_gather},
-              {"offload_optimizer", plan.offload_optimizer},
-              {"bucket_bytes", plan.bucket_bytes}};
+  Json layout = Json::object();
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    std::visit([&](const auto& value) { layout[std::string(dimension.output)] = value; },
+               dimension.get(plan));
+  }
+  return layout;
 }
 
 Json step_json(const StepOutcome& outcome) {

@@ -74,20 +74,4 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
   return per_gpu / (smallest->outcome.step.tokens_per_s / gpus(*smallest));
 }
 
-std::string layout_label(const ParallelPlan& plan) {
-  const char* recompute = to_string(plan.recompute);
-  const std::string tp = plan.tp > 1 ? "tp" + std::to_string(plan.tp) + " " : "";
-  const std::string cp = plan.cp > 1 ? "cp" + std::to_string(plan.cp) + " " : "";
-  const std::string pp =
-      plan.pp == 1   ? ""
-      : plan.vpp > 1 ? "pp" + std::to_string(plan.pp) + " vpp" + std::to_string(plan.vpp) + " "
-                     : "pp" + std::to_string(plan.pp) + " " + to_string(plan.schedule) + " ";
-  const std::string ep = plan.ep > 1 ? " ep" + std::to_string(plan.ep) : "";
-  return tp + cp + pp + "dp" + std::to_string(plan.dp) + ep + " zero" +
-         std::to_string(plan.zero_stage) + " recompute=" + recompute +
-         (plan.tp_comm_overlap ? " tp-overlap" : "") +
-         (plan.overlap_param_gather ? " param-gather-overlap" : "") +
-         (plan.offload_optimizer ? " offload" : "");
-}
-
 }  // namespace fleetsim

@@ -24,6 +24,7 @@
 #include "sim/job/job.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_inputs.hpp"
+#include "workloads/layout/dimensions.hpp"
 
 namespace fleetsim {
 
@@ -144,8 +145,6 @@ std::string render_sweep(const RunReport& report);
 // The same as CSV for scripts: a header, then one line per point with its swept values and
 // metrics (empty where a point does not fit). Ends with a newline.
 std::string render_sweep_csv(const RunReport& report);
-// "dp8 zero3 recompute=none"
-std::string layout_label(const ParallelPlan& plan);
 
 // The results of some of a report's variants (what each one's simulation adds to the
 // scenario's inputs: a re-planned point's layout and micro-batch, the step's outcome, a run's

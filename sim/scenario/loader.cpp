@@ -29,6 +29,9 @@
 
 #include "sim/scenario/scenario.hpp"
 #include "sim/scenario/units.hpp"
+#include "sim/step/step_executor.hpp"
+#include "workloads/layout/dimensions.hpp"
+#include "workloads/layout/rules.hpp"
 
 namespace fleetsim {
 namespace fs = std::filesystem;
@@ -632,43 +635,33 @@ void apply_model_keys(ModelSpec& m, const Field& map) {
   }
 }
 
-// Attention splits hidden into heads of a whole size, and grouped-query attention shares each
-// K/V head among a whole number of query heads; a router picks 1 to all of its experts.
+// A problem reported at the first of its fields that `map` writes (each a path below it), or at
+// the deepest map on the way to the first that it does.
+[[noreturn]] void fail_at(const Field& map, const JobProblem& problem) {
+  std::optional<Field> deepest;
+  for (const std::string& path : problem.fields) {
+    Field at = map;
+    bool whole = true;
+    for (std::size_t begin = 0; begin <= path.size();) {
+      const std::size_t end = std::min(path.find('.', begin), path.size());
+      const auto next = find(at, std::string_view(path).substr(begin, end - begin));
+      if (!next || !at.node.IsMap()) {
+        whole = false;
+        break;
+      }
+      at = *next;
+      begin = end + 1;
+    }
+    if (whole) fail(at, problem.problem, problem.hint);
+    if (!deepest) deepest = at;
+  }
+  fail(deepest.value_or(map), problem.problem, problem.hint);
+}
+
+// The model's rules (workloads/model_spec.hpp), its keys looked up in `map`.
 void check_model(const ModelSpec& m, const Field& map) {
-  if (m.mixture_of_experts() != (m.experts_per_token > 0)) {
-    fail(find(map, m.mixture_of_experts() ? "experts" : "experts_per_token").value_or(map),
-         "a mixture of experts needs both experts and experts_per_token",
-         "give the number of experts and how many each token goes to, e.g. experts: 8, "
-         "experts_per_token: 2");
-  }
-  if (m.experts_per_token > m.experts) {
-    fail(find(map, "experts_per_token").value_or(map),
-         "experts_per_token (" + std::to_string(m.experts_per_token) + ") is more than experts (" +
-             std::to_string(m.experts) + ")",
-         "each token goes to at most every expert");
-  }
-  if (m.positions == Positions::learned && m.max_positions < 1) {
-    fail(find(map, "positions").value_or(map), "learned positions need max_positions",
-         "give the size of the position table, e.g. max_positions: 2048");
-  }
-  if (m.positions != Positions::learned && m.max_positions > 0) {
-    fail(find(map, "max_positions").value_or(map),
-         "max_positions sizes a learned position table, and this model's positions have none",
-         "set positions: learned, or remove max_positions");
-  }
-  const Field at = find(map, "heads").value_or(map);
-  if (m.hidden % m.heads != 0) {
-    fail(at,
-         "hidden (" + std::to_string(m.hidden) + ") is not divisible by heads (" +
-             std::to_string(m.heads) + ")",
-         "head_dim = hidden / heads must be a whole number");
-  }
-  if (m.heads % m.kv_heads != 0) {
-    fail(find(map, "kv_heads").value_or(at),
-         "heads (" + std::to_string(m.heads) + ") is not divisible by kv_heads (" +
-             std::to_string(m.kv_heads) + ")",
-         "each key/value head serves heads / kv_heads query heads");
-  }
+  const std::vector<JobProblem> problems = model_problems(m);
+  if (!problems.empty()) fail_at(map, problems.front());
 }
 
 // Calibrated GPU profile keys: {value, sigma, provenance}, value and sigma in the field's unit.
@@ -851,78 +844,36 @@ TrainingSpec parse_training(const Field& f) {
   return t;
 }
 
-const Keys kLayoutKeys = {"dp",
-                          "tp",
-                          "pp",
-                          "vpp",
-                          "schedule",
-                          "zero",
-                          "recompute",
-                          "bucket",
-                          "tp_comm_overlap",
-                          "overlap_param_gather",
-                          "offload_optimizer",
-                          "ep",
-                          "cp"};
-
-// The layout's dp, or under dp: auto (0) what `gpus` leave to it: 0 when tp x cp x pp does not
-// divide them.
-int data_parallel_size(const ParallelPlan& plan, int gpus) {
-  if (plan.dp > 0) return plan.dp;
-  const int model_ranks = plan.tp * plan.cp * plan.pp;
-  return gpus % model_ranks == 0 ? gpus / model_ranks : 0;
+// A value of one layout dimension, read as its kind says.
+DimensionValue read_dimension(const Field& f, const LayoutDimension& dimension) {
+  switch (dimension.kind) {
+    case DimensionKind::count:
+      if (dimension.automatic && f.node.IsScalar() && f.node.Scalar() == "auto") return 0;
+      return read_int(f, 1);
+    case DimensionKind::choice:
+      for (const LayoutDimension::Misnamed& misnamed : dimension.misnamed) {
+        if (f.node.IsScalar() && f.node.Scalar() == misnamed.value) {
+          fail(f, std::string(misnamed.problem), std::string(misnamed.hint));
+        }
+      }
+      return read_choice(f, dimension.choices);
+    case DimensionKind::flag: return read_bool(f);
+    case DimensionKind::size: return read_quantity(f, Quantity::size);
+  }
+  return 0;
 }
 
+// `layout:`, every key a dimension of workloads/layout/dimensions.hpp. dp: auto is left 0, for
+// parse_variant to resolve once the cluster is known.
 ParallelPlan parse_layout(const Field& f) {
-  expect_map(f, kLayoutKeys);
+  Keys keys;
+  for (const LayoutDimension& dimension : layout_dimensions()) keys.push_back(dimension.key);
+  expect_map(f, keys);
   ParallelPlan plan;
-  // dp: auto is what the GPUs leave (parse_variant resolves it once the cluster is known).
-  const Field dp = require(f, "dp");
-  plan.dp = dp.node.IsScalar() && dp.node.Scalar() == "auto" ? 0 : read_int(dp, 1);
-  if (auto tp = find(f, "tp")) {
-    plan.tp = read_int(*tp, 1);
-  }
-  if (auto pp = find(f, "pp")) {
-    plan.pp = read_int(*pp, 1);
-  }
-  if (auto vpp = find(f, "vpp")) {
-    plan.vpp = read_int(*vpp, 1);
-  }
-  if (auto schedule = find(f, "schedule")) {
-    if (schedule->node.IsScalar() && schedule->node.Scalar() == "interleaved") {
-      fail(*schedule, "interleaving is set by vpp, not by the schedule",
-           "set schedule: 1f1b and vpp: 2 or more virtual stages per rank");
-    }
-    plan.schedule = read_choice(*schedule, {"1f1b", "gpipe"}) == "gpipe"
-                        ? PipelineSchedule::gpipe
-                        : PipelineSchedule::one_f_one_b;
-  }
-  if (auto zero = find(f, "zero")) {
-    plan.zero_stage = read_choice(*zero, {"0", "1", "2", "3"}).front() - '0';
-  }
-  if (auto recompute = find(f, "recompute")) {
-    const std::string mode = read_choice(*recompute, {"none", "selective", "full"});
-    plan.recompute = mode == "full"        ? Recompute::full
-                     : mode == "selective" ? Recompute::selective
-                                           : Recompute::none;
-  }
-  if (auto bucket = find(f, "bucket")) {
-    plan.bucket_bytes = read_quantity(*bucket, Quantity::size);
-  }
-  if (auto overlap = find(f, "tp_comm_overlap")) {
-    plan.tp_comm_overlap = read_bool(*overlap);
-  }
-  if (auto overlap = find(f, "overlap_param_gather")) {
-    plan.overlap_param_gather = read_bool(*overlap);
-  }
-  if (auto offload = find(f, "offload_optimizer")) {
-    plan.offload_optimizer = read_bool(*offload);
-  }
-  if (auto ep = find(f, "ep")) {
-    plan.ep = read_int(*ep, 1);
-  }
-  if (auto cp = find(f, "cp")) {
-    plan.cp = read_int(*cp, 1);
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    const std::optional<Field> value =
+        dimension.required ? require(f, dimension.key) : find(f, dimension.key);
+    if (value) dimension.set(plan, read_dimension(*value, dimension));
   }
   return plan;
 }
@@ -1584,239 +1535,40 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
   in.fabric = parse_fabric(find(f, "fabric"));
 }
 
-// Optimizer offload needs the distributed optimizer, FP32 Adam, and a node preset that says what
-// its host is: memory bandwidth and capacity, and CPU cores with their clock and Adam rate.
-void check_offload(const Field& f, const StepInputs& in) {
-  if (in.plan.zero_stage < 1) {
-    fail(f, "offload_optimizer needs ZeRO 1, 2 or 3",
-         "each rank offloads its shard of the optimizer states: set zero: 1 or more");
-  }
-  if (in.training.optimizer != Optimizer::adam) {
-    fail(f, "offload_optimizer runs CPU Adam with FP32 moments, not 8-bit Adam",
-         "remove optimizer: adam8bit, or offload_optimizer");
-  }
-  const NodeSpec& node = in.node;
-  for (const auto& [key, value, example] :
-       {std::tuple{"host_memory", node.host_memory_bytes_per_s, "614.4GB/s"},
-        {"host_memory_capacity", node.host_memory_capacity_bytes, "2TB"},
-        {"cpu_cores", static_cast<double>(node.cpu_cores), "112"},
-        {"cpu_clock", node.cpu_clock_hz, "2.0GHz"},
-        {"cpu_adam_cycles_per_parameter", node.cpu_adam_cycles_per_parameter, "0.7"}}) {
-    if (!(value > 0)) {
-      fail(f,
-           "offload_optimizer needs the node's " + std::string(key) + ", which node " + node.name +
-               " does not give",
-           "add it to the node (node: {preset: " + node.name + ", " + key + ": " + example +
-               "}), with its source");
-    }
-  }
-}
-
-// Expert parallelism splits a mixture of experts' experts over ep of the data-parallel
-// replicas, with what it is modelled with.
-void check_expert_parallelism(const Field& f, const StepInputs& in) {
-  if (const auto problem = expert_parallelism_problem(in.model, in.plan)) {
-    fail(f, problem->problem, problem->hint);
-  }
-}
-
-// The layout must use every GPU (tp x cp x pp x dp), and a tensor-parallel group must fit a node
-// and split the model evenly.
-void check_layout(const Field& root, const StepInputs& in) {
-  const int gpus = in.nodes * in.node.gpus;
-  const Field layout = require(root, "layout");
-  const int tp = in.plan.tp;
-  if (tp > 1) {
-    // The tensor-parallel group shares its activations every layer: it stays inside a node, or
-    // in whole nodes of an NVLink domain (the trays of a GB200 NVL72).
-    const auto tp_field = find(layout, "tp");
-    const auto fails = [&](const std::string& problem, const std::string& hint) {
-      fail(tp_field.value_or(layout), problem, hint);
-    };
-    if (!in.node.nvlink_group_fits(tp)) {
-      const int domain = in.node.gpus * in.node.nvlink_domain_nodes;
-      fails(
-          "tp " + std::to_string(tp) + " does not divide the " + std::to_string(in.node.gpus) +
-              " GPUs of a node" +
-              (domain > in.node.gpus ? ", nor is it a multiple of them that divides the " +
-                                           std::to_string(domain) + " GPUs of its NVLink domain"
-                                     : ""),
-          "a tensor-parallel group must fit in a node" +
-              std::string(domain > in.node.gpus ? " or in whole nodes of its NVLink domain" : "") +
-              ": use a divisor of " + std::to_string(in.node.gpus) +
-              (domain > in.node.gpus ? " or a multiple of it that divides " + std::to_string(domain)
-                                     : ""));
-    }
-    const ModelSpec& m = in.model;
-    for (const auto& [what, size] : {std::pair{"heads", m.heads},
-                                     {"kv_heads", m.kv_heads},
-                                     {"ffn", m.ffn},
-                                     {"vocab", m.vocab}}) {
-      if (size % tp != 0) {
-        fails("tp " + std::to_string(tp) + " does not divide the model's " + what + " (" +
-                  std::to_string(size) + ")",
-              "tensor parallelism splits heads, KV heads, the MLP and the vocabulary evenly");
-      }
-    }
-    if (in.training.seq_len % tp != 0) {
-      fails("tp " + std::to_string(tp) + " does not divide seq_len " +
-                std::to_string(in.training.seq_len),
-            "sequence parallelism shards each sequence evenly over the tp ranks");
-    }
-  }
-  if (in.plan.tp_comm_overlap && tp == 1) {
-    fail(require(layout, "tp_comm_overlap"), "tp_comm_overlap needs tensor parallelism (tp > 1)",
-         "it overlaps the tensor-parallel all-gathers and reduce-scatters with their GEMMs");
-  }
-  if (in.plan.overlap_param_gather && in.plan.zero_stage != 1 && in.plan.zero_stage != 2) {
-    fail(require(layout, "overlap_param_gather"),
-         "overlap_param_gather needs the distributed optimizer (zero 1 or 2)",
-         "it overlaps the gather of the updated parameter shards with the next forward; ZeRO-3 "
-         "gathers before each unit anyway");
-  }
-  if (in.plan.offload_optimizer) check_offload(require(layout, "offload_optimizer"), in);
-  if (in.plan.ep > 1) check_expert_parallelism(require(layout, "ep"), in);
-  if (const auto problem = context_parallelism_problem(in.training, in.plan)) {
-    fail(require(layout, "cp"), problem->problem, problem->hint);
-  }
-  const int pp = in.plan.pp;
-  if (in.plan.vpp > 1) {
-    const Field vpp_field = require(layout, "vpp");
-    const int vpp = in.plan.vpp;
-    if (pp < 2 || in.plan.schedule != PipelineSchedule::one_f_one_b) {
-      fail(vpp_field, "virtual stages need a pipeline (pp > 1) with the 1f1b schedule",
-           "vpp > 1 interleaves each stage's chunks in Megatron-LM's 1F1B");
-    }
-    if (pp * vpp > in.model.layers) {
-      fail(vpp_field,
-           "pp x vpp = " + std::to_string(pp * vpp) + " is more virtual stages than the model's " +
-               std::to_string(in.model.layers) + " layers",
-           "each virtual stage holds at least one layer");
-    }
-  }
-  if (pp > 1) {
-    const Field pp_field = require(layout, "pp");
-    if (pp > in.model.layers) {
-      fail(pp_field,
-           "pp " + std::to_string(pp) + " is more stages than the model's " +
-               std::to_string(in.model.layers) + " layers",
-           "each pipeline stage holds at least one layer");
-    }
-    if (in.plan.zero_stage > 1) {
-      fail(find(layout, "zero").value_or(pp_field),
-           "ZeRO " + std::to_string(in.plan.zero_stage) + " does not combine with pp " +
-               std::to_string(pp),
-           "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do: use zero 0 "
-           "or 1");
-    }
-  }
-  const int cp = in.plan.cp;
-  if (in.plan.world_size() == gpus) {
-    return;
-  }
-  const std::string cp_factor = cp > 1 ? " x cp" : "";
-  fail(require(layout, "dp"),
-       "tp" + cp_factor + " x pp x dp must equal the GPU count (" + std::to_string(gpus) + " = " +
-           std::to_string(in.nodes) + " nodes x " + std::to_string(in.node.gpus) + " GPUs), got " +
-           std::to_string(tp) + (cp > 1 ? " x " + std::to_string(cp) : "") + " x " +
-           std::to_string(pp) + " x " + std::to_string(in.plan.dp),
-       "set layout.dp to " + std::to_string(gpus / (tp * cp * pp)) + " or change cluster.nodes");
-}
-
-// LoRA's adapters sit beside projections the model has, on ranks that hold whole projections.
-void check_lora(const Field& training, StepInputs& in) {
+// A GELU MLP has no gate projection: LoRA's default targets leave it out, and a gate a scenario
+// lists is reported where it is listed.
+void fit_lora_targets(const Field& training, StepInputs& in) {
   auto& targets = in.training.lora->targets;
   const auto gate = std::find(targets.begin(), targets.end(), "gate");
-  if (in.model.mlp == Mlp::gelu && gate != targets.end()) {
-    const auto spec = find(training, "lora");
-    if (const auto listed = spec ? find(*spec, "targets") : std::nullopt) {
-      for (const Field& target : read_list(*listed, 0, "module names")) {
-        if (read_string(target) == "gate") {
-          fail(target, "a GELU MLP has no gate projection to adapt",
-               "target q, k, v, o, up and down");
-        }
+  if (in.model.mlp != Mlp::gelu || gate == targets.end()) return;
+  const auto spec = find(training, "lora");
+  if (const auto listed = spec ? find(*spec, "targets") : std::nullopt) {
+    for (const Field& target : read_list(*listed, 0, "module names")) {
+      if (read_string(target) == "gate") {
+        fail(target, "a GELU MLP has no gate projection to adapt",
+             "target q, k, v, o, up and down");
       }
     }
-    targets.erase(gate);  // the default list, for a model without a gate
   }
-  if (in.model.mixture_of_experts()) {
-    fail(require(training, "method"), "LoRA on a mixture-of-experts model is not modelled yet",
-         "fine-tune every weight (method: full)");
-  }
-  if (in.plan.tp > 1) {
-    fail(require(training, "method"), "LoRA with tensor parallelism is not modelled yet",
-         "use tp: 1 (LoRA's small optimizer states usually let ZeRO or data parallelism fit)");
-  }
-  if (in.training.lora->quantized_base && in.plan.zero_stage >= 3) {
-    fail(require(training, "method"), "QLoRA with ZeRO-3 (FSDP-QLoRA) is not modelled yet",
-         "use zero 0 to 2: the 4-bit base of a 70B model fits one GPU");
-  }
-}
-
-// FP8 projections need a GPU whose profile has FP8 GEMM entries, and full fine-tuning.
-void check_fp8(const Field& training, const StepInputs& in) {
-  const Field precision = require(training, "precision");
-  if (!in.gpu.fp8) {
-    fail(precision, "GPU profile " + in.gpu.name + " has no FP8 GEMM entries",
-         "FP8 needs Hopper, Blackwell or MI300X tensor cores (profiles h100-sxm, h200, b200, "
-         "gb200, mi300x); use precision: bf16");
-  }
-  if (in.training.lora) {
-    fail(precision, "FP8 training with LoRA is not modelled yet", "use precision: bf16");
-  }
-}
-
-// Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
-// optimizer step, which must be a whole number. Under interleaved 1F1B they must also come in
-// whole groups of pp.
-void check_batch(const Field& root, const StepInputs& in) {
-  const int per_pass = in.training.micro_batch * in.plan.dp;
-  if (in.training.global_batch % per_pass != 0) {
-    const Field batch = require(require(root, "training"), "global_batch");
-    fail(batch,
-         "global_batch " + std::to_string(in.training.global_batch) +
-             " is not a multiple of micro_batch x dp = " + std::to_string(per_pass),
-         "gradient accumulation runs global_batch / (micro_batch x dp) micro-batches per step; "
-         "use a multiple of " +
-             std::to_string(per_pass));
-  }
-  const int m = in.training.global_batch / per_pass;
-  if (in.plan.vpp > 1 && m % in.plan.pp != 0) {
-    fail(require(require(root, "layout"), "vpp"),
-         "the interleaved schedule needs micro-batches per step (" + std::to_string(m) +
-             ") to be a multiple of pp " + std::to_string(in.plan.pp),
-         "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp: adjust "
-         "global_batch, or set vpp: 1");
-  }
+  targets.erase(gate);
 }
 
 StepInputs Loader::parse_variant(const Field& root) {
   StepInputs in;
   in.model = parse_model(require(root, "model"));
   in.training = parse_training(require(root, "training"));
-  if (in.model.positions == Positions::learned && in.model.max_positions < in.training.seq_len) {
-    fail(require(require(root, "training"), "seq_len"),
-         "seq_len " + std::to_string(in.training.seq_len) + " is longer than the model's " +
-             std::to_string(in.model.max_positions) + " learned positions",
-         "a model with learned position embeddings has no position beyond max_positions");
+  if (in.training.lora) fit_lora_targets(require(root, "training"), in);
+  if (const auto problems = recipe_problems(in.model, in.training); !problems.empty()) {
+    fail_at(root, problems.front());
   }
   parse_cluster(require(root, "cluster"), in);
   in.plan = parse_layout(require(root, "layout"));
-  if (in.plan.dp == 0) {
-    const int gpus = in.nodes * in.node.gpus;
-    in.plan.dp = data_parallel_size(in.plan, gpus);
-    if (in.plan.dp == 0) {
-      fail(require(require(root, "layout"), "dp"),
-           "dp: auto needs tp x cp x pp = " + std::to_string(in.plan.tp * in.plan.cp * in.plan.pp) +
-               " to divide the " + std::to_string(gpus) + " GPUs",
-           "change tp, cp or pp, or cluster.nodes");
-    }
+  // dp: auto is what the GPUs leave (0 where they leave no whole number: a rule says so).
+  in.plan.dp = data_parallel_size_for(in.plan, in.nodes * in.node.gpus);
+  // The job rules (workloads/layout/rules.hpp), each problem where the scenario can change it.
+  if (const auto problem = first_job_problem(job_subject_on_cluster(in), in.plan)) {
+    fail_at(root, *problem);
   }
-  check_layout(root, in);
-  check_batch(root, in);
-
-  if (in.training.lora) check_lora(require(root, "training"), in);
-  if (in.training.precision == Precision::fp8) check_fp8(require(root, "training"), in);
   return in;
 }
 
@@ -2052,7 +1804,7 @@ void Loader::parse_sweep(const Field& sweep, const fs::path& file, const Variant
       StepInputs point;
       parse_cluster(require(root, "cluster"), point);
       const ParallelPlan plan = parse_layout(require(root, "layout"));
-      const int dp = data_parallel_size(plan, point.nodes * point.node.gpus);
+      const int dp = data_parallel_size_for(plan, point.nodes * point.node.gpus);
       const long long global_batch =
           static_cast<long long>(base.training.global_batch) / base.plan.dp * dp;
       const Field training = require(root, "training");

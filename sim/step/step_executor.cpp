@@ -22,22 +22,22 @@
 namespace fleetsim {
 namespace {
 
-// Communication by what it is for, so that exposed time can be told apart: data-parallel
-// (gradient reductions, parameter gathers), tensor-, context- and expert-parallel collectives,
-// pipeline transfers, and optimizer offload's copies over PCIe.
+// Communication by what it is for, so that exposed time can be told apart (StepBreakdown):
+// data-parallel gradient reductions and parameter gathers (of the data group, or of an
+// expert's), a layer's collectives (of the tensor, context and expert groups), pipeline
+// transfers, and optimizer offload's copies over PCIe.
 enum CommKind { kDataParallelComm, kTensorComm, kPipelineComm, kHostComm, kCommKinds };
 
-CommKind comm_kind(Stream stream) {
-  switch (stream) {
-    case Stream::gather:
-    case Stream::reduce: return kDataParallelComm;
-    case Stream::tensor: return kTensorComm;  // tensor-, context- and expert-parallel
-    case Stream::pipeline: return kPipelineComm;
-    case Stream::host_copy: return kHostComm;
-    case Stream::compute:
-    case Stream::cpu: break;  // not communication: never recorded as such
+CommKind comm_kind(GroupKind group) {
+  switch (group) {
+    case GroupKind::data:
+    case GroupKind::expert_data: return kDataParallelComm;
+    case GroupKind::tensor:
+    case GroupKind::context:
+    case GroupKind::expert: return kTensorComm;
+    case GroupKind::pipeline: return kPipelineComm;
   }
-  throw ModelError(std::string("stream ") + to_string(stream) + " carries no communication");
+  return kCommKinds;
 }
 
 struct Interval {
@@ -214,10 +214,11 @@ struct ProgramIndex {
 // first rank of stages spread from the first to the last, so the trace shows the schedule.
 std::vector<bool> traced_ranks(const TaskGraph& graph, const std::vector<bool>& replayed,
                                int count) {
-  std::vector<bool> traced(graph.ranks, false);
-  const int pp = graph.pp();
+  const RankGrid& grid = graph.grid;
+  std::vector<bool> traced(grid.ranks(), false);
+  const int pp = grid.pp();
   if (pp == 1) {
-    for (int r = 0; r < graph.ranks && count > 0; ++r) {
+    for (int r = 0; r < grid.ranks() && count > 0; ++r) {
       if (replayed[r]) {
         traced[r] = true;
         --count;
@@ -228,7 +229,7 @@ std::vector<bool> traced_ranks(const TaskGraph& graph, const std::vector<bool>& 
   const int stages = std::min(count, pp);
   for (int i = 0; i < stages; ++i) {
     const int stage = stages == 1 ? 0 : i * (pp - 1) / (stages - 1);
-    traced[stage * graph.tp * graph.dp] = true;
+    traced[grid.first_rank_of_stage(stage)] = true;
   }
   return traced;
 }
@@ -303,8 +304,9 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
         return domain ? topology.nvswitch_of(gpu) == domain
                       : topology.vertex(gpu).node == first_node;
       }));
-  if (graph.tp % unit == 0) return true;
-  return unit % graph.tp == 0 && (graph.pp() == 1 || (graph.tp * graph.dp) % unit == 0);
+  const RankGrid& grid = graph.grid;
+  if (grid.tp() % unit == 0) return true;
+  return unit % grid.tp() == 0 && (grid.pp() == 1 || grid.stage_ranks() % unit == 0);
 }
 
 class Replay {
@@ -312,30 +314,26 @@ class Replay {
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
          const StepOptions& options, const HostCosts& host)
       : graph_(graph),
+        grid_(graph.grid),
         gpu_(&gpu),
         host_costs_(host),
         // An expert group's all-to-alls, or a context group's ring, join several replicas:
-        // each is replayed.
-        fold_(options.fold && graph.dp > 1 && graph.ep == 1 && graph.cp == 1 &&
+        // each is replayed then.
+        fold_(options.fold && graph.grid.replicas() > 1 && !graph.grid.groups_join_replicas() &&
               replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph, fold_)),
         traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         topology_(&topology),
-        ranks_(graph.ranks) {
-    const int stage_ranks = graph.tp * graph.dp;
-    if (graph.tp < 1 || graph.dp < 1 || graph.stages.empty() ||
-        graph.ranks != stage_ranks * graph.pp()) {
-      throw ModelError("the step's ranks are not tp x dp x pp");
-    }
-    if (graph.ep < 1 || graph.dp % graph.ep != 0 || graph.cp < 1 || graph.dp % graph.cp != 0) {
-      throw ModelError("expert and context groups of ep and cp ranks must divide the replicas");
+        ranks_(graph.grid.ranks()) {
+    if (static_cast<int>(graph.stages.size()) != grid_.pp()) {
+      throw ModelError("the step's programs are not one per pipeline stage");
     }
     for (const Program& program : graph.stages) index_.emplace_back(program, gpu);
-    for (int r = 0; r < graph.ranks; ++r) {
+    for (int r = 0; r < grid_.ranks(); ++r) {
       Rank& rank = ranks_[r];
-      rank.stage = r / stage_ranks;
+      rank.stage = grid_.stage_of(r);
       if (replayed_[r]) rank.waiting_on = index_[rank.stage].dependencies;
     }
     index_transfers();
@@ -343,30 +341,30 @@ class Replay {
     if (graph.host_work) count_host_sharing(topology, host);
     if (fold_) plan_shadows(topology);
     if (fold_ && graph.host_work) plan_host_shadows(topology);
-    // One arrival counter per group instance a collective task of a stage runs in (see
-    // groups_per_stage); transfers count their two sides apart.
+    // One arrival counter per group a collective task of a stage runs in (its stage's groups of
+    // that kind); transfers count their two sides apart.
     std::size_t counters = 0;
     for (const Program& program : graph.stages) {
       std::vector<std::size_t>& offsets = arrival_offset_.emplace_back(program.size(), 0);
       for (TaskIndex t = 0; t < program.size(); ++t) {
         offsets[t] = counters;
         if (const auto* work = std::get_if<CollectiveWork>(&program[t].work)) {
-          if (work->group != Group::pipeline) counters += groups_per_stage(work->group);
+          if (work->group != GroupKind::pipeline) counters += grid_.groups_per_stage(work->group);
         }
       }
     }
     arrivals_.resize(counters, 0);
-    transfer_first_side_.resize(static_cast<std::size_t>(graph.transfers) * stage_ranks);
+    transfer_first_side_.resize(static_cast<std::size_t>(graph.transfers) * grid_.stage_ranks());
   }
 
   StepResult run() {
-    for (int r = 0; r < graph_.ranks; ++r) {
+    for (int r = 0; r < grid_.ranks(); ++r) {
       if (!replayed_[r]) continue;
       for (const TaskIndex t : index_[ranks_[r].stage].unordered) arrive_transfer(r, t);
       try_start(r);
     }
     engine_.run();
-    for (int r = 0; r < graph_.ranks; ++r) {
+    for (int r = 0; r < grid_.ranks(); ++r) {
       const Rank& rank = ranks_[r];
       if (replayed_[r] && rank.tasks_done != graph_.stages[rank.stage].size()) {
         throw ModelError("step replay stalled: a collective or dependency never completed");
@@ -546,22 +544,24 @@ class Replay {
     const auto& work = std::get<CollectiveWork>(task.work);
     const CollectiveGroup& group = group_of(r, work.group);
     // The collective waits for every member of the rank's group.
-    const std::size_t counter = arrival_offset_[ranks_[r].stage][t] + local_group_id(r, work.group);
+    const std::size_t counter =
+        arrival_offset_[ranks_[r].stage][t] + grid_.local_group(r, work.group);
     if (++arrivals_[counter] < static_cast<int>(group.ranks.size())) return;
     // A folded tensor-parallel group stands for its copies in every replica.
     const int members = static_cast<int>(group.gpus.size());
-    const double copies = fold_ && work.group == Group::tensor_parallel ? graph_.dp : 1;
+    const double copies = fold_ && work.group == GroupKind::tensor ? grid_.replicas() : 1;
     comm_bytes_ += bus_factor(work.op, members) * work.size_bytes * members * copies;
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, work, +1);
-    const std::vector<int>& shadows =
-        fold_ && work.group == Group::tensor_parallel ? tensor_shadows_[r / graph_.tp] : kNoShadows;
+    const std::vector<int>& shadows = fold_ && work.group == GroupKind::tensor
+                                          ? tensor_shadows_[grid_.group_of(r, GroupKind::tensor)]
+                                          : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
     for (const int shadow : shadows) {
-      collectives_.run(work.op, tensor_groups_[shadow].gpus, work.size_bytes, [] {});
+      collectives_.run(work.op, groups_[kTensor][shadow].gpus, work.size_bytes, [] {});
     }
-    const CommKind kind = comm_kind(task.stream);
+    const CommKind kind = comm_kind(work.group);
     collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind, &work] {
       for (const int member : group.ranks) change_collectives(member, work, -1);
       for (const int member : group.ranks) {
@@ -630,10 +630,10 @@ class Replay {
   void index_transfers() {
     std::vector<int> senders(graph_.transfers, 0), receivers(graph_.transfers, 0);
     std::vector<int> send_stage(graph_.transfers, -1), receive_stage(graph_.transfers, -1);
-    for (int stage = 0; stage < graph_.pp(); ++stage) {
+    for (int stage = 0; stage < grid_.pp(); ++stage) {
       for (const Task& task : graph_.stages[stage]) {
         const auto* work = std::get_if<CollectiveWork>(&task.work);
-        if (!work || work->group != Group::pipeline) continue;
+        if (!work || work->group != GroupKind::pipeline) continue;
         if (task.stream != Stream::pipeline || work->transfer < 0 ||
             work->transfer >= graph_.transfers) {
           throw ModelError("pipeline transfer " + task.name + " is not on the pipeline stream " +
@@ -656,9 +656,9 @@ class Replay {
   // other side, a rank of the neighbouring stage with the same replica and tp rank, is there.
   void arrive_transfer(int r, TaskIndex t) {
     const auto& work = std::get<CollectiveWork>(program_of(r)[t].work);
-    const int stage_ranks = graph_.tp * graph_.dp;
-    auto& first = transfer_first_side_[static_cast<std::size_t>(work.transfer) * stage_ranks +
-                                       r % stage_ranks];
+    auto& first =
+        transfer_first_side_[static_cast<std::size_t>(work.transfer) * grid_.stage_ranks() +
+                             grid_.group_of(r, GroupKind::pipeline)];
     if (!first) {
       first = std::pair{r, t};
       return;
@@ -667,7 +667,7 @@ class Replay {
     const bool sends = work.sends;
     const int from = sends ? r : other;
     const int to = sends ? other : r;
-    comm_bytes_ += work.size_bytes * (fold_ ? graph_.dp : 1);
+    comm_bytes_ += work.size_bytes * (fold_ ? grid_.replicas() : 1);
     const SimTime begin = engine_.now();
     // A pipeline send or receive holds few SMs (NCCL's point-to-point runs two channels per
     // network peer by default, NCCL_NCHANNELS_PER_NET_PEER): it leaves compute its SMs.
@@ -676,12 +676,13 @@ class Replay {
     std::vector<Collectives::SendPlan>& plans = send_plans_[{from, to, work.size_bytes}];
     if (plans.empty()) {
       const std::vector<int>& replicas =
-          fold_ ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[from % graph_.tp]
-                : kNoShadows;
+          fold_
+              ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[grid_.tp_rank_of(from)]
+              : kNoShadows;
       for (const int replica : replicas) {
-        const int offset = replica * graph_.tp;  // the same tp rank in that replica
-        plans.push_back(
-            collectives_.plan_send(gpus_[from + offset], gpus_[to + offset], work.size_bytes));
+        plans.push_back(collectives_.plan_send(gpus_[grid_.in_replica(from, replica)],
+                                               gpus_[grid_.in_replica(to, replica)],
+                                               work.size_bytes));
       }
       plans.push_back(collectives_.plan_send(gpus_[from], gpus_[to], work.size_bytes));
     }
@@ -697,119 +698,43 @@ class Replay {
     collectives_.end_batch();
   }
 
-  // The ranks of a collective group and their GPUs: tp consecutive ranks for tensor
-  // parallelism, the ranks of one stage and tp rank across replicas for data parallelism, and
-  // for expert parallelism ep consecutive replicas or the replicas holding an expert
-  // (task_graph.hpp). Folded, a data-parallel group replays only its member in replica 0.
+  // The ranks of a collective group (rank_grid.hpp) and their GPUs. Folded, a data-parallel
+  // group replays only its member in replica 0.
   struct CollectiveGroup {
     std::vector<int> ranks;      // the replayed members
     std::vector<VertexId> gpus;  // every member's
   };
+  static constexpr int kTensor = static_cast<int>(GroupKind::tensor);
 
-  const CollectiveGroup& group_of(int r, Group kind) const {
-    const int stage = ranks_[r].stage;
-    const int local = local_group_id(r, kind);
-    switch (kind) {
-      case Group::tensor_parallel: return tensor_groups_[r / graph_.tp];
-      case Group::expert_parallel: return expert_groups_[stage * groups_per_stage(kind) + local];
-      case Group::context_parallel: return context_groups_[stage * groups_per_stage(kind) + local];
-      case Group::expert_data_parallel:
-        return expert_data_groups_[stage * groups_per_stage(kind) + local];
-      case Group::data_parallel: return data_groups_[stage * graph_.tp + r % graph_.tp];
-      case Group::pipeline: break;
-    }
-    throw ModelError("a pipeline transfer has no collective group");
-  }
-  // Which of its stage's groups of that kind the rank belongs to, and how many there are.
-  int local_group_id(int r, Group kind) const {
-    const int tp = graph_.tp;
-    const int replica = (r / tp) % graph_.dp;
-    switch (kind) {
-      case Group::tensor_parallel: return replica;
-      case Group::expert_parallel:
-      case Group::context_parallel: return (replica / consecutive_replicas(kind)) * tp + r % tp;
-      case Group::expert_data_parallel: return (replica % graph_.ep) * tp + r % tp;
-      case Group::data_parallel: return r % tp;
-      case Group::pipeline: break;
-    }
-    throw ModelError("a pipeline transfer has no collective group");
-  }
-  // An expert or context group's replicas: ep or cp consecutive ones.
-  int consecutive_replicas(Group kind) const {
-    return kind == Group::expert_parallel ? graph_.ep : graph_.cp;
-  }
-  int groups_per_stage(Group kind) const {
-    switch (kind) {
-      case Group::tensor_parallel: return graph_.dp;
-      case Group::expert_parallel:
-      case Group::context_parallel: return graph_.tp * (graph_.dp / consecutive_replicas(kind));
-      case Group::expert_data_parallel: return graph_.tp * graph_.ep;
-      case Group::data_parallel: return graph_.tp;
-      case Group::pipeline: break;
-    }
-    throw ModelError("a pipeline transfer has no collective group");
+  const CollectiveGroup& group_of(int r, GroupKind kind) const {
+    if (kind == GroupKind::pipeline)
+      throw ModelError("a pipeline transfer has no collective group");
+    return groups_[static_cast<int>(kind)][grid_.group_of(r, kind)];
   }
 
+  // Every group of each kind the step's collectives run in: the tensor and data groups, and
+  // the context and expert groups where there are any.
   void build_groups(const Topology& topology) {
-    const int tp = graph_.tp;
-    const int dp = graph_.dp;
-    for (int r = 0; r < graph_.ranks; ++r) gpus_.push_back(topology.gpus()[r]);
-    for (int first = 0; first < graph_.ranks; first += tp) {
-      CollectiveGroup group;
-      for (int i = 0; i < tp; ++i) group.ranks.push_back(first + i);
-      tensor_groups_.push_back(group);
-    }
-    for (int stage = 0; stage < graph_.pp(); ++stage) {
-      for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+    for (int r = 0; r < grid_.ranks(); ++r) gpus_.push_back(topology.gpus()[r]);
+    for (const GroupKind kind : {GroupKind::tensor, GroupKind::data, GroupKind::context,
+                                 GroupKind::expert, GroupKind::expert_data}) {
+      if (!grid_.has_groups(kind)) continue;
+      std::vector<CollectiveGroup>& groups = groups_[static_cast<int>(kind)];
+      for (int g = 0; g < grid_.groups(kind); ++g) {
         CollectiveGroup group;
-        for (int replica = 0; replica < dp; ++replica) {
-          group.ranks.push_back((stage * dp + replica) * tp + tp_rank);
+        for (const int rank : grid_.members(kind, g)) {
+          group.gpus.push_back(gpus_[rank]);
+          if (replayed_[rank]) group.ranks.push_back(rank);
         }
-        data_groups_.push_back(group);
-      }
-    }
-    // Expert and context groups: ep or cp consecutive replicas; an expert's data-parallel
-    // group: the replicas with its index modulo ep. Numbered stage x groups_per_stage +
-    // local_group_id.
-    const auto consecutive = [&](int size, std::vector<CollectiveGroup>& groups) {
-      for (int stage = 0; stage < graph_.pp() && size > 1; ++stage) {
-        for (int first = 0; first < dp; first += size) {
-          for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-            CollectiveGroup group;
-            for (int j = 0; j < size; ++j)
-              group.ranks.push_back((stage * dp + first + j) * tp + tp_rank);
-            groups.push_back(group);
-          }
-        }
-      }
-    };
-    consecutive(graph_.ep, expert_groups_);
-    consecutive(graph_.cp, context_groups_);
-    const int ep = graph_.ep;
-    for (int stage = 0; stage < graph_.pp() && ep > 1; ++stage) {
-      for (int residue = 0; residue < ep; ++residue) {
-        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-          CollectiveGroup group;
-          for (int replica = residue; replica < dp; replica += ep) {
-            group.ranks.push_back((stage * dp + replica) * tp + tp_rank);
-          }
-          expert_data_groups_.push_back(group);
-        }
-      }
-    }
-    for (auto* groups : {&tensor_groups_, &data_groups_, &expert_groups_, &expert_data_groups_,
-                         &context_groups_}) {
-      for (CollectiveGroup& group : *groups) {
-        for (const int rank : group.ranks) group.gpus.push_back(gpus_[rank]);
-        std::erase_if(group.ranks, [this](int rank) { return !replayed_[rank]; });
+        groups.push_back(std::move(group));
       }
     }
   }
 
   static std::vector<bool> replayed_ranks(const TaskGraph& graph, bool fold) {
-    std::vector<bool> replayed(graph.ranks, true);
+    std::vector<bool> replayed(graph.grid.ranks(), true);
     if (!fold) return replayed;
-    for (int r = 0; r < graph.ranks; ++r) replayed[r] = (r / graph.tp) % graph.dp == 0;
+    for (int r = 0; r < graph.grid.ranks(); ++r) replayed[r] = graph.grid.representative(r);
     return replayed;
   }
 
@@ -840,14 +765,15 @@ class Replay {
   // such a copy changes nothing and is left out. A copy joined to a link that several replicas
   // cross (a fabric uplink, a PCIe switch two replicas share) runs.
   void plan_shadows(const Topology& topology) {
-    const int tp = graph_.tp;
-    const int dp = graph_.dp;
+    const int tp = grid_.tp();
+    const int dp = grid_.replicas();
     ReplicaSharing sharing(topology);
-    // Tensor groups are numbered stage x dp + replica.
+    // Tensor groups are numbered stage x replicas + replica.
+    const std::vector<CollectiveGroup>& tensor_groups = groups_[kTensor];
     std::vector<std::optional<std::size_t>> tensor_part;
-    for (std::size_t g = 0; g < tensor_groups_.size(); ++g) {
+    for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
       tensor_part.push_back(
-          sharing.join(group_links(tensor_groups_[g].gpus), static_cast<int>(g % dp)));
+          sharing.join(group_links(tensor_groups[g].gpus), static_cast<int>(g % dp)));
     }
     // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
     std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
@@ -855,8 +781,8 @@ class Replay {
       auto& parts = pipeline_part[stages];
       for (int replica = 0; replica < dp; ++replica) {
         for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-          const VertexId a = gpus_[(stages.first * dp + replica) * tp + tp_rank];
-          const VertexId b = gpus_[(stages.second * dp + replica) * tp + tp_rank];
+          const VertexId a = gpus_[grid_.rank_at(stages.first, replica, tp_rank)];
+          const VertexId b = gpus_[grid_.rank_at(stages.second, replica, tp_rank)];
           std::vector<LinkId> links = collectives_.hop_links(a, b);
           const std::vector<LinkId> back = collectives_.hop_links(b, a);
           links.insert(links.end(), back.begin(), back.end());
@@ -864,7 +790,7 @@ class Replay {
         }
       }
     }
-    tensor_shadows_.assign(tensor_groups_.size(), {});
+    tensor_shadows_.assign(tensor_groups.size(), {});
     for (std::size_t g = 0; g < tensor_part.size(); ++g) {
       const std::size_t replica = g % dp;
       if (replica == 0 || !sharing.crossed_by_several(tensor_part[g])) continue;
@@ -905,13 +831,12 @@ class Replay {
   // uplinks: a replayed rank's host work runs for each of them too (the same rank of its stage
   // in another replica on its node). Replicas on other nodes have hosts of their own.
   void plan_host_shadows(const Topology& topology) {
-    const int tp = graph_.tp;
-    host_shadows_.assign(graph_.ranks, {});
-    for (int r = 0; r < graph_.ranks; ++r) {
+    host_shadows_.assign(grid_.ranks(), {});
+    for (int r = 0; r < grid_.ranks(); ++r) {
       if (!replayed_[r]) continue;
       const int node = topology.vertex(gpus_[r]).node;
-      for (int replica = 1; replica < graph_.dp; ++replica) {
-        const int copy = r + replica * tp;
+      for (int replica = 1; replica < grid_.replicas(); ++replica) {
+        const int copy = grid_.in_replica(r, replica);
         if (topology.vertex(gpus_[copy]).node == node) host_shadows_[r].push_back(copy);
       }
     }
@@ -990,7 +915,7 @@ class Replay {
     SimTime compute{}, exposed{};
     std::array<SimTime, kCommKinds> exposed_by_kind{};
     std::int64_t replayed = 0;
-    for (int r = 0; r < graph_.ranks; ++r) {
+    for (int r = 0; r < grid_.ranks(); ++r) {
       if (!replayed_[r]) continue;
       const Rank& rank = ranks_[r];
       // The compute stream is serial, so its intervals are already disjoint and in order.
@@ -1013,13 +938,14 @@ class Replay {
     result.breakdown.exposed_tp_s = exposed_by_kind[kTensorComm].seconds() / ranks;
     result.breakdown.exposed_pp_s = exposed_by_kind[kPipelineComm].seconds() / ranks;
     result.breakdown.exposed_host_s = exposed_by_kind[kHostComm].seconds() / ranks;
-    result.comm_bytes_per_gpu = comm_bytes_ / graph_.ranks;
+    result.comm_bytes_per_gpu = comm_bytes_ / grid_.ranks();
     result.replayed_ranks = static_cast<int>(replayed);
     result.trace = trace_;
     return result;
   }
 
   const TaskGraph& graph_;
+  const RankGrid& grid_;
   const GpuProfile* gpu_;
   HostCosts host_costs_;
   bool fold_;
@@ -1031,13 +957,10 @@ class Replay {
   FlowNetwork network_;
   Collectives collectives_;
   const Topology* topology_;
-  std::vector<VertexId> gpus_;                  // by rank
-  std::vector<int> ranks_on_node_;              // by node: the step's ranks there
-  std::vector<CollectiveGroup> tensor_groups_;  // by r / tp
-  std::vector<CollectiveGroup> data_groups_;    // by stage x tp + tp rank
-  std::vector<CollectiveGroup> expert_groups_;  // see group_of
-  std::vector<CollectiveGroup> context_groups_;
-  std::vector<CollectiveGroup> expert_data_groups_;  // see group_of
+  std::vector<VertexId> gpus_;      // by rank
+  std::vector<int> ranks_on_node_;  // by node: the step's ranks there
+  // By kind and group number (RankGrid::group_of); empty for a kind the step does not use.
+  std::array<std::vector<CollectiveGroup>, kGroupKinds> groups_;
   // By stage and task: its first counter in arrivals_.
   std::vector<std::vector<std::size_t>> arrival_offset_;
   std::vector<Rank> ranks_;
@@ -1103,14 +1026,14 @@ std::vector<double> usable_link_capacities(const Topology& topology, const GpuPr
 
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
                         const StepOptions& options, const HostCosts& host) {
-  if (graph.ranks < 1 || static_cast<std::size_t>(graph.ranks) > topology.gpus().size()) {
-    throw ModelError("the layout needs " + std::to_string(graph.ranks) + " GPUs, the cluster has " +
-                     std::to_string(topology.gpus().size()));
+  if (static_cast<std::size_t>(graph.grid.ranks()) > topology.gpus().size()) {
+    throw ModelError("the layout needs " + std::to_string(graph.grid.ranks()) +
+                     " GPUs, the cluster has " + std::to_string(topology.gpus().size()));
   }
   Replay replay(graph, gpu, topology, options, host);
   StepResult result = replay.run();
 
-  const double gpus = graph.ranks;
+  const double gpus = graph.grid.ranks();
   const double peak = gpu.dense_bf16_flops_per_s.value;
   result.tokens_per_s = graph.tokens_per_step / result.step_time_s;
   result.model_flops = graph.model_flops_per_rank * gpus;
@@ -1127,6 +1050,13 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
                                      carried[l] / (link.bytes_per_s * result.step_time_s)});
   }
   return result;
+}
+
+JobSubject job_subject_on_cluster(const StepInputs& inputs) {
+  JobSubject subject = job_subject(inputs.model, inputs.training);
+  subject.cluster =
+      JobCluster{&inputs.node, inputs.nodes, inputs.gpu.name, inputs.gpu.fp8.has_value()};
+  return subject;
 }
 
 StepOutcome check_memory(const StepInputs& inputs) {

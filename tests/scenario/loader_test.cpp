@@ -375,9 +375,9 @@ TEST_CASE("a value of the wrong type says what it found") {
   REQUIRE(layout);
   CHECK(layout->key() == "layout");
   CHECK_THAT(layout->what(),
-             Catch::Contains("expected a map with keys dp, tp, pp, vpp, schedule, zero, "
-                             "recompute, bucket, tp_comm_overlap, overlap_param_gather, "
-                             "offload_optimizer, ep, cp, got \"8\""));
+             Catch::Contains("expected a map with keys tp, cp, pp, vpp, schedule, dp, ep, zero, "
+                             "recompute, tp_comm_overlap, overlap_param_gather, "
+                             "offload_optimizer, bucket, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);

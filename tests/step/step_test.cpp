@@ -671,7 +671,7 @@ TEST_CASE("context parallelism splits each rank's model FLOPs, attention's inclu
     INFO("cp " << cp);
     in.plan.cp = cp;
     const TaskGraph split = build_data_parallel_step(in.model, in.training, in.plan);
-    CHECK(split.ranks == cp);
+    CHECK(split.grid.ranks() == cp);
     CHECK(split.tokens_per_step == one.tokens_per_step);
     CHECK(split.model_flops_per_rank == Approx(one.model_flops_per_rank / cp).epsilon(1e-12));
   }

@@ -444,15 +444,15 @@ TEST_CASE("pipeline: every transfer has one sender and one receiver on neighbour
   ParallelPlan plan = pipeline(4, 2);
   ModelSpec m = llama3_8b();
   const TaskGraph graph = build_data_parallel_step(m, training(4096, 16, 1), plan);
-  REQUIRE(graph.pp() == 4);
+  REQUIRE(graph.grid.pp() == 4);
   REQUIRE(graph.micro_batches == 8);
   CHECK(graph.transfers == 2 * 3 * 8);
   std::vector<int> senders(graph.transfers, -1), receivers(graph.transfers, -1);
   std::vector<double> sent(graph.transfers, 0), received(graph.transfers, 0);
-  for (int stage = 0; stage < graph.pp(); ++stage) {
+  for (int stage = 0; stage < graph.grid.pp(); ++stage) {
     for (const Task& task : graph.stages[stage]) {
       const auto* work = std::get_if<CollectiveWork>(&task.work);
-      if (!work || work->group != Group::pipeline) continue;
+      if (!work || work->group != GroupKind::pipeline) continue;
       auto& side = work->sends ? senders[work->transfer] : receivers[work->transfer];
       CHECK(side == -1);  // one task per side
       side = stage;
@@ -667,7 +667,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   CHECK(bulk_gemms == 32 * 2 * 4);
   const auto is_tensor = [](const Task& task) {
     const auto* work = std::get_if<CollectiveWork>(&task.work);
-    return work && work->group == Group::tensor_parallel;
+    return work && work->group == GroupKind::tensor;
   };
   const auto is_gemm = [](const Task& task) {
     const auto* work = std::get_if<ComputeWork>(&task.work);
@@ -966,7 +966,7 @@ TEST_CASE(
   std::vector<std::string> exchanges;
   for (const Op& op : ops.forward) {
     if (op.collective) {
-      CHECK(op.collective->group == LayerGroup::expert);
+      CHECK(op.collective->group == GroupKind::expert);
       CHECK(op.collective->op == CollectiveOp::all_to_all);
       CHECK(op.collective->size_bytes == 2.0 * 4096 * 2 * m.hidden);
       exchanges.push_back(op.name);

@@ -1,0 +1,110 @@
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+#include <variant>
+
+#include "workloads/layout/dimensions.hpp"
+
+using namespace fleetsim;
+
+namespace {
+
+// A layout with every field away from its default.
+ParallelPlan unusual_plan() {
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.cp = 2;
+  plan.dp = 16;
+  plan.pp = 4;
+  plan.schedule = PipelineSchedule::gpipe;
+  plan.vpp = 3;
+  plan.zero_stage = 2;
+  plan.recompute = Recompute::selective;
+  plan.bucket_bytes = 50e6;
+  plan.tp_comm_overlap = true;
+  plan.overlap_param_gather = true;
+  plan.ep = 2;
+  plan.offload_optimizer = true;
+  return plan;
+}
+
+}  // namespace
+
+TEST_CASE("the table covers every field of the layout: copying its dimensions copies the layout") {
+  // If ParallelPlan gains a field without a row here, the copy keeps that field's default and
+  // differs from the original.
+  const ParallelPlan original = unusual_plan();
+  ParallelPlan copy;
+  REQUIRE_FALSE(copy == original);
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    dimension.set(copy, dimension.get(original));
+  }
+  CHECK(copy == original);
+}
+
+TEST_CASE("every dimension has its own key and output name, and a choice reads its names back") {
+  std::set<std::string_view> keys, outputs;
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    INFO(dimension.key);
+    CHECK(keys.insert(dimension.key).second);
+    CHECK(outputs.insert(dimension.output).second);
+    CHECK(find_layout_dimension(dimension.key) == &dimension);
+    CHECK_FALSE(dimension.description.empty());
+    CHECK_FALSE(dimension.planner.empty());
+    CHECK(dimension.choices.empty() == (dimension.kind != DimensionKind::choice));
+    for (const std::string_view choice : dimension.choices) {
+      ParallelPlan plan;
+      dimension.set(plan, std::string(choice));
+      const DimensionValue value = dimension.get(plan);
+      const std::string written = std::holds_alternative<int>(value)
+                                      ? std::to_string(std::get<int>(value))
+                                      : std::get<std::string>(value);
+      CHECK(written == choice);
+    }
+  }
+  CHECK(find_layout_dimension("zero_stage") == nullptr);  // the output name is not a key
+}
+
+TEST_CASE("a layout's label is its dimensions' words in the table's order") {
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.pp = 8;
+  plan.vpp = 2;
+  plan.dp = 16;
+  plan.zero_stage = 1;
+  plan.recompute = Recompute::selective;
+  plan.tp_comm_overlap = true;
+  plan.overlap_param_gather = true;
+  CHECK(layout_label(plan) ==
+        "tp8 pp8 vpp2 dp16 zero1 recompute=selective tp-overlap param-gather-overlap");
+  // A pipeline without virtual stages names its schedule; none names neither.
+  plan.vpp = 1;
+  plan.schedule = PipelineSchedule::gpipe;
+  plan.tp_comm_overlap = plan.overlap_param_gather = false;
+  CHECK(layout_label(plan) == "tp8 pp8 gpipe dp16 zero1 recompute=selective");
+  CHECK(layout_label(ParallelPlan{}) == "dp1 zero0 recompute=none");
+  CHECK(layout_label(unusual_plan()) ==
+        "tp8 cp2 pp4 vpp3 dp16 ep2 zero2 recompute=selective tp-overlap param-gather-overlap "
+        "offload");
+}
+
+TEST_CASE("defaults are written as a scenario writes them") {
+  CHECK(default_text(*find_layout_dimension("tp")) == "1");
+  CHECK(default_text(*find_layout_dimension("schedule")) == "1f1b");
+  CHECK(default_text(*find_layout_dimension("zero")) == "0");
+  CHECK(default_text(*find_layout_dimension("recompute")) == "none");
+  CHECK(default_text(*find_layout_dimension("bucket")) == "25MB");
+  CHECK(default_text(*find_layout_dimension("offload_optimizer")) == "false");
+}
+
+TEST_CASE("dp: auto is what the GPUs leave to tp x cp x pp") {
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.cp = 2;
+  plan.pp = 4;
+  plan.dp = 0;
+  CHECK(data_parallel_size_for(plan, 1024) == 16);  // 1024 / (8 x 2 x 4)
+  CHECK(data_parallel_size_for(plan, 96) == 0);     // 64 does not divide 96
+  plan.dp = 3;
+  CHECK(data_parallel_size_for(plan, 1024) == 3);  // a dp given stays
+}

@@ -1,0 +1,250 @@
+#include <catch2/catch.hpp>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "workloads/layout/rules.hpp"
+
+using namespace fleetsim;
+
+namespace {
+
+// Llama-3-8B's dimensions, a batch of 256 sequences of 4,096 tokens in micro-batches of 2.
+JobSubject llama3_8b() {
+  JobSubject job;
+  job.model = "llama3-8b";
+  job.layers = 32;
+  job.heads = 32;
+  job.kv_heads = 8;
+  job.ffn = 14336;
+  job.vocab = 128256;
+  job.seq_len = 4096;
+  job.global_batch = 256;
+  job.micro_batch = 2;
+  return job;
+}
+
+// Two 8-GPU nodes without a described host; tp 8 x dp 2 uses them all.
+const NodeSpec kNode = [] {
+  NodeSpec node;
+  node.name = "eight-gpus";
+  node.gpus = 8;
+  return node;
+}();
+
+JobSubject on_two_nodes(JobSubject job) {
+  job.cluster = JobCluster{&kNode, 2, "h100-sxm", true};
+  return job;
+}
+
+ParallelPlan tp8_dp2() {
+  ParallelPlan plan;
+  plan.tp = 8;
+  plan.dp = 2;
+  return plan;
+}
+
+struct Case {
+  const char* rule;   // the first rule broken
+  const char* field;  // where it is reported first
+  std::function<void(JobSubject&, ParallelPlan&)> change;
+};
+
+}  // namespace
+
+TEST_CASE("a job that keeps every rule has no problem") {
+  CHECK(job_problems(on_two_nodes(llama3_8b()), tp8_dp2()).empty());
+  CHECK(job_problems(llama3_8b(), tp8_dp2()).empty());
+}
+
+TEST_CASE("each rule, broken alone, is the problem reported, at the field to change") {
+  const std::vector<Case> cases = {
+      {"automatic-dp-divides", "layout.dp",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 1;
+         p.pp = 3;  // 3 does not divide 16 GPUs
+         p.dp = 0;
+       }},
+      {"positive-sizes", "layout", [](JobSubject&, ParallelPlan& p) { p.vpp = 0; }},
+      {"zero-stage", "layout.zero", [](JobSubject&, ParallelPlan& p) { p.zero_stage = 4; }},
+      {"tp-in-nvlink-domain", "layout.tp",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 16;  // two nodes' worth, in an NVLink domain of one
+         p.dp = 1;
+       }},
+      {"tp-divides-model", "layout.tp",
+       [](JobSubject& j, ParallelPlan&) { j.kv_heads = 4; }},  // 8 KV heads' groups of 4
+      {"tp-divides-sequence", "layout.tp", [](JobSubject& j, ParallelPlan&) { j.seq_len = 4100; }},
+      {"tp-comm-overlap-needs-tp", "layout.tp_comm_overlap",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 1;
+         p.dp = 16;
+         p.tp_comm_overlap = true;
+       }},
+      {"param-gather-overlap-needs-zero-1-2", "layout.overlap_param_gather",
+       [](JobSubject&, ParallelPlan& p) { p.overlap_param_gather = true; }},
+      {"offload-needs-zero", "layout.offload_optimizer",
+       [](JobSubject&, ParallelPlan& p) { p.offload_optimizer = true; }},
+      {"offload-needs-fp32-adam", "layout.offload_optimizer",
+       [](JobSubject& j, ParallelPlan& p) {
+         p.offload_optimizer = true;
+         p.zero_stage = 1;
+         j.fp32_adam = false;
+       }},
+      {"offload-needs-host", "layout.offload_optimizer",
+       [](JobSubject&, ParallelPlan& p) {
+         p.offload_optimizer = true;
+         p.zero_stage = 1;
+       }},
+      {"ep-needs-experts", "layout.ep", [](JobSubject&, ParallelPlan& p) { p.ep = 2; }},
+      {"ep-divides-experts-and-dp", "layout.ep",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.tp = 1;
+         p.dp = 16;
+         p.ep = 16;  // more than the 8 experts
+       }},
+      {"ep-as-modelled", "layout.ep",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.ep = 2;  // with tp 8
+       }},
+      {"cp-divides-sequence", "layout.cp",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 2;
+         p.cp = 3;  // 2 x cp x tp = 12 does not divide 4096
+         p.dp = 2;
+       }},
+      {"cp-needs-flash-attention", "layout.cp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.flash_attention = false;
+         p.cp = 2;
+         p.dp = 1;
+       }},
+      {"cp-without-ep", "layout.cp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.tp = 1;
+         p.cp = 2;
+         p.dp = 8;
+         p.ep = 2;
+       }},
+      {"vpp-needs-1f1b-pipeline", "layout.vpp", [](JobSubject&, ParallelPlan& p) { p.vpp = 2; }},
+      {"virtual-stages-within-layers", "layout.vpp",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 4;
+         p.pp = 4;
+         p.dp = 1;
+         p.vpp = 16;  // 64 virtual stages of 32 layers
+       }},
+      {"stages-within-layers", "layout.pp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.layers = 1;
+         p.tp = 8;
+         p.pp = 2;
+         p.dp = 1;
+       }},
+      {"pipeline-shards-optimizer-only", "layout.zero",
+       [](JobSubject&, ParallelPlan& p) {
+         p.pp = 2;
+         p.dp = 1;
+         p.zero_stage = 2;
+       }},
+      {"uses-every-gpu", "layout.dp", [](JobSubject&, ParallelPlan& p) { p.dp = 4; }},
+      {"batch-splits-into-micro-batches", "training.global_batch",
+       [](JobSubject& j, ParallelPlan&) { j.global_batch = 250; }},
+      {"interleaving-in-groups-of-pp", "layout.vpp",
+       [](JobSubject& j, ParallelPlan& p) {
+         p.tp = 4;
+         p.pp = 2;
+         p.dp = 2;
+         p.vpp = 2;
+         j.global_batch = 12;  // 3 micro-batches of 2 on each of 2 replicas: not groups of 2
+       }},
+      {"lora-on-dense-model", "training.method",
+       [](JobSubject& j, ParallelPlan&) {
+         j.lora = true;
+         j.experts = 8;
+       }},
+      {"lora-without-tp", "training.method", [](JobSubject& j, ParallelPlan&) { j.lora = true; }},
+      {"qlora-without-zero-3", "training.method",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.lora = j.quantized_base = true;
+         p.tp = 1;
+         p.dp = 16;
+         p.zero_stage = 3;
+       }},
+      {"fp8-needs-fp8-gpu", "training.precision",
+       [](JobSubject& j, ParallelPlan&) {
+         j.fp8 = true;
+         j.cluster->gpu_fp8 = false;
+       }},
+      {"fp8-without-lora", "training.precision",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.fp8 = j.lora = true;
+         p.tp = 1;
+         p.dp = 16;
+       }},
+  };
+  std::set<std::string> covered;
+  for (const Case& c : cases) {
+    INFO(c.rule);
+    JobSubject job = on_two_nodes(llama3_8b());
+    ParallelPlan plan = tp8_dp2();
+    c.change(job, plan);
+    const auto problem = first_job_problem(job, plan);
+    REQUIRE(problem);
+    CHECK(problem->rule == c.rule);
+    CHECK(problem->fields.front() == c.field);
+    CHECK_FALSE(problem->problem.empty());
+    CHECK_FALSE(problem->hint.empty());
+    covered.insert(c.rule);
+  }
+  // Every rule has its case, and no two rules share a name.
+  std::set<std::string> names;
+  for (const JobRule& rule : job_rules()) {
+    CHECK(names.insert(std::string(rule.name)).second);
+    CHECK(covered.count(std::string(rule.name)) == 1);
+  }
+}
+
+TEST_CASE("a job breaking several rules reports them in the list's order, the first first") {
+  JobSubject job = on_two_nodes(llama3_8b());
+  ParallelPlan plan = tp8_dp2();
+  plan.dp = 4;             // uses-every-gpu
+  plan.zero_stage = 7;     // zero-stage, earlier in the list
+  job.global_batch = 250;  // not a multiple of 2 x 4 either
+  const std::vector<JobProblem> problems = job_problems(job, plan);
+  REQUIRE(problems.size() == 3);
+  CHECK(problems[0].rule == "zero-stage");
+  CHECK(problems[1].rule == "uses-every-gpu");
+  CHECK(problems[2].rule == "batch-splits-into-micro-batches");
+  CHECK(first_job_problem(job, plan) == problems.front());
+  CHECK(first_job_problem_at("training.global_batch", job, plan) == problems[2]);
+  CHECK_FALSE(first_job_problem_at("layout.ep", job, plan));
+}
+
+TEST_CASE("sizes of zero and products past 32 bits are problems, not crashes") {
+  // A zero size ends the list: the rules after it divide by the sizes.
+  ParallelPlan zero = tp8_dp2();
+  zero.tp = 0;
+  const std::vector<JobProblem> problems = job_problems(on_two_nodes(llama3_8b()), zero);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems.front().rule == "positive-sizes");
+
+  // micro_batch x dp in 64 bits: 2^29 x 2 = 2^30 (with dp 8 an int would wrap to 0 and divide
+  // by it), and tp x dp = 8 x 2^30 ranks.
+  JobSubject job = on_two_nodes(llama3_8b());
+  job.micro_batch = 536870912;
+  const auto batch = first_job_problem(job, tp8_dp2());
+  REQUIRE(batch);
+  CHECK(batch->rule == "batch-splits-into-micro-batches");
+  CHECK_THAT(batch->problem, Catch::Contains("micro_batch x dp = 1073741824"));
+  ParallelPlan huge = tp8_dp2();
+  huge.dp = 1 << 30;
+  const auto everything = first_job_problem(on_two_nodes(llama3_8b()), huge);
+  REQUIRE(everything);
+  CHECK(everything->rule == "uses-every-gpu");
+  CHECK_THAT(everything->problem, Catch::Contains("got 8 x 1 x 1073741824"));
+}

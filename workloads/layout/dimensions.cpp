@@ -1,0 +1,257 @@
+#include "workloads/layout/dimensions.hpp"
+
+#include <array>
+#include <charconv>
+#include <string>
+
+namespace fleetsim {
+namespace {
+
+// The accessors of the table's rows: a count, a flag, or a size stored as a member.
+template <int ParallelPlan::*member>
+DimensionValue get_count(const ParallelPlan& plan) {
+  return plan.*member;
+}
+template <int ParallelPlan::*member>
+void set_count(ParallelPlan& plan, const DimensionValue& value) {
+  plan.*member = std::get<int>(value);
+}
+template <bool ParallelPlan::*member>
+DimensionValue get_flag(const ParallelPlan& plan) {
+  return plan.*member;
+}
+template <bool ParallelPlan::*member>
+void set_flag(ParallelPlan& plan, const DimensionValue& value) {
+  plan.*member = std::get<bool>(value);
+}
+// "tp8" when the count is above 1.
+template <int ParallelPlan::*member, const char* prefix>
+std::string count_above_one(const ParallelPlan& plan) {
+  return plan.*member > 1 ? prefix + std::to_string(plan.*member) : std::string();
+}
+template <bool ParallelPlan::*member, const char* words>
+std::string flag_words(const ParallelPlan& plan) {
+  return plan.*member ? std::string(words) : std::string();
+}
+std::string nothing(const ParallelPlan&) {
+  return {};
+}
+
+constexpr char kTp[] = "tp";
+constexpr char kCp[] = "cp";
+constexpr char kEp[] = "ep";
+constexpr char kTpOverlap[] = "tp-overlap";
+constexpr char kParamGatherOverlap[] = "param-gather-overlap";
+constexpr char kOffload[] = "offload";
+
+const std::array<LayoutDimension, 13> kDimensions = {{
+    {.key = "tp",
+     .output = "tp",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "tensor-parallel ranks (Megatron's, with sequence parallelism): a divisor "
+                    "of a node's GPUs, or whole nodes of its NVLink domain",
+     .planner = "powers of two that fit a node or whole nodes of its NVLink domain",
+     .get = get_count<&ParallelPlan::tp>,
+     .set = set_count<&ParallelPlan::tp>,
+     .label = count_above_one<&ParallelPlan::tp, kTp>},
+    {.key = "cp",
+     .output = "cp",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "context-parallel ranks: each sequence in 2 x cp chunks, attention as a "
+                    "ring over them",
+     .planner = "powers of two up to the scenario's cp",
+     .get = get_count<&ParallelPlan::cp>,
+     .set = set_count<&ParallelPlan::cp>,
+     .label = count_above_one<&ParallelPlan::cp, kCp>},
+    {.key = "pp",
+     .output = "pp",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "pipeline stages, the layers split over them",
+     .planner = "the layers' divisors, and powers of two that leave two layers a stage",
+     .get = get_count<&ParallelPlan::pp>,
+     .set = set_count<&ParallelPlan::pp>,
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.pp > 1 ? "pp" + std::to_string(plan.pp) : std::string();
+         }},
+    {.key = "vpp",
+     .output = "vpp",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "virtual stages per pipeline rank (Megatron's interleaved 1F1B)",
+     .planner = "1, and with a pipeline each divisor of a stage's layers up to 8",
+     .get = get_count<&ParallelPlan::vpp>,
+     .set = set_count<&ParallelPlan::vpp>,
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.pp > 1 && plan.vpp > 1 ? "vpp" + std::to_string(plan.vpp) : std::string();
+         }},
+    {.key = "schedule",
+     .output = "pipeline_schedule",
+     .kind = DimensionKind::choice,
+     .choices = {"1f1b", "gpipe"},
+     .description = "the pipeline's order of micro-batches: 1F1B (PipeDream-Flush) or GPipe",
+     .planner = "1f1b",
+     .get =
+         [](const ParallelPlan& plan) {
+           return DimensionValue{std::string(to_string(plan.schedule))};
+         },
+     .set =
+         [](ParallelPlan& plan, const DimensionValue& value) {
+           plan.schedule = std::get<std::string>(value) == "gpipe" ? PipelineSchedule::gpipe
+                                                                   : PipelineSchedule::one_f_one_b;
+         },
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.pp > 1 && plan.vpp == 1 ? std::string(to_string(plan.schedule))
+                                               : std::string();
+         },
+     .misnamed = {{"interleaved", "interleaving is set by vpp, not by the schedule",
+                   "set schedule: 1f1b and vpp: 2 or more virtual stages per rank"}}},
+    {.key = "dp",
+     .output = "dp",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "data-parallel replicas; auto: what the GPUs leave to tp x cp x pp",
+     .planner = "what the GPUs leave",
+     .get = get_count<&ParallelPlan::dp>,
+     .set = set_count<&ParallelPlan::dp>,
+     .label = [](const ParallelPlan& plan) { return "dp" + std::to_string(plan.dp); },
+     .required = true,
+     .automatic = true},
+    {.key = "ep",
+     .output = "ep",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "expert-parallel ranks of a mixture of experts, laid over the replicas",
+     .planner = "1, and with tp 1 and ZeRO 0-1 each power of two dividing the experts and dp",
+     .get = get_count<&ParallelPlan::ep>,
+     .set = set_count<&ParallelPlan::ep>,
+     .label = count_above_one<&ParallelPlan::ep, kEp>},
+    {.key = "zero",
+     .output = "zero_stage",
+     .kind = DimensionKind::choice,
+     .choices = {"0", "1", "2", "3"},
+     .description = "ZeRO stage: 1 shards optimizer states, 2 gradients too, 3 parameters too "
+                    "(FSDP)",
+     .planner = "0-3 without a pipeline, 0-1 with one, 0 without replicas",
+     .get = [](const ParallelPlan& plan) { return DimensionValue{plan.zero_stage}; },
+     .set =
+         [](ParallelPlan& plan, const DimensionValue& value) {
+           const auto* stage = std::get_if<int>(&value);
+           plan.zero_stage = stage ? *stage : std::get<std::string>(value).front() - '0';
+         },
+     .label = [](const ParallelPlan& plan) { return "zero" + std::to_string(plan.zero_stage); }},
+    {.key = "recompute",
+     .output = "recompute",
+     .kind = DimensionKind::choice,
+     .choices = {"none", "selective", "full"},
+     .description = "activation recomputation: none, the attention core (selective), or each "
+                    "layer's forward (full)",
+     .planner = "the least that fits",
+     .get =
+         [](const ParallelPlan& plan) {
+           return DimensionValue{std::string(to_string(plan.recompute))};
+         },
+     .set =
+         [](ParallelPlan& plan, const DimensionValue& value) {
+           const std::string& mode = std::get<std::string>(value);
+           plan.recompute = mode == "full"        ? Recompute::full
+                            : mode == "selective" ? Recompute::selective
+                                                  : Recompute::none;
+         },
+     .label =
+         [](const ParallelPlan& plan) {
+           return std::string("recompute=") + to_string(plan.recompute);
+         }},
+    {.key = "tp_comm_overlap",
+     .output = "tp_comm_overlap",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "tensor-parallel collectives beside their GEMMs (Transformer Engine's "
+                    "userbuffers)",
+     .planner = "the scenario's, wherever tp > 1",
+     .get = get_flag<&ParallelPlan::tp_comm_overlap>,
+     .set = set_flag<&ParallelPlan::tp_comm_overlap>,
+     .label = flag_words<&ParallelPlan::tp_comm_overlap, kTpOverlap>},
+    {.key = "overlap_param_gather",
+     .output = "overlap_param_gather",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "the updated parameters gathered during the next forward (ZeRO 1 and 2)",
+     .planner = "the scenario's, wherever ZeRO is 1 or 2 and ep is 1",
+     .get = get_flag<&ParallelPlan::overlap_param_gather>,
+     .set = set_flag<&ParallelPlan::overlap_param_gather>,
+     .label = flag_words<&ParallelPlan::overlap_param_gather, kParamGatherOverlap>},
+    {.key = "offload_optimizer",
+     .output = "offload_optimizer",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "optimizer states in host memory, updated by CPU Adam (ZeRO-Offload)",
+     .planner = "off, and on with ZeRO 1-3 and ep 1 where the node describes its host and the "
+                "optimizer is FP32 Adam",
+     .get = get_flag<&ParallelPlan::offload_optimizer>,
+     .set = set_flag<&ParallelPlan::offload_optimizer>,
+     .label = flag_words<&ParallelPlan::offload_optimizer, kOffload>},
+    {.key = "bucket",
+     .output = "bucket_bytes",
+     .kind = DimensionKind::size,
+     .choices = {},
+     .description = "the gradient bucket reduced at once (PyTorch DDP's 25 MB by default)",
+     .planner = "the scenario's",
+     .get = [](const ParallelPlan& plan) { return DimensionValue{plan.bucket_bytes}; },
+     .set = [](ParallelPlan& plan,
+               const DimensionValue& value) { plan.bucket_bytes = std::get<double>(value); },
+     .label = nothing},
+}};
+
+}  // namespace
+
+std::span<const LayoutDimension> layout_dimensions() {
+  return kDimensions;
+}
+
+const LayoutDimension* find_layout_dimension(std::string_view key) {
+  for (const LayoutDimension& dimension : kDimensions) {
+    if (dimension.key == key) return &dimension;
+  }
+  return nullptr;
+}
+
+std::string default_text(const LayoutDimension& dimension) {
+  const DimensionValue value = dimension.get(ParallelPlan{});
+  switch (dimension.kind) {
+    case DimensionKind::count: return std::to_string(std::get<int>(value));
+    case DimensionKind::flag: return std::get<bool>(value) ? "true" : "false";
+    case DimensionKind::size: {
+      char text[32];
+      const auto end = std::to_chars(text, text + sizeof text, std::get<double>(value) / 1e6);
+      return std::string(text, end.ptr) + "MB";
+    }
+    case DimensionKind::choice:
+      if (const auto* number = std::get_if<int>(&value)) return std::to_string(*number);
+      return std::get<std::string>(value);
+  }
+  return {};
+}
+
+std::string layout_label(const ParallelPlan& plan) {
+  std::string label;
+  for (const LayoutDimension& dimension : kDimensions) {
+    const std::string words = dimension.label(plan);
+    if (words.empty()) continue;
+    label += (label.empty() ? "" : " ") + words;
+  }
+  return label;
+}
+
+int data_parallel_size_for(const ParallelPlan& plan, int gpus) {
+  if (plan.dp > 0) return plan.dp;
+  const int model_ranks = plan.tp * plan.cp * plan.pp;
+  return gpus % model_ranks == 0 ? gpus / model_ranks : 0;
+}
+
+}  // namespace fleetsim

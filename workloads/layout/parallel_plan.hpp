@@ -1,0 +1,84 @@
+// The parallel layout of a training job as data: how its ranks split the model and the batch.
+//
+// What each field means for the ranks and their groups is rank_grid.hpp's; which combinations
+// are allowed is rules.hpp's; the YAML key, default, label and output name of each field are
+// dimensions.hpp's. Nothing else restates them.
+#pragma once
+
+namespace fleetsim {
+
+// none: keep every tensor a layer saves; selective: recompute the attention core (scores,
+// softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et
+// al.; nothing to drop under FlashAttention, which keeps none); full: keep only each layer's
+// input and rerun its forward before its backward.
+enum class Recompute { none, selective, full };
+inline const char* to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+// The order of micro-batches on each pipeline stage: GPipe runs every forward, then every
+// backward; 1F1B (PipeDream-Flush, Megatron's default) runs pp - stage - 1 forwards, then
+// alternates one forward and one backward, so a stage holds at most pp - stage micro-batches
+// (interleaved over virtual stages when vpp > 1).
+enum class PipelineSchedule { gpipe, one_f_one_b };
+inline const char* to_string(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+}
+
+struct ParallelPlan {
+  // Megatron-style tensor parallelism with sequence parallelism: each layer's GEMMs and heads
+  // split over tp ranks of consecutive GPUs, activations between them sharded by sequence, an
+  // all-gather before and a reduce-scatter after each block.
+  int tp = 1;
+  // Context parallelism (Megatron's --context-parallel-size): each micro-batch's sequence is
+  // cut into 2 x cp chunks and cp ranks each take two of them (chunks i and 2 cp - 1 - i, so
+  // causal attention's work is even); every op but attention runs on the rank's s / cp tokens,
+  // and attention exchanges keys and values around the cp ranks (ring attention), the exchange
+  // running beside the attention kernel. The cp ranks hold the same parameters: gradients are
+  // reduced, and ZeRO shards, over dp x cp (gradient_ranks).
+  int cp = 1;
+  int dp = 1;
+  // Pipeline parallelism: the layers split over pp stages, evenly or one fewer on the stages
+  // at the ends (virtual_stage_layers), the embedding on the first, the output head on the
+  // last; activations and their gradients sent between stages.
+  int pp = 1;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  // Virtual stages per rank (Megatron's interleaved 1F1B): each stage holds vpp chunks of
+  // about layers / (pp x vpp) layers, chunk c of stage p being virtual stage c x pp + p; the
+  // bubble shrinks vpp-fold for vpp times the transfers.
+  int vpp = 1;
+  // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
+  int zero_stage = 0;
+  Recompute recompute = Recompute::none;
+  double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
+  // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers): each tensor-parallel
+  // all-gather runs beside the GEMM that reads it and each reduce-scatter beside the GEMM that
+  // writes it, pipelined in chunks; off, the compute stream waits for every one.
+  bool tp_comm_overlap = false;
+  // Megatron's --overlap-param-gather (ZeRO 1 and 2 only): the all-gather of the parameters
+  // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
+  // forward waiting for its own; off, it runs after the optimizer step, exposed.
+  bool overlap_param_gather = false;
+  // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts, tp 1):
+  // each group of ep consecutive data-parallel replicas splits the experts among its ranks and
+  // sends each token to its experts' ranks by all-to-all. An expert's gradients are reduced,
+  // and its optimizer states sharded, over the dp / ep replicas that hold it.
+  int ep = 1;
+  // DeepSpeed's ZeRO-Offload (offload_optimizer: cpu, with ZeRO 1-3): each rank's shard of the
+  // FP32 master weights, Adam moments and gradients lives in host memory, where CPU Adam
+  // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes
+  // back.
+  bool offload_optimizer = false;
+
+  // The ranks that hold the same parameters, over which gradients are reduced and ZeRO shards.
+  int gradient_ranks() const { return dp * cp; }
+  int world_size() const { return tp * cp * dp * pp; }
+  bool operator==(const ParallelPlan&) const = default;
+};
+
+}  // namespace fleetsim

@@ -1,0 +1,394 @@
+#include "workloads/layout/rules.hpp"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+
+namespace fleetsim {
+namespace {
+
+using Problem = std::optional<JobProblem>;
+// Products of layout sizes in 64 bits: a scenario may give sizes whose product overflows an int.
+using Wide = std::int64_t;
+
+std::string str(Wide n) {
+  return std::to_string(n);
+}
+
+Problem at(std::vector<std::string> fields, std::string problem, std::string hint) {
+  return JobProblem{{}, std::move(fields), std::move(problem), std::move(hint)};
+}
+
+// ---- sizes -----------------------------------------------------------------------------------
+
+// dp: auto leaves dp 0 where tp x cp x pp does not divide the GPUs (data_parallel_size_for).
+Problem automatic_dp_divides(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.dp != 0 || !job.cluster || plan.tp < 1 || plan.cp < 1 || plan.pp < 1) return {};
+  const Wide gpus = Wide{job.cluster->nodes} * job.cluster->node->gpus;
+  if (gpus % (Wide{plan.tp} * plan.cp * plan.pp) == 0) return {};
+  return at({"layout.dp"},
+            "dp: auto needs tp x cp x pp = " + str(Wide{plan.tp} * plan.cp * plan.pp) +
+                " to divide the " + str(gpus) + " GPUs",
+            "change tp, cp or pp, or cluster.nodes");
+}
+
+Problem positive_sizes(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.tp >= 1 && plan.cp >= 1 && plan.dp >= 1 && plan.pp >= 1 && plan.vpp >= 1 &&
+      plan.ep >= 1 && job.micro_batch >= 1 && job.seq_len >= 1 && job.global_batch >= 1) {
+    return {};
+  }
+  return at({"layout"},
+            "tp, cp, dp, pp, vpp, ep, the batch, micro-batch and sequence length must "
+            "be positive",
+            "give each a whole number of at least 1");
+}
+
+Problem zero_stage(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.zero_stage >= 0 && plan.zero_stage <= 3) return {};
+  return at({"layout.zero"}, "ZeRO stage must be 0-3", "zero: 0, 1, 2 or 3");
+}
+
+// ---- tensor parallelism ----------------------------------------------------------------------
+
+// The tensor-parallel group shares its activations every layer: it stays inside a node, or in
+// whole nodes of an NVLink domain (the trays of a GB200 NVL72).
+Problem tp_in_nvlink_domain(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.cluster || plan.tp == 1) return {};
+  const NodeSpec& node = *job.cluster->node;
+  if (node.nvlink_group_fits(plan.tp)) return {};
+  const int domain = node.gpus * node.nvlink_domain_nodes;
+  const bool spans = domain > node.gpus;
+  return at({"layout.tp", "layout"},
+            "tp " + str(plan.tp) + " does not divide the " + str(node.gpus) + " GPUs of a node" +
+                (spans ? ", nor is it a multiple of them that divides the " + str(domain) +
+                             " GPUs of its NVLink domain"
+                       : ""),
+            "a tensor-parallel group must fit in a node" +
+                std::string(spans ? " or in whole nodes of its NVLink domain" : "") +
+                ": use a divisor of " + str(node.gpus) +
+                (spans ? " or a multiple of it that divides " + str(domain) : ""));
+}
+
+Problem tp_divides_model(const JobSubject& job, const ParallelPlan& plan) {
+  for (const auto& [what, size] : {std::pair{"heads", job.heads},
+                                   {"kv_heads", job.kv_heads},
+                                   {"ffn", job.ffn},
+                                   {"vocab", job.vocab}}) {
+    if (size % plan.tp != 0) {
+      return at(
+          {"layout.tp", "layout"},
+          "tp " + str(plan.tp) + " does not divide the model's " + what + " (" + str(size) + ")",
+          "tensor parallelism splits heads, KV heads, the MLP and the vocabulary evenly");
+    }
+  }
+  return {};
+}
+
+Problem tp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
+  if (job.seq_len % plan.tp == 0) return {};
+  return at({"layout.tp", "layout"},
+            "tp " + str(plan.tp) + " does not divide seq_len " + str(job.seq_len),
+            "sequence parallelism shards each sequence evenly over the tp ranks");
+}
+
+Problem tp_comm_overlap_needs_tp(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.tp_comm_overlap || plan.tp > 1) return {};
+  return at({"layout.tp_comm_overlap"}, "tp_comm_overlap needs tensor parallelism (tp > 1)",
+            "it overlaps the tensor-parallel all-gathers and reduce-scatters with their GEMMs");
+}
+
+Problem param_gather_overlap_needs_zero(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.overlap_param_gather || plan.zero_stage == 1 || plan.zero_stage == 2) return {};
+  return at({"layout.overlap_param_gather"},
+            "overlap_param_gather needs the distributed optimizer (zero 1 or 2)",
+            "it overlaps the gather of the updated parameter shards with the next forward; "
+            "ZeRO-3 gathers before each unit anyway");
+}
+
+// ---- optimizer offload -----------------------------------------------------------------------
+
+Problem offload_needs_zero(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.offload_optimizer || plan.zero_stage >= 1) return {};
+  return at({"layout.offload_optimizer"}, "offload_optimizer needs ZeRO 1, 2 or 3",
+            "each rank offloads its shard of the optimizer states: set zero: 1 or more");
+}
+
+Problem offload_needs_fp32_adam(const JobSubject& job, const ParallelPlan& plan) {
+  if (!plan.offload_optimizer || job.fp32_adam) return {};
+  return at({"layout.offload_optimizer"},
+            "offload_optimizer runs CPU Adam with FP32 moments, not 8-bit Adam",
+            "remove optimizer: adam8bit, or offload_optimizer");
+}
+
+// The host work of an offloaded optimizer runs on what the node preset says of its host.
+Problem offload_needs_host(const JobSubject& job, const ParallelPlan& plan) {
+  if (!plan.offload_optimizer || !job.cluster) return {};
+  const NodeSpec& node = *job.cluster->node;
+  for (const auto& [key, value, example] :
+       {std::tuple{"host_memory", node.host_memory_bytes_per_s, "614.4GB/s"},
+        {"host_memory_capacity", node.host_memory_capacity_bytes, "2TB"},
+        {"cpu_cores", static_cast<double>(node.cpu_cores), "112"},
+        {"cpu_clock", node.cpu_clock_hz, "2.0GHz"},
+        {"cpu_adam_cycles_per_parameter", node.cpu_adam_cycles_per_parameter, "0.7"}}) {
+    if (!(value > 0)) {
+      return at({"layout.offload_optimizer"},
+                "offload_optimizer needs the node's " + std::string(key) + ", which node " +
+                    node.name + " does not give",
+                "add it to the node (node: {preset: " + node.name + ", " + key + ": " + example +
+                    "}), with its source");
+    }
+  }
+  return {};
+}
+
+// ---- expert and context parallelism ----------------------------------------------------------
+
+Problem ep_needs_experts(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.ep <= 1 || job.experts > 0) return {};
+  return at({"layout.ep"}, "ep " + str(plan.ep) + " needs a mixture-of-experts model",
+            "remove ep, or use e.g. mixtral-8x7b");
+}
+
+Problem ep_divides_experts(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.ep <= 1 || job.experts == 0) return {};
+  if (job.experts % plan.ep == 0 && plan.dp % plan.ep == 0) return {};
+  return at({"layout.ep"},
+            "ep " + str(plan.ep) + " must divide the model's " + str(job.experts) +
+                " experts and dp " + str(plan.dp),
+            "the expert groups are ep consecutive data-parallel replicas, each holding experts / "
+            "ep");
+}
+
+Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.ep <= 1) return {};
+  if (plan.tp == 1 && plan.zero_stage <= 1 && !plan.offload_optimizer &&
+      !plan.overlap_param_gather) {
+    return {};
+  }
+  return at({"layout.ep"},
+            "expert parallelism is modelled with tp 1, zero 0 or 1, without offload_optimizer and "
+            "overlap_param_gather",
+            "set tp: 1 and zero: 0 or 1, or remove ep");
+}
+
+// Each sequence is cut into 2 x cp chunks (two a rank, so causal work is even), each split
+// again by sequence parallelism.
+Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.cp <= 1) return {};
+  const Wide chunks = Wide{2} * plan.cp * plan.tp;
+  if (job.seq_len % chunks == 0) return {};
+  return at({"layout.cp"},
+            "cp " + str(plan.cp) + " cuts each sequence into 2 x cp chunks that tp " +
+                str(plan.tp) + " shards again: 2 x cp x tp = " + str(chunks) +
+                " must divide seq_len " + str(job.seq_len),
+            "pick a cp whose 2 x cp x tp divides the sequence length");
+}
+
+Problem cp_needs_flash_attention(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.cp <= 1 || job.flash_attention) return {};
+  return at({"layout.cp"},
+            "cp " + str(plan.cp) + " runs ring attention, which is built on FlashAttention",
+            "set training.attention: flash, or remove cp");
+}
+
+Problem cp_without_ep(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.cp <= 1 || plan.ep <= 1) return {};
+  return at({"layout.cp"}, "context and expert parallelism together are not modelled yet",
+            "remove cp or ep");
+}
+
+// ---- pipeline --------------------------------------------------------------------------------
+
+Problem vpp_needs_1f1b_pipeline(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.vpp <= 1) return {};
+  if (plan.pp >= 2 && plan.schedule == PipelineSchedule::one_f_one_b) return {};
+  return at({"layout.vpp"}, "virtual stages need a pipeline (pp > 1) with the 1f1b schedule",
+            "vpp > 1 interleaves each stage's chunks in Megatron-LM's 1F1B");
+}
+
+Problem virtual_stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.vpp <= 1 || Wide{plan.pp} * plan.vpp <= job.layers) return {};
+  return at({"layout.vpp"},
+            "pp x vpp = " + str(Wide{plan.pp} * plan.vpp) +
+                " is more virtual stages than the model's " + str(job.layers) + " layers",
+            "each virtual stage holds at least one layer");
+}
+
+Problem stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.pp <= job.layers) return {};
+  return at(
+      {"layout.pp"},
+      "pp " + str(plan.pp) + " is more stages than the model's " + str(job.layers) + " layers",
+      "each pipeline stage holds at least one layer");
+}
+
+// Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
+// over the micro-batches, and parameters stay on their stage.
+Problem pipeline_shards_optimizer_only(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.pp <= 1 || plan.zero_stage <= 1) return {};
+  return at({"layout.zero", "layout.pp"},
+            "ZeRO " + str(plan.zero_stage) + " does not combine with pp " + str(plan.pp),
+            "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do: use zero 0 "
+            "or 1");
+}
+
+// ---- the cluster and the batch ---------------------------------------------------------------
+
+Problem uses_every_gpu(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.cluster) return {};
+  const Wide gpus = Wide{job.cluster->nodes} * job.cluster->node->gpus;
+  const Wide model_ranks = Wide{plan.tp} * plan.cp * plan.pp;
+  if (model_ranks * plan.dp == gpus) return {};
+  const bool cp = plan.cp > 1;
+  return at({"layout.dp", "layout"},
+            "tp" + std::string(cp ? " x cp" : "") + " x pp x dp must equal the GPU count (" +
+                str(gpus) + " = " + str(job.cluster->nodes) + " nodes x " +
+                str(job.cluster->node->gpus) + " GPUs), got " + str(plan.tp) +
+                (cp ? " x " + str(plan.cp) : "") + " x " + str(plan.pp) + " x " + str(plan.dp),
+            "set layout.dp to " + str(gpus / model_ranks) + " or change cluster.nodes");
+}
+
+// Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
+// optimizer step, which must be a whole number.
+Problem batch_splits_into_micro_batches(const JobSubject& job, const ParallelPlan& plan) {
+  const Wide per_pass = Wide{job.micro_batch} * plan.dp;
+  if (job.global_batch % per_pass == 0) return {};
+  return at({"training.global_batch"},
+            "global_batch " + str(job.global_batch) +
+                " is not a multiple of micro_batch x dp = " + str(per_pass),
+            "gradient accumulation runs global_batch / (micro_batch x dp) micro-batches per "
+            "step; use a multiple of " +
+                str(per_pass));
+}
+
+// Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp.
+Problem interleaving_in_groups_of_pp(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.vpp <= 1) return {};
+  const Wide m = job.global_batch / (Wide{job.micro_batch} * plan.dp);
+  if (m % plan.pp == 0) return {};
+  return at({"layout.vpp"},
+            "the interleaved schedule needs micro-batches per step (" + str(m) +
+                ") to be a multiple of pp " + str(plan.pp),
+            "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp: adjust "
+            "global_batch, or set vpp: 1");
+}
+
+// ---- the recipe ------------------------------------------------------------------------------
+
+Problem lora_on_dense_model(const JobSubject& job, const ParallelPlan&) {
+  if (!job.lora || job.experts == 0) return {};
+  return at({"training.method"}, "LoRA on a mixture-of-experts model is not modelled yet",
+            "fine-tune every weight (method: full)");
+}
+
+// Adapters sit beside projections a rank holds whole.
+Problem lora_without_tp(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.lora || plan.tp == 1) return {};
+  return at({"training.method"}, "LoRA with tensor parallelism is not modelled yet",
+            "use tp: 1 (LoRA's small optimizer states usually let ZeRO or data parallelism fit)");
+}
+
+Problem qlora_without_zero_3(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.quantized_base || plan.zero_stage < 3) return {};
+  return at({"training.method"}, "QLoRA with ZeRO-3 (FSDP-QLoRA) is not modelled yet",
+            "use zero 0 to 2: the 4-bit base of a 70B model fits one GPU");
+}
+
+Problem fp8_needs_fp8_gpu(const JobSubject& job, const ParallelPlan&) {
+  if (!job.fp8 || !job.cluster || job.cluster->gpu_fp8) return {};
+  return at({"training.precision"}, "GPU profile " + job.cluster->gpu + " has no FP8 GEMM entries",
+            "FP8 needs Hopper, Blackwell or MI300X tensor cores (profiles h100-sxm, h200, b200, "
+            "gb200, mi300x); use precision: bf16");
+}
+
+Problem fp8_without_lora(const JobSubject& job, const ParallelPlan&) {
+  if (!job.fp8 || !job.lora) return {};
+  return at({"training.precision"}, "FP8 training with LoRA is not modelled yet",
+            "use precision: bf16");
+}
+
+const JobRule kRules[] = {
+    {"automatic-dp-divides", "dp: auto needs tp x cp x pp to divide the GPUs",
+     automatic_dp_divides},
+    {"positive-sizes", "every size of the layout and the batch is at least 1", positive_sizes},
+    {"zero-stage", "ZeRO's stage is 0, 1, 2 or 3", zero_stage},
+    {"tp-in-nvlink-domain",
+     "a tensor-parallel group divides a node, or is whole nodes of its NVLink domain",
+     tp_in_nvlink_domain},
+    {"tp-divides-model", "tp divides the heads, KV heads, MLP and vocabulary", tp_divides_model},
+    {"tp-divides-sequence", "tp divides the sequence (sequence parallelism)", tp_divides_sequence},
+    {"tp-comm-overlap-needs-tp", "tp_comm_overlap needs tp > 1", tp_comm_overlap_needs_tp},
+    {"param-gather-overlap-needs-zero-1-2", "overlap_param_gather needs ZeRO 1 or 2",
+     param_gather_overlap_needs_zero},
+    {"offload-needs-zero", "optimizer offload needs ZeRO 1-3", offload_needs_zero},
+    {"offload-needs-fp32-adam", "optimizer offload runs CPU Adam with FP32 moments",
+     offload_needs_fp32_adam},
+    {"offload-needs-host", "optimizer offload needs the node's host memory and cores described",
+     offload_needs_host},
+    {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
+    {"ep-divides-experts-and-dp", "ep divides the experts and dp", ep_divides_experts},
+    {"ep-as-modelled", "ep > 1 with tp 1, ZeRO 0-1, no offload and no overlap_param_gather",
+     ep_as_modelled},
+    {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
+    {"cp-needs-flash-attention", "cp > 1 runs ring attention on FlashAttention",
+     cp_needs_flash_attention},
+    {"cp-without-ep", "context and expert parallelism are not combined", cp_without_ep},
+    {"vpp-needs-1f1b-pipeline", "vpp > 1 needs pp > 1 and the 1F1B schedule",
+     vpp_needs_1f1b_pipeline},
+    {"virtual-stages-within-layers", "pp x vpp is at most the layers",
+     virtual_stages_within_layers},
+    {"stages-within-layers", "pp is at most the layers", stages_within_layers},
+    {"pipeline-shards-optimizer-only", "a pipeline runs with ZeRO 0 or 1",
+     pipeline_shards_optimizer_only},
+    {"uses-every-gpu", "tp x cp x pp x dp is the cluster's GPU count", uses_every_gpu},
+    {"batch-splits-into-micro-batches", "micro_batch x dp divides the global batch",
+     batch_splits_into_micro_batches},
+    {"interleaving-in-groups-of-pp", "under vpp > 1 the micro-batches come in groups of pp",
+     interleaving_in_groups_of_pp},
+    {"lora-on-dense-model", "LoRA on a dense model", lora_on_dense_model},
+    {"lora-without-tp", "LoRA with tp 1", lora_without_tp},
+    {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
+    {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
+    {"fp8-without-lora", "FP8 with full fine-tuning", fp8_without_lora},
+};
+
+}  // namespace
+
+std::span<const JobRule> job_rules() {
+  return kRules;
+}
+
+std::vector<JobProblem> job_problems(const JobSubject& subject, const ParallelPlan& plan) {
+  std::vector<JobProblem> problems;
+  for (const JobRule& rule : kRules) {
+    Problem problem = rule.check(subject, plan);
+    if (!problem) continue;
+    problem->rule = rule.name;
+    problems.push_back(std::move(*problem));
+    // The other rules divide by the sizes: they hold only once every size is positive.
+    if (rule.check == positive_sizes) break;
+  }
+  return problems;
+}
+
+std::optional<JobProblem> first_job_problem(const JobSubject& subject, const ParallelPlan& plan) {
+  // positive-sizes comes before every rule that divides by a size: none runs when it fails.
+  for (const JobRule& rule : kRules) {
+    if (Problem problem = rule.check(subject, plan)) {
+      problem->rule = rule.name;
+      return problem;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<JobProblem> first_job_problem_at(std::string_view field, const JobSubject& subject,
+                                               const ParallelPlan& plan) {
+  for (JobProblem& problem : job_problems(subject, plan)) {
+    if (problem.fields.front() == field) return std::move(problem);
+  }
+  return std::nullopt;
+}
+
+}  // namespace fleetsim

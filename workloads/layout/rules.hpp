@@ -1,0 +1,80 @@
+// The rules a parallel layout must satisfy with its model, training recipe and cluster: one
+// list, each rule named, each broken rule a problem located at the scenario field to change.
+//
+// The scenario loader turns the first problem into a file:line:column error at that field,
+// validate_job (workloads/model_spec.hpp) throws it, and the planner drops the layouts that
+// break a rule, counting them as refused. Nothing else states a layout rule.
+//
+// The rules read what they need of the job as plain facts (JobSubject), so that this module
+// stays below the workload model: workloads/model_spec.hpp builds a subject from a ModelSpec
+// and a TrainingSpec. Rules that need the cluster (a tensor group inside an NVLink domain, the
+// layout using every GPU, a host to offload to, FP8 tensor cores) apply when the subject has one.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/node_spec.hpp"
+#include "workloads/layout/parallel_plan.hpp"
+
+namespace fleetsim {
+
+// What is wrong, at which field: paths from the scenario's top ("layout.tp",
+// "training.global_batch"), the first one the scenario writes being where it is reported.
+struct JobProblem {
+  std::string rule;                 // the rule's name, e.g. "tp-divides-model"
+  std::vector<std::string> fields;  // where to report it, likeliest first
+  std::string problem;
+  std::string hint;
+  bool operator==(const JobProblem&) const = default;
+};
+
+// The cluster a job is placed on. The node is only looked at during the call.
+struct JobCluster {
+  const NodeSpec* node = nullptr;
+  int nodes = 1;
+  std::string gpu;       // the GPU profile's name
+  bool gpu_fp8 = false;  // the profile has FP8 GEMM entries
+};
+
+// The facts of the model and training recipe the rules read.
+struct JobSubject {
+  std::string model;  // its name, for messages
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int ffn = 0;
+  int vocab = 0;
+  int experts = 0;  // 0: a dense model
+  int seq_len = 0;
+  int global_batch = 0;
+  int micro_batch = 0;
+  bool flash_attention = true;
+  bool fp32_adam = true;  // Adam with FP32 moments (what CPU Adam runs)
+  bool lora = false;
+  bool quantized_base = false;  // QLoRA
+  bool fp8 = false;
+  std::optional<JobCluster> cluster;
+};
+
+struct JobRule {
+  std::string_view name;
+  std::string_view summary;  // one line, for the reference
+  std::optional<JobProblem> (*check)(const JobSubject&, const ParallelPlan&);
+};
+
+// Every rule, in the order they are checked: a layout breaking several is reported by the
+// first, which a person fixes first.
+std::span<const JobRule> job_rules();
+// Every rule the layout breaks, in that order.
+std::vector<JobProblem> job_problems(const JobSubject& subject, const ParallelPlan& plan);
+std::optional<JobProblem> first_job_problem(const JobSubject& subject, const ParallelPlan& plan);
+// The first problem reported at `field` ("layout.ep"): whether the value there is allowed, the
+// rest of the layout aside.
+std::optional<JobProblem> first_job_problem_at(std::string_view field, const JobSubject& subject,
+                                               const ParallelPlan& plan);
+
+}  // namespace fleetsim

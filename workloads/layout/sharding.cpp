@@ -1,0 +1,16 @@
+#include "workloads/layout/sharding.hpp"
+
+namespace fleetsim {
+
+Sharding::Sharding(const ParallelPlan& plan)
+    : zero_(plan.zero_stage),
+      dense_ranks_(plan.gradient_ranks()),
+      // An expert group holds every expert once: each expert lies on gradient_ranks / ep ranks.
+      expert_ranks_(plan.ep > 0 ? plan.gradient_ranks() / plan.ep : 1) {}
+
+double Sharding::optimizer_parameters(double dense, double experts) const {
+  if (!optimizer_sharded()) return dense + experts;
+  return dense / dense_ranks_ + experts / expert_ranks_;
+}
+
+}  // namespace fleetsim

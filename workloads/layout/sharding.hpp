@@ -1,0 +1,55 @@
+// How a layout shards each rank's training state, and over which ranks: ZeRO's stages as
+// DeepSpeed defines them, FSDP's full sharding, Megatron's distributed optimizer.
+//
+// ZeRO 1 shards the optimizer states (FP32 master weights and moments), ZeRO 2 the gradients
+// too, ZeRO 3 the parameters too (FSDP). A dense parameter's state is sharded over the data
+// group of its rank (the dp x cp ranks that hold the same parameters, rank_grid.hpp), an
+// expert's over its expert_data group (the replicas that hold that expert). Gradients are
+// reduced over the same groups: all-reduced when they are not sharded, reduce-scattered when
+// the optimizer is. The memory model counts bytes with it, the task-graph builder picks its
+// collectives with it, and the planner's bound follows it.
+#pragma once
+
+#include "workloads/layout/parallel_plan.hpp"
+#include "workloads/layout/rank_grid.hpp"
+
+namespace fleetsim {
+
+class Sharding {
+ public:
+  explicit Sharding(const ParallelPlan& plan);
+
+  bool optimizer_sharded() const { return zero_ >= 1; }
+  bool gradients_sharded() const { return zero_ >= 2; }
+  bool parameters_sharded() const { return zero_ >= 3; }
+
+  // The ranks a dense parameter's sharded state is split over (its data group), and an
+  // expert's (its expert_data group).
+  int dense_ranks() const { return dense_ranks_; }
+  int expert_ranks() const { return expert_ranks_; }
+  // Into how many parts each state of a dense parameter is split: its data group's ranks
+  // where sharded, else 1 (every rank holds it whole).
+  int weight_shards() const { return parameters_sharded() ? dense_ranks_ : 1; }
+  int gradient_shards() const { return gradients_sharded() ? dense_ranks_ : 1; }
+
+  // Of a rank's `dense` and `experts` parameters, those its optimizer updates: its shards of
+  // both where the optimizer is sharded, else all of them.
+  double optimizer_parameters(double dense, double experts) const;
+
+  // Gradients leave the backward pass by reduce-scatter (each rank keeps the shard it
+  // updates) where the optimizer is sharded, by all-reduce where it is not.
+  bool reduces_by_scatter() const { return optimizer_sharded(); }
+  // Gradients are reduced every micro-batch (none kept whole to accumulate into) under ZeRO
+  // 2 and 3, once after the last micro-batch's backward otherwise.
+  bool reduces_every_micro_batch() const { return gradients_sharded(); }
+  // Under ZeRO 1 and 2 each rank updates its shard of whole parameters, which are then
+  // all-gathered for the next forward; ZeRO 3 gathers each unit before every use instead.
+  bool gathers_updated_shards() const { return zero_ == 1 || zero_ == 2; }
+
+ private:
+  int zero_ = 0;
+  int dense_ranks_ = 1;
+  int expert_ranks_ = 1;
+};
+
+}  // namespace fleetsim
