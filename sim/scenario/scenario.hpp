@@ -14,27 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "sim/engine/errors.hpp"
 #include "sim/job/job.hpp"
 #include "sim/step/step_inputs.hpp"
 
 namespace fleetsim {
-
-class ScenarioError : public std::runtime_error {
- public:
-  // line and column are 1-based; 0 means unknown (e.g. the file could not be opened).
-  ScenarioError(std::string file, int line, int column, std::string key, std::string problem,
-                std::string hint = {});
-  const std::string& file() const { return file_; }
-  int line() const { return line_; }
-  int column() const { return column_; }
-  const std::string& key() const { return key_; }
-
- private:
-  std::string file_;
-  int line_;
-  int column_;
-  std::string key_;
-};
 
 // Where presets live: <root>/topology/presets/<name>.yaml, <root>/calibration/profiles/<name>.yaml,
 // <root>/workloads/models/<name>.yaml.
@@ -82,23 +66,10 @@ PresetCatalog list_presets(const DataPaths& data);
 StepInputs load_cluster(const DataPaths& data, const std::string& node, int nodes,
                         const std::string& gpu_profile = "");
 
-// The unit a profile file writes `key`'s value in: "us" (durations), "TFLOPS" (rates), or ""
-// (plain numbers and fractions).
-std::string profile_entry_unit(const std::string& key);
-
 // GPU profile `name`, read and checked as a scenario's `gpu:` is.
 GpuProfile load_gpu_profile(const DataPaths& data, const std::string& name);
 
 // The file that holds GPU profile `name` under the data root.
 std::filesystem::path gpu_profile_file(const DataPaths& data, const std::string& name);
-
-// `text`, a GPU profile read from `file`, with the {value, sigma, provenance} entry of
-// `parameter` ("nvls_efficiency", "p2p_efficiency", "link_efficiency.<kind>", or a kernel
-// entry: "gemm_efficiency", "gemm_k_overhead", "kernel_launch", ...) replaced by
-// `entry`: the entry's own lines (its comments included) give way to the new ones; every other
-// line, comment and line ending stays as it was. Throws ScenarioError when the entry is not there
-// (a fit replaces what the profile already claims) or sits in a flow-style map.
-std::string with_profile_entry(const std::string& text, const std::string& file,
-                               const std::string& parameter, const Calibrated& entry);
 
 }  // namespace fleetsim

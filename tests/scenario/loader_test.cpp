@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/profile_file.hpp"
 #include "fixture.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "workloads/transformer_ops.hpp"

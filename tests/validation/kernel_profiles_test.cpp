@@ -9,6 +9,7 @@
 #include "calibration/kernel_cost.hpp"
 #include "calibration/kernel_fit.hpp"
 #include "calibration/microbench.hpp"
+#include "calibration/profile_file.hpp"
 #include "sim/scenario/scenario.hpp"
 
 using namespace fleetsim;

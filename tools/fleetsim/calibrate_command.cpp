@@ -1,4 +1,5 @@
 #include "tools/fleetsim/calibrate_command.hpp"
+#include "calibration/profile_file.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,5 @@
 #include "tools/fleetsim/profile_writer.hpp"
+#include "calibration/profile_file.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,0 +1,34 @@
+// How a GPU profile file (calibration/profiles/<name>.yaml) writes its entries, and how a fit
+// rewrites one entry of it in place (`fleetsim calibrate --write`).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "calibration/gpu_profile.hpp"
+
+namespace fleetsim {
+
+// What an entry's value and sigma measure: the unit a file writes them in follows (a FLOP rate
+// like 989TFLOPS, a size like 80GB, a bandwidth like 3.35TB/s, a duration like 4us; fractions
+// and counts are plain numbers).
+enum class ProfileQuantity { flop_rate, size, bandwidth, fraction, count, duration };
+
+// The quantity of the entry a profile names `key` (kProfileEntryKeys, kFp8Entries'
+// "fp8.<entry>", "link_efficiency.<kind>"); nothing for a key profiles do not have.
+std::optional<ProfileQuantity> profile_entry_quantity(std::string_view key);
+// The unit a fit writes `key`'s value in: "us" (durations), "TFLOPS" (rates), or "" (plain
+// numbers and fractions).
+std::string profile_entry_unit(const std::string& key);
+
+// `text`, a GPU profile read from `file`, with the {value, sigma, provenance} entry of
+// `parameter` ("nvls_efficiency", "p2p_efficiency", "link_efficiency.<kind>", or a kernel
+// entry: "gemm_efficiency", "gemm_k_overhead", "kernel_launch", ...) replaced by
+// `entry`: the entry's own lines (its comments included) give way to the new ones; every other
+// line, comment and line ending stays as it was. Throws ScenarioError when the entry is not there
+// (a fit replaces what the profile already claims) or sits in a flow-style map.
+std::string with_profile_entry(const std::string& text, const std::string& file,
+                               const std::string& parameter, const Calibrated& entry);
+
+}  // namespace fleetsim

@@ -1,0 +1,104 @@
+// training: the recipe (method, precision, optimizer, batch, sequence, attention, LoRA).
+#include <algorithm>
+#include <string>
+
+#include "sim/scenario/loader.hpp"
+
+namespace fleetsim {
+
+using namespace fields;
+
+namespace {
+
+const Keys kTrainingKeys = {
+    "method",      "precision",         "optimizer", "seq_len",   "global_batch",
+    "micro_batch", "grad_reduce_dtype", "tokens",    "attention", "dropout",
+    "lora",        "cross_entropy"};
+
+}  // namespace
+
+TrainingSpec parse_training(const Field& f) {
+  expect_map(f, kTrainingKeys);
+  const std::string method =
+      find(f, "method") ? read_choice(*find(f, "method"), {"full", "lora", "qlora"}) : "full";
+  const bool lora = method != "full";
+  TrainingSpec t;
+  if (auto precision = find(f, "precision")) {
+    if (read_choice(*precision, {"bf16", "fp8"}) == "fp8") t.precision = Precision::fp8;
+  }
+  if (auto optimizer = find(f, "optimizer")) {
+    t.optimizer = read_choice(*optimizer, {"adam", "adam8bit"}) == "adam8bit" ? Optimizer::adam8bit
+                                                                              : Optimizer::adam;
+  }
+  if (lora) {
+    t.lora = LoraSpec{};
+    t.lora->quantized_base = method == "qlora";
+    if (auto spec = find(f, "lora")) {
+      expect_map(*spec, {"rank", "targets"});
+      if (auto rank = find(*spec, "rank")) t.lora->rank = read_int(*rank, 1);
+      if (auto targets = find(*spec, "targets")) {
+        t.lora->targets.clear();
+        for (const Field& target : read_list(*targets, 0, "module names")) {
+          const std::string name = read_choice(target, {"q", "k", "v", "o", "gate", "up", "down"});
+          if (std::find(t.lora->targets.begin(), t.lora->targets.end(), name) ==
+              t.lora->targets.end()) {
+            t.lora->targets.push_back(name);
+          }
+        }
+      }
+    }
+  } else if (auto spec = find(f, "lora")) {
+    fail(*spec, "lora settings without method: lora or qlora",
+         "set method: lora (or qlora), or remove lora");
+  }
+  t.seq_len = read_int(require(f, "seq_len"), 1);
+  t.global_batch = read_int(require(f, "global_batch"), 1);
+  t.micro_batch = read_int(require(f, "micro_batch"), 1);
+  if (auto dtype = find(f, "grad_reduce_dtype")) {
+    t.grad_reduce_bytes = read_choice(*dtype, {"bf16", "fp32"}) == "fp32" ? 4 : 2;
+  }
+  if (auto attention = find(f, "attention")) {
+    t.attention = read_choice(*attention, {"flash", "eager"}) == "eager" ? Attention::eager
+                                                                         : Attention::flash;
+  }
+  if (auto cross_entropy = find(f, "cross_entropy")) {
+    const std::string choice = read_choice(*cross_entropy, {"unfused", "fused", "in_place"});
+    t.cross_entropy = choice == "fused"      ? CrossEntropy::fused
+                      : choice == "in_place" ? CrossEntropy::in_place
+                                             : CrossEntropy::unfused;
+  }
+  if (auto dropout = find(f, "dropout")) {
+    t.dropout = read_number(*dropout);
+    if (t.dropout < 0 || t.dropout >= 1) {
+      fail(*dropout, "expected a probability in [0, 1), got " + describe(dropout->node),
+           "dropout is the probability of zeroing an activation; 0 turns it off");
+    }
+  }
+  // Only a run needs the token budget; a step simulation checks it and moves on.
+  if (auto tokens = find(f, "tokens")) {
+    if (read_number(*tokens) <= 0) {
+      fail(*tokens, "expected a positive number of tokens");
+    }
+  }
+  return t;
+}
+
+// A GELU MLP has no gate projection: LoRA's default targets leave it out, and a gate a scenario
+// lists is reported where it is listed.
+void fit_lora_targets(const Field& training, StepInputs& in) {
+  auto& targets = in.training.lora->targets;
+  const auto gate = std::find(targets.begin(), targets.end(), "gate");
+  if (in.model.mlp != Mlp::gelu || gate == targets.end()) return;
+  const auto spec = find(training, "lora");
+  if (const auto listed = spec ? find(*spec, "targets") : std::nullopt) {
+    for (const Field& target : read_list(*listed, 0, "module names")) {
+      if (read_string(target) == "gate") {
+        fail(target, "a GELU MLP has no gate projection to adapt",
+             "target q, k, v, o, up and down");
+      }
+    }
+  }
+  targets.erase(gate);
+}
+
+}  // namespace fleetsim
