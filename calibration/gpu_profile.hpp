@@ -87,21 +87,48 @@ struct GpuProfile {
   bool operator==(const GpuProfile&) const = default;
 };
 
-// The FP8 entries by their profile keys ("fp8.gemm_efficiency", ...), in the order a profile
-// writes them.
-inline constexpr std::array<std::pair<const char*, Calibrated Fp8Gemm::*>, 5> kFp8Entries = {{
-    {"fp8.dense", &Fp8Gemm::dense_flops_per_s},
-    {"fp8.gemm_efficiency", &Fp8Gemm::gemm_efficiency},
-    {"fp8.gemm_sustained", &Fp8Gemm::gemm_sustained_flops_per_s},
-    {"fp8.gemm_k_overhead", &Fp8Gemm::gemm_k_overhead},
-    {"fp8.kernel_launch", &Fp8Gemm::kernel_launch_s},
+// What an entry's value and sigma measure: the unit a profile file writes them in follows (a
+// FLOP rate like 989TFLOPS, a size like 80GB, a bandwidth like 3.35TB/s, a duration like 4us;
+// fractions and counts are plain numbers).
+enum class ProfileQuantity { flop_rate, size, bandwidth, fraction, count, duration };
+
+// A profile's single entries by their file keys, with what each measures; every profile has
+// them but nvls_efficiency (GPUs behind an NVLS-capable switch) and p2p_efficiency (where a
+// send/recv benchmark calibrates it). FP8's are kFp8Entries, links' link_efficiency (fractions).
+struct ProfileEntryKey {
+  const char* key;
+  ProfileQuantity quantity;
+  bool required = true;
+};
+inline constexpr std::array<ProfileEntryKey, 12> kProfileEntryKeys = {{
+    {"dense_bf16", ProfileQuantity::flop_rate},
+    {"hbm_capacity", ProfileQuantity::size},
+    {"hbm_bandwidth", ProfileQuantity::bandwidth},
+    {"gemm_efficiency", ProfileQuantity::fraction},
+    {"gemm_sustained", ProfileQuantity::flop_rate},
+    {"gemm_k_overhead", ProfileQuantity::count},
+    {"attention_efficiency", ProfileQuantity::fraction},
+    {"memory_efficiency", ProfileQuantity::fraction},
+    {"kernel_launch", ProfileQuantity::duration},
+    {"comm_sms", ProfileQuantity::count},
+    {"nvls_efficiency", ProfileQuantity::fraction, false},
+    {"p2p_efficiency", ProfileQuantity::fraction, false},
 }};
 
-// A profile's single entries by their file keys (FP8's are kFp8Entries, links' link_efficiency).
-inline constexpr std::array<const char*, 12> kProfileEntryKeys = {
-    "dense_bf16",     "hbm_capacity",    "hbm_bandwidth",        "gemm_efficiency",
-    "gemm_sustained", "gemm_k_overhead", "attention_efficiency", "memory_efficiency",
-    "kernel_launch",  "comm_sms",        "nvls_efficiency",      "p2p_efficiency"};
+// The FP8 entries by their profile keys ("fp8.gemm_efficiency", ...), in the order a profile
+// writes them.
+struct Fp8EntryKey {
+  const char* key;
+  Calibrated Fp8Gemm::*member;
+  ProfileQuantity quantity;
+};
+inline constexpr std::array<Fp8EntryKey, 5> kFp8Entries = {{
+    {"fp8.dense", &Fp8Gemm::dense_flops_per_s, ProfileQuantity::flop_rate},
+    {"fp8.gemm_efficiency", &Fp8Gemm::gemm_efficiency, ProfileQuantity::fraction},
+    {"fp8.gemm_sustained", &Fp8Gemm::gemm_sustained_flops_per_s, ProfileQuantity::flop_rate},
+    {"fp8.gemm_k_overhead", &Fp8Gemm::gemm_k_overhead, ProfileQuantity::count},
+    {"fp8.kernel_launch", &Fp8Gemm::kernel_launch_s, ProfileQuantity::duration},
+}};
 
 // The entry a profile file names `key` ("dense_bf16", "hbm_bandwidth", "gemm_efficiency",
 // "kernel_launch", "nvls_efficiency", "link_efficiency.<kind>", "fp8.gemm_efficiency", ...) in
@@ -122,7 +149,7 @@ auto* find_profile_entry(Profile& profile, const std::string& key) {
   if (key == "comm_sms") return &profile.comm_sms;
   if (key == "nvls_efficiency") return optional(profile.nvls_efficiency);
   if (key == "p2p_efficiency") return optional(profile.p2p_efficiency);
-  for (const auto& [name, member] : kFp8Entries) {
+  for (const auto& [name, member, quantity] : kFp8Entries) {
     if (key == name) return profile.fp8 ? &((*profile.fp8).*member) : static_cast<Entry*>(nullptr);
   }
   const std::string links = "link_efficiency.";

@@ -14,21 +14,13 @@
 namespace fleetsim {
 
 std::optional<ProfileQuantity> profile_entry_quantity(std::string_view key) {
-  using Q = ProfileQuantity;
-  static constexpr std::pair<std::string_view, ProfileQuantity> kQuantities[] = {
-      {"dense_bf16", Q::flop_rate},          {"hbm_capacity", Q::size},
-      {"hbm_bandwidth", Q::bandwidth},       {"gemm_efficiency", Q::fraction},
-      {"gemm_sustained", Q::flop_rate},      {"gemm_k_overhead", Q::count},
-      {"attention_efficiency", Q::fraction}, {"memory_efficiency", Q::fraction},
-      {"kernel_launch", Q::duration},        {"comm_sms", Q::count},
-      {"nvls_efficiency", Q::fraction},      {"p2p_efficiency", Q::fraction},
-      {"fp8.dense", Q::flop_rate},           {"fp8.gemm_efficiency", Q::fraction},
-      {"fp8.gemm_sustained", Q::flop_rate},  {"fp8.gemm_k_overhead", Q::count},
-      {"fp8.kernel_launch", Q::duration}};
-  for (const auto& [name, quantity] : kQuantities) {
-    if (name == key) return quantity;
+  for (const ProfileEntryKey& entry : kProfileEntryKeys) {
+    if (entry.key == key) return entry.quantity;
   }
-  if (key.starts_with("link_efficiency.")) return Q::fraction;
+  for (const Fp8EntryKey& entry : kFp8Entries) {
+    if (entry.key == key) return entry.quantity;
+  }
+  if (key.starts_with("link_efficiency.")) return ProfileQuantity::fraction;
   return std::nullopt;
 }
 

@@ -10,11 +10,6 @@
 
 namespace fleetsim {
 
-// What an entry's value and sigma measure: the unit a file writes them in follows (a FLOP rate
-// like 989TFLOPS, a size like 80GB, a bandwidth like 3.35TB/s, a duration like 4us; fractions
-// and counts are plain numbers).
-enum class ProfileQuantity { flop_rate, size, bandwidth, fraction, count, duration };
-
 // The quantity of the entry a profile names `key` (kProfileEntryKeys, kFp8Entries'
 // "fp8.<entry>", "link_efficiency.<kind>"); nothing for a key profiles do not have.
 std::optional<ProfileQuantity> profile_entry_quantity(std::string_view key);

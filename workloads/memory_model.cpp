@@ -255,7 +255,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // parallelism the context group's.
   const double communicators = (plan.gradient_ranks() > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) +
                                (plan.pp > 1 ? 1 : 0) + (plan.ep > 1 ? 1 : 0) +
-                               (plan.ep > 1 && plan.dp > plan.ep ? 1 : 0) + (plan.cp > 1 ? 1 : 0);
+                               (plan.ep > 1 && sharding.expert_ranks() > 1 ? 1 : 0) +
+                               (plan.cp > 1 ? 1 : 0);
   add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
       "gradient staging");

@@ -377,7 +377,7 @@ class MicroBatchBuilder {
       buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
                                  [](const Unit& u) { return u.dense_trainable(); });
       // With one replica per expert (ep = dp) there is nothing to reduce.
-      if (plan_->dp > plan_->ep) {
+      if (Sharding(*plan_).expert_ranks() > 1) {
         expert_buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
                                           [](const Unit& u) { return u.expert_trainable; });
       }
@@ -596,7 +596,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   if (Sharding(plan).gathers_updated_shards() && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
-    if (experts > 0 && plan.dp > plan.ep) {
+    if (experts > 0 && Sharding(plan).expert_ranks() > 1) {
       build.collective("optimizer.expert_all_gather", CollectiveOp::all_gather,
                        experts * kBf16Bytes, {step}, GroupKind::expert_data);
     }

@@ -37,11 +37,11 @@ StepInputs simulated_part(StepInputs inputs, const std::vector<std::string>& kin
     text->clear();
   }
   GpuProfile& gpu = inputs.gpu;
-  for (const char* key : kProfileEntryKeys) {
-    if (Calibrated* entry = find_profile_entry(gpu, key)) strip(*entry);
+  for (const ProfileEntryKey& key : kProfileEntryKeys) {
+    if (Calibrated* entry = find_profile_entry(gpu, key.key)) strip(*entry);
   }
-  for (const auto& [key, member] : kFp8Entries) {
-    if (gpu.fp8) strip((*gpu.fp8).*member);
+  for (const Fp8EntryKey& key : kFp8Entries) {
+    if (gpu.fp8) strip((*gpu.fp8).*key.member);
   }
   std::erase_if(gpu.link_efficiency, [&](const auto& entry) {
     return std::find(kinds.begin(), kinds.end(), entry.first) == kinds.end();

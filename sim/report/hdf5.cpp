@@ -86,6 +86,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -98,6 +99,7 @@
 #include "sim/report/atomic_file.hpp"
 #include "sim/report/hdf5_lock.hpp"
 #include "sim/report/report.hpp"
+#include "sim/report/result_fields.hpp"
 
 namespace fleetsim {
 namespace report_detail {
@@ -386,55 +388,54 @@ void write_sensitivity(const H5::Group& variant, const Sensitivity& s) {
   if (!samples.empty()) table.write(samples.data(), H5::PredType::NATIVE_DOUBLE);
 }
 
-void write_setup_attributes(const H5::Group& group, const VariantReport& variant, int index) {
-  const StepInputs& inputs = variant.inputs;
-  write_attribute(group, "name", variant.name);
-  write_attribute(group, "index", index);
-  write_attribute(group, "node", inputs.node.name);
-  write_attribute(group, "gpu_profile", inputs.gpu.name);
-  write_attribute(group, "model", inputs.model.name);
-  write_attribute(group, "precision", std::string(to_string(inputs.training.precision)));
-  write_attribute(group, "nodes", inputs.nodes);
-  write_attribute(group, "gpus_per_node", inputs.node.gpus);
-  write_attribute(group, "gpus", inputs.nodes * inputs.node.gpus);
-  // The layout's dimensions (workloads/layout/dimensions.hpp), flags as 0 or 1.
-  for (const LayoutDimension& dimension : layout_dimensions()) {
-    const std::string name(dimension.output);
-    std::visit(
-        [&](const auto& value) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
-            write_attribute(group, name.c_str(), value ? 1 : 0);
-          } else {
-            write_attribute(group, name.c_str(), value);
-          }
-        },
-        dimension.get(inputs.plan));
+// A registered field's value (result_fields.hpp) as an attribute of `object`: a summary as its
+// five <name>_ attributes, a flag as int 0 or 1, nothing for an absent value.
+void write_field(const H5::H5Object& object, std::string_view name, const FieldValue& value) {
+  const std::string attribute(name);
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return;
+        } else if constexpr (std::is_same_v<T, SampleSummary>) {
+          write_attribute(object, (attribute + "_mean").c_str(), v.mean);
+          write_attribute(object, (attribute + "_ci99_half_width").c_str(), v.ci99_half_width);
+          write_attribute(object, (attribute + "_p50").c_str(), v.p50);
+          write_attribute(object, (attribute + "_p90").c_str(), v.p90);
+          write_attribute(object, (attribute + "_p99").c_str(), v.p99);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          write_attribute(object, attribute.c_str(), v ? 1 : 0);
+        } else {
+          write_attribute(object, attribute.c_str(), v);
+        }
+      },
+      value);
+}
+
+// The registered fields of `groups` that HDF5 keeps, as attributes of `object`.
+void write_fields(const H5::H5Object& object, std::initializer_list<FieldGroup> groups,
+                  const RunReport& report, std::size_t index) {
+  for (const FieldGroup group : groups) {
+    if (!report.variants.empty() && index < report.variants.size() &&
+        !in_hdf5(group, report.variants[index])) {
+      continue;
+    }
+    for (const ResultField& field : result_fields()) {
+      if (field.group == group && !field.hdf5.empty()) {
+        write_field(object, field.hdf5, field.get(report, index));
+      }
+    }
   }
 }
 
-void write_result_attributes(const H5::Group& group, const RunReport& report, std::size_t index) {
-  const StepOutcome& outcome = report.variants[index].outcome;
-  const StepResult& step = outcome.step;
-  const auto value = [&](double v) { return outcome.simulated ? v : kNotSimulated; };
-  write_attribute(group, "simulated", outcome.simulated ? 1 : 0);
-  write_attribute(group, "replayed_ranks", outcome.simulated ? step.replayed_ranks : 0);
-  write_attribute(group, "step_time_s", value(step.step_time_s));
-  write_attribute(group, "tokens_per_s", value(step.tokens_per_s));
-  write_attribute(group, "mfu", value(step.mfu));
-  write_attribute(group, "hfu", value(step.hfu));
-  write_attribute(group, "model_flops", value(step.model_flops));
-  write_attribute(group, "hardware_flops", value(step.hardware_flops));
-  write_attribute(group, "comm_bytes_per_gpu", value(step.comm_bytes_per_gpu));
-  write_attribute(group, "memory_total_bytes", outcome.memory.total_bytes);
-  write_attribute(group, "memory_capacity_bytes", outcome.memory.capacity_bytes);
-  write_attribute(group, "headroom_fraction", outcome.memory.headroom_fraction());
-  write_attribute(group, "host_memory_per_rank_bytes", outcome.memory.host_bytes_per_rank);
-  write_attribute(group, "host_memory_per_node_bytes", outcome.memory.host_bytes_per_node);
-  write_attribute(group, "host_memory_capacity_bytes", outcome.memory.host_capacity_bytes);
-  write_attribute(group, "speedup_vs_first",
-                  speedup_vs_first(report, index).value_or(kNotSimulated));
-  write_attribute(group, "scaling_efficiency_vs_first",
-                  scaling_efficiency_vs_first(report, index).value_or(kNotSimulated));
+// A variant's setup, step and memory fields, and its layout's dimensions (flags as 0 or 1).
+void write_variant_attributes(const H5::Group& group, const RunReport& report, std::size_t index) {
+  write_fields(group, {FieldGroup::variant, FieldGroup::step, FieldGroup::memory}, report, index);
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    write_field(group, dimension.output,
+                std::visit([](const auto& v) { return FieldValue{v}; },
+                           dimension.get(report.variants[index].inputs.plan)));
+  }
 }
 
 // HDF5 link names cannot contain '/', and "." names the parent group itself.
@@ -454,11 +455,12 @@ std::string group_name_for(const std::string& variant_name, int index,
 }
 
 void write_root_attributes(const H5::H5File& file, const RunReport& report) {
-  write_attribute(file, "scenario_name", report.scenario_name);
-  write_attribute(file, "description", report.description);
-  write_attribute(file, "scenario_file", report.scenario_file);
-  write_attribute(file, "fleetsim_version", report.fleetsim_version);
-  write_attribute(file, "seed", report.seed);
+  for (const ResultField& field : result_fields()) {
+    if (field.group == FieldGroup::scenario) write_field(file, field.hdf5, field.get(report, 0));
+    if (field.group == FieldGroup::plan && report.plan) {
+      write_field(file, field.hdf5, field.get(report, 0));
+    }
+  }
   write_attribute(file, "partial", report.partial ? 1 : 0);
   if (const auto& partial = report.partial) {
     const auto joined = [](const auto& items, const auto& text_of) {
@@ -473,82 +475,18 @@ void write_root_attributes(const H5::H5File& file, const RunReport& report) {
     write_attribute(file, "left_out",
                     joined(partial->left_out, [](const std::string& item) { return item; }));
   }
-  if (report.plan) {
-    const PlanSummary& plan = *report.plan;
-    write_attribute(file, "plan_layouts", static_cast<std::uint64_t>(plan.layouts));
-    write_attribute(file, "plan_refused", static_cast<std::uint64_t>(plan.refused));
-    write_attribute(file, "plan_not_fitting", static_cast<std::uint64_t>(plan.not_fitting));
-    write_attribute(file, "plan_replayed", static_cast<std::uint64_t>(plan.replayed));
-    write_attribute(file, "plan_bounded_out", static_cast<std::uint64_t>(plan.bounded_out));
-    write_attribute(file, "plan_search_s", plan.search_s);
-  }
 }
 
 // Every HDF5 handle is closed when this returns or throws, so the file can then be renamed or
 // removed.
-void write_run(const H5::Group& variant_group, const VariantReport& variant) {
-  if (!variant.job_result) return;
+void write_run(const H5::Group& variant_group, const RunReport& report, std::size_t index) {
+  const VariantReport& variant = report.variants[index];
+  if (!in_hdf5(FieldGroup::run, variant)) return;
   const JobSpec& job = *variant.job;
   const JobResult& result = *variant.job_result;
-  const H5::Group group = variant_group.createGroup("run");
-  write_attribute(group, "interruptions_preset", variant.run->interruptions);
-  write_attribute(group, "steps", job.steps);
-  write_attribute(group, "step_s", job.step_s);
-  write_attribute(group, "jitter_factor", job.jitter_factor);
-  write_attribute(group, "checkpoint_write", to_string(job.write));
-  write_attribute(group, "checkpoint_write_s", job.checkpoint_write_s);
-  write_attribute(group, "checkpoint_copy_s", job.checkpoint_copy_s);
-  write_attribute(group, "peer_copy_s", job.peer_copy_s);
-  write_attribute(group, "peer_restore_s", job.peer_restore_s);
-  write_attribute(group, "persist_every_s", job.persist_every_s);
-  write_attribute(group, "restore_s", job.restore_s);
-  write_attribute(group, "detection_s", job.detection_s);
-  write_attribute(group, "restart_s", job.restart_s);
-  write_attribute(group, "node_repair_s", job.node_repair_s);
-  write_attribute(group, "hot_spares", job.hot_spares);
-  write_attribute(group, "when_short",
-                  std::string(job.when_short == ShortagePolicy::shrink ? "shrink" : "wait"));
-  write_attribute(group, "replicas", job.replicas);
-  write_attribute(group, "shrunk_step_s", job.shrunk_step_s);
-  write_attribute(group, "paid_gpus", paid_gpus(job));
-  write_attribute(group, "checkpoint_interval_steps", result.interval_steps);
-  write_attribute(group, "mtbf_s", result.mtbf_s);
   const bool priced = variant.run->priced;
-  write_attribute(group, "usd_per_gpu_hour", priced ? job.usd_per_gpu_hour : kNotSimulated);
-  write_attribute(group, "useful_s", result.useful_s);
-  const auto summary = [&](const std::string& name, const SampleSummary& s) {
-    write_attribute(group, (name + "_mean").c_str(), s.mean);
-    write_attribute(group, (name + "_ci99_half_width").c_str(), s.ci99_half_width);
-    write_attribute(group, (name + "_p50").c_str(), s.p50);
-    write_attribute(group, (name + "_p90").c_str(), s.p90);
-    write_attribute(group, (name + "_p99").c_str(), s.p99);
-  };
-  summary("wall_s", result.wall_s);
-  summary("goodput", result.goodput);
-  summary("interruptions", result.interruptions);
-  if (job.spot) {
-    summary("preemptions", result.preemptions);
-    write_attribute(group, "spot_preemptions_per_node_hour", job.spot->preemptions_per_node_hour);
-    write_attribute(group, "spot_source", job.spot->source);
-    write_attribute(group, "spot_notice_s", job.spot->notice_s);
-    write_attribute(group, "spot_capacity_return_s", job.spot->capacity_return_s);
-    write_attribute(group, "spot_trace_preemptions",
-                    static_cast<std::uint64_t>(job.spot->trace_s.size()));
-  }
-  summary("lost_gpu_hours", result.lost_gpu_hours);
-  summary("node_wait_s", result.node_wait_s);
-  summary("shrunk_s", result.shrunk_s);
-  summary("regrows", result.regrows);
-  summary("degraded_s", result.degraded_s);
-  summary("evictions", result.evictions);
-  summary("memory_lost", result.memory_lost);
-  write_attribute(group, "evict_degraded_after_s",
-                  job.evict_degraded_after_s ? *job.evict_degraded_after_s : kNotSimulated);
-  if (priced) {
-    summary("cost_usd", result.cost_usd);
-    summary("usd_per_million_tokens", result.usd_per_million_tokens);
-    summary("usd_per_checkpoint", result.usd_per_checkpoint);
-  }
+  const H5::Group group = variant_group.createGroup("run");
+  write_fields(group, {FieldGroup::run, FieldGroup::spot}, report, index);
   std::vector<double> wall, interruptions, checkpoints, lost, node_wait, cost;
   for (const JobReplication& run : result.replications) {
     wall.push_back(run.wall_s);
@@ -605,13 +543,12 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
     const int index = static_cast<int>(i);
     groups.push_back(group_name_for(variant.name, index, used_names));
     const H5::Group group = variants.createGroup(groups.back());
-    write_setup_attributes(group, variant, index);
-    write_result_attributes(group, report, i);
+    write_variant_attributes(group, report, i);
     write_breakdown(group, variant.outcome);
     write_memory(group, variant.outcome.memory);
     write_links(group, variant.outcome.step.links);
     write_warnings(group, variant.outcome.warnings);
-    write_run(group, variant);
+    write_run(group, report, i);
     if (variant.attribution) write_attribution(group, *variant.attribution);
     if (variant.sensitivity) write_sensitivity(group, *variant.sensitivity);
   }

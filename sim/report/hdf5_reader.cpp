@@ -69,8 +69,9 @@ Hdf5VariantSummary read_variant(const H5::Group& variants, const std::string& na
   summary.attributes = read_attributes(group);
   for (hsize_t i = 0; i < group.getNumObjs(); ++i) {
     const std::string child = group.getObjnameByIdx(i);
-    if (child != "run" && group.childObjType(child) == H5O_TYPE_GROUP) {
-      // attribution, sensitivity: their attributes, and their datasets' rows under "<group>/"
+    if (group.childObjType(child) == H5O_TYPE_GROUP) {
+      // run, attribution, sensitivity: their attributes, and their datasets' rows under
+      // "<group>/"
       const H5::Group inner = group.openGroup(child);
       summary.group_attributes[child] = read_attributes(inner);
       for (hsize_t k = 0; k < inner.getNumObjs(); ++k) {

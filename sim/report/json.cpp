@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <variant>
 
 #include "sim/report/report.hpp"
+#include "sim/report/result_fields.hpp"
 #include "workloads/layout/dimensions.hpp"
 
 namespace fleetsim {
@@ -15,12 +18,37 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-Json scenario_json(const RunReport& report) {
-  return Json{{"name", report.scenario_name},
-              {"description", report.description},
-              {"file", report.scenario_file},
-              {"seed", report.seed},
-              {"fleetsim_version", report.fleetsim_version}};
+Json summary_json(const SampleSummary& s) {
+  return Json{{"mean", s.mean},
+              {"ci99_half_width", s.ci99_half_width},
+              {"p50", s.p50},
+              {"p90", s.p90},
+              {"p99", s.p99}};
+}
+
+Json value_json(const FieldValue& value) {
+  return std::visit(
+      [](const auto& v) -> Json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return nullptr;
+        } else if constexpr (std::is_same_v<T, SampleSummary>) {
+          return summary_json(v);
+        } else {
+          return v;  // nlohmann writes a non-finite number as null
+        }
+      },
+      value);
+}
+
+// The registered fields of a group (result_fields.hpp) that JSON has, in their order.
+Json group_json(FieldGroup group, const RunReport& report, std::size_t index) {
+  Json object = Json::object();
+  for (const ResultField& field : result_fields()) {
+    if (field.group != group || field.name.empty()) continue;
+    object[std::string(field.name)] = value_json(field.get(report, index));
+  }
+  return object;
 }
 
 // Every dimension of the layout (workloads/layout/dimensions.hpp) under its output name.
@@ -33,42 +61,14 @@ Json layout_json(const ParallelPlan& plan) {
   return layout;
 }
 
-Json step_json(const StepOutcome& outcome) {
-  if (!outcome.simulated) {
-    return nullptr;
-  }
-  const StepResult& step = outcome.step;
-  return Json{{"step_time_s", step.step_time_s},
-              {"tokens_per_s", step.tokens_per_s},
-              {"mfu", step.mfu},
-              {"hfu", step.hfu},
-              {"model_flops", step.model_flops},
-              {"hardware_flops", step.hardware_flops},
-              {"compute_s", step.breakdown.compute_s},
-              {"exposed_comm_s", step.breakdown.exposed_comm_s},
-              {"exposed_dp_s", step.breakdown.exposed_dp_s},
-              {"exposed_tp_s", step.breakdown.exposed_tp_s},
-              {"exposed_pp_s", step.breakdown.exposed_pp_s},
-              {"exposed_host_s", step.breakdown.exposed_host_s},
-              {"idle_s", step.breakdown.idle_s},
-              {"comm_bytes_per_gpu", step.comm_bytes_per_gpu},
-              {"events", step.events},
-              {"replayed_ranks", step.replayed_ranks}};
-}
-
-Json memory_json(const MemoryBreakdown& memory) {
+Json memory_json(const RunReport& report, std::size_t index, const MemoryBreakdown& memory) {
+  Json json = group_json(FieldGroup::memory, report, index);
   Json items = Json::array();
   for (const MemoryItem& item : memory.items) {
     items.push_back(Json{{"name", item.name}, {"bytes", item.bytes}, {"basis", item.basis}});
   }
-  return Json{{"total_bytes", memory.total_bytes},
-              {"capacity_bytes", memory.capacity_bytes},
-              {"headroom_fraction", memory.headroom_fraction()},
-              {"fits", memory.fits()},
-              {"host_bytes_per_rank", memory.host_bytes_per_rank},
-              {"host_bytes_per_node", memory.host_bytes_per_node},
-              {"host_capacity_bytes", memory.host_capacity_bytes},
-              {"items", std::move(items)}};
+  json["items"] = std::move(items);
+  return json;
 }
 
 Json links_json(const StepOutcome& outcome) {
@@ -103,26 +103,14 @@ Json links_by_kind_json(const StepOutcome& outcome) {
   return kinds;
 }
 
-Json summary_json(const SampleSummary& s) {
-  return Json{{"mean", s.mean},
-              {"ci99_half_width", s.ci99_half_width},
-              {"p50", s.p50},
-              {"p90", s.p90},
-              {"p99", s.p99}};
-}
-
 // A run's Monte Carlo (null without a run: block, or when the layout does not fit).
-Json run_json(const VariantReport& variant) {
-  if (!variant.job_result) return nullptr;
+Json run_json(const RunReport& report, std::size_t index) {
+  const VariantReport& variant = report.variants[index];
+  if (!in_json(FieldGroup::run, variant)) return nullptr;
   const JobSpec& job = *variant.job;
-  const JobResult& result = *variant.job_result;
-  Json causes = Json::array();
-  for (const InterruptionCause& cause : job.causes) {
-    causes.push_back({{"cause", cause.name},
-                      {"per_gpu_day", cause.per_gpu_day},
-                      {"source", cause.source},
-                      {"nodes_out", cause.nodes_out}});
-  }
+  Json json = group_json(FieldGroup::run, report, index);
+  json["spot"] = in_json(FieldGroup::spot, variant) ? group_json(FieldGroup::spot, report, index)
+                                                    : Json(nullptr);
   Json degradations = Json::array();
   for (const Degradation& degradation : job.degradations) {
     degradations.push_back(
@@ -133,57 +121,16 @@ Json run_json(const VariantReport& variant) {
          {"source", degradation.source},
          {"step_s", degradation.step_s}});
   }
-  return Json{
-      {"interruptions_preset", variant.run->interruptions},
-      {"steps", job.steps},
-      {"step_s", job.step_s},
-      {"jitter_factor", job.jitter_factor},
-      {"checkpoint_write", to_string(job.write)},
-      {"peer_copy_s", job.peer_copy_s},
-      {"peer_restore_s", job.peer_restore_s},
-      {"persist_every_s", job.persist_every_s},
-      {"checkpoint_write_s", job.checkpoint_write_s},
-      {"checkpoint_copy_s", job.checkpoint_copy_s},
-      {"restore_s", job.restore_s},
-      {"detection_s", job.detection_s},
-      {"restart_s", job.restart_s},
-      {"node_repair_s", job.node_repair_s},
-      {"hot_spares", job.hot_spares},
-      {"when_short", job.when_short == ShortagePolicy::shrink ? "shrink" : "wait"},
-      {"replicas", job.replicas},
-      {"shrunk_step_s", job.shrunk_step_s},
-      {"paid_gpus", paid_gpus(job)},
-      {"checkpoint_interval_steps", result.interval_steps},
-      {"mtbf_s", std::isfinite(result.mtbf_s) ? Json(result.mtbf_s) : Json(nullptr)},
-      {"usd_per_gpu_hour", variant.run->priced ? Json(job.usd_per_gpu_hour) : Json(nullptr)},
-      {"replications", result.replications.size()},
-      {"useful_s", result.useful_s},
-      {"wall_s", summary_json(result.wall_s)},
-      {"goodput", summary_json(result.goodput)},
-      {"interruptions", summary_json(result.interruptions)},
-      {"spot", job.spot ? Json{{"preemptions_per_node_hour", job.spot->preemptions_per_node_hour},
-                               {"source", job.spot->source},
-                               {"notice_s", job.spot->notice_s},
-                               {"capacity_return_s", job.spot->capacity_return_s},
-                               {"trace_preemptions", job.spot->trace_s.size()},
-                               {"preemptions", summary_json(result.preemptions)}}
-                        : Json(nullptr)},
-      {"lost_gpu_hours", summary_json(result.lost_gpu_hours)},
-      {"node_wait_s", summary_json(result.node_wait_s)},
-      {"shrunk_s", summary_json(result.shrunk_s)},
-      {"regrows", summary_json(result.regrows)},
-      {"degradations", std::move(degradations)},
-      {"evict_degraded_after_s",
-       job.evict_degraded_after_s ? Json(*job.evict_degraded_after_s) : Json(nullptr)},
-      {"degraded_s", summary_json(result.degraded_s)},
-      {"evictions", summary_json(result.evictions)},
-      {"memory_lost", summary_json(result.memory_lost)},
-      {"cost_usd", variant.run->priced ? summary_json(result.cost_usd) : Json(nullptr)},
-      {"usd_per_million_tokens",
-       variant.run->priced ? summary_json(result.usd_per_million_tokens) : Json(nullptr)},
-      {"usd_per_checkpoint",
-       variant.run->priced ? summary_json(result.usd_per_checkpoint) : Json(nullptr)},
-      {"causes", std::move(causes)}};
+  json["degradations"] = std::move(degradations);
+  Json causes = Json::array();
+  for (const InterruptionCause& cause : job.causes) {
+    causes.push_back({{"cause", cause.name},
+                      {"per_gpu_day", cause.per_gpu_day},
+                      {"source", cause.source},
+                      {"nodes_out", cause.nodes_out}});
+  }
+  json["causes"] = std::move(causes);
+  return json;
 }
 
 // Why a variant differs from the first: per factor, its part of each attributed metric.
@@ -244,27 +191,15 @@ Json sensitivity_json(const Sensitivity& s) {
 
 Json variant_json(const RunReport& report, std::size_t index, LinkDetail detail) {
   const VariantReport& variant = report.variants[index];
-  const StepInputs& inputs = variant.inputs;
-  const std::optional<double> speedup = speedup_vs_first(report, index);
-  const std::optional<double> scaling = scaling_efficiency_vs_first(report, index);
-  Json json{{"name", variant.name},
-            {"node", inputs.node.name},
-            {"nodes", inputs.nodes},
-            {"gpus_per_node", inputs.node.gpus},
-            {"gpus", inputs.nodes * inputs.node.gpus},
-            {"gpu_profile", inputs.gpu.name},
-            {"model", inputs.model.name},
-            {"precision", to_string(inputs.training.precision)},
-            {"layout", layout_json(inputs.plan)},
-            {"simulated", variant.outcome.simulated},
-            {"step", step_json(variant.outcome)},
-            {"memory", memory_json(variant.outcome.memory)},
-            {"links", detail == LinkDetail::every_link ? links_json(variant.outcome)
-                                                       : links_by_kind_json(variant.outcome)},
-            {"warnings", variant.outcome.warnings},
-            {"speedup_vs_first", speedup ? Json(*speedup) : Json(nullptr)},
-            {"scaling_efficiency_vs_first", scaling ? Json(*scaling) : Json(nullptr)},
-            {"run", run_json(variant)}};
+  Json json = group_json(FieldGroup::variant, report, index);
+  json["layout"] = layout_json(variant.inputs.plan);
+  json["step"] = in_json(FieldGroup::step, variant) ? group_json(FieldGroup::step, report, index)
+                                                    : Json(nullptr);
+  json["memory"] = memory_json(report, index, variant.outcome.memory);
+  json["links"] = detail == LinkDetail::every_link ? links_json(variant.outcome)
+                                                   : links_by_kind_json(variant.outcome);
+  json["warnings"] = variant.outcome.warnings;
+  json["run"] = run_json(report, index);
   if (variant.attribution) json["attribution"] = attribution_json(*variant.attribution);
   if (variant.sensitivity) json["sensitivity"] = sensitivity_json(*variant.sensitivity);
   if (report.swept) {
@@ -296,18 +231,20 @@ std::string render_json(const RunReport& report, LinkDetail detail) {
                    {"not_finished", std::move(not_finished)},
                    {"left_out", report.partial->left_out}};
   }
-  Json root{{"scenario", scenario_json(report)},
+  Json root{{"scenario", group_json(FieldGroup::scenario, report, 0)},
             {"partial", std::move(partial)},
             {"variants", std::move(variants)}};
   if (report.plan) {
     const PlanSummary& plan = *report.plan;
-    root["plan"] = Json{{"layouts", plan.layouts},         {"refused", plan.refused},
-                        {"not_fitting", plan.not_fitting}, {"replayed", plan.replayed},
-                        {"bounded_out", plan.bounded_out}, {"search_s", plan.search_s}};
+    root["plan"] = group_json(FieldGroup::plan, report, 0);
     if (plan.leanest) {
-      root["plan"]["leanest"] = Json{{"name", plan.leanest->name},
-                                     {"layout", layout_json(plan.leanest->inputs.plan)},
-                                     {"memory", memory_json(plan.leanest->outcome.memory)}};
+      // The leanest layout as a report of its own, so that its memory renders as a variant's.
+      RunReport leanest;
+      leanest.variants = {*plan.leanest};
+      root["plan"]["leanest"] =
+          Json{{"name", plan.leanest->name},
+               {"layout", layout_json(plan.leanest->inputs.plan)},
+               {"memory", memory_json(leanest, 0, plan.leanest->outcome.memory)}};
     }
   }
   // Names come from user files; invalid UTF-8 is replaced rather than aborting the whole report.

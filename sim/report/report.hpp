@@ -154,17 +154,17 @@ std::string render_sweep_csv(const RunReport& report);
 std::string results_to_bytes(const RunReport& report, const std::vector<std::size_t>& indices);
 std::vector<std::size_t> results_from_bytes(const std::string& bytes, RunReport& report);
 
-// Reading an HDF5 result file back without HDF5 headers (tests, `fleetsim inspect`).
+// Reading an HDF5 result file back without HDF5 headers (tests, and programs that check a file).
 using Hdf5Attribute = std::variant<std::string, std::int64_t, std::uint64_t, double>;
 
 struct Hdf5VariantSummary {
   std::string group;  // "/variants/<name>"
   std::map<std::string, Hdf5Attribute> attributes;
-  // dataset name -> number of rows; "attribution/parts", "sensitivity/samples", ... for the
-  // datasets of its attribution and sensitivity groups
+  // dataset name -> number of rows; "run/wall_s", "attribution/parts", "sensitivity/samples",
+  // ... for the datasets of its run, attribution and sensitivity groups
   std::map<std::string, std::size_t> dataset_rows;
   std::vector<std::string> warnings;
-  // The attributes of its attribution and sensitivity groups, by group name.
+  // The attributes of its run, attribution and sensitivity groups, by group name.
   std::map<std::string, std::map<std::string, Hdf5Attribute>> group_attributes;
 };
 

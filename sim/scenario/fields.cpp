@@ -449,29 +449,6 @@ std::vector<std::string> available_presets(const fs::path& dir) {
   return names;
 }
 
-// A problem reported at the first of its fields that `map` writes (each a path below it), or at
-// the deepest map on the way to the first that it does.
-[[noreturn]] void fail_at(const Field& map, const JobProblem& problem) {
-  std::optional<Field> deepest;
-  for (const std::string& path : problem.fields) {
-    Field at = map;
-    bool whole = true;
-    for (std::size_t begin = 0; begin <= path.size();) {
-      const std::size_t end = std::min(path.find('.', begin), path.size());
-      const auto next = find(at, std::string_view(path).substr(begin, end - begin));
-      if (!next || !at.node.IsMap()) {
-        whole = false;
-        break;
-      }
-      at = *next;
-      begin = end + 1;
-    }
-    if (whole) fail(at, problem.problem, problem.hint);
-    if (!deepest) deepest = at;
-  }
-  fail(deepest.value_or(map), problem.problem, problem.hint);
-}
-
 // ---- layers ----------------------------------------------------------------------------------
 
 std::optional<YAML::Node> child_node(const YAML::Node& map, const std::string& key) {

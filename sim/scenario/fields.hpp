@@ -26,7 +26,6 @@
 #include "sim/engine/errors.hpp"
 #include "sim/engine/time.hpp"
 #include "sim/scenario/units.hpp"
-#include "workloads/layout/rules.hpp"
 
 namespace fleetsim::fields {
 
@@ -48,6 +47,12 @@ struct Doc {
 struct Layer {
   std::string at;
   YAML::Node node;
+  // Rebinds, as Field's does.
+  Layer& operator=(const Layer& other) {
+    at = other.at;
+    node.reset(other.node);
+    return *this;
+  }
 };
 
 // One value in a document: the node (for its mark), the document, and its dotted key path. A
@@ -83,9 +88,6 @@ std::string did_you_mean(std::string_view word, const Keys& candidates);
 // Throws the ScenarioError for a mistake at `f`: a compare entry's key is named
 // compare[i].<path>, a value the base gives a variant is reported "in variant ...".
 [[noreturn]] void fail(const Field& f, const std::string& problem, const std::string& hint = {});
-// A rule's problem (workloads/layout/rules.hpp) at the first of its fields that `map` writes
-// (each a path below it), or at the deepest map on the way to the first that it does.
-[[noreturn]] void fail_at(const Field& map, const JobProblem& problem);
 
 // ---- maps ------------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "sim/scenario/loader.hpp"
-#include "sim/step/step_executor.hpp"
 #include "workloads/layout/dimensions.hpp"
 #include "workloads/layout/rules.hpp"
 
@@ -19,6 +18,29 @@ const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",   "t
                        "layout", "cluster",     "run",  "pricing", "compare", "sweep"};
 
 }  // namespace
+
+// A problem reported at the first of its fields that `map` writes (each a path below it), or at
+// the deepest map on the way to the first that it does.
+void fail_at(const Field& map, const JobProblem& problem) {
+  std::optional<Field> deepest;
+  for (const std::string& path : problem.fields) {
+    Field at = map;
+    bool whole = true;
+    for (std::size_t begin = 0; begin <= path.size();) {
+      const std::size_t end = std::min(path.find('.', begin), path.size());
+      const auto next = find(at, std::string_view(path).substr(begin, end - begin));
+      if (!next || !at.node.IsMap()) {
+        whole = false;
+        break;
+      }
+      at = *next;
+      begin = end + 1;
+    }
+    if (whole) fail(at, problem.problem, problem.hint);
+    if (!deepest) deepest = at;
+  }
+  fail(deepest.value_or(map), problem.problem, problem.hint);
+}
 
 const Preset& Loader::preset(const Field& name_field, const fs::path& dir, std::string_view what) {
   const std::string name = read_string(name_field);

@@ -93,6 +93,10 @@ class Loader {
   std::map<std::filesystem::path, std::unique_ptr<Preset>> presets_;
 };
 
+// A rule's problem (workloads/layout/rules.hpp) at the first of its fields that `map` writes
+// (each a path below it), or else at the deepest map on the way to its first field.
+[[noreturn]] void fail_at(const fields::Field& map, const JobProblem& problem);
+
 // The sections that need no presets.
 TrainingSpec parse_training(const fields::Field& f);
 // LoRA's default targets on a GELU MLP leave out its gate; a gate listed is reported there.

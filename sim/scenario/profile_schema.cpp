@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "calibration/profile_file.hpp"
 #include "sim/scenario/loader.hpp"
 
 namespace fleetsim {
@@ -15,29 +14,9 @@ using namespace fields;
 
 namespace {
 
-// Calibrated GPU profile keys: {value, sigma, provenance}, value and sigma in the unit of the
-// entry's quantity (calibration/profile_file.hpp).
-struct CalibratedKey {
-  std::string_view key;
-  Calibrated GpuProfile::*member;
-};
-
-const std::array<CalibratedKey, 10> kCalibratedKeys = {{
-    {"dense_bf16", &GpuProfile::dense_bf16_flops_per_s},
-    {"hbm_capacity", &GpuProfile::hbm_capacity_bytes},
-    {"hbm_bandwidth", &GpuProfile::hbm_bytes_per_s},
-    {"gemm_efficiency", &GpuProfile::gemm_efficiency},
-    {"gemm_sustained", &GpuProfile::gemm_sustained_flops_per_s},
-    {"gemm_k_overhead", &GpuProfile::gemm_k_overhead},
-    {"attention_efficiency", &GpuProfile::attention_efficiency},
-    {"memory_efficiency", &GpuProfile::memory_efficiency},
-    {"kernel_launch", &GpuProfile::kernel_launch_s},
-    {"comm_sms", &GpuProfile::comm_sms},
-}};
-
-// The loader's quantity for a profile entry's.
-Quantity quantity_of(std::string_view key) {
-  switch (profile_entry_quantity(key).value()) {
+// A profile entry's quantity (calibration/gpu_profile.hpp) as the loader reads it.
+Quantity quantity_of(ProfileQuantity quantity) {
+  switch (quantity) {
     case ProfileQuantity::flop_rate: return Quantity::flop_rate;
     case ProfileQuantity::size: return Quantity::size;
     case ProfileQuantity::bandwidth: return Quantity::bandwidth;
@@ -50,14 +29,14 @@ Quantity quantity_of(std::string_view key) {
 
 // Under a profile's `fp8` map each FP8 entry is written without kFp8Entries' "fp8." prefix.
 std::string fp8_key(std::size_t i) {
-  return std::string(kFp8Entries[i].first).substr(std::string_view("fp8.").size());
+  return std::string(kFp8Entries[i].key).substr(std::string_view("fp8.").size());
 }
 
 Keys profile_keys() {
   Keys keys = {"name",       "description",     "sm_count",
                "gemm_tiles", "link_efficiency", "collective_library"};
-  for (const CalibratedKey& entry : kCalibratedKeys) {
-    keys.push_back(entry.key);
+  for (const ProfileEntryKey& entry : kProfileEntryKeys) {
+    if (entry.required) keys.push_back(entry.key);
   }
   return keys;
 }
@@ -230,9 +209,10 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   const Field root{p.root, &p.doc, ""};
   Keys allowed = profile_keys();
   const Keys required = allowed;
-  allowed.push_back("nvls_efficiency");     // only GPUs behind an NVLS-capable NVSwitch have it
+  for (const ProfileEntryKey& entry : kProfileEntryKeys) {
+    if (!entry.required) allowed.push_back(entry.key);
+  }
   allowed.push_back("compute_capability");  // NVIDIA GPUs only
-  allowed.push_back("p2p_efficiency");      // where a send/recv benchmark calibrates it
   allowed.push_back("fp8");                 // GPUs with FP8 tensor cores
   expect_map(root, allowed);
   require_keys(root, required);
@@ -249,8 +229,10 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   g.description = read_string(require(root, "description"));
   g.sm_count = read_sm_count(require(root, "sm_count"));
   g.gemm_tiles = read_gemm_tiles(require(root, "gemm_tiles"));
-  for (const CalibratedKey& key : kCalibratedKeys) {
-    g.*key.member = read_calibrated(require(root, key.key), quantity_of(key.key));
+  for (const ProfileEntryKey& entry : kProfileEntryKeys) {
+    if (!entry.required) continue;
+    *find_profile_entry(g, entry.key) =
+        read_calibrated(require(root, entry.key), quantity_of(entry.quantity));
   }
   const Field links = require(root, "link_efficiency");
   expect_map(links, kLinkKinds);
@@ -275,8 +257,8 @@ GpuProfile Loader::gpu_profile(const Field& name) {
     require_keys(*fp8, keys);
     Fp8Gemm rates;
     for (std::size_t i = 0; i < kFp8Entries.size(); ++i) {
-      rates.*kFp8Entries[i].second =
-          read_calibrated(require(*fp8, names[i]), quantity_of(kFp8Entries[i].first));
+      rates.*kFp8Entries[i].member =
+          read_calibrated(require(*fp8, names[i]), quantity_of(kFp8Entries[i].quantity));
     }
     g.fp8 = rates;
   }

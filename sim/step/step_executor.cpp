@@ -37,7 +37,7 @@ CommKind comm_kind(GroupKind group) {
     case GroupKind::expert: return kTensorComm;
     case GroupKind::pipeline: return kPipelineComm;
   }
-  return kCommKinds;
+  throw ModelError(std::string("no communication kind for group ") + to_string(group));
 }
 
 struct Interval {
@@ -766,20 +766,27 @@ class Replay {
   // cross (a fabric uplink, a PCIe switch two replicas share) runs.
   void plan_shadows(const Topology& topology) {
     const int tp = grid_.tp();
-    const int dp = grid_.replicas();
+    const int replicas = grid_.replicas();
     ReplicaSharing sharing(topology);
-    // Tensor groups are numbered stage x replicas + replica.
+    // A tensor group's replica and its representative (the group of replica 0 of its stage).
+    const auto replica_of = [&](int group) {
+      return grid_.replica_of(grid_.members(GroupKind::tensor, group).front());
+    };
+    const auto representative_of = [&](int group) {
+      const int first = grid_.members(GroupKind::tensor, group).front();
+      return grid_.group_of(grid_.in_replica(first, 0), GroupKind::tensor);
+    };
     const std::vector<CollectiveGroup>& tensor_groups = groups_[kTensor];
     std::vector<std::optional<std::size_t>> tensor_part;
     for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
       tensor_part.push_back(
-          sharing.join(group_links(tensor_groups[g].gpus), static_cast<int>(g % dp)));
+          sharing.join(group_links(tensor_groups[g].gpus), replica_of(static_cast<int>(g))));
     }
     // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
     std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
     for (const std::pair<int, int>& stages : transfer_stages_) {
       auto& parts = pipeline_part[stages];
-      for (int replica = 0; replica < dp; ++replica) {
+      for (int replica = 0; replica < replicas; ++replica) {
         for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
           const VertexId a = gpus_[grid_.rank_at(stages.first, replica, tp_rank)];
           const VertexId b = gpus_[grid_.rank_at(stages.second, replica, tp_rank)];
@@ -792,15 +799,16 @@ class Replay {
     }
     tensor_shadows_.assign(tensor_groups.size(), {});
     for (std::size_t g = 0; g < tensor_part.size(); ++g) {
-      const std::size_t replica = g % dp;
-      if (replica == 0 || !sharing.crossed_by_several(tensor_part[g])) continue;
-      tensor_shadows_[g - replica].push_back(static_cast<int>(g));
+      const int group = static_cast<int>(g);
+      if (replica_of(group) == 0 || !sharing.crossed_by_several(tensor_part[g])) continue;
+      tensor_shadows_[representative_of(group)].push_back(group);
     }
     for (const auto& [stages, parts] : pipeline_part) {
       auto& shadows = pipeline_shadows_[stages];
       shadows.assign(tp, {});
-      for (int replica = 1; replica < dp; ++replica) {
+      for (int replica = 1; replica < replicas; ++replica) {
         for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
+          // parts lists the pairs replica by replica, tp rank innermost.
           if (sharing.crossed_by_several(parts[replica * tp + tp_rank])) {
             shadows[tp_rank].push_back(replica);
           }
@@ -1050,13 +1058,6 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
                                      carried[l] / (link.bytes_per_s * result.step_time_s)});
   }
   return result;
-}
-
-JobSubject job_subject_on_cluster(const StepInputs& inputs) {
-  JobSubject subject = job_subject(inputs.model, inputs.training);
-  subject.cluster =
-      JobCluster{&inputs.node, inputs.nodes, inputs.gpu.name, inputs.gpu.fp8.has_value()};
-  return subject;
 }
 
 StepOutcome check_memory(const StepInputs& inputs) {

@@ -33,12 +33,10 @@ struct HostCosts {
   double adam_cycles_per_parameter = 0;
 };
 
-// Replays one step of `graph` with its ranks on the first graph.ranks GPUs of `topology`.
+// Replays one step of `graph` with its ranks on the first graph.grid.ranks() GPUs of
+// `topology`.
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
                         const StepOptions& options = {}, const HostCosts& host = {});
-
-// The facts the job rules read (workloads/layout/rules.hpp), with the cluster the inputs name.
-JobSubject job_subject_on_cluster(const StepInputs& inputs);
 
 // The memory check alone: the breakdown and its warnings, nothing replayed.
 StepOutcome check_memory(const StepInputs& inputs);

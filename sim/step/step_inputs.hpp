@@ -23,6 +23,15 @@ struct StepInputs {
   bool operator==(const StepInputs&) const = default;
 };
 
+// The facts the job rules read (workloads/layout/rules.hpp), with the cluster the inputs name;
+// the node is referred to, not copied: valid while `inputs` is.
+inline JobSubject job_subject_on_cluster(const StepInputs& inputs) {
+  JobSubject subject = job_subject(inputs.model, inputs.training);
+  subject.cluster =
+      JobCluster{&inputs.node, inputs.nodes, inputs.gpu.name, inputs.gpu.fp8.has_value()};
+  return subject;
+}
+
 struct LinkUsage {
   std::string name;  // "n0.gpu3->n0.nvswitch", stable across runs
   std::string kind;  // "nvlink", "pcie", "infiniband", ...

@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <variant>
@@ -107,4 +109,10 @@ TEST_CASE("dp: auto is what the GPUs leave to tp x cp x pp") {
   CHECK(data_parallel_size_for(plan, 96) == 0);     // 64 does not divide 96
   plan.dp = 3;
   CHECK(data_parallel_size_for(plan, 1024) == 3);  // a dp given stays
+  // Sizes whose product no int holds leave nothing, rather than wrap to a divisor of zero.
+  plan.dp = 0;
+  plan.tp = 65536;
+  plan.cp = 65536;
+  CHECK(data_parallel_size_for(plan, 1024) == 0);
+  CHECK(size_product({65536, 65536, 65536, 65536}) == std::numeric_limits<std::int64_t>::max());
 }

@@ -28,6 +28,8 @@
 #include "tools/fleetsim/progress.hpp"
 #include "tools/fleetsim/ranks.hpp"
 #include "tools/fleetsim/stopping.hpp"
+#include "workloads/layout/dimensions.hpp"
+#include "workloads/layout/rules.hpp"
 
 namespace po = boost::program_options;
 using fleetsim::DataPaths;
@@ -512,6 +514,18 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
   section("GPU profiles (calibration/profiles)", catalog.gpus);
   section("models (workloads/models)", catalog.models);
   section("interruption rates (calibration/interruptions)", catalog.interruptions);
+  // The layout's knobs and the rules they keep, from the layout's own tables.
+  std::cout << "layout: keys (default; what fleetsim plan tries)\n";
+  for (const fleetsim::LayoutDimension& dimension : fleetsim::layout_dimensions()) {
+    const std::string default_value =
+        dimension.required ? "required" : fleetsim::default_text(dimension);
+    std::cout << "  " << dimension.key << " (" << default_value << "): " << dimension.description
+              << "; plan: " << dimension.planner << "\n";
+  }
+  std::cout << "job rules (checked by validate, run and plan)\n";
+  for (const fleetsim::JobRule& rule : fleetsim::job_rules()) {
+    std::cout << "  " << rule.name << ": " << rule.summary << "\n";
+  }
 }
 
 int run_command(const Options& options, const fleetsim::Ranks& ranks) {

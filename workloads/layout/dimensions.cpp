@@ -250,8 +250,9 @@ std::string layout_label(const ParallelPlan& plan) {
 
 int data_parallel_size_for(const ParallelPlan& plan, int gpus) {
   if (plan.dp > 0) return plan.dp;
-  const int model_ranks = plan.tp * plan.cp * plan.pp;
-  return gpus % model_ranks == 0 ? gpus / model_ranks : 0;
+  const std::int64_t model_ranks = size_product({plan.tp, plan.cp, plan.pp});
+  if (model_ranks < 1 || model_ranks > gpus) return 0;
+  return gpus % model_ranks == 0 ? static_cast<int>(gpus / model_ranks) : 0;
 }
 
 }  // namespace fleetsim

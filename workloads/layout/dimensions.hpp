@@ -1,8 +1,8 @@
 // The dimensions of a parallel layout: each field of ParallelPlan with the names and defaults
 // the rest of fleetsim gives it. The scenario loader reads `layout:` from this table, the
 // results (JSON, HDF5, the MPI archive) write a layout from it, a layout's label is made of its
-// fragments, and `fleetsim list` describes each knob from it: a new dimension is a row here, a
-// field in ParallelPlan, and its rules and model.
+// fragments, and `fleetsim list` and docs/results-schema.md describe each knob from it: a new
+// dimension is a row here, a field in ParallelPlan, and its rules and model.
 #pragma once
 
 #include <span>

@@ -5,7 +5,23 @@
 // dimensions.hpp's. Nothing else restates them.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
 namespace fleetsim {
+
+// The product of layout sizes in 64 bits, saturating at the largest int64: a scenario may give
+// sizes whose product no integer holds, and a rule must still say so rather than wrap.
+inline std::int64_t size_product(std::initializer_list<std::int64_t> sizes) {
+  std::int64_t product = 1;
+  for (const std::int64_t size : sizes) {
+    if (__builtin_mul_overflow(product, size, &product)) {
+      return std::numeric_limits<std::int64_t>::max();
+    }
+  }
+  return product;
+}
 
 // none: keep every tensor a layer saves; selective: recompute the attention core (scores,
 // softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et

@@ -9,7 +9,8 @@ namespace fleetsim {
 namespace {
 
 using Problem = std::optional<JobProblem>;
-// Products of layout sizes in 64 bits: a scenario may give sizes whose product overflows an int.
+// Products of layout sizes in 64 bits, saturating (size_product): a scenario may give sizes
+// whose product overflows an int.
 using Wide = std::int64_t;
 
 std::string str(Wide n) {
@@ -25,10 +26,10 @@ Problem at(std::vector<std::string> fields, std::string problem, std::string hin
 // dp: auto leaves dp 0 where tp x cp x pp does not divide the GPUs (data_parallel_size_for).
 Problem automatic_dp_divides(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.dp != 0 || !job.cluster || plan.tp < 1 || plan.cp < 1 || plan.pp < 1) return {};
-  const Wide gpus = Wide{job.cluster->nodes} * job.cluster->node->gpus;
-  if (gpus % (Wide{plan.tp} * plan.cp * plan.pp) == 0) return {};
+  const Wide gpus = size_product({job.cluster->nodes, job.cluster->node->gpus});
+  if (gpus % size_product({plan.tp, plan.cp, plan.pp}) == 0) return {};
   return at({"layout.dp"},
-            "dp: auto needs tp x cp x pp = " + str(Wide{plan.tp} * plan.cp * plan.pp) +
+            "dp: auto needs tp x cp x pp = " + str(size_product({plan.tp, plan.cp, plan.pp})) +
                 " to divide the " + str(gpus) + " GPUs",
             "change tp, cp or pp, or cluster.nodes");
 }
@@ -176,7 +177,7 @@ Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
 // again by sequence parallelism.
 Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.cp <= 1) return {};
-  const Wide chunks = Wide{2} * plan.cp * plan.tp;
+  const Wide chunks = size_product({2, plan.cp, plan.tp});
   if (job.seq_len % chunks == 0) return {};
   return at({"layout.cp"},
             "cp " + str(plan.cp) + " cuts each sequence into 2 x cp chunks that tp " +
@@ -208,9 +209,9 @@ Problem vpp_needs_1f1b_pipeline(const JobSubject&, const ParallelPlan& plan) {
 }
 
 Problem virtual_stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
-  if (plan.vpp <= 1 || Wide{plan.pp} * plan.vpp <= job.layers) return {};
+  if (plan.vpp <= 1 || size_product({plan.pp, plan.vpp}) <= job.layers) return {};
   return at({"layout.vpp"},
-            "pp x vpp = " + str(Wide{plan.pp} * plan.vpp) +
+            "pp x vpp = " + str(size_product({plan.pp, plan.vpp})) +
                 " is more virtual stages than the model's " + str(job.layers) + " layers",
             "each virtual stage holds at least one layer");
 }
@@ -237,9 +238,9 @@ Problem pipeline_shards_optimizer_only(const JobSubject&, const ParallelPlan& pl
 
 Problem uses_every_gpu(const JobSubject& job, const ParallelPlan& plan) {
   if (!job.cluster) return {};
-  const Wide gpus = Wide{job.cluster->nodes} * job.cluster->node->gpus;
-  const Wide model_ranks = Wide{plan.tp} * plan.cp * plan.pp;
-  if (model_ranks * plan.dp == gpus) return {};
+  const Wide gpus = size_product({job.cluster->nodes, job.cluster->node->gpus});
+  const Wide model_ranks = size_product({plan.tp, plan.cp, plan.pp});
+  if (size_product({model_ranks, plan.dp}) == gpus) return {};
   const bool cp = plan.cp > 1;
   return at({"layout.dp", "layout"},
             "tp" + std::string(cp ? " x cp" : "") + " x pp x dp must equal the GPU count (" +
@@ -252,7 +253,7 @@ Problem uses_every_gpu(const JobSubject& job, const ParallelPlan& plan) {
 // Each rank runs global_batch / (micro_batch x dp) micro-batches of gradient accumulation per
 // optimizer step, which must be a whole number.
 Problem batch_splits_into_micro_batches(const JobSubject& job, const ParallelPlan& plan) {
-  const Wide per_pass = Wide{job.micro_batch} * plan.dp;
+  const Wide per_pass = size_product({job.micro_batch, plan.dp});
   if (job.global_batch % per_pass == 0) return {};
   return at({"training.global_batch"},
             "global_batch " + str(job.global_batch) +
@@ -265,7 +266,7 @@ Problem batch_splits_into_micro_batches(const JobSubject& job, const ParallelPla
 // Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp.
 Problem interleaving_in_groups_of_pp(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.vpp <= 1) return {};
-  const Wide m = job.global_batch / (Wide{job.micro_batch} * plan.dp);
+  const Wide m = job.global_batch / size_product({job.micro_batch, plan.dp});
   if (m % plan.pp == 0) return {};
   return at({"layout.vpp"},
             "the interleaved schedule needs micro-batches per step (" + str(m) +

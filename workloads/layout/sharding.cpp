@@ -1,12 +1,20 @@
 #include "workloads/layout/sharding.hpp"
 
+#include "sim/engine/errors.hpp"
+
 namespace fleetsim {
 
 Sharding::Sharding(const ParallelPlan& plan)
     : zero_(plan.zero_stage),
       dense_ranks_(plan.gradient_ranks()),
       // An expert group holds every expert once: each expert lies on gradient_ranks / ep ranks.
-      expert_ranks_(plan.ep > 0 ? plan.gradient_ranks() / plan.ep : 1) {}
+      expert_ranks_(plan.ep > 0 ? plan.gradient_ranks() / plan.ep : 0) {
+  if (dense_ranks_ < 1 || expert_ranks_ < 1) {
+    throw ModelError(
+        "ZeRO shards over the replicas holding a parameter: dp x cp and dp x cp / ep "
+        "must be at least 1");
+  }
+}
 
 double Sharding::optimizer_parameters(double dense, double experts) const {
   if (!optimizer_sharded()) return dense + experts;

@@ -1,0 +1,70 @@
+// The result fields: every scalar a variant's results carry, registered once with its name,
+// unit and meaning. The JSON rendering, the HDF5 file and the generated schema page
+// (docs/results-schema.md) are rendered from this list; the console picks its rows from it by
+// name. A new scalar result is a row here (and the value it reads).
+//
+// Fields come in groups: the variant's setup, its step (present in JSON once simulated; in
+// HDF5 NaN until then), its memory, its run's Monte Carlo and the run's spot capacity (each
+// present where the variant has one). A quantity that does not exist (no baseline to compare
+// with, no price) is NaN: JSON writes it as null, HDF5 as NaN. The layout's fields are the
+// dimensions of workloads/layout/dimensions.hpp, the tables (memory items, links, breakdown,
+// causes, ...) are listed in result_tables().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "sim/report/report.hpp"
+
+namespace fleetsim {
+
+enum class FieldGroup { scenario, plan, variant, step, memory, run, spot };
+
+struct ResultGroup {
+  FieldGroup group;
+  std::string_view json;  // its object in a variant's JSON ("" for the variant's own keys)
+  std::string_view hdf5;  // "variant attributes", "run attributes": where HDF5 keeps its fields
+  std::string_view description;
+};
+
+// A value, of the type outputs write: absent (a group or summary that is not there), an
+// integer, a count, a number, a flag (HDF5: int 0 or 1), a string, or a Monte Carlo summary
+// (JSON: {mean, ci99_half_width, p50, p90, p99}; HDF5: <name>_mean, ... attributes).
+using FieldValue =
+    std::variant<std::monostate, int, std::uint64_t, double, bool, std::string, SampleSummary>;
+
+struct ResultField {
+  FieldGroup group;
+  std::string_view name;  // its key in the group's JSON object; "" where JSON has none
+  std::string_view hdf5;  // its HDF5 attribute; "" where the file has none (or has a table)
+  std::string_view unit;  // "s", "bytes", "tokens/s", "USD", "1" for a ratio, "" for text
+  std::string_view description;
+  FieldValue (*get)(const RunReport& report, std::size_t variant);
+};
+
+std::span<const ResultGroup> result_groups();
+std::span<const ResultField> result_fields();
+// The group's presence in each output: the step's JSON object is null until simulated (its
+// HDF5 attributes NaN), the run's and spot's are absent without them.
+bool in_json(FieldGroup group, const VariantReport& variant);
+bool in_hdf5(FieldGroup group, const VariantReport& variant);
+
+// A table of a variant's results: its JSON key and HDF5 dataset, and its columns.
+struct ResultTable {
+  FieldGroup group;
+  std::string_view json;  // "" where JSON has none
+  std::string_view hdf5;  // "" where HDF5 has none
+  std::string_view columns;
+  std::string_view description;
+};
+std::span<const ResultTable> result_tables();
+
+// docs/results-schema.md: every group, field (with its unit) and table, the layout's
+// dimensions and the root attributes, generated from the registries.
+std::string render_results_schema();
+
+}  // namespace fleetsim

@@ -1,0 +1,118 @@
+// The result registry and the outputs rendered from it agree: every registered field is where
+// its JSON key and HDF5 attribute say, for a variant with every group present.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "common/temp_dir.hpp"
+#include "scenario/fixture.hpp"
+#include "sim/job/job_of_step.hpp"
+#include "sim/report/report.hpp"
+#include "sim/report/result_fields.hpp"
+#include "sim/step/step_executor.hpp"
+
+namespace fleetsim {
+namespace {
+
+using testing::TempDir;
+
+// A spot variant of the 70B pre-training run: a simulated step, a priced run on spot capacity.
+RunReport report_with_every_group() {
+  const Scenario scenario = load_scenario(
+      std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios/llama3-70b-pretraining-run.yaml",
+      testing::source_data());
+  const Variant& spot = scenario.variants[4];
+  REQUIRE(spot.run);
+  REQUIRE(spot.run->spot);
+  REQUIRE(spot.run->priced);
+  VariantReport variant{spot.name, spot.inputs, simulate_step(spot.inputs), spot.run};
+  REQUIRE(variant.outcome.simulated);
+  variant.job = job_of_step(*spot.run, spot.inputs, variant.outcome.step.step_time_s, {},
+                            variant.outcome.warnings);
+  variant.job_result = simulate_job(*variant.job, 5, scenario.seed);
+  RunReport report;
+  report.scenario_name = scenario.name;
+  report.variants = {variant};
+  report.plan = PlanSummary{10, 1, 2, 3, 4, 0.5, std::nullopt};
+  return report;
+}
+
+const nlohmann::json& object_of(const nlohmann::json& root, FieldGroup group) {
+  const nlohmann::json& variant = root["variants"][0];
+  switch (group) {
+    case FieldGroup::scenario: return root["scenario"];
+    case FieldGroup::plan: return root["plan"];
+    case FieldGroup::variant: return variant;
+    case FieldGroup::step: return variant["step"];
+    case FieldGroup::memory: return variant["memory"];
+    case FieldGroup::run: return variant["run"];
+    case FieldGroup::spot: return variant["run"]["spot"];
+  }
+  return root;
+}
+
+}  // namespace
+
+TEST_CASE("every registered field is in the JSON under its group, and nothing else is there") {
+  const RunReport report = report_with_every_group();
+  const nlohmann::json json = nlohmann::json::parse(render_json(report));
+  std::set<std::pair<FieldGroup, std::string>> names;
+  for (const ResultField& field : result_fields()) {
+    if (field.name.empty()) continue;
+    INFO(field.name);
+    CHECK(names.insert({field.group, std::string(field.name)}).second);  // one key once
+    CHECK(object_of(json, field.group).contains(std::string(field.name)));
+  }
+  // Each group's scalars are registered: the JSON has no scalar key the registry lacks.
+  for (const ResultGroup& group : result_groups()) {
+    for (const auto& [key, value] : object_of(json, group.group).items()) {
+      if (value.is_object() || value.is_array()) continue;  // tables and groups
+      INFO(key);
+      CHECK(names.count({group.group, key}) == 1);
+    }
+  }
+}
+
+TEST_CASE("every registered HDF5 attribute is written where its group says") {
+  const RunReport report = report_with_every_group();
+  const TempDir dir;
+  const auto path = dir.path() / "results.h5";
+  write_hdf5(report, path);
+  const Hdf5Summary file = read_hdf5_summary(path);
+  REQUIRE(file.variants.size() == 1);
+  const Hdf5VariantSummary& variant = file.variants.front();
+  const auto& run = variant.group_attributes.at("run");
+  for (const ResultField& field : result_fields()) {
+    if (field.hdf5.empty()) continue;
+    INFO(field.hdf5);
+    const std::string name(field.hdf5);
+    const bool summary = std::holds_alternative<SampleSummary>(field.get(report, 0));
+    const std::string written = summary ? name + "_p90" : name;
+    switch (field.group) {
+      case FieldGroup::scenario:
+      case FieldGroup::plan: CHECK(file.attributes.count(written) == 1); break;
+      case FieldGroup::variant:
+      case FieldGroup::step:
+      case FieldGroup::memory: CHECK(variant.attributes.count(written) == 1); break;
+      case FieldGroup::run:
+      case FieldGroup::spot: CHECK(run.count(written) == 1); break;
+    }
+  }
+  CHECK(variant.dataset_rows.at("run/wall_s") == 5);
+}
+
+TEST_CASE("the schema page lists every field and table with its unit") {
+  const std::string page = render_results_schema();
+  for (const ResultField& field : result_fields()) {
+    const std::string_view shown = field.name.empty() ? field.hdf5 : field.name;
+    CHECK_THAT(page, Catch::Contains("`" + std::string(shown) + "`"));
+  }
+  for (const ResultTable& table : result_tables()) {
+    CHECK_THAT(page, Catch::Contains(std::string(table.columns)));
+  }
+  CHECK_THAT(page, Catch::Contains("| `step_time_s` | `step_time_s` | s |"));
+}
+
+}  // namespace fleetsim
