@@ -17,297 +17,14 @@
 #include "sim/engine/engine.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/network/flow_network.hpp"
-#include "workloads/memory_model.hpp"
+#include "sim/step/folding.hpp"
+#include "sim/step/step_accounting.hpp"
+#include "sim/step/step_program.hpp"
 
 namespace fleetsim {
 namespace {
 
-// Communication by what it is for, so that exposed time can be told apart (StepBreakdown):
-// data-parallel gradient reductions and parameter gathers (of the data group, or of an
-// expert's), a layer's collectives (of the tensor, context and expert groups), pipeline
-// transfers, and optimizer offload's copies over PCIe.
-enum CommKind { kDataParallelComm, kTensorComm, kPipelineComm, kHostComm, kCommKinds };
-
-CommKind comm_kind(GroupKind group) {
-  switch (group) {
-    case GroupKind::data:
-    case GroupKind::expert_data: return kDataParallelComm;
-    case GroupKind::tensor:
-    case GroupKind::context:
-    case GroupKind::expert: return kTensorComm;
-    case GroupKind::pipeline: return kPipelineComm;
-  }
-  throw ModelError(std::string("no communication kind for group ") + to_string(group));
-}
-
-struct Interval {
-  SimTime begin;
-  SimTime end;
-};
-
-// Total length of the overlap of two lists of disjoint intervals sorted by start.
-SimTime overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
-  SimTime total{};
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const SimTime begin = std::max(a[i].begin, b[j].begin);
-    const SimTime end = std::min(a[i].end, b[j].end);
-    if (begin < end) total += end - begin;
-    if (a[i].end < b[j].end) {
-      ++i;
-    } else {
-      ++j;
-    }
-  }
-  return total;
-}
-
-// The union of possibly overlapping intervals, as disjoint intervals sorted by start.
-std::vector<Interval> merged(std::vector<Interval> intervals) {
-  std::sort(intervals.begin(), intervals.end(),
-            [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
-  std::vector<Interval> disjoint;
-  for (const Interval& interval : intervals) {
-    if (!disjoint.empty() && interval.begin <= disjoint.back().end) {
-      disjoint.back().end = std::max(disjoint.back().end, interval.end);
-    } else {
-      disjoint.push_back(interval);
-    }
-  }
-  return disjoint;
-}
-
-SimTime total(const std::vector<Interval>& intervals) {
-  SimTime sum{};
-  for (const Interval& interval : intervals) sum += interval.end - interval.begin;
-  return sum;
-}
-
-// A stage program's static structure, shared by the stage's ranks.
-// One list of numbers per task, stored back to back: read in order, as replay does millions of
-// times, they cost one cache line where a vector per task costs a pointer chase each.
-class TaskLists {
- public:
-  // lists[t] for each task t.
-  explicit TaskLists(const std::vector<std::vector<std::uint32_t>>& lists) {
-    begin_.reserve(lists.size() + 1);
-    begin_.push_back(0);
-    for (const auto& list : lists) {
-      items_.insert(items_.end(), list.begin(), list.end());
-      begin_.push_back(items_.size());
-    }
-  }
-  std::span<const std::uint32_t> operator[](TaskIndex t) const {
-    return {items_.data() + begin_[t], items_.data() + begin_[t + 1]};
-  }
-
- private:
-  std::vector<std::size_t> begin_;
-  std::vector<std::uint32_t> items_;
-};
-
-struct ProgramIndex {
-  TaskLists dependents;
-  // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
-  std::array<std::vector<TaskIndex>, kStreamCount> order;
-  std::vector<TaskIndex> unordered;  // transfers with no dependencies
-  // The streams whose head a task's end can unblock: its own and its dependents', as bits.
-  std::vector<std::uint8_t> wakes;
-  static_assert(kStreamCount <= 8, "a stream is a bit of a byte in `wakes`");
-  std::vector<std::size_t> position;  // of each task in its stream's order
-  // Of each task, the stream positions of the dependencies it has on the compute stream.
-  TaskLists compute_dep_positions;
-  std::vector<int> dependencies;  // of each task: how many it waits on before any has run
-  std::vector<Stream> stream;     // of each task (read often: kept apart from the tasks)
-
-  ProgramIndex(const Program& program, const GpuProfile& gpu)
-      : dependents(dependents_of(program)),
-        compute_dep_positions(compute_dep_positions_of(program)),
-        gpu_(&gpu) {
-    dependencies.resize(program.size());
-    stream.resize(program.size());
-    wakes.resize(program.size());
-    position.resize(program.size());
-    for (TaskIndex t = 0; t < program.size(); ++t) {
-      const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
-      wakes[t] |= bit;
-      dependencies[t] = static_cast<int>(program[t].deps.size());
-      stream[t] = program[t].stream;
-      for (const TaskIndex d : program[t].deps) {
-        wakes[d] |= bit;
-      }
-      if (program[t].stream != Stream::pipeline) {
-        std::vector<TaskIndex>& stream = order[static_cast<int>(program[t].stream)];
-        position[t] = stream.size();
-        stream.push_back(t);
-      } else if (program[t].deps.empty()) {
-        unordered.push_back(t);
-      }
-    }
-    // A program repeats its layers' kernels many times over: each distinct one is costed once
-    // for each number of SMs held beside it.
-    std::map<Kernel, std::uint32_t> distinct;
-    const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
-    kernel_at_.assign(compute.size(), kNoKernel);
-    for (std::size_t i = 0; i < compute.size(); ++i) {
-      if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
-        const auto [at, added] =
-            distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
-        if (added) kernels_.push_back(work->kernel);
-        kernel_at_[i] = at->second;
-      }
-    }
-    compute_ns_before(0);
-  }
-
-  // The compute stream's kernels' durations summed in stream order while the rank's
-  // collectives hold `sms_held` of the GPU's SMs: element i is the nanoseconds of the kernels
-  // before position i, so a kernel's is a difference. Built the first time a count is asked
-  // for (a rank meets a few: none, one collective's, two's).
-  const std::vector<std::int64_t>& compute_ns_before(int sms_held) {
-    const auto [at, added] = ns_before_.try_emplace(sms_held);
-    if (!added) return at->second;
-    std::vector<std::int64_t> ns(kernels_.size());
-    for (std::size_t k = 0; k < kernels_.size(); ++k) {
-      ns[k] = from_seconds(kernel_seconds(*gpu_, kernels_[k], sms_held)).ns();
-    }
-    std::vector<std::int64_t>& before = at->second;
-    before.assign(kernel_at_.size() + 1, 0);
-    for (std::size_t i = 0; i < kernel_at_.size(); ++i) {
-      before[i + 1] = before[i] + (kernel_at_[i] == kNoKernel ? 0 : ns[kernel_at_[i]]);
-    }
-    return before;
-  }
-
- private:
-  static constexpr std::uint32_t kNoKernel = ~std::uint32_t{0};
-  const GpuProfile* gpu_;
-  std::vector<Kernel> kernels_;           // the compute stream's distinct kernels
-  std::vector<std::uint32_t> kernel_at_;  // of each compute stream position (kNoKernel: none)
-  std::map<int, std::vector<std::int64_t>> ns_before_;  // by SMs held
-
-  static TaskLists dependents_of(const Program& program) {
-    std::vector<std::vector<TaskIndex>> lists(program.size());
-    for (TaskIndex t = 0; t < program.size(); ++t) {
-      for (const TaskIndex d : program[t].deps) {
-        if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
-        lists[d].push_back(t);
-      }
-    }
-    return TaskLists(lists);
-  }
-  static TaskLists compute_dep_positions_of(const Program& program) {
-    std::vector<std::uint32_t> compute_position(program.size(), 0);
-    std::uint32_t computed = 0;
-    std::vector<std::vector<std::uint32_t>> lists(program.size());
-    for (TaskIndex t = 0; t < program.size(); ++t) {
-      for (const TaskIndex d : program[t].deps) {
-        if (program[d].stream == Stream::compute) lists[t].push_back(compute_position[d]);
-      }
-      if (program[t].stream == Stream::compute) compute_position[t] = computed++;
-    }
-    return TaskLists(lists);
-  }
-};
-
-// The ranks a trace records, `count` of them: the first replayed ones, or with a pipeline the
-// first rank of stages spread from the first to the last, so the trace shows the schedule.
-std::vector<bool> traced_ranks(const TaskGraph& graph, const std::vector<bool>& replayed,
-                               int count) {
-  const RankGrid& grid = graph.grid;
-  std::vector<bool> traced(grid.ranks(), false);
-  const int pp = grid.pp();
-  if (pp == 1) {
-    for (int r = 0; r < grid.ranks() && count > 0; ++r) {
-      if (replayed[r]) {
-        traced[r] = true;
-        --count;
-      }
-    }
-    return traced;
-  }
-  const int stages = std::min(count, pp);
-  for (int i = 0; i < stages; ++i) {
-    const int stage = stages == 1 ? 0 : i * (pp - 1) / (stages - 1);
-    traced[grid.first_rank_of_stage(stage)] = true;
-  }
-  return traced;
-}
-
-// Which links the traffic of more than one data-parallel replica may cross: a union-find over
-// links, in which the links of one tensor-parallel group or one pipeline pair are joined, with
-// the replica that owns each. Under hash routing every link into or out of a switch with
-// equal-cost peers stands for all of them (one extra element), as the hash may pick any.
-class ReplicaSharing {
- public:
-  explicit ReplicaSharing(const Topology& topology)
-      : topology_(&topology),
-        parent_(topology.link_count() + 1),
-        owner_(topology.link_count() + 1, kNone) {
-    std::iota(parent_.begin(), parent_.end(), std::size_t{0});
-  }
-  // Joins the links of one piece of traffic of `replica` and returns their part.
-  std::optional<std::size_t> join(const std::vector<LinkId>& links, int replica) {
-    std::optional<std::size_t> part;
-    const auto add = [&](std::size_t element) {
-      owner_[element] = owner_[element] == kNone || owner_[element] == replica ? replica : kMany;
-      if (part) parent_[find(element)] = find(*part);
-      part = element;
-    };
-    for (const LinkId link : links) {
-      add(link);
-      const Link& l = topology_->link(link);
-      if (topology_->has_equal_cost_peers(l.from) || topology_->has_equal_cost_peers(l.to)) {
-        add(any_equal_cost_link());
-      }
-    }
-    return part;
-  }
-  // Once everything is joined: whether the part holds a link that two replicas cross.
-  bool crossed_by_several(std::optional<std::size_t> part) {
-    if (!part) return false;
-    if (shared_root_.empty()) {
-      shared_root_.assign(parent_.size(), false);
-      for (std::size_t x = 0; x < parent_.size(); ++x) {
-        if (owner_[x] == kMany) shared_root_[find(x)] = true;
-      }
-    }
-    return shared_root_[find(*part)];
-  }
-
- private:
-  static constexpr int kNone = -1;
-  static constexpr int kMany = -2;
-  std::size_t any_equal_cost_link() const { return parent_.size() - 1; }
-  std::size_t find(std::size_t x) {
-    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
-    return x;
-  }
-  const Topology* topology_;
-  std::vector<std::size_t> parent_;
-  std::vector<int> owner_;  // the one replica whose traffic crosses the link, or none, or many
-  std::vector<bool> shared_root_;
-};
-
-// Whether every data-parallel replica sits on the cluster as replica 0 does, shifted by whole
-// units or by whole tensor-parallel groups inside units that its stages fill alike, a unit
-// being a node, or an NVLink domain of several nodes (GB200 NVL72): tensor groups that span
-// whole units, or that divide a unit when each stage fills whole units (or there is one
-// stage). Otherwise a pipeline transfer may stay inside a unit in one replica and cross the
-// fabric in another, and replica 0 would not stand for the others.
-bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
-  const VertexId first = topology.gpus().front();
-  const int first_node = topology.vertex(first).node;
-  const std::optional<VertexId> domain = topology.nvswitch_of(first);
-  const auto unit = static_cast<int>(
-      std::count_if(topology.gpus().begin(), topology.gpus().end(), [&](VertexId gpu) {
-        return domain ? topology.nvswitch_of(gpu) == domain
-                      : topology.vertex(gpu).node == first_node;
-      }));
-  const RankGrid& grid = graph.grid;
-  if (grid.tp() % unit == 0) return true;
-  return unit % grid.tp() == 0 && (grid.pp() == 1 || grid.stage_ranks() % unit == 0);
-}
+using namespace step_detail;
 
 class Replay {
  public:
@@ -321,8 +38,8 @@ class Replay {
         // each is replayed then.
         fold_(options.fold && graph.grid.replicas() > 1 && !graph.grid.groups_join_replicas() &&
               replicas_placed_alike(graph, topology)),
-        replayed_(replayed_ranks(graph, fold_)),
-        traced_(traced_ranks(graph, replayed_, options.trace_ranks)),
+        replayed_(replayed_ranks(graph.grid, fold_)),
+        traced_(traced_ranks(graph.grid, replayed_, options.trace_ranks)),
         network_(engine_, usable_link_capacities(topology, gpu)),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         topology_(&topology),
@@ -339,8 +56,13 @@ class Replay {
     index_transfers();
     build_groups(topology);
     if (graph.host_work) count_host_sharing(topology, host);
-    if (fold_) plan_shadows(topology);
-    if (fold_ && graph.host_work) plan_host_shadows(topology);
+    if (fold_) {
+      std::vector<std::vector<VertexId>> tensor_groups;
+      for (const CollectiveGroup& group : groups_[kTensor]) tensor_groups.push_back(group.gpus);
+      shadows_ =
+          plan_shadows(grid_, topology, collectives_, gpus_, tensor_groups, transfer_stages_);
+    }
+    if (fold_ && graph.host_work) host_shadows_ = host_shadows(grid_, topology, gpus_, replayed_);
     // One arrival counter per group a collective task of a stage runs in (its stage's groups of
     // that kind); transfers count their two sides apart.
     std::size_t counters = 0;
@@ -398,9 +120,7 @@ class Replay {
     std::vector<int> waiting_on;  // unfinished dependencies per task
     std::array<StreamState, kStreamCount> streams;
     std::size_t tasks_done = 0;
-    std::vector<Interval> compute_busy;
-    // Communication by kind (CommKind), each kind's possibly overlapping.
-    std::array<std::vector<Interval>, kCommKinds> comm_busy;
+    RankActivity activity;                // what it was busy with (step_accounting.hpp)
     std::optional<RunningKernel> kernel;  // on the compute stream
     // Its collectives running now (not pipeline sends): NCCL's, each on the GPU profile's
     // comm_sms, and the SMs of those that say what they hold (Transformer Engine's userbuffers).
@@ -430,7 +150,7 @@ class Replay {
       Rank& done = ranks_[r];
       const RunningKernel finished = *done.kernel;
       done.kernel.reset();
-      done.compute_busy.push_back({finished.begin, engine_.now()});
+      done.activity.compute_busy.push_back({finished.begin, engine_.now()});
       const ProgramIndex& index = index_[done.stage];
       const std::vector<TaskIndex>& order = index.order[static_cast<int>(Stream::compute)];
       const std::size_t first = index.position[finished.task];
@@ -554,7 +274,7 @@ class Replay {
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, work, +1);
     const std::vector<int>& shadows = fold_ && work.group == GroupKind::tensor
-                                          ? tensor_shadows_[grid_.group_of(r, GroupKind::tensor)]
+                                          ? shadows_.tensor[grid_.group_of(r, GroupKind::tensor)]
                                           : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
@@ -565,7 +285,7 @@ class Replay {
     collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind, &work] {
       for (const int member : group.ranks) change_collectives(member, work, -1);
       for (const int member : group.ranks) {
-        ranks_[member].comm_busy[kind].push_back({begin, engine_.now()});
+        ranks_[member].activity.comm_busy[kind].push_back({begin, engine_.now()});
         record(member, t, begin);
         finish(member, t);
       }
@@ -606,7 +326,9 @@ class Replay {
     const bool copy = work.op != HostOp::cpu;
     flows.push_back({links(r), work.bytes, SimTime{},
                      [this, r, t, begin, copy] {
-                       if (copy) ranks_[r].comm_busy[kHostComm].push_back({begin, engine_.now()});
+                       if (copy) {
+                         ranks_[r].activity.comm_busy[kHostComm].push_back({begin, engine_.now()});
+                       }
                        record(r, t, begin);
                        finish(r, t);
                      },
@@ -677,7 +399,7 @@ class Replay {
     if (plans.empty()) {
       const std::vector<int>& replicas =
           fold_
-              ? pipeline_shadows_.at({ranks_[from].stage, ranks_[to].stage})[grid_.tp_rank_of(from)]
+              ? shadows_.pipeline.at({ranks_[from].stage, ranks_[to].stage})[grid_.tp_rank_of(from)]
               : kNoShadows;
       for (const int replica : replicas) {
         plans.push_back(collectives_.plan_send(gpus_[grid_.in_replica(from, replica)],
@@ -690,7 +412,7 @@ class Replay {
     for (std::size_t i = 0; i + 1 < plans.size(); ++i) collectives_.send(plans[i], [] {});
     collectives_.send(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
       for (const auto& [member, task] : sides) {
-        ranks_[member].comm_busy[kPipelineComm].push_back({begin, engine_.now()});
+        ranks_[member].activity.comm_busy[kPipelineComm].push_back({begin, engine_.now()});
         record(member, task, begin);
         finish(member, task);
       }
@@ -731,92 +453,6 @@ class Replay {
     }
   }
 
-  static std::vector<bool> replayed_ranks(const TaskGraph& graph, bool fold) {
-    std::vector<bool> replayed(graph.grid.ranks(), true);
-    if (!fold) return replayed;
-    for (int r = 0; r < graph.grid.ranks(); ++r) replayed[r] = graph.grid.representative(r);
-    return replayed;
-  }
-
-  // The links a collective over `gpus` may cross: every hop of every channel's ring (the
-  // tree's chains inside a node are ring hops too, and every link between nodes is one part).
-  std::vector<LinkId> group_links(const std::vector<VertexId>& gpus) const {
-    if (gpus.size() < 2) return {};
-    std::vector<std::pair<VertexId, VertexId>> hops;
-    for (const std::vector<VertexId>& ring : collectives_.channel_rings(gpus)) {
-      for (std::size_t i = 0; i < ring.size(); ++i) {
-        hops.emplace_back(ring[i], ring[(i + 1) % ring.size()]);
-      }
-    }
-    std::sort(hops.begin(), hops.end());
-    hops.erase(std::unique(hops.begin(), hops.end()), hops.end());
-    std::vector<LinkId> links;
-    for (const auto& [from, to] : hops) {
-      const std::vector<LinkId> hop = collectives_.hop_links(from, to);
-      links.insert(links.end(), hop.begin(), hop.end());
-    }
-    return links;
-  }
-
-  // Which copies of the replayed traffic in other replicas must run too. A copy whose links,
-  // and the links of whatever else of its replica they are joined to, carry no other replica's
-  // traffic loads them as its representative loads replica 0's: the data-parallel groups,
-  // replayed whole, cross every replica's links alike and are slowed where replica 0's are, so
-  // such a copy changes nothing and is left out. A copy joined to a link that several replicas
-  // cross (a fabric uplink, a PCIe switch two replicas share) runs.
-  void plan_shadows(const Topology& topology) {
-    const int tp = grid_.tp();
-    const int replicas = grid_.replicas();
-    ReplicaSharing sharing(topology);
-    // A tensor group's replica and its representative (the group of replica 0 of its stage).
-    const auto replica_of = [&](int group) {
-      return grid_.replica_of(grid_.members(GroupKind::tensor, group).front());
-    };
-    const auto representative_of = [&](int group) {
-      const int first = grid_.members(GroupKind::tensor, group).front();
-      return grid_.group_of(grid_.in_replica(first, 0), GroupKind::tensor);
-    };
-    const std::vector<CollectiveGroup>& tensor_groups = groups_[kTensor];
-    std::vector<std::optional<std::size_t>> tensor_part;
-    for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
-      tensor_part.push_back(
-          sharing.join(group_links(tensor_groups[g].gpus), replica_of(static_cast<int>(g))));
-    }
-    // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
-    std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
-    for (const std::pair<int, int>& stages : transfer_stages_) {
-      auto& parts = pipeline_part[stages];
-      for (int replica = 0; replica < replicas; ++replica) {
-        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-          const VertexId a = gpus_[grid_.rank_at(stages.first, replica, tp_rank)];
-          const VertexId b = gpus_[grid_.rank_at(stages.second, replica, tp_rank)];
-          std::vector<LinkId> links = collectives_.hop_links(a, b);
-          const std::vector<LinkId> back = collectives_.hop_links(b, a);
-          links.insert(links.end(), back.begin(), back.end());
-          parts.push_back(sharing.join(links, replica));
-        }
-      }
-    }
-    tensor_shadows_.assign(tensor_groups.size(), {});
-    for (std::size_t g = 0; g < tensor_part.size(); ++g) {
-      const int group = static_cast<int>(g);
-      if (replica_of(group) == 0 || !sharing.crossed_by_several(tensor_part[g])) continue;
-      tensor_shadows_[representative_of(group)].push_back(group);
-    }
-    for (const auto& [stages, parts] : pipeline_part) {
-      auto& shadows = pipeline_shadows_[stages];
-      shadows.assign(tp, {});
-      for (int replica = 1; replica < replicas; ++replica) {
-        for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-          // parts lists the pairs replica by replica, tp rank innermost.
-          if (sharing.crossed_by_several(parts[replica * tp + tp_rank])) {
-            shadows[tp_rank].push_back(replica);
-          }
-        }
-      }
-    }
-  }
-
   // Under optimizer offload: that every node's host is described, and how many ranks share
   // each (their CPU Adam splits its cores).
   void count_host_sharing(const Topology& topology, const HostCosts& host) {
@@ -831,21 +467,6 @@ class Replay {
         throw ModelError("optimizer offload needs the host of node " + std::to_string(node) +
                          " described: host_memory, cpu_cores, cpu_clock and "
                          "cpu_adam_cycles_per_parameter");
-      }
-    }
-  }
-
-  // Under optimizer offload the replicas on a node share its host memory, cores and PCIe
-  // uplinks: a replayed rank's host work runs for each of them too (the same rank of its stage
-  // in another replica on its node). Replicas on other nodes have hosts of their own.
-  void plan_host_shadows(const Topology& topology) {
-    host_shadows_.assign(grid_.ranks(), {});
-    for (int r = 0; r < grid_.ranks(); ++r) {
-      if (!replayed_[r]) continue;
-      const int node = topology.vertex(gpus_[r]).node;
-      for (int replica = 1; replica < grid_.replicas(); ++replica) {
-        const int copy = grid_.in_replica(r, replica);
-        if (topology.vertex(gpus_[copy]).node == node) host_shadows_[r].push_back(copy);
       }
     }
   }
@@ -875,79 +496,18 @@ class Replay {
     }
   }
 
-  // Adds to `by_kind` the rank's exposed communication (its compute stream idle) by kind: a
-  // stretch where several kinds run is shared among them evenly (the nanoseconds left over to
-  // the first), so the kinds add up exactly to the exposed time.
-  static void add_exposed_by_kind(const Rank& rank, std::array<SimTime, kCommKinds>& by_kind) {
-    struct Edge {
-      SimTime at;
-      int kind;  // kCommKinds: the compute stream
-      int step;  // +1 starts, -1 ends
-    };
-    std::vector<Edge> edges;
-    for (const Interval& busy : rank.compute_busy) {
-      edges.push_back({busy.begin, kCommKinds, +1});
-      edges.push_back({busy.end, kCommKinds, -1});
-    }
-    for (int kind = 0; kind < kCommKinds; ++kind) {
-      for (const Interval& busy : merged(rank.comm_busy[kind])) {
-        edges.push_back({busy.begin, kind, +1});
-        edges.push_back({busy.end, kind, -1});
-      }
-    }
-    std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
-    std::array<int, kCommKinds + 1> active{};
-    for (std::size_t e = 0; e < edges.size(); ++e) {
-      active[edges[e].kind] += edges[e].step;
-      if (e + 1 == edges.size() || edges[e + 1].at == edges[e].at) continue;
-      if (active[kCommKinds] > 0) continue;  // computing: nothing exposed
-      const std::int64_t length = (edges[e + 1].at - edges[e].at).ns();
-      int running = 0;
-      for (int kind = 0; kind < kCommKinds; ++kind) running += active[kind] > 0;
-      if (running == 0) continue;
-      bool first = true;
-      for (int kind = 0; kind < kCommKinds; ++kind) {
-        if (active[kind] == 0) continue;
-        by_kind[kind] += SimTime::from_ns(length / running + (first ? length % running : 0));
-        first = false;
-      }
-    }
-  }
-
-  // Sums in integer nanoseconds, so compute + exposed + idle is exactly the step time.
   StepResult summarise() const {
     StepResult result;
     const SimTime step = engine_.now();
     result.step_time_s = step.seconds();
     result.events = engine_.events_processed();
-    SimTime compute{}, exposed{};
-    std::array<SimTime, kCommKinds> exposed_by_kind{};
-    std::int64_t replayed = 0;
+    std::vector<const RankActivity*> replayed;
     for (int r = 0; r < grid_.ranks(); ++r) {
-      if (!replayed_[r]) continue;
-      const Rank& rank = ranks_[r];
-      // The compute stream is serial, so its intervals are already disjoint and in order.
-      std::vector<Interval> all;
-      for (const auto& kind : rank.comm_busy) all.insert(all.end(), kind.begin(), kind.end());
-      const std::vector<Interval> comm = merged(std::move(all));
-      compute += total(rank.compute_busy);
-      exposed += total(comm) - overlap(rank.compute_busy, comm);
-      add_exposed_by_kind(rank, exposed_by_kind);
-      ++replayed;
+      if (replayed_[r]) replayed.push_back(&ranks_[r].activity);
     }
-    // Folded replicas run as their representative does, so the average over replayed ranks is
-    // the average over all.
-    const double ranks = static_cast<double>(replayed);
-    result.breakdown.compute_s = compute.seconds() / ranks;
-    result.breakdown.exposed_comm_s = exposed.seconds() / ranks;
-    result.breakdown.idle_s =
-        (SimTime::from_ns(step.ns() * replayed) - compute - exposed).seconds() / ranks;
-    result.breakdown.exposed_dp_s = exposed_by_kind[kDataParallelComm].seconds() / ranks;
-    result.breakdown.exposed_tp_s = exposed_by_kind[kTensorComm].seconds() / ranks;
-    result.breakdown.exposed_pp_s = exposed_by_kind[kPipelineComm].seconds() / ranks;
-    result.breakdown.exposed_host_s = exposed_by_kind[kHostComm].seconds() / ranks;
+    result.breakdown = step_breakdown(replayed, step);
     result.comm_bytes_per_gpu = comm_bytes_ / grid_.ranks();
-    result.replayed_ranks = static_cast<int>(replayed);
+    result.replayed_ranks = static_cast<int>(replayed.size());
     result.trace = trace_;
     return result;
   }
@@ -978,10 +538,7 @@ class Replay {
   double comm_bytes_ = 0;                          // bytes sent, all GPUs
   std::set<std::pair<int, int>> transfer_stages_;  // (sending, receiving) stage of each transfer
   static inline const std::vector<int> kNoShadows{};
-  // Folded copies to run: by representative tensor group, the other tensor groups; by
-  // (sending, receiving) stage and tp rank, the other replicas.
-  std::vector<std::vector<int>> tensor_shadows_;
-  std::map<std::pair<int, int>, std::vector<std::vector<int>>> pipeline_shadows_;
+  Shadows shadows_;  // folded copies to run (folding.hpp)
   // Per (sending rank, receiving rank, bytes): the plans of its replicas' copies, then its own.
   std::map<std::tuple<int, int, double>, std::vector<Collectives::SendPlan>> send_plans_;
   std::vector<std::vector<int>> host_shadows_;  // by replayed rank: its host work's copies
@@ -1058,47 +615,6 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
                                      carried[l] / (link.bytes_per_s * result.step_time_s)});
   }
   return result;
-}
-
-StepOutcome check_memory(const StepInputs& inputs) {
-  validate_job(inputs.model, inputs.training, inputs.plan);
-  StepOutcome outcome;
-  MemoryBreakdown& memory = outcome.memory;
-  memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
-                           inputs.gpu.hbm_capacity_bytes.value);
-  memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
-  if (inputs.plan.offload_optimizer) {
-    if (!inputs.node.describes_host()) {
-      throw ModelError("optimizer offload needs node " + inputs.node.name +
-                       " to describe its host: host_memory, host_memory_capacity, cpu_cores, "
-                       "cpu_clock and cpu_adam_cycles_per_parameter");
-    }
-    const int ranks = inputs.plan.world_size();
-    memory.host_bytes_per_node = memory.host_bytes_per_rank * std::min(inputs.node.gpus, ranks);
-  }
-  if (!memory.gpu_fits()) {
-    char text[160];
-    std::snprintf(text, sizeof text, "does not fit: needs %.1f GB per GPU, %.1f GB available",
-                  memory.total_bytes / 1e9, memory.capacity_bytes / 1e9);
-    outcome.warnings.push_back(text);
-  }
-  if (!memory.host_fits()) {
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "does not fit: the offloaded optimizer needs %.1f GB of host memory per node, "
-                  "%.1f GB available",
-                  memory.host_bytes_per_node / 1e9, memory.host_capacity_bytes / 1e9);
-    outcome.warnings.push_back(text);
-  }
-  if (!memory.fits()) return outcome;
-  if (outcome.memory.headroom_fraction() < kMinComfortableHeadroom) {
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "memory headroom %.0f%% is under the %.0f%% practitioners keep free",
-                  100 * outcome.memory.headroom_fraction(), 100 * kMinComfortableHeadroom);
-    outcome.warnings.push_back(text);
-  }
-  return outcome;
 }
 
 StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) {

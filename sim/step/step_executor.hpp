@@ -14,6 +14,7 @@
 
 #include "calibration/gpu_profile.hpp"
 #include "sim/collectives/collectives.hpp"
+#include "sim/step/memory_check.hpp"
 #include "sim/step/step_inputs.hpp"
 #include "topology/topology.hpp"
 #include "workloads/task_graph.hpp"
@@ -37,9 +38,6 @@ struct HostCosts {
 // `topology`.
 StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
                         const StepOptions& options = {}, const HostCosts& host = {});
-
-// The memory check alone: the breakdown and its warnings, nothing replayed.
-StepOutcome check_memory(const StepInputs& inputs);
 
 // The whole pipeline for one configuration: memory check, task graph, topology, replay.
 // A layout that does not fit is reported with its memory breakdown and not replayed.

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -58,6 +59,27 @@ inline std::string with(std::string text, const std::string& from, const std::st
   const auto at = text.find(from);
   REQUIRE(at != std::string::npos);
   return text.replace(at, from.size(), to);
+}
+
+// A minimal valid scenario; tests that plant a mistake in it count lines from here.
+inline const std::string kBase =
+    "name: test\n"           // 1
+    "model: llama3-8b\n"     // 2
+    "training:\n"            // 3
+    "  seq_len: 4096\n"      // 4
+    "  global_batch: 256\n"  // 5
+    "  micro_batch: 2\n"     // 6
+    "layout:\n"              // 7
+    "  dp: 8\n"              // 8
+    "  zero: 3\n"            // 9
+    "cluster:\n"             // 10
+    "  node: dgx-h100\n";    // 11
+
+// The text of a file shipped in the source tree, to plant a broken copy of it.
+inline std::string shipped_file(const std::string& name) {
+  std::ifstream in(std::filesystem::path(FLEETSIM_SOURCE_DIR) / name);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace fleetsim::testing

@@ -1,0 +1,54 @@
+// The memory check of a step's inputs: the breakdown of memory per GPU against the device (and
+// the host under optimizer offload), with its warnings. A layout that does not fit is not
+// replayed (simulate_step).
+#include "sim/step/memory_check.hpp"
+
+#include <cstdio>
+
+#include "sim/engine/errors.hpp"
+#include "workloads/memory_model.hpp"
+
+namespace fleetsim {
+
+StepOutcome check_memory(const StepInputs& inputs) {
+  validate_job(inputs.model, inputs.training, inputs.plan);
+  StepOutcome outcome;
+  MemoryBreakdown& memory = outcome.memory;
+  memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
+                           inputs.gpu.hbm_capacity_bytes.value);
+  memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
+  if (inputs.plan.offload_optimizer) {
+    if (!inputs.node.describes_host()) {
+      throw ModelError("optimizer offload needs node " + inputs.node.name +
+                       " to describe its host: host_memory, host_memory_capacity, cpu_cores, "
+                       "cpu_clock and cpu_adam_cycles_per_parameter");
+    }
+    const int ranks = inputs.plan.world_size();
+    memory.host_bytes_per_node = memory.host_bytes_per_rank * std::min(inputs.node.gpus, ranks);
+  }
+  if (!memory.gpu_fits()) {
+    char text[160];
+    std::snprintf(text, sizeof text, "does not fit: needs %.1f GB per GPU, %.1f GB available",
+                  memory.total_bytes / 1e9, memory.capacity_bytes / 1e9);
+    outcome.warnings.push_back(text);
+  }
+  if (!memory.host_fits()) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "does not fit: the offloaded optimizer needs %.1f GB of host memory per node, "
+                  "%.1f GB available",
+                  memory.host_bytes_per_node / 1e9, memory.host_capacity_bytes / 1e9);
+    outcome.warnings.push_back(text);
+  }
+  if (!memory.fits()) return outcome;
+  if (outcome.memory.headroom_fraction() < kMinComfortableHeadroom) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "memory headroom %.0f%% is under the %.0f%% practitioners keep free",
+                  100 * outcome.memory.headroom_fraction(), 100 * kMinComfortableHeadroom);
+    outcome.warnings.push_back(text);
+  }
+  return outcome;
+}
+
+}  // namespace fleetsim

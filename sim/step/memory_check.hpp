@@ -1,0 +1,13 @@
+// The memory check of a step: the memory model (workloads/memory_model.hpp) applied to a
+// step's inputs, with the device's and the host's capacity and the warnings a person needs.
+#pragma once
+
+#include "sim/step/step_inputs.hpp"
+
+namespace fleetsim {
+
+// The breakdown and its warnings ("does not fit", low headroom), nothing replayed. Throws
+// ModelError for a job that breaks its rules (validate_job).
+StepOutcome check_memory(const StepInputs& inputs);
+
+}  // namespace fleetsim
