@@ -23,6 +23,7 @@
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/step_executor.hpp"
+#include "sim/study/study.hpp"
 #include "tools/fleetsim/calibrate_command.hpp"
 #include "tools/fleetsim/collective_command.hpp"
 #include "tools/fleetsim/progress.hpp"
@@ -189,250 +190,17 @@ fleetsim::LinkDetail link_detail(const Options& options) {
 // trace opens in a browser.
 constexpr int kTracedRanks = 8;
 
-// A report of `scenario` with no variant results yet.
-RunReport empty_report(const Scenario& scenario) {
-  RunReport report;
-  report.scenario_name = scenario.name;
-  report.description = scenario.description;
-  report.scenario_file = scenario.file;
-  report.fleetsim_version = FLEETSIM_VERSION;
-  report.seed = scenario.seed;
-  report.swept = scenario.swept;
-  return report;
-}
-
-// A variant's run, once its step is simulated: its job (with the steps one replica short and
-// with degraded hardware, from the step executor), then the Monte Carlo on the scenario's seed
-// (the same interruption histories for every variant of one cluster size). A stop keeps the
-// replications finished, or throws Stopped, as `on_stop` says.
-void simulate_run(fleetsim::VariantReport& out, std::uint64_t seed,
-                  const fleetsim::StepOptions& options, fleetsim::ProgressBar& progress,
-                  fleetsim::OnStop on_stop) {
-  if (!out.run || !out.outcome.simulated) return;
-  out.job = fleetsim::job_of_step(*out.run, out.inputs, out.outcome.step.step_time_s, options,
-                                  out.outcome.warnings);
-  out.job_result = fleetsim::simulate_job(
-      *out.job, out.run->replications, seed, [&progress] { progress.advance(); }, on_stop);
-  if (out.job->spot && !out.job->spot->trace_s.empty() &&
-      out.job_result->wall_s.p50 > out.job->spot->trace_s.back()) {
-    out.outcome.warnings.push_back(
-        "the spot preemption trace ends at " +
-        std::to_string(static_cast<long long>(out.job->spot->trace_s.back() / 3600)) +
-        " h, before most runs do: no preemptions after it");
-  }
-}
-
-// `layouts` (fastest step first) each with `run` simulated, ranked by the run's expected cost
-// (its mean; without a price its mean wall time), ties in the order given: a layout's step is
-// not all its run costs. One whose run cannot be simulated is ranked last, with a warning.
-// Throws Stopped when a stop cuts a Monte Carlo short: the ranking would not be one.
-void rank_by_run(std::vector<fleetsim::VariantReport>& layouts, const fleetsim::RunSpec& run,
-                 std::uint64_t seed, const fleetsim::StepOptions& options,
-                 fleetsim::ProgressBar& progress) {
-  tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
-    fleetsim::VariantReport& layout = layouts[i];
-    layout.run = run;
-    try {
-      simulate_run(layout, seed, options, progress, fleetsim::OnStop::throw_stopped);
-    } catch (const fleetsim::ModelError& e) {  // this layout's run only
-      layout.job.reset();
-      layout.job_result.reset();
-      layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
-    }
-  });
-  const auto expected = [&](const fleetsim::VariantReport& layout) {
-    if (!layout.job_result) return std::numeric_limits<double>::infinity();
-    return run.priced ? layout.job_result->cost_usd.mean : layout.job_result->wall_s.mean;
-  };
-  std::stable_sort(layouts.begin(), layouts.end(),
-                   [&](const auto& a, const auto& b) { return expected(a) < expected(b); });
-}
-
-// A re-planned point with a run: block keeps, of this many fastest layouts, the one whose run
-// is expected to cost least (as `fleetsim plan` ranks them by default).
-constexpr std::size_t kRunCandidates = 10;
-
-// Which rank simulates variant `index`: round robin, so that a sweep's small and large points
-// spread evenly.
-bool mine(std::size_t index, const fleetsim::Ranks& ranks) {
-  return index % static_cast<std::size_t>(ranks.size()) == static_cast<std::size_t>(ranks.rank());
-}
-
-// A stop reason as the one character a rank's results start with, and back.
-static_assert(static_cast<int>(fleetsim::StopReason::memory_limit) < 10);
-std::string stop_reason_byte(fleetsim::StopReason reason) {
-  return std::to_string(static_cast<int>(reason));
-}
-fleetsim::StopReason stop_reason_of_byte(char byte) {
-  const int reason = byte - '0';
-  if (reason < 0 || reason > static_cast<int>(fleetsim::StopReason::memory_limit)) {
-    throw fleetsim::ModelError("a rank's results begin with an unknown stop reason");
-  }
-  return static_cast<fleetsim::StopReason>(reason);
-}
-
-// Every variant of `scenario`, spread over threads and `ranks` (rank 0's report has them all).
-// A stop (sim/engine/stop.hpp) leaves the variants not finished out: the report is then marked
-// partial, a run cut short keeping the replications it finished.
+// The study spread over `ranks`, with a progress bar for runs over a second on a terminal.
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options,
                    const fleetsim::Ranks& ranks, bool quiet = true) {
-  RunReport report = empty_report(scenario);
-  report.variants.resize(scenario.variants.size());
-  // Each variant's step, and each of its run's replications, is one unit of work.
-  std::int64_t units = 0;
-  for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
-    if (!mine(i, ranks)) continue;
-    const auto& run = scenario.variants[i].run;
-    const std::int64_t runs = scenario.replanned ? kRunCandidates : 1;
-    units += 1 + (run ? runs * run->replications : 0);
-  }
-  fleetsim::ProgressBar progress(units, scenario.swept ? "points and replications" : "simulations",
+  const fleetsim::Spread spread{ranks.rank(), ranks.size(),
+                                [&ranks](const std::string& mine) { return ranks.gather(mine); }};
+  fleetsim::ProgressBar progress(fleetsim::work_units(scenario, spread),
+                                 scenario.swept ? "points and replications" : "simulations",
                                  fleetsim::ProgressBar::wanted(quiet));
-  // Variants are independent simulations; each writes only its own slot, so the report is the
-  // same however TBB schedules them.
-  for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
-    const auto& variant = scenario.variants[i];
-    report.variants[i] = {variant.name, variant.inputs, {},           variant.run,
-                          std::nullopt, std::nullopt,   variant.swept};
-  }
-  const auto simulate_variant = [&](std::size_t i) {
-    if (!mine(i, ranks)) return;
-    const auto& variant = scenario.variants[i];
-    fleetsim::VariantReport& out = report.variants[i];
-    if (scenario.replanned) {
-      // The point's best layout, as `fleetsim plan` would rank it first: the fastest step, or
-      // with a run: block the cheapest expected run of the fastest few.
-      fleetsim::PlanOptions plan;
-      plan.top = variant.run ? kRunCandidates : 1;
-      plan.step = options;
-      plan.step.trace_ranks = 0;
-      fleetsim::PlanResult best = fleetsim::search_layouts(variant.inputs, plan);
-      if (best.ranked.empty()) {
-        out.outcome = best.leanest ? std::move(best.leanest->outcome)
-                                   : fleetsim::check_memory(variant.inputs);
-        progress.advance(1 + (variant.run ? kRunCandidates * variant.run->replications : 0));
-        return;
-      }
-      if (variant.run) {
-        std::vector<fleetsim::VariantReport> candidates;
-        for (fleetsim::PlannedLayout& layout : best.ranked) {
-          candidates.push_back({out.name, std::move(layout.inputs), std::move(layout.outcome),
-                                variant.run, std::nullopt, std::nullopt, out.swept});
-        }
-        rank_by_run(candidates, *variant.run, scenario.seed, plan.step, progress);
-        progress.advance(1 + static_cast<std::int64_t>(kRunCandidates - candidates.size()) *
-                                 variant.run->replications);
-        out = std::move(candidates.front());
-        return;
-      }
-      out.inputs = std::move(best.ranked.front().inputs);
-      out.outcome = std::move(best.ranked.front().outcome);
-    } else {
-      out.outcome = fleetsim::simulate_step(variant.inputs, options);
-    }
-    progress.advance();
-    if (variant.run)
-      simulate_run(out, scenario.seed, options, progress, fleetsim::OnStop::keep_finished);
-  };
-  // Which variants finished; each element written by its variant's own task only (chars, not
-  // vector<bool>, whose packed bits tasks would share).
-  std::vector<char> finished(scenario.variants.size(), 0);
-  const auto simulate_unless_stopped = [&](std::size_t i) {
-    if (!mine(i, ranks) || fleetsim::stop_requested()) return;
-    try {
-      simulate_variant(i);
-      finished[i] = 1;
-    } catch (const fleetsim::Stopped&) {  // left out
-    }
-  };
-  if (ranks.size() == 1) {
-    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_unless_stopped);
-    progress.finish();
-    if (fleetsim::stop_requested()) keep_finished(report, finished, fleetsim::stop_reason());
-    return report;
-  }
-  // Spread over ranks: each sends rank 0 its finished variants' results ('R', then what stopped
-  // it, '0' for nothing), or what failed ('E'), so that no rank waits for one that has given up.
-  std::string sent;
-  try {
-    tbb::parallel_for(std::size_t{0}, scenario.variants.size(), simulate_unless_stopped);
-    std::vector<std::size_t> indices;
-    for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
-      if (finished[i]) indices.push_back(i);
-    }
-    sent = "R" + stop_reason_byte(fleetsim::stop_reason()) +
-           fleetsim::results_to_bytes(report, indices);
-  } catch (const std::exception& error) {
-    sent = std::string("E") + error.what();
-  }
+  RunReport report = fleetsim::simulate_scenario(
+      scenario, options, spread, [&progress](std::int64_t units) { progress.advance(units); });
   progress.finish();
-  const std::vector<std::string> received = ranks.gather(sent);
-  auto reason = fleetsim::StopReason::none;
-  for (std::size_t r = 0; r < received.size(); ++r) {
-    if (received[r].front() == 'E') {
-      throw fleetsim::ModelError("rank " + std::to_string(r) + ": " + received[r].substr(1));
-    }
-    if (reason == fleetsim::StopReason::none) {
-      reason = stop_reason_of_byte(received[r][1]);
-    }
-    if (r == 0) continue;
-    for (std::size_t i : fleetsim::results_from_bytes(received[r].substr(2), report)) {
-      finished[i] = 1;
-    }
-  }
-  if (reason != fleetsim::StopReason::none) {
-    fleetsim::request_stop(reason);  // rank 0 stops too: what follows would not be whole
-    keep_finished(report, finished, reason);
-  }
-  return report;
-}
-
-// `out` = compute(), left empty when a stop ends it: an analysis is whole or absent (its
-// simulations and Monte Carlos throw Stopped rather than return part of their work).
-template <typename T, typename Compute>
-void whole_unless_stopped(std::optional<T>& out, Compute compute) {
-  try {
-    out = compute();
-  } catch (const fleetsim::Stopped&) {  // left out
-  }
-}
-
-// Each compare entry's difference from the first variant, split among its causes.
-void attribute_variants(std::uint64_t seed, const fleetsim::StepOptions& options,
-                        RunReport& report) {
-  const fleetsim::VariantReport& first = report.variants.front();
-  for (std::size_t i = 1; i < report.variants.size(); ++i) {
-    fleetsim::VariantReport& variant = report.variants[i];
-    whole_unless_stopped(variant.attribution, [&] {
-      return fleetsim::attribute({first.name, first.inputs, first.run},
-                                 {variant.name, variant.inputs, variant.run}, seed, options);
-    });
-  }
-}
-
-// After a stop: the report is partial, and says which of the analyses asked for are missing.
-void note_stopped_analyses(const Options& options, fleetsim::StopReason reason, RunReport& report) {
-  fleetsim::PartialResults& partial = fleetsim::mark_partial(report, reason);
-  for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const fleetsim::VariantReport& variant = report.variants[i];
-    // The first variant is the others' baseline; when a stop left it out, every one lacks one.
-    const bool attributed = i > 0 || partial.first_variant_left_out;
-    if (options.attribute && attributed && !variant.attribution) {
-      partial.left_out.push_back(variant.name + ": attribution");
-    }
-    if (options.sensitivity_draws > 0 && !variant.sensitivity) {
-      partial.left_out.push_back(variant.name + ": sensitivity");
-    }
-  }
-}
-
-// The report `fleetsim memory` prints: every variant's memory check, nothing replayed.
-RunReport simulate_memory(const Scenario& scenario) {
-  RunReport report = empty_report(scenario);
-  for (const auto& variant : scenario.variants) {
-    report.variants.push_back(
-        {variant.name, variant.inputs, fleetsim::check_memory(variant.inputs)});
-  }
   return report;
 }
 
@@ -459,33 +227,14 @@ int plan_command(const Scenario& scenario, const Options& options) {
     plan_options.top = static_cast<std::size_t>(*options.top);
   }
   plan_options.step.fold = !options.no_fold;
-  const auto start = std::chrono::steady_clock::now();
-  fleetsim::PlanResult result =
-      fleetsim::search_layouts(scenario.variants.front().inputs, plan_options);
-  const double search_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  RunReport report = empty_report(scenario);
-  // A layout as a variant, named by its layout and micro-batch.
-  const auto variant = [](fleetsim::PlannedLayout& layout) {
-    std::string name = fleetsim::layout_label(layout.inputs.plan) + " mb" +
-                       std::to_string(layout.inputs.training.micro_batch);
-    return fleetsim::VariantReport{std::move(name), std::move(layout.inputs),
-                                   std::move(layout.outcome)};
-  };
-  for (fleetsim::PlannedLayout& layout : result.ranked) report.variants.push_back(variant(layout));
-  // With a run: block, each ranked layout's run too, and the ranking by its expected cost to
-  // train (mean; its wall time without a price): a layout's step is not all a run costs.
-  if (const auto& run = scenario.variants.front().run) {
-    fleetsim::ProgressBar progress(
-        static_cast<std::int64_t>(report.variants.size()) * run->replications, "replications",
-        fleetsim::ProgressBar::wanted(options.quiet));
-    rank_by_run(report.variants, *run, scenario.seed, plan_options.step, progress);
+  RunReport report = fleetsim::plan_report(scenario, plan_options);
+  if (const std::int64_t units = fleetsim::plan_run_units(report, scenario); units > 0) {
+    fleetsim::ProgressBar progress(units, "replications",
+                                   fleetsim::ProgressBar::wanted(options.quiet));
+    fleetsim::rank_plan_by_run(report, scenario, plan_options.step,
+                               [&progress](std::int64_t done) { progress.advance(done); });
     progress.finish();
   }
-  report.plan =
-      fleetsim::PlanSummary{result.layouts,     result.refused, result.not_fitting, result.replayed,
-                            result.bounded_out, search_s,       std::nullopt};
-  if (result.leanest) report.plan->leanest = variant(*result.leanest);
   if (scenario.variants.size() > 1 && !options.json) {
     std::cout << "note: the plan searches from the scenario's base; its " +
                      std::to_string(scenario.variants.size() - 1) +
@@ -611,7 +360,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     if (!options.output.empty() || options.json || options.bench_runs > 0) {
       throw po::error("'memory' prints its table: -o, --json and --bench belong to 'run'");
     }
-    RunReport report = simulate_memory(scenario);
+    RunReport report = fleetsim::memory_report(scenario);
     std::cout << fleetsim::render_memory(report);
     const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
                                      [](const auto& v) { return v.outcome.memory.fits(); });
@@ -667,24 +416,20 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   // Attributing against a stand-in for a first variant left out would answer another question.
   const bool baseline_kept = !report.partial || !report.partial->first_variant_left_out;
   if (options.attribute && baseline_kept) {
-    attribute_variants(scenario.seed, step_options, report);
+    fleetsim::attribute_variants(report, scenario.seed, step_options);
   }
   if (options.sensitivity_draws > 0) {
-    fleetsim::SensitivityOptions sensitivity;
-    sensitivity.draws = options.sensitivity_draws;
-    for (fleetsim::VariantReport& variant : report.variants) {
-      whole_unless_stopped(variant.sensitivity, [&] {
-        return fleetsim::sensitivity(variant.inputs, variant.run, scenario.seed, sensitivity,
-                                     step_options);
-      });
-    }
+    fleetsim::add_sensitivities(report, scenario.seed, options.sensitivity_draws, step_options);
   }
   // The results are decided here: stopped or not, what follows writes them whole. A limit no
   // longer applies, and Ctrl-C ends the process as usual (its files are written atomically).
   watch.reset();
   fleetsim::stop_ending_process_on_signals();
   const fleetsim::StopReason stopped = fleetsim::stop_reason();
-  if (stopped != fleetsim::StopReason::none) note_stopped_analyses(options, stopped, report);
+  if (stopped != fleetsim::StopReason::none) {
+    fleetsim::note_stopped_analyses(report, stopped, options.attribute,
+                                    options.sensitivity_draws > 0);
+  }
   // Files first: a launcher that ends a stopped process soon after (mpirun) is likelier to
   // find them written. A file that cannot be written fails the command once the report is
   // printed.

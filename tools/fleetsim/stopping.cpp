@@ -15,12 +15,6 @@ void stop_ending_process_on_signals() {
 
 namespace {
 
-// Whether a stop cut the variant's Monte Carlo short (fewer replications than its run has).
-bool cut_short(const VariantReport& variant) {
-  return variant.job_result && variant.job_result->replications.size() <
-                                   static_cast<std::size_t>(variant.run->replications);
-}
-
 extern "C" void on_signal(int signal) {
   request_stop(signal == SIGINT ? StopReason::interrupt : StopReason::terminate);
   // The next SIGINT or SIGTERM ends the process the ordinary way, for a user who will not wait
@@ -70,39 +64,6 @@ int exit_code(StopReason reason) {
     case StopReason::memory_limit: break;
   }
   return kStoppedAtLimit;
-}
-
-PartialResults& mark_partial(RunReport& report, StopReason reason) {
-  if (!report.partial) {
-    report.partial.emplace();
-    report.partial->stopped_by = describe(reason);
-  }
-  return *report.partial;
-}
-
-void keep_finished(RunReport& report, const std::vector<char>& finished, StopReason reason) {
-  PartialResults& partial = mark_partial(report, reason);
-  partial.first_variant_left_out = !report.variants.empty() && !finished[0];
-  std::vector<VariantReport> kept;
-  for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    VariantReport& variant = report.variants[i];
-    if (!finished[i]) {
-      // As the scenario has it: a step that finished before its run was stopped is dropped too.
-      variant.outcome = {};
-      variant.job.reset();
-      variant.job_result.reset();
-      partial.not_finished.push_back(std::move(variant));
-      continue;
-    }
-    if (cut_short(variant)) {
-      partial.left_out.push_back(
-          variant.name + ": " +
-          std::to_string(variant.run->replications - variant.job_result->replications.size()) +
-          " of " + std::to_string(variant.run->replications) + " replications");
-    }
-    kept.push_back(std::move(variant));
-  }
-  report.variants = std::move(kept);
 }
 
 }  // namespace fleetsim

@@ -1,12 +1,12 @@
 // Stopping early from the command line: Ctrl-C and SIGTERM, --max-wall and --max-memory, and
-// what a report says about the work a stop left undone.
+// the exit status of a command a stop ended. What a report says about the work a stop left
+// undone is the study's (sim/study/study.hpp).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "sim/engine/stop.hpp"
-#include "sim/report/report.hpp"
 
 namespace fleetsim {
 
@@ -25,11 +25,5 @@ void stop_ending_process_on_signals();
 // kStoppedAtLimit for the limits.
 constexpr int kStoppedAtLimit = 3;
 int exit_code(StopReason reason);
-
-// `report` marked partial, stopped for `reason` (kept if it is already): its partial results.
-PartialResults& mark_partial(RunReport& report, StopReason reason);
-// Marks `report` partial after a stop: keeps the variants finished (`finished[i]`), the others
-// going to its not_finished, and lists the Monte Carlos cut short.
-void keep_finished(RunReport& report, const std::vector<char>& finished, StopReason reason);
 
 }  // namespace fleetsim

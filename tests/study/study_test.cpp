@@ -1,0 +1,120 @@
+// The study layer: what a run, a sweep, a plan and a memory check mean, tested without the CLI.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/stop_guard.hpp"
+#include "scenario/fixture.hpp"
+#include "sim/step/step_executor.hpp"
+#include "sim/study/study.hpp"
+
+namespace fleetsim {
+namespace {
+
+Scenario shipped(const std::string& name) {
+  return load_scenario(std::filesystem::path(FLEETSIM_SOURCE_DIR) / "scenarios" / name,
+                       testing::source_data());
+}
+
+Scenario small_sweep() {
+  return load_scenario(std::filesystem::path(FLEETSIM_TEST_DATA_DIR) / "small-sweep.yaml",
+                       testing::source_data());
+}
+
+}  // namespace
+
+TEST_CASE("a study's variants are the step simulations of the scenario's variants") {
+  const Scenario scenario = shipped("h100-vs-b200.yaml");
+  std::int64_t units = 0;
+  const RunReport report =
+      simulate_scenario(scenario, {}, {}, [&units](std::int64_t done) { units += done; });
+  REQUIRE(report.variants.size() == scenario.variants.size());
+  for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
+    CHECK(report.variants[i].name == scenario.variants[i].name);
+    CHECK(report.variants[i].outcome == simulate_step(scenario.variants[i].inputs));
+  }
+  // One unit a step, no run: as many as the variants, all counted.
+  CHECK(units == work_units(scenario, {}));
+  CHECK(units == static_cast<std::int64_t>(scenario.variants.size()));
+  CHECK_FALSE(report.partial);
+}
+
+TEST_CASE("spread over two processes, rank 0 reports what one process does") {
+  const Scenario scenario = small_sweep();
+  const std::string whole = render_json(simulate_scenario(scenario, {}));
+  // Rank 1 simulates the odd points and sends them; rank 0 the even ones, and gathers both.
+  std::string from_rank_1;
+  const Spread one{1, 2, [&](const std::string& mine) {
+                     from_rank_1 = mine;
+                     return std::vector<std::string>{};
+                   }};
+  const RunReport odd = simulate_scenario(scenario, {}, one);
+  CHECK_FALSE(odd.variants[0].outcome.simulated);  // rank 1 does not simulate point 0
+  CHECK(odd.variants[1].outcome.simulated);
+  const Spread zero{0, 2, [&](const std::string& mine) {
+                      return std::vector<std::string>{mine, from_rank_1};
+                    }};
+  CHECK(render_json(simulate_scenario(scenario, {}, zero)) == whole);
+  // Each process counts its own share of the work.
+  CHECK(work_units(scenario, one) + work_units(scenario, zero) == work_units(scenario, {}));
+}
+
+TEST_CASE("a rank that fails makes every rank's study fail with its message") {
+  const Scenario scenario = small_sweep();
+  const Spread zero{0, 2, [](const std::string& mine) {
+                      return std::vector<std::string>{mine, "Ea model failed"};
+                    }};
+  CHECK_THROWS_WITH(simulate_scenario(scenario, {}, zero),
+                    Catch::Contains("rank 1: a model failed"));
+}
+
+TEST_CASE("a study stopped before it starts keeps nothing, and says what is left out") {
+  const testing::StopGuard guard;
+  request_stop(StopReason::interrupt);
+  const Scenario scenario = shipped("h100-vs-b200.yaml");
+  const RunReport report = simulate_scenario(scenario, {});
+  REQUIRE(report.partial);
+  CHECK(report.variants.empty());
+  CHECK(report.partial->not_finished.size() == scenario.variants.size());
+  CHECK(report.partial->first_variant_left_out);
+}
+
+TEST_CASE("the memory report is each variant's memory check, nothing replayed") {
+  const Scenario scenario = shipped("llama3-70b-one-node.yaml");
+  const RunReport report = memory_report(scenario);
+  REQUIRE(report.variants.size() == scenario.variants.size());
+  for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
+    CHECK(report.variants[i].outcome == check_memory(scenario.variants[i].inputs));
+    CHECK_FALSE(report.variants[i].outcome.simulated);
+  }
+}
+
+TEST_CASE("a plan's layouts are ranked by step time, and with a run by expected cost") {
+  Scenario scenario = shipped("h100-vs-b200.yaml");
+  PlanOptions options;
+  options.top = 4;
+  const RunReport plan = plan_report(scenario, options);
+  REQUIRE(plan.plan);
+  REQUIRE(plan.variants.size() == 4);
+  for (std::size_t i = 1; i < plan.variants.size(); ++i) {
+    CHECK(plan.variants[i - 1].outcome.step.step_time_s <=
+          plan.variants[i].outcome.step.step_time_s);
+  }
+  CHECK(plan_run_units(plan, scenario) == 0);  // no run: block
+
+  // With a priced run, the ranking follows the runs' mean cost.
+  const Scenario run = shipped("llama3-70b-pretraining-run.yaml");
+  scenario.variants.front().run = run.variants.front().run;
+  scenario.variants.front().run->replications = 4;
+  REQUIRE(scenario.variants.front().run->priced);
+  RunReport ranked = plan_report(scenario, options);
+  CHECK(plan_run_units(ranked, scenario) == 16);
+  rank_plan_by_run(ranked, scenario, {});
+  for (std::size_t i = 1; i < ranked.variants.size(); ++i) {
+    CHECK(ranked.variants[i - 1].job_result->cost_usd.mean <=
+          ranked.variants[i].job_result->cost_usd.mean);
+  }
+}
+
+}  // namespace fleetsim
