@@ -4,7 +4,7 @@
 // optional `compare:` list of variants, each a partial scenario deep-merged over the base. Presets
 // (nodes, GPU profiles, models) are referenced by name and can be overridden field by field.
 // Every mistake is a ScenarioError naming file:line:column, the key, what was expected and a
-// hint; unknown keys are errors, never ignored. The schema is documented in README.md.
+// hint; unknown keys are errors, never ignored. The schema is docs/scenario-reference.md.
 #pragma once
 
 #include <cstdint>

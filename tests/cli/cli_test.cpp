@@ -407,7 +407,7 @@ TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") 
   const Result result = run_cli("calibrate " + log + " --node mi300x-platform");
   REQUIRE(result.exit_code == 0);
   CHECK(result.out.find("fit of link_efficiency.xgmi") != std::string::npos);
-  // Rows of 64 MiB and up of this log give 0.710 (README's table); a model change that moves
+  // Rows of 64 MiB and up of this log give 0.710 (docs/accuracy.md's table); a model change that moves
   // the fit shows here.
   CHECK(result.out.find("efficiency  0.71") != std::string::npos);
   CHECK(result.out.find("provenance: 'measured: fit to") != std::string::npos);
@@ -522,7 +522,7 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   CHECK(run_cli("plan " + scenario + " --trace x.json").exit_code == 2);
 }
 
-TEST_CASE("every shipped scenario validates, and the one-GPU adapters fit where the README says") {
+TEST_CASE("every shipped scenario validates, and QLoRA fits every GPU, LoRA the 192 GB ones") {
   const std::filesystem::path source = FLEETSIM_SOURCE_DIR;
   int scenarios = 0;
   for (const auto& entry : std::filesystem::directory_iterator(source / "scenarios")) {

@@ -1,6 +1,6 @@
 // Simulated nccl-tests / rccl-tests runs against measured logs (calibration/logs/, each with a
 // .source.txt saying where it came from). A row is checked when the simulator models the
-// algorithm the measured run used; the README's accuracy table lists every log, checked or not.
+// algorithm the measured run used; docs/accuracy.md's table lists every log, checked or not.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -65,7 +65,7 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
       largest_row_busbw({"h100x8-allreduce-nvls-nccltests290.log", "dgx-h100", 1, 8});
   CHECK(measured > 450);
   CHECK(simulated > 450);
-  CHECK(simulated == Approx(measured).epsilon(0.02));  // README: +1.3%
+  CHECK(simulated == Approx(measured).epsilon(0.02));  // docs/accuracy.md: +1.3%
 }
 
 TEST_CASE("NVLS-tree all-reduce on two AWS p5 nodes within 10% of the measured log") {
@@ -83,7 +83,7 @@ TEST_CASE("NVLS-tree all-reduce on two AWS p5 nodes within 10% of the measured l
   CHECK(row.out_of_place->busbw_gb_per_s > 400);
   const double error = simulated.front().busbw_gb_per_s / row.out_of_place->busbw_gb_per_s - 1;
   CHECK(std::abs(error) < 0.10);
-  CHECK(error == Approx(0.056).margin(0.01));  // README: +5.6%
+  CHECK(error == Approx(0.056).margin(0.01));  // docs/accuracy.md: +5.6%
 }
 
 TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of Azure's published sweep") {
@@ -93,7 +93,7 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of Azure's published sweep") {
   const StepInputs cluster = load_cluster(DataPaths{FLEETSIM_SOURCE_DIR}, "dgx-h100", 1);
   const auto simulated =
       benchmark_collective(cluster, CollectiveOp::all_reduce, 8, {8.0 * (1 << 30)});
-  // The README quotes +0.2%; 2% pins that without tracking the last digit.
+  // docs/accuracy.md quotes +0.2%; 2% pins that without tracking the last digit.
   CHECK(simulated.front().busbw_gb_per_s == Approx(478.87).epsilon(0.02));
 }
 
@@ -104,7 +104,7 @@ TEST_CASE("out of sample: all-gather and reduce-scatter on 8 x H100 against XLA'
   // algbw (S / time; the field's meaning is not documented). The NVLink efficiency comes from
   // NVIDIA's all-reduce figure (370 GB/s busbw), nothing from these. All-gather lands within
   // 10% (+5..7%); reduce-scatter runs 12..16% over: the ring moves its bytes like an all-gather,
-  // and the reduction's cost on the GPU is not modelled (README).
+  // and the reduction's cost on the GPU is not modelled (docs/limitations.md).
   const StepInputs cluster = load_cluster(DataPaths{FLEETSIM_SOURCE_DIR}, "dgx-h100", 1);
   const double mib = 1 << 20;
   const std::tuple<CollectiveOp, double, double, double> rows[] = {
@@ -129,7 +129,7 @@ TEST_CASE("RTX 5090 without P2P: a user's 8- and 4-GPU Xeon reports within 10%")
   // bounds the ring (16 memory passes per bus byte), with 4 the PCIe links do. Nothing was
   // fitted to these figures: PCIe efficiency from a P2P-disabled copy benchmark, memory
   // efficiency assumed. The preset's own host (one Genoa, nccl-tests issue 287) is over-predicted
-  // by 37% (README).
+  // by 37% (docs/accuracy.md).
   const std::string source = FLEETSIM_SOURCE_DIR;
   StepInputs xeon = load_cluster(DataPaths{source}, "rtx5090-workstation", 1);
   xeon.node.host_memory_bytes_per_s = 2 * 8 * 38.4e9;
@@ -159,12 +159,12 @@ TEST_CASE("two AWS p4de nodes: the tuner picks NCCL's tree, within 10%, beyond a
                                          CollectiveAlgorithm::ring);
   CHECK(ring.front().busbw_gb_per_s < 50);
   CHECK(measured > 50);
-  CHECK(ring.front().busbw_gb_per_s / measured - 1 == Approx(-0.39).margin(0.01));  // README
+  CHECK(ring.front().busbw_gb_per_s / measured - 1 == Approx(-0.39).margin(0.01));  // docs/accuracy.md
   const auto tree = benchmark_collective(cluster, CollectiveOp::all_reduce, 16, {row.size_bytes},
                                          CollectiveAlgorithm::tree);
   const double tree_error = tree.front().busbw_gb_per_s / measured - 1;
   CHECK(std::abs(tree_error) < 0.10);
-  CHECK(tree_error == Approx(0.046).margin(0.01));  // README: +4.6%
+  CHECK(tree_error == Approx(0.046).margin(0.01));  // docs/accuracy.md: +4.6%
   const auto tuned = benchmark_collective(cluster, CollectiveOp::all_reduce, 16, {row.size_bytes});
   CHECK(tuned.front().algorithm == CollectiveAlgorithm::tree);
   CHECK(tuned.front().busbw_gb_per_s == Approx(tree.front().busbw_gb_per_s));
