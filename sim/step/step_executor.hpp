@@ -1,12 +1,13 @@
 // The step executor: replays a task graph on the engine, kernels on each rank's compute stream
 // and collectives as flows on the topology, and measures the step.
 //
-// Each rank runs its pipeline stage's program: a compute stream and three communication streams
-// (parameter gathers, gradient reductions, tensor-parallel collectives) that run their tasks in
-// program order; a task starts when it heads its stream and its dependencies are done, and a
-// collective starts when every member of its group (tensor- or data-parallel) has reached it.
-// Pipeline transfers run out of stream order, as soon as their dependencies are done: a send
-// and the matching receive on the other stage's rank form one transfer. Kernel durations come from
+// Each rank runs its pipeline stage's program on the streams of task_graph.hpp (compute, the
+// parameter gathers, the gradient reductions, a layer's collectives, and under optimizer offload
+// the host copies and the CPU's work), each running its tasks in program order; a task starts
+// when it heads its stream and its dependencies are done, and a collective starts when every
+// member of its group (rank_grid.hpp) has reached it. Pipeline transfers run out of stream
+// order, as soon as their dependencies are done: a send and the matching receive on the other
+// stage's rank form one transfer. Kernel durations come from
 // the GPU's calibration profile, run on the SMs that the rank's collectives in flight leave them
 // (comm_sms each); collective durations from the flow network, so traffic that shares a link
 // shares its bandwidth.
