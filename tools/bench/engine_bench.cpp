@@ -1,9 +1,15 @@
-// Throughput of the event engine, the flow network and the job Monte Carlo (Google Benchmark).
+// Throughput of the event engine, the flow network, the job Monte Carlo and the scenario loader
+// (Google Benchmark).
 #include <benchmark/benchmark.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "sim/engine/engine.hpp"
 #include "sim/job/job.hpp"
 #include "sim/network/flow_network.hpp"
+#include "sim/scenario/scenario.hpp"
 
 namespace {
 
@@ -72,6 +78,35 @@ void BM_JobMonteCarlo(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_JobMonteCarlo)->Unit(benchmark::kMillisecond);
+
+// Loading a scenario of N compare entries (each a micro-batch laid over the default scenario's
+// base): the file is read once and each entry laid over it, so the time per entry stays flat
+// as N grows (compare the times per entry of the two sizes).
+void BM_LoadCompareEntries(benchmark::State& state) {
+  const auto entries = static_cast<int>(state.range(0));
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() /
+      ("fleetsim-bench-compare-" + std::to_string(entries) + ".yaml");
+  {
+    std::ofstream out(file);
+    out << "name: compare\nmodel: llama3-8b\n"
+           "training: {seq_len: 4096, global_batch: 256, micro_batch: 2}\n"
+           "layout: {dp: 8, zero: 3}\ncluster: {node: dgx-h100}\ncompare:\n";
+    for (int i = 0; i < entries; ++i) {
+      out << "  - name: v" << i << "\n    training: {micro_batch: " << 1 + i % 2 << "}\n";
+    }
+  }
+  const fleetsim::DataPaths data{FLEETSIM_DATA_DIR};
+  for (auto _ : state) {
+    const fleetsim::Scenario scenario = fleetsim::load_scenario(file, data);
+    benchmark::DoNotOptimize(scenario.variants.size());
+  }
+  state.counters["s_per_entry"] =
+      benchmark::Counter(static_cast<double>(entries) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  std::filesystem::remove(file);
+}
+BENCHMARK(BM_LoadCompareEntries)->Arg(500)->Arg(4000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
