@@ -45,14 +45,18 @@ struct Doc {
 // A value laid over a map: `node` stands at the dotted path `at` below it ("" for a map laid
 // over the map itself, "nodes" for a sweep's value of cluster.nodes laid over cluster:).
 struct Layer {
-  std::string at;
-  YAML::Node node;
+  Layer() = default;
+  Layer(std::string at, YAML::Node node) : at(std::move(at)), node(std::move(node)) {}
+  Layer(const Layer&) = default;
   // Rebinds, as Field's does.
   Layer& operator=(const Layer& other) {
     at = other.at;
     node.reset(other.node);
     return *this;
   }
+
+  std::string at;
+  YAML::Node node;
 };
 
 // One value in a document: the node (for its mark), the document, and its dotted key path. A
