@@ -1,7 +1,7 @@
 // The result fields: every scalar a variant's results carry, registered once with its name,
 // unit and meaning. The JSON rendering, the HDF5 file and the generated schema page
-// (docs/results-schema.md) are rendered from this list; the console picks its rows from it by
-// name. A new scalar result is a row here (and the value it reads).
+// (docs/results-schema.md) are rendered from this list. A new scalar result is a row here
+// (and the value it reads); the console's table chooses what of it to show a person.
 //
 // Fields come in groups: the variant's setup, its step (present in JSON once simulated; in
 // HDF5 NaN until then), its memory, its run's Monte Carlo and the run's spot capacity (each

@@ -3,6 +3,7 @@
 // replayed (simulate_step).
 #include "sim/step/memory_check.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "sim/engine/errors.hpp"

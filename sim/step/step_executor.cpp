@@ -3,12 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdio>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <set>
-#include <span>
 #include <string>
 #include <tuple>
 #include <utility>

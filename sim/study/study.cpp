@@ -155,6 +155,10 @@ void rank_by_run(std::vector<VariantReport>& layouts, const RunSpec& run, std::u
 
 RunReport simulate_scenario(const Scenario& scenario, const StepOptions& options,
                             const Spread& spread, const Progress& progress) {
+  if (spread.size < 1 || spread.rank < 0 || spread.rank >= spread.size ||
+      (spread.size > 1 && !spread.gather)) {
+    throw ModelError("a study spread over processes needs its rank among them and a gather");
+  }
   RunReport report = empty_report(scenario);
   report.variants.resize(scenario.variants.size());
   // Variants are independent simulations; each writes only its own slot, so the report is the

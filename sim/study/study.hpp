@@ -50,8 +50,10 @@ std::int64_t work_units(const Scenario& scenario, const Spread& spread);
 
 // Every variant of `scenario`, spread over threads and processes (rank 0's report has them
 // all; the others' are theirs alone). A stop leaves the variants not finished out: the report
-// is then marked partial, a run cut short keeping the replications it finished. Throws
-// ModelError when a rank fails (on every rank, with that rank's message).
+// is then marked partial, a run cut short keeping the replications it finished; on rank 0 a
+// stop any rank reports is requested process-wide (sim/engine/stop.hpp), since what follows
+// would not be whole. Throws ModelError on rank 0 when a rank fails, with that rank's message
+// (the others return what they sent), and for a spread without a gather or of no processes.
 RunReport simulate_scenario(const Scenario& scenario, const StepOptions& options,
                             const Spread& spread = {}, const Progress& progress = {});
 

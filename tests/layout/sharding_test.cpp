@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "sim/engine/errors.hpp"
+
 #include "workloads/layout/sharding.hpp"
 
 using namespace fleetsim;
@@ -31,6 +33,11 @@ TEST_CASE("each ZeRO stage shards what DeepSpeed's does, over the ranks holding 
     CHECK(sharding.reduces_every_micro_batch() == (stage >= 2));
     CHECK(sharding.gathers_updated_shards() == (stage == 1 || stage == 2));
   }
+}
+
+TEST_CASE("a layout with no replica to shard over is refused, not divided by") {
+  CHECK_THROWS_AS(Sharding(with_zero(1, 0)), ModelError);
+  CHECK_THROWS_AS(Sharding(with_zero(1, 2, 1, 4)), ModelError);  // 2 replicas, ep 4
 }
 
 TEST_CASE("the cp ranks hold the same parameters, and an expert lies on dp / ep replicas") {

@@ -1,4 +1,5 @@
 // The study layer: what a run, a sweep, a plan and a memory check mean, tested without the CLI.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
@@ -26,7 +27,7 @@ Scenario small_sweep() {
 
 TEST_CASE("a study's variants are the step simulations of the scenario's variants") {
   const Scenario scenario = shipped("h100-vs-b200.yaml");
-  std::int64_t units = 0;
+  std::atomic<std::int64_t> units{0};  // advanced from the variants' threads
   const RunReport report =
       simulate_scenario(scenario, {}, {}, [&units](std::int64_t done) { units += done; });
   REQUIRE(report.variants.size() == scenario.variants.size());
@@ -60,7 +61,7 @@ TEST_CASE("spread over two processes, rank 0 reports what one process does") {
   CHECK(work_units(scenario, one) + work_units(scenario, zero) == work_units(scenario, {}));
 }
 
-TEST_CASE("a rank that fails makes every rank's study fail with its message") {
+TEST_CASE("a rank that fails makes rank 0's study fail with its message") {
   const Scenario scenario = small_sweep();
   const Spread zero{0, 2, [](const std::string& mine) {
                       return std::vector<std::string>{mine, "Ea model failed"};

@@ -159,7 +159,8 @@ TEST_CASE("two AWS p4de nodes: the tuner picks NCCL's tree, within 10%, beyond a
                                          CollectiveAlgorithm::ring);
   CHECK(ring.front().busbw_gb_per_s < 50);
   CHECK(measured > 50);
-  CHECK(ring.front().busbw_gb_per_s / measured - 1 == Approx(-0.39).margin(0.01));  // docs/accuracy.md
+  CHECK(ring.front().busbw_gb_per_s / measured - 1 ==
+        Approx(-0.39).margin(0.01));  // docs/accuracy.md
   const auto tree = benchmark_collective(cluster, CollectiveOp::all_reduce, 16, {row.size_bytes},
                                          CollectiveAlgorithm::tree);
   const double tree_error = tree.front().busbw_gb_per_s / measured - 1;

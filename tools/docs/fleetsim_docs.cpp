@@ -155,11 +155,8 @@ std::string layout_page() {
       "key to change.\n\n## Keys\n\n| key | default | meaning | `fleetsim plan` tries |\n"
       "|---|---|---|---|\n";
   for (const fleetsim::LayoutDimension& dimension : fleetsim::layout_dimensions()) {
-    page +=
-        "| " + code(dimension.key) + " | " +
-        (dimension.required ? std::string("required") : code(fleetsim::default_text(dimension))) +
-        " | " + std::string(dimension.description) + " | " + std::string(dimension.planner) +
-        " |\n";
+    page += "| " + code(dimension.key) + " | " + code(fleetsim::default_text(dimension)) + " | " +
+            std::string(dimension.description) + " | " + std::string(dimension.planner) + " |\n";
   }
   page +=
       "\n## Rules\n\nIn the order they are checked: a layout breaking several is refused by "

@@ -3,14 +3,12 @@
 // --max-wall or --max-memory, 130 and 143 stopped by SIGINT and SIGTERM (run and sweep write
 // what finished first, marked partial).
 #include <tbb/global_control.h>
-#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdint>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,7 +16,6 @@
 #include "calibration/microbench.hpp"
 #include "calibration/nccl_log.hpp"
 #include "sim/engine/errors.hpp"
-#include "sim/job/job_of_step.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
@@ -266,10 +263,8 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
   // The layout's knobs and the rules they keep, from the layout's own tables.
   std::cout << "layout: keys (default; what fleetsim plan tries)\n";
   for (const fleetsim::LayoutDimension& dimension : fleetsim::layout_dimensions()) {
-    const std::string default_value =
-        dimension.required ? "required" : fleetsim::default_text(dimension);
-    std::cout << "  " << dimension.key << " (" << default_value << "): " << dimension.description
-              << "; plan: " << dimension.planner << "\n";
+    std::cout << "  " << dimension.key << " (" << fleetsim::default_text(dimension)
+              << "): " << dimension.description << "; plan: " << dimension.planner << "\n";
   }
   std::cout << "job rules (checked by validate, run and plan)\n";
   for (const fleetsim::JobRule& rule : fleetsim::job_rules()) {

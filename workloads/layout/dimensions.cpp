@@ -222,6 +222,7 @@ const LayoutDimension* find_layout_dimension(std::string_view key) {
 }
 
 std::string default_text(const LayoutDimension& dimension) {
+  if (dimension.required) return "required";
   const DimensionValue value = dimension.get(ParallelPlan{});
   switch (dimension.kind) {
     case DimensionKind::count: return std::to_string(std::get<int>(value));

@@ -51,7 +51,8 @@ struct LayoutDimension {
 std::span<const LayoutDimension> layout_dimensions();
 // The dimension a scenario names by `key`, or nullptr.
 const LayoutDimension* find_layout_dimension(std::string_view key);
-// The default layout's value of a dimension, as a scenario would write it ("1", "none", "25MB").
+// The default layout's value of a dimension, as a scenario would write it ("1", "none", "25MB"),
+// or "required" for one a scenario must give.
 std::string default_text(const LayoutDimension& dimension);
 
 // "tp8 pp8 vpp2 dp16 zero1 recompute=selective tp-overlap": every dimension's fragment.
