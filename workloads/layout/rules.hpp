@@ -8,7 +8,9 @@
 // The rules read what they need of the job as plain facts (JobSubject), so that this module
 // stays below the workload model: workloads/model_spec.hpp builds a subject from a ModelSpec
 // and a TrainingSpec. Rules that need the cluster (a tensor group inside an NVLink domain, the
-// layout using every GPU, a host to offload to, FP8 tensor cores) apply when the subject has one.
+// layout using every GPU, a host to offload to, FP8 tensor cores) apply when the subject has
+// one; they read the node as topology describes it (node_spec.hpp, plain data, the one home of
+// what an NVLink domain holds).
 #pragma once
 
 #include <optional>
