@@ -13,6 +13,7 @@
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
 #include "sim/engine/stop.hpp"
+#include "sim/engine/time.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
@@ -26,6 +27,15 @@ constexpr double kZ99 = 2.5758293035489004;  // two-sided 99% normal quantile
 // before one gets through: past e^kMaxExposure (about 22,000 tries) the run never ends in
 // practice, and is refused rather than simulated.
 constexpr double kMaxExposure = 10;
+
+constexpr SimTime kNever = SimTime::max();  // an arrival that never comes
+
+// A run's time stays well inside SimTime's 292 years: the job's durations (its training too) are
+// at most 10 years, arrivals past 60 years never come, and a replication is refused once its
+// clock passes 50 years, so the additions between two checks end before 100 years.
+constexpr double kLongestDuration_s = 10 * 365.25 * kSecondsPerDay;
+constexpr double kLatestArrival_s = 60 * 365.25 * kSecondsPerDay;
+constexpr double kHorizon_s = 50 * 365.25 * kSecondsPerDay;
 
 void check(const JobSpec& job) {
   if (!(job.steps >= 1) || !(job.step_s > 0) || !std::isfinite(job.steps * job.step_s) ||
@@ -50,9 +60,9 @@ void check(const JobSpec& job) {
       !(job.node_repair_s >= 0) || !std::isfinite(job.node_repair_s) || job.hot_spares < 0) {
     throw ModelError("checkpoint copy and node repair times must be finite and >= 0, spares too");
   }
-  for (const Degradation& degradation : job.degradations) {
-    if (!(degradation.fraction >= 0) || !(degradation.per_gpu_day >= 0) ||
-        !(degradation.step_s > 0) || !std::isfinite(degradation.step_s)) {
+  for (const auto& [degradation, step_s] : job.degradations) {
+    if (!(degradation.fraction >= 0) || !(degradation.per_gpu_day >= 0) || !(step_s > 0) ||
+        !std::isfinite(step_s)) {
       throw ModelError("degradation " + degradation.name +
                        " needs a fraction and a rate >= 0 and its step time");
     }
@@ -78,6 +88,21 @@ void check(const JobSpec& job) {
   }
   if (job.hot_spares > 0 && !(job.node_repair_s > 0)) {
     throw ModelError("hot spares need a node repair time: how long a node taken out stays out");
+  }
+  // What integer time holds (kLongestDuration_s says why).
+  double longest =
+      std::max({job.steps * job.step_s, job.steps * job.shrunk_step_s, job.checkpoint_write_s,
+                job.checkpoint_copy_s, job.peer_copy_s, job.peer_restore_s, job.persist_every_s,
+                job.restore_s, job.detection_s, job.restart_s, job.node_repair_s,
+                job.evict_degraded_after_s.value_or(0.0)});
+  for (const DegradedStep& degraded : job.degradations) {
+    longest = std::max(longest, job.steps * degraded.step_s);
+  }
+  if (job.spot) longest = std::max({longest, job.spot->notice_s, job.spot->capacity_return_s});
+  if (!(longest <= kLongestDuration_s)) {
+    throw ModelError(
+        "a run's training, and each of its times (checkpoint, restore, repair, "
+        "notice, capacity return), must be under 10 years");
   }
   if (job.spot && (!(job.spot->preemptions_per_node_hour >= 0) || !(job.spot->notice_s >= 0) ||
                    !(job.spot->capacity_return_s >= 0) ||
@@ -133,8 +158,8 @@ double until_written_s(const JobSpec& job, double training_s) {
 void check_exposure(const JobSpec& job, double interval_steps, double rate, double losing_rate) {
   // At the slowest the job can run: with degraded hardware, one replica short.
   double step_s = job.step_s;
-  for (const Degradation& degradation : job.degradations) {
-    step_s = std::max(step_s, degradation.step_s);
+  for (const DegradedStep& degraded : job.degradations) {
+    step_s = std::max(step_s, degraded.step_s);
   }
   if (job.when_short == ShortagePolicy::shrink && job.replicas > 1) {
     step_s *= static_cast<double>(job.replicas) / (job.replicas - 1);
@@ -173,9 +198,23 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
   }
 }
 
-// One run, drawn from its replication's streams. Interruption and preemption arrivals are
-// drawn in order whatever happens between them, each interruption's cause (how many nodes it
-// takes out) from a third stream in step with them: policies compared see the same histories.
+// An arrival `delay_s` after `after`: never, past the latest that comes.
+SimTime arrival(SimTime after, double delay_s) {
+  if (!(delay_s < kLatestArrival_s - after.seconds())) return kNever;
+  return after + from_seconds(delay_s);
+}
+
+// `steps` steps of `step` each: exact for whole steps (a run's are), rounded up for a fraction.
+SimTime steps_of(double steps, SimTime step) {
+  const double whole = std::floor(steps);
+  return step * static_cast<std::int64_t>(whole) + from_seconds((steps - whole) * step.seconds());
+}
+
+// One run, drawn from its replication's streams, on the engine's integer time: the job's
+// durations are rounded to nanoseconds once, here, and every instant is exact from then on.
+// Interruption and preemption arrivals are drawn in order whatever happens between them, each
+// interruption's cause (how many nodes it takes out) from a third stream in step with them:
+// policies compared see the same histories.
 class Replication {
  public:
   Replication(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
@@ -184,9 +223,18 @@ class Replication {
         interval_steps_(interval_steps),
         rate_(rate),
         preemption_rate_(preemptions_per_second(job)),
-        stall_s_(checkpoint_stall_s(job)),
-        drain_s_(drain_s(job)),
-        step_s_(job.step_s),
+        stall_(from_seconds(checkpoint_stall_s(job))),
+        drain_(from_seconds(drain_s(job))),
+        checkpoint_write_(from_seconds(job.checkpoint_write_s)),
+        detection_(from_seconds(job.detection_s)),
+        restart_(from_seconds(job.restart_s)),
+        persist_every_(from_seconds(job.persist_every_s)),
+        node_repair_(from_seconds(job.node_repair_s)),
+        notice_(from_seconds(job.spot ? job.spot->notice_s : 0.0)),
+        capacity_return_(from_seconds(job.spot ? job.spot->capacity_return_s : 0.0)),
+        healthy_step_(from_seconds(job.step_s)),
+        step_(healthy_step_),
+        restore_(from_seconds(job.restore_s)),
         interruptions_(seed, "job.interruptions", index),
         causes_(seed, "job.interruption_scopes", index),
         preemptions_(seed, "job.preemptions", index),
@@ -206,16 +254,24 @@ class Replication {
     draws_cause_ =
         draws_cause_ && (job.node_repair_s > 0 || job.write == CheckpointWrite::in_memory);
     if (!job.causes.empty()) nodes_out_ = job.causes.front().nodes_out;
-    for (const Degradation& degradation : job.degradations) {
-      degradation_rate_ += degradations_per_second(job, degradation);
+    for (const DegradedStep& degraded : job.degradations) {
+      degradation_rate_ += degradations_per_second(job, degraded.degradation);
     }
-    draw_interruption(0);
-    draw_preemption(0);
-    draw_degradation(0);
+    if (job.spot) {
+      for (const double at : job.spot->trace_s) trace_.push_back(arrival(SimTime{}, at));
+    }
+    draw_interruption(SimTime{});
+    draw_preemption(SimTime{});
+    draw_degradation(SimTime{});
   }
 
   JobReplication run() {
     while (!finished()) {
+      if (now_.seconds() > kHorizon_s) {
+        throw ModelError(
+            "a replication of the run passed 50 years of wall time: check the "
+            "rates, the downtime and the checkpoint interval");
+      }
       // Nothing is interrupted or preempted while the job holds no capacity.
       while (interruption_ < now_) draw_interruption(interruption_);
       while (preemption_ < now_) draw_preemption(preemption_);
@@ -227,7 +283,12 @@ class Replication {
         segment();
       }
     }
-    result_.wall_s = now_;
+    result_.wall_s = now_.seconds();
+    result_.lost_training_s = lost_training_.seconds();
+    result_.checkpoint_stall_s = checkpoint_stall_.seconds();
+    result_.node_wait_s = node_wait_.seconds();
+    result_.shrunk_s = shrunk_.seconds();
+    result_.degraded_s = degraded_.seconds();
     return result_;
   }
 
@@ -240,7 +301,7 @@ class Replication {
   }
 
   // In memory: the writes to storage that end by `at` are done.
-  void settle_persists(double at) {
+  void settle_persists(SimTime at) {
     while (!persists_.empty() && persists_.front().durable_at <= at) {
       persisted_ = persists_.front().steps;
       persists_.erase(persists_.begin());
@@ -250,42 +311,42 @@ class Replication {
   // In memory, after the checkpoint just copied at `at`: a write to storage from host memory
   // when `persist_every_s` of training has passed since the last one began, or at the end
   // (after the one under way).
-  void maybe_persist(double at) {
+  void maybe_persist(SimTime at) {
     settle_persists(at);
     const bool last = trained_ >= job_.steps;
-    const bool due = (trained_ - persist_began_steps_) * job_.step_s >= job_.persist_every_s;
+    const bool due = steps_of(trained_ - persist_began_steps_, healthy_step_) >= persist_every_;
     if (!(last || (due && persists_.empty()))) return;
-    const double start = persists_.empty() ? at : std::max(at, persists_.back().durable_at);
-    persists_.push_back({trained_, start + job_.checkpoint_write_s});
+    const SimTime start = persists_.empty() ? at : std::max(at, persists_.back().durable_at);
+    persists_.push_back({trained_, start + checkpoint_write_});
     persist_began_steps_ = trained_;
   }
 
   // In memory, at an interruption at `at` once the work since the peers' copy is lost: the
   // writes to storage under way stop, and an interruption that took more than one node out
   // loses the peers' copy too (a peer may be among them), the job falling back to storage.
-  void fall_back(double at) {
+  void fall_back(SimTime at) {
     if (!in_memory()) return;
     settle_persists(at);
     persists_.clear();
     persist_began_steps_ = persisted_;
     if (nodes_out_ >= 2) {
       if (committed_ > persisted_) {
-        result_.lost_training_s += (committed_ - persisted_) * step_s_;
+        lost_training_ += steps_of(committed_ - persisted_, step_);
         ++result_.memory_lost;
         committed_ = trained_ = persisted_;
       }
       peer_copy_ = false;  // until the next copy to the peers
     }
-    restore_s_ = peer_copy_ ? job_.peer_restore_s : job_.restore_s;
+    restore_ = from_seconds(peer_copy_ ? job_.peer_restore_s : job_.restore_s);
   }
 
   struct Written {
-    double steps = 0;       // the checkpoint holds the run up to this step
-    double durable_at = 0;  // when its write to storage ends
+    double steps = 0;      // the checkpoint holds the run up to this step
+    SimTime durable_at{};  // when its write to storage ends
   };
 
-  void draw_interruption(double after) {
-    interruption_ = rate_ > 0 ? after + interruptions_.exponential(rate_) : kInfinity;
+  void draw_interruption(SimTime after) {
+    interruption_ = rate_ > 0 ? arrival(after, interruptions_.exponential(rate_)) : kNever;
     if (draws_cause_) {
       const double u = causes_.uniform01();
       const auto cause =
@@ -294,20 +355,21 @@ class Replication {
       nodes_out_ = job_.causes[static_cast<std::size_t>(cause)].nodes_out;
     }
   }
-  void draw_degradation(double after) {
-    degradation_ =
-        degradation_rate_ > 0 ? after + degradations_.exponential(degradation_rate_) : kInfinity;
+  void draw_degradation(SimTime after) {
+    degradation_ = degradation_rate_ > 0
+                       ? arrival(after, degradations_.exponential(degradation_rate_))
+                       : kNever;
   }
 
   // The degradations due by `at` appear, each of a kind drawn by the kinds' shares of the rate.
-  void degrade_until(double at) {
+  void degrade_until(SimTime at) {
     while (degradation_ <= at) degrade();
   }
   void degrade() {
     double u = degradation_kinds_.uniform01() * degradation_rate_;
     std::size_t kind = 0;
     for (; kind + 1 < job_.degradations.size(); ++kind) {
-      u -= degradations_per_second(job_, job_.degradations[kind]);
+      u -= degradations_per_second(job_, job_.degradations[kind].degradation);
       if (u < 0) break;
     }
     if (degraded_count_ == 0) degraded_since_ = degradation_;
@@ -323,7 +385,7 @@ class Replication {
   // Returns whether it restarted.
   bool evict_degraded() {
     if (!job_.evict_degraded_after_s || degraded_count_ == 0 ||
-        now_ < degraded_since_ + *job_.evict_degraded_after_s) {
+        now_ < degraded_since_ + from_seconds(*job_.evict_degraded_after_s)) {
       return false;
     }
     const auto from = planned_stop();
@@ -340,42 +402,41 @@ class Replication {
   // the checkpoint in flight is written before anything interrupts or preempts it (else the
   // job trains on and the event is met as any other). Returns when the job stops, its last
   // checkpoint written.
-  std::optional<double> planned_stop() {
+  std::optional<SimTime> planned_stop() {
     if (trained_ >= job_.steps) return std::nullopt;
-    const double from = pending_ ? std::max(now_, pending_->durable_at) : now_;
+    const SimTime from = pending_ ? std::max(now_, pending_->durable_at) : now_;
     if (std::min(interruption_, preemption_) < from) return std::nullopt;
     if (pending_) complete_pending();
-    if (in_memory()) restore_s_ = job_.peer_restore_s;  // the state is in healthy nodes' memory
+    if (in_memory()) restore_ = from_seconds(job_.peer_restore_s);  // in healthy nodes' memory
     return from;
   }
 
-  void draw_preemption(double after) {
-    if (job_.spot && !job_.spot->trace_s.empty()) {  // the trace's next, alike for every run
-      const std::vector<double>& trace = job_.spot->trace_s;
-      preemption_ = next_in_trace_ < trace.size() ? trace[next_in_trace_++] : kInfinity;
+  void draw_preemption(SimTime after) {
+    if (!trace_.empty()) {  // the trace's next, alike for every run
+      preemption_ = next_in_trace_ < trace_.size() ? trace_[next_in_trace_++] : kNever;
       return;
     }
     preemption_ =
-        preemption_rate_ > 0 ? after + preemptions_.exponential(preemption_rate_) : kInfinity;
+        preemption_rate_ > 0 ? arrival(after, preemptions_.exponential(preemption_rate_)) : kNever;
   }
 
   // Train for the interval, then checkpoint: the copy (or the blocking write) starts when the
   // training ends and the previous checkpoint's write has drained.
   void segment() {
     const double steps = std::min(interval_steps_, job_.steps - trained_);
-    const double training_end = now_ + steps * step_s_;
-    const double write_start = std::max(training_end, pending_ ? pending_->durable_at : 0.0);
-    const double resume = write_start + stall_s_;
-    const double first = std::min(interruption_, preemption_);
-    result_.checkpoint_stall_s += std::max(0.0, std::min(first, resume) - training_end);
+    const SimTime training_end = now_ + steps_of(steps, step_);
+    const SimTime write_start = std::max(training_end, pending_ ? pending_->durable_at : SimTime{});
+    const SimTime resume = write_start + stall_;
+    const SimTime first = std::min(interruption_, preemption_);
+    if (first > training_end) checkpoint_stall_ += std::min(first, resume) - training_end;
     if (first >= resume) {
       if (pending_) complete_pending();
       trained_ += steps;
-      pending_ = Written{trained_, resume + drain_s_};
-      if (drain_s_ == 0) complete_pending();
+      pending_ = Written{trained_, resume + drain_};
+      if (drain_ == SimTime{}) complete_pending();
       if (in_memory()) maybe_persist(resume);
-      if (short_replicas_ > 0) result_.shrunk_s += resume - now_;
-      if (degraded_count_ > 0) result_.degraded_s += resume - now_;
+      if (short_replicas_ > 0) shrunk_ += resume - now_;
+      if (degraded_count_ > 0) degraded_ += resume - now_;
       now_ = resume;
       degrade_until(now_);  // one that showed in the segment counts now
       if (!evict_degraded()) regrow();
@@ -397,8 +458,8 @@ class Replication {
         persisted_ < job_.steps) {
       maybe_persist(now_);
     }
-    const double end = std::max(pending_ ? pending_->durable_at : now_,
-                                persists_.empty() ? now_ : persists_.back().durable_at);
+    const SimTime end = std::max(pending_ ? pending_->durable_at : now_,
+                                 persists_.empty() ? now_ : persists_.back().durable_at);
     if (std::min(interruption_, preemption_) >= end) {
       if (pending_) complete_pending();
       settle_persists(end);
@@ -422,8 +483,9 @@ class Replication {
   }
 
   // The training since the last written checkpoint is lost, up to `until` in this segment.
-  void lose_work(double until) {
-    result_.lost_training_s += (trained_ - committed_) * step_s_ + std::max(0.0, until - now_);
+  void lose_work(SimTime until) {
+    lost_training_ += steps_of(trained_ - committed_, step_);
+    if (until > now_) lost_training_ += until - now_;
     trained_ = committed_;
     pending_.reset();
   }
@@ -433,20 +495,22 @@ class Replication {
   // checkpoints, when the checkpoint is written within the notice and no interruption comes
   // first; else it loses the work since its last written checkpoint. The wait for capacity
   // starts when the nodes are reclaimed, at the notice's end.
-  void preempted(double steps, double training_end) {
+  void preempted(double steps, SimTime training_end) {
     ++result_.preemptions;
-    const double notice = preemption_;
+    const SimTime notice = preemption_;
     draw_preemption(notice);
-    const double reclaimed = notice + job_.spot->notice_s;
-    const double done =
-        notice >= training_end ? steps : std::min(steps, std::ceil((notice - now_) / step_s_));
+    const SimTime reclaimed = notice + notice_;
+    const double in_progress =
+        std::ceil(static_cast<double>((notice - now_).ns()) / static_cast<double>(step_.ns()));
+    const double done = notice >= training_end ? steps : std::min(steps, in_progress);
     const double target = trained_ + done;
-    const double trained_by = now_ + done * step_s_;
-    double saved_at = notice;  // nothing new to save
+    const SimTime trained_by = now_ + steps_of(done, step_);
+    SimTime saved_at = notice;  // nothing new to save
     if (pending_ && target == pending_->steps) {
       saved_at = pending_->durable_at;
     } else if (target > committed_) {
-      saved_at = std::max(trained_by, pending_ ? pending_->durable_at : 0.0) + stall_s_ + drain_s_;
+      saved_at =
+          std::max(trained_by, pending_ ? pending_->durable_at : SimTime{}) + stall_ + drain_;
     }
     // A checkpoint already being written is kept if it is done before the nodes go.
     if (pending_ && pending_->steps < target &&
@@ -478,14 +542,14 @@ class Replication {
     degraded_count_ = 0;
     std::fill(present_.begin(), present_.end(), false);
     shrink_to(0);
-    restart(reclaimed + job_.spot->capacity_return_s);
+    restart(reclaimed + capacity_return_);
   }
 
   // Restart and read the checkpoint back from `from`; an interruption during that is a
   // failure like any other.
-  void restart(double from) {
+  void restart(SimTime from) {
     while (interruption_ < from) draw_interruption(interruption_);
-    const double end = from + job_.restart_s + restore_s_;
+    const SimTime end = from + restart_ + restore_;
     if (interruption_ < end) {
       fail();
     } else {
@@ -498,30 +562,30 @@ class Replication {
   // none arrives while the job waits for a node.
   void fail() {
     for (;;) {
-      const double at = interruption_;
+      const SimTime at = interruption_;
       ++result_.interruptions;
       fall_back(at);
       if (job_.node_repair_s > 0) take_nodes_out(at, nodes_out_);
       draw_interruption(at);
-      const double detected = at + job_.detection_s;
+      const SimTime detected = at + detection_;
       if (interruption_ < detected) continue;
-      const double start = nodes_for_restart(detected);
+      const SimTime start = nodes_for_restart(detected);
       while (interruption_ < start) draw_interruption(interruption_);
-      const double end = start + job_.restart_s + restore_s_;
+      const SimTime end = start + restart_ + restore_;
       if (interruption_ < end) continue;
       now_ = end;
       return;
     }
   }
 
-  void take_nodes_out(double at, int nodes) {
-    const double back = at + job_.node_repair_s;
+  void take_nodes_out(SimTime at, int nodes) {
+    const SimTime back = at + node_repair_;
     under_repair_.insert(std::upper_bound(under_repair_.begin(), under_repair_.end(), back),
                          static_cast<std::size_t>(nodes), back);
   }
 
   // The job's nodes that neither the cluster nor the spares can give at `at`.
-  int nodes_missing(double at) {
+  int nodes_missing(SimTime at) {
     const auto repaired = std::upper_bound(under_repair_.begin(), under_repair_.end(), at);
     under_repair_.erase(under_repair_.begin(), repaired);
     return std::max(0, static_cast<int>(under_repair_.size()) - job_.hot_spares);
@@ -529,18 +593,18 @@ class Replication {
 
   // When the job, stopped at `at`, can restart: at once on spares, or short of nodes without
   // the replicas they belonged to if it shrinks and keeps one, else when enough are repaired.
-  double nodes_for_restart(double at) {
+  SimTime nodes_for_restart(SimTime at) {
     const int lost = replicas_lost(nodes_missing(at));
     const bool shrinks = job_.when_short == ShortagePolicy::shrink && lost < job_.replicas;
     shrink_to(shrinks ? lost : 0);
-    const double start = shrinks ? at : nodes_ready_at(at);
-    result_.node_wait_s += start - at;
+    const SimTime start = shrinks ? at : nodes_ready_at(at);
+    node_wait_ += start - at;
     return start;
   }
 
   // When, from `at`, the job has all its nodes: at once while the nodes under repair are no
   // more than the spares, else when enough of them are back.
-  double nodes_ready_at(double at) {
+  SimTime nodes_ready_at(SimTime at) {
     const int missing = nodes_missing(at);
     if (missing == 0) return at;
     return under_repair_[static_cast<std::size_t>(missing - 1)];
@@ -570,7 +634,14 @@ class Replication {
       if (present_[kind]) step = std::max(step, job_.degradations[kind].step_s);
     }
     if (short_replicas_ > 0 && job_.shrunk_step_s > 0) step *= job_.shrunk_step_s / job_.step_s;
-    step_s_ = step * job_.replicas / (job_.replicas - short_replicas_);
+    step = step * job_.replicas / (job_.replicas - short_replicas_);
+    if (!(job_.steps * step <= kLongestDuration_s)) {
+      throw ModelError("with " + std::to_string(short_replicas_) + " of its " +
+                       std::to_string(job_.replicas) +
+                       " replicas out for repair the run would train for over 10 years: check "
+                       "the repair time and the spares");
+    }
+    step_ = from_seconds(step);
   }
 
   // After a checkpoint of a shrunk run: when repairs would give it replicas back, it stops,
@@ -585,31 +656,39 @@ class Replication {
     restart(*from);
   }
 
-  static constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
   const JobSpec& job_;
   const double interval_steps_;
   const double rate_;
   const double preemption_rate_;
-  const double stall_s_;
-  const double drain_s_;
-  double step_s_;  // the time of a full step's tokens at the job's size now
+  // The job's durations, in integer time.
+  const SimTime stall_;
+  const SimTime drain_;
+  const SimTime checkpoint_write_;
+  const SimTime detection_;
+  const SimTime restart_;
+  const SimTime persist_every_;
+  const SimTime node_repair_;
+  const SimTime notice_;
+  const SimTime capacity_return_;
+  const SimTime healthy_step_;
+  SimTime step_;                // the time of a full step's tokens at the job's size now
+  SimTime restore_;             // reading back the checkpoint the job restarts from
+  std::vector<SimTime> trace_;  // spot preemptions replayed from a trace
   RngStream interruptions_;
   RngStream causes_;
   RngStream preemptions_;
   std::vector<double> cumulative_share_;  // of the causes' rates, ending at 1
   bool draws_cause_ = false;
-  double interruption_ = 0;  // the next interruption's arrival
-  int nodes_out_ = 0;        // the nodes it takes out of service
-  double preemption_ = 0;    // the next spot notice's arrival
+  SimTime interruption_{};  // the next interruption's arrival
+  int nodes_out_ = 0;       // the nodes it takes out of service
+  SimTime preemption_{};    // the next spot notice's arrival
   std::size_t next_in_trace_ = 0;
-  double now_ = 0;
+  SimTime now_{};
   double trained_ = 0;                 // steps the job holds in memory
   double committed_ = 0;               // steps in the last written checkpoint
   std::optional<Written> pending_;     // a checkpoint on its way to storage
-  std::vector<double> under_repair_;   // when each node taken out is back, ascending
+  std::vector<SimTime> under_repair_;  // when each node taken out is back, ascending
   int short_replicas_ = 0;             // data-parallel replicas the job runs without
-  double restore_s_ = job_.restore_s;  // reading back the checkpoint the job restarts from
   bool peer_copy_ = false;             // in memory: the peers hold the committed state
   double persisted_ = 0;               // in memory: steps in the last copy on storage
   double persist_began_steps_ = 0;     // in memory: steps of the last write to storage begun
@@ -617,10 +696,16 @@ class Replication {
   RngStream degradations_;
   RngStream degradation_kinds_;
   double degradation_rate_ = 0;  // onsets per second, all kinds
-  double degradation_ = 0;       // the next one's onset
+  SimTime degradation_{};        // the next one's onset
   std::vector<bool> present_;    // by kind: one or more present
   int degraded_count_ = 0;       // degraded nodes in the job
-  double degraded_since_ = 0;    // the first present's onset
+  SimTime degraded_since_{};     // the first present's onset
+  // What the run spent, summed as it goes.
+  SimTime lost_training_{};
+  SimTime checkpoint_stall_{};
+  SimTime node_wait_{};
+  SimTime shrunk_{};
+  SimTime degraded_{};
   JobReplication result_;
 };
 
@@ -840,7 +925,8 @@ double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, 
 }
 
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
-                 const ParallelPlan& plan, const NodeSpec& node, int nodes, double step_s) {
+                 const ParallelPlan& plan, const NodeSpec& node, int nodes,
+                 const RunStepTimes& steps) {
   if (!(run.tokens > 0)) throw ModelError("a run needs training.tokens");
   if (!(run.storage_write_bytes_per_s > 0) || !(run.storage_read_bytes_per_s > 0)) {
     throw ModelError("a run needs its checkpoint storage's write and read rates");
@@ -851,7 +937,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.gpus = nodes * node.gpus;
   if (!(run.step_jitter >= 0)) throw ModelError("step jitter must be >= 0");
   job.jitter_factor = synchronous_jitter_factor(run.step_jitter, job.gpus);
-  job.step_s = step_s * job.jitter_factor;
+  job.step_s = steps.healthy_s * job.jitter_factor;
   job.nodes = nodes;
   job.spot = run.spot;
   const double bytes = checkpoint_bytes(model, training);
@@ -882,7 +968,21 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.node_repair_s = run.node_repair_s;
   job.hot_spares = run.hot_spares;
   job.when_short = run.when_short;
-  job.degradations = run.degradations;
+  if (job.when_short == ShortagePolicy::shrink) {
+    if (steps.shrunk_s) {
+      job.shrunk_step_s = *steps.shrunk_s * job.jitter_factor;
+    } else {
+      job.when_short = ShortagePolicy::wait;
+    }
+  }
+  if (steps.degraded_s.size() != run.degradations.size()) {
+    throw ModelError("a run with " + std::to_string(run.degradations.size()) +
+                     " kinds of degraded hardware needs a step time for each");
+  }
+  for (std::size_t kind = 0; kind < run.degradations.size(); ++kind) {
+    job.degradations.push_back(
+        {run.degradations[kind], steps.degraded_s[kind] * job.jitter_factor});
+  }
   job.evict_degraded_after_s = run.evict_degraded_after_s;
   job.replicas = plan.dp;
   job.tokens_per_step = tokens_per_step;

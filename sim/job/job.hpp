@@ -29,7 +29,9 @@
 // Each replication draws its interruptions from its own seeded stream (the run's seed and the
 // replication's index): results are the same on any number of threads, and policies compared
 // under one seed see the same interruption histories (common random numbers), so their
-// difference is not noise.
+// difference is not noise. A replication runs on the engine's integer time (SimTime): the
+// job's durations and each arrival are rounded to the nanosecond once, and every instant is
+// exact from then on.
 #pragma once
 
 #include <cstdint>
@@ -73,8 +75,14 @@ struct Degradation {
   double fraction = 0;     // compute: kernels that much slower; network: the bandwidth lost
   double per_gpu_day = 0;  // onsets per GPU per day
   std::string source;
-  double step_s = 0;  // a step with one present (the step executor's, set by the caller)
   bool operator==(const Degradation&) const = default;
+};
+
+// A kind of degraded hardware in a job, and a step with one present (jitter included).
+struct DegradedStep {
+  Degradation degradation;
+  double step_s = 0;
+  bool operator==(const DegradedStep&) const = default;
 };
 
 // What a job short of healthy nodes (more out for repair than spares) does.
@@ -143,7 +151,7 @@ struct JobSpec {
   int replicas = 1;  // data-parallel replicas (dp), what shrinking drops
   // A step one replica short, its tokens that much fewer (0: as long as a full step).
   double shrunk_step_s = 0;
-  std::vector<Degradation> degradations;
+  std::vector<DegradedStep> degradations;
   std::optional<double> evict_degraded_after_s;  // none: degraded nodes are kept
   double tokens_per_step = 0;
   double usd_per_gpu_hour = 0;  // paid for every GPU, spares' too, over the wall time
@@ -261,7 +269,7 @@ struct RunSpec {
   double node_repair_s = 0;
   int hot_spares = 0;
   ShortagePolicy when_short = ShortagePolicy::wait;
-  std::vector<Degradation> degradations;  // step_s unset: the caller's step executor sets them
+  std::vector<Degradation> degradations;
   std::optional<double> evict_degraded_after_s;
   double storage_write_bytes_per_s = 0;  // the checkpoint storage's aggregate rates
   double storage_read_bytes_per_s = 0;
@@ -284,13 +292,25 @@ double restore_bytes(const ModelSpec& model, const TrainingSpec& training);
 // The rate a checkpoint moves at: the storage's, unless the nodes' NICs, every node writing
 // its share at once, are slower.
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);
-// The job of a run whose steps take `step_s`: its steps (tokens over the tokens a step trains),
+// The steps a run's job takes, as the step executor replays them, jitter not included.
+struct RunStepTimes {
+  double healthy_s = 0;
+  // One data-parallel replica short, for a run that shrinks: nothing where the layout cannot
+  // run so (the job then waits for repairs), 0 where a replica is not whole nodes (taken as a
+  // full step).
+  std::optional<double> shrunk_s = {};
+  std::vector<double> degraded_s = {};  // one per kind of degraded hardware, in the run's order
+  bool operator==(const RunStepTimes&) const = default;
+};
+
+// The job of a run whose steps take `steps`: its steps (tokens over the tokens a step trains),
 // GPUs, checkpoint write, copy and read times, and the run's rates, policy, spot capacity, node
-// repair, spares and price (on spot, the spot price where one is given); `step_s` with the
-// run's jitter (synchronous_jitter_factor over the GPUs). An asynchronous
-// checkpoint is copied by every GPU at once, each its share (a fully parallel save), over its
-// PCIe link.
+// repair, spares and price (on spot, the spot price where one is given); every step time with
+// the run's jitter (synchronous_jitter_factor over the GPUs). An asynchronous checkpoint is
+// copied by every GPU at once, each its share (a fully parallel save), over its PCIe link.
+// Throws ModelError where `steps` lacks a degraded step the run has.
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
-                 const ParallelPlan& plan, const NodeSpec& node, int nodes, double step_s);
+                 const ParallelPlan& plan, const NodeSpec& node, int nodes,
+                 const RunStepTimes& steps);
 
 }  // namespace fleetsim

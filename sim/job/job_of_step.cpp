@@ -48,22 +48,20 @@ JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
                     const StepOptions& options, std::vector<std::string>& warnings) {
   StepOptions untraced = options;
   untraced.trace_ranks = 0;
-  JobSpec job =
-      job_spec(run, inputs.model, inputs.training, inputs.plan, inputs.node, inputs.nodes, step_s);
-  if (job.when_short == ShortagePolicy::shrink) {
-    if (const auto shrunk = shrunk_step_s(inputs, untraced)) {
-      job.shrunk_step_s = *shrunk * job.jitter_factor;
-    } else {
-      job.when_short = ShortagePolicy::wait;
+  RunStepTimes steps{.healthy_s = step_s};
+  if (run.when_short == ShortagePolicy::shrink) {
+    steps.shrunk_s = shrunk_step_s(inputs, untraced);
+    if (!steps.shrunk_s) {
       warnings.push_back(
           "cannot shrink: one data-parallel replica short, the layout does not run (one "
           "replica, the job's rules, or memory); the run waits for repairs instead");
     }
   }
-  for (Degradation& degradation : job.degradations) {
-    degradation.step_s = degraded_step_s(inputs, degradation, untraced) * job.jitter_factor;
+  for (const Degradation& degradation : run.degradations) {
+    steps.degraded_s.push_back(degraded_step_s(inputs, degradation, untraced));
   }
-  return job;
+  return job_spec(run, inputs.model, inputs.training, inputs.plan, inputs.node, inputs.nodes,
+                  steps);
 }
 
 JobResult simulate_run_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,

@@ -108,7 +108,11 @@ void serialize(Archive& a, fleetsim::SpotCapacity& s, unsigned) {
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::Degradation& d, unsigned) {
-  fields(a, d.name, d.kind, d.fraction, d.per_gpu_day, d.source, d.step_s);
+  fields(a, d.name, d.kind, d.fraction, d.per_gpu_day, d.source);
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::DegradedStep& d, unsigned) {
+  fields(a, d.degradation, d.step_s);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::JobSpec& j, unsigned) {

@@ -542,7 +542,8 @@ std::string warnings_section(const RunReport& report) {
       text +=
           "  " + variant.name + ": the spot preemption rate is " + variant.job->spot->source + "\n";
     }
-    for (const Degradation& degradation : variant.job->degradations) {
+    for (const DegradedStep& degraded : variant.job->degradations) {
+      const Degradation& degradation = degraded.degradation;
       if (degradation.source.starts_with("assumed:")) {
         text += "  " + variant.name + ": the " + degradation.name + " rate is " +
                 degradation.source + "\n";

@@ -112,14 +112,14 @@ Json run_json(const RunReport& report, std::size_t index) {
   json["spot"] = in_json(FieldGroup::spot, variant) ? group_json(FieldGroup::spot, report, index)
                                                     : Json(nullptr);
   Json degradations = Json::array();
-  for (const Degradation& degradation : job.degradations) {
+  for (const auto& [degradation, step_s] : job.degradations) {
     degradations.push_back(
         {{"cause", degradation.name},
          {"slows", degradation.kind == Degradation::Kind::network ? "network" : "compute"},
          {"fraction", degradation.fraction},
          {"per_gpu_day", degradation.per_gpu_day},
          {"source", degradation.source},
-         {"step_s", degradation.step_s}});
+         {"step_s", step_s}});
   }
   json["degradations"] = std::move(degradations);
   Json causes = Json::array();

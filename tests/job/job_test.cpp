@@ -149,6 +149,29 @@ TEST_CASE("job: a run that cannot be simulated is refused") {
   CHECK_THROWS_WITH(simulate_job(interrupted_job(), 0, 1), Catch::Contains("replication"));
 }
 
+TEST_CASE("job: a run's clock is the engine's integer time") {
+  // Every instant is a whole nanosecond: the interruptions' arrivals, the lost work and the
+  // waits are rounded once, when drawn or converted, and never again, so the wall time of an
+  // interrupted run, and each of its parts, is a whole number of nanoseconds.
+  const JobResult result = simulate_job(interrupted_job(), 20, 5);
+  const auto whole_ns = [](double seconds) {
+    const double ns = seconds * 1e9;
+    return std::abs(ns - std::round(ns)) < 1e-3 * std::max(1.0, ns * 1e-12);
+  };
+  // About six interruptions a run (its 120,000 s at one every 20,000 s).
+  CHECK(result.interruptions.mean > 3);
+  for (const JobReplication& run : result.replications) {
+    CHECK(whole_ns(run.wall_s));
+    CHECK(whole_ns(run.lost_training_s));
+    CHECK(whole_ns(run.checkpoint_stall_s));
+  }
+  // A run that integer time cannot hold is refused: 10^8 steps of 10 s are 32 years.
+  JobSpec decades = interrupted_job();
+  decades.causes.clear();
+  decades.steps = 1e8;
+  CHECK_THROWS_WITH(simulate_job(decades, 1, 1), Catch::Contains("under 10 years"));
+}
+
 TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no work") {
   // No interruptions; 64 nodes preempted at 0.002 per node-hour (one every 7.8 hours), a 2-minute
   // notice for a 10 s step and a 60 s checkpoint: every preemption ends in an emergency
@@ -386,7 +409,8 @@ TEST_CASE("job: degraded hardware slows every step until evicted") {
   JobSpec job = interrupted_job();
   job.causes.clear();
   job.nodes = 125;
-  job.degradations = {{"slow GPU", Degradation::Kind::compute, 0.2, 86.4, "assumed: a test's", 12}};
+  job.degradations = {
+      {{"slow GPU", Degradation::Kind::compute, 0.2, 86.4, "assumed: a test's"}, 12}};
   JobResult kept = simulate_job(job, 3, 1);
   CHECK(kept.wall_s.p50 == Approx(200 * 10 + 9800 * 12.0 + 50 * 300).epsilon(1e-12));
   CHECK(kept.replications[0].degraded_s == Approx(9800 * 12.0 + 49 * 300));
@@ -394,7 +418,7 @@ TEST_CASE("job: degraded hardware slows every step until evicted") {
 
   // Rare ones (every 28 h on average): evicting one at the next checkpoint (a restart, 720 s)
   // beats keeping it for the rest of the run when it slows the run by 20%, not when by 0.5%.
-  job.degradations[0].per_gpu_day = 0.00086;
+  job.degradations[0].degradation.per_gpu_day = 0.00086;
   JobSpec evicts = job;
   evicts.evict_degraded_after_s = 0;
   const JobResult slow_kept = simulate_job(job, 2000, 3);

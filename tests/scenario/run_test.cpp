@@ -4,6 +4,7 @@
 #include <string>
 
 #include "scenario/fixture.hpp"
+#include "sim/engine/errors.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
@@ -102,7 +103,7 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
            "{gpu_hour: 2.95USD/h}", "{gpu_hour: 2.95USD/h, spot_gpu_hour: 1.5USD/h}"));
   const StepInputs& in = spot_priced.variants[0].inputs;
   const JobSpec spot_job = job_spec(*spot_priced.variants[0].run, in.model, in.training, in.plan,
-                                    in.node, in.nodes, 5.0);
+                                    in.node, in.nodes, {.healthy_s = 5.0});
   CHECK(spot_job.usd_per_gpu_hour == 1.5);
   CHECK(spot_job.nodes == 1);
   const auto unsourced_spot = load_error(
@@ -193,7 +194,8 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   CHECK(s.variants[1].run->node_repair_s == 8 * 3600);
   // Every GPU copies its share of the checkpoint over its own PCIe link at once.
   const StepInputs& in = s.variants[0].inputs;
-  const JobSpec job = job_spec(run, in.model, in.training, in.plan, in.node, in.nodes, 5.0);
+  const JobSpec job =
+      job_spec(run, in.model, in.training, in.plan, in.node, in.nodes, {.healthy_s = 5.0});
   CHECK(job.checkpoint_copy_s ==
         Approx(checkpoint_bytes(in.model, in.training) / 8 / in.node.pcie_bytes_per_s));
   CHECK(job.checkpoint_copy_s < job.checkpoint_write_s / 4);
@@ -316,8 +318,8 @@ TEST_CASE("BLOOM-176B's checkpoint is about the published 2.3 TB") {
 TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from storage and NICs") {
   const Scenario s = load_text(kRun);
   const StepInputs& in = s.variants[0].inputs;
-  const JobSpec job =
-      job_spec(*s.variants[0].run, in.model, in.training, in.plan, in.node, in.nodes, 5.0);
+  const JobSpec job = job_spec(*s.variants[0].run, in.model, in.training, in.plan, in.node,
+                               in.nodes, {.healthy_s = 5.0});
   CHECK(job.steps == std::ceil(1e11 / (256.0 * 4096)));
   CHECK(job.gpus == 8);
   // 14 bytes per parameter (BF16 weights, FP32 master weights, two FP32 moments) at the
@@ -334,6 +336,38 @@ TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from stora
   const double adapters = lora_parameters_per_layer(in.model, lora) * in.model.layers;
   CHECK(checkpoint_bytes(in.model, lora) == Approx(14 * adapters));
   CHECK(restore_bytes(in.model, lora) == Approx(14 * adapters + 2 * in.model.parameters()));
+}
+
+TEST_CASE("a run's job is complete when built: every step time it replays, with jitter") {
+  const Scenario s = load_text(kRun);
+  const StepInputs& in = s.variants[0].inputs;
+  RunSpec run = *s.variants[0].run;
+  run.step_jitter = 0.01;
+  run.when_short = ShortagePolicy::shrink;
+  run.degradations = {{"slow GPU", Degradation::Kind::compute, 0.1, 1e-4, "test"},
+                      {"slow link", Degradation::Kind::network, 0.5, 1e-4, "test"}};
+  const RunStepTimes steps{.healthy_s = 5.0, .shrunk_s = 4.5, .degraded_s = {5.5, 6.0}};
+  const JobSpec job = job_spec(run, in.model, in.training, in.plan, in.node, in.nodes, steps);
+  // Eight ranks at 1% each: the slowest of eight normals is 1.4236 sigma above the mean
+  // (Harter 1961), the step 1.4% longer.
+  CHECK(job.jitter_factor == Approx(1.014236).epsilon(1e-5));
+  CHECK(job.step_s == 5.0 * job.jitter_factor);
+  CHECK(job.when_short == ShortagePolicy::shrink);
+  CHECK(job.shrunk_step_s == 4.5 * job.jitter_factor);
+  REQUIRE(job.degradations.size() == 2);
+  CHECK(job.degradations[0].degradation == run.degradations[0]);
+  CHECK(job.degradations[0].step_s == 5.5 * job.jitter_factor);
+  CHECK(job.degradations[1].step_s == 6.0 * job.jitter_factor);
+  // A layout that cannot run a replica short waits for repairs instead.
+  RunStepTimes unshrinkable = steps;
+  unshrinkable.shrunk_s.reset();
+  CHECK(job_spec(run, in.model, in.training, in.plan, in.node, in.nodes, unshrinkable).when_short ==
+        ShortagePolicy::wait);
+  // A degraded step missing is refused, not taken as a healthy one.
+  RunStepTimes missing = steps;
+  missing.degraded_s.pop_back();
+  CHECK_THROWS_AS(job_spec(run, in.model, in.training, in.plan, in.node, in.nodes, missing),
+                  ModelError);
 }
 
 TEST_CASE("a spot run can replay a trace of preemption times") {
