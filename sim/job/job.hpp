@@ -308,7 +308,8 @@ struct RunStepTimes {
 // repair, spares and price (on spot, the spot price where one is given); every step time with
 // the run's jitter (synchronous_jitter_factor over the GPUs). An asynchronous checkpoint is
 // copied by every GPU at once, each its share (a fully parallel save), over its PCIe link.
-// Throws ModelError where `steps` lacks a degraded step the run has.
+// Throws ModelError unless `steps` has one degraded step per kind of degraded hardware the run
+// has.
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
                  const ParallelPlan& plan, const NodeSpec& node, int nodes,
                  const RunStepTimes& steps);

@@ -49,19 +49,18 @@ JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
   StepOptions untraced = options;
   untraced.trace_ranks = 0;
   RunStepTimes steps{.healthy_s = step_s};
-  if (run.when_short == ShortagePolicy::shrink) {
-    steps.shrunk_s = shrunk_step_s(inputs, untraced);
-    if (!steps.shrunk_s) {
-      warnings.push_back(
-          "cannot shrink: one data-parallel replica short, the layout does not run (one "
-          "replica, the job's rules, or memory); the run waits for repairs instead");
-    }
-  }
+  if (run.when_short == ShortagePolicy::shrink) steps.shrunk_s = shrunk_step_s(inputs, untraced);
   for (const Degradation& degradation : run.degradations) {
     steps.degraded_s.push_back(degraded_step_s(inputs, degradation, untraced));
   }
-  return job_spec(run, inputs.model, inputs.training, inputs.plan, inputs.node, inputs.nodes,
-                  steps);
+  JobSpec job =
+      job_spec(run, inputs.model, inputs.training, inputs.plan, inputs.node, inputs.nodes, steps);
+  if (run.when_short == ShortagePolicy::shrink && !steps.shrunk_s) {
+    warnings.push_back(
+        "cannot shrink: one data-parallel replica short, the layout does not run (one "
+        "replica, the job's rules, or memory); the run waits for repairs instead");
+  }
+  return job;
 }
 
 JobResult simulate_run_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,

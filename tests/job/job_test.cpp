@@ -170,6 +170,15 @@ TEST_CASE("job: a run's clock is the engine's integer time") {
   decades.causes.clear();
   decades.steps = 1e8;
   CHECK_THROWS_WITH(simulate_job(decades, 1, 1), Catch::Contains("under 10 years"));
+  // One segment of 9.5 years (10^5 steps of 3,000 s) against an interruption every 1.9 years:
+  // e^5, about 150, tries before one gets through (within the e^10 the exposure check allows),
+  // some 280 years of wall time: the replication is refused when its clock passes 50.
+  JobSpec centuries = interrupted_job();
+  centuries.steps = 1e5;
+  centuries.step_s = 3000;
+  centuries.policy = {CheckpointPolicy::Kind::every_steps, 1e5};
+  centuries.causes = {{"hardware", 1.44e-6, "assumed: a test's"}};
+  CHECK_THROWS_WITH(simulate_job(centuries, 1, 1), Catch::Contains("50 years"));
 }
 
 TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no work") {

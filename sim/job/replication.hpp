@@ -1,0 +1,43 @@
+// One replication of a run's Monte Carlo (sim/job/job.hpp says what the process is), on the
+// engine's integer time, and the rates and limits it shares with the job's checks.
+#pragma once
+
+#include <cstdint>
+
+#include "sim/job/job.hpp"
+
+namespace fleetsim {
+
+inline constexpr double kSecondsPerDay = 86400;
+inline constexpr double kSecondsPerHour = 3600;
+
+// A replication's time stays inside SimTime's 292 years: each of the job's durations, and its
+// training at full size, is at most 10 years (the job's check refuses more), a run's training at
+// the size it has after losses at most 100 (a replication is refused past that), arrivals past
+// 60 years never come, and a replication is refused once its clock, checked after each segment
+// or restart, passes 50 years. One segment with its checkpoint, restart and repairs then ends
+// before 220 years; at most 10^15 steps keep step counts exact in a double.
+inline constexpr double kLongestDuration_s = 10 * 365.25 * kSecondsPerDay;
+inline constexpr double kLongestShrunkRun_s = 100 * 365.25 * kSecondsPerDay;
+inline constexpr double kLatestArrival_s = 60 * 365.25 * kSecondsPerDay;
+inline constexpr double kHorizon_s = 50 * 365.25 * kSecondsPerDay;
+inline constexpr double kMostSteps = 1e15;
+
+// Interruptions per GPU-day of the causes that take at least `nodes` nodes out (0: all).
+double per_gpu_day_taking(const JobSpec& job, int nodes);
+// Onsets of one kind of degraded hardware per second, over the job's GPUs.
+double degradations_per_second(const JobSpec& job, const Degradation& degradation);
+// Spot preemptions per second over the job's nodes (0 without spot); a trace's: its
+// preemptions over its span.
+double preemptions_per_second(const JobSpec& job);
+// How long an asynchronous checkpoint's write to storage drains behind training (0 blocking);
+// an in-memory checkpoint's drain is its copy to the peers.
+double drain_s(const JobSpec& job);
+
+// Replication `index` of `job` under `seed`, checkpointing every `interval_steps`, with
+// `rate` interruptions per second. Throws ModelError when its clock passes kHorizon_s or the
+// job, short of replicas, would train for over kLongestShrunkRun_s.
+JobReplication replicate(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
+                         std::uint64_t index);
+
+}  // namespace fleetsim
