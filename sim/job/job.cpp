@@ -298,10 +298,11 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   result.useful_s = job.steps * job.step_s;
   result.replications.resize(static_cast<std::size_t>(replications));
   std::vector<char> finished(result.replications.size(), 0);  // not vector<bool>: shared bits
+  const ReplicationTimes times = replication_times(job);
   tbb::parallel_for(0, replications, [&](int i) {
     if (stop_requested()) return;
     result.replications[static_cast<std::size_t>(i)] =
-        replicate(job, result.interval_steps, rate, seed, static_cast<std::uint64_t>(i));
+        replicate(job, times, result.interval_steps, rate, seed, static_cast<std::uint64_t>(i));
     finished[static_cast<std::size_t>(i)] = 1;
     if (replication_done) replication_done();
   });

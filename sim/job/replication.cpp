@@ -61,31 +61,22 @@ SimTime steps_of(double steps, SimTime step) {
   return step * static_cast<std::int64_t>(whole) + from_seconds((steps - whole) * step.seconds());
 }
 
-// One run, drawn from its replication's streams, on the engine's integer time: the job's
-// durations are rounded to nanoseconds once, here, and every instant is exact from then on.
+// One run, drawn from its replication's streams, on the engine's integer time (the job's
+// durations rounded once, for all replications, by replication_times).
 // Interruption and preemption arrivals are drawn in order whatever happens between them, each
 // interruption's cause (how many nodes it takes out) from a third stream in step with them:
 // policies compared see the same histories.
 class Replication {
  public:
-  Replication(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
-              std::uint64_t index)
+  Replication(const JobSpec& job, const ReplicationTimes& times, double interval_steps, double rate,
+              std::uint64_t seed, std::uint64_t index)
       : job_(job),
+        times_(times),
         interval_steps_(interval_steps),
         rate_(rate),
         preemption_rate_(preemptions_per_second(job)),
-        stall_(from_seconds(checkpoint_stall_s(job))),
-        drain_(from_seconds(drain_s(job))),
-        checkpoint_write_(from_seconds(job.checkpoint_write_s)),
-        detection_(from_seconds(job.detection_s)),
-        restart_(from_seconds(job.restart_s)),
-        persist_every_(from_seconds(job.persist_every_s)),
-        node_repair_(from_seconds(job.node_repair_s)),
-        notice_(from_seconds(job.spot ? job.spot->notice_s : 0.0)),
-        capacity_return_(from_seconds(job.spot ? job.spot->capacity_return_s : 0.0)),
-        healthy_step_(from_seconds(job.step_s)),
-        step_(healthy_step_),
-        restore_(from_seconds(job.restore_s)),
+        step_(times.healthy_step),
+        restore_(times.storage_restore),
         interruptions_(seed, "job.interruptions", index),
         causes_(seed, "job.interruption_scopes", index),
         preemptions_(seed, "job.preemptions", index),
@@ -107,9 +98,6 @@ class Replication {
     if (!job.causes.empty()) nodes_out_ = job.causes.front().nodes_out;
     for (const DegradedStep& degraded : job.degradations) {
       degradation_rate_ += degradations_per_second(job, degraded.degradation);
-    }
-    if (job.spot) {
-      for (const double at : job.spot->trace_s) trace_.push_back(arrival(SimTime{}, at));
     }
     draw_interruption(SimTime{});
     draw_preemption(SimTime{});
@@ -165,10 +153,11 @@ class Replication {
   void maybe_persist(SimTime at) {
     settle_persists(at);
     const bool last = trained_ >= job_.steps;
-    const bool due = steps_of(trained_ - persist_began_steps_, healthy_step_) >= persist_every_;
+    const bool due =
+        steps_of(trained_ - persist_began_steps_, times_.healthy_step) >= times_.persist_every;
     if (!(last || (due && persists_.empty()))) return;
     const SimTime start = persists_.empty() ? at : std::max(at, persists_.back().durable_at);
-    persists_.push_back({trained_, start + checkpoint_write_});
+    persists_.push_back({trained_, start + times_.checkpoint_write});
     persist_began_steps_ = trained_;
   }
 
@@ -188,7 +177,7 @@ class Replication {
       }
       peer_copy_ = false;  // until the next copy to the peers
     }
-    restore_ = from_seconds(peer_copy_ ? job_.peer_restore_s : job_.restore_s);
+    restore_ = peer_copy_ ? times_.peer_restore : times_.storage_restore;
   }
 
   struct Written {
@@ -236,7 +225,7 @@ class Replication {
   // Returns whether it restarted.
   bool evict_degraded() {
     if (!job_.evict_degraded_after_s || degraded_count_ == 0 ||
-        now_ < degraded_since_ + from_seconds(*job_.evict_degraded_after_s)) {
+        now_ < degraded_since_ + *times_.evict_after) {
       return false;
     }
     const auto from = planned_stop();
@@ -258,13 +247,13 @@ class Replication {
     const SimTime from = pending_ ? std::max(now_, pending_->durable_at) : now_;
     if (std::min(interruption_, preemption_) < from) return std::nullopt;
     if (pending_) complete_pending();
-    if (in_memory()) restore_ = from_seconds(job_.peer_restore_s);  // in healthy nodes' memory
+    if (in_memory()) restore_ = times_.peer_restore;  // in healthy nodes' memory
     return from;
   }
 
   void draw_preemption(SimTime after) {
-    if (!trace_.empty()) {  // the trace's next, alike for every run
-      preemption_ = next_in_trace_ < trace_.size() ? trace_[next_in_trace_++] : kNever;
+    if (!times_.trace.empty()) {  // the trace's next, alike for every run
+      preemption_ = next_in_trace_ < times_.trace.size() ? times_.trace[next_in_trace_++] : kNever;
       return;
     }
     preemption_ =
@@ -277,14 +266,14 @@ class Replication {
     const double steps = std::min(interval_steps_, job_.steps - trained_);
     const SimTime training_end = now_ + steps_of(steps, step_);
     const SimTime write_start = std::max(training_end, pending_ ? pending_->durable_at : SimTime{});
-    const SimTime resume = write_start + stall_;
+    const SimTime resume = write_start + times_.stall;
     const SimTime first = std::min(interruption_, preemption_);
     if (first > training_end) spend(checkpoint_stall_, std::min(first, resume) - training_end);
     if (first >= resume) {
       if (pending_) complete_pending();
       trained_ += steps;
-      pending_ = Written{trained_, resume + drain_};
-      if (drain_ == SimTime{}) complete_pending();
+      pending_ = Written{trained_, resume + times_.drain};
+      if (times_.drain == SimTime{}) complete_pending();
       if (in_memory()) maybe_persist(resume);
       if (short_replicas_ > 0) spend(shrunk_, resume - now_);
       if (degraded_count_ > 0) spend(degraded_, resume - now_);
@@ -350,7 +339,7 @@ class Replication {
     ++result_.preemptions;
     const SimTime notice = preemption_;
     draw_preemption(notice);
-    const SimTime reclaimed = notice + notice_;
+    const SimTime reclaimed = notice + times_.notice;
     // Steps begun by the notice (arrivals are never before now).
     const auto in_progress =
         static_cast<double>(((notice - now_).ns() + step_.ns() - 1) / step_.ns());
@@ -361,8 +350,8 @@ class Replication {
     if (pending_ && target == pending_->steps) {
       saved_at = pending_->durable_at;
     } else if (target > committed_) {
-      saved_at =
-          std::max(trained_by, pending_ ? pending_->durable_at : SimTime{}) + stall_ + drain_;
+      saved_at = std::max(trained_by, pending_ ? pending_->durable_at : SimTime{}) + times_.stall +
+                 times_.drain;
     }
     // A checkpoint already being written is kept if it is done before the nodes go.
     if (pending_ && pending_->steps < target &&
@@ -394,14 +383,14 @@ class Replication {
     degraded_count_ = 0;
     std::fill(present_.begin(), present_.end(), false);
     shrink_to(0);
-    restart(reclaimed + capacity_return_);
+    restart(reclaimed + times_.capacity_return);
   }
 
   // Restart and read the checkpoint back from `from`; an interruption during that is a
   // failure like any other.
   void restart(SimTime from) {
     while (interruption_ < from) draw_interruption(interruption_);
-    const SimTime end = from + restart_ + restore_;
+    const SimTime end = from + times_.restart + restore_;
     if (interruption_ < end) {
       fail();
     } else {
@@ -419,11 +408,11 @@ class Replication {
       fall_back(at);
       if (job_.node_repair_s > 0) take_nodes_out(at, nodes_out_);
       draw_interruption(at);
-      const SimTime detected = at + detection_;
+      const SimTime detected = at + times_.detection;
       if (interruption_ < detected) continue;
       const SimTime start = nodes_for_restart(detected);
       while (interruption_ < start) draw_interruption(interruption_);
-      const SimTime end = start + restart_ + restore_;
+      const SimTime end = start + times_.restart + restore_;
       if (interruption_ < end) continue;
       now_ = end;
       return;
@@ -431,7 +420,7 @@ class Replication {
   }
 
   void take_nodes_out(SimTime at, int nodes) {
-    const SimTime back = at + node_repair_;
+    const SimTime back = at + times_.node_repair;
     under_repair_.insert(std::upper_bound(under_repair_.begin(), under_repair_.end(), back),
                          static_cast<std::size_t>(nodes), back);
   }
@@ -508,23 +497,12 @@ class Replication {
   }
 
   const JobSpec& job_;
+  const ReplicationTimes& times_;
   const double interval_steps_;
   const double rate_;
   const double preemption_rate_;
-  // The job's durations, in integer time.
-  const SimTime stall_;
-  const SimTime drain_;
-  const SimTime checkpoint_write_;
-  const SimTime detection_;
-  const SimTime restart_;
-  const SimTime persist_every_;
-  const SimTime node_repair_;
-  const SimTime notice_;
-  const SimTime capacity_return_;
-  const SimTime healthy_step_;
-  SimTime step_;                // the time of a full step's tokens at the job's size now
-  SimTime restore_;             // reading back the checkpoint the job restarts from
-  std::vector<SimTime> trace_;  // spot preemptions replayed from a trace
+  SimTime step_;     // the time of a full step's tokens at the job's size now
+  SimTime restore_;  // reading back the checkpoint the job restarts from
   RngStream interruptions_;
   RngStream causes_;
   RngStream preemptions_;
@@ -562,9 +540,33 @@ class Replication {
 
 }  // namespace
 
-JobReplication replicate(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
-                         std::uint64_t index) {
-  return Replication(job, interval_steps, rate, seed, index).run();
+ReplicationTimes replication_times(const JobSpec& job) {
+  ReplicationTimes times{
+      .stall = from_seconds(checkpoint_stall_s(job)),
+      .drain = from_seconds(drain_s(job)),
+      .checkpoint_write = from_seconds(job.checkpoint_write_s),
+      .detection = from_seconds(job.detection_s),
+      .restart = from_seconds(job.restart_s),
+      .persist_every = from_seconds(job.persist_every_s),
+      .node_repair = from_seconds(job.node_repair_s),
+      .notice = from_seconds(job.spot ? job.spot->notice_s : 0.0),
+      .capacity_return = from_seconds(job.spot ? job.spot->capacity_return_s : 0.0),
+      .healthy_step = from_seconds(job.step_s),
+      .storage_restore = from_seconds(job.restore_s),
+      .peer_restore = from_seconds(job.peer_restore_s),
+      .evict_after = std::nullopt,
+      .trace = {},
+  };
+  if (job.evict_degraded_after_s) times.evict_after = from_seconds(*job.evict_degraded_after_s);
+  if (job.spot) {
+    for (const double at : job.spot->trace_s) times.trace.push_back(arrival(SimTime{}, at));
+  }
+  return times;
+}
+
+JobReplication replicate(const JobSpec& job, const ReplicationTimes& times, double interval_steps,
+                         double rate, std::uint64_t seed, std::uint64_t index) {
+  return Replication(job, times, interval_steps, rate, seed, index).run();
 }
 
 }  // namespace fleetsim

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
+#include "sim/engine/time.hpp"
 #include "sim/job/job.hpp"
 
 namespace fleetsim {
@@ -34,10 +37,31 @@ double preemptions_per_second(const JobSpec& job);
 // an in-memory checkpoint's drain is its copy to the peers.
 double drain_s(const JobSpec& job);
 
-// Replication `index` of `job` under `seed`, checkpointing every `interval_steps`, with
-// `rate` interruptions per second. Throws ModelError when its clock passes kHorizon_s or the
-// job, short of replicas, would train for over kLongestShrunkRun_s.
-JobReplication replicate(const JobSpec& job, double interval_steps, double rate, std::uint64_t seed,
-                         std::uint64_t index);
+// A job's durations in integer time, rounded once for all its replications: every instant of
+// a replication is exact from then on.
+struct ReplicationTimes {
+  SimTime stall;  // training stands still for a checkpoint
+  SimTime drain;  // a checkpoint's write (async) or copy to the peers (in memory) behind training
+  SimTime checkpoint_write;
+  SimTime detection;
+  SimTime restart;
+  SimTime persist_every;
+  SimTime node_repair;
+  SimTime notice;
+  SimTime capacity_return;
+  SimTime healthy_step;
+  SimTime storage_restore;
+  SimTime peer_restore;
+  std::optional<SimTime> evict_after;
+  std::vector<SimTime> trace;  // spot preemptions replayed from a trace; past 60 years dropped
+};
+ReplicationTimes replication_times(const JobSpec& job);
+
+// Replication `index` of `job` (its times from replication_times) under `seed`, checkpointing
+// every `interval_steps`, with `rate` interruptions per second. Throws ModelError when its
+// clock passes kHorizon_s or the job, short of replicas, would train for over
+// kLongestShrunkRun_s.
+JobReplication replicate(const JobSpec& job, const ReplicationTimes& times, double interval_steps,
+                         double rate, std::uint64_t seed, std::uint64_t index);
 
 }  // namespace fleetsim
