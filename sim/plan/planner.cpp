@@ -6,6 +6,9 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -14,6 +17,8 @@
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_executor.hpp"
 #include "topology/topology.hpp"
+#include "workloads/layout/dimensions.hpp"
+#include "workloads/layout/rules.hpp"
 #include "workloads/layout/sharding.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
@@ -23,105 +28,104 @@ namespace fleetsim {
 namespace {
 
 constexpr std::array kMicroBatches = {1, 2, 4, 8};
-constexpr int kMaxVirtualStages = 8;
-constexpr std::array kRecomputeModes = {Recompute::none, Recompute::selective, Recompute::full};
 
-std::vector<int> divisors(int n) {
-  std::vector<int> found;
-  for (int d = 1; d <= n; ++d) {
-    if (n % d == 0) found.push_back(d);
+// The order the search sets the dimensions in (workloads/layout/dimensions.hpp): each one's
+// candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
+// once dp is known. Recomputation is not enumerated: each layout takes the first of its
+// candidates that fits (recompute_modes).
+constexpr std::array<std::string_view, 13> kSearchOrder = {"cp",
+                                                           "tp",
+                                                           "pp",
+                                                           "dp",
+                                                           "",
+                                                           "vpp",
+                                                           "zero",
+                                                           "ep",
+                                                           "tp_comm_overlap",
+                                                           "overlap_param_gather",
+                                                           "offload_optimizer",
+                                                           "schedule",
+                                                           "bucket"};
+
+// What the search enumerates, every dimension but recomputation once, in kSearchOrder.
+std::vector<const LayoutDimension*> search_steps() {
+  std::vector<const LayoutDimension*> steps;
+  for (const std::string_view key : kSearchOrder) {
+    steps.push_back(key.empty() ? nullptr : find_layout_dimension(key));
+    if (!key.empty() && !steps.back())
+      throw std::logic_error("no layout dimension " + std::string(key));
   }
-  return found;
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    const bool searched = dimension.key == "recompute" ||
+                          std::find(steps.begin(), steps.end(), &dimension) != steps.end();
+    if (!searched || !dimension.candidates) {
+      throw std::logic_error("the planner does not search layout." + std::string(dimension.key));
+    }
+  }
+  return steps;
 }
 
-// Pipeline sizes: the layers' divisors (even stages, interleaving possible), and the powers of
-// two that do not divide them (uneven stages, one fewer layer at the ends; not interleaved) and
-// leave at least two layers a stage: a power-of-two cluster often has no other way to a deep
-// pipeline.
-std::vector<int> pipeline_sizes(int layers) {
-  std::vector<int> sizes = divisors(layers);
-  for (int pp = 2; 2 * pp <= layers; pp *= 2) {
-    if (layers % pp != 0) sizes.push_back(pp);
-  }
-  std::sort(sizes.begin(), sizes.end());
-  return sizes;
-}
+struct Enumeration {
+  const StepInputs& base;
+  const LayoutSearch& search;
+  std::vector<const LayoutDimension*> steps;
+  std::vector<StepInputs>& layouts;
+};
 
-// Expert parallelism: 1, and every power of two up to dp that the job rules allow at layout.ep
-// with this tp, dp and ZeRO stage (overlap_param_gather and offload are left off with it).
-std::vector<int> expert_parallel_sizes(const JobSubject& subject, int tp, int dp, int zero) {
-  std::vector<int> sizes{1};
-  ParallelPlan plan;
-  plan.tp = tp;
-  plan.dp = dp;
-  plan.zero_stage = zero;
-  for (plan.ep = 2; plan.ep <= dp; plan.ep *= 2) {
-    if (!first_job_problem_at("layout.ep", subject, plan)) sizes.push_back(plan.ep);
+// Every choice of the steps from `step` on, `chosen` holding those before it (the others at
+// their defaults, as a dimension's candidates expect).
+void enumerate(const Enumeration& e, std::size_t step, ParallelPlan& chosen, int micro_batch) {
+  if (step == e.steps.size()) {
+    StepInputs inputs = e.base;
+    inputs.plan = chosen;
+    inputs.training.micro_batch = micro_batch;
+    e.layouts.push_back(std::move(inputs));
+    return;
   }
-  return sizes;
+  const LayoutDimension* dimension = e.steps[step];
+  if (!dimension) {
+    // Only micro-batches that split each replica's share of the batch.
+    for (const int candidate : kMicroBatches) {
+      if (e.base.training.global_batch % (candidate * chosen.dp) != 0) continue;
+      enumerate(e, step + 1, chosen, candidate);
+    }
+    return;
+  }
+  for (const DimensionValue& value : dimension->candidates(e.search, chosen)) {
+    dimension->set(chosen, value);
+    enumerate(e, step + 1, chosen, micro_batch);
+  }
+  dimension->set(chosen, dimension->get(ParallelPlan{}));
 }
 
 // Every layout of the search, in a fixed order, with the base's recipe and cluster.
 std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
-  const int gpus = base.node.gpus * base.nodes;
-  // Optimizer offload where the node describes its host and the optimizer is FP32 Adam.
-  const bool can_offload = base.node.describes_host() && base.training.optimizer == Optimizer::adam;
   const JobSubject subject = job_subject(base.model, base.training);
+  const LayoutSearch search{
+      .subject = subject,
+      .node = base.node,
+      .gpus = base.node.gpus * base.nodes,
+      .scenario = base.plan,
+      .host_optimizer = base.node.describes_host() && base.training.optimizer == Optimizer::adam};
   std::vector<StepInputs> layouts;
-  // Context parallelism: powers of two up to the base's cp (1 unless the scenario asks).
-  for (int cp = 1; cp <= base.plan.cp; cp *= 2) {
-    // Inside a node, or across whole nodes of an NVLink domain (GB200 NVL72 trays).
-    for (int tp = 1; tp <= base.node.gpus * base.node.nvlink_domain_nodes; tp *= 2) {
-      if (!base.node.nvlink_group_fits(tp) || gpus % tp != 0) continue;
-      for (const int pp : pipeline_sizes(base.model.layers)) {
-        if (gpus % (tp * cp * pp) != 0) continue;
-        std::vector<int> virtual_stages{1};
-        if (pp > 1 && base.model.layers % pp == 0) {
-          for (const int v : divisors(base.model.layers / pp)) {
-            if (v > 1 && v <= kMaxVirtualStages) virtual_stages.push_back(v);
-          }
-        }
-        for (const int micro_batch : kMicroBatches) {
-          const int dp = gpus / (tp * cp * pp);
-          // Only micro-batches that split each replica's share of the batch.
-          if (base.training.global_batch % (micro_batch * dp) != 0) continue;
-          for (const int vpp : virtual_stages) {
-            // ZeRO shards over the ranks holding the same parameters: without any, only stage 0.
-            for (int zero = 0; zero <= (dp * cp == 1 ? 0 : pp > 1 ? 1 : 3); ++zero) {
-              // Expert parallelism is not modelled with context parallelism.
-              const std::vector<int> eps =
-                  cp == 1 ? expert_parallel_sizes(subject, tp, dp, zero) : std::vector<int>{1};
-              for (const int ep : eps) {
-                StepInputs inputs = base;
-                inputs.plan.ep = ep;
-                inputs.training.micro_batch = micro_batch;
-                inputs.plan.tp = tp;
-                inputs.plan.cp = cp;
-                inputs.plan.pp = pp;
-                inputs.plan.dp = dp;
-                inputs.plan.vpp = vpp;
-                inputs.plan.schedule = PipelineSchedule::one_f_one_b;
-                inputs.plan.zero_stage = zero;
-                // The base's choice, where there is tensor parallelism to overlap.
-                inputs.plan.tp_comm_overlap = base.plan.tp_comm_overlap && tp > 1;
-                // Not with expert parallelism, which is modelled without it.
-                inputs.plan.overlap_param_gather =
-                    base.plan.overlap_param_gather && (zero == 1 || zero == 2) && ep == 1;
-                inputs.plan.recompute = Recompute::none;
-                inputs.plan.offload_optimizer = false;
-                layouts.push_back(inputs);
-                if (can_offload && zero >= 1 && ep == 1) {
-                  inputs.plan.offload_optimizer = true;
-                  layouts.push_back(std::move(inputs));
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
+  ParallelPlan chosen;
+  enumerate(Enumeration{base, search, search_steps(), layouts}, 0, chosen, 0);
   return layouts;
+}
+
+// The recomputation modes a layout may take, least first.
+std::vector<Recompute> recompute_modes() {
+  const LayoutDimension& recompute = *find_layout_dimension("recompute");
+  std::vector<Recompute> modes;
+  ParallelPlan plan;
+  const JobSubject any_job;  // they depend on nothing
+  const NodeSpec any_node;
+  const LayoutSearch search{any_job, any_node, 0, plan, false};
+  for (const DimensionValue& mode : recompute.candidates(search, plan)) {
+    recompute.set(plan, mode);
+    modes.push_back(plan.recompute);
+  }
+  return modes;
 }
 
 struct Candidate {
@@ -362,6 +366,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   PlanResult result;
   std::vector<StepInputs> layouts = enumerate_layouts(base);
   result.layouts = layouts.size();
+  const std::vector<Recompute> modes = recompute_modes();
 
   // The memory check and the job rules for every layout, with the least recomputation that
   // fits: independent, so in parallel, each into its own slot.
@@ -375,7 +380,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       refused[i] = 1;
       return;
     }
-    for (const Recompute recompute : kRecomputeModes) {
+    for (const Recompute recompute : modes) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
       StepOutcome outcome = check_memory(inputs);

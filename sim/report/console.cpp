@@ -1,16 +1,25 @@
 // The console table: one column per variant, one row per quantity, units in the row labels.
 //
-// Everything here is text layout; the numbers come straight from the report records. Widths are
+// Everything here is text layout; the numbers come from the result registry (result_fields.hpp),
+// each table a list of the registered fields it shows and how it writes them. Widths are
 // measured in displayed characters (UTF-8 code points) because the table uses "—" for missing
 // values.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "sim/report/report.hpp"
+#include "sim/report/result_fields.hpp"
 
 namespace fleetsim {
 namespace {
@@ -132,142 +141,394 @@ std::vector<std::string> cells_for(const RunReport& report, const CellFn& cell) 
   return cells;
 }
 
-// A step quantity exists only for simulated variants.
-CellFn step_cell(std::function<std::string(const StepResult&)> format) {
-  return [format = std::move(format)](const VariantReport& v) {
-    return v.outcome.simulated ? format(v.outcome.step) : std::string(kMissing);
-  };
-}
-
 int total_gpus(const StepInputs& inputs) {
   return inputs.nodes * inputs.node.gpus;
 }
 
-bool low_headroom(const MemoryBreakdown& memory) {
-  return memory.fits() && memory.headroom_fraction() < kMinComfortableHeadroom;
+// ---- What the tables show, read through the result registry (result_fields.hpp): a
+// quantity is a few registered fields of one group and how a person reads them. The registry
+// says what each field is; this says how the console writes it.
+
+using Values = std::vector<FieldValue>;
+
+double number(const FieldValue& value) {
+  return std::visit(
+      [](const auto& v) -> double {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_arithmetic_v<T>) {
+          return static_cast<double>(v);
+        } else {
+          return std::numeric_limits<double>::quiet_NaN();
+        }
+      },
+      value);
+}
+const SampleSummary& summary(const FieldValue& value) {
+  return std::get<SampleSummary>(value);
 }
 
-void add_setup_rows(Table& table, const RunReport& report) {
-  table.add("node preset",
-            cells_for(report, [](const VariantReport& v) { return v.inputs.node.name; }));
-  table.add("GPUs (nodes x GPUs/node)", cells_for(report, [](const VariantReport& v) {
-              return std::to_string(total_gpus(v.inputs)) + " (" + std::to_string(v.inputs.nodes) +
-                     " x " + std::to_string(v.inputs.node.gpus) + ")";
-            }));
-  const bool multi_node = std::any_of(report.variants.begin(), report.variants.end(),
-                                      [](const VariantReport& v) { return v.inputs.nodes > 1; });
-  if (multi_node) {
-    table.add("fabric (oversubscription, placement)", cells_for(report, [](const VariantReport& v) {
-                if (v.inputs.nodes == 1) return std::string(kMissing);
-                const FabricSpec& f = v.inputs.fabric;
-                return fixed(f.oversubscription,
-                             f.oversubscription == std::floor(f.oversubscription) ? 0 : 1) +
-                       ":1 " + (f.placement == NodePlacement::spread ? "spread" : "packed");
-              }));
+struct Quantity {
+  std::string_view label;  // "{first}" stands for the first variant's name
+  FieldGroup group;
+  std::vector<std::string_view> fields;  // of `group`, by name
+  std::string (*text)(const Values& values);
+  // Whether a variant has it, beyond having the group: by default, wherever it has the group.
+  bool (*has)(const VariantReport& variant) = nullptr;
+  // Whether a table shows it: by default wherever some variant has it, a step's always (it
+  // says which layouts do not fit).
+  bool (*shown)(const RunReport& report, const Quantity& quantity) = nullptr;
+  std::string_view missing = kMissing;  // the cell of a variant without it
+};
+
+std::string cell(const RunReport& report, std::size_t index, const Quantity& quantity) {
+  const VariantReport& variant = report.variants[index];
+  if (!in_json(quantity.group, variant) || (quantity.has && !quantity.has(variant))) {
+    return std::string(quantity.missing);
   }
-  table.add("GPU profile",
-            cells_for(report, [](const VariantReport& v) { return v.inputs.gpu.name; }));
-  table.add("model", cells_for(report, [](const VariantReport& v) {
-              const auto& lora = v.inputs.training.lora;
-              return v.inputs.model.name +
-                     (lora ? std::string(lora->quantized_base ? " (QLoRA rank " : " (LoRA rank ") +
-                                 std::to_string(lora->rank) + ")"
-                           : "") +
-                     (v.inputs.training.precision == Precision::fp8 ? " FP8" : "");
-            }));
-  table.add("layout",
-            cells_for(report, [](const VariantReport& v) { return layout_label(v.inputs.plan); }));
-}
-
-void add_step_rows(Table& table, const RunReport& report) {
-  table.add("step time (s)", cells_for(report, [](const VariantReport& v) {
-              return v.outcome.simulated ? seconds_text(v.outcome.step.step_time_s)
-                                         : std::string("does not fit");
-            }));
-  table.add("tokens/s", cells_for(report, step_cell([](const StepResult& s) {
-                                    return grouped_integer(s.tokens_per_s);
-                                  })));
-  table.add("tokens/s per GPU", cells_for(report, [](const VariantReport& v) {
-              const int gpus = total_gpus(v.inputs);
-              if (!v.outcome.simulated || gpus <= 0) {
-                return std::string(kMissing);
-              }
-              return grouped_integer(v.outcome.step.tokens_per_s / gpus);
-            }));
-  table.add("MFU (%)",
-            cells_for(report, step_cell([](const StepResult& s) { return percent_text(s.mfu); })));
-  table.add("HFU (%)",
-            cells_for(report, step_cell([](const StepResult& s) { return percent_text(s.hfu); })));
-}
-
-void add_breakdown_rows(Table& table, const RunReport& report) {
-  table.add("compute per step (s)", cells_for(report, step_cell([](const StepResult& s) {
-                                                return seconds_text(s.breakdown.compute_s);
-                                              })));
-  table.add("exposed comm per step (s)",
-            cells_for(report, step_cell([](const StepResult& s) {
-                        return seconds_text(s.breakdown.exposed_comm_s);
-                      })));
-  // What the exposed communication is for, where any is.
-  const auto kinds = [&](double StepBreakdown::*member) {
-    return std::any_of(report.variants.begin(), report.variants.end(), [&](const auto& v) {
-      return v.outcome.simulated && v.outcome.step.breakdown.*member > 0;
-    });
-  };
-  for (const auto& [label, member] :
-       {std::pair{"  data-parallel (s)", &StepBreakdown::exposed_dp_s},
-        std::pair{"  tensor/context/expert-parallel (s)", &StepBreakdown::exposed_tp_s},
-        std::pair{"  pipeline transfers (s)", &StepBreakdown::exposed_pp_s},
-        std::pair{"  offload copies (s)", &StepBreakdown::exposed_host_s}}) {
-    if (!kinds(member)) continue;
-    table.add(label, cells_for(report, step_cell([member = member](const StepResult& s) {
-                                 return seconds_text(s.breakdown.*member);
-                               })));
+  Values values;
+  for (const std::string_view name : quantity.fields) {
+    values.push_back(result_field(quantity.group, name).get(report, index));
   }
-  table.add("idle per step (s)", cells_for(report, step_cell([](const StepResult& s) {
-                                             return seconds_text(s.breakdown.idle_s);
-                                           })));
-  table.add("comm per GPU per step (GB)", cells_for(report, step_cell([](const StepResult& s) {
-                                                      return gb_text(s.comm_bytes_per_gpu);
-                                                    })));
+  // A quantity that does not exist (no price, no baseline) is absent or NaN.
+  if (std::holds_alternative<std::monostate>(values.front()) ||
+      (std::holds_alternative<double>(values.front()) && std::isnan(number(values.front())))) {
+    return kMissing;
+  }
+  return quantity.text(values);
 }
 
-void add_memory_rows(Table& table, const RunReport& report) {
-  table.add("memory per GPU (GB, % of capacity)", cells_for(report, [](const VariantReport& v) {
-              const MemoryBreakdown& memory = v.outcome.memory;
-              const double used =
-                  memory.capacity_bytes > 0 ? memory.total_bytes / memory.capacity_bytes : 0.0;
-              return gb_text(memory.total_bytes) + " (" + percent_text(used) + "%)";
-            }));
-  table.add("headroom (%)", cells_for(report, [](const VariantReport& v) {
-              const MemoryBreakdown& memory = v.outcome.memory;
-              const std::string value = percent_text(memory.headroom_fraction());
-              return low_headroom(memory) ? value + " low" : value;
-            }));
+bool has(const VariantReport& variant, const Quantity& quantity) {
+  return in_json(quantity.group, variant) && (!quantity.has || quantity.has(variant));
 }
 
-void add_speedup_row(Table& table, const RunReport& report) {
-  std::vector<std::string> cells;
+bool shown(const RunReport& report, const Quantity& quantity) {
+  if (quantity.shown) return quantity.shown(report, quantity);
+  if (quantity.group == FieldGroup::step) return true;
+  return std::any_of(report.variants.begin(), report.variants.end(),
+                     [&](const VariantReport& v) { return has(v, quantity); });
+}
+
+// Whether some variant's value of the quantity's first field passes `test`.
+bool any_value(const RunReport& report, const Quantity& quantity, bool (*test)(double)) {
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const std::optional<double> speedup = speedup_vs_first(report, i);
-    cells.push_back(speedup ? fixed(*speedup, 2) + "x" : std::string(kMissing));
-  }
-  table.add("speed-up vs " + report.variants.front().name + " (tokens/s)", std::move(cells));
-
-  const bool any_scaling = [&] {
-    for (std::size_t i = 0; i < report.variants.size(); ++i) {
-      if (scaling_efficiency_vs_first(report, i)) return true;
+    if (!has(report.variants[i], quantity)) continue;
+    if (test(number(result_field(quantity.group, quantity.fields.front()).get(report, i)))) {
+      return true;
     }
-    return false;
-  }();
-  if (!any_scaling) return;
-  cells.clear();
-  for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const std::optional<double> scaling = scaling_efficiency_vs_first(report, i);
-    cells.push_back(scaling ? percent_text(*scaling) : std::string(kMissing));
   }
-  table.add("scaling efficiency vs " + report.variants.front().name + " (%, per GPU)",
-            std::move(cells));
+  return false;
+}
+bool any_positive(const RunReport& report, const Quantity& quantity) {
+  return any_value(report, quantity, [](double value) { return value > 0; });
+}
+bool any_finite(const RunReport& report, const Quantity& quantity) {
+  return any_value(report, quantity, [](double value) { return std::isfinite(value); });
+}
+
+std::string label_of(const RunReport& report, const Quantity& quantity) {
+  std::string label(quantity.label);
+  const std::size_t first = label.find("{first}");
+  if (first != std::string::npos) label.replace(first, 7, report.variants.front().name);
+  return label;
+}
+
+// One row per quantity shown, one column per variant.
+void add_rows(Table& table, const RunReport& report, std::span<const Quantity> quantities) {
+  for (const Quantity& quantity : quantities) {
+    if (!shown(report, quantity)) continue;
+    std::vector<std::string> cells;
+    for (std::size_t i = 0; i < report.variants.size(); ++i) {
+      cells.push_back(cell(report, i, quantity));
+    }
+    table.add(label_of(report, quantity), std::move(cells));
+  }
+}
+
+// How values read.
+std::string as_text(const Values& v) {
+  return std::get<std::string>(v[0]);
+}
+std::string as_integer(const Values& v) {
+  return std::to_string(std::llround(number(v[0])));
+}
+std::string as_grouped(const Values& v) {
+  return grouped_integer(number(v[0]));
+}
+std::string as_seconds(const Values& v) {
+  return seconds_text(number(v[0]));
+}
+std::string as_percent(const Values& v) {
+  return percent_text(number(v[0]));
+}
+std::string as_gb(const Values& v) {
+  return gb_text(number(v[0]));
+}
+std::string as_hours(double seconds) {
+  return fixed(seconds / 3600, 1);
+}
+std::string p50_p90_days(const Values& v) {
+  return fixed(summary(v[0]).p50 / kDay, 2) + " / " + fixed(summary(v[0]).p90 / kDay, 2);
+}
+std::string p50_p90_usd(const Values& v) {
+  return grouped_integer(summary(v[0]).p50) + " / " + grouped_integer(summary(v[0]).p90);
+}
+std::string mean_and_p90(const Values& v) {
+  return fixed(summary(v[0]).mean, 1) + " (" + fixed(summary(v[0]).p90, 0) + ")";
+}
+
+bool multi_node(const VariantReport& v) {
+  return v.inputs.nodes > 1;
+}
+
+// The variant's setup: the first rows of `run` and `memory`.
+const Quantity kSetup[] = {
+    {"node preset", FieldGroup::variant, {"node"}, as_text},
+    {"GPUs (nodes x GPUs/node)",
+     FieldGroup::variant,
+     {"gpus", "nodes", "gpus_per_node"},
+     [](const Values& v) {
+       return as_integer(v) + " (" + as_integer({v[1]}) + " x " + as_integer({v[2]}) + ")";
+     }},
+    {.label = "fabric (oversubscription, placement)",
+     .group = FieldGroup::variant,
+     .fields = {"fabric_oversubscription", "fabric_placement"},
+     .text =
+         [](const Values& v) {
+           const double ratio = number(v[0]);
+           return fixed(ratio, ratio == std::floor(ratio) ? 0 : 1) + ":1 " + as_text({v[1]});
+         },
+     .has = multi_node},
+    {"GPU profile", FieldGroup::variant, {"gpu_profile"}, as_text},
+    {"model",
+     FieldGroup::variant,
+     {"model", "lora_rank", "lora_quantized_base", "precision"},
+     [](const Values& v) {
+       std::string text = as_text(v);
+       if (number(v[1]) > 0) {
+         text += std::string(std::get<bool>(v[2]) ? " (QLoRA rank " : " (LoRA rank ") +
+                 as_integer({v[1]}) + ")";
+       }
+       return as_text({v[3]}) == "fp8" ? text + " FP8" : text;
+     }},
+    {"layout", FieldGroup::variant, {"layout_label"}, as_text},
+};
+
+// A part of the step's exposed communication, shown where some variant has any.
+Quantity exposed_part(std::string_view label, std::string_view field) {
+  return {.label = label,
+          .group = FieldGroup::step,
+          .fields = {field},
+          .text = as_seconds,
+          .shown = any_positive};
+}
+
+// The quantities of the step that every table shows.
+const Quantity kStepTime{.label = "step time (s)",
+                         .group = FieldGroup::step,
+                         .fields = {"step_time_s"},
+                         .text = as_seconds,
+                         .missing = "does not fit"};
+const Quantity kTokens{"tokens/s", FieldGroup::step, {"tokens_per_s"}, as_grouped};
+const Quantity kTokensPerGpu{
+    "tokens/s per GPU", FieldGroup::step, {"tokens_per_s_per_gpu"}, as_grouped};
+const Quantity kMfu{"MFU (%)", FieldGroup::step, {"mfu"}, as_percent};
+
+// The step, its breakdown, its memory and how it compares with the first variant.
+const Quantity kStep[] = {
+    kStepTime,
+    kTokens,
+    kTokensPerGpu,
+    kMfu,
+    {"HFU (%)", FieldGroup::step, {"hfu"}, as_percent},
+    {"compute per step (s)", FieldGroup::step, {"compute_s"}, as_seconds},
+    {"exposed comm per step (s)", FieldGroup::step, {"exposed_comm_s"}, as_seconds},
+    // What the exposed communication is for, where any is.
+    exposed_part("  data-parallel (s)", "exposed_dp_s"),
+    exposed_part("  tensor/context/expert-parallel (s)", "exposed_tp_s"),
+    exposed_part("  pipeline transfers (s)", "exposed_pp_s"),
+    exposed_part("  offload copies (s)", "exposed_host_s"),
+    {"idle per step (s)", FieldGroup::step, {"idle_s"}, as_seconds},
+    {"comm per GPU per step (GB)", FieldGroup::step, {"comm_bytes_per_gpu"}, as_gb},
+    {"memory per GPU (GB, % of capacity)",
+     FieldGroup::memory,
+     {"total_bytes", "capacity_bytes"},
+     [](const Values& v) {
+       const double capacity = number(v[1]);
+       return as_gb(v) + " (" + percent_text(capacity > 0 ? number(v[0]) / capacity : 0.0) + "%)";
+     }},
+    {"headroom (%)",
+     FieldGroup::memory,
+     {"headroom_fraction", "fits"},
+     [](const Values& v) {
+       const bool low = std::get<bool>(v[1]) && number(v[0]) < kMinComfortableHeadroom;
+       return as_percent(v) + (low ? " low" : "");
+     }},
+    {"speed-up vs {first} (tokens/s)",
+     FieldGroup::variant,
+     {"speedup_vs_first"},
+     [](const Values& v) { return fixed(number(v[0]), 2) + "x"; }},
+    {.label = "scaling efficiency vs {first} (%, per GPU)",
+     .group = FieldGroup::variant,
+     .fields = {"scaling_efficiency_vs_first"},
+     .text = as_percent,
+     .shown = any_finite},
+};
+
+bool jitters(const RunReport& report, const Quantity&) {
+  return std::any_of(report.variants.begin(), report.variants.end(),
+                     [](const VariantReport& v) { return v.job && v.job->jitter_factor != 1; });
+}
+bool repairs(const RunReport& report, const Quantity&) {
+  return std::any_of(report.variants.begin(), report.variants.end(),
+                     [](const VariantReport& v) { return v.job && v.job->node_repair_s > 0; });
+}
+bool shrinks(const VariantReport& v) {
+  return v.job && v.job->when_short == ShortagePolicy::shrink;
+}
+bool degrades(const VariantReport& v) {
+  return v.job && !v.job->degradations.empty();
+}
+
+// A run's Monte Carlo, for the variants that have one (see sim/job).
+const Quantity kRun[] = {
+    {"run: steps to train", FieldGroup::run, {"steps"}, as_grouped},
+    {.label = "run step with jitter (s)",
+     .group = FieldGroup::run,
+     .fields = {"step_s"},
+     .text = as_seconds,
+     .shown = jitters},
+    {"checkpoint write, restore (s)",
+     FieldGroup::run,
+     {"checkpoint_write", "checkpoint_write_s", "checkpoint_copy_s", "peer_copy_s",
+      "peer_restore_s", "restore_s"},
+     [](const Values& v) {
+       const std::string write = as_text(v);
+       std::string text = as_seconds({v[1]});
+       if (write == "async") {
+         text = "async: copy " + as_seconds({v[2]}) + ", write " + text;
+       } else if (write == "in_memory") {
+         text = "in memory: copy " + as_seconds({v[2]}) + ", to peer " + as_seconds({v[3]}) +
+                ", write " + text;
+       }
+       const std::string restore =
+           write == "in_memory" ? as_seconds({v[4]}) + " (from storage " + as_seconds({v[5]}) + ")"
+                                : as_seconds({v[5]});
+       return text + ", " + restore;
+     }},
+    {"mean time between interruptions (h)",
+     FieldGroup::run,
+     {"mtbf_s"},
+     [](const Values& v) {
+       return std::isfinite(number(v[0])) ? fixed(number(v[0]) / 3600, 2) : std::string("none");
+     }},
+    {"checkpoint every (steps, min)",
+     FieldGroup::run,
+     {"checkpoint_interval_steps", "step_s"},
+     [](const Values& v) {
+       return as_grouped(v) + ", " + fixed(number(v[0]) * number(v[1]) / 60, 1);
+     }},
+    {"time to train P50 / P90 (days)", FieldGroup::run, {"wall_s"}, p50_p90_days},
+    {"goodput, mean (99% CI)",
+     FieldGroup::run,
+     {"goodput"},
+     [](const Values& v) {
+       return fixed(summary(v[0]).mean, 3) + " +- " + fixed(summary(v[0]).ci99_half_width, 3);
+     }},
+    {"interruptions, mean (P90)", FieldGroup::run, {"interruptions"}, mean_and_p90},
+    {"spot preemptions, mean (P90)", FieldGroup::spot, {"preemptions"}, mean_and_p90},
+    {.label = "node repair (h), hot spares",
+     .group = FieldGroup::run,
+     .fields = {"node_repair_s", "hot_spares"},
+     .text = [](const Values& v) { return as_hours(number(v[0])) + ", " + as_integer({v[1]}); },
+     .shown = repairs},
+    {.label = "waiting for nodes (h), mean (P90)",
+     .group = FieldGroup::run,
+     .fields = {"node_wait_s"},
+     .text =
+         [](const Values& v) {
+           return as_hours(summary(v[0]).mean) + " (" + as_hours(summary(v[0]).p90) + ")";
+         },
+     .shown = repairs},
+    {.label = "shrunk (h), regrows, mean",
+     .group = FieldGroup::run,
+     .fields = {"shrunk_s", "regrows"},
+     .text =
+         [](const Values& v) {
+           return as_hours(summary(v[0]).mean) + ", " + fixed(summary(v[1]).mean, 1);
+         },
+     .has = shrinks,
+     .shown =
+         [](const RunReport& report,
+            const Quantity& quantity) {  // shrinking is a way to wait for repairs
+           return repairs(report, quantity) &&
+                  std::any_of(report.variants.begin(), report.variants.end(), shrinks);
+         }},
+    {.label = "degraded (h), evictions, mean",
+     .group = FieldGroup::run,
+     .fields = {"degraded_s", "evictions"},
+     .text =
+         [](const Values& v) {
+           return as_hours(summary(v[0]).mean) + ", " + fixed(summary(v[1]).mean, 1);
+         },
+     .has = degrades},
+    {"lost GPU-hours, mean",
+     FieldGroup::run,
+     {"lost_gpu_hours"},
+     [](const Values& v) { return grouped_integer(summary(v[0]).mean); }},
+    {"cost P50 / P90 (USD)", FieldGroup::run, {"cost_usd"}, p50_p90_usd},
+    {"per million tokens P50 (USD)",
+     FieldGroup::run,
+     {"usd_per_million_tokens"},
+     [](const Values& v) { return fixed(summary(v[0]).p50, 3); }},
+    {"stall per written checkpoint, mean (USD)",
+     FieldGroup::run,
+     {"usd_per_checkpoint"},
+     [](const Values& v) { return fixed(summary(v[0]).mean, 2); }},
+};
+
+// `fleetsim sweep`'s columns around the scaling efficiency within the point's group (a sweep's
+// own quantity, not a field of every variant).
+const Quantity kSweepSize[] = {
+    {"GPUs", FieldGroup::variant, {"gpus"}, as_grouped},
+    kStepTime,
+    kTokens,
+    kTokensPerGpu,
+};
+const Quantity kSweepShape[] = {
+    kMfu,
+    {"largest share of the step", FieldGroup::step, {"largest_share"}, as_text},
+    {"layout", FieldGroup::variant, {"layout_label"}, as_text},
+};
+
+// `fleetsim plan`'s columns: the step of each ranked layout, and its run where there is one (a
+// run that could not be simulated shows "—", see the warnings).
+const Quantity kPlanStep[] = {
+    kStepTime,
+    kTokens,
+    kMfu,
+    {"memory (GB)", FieldGroup::memory, {"total_bytes"}, as_gb},
+    {"headroom (%)", FieldGroup::memory, {"headroom_fraction"}, as_percent},
+};
+const Quantity kPlanRun[] = {
+    {"time to train P50 / P90 (days)", FieldGroup::run, {"wall_s"}, p50_p90_days},
+    {"goodput",
+     FieldGroup::run,
+     {"goodput"},
+     [](const Values& v) { return fixed(summary(v[0]).mean, 3); }},
+};
+const Quantity kPlanCost{"cost P50 / P90 (USD)", FieldGroup::run, {"cost_usd"}, p50_p90_usd};
+
+// A table of one row per variant: the quantities as columns.
+std::vector<std::string> headers_of(const RunReport& report, std::span<const Quantity> columns) {
+  std::vector<std::string> headers;
+  for (const Quantity& column : columns) headers.push_back(label_of(report, column));
+  return headers;
+}
+std::vector<std::string> row_of(const RunReport& report, std::size_t index,
+                                std::span<const Quantity> columns) {
+  std::vector<std::string> cells;
+  for (const Quantity& column : columns) cells.push_back(cell(report, index, column));
+  return cells;
 }
 
 std::string header_text(const RunReport& report) {
@@ -296,152 +557,30 @@ std::string header_text(const RunReport& report) {
   return text + "\n";
 }
 
-// A run's Monte Carlo, for the variants that have one (see sim/job).
-void add_run_rows(Table& table, const RunReport& report) {
-  const bool any = std::any_of(report.variants.begin(), report.variants.end(),
-                               [](const VariantReport& v) { return v.job_result.has_value(); });
-  if (!any) return;
-  const auto run_cell = [](auto text_of) {
-    return [text_of](const VariantReport& v) {
-      return v.job_result ? text_of(*v.job, *v.job_result) : std::string(kMissing);
-    };
-  };
-  table.add("run: steps to train",
-            cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
-                        return grouped_integer(job.steps);
-                      })));
-  const bool jitters =
-      std::any_of(report.variants.begin(), report.variants.end(),
-                  [](const VariantReport& v) { return v.job && v.job->jitter_factor != 1; });
-  if (jitters) {
-    table.add("run step with jitter (s)",
-              cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
-                          return seconds_text(job.step_s);
-                        })));
-  }
-  table.add("checkpoint write, restore (s)",
-            cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
-                        std::string write = seconds_text(job.checkpoint_write_s);
-                        if (job.write == CheckpointWrite::async) {
-                          write = "async: copy " + seconds_text(job.checkpoint_copy_s) +
-                                  ", write " + write;
-                        } else if (job.write == CheckpointWrite::in_memory) {
-                          write = "in memory: copy " + seconds_text(job.checkpoint_copy_s) +
-                                  ", to peer " + seconds_text(job.peer_copy_s) + ", write " + write;
-                        }
-                        const std::string restore = job.write == CheckpointWrite::in_memory
-                                                        ? seconds_text(job.peer_restore_s) +
-                                                              " (from storage " +
-                                                              seconds_text(job.restore_s) + ")"
-                                                        : seconds_text(job.restore_s);
-                        return write + ", " + restore;
-                      })));
-  table.add("mean time between interruptions (h)",
-            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
-                        return std::isfinite(r.mtbf_s) ? fixed(r.mtbf_s / 3600, 2)
-                                                       : std::string("none");
-                      })));
-  table.add("checkpoint every (steps, min)",
-            cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
-                        return grouped_integer(r.interval_steps) + ", " +
-                               fixed(r.interval_steps * job.step_s / 60, 1);
-                      })));
-  table.add("time to train P50 / P90 (days)",
-            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
-                        return fixed(r.wall_s.p50 / kDay, 2) + " / " +
-                               fixed(r.wall_s.p90 / kDay, 2);
-                      })));
-  table.add("goodput, mean (99% CI)",
-            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
-                        return fixed(r.goodput.mean, 3) + " +- " +
-                               fixed(r.goodput.ci99_half_width, 3);
-                      })));
-  table.add("interruptions, mean (P90)",
-            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
-                        return fixed(r.interruptions.mean, 1) + " (" +
-                               fixed(r.interruptions.p90, 0) + ")";
-                      })));
-  const bool spot = std::any_of(report.variants.begin(), report.variants.end(),
-                                [](const VariantReport& v) { return v.job && v.job->spot; });
-  if (spot) {
-    table.add("spot preemptions, mean (P90)",
-              cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
-                          if (!job.spot) return std::string(kMissing);
-                          return fixed(r.preemptions.mean, 1) + " (" + fixed(r.preemptions.p90, 0) +
-                                 ")";
-                        })));
-  }
-  const bool repairs =
-      std::any_of(report.variants.begin(), report.variants.end(),
-                  [](const VariantReport& v) { return v.job && v.job->node_repair_s > 0; });
-  if (repairs) {
-    table.add("node repair (h), hot spares",
-              cells_for(report, run_cell([](const JobSpec& job, const JobResult&) {
-                          return fixed(job.node_repair_s / 3600, 1) + ", " +
-                                 std::to_string(job.hot_spares);
-                        })));
-    table.add("waiting for nodes (h), mean (P90)",
-              cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
-                          return fixed(r.node_wait_s.mean / 3600, 1) + " (" +
-                                 fixed(r.node_wait_s.p90 / 3600, 1) + ")";
-                        })));
-    const bool shrinks =
-        std::any_of(report.variants.begin(), report.variants.end(), [](const VariantReport& v) {
-          return v.job && v.job->when_short == ShortagePolicy::shrink;
-        });
-    if (shrinks) {
-      table.add("shrunk (h), regrows, mean",
-                cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
-                            if (job.when_short != ShortagePolicy::shrink) {
-                              return std::string(kMissing);
-                            }
-                            return fixed(r.shrunk_s.mean / 3600, 1) + ", " +
-                                   fixed(r.regrows.mean, 1);
-                          })));
+// Every field a table names is registered: checked once, whatever a report shows, so that a
+// renamed field fails every rendering rather than only the reports that show its row.
+void check_registered() {
+  static const bool checked = [] {
+    for (const std::span<const Quantity> table :
+         {std::span<const Quantity>(kSetup), std::span<const Quantity>(kStep),
+          std::span<const Quantity>(kRun), std::span<const Quantity>(kSweepSize),
+          std::span<const Quantity>(kSweepShape), std::span<const Quantity>(kPlanStep),
+          std::span<const Quantity>(kPlanRun), std::span<const Quantity>(&kPlanCost, 1)}) {
+      for (const Quantity& quantity : table) {
+        for (const std::string_view name : quantity.fields) result_field(quantity.group, name);
+      }
     }
-  }
-  const bool degrades =
-      std::any_of(report.variants.begin(), report.variants.end(),
-                  [](const VariantReport& v) { return v.job && !v.job->degradations.empty(); });
-  if (degrades) {
-    table.add("degraded (h), evictions, mean",
-              cells_for(report, run_cell([](const JobSpec& job, const JobResult& r) {
-                          if (job.degradations.empty()) return std::string(kMissing);
-                          return fixed(r.degraded_s.mean / 3600, 1) + ", " +
-                                 fixed(r.evictions.mean, 1);
-                        })));
-  }
-  table.add("lost GPU-hours, mean",
-            cells_for(report, run_cell([](const JobSpec&, const JobResult& r) {
-                        return grouped_integer(r.lost_gpu_hours.mean);
-                      })));
-  const auto priced_cell = [](auto text_of) {
-    return [text_of](const VariantReport& v) {
-      return v.job_result && v.run->priced ? text_of(*v.job_result) : std::string(kMissing);
-    };
-  };
-  table.add("cost P50 / P90 (USD)", cells_for(report, priced_cell([](const JobResult& r) {
-                                                return grouped_integer(r.cost_usd.p50) + " / " +
-                                                       grouped_integer(r.cost_usd.p90);
-                                              })));
-  table.add("per million tokens P50 (USD)", cells_for(report, priced_cell([](const JobResult& r) {
-                                                        return fixed(r.usd_per_million_tokens.p50,
-                                                                     3);
-                                                      })));
-  table.add("stall per written checkpoint, mean (USD)",
-            cells_for(report, priced_cell([](const JobResult& r) {
-                        return fixed(r.usd_per_checkpoint.mean, 2);
-                      })));
+    return true;
+  }();
+  (void)checked;
 }
 
 std::string main_table(const RunReport& report) {
+  check_registered();
   Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
-  add_setup_rows(table, report);
-  add_step_rows(table, report);
-  add_breakdown_rows(table, report);
-  add_memory_rows(table, report);
-  add_speedup_row(table, report);
-  add_run_rows(table, report);
+  add_rows(table, report, kSetup);
+  add_rows(table, report, kStep);
+  add_rows(table, report, kRun);
   return table.render();
 }
 
@@ -567,40 +706,6 @@ std::string basis_section(const RunReport& report) {
   return text.empty() ? text : "\nwhat each item assumes\n" + text;
 }
 
-}  // namespace
-
-std::string render_memory(const RunReport& report) {
-  std::string text = header_text(report);
-  if (report.variants.empty()) {
-    return text + "no variants\n";
-  }
-  Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
-  add_setup_rows(table, report);
-  text += table.render() + memory_table(report);
-  text += basis_section(report);
-  for (const VariantReport& variant : report.variants) {
-    if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant);
-  }
-  return text + warnings_section(report);
-}
-
-// What holds a step most: computing, the exposed communication of one kind (data-, tensor- or
-// pipeline-parallel, offload copies), or waiting (pipeline bubbles, ranks waiting for each
-// other); ties to the first.
-std::string largest_share(const StepBreakdown& parts) {
-  const std::pair<const char*, double> shares[] = {{"compute", parts.compute_s},
-                                                   {"exposed DP comm", parts.exposed_dp_s},
-                                                   {"exposed TP/CP/EP comm", parts.exposed_tp_s},
-                                                   {"exposed PP comm", parts.exposed_pp_s},
-                                                   {"exposed offload copies", parts.exposed_host_s},
-                                                   {"idle (bubble, waits)", parts.idle_s}};
-  const auto* largest = &shares[0];
-  for (const auto& share : shares) {
-    if (share.second > largest->second) largest = &share;
-  }
-  return largest->first;
-}
-
 // A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180).
 std::string csv_field(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
@@ -609,24 +714,37 @@ std::string csv_field(const std::string& text) {
   return quoted + "\"";
 }
 
-std::string render_sweep(const RunReport& report) {
+}  // namespace
+
+std::string render_memory(const RunReport& report) {
+  check_registered();
   std::string text = header_text(report);
-  Table table({"GPUs", "step time (s)", "tokens/s", "tokens/s per GPU", "scaling efficiency",
-               "MFU (%)", "largest share of the step", "layout"});
+  if (report.variants.empty()) {
+    return text + "no variants\n";
+  }
+  Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
+  add_rows(table, report, kSetup);
+  text += table.render() + memory_table(report);
+  text += basis_section(report);
+  for (const VariantReport& variant : report.variants) {
+    if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant);
+  }
+  return text + warnings_section(report);
+}
+
+std::string render_sweep(const RunReport& report) {
+  check_registered();
+  std::string text = header_text(report);
+  std::vector<std::string> headers = headers_of(report, kSweepSize);
+  headers.push_back("scaling efficiency");
+  for (const std::string& header : headers_of(report, kSweepShape)) headers.push_back(header);
+  Table table(std::move(headers));
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const VariantReport& point = report.variants[i];
-    const std::string gpus = grouped_integer(total_gpus(point.inputs));
-    if (!point.outcome.simulated) {
-      table.add(point.name, {gpus, "does not fit", kMissing, kMissing, kMissing, kMissing, kMissing,
-                             layout_label(point.inputs.plan)});
-      continue;
-    }
-    const StepResult& step = point.outcome.step;
+    std::vector<std::string> cells = row_of(report, i, kSweepSize);
     const std::optional<double> efficiency = scaling_efficiency_in_sweep(report, i);
-    table.add(point.name, {gpus, seconds_text(step.step_time_s), grouped_integer(step.tokens_per_s),
-                           grouped_integer(step.tokens_per_s / total_gpus(point.inputs)),
-                           efficiency ? fixed(*efficiency, 3) : kMissing, fixed(100 * step.mfu, 1),
-                           largest_share(step.breakdown), layout_label(point.inputs.plan)});
+    cells.push_back(efficiency ? fixed(*efficiency, 3) : kMissing);
+    for (std::string& shape : row_of(report, i, kSweepShape)) cells.push_back(std::move(shape));
+    table.add(report.variants[i].name, std::move(cells));
   }
   return text + table.render() + warnings_section(report);
 }
@@ -661,6 +779,7 @@ std::string render_sweep_csv(const RunReport& report) {
 }
 
 std::string render_plan(const RunReport& report) {
+  check_registered();
   std::string text = header_text(report);
   if (report.plan) {
     const PlanSummary& plan = *report.plan;
@@ -694,32 +813,12 @@ std::string render_plan(const RunReport& report) {
             grouped_integer(static_cast<double>(first.job_result->replications.size())) +
             " replications)\n\n";
   }
-  std::vector<std::string> columns{"step time (s)", "tokens/s", "MFU (%)", "memory (GB)",
-                                   "headroom (%)"};
-  if (runs) {
-    columns.insert(columns.end(), {"time to train P50 / P90 (days)", "goodput"});
-    if (priced) columns.push_back("cost P50 / P90 (USD)");
-  }
-  Table table(columns);
+  std::vector<Quantity> columns(std::begin(kPlanStep), std::end(kPlanStep));
+  if (runs) columns.insert(columns.end(), std::begin(kPlanRun), std::end(kPlanRun));
+  if (priced) columns.push_back(kPlanCost);
+  Table table(headers_of(report, columns));
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const VariantReport& variant = report.variants[i];
-    const StepResult& step = variant.outcome.step;
-    const MemoryBreakdown& memory = variant.outcome.memory;
-    std::vector<std::string> cells{seconds_text(step.step_time_s),
-                                   grouped_integer(step.tokens_per_s), fixed(100 * step.mfu, 1),
-                                   fixed(memory.total_bytes / kBytesPerGB, 2),
-                                   fixed(100 * memory.headroom_fraction(), 1)};
-    if (runs && !variant.job_result) {  // its run could not be simulated (see the warnings)
-      cells.insert(cells.end(), priced ? 3 : 2, std::string(kMissing));
-    } else if (runs) {
-      const JobResult& r = *variant.job_result;
-      cells.push_back(fixed(r.wall_s.p50 / kDay, 2) + " / " + fixed(r.wall_s.p90 / kDay, 2));
-      cells.push_back(fixed(r.goodput.mean, 3));
-      if (priced) {
-        cells.push_back(grouped_integer(r.cost_usd.p50) + " / " + grouped_integer(r.cost_usd.p90));
-      }
-    }
-    table.add(std::to_string(i + 1) + ". " + variant.name, cells);
+    table.add(std::to_string(i + 1) + ". " + report.variants[i].name, row_of(report, i, columns));
   }
   return text + table.render() + warnings_section(report);
 }

@@ -2,6 +2,7 @@
 #include "sim/report/report.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace fleetsim {
 
@@ -72,6 +73,20 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
   }
   const double per_gpu = point.outcome.step.tokens_per_s / gpus(point);
   return per_gpu / (smallest->outcome.step.tokens_per_s / gpus(*smallest));
+}
+
+std::string largest_share(const StepBreakdown& parts) {
+  const std::pair<const char*, double> shares[] = {{"compute", parts.compute_s},
+                                                   {"exposed DP comm", parts.exposed_dp_s},
+                                                   {"exposed TP/CP/EP comm", parts.exposed_tp_s},
+                                                   {"exposed PP comm", parts.exposed_pp_s},
+                                                   {"exposed offload copies", parts.exposed_host_s},
+                                                   {"idle (bubble, waits)", parts.idle_s}};
+  const auto* largest = &shares[0];
+  for (const auto& share : shares) {
+    if (share.second > largest->second) largest = &share;
+  }
+  return largest->first;
 }
 
 }  // namespace fleetsim

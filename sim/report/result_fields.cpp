@@ -5,6 +5,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "workloads/layout/dimensions.hpp"
@@ -109,6 +110,28 @@ const ResultField kFields[] = {
      [](R r, I i) -> FieldValue { return in(r, i).model.name; }},
     {FieldGroup::variant, "precision", "precision", "", "bf16 or fp8",
      [](R r, I i) -> FieldValue { return std::string(to_string(in(r, i).training.precision)); }},
+    {FieldGroup::variant, "lora_rank", "lora_rank", "", "LoRA's rank (0: every weight trained)",
+     [](R r, I i) -> FieldValue {
+       const auto& lora = in(r, i).training.lora;
+       return lora ? lora->rank : 0;
+     }},
+    {FieldGroup::variant, "lora_quantized_base", "lora_quantized_base", "",
+     "QLoRA: the frozen weights in 4-bit NormalFloat",
+     [](R r, I i) -> FieldValue {
+       const auto& lora = in(r, i).training.lora;
+       return lora && lora->quantized_base;
+     }},
+    {FieldGroup::variant, "layout_label", "layout_label", "",
+     "the layout in words (tp8 pp2 dp4 ...)",
+     [](R r, I i) -> FieldValue { return layout_label(in(r, i).plan); }},
+    {FieldGroup::variant, "fabric_oversubscription", "fabric_oversubscription", "1",
+     "the scale-out fabric's leaf downlink : uplink bandwidth (one node: no fabric is used)",
+     [](R r, I i) -> FieldValue { return in(r, i).fabric.oversubscription; }},
+    {FieldGroup::variant, "fabric_placement", "fabric_placement", "",
+     "packed or spread: the nodes under as few leaves as they fill, or one a leaf",
+     [](R r, I i) -> FieldValue {
+       return std::string(in(r, i).fabric.placement == NodePlacement::spread ? "spread" : "packed");
+     }},
     {FieldGroup::variant, "simulated", "simulated", "",
      "whether the step was replayed (false: the layout does not fit)",
      [](R r, I i) -> FieldValue { return at(r, i).outcome.simulated; }},
@@ -123,6 +146,11 @@ const ResultField kFields[] = {
      [](R r, I i) -> FieldValue { return stepped(r, i, step(r, i).step_time_s); }},
     {FieldGroup::step, "tokens_per_s", "tokens_per_s", "tokens/s", "of the whole cluster",
      [](R r, I i) -> FieldValue { return stepped(r, i, step(r, i).tokens_per_s); }},
+    {FieldGroup::step, "tokens_per_s_per_gpu", "tokens_per_s_per_gpu", "tokens/s",
+     "tokens/s over the GPUs",
+     [](R r, I i) -> FieldValue {
+       return stepped(r, i, step(r, i).tokens_per_s / (in(r, i).nodes * in(r, i).node.gpus));
+     }},
     {FieldGroup::step, "mfu", "mfu", "1",
      "model FLOPs / (step time x GPUs x dense BF16 peak), causal attention halved",
      [](R r, I i) -> FieldValue { return stepped(r, i, step(r, i).mfu); }},
@@ -148,6 +176,13 @@ const ResultField kFields[] = {
      [](R r, I i) -> FieldValue { return step(r, i).breakdown.exposed_host_s; }},
     {FieldGroup::step, "idle_s", "", "s", "neither (bubbles, waits, latency)",
      [](R r, I i) -> FieldValue { return step(r, i).breakdown.idle_s; }},
+    {FieldGroup::step, "largest_share", "largest_share", "",
+     "what holds the step most: \"compute\", \"exposed DP comm\", \"exposed TP/CP/EP comm\", "
+     "\"exposed PP comm\", \"exposed offload copies\" or \"idle (bubble, waits)\" (HDF5: \"\" "
+     "when not simulated)",
+     [](R r, I i) -> FieldValue {
+       return at(r, i).outcome.simulated ? largest_share(step(r, i).breakdown) : std::string();
+     }},
     {FieldGroup::step, "comm_bytes_per_gpu", "comm_bytes_per_gpu", "bytes",
      "sent by a GPU in a step, averaged over the GPUs",
      [](R r, I i) -> FieldValue { return stepped(r, i, step(r, i).comm_bytes_per_gpu); }},
@@ -333,6 +368,17 @@ std::span<const ResultField> result_fields() {
 }
 std::span<const ResultTable> result_tables() {
   return kTables;
+}
+
+const ResultField& result_field(FieldGroup group, std::string_view name) {
+  const auto* field =
+      std::find_if(std::begin(kFields), std::end(kFields), [&](const ResultField& f) {
+        return f.group == group && (f.name.empty() ? f.hdf5 : f.name) == name;
+      });
+  if (field == std::end(kFields)) {
+    throw std::logic_error("no result field " + std::string(name) + " is registered");
+  }
+  return *field;
 }
 
 bool in_json(FieldGroup group, const VariantReport& variant) {

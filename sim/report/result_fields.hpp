@@ -1,7 +1,8 @@
 // The result fields: every scalar a variant's results carry, registered once with its name,
 // unit and meaning. The JSON rendering, the HDF5 file and the generated schema page
 // (docs/results-schema.md) are rendered from this list. A new scalar result is a row here
-// (and the value it reads); the console's table chooses what of it to show a person.
+// (and the value it reads); the console's tables (console.cpp) choose which fields to show a
+// person and how to write them, and read each through this list.
 //
 // Fields come in groups: the variant's setup, its step (present in JSON once simulated; in
 // HDF5 NaN until then), its memory, its run's Monte Carlo and the run's spot capacity (each
@@ -48,6 +49,9 @@ struct ResultField {
 
 std::span<const ResultGroup> result_groups();
 std::span<const ResultField> result_fields();
+// The field of `group` with the JSON key (or, where JSON has none, the HDF5 attribute) `name`;
+// throws std::logic_error for a name not registered (a renderer asking for what is not there).
+const ResultField& result_field(FieldGroup group, std::string_view name);
 // The group's presence in each output: the step's JSON object is null until simulated (its
 // HDF5 attributes NaN), the run's and spot's are absent without them.
 bool in_json(FieldGroup group, const VariantReport& variant);

@@ -3,9 +3,13 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <string_view>
 #include <variant>
+#include <vector>
 
+#include "topology/node_spec.hpp"
 #include "workloads/layout/dimensions.hpp"
+#include "workloads/layout/rules.hpp"
 
 using namespace fleetsim;
 
@@ -115,4 +119,77 @@ TEST_CASE("dp: auto is what the GPUs leave to tp x cp x pp") {
   plan.cp = 65536;
   CHECK(data_parallel_size_for(plan, 1024) == 0);
   CHECK(size_product({65536, 65536, 65536, 65536}) == std::numeric_limits<std::int64_t>::max());
+}
+
+namespace {
+
+std::vector<int> counts(const std::vector<DimensionValue>& values) {
+  std::vector<int> found;
+  for (const DimensionValue& value : values) found.push_back(std::get<int>(value));
+  return found;
+}
+
+std::vector<int> candidates_of(std::string_view key, const LayoutSearch& search,
+                               const ParallelPlan& chosen) {
+  return counts(find_layout_dimension(key)->candidates(search, chosen));
+}
+
+}  // namespace
+
+TEST_CASE("every dimension says what the planner tries for it, in words and in code") {
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    INFO(dimension.key);
+    CHECK_FALSE(dimension.planner.empty());
+    CHECK(dimension.candidates != nullptr);
+  }
+}
+
+TEST_CASE("the planner's candidates on 16 GPUs of 8-GPU nodes, a 12-layer mixture of experts") {
+  JobSubject job;
+  job.layers = 12;
+  job.heads = 32;
+  job.kv_heads = 8;
+  job.experts = 8;
+  job.seq_len = 4096;
+  job.global_batch = 64;
+  job.micro_batch = 1;
+  NodeSpec node;  // 8 GPUs, one NVLink domain a node
+  ParallelPlan scenario;
+  scenario.cp = 2;
+  scenario.tp_comm_overlap = true;
+  const LayoutSearch search{job, node, 16, scenario, true};
+  ParallelPlan chosen;
+  // tp: the powers of two of a node; cp: up to the scenario's.
+  CHECK(candidates_of("tp", search, chosen) == std::vector<int>{1, 2, 4, 8});
+  CHECK(candidates_of("cp", search, chosen) == std::vector<int>{1, 2});
+  // pp: 12's divisors and the powers of two leaving two layers a stage (1, 2, 3, 4, 6, 12 and
+  // 8 would leave fewer than two layers a stage), of which tp x cp x pp must divide 16: with tp 4,
+  // cp 1, only 1, 2, 4.
+  chosen.tp = 4;
+  CHECK(candidates_of("pp", search, chosen) == std::vector<int>{1, 2, 4});
+  chosen.tp = 1;
+  CHECK(candidates_of("pp", search, chosen) == std::vector<int>{1, 2, 4});
+  // vpp: with 4 stages of 3 layers, 1 and 3.
+  chosen.pp = 4;
+  CHECK(candidates_of("vpp", search, chosen) == std::vector<int>{1, 3});
+  // dp: what 16 GPUs leave to 1 x 1 x 4.
+  CHECK(candidates_of("dp", search, chosen) == std::vector<int>{4});
+  chosen.dp = 4;
+  // ZeRO: 0-1 with a pipeline, 0-3 without, 0 alone without replicas.
+  CHECK(candidates_of("zero", search, chosen) == std::vector<int>{0, 1});
+  chosen.pp = 1;
+  chosen.dp = 16;
+  CHECK(candidates_of("zero", search, chosen) == std::vector<int>{0, 1, 2, 3});
+  // ep: powers of two dividing the 8 experts and dp 16, at tp 1 and ZeRO 0 or 1 (the rules).
+  chosen.zero_stage = 1;
+  CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1, 2, 4, 8});
+  chosen.zero_stage = 2;
+  CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1});
+  // Offload with ZeRO and ep 1, where the node and optimizer allow it; tp overlap with tp.
+  CHECK(find_layout_dimension("offload_optimizer")->candidates(search, chosen).size() == 2);
+  CHECK(find_layout_dimension("tp_comm_overlap")->candidates(search, chosen) ==
+        std::vector<DimensionValue>{false});
+  chosen.tp = 2;
+  CHECK(find_layout_dimension("tp_comm_overlap")->candidates(search, chosen) ==
+        std::vector<DimensionValue>{true});
 }

@@ -1,9 +1,11 @@
 // The result registry and the outputs rendered from it agree: every registered field is where
 // its JSON key and HDF5 attribute say, for a variant with every group present.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "common/temp_dir.hpp"
@@ -113,6 +115,37 @@ TEST_CASE("the schema page lists every field and table with its unit") {
     CHECK_THAT(page, Catch::Contains(std::string(table.columns)));
   }
   CHECK_THAT(page, Catch::Contains("| `step_time_s` | `step_time_s` | s |"));
+}
+
+TEST_CASE("a field is found by its group and name, and a name not registered is refused") {
+  const RunReport report = report_with_every_group();
+  const StepResult& step = report.variants[0].outcome.step;
+  const FieldValue per_gpu = result_field(FieldGroup::step, "tokens_per_s_per_gpu").get(report, 0);
+  CHECK(std::get<double>(per_gpu) == Approx(step.tokens_per_s / report.variants[0].inputs.nodes /
+                                            report.variants[0].inputs.node.gpus));
+  CHECK(std::get<std::string>(result_field(FieldGroup::step, "largest_share").get(report, 0)) ==
+        largest_share(step.breakdown));
+  CHECK_THROWS_AS(result_field(FieldGroup::run, "tokens_per_s"), std::logic_error);
+}
+
+TEST_CASE("the console shows a run's registered values, its spot capacity and its price") {
+  const RunReport report = report_with_every_group();
+  const std::string text = render_console(report);
+  const JobResult& run = *report.variants[0].job_result;
+  // The rows of the groups this variant has, each cell written from the registered value.
+  CHECK_THAT(text, Catch::Contains("spot preemptions, mean (P90)"));
+  char goodput[64];
+  std::snprintf(goodput, sizeof goodput, "%.3f +- %.3f", run.goodput.mean,
+                run.goodput.ci99_half_width);
+  CHECK_THAT(text, Catch::Contains(goodput));
+  CHECK_THAT(text, Catch::Contains("cost P50 / P90 (USD)"));
+  CHECK_THAT(text, Catch::Contains(layout_label(report.variants[0].inputs.plan)));
+  // The plan's and the sweep's tables read the same fields.
+  const std::string plan = render_plan(report);
+  CHECK_THAT(plan, Catch::Contains("time to train P50 / P90 (days)"));
+  CHECK_THAT(plan, Catch::Contains(std::string(goodput).substr(0, 5)));  // the mean, "0.9xx"
+  CHECK_THAT(render_sweep(report),
+             Catch::Contains(largest_share(report.variants[0].outcome.step.breakdown)));
 }
 
 }  // namespace fleetsim

@@ -1,8 +1,12 @@
 #include "workloads/layout/dimensions.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <string>
+
+#include "topology/node_spec.hpp"
+#include "workloads/layout/rules.hpp"
 
 namespace fleetsim {
 namespace {
@@ -37,6 +41,103 @@ std::string nothing(const ParallelPlan&) {
   return {};
 }
 
+// ---- What the planner tries (LayoutDimension::candidates) ----------------------------------
+
+constexpr int kMaxVirtualStages = 8;
+
+std::vector<int> divisors(int n) {
+  std::vector<int> found;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) found.push_back(d);
+  }
+  return found;
+}
+
+std::vector<DimensionValue> values_of(const std::vector<int>& counts) {
+  return {counts.begin(), counts.end()};
+}
+
+// Powers of two inside a node, or across whole nodes of an NVLink domain (GB200 NVL72 trays),
+// that divide the GPUs.
+std::vector<DimensionValue> tp_candidates(const LayoutSearch& search, const ParallelPlan&) {
+  std::vector<int> sizes;
+  for (int tp = 1; tp <= search.node.gpus * search.node.nvlink_domain_nodes; tp *= 2) {
+    if (search.node.nvlink_group_fits(tp) && search.gpus % tp == 0) sizes.push_back(tp);
+  }
+  return values_of(sizes);
+}
+
+// Powers of two up to the scenario's cp (1 unless it asks for context parallelism).
+std::vector<DimensionValue> cp_candidates(const LayoutSearch& search, const ParallelPlan&) {
+  std::vector<int> sizes;
+  for (int cp = 1; cp <= search.scenario.cp; cp *= 2) sizes.push_back(cp);
+  return values_of(sizes);
+}
+
+// The layers' divisors (even stages, interleaving possible), and the powers of two that do not
+// divide them (uneven stages, one fewer layer at the ends; not interleaved) and leave at least
+// two layers a stage: a power-of-two cluster often has no other way to a deep pipeline. Only
+// those that tp x cp x pp divide the GPUs.
+std::vector<DimensionValue> pp_candidates(const LayoutSearch& search, const ParallelPlan& chosen) {
+  const int layers = search.subject.layers;
+  std::vector<int> sizes = divisors(layers);
+  for (int pp = 2; 2 * pp <= layers; pp *= 2) {
+    if (layers % pp != 0) sizes.push_back(pp);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  std::erase_if(sizes, [&](int pp) { return search.gpus % (chosen.tp * chosen.cp * pp) != 0; });
+  return values_of(sizes);
+}
+
+// 1, and with an even pipeline each divisor of a stage's layers up to 8.
+std::vector<DimensionValue> vpp_candidates(const LayoutSearch& search, const ParallelPlan& chosen) {
+  std::vector<int> stages{1};
+  const int layers = search.subject.layers;
+  if (chosen.pp > 1 && layers % chosen.pp == 0) {
+    for (const int v : divisors(layers / chosen.pp)) {
+      if (v > 1 && v <= kMaxVirtualStages) stages.push_back(v);
+    }
+  }
+  return values_of(stages);
+}
+
+// What the GPUs leave to tp x cp x pp.
+std::vector<DimensionValue> dp_candidates(const LayoutSearch& search, const ParallelPlan& chosen) {
+  return values_of({search.gpus / (chosen.tp * chosen.cp * chosen.pp)});
+}
+
+// ZeRO shards over the ranks holding the same parameters: without any, only stage 0; with a
+// pipeline, 0 and 1 (Megatron's distributed optimizer); without one, 0 to 3.
+std::vector<DimensionValue> zero_candidates(const LayoutSearch&, const ParallelPlan& chosen) {
+  const int highest = chosen.gradient_ranks() == 1 ? 0 : chosen.pp > 1 ? 1 : 3;
+  std::vector<int> stages;
+  for (int zero = 0; zero <= highest; ++zero) stages.push_back(zero);
+  return values_of(stages);
+}
+
+// 1, and every power of two up to dp that the job rules allow at layout.ep (tp, dp and ZeRO
+// chosen; the overlaps and offload, searched after it, still off). Not modelled with context
+// parallelism.
+std::vector<DimensionValue> ep_candidates(const LayoutSearch& search, const ParallelPlan& chosen) {
+  std::vector<int> sizes{1};
+  ParallelPlan plan = chosen;
+  for (plan.ep = 2; chosen.cp == 1 && plan.ep <= chosen.dp; plan.ep *= 2) {
+    if (!first_job_problem_at("layout.ep", search.subject, plan)) sizes.push_back(plan.ep);
+  }
+  return values_of(sizes);
+}
+
+// The planner starts from none and takes the first that fits.
+std::vector<DimensionValue> recompute_candidates(const LayoutSearch&, const ParallelPlan&) {
+  return {std::string("none"), std::string("selective"), std::string("full")};
+}
+
+std::vector<DimensionValue> one_f_one_b(const LayoutSearch&, const ParallelPlan&) {
+  return {std::string("1f1b")};
+}
+
+// ---- Labels and accessors ------------------------------------------------------------------
+
 constexpr char kTp[] = "tp";
 constexpr char kCp[] = "cp";
 constexpr char kEp[] = "ep";
@@ -54,7 +155,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .planner = "powers of two that fit a node or whole nodes of its NVLink domain",
      .get = get_count<&ParallelPlan::tp>,
      .set = set_count<&ParallelPlan::tp>,
-     .label = count_above_one<&ParallelPlan::tp, kTp>},
+     .label = count_above_one<&ParallelPlan::tp, kTp>,
+     .candidates = tp_candidates},
     {.key = "cp",
      .output = "cp",
      .kind = DimensionKind::count,
@@ -64,7 +166,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .planner = "powers of two up to the scenario's cp",
      .get = get_count<&ParallelPlan::cp>,
      .set = set_count<&ParallelPlan::cp>,
-     .label = count_above_one<&ParallelPlan::cp, kCp>},
+     .label = count_above_one<&ParallelPlan::cp, kCp>,
+     .candidates = cp_candidates},
     {.key = "pp",
      .output = "pp",
      .kind = DimensionKind::count,
@@ -76,7 +179,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .label =
          [](const ParallelPlan& plan) {
            return plan.pp > 1 ? "pp" + std::to_string(plan.pp) : std::string();
-         }},
+         },
+     .candidates = pp_candidates},
     {.key = "vpp",
      .output = "vpp",
      .kind = DimensionKind::count,
@@ -88,7 +192,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .label =
          [](const ParallelPlan& plan) {
            return plan.pp > 1 && plan.vpp > 1 ? "vpp" + std::to_string(plan.vpp) : std::string();
-         }},
+         },
+     .candidates = vpp_candidates},
     {.key = "schedule",
      .output = "pipeline_schedule",
      .kind = DimensionKind::choice,
@@ -110,7 +215,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
                                                : std::string();
          },
      .misnamed = {{"interleaved", "interleaving is set by vpp, not by the schedule",
-                   "set schedule: 1f1b and vpp: 2 or more virtual stages per rank"}}},
+                   "set schedule: 1f1b and vpp: 2 or more virtual stages per rank"}},
+     .candidates = one_f_one_b},
     {.key = "dp",
      .output = "dp",
      .kind = DimensionKind::count,
@@ -121,7 +227,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .set = set_count<&ParallelPlan::dp>,
      .label = [](const ParallelPlan& plan) { return "dp" + std::to_string(plan.dp); },
      .required = true,
-     .automatic = true},
+     .automatic = true,
+     .candidates = dp_candidates},
     {.key = "ep",
      .output = "ep",
      .kind = DimensionKind::count,
@@ -130,7 +237,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .planner = "1, and with tp 1 and ZeRO 0-1 each power of two dividing the experts and dp",
      .get = get_count<&ParallelPlan::ep>,
      .set = set_count<&ParallelPlan::ep>,
-     .label = count_above_one<&ParallelPlan::ep, kEp>},
+     .label = count_above_one<&ParallelPlan::ep, kEp>,
+     .candidates = ep_candidates},
     {.key = "zero",
      .output = "zero_stage",
      .kind = DimensionKind::choice,
@@ -144,7 +252,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
            const auto* stage = std::get_if<int>(&value);
            plan.zero_stage = stage ? *stage : std::get<std::string>(value).front() - '0';
          },
-     .label = [](const ParallelPlan& plan) { return "zero" + std::to_string(plan.zero_stage); }},
+     .label = [](const ParallelPlan& plan) { return "zero" + std::to_string(plan.zero_stage); },
+     .candidates = zero_candidates},
     {.key = "recompute",
      .output = "recompute",
      .kind = DimensionKind::choice,
@@ -166,7 +275,8 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .label =
          [](const ParallelPlan& plan) {
            return std::string("recompute=") + to_string(plan.recompute);
-         }},
+         },
+     .candidates = recompute_candidates},
     {.key = "tp_comm_overlap",
      .output = "tp_comm_overlap",
      .kind = DimensionKind::flag,
@@ -176,7 +286,11 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .planner = "the scenario's, wherever tp > 1",
      .get = get_flag<&ParallelPlan::tp_comm_overlap>,
      .set = set_flag<&ParallelPlan::tp_comm_overlap>,
-     .label = flag_words<&ParallelPlan::tp_comm_overlap, kTpOverlap>},
+     .label = flag_words<&ParallelPlan::tp_comm_overlap, kTpOverlap>,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.tp_comm_overlap && chosen.tp > 1};
+         }},
     {.key = "overlap_param_gather",
      .output = "overlap_param_gather",
      .kind = DimensionKind::flag,
@@ -185,7 +299,13 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .planner = "the scenario's, wherever ZeRO is 1 or 2 and ep is 1",
      .get = get_flag<&ParallelPlan::overlap_param_gather>,
      .set = set_flag<&ParallelPlan::overlap_param_gather>,
-     .label = flag_words<&ParallelPlan::overlap_param_gather, kParamGatherOverlap>},
+     .label = flag_words<&ParallelPlan::overlap_param_gather, kParamGatherOverlap>,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.overlap_param_gather &&
+                                              (chosen.zero_stage == 1 || chosen.zero_stage == 2) &&
+                                              chosen.ep == 1};
+         }},
     {.key = "offload_optimizer",
      .output = "offload_optimizer",
      .kind = DimensionKind::flag,
@@ -195,7 +315,15 @@ const std::array<LayoutDimension, 13> kDimensions = {{
                 "optimizer is FP32 Adam",
      .get = get_flag<&ParallelPlan::offload_optimizer>,
      .set = set_flag<&ParallelPlan::offload_optimizer>,
-     .label = flag_words<&ParallelPlan::offload_optimizer, kOffload>},
+     .label = flag_words<&ParallelPlan::offload_optimizer, kOffload>,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           std::vector<DimensionValue> choices{false};
+           if (search.host_optimizer && chosen.zero_stage >= 1 && chosen.ep == 1) {
+             choices.push_back(true);
+           }
+           return choices;
+         }},
     {.key = "bucket",
      .output = "bucket_bytes",
      .kind = DimensionKind::size,
@@ -205,7 +333,11 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .get = [](const ParallelPlan& plan) { return DimensionValue{plan.bucket_bytes}; },
      .set = [](ParallelPlan& plan,
                const DimensionValue& value) { plan.bucket_bytes = std::get<double>(value); },
-     .label = nothing},
+     .label = nothing,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan&) {
+           return std::vector<DimensionValue>{search.scenario.bucket_bytes};
+         }},
 }};
 
 }  // namespace

@@ -2,7 +2,8 @@
 // the rest of fleetsim gives it. The scenario loader reads `layout:` from this table, the
 // results (JSON, HDF5, the MPI archive) write a layout from it, a layout's label is made of its
 // fragments, and `fleetsim list` and docs/results-schema.md describe each knob from it: a new
-// dimension is a row here, a field in ParallelPlan, and its rules and model.
+// dimension is a row here, a field in ParallelPlan, and its rules and model. What the planner
+// tries for each is here too (candidates), and the order it searches them in is the planner's.
 #pragma once
 
 #include <span>
@@ -15,6 +16,20 @@
 
 namespace fleetsim {
 
+struct JobSubject;
+struct NodeSpec;
+
+// What `fleetsim plan` searches: the job (and its rules), the node and the cluster's GPUs, and
+// the layout the scenario gives, of which the search keeps some choices (cp's ceiling, the
+// overlaps, the bucket).
+struct LayoutSearch {
+  const JobSubject& subject;
+  const NodeSpec& node;
+  int gpus;
+  const ParallelPlan& scenario;
+  bool host_optimizer;  // the optimizer could be offloaded: FP32 Adam, a node that has a host
+};
+
 // How a scenario writes a dimension, and the type of its value: a count (an integer >= 1), one
 // of a list of names, a flag (true or false), or a size in bytes (like 25MB).
 enum class DimensionKind { count, choice, flag, size };
@@ -26,7 +41,7 @@ struct LayoutDimension {
   DimensionKind kind;
   std::vector<std::string_view> choices;  // kind choice: the names allowed
   std::string_view description;           // one line, for `fleetsim list` and the reference
-  std::string_view planner;               // what `fleetsim plan` tries for it
+  std::string_view planner;               // what `fleetsim plan` tries for it, in words
   // The value as results write it: an int for counts and ZeRO's stage, the name of a choice, a
   // flag, or bytes.
   DimensionValue (*get)(const ParallelPlan&);
@@ -45,6 +60,10 @@ struct LayoutDimension {
     std::string_view hint;
   };
   std::vector<Misnamed> misnamed = {};
+  // What `fleetsim plan` tries for it, in order (`planner` in code): `chosen` holds the
+  // dimensions the search set before it (the planner's order), the others at their defaults.
+  std::vector<DimensionValue> (*candidates)(const LayoutSearch& search,
+                                            const ParallelPlan& chosen) = nullptr;
 };
 
 // In the order labels and results list them.
