@@ -1,11 +1,9 @@
 // The console table: one column per variant, one row per quantity, units in the row labels.
 //
 // Everything here is text layout; the numbers come from the result registry (result_fields.hpp),
-// each table a list of the registered fields it shows and how it writes them. Widths are
-// measured in displayed characters (UTF-8 code points) because the table uses "—" for missing
-// values.
+// each table a list of the registered fields it shows and how it writes them (console_text.hpp
+// writes numbers and lines columns up; console_analysis.cpp the attribution and sensitivity).
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <functional>
 #include <iterator>
@@ -18,118 +16,15 @@
 #include <variant>
 #include <vector>
 
+#include "sim/report/console_analysis.hpp"
+#include "sim/report/console_text.hpp"
 #include "sim/report/report.hpp"
 #include "sim/report/result_fields.hpp"
 
 namespace fleetsim {
 namespace {
 
-constexpr const char* kMissing = "—";
-constexpr double kBytesPerGB = 1e9;  // decimal GB, as HBM capacities are quoted
-constexpr double kDay = 86400;       // seconds
-
-// std::to_chars, unlike printf, ignores the process locale: a table never shows "1,5" for 1.5.
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  const auto result =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, decimals);
-  return std::string(buffer, result.ptr);
-}
-
-std::string significant(double value, int digits) {
-  char buffer[64];
-  const auto result =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, digits);
-  return std::string(buffer, result.ptr);
-}
-
-// Milliseconds matter in a step breakdown, so small values keep three significant digits
-// instead of rounding to 0.000.
-std::string seconds_text(double seconds) {
-  if (seconds == 0.0 || std::abs(seconds) >= 0.01) {
-    return fixed(seconds, 3);
-  }
-  return significant(seconds, 3);
-}
-
-// 1234567.8 -> "1,234,568"
-std::string grouped_integer(double value) {
-  const long long rounded = std::llround(value);
-  const std::string digits = std::to_string(rounded < 0 ? -rounded : rounded);
-  std::string text;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) {
-      text += ',';
-    }
-    text += digits[i];
-  }
-  return rounded < 0 ? "-" + text : text;
-}
-
-std::string gb_text(double bytes) {
-  return fixed(bytes / kBytesPerGB, 2);
-}
-std::string percent_text(double fraction) {
-  return fixed(100.0 * fraction, 1);
-}
-
-std::size_t display_width(const std::string& text) {
-  return static_cast<std::size_t>(
-      std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-}
-
-std::string pad_left(const std::string& text, std::size_t width) {
-  const std::size_t shown = display_width(text);
-  return shown >= width ? text : std::string(width - shown, ' ') + text;
-}
-
-std::string pad_right(const std::string& text, std::size_t width) {
-  const std::size_t shown = display_width(text);
-  return shown >= width ? text : text + std::string(width - shown, ' ');
-}
-
-// A label column followed by right-aligned value columns; widths fit the content.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back({"", std::move(header)}); }
-
-  void add(std::string label, std::vector<std::string> cells) {
-    rows_.push_back({std::move(label), std::move(cells)});
-  }
-
-  std::string render() const {
-    const std::vector<std::size_t> widths = column_widths();
-    std::string text;
-    for (const Row& row : rows_) {
-      std::string line = pad_right(row.label, widths[0]);
-      for (std::size_t column = 0; column < row.cells.size(); ++column) {
-        line += "  " + pad_left(row.cells[column], widths[column + 1]);
-      }
-      text += line + "\n";
-    }
-    return text;
-  }
-
- private:
-  struct Row {
-    std::string label;
-    std::vector<std::string> cells;
-  };
-
-  std::vector<std::size_t> column_widths() const {
-    std::vector<std::size_t> widths(1, 0);
-    for (const Row& row : rows_) {
-      widths.resize(std::max(widths.size(), row.cells.size() + 1), 0);
-      widths[0] = std::max(widths[0], display_width(row.label));
-      for (std::size_t column = 0; column < row.cells.size(); ++column) {
-        widths[column + 1] = std::max(widths[column + 1], display_width(row.cells[column]));
-      }
-    }
-    return widths;
-  }
-
-  std::vector<Row> rows_;
-};
+using namespace console;
 
 using CellFn = std::function<std::string(const VariantReport&)>;
 
@@ -821,121 +716,6 @@ std::string render_plan(const RunReport& report) {
     table.add(std::to_string(i + 1) + ". " + report.variants[i].name, row_of(report, i, columns));
   }
   return text + table.render() + warnings_section(report);
-}
-
-// A table's rows, the first column left-aligned, the others right-aligned, two spaces apart.
-std::string aligned_rows(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<std::size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      widths[c] = std::max(widths[c], display_width(row[c]));
-    }
-  }
-  std::string text;
-  for (const auto& row : rows) {
-    text += "  " + pad_right(row[0], widths[0]);
-    for (std::size_t c = 1; c < row.size(); ++c) text += "  " + pad_left(row[c], widths[c]);
-    text += "\n";
-  }
-  return text;
-}
-
-// A metric's name and its value as the console shows it.
-std::string metric_title(const std::string& metric) {
-  if (metric == "step_time_s") return "step time (s)";
-  if (metric == "tokens_per_s") return "tokens/s";
-  if (metric == "mfu") return "MFU (%)";
-  if (metric == "wall_s_mean") return "time to train, mean (days)";
-  return "cost, mean (USD)";
-}
-std::string metric_text(const std::string& metric, double value) {
-  if (metric == "step_time_s") return seconds_text(value);
-  if (metric == "tokens_per_s") return grouped_integer(value);
-  if (metric == "mfu") return percent_text(value);
-  if (metric == "wall_s_mean") return fixed(value / kDay, 2);
-  return grouped_integer(value);
-}
-
-// Why a variant differs from the first: one row per factor, one column per attributed metric,
-// the parts adding up to the total row (Shapley values, sim/analysis/attribution.hpp).
-std::string attribution_section(const Attribution& a) {
-  std::string text = "\nwhy " + a.variant + " differs from " + a.baseline;
-  if (!a.not_attributed.empty()) return text + ": not attributed, " + a.not_attributed + "\n";
-  if (a.factors.empty()) return text + ": it does not, in anything the simulation reads\n";
-  text += " (Shapley values over " + std::to_string(a.factors.size()) + " factor" +
-          (a.factors.size() == 1 ? "" : "s") + ", " + std::to_string(a.counterfactuals) +
-          " simulations)\n";
-  // A part with its sign; exactly zero (a factor that changes nothing the metric depends on)
-  // reads "0".
-  const auto part_text = [&](std::size_t m, double value) {
-    if (value == 0) return std::string("0");
-    const std::string number = metric_text(a.metrics[m], value);
-    return number.front() == '-' ? number : "+" + number;
-  };
-  std::vector<std::vector<std::string>> rows{{""}};
-  for (const std::string& metric : a.metrics) rows[0].push_back(metric_title(metric));
-  for (std::size_t i = 0; i < a.factors.size(); ++i) {
-    rows.push_back({label(a.factors[i])});
-    for (std::size_t m = 0; m < a.metrics.size(); ++m)
-      rows.back().push_back(part_text(m, a.parts[i][m]));
-  }
-  std::vector<std::string> total{"total"}, from{a.baseline}, to{a.variant};
-  for (std::size_t m = 0; m < a.metrics.size(); ++m) {
-    total.push_back(part_text(m, a.variant_values[m] - a.baseline_values[m]));
-    from.push_back(metric_text(a.metrics[m], a.baseline_values[m]));
-    to.push_back(metric_text(a.metrics[m], a.variant_values[m]));
-  }
-  rows.push_back(std::move(total));
-  rows.push_back(std::move(from));
-  rows.push_back(std::move(to));
-  return text + aligned_rows(rows);
-}
-
-// A variant's prediction interval, then its inputs by how far one sigma moves the result.
-std::string sensitivity_section(const std::string& name, const Sensitivity& s) {
-  std::string text = "\nsensitivity of " + name;
-  if (!s.not_simulated.empty()) return text + ": not simulated: " + s.not_simulated + "\n";
-  const std::string low = "P" + fixed(100 * (1 - s.coverage) / 2, 0);
-  const std::string high = "P" + fixed(100 * (1 + s.coverage) / 2, 0);
-  text += " (" + std::to_string(s.draws) + " draws of " + std::to_string(s.swings.size()) +
-          " uncertain inputs within their sigma)\n";
-  if (s.failed_draws > 0) {
-    text += "  " + std::to_string(s.failed_draws) + " draws did not run and are left out (" +
-            s.failure + ")\n";
-  } else if (!s.failure.empty()) {
-    text += "  a swing did not run, shown as nan (" + s.failure + ")\n";
-  }
-  std::vector<std::vector<std::string>> rows{{"", "nominal", low, "P50", high}};
-  for (const MetricInterval& interval : s.intervals) {
-    rows.push_back({metric_title(interval.metric), metric_text(interval.metric, interval.nominal),
-                    metric_text(interval.metric, interval.low),
-                    metric_text(interval.metric, interval.median),
-                    metric_text(interval.metric, interval.high)});
-  }
-  text += aligned_rows(rows);
-  if (s.swings.empty()) return text;
-  // The swing of the first metric (the step time) and, for runs, of the time to train.
-  std::vector<std::size_t> shown{0};
-  for (std::size_t m = 0; m < s.metrics.size(); ++m) {
-    if (s.metrics[m] == "wall_s_mean") shown.push_back(m);
-  }
-  text += "each input one sigma below and above its value, the others at theirs:\n";
-  std::vector<std::vector<std::string>> swing_rows{{"input", "value", "sigma"}};
-  for (std::size_t m : shown) {
-    swing_rows[0].push_back(metric_title(s.metrics[m]) + " -1 sigma");
-    swing_rows[0].push_back("+1 sigma");
-  }
-  for (const InputSwing& swing : s.swings) {
-    std::vector<std::string> row{swing.input.name, significant(swing.input.value, 4),
-                                 significant(swing.input.sigma, 3)};
-    for (std::size_t m : shown) {
-      row.push_back(metric_text(s.metrics[m], swing.minus[m]));
-      row.push_back(metric_text(s.metrics[m], swing.plus[m]));
-    }
-    swing_rows.push_back(std::move(row));
-  }
-  return text + aligned_rows(swing_rows);
 }
 
 std::string render_console(const RunReport& report) {
