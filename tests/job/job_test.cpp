@@ -411,6 +411,25 @@ TEST_CASE("job: shrinking runs on without a replica while its node is repaired")
   }
 }
 
+TEST_CASE("job: a shrunk run that integer time cannot hold is refused when it shrinks") {
+  // 125 one-node replicas, 8.9 years of training at full size (under the 10 a run may take),
+  // each interruption (one every 20,000 s at full size) taking its node out for 9.5 years:
+  // nodes go out one by one and none comes back. Once 114 are out, the step is 125 / 11 = 11.4
+  // times the full one, and the run would train for over 100 years: refused then.
+  JobSpec job = interrupted_job();
+  job.nodes = 125;
+  job.replicas = 125;
+  job.node_repair_s = 3e8;
+  job.when_short = ShortagePolicy::shrink;
+  job.shrunk_step_s = job.step_s;
+  job.steps = 2.8e7;
+  CHECK_THROWS_WITH(simulate_job(job, 1, 1), Catch::Contains("over 100 years"));
+  // Repaired in 4 hours, it never runs that short.
+  job.node_repair_s = 4 * 3600;
+  job.steps = 1e5;
+  CHECK_NOTHROW(simulate_job(job, 1, 1));
+}
+
 TEST_CASE("job: degraded hardware slows every step until evicted") {
   // No interruptions; a GPU 20% slow appears about once a second (86.4 per GPU-day on 1,000
   // GPUs), so from the second segment on the job always has one: 200 steps at 10 s, then 9,800
