@@ -601,6 +601,17 @@ std::string basis_section(const RunReport& report) {
   return text.empty() ? text : "\nwhat each item assumes\n" + text;
 }
 
+// Each measured variant's prediction beside its measurement (`fleetsim memory`: the memory).
+std::string measured_sections(const RunReport& report) {
+  std::string text;
+  for (const VariantReport& variant : report.variants) {
+    if (!variant.measured) continue;
+    text += measured_section(variant.name, *variant.measured,
+                             compare_measured(*variant.measured, variant.inputs, variant.outcome));
+  }
+  return text;
+}
+
 // A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180).
 std::string csv_field(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
@@ -624,6 +635,7 @@ std::string render_memory(const RunReport& report) {
   for (const VariantReport& variant : report.variants) {
     if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant);
   }
+  text += measured_sections(report);
   return text + warnings_section(report);
 }
 
@@ -736,6 +748,7 @@ std::string render_console(const RunReport& report) {
   for (const VariantReport& variant : report.variants) {
     if (variant.sensitivity) text += sensitivity_section(variant.name, *variant.sensitivity);
   }
+  text += measured_sections(report);
   return text + warnings_section(report);
 }
 

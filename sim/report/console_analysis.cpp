@@ -111,4 +111,35 @@ std::string sensitivity_section(const std::string& name, const Sensitivity& s) {
   return text + aligned_rows(swing_rows);
 }
 
+// The measured value of a metric and the prediction as a source would print them, and the
+// signed error.
+std::string measured_section(const std::string& name, const MeasuredStep& measured,
+                             const std::vector<MetricComparison>& comparisons) {
+  std::vector<std::vector<std::string>> rows{{"", "measured", "predicted", "error"}};
+  for (const MetricComparison& c : comparisons) {
+    std::string title;
+    std::string (*text)(double) = nullptr;
+    if (c.metric == "tokens_per_s_per_gpu") {
+      title = "tokens/s per GPU";
+      text = grouped_integer;
+    } else if (c.metric == "step_time_s") {
+      title = "step time (s)";
+      text = seconds_text;
+    } else if (c.metric == "tflops_per_gpu") {
+      title = "TFLOP/s per GPU (" + c.basis + ")";
+      text = [](double tflops) { return fixed(tflops, 1); };
+    } else if (c.metric == "mfu") {
+      title = "MFU (%, " + c.basis + ")";
+      text = percent_text;
+    } else {
+      title = "peak memory per GPU (GB)";
+      text = gb_text;
+    }
+    const std::string error =
+        c.error ? (*c.error >= 0 ? "+" : "") + percent_text(*c.error) + "%" : kMissing;
+    rows.push_back({title, text(c.measured), c.predicted ? text(*c.predicted) : kMissing, error});
+  }
+  return "\npredicted vs measured: " + name + " (" + measured.source + ")\n" + aligned_rows(rows);
+}
+
 }  // namespace fleetsim

@@ -120,6 +120,24 @@ H5::CompType link_type() {
   return type;
 }
 
+struct MeasuredRow {
+  const char* metric;
+  const char* basis;
+  double measured;
+  double predicted;  // NaN where the simulation has none
+  double error;
+};
+
+H5::CompType measured_type() {
+  H5::CompType type(sizeof(MeasuredRow));
+  type.insertMember("metric", HOFFSET(MeasuredRow, metric), string_type());
+  type.insertMember("basis", HOFFSET(MeasuredRow, basis), string_type());
+  type.insertMember("measured", HOFFSET(MeasuredRow, measured), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("predicted", HOFFSET(MeasuredRow, predicted), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("error", HOFFSET(MeasuredRow, error), H5::PredType::NATIVE_DOUBLE);
+  return type;
+}
+
 struct SweepRow {
   const char* point;
   const char* group;  // the point's group under /variants
@@ -451,6 +469,20 @@ void write_sweep(const H5::H5File& file, const RunReport& report,
   if (!values.empty()) table.write(values.data(), string_type());
 }
 
+// The measured: block against the simulation: a row per metric, and the source.
+void write_measured(const H5::Group& group, const VariantReport& variant) {
+  const std::vector<MetricComparison> comparisons =
+      compare_measured(*variant.measured, variant.inputs, variant.outcome);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<MeasuredRow> rows;
+  for (const MetricComparison& c : comparisons) {
+    rows.push_back({c.metric.c_str(), c.basis.c_str(), c.measured, c.predicted.value_or(nan),
+                    c.error.value_or(nan)});
+  }
+  write_rows(group, "measured", measured_type(), rows);
+  write_attribute(group, "measured_source", variant.measured->source);
+}
+
 void write_file(const RunReport& report, const std::filesystem::path& file_path) {
   const H5::H5File file(file_path.string(), H5F_ACC_TRUNC);
   write_root_attributes(file, report);
@@ -470,6 +502,7 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
     write_run(group, report, i);
     if (variant.attribution) write_attribution(group, *variant.attribution);
     if (variant.sensitivity) write_sensitivity(group, *variant.sensitivity);
+    if (variant.measured) write_measured(group, variant);
   }
   if (report.swept && !report.variants.empty()) write_sweep(file, report, groups);
 }

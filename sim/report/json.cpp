@@ -189,6 +189,19 @@ Json sensitivity_json(const Sensitivity& s) {
               {"not_simulated", s.not_simulated.empty() ? Json(nullptr) : Json(s.not_simulated)}};
 }
 
+Json measured_json(const VariantReport& variant) {
+  Json metrics = Json::array();
+  for (const MetricComparison& c :
+       compare_measured(*variant.measured, variant.inputs, variant.outcome)) {
+    metrics.push_back(Json{{"metric", c.metric},
+                           {"basis", c.basis},
+                           {"measured", c.measured},
+                           {"predicted", c.predicted ? Json(*c.predicted) : Json(nullptr)},
+                           {"error", c.error ? Json(*c.error) : Json(nullptr)}});
+  }
+  return Json{{"source", variant.measured->source}, {"metrics", std::move(metrics)}};
+}
+
 Json variant_json(const RunReport& report, std::size_t index, LinkDetail detail) {
   const VariantReport& variant = report.variants[index];
   Json json = group_json(FieldGroup::variant, report, index);
@@ -202,6 +215,7 @@ Json variant_json(const RunReport& report, std::size_t index, LinkDetail detail)
   json["run"] = run_json(report, index);
   if (variant.attribution) json["attribution"] = attribution_json(*variant.attribution);
   if (variant.sensitivity) json["sensitivity"] = sensitivity_json(*variant.sensitivity);
+  if (variant.measured) json["measured"] = measured_json(variant);
   if (report.swept) {
     const std::optional<double> in_sweep = scaling_efficiency_in_sweep(report, index);
     json["scaling_efficiency_in_sweep"] = in_sweep ? Json(*in_sweep) : Json(nullptr);

@@ -23,6 +23,7 @@
 #include "sim/analysis/sensitivity.hpp"
 #include "sim/job/job.hpp"
 #include "sim/step/collective_benchmark.hpp"
+#include "sim/step/measured.hpp"
 #include "sim/step/step_inputs.hpp"
 #include "workloads/layout/dimensions.hpp"
 
@@ -41,6 +42,8 @@ struct VariantReport {
   std::optional<Attribution> attribution = std::nullopt;
   // `fleetsim run --sensitivity N`: its prediction interval and the inputs that move it most.
   std::optional<Sensitivity> sensitivity = std::nullopt;
+  // The scenario's measured: block: what a real run of it measured (sim/step/measured.hpp).
+  std::optional<MeasuredStep> measured = std::nullopt;
 };
 
 // What `fleetsim plan` searched: how many layouts, and what became of them.

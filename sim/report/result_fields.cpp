@@ -352,6 +352,12 @@ const ResultTable kTables[] = {
     {FieldGroup::variant, "attribution", "attribution",
      "parts: factor, step_time_s, wall_s_mean, cost_usd_mean",
      "--attribute: each factor's Shapley share of the difference from the first variant"},
+    {FieldGroup::variant, "measured", "measured",
+     "source; metrics: metric, basis, measured, predicted, error (HDF5: the dataset's rows, "
+     "the source as measured_source)",
+     "the scenario's measured: block beside the simulation, each metric on its source's terms "
+     "(basis: the FLOP convention and peak); error = predicted / measured - 1, null where the "
+     "step was not simulated (JSON: absent without a measured: block)"},
     {FieldGroup::variant, "sensitivity", "sensitivity",
      "intervals: metric, nominal, low, median, high; inputs: input, value, sigma, swings; "
      "samples",

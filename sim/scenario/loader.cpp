@@ -14,8 +14,9 @@ using namespace fields;
 
 namespace {
 
-const Keys kTopKeys = {"name",   "description", "seed", "label",   "model",   "training",
-                       "layout", "cluster",     "run",  "pricing", "compare", "sweep"};
+const Keys kTopKeys = {"name",     "description", "seed",    "label", "model",
+                       "training", "layout",      "cluster", "run",   "pricing",
+                       "measured", "compare",     "sweep"};
 
 }  // namespace
 
@@ -127,6 +128,7 @@ Scenario Loader::load(const fs::path& file) {
     scenario.seed = read_uint64(*seed);
   }
   Variant first = parse_full_variant("", root);
+  if (const auto measured = find(root, "measured")) first.measured = parse_measured(*measured);
   const auto label = find(root, "label");
   first.name = label ? read_string(*label) : first.inputs.node.name;
   scenario.variants.push_back(std::move(first));
@@ -137,6 +139,15 @@ Scenario Loader::load(const fs::path& file) {
   // sweep where it starts to fit); a scenario where no variant can, in any layout, is a mistake.
   if (!find(root, "sweep")) check_some_variant_can_fit(require(root, "model"), scenario);
   if (auto sweep = find(root, "sweep")) {
+    // What one run measured is no measurement of the others a sweep makes of it.
+    for (const Variant& variant : scenario.variants) {
+      if (!variant.measured) continue;
+      const auto measured = find(root, "measured");
+      fail(measured ? *measured : *sweep,
+           "a sweep's points are runs of their own: what one run measured does not belong to "
+           "them all",
+           "compare a measured run in a scenario without a sweep");
+    }
     // The points replace the variants: each variant (the base, each compare entry) swept alike.
     const std::vector<Variant> variants = std::move(scenario.variants);
     scenario.variants.clear();

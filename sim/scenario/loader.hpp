@@ -45,6 +45,9 @@ struct NodeBuild {
   fields::Field gpu_profile;
 };
 
+// measured_schema.cpp: a measured: block, which needs no preset.
+MeasuredStep parse_measured(const fields::Field& measured);
+
 // Owns the presets read so far: fields point into their documents, so a mistake found late (an
 // unknown GPU profile named in a node preset) can still name the preset file and line.
 class Loader {

@@ -16,6 +16,7 @@
 
 #include "sim/engine/errors.hpp"
 #include "sim/job/job.hpp"
+#include "sim/step/measured.hpp"
 #include "sim/step/step_inputs.hpp"
 
 namespace fleetsim {
@@ -32,6 +33,8 @@ struct Variant {
   std::optional<RunSpec> run;  // set: the scenario's run: block, a Monte Carlo of the run
   // A sweep's point: each swept field's path and value, in the sweep's order.
   std::vector<std::pair<std::string, std::string>> swept = {};
+  // What a real run of it measured (measured:), to compare with the simulation.
+  std::optional<MeasuredStep> measured = std::nullopt;
 };
 
 struct Scenario {

@@ -17,7 +17,8 @@ using namespace fields;
 
 namespace {
 
-const Keys kCompareKeys = {"name", "model", "training", "layout", "cluster", "run", "pricing"};
+const Keys kCompareKeys = {"name",    "model", "training", "layout",
+                           "cluster", "run",   "pricing",  "measured"};
 const Keys kSweepKeys = {"grid", "zip", "batch", "layout"};
 // A sweep of more points than this is a mistake, not a study: refused before anything runs.
 constexpr std::size_t kMaxSweepPoints = 10000;
@@ -69,6 +70,10 @@ void Loader::parse_compare(const Field& list, const YAML::Node& base, Scenario& 
                   replaced_paths(base, entry.node, "name")};
     const Field root{base, &doc, "", {Layer{"", entry.node}}};
     scenario.variants.push_back(parse_full_variant(name, root));
+    // A measurement is of one run: an entry has its own, whole, or none (not the base's).
+    if (const auto measured = find(entry, "measured")) {
+      scenario.variants.back().measured = parse_measured(*measured);
+    }
   }
 }
 

@@ -167,6 +167,7 @@ RunReport simulate_scenario(const Scenario& scenario, const StepOptions& options
     const Variant& variant = scenario.variants[i];
     report.variants[i] = {variant.name, variant.inputs, {},           variant.run,
                           std::nullopt, std::nullopt,   variant.swept};
+    report.variants[i].measured = variant.measured;
   }
   // Which variants finished; each element written by its variant's own task only (chars, not
   // vector<bool>, whose packed bits tasks would share).
@@ -218,6 +219,7 @@ RunReport memory_report(const Scenario& scenario) {
   RunReport report = empty_report(scenario);
   for (const Variant& variant : scenario.variants) {
     report.variants.push_back({variant.name, variant.inputs, check_memory(variant.inputs)});
+    report.variants.back().measured = variant.measured;
   }
   return report;
 }

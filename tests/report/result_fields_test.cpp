@@ -128,6 +128,31 @@ TEST_CASE("a field is found by its group and name, and a name not registered is 
   CHECK_THROWS_AS(result_field(FieldGroup::run, "tokens_per_s"), std::logic_error);
 }
 
+TEST_CASE("a measurement is written beside the prediction in JSON and HDF5") {
+  RunReport report = report_with_every_group();
+  MeasuredStep measured;
+  measured.source = "a test";
+  measured.tokens_per_s_per_gpu = 1000;
+  measured.peak_memory_bytes = 70e9;
+  report.variants[0].measured = measured;
+  const nlohmann::json json = nlohmann::json::parse(render_json(report))["variants"][0];
+  REQUIRE(json.contains("measured"));
+  CHECK(json["measured"]["source"] == "a test");
+  const nlohmann::json& tokens = json["measured"]["metrics"][0];
+  CHECK(tokens["metric"] == "tokens_per_s_per_gpu");
+  CHECK(tokens["error"].get<double>() ==
+        Approx(tokens["predicted"].get<double>() / 1000 - 1).epsilon(1e-12));
+  const TempDir dir;
+  const auto path = dir.path() / "results.h5";
+  write_hdf5(report, path);
+  const Hdf5VariantSummary variant = read_hdf5_summary(path).variants.front();
+  CHECK(variant.dataset_rows.at("measured") == 2);
+  CHECK(std::get<std::string>(variant.attributes.at("measured_source")) == "a test");
+  // Without a measurement, JSON has no such key.
+  report.variants[0].measured.reset();
+  CHECK_FALSE(nlohmann::json::parse(render_json(report))["variants"][0].contains("measured"));
+}
+
 TEST_CASE("the console shows a run's registered values, its spot capacity and its price") {
   const RunReport report = report_with_every_group();
   const std::string text = render_console(report);

@@ -118,4 +118,20 @@ TEST_CASE("a plan's layouts are ranked by step time, and with a run by expected 
   }
 }
 
+TEST_CASE("a study carries each variant's measurement beside its simulation") {
+  const Scenario scenario = testing::load_text(
+      testing::kBase +
+      "measured: {source: a test, tokens_per_s_per_gpu: 3000, peak_memory: 60GB}\n");
+  REQUIRE(scenario.variants.front().measured);
+  const RunReport run = simulate_scenario(scenario, {}, {}, {});
+  CHECK(run.variants.front().measured == scenario.variants.front().measured);
+  const std::string table = render_console(run);
+  CHECK_THAT(table, Catch::Contains("predicted vs measured: dgx-h100 (a test)"));
+  CHECK_THAT(table, Catch::Contains("tokens/s per GPU"));
+  // `fleetsim memory` compares what it has: the memory, not the step it does not replay.
+  const RunReport memory = memory_report(scenario);
+  CHECK(memory.variants.front().measured == scenario.variants.front().measured);
+  CHECK_THAT(render_memory(memory), Catch::Contains("peak memory per GPU (GB)"));
+}
+
 }  // namespace fleetsim

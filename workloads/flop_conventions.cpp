@@ -1,0 +1,63 @@
+#include "workloads/flop_conventions.hpp"
+
+#include <algorithm>
+
+namespace fleetsim {
+namespace {
+
+// A token's experts: all of the one dense MLP, or the router's pick.
+double experts_visited(const ModelSpec& model) {
+  return model.mixture_of_experts() ? model.experts_per_token : 1;
+}
+
+double mlp_matrices(const ModelSpec& model) {
+  return model.mlp == Mlp::swiglu ? 3 : 2;
+}
+
+// One expert's MLP: its matrices and, with linear biases, the inner and output biases.
+double expert_parameters(const ModelSpec& model) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double biases = model.linear_bias ? (mlp_matrices(model) - 1) * f + h : 0;
+  return mlp_matrices(model) * h * f + biases;
+}
+
+}  // namespace
+
+std::string_view to_string(FlopConvention convention) {
+  return kFlopConventionNames[static_cast<int>(convention)];
+}
+
+double active_parameters(const ModelSpec& model) {
+  const double idle_experts =
+      model.mixture_of_experts() ? std::max(0, model.experts - model.experts_per_token) : 0;
+  return model.parameters() - model.layers * idle_experts * expert_parameters(model);
+}
+
+double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention) {
+  const double layers = model.layers;
+  const double h = model.hidden;
+  const double attention_width = static_cast<double>(model.heads) * model.head_dim();
+  const double kv = static_cast<double>(model.kv_heads) * model.head_dim();
+  // The score and value GEMMs of a token against the whole sequence, forward and backward.
+  const double attention = 12 * layers * attention_width * seq_len;
+  switch (convention) {
+    case FlopConvention::six_n: return 6 * active_parameters(model);
+    case FlopConvention::six_n_attention: return 6 * active_parameters(model) + attention;
+    case FlopConvention::six_n_causal: return 6 * active_parameters(model) + attention / 2;
+    case FlopConvention::megatron:
+    case FlopConvention::megatron_recompute: {
+      const double gemms = 6 * layers *
+                           (2 * h * attention_width + 2 * h * kv +
+                            experts_visited(model) * mlp_matrices(model) * h * model.ffn);
+      const double head = 6.0 * model.vocab * h;
+      const double layer_terms = gemms + attention;
+      return (convention == FlopConvention::megatron_recompute ? layer_terms * 4 / 3
+                                                               : layer_terms) +
+             head;
+    }
+  }
+  return 0;
+}
+
+}  // namespace fleetsim
