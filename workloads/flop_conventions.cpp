@@ -46,12 +46,14 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
     case FlopConvention::six_n_attention: return 6 * active_parameters(model) + attention;
     case FlopConvention::six_n_causal: return 6 * active_parameters(model) + attention / 2;
     case FlopConvention::megatron:
+    case FlopConvention::megatron_causal:
     case FlopConvention::megatron_recompute: {
       const double gemms = 6 * layers *
                            (2 * h * attention_width + 2 * h * kv +
                             experts_visited(model) * mlp_matrices(model) * h * model.ffn);
       const double head = 6.0 * model.vocab * h;
-      const double layer_terms = gemms + attention;
+      const double layer_terms =
+          gemms + (convention == FlopConvention::megatron_causal ? attention / 2 : attention);
       return (convention == FlopConvention::megatron_recompute ? layer_terms * 4 / 3
                                                                : layer_terms) +
              head;

@@ -4,9 +4,11 @@
 //
 // Per token, for L layers of hidden size h (= heads x head_dim), K/V width kv (= kv_heads x
 // head_dim), MLP inner size F with m matrices (3 for SwiGLU, 2 for GELU), k experts a token
-// visits (1 dense), vocabulary V and sequence length s; N the parameters a token uses (every
-// parameter of a dense model; a mixture of experts' k experts of each layer, not all):
-//   six_n                6 N                                   (Kaplan et al., arXiv:2001.08361)
+// visits (1 dense), vocabulary V and sequence length s; N the parameters a token uses: every
+// parameter, embedding tables and norms included (as torchtitan at 157a12c5 and llm-foundry
+// count; newer torchtitan and Kaplan et al. leave the embeddings out, about 5% less for
+// Llama-3-8B), a mixture of experts' k visited experts of each layer only:
+//   six_n                6 N
 //   six_n_attention      6 N + 12 L h s                        (PaLM's appendix B, nanoGPT,
 //                        torchtitan, llm-foundry, fms-fsdp: attention over the full sequence)
 //   six_n_causal         6 N + 6 L h s                         (the same, causal attention halved)
@@ -15,22 +17,35 @@
 //                        dgxc-benchmarking and NeMo count it for grouped-query attention and
 //                        SwiGLU: the layers' GEMMs, attention and the output head; no embedding,
 //                        norms or router)
+//   megatron_causal      megatron with the attention term halved (12 L h s / 2): the
+//                        dgxc-benchmarking recipes of mixtures of experts (Grok-1)
 //   megatron_recompute   megatron with the layers' terms x 4/3: the paper's count with full
 //                        activation recomputation (one more forward of every layer)
 #pragma once
 
+#include <cstddef>
+#include <iterator>
 #include <string_view>
 
 #include "workloads/model_spec.hpp"
 
 namespace fleetsim {
 
-enum class FlopConvention { six_n, six_n_attention, six_n_causal, megatron, megatron_recompute };
+enum class FlopConvention {
+  six_n,
+  six_n_attention,
+  six_n_causal,
+  megatron,
+  megatron_causal,
+  megatron_recompute
+};
 
-// "6n", "6n_attention", "6n_causal", "megatron", "megatron_recompute": as a scenario names them.
+// As a scenario names them, in the enum's order.
+inline constexpr std::string_view kFlopConventionNames[] = {
+    "6n", "6n_attention", "6n_causal", "megatron", "megatron_causal", "megatron_recompute"};
+static_assert(std::size(kFlopConventionNames) ==
+              static_cast<std::size_t>(FlopConvention::megatron_recompute) + 1);
 std::string_view to_string(FlopConvention convention);
-inline constexpr std::string_view kFlopConventionNames[] = {"6n", "6n_attention", "6n_causal",
-                                                            "megatron", "megatron_recompute"};
 
 // FLOPs a token costs, forward and backward, under `convention`, at sequence length `seq_len`.
 double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention);

@@ -32,7 +32,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // The order the search sets the dimensions in (workloads/layout/dimensions.hpp): each one's
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
-// candidates that fits (recompute_modes).
+// candidates that fits (SearchSpace::recompute_modes).
 constexpr std::array<std::string_view, 13> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
@@ -52,8 +52,12 @@ std::vector<const LayoutDimension*> search_steps() {
   std::vector<const LayoutDimension*> steps;
   for (const std::string_view key : kSearchOrder) {
     steps.push_back(key.empty() ? nullptr : find_layout_dimension(key));
-    if (!key.empty() && !steps.back())
+    if (!key.empty() && !steps.back()) {
       throw std::logic_error("no layout dimension " + std::string(key));
+    }
+  }
+  if (std::count(steps.begin(), steps.end(), nullptr) != 1) {
+    throw std::logic_error("the planner searches the micro-batch once");
   }
   for (const LayoutDimension& dimension : layout_dimensions()) {
     const bool searched = dimension.key == "recompute" ||
@@ -98,8 +102,14 @@ void enumerate(const Enumeration& e, std::size_t step, ParallelPlan& chosen, int
   dimension->set(chosen, dimension->get(ParallelPlan{}));
 }
 
-// Every layout of the search, in a fixed order, with the base's recipe and cluster.
-std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
+// What the search covers: every layout, in a fixed order, with the base's recipe and cluster,
+// and the recomputation modes each may take, least first.
+struct SearchSpace {
+  std::vector<StepInputs> layouts;
+  std::vector<Recompute> recompute_modes;
+};
+
+SearchSpace search_space(const StepInputs& base) {
   const JobSubject subject = job_subject(base.model, base.training);
   const LayoutSearch search{
       .subject = subject,
@@ -107,25 +117,16 @@ std::vector<StepInputs> enumerate_layouts(const StepInputs& base) {
       .gpus = base.node.gpus * base.nodes,
       .scenario = base.plan,
       .host_optimizer = base.node.describes_host() && base.training.optimizer == Optimizer::adam};
-  std::vector<StepInputs> layouts;
+  SearchSpace space;
   ParallelPlan chosen;
-  enumerate(Enumeration{base, search, search_steps(), layouts}, 0, chosen, 0);
-  return layouts;
-}
-
-// The recomputation modes a layout may take, least first.
-std::vector<Recompute> recompute_modes() {
+  enumerate(Enumeration{base, search, search_steps(), space.layouts}, 0, chosen, 0);
   const LayoutDimension& recompute = *find_layout_dimension("recompute");
-  std::vector<Recompute> modes;
   ParallelPlan plan;
-  const JobSubject any_job;  // they depend on nothing
-  const NodeSpec any_node;
-  const LayoutSearch search{any_job, any_node, 0, plan, false};
-  for (const DimensionValue& mode : recompute.candidates(search, plan)) {
+  for (const DimensionValue& mode : recompute.candidates(search, ParallelPlan{})) {
     recompute.set(plan, mode);
-    modes.push_back(plan.recompute);
+    space.recompute_modes.push_back(plan.recompute);
   }
-  return modes;
+  return space;
 }
 
 struct Candidate {
@@ -364,9 +365,10 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
     throw ModelError("the planner needs top and batch_size of at least 1");
   }
   PlanResult result;
-  std::vector<StepInputs> layouts = enumerate_layouts(base);
+  SearchSpace space = search_space(base);
+  std::vector<StepInputs>& layouts = space.layouts;
   result.layouts = layouts.size();
-  const std::vector<Recompute> modes = recompute_modes();
+  const std::vector<Recompute>& modes = space.recompute_modes;
 
   // The memory check and the job rules for every layout, with the least recomputation that
   // fits: independent, so in parallel, each into its own slot.

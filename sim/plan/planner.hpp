@@ -2,19 +2,13 @@
 // recomputation and virtual stages for a model, training recipe and cluster, replays the
 // layouts that fit, and ranks them by throughput.
 //
-// Every layout uses all GPUs of the cluster: tp a power of two dividing a node's GPUs or whole
-// nodes of an NVLink domain (NodeSpec::nvlink_group_fits), pp a divisor of the layers, dp the rest;
-// the micro-batch a power of two up to 8 that divides each replica's share of the global batch;
-// ZeRO 0-3 without a pipeline, 0-1 with one (as Megatron-LM and DeepSpeed run them), 0 alone
-// without replicas; vpp 1 or a divisor of each stage's layers up to 8 with a pipeline; the 1F1B
-// schedule (GPipe has its bubble and more memory); for a mixture of experts with tp 1 and ZeRO 0
-// or 1, expert parallelism over each power of two dividing the experts and dp; the base's
-// tp_comm_overlap wherever tp > 1 and
-// overlap_param_gather wherever ZeRO is 1 or 2 and ep is 1. Layouts the job rules refuse (tp not
-// dividing the heads, interleaving without micro-batches in groups of pp) are counted and skipped.
-// Of each layout, only the least recomputation that fits is kept: more recomputation adds kernels
-// and never saves time. Where the node describes its host and the optimizer is FP32 Adam, every
-// layout with ZeRO 1-3 (and ep 1) is also tried with its optimizer offloaded.
+// Every layout uses all GPUs of the cluster. What is tried for each dimension of the layout is
+// that dimension's candidates (workloads/layout/dimensions.cpp, listed in
+// docs/layout-reference.md), searched in the planner's order; the micro-batch, a power of two up to
+// 8, only where it divides each replica's share of the global batch. Layouts the job rules refuse
+// (tp not dividing the heads, interleaving without micro-batches in groups of pp) are counted and
+// skipped. Of each layout, only the least recomputation that fits is kept: more recomputation adds
+// kernels and never saves time.
 //
 // The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
 // once `top` layouts have been replayed, one whose bound is above the slowest of them cannot

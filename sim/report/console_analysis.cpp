@@ -131,9 +131,12 @@ std::string measured_section(const std::string& name, const MeasuredStep& measur
     } else if (c.metric == "mfu") {
       title = "MFU (%, " + c.basis + ")";
       text = percent_text;
-    } else {
+    } else if (c.metric == "peak_memory_bytes") {
       title = "peak memory per GPU (GB)";
       text = gb_text;
+    } else {
+      title = c.metric;
+      text = [](double value) { return significant(value, 6); };
     }
     const std::string error =
         c.error ? (*c.error >= 0 ? "+" : "") + percent_text(*c.error) + "%" : kMissing;

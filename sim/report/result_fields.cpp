@@ -356,8 +356,10 @@ const ResultTable kTables[] = {
      "source; metrics: metric, basis, measured, predicted, error (HDF5: the dataset's rows, "
      "the source as measured_source)",
      "the scenario's measured: block beside the simulation, each metric on its source's terms "
-     "(basis: the FLOP convention and peak); error = predicted / measured - 1, null where the "
-     "step was not simulated (JSON: absent without a measured: block)"},
+     "(basis: the FLOP convention and peak) in the unit its name says (tokens/s a GPU, s, "
+     "TFLOP/s a GPU, a fraction, bytes); error = predicted / measured - 1; predicted and error "
+     "null (NaN) for the step's metrics where the layout does not fit (JSON: absent without a "
+     "measured: block)"},
     {FieldGroup::variant, "sensitivity", "sensitivity",
      "intervals: metric, nominal, low, median, high; inputs: input, value, sigma, swings; "
      "samples",

@@ -139,15 +139,7 @@ Scenario Loader::load(const fs::path& file) {
   // sweep where it starts to fit); a scenario where no variant can, in any layout, is a mistake.
   if (!find(root, "sweep")) check_some_variant_can_fit(require(root, "model"), scenario);
   if (auto sweep = find(root, "sweep")) {
-    // What one run measured is no measurement of the others a sweep makes of it.
-    for (const Variant& variant : scenario.variants) {
-      if (!variant.measured) continue;
-      const auto measured = find(root, "measured");
-      fail(measured ? *measured : *sweep,
-           "a sweep's points are runs of their own: what one run measured does not belong to "
-           "them all",
-           "compare a measured run in a scenario without a sweep");
-    }
+    if (const auto measured = find(root, "measured")) refuse_measured_in_sweep(*measured);
     // The points replace the variants: each variant (the base, each compare entry) swept alike.
     const std::vector<Variant> variants = std::move(scenario.variants);
     scenario.variants.clear();

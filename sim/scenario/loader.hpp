@@ -45,8 +45,10 @@ struct NodeBuild {
   fields::Field gpu_profile;
 };
 
-// measured_schema.cpp: a measured: block, which needs no preset.
+// measured_schema.cpp: a measured: block, which needs no preset; and its refusal in a
+// scenario with a sweep, whose points are runs of their own.
 MeasuredStep parse_measured(const fields::Field& measured);
+[[noreturn]] void refuse_measured_in_sweep(const fields::Field& measured);
 
 // Owns the presets read so far: fields point into their documents, so a mistake found late (an
 // unknown GPU profile named in a node preset) can still name the preset file and line.

@@ -19,10 +19,10 @@ const Keys kFlopRateKeys = {"value", "convention"};
 const Keys kMfuKeys = {"value", "peak", "convention"};
 const Keys kConventions(std::begin(kFlopConventionNames), std::end(kFlopConventionNames));
 
-// 0.568, 56.8: the shortest text that reads back as the number, whatever the locale.
+// 0.568, 56.8: six significant digits, whatever the locale (0.403, not 0.40299999999999997).
 std::string shortest(double value) {
   char text[32];
-  const auto end = std::to_chars(text, text + sizeof text, value);
+  const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::general, 6);
   return std::string(text, end.ptr);
 }
 
@@ -94,6 +94,13 @@ MeasuredStep parse_measured(const Field& measured) {
          "e.g. tokens_per_s_per_gpu: 3150");
   }
   return step;
+}
+
+void refuse_measured_in_sweep(const Field& measured) {
+  fail(measured,
+       "a sweep's points are runs of their own: what one run measured does not belong to them "
+       "all",
+       "compare a measured run in a scenario without a sweep");
 }
 
 }  // namespace fleetsim

@@ -72,6 +72,7 @@ void Loader::parse_compare(const Field& list, const YAML::Node& base, Scenario& 
     scenario.variants.push_back(parse_full_variant(name, root));
     // A measurement is of one run: an entry has its own, whole, or none (not the base's).
     if (const auto measured = find(entry, "measured")) {
+      if (child_node(base, "sweep")) refuse_measured_in_sweep(*measured);
       scenario.variants.back().measured = parse_measured(*measured);
     }
   }

@@ -65,12 +65,19 @@ TEST_CASE("measured: mistakes are refused where they are written") {
   error_at(with(kBase + kMeasured, "peak: 312TFLOPS, ", ""), 17, "peak");
   // A TFLOP/s figure without its unit.
   error_at(with(kBase + kMeasured, "value: 170TFLOPS", "value: 170"), 16, "TFLOPS");
-  // An MFU as a percentage.
-  error_at(with(kBase + kMeasured, "value: 0.568", "value: 56.8"), 17, "fraction");
+  // An MFU as a percentage, with the fraction to write.
+  error_at(with(kBase + kMeasured, "value: 0.568", "value: 40.3"), 17, "is value: 0.403");
   // No source, or nothing measured (a block map is reported at its first key).
   error_at(with(kBase + kMeasured, "  source: torchtitan docs/performance.md at 157a12c5\n", ""),
            13, "source");
   error_at(kBase + "measured: {source: a log}\n", 12, "at least one of");
   // A sweep's points are not the measured run.
   error_at(kBase + kMeasured + "sweep:\n  grid: {cluster.nodes: [1, 2]}\n", 13, "sweep");
+  // A compare entry's, at the entry's block (line 14 of this scenario).
+  error_at(kBase +
+               "compare:\n"                                                   // 12
+               "  - name: measured\n"                                         // 13
+               "    measured: {source: a log, tokens_per_s_per_gpu: 3000}\n"  // 14
+               "sweep:\n  grid: {cluster.nodes: [1, 2]}\n",
+           14, "sweep");
 }

@@ -26,6 +26,25 @@ TEST_CASE("Megatron's count with recomputation is the paper's formula for GPT-3"
         Approx(72 * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))).epsilon(1e-12));
 }
 
+TEST_CASE("dgxc-benchmarking's Grok-1 count halves Megatron's attention") {
+  // Grok-1 as dgxc-benchmarking's README counts it (development.yaml's Grok-1 rows: 64 layers,
+  // hidden 6144, 48 heads, 8 query groups, experts of 32,768, 2 a token, vocabulary 128,256) at
+  // 8,192 tokens: 4.27e15 FLOPs a sequence, "attention seq term halved, MLP x top-K 2". By hand:
+  // 384 x 1,296,039,936 + 6 x 64 x 6144 x 8192 + 6 x 128,256 x 6144 = 521,734,717,440 a token.
+  ModelSpec grok;
+  grok.layers = 64;
+  grok.hidden = 6144;
+  grok.heads = 48;
+  grok.kv_heads = 8;
+  grok.ffn = 32768;
+  grok.vocab = 128256;
+  grok.experts = 8;
+  grok.experts_per_token = 2;
+  CHECK(8192 * flops_per_token(grok, 8192, FlopConvention::megatron_causal) ==
+        Approx(4.27e15).epsilon(0.005));
+  CHECK(flops_per_token(grok, 8192, FlopConvention::megatron_causal) == Approx(521734717440.0));
+}
+
 TEST_CASE("6N conventions add attention over the whole sequence, or half of it") {
   // PaLM (arXiv:2204.02311) appendix B: 6 N + 12 L H Q T a token; causal attention does half.
   const ModelSpec model = testing::llama3_8b();
