@@ -1,7 +1,8 @@
 // Text for the console's tables: how numbers read (locale-free, grouped, in GB, percent) and
 // tables whose columns line up. Widths are measured in displayed characters (UTF-8 code
 // points) because the tables use "—" for missing values. Used by the console renderings of
-// this folder (console.cpp, console_analysis.cpp) only.
+// this folder (console.cpp, console_analysis.cpp) and by the generated accuracy page
+// (tools/accuracy).
 #pragma once
 
 #include <cstddef>

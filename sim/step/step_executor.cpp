@@ -616,7 +616,7 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
 
 StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) {
   StepOutcome outcome = check_memory(inputs);
-  if (!outcome.memory.fits()) return outcome;
+  if (!outcome.memory.fits() && !options.replay_beyond_memory) return outcome;
   const TaskGraph graph = build_data_parallel_step(inputs.model, inputs.training, inputs.plan);
   const Topology topology = build_cluster(inputs.node, inputs.nodes, inputs.fabric);
   outcome.step = execute_step(graph, inputs.gpu, topology, options,

@@ -94,13 +94,17 @@ struct StepOptions {
   // are run for the other replicas too wherever their links are shared with replayed traffic, so
   // contention is kept; off: every rank is replayed.
   bool fold = true;
+  // The step replayed even where memory does not fit, as if it did: how fast the layout would
+  // run, apart from whether it fits (docs/accuracy.md keeps the two verdicts apart).
+  bool replay_beyond_memory = false;
 };
 
 struct StepOutcome {
   StepResult step;  // empty when the layout does not fit
   MemoryBreakdown memory;
   std::vector<std::string> warnings;
-  bool simulated = false;  // false when memory does not fit: no step is replayed
+  bool simulated = false;  // false when memory does not fit: no step is replayed (unless
+                           // StepOptions::replay_beyond_memory)
   bool operator==(const StepOutcome&) const = default;
 };
 

@@ -51,6 +51,31 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
   CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
 }
 
+TEST_CASE("the A100 40GB is the A100 80GB's profile but for its memory") {
+  // The same GA100 at 400 W with HBM2 instead of HBM2e: a100-sxm-40gb.yaml copies every entry of
+  // a100-sxm.yaml but the memory's capacity and bandwidth, and must follow when those change.
+  const DataPaths data{FLEETSIM_SOURCE_DIR};
+  const GpuProfile big = load_gpu_profile(data, "a100-sxm");
+  const GpuProfile small = load_gpu_profile(data, "a100-sxm-40gb");
+  for (const ProfileEntryKey& entry : kProfileEntryKeys) {
+    const std::string key = entry.key;
+    if (key == "hbm_capacity" || key == "hbm_bandwidth") continue;
+    INFO(key);
+    const auto a = profile_entry(big, key);
+    const auto b = profile_entry(small, key);
+    REQUIRE(a.has_value() == b.has_value());
+    if (a) CHECK((a->value == b->value && a->sigma == b->sigma && a->provenance == b->provenance));
+  }
+  CHECK(small.link_efficiency.size() == big.link_efficiency.size());
+  for (const auto& [kind, efficiency] : big.link_efficiency) {
+    CHECK(small.link_efficiency.at(kind).value == efficiency.value);
+  }
+  CHECK(small.gemm_tiles == big.gemm_tiles);
+  CHECK(small.compute_capability == big.compute_capability);
+  CHECK(small.hbm_capacity_bytes.value == 42405855232.0);  // deviceQuery's total global memory
+  CHECK(small.hbm_bytes_per_s.value / big.hbm_bytes_per_s.value == Approx(1555.0 / 2039.0));
+}
+
 TEST_CASE("an H100 GEMM of one full wave beside an NCCL all-gather takes about twice as long") {
   // Published (NVIDIA developer forum thread 337991, H100): a GEMM of exactly 132 thread
   // blocks at about 80% MFU alone drops to about 47% beside an all-gather whose 24 blocks take
