@@ -111,36 +111,28 @@ std::string sensitivity_section(const std::string& name, const Sensitivity& s) {
   return text + aligned_rows(swing_rows);
 }
 
+MeasuredMetricFormat measured_metric_format(const MetricComparison& c) {
+  if (c.metric == "tokens_per_s_per_gpu") return {"tokens/s per GPU", grouped_integer};
+  if (c.metric == "step_time_s") return {"step time (s)", seconds_text};
+  if (c.metric == "tflops_per_gpu") {
+    return {"TFLOP/s per GPU (" + c.basis + ")", [](double tflops) { return fixed(tflops, 1); }};
+  }
+  if (c.metric == "mfu") return {"MFU (%, " + c.basis + ")", percent_text};
+  if (c.metric == "peak_memory_bytes") return {"peak memory per GPU (GB)", gb_text};
+  return {c.metric, [](double value) { return significant(value, 6); }};
+}
+
 // The measured value of a metric and the prediction as a source would print them, and the
 // signed error.
 std::string measured_section(const std::string& name, const MeasuredStep& measured,
                              const std::vector<MetricComparison>& comparisons) {
   std::vector<std::vector<std::string>> rows{{"", "measured", "predicted", "error"}};
   for (const MetricComparison& c : comparisons) {
-    std::string title;
-    std::string (*text)(double) = nullptr;
-    if (c.metric == "tokens_per_s_per_gpu") {
-      title = "tokens/s per GPU";
-      text = grouped_integer;
-    } else if (c.metric == "step_time_s") {
-      title = "step time (s)";
-      text = seconds_text;
-    } else if (c.metric == "tflops_per_gpu") {
-      title = "TFLOP/s per GPU (" + c.basis + ")";
-      text = [](double tflops) { return fixed(tflops, 1); };
-    } else if (c.metric == "mfu") {
-      title = "MFU (%, " + c.basis + ")";
-      text = percent_text;
-    } else if (c.metric == "peak_memory_bytes") {
-      title = "peak memory per GPU (GB)";
-      text = gb_text;
-    } else {
-      title = c.metric;
-      text = [](double value) { return significant(value, 6); };
-    }
+    const MeasuredMetricFormat format = measured_metric_format(c);
     const std::string error =
         c.error ? (*c.error >= 0 ? "+" : "") + percent_text(*c.error) + "%" : kMissing;
-    rows.push_back({title, text(c.measured), c.predicted ? text(*c.predicted) : kMissing, error});
+    rows.push_back({format.title, format.text(c.measured),
+                    c.predicted ? format.text(*c.predicted) : kMissing, error});
   }
   return "\npredicted vs measured: " + name + " (" + measured.source + ")\n" + aligned_rows(rows);
 }

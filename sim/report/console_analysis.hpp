@@ -15,6 +15,13 @@ namespace fleetsim {
 
 std::string attribution_section(const Attribution& attribution);
 std::string sensitivity_section(const std::string& variant, const Sensitivity& sensitivity);
+// How a measured metric reads, here and on the accuracy page (tools/accuracy): its title with
+// its unit and basis, and its values as text.
+struct MeasuredMetricFormat {
+  std::string title;
+  std::string (*text)(double);
+};
+MeasuredMetricFormat measured_metric_format(const MetricComparison& comparison);
 std::string measured_section(const std::string& variant, const MeasuredStep& measured,
                              const std::vector<MetricComparison>& comparisons);
 

@@ -53,27 +53,6 @@ int gpus_of(const Case& c) {
   return c.inputs.nodes * c.inputs.node.gpus;
 }
 
-// A figure as its source writes it: tokens/s grouped, seconds and TFLOP/s to three digits, MFU
-// in percent, memory in GB.
-std::string figure_text(const std::string& metric, double value) {
-  if (metric == "tokens_per_s_per_gpu") {
-    return value >= 100 ? console::grouped_integer(value) : significant(value, 3);
-  }
-  if (metric == "step_time_s") return significant(value, 3) + " s";
-  if (metric == "tflops_per_gpu") return significant(value, 3);
-  if (metric == "mfu") return percent(value);
-  if (metric == "peak_memory_bytes") return console::gb_text(value) + " GB";
-  return significant(value, 4);
-}
-
-std::string metric_label(const MetricComparison& m) {
-  if (m.metric == "tokens_per_s_per_gpu") return "tokens/s/GPU";
-  if (m.metric == "step_time_s") return "step time";
-  if (m.metric == "tflops_per_gpu") return "TFLOP/s/GPU (" + m.basis + ")";
-  if (m.metric == "mfu") return "MFU (" + m.basis + ")";
-  return m.metric;
-}
-
 // Where a simulated step went, in shares of it: compute; exposed communication by what it is
 // for (data-, tensor/context/expert-, pipeline-parallel; offload copies); idle.
 std::string breakdown_text(const StepResult& step) {
@@ -99,32 +78,27 @@ std::string memory_text(const Case& c) {
   return text;
 }
 
-struct Errors {
-  std::vector<double> signed_errors;
-  void add(double e) { signed_errors.push_back(e); }
-};
+// Signed throughput errors of a group of runs.
+using Errors = std::vector<double>;
 
 std::string summary_row(const std::string& label, const Errors& errors, bool judged) {
   std::vector<double> magnitudes;
-  double sum = 0;
   int optimistic = 0;
-  for (const double e : errors.signed_errors) {
+  for (const double e : errors) {
     magnitudes.push_back(std::abs(e));
-    sum += e;
     if (e > 0) ++optimistic;
   }
   const SampleSummary s = summarise(magnitudes);
-  const double mean = sum / static_cast<double>(errors.signed_errors.size());
+  const double mean = summarise(errors).mean;
   std::string verdict = "—";
   if (judged) {
     const bool met = s.p50 <= kGoalMedian && s.p90 <= kGoalP90 && std::abs(mean) <= kGoalMeanSigned;
     verdict = met ? "met" : "not met";
   }
-  return "| " + label + " | " + std::to_string(errors.signed_errors.size()) + " | " +
-         percent(s.p50) + " | " + percent(s.p90) + " | " + signed_percent(mean) + " | " +
-         std::to_string(optimistic) + " / " +
-         std::to_string(errors.signed_errors.size() - static_cast<std::size_t>(optimistic)) +
-         " | " + verdict + " |\n";
+  return "| " + label + " | " + std::to_string(errors.size()) + " | " + percent(s.p50) + " | " +
+         percent(s.p90) + " | " + signed_percent(mean) + " | " + std::to_string(optimistic) +
+         " / " + std::to_string(errors.size() - static_cast<std::size_t>(optimistic)) + " | " +
+         verdict + " |\n";
 }
 
 std::string summary_table(const std::string& heading, const std::map<std::string, Errors>& groups,
@@ -133,8 +107,7 @@ std::string summary_table(const std::string& heading, const std::map<std::string
                     " | runs | median \\|error\\| | P90 \\|error\\| | mean signed error | "
                     "optimistic / pessimistic | goal |\n|---|---|---|---|---|---|---|\n";
   for (const auto& [name, errors] : groups) {
-    out +=
-        summary_row(name, errors, judge_groups && errors.signed_errors.size() >= kFamilyRunsJudged);
+    out += summary_row(name, errors, judge_groups && errors.size() >= kFamilyRunsJudged);
   }
   out += summary_row("**all**", all, true);
   return out;
@@ -162,9 +135,9 @@ ErrorGroups error_groups(const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     if (!c.refusal.empty()) continue;
     if (const auto e = throughput_error(c)) {
-      groups.by_family[gpu_family(c.inputs.gpu)].add(*e);
-      groups.by_source[c.source].add(*e);
-      groups.all.add(*e);
+      groups.by_family[gpu_family(c.inputs.gpu)].push_back(*e);
+      groups.by_source[c.source].push_back(*e);
+      groups.all.push_back(*e);
     }
   }
   return groups;
@@ -251,12 +224,13 @@ std::string render_page(const std::vector<Case>& cases) {
   if (!with_memory.empty()) {
     page << "Peak memory where the source reports it (allocated by the framework, per GPU; "
             "fleetsim's is its estimate of the fullest rank):\n\n"
-            "| run | published | predicted | error |\n|---|---|---|---|\n";
+            "| run | published (GB) | predicted (GB) | error |\n|---|---|---|---|\n";
     for (const Case* c : with_memory) {
       for (const MetricComparison& m : c->metrics) {
         if (m.metric != "peak_memory_bytes" || !m.error) continue;
-        page << "| " << label(*c) << " | " << figure_text(m.metric, m.measured) << " | "
-             << figure_text(m.metric, *m.predicted) << " | " << signed_percent(*m.error) << " |\n";
+        const MeasuredMetricFormat format = measured_metric_format(m);
+        page << "| " << label(*c) << " | " << format.text(m.measured) << " | "
+             << format.text(*m.predicted) << " | " << signed_percent(*m.error) << " |\n";
       }
     }
     page << "\n";
@@ -276,9 +250,9 @@ std::string render_page(const std::vector<Case>& cases) {
       page << "| " << label(*c) << " | " << gpus_of(*c) << " × " << gpu_family(c->inputs.gpu)
            << " | " << cell(layout_label(c->inputs.plan)) << " | ";
       if (m != nullptr) {
-        page << cell(metric_label(*m)) << " | " << figure_text(m->metric, m->measured) << " | "
-             << figure_text(m->metric, *m->predicted) << " | "
-             << signed_percent(*throughput_error(*c));
+        const MeasuredMetricFormat format = measured_metric_format(*m);
+        page << cell(format.title) << " | " << format.text(m->measured) << " | "
+             << format.text(*m->predicted) << " | " << signed_percent(*throughput_error(*c));
       } else {
         page << "— | — | — | —";
       }
