@@ -49,8 +49,12 @@ struct GpuProfile {
   int sm_count = 0;                       // streaming multiprocessors (wave quantisation)
   std::optional<int> compute_capability;  // NVIDIA's, times ten (90 for 9.0); absent on others
   Calibrated dense_bf16_flops_per_s;      // dense tensor-core peak, no sparsity
-  Calibrated hbm_capacity_bytes;          // what the device reports as usable
-  Calibrated hbm_bytes_per_s;             // spec peak
+  // The dense FP16 tensor-core peak, where stated: equal to the BF16 one (A100, H100, MI300X),
+  // FP16 GEMM and attention measurements count as BF16 ones (the same pipeline at the same
+  // rate); the model itself runs BF16.
+  std::optional<Calibrated> dense_fp16_flops_per_s;
+  Calibrated hbm_capacity_bytes;  // what the device reports as usable
+  Calibrated hbm_bytes_per_s;     // spec peak
   // GEMM throughput / dense peak with every SM busy and K long (kernel_cost.hpp).
   Calibrated gemm_efficiency;
   // The dense rate long GEMMs sustain under the GPU's power limit: a ceiling on a GEMM's rate
@@ -93,15 +97,17 @@ struct GpuProfile {
 enum class ProfileQuantity { flop_rate, size, bandwidth, fraction, count, duration };
 
 // A profile's single entries by their file keys, with what each measures; every profile has
-// them but nvls_efficiency (GPUs behind an NVLS-capable switch) and p2p_efficiency (where a
-// send/recv benchmark calibrates it). FP8's are kFp8Entries, links' link_efficiency (fractions).
+// them but dense_fp16 (where a source states it), nvls_efficiency (GPUs behind an NVLS-capable
+// switch) and p2p_efficiency (where a send/recv benchmark calibrates it). FP8's are kFp8Entries,
+// links' link_efficiency (fractions).
 struct ProfileEntryKey {
   const char* key;
   ProfileQuantity quantity;
   bool required = true;
 };
-inline constexpr std::array<ProfileEntryKey, 12> kProfileEntryKeys = {{
+inline constexpr std::array<ProfileEntryKey, 13> kProfileEntryKeys = {{
     {"dense_bf16", ProfileQuantity::flop_rate},
+    {"dense_fp16", ProfileQuantity::flop_rate, false},
     {"hbm_capacity", ProfileQuantity::size},
     {"hbm_bandwidth", ProfileQuantity::bandwidth},
     {"gemm_efficiency", ProfileQuantity::fraction},
@@ -138,6 +144,7 @@ auto* find_profile_entry(Profile& profile, const std::string& key) {
   using Entry = std::remove_pointer_t<decltype(&profile.gemm_efficiency)>;
   const auto optional = [](auto& entry) -> Entry* { return entry ? &*entry : nullptr; };
   if (key == "dense_bf16") return &profile.dense_bf16_flops_per_s;
+  if (key == "dense_fp16") return optional(profile.dense_fp16_flops_per_s);
   if (key == "hbm_capacity") return &profile.hbm_capacity_bytes;
   if (key == "hbm_bandwidth") return &profile.hbm_bytes_per_s;
   if (key == "gemm_efficiency") return &profile.gemm_efficiency;

@@ -436,12 +436,17 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       attention;
   for (const MicrobenchFile& file : files) {
     fit.inputs.push_back(file.path + " (" + file.checksum + ")");
-    // BF16 rows are fitted, and FP8 GEMM rows where the profile has FP8 entries; others are
-    // listed as skipped.
+    // BF16 rows are fitted, FP16 ones as BF16 where the profile's FP16 peak is its BF16 one,
+    // and FP8 GEMM rows where the profile has FP8 entries; others are listed as skipped.
+    const bool fp16_is_bf16 =
+        start.dense_fp16_flops_per_s &&
+        start.dense_fp16_flops_per_s->value == start.dense_bf16_flops_per_s.value;
     const auto bf16 = [&](const auto& s, const char* what) {
-      if (s.dtype == "bf16") return true;
+      if (s.dtype == "bf16" || (s.dtype == "fp16" && fp16_is_bf16)) return true;
       fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype + " " + what +
-                            " (the profile models BF16 only)");
+                            (s.dtype == "fp16"
+                                 ? " (the profile gives no FP16 peak equal to its BF16 one)"
+                                 : " (the profile models BF16 only)"));
       return false;
     };
     for (const GemmSample& s : file.gemms) {
@@ -495,7 +500,10 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
   }
 
   // 1. GEMMs (BF16 rows).
-  if (!gemms.empty()) fit_gemm_section(fit, gpu, start, gemms, "", "BF16");
+  const bool fp16_rows = std::any_of(
+      gemms.begin(), gemms.end(), [](const GemmRow& row) { return row.sample->dtype == "fp16"; });
+  if (!gemms.empty())
+    fit_gemm_section(fit, gpu, start, gemms, "", fp16_rows ? "BF16 and FP16" : "BF16");
 
   // 2. Memory: t = launch + bytes / (hbm x e), least squares on relative errors.
   const double launch = gpu.kernel_launch_s.value;

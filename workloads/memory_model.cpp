@@ -187,9 +187,16 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
   const int in_flight = passes_in_flight(training, plan, stage);
+  // Under per_op the layer in backward holds what it recomputed beside what it kept.
+  const double recomputed =
+      plan.recompute == Recompute::per_op
+          ? decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp) *
+                    tokens -
+                per_layer
+          : 0.0;
   const double activations = plan.recompute == Recompute::full
                                  ? in_flight * chunk_layers * boundary + per_layer
-                                 : in_flight * chunk_layers * per_layer;
+                                 : in_flight * chunk_layers * per_layer + std::max(0.0, recomputed);
   const std::string batches =
       plan.pp == 1 ? "one micro-batch"
                    : std::to_string(in_flight) +
@@ -207,6 +214,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   add("activations", activations,
       plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time, " + batches
+      : plan.recompute == Recompute::per_op
+          ? "torchtitan's per-op policy: each layer's input, Q, V, attention's output and "
+            "every other matmul's kept, the rest of one layer recomputed at a time, " +
+                batches
           : std::string("tensors saved for backward (") +
                 (training.attention == Attention::flash   ? "FlashAttention"
                  : plan.recompute == Recompute::selective ? "eager attention, its core recomputed"

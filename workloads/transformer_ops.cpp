@@ -213,6 +213,13 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
                         : recompute == Recompute::selective
                             ? 0.0
                             : (kBf16 + (dropout ? kMaskBytes + kBf16 : 0)) * a * s;
+  if (recompute == Recompute::per_op) {
+    // torchtitan's per-op policy (per_op_recomputation below) keeps the layer's input, Q, V,
+    // attention's output and what attention saves, the first MLP matmul's output and, of a
+    // SwiGLU MLP, down's: a row-parallel matmul's output, whole before its reduce-scatter.
+    const double mlp_outputs = kBf16 * f / tp + (model.mlp == Mlp::swiglu ? kBf16 * h : 0.0);
+    return (kBf16 * (3 * h + kv_dim(model)) + scores) / tp + mlp_outputs;
+  }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
   // input). Down's input is its FP8 cast under FP8.
@@ -229,6 +236,39 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
 }
 
 namespace {
+
+// torchtitan's per-op checkpointing (activation_checkpoint.mode "selective" with
+// selective_ac_option "op": _custom_policy in parallelize_llama.py): a layer's forward saves
+// the outputs of its matmuls but every second one, counted in forward order with the
+// projections apart (Q, K, V, O, then gate, up, down, or up, down), and attention's; the rest
+// (those matmuls, norms, RoPE, activations, casts, residual adds and the tensor-parallel
+// collectives between them) runs again before the layer's backward. So K, O and up (SwiGLU) or
+// down (GELU) rerun; Q, V and attention do not. Not model FLOPs.
+std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<Op>& forward,
+                                     double split) {
+  std::vector<Op> again;
+  for (const Op& op : forward) {
+    Op copy = op;
+    if (op.collective) {
+      if (op.collective->group != GroupKind::tensor) continue;  // ring attention's: saved
+    } else if (op.kernel.kind == KernelKind::attention) {
+      continue;
+    } else if (op.kernel.kind == KernelKind::gemm) {
+      const double columns = op.name == "qkv"                              ? kv_dim(model) / split
+                             : op.name == "o_proj"                         ? op.kernel.n
+                             : op.name == "gate_up"                        ? model.ffn / split
+                             : op.name == "down" && model.mlp == Mlp::gelu ? op.kernel.n
+                                                                           : 0.0;
+      if (columns == 0) continue;
+      copy.kernel = op.kernel.fp8 ? fp8_gemm_kernel(op.kernel.m, columns, op.kernel.k)
+                                  : gemm_kernel(op.kernel.m, columns, op.kernel.k, kBf16);
+    }
+    copy.name = "recompute." + op.name;
+    copy.model_flops = 0;
+    again.push_back(std::move(copy));
+  }
+  return again;
+}
 
 // A collective of the tensor-parallel group: all-gather (S: the gathered size) or
 // reduce-scatter (S: the size reduced).
@@ -554,6 +594,14 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     mlp("", t, /*regather=*/true);
   }
   leave_block("mlp", !moe);
+  if (recompute == Recompute::per_op) {
+    if (moe || frozen) {
+      throw ModelError("per_op recomputation is modelled for dense layers trained in full");
+    }
+    // Pushed last in reverse: once the list is reversed they run first, in forward order.
+    const std::vector<Op> again = per_op_recomputation(model, fwd, split);
+    backward.insert(backward.end(), again.rbegin(), again.rend());
+  }
 
   std::reverse(backward.begin(), backward.end());
   ops.backward = std::move(backward);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/scenario/loader.hpp"
+#include "topology/topology.hpp"
 
 namespace fleetsim {
 
@@ -335,13 +336,28 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
            "give the node its NICs (node: {preset: ..., nics: 8}), or use one node");
     }
   }
-  if (auto gpu = find(f, "gpu")) {
+  const auto gpu = find(f, "gpu");
+  if (gpu) {
     in.gpu = gpu_profile(*gpu);
     in.node.gpu_profile = in.gpu.name;
   } else {
     in.gpu = gpu_profile(node.gpu_profile);
   }
   in.fabric = parse_fabric(find(f, "fabric"));
+  // Every link the cluster is built of needs its usable fraction in the GPU profile. Two nodes
+  // have every kind a cluster of this node has (its links, and the fabric's once there is one).
+  const Topology sample = build_cluster(in.node, std::min(in.nodes, 2), in.fabric);
+  for (LinkId l = 0; l < sample.link_count(); ++l) {
+    const LinkKind kind = sample.link(l).kind;
+    if (kind == LinkKind::host_memory || in.gpu.link_efficiency.count(to_string(kind))) continue;
+    fail(gpu ? *gpu : require(f, "node"),
+         "GPU profile " + in.gpu.name + " has no link efficiency for " + to_string(kind) +
+             " links, which node " + in.node.name +
+             (in.nodes > 1 ? " and its fabric use" : " uses"),
+         "add " + std::string(to_string(kind)) +
+             " under the profile's link_efficiency (with its source), or use a node of the "
+             "links the profile has");
+  }
 }
 
 }  // namespace fleetsim

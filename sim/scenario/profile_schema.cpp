@@ -239,6 +239,9 @@ GpuProfile Loader::gpu_profile(const Field& name) {
   for (const Entry& entry : entries(links)) {
     g.link_efficiency[entry.key] = read_calibrated(entry.value, Quantity::fraction);
   }
+  if (const auto fp16 = find(root, "dense_fp16")) {
+    g.dense_fp16_flops_per_s = read_calibrated(*fp16, Quantity::flop_rate);
+  }
   if (const auto nvls = find(root, "nvls_efficiency")) {
     g.nvls_efficiency = read_calibrated(*nvls, Quantity::fraction);
   }

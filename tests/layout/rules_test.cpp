@@ -167,6 +167,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.lora = true;
          j.experts = 8;
        }},
+      {"per-op-recompute-on-dense-full-model", "layout.recompute",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.recompute = Recompute::per_op;
+       }},
       {"lora-without-tp", "training.method", [](JobSubject& j, ParallelPlan&) { j.lora = true; }},
       {"qlora-without-zero-3", "training.method",
        [](JobSubject& j, ParallelPlan& p) {

@@ -309,7 +309,7 @@ TEST_CASE("a bad enum value lists the allowed values") {
   CHECK(recompute->key() == "layout.recompute");
   CHECK(recompute->line() == 10);
   CHECK_THAT(recompute->what(),
-             Catch::Contains("expected one of none, selective, full, got \"some\""));
+             Catch::Contains("expected one of none, selective, per_op, full, got \"some\""));
 
   const auto zero = load_error(with(kBase, "  zero: 3\n", "  zero: 4\n"));
   REQUIRE(zero);

@@ -145,5 +145,27 @@ TEST_CASE("a collective library's tables are checked: protocols, tree limits, so
   }
 }
 
+TEST_CASE("a cluster whose links its GPU profile cannot rate is refused where it is chosen") {
+  // The A100 profiles rate InfiniBand, not RoCE: one node uses no NIC, so it loads; two
+  // nodes join by their RoCE NICs and are refused at the node (or at the GPU that replaced
+  // the node's) before anything is simulated, as `run` would refuse them.
+  const std::string two_nodes = with(kBase, "  dp: 8\n", "  dp: 16\n");
+  const std::string roce =
+      with(kBase, "  node: dgx-h100\n", "  node: {preset: dgx-a100, nic_kind: roce}\n");
+  CHECK_FALSE(load_error(roce));
+  const auto e = load_error(with(roce, "  dp: 8\n", "  dp: 16\n") + "  nodes: 2\n");
+  REQUIRE(e);
+  CHECK(e->key() == "cluster.node");
+  CHECK(e->line() == 11);
+  CHECK_THAT(e->what(), Catch::Contains("GPU profile a100-sxm has no link efficiency for roce"));
+  const auto replaced = load_error(two_nodes + "  nodes: 2\n  gpu: a100-sxm-40gb\n");
+  CHECK_FALSE(replaced);  // DGX H100's InfiniBand: rated
+  const auto h100_roce = load_error(
+      with(two_nodes, "  node: dgx-h100\n", "  node: {preset: dgx-h100, nic_kind: roce}\n") +
+      "  nodes: 2\n  gpu: a100-sxm-40gb\n");
+  REQUIRE(h100_roce);
+  CHECK(h100_roce->key() == "cluster.gpu");
+}
+
 }  // namespace
 }  // namespace fleetsim

@@ -2,6 +2,7 @@
 // published, and sums over a task graph.
 #pragma once
 
+#include <string>
 #include <variant>
 
 #include "workloads/memory_model.hpp"
@@ -74,6 +75,14 @@ inline TrainingSpec training(int seq, int global_batch, int micro_batch) {
   t.global_batch = global_batch;
   t.micro_batch = micro_batch;
   return t;
+}
+
+// Where the task `name` is in stage 0's program, -1 where it is not.
+inline long task_index(const TaskGraph& graph, const std::string& name) {
+  for (std::size_t i = 0; i < graph.stages[0].size(); ++i) {
+    if (graph.stages[0][i].name == name) return static_cast<long>(i);
+  }
+  return -1L;
 }
 
 inline double sum_model_flops(const TaskGraph& graph) {

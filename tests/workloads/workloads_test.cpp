@@ -334,12 +334,7 @@ TEST_CASE("selective recomputation reruns eager attention's core, and nothing un
   CHECK(selective.hardware_flops_per_rank - kept.hardware_flops_per_rank ==
         Approx(96 * core * kept.micro_batches).epsilon(1e-9));
   // The rerun core comes right before the backward of PV, which needs its probabilities.
-  const auto at = [&](const std::string& name) {
-    for (std::size_t i = 0; i < selective.stages[0].size(); ++i) {
-      if (selective.stages[0][i].name == name) return static_cast<long>(i);
-    }
-    return -1L;
-  };
+  const auto at = [&](const std::string& name) { return task_index(selective, name); };
   CHECK(at("mb0.L5.recompute.attn_values") + 1 == at("mb0.L5.attn_values.dgrad_v"));
   CHECK(at("mb0.L5.recompute.scores") < at("mb0.L5.recompute.softmax"));
 
@@ -349,4 +344,56 @@ TEST_CASE("selective recomputation reruns eager attention's core, and nothing un
   const TaskGraph flash_kept = build_data_parallel_step(m, flash, plan);
   CHECK(flash_selective.stages[0].size() == flash_kept.stages[0].size());
   CHECK(flash_selective.hardware_flops_per_rank == flash_kept.hardware_flops_per_rank);
+}
+
+TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's policy saves") {
+  // torchtitan's policy saves every matmul's output but every second one's, in forward order
+  // Q K V O gate up down: K, O and up rerun before the layer's backward, 2 T h (kv + h + f)
+  // FLOPs a layer (Llama-3-8B: h 4096, kv 1024, f 14336), none of them model FLOPs.
+  const ModelSpec m = llama3_8b();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 3;
+  const TrainingSpec recipe = training(4096, 64, 2);
+  const TaskGraph kept = build_data_parallel_step(m, recipe, plan);
+  plan.recompute = Recompute::per_op;
+  const TaskGraph per_op = build_data_parallel_step(m, recipe, plan);
+  CHECK(per_op.model_flops_per_rank == Approx(kept.model_flops_per_rank).epsilon(1e-12));
+  const double tokens = 2.0 * 4096;
+  const double rerun = 2 * tokens * 4096 * (1024 + 4096 + 14336);
+  CHECK(per_op.hardware_flops_per_rank - kept.hardware_flops_per_rank ==
+        Approx(32 * rerun * kept.micro_batches).epsilon(1e-9));
+  // The rerun comes first in the layer's backward, in forward order.
+  const auto at = [&](const std::string& name) { return task_index(per_op, name); };
+  CHECK(at("mb0.L5.recompute.attn_norm") >= 0);
+  CHECK(at("mb0.L5.recompute.attn_norm") < at("mb0.L5.recompute.o_proj"));
+  CHECK(at("mb0.L5.recompute.swiglu") < at("mb0.L5.mlp_residual.bwd"));
+  CHECK(at("mb0.L5.recompute.attention") == -1);  // attention's output is saved
+  CHECK(at("mb0.L5.recompute.down") == -1);       // the seventh matmul's output too
+
+  // Saved per token: the input 2h, Q 2h, V 2kv, O 2h and its FP32 LSE 4 x 32, the gate
+  // output 2f, down's output 2h = 63,616 bytes; in backward one layer also holds the rest of
+  // what it keeps without recomputation (139,392 bytes, the test above).
+  CHECK(decoder_layer_saved_bytes_per_token(m, recipe, Recompute::per_op) == 63'616.0);
+  const auto activations = [&](const MemoryBreakdown& mem) {
+    for (const auto& item : mem.items) {
+      if (item.name == "activations") return item.bytes;
+    }
+    return -1.0;
+  };
+  CHECK(activations(estimate_memory(m, recipe, plan, 80e9)) ==
+        Approx((32 * 63'616.0 + 139'392.0 - 63'616.0) * tokens));
+
+  // A GELU MLP's six matmuls (Q K V O up down) rerun K, O and down; under tp 8 each rank does
+  // an eighth (GPT-3 175B: h = kv = 12288, f = 49152).
+  const ModelSpec gpt = gpt3_175b();
+  const TrainingSpec gpt_recipe = training(2048, 64, 1);
+  const double gpt_rerun = 2.0 * 2048 * 12288 * (12288 + 12288 + 49152) / 8;
+  double extra = 0;
+  for (const Op& op : decoder_layer_ops(gpt, gpt_recipe, 8, Recompute::per_op).backward) {
+    if (op.name.starts_with("recompute.") && op.kernel.kind == KernelKind::gemm) {
+      extra += op.kernel.flops;
+    }
+  }
+  CHECK(extra == Approx(gpt_rerun).epsilon(1e-12));
 }

@@ -257,9 +257,10 @@ const std::array<LayoutDimension, 13> kDimensions = {{
     {.key = "recompute",
      .output = "recompute",
      .kind = DimensionKind::choice,
-     .choices = {"none", "selective", "full"},
-     .description = "activation recomputation: none, the attention core (selective), or each "
-                    "layer's forward (full)",
+     .choices = {"none", "selective", "per_op", "full"},
+     .description = "activation recomputation: none, the attention core (selective), "
+                    "torchtitan's per-op policy (per_op: every second matmul of a layer and "
+                    "its elementwise ops), or each layer's forward (full)",
      .planner = "the least that fits",
      .get =
          [](const ParallelPlan& plan) {
@@ -270,6 +271,7 @@ const std::array<LayoutDimension, 13> kDimensions = {{
            const std::string& mode = std::get<std::string>(value);
            plan.recompute = mode == "full"        ? Recompute::full
                             : mode == "selective" ? Recompute::selective
+                            : mode == "per_op"    ? Recompute::per_op
                                                   : Recompute::none;
          },
      .label =

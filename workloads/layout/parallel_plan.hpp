@@ -26,12 +26,15 @@ inline std::int64_t size_product(std::initializer_list<std::int64_t> sizes) {
 // none: keep every tensor a layer saves; selective: recompute the attention core (scores,
 // softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et
 // al.; nothing to drop under FlashAttention, which keeps none); full: keep only each layer's
-// input and rerun its forward before its backward.
-enum class Recompute { none, selective, full };
+// input and rerun its forward before its backward; per_op: torchtitan's per-op policy
+// (selective_ac_option "op"): each layer saves its inputs, attention's output and every
+// matmul's but every second one's, and reruns the rest of its forward before its backward.
+enum class Recompute { none, selective, per_op, full };
 inline const char* to_string(Recompute recompute) {
   switch (recompute) {
     case Recompute::none: return "none";
     case Recompute::selective: return "selective";
+    case Recompute::per_op: return "per_op";
     case Recompute::full: return "full";
   }
   return "?";

@@ -283,6 +283,15 @@ Problem lora_on_dense_model(const JobSubject& job, const ParallelPlan&) {
             "fine-tune every weight (method: full)");
 }
 
+// torchtitan's per-op policy counts a dense layer's seven (or six) matmuls; a mixture of
+// experts' grouped expert GEMMs, and LoRA's adapters, would count otherwise.
+Problem per_op_on_dense_full_model(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.recompute != Recompute::per_op || (job.experts == 0 && !job.lora)) return {};
+  return at({"layout.recompute"},
+            "per_op recomputation is modelled for dense models trained in full only",
+            "use selective or full");
+}
+
 // Adapters sit beside projections a rank holds whole.
 Problem lora_without_tp(const JobSubject& job, const ParallelPlan& plan) {
   if (!job.lora || plan.tp == 1) return {};
@@ -348,6 +357,8 @@ const JobRule kRules[] = {
     {"interleaving-in-groups-of-pp", "under vpp > 1 the micro-batches come in groups of pp",
      interleaving_in_groups_of_pp},
     {"lora-on-dense-model", "LoRA on a dense model", lora_on_dense_model},
+    {"per-op-recompute-on-dense-full-model",
+     "per_op recomputation on a dense model trained in full", per_op_on_dense_full_model},
     {"lora-without-tp", "LoRA with tp 1", lora_without_tp},
     {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
