@@ -71,6 +71,12 @@ enum class Attention { flash, eager };
 // NeMo 2's default); in_place: one kernel computing the loss and writing the gradient over the
 // BF16 logits in forward (Transformer Engine's Triton cross-entropy, Liger's): no FP32 copy.
 enum class CrossEntropy { unfused, fused, in_place };
+// How a layer's elementwise ops run: fused, one kernel each for a norm, RoPE and the MLP's
+// activation, as Megatron-Core and Transformer Engine run them and torch.compile fuses them;
+// eager: each PyTorch op of a module written in Python its own kernel and pass over HBM, as
+// torchtitan's RMSNorm, rotary embedding and SwiGLU run without torch.compile (their chains in
+// transformer_ops.cpp). nn.LayerNorm and F.gelu are one kernel either way.
+enum class Elementwise { fused, eager };
 
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
 // projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets
@@ -95,6 +101,7 @@ struct TrainingSpec {
   int grad_reduce_bytes = 2;
   Attention attention = Attention::flash;
   CrossEntropy cross_entropy = CrossEntropy::unfused;
+  Elementwise elementwise = Elementwise::fused;
   std::optional<LoraSpec> lora;  // set: LoRA fine-tuning; unset: every weight trained
   // Dropout after attention and after the MLP (and on the attention probabilities): above 0,
   // each keeps a one-byte mask for backward. FlashAttention regenerates its own from the seed.

@@ -1,7 +1,9 @@
 #include "workloads/transformer_ops.hpp"
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -30,6 +32,34 @@ Op gemm_op(std::string name, double m, double n, double k) {
 Op memory_op(std::string name, double bytes) {
   return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
 }
+
+// Eager PyTorch runs each op of a module written in Python as its own kernel: one memory-bound
+// kernel per entry of `bytes_per_element` (read and written, per element of `elements`).
+void eager_ops(const std::string& name, std::span<const double> bytes_per_element, double elements,
+               std::vector<Op>& ops) {
+  int i = 0;
+  for (const double bytes : bytes_per_element) {
+    ops.push_back(memory_op(name + "." + std::to_string(i++), bytes * elements));
+  }
+}
+
+// torchtitan's RMSNorm without torch.compile (torchtitan/models/norms.py: x.float(), pow(2),
+// mean, x * rsqrt(. + eps), type_as(x), * weight): per element of a BF16 input, forward 6, 8,
+// 4, 8, 6 and 4 bytes (36, where one fused kernel reads 2 and writes 2); its autograd backward
+// 12 kernels: g * w 4, g * out 6 and its row sum 2 (the weight's gradient), to FP32 6, g *
+// rstd 8, g * x 12 and its row sum 4, mean's backward 4, pow's 2x 8 and product 12, the two
+// input gradients added 12, back to BF16 6 (84, where a fused kernel moves 8). The per-row
+// rsqrt and its backward move no element-sized tensor.
+constexpr std::array<double, 6> kEagerRmsNormForward = {6, 8, 4, 8, 6, 4};
+constexpr std::array<double, 12> kEagerRmsNormBackward = {4, 6, 2, 6, 8, 12, 4, 4, 8, 12, 12, 6};
+// Its apply_rotary_emb (torchtitan/models/llama/model.py) on Q and K: to FP32, the complex
+// product with freqs_cis, back to BF16 (6, 8, 6 bytes an element); backward the same three.
+constexpr std::array<double, 3> kEagerRopeForward = {6, 8, 6};
+constexpr std::array<double, 3> kEagerRopeBackward = {6, 8, 6};
+// Its SwiGLU, F.silu(w1(x)) * w3(x): silu 4, the product 6 bytes an element of the MLP's
+// width; backward the product's two gradients 6 each, silu's 6.
+constexpr std::array<double, 2> kEagerSwigluForward = {4, 6};
+constexpr std::array<double, 3> kEagerSwigluBackward = {6, 6, 6};
 
 // A forward GEMM and, appended to `backward` (collected in forward order, reversed at the
 // end), its backward GEMMs: the input gradient first, as frameworks run them (the gradient can
@@ -428,9 +458,15 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // the re-gather runs before it in backward. A block of Transformer Engine's projections
   // (`projections`) overlaps them by userbuffers; a mixture of experts' MLP block (its router a
   // GEMM of Megatron's own) by NCCL.
+  const bool eager = training.elementwise == Elementwise::eager;
   const auto enter_block = [&](const std::string& block, bool projections) {
-    fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
-    backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
+    if (eager && model.norm == Norm::rmsnorm) {
+      eager_ops(block + "_norm", kEagerRmsNormForward, local_tokens * h, fwd);
+      eager_ops(block + "_norm.bwd", kEagerRmsNormBackward, local_tokens * h, backward);
+    } else {
+      fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
+      backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
+    }
     if (!parallel) return;
     fwd.push_back(tp_op(block + "_gather", CollectiveOp::all_gather, activation,
                         projections ? Userbuffers::ring_exchange : Userbuffers::none));
@@ -462,7 +498,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   projection("qkv", t, (h + 2 * kv) / split, h, training, frozen, fwd, backward);
   if (!frozen) regather_for_wgrad("qkv");
   lora_adapters(model, training, {"q", "k", "v"}, t, fwd, backward);
-  if (model.positions == Positions::rope) {
+  if (model.positions == Positions::rope && eager) {
+    eager_ops("rope", kEagerRopeForward, t * (h + kv) / split, fwd);
+    eager_ops("rope.bwd", kEagerRopeBackward, t * (h + kv) / split, backward);
+  } else if (model.positions == Positions::rope) {
     fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
     backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
   }
@@ -542,8 +581,13 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       projection(prefix + "gate_up", rows, 2 * f / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
       lora_adapters(model, training, {"gate", "up"}, rows, fwd, backward);
-      fwd.push_back(memory_op(prefix + "swiglu", 3 * kBf16 * rows * f / split));
-      backward.push_back(memory_op(prefix + "swiglu.bwd", 5 * kBf16 * rows * f / split));
+      if (eager) {
+        eager_ops(prefix + "swiglu", kEagerSwigluForward, rows * f / split, fwd);
+        eager_ops(prefix + "swiglu.bwd", kEagerSwigluBackward, rows * f / split, backward);
+      } else {
+        fwd.push_back(memory_op(prefix + "swiglu", 3 * kBf16 * rows * f / split));
+        backward.push_back(memory_op(prefix + "swiglu.bwd", 5 * kBf16 * rows * f / split));
+      }
     } else {
       projection(prefix + "up", rows, f / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "up");

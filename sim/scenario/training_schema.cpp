@@ -11,9 +11,9 @@ using namespace fields;
 namespace {
 
 const Keys kTrainingKeys = {
-    "method",      "precision",         "optimizer", "seq_len",   "global_batch",
-    "micro_batch", "grad_reduce_dtype", "tokens",    "attention", "dropout",
-    "lora",        "cross_entropy"};
+    "method",      "precision",         "optimizer",  "seq_len",   "global_batch",
+    "micro_batch", "grad_reduce_dtype", "tokens",     "attention", "dropout",
+    "lora",        "cross_entropy",     "elementwise"};
 
 }  // namespace
 
@@ -66,6 +66,10 @@ TrainingSpec parse_training(const Field& f) {
     t.cross_entropy = choice == "fused"      ? CrossEntropy::fused
                       : choice == "in_place" ? CrossEntropy::in_place
                                              : CrossEntropy::unfused;
+  }
+  if (auto elementwise = find(f, "elementwise")) {
+    t.elementwise = read_choice(*elementwise, {"fused", "eager"}) == "eager" ? Elementwise::eager
+                                                                             : Elementwise::fused;
   }
   if (auto dropout = find(f, "dropout")) {
     t.dropout = read_number(*dropout);

@@ -445,5 +445,15 @@ TEST_CASE("dp: auto takes what the GPUs leave to data parallelism") {
   CHECK_THAT(word->what(), Catch::Contains("expected a positive integer"));
 }
 
+TEST_CASE("the elementwise kernels are fused unless the recipe says eager") {
+  CHECK(load_text(kBase).variants[0].inputs.training.elementwise == Elementwise::fused);
+  const std::string eager = with(kBase, "training:\n", "training:\n  elementwise: eager\n");
+  CHECK(load_text(eager).variants[0].inputs.training.elementwise == Elementwise::eager);
+  const auto e = load_error(with(kBase, "training:\n", "training:\n  elementwise: compiled\n"));
+  REQUIRE(e);
+  CHECK(e->key() == "training.elementwise");
+  CHECK_THAT(e->what(), Catch::Contains("fused, eager"));
+}
+
 }  // namespace
 }  // namespace fleetsim

@@ -397,3 +397,38 @@ TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's 
   }
   CHECK(extra == Approx(gpt_rerun).epsilon(1e-12));
 }
+
+TEST_CASE("eager elementwise ops: each PyTorch op of torchtitan's modules a pass over HBM") {
+  // One Llama-3-8B layer (h 4096, kv 1024, f 14336), bytes an element read and written:
+  //   RMSNorm, twice: forward 36 (fused 4), backward 84 (fused 8)
+  //   RoPE on Q and K (h + kv wide): forward 20 (fused 4), backward 20 (fused 4)
+  //   SwiGLU (f wide): forward 10 (fused 6), backward 18 (fused 10)
+  // more bytes a token: 2 (32 + 76) 4096 + 32 x 5120 + 12 x 14336 = 1,220,608.
+  const ModelSpec m = llama3_8b();
+  TrainingSpec fused = training(4096, 64, 2);
+  TrainingSpec eager = fused;
+  eager.elementwise = Elementwise::eager;
+  const auto memory_bytes = [&](const TrainingSpec& recipe) {
+    const LayerOps ops = decoder_layer_ops(m, recipe);
+    double bytes = 0;
+    for (const auto* list : {&ops.forward, &ops.backward}) {
+      for (const Op& op : *list) {
+        if (!op.collective && op.kernel.kind == KernelKind::memory_bound) bytes += op.kernel.bytes;
+      }
+    }
+    return bytes;
+  };
+  const double tokens = 2.0 * 4096;
+  CHECK(memory_bytes(eager) - memory_bytes(fused) == Approx(1'220'608.0 * tokens).epsilon(1e-12));
+  // The same FLOPs, and nothing but memory-bound kernels added: 6 + 12 per norm, 3 + 3 for RoPE,
+  // 2 + 3 for SwiGLU where fused runs one each way.
+  const LayerOps e = decoder_layer_ops(m, eager);
+  const LayerOps f = decoder_layer_ops(m, fused);
+  CHECK(e.forward.size() + e.backward.size() ==
+        f.forward.size() + f.backward.size() + 2 * (5 + 11) + (2 + 2) + (1 + 2));
+  // A LayerNorm model's norms are nn.LayerNorm, one kernel either way.
+  TrainingSpec gpt_eager = training(2048, 64, 1);
+  gpt_eager.elementwise = Elementwise::eager;
+  CHECK(decoder_layer_ops(gpt3_175b(), gpt_eager).forward.size() ==
+        decoder_layer_ops(gpt3_175b(), training(2048, 64, 1)).forward.size());
+}
