@@ -187,16 +187,18 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
   const int in_flight = passes_in_flight(training, plan, stage);
-  // Under per_op the layer in backward holds what it recomputed beside what it kept.
+  // Under per_op the layer in backward holds what it recomputed beside what it kept: all it
+  // keeps without recomputation, less what per_op kept of that.
   const double recomputed =
       plan.recompute == Recompute::per_op
-          ? decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp) *
+          ? (decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp) +
+             per_op_outputs_kept_only(model, plan.tp)) *
                     tokens -
                 per_layer
           : 0.0;
   const double activations = plan.recompute == Recompute::full
                                  ? in_flight * chunk_layers * boundary + per_layer
-                                 : in_flight * chunk_layers * per_layer + std::max(0.0, recomputed);
+                                 : in_flight * chunk_layers * per_layer + recomputed;
   const std::string batches =
       plan.pp == 1 ? "one micro-batch"
                    : std::to_string(in_flight) +

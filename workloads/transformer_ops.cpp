@@ -217,6 +217,11 @@ double tied_head_copy_parameters(const ModelSpec& model, int pp) {
   return model.tied_embeddings && pp > 1 ? embedding_parameters(model) : 0.0;
 }
 
+double per_op_outputs_kept_only(const ModelSpec& model, int tp) {
+  const double h = model.hidden;
+  return (model.mlp == Mlp::swiglu ? kBf16 * h : 0.0) + (tp > 1 ? 2 * kBf16 * h / tp : 0.0);
+}
+
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute, int tp) {
   const double h = model.hidden;
@@ -246,9 +251,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   if (recompute == Recompute::per_op) {
     // torchtitan's per-op policy (per_op_recomputation below) keeps the layer's input, Q, V,
     // attention's output and what attention saves, the first MLP matmul's output and, of a
-    // SwiGLU MLP, down's: a row-parallel matmul's output, whole before its reduce-scatter.
-    const double mlp_outputs = kBf16 * f / tp + (model.mlp == Mlp::swiglu ? kBf16 * h : 0.0);
-    return (kBf16 * (3 * h + kv_dim(model)) + scores) / tp + mlp_outputs;
+    // SwiGLU MLP, down's (a row-parallel matmul's output, whole before its reduce-scatter),
+    // and under tensor parallelism both reduce-scatters' outputs (its _save_list).
+    return (kBf16 * (3 * h + kv_dim(model)) + scores) / tp + kBf16 * f / tp +
+           per_op_outputs_kept_only(model, tp);
   }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
@@ -272,15 +278,20 @@ namespace {
 // the outputs of its matmuls but every second one, counted in forward order with the
 // projections apart (Q, K, V, O, then gate, up, down, or up, down), and attention's; the rest
 // (those matmuls, norms, RoPE, activations, casts, residual adds and the tensor-parallel
-// collectives between them) runs again before the layer's backward. So K, O and up (SwiGLU) or
-// down (GELU) rerun; Q, V and attention do not. Not model FLOPs.
+// all-gathers; the reduce-scatters' outputs are saved too) runs again before the layer's
+// backward. So K, O and up (SwiGLU) or down (GELU) rerun; Q, V and attention do not; the
+// rerun gathers serve the weight gradients, which gather nothing again. Not model FLOPs.
 std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<Op>& forward,
                                      double split) {
   std::vector<Op> again;
   for (const Op& op : forward) {
     Op copy = op;
     if (op.collective) {
-      if (op.collective->group != GroupKind::tensor) continue;  // ring attention's: saved
+      // Ring attention's exchanges (attention is saved) and the reduce-scatters stay.
+      if (op.collective->group != GroupKind::tensor ||
+          op.collective->op == CollectiveOp::reduce_scatter) {
+        continue;
+      }
     } else if (op.kernel.kind == KernelKind::attention) {
       continue;
     } else if (op.kernel.kind == KernelKind::gemm) {
@@ -474,7 +485,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
                              projections ? Userbuffers::bulk : Userbuffers::none));
   };
   const auto regather_for_wgrad = [&](const std::string& gemm) {
-    if (parallel)
+    if (parallel && recompute != Recompute::per_op)
       backward.push_back(
           tp_op(gemm + ".regather", CollectiveOp::all_gather, activation, Userbuffers::bulk));
   };

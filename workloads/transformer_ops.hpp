@@ -166,5 +166,8 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 // with eager attention and dropout this is Korthikanti et al.'s (34h + 5as) / tp.
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute = Recompute::none, int tp = 1);
+// What torchtitan's per-op policy keeps per token that no recomputation keeps as such: down's
+// whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs.
+double per_op_outputs_kept_only(const ModelSpec& model, int tp);
 
 }  // namespace fleetsim

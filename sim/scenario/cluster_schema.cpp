@@ -2,6 +2,7 @@
 // fabric; and node presets themselves (topology/presets/), every number with its source.
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -346,14 +347,23 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
   in.fabric = parse_fabric(find(f, "fabric"));
   // Every link the cluster is built of needs its usable fraction in the GPU profile. Two nodes
   // have every kind a cluster of this node has (its links, and the fabric's once there is one).
-  const Topology sample = build_cluster(in.node, std::min(in.nodes, 2), in.fabric);
+  std::optional<Topology> built;
+  try {
+    built.emplace(build_cluster(in.node, std::min(in.nodes, 2), in.fabric));
+  } catch (const ModelError& e) {
+    fail(find(f, "fabric") ? *find(f, "fabric") : require(f, "node"), e.what(),
+         "change the fabric or the node so that the cluster can be built");
+  }
+  const Topology& sample = *built;
   for (LinkId l = 0; l < sample.link_count(); ++l) {
     const LinkKind kind = sample.link(l).kind;
     if (kind == LinkKind::host_memory || in.gpu.link_efficiency.count(to_string(kind))) continue;
     fail(gpu ? *gpu : require(f, "node"),
          "GPU profile " + in.gpu.name + " has no link efficiency for " + to_string(kind) +
-             " links, which node " + in.node.name +
-             (in.nodes > 1 ? " and its fabric use" : " uses"),
+             " links, which " +
+             (in.nodes > 1 && kind == fabric_link_kind(in.node.nic_kind)
+                  ? "the fabric between nodes " + in.node.name + " uses"
+                  : "node " + in.node.name + " uses"),
          "add " + std::string(to_string(kind)) +
              " under the profile's link_efficiency (with its source), or use a node of the "
              "links the profile has");

@@ -373,7 +373,8 @@ TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's 
 
   // Saved per token: the input 2h, Q 2h, V 2kv, O 2h and its FP32 LSE 4 x 32, the gate
   // output 2f, down's output 2h = 63,616 bytes; in backward one layer also holds the rest of
-  // what it keeps without recomputation (139,392 bytes, the test above).
+  // what it keeps without recomputation (139,392 bytes, the test above, which has no down
+  // output: 139,392 - (63,616 - 8,192)).
   CHECK(decoder_layer_saved_bytes_per_token(m, recipe, Recompute::per_op) == 63'616.0);
   const auto activations = [&](const MemoryBreakdown& mem) {
     for (const auto& item : mem.items) {
@@ -382,7 +383,7 @@ TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's 
     return -1.0;
   };
   CHECK(activations(estimate_memory(m, recipe, plan, 80e9)) ==
-        Approx((32 * 63'616.0 + 139'392.0 - 63'616.0) * tokens));
+        Approx((32 * 63'616.0 + 139'392.0 - (63'616.0 - 8'192.0)) * tokens));
 
   // A GELU MLP's six matmuls (Q K V O up down) rerun K, O and down; under tp 8 each rank does
   // an eighth (GPT-3 175B: h = kv = 12288, f = 49152).

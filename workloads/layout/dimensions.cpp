@@ -261,7 +261,7 @@ const std::array<LayoutDimension, 13> kDimensions = {{
      .description = "activation recomputation: none, the attention core (selective), "
                     "torchtitan's per-op policy (per_op: every second matmul of a layer and "
                     "its elementwise ops), or each layer's forward (full)",
-     .planner = "the least that fits",
+     .planner = "the least of none, selective and full that fits",
      .get =
          [](const ParallelPlan& plan) {
            return DimensionValue{std::string(to_string(plan.recompute))};

@@ -285,10 +285,15 @@ Problem lora_on_dense_model(const JobSubject& job, const ParallelPlan&) {
 
 // torchtitan's per-op policy counts a dense layer's seven (or six) matmuls; a mixture of
 // experts' grouped expert GEMMs, and LoRA's adapters, would count otherwise.
+// Eager attention's softmax would rerun while its probabilities count as kept.
 Problem per_op_on_dense_full_model(const JobSubject& job, const ParallelPlan& plan) {
-  if (plan.recompute != Recompute::per_op || (job.experts == 0 && !job.lora)) return {};
+  if (plan.recompute != Recompute::per_op ||
+      (job.experts == 0 && !job.lora && job.flash_attention)) {
+    return {};
+  }
   return at({"layout.recompute"},
-            "per_op recomputation is modelled for dense models trained in full only",
+            "per_op recomputation is modelled for dense models trained in full on "
+            "FlashAttention only",
             "use selective or full");
 }
 
@@ -358,7 +363,8 @@ const JobRule kRules[] = {
      interleaving_in_groups_of_pp},
     {"lora-on-dense-model", "LoRA on a dense model", lora_on_dense_model},
     {"per-op-recompute-on-dense-full-model",
-     "per_op recomputation on a dense model trained in full", per_op_on_dense_full_model},
+     "per_op recomputation on a dense model trained in full on FlashAttention",
+     per_op_on_dense_full_model},
     {"lora-without-tp", "LoRA with tp 1", lora_without_tp},
     {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
