@@ -434,13 +434,13 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
   std::vector<std::pair<const OverlapSample*, const MicrobenchFile*>> overlap;
   std::map<std::string, std::vector<std::pair<const AttentionSample*, const MicrobenchFile*>>>
       attention;
+  // FP16 rows count as BF16 ones where the profile's FP16 peak is its BF16 one.
+  const bool fp16_is_bf16 = start.dense_fp16_flops_per_s && start.dense_fp16_flops_per_s->value ==
+                                                                start.dense_bf16_flops_per_s.value;
   for (const MicrobenchFile& file : files) {
     fit.inputs.push_back(file.path + " (" + file.checksum + ")");
     // BF16 rows are fitted, FP16 ones as BF16 where the profile's FP16 peak is its BF16 one,
     // and FP8 GEMM rows where the profile has FP8 entries; others are listed as skipped.
-    const bool fp16_is_bf16 =
-        start.dense_fp16_flops_per_s &&
-        start.dense_fp16_flops_per_s->value == start.dense_bf16_flops_per_s.value;
     const auto bf16 = [&](const auto& s, const char* what) {
       if (s.dtype == "bf16" || (s.dtype == "fp16" && fp16_is_bf16)) return true;
       fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype + " " + what +
