@@ -273,6 +273,14 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
 
 namespace {
 
+// An op run again before its layer's backward: named as such, and not model FLOPs.
+Op rerun(const Op& op) {
+  Op again = op;
+  again.name = "recompute." + op.name;
+  again.model_flops = 0;
+  return again;
+}
+
 // torchtitan's per-op checkpointing (activation_checkpoint.mode "selective" with
 // selective_ac_option "op": _custom_policy in parallelize_llama.py): a layer's forward saves
 // the outputs of its matmuls but every second one, counted in forward order with the
@@ -285,13 +293,13 @@ std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<O
                                      double split) {
   std::vector<Op> again;
   for (const Op& op : forward) {
-    Op copy = op;
     if (op.collective) {
       // Ring attention's exchanges (attention is saved) and the reduce-scatters stay.
       if (op.collective->group != GroupKind::tensor ||
           op.collective->op == CollectiveOp::reduce_scatter) {
         continue;
       }
+      again.push_back(rerun(op));
     } else if (op.kernel.kind == KernelKind::attention) {
       continue;
     } else if (op.kernel.kind == KernelKind::gemm) {
@@ -301,12 +309,13 @@ std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<O
                              : op.name == "down" && model.mlp == Mlp::gelu ? op.kernel.n
                                                                            : 0.0;
       if (columns == 0) continue;
-      copy.kernel = op.kernel.fp8 ? fp8_gemm_kernel(op.kernel.m, columns, op.kernel.k)
+      Op gemm = rerun(op);
+      gemm.kernel = op.kernel.fp8 ? fp8_gemm_kernel(op.kernel.m, columns, op.kernel.k)
                                   : gemm_kernel(op.kernel.m, columns, op.kernel.k, kBf16);
+      again.push_back(std::move(gemm));
+    } else {
+      again.push_back(rerun(op));
     }
-    copy.name = "recompute." + op.name;
-    copy.model_flops = 0;
-    again.push_back(std::move(copy));
   }
   return again;
 }
@@ -573,12 +582,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     if (recompute == Recompute::selective) {
       // The core runs again just before its backward (this list is reversed at the end); the
       // dropout mask is regenerated from the saved RNG state. Not model FLOPs.
-      for (auto op = core.rbegin(); op != core.rend(); ++op) {
-        Op again = *op;
-        again.name = "recompute." + again.name;
-        again.model_flops = 0;
-        backward.push_back(std::move(again));
-      }
+      for (auto op = core.rbegin(); op != core.rend(); ++op) backward.push_back(rerun(*op));
     }
   }
   projection("o_proj", t, h, h / split, training, frozen, fwd, backward);
