@@ -87,6 +87,10 @@ int comm_sms_held(const GpuProfile& gpu, int collectives) {
   return static_cast<int>(std::min(held, static_cast<double>(gpu.sm_count - 1)));
 }
 
+double comm_hbm_bytes_per_s(double link_bytes_per_s) {
+  return kCommHbmBytesPerLinkByte * std::max(0.0, link_bytes_per_s);
+}
+
 namespace {
 
 // The GEMM model's parameters for one input precision.
@@ -138,8 +142,10 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
   return kernel_seconds(gpu, kernel, 0);
 }
 
-double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held) {
-  const double memory_s = kernel.bytes / (gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value);
+double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held, double hbm_taken) {
+  const double sustained = gpu.hbm_bytes_per_s.value * gpu.memory_efficiency.value;
+  const double memory_s =
+      kernel.bytes / std::max(sustained - std::max(0.0, hbm_taken), 0.5 * sustained);
   // Communication takes the SMs of the kernel's margin first, then ones it planned for.
   const int margin = std::max(0, kernel.sm_margin);
   const int sms = std::max(1, gpu.sm_count - std::max(margin, sms_held));

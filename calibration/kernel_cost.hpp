@@ -17,10 +17,10 @@
 // entries (peak, efficiency, k0, sustained rate, fixed time) with the same tiles.
 //
 // Beside communication kernels, which hold SMs of their own (comm_sms each), a kernel runs on
-// the SMs left: see kernel_seconds(gpu, kernel, sms_held). Left out: the communication's HBM
-// traffic (memory-bound kernels keep their bandwidth), kernels sized for fewer SMs (Transformer
-// Engine's userbuffers overlap sets an SM target; persistent and stream-K GEMMs schedule their
-// own tiles) and the power the communication itself draws.
+// the SMs left, and on the HBM bandwidth the communication leaves: see
+// kernel_seconds(gpu, kernel, sms_held, hbm_taken). Left out: kernels sized for fewer SMs
+// (Transformer Engine's userbuffers overlap sets an SM target; persistent and stream-K GEMMs
+// schedule their own tiles), the L2 the two share and the power the communication itself draws.
 #pragma once
 
 #include "calibration/gpu_profile.hpp"
@@ -63,12 +63,26 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
 // shape that filled every SM in one wave takes a second (the tail effect). Compute peaks shrink
 // with the share of SMs left; the power ceiling (gemm_sustained) shrinks less, to share^(2/3):
 // dynamic power goes as SMs x f x V^2 with V rising with f, so under the same power fewer SMs clock
-// higher, f ~ SMs^(-1/3). HBM bandwidth is left whole, so memory-bound kernels and the fixed time
-// do not change.
-double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held);
+// higher, f ~ SMs^(-1/3). The fixed time does not change.
+// `hbm_taken` (bytes/s) is the HBM bandwidth the communication moves meanwhile
+// (comm_hbm_bytes_per_s): the kernel's bytes move on what is left of the sustained bandwidth
+// (hbm x memory_efficiency), and at least on half of it, the fair share of two requesters that
+// both could use all of it.
+double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held,
+                      double hbm_taken = 0);
 // The SMs `collectives` communication kernels running at once hold: comm_sms each, rounded,
 // leaving compute at least one.
 int comm_sms_held(const GpuProfile& gpu, int collectives);
+
+// HBM bytes a collective reads and writes per byte it moves over a link: NCCL stores what
+// arrives to memory and reads it back (2x), and reads or writes the user's buffers besides, up
+// to 3x (sjeaugey, NVIDIA/nccl issue 1428: "300GB/s needs to be multiplied by at least 2x for
+// memory bandwidth ... it can be 3x"); the upper figure, as a ring reduce-scatter or all-gather
+// touches the user's buffers on every step.
+inline constexpr double kCommHbmBytesPerLinkByte = 3.0;
+// The HBM bandwidth a collective moving `link_bytes_per_s` over each GPU's links takes from
+// compute.
+double comm_hbm_bytes_per_s(double link_bytes_per_s);
 
 // The GPU running `slowdown` slower at compute (0.1: its compute kernels take 10% longer), as a
 // throttled or faulty one does: every compute rate (BF16 and FP8 peaks, sustained GEMM rates)

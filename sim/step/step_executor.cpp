@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -112,6 +113,14 @@ class Replay {
     double share = 0;
     EventHandle completion{};
   };
+  // The ranks of a collective group (rank_grid.hpp) and their GPUs. Folded, a data-parallel
+  // group replays only its member in replica 0.
+  struct CollectiveGroup {
+    std::vector<int> ranks;      // the replayed members
+    std::vector<VertexId> gpus;  // every member's
+    // The HBM bytes/s one of its collectives moves on each member's GPU while it runs.
+    std::int64_t hbm_taken = 0;
+  };
   struct Rank {
     int stage = 0;                // its pipeline stage, whose program it runs
     std::vector<int> waiting_on;  // unfinished dependencies per task
@@ -123,6 +132,9 @@ class Replay {
     // comm_sms, and the SMs of those that say what they hold (Transformer Engine's userbuffers).
     int nccl_in_flight = 0;
     int sms_declared = 0;
+    // The HBM bytes/s its collectives running now move (comm_hbm_bytes_per_s), which compute
+    // kernels do not get.
+    std::int64_t hbm_taken = 0;
   };
 
   // The SMs the rank's communication kernels hold now; compute runs on those left (one at
@@ -138,7 +150,8 @@ class Replay {
     Rank& rank = ranks_[r];
     RunningKernel& kernel = *rank.kernel;
     ProgramIndex& index = index_[rank.stage];
-    const std::vector<std::int64_t>& before = index.compute_ns_before(sms_held(rank));
+    const std::vector<std::int64_t>& before =
+        index.compute_ns_before(sms_held(rank), rank.hbm_taken);
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
     const double left_ns = static_cast<double>(before[end] - before[kernel.at]) -
                            kernel.share * kernel_ns(before, kernel.at);
@@ -183,24 +196,27 @@ class Replay {
                : 0.0;
   }
 
-  // A collective starts (+1) or ends (-1) on rank r: its running kernel (or run of kernels)
-  // keeps the work it has done on the SMs it had, kernel by kernel, and goes on with those left
-  // now.
-  void change_collectives(int r, const CollectiveWork& work, int delta) {
+  // A collective of `group` starts (+1) or ends (-1) on rank r: its running kernel (or run of
+  // kernels) keeps the work it has done on the SMs and HBM bandwidth it had, kernel by kernel,
+  // and goes on with those left now.
+  void change_collectives(int r, const CollectiveWork& work, const CollectiveGroup& group,
+                          int delta) {
     Rank& rank = ranks_[r];
     const int old_held = sms_held(rank);
+    const std::int64_t old_taken = rank.hbm_taken;
     if (work.sms_held) {
       rank.sms_declared += delta * *work.sms_held;
     } else {
       rank.nccl_in_flight += delta;
     }
+    rank.hbm_taken += delta * group.hbm_taken;
     const int held = sms_held(rank);
-    if (!rank.kernel || held == old_held) return;
+    if (!rank.kernel || (held == old_held && rank.hbm_taken == old_taken)) return;
     RunningKernel& kernel = *rank.kernel;
     ProgramIndex& index = index_[rank.stage];
     // (The map keeps its elements in place: building the second leaves the first valid.)
-    const std::vector<std::int64_t>& old_before = index.compute_ns_before(old_held);
-    const std::vector<std::int64_t>& new_before = index.compute_ns_before(held);
+    const std::vector<std::int64_t>& old_before = index.compute_ns_before(old_held, old_taken);
+    const std::vector<std::int64_t>& new_before = index.compute_ns_before(held, rank.hbm_taken);
     const std::size_t end = index.position[kernel.task] + kernel.tasks;
     // Where the run stands on the old SMs' timeline. At its end already, its completion
     // (due now) stands.
@@ -269,7 +285,7 @@ class Replay {
     const double copies = fold_ && work.group == GroupKind::tensor ? grid_.replicas() : 1;
     comm_bytes_ += bus_factor(work.op, members) * work.size_bytes * members * copies;
     const SimTime begin = engine_.now();
-    for (const int member : group.ranks) change_collectives(member, work, +1);
+    for (const int member : group.ranks) change_collectives(member, work, group, +1);
     const std::vector<int>& shadows = fold_ && work.group == GroupKind::tensor
                                           ? shadows_.tensor[grid_.group_of(r, GroupKind::tensor)]
                                           : kNoShadows;
@@ -280,7 +296,7 @@ class Replay {
     }
     const CommKind kind = comm_kind(work.group);
     collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind, &work] {
-      for (const int member : group.ranks) change_collectives(member, work, -1);
+      for (const int member : group.ranks) change_collectives(member, work, group, -1);
       for (const int member : group.ranks) {
         ranks_[member].activity.comm_busy[kind].push_back({begin, engine_.now()});
         record(member, t, begin);
@@ -417,18 +433,31 @@ class Replay {
     collectives_.end_batch();
   }
 
-  // The ranks of a collective group (rank_grid.hpp) and their GPUs. Folded, a data-parallel
-  // group replays only its member in replica 0.
-  struct CollectiveGroup {
-    std::vector<int> ranks;      // the replayed members
-    std::vector<VertexId> gpus;  // every member's
-  };
   static constexpr int kTensor = static_cast<int>(GroupKind::tensor);
 
   const CollectiveGroup& group_of(int r, GroupKind kind) const {
     if (kind == GroupKind::pipeline)
       throw ModelError("a pipeline transfer has no collective group");
     return groups_[static_cast<int>(kind)][grid_.group_of(r, kind)];
+  }
+
+  // The rate a collective of the group moves data at over each member's links: the usable
+  // capacity of the narrowest link on the way from its first member to a member on another
+  // node (a ring or tree across nodes runs at its slowest hop), or, inside one node, to its
+  // next member. None for a group of one.
+  double link_rate(const Topology& topology, const std::vector<VertexId>& gpus) const {
+    if (gpus.size() < 2) return 0;
+    const int node = topology.vertex(gpus.front()).node;
+    const auto across = std::find_if(gpus.begin() + 1, gpus.end(), [&](VertexId gpu) {
+      return topology.vertex(gpu).node != node;
+    });
+    const VertexId to = across != gpus.end() ? *across : gpus[1];
+    double rate = 0;
+    for (const LinkId link : topology.route(gpus.front(), to)) {
+      const double capacity = network_.capacity(link);
+      rate = rate == 0 ? capacity : std::min(rate, capacity);
+    }
+    return rate;
   }
 
   // Every group of each kind the step's collectives run in: the tensor and data groups, and
@@ -445,6 +474,8 @@ class Replay {
           group.gpus.push_back(gpus_[rank]);
           if (replayed_[rank]) group.ranks.push_back(rank);
         }
+        group.hbm_taken = static_cast<std::int64_t>(
+            std::llround(comm_hbm_bytes_per_s(link_rate(topology, group.gpus))));
         groups.push_back(std::move(group));
       }
     }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -92,19 +93,22 @@ struct ProgramIndex {
         kernel_at_[i] = at->second;
       }
     }
-    compute_ns_before(0);
+    compute_ns_before(0, 0);
   }
 
   // The compute stream's kernels' durations summed in stream order while the rank's
-  // collectives hold `sms_held` of the GPU's SMs: element i is the nanoseconds of the kernels
-  // before position i, so a kernel's is a difference. Built the first time a count is asked
-  // for (a rank meets a few: none, one collective's, two's).
-  const std::vector<std::int64_t>& compute_ns_before(int sms_held) {
-    const auto [at, added] = ns_before_.try_emplace(sms_held);
+  // collectives hold `sms_held` of the GPU's SMs and move `hbm_taken` bytes/s of its HBM:
+  // element i is the nanoseconds of the kernels before position i, so a kernel's is a
+  // difference. Built the first time a state is asked for (a rank meets a few: no collective,
+  // one group's, two groups').
+  const std::vector<std::int64_t>& compute_ns_before(int sms_held, std::int64_t hbm_taken) {
+    const auto [at, added] = ns_before_.try_emplace({sms_held, hbm_taken});
     if (!added) return at->second;
     std::vector<std::int64_t> ns(kernels_.size());
     for (std::size_t k = 0; k < kernels_.size(); ++k) {
-      ns[k] = from_seconds(kernel_seconds(*gpu_, kernels_[k], sms_held)).ns();
+      ns[k] =
+          from_seconds(kernel_seconds(*gpu_, kernels_[k], sms_held, static_cast<double>(hbm_taken)))
+              .ns();
     }
     std::vector<std::int64_t>& before = at->second;
     before.assign(kernel_at_.size() + 1, 0);
@@ -119,7 +123,8 @@ struct ProgramIndex {
   const GpuProfile* gpu_;
   std::vector<Kernel> kernels_;           // the compute stream's distinct kernels
   std::vector<std::uint32_t> kernel_at_;  // of each compute stream position (kNoKernel: none)
-  std::map<int, std::vector<std::int64_t>> ns_before_;  // by SMs held
+  // By SMs held and HBM bytes/s taken.
+  std::map<std::pair<int, std::int64_t>, std::vector<std::int64_t>> ns_before_;
 
   static TaskLists dependents_of(const Program& program) {
     std::vector<std::vector<TaskIndex>> lists(program.size());

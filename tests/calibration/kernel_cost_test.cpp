@@ -89,6 +89,33 @@ TEST_CASE("a GEMM that fills every SM in one wave takes a second beside a collec
   CHECK(kernel_seconds(gpu, attention, 20) == Approx(1e12 / (1e15 * 0.8 * 0.5)));
 }
 
+TEST_CASE("beside a collective a kernel's bytes move on the HBM bandwidth it leaves") {
+  // The round GPU sustains 0.9 TB/s. A collective moving 0.3 TB/s of HBM leaves 0.6: a copy
+  // of 0.9 GB takes 1.5 ms instead of 1. One moving 0.6 TB/s would leave 0.3, but two
+  // requesters that could each use it all get half at least: 0.45 TB/s, 2 ms.
+  const GpuProfile gpu = round_gpu();
+  Kernel copy;
+  copy.bytes = 0.9e9;
+  CHECK(kernel_seconds(gpu, copy, 0, 0) == kernel_seconds(gpu, copy));
+  CHECK(kernel_seconds(gpu, copy, 0, 0.3e12) == Approx(1.5e-3));
+  CHECK(kernel_seconds(gpu, copy, 0, 0.6e12) == Approx(2e-3));
+  CHECK(kernel_seconds(gpu, copy, 0, 5e12) == Approx(2e-3));
+  // More taken is never faster.
+  double previous = 0;
+  for (double taken = 0; taken <= 1e12; taken += 0.05e12) {
+    const double t = kernel_seconds(gpu, copy, 0, taken);
+    CHECK(t >= previous);
+    previous = t;
+  }
+  // A compute-bound GEMM (2 x 12800 x 25600 x 8192 FLOPs at 0.8 PFLOP/s: 6.7 ms; its 1.1 GB
+  // need 1.2 ms at 0.9 TB/s, 1.8 ms at 0.6) keeps its time; its memory term grows.
+  const Kernel gemm = gemm_kernel(12800, 25600, 8192, 2);
+  CHECK(kernel_seconds(gpu, gemm, 0, 0.3e12) == kernel_seconds(gpu, gemm));
+  // The traffic a collective's link rate stands for: 3 bytes of HBM a byte on the link.
+  CHECK(comm_hbm_bytes_per_s(100e9) == Approx(300e9));
+  CHECK(comm_hbm_bytes_per_s(-1) == 0);
+}
+
 TEST_CASE("a GEMM launched with an SM margin plans its tiles for the SMs left") {
   // 10 x 10 tiles on 100 SMs with a margin of 20 (Transformer Engine's set_sm_margin): one
   // wave of 80 and a second of 20 on the 80 SMs it plans for, wave 100 / 160 at 80% of the
