@@ -34,7 +34,7 @@ TEST_CASE("every shipped profile with microbenchmark inputs is its fit, bit for 
     CHECK(refitted == text);
     ++profiles;
   }
-  CHECK(profiles == 6);  // h100-sxm, h200, b200, gb200, mi300x, a100-sxm
+  CHECK(profiles == 7);  // h100-sxm, h100-sxm-96gb, h200, b200, gb200, mi300x, a100-sxm
 }
 
 TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrapolated from") {
@@ -54,16 +54,19 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
 TEST_CASE("a memory variant of a GPU is its parent's profile but for its memory") {
   // The same die with other memory: a100-sxm-40gb (GA100 at 400 W, HBM2) copies a100-sxm, and
   // h100-sxm-96gb (GH100 at 500 W, HBM2e) copies h100-sxm, every entry but the memory's capacity
-  // and bandwidth, and each must follow when its parent's fit changes.
+  // and bandwidth, and each must follow when its parent's fit changes. h100-sxm-96gb's lower
+  // power limit has its own sustained GEMM rate, fitted to GEMMs at 500 W: lower than the
+  // parent's, and the FP16 peak its rows are read against, the BF16 one.
   struct Variant {
     const char* name;
     const char* parent;
     double capacity_bytes;   // what the variant's source gives
     double bandwidth_ratio;  // its peak over the parent's
+    bool own_sustained;      // fitted at its own power limit
   };
   const Variant variants[] = {
-      {"a100-sxm-40gb", "a100-sxm", 42405855232.0, 1555.0 / 2039.0},  // deviceQuery; datasheets
-      {"h100-sxm-96gb", "h100-sxm", 96e9, 2400.0 / 3350.0},           // torchtitan's hardware note
+      {"a100-sxm-40gb", "a100-sxm", 42405855232.0, 1555.0 / 2039.0, false},  // deviceQuery
+      {"h100-sxm-96gb", "h100-sxm", 96e9, 2400.0 / 3350.0, true},  // torchtitan's hardware note
   };
   const DataPaths data{FLEETSIM_SOURCE_DIR};
   for (const Variant& v : variants) {
@@ -77,6 +80,13 @@ TEST_CASE("a memory variant of a GPU is its parent's profile but for its memory"
     variant.description = parent.description;
     variant.hbm_capacity_bytes = parent.hbm_capacity_bytes;
     variant.hbm_bytes_per_s = parent.hbm_bytes_per_s;
+    if (v.own_sustained) {
+      CHECK(variant.gemm_sustained_flops_per_s.value < parent.gemm_sustained_flops_per_s.value);
+      REQUIRE(variant.dense_fp16_flops_per_s);
+      CHECK(variant.dense_fp16_flops_per_s->value == parent.dense_bf16_flops_per_s.value);
+      variant.gemm_sustained_flops_per_s = parent.gemm_sustained_flops_per_s;
+      variant.dense_fp16_flops_per_s = parent.dense_fp16_flops_per_s;
+    }
     CHECK(variant == parent);
   }
 }
