@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -452,12 +453,11 @@ class Replay {
       return topology.vertex(gpu).node != node;
     });
     const VertexId to = across != gpus.end() ? *across : gpus[1];
-    double rate = 0;
+    double rate = std::numeric_limits<double>::infinity();
     for (const LinkId link : topology.route(gpus.front(), to)) {
-      const double capacity = network_.capacity(link);
-      rate = rate == 0 ? capacity : std::min(rate, capacity);
+      rate = std::min(rate, network_.capacity(link));
     }
-    return rate;
+    return std::isfinite(rate) ? rate : 0;
   }
 
   // Every group of each kind the step's collectives run in: the tensor and data groups, and
