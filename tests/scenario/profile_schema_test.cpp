@@ -146,25 +146,44 @@ TEST_CASE("a collective library's tables are checked: protocols, tree limits, so
 }
 
 TEST_CASE("a cluster whose links its GPU profile cannot rate is refused where it is chosen") {
-  // The A100 profiles rate InfiniBand, not RoCE: one node uses no NIC, so it loads; two
-  // nodes join by their RoCE NICs and are refused at the node (or at the GPU that replaced
+  // The B200 profile rates InfiniBand and RoCE, not EFA: one node uses no NIC, so it loads;
+  // two nodes join by their EFA NICs and are refused at the node (or at the GPU that replaced
   // the node's) before anything is simulated, as `run` would refuse them.
   const std::string two_nodes = with(kBase, "  dp: 8\n", "  dp: 16\n");
-  const std::string roce =
-      with(kBase, "  node: dgx-h100\n", "  node: {preset: dgx-a100, nic_kind: roce}\n");
-  CHECK_FALSE(load_error(roce));
-  const auto e = load_error(with(roce, "  dp: 8\n", "  dp: 16\n") + "  nodes: 2\n");
+  const std::string efa =
+      with(kBase, "  node: dgx-h100\n", "  node: {preset: dgx-b200, nic_kind: efa}\n");
+  CHECK_FALSE(load_error(efa));
+  const auto e = load_error(with(efa, "  dp: 8\n", "  dp: 16\n") + "  nodes: 2\n");
   REQUIRE(e);
   CHECK(e->key() == "cluster.node");
   CHECK(e->line() == 11);
-  CHECK_THAT(e->what(), Catch::Contains("GPU profile a100-sxm has no link efficiency for roce"));
-  const auto replaced = load_error(two_nodes + "  nodes: 2\n  gpu: a100-sxm-40gb\n");
+  CHECK_THAT(e->what(), Catch::Contains("GPU profile b200 has no link efficiency for efa"));
+  const auto replaced = load_error(two_nodes + "  nodes: 2\n  gpu: b200\n");
   CHECK_FALSE(replaced);  // DGX H100's InfiniBand: rated
-  const auto h100_roce = load_error(
-      with(two_nodes, "  node: dgx-h100\n", "  node: {preset: dgx-h100, nic_kind: roce}\n") +
-      "  nodes: 2\n  gpu: a100-sxm-40gb\n");
-  REQUIRE(h100_roce);
-  CHECK(h100_roce->key() == "cluster.gpu");
+  const auto h100_efa = load_error(
+      with(two_nodes, "  node: dgx-h100\n", "  node: {preset: dgx-h100, nic_kind: efa}\n") +
+      "  nodes: 2\n  gpu: b200\n");
+  REQUIRE(h100_efa);
+  CHECK(h100_efa->key() == "cluster.gpu");
+}
+
+TEST_CASE("RoCE is rated as InfiniBand: the same RDMA bus bandwidth, NCCL's same verbs transport") {
+  // GTC24 S62129 gives one all-reduce bus bandwidth for InfiniBand and RoCE at each line rate
+  // (24 GB/s at 200 Gb/s, 48 at 400): every profile that rates one rates the other the same.
+  const DataPaths data = testing::source_data();
+  int both = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           std::filesystem::path(FLEETSIM_SOURCE_DIR) / "calibration/profiles")) {
+    const GpuProfile gpu = load_gpu_profile(data, entry.path().stem().string());
+    CAPTURE(gpu.name);
+    const auto ib = gpu.link_efficiency.find("infiniband");
+    const auto roce = gpu.link_efficiency.find("roce");
+    REQUIRE((ib == gpu.link_efficiency.end()) == (roce == gpu.link_efficiency.end()));
+    if (ib == gpu.link_efficiency.end()) continue;
+    CHECK(roce->second.value == ib->second.value);
+    ++both;
+  }
+  CHECK(both >= 10);
 }
 
 }  // namespace
