@@ -312,6 +312,8 @@ class MicroBatchBuilder {
 
  private:
   bool sharded() const { return Sharding(*plan_).parameters_sharded(); }
+  // FSDP2's copies around the sharded units' collectives (copy_out, copy_in).
+  bool copies_fsdp2() const { return sharded() && plan_->fsdp2; }
   std::size_t count() const { return units_->size(); }
   const Unit& unit(std::size_t u) const { return (*units_)[u]; }
 
@@ -336,6 +338,26 @@ class MicroBatchBuilder {
                               CollectiveOp::all_gather, unit(u).parameters * kBf16Bytes, deps);
   }
 
+  // FSDP2 (PyTorch's fully_shard, _fsdp_collectives.py) on the compute stream: a gathered unit
+  // is copied out of the all-gather's buffer into its parameters (split_with_sizes_copy: its
+  // BF16 parameters read and written) before the unit computes, in forward and again in
+  // backward.
+  TaskIndex copy_out(std::size_t u, const std::string& pass, std::vector<TaskIndex> deps) {
+    const double bytes = 2 * kBf16Bytes * unit(u).parameters;
+    return build_->compute(tag_ + unit(u).name + "." + pass + ".copy_out",
+                           memory_op("copy_out", bytes), std::move(deps));
+  }
+  // And a unit's BF16 gradients are copied, cast to the reduce dtype, into the reduce-scatter's
+  // input (_chunk_cat) after its backward, once the compute stream has waited for the
+  // reduce-scatter before (FSDP2's post_backward waits for the previous one's event first).
+  TaskIndex copy_in(std::size_t u, TaskIndex after, std::optional<TaskIndex> previous) {
+    std::vector<TaskIndex> deps{after};
+    if (previous) deps.push_back(*previous);
+    const double bytes = (kBf16Bytes + training_->grad_reduce_bytes) * unit(u).trainable;
+    return build_->compute(tag_ + unit(u).name + ".reduce_scatter.copy_in",
+                           memory_op("copy_in", bytes), std::move(deps));
+  }
+
   // With sharded parameters each unit is all-gathered before its forward; the gather of unit u
   // waits until unit u - kFsdpUnitsGathered has finished, so at most that many are gathered.
   void forward_units(const std::vector<TaskIndex>& entry) {
@@ -352,6 +374,7 @@ class MicroBatchBuilder {
         deps.push_back(gather(u, "fwd", after));
       }
       if (u == 0) deps.insert(deps.end(), entry.begin(), entry.end());
+      if (copies_fsdp2()) deps = {copy_out(u, "fwd", std::move(deps))};
       forward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.forward, deps);
     }
   }
@@ -400,6 +423,7 @@ class MicroBatchBuilder {
       std::vector<TaskIndex> deps;
       if (sharded()) deps.push_back(regathered[u]);
       if (i == 0) deps.insert(deps.end(), entry.begin(), entry.end());
+      if (copies_fsdp2()) deps = {copy_out(u, "bwd", std::move(deps))};
       if (recompute && unit(u).is_layer) {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
@@ -407,9 +431,11 @@ class MicroBatchBuilder {
       backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
       if (!reduce_gradients || unit(u).trainable <= 0) continue;
       if (sharded()) {
+        const TaskIndex ready =
+            copies_fsdp2() ? copy_in(u, backward_end_[u], last_reduction) : backward_end_[u];
         last_reduction =
             reduce(tag_ + unit(u).name + ".reduce_scatter", CollectiveOp::reduce_scatter,
-                   unit(u).trainable, backward_end_[u], first_reduction);
+                   unit(u).trainable, ready, first_reduction);
         continue;
       }
       if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
@@ -427,6 +453,9 @@ class MicroBatchBuilder {
         ++next_expert_bucket;
       }
     }
+    // FSDP2's root post-backward makes the compute stream wait for the last reduce-scatter at
+    // the end of every backward: what follows on it starts after that.
+    if (copies_fsdp2() && reduce_gradients && last_reduction) return *last_reduction;
     return backward_end_[0];
   }
 

@@ -29,10 +29,6 @@ Op gemm_op(std::string name, double m, double n, double k) {
   return Op{std::move(name), kernel, kernel.flops, std::nullopt};
 }
 
-Op memory_op(std::string name, double bytes) {
-  return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
-}
-
 // Eager PyTorch runs each op of a module written in Python as its own kernel: one memory-bound
 // kernel per entry of `bytes_per_element` (read and written, per element of `elements`).
 void eager_ops(const std::string& name, std::span<const double> bytes_per_element, double elements,
@@ -116,6 +112,10 @@ double norm_parameters(const ModelSpec& model) {
 constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
 
 }  // namespace
+
+Op memory_op(std::string name, double bytes) {
+  return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
+}
 
 double mlp_parameters(const ModelSpec& model) {
   const double h = model.hidden;

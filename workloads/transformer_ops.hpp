@@ -120,6 +120,8 @@ double optimizer_state_bytes_per_parameter(Optimizer optimizer);
 // The memory traffic of one parameter's Adam update, on the GPU or on the host's CPU.
 double adam_step_bytes_per_parameter(Optimizer optimizer);
 Op adam_step_op(double local_parameters, Optimizer optimizer);
+// A memory-bound kernel moving `bytes` through HBM (read and written together).
+Op memory_op(std::string name, double bytes);
 
 double decoder_layer_parameters(const ModelSpec& model);
 // A decoder layer's projection weights (QKV, output, each MLP's or expert's matrices of

@@ -84,6 +84,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
        }},
       {"param-gather-overlap-needs-zero-1-2", "layout.overlap_param_gather",
        [](JobSubject&, ParallelPlan& p) { p.overlap_param_gather = true; }},
+      {"fsdp2-needs-zero-3", "layout.fsdp2",
+       [](JobSubject&, ParallelPlan& p) {
+         p.fsdp2 = true;
+         p.zero_stage = 2;
+       }},
       {"offload-needs-zero", "layout.offload_optimizer",
        [](JobSubject&, ParallelPlan& p) { p.offload_optimizer = true; }},
       {"offload-needs-fp32-adam", "layout.offload_optimizer",

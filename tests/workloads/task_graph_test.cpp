@@ -1,4 +1,5 @@
 // The task graph of a step: pipelines, LoRA, overlap, offload and mixtures of experts.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -604,4 +605,69 @@ TEST_CASE("pipeline: stages that do not divide the layers hold one fewer at the 
   // Interleaved, each stage holds its chunks' layers: 13 over 2 stages x 2 chunks.
   CHECK(stage_layers(m, pipeline(2, 1, 2), 0) == 3 + 4);
   CHECK(stage_layers(m, pipeline(2, 1, 2), 1) == 3 + 3);
+}
+
+TEST_CASE("fsdp2: each gathered unit copied out on the compute stream, each gradient copied in") {
+  // PyTorch's fully_shard (_fsdp_collectives.py): a unit's BF16 parameters are copied out of
+  // the all-gather's buffer before its forward and again before its backward (read and
+  // written: 4 bytes a parameter each time), its BF16 gradients copied and cast into the
+  // reduce-scatter's FP32 input after its backward (2 read + 4 written: 6 bytes a parameter),
+  // 14 bytes a parameter a micro-batch. The copy-in waits for the reduce-scatter before it.
+  const ModelSpec m = llama3_8b();
+  TrainingSpec t = training(4096, 16, 1);
+  t.grad_reduce_bytes = 4;
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 3;
+  const TaskGraph plain = build_data_parallel_step(m, t, plan);
+  plan.fsdp2 = true;
+  const TaskGraph fsdp2 = build_data_parallel_step(m, t, plan);
+  const Program& program = fsdp2.stages.front();
+  const std::size_t units = fsdp_unit_parameters(m).size();
+  REQUIRE(fsdp2.micro_batches == 2);
+  CHECK(program.size() == plain.stages.front().size() + 2 * 3 * units);
+  CHECK(fsdp2.hardware_flops_per_rank == plain.hardware_flops_per_rank);
+  double parameters = 0;
+  for (const double p : fsdp_unit_parameters(m)) parameters += p;
+  double copied = 0;
+  int copies_in = 0, waiting = 0;
+  for (std::size_t i = 0; i < program.size(); ++i) {
+    const Task& task = program[i];
+    const bool out = task.name.ends_with(".copy_out"), in = task.name.ends_with(".copy_in");
+    if (!out && !in) continue;
+    CHECK(task.stream == Stream::compute);
+    copied += std::get<ComputeWork>(task.work).kernel.bytes;
+    if (out) {
+      // After its unit's all-gather; the unit's first kernel, next on the stream, after it.
+      const bool after_gather = std::any_of(task.deps.begin(), task.deps.end(), [&](TaskIndex d) {
+        const auto* work = std::get_if<CollectiveWork>(&program[d].work);
+        return work && work->op == CollectiveOp::all_gather;
+      });
+      CHECK(after_gather);
+      CHECK(program[i + 1].deps == std::vector<TaskIndex>{static_cast<TaskIndex>(i)});
+    }
+    if (!in) continue;
+    ++copies_in;
+    for (const TaskIndex dep : task.deps) {
+      const auto* work = std::get_if<CollectiveWork>(&program[dep].work);
+      if (work && work->op == CollectiveOp::reduce_scatter) ++waiting;
+    }
+    // Its reduce-scatter reads what it wrote.
+    const std::vector<TaskIndex> next_deps = program[i + 1].deps;
+    CHECK(std::get<CollectiveWork>(program[i + 1].work).op == CollectiveOp::reduce_scatter);
+    CHECK(std::find(next_deps.begin(), next_deps.end(), static_cast<TaskIndex>(i)) !=
+          next_deps.end());
+  }
+  CHECK(copied == Approx(14 * parameters * fsdp2.micro_batches).epsilon(1e-12));
+  CHECK(copies_in == static_cast<int>(units) * fsdp2.micro_batches);
+  CHECK(waiting == copies_in - 1);  // all but the step's first
+  // The end of a backward waits for its last reduce-scatter (FSDP2's root post-backward): the
+  // second micro-batch's first copy-out waits for the first's.
+  const long copy = task_index(fsdp2, "mb1.embed.fwd.copy_out");
+  REQUIRE(copy >= 0);
+  const bool after_reduction =
+      std::any_of(program[copy].deps.begin(), program[copy].deps.end(), [&](TaskIndex d) {
+        return program[d].name.starts_with("mb0.") && program[d].name.ends_with("reduce_scatter");
+      });
+  CHECK(after_reduction);
 }

@@ -7,6 +7,7 @@
 
 #include "topology/node_spec.hpp"
 #include "workloads/layout/rules.hpp"
+#include "workloads/layout/sharding.hpp"
 
 namespace fleetsim {
 namespace {
@@ -143,9 +144,10 @@ constexpr char kCp[] = "cp";
 constexpr char kEp[] = "ep";
 constexpr char kTpOverlap[] = "tp-overlap";
 constexpr char kParamGatherOverlap[] = "param-gather-overlap";
+constexpr char kFsdp2[] = "fsdp2";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 13> kDimensions = {{
+const std::array<LayoutDimension, 14> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -307,6 +309,22 @@ const std::array<LayoutDimension, 13> kDimensions = {{
            return std::vector<DimensionValue>{search.scenario.overlap_param_gather &&
                                               (chosen.zero_stage == 1 || chosen.zero_stage == 2) &&
                                               chosen.ep == 1};
+         }},
+    {.key = "fsdp2",
+     .output = "fsdp2",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "ZeRO 3 as PyTorch's fully_shard runs it: parameters sharded one by one, "
+                    "copied out of each all-gather and into each reduce-scatter on the compute "
+                    "stream",
+     .planner = "the scenario's, wherever ZeRO is 3",
+     .get = get_flag<&ParallelPlan::fsdp2>,
+     .set = set_flag<&ParallelPlan::fsdp2>,
+     .label = flag_words<&ParallelPlan::fsdp2, kFsdp2>,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.fsdp2 &&
+                                              Sharding(chosen).parameters_sharded()};
          }},
     {.key = "offload_optimizer",
      .output = "offload_optimizer",

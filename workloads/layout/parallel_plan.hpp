@@ -83,6 +83,11 @@ struct ParallelPlan {
   // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
   // forward waiting for its own; off, it runs after the optimizer step, exposed.
   bool overlap_param_gather = false;
+  // ZeRO 3 as PyTorch's fully_shard (FSDP2) runs it: each parameter sharded on its own, so each
+  // gathered unit is copied out of the all-gather's buffer into its parameters and each unit's
+  // gradients are copied, cast to the reduce dtype, into the reduce-scatter's, both on the
+  // compute stream, which first waits for the unit before's reduce-scatter.
+  bool fsdp2 = false;
   // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts, tp 1):
   // each group of ep consecutive data-parallel replicas splits the experts among its ranks and
   // sends each token to its experts' ranks by all-to-all. An expert's gradients are reduced,

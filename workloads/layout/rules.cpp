@@ -5,6 +5,8 @@
 #include <tuple>
 #include <utility>
 
+#include "workloads/layout/sharding.hpp"
+
 namespace fleetsim {
 namespace {
 
@@ -105,6 +107,12 @@ Problem param_gather_overlap_needs_zero(const JobSubject&, const ParallelPlan& p
             "overlap_param_gather needs the distributed optimizer (zero 1 or 2)",
             "it overlaps the gather of the updated parameter shards with the next forward; "
             "ZeRO-3 gathers before each unit anyway");
+}
+
+Problem fsdp2_needs_zero_3(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.fsdp2 || Sharding(plan).parameters_sharded()) return {};
+  return at({"layout.fsdp2"}, "fsdp2 needs sharded parameters (zero 3)",
+            "it is how PyTorch's fully_shard gathers and reduces the parameters ZeRO 3 shards");
 }
 
 // ---- optimizer offload -----------------------------------------------------------------------
@@ -336,6 +344,7 @@ const JobRule kRules[] = {
     {"tp-comm-overlap-needs-tp", "tp_comm_overlap needs tp > 1", tp_comm_overlap_needs_tp},
     {"param-gather-overlap-needs-zero-1-2", "overlap_param_gather needs ZeRO 1 or 2",
      param_gather_overlap_needs_zero},
+    {"fsdp2-needs-zero-3", "fsdp2 needs ZeRO 3", fsdp2_needs_zero_3},
     {"offload-needs-zero", "optimizer offload needs ZeRO 1-3", offload_needs_zero},
     {"offload-needs-fp32-adam", "optimizer offload runs CPU Adam with FP32 moments",
      offload_needs_fp32_adam},
