@@ -50,6 +50,16 @@ double relative_sse(const GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   return sum;
 }
 
+// Whether `gpu`'s sustained rate holds down any of `rows` (a ceiling that holds down none is no
+// finding).
+bool ceiling_binds(const GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  GpuProfile uncapped = gpu;
+  uncapped.gemm_sustained_flops_per_s.value = gpu.dense_bf16_flops_per_s.value;
+  return std::any_of(rows.begin(), rows.end(), [&](const GemmRow& row) {
+    return gemm_seconds(gpu, *row.sample) > gemm_seconds(uncapped, *row.sample) * (1 + 1e-9);
+  });
+}
+
 double minimise(const std::function<double(double)>& f, double low, double high) {
   std::uintmax_t iterations = 200;
   return boost::math::tools::brent_find_minima(f, low, high, kBrentBits, iterations).first;
@@ -153,12 +163,7 @@ void fit_gemm_four(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   const double k0 = minimise(error_at, std::max(0.0, best_k0 - kStep), best_k0 + kStep);
   error_at(error_at(k0) <= best_error ? k0 : best_k0);
   // A ceiling that holds down no row is no finding: the peak stands for "none".
-  GpuProfile uncapped = gpu;
-  uncapped.gemm_sustained_flops_per_s.value = peak;
-  const bool binds = std::any_of(rows.begin(), rows.end(), [&](const GemmRow& row) {
-    return gemm_seconds(gpu, *row.sample) > gemm_seconds(uncapped, *row.sample) * (1 + 1e-9);
-  });
-  if (!binds) gpu = uncapped;
+  if (!ceiling_binds(gpu, rows)) gpu.gemm_sustained_flops_per_s.value = peak;
 }
 
 // The e of t = launch + x / e (x: the time at full rate) closest to the data in relative error;
@@ -315,8 +320,9 @@ std::vector<std::pair<double, double>> memory_x_y(const GpuProfile& gpu, const M
   return x_y;
 }
 
-// The keys fitted: all four with enough distinct shapes, else fit_gemm_best_shape's.
-std::vector<std::string> fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+// Fits the GEMM entries to `rows`: all four with enough distinct shapes, else
+// fit_gemm_best_shape's. Returns the keys fitted.
+std::vector<std::string> fit_gemm_model(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   if (distinct_shapes(rows) >= 4) {
     fit_gemm_four(gpu, rows);
     return {"gemm_efficiency", "gemm_k_overhead", "kernel_launch", "gemm_sustained"};
@@ -324,52 +330,140 @@ std::vector<std::string> fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRo
   return fit_gemm_best_shape(gpu, rows);
 }
 
+// The sustained rate closest, in relative error, to the rows measured under sustained load,
+// the other entries kept. MicrobenchError when no rate below the peak holds them down: they
+// run no slower than the other entries make them.
+void fit_sustained_rate(GpuProfile& gpu, const std::vector<GemmRow>& sustained) {
+  const double peak = gpu.dense_bf16_flops_per_s.value;
+  const auto error_at = [&](double rate) {
+    GpuProfile trial = gpu;
+    trial.gemm_sustained_flops_per_s.value = rate;
+    return relative_sse(trial, sustained);
+  };
+  gpu.gemm_sustained_flops_per_s.value = minimise(error_at, 0.05 * peak, peak);
+  if (!ceiling_binds(gpu, sustained)) {
+    throw MicrobenchError(sustained.front().file->path, sustained.front().sample->line,
+                          "these GEMMs under sustained load run no slower than the other rows' "
+                          "fit makes them: they tell no ceiling below it");
+  }
+}
+
+// What fit_gemm_rows fitted, and to which rows. Rows of a file marked `# load: sustained` were
+// measured once the GPU's clocks had settled at its power limit (a run of seconds to minutes):
+// where there are others too, they alone set the sustained rate, which runs of a benchmark's
+// usual hundred iterations do not reach (NVIDIA/cutlass's GEMM measurement guidelines: the
+// clocks of back-to-back GEMMs settle after about 3 s), and the short runs fit the rest.
+struct GemmRowsFit {
+  std::vector<std::string> keys;    // every key set
+  std::vector<std::string> model;   // those fit_gemm_model set from the short runs
+  std::vector<GemmRow> short_runs;  // every row, where none or all are sustained
+  std::vector<GemmRow> sustained;   // empty, or the rows that set the sustained rate
+  GpuProfile short_run_fit;         // the profile as fitted to the short runs alone
+};
+
+GemmRowsFit fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
+  GemmRowsFit fit;
+  for (const GemmRow& row : rows) {
+    (row.file->sustained ? fit.sustained : fit.short_runs).push_back(row);
+  }
+  if (fit.short_runs.empty() || fit.sustained.empty()) {
+    fit.short_runs = rows;
+    fit.sustained.clear();
+  }
+  fit.model = fit_gemm_model(gpu, fit.short_runs);
+  fit.keys = fit.model;
+  fit.short_run_fit = gpu;
+  if (!fit.sustained.empty()) {
+    fit_sustained_rate(gpu, fit.sustained);
+    if (std::find(fit.keys.begin(), fit.keys.end(), "gemm_sustained") == fit.keys.end()) {
+      fit.keys.push_back("gemm_sustained");
+    }
+  }
+  return fit;
+}
+
 // Fits the GEMM parameters of `gpu` (BF16's, or FP8's through fp8_gemm_view) to `gemms` and
 // records them in `fit` under their keys with `prefix` ("" or "fp8.").
 void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
                       const std::vector<GemmRow>& gemms, const std::string& prefix,
                       const std::string& label) {
-  const std::vector<std::string> keys = fit_gemm_rows(gpu, gemms);
+  GemmRowsFit rows = fit_gemm_rows(gpu, gemms);
+  const std::vector<std::string>& keys = rows.keys;
+  const bool sustained_apart = !rows.sustained.empty();
+  // The shape entries' errors and sigmas are those of the short runs' own fit.
+  const std::vector<GemmRow>& shaped = rows.short_runs;
+  GpuProfile& shape_fit = rows.short_run_fit;
   std::vector<KernelFitPoint> held_out;
-  if (keys.size() == 4 && gemms.size() >= 6) {
-    // Out of sample: every third row held back, the rest fitted from the starting profile,
-    // the held rows predicted.
+  if (rows.model.size() == 4 && shaped.size() >= 6) {
+    // Out of sample: every third short-run row held back, the rest fitted from the starting
+    // profile, the held rows predicted.
     std::vector<GemmRow> kept, held;
-    for (std::size_t i = 0; i < gemms.size(); ++i) (i % 3 == 1 ? held : kept).push_back(gemms[i]);
+    for (std::size_t i = 0; i < shaped.size(); ++i) {
+      (i % 3 == 1 ? held : kept).push_back(shaped[i]);
+    }
     if (distinct_shapes(kept) >= 4) {
       GpuProfile trial = start;
       trial.memory_efficiency.value = gpu.memory_efficiency.value;
-      fit_gemm_rows(trial, kept);
+      fit_gemm_model(trial, kept);
       for (const GemmRow& row : held) held_out.push_back(gemm_point(trial, row));
     }
   }
-  const std::map<std::string, Calibrated*> members{
-      {"gemm_efficiency", &gpu.gemm_efficiency},
-      {"gemm_k_overhead", &gpu.gemm_k_overhead},
-      {"kernel_launch", &gpu.kernel_launch_s},
-      {"gemm_sustained", &gpu.gemm_sustained_flops_per_s}};
+  const auto members_of = [](GpuProfile& profile) {
+    return std::map<std::string, Calibrated*>{
+        {"gemm_efficiency", &profile.gemm_efficiency},
+        {"gemm_k_overhead", &profile.gemm_k_overhead},
+        {"kernel_launch", &profile.kernel_launch_s},
+        {"gemm_sustained", &profile.gemm_sustained_flops_per_s}};
+  };
+  const std::map<std::string, Calibrated*> members = members_of(gpu);
   const double peak = gpu.dense_bf16_flops_per_s.value;
   // A sustained rate at the peak means the rows reach no ceiling: written as the peak, its
   // uncertainty not estimable from them.
-  const bool no_ceiling = std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
+  const bool no_ceiling = !sustained_apart &&
+                          std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
                           gpu.gemm_sustained_flops_per_s.value >= 0.999 * peak;
+  // The short runs' fit's own parameters give the sigmas (its ceiling among them where it
+  // binds); those the sustained rows set are reported on their own.
+  std::vector<std::string> short_run_keys;
+  for (const std::string& key : rows.model) {
+    const bool at_peak = shape_fit.gemm_sustained_flops_per_s.value >= 0.999 * peak;
+    if (!(key == "gemm_sustained" && at_peak)) short_run_keys.push_back(key);
+  }
+  std::vector<Calibrated*> short_run_parameters;
+  for (const std::string& key : short_run_keys) {
+    short_run_parameters.push_back(members_of(shape_fit).at(key));
+  }
+  const std::vector<double> short_run_sigmas =
+      parameter_sigmas(shape_fit, shaped, short_run_parameters);
   std::vector<std::string> estimated;
-  for (const std::string& key : keys) {
-    if (!(key == "gemm_sustained" && no_ceiling)) estimated.push_back(key);
+  std::vector<double> sigmas;
+  for (std::size_t j = 0; j < short_run_keys.size(); ++j) {
+    if (short_run_keys[j] == "gemm_sustained" && sustained_apart) continue;
+    estimated.push_back(short_run_keys[j]);
+    sigmas.push_back(short_run_sigmas[j]);
   }
   std::vector<Calibrated*> fitted;
   for (const std::string& key : estimated) fitted.push_back(members.at(key));
-  const std::vector<double> sigmas = parameter_sigmas(gpu, gemms, fitted);
-  std::vector<KernelFitPoint> points;
+  std::vector<KernelFitPoint> points, shaped_points;
   for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
-  const bool best_shape = keys.size() < 4;
-  std::string basis = rows_of(gemms.size(), label + " GEMM");
+  for (const GemmRow& row : shaped) shaped_points.push_back(gemm_point(shape_fit, row));
+  const bool best_shape = rows.model.size() < 4;
+  std::string basis = rows_of(shaped.size(), label + " GEMM");
+  if (sustained_apart) {
+    char ceiling[64];
+    std::snprintf(ceiling, sizeof ceiling, " of short runs (as fitted to them: a ceiling of %.1f",
+                  shape_fit.gemm_sustained_flops_per_s.value / 1e12);
+    basis += std::string(ceiling) + " TFLOPS)";
+  }
   if (best_shape) {
-    basis +=
-        " read as best-shape measurements: the sustained rate is the highest measured, the "
-        "efficiency at least what reaches it (sigma: 5% or the profile's, the larger)";
+    basis += sustained_apart
+                 ? " read as best-shape measurements: the efficiency at least what reaches the "
+                   "highest rate measured (sigma: 5% or the profile's, the larger)"
+                 : " read as best-shape measurements: the sustained rate is the highest "
+                   "measured, the efficiency at least what reaches it (sigma: 5% or the "
+                   "profile's, the larger)";
   } else {
-    const std::vector<double> errors = abs_errors(points);
+    const std::vector<double> errors = abs_errors(shaped_points);
     basis += ", median |error| " + percent(median(errors)) + ", max " +
              percent(*std::max_element(errors.begin(), errors.end()));
   }
@@ -379,11 +473,31 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
              percent(median(held)) + ", max " +
              percent(*std::max_element(held.begin(), held.end()));
   }
-  std::vector<const MicrobenchFile*> inputs;
-  for (const GemmRow& row : gemms) {
-    if (std::find(inputs.begin(), inputs.end(), row.file) == inputs.end()) {
-      inputs.push_back(row.file);
+  const auto files_of = [](const std::vector<GemmRow>& list) {
+    std::vector<const MicrobenchFile*> files;
+    for (const GemmRow& row : list) {
+      if (std::find(files.begin(), files.end(), row.file) == files.end()) {
+        files.push_back(row.file);
+      }
     }
+    return files;
+  };
+  const std::vector<const MicrobenchFile*> inputs = files_of(shaped);
+  if (sustained_apart) {
+    // One row, or a few, measured under sustained load: their scatter is not the rate's
+    // uncertainty; 5% or the profile's, the larger.
+    const double rate = gpu.gemm_sustained_flops_per_s.value;
+    std::vector<KernelFitPoint> sustained_points;
+    for (const GemmRow& row : rows.sustained) sustained_points.push_back(gemm_point(gpu, row));
+    const std::vector<double> errors = abs_errors(sustained_points);
+    fit.parameters.push_back(
+        {prefix + "gemm_sustained", rate,
+         std::max(kOnePointSigma * rate, start_sigma(start, "gemm_sustained")),
+         rows_of(rows.sustained.size(), label + " GEMM") +
+             " measured under sustained load, at the power limit's settled clocks, max |error| " +
+             percent(*std::max_element(errors.begin(), errors.end())) +
+             " (sigma: 5% or the profile's, the larger)",
+         true, files_of(rows.sustained)});
   }
   for (std::size_t j = 0; j < fitted.size(); ++j) {
     // Best-shape rows say nothing of their scatter: never claim more than the profile did. A

@@ -156,6 +156,14 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
         const std::string gpu = trim(comment.substr(4));
         result.gpu = gpu.substr(0, gpu.find(','));
       }
+      if (comment.rfind("load:", 0) == 0) {
+        const std::string load = trim(comment.substr(5));
+        if (load != "short" && load != "sustained") {
+          throw MicrobenchError(file, number,
+                                "load: expected short or sustained, got \"" + load + "\"");
+        }
+        result.sustained = load == "sustained";
+      }
       if (comment.rfind("provenance:", 0) == 0) {
         result.provenance = trim(comment.substr(11));
         if (result.provenance != "measured" && result.provenance != "published") {

@@ -2,7 +2,7 @@
 // shipped (calibration/microbench/<profile>/*.csv).
 //
 // A file is CSV: '#' lines first (`# provenance: measured` or `published`, `# source: ...`,
-// `# gpu: ...`, free comments), then a header
+// `# gpu: ...`, `# load: short` or `sustained`, free comments), then a header
 // row naming the columns, then one row per measurement. The header says what the file holds:
 //
 //   gemm       dtype,m,n,k[,batch][,layout],time_us|tflops     C[m,n] = A[m,k] B[k,n], batch times
@@ -73,6 +73,10 @@ struct MicrobenchFile {
   std::string source;      // the `# source:` line; empty if none
   std::string provenance;  // `# provenance:` measured | published (required)
   std::string gpu;         // the `# gpu:` line up to its first comma; empty if none
+  // `# load: sustained`: measured once the clocks had settled at the power limit (a run of
+  // seconds or more), not in a benchmark's usual short bursts (`# load: short`, the default).
+  // Only GEMM rows are read apart for it; memory and attention rows are fitted as usual.
+  bool sustained = false;
   std::vector<GemmSample> gemms;
   std::vector<MemorySample> memory;
   std::vector<AttentionSample> attention;

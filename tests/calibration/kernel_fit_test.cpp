@@ -47,6 +47,17 @@ std::string gemm_csv(const GpuProfile& truth, bool fp8 = false) {
   return csv;
 }
 
+// What the fits below must recover: efficiency 0.7, K overhead 300, an 8 us fixed time and a
+// 600 TFLOPS sustained ceiling (which the largest shapes reach).
+GpuProfile generating_profile() {
+  GpuProfile truth = h100_like();
+  truth.gemm_efficiency.value = 0.7;
+  truth.gemm_k_overhead.value = 300;
+  truth.kernel_launch_s.value = 8e-6;
+  truth.gemm_sustained_flops_per_s.value = 600e12;
+  return truth;
+}
+
 Fp8Gemm fp8_entries(double efficiency, double k_overhead, double fixed_s, double sustained) {
   Fp8Gemm fp8;
   fp8.dense_flops_per_s.value = 1979e12;
@@ -96,6 +107,12 @@ TEST_CASE("microbenchmark CSVs: a time, a rate or both, and errors with file and
   CHECK_THAT(error_of("# provenance: measured\nimpl,dtype,batch,heads,seq,head_dim,causal,"
                       "direction,tflops\nfa2,bf16,2,16,8192,128,false,sideways,300\n"),
              Catch::Contains("expected fwd, bwd or fwd_bwd"));
+  // Short runs unless the file says its rows were taken under sustained load.
+  CHECK_FALSE(read.sustained);
+  CHECK(read_microbench_file(
+            dir.write("long.csv", "# load: sustained\n" + header + "bf16,1024,1024,1024,10,\n"))
+            .sustained);
+  CHECK_THAT(error_of("# load: forever\n" + header), Catch::Contains("bad.csv:1: load: expected"));
 }
 
 TEST_CASE("overlap rows fit the SMs a collective holds: the count the model recovers") {
@@ -186,11 +203,7 @@ TEST_CASE("a fit recovers the kernel parameters that generated the data") {
   // 36 GEMMs timed by the model itself with efficiency 0.7, K overhead 300, an 8 us fixed time
   // and a 600 TFLOPS sustained ceiling (which the largest shapes reach); the fit starts from
   // other values and must find these.
-  GpuProfile truth = h100_like();
-  truth.gemm_efficiency.value = 0.7;
-  truth.gemm_k_overhead.value = 300;
-  truth.kernel_launch_s.value = 8e-6;
-  truth.gemm_sustained_flops_per_s.value = 600e12;
+  const GpuProfile truth = generating_profile();
   TempDir dir;
   const std::vector<MicrobenchFile> files{
       read_microbench_file(dir.write("gemm.csv", gemm_csv(truth)))};
@@ -204,6 +217,61 @@ TEST_CASE("a fit recovers the kernel parameters that generated the data") {
   REQUIRE(fit.held_out.size() == 12);
   for (const KernelFitPoint& point : fit.held_out) CHECK(std::abs(point.error()) < 1e-3);
   for (const KernelFitParameter& p : fit.parameters) CHECK(p.fitted);
+}
+
+TEST_CASE("rows under sustained load set the sustained rate alone, short runs the rest") {
+  // The 36 rows of the test above, short runs of a GPU whose ceiling is 600 TFLOPS, and one
+  // 8192^3 GEMM measured under sustained load at 500 TFLOPS (its time, 2 x 8192^3 / 500e12 =
+  // 2.199 ms, is 8 us of fixed time and 2.191 ms at a ceiling of 501.8 TFLOPS): the shape
+  // entries are the short runs' fit, the sustained rate what meets the long row, and short-run
+  // rows the ceiling held down read slower than measured.
+  const GpuProfile truth = generating_profile();
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))),
+      read_microbench_file(dir.write("long.csv",
+                                     "# provenance: measured\n# load: sustained\n"
+                                     "dtype,m,n,k,tflops\nbf16,8192,8192,8192,500\n"))};
+  const KernelFit fit = fit_kernels(h100_like(), files);
+  CHECK(fit.profile.gemm_efficiency.value == Approx(0.7).epsilon(1e-3));
+  CHECK(fit.profile.gemm_k_overhead.value == Approx(300).epsilon(0.01));
+  CHECK(fit.profile.kernel_launch_s.value == Approx(8e-6).epsilon(0.01));
+  const double seconds = 2 * std::pow(8192.0, 3) / 500e12;
+  CHECK(fit.profile.gemm_sustained_flops_per_s.value ==
+        Approx(2 * std::pow(8192.0, 3) / (seconds - 8e-6)).epsilon(1e-3));
+  // Held-out rows are predicted by the short runs' fit, exactly.
+  REQUIRE(fit.held_out.size() == 12);
+  for (const KernelFitPoint& point : fit.held_out) CHECK(std::abs(point.error()) < 1e-3);
+  int slower = 0;
+  for (const KernelFitPoint& point : fit.points) {
+    CHECK(point.error() > -1e-3);  // a lower ceiling never makes a row faster
+    if (point.error() > 0.01) ++slower;
+  }
+  CHECK(slower > 0);
+  const auto sustained = std::find_if(fit.parameters.begin(), fit.parameters.end(),
+                                      [](const auto& p) { return p.key == "gemm_sustained"; });
+  REQUIRE(sustained != fit.parameters.end());
+  CHECK_THAT(sustained->basis, Catch::Contains("under sustained load"));
+  REQUIRE(sustained->inputs.size() == 1);
+  CHECK(sustained->inputs[0]->sustained);
+  // The shape entries, and their sigmas, are the short runs' fit's alone.
+  const KernelFit short_runs = fit_kernels(h100_like(), {files[0]});
+  for (const char* key : {"gemm_efficiency", "gemm_k_overhead", "kernel_launch"}) {
+    const auto in = [&](const KernelFit& f) {
+      return *std::find_if(f.parameters.begin(), f.parameters.end(),
+                           [&](const auto& p) { return p.key == key; });
+    };
+    CAPTURE(key);
+    CHECK(in(fit).value == in(short_runs).value);
+    CHECK(in(fit).sigma == in(short_runs).sigma);
+  }
+  // Sustained rows the short runs' fit already makes slower tell no ceiling: an error.
+  const std::vector<MicrobenchFile> too_fast{
+      files[0], read_microbench_file(dir.write("fast.csv",
+                                               "# provenance: measured\n# load: sustained\n"
+                                               "dtype,m,n,k,tflops\nbf16,8192,8192,8192,900\n"))};
+  CHECK_THROWS_WITH(fit_kernels(h100_like(), too_fast),
+                    Catch::Contains("fast.csv:4: these GEMMs under sustained load"));
 }
 
 TEST_CASE("an FP8 GEMM runs on the profile's FP8 entries, with the BF16 tiles") {
