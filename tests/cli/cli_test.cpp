@@ -333,7 +333,8 @@ TEST_CASE(
   CHECK(efficiency["32 nodes"] < 0.97);
   CHECK(efficiency["64 nodes"] < efficiency["32 nodes"]);
   CHECK(efficiency["64 packed"] == Approx(1).epsilon(0.03));
-  CHECK(efficiency["64 packed"] > efficiency["32 nodes"] + 0.1);
+  // Twice the nodes packed lose under a quarter of what 32 spread ones lose: the spine's share.
+  CHECK(1 - efficiency["64 packed"] < 0.25 * (1 - efficiency["32 nodes"]));
   CHECK(efficiency["64 non-blocking"] == Approx(efficiency["64 packed"]).epsilon(1e-3));
   // Hash collisions on the spread rings cost what adaptive routing avoids.
   CHECK(efficiency["64 non-blocking hash"] < 0.95 * efficiency["64 non-blocking"]);
