@@ -419,15 +419,17 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   const double peak = gpu.dense_bf16_flops_per_s.value;
   // A sustained rate at the peak means the rows reach no ceiling: written as the peak, its
   // uncertainty not estimable from them.
+  const auto at_peak = [&](const GpuProfile& profile) {
+    return profile.gemm_sustained_flops_per_s.value >= 0.999 * peak;
+  };
   const bool no_ceiling = !sustained_apart &&
                           std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
-                          gpu.gemm_sustained_flops_per_s.value >= 0.999 * peak;
+                          at_peak(gpu);
   // The short runs' fit's own parameters give the sigmas (its ceiling among them where it
   // binds); those the sustained rows set are reported on their own.
   std::vector<std::string> short_run_keys;
   for (const std::string& key : rows.model) {
-    const bool at_peak = shape_fit.gemm_sustained_flops_per_s.value >= 0.999 * peak;
-    if (!(key == "gemm_sustained" && at_peak)) short_run_keys.push_back(key);
+    if (!(key == "gemm_sustained" && at_peak(shape_fit))) short_run_keys.push_back(key);
   }
   std::vector<Calibrated*> short_run_parameters;
   for (const std::string& key : short_run_keys) {
