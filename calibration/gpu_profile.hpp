@@ -43,6 +43,59 @@ struct Fp8Gemm {
   bool operator==(const Fp8Gemm&) const = default;
 };
 
+// Fused attention kernels (FlashAttention's algorithm: tiles of queries against tiles of keys,
+// the scores never written to HBM), each implementation as a library ships it.
+enum class AttentionKernel {
+  fa2,    // FlashAttention-2: the flash-attn package and PyTorch's SDPA flash backend
+  fa3,    // FlashAttention-3 (Hopper)
+  cudnn,  // cuDNN fused attention, as Transformer Engine runs it on Hopper and Blackwell
+  ck,     // AMD's Composable Kernel / aiter FMHA (MI300X)
+};
+inline constexpr std::array<std::pair<AttentionKernel, const char*>, 4> kAttentionKernels = {{
+    {AttentionKernel::fa2, "fa2"},
+    {AttentionKernel::fa3, "fa3"},
+    {AttentionKernel::cudnn, "cudnn"},
+    {AttentionKernel::ck, "ck"},
+}};
+inline const char* attention_kernel_name(AttentionKernel kernel) {
+  for (const auto& [k, name] : kAttentionKernels) {
+    if (k == kernel) return name;
+  }
+  return "?";
+}
+
+// One pass (forward or backward) of one attention implementation. A query tile runs through
+// the key tiles it meets (all s of them, or s / 2 on average under a causal mask) plus a fixed
+// part worth `seq_overhead` keys (loading Q, writing O or dQ, the softmax's bookkeeping; under
+// a causal mask `causal_overhead`, which holds the masked diagonal tiles as well), so at s keys
+// met the pass runs at peak x efficiency x s / (s + overhead) (kernel_cost.hpp).
+struct AttentionPass {
+  Calibrated efficiency;       // the rate at long sequences / dense BF16 peak
+  Calibrated seq_overhead;     // keys' worth of fixed work per query tile, full mask
+  Calibrated causal_overhead;  // the same under a causal mask
+  bool operator==(const AttentionPass&) const = default;
+};
+struct AttentionRates {
+  AttentionPass fwd, bwd;
+  bool operator==(const AttentionRates&) const = default;
+};
+
+// An attention entry's profile key ("attention.fa2.fwd.efficiency", ...) and what it measures.
+struct AttentionEntryKey {
+  const char* pass;   // "fwd", "bwd"
+  const char* field;  // "efficiency", "seq_overhead", "causal_overhead"
+  AttentionPass AttentionRates::*pass_member;
+  Calibrated AttentionPass::*member;
+};
+inline constexpr std::array<AttentionEntryKey, 6> kAttentionEntries = {{
+    {"fwd", "efficiency", &AttentionRates::fwd, &AttentionPass::efficiency},
+    {"fwd", "seq_overhead", &AttentionRates::fwd, &AttentionPass::seq_overhead},
+    {"fwd", "causal_overhead", &AttentionRates::fwd, &AttentionPass::causal_overhead},
+    {"bwd", "efficiency", &AttentionRates::bwd, &AttentionPass::efficiency},
+    {"bwd", "seq_overhead", &AttentionRates::bwd, &AttentionPass::seq_overhead},
+    {"bwd", "causal_overhead", &AttentionRates::bwd, &AttentionPass::causal_overhead},
+}};
+
 struct GpuProfile {
   std::string name;
   std::string description;
@@ -66,9 +119,12 @@ struct GpuProfile {
   // The output tiles the GEMM library chooses among; per shape, the one whose waves leave the
   // fewest SMs idle (kernel_cost.hpp).
   std::vector<GemmTile> gemm_tiles{{128, 256}};
-  Calibrated attention_efficiency;  // FlashAttention fwd+bwd throughput / dense peak
-  Calibrated memory_efficiency;     // achieved / peak HBM bandwidth of streaming kernels
-  Calibrated kernel_launch_s;       // fixed GPU time of every kernel (launch, ramp, tail)
+  // The attention implementations calibrated for this GPU, and the one a scenario's
+  // `attention: flash` runs (what PyTorch's SDPA and the flash-attn package run here).
+  std::map<AttentionKernel, AttentionRates> attention;
+  AttentionKernel attention_default = AttentionKernel::fa2;
+  Calibrated memory_efficiency;  // achieved / peak HBM bandwidth of streaming kernels
+  Calibrated kernel_launch_s;    // fixed GPU time of every kernel (launch, ramp, tail)
   // The SMs a communication kernel holds while it runs beside compute on the same GPU: NCCL runs
   // one thread block per channel, each on an SM of its own that compute kernels cannot use, so
   // a kernel beside k collectives runs on sm_count - k x comm_sms SMs (kernel_cost.hpp). From
@@ -105,7 +161,7 @@ struct ProfileEntryKey {
   ProfileQuantity quantity;
   bool required = true;
 };
-inline constexpr std::array<ProfileEntryKey, 13> kProfileEntryKeys = {{
+inline constexpr std::array<ProfileEntryKey, 12> kProfileEntryKeys = {{
     {"dense_bf16", ProfileQuantity::flop_rate},
     {"dense_fp16", ProfileQuantity::flop_rate, false},
     {"hbm_capacity", ProfileQuantity::size},
@@ -113,7 +169,6 @@ inline constexpr std::array<ProfileEntryKey, 13> kProfileEntryKeys = {{
     {"gemm_efficiency", ProfileQuantity::fraction},
     {"gemm_sustained", ProfileQuantity::flop_rate},
     {"gemm_k_overhead", ProfileQuantity::count},
-    {"attention_efficiency", ProfileQuantity::fraction},
     {"memory_efficiency", ProfileQuantity::fraction},
     {"kernel_launch", ProfileQuantity::duration},
     {"comm_sms", ProfileQuantity::count},
@@ -152,12 +207,26 @@ auto* find_profile_entry(Profile& profile, const std::string& key) {
   if (key == "gemm_k_overhead") return &profile.gemm_k_overhead;
   if (key == "kernel_launch") return &profile.kernel_launch_s;
   if (key == "memory_efficiency") return &profile.memory_efficiency;
-  if (key == "attention_efficiency") return &profile.attention_efficiency;
   if (key == "comm_sms") return &profile.comm_sms;
   if (key == "nvls_efficiency") return optional(profile.nvls_efficiency);
   if (key == "p2p_efficiency") return optional(profile.p2p_efficiency);
   for (const auto& [name, member, quantity] : kFp8Entries) {
     if (key == name) return profile.fp8 ? &((*profile.fp8).*member) : static_cast<Entry*>(nullptr);
+  }
+  const std::string attention = "attention.";
+  if (key.rfind(attention, 0) == 0) {
+    for (const auto& [kernel, name] : kAttentionKernels) {
+      const std::string prefix = attention + name + ".";
+      if (key.rfind(prefix, 0) != 0) continue;
+      const auto rates = profile.attention.find(kernel);
+      if (rates == profile.attention.end()) break;
+      for (const AttentionEntryKey& entry : kAttentionEntries) {
+        if (key == prefix + entry.pass + "." + entry.field) {
+          return &(rates->second.*entry.pass_member.*entry.member);
+        }
+      }
+    }
+    return static_cast<Entry*>(nullptr);
   }
   const std::string links = "link_efficiency.";
   if (key.rfind(links, 0) == 0) {

@@ -138,6 +138,27 @@ GpuProfile slowed(const GpuProfile& gpu, double slowdown) {
   return slow;
 }
 
+const AttentionRates& attention_rates(const GpuProfile& gpu,
+                                      std::optional<AttentionKernel> kernel) {
+  const AttentionKernel chosen = kernel.value_or(gpu.attention_default);
+  const auto found = gpu.attention.find(chosen);
+  if (found == gpu.attention.end()) {
+    throw ModelError("the " + gpu.name + " profile has no " +
+                     std::string(attention_kernel_name(chosen)) + " attention");
+  }
+  return found->second;
+}
+
+double attention_efficiency(const GpuProfile& gpu, const Kernel& kernel) {
+  const AttentionRates& rates = attention_rates(gpu, kernel.attention);
+  const AttentionPass& pass = kernel.backward ? rates.bwd : rates.fwd;
+  // Each query tile meets every key, or half of them on average under a causal mask.
+  const double keys = kernel.causal ? kernel.seq / 2 : kernel.seq;
+  const double overhead =
+      std::max(0.0, (kernel.causal ? pass.causal_overhead : pass.seq_overhead).value);
+  return keys > 0 ? pass.efficiency.value * keys / (keys + overhead) : pass.efficiency.value;
+}
+
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel) {
   return kernel_seconds(gpu, kernel, 0);
 }
@@ -164,7 +185,7 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held,
       return std::max(compute_s, memory_s) + rates.fixed_s;
     }
     case KernelKind::attention: {
-      const double efficiency = gpu.attention_efficiency.value;
+      const double efficiency = attention_efficiency(gpu, kernel);
       const double compute_s =
           efficiency > 0 ? kernel.flops / (gpu.dense_bf16_flops_per_s.value * sm_share * efficiency)
                          : 0.0;

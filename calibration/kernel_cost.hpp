@@ -12,8 +12,10 @@
 //     its prologue and epilogue, which a short K does not amortise;
 // and the GEMM's rate peak x eff_c is capped by the rate the GPU sustains under its power limit
 // (gemm_sustained), which large GEMMs reach.
-// `launch` is the fixed GPU time of a kernel. Attention (FlashAttention) has its own
-// efficiency; memory-bound kernels have no FLOP term. An FP8 GEMM runs on the profile's FP8
+// `launch` is the fixed GPU time of a kernel. Fused attention runs, per implementation and
+// pass, at peak x efficiency x keys / (keys + overhead), keys the sequence (half of it under a
+// causal mask) and overhead the keys' worth of fixed work per query tile (AttentionPass);
+// memory-bound kernels have no FLOP term. An FP8 GEMM runs on the profile's FP8
 // entries (peak, efficiency, k0, sustained rate, fixed time) with the same tiles.
 //
 // Beside communication kernels, which hold SMs of their own (comm_sms each), a kernel runs on
@@ -22,6 +24,8 @@
 // (Transformer Engine's userbuffers overlap sets an SM target; persistent and stream-K GEMMs
 // schedule their own tiles), the L2 the two share and the power the communication itself draws.
 #pragma once
+
+#include <optional>
 
 #include "calibration/gpu_profile.hpp"
 
@@ -38,6 +42,12 @@ struct Kernel {
   // SMs the library leaves free when it launches the kernel (Transformer Engine's
   // set_sm_margin, for communication beside it): a GEMM plans its tiles for the rest.
   int sm_margin = 0;
+  // Attention: the implementation (none: the profile's default), the pass, the mask, and the
+  // sequence of keys the queries run against.
+  std::optional<AttentionKernel> attention;
+  bool backward = false;
+  bool causal = false;
+  double seq = 0;
   auto operator<=>(const Kernel&) const = default;
 };
 
@@ -55,7 +65,12 @@ double wave_efficiency(const GpuProfile& gpu, double m, double n);
 double gemm_shape_efficiency(const GpuProfile& gpu, double m, double n, double k);
 // eff_c of a GEMM of this shape: efficiency x wave x K term.
 double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double k);
-// ModelError for an FP8 GEMM on a profile without FP8 entries.
+// The attention implementation a kernel runs (its own, or the profile's default); ModelError if
+// the profile has none of it.
+const AttentionRates& attention_rates(const GpuProfile& gpu, std::optional<AttentionKernel> kernel);
+// An attention kernel's rate / dense BF16 peak, from its pass, mask and sequence (AttentionPass).
+double attention_efficiency(const GpuProfile& gpu, const Kernel& kernel);
+// ModelError for an FP8 GEMM on a profile without FP8 entries, or attention it has none of.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);
 // The kernel's time while communication kernels hold `sms_held` of the GPU's SMs. The GEMM
 // library picked its tile for the whole GPU but its margin (it cannot know what else runs),

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "calibration/attention_fit.hpp"
 #include "calibration/kernel_cost.hpp"
 #include "sim/engine/errors.hpp"
 
@@ -548,8 +549,7 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
   std::vector<GemmRow> gemms, fp8_gemms;
   MemoryRows memory;
   std::vector<std::pair<const OverlapSample*, const MicrobenchFile*>> overlap;
-  std::map<std::string, std::vector<std::pair<const AttentionSample*, const MicrobenchFile*>>>
-      attention;
+  std::map<std::string, AttentionRows> attention;
   // FP16 rows count as BF16 ones where the profile's FP16 peak is its BF16 one.
   const bool fp16_is_bf16 = start.dense_fp16_flops_per_s && start.dense_fp16_flops_per_s->value ==
                                                                 start.dense_bf16_flops_per_s.value;
@@ -670,47 +670,21 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     fp8.kernel_launch_s = view.kernel_launch_s;
   }
 
-  // 3. Attention: one implementation (FlashAttention-2 if present: the profile's attention is
-  // FA2's), t = launch + flops / (peak x e).
-  if (!attention.empty()) {
-    const auto chosen = attention.count("fa2") ? attention.find("fa2") : attention.begin();
-    std::vector<std::pair<double, double>> x_y;
-    for (const auto& [s, file] : chosen->second) {
-      x_y.push_back({s->flops() / gpu.dense_bf16_flops_per_s.value, s->seconds});
-    }
-    std::string files_of_rows;
-    for (const auto& [sample, file] : chosen->second) {
-      if (files_of_rows.find(file->path) == std::string::npos) {
-        files_of_rows += (files_of_rows.empty() ? "" : ", ") + file->path;
-      }
-    }
-    const double e = efficiency_fit(launch, x_y, files_of_rows);
-    gpu.attention_efficiency.value = e;
-    std::vector<const MicrobenchFile*> inputs;
-    for (const auto& [s, file] : chosen->second) {
-      if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
-    }
-    fit.parameters.push_back(
-        {"attention_efficiency", e, residual_sigma(x_y, e, "attention_efficiency"),
-         rows_of(x_y.size(), chosen->first + " attention") +
-             (x_y.size() < 2
-                  ? " (too few for an error estimate: sigma 5% or the profile's, the larger)"
-                  : ""),
-         true, inputs});
-    for (const auto& [impl, samples] : attention) {
+  // 3. Attention: each implementation the profile has entries for (attention_fit.hpp).
+  for (const auto& [impl, samples] : attention) {
+    const auto known = std::find_if(kAttentionKernels.begin(), kAttentionKernels.end(),
+                                    [&](const auto& k) { return impl == k.second; });
+    const char* why = known == kAttentionKernels.end() ? "an implementation fleetsim does not know"
+                      : !gpu.attention.count(known->first) ? "the profile has no entries for it"
+                                                           : nullptr;
+    if (why) {
       for (const auto& [s, file] : samples) {
-        if (impl != chosen->first) {
-          fit.skipped.push_back(file->path + ":" + std::to_string(s->line) + ": " + impl +
-                                " attention (the profile models " + chosen->first + ")");
-          continue;
-        }
-        Kernel kernel;
-        kernel.kind = KernelKind::attention;
-        kernel.flops = s->flops();
-        fit.points.push_back({"attention " + impl + " " + s->direction, file->path, s->line,
-                              s->seconds, kernel_seconds(gpu, kernel)});
+        fit.skipped.push_back(file->path + ":" + std::to_string(s->line) + ": " + impl +
+                              " attention (" + why + ")");
       }
+      continue;
     }
+    fit_attention(fit, start, known->first, samples);
   }
   // 4. Overlap: the SMs a collective's kernels hold (comm_sms), the whole number that best
   // explains how much longer each GEMM took beside the collective: a row's time alone times the

@@ -11,8 +11,8 @@
 //   2b. FP8 GEMM rows, where the profile has FP8 entries: the same GEMM fit on them
 //      (fp8_gemm_view: the FP8 peak, efficiency, k0, sustained rate and fixed time), keys
 //      "fp8.*". FP8 rows on a profile without FP8 entries are skipped.
-//   3. Attention (one implementation, FlashAttention-2 rows if any): attention_efficiency of
-//      t = launch + flops / (peak x e).
+//   3. Attention, each implementation the profile has entries for: per pass, its efficiency
+//      and sequence overheads (AttentionPass; attention_fit.hpp).
 //   4. Overlap (a GEMM alone and beside a collective): comm_sms, the SMs a collective's
 //      kernels hold, as the whole number whose model times beside (the row's time alone times
 //      the model's ratio on the SMs left) best match the rows.

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -21,6 +22,14 @@ std::optional<ProfileQuantity> profile_entry_quantity(std::string_view key) {
     if (entry.key == key) return entry.quantity;
   }
   if (key.starts_with("link_efficiency.")) return ProfileQuantity::fraction;
+  if (key.starts_with("attention.")) {
+    for (const AttentionEntryKey& entry : kAttentionEntries) {
+      if (key.ends_with(std::string(".") + entry.pass + "." + entry.field)) {
+        return std::string_view(entry.field) == "efficiency" ? ProfileQuantity::fraction
+                                                             : ProfileQuantity::count;
+      }
+    }
+  }
   return std::nullopt;
 }
 
@@ -71,17 +80,20 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
     }
     return std::optional<std::pair<YAML::Node, YAML::Node>>{};
   };
-  const std::string::size_type dot = parameter.find('.');
+  // "fp8.gemm_efficiency", "attention.fa2.fwd.efficiency": the maps down to the entry.
+  const std::string::size_type dot = parameter.rfind('.');
   const std::string parent = dot == std::string::npos ? "" : parameter.substr(0, dot);
   const std::string key = dot == std::string::npos ? parameter : parameter.substr(dot + 1);
   YAML::Node map = root;
-  if (!parent.empty()) {
-    const auto found = find_key(root, parent);
+  for (std::string::size_type start = 0; start < parent.size();) {
+    const std::string::size_type end = std::min(parent.find('.', start), parent.size());
+    const auto found = find_key(map, parent.substr(start, end - start));
     if (!found || !found->second.IsMap()) {
       fail("no " + parent + " map to hold the fitted " + key,
            "add " + parent + ": with a " + key + " entry first");
     }
     map = found->second;
+    start = end + 1;
   }
   if (map.Style() == YAML::EmitterStyle::Flow) {
     fail(parent + " is written in flow style ({...}), which a fit cannot edit in place",

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "calibration/gpu_profile.hpp"
 #include "workloads/layout/parallel_plan.hpp"
 #include "workloads/layout/rules.hpp"
 
@@ -100,6 +101,8 @@ struct TrainingSpec {
   // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did).
   int grad_reduce_bytes = 2;
   Attention attention = Attention::flash;
+  // The fused kernel flash attention runs (fa2, cudnn, ...); none: the GPU profile's default.
+  std::optional<AttentionKernel> attention_kernel;
   CrossEntropy cross_entropy = CrossEntropy::unfused;
   Elementwise elementwise = Elementwise::fused;
   std::optional<LoraSpec> lora;  // set: LoRA fine-tuning; unset: every weight trained

@@ -551,9 +551,15 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     attention_fwd.kind = KernelKind::attention;
     attention_fwd.flops = attention_fwd_flops;
     attention_fwd.bytes = attention_io;
+    attention_fwd.attention = training.attention_kernel;
+    // Under context parallelism each of the ring's steps is a block of seq / cp keys, full but
+    // for the diagonal ones: taken as full-mask passes over seq / cp keys.
+    attention_fwd.causal = cp == 1;
+    attention_fwd.seq = double(seq_len) / cp;
     fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops, std::nullopt});
     Kernel attention_bwd = attention_fwd;
     attention_bwd.flops = 2.5 * attention_fwd_flops;
+    attention_bwd.backward = true;
     attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
     backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
     if (cp > 1) backward.push_back(context_op("kv_ring.bwd", CollectiveOp::all_gather));

@@ -43,7 +43,10 @@ void take_step_factor(Factor factor, StepInputs& to, const StepInputs& from) {
       gpu.gemm_sustained_flops_per_s = other.gemm_sustained_flops_per_s;
       gpu.gemm_k_overhead = other.gemm_k_overhead;
       gpu.gemm_tiles = other.gemm_tiles;
-      gpu.attention_efficiency = other.attention_efficiency;
+      gpu.attention = other.attention;
+      gpu.attention_default = other.attention_default;
+      // The attention kernel a recipe names is the GPU's to run: it goes with the profile.
+      to.training.attention_kernel = from.training.attention_kernel;
       gpu.kernel_launch_s = other.kernel_launch_s;
       gpu.comm_sms = other.comm_sms;
       gpu.fp8 = other.fp8;
@@ -95,7 +98,11 @@ void take_step_factor(Factor factor, StepInputs& to, const StepInputs& from) {
       node.gpus = source.gpus;
       to.nodes = from.nodes;
       to.model = from.model;
-      to.training = from.training;
+      {
+        const std::optional<AttentionKernel> kernel = to.training.attention_kernel;
+        to.training = from.training;
+        to.training.attention_kernel = kernel;  // the compute factor's
+      }
       to.plan = from.plan;
       return;
     default: return;  // a run's factor

@@ -43,6 +43,10 @@ StepInputs simulated_part(StepInputs inputs, const std::vector<std::string>& kin
   for (const Fp8EntryKey& key : kFp8Entries) {
     if (gpu.fp8) strip((*gpu.fp8).*key.member);
   }
+  for (auto& [kernel, rates] : gpu.attention) {
+    for (const AttentionEntryKey& key : kAttentionEntries)
+      strip(rates.*key.pass_member.*key.member);
+  }
   std::erase_if(gpu.link_efficiency, [&](const auto& entry) {
     return std::find(kinds.begin(), kinds.end(), entry.first) == kinds.end();
   });

@@ -28,7 +28,6 @@ constexpr ProfileKey kKernelKeys[] = {{"dense_bf16", Range::rate},
                                       {"gemm_efficiency", Range::fraction},
                                       {"gemm_sustained", Range::rate},
                                       {"gemm_k_overhead", Range::non_negative},
-                                      {"attention_efficiency", Range::fraction},
                                       {"memory_efficiency", Range::fraction},
                                       {"kernel_launch", Range::non_negative},
                                       {"comm_sms", Range::non_negative}};
@@ -72,6 +71,15 @@ std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
       found.push_back(uncertain(key, entry->value, entry->sigma, range));
   };
   for (const ProfileKey& key : kKernelKeys) add(key.key, key.range);
+  if (inputs.training.attention == Attention::flash) {
+    const std::string kernel = attention_kernel_name(
+        inputs.training.attention_kernel.value_or(inputs.gpu.attention_default));
+    for (const AttentionEntryKey& key : kAttentionEntries) {
+      const std::string field = key.field;
+      add("attention." + kernel + "." + key.pass + "." + field,
+          field == "efficiency" ? Range::fraction : Range::non_negative);
+    }
+  }
   if (inputs.training.precision == Precision::fp8) {
     for (const ProfileKey& key : kFp8Keys) add(key.key, key.range);
   }

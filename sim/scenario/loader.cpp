@@ -89,6 +89,7 @@ StepInputs Loader::parse_variant(const Field& root) {
     fail_at(root, problems.front());
   }
   parse_cluster(require(root, "cluster"), in);
+  check_attention_kernel(require(root, "training"), in);
   in.plan = parse_layout(require(root, "layout"));
   // dp: auto is what the GPUs leave (0 where they leave no whole number: a rule says so).
   in.plan.dp = data_parallel_size_for(in.plan, in.nodes * in.node.gpus);

@@ -106,6 +106,8 @@ class Loader {
 TrainingSpec parse_training(const fields::Field& f);
 // LoRA's default targets on a GELU MLP leave out its gate; a gate listed is reported there.
 void fit_lora_targets(const fields::Field& training, StepInputs& in);
+// A named attention kernel (training.attention: cudnn, ...) the cluster's GPU profile lacks.
+void check_attention_kernel(const fields::Field& training, const StepInputs& in);
 // dp: auto is left 0, for the loader to resolve once the cluster is known.
 ParallelPlan parse_layout(const fields::Field& f);
 FabricSpec parse_fabric(const std::optional<fields::Field>& f);

@@ -34,7 +34,8 @@ std::string fp8_key(std::size_t i) {
 
 Keys profile_keys() {
   Keys keys = {"name",       "description",     "sm_count",
-               "gemm_tiles", "link_efficiency", "collective_library"};
+               "gemm_tiles", "link_efficiency", "collective_library",
+               "attention"};
   for (const ProfileEntryKey& entry : kProfileEntryKeys) {
     if (entry.required) keys.push_back(entry.key);
   }
@@ -71,6 +72,49 @@ Calibrated read_calibrated(const Field& f, Quantity q) {
 }
 
 // `[128x256, 64x64]`: the output tiles a GEMM library chooses among.
+// attention: {default: <kernel>, <kernel>: {fwd: {efficiency, seq_overhead, causal_overhead},
+// bwd: {...}}, ...}: every implementation calibrated for the GPU, and the one `flash` runs.
+void read_attention(const Field& f, GpuProfile& g) {
+  Keys allowed = {"default"};
+  for (const auto& [kernel, name] : kAttentionKernels) allowed.push_back(name);
+  expect_map(f, allowed);
+  const Keys passes = {"fwd", "bwd"};
+  const Keys fields = {"efficiency", "seq_overhead", "causal_overhead"};
+  for (const auto& [kernel, name] : kAttentionKernels) {
+    const auto rates = find(f, name);
+    if (!rates) continue;
+    expect_map(*rates, passes);
+    require_keys(*rates, passes);
+    AttentionRates& r = g.attention[kernel];
+    for (const AttentionEntryKey& entry : kAttentionEntries) {
+      const Field pass = require(*rates, entry.pass);
+      expect_map(pass, fields);
+      require_keys(pass, fields);
+      const bool efficiency = std::string_view(entry.field) == "efficiency";
+      r.*entry.pass_member.*entry.member = read_calibrated(
+          require(pass, entry.field), efficiency ? Quantity::fraction : Quantity::count);
+    }
+  }
+  if (g.attention.empty()) {
+    fail(f, "expected at least one attention implementation",
+         "add fa2: {fwd: {...}, bwd: {...}} (FlashAttention-2)");
+  }
+  const Field chosen = require(f, "default");
+  const std::string name = read_string(chosen);
+  for (const auto& [kernel, kernel_name] : kAttentionKernels) {
+    if (name == kernel_name && g.attention.count(kernel)) {
+      g.attention_default = kernel;
+      return;
+    }
+  }
+  std::string listed;
+  for (const auto& [kernel, rates] : g.attention) {
+    listed += (listed.empty() ? "" : ", ") + std::string(attention_kernel_name(kernel));
+  }
+  fail(chosen, "the default attention " + in_quotes(name) + " is not calibrated here",
+       "name one of the profile's: " + listed);
+}
+
 std::vector<GemmTile> read_gemm_tiles(const Field& f) {
   std::vector<GemmTile> tiles;
   for (const Field& entry : read_list(f, 0, "tiles")) {
@@ -265,6 +309,7 @@ GpuProfile Loader::gpu_profile(const Field& name) {
     }
     g.fp8 = rates;
   }
+  read_attention(require(root, "attention"), g);
   g.collectives = collective_library(require(root, "collective_library"));
   if (const auto capability = find(root, "compute_capability")) {
     g.compute_capability = read_compute_capability(*capability);

@@ -58,8 +58,14 @@ TrainingSpec parse_training(const Field& f) {
     t.grad_reduce_bytes = read_choice(*dtype, {"bf16", "fp32"}) == "fp32" ? 4 : 2;
   }
   if (auto attention = find(f, "attention")) {
-    t.attention = read_choice(*attention, {"flash", "eager"}) == "eager" ? Attention::eager
-                                                                         : Attention::flash;
+    // flash: the GPU profile's default kernel; or a kernel by name, checked against the
+    // profile once the cluster is known (check_attention_kernel).
+    const std::string choice =
+        read_choice(*attention, {"flash", "eager", "fa2", "fa3", "cudnn", "ck"});
+    t.attention = choice == "eager" ? Attention::eager : Attention::flash;
+    for (const auto& [kernel, name] : kAttentionKernels) {
+      if (choice == name) t.attention_kernel = kernel;
+    }
   }
   if (auto cross_entropy = find(f, "cross_entropy")) {
     const std::string choice = read_choice(*cross_entropy, {"unfused", "fused", "in_place"});
@@ -85,6 +91,21 @@ TrainingSpec parse_training(const Field& f) {
     }
   }
   return t;
+}
+
+void check_attention_kernel(const Field& training, const StepInputs& in) {
+  if (!in.training.attention_kernel || in.gpu.attention.count(*in.training.attention_kernel)) {
+    return;
+  }
+  std::string calibrated;
+  for (const auto& [kernel, rates] : in.gpu.attention) {
+    calibrated += (calibrated.empty() ? "" : ", ") + std::string(attention_kernel_name(kernel));
+  }
+  fail(require(training, "attention"),
+       "the " + in.gpu.name + " profile has no " +
+           attention_kernel_name(*in.training.attention_kernel) + " attention",
+       "use one it calibrates (" + calibrated + "), or flash for its default (" +
+           attention_kernel_name(in.gpu.attention_default) + ")");
 }
 
 // A GELU MLP has no gate projection: LoRA's default targets leave it out, and a gate a scenario

@@ -70,7 +70,7 @@ TEST_CASE("sensitivity: the same draws on one thread and on two, and draws stay 
   options.draws = 16;
   // A sigma of ten times the value: drawn by a factor, half the draws are above 1 unless kept
   // in (0, 1], none at or below 0.
-  const StepInputs wild = only_uncertain(h100, "attention_efficiency", 10.0);
+  const StepInputs wild = only_uncertain(h100, "attention.fa2.fwd.efficiency", 10.0);
   const auto run_with = [&](int threads) {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
     return sensitivity(wild, std::nullopt, 7, options);
@@ -81,7 +81,7 @@ TEST_CASE("sensitivity: the same draws on one thread and on two, and draws stay 
   CHECK(one.samples == two.samples);
   // An attention efficiency of 1 is the fastest any draw can be.
   StepInputs fastest = wild;
-  find_profile_entry(fastest.gpu, "attention_efficiency")->value = 1.0;
+  find_profile_entry(fastest.gpu, "attention.fa2.fwd.efficiency")->value = 1.0;
   const double low = sensitivity(fastest, std::nullopt, 7, options).intervals[0].nominal;
   int at_the_bound = 0;
   for (const auto& sample : one.samples) {

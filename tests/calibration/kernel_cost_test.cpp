@@ -14,7 +14,8 @@ GpuProfile round_gpu() {
   gpu.dense_bf16_flops_per_s.value = 1e15;
   gpu.hbm_bytes_per_s.value = 1e12;
   gpu.gemm_efficiency.value = 0.8;
-  gpu.attention_efficiency.value = 0.5;
+  AttentionRates& fa2 = gpu.attention[AttentionKernel::fa2];
+  fa2.fwd.efficiency.value = fa2.bwd.efficiency.value = 0.5;
   gpu.memory_efficiency.value = 0.9;
   gpu.kernel_launch_s.value = 0;
   gpu.gemm_tiles = {{128, 256}};

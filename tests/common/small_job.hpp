@@ -24,7 +24,8 @@ inline StepInputs small_job() {
   in.gpu.hbm_capacity_bytes.value = 80e9;
   in.gpu.hbm_bytes_per_s.value = 3.35e12;
   in.gpu.gemm_efficiency.value = 0.8;
-  in.gpu.attention_efficiency.value = 0.35;
+  AttentionRates& fa2 = in.gpu.attention[AttentionKernel::fa2];
+  fa2.fwd.efficiency.value = fa2.bwd.efficiency.value = 0.35;
   in.gpu.memory_efficiency.value = 0.87;
   in.gpu.kernel_launch_s.value = 4e-6;
   in.gpu.link_efficiency["nvlink"].value = 0.82;

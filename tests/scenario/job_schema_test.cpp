@@ -455,5 +455,25 @@ TEST_CASE("the elementwise kernels are fused unless the recipe says eager") {
   CHECK_THAT(e->what(), Catch::Contains("fused, eager"));
 }
 
+TEST_CASE("training.attention names a kernel of the GPU's profile, or flash for its default") {
+  // dgx-h100's profile calibrates FlashAttention-2 (its default) and cuDNN's fused attention.
+  const auto named = [](const std::string& kernel) {
+    return with(kBase, "  micro_batch: 2\n", "  micro_batch: 2\n  attention: " + kernel + "\n");
+  };
+  const StepInputs flash = load_text(named("flash")).variants[0].inputs;
+  CHECK(flash.training.attention == Attention::flash);
+  CHECK_FALSE(flash.training.attention_kernel);
+  CHECK(flash.gpu.attention_default == AttentionKernel::fa2);
+  const StepInputs cudnn = load_text(named("cudnn")).variants[0].inputs;
+  CHECK(cudnn.training.attention_kernel == AttentionKernel::cudnn);
+  // A kernel the profile lacks is refused at the key, naming the ones it has.
+  const auto ck = load_error(named("ck"));
+  REQUIRE(ck);
+  CHECK(ck->key() == "training.attention");
+  CHECK(ck->line() == 7);
+  CHECK_THAT(ck->what(), Catch::Contains("h100-sxm profile has no ck attention"));
+  CHECK_THAT(ck->what(), Catch::Contains("fa2, cudnn"));
+}
+
 }  // namespace
 }  // namespace fleetsim
