@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -63,6 +64,12 @@ inline const char* attention_kernel_name(AttentionKernel kernel) {
   }
   return "?";
 }
+inline std::optional<AttentionKernel> attention_kernel_named(std::string_view name) {
+  for (const auto& [k, kernel_name] : kAttentionKernels) {
+    if (name == kernel_name) return k;
+  }
+  return std::nullopt;
+}
 
 // One pass (forward or backward) of one attention implementation. A query tile runs through
 // the key tiles it meets (all s of them, or s / 2 on average under a causal mask) plus a fixed
@@ -79,22 +86,6 @@ struct AttentionRates {
   AttentionPass fwd, bwd;
   bool operator==(const AttentionRates&) const = default;
 };
-
-// An attention entry's profile key ("attention.fa2.fwd.efficiency", ...) and what it measures.
-struct AttentionEntryKey {
-  const char* pass;   // "fwd", "bwd"
-  const char* field;  // "efficiency", "seq_overhead", "causal_overhead"
-  AttentionPass AttentionRates::*pass_member;
-  Calibrated AttentionPass::*member;
-};
-inline constexpr std::array<AttentionEntryKey, 6> kAttentionEntries = {{
-    {"fwd", "efficiency", &AttentionRates::fwd, &AttentionPass::efficiency},
-    {"fwd", "seq_overhead", &AttentionRates::fwd, &AttentionPass::seq_overhead},
-    {"fwd", "causal_overhead", &AttentionRates::fwd, &AttentionPass::causal_overhead},
-    {"bwd", "efficiency", &AttentionRates::bwd, &AttentionPass::efficiency},
-    {"bwd", "seq_overhead", &AttentionRates::bwd, &AttentionPass::seq_overhead},
-    {"bwd", "causal_overhead", &AttentionRates::bwd, &AttentionPass::causal_overhead},
-}};
 
 struct GpuProfile {
   std::string name;
@@ -151,6 +142,38 @@ struct GpuProfile {
 // FLOP rate like 989TFLOPS, a size like 80GB, a bandwidth like 3.35TB/s, a duration like 4us;
 // fractions and counts are plain numbers).
 enum class ProfileQuantity { flop_rate, size, bandwidth, fraction, count, duration };
+
+// An attention entry's profile key ("attention.fa2.fwd.efficiency", ...) and what it measures.
+struct AttentionEntryKey {
+  const char* pass;   // "fwd", "bwd"
+  const char* field;  // "efficiency", "seq_overhead", "causal_overhead"
+  AttentionPass AttentionRates::*pass_member;
+  Calibrated AttentionPass::*member;
+  ProfileQuantity quantity;  // efficiencies are fractions, overheads counts of keys
+};
+inline constexpr std::array<AttentionEntryKey, 6> kAttentionEntries = {{
+    {"fwd", "efficiency", &AttentionRates::fwd, &AttentionPass::efficiency,
+     ProfileQuantity::fraction},
+    {"fwd", "seq_overhead", &AttentionRates::fwd, &AttentionPass::seq_overhead,
+     ProfileQuantity::count},
+    {"fwd", "causal_overhead", &AttentionRates::fwd, &AttentionPass::causal_overhead,
+     ProfileQuantity::count},
+    {"bwd", "efficiency", &AttentionRates::bwd, &AttentionPass::efficiency,
+     ProfileQuantity::fraction},
+    {"bwd", "seq_overhead", &AttentionRates::bwd, &AttentionPass::seq_overhead,
+     ProfileQuantity::count},
+    {"bwd", "causal_overhead", &AttentionRates::bwd, &AttentionPass::causal_overhead,
+     ProfileQuantity::count},
+}};
+
+// The implementations a profile calibrates, by name: "fa2, cudnn".
+inline std::string attention_kernels_of(const GpuProfile& profile) {
+  std::string names;
+  for (const auto& [kernel, rates] : profile.attention) {
+    names += (names.empty() ? "" : ", ") + std::string(attention_kernel_name(kernel));
+  }
+  return names;
+}
 
 // A profile's single entries by their file keys, with what each measures; every profile has
 // them but dense_fp16 (where a source states it), nvls_efficiency (GPUs behind an NVLS-capable

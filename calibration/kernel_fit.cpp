@@ -3,11 +3,9 @@
 
 #include <algorithm>
 #include <array>
-#include <boost/math/tools/minima.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -22,8 +20,6 @@
 namespace fleetsim {
 namespace {
 
-// Bits of precision for Brent's method: as many as a double allows it (about 1e-8 relative).
-constexpr int kBrentBits = std::numeric_limits<double>::digits / 2;
 // A parameter fitted to one point: its sigma, relative to the value (stated in the report).
 constexpr double kOnePointSigma = 0.05;
 
@@ -59,11 +55,6 @@ bool ceiling_binds(const GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   return std::any_of(rows.begin(), rows.end(), [&](const GemmRow& row) {
     return gemm_seconds(gpu, *row.sample) > gemm_seconds(uncapped, *row.sample) * (1 + 1e-9);
   });
-}
-
-double minimise(const std::function<double(double)>& f, double low, double high) {
-  std::uintmax_t iterations = 200;
-  return boost::math::tools::brent_find_minima(f, low, high, kBrentBits, iterations).first;
 }
 
 // Solves the normal equations A x = b of a small least-squares problem in place (Gaussian
@@ -672,11 +663,10 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
 
   // 3. Attention: each implementation the profile has entries for (attention_fit.hpp).
   for (const auto& [impl, samples] : attention) {
-    const auto known = std::find_if(kAttentionKernels.begin(), kAttentionKernels.end(),
-                                    [&](const auto& k) { return impl == k.second; });
-    const char* why = known == kAttentionKernels.end() ? "an implementation fleetsim does not know"
-                      : !gpu.attention.count(known->first) ? "the profile has no entries for it"
-                                                           : nullptr;
+    const std::optional<AttentionKernel> known = attention_kernel_named(impl);
+    const char* why = !known                         ? "an implementation fleetsim does not know"
+                      : !gpu.attention.count(*known) ? "the profile has no entries for it"
+                                                     : nullptr;
     if (why) {
       for (const auto& [s, file] : samples) {
         fit.skipped.push_back(file->path + ":" + std::to_string(s->line) + ": " + impl +
@@ -684,7 +674,7 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       }
       continue;
     }
-    fit_attention(fit, start, known->first, samples);
+    fit_attention(fit, start, *known, samples);
   }
   // 4. Overlap: the SMs a collective's kernels hold (comm_sms), the whole number that best
   // explains how much longer each GEMM took beside the collective: a row's time alone times the

@@ -4,6 +4,9 @@
 
 #include <cmath>
 
+#include <boost/math/tools/minima.hpp>
+#include <limits>
+
 #include "sim/engine/errors.hpp"
 
 namespace fleetsim {
@@ -50,6 +53,13 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double minimise(const std::function<double(double)>& f, double low, double high) {
+  // Bits of precision: as many as a double allows Brent's method (about 1e-8 relative).
+  constexpr int kBrentBits = std::numeric_limits<double>::digits / 2;
+  std::uintmax_t iterations = 200;
+  return boost::math::tools::brent_find_minima(f, low, high, kBrentBits, iterations).first;
 }
 
 }  // namespace fleetsim

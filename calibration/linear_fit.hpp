@@ -6,6 +6,7 @@
 // measured time: a is the latency the model lacks, 1 / b the efficiency of the bottleneck.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 namespace fleetsim {
@@ -21,6 +22,10 @@ struct LinearFit {
 // Precondition: x and y of the same size >= 3, y > 0. Throws ModelError otherwise, or when the
 // x values do not vary (nothing separates latency from bandwidth).
 LinearFit fit_relative_least_squares(const std::vector<double>& x, const std::vector<double>& y);
+
+// The x in [low, high] where f is least (Brent's method to about 1e-8 relative), for the
+// one-dimensional searches of the kernel fits.
+double minimise(const std::function<double(double)>& f, double low, double high);
 
 // The median of a non-empty list (the mean of the middle two for an even count).
 double median(std::vector<double> values);

@@ -125,8 +125,12 @@ std::optional<Kind> kind_of(const std::map<std::string, std::size_t>& columns) {
 
 }  // namespace
 
+double AttentionSample::forward_flops() const {
+  return 4 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+}
+
 double AttentionSample::flops() const {
-  const double forward = 4 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+  const double forward = forward_flops();
   if (direction == "bwd") return 2.5 * forward;
   if (direction == "fwd_bwd") return 3.5 * forward;
   return forward;

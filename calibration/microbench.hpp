@@ -55,6 +55,7 @@ struct AttentionSample {
   bool causal = false;
   std::string direction;  // "fwd", "bwd", "fwd_bwd"
   double seconds = 0;
+  double forward_flops() const;  // the forward pass's, whatever the row's direction
   double flops() const;
   int line = 0;
 };

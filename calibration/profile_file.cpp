@@ -24,10 +24,7 @@ std::optional<ProfileQuantity> profile_entry_quantity(std::string_view key) {
   if (key.starts_with("link_efficiency.")) return ProfileQuantity::fraction;
   if (key.starts_with("attention.")) {
     for (const AttentionEntryKey& entry : kAttentionEntries) {
-      if (key.ends_with(std::string(".") + entry.pass + "." + entry.field)) {
-        return std::string_view(entry.field) == "efficiency" ? ProfileQuantity::fraction
-                                                             : ProfileQuantity::count;
-      }
+      if (key.ends_with(std::string(".") + entry.pass + "." + entry.field)) return entry.quantity;
     }
   }
   return std::nullopt;

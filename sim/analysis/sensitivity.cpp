@@ -75,9 +75,8 @@ std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
     const std::string kernel = attention_kernel_name(
         inputs.training.attention_kernel.value_or(inputs.gpu.attention_default));
     for (const AttentionEntryKey& key : kAttentionEntries) {
-      const std::string field = key.field;
-      add("attention." + kernel + "." + key.pass + "." + field,
-          field == "efficiency" ? Range::fraction : Range::non_negative);
+      add("attention." + kernel + "." + key.pass + "." + key.field,
+          key.quantity == ProfileQuantity::fraction ? Range::fraction : Range::non_negative);
     }
   }
   if (inputs.training.precision == Precision::fp8) {

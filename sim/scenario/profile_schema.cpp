@@ -90,9 +90,8 @@ void read_attention(const Field& f, GpuProfile& g) {
       const Field pass = require(*rates, entry.pass);
       expect_map(pass, fields);
       require_keys(pass, fields);
-      const bool efficiency = std::string_view(entry.field) == "efficiency";
-      r.*entry.pass_member.*entry.member = read_calibrated(
-          require(pass, entry.field), efficiency ? Quantity::fraction : Quantity::count);
+      r.*entry.pass_member.*entry.member =
+          read_calibrated(require(pass, entry.field), quantity_of(entry.quantity));
     }
   }
   if (g.attention.empty()) {
@@ -101,18 +100,12 @@ void read_attention(const Field& f, GpuProfile& g) {
   }
   const Field chosen = require(f, "default");
   const std::string name = read_string(chosen);
-  for (const auto& [kernel, kernel_name] : kAttentionKernels) {
-    if (name == kernel_name && g.attention.count(kernel)) {
-      g.attention_default = kernel;
-      return;
-    }
+  const std::optional<AttentionKernel> kernel = attention_kernel_named(name);
+  if (!kernel || !g.attention.count(*kernel)) {
+    fail(chosen, "the default attention " + in_quotes(name) + " is not calibrated here",
+         "name one of the profile's: " + attention_kernels_of(g));
   }
-  std::string listed;
-  for (const auto& [kernel, rates] : g.attention) {
-    listed += (listed.empty() ? "" : ", ") + std::string(attention_kernel_name(kernel));
-  }
-  fail(chosen, "the default attention " + in_quotes(name) + " is not calibrated here",
-       "name one of the profile's: " + listed);
+  g.attention_default = *kernel;
 }
 
 std::vector<GemmTile> read_gemm_tiles(const Field& f) {

@@ -63,9 +63,7 @@ TrainingSpec parse_training(const Field& f) {
     const std::string choice =
         read_choice(*attention, {"flash", "eager", "fa2", "fa3", "cudnn", "ck"});
     t.attention = choice == "eager" ? Attention::eager : Attention::flash;
-    for (const auto& [kernel, name] : kAttentionKernels) {
-      if (choice == name) t.attention_kernel = kernel;
-    }
+    t.attention_kernel = attention_kernel_named(choice);
   }
   if (auto cross_entropy = find(f, "cross_entropy")) {
     const std::string choice = read_choice(*cross_entropy, {"unfused", "fused", "in_place"});
@@ -97,14 +95,10 @@ void check_attention_kernel(const Field& training, const StepInputs& in) {
   if (!in.training.attention_kernel || in.gpu.attention.count(*in.training.attention_kernel)) {
     return;
   }
-  std::string calibrated;
-  for (const auto& [kernel, rates] : in.gpu.attention) {
-    calibrated += (calibrated.empty() ? "" : ", ") + std::string(attention_kernel_name(kernel));
-  }
   fail(require(training, "attention"),
        "the " + in.gpu.name + " profile has no " +
            attention_kernel_name(*in.training.attention_kernel) + " attention",
-       "use one it calibrates (" + calibrated + "), or flash for its default (" +
+       "use one it calibrates (" + attention_kernels_of(in.gpu) + "), or flash for its default (" +
            attention_kernel_name(in.gpu.attention_default) + ")");
 }
 
