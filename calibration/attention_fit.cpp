@@ -67,10 +67,19 @@ void fit_attention(KernelFit& fit, const GpuProfile& start, AttentionKernel kern
   GpuProfile& gpu = fit.profile;
   AttentionRates& rates = gpu.attention.at(kernel);
   const std::string name = attention_kernel_name(kernel);
+  // A row of a short run ran at boost clocks; one of a file marked `# load: sustained`, at the
+  // clocks of sustained load (the profile's sustained_clock). The entries are short-run rates.
+  const double sustained_clock = gpu.sustained_clock.value;
+  const auto model_seconds = [&](const AttentionSample& s, const MicrobenchFile& file) {
+    gpu.sustained_clock.value = file.sustained ? sustained_clock : 1.0;
+    const double seconds = row_seconds(gpu, kernel, s);
+    gpu.sustained_clock.value = sustained_clock;
+    return seconds;
+  };
   const auto sse = [&] {
     double total = 0;
     for (const auto& [s, file] : rows) {
-      const double r = row_seconds(gpu, kernel, *s) / s->seconds - 1;
+      const double r = model_seconds(*s, *file) / s->seconds - 1;
       total += r * r;
     }
     return total;
@@ -173,7 +182,7 @@ void fit_attention(KernelFit& fit, const GpuProfile& start, AttentionKernel kern
     char what[96];
     std::snprintf(what, sizeof what, "attention %s %s %s s%.0f d%.0f", name.c_str(),
                   s->direction.c_str(), s->causal ? "causal" : "full", s->seq, s->head_dim);
-    fit.points.push_back({what, file->path, s->line, s->seconds, row_seconds(gpu, kernel, *s)});
+    fit.points.push_back({what, file->path, s->line, s->seconds, model_seconds(*s, *file)});
   }
 }
 

@@ -104,6 +104,13 @@ struct GpuProfile {
   // The dense rate long GEMMs sustain under the GPU's power limit: a ceiling on a GEMM's rate
   // whatever its shape (clocks drop below boost when every SM computes for milliseconds).
   Calibrated gemm_sustained_flops_per_s;
+  // The share of its short-run rate that tensor-core work keeps once back-to-back kernels have
+  // settled the clocks at the power limit, as a training step's do: a benchmark of a hundred
+  // iterations or so runs at boost clocks (flashinfer PR 2899 on B200: FA4 attention 1450 ->
+  // 1237 TFLOPS as the SM clock fell 1965 -> 1580 MHz). Attention entries, fitted to short runs,
+  // run at this share of their rate; a GEMM ceiling fitted to short runs alone is this share of
+  // theirs (kernel_fit.hpp). 1 (the default): no clock lost.
+  Calibrated sustained_clock{1, 0, ""};
   // K elements' worth of time each output tile spends outside its main loop (prologue,
   // epilogue): a GEMM of depth K runs at K / (K + gemm_k_overhead) of its long-K rate.
   Calibrated gemm_k_overhead;
@@ -184,13 +191,14 @@ struct ProfileEntryKey {
   ProfileQuantity quantity;
   bool required = true;
 };
-inline constexpr std::array<ProfileEntryKey, 12> kProfileEntryKeys = {{
+inline constexpr std::array<ProfileEntryKey, 13> kProfileEntryKeys = {{
     {"dense_bf16", ProfileQuantity::flop_rate},
     {"dense_fp16", ProfileQuantity::flop_rate, false},
     {"hbm_capacity", ProfileQuantity::size},
     {"hbm_bandwidth", ProfileQuantity::bandwidth},
     {"gemm_efficiency", ProfileQuantity::fraction},
     {"gemm_sustained", ProfileQuantity::flop_rate},
+    {"sustained_clock", ProfileQuantity::fraction},
     {"gemm_k_overhead", ProfileQuantity::count},
     {"memory_efficiency", ProfileQuantity::fraction},
     {"kernel_launch", ProfileQuantity::duration},
@@ -227,6 +235,7 @@ auto* find_profile_entry(Profile& profile, const std::string& key) {
   if (key == "hbm_bandwidth") return &profile.hbm_bytes_per_s;
   if (key == "gemm_efficiency") return &profile.gemm_efficiency;
   if (key == "gemm_sustained") return &profile.gemm_sustained_flops_per_s;
+  if (key == "sustained_clock") return &profile.sustained_clock;
   if (key == "gemm_k_overhead") return &profile.gemm_k_overhead;
   if (key == "kernel_launch") return &profile.kernel_launch_s;
   if (key == "memory_efficiency") return &profile.memory_efficiency;

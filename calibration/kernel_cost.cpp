@@ -185,7 +185,9 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held,
       return std::max(compute_s, memory_s) + rates.fixed_s;
     }
     case KernelKind::attention: {
-      const double efficiency = attention_efficiency(gpu, kernel);
+      // Attention entries are short-run rates: a step's back-to-back kernels run at the clocks
+      // sustained load settles at.
+      const double efficiency = attention_efficiency(gpu, kernel) * gpu.sustained_clock.value;
       const double compute_s =
           efficiency > 0 ? kernel.flops / (gpu.dense_bf16_flops_per_s.value * sm_share * efficiency)
                          : 0.0;

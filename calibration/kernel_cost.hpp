@@ -13,8 +13,10 @@
 // and the GEMM's rate peak x eff_c is capped by the rate the GPU sustains under its power limit
 // (gemm_sustained), which large GEMMs reach.
 // `launch` is the fixed GPU time of a kernel. Fused attention runs, per implementation and
-// pass, at peak x efficiency x keys / (keys + overhead), keys the sequence (half of it under a
-// causal mask) and overhead the keys' worth of fixed work per query tile (AttentionPass);
+// pass, at peak x efficiency x keys / (keys + overhead) x sustained_clock, keys the sequence
+// (half of it under a causal mask), overhead the keys' worth of fixed work per query tile
+// (AttentionPass) and sustained_clock the share of a short run's rate that the clocks of
+// sustained load keep (the attention entries are fitted to short runs);
 // memory-bound kernels have no FLOP term. An FP8 GEMM runs on the profile's FP8
 // entries (peak, efficiency, k0, sustained rate, fixed time) with the same tiles.
 //

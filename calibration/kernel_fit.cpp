@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "calibration/attention_fit.hpp"
 #include "calibration/kernel_cost.hpp"
@@ -344,32 +345,50 @@ void fit_sustained_rate(GpuProfile& gpu, const std::vector<GemmRow>& sustained) 
 // measured once the GPU's clocks had settled at its power limit (a run of seconds to minutes):
 // where there are others too, they alone set the sustained rate, which runs of a benchmark's
 // usual hundred iterations do not reach (NVIDIA/cutlass's GEMM measurement guidelines: the
-// clocks of back-to-back GEMMs settle after about 3 s), and the short runs fit the rest.
+// clocks of back-to-back GEMMs settle after about 3 s), and the short runs fit the rest; where
+// they are a sweep of four shapes or more, they set every entry and short runs beside them are
+// only checked. Short runs alone tell the ceiling at boost clocks: the sustained rate is the
+// profile's sustained_clock of it.
 struct GemmRowsFit {
   std::vector<std::string> keys;    // every key set
   std::vector<std::string> model;   // those fit_gemm_model set from the short runs
-  std::vector<GemmRow> short_runs;  // every row, where none or all are sustained
-  std::vector<GemmRow> sustained;   // empty, or the rows that set the sustained rate
-  GpuProfile short_run_fit;         // the profile as fitted to the short runs alone
+  std::vector<GemmRow> shape_rows;  // the rows that set the shape entries
+  std::vector<GemmRow> sustained;   // empty, or the rows that set the sustained rate alone
+  GpuProfile shape_fit;             // the profile as fitted to `shape_rows` alone
+  bool settled = false;             // `shape_rows` ran under sustained load
+  // `shape_rows` are short runs alone: their ceiling, scaled by sustained_clock, is the
+  // sustained rate.
+  bool clock_scaled = false;
 };
 
 GemmRowsFit fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   GemmRowsFit fit;
+  std::vector<GemmRow> short_runs;
   for (const GemmRow& row : rows) {
-    (row.file->sustained ? fit.sustained : fit.short_runs).push_back(row);
+    (row.file->sustained ? fit.sustained : short_runs).push_back(row);
   }
-  if (fit.short_runs.empty() || fit.sustained.empty()) {
-    fit.short_runs = rows;
+  if (distinct_shapes(fit.sustained) >= 4 || (short_runs.empty() && !fit.sustained.empty())) {
+    fit.shape_rows = fit.sustained;
     fit.sustained.clear();
+    fit.settled = true;
+  } else if (fit.sustained.empty()) {
+    fit.shape_rows = rows;
+    fit.clock_scaled = true;
+  } else {
+    fit.shape_rows = short_runs;
   }
-  fit.model = fit_gemm_model(gpu, fit.short_runs);
+  fit.model = fit_gemm_model(gpu, fit.shape_rows);
   fit.keys = fit.model;
-  fit.short_run_fit = gpu;
+  fit.shape_fit = gpu;
+  const bool has_ceiling =
+      std::find(fit.keys.begin(), fit.keys.end(), "gemm_sustained") != fit.keys.end();
+  if (fit.clock_scaled && has_ceiling) {
+    gpu.gemm_sustained_flops_per_s.value *= gpu.sustained_clock.value;
+  }
+  fit.clock_scaled = fit.clock_scaled && has_ceiling && gpu.sustained_clock.value != 1;
   if (!fit.sustained.empty()) {
     fit_sustained_rate(gpu, fit.sustained);
-    if (std::find(fit.keys.begin(), fit.keys.end(), "gemm_sustained") == fit.keys.end()) {
-      fit.keys.push_back("gemm_sustained");
-    }
+    if (!has_ceiling) fit.keys.push_back("gemm_sustained");
   }
   return fit;
 }
@@ -383,8 +402,8 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   const std::vector<std::string>& keys = rows.keys;
   const bool sustained_apart = !rows.sustained.empty();
   // The shape entries' errors and sigmas are those of the short runs' own fit.
-  const std::vector<GemmRow>& shaped = rows.short_runs;
-  GpuProfile& shape_fit = rows.short_run_fit;
+  const std::vector<GemmRow>& shaped = rows.shape_rows;
+  GpuProfile& shape_fit = rows.shape_fit;
   std::vector<KernelFitPoint> held_out;
   if (rows.model.size() == 4 && shaped.size() >= 6) {
     // Out of sample: every third short-run row held back, the rest fitted from the starting
@@ -416,7 +435,7 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   };
   const bool no_ceiling = !sustained_apart &&
                           std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
-                          at_peak(gpu);
+                          at_peak(shape_fit);
   // The short runs' fit's own parameters give the sigmas (its ceiling among them where it
   // binds); those the sustained rows set are reported on their own.
   std::vector<std::string> short_run_keys;
@@ -442,7 +461,8 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
   for (const GemmRow& row : shaped) shaped_points.push_back(gemm_point(shape_fit, row));
   const bool best_shape = rows.model.size() < 4;
-  std::string basis = rows_of(shaped.size(), label + " GEMM");
+  std::string basis =
+      rows_of(shaped.size(), label + " GEMM") + (rows.settled ? " under sustained load" : "");
   if (sustained_apart) {
     char ceiling[64];
     std::snprintf(ceiling, sizeof ceiling, " of short runs (as fitted to them: a ceiling of %.1f",
@@ -477,10 +497,12 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
     return files;
   };
   const std::vector<const MicrobenchFile*> inputs = files_of(shaped);
+  std::size_t sustained_entry = 0;
   if (sustained_apart) {
     // One row, or a few, measured under sustained load: their scatter is not the rate's
     // uncertainty; 5% or the profile's, the larger.
     const double rate = gpu.gemm_sustained_flops_per_s.value;
+    sustained_entry = fit.parameters.size();
     std::vector<KernelFitPoint> sustained_points;
     for (const GemmRow& row : rows.sustained) sustained_points.push_back(gemm_point(gpu, row));
     const std::vector<double> errors = abs_errors(sustained_points);
@@ -493,26 +515,79 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
              " (sigma: 5% or the profile's, the larger)",
          true, files_of(rows.sustained)});
   }
+  // A ceiling scaled from short runs to sustained load: its relative sigma and the clock's
+  // together, and the clock named.
+  const Calibrated& clock = gpu.sustained_clock;
+  const auto clock_scaled = [&](double value, double sigma, const std::string& text) {
+    char scaled[96];
+    std::snprintf(scaled, sizeof scaled, "; x sustained_clock %.3f, the clocks of sustained load",
+                  clock.value);
+    const double relative =
+        std::hypot(sigma / (value / clock.value), clock.sigma / std::max(clock.value, 1e-12));
+    return std::make_pair(value * relative, text + scaled);
+  };
   for (std::size_t j = 0; j < fitted.size(); ++j) {
     // Best-shape rows say nothing of their scatter: never claim more than the profile did. A
     // parameter the rows barely move (an ill-conditioned J^T J: its sigma not estimable) is
     // as uncertain as it is large.
-    const double prior = start_sigma(start, estimated[j]);
+    const bool scaled = rows.clock_scaled && estimated[j] == "gemm_sustained";
+    const double short_run_value = fitted[j]->value / (scaled ? clock.value : 1.0);
+    // A scaled ceiling's sigma holds the clock's: the prior for the short runs' ceiling is what
+    // is left of it without that (so that a refit gives the same).
+    double prior = start_sigma(start, estimated[j]);
+    if (scaled) {
+      const std::optional<Calibrated> before = profile_entry(start, estimated[j]);
+      const double relative = before && before->value > 0 ? prior / before->value : 0.0;
+      const double clock_relative = clock.sigma / std::max(clock.value, 1e-12);
+      prior = short_run_value *
+              std::sqrt(std::max(0.0, relative * relative - clock_relative * clock_relative));
+    }
     const bool estimable = best_shape || (sigmas[j] > 0 && std::isfinite(sigmas[j]));
-    const double sigma = !estimable   ? std::max(std::abs(fitted[j]->value), prior)
-                         : best_shape ? std::max(kOnePointSigma * fitted[j]->value, prior)
-                                      : sigmas[j];
-    const std::string note =
-        estimable ? "" : " (these rows barely move it: sigma its value, or the profile's)";
-    fit.parameters.push_back(
-        {prefix + estimated[j], fitted[j]->value, sigma, basis + note, true, inputs});
+    double sigma = !estimable   ? std::max(std::abs(short_run_value), prior)
+                   : best_shape ? std::max(kOnePointSigma * short_run_value, prior)
+                                : sigmas[j];
+    std::string text =
+        basis +
+        (estimable ? "" : " (these rows barely move it: sigma its value, or the profile's)");
+    if (scaled) std::tie(sigma, text) = clock_scaled(fitted[j]->value, sigma, text);
+    fit.parameters.push_back({prefix + estimated[j], fitted[j]->value, sigma, text, true, inputs});
   }
   if (no_ceiling) {
-    fit.parameters.push_back({prefix + "gemm_sustained", peak, 0.1 * peak,
-                              rows_of(gemms.size(), label + " GEMM") +
-                                  ": none reaches a ceiling below the peak (sigma assumed 10% "
-                                  "of the peak)",
-                              true, inputs});
+    std::string text = rows_of(gemms.size(), label + " GEMM") +
+                       ": none reaches a ceiling below the peak (sigma assumed 10% of the peak)";
+    double rate = gpu.gemm_sustained_flops_per_s.value, sigma = 0.1 * peak;
+    if (rows.clock_scaled) std::tie(sigma, text) = clock_scaled(rate, sigma, text);
+    fit.parameters.push_back({prefix + "gemm_sustained", rate, sigma, text, true, inputs});
+  }
+  // BF16 GEMMs under sustained load beside short runs whose own ceiling binds measure the
+  // clocks' share: the sustained rate over the short runs' ceiling.
+  const double short_ceiling = shape_fit.gemm_sustained_flops_per_s.value;
+  if (sustained_apart && prefix.empty() && !at_peak(shape_fit)) {
+    const double share = gpu.gemm_sustained_flops_per_s.value / short_ceiling;
+    gpu.sustained_clock.value = share;
+    const double sustained_sigma = fit.parameters[sustained_entry].sigma;
+    const auto short_sigma =
+        std::find(short_run_keys.begin(), short_run_keys.end(), "gemm_sustained");
+    const double ceiling_sigma =
+        short_sigma == short_run_keys.end()
+            ? kOnePointSigma * short_ceiling
+            : short_run_sigmas[static_cast<std::size_t>(short_sigma - short_run_keys.begin())];
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "%s under sustained load over the ceiling of %s of short runs (%.1f / %.1f "
+                  "TFLOPS)",
+                  rows_of(rows.sustained.size(), label + " GEMM").c_str(),
+                  rows_of(shaped.size(), label + " GEMM").c_str(),
+                  gpu.gemm_sustained_flops_per_s.value / 1e12, short_ceiling / 1e12);
+    std::vector<const MicrobenchFile*> both = files_of(rows.sustained);
+    for (const MicrobenchFile* file : inputs) {
+      if (std::find(both.begin(), both.end(), file) == both.end()) both.push_back(file);
+    }
+    fit.parameters.push_back(
+        {"sustained_clock", share,
+         share * std::hypot(sustained_sigma / gpu.gemm_sustained_flops_per_s.value,
+                            ceiling_sigma / short_ceiling),
+         text, true, both});
   }
   for (const auto& [key, member] : members) {
     if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;

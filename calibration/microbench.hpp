@@ -76,7 +76,8 @@ struct MicrobenchFile {
   std::string gpu;         // the `# gpu:` line up to its first comma; empty if none
   // `# load: sustained`: measured once the clocks had settled at the power limit (a run of
   // seconds or more), not in a benchmark's usual short bursts (`# load: short`, the default).
-  // Only GEMM rows are read apart for it; memory and attention rows are fitted as usual.
+  // GEMM rows set the sustained rate from it (kernel_fit.hpp), attention rows are modelled at
+  // the profile's sustained_clock; memory rows are fitted as usual (HBM keeps its clock).
   bool sustained = false;
   std::vector<GemmSample> gemms;
   std::vector<MemorySample> memory;

@@ -41,6 +41,7 @@ void take_step_factor(Factor factor, StepInputs& to, const StepInputs& from) {
       gpu.dense_bf16_flops_per_s = other.dense_bf16_flops_per_s;
       gpu.gemm_efficiency = other.gemm_efficiency;
       gpu.gemm_sustained_flops_per_s = other.gemm_sustained_flops_per_s;
+      gpu.sustained_clock = other.sustained_clock;
       gpu.gemm_k_overhead = other.gemm_k_overhead;
       gpu.gemm_tiles = other.gemm_tiles;
       gpu.attention = other.attention;

@@ -78,6 +78,7 @@ std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
       add("attention." + kernel + "." + key.pass + "." + key.field,
           key.quantity == ProfileQuantity::fraction ? Range::fraction : Range::non_negative);
     }
+    add("sustained_clock", Range::fraction);  // the share of those rates a step keeps
   }
   if (inputs.training.precision == Precision::fp8) {
     for (const ProfileKey& key : kFp8Keys) add(key.key, key.range);

@@ -135,3 +135,43 @@ TEST_CASE("attention fit: fwd_bwd rows alone scale both passes and keep the over
   REQUIRE(fit.parameters.size() == 2);
   CHECK(fit.parameters[0].sigma == Approx(0.05 * got.fwd.efficiency.value));
 }
+
+TEST_CASE("attention under sustained load runs at sustained_clock of its short-run rate") {
+  // The entries are short-run rates: at a sustained clock of 0.85 a compute-bound pass takes
+  // 1 / 0.85 as long. Full mask, 4096 keys, overhead 256: 1 TFLOP at 1e15 x 0.7 x 4096 / 4352
+  // x 0.85.
+  GpuProfile gpu = round_gpu({pass(0.7, 256, 512), pass(0.5, 512, 1024)});
+  const Kernel kernel = attention(4096, false, false, 1e12);
+  const double boost = kernel_seconds(gpu, kernel);
+  gpu.sustained_clock.value = 0.85;
+  CHECK(kernel_seconds(gpu, kernel) == Approx(1e12 / (1e15 * 0.7 * 4096 / 4352 * 0.85)));
+  CHECK(kernel_seconds(gpu, kernel) / boost == Approx(1 / 0.85));
+}
+
+TEST_CASE("attention fit: short-run rows give short-run entries, sustained ones are read up") {
+  // One forward row at 8192 keys, full mask, 500 TFLOPS. Measured in a short run it gives the
+  // same entries whatever the profile's sustained clock (the clock applies to the step, not to
+  // the benchmark); measured under sustained load (`# load: sustained`) at a clock of 0.8, the
+  // short-run rate it tells is 500 / 0.8.
+  const std::string rows =
+      "impl,dtype,batch,heads,seq,head_dim,causal,direction,tflops\n"
+      "cudnn,bf16,2,16,8192,128,false,fwd,500\n";
+  TempDir dir;
+  const std::vector<MicrobenchFile> short_run{
+      read_microbench_file(dir.write("short.csv", "# provenance: published\n" + rows))};
+  const std::vector<MicrobenchFile> sustained{read_microbench_file(
+      dir.write("long.csv", "# provenance: published\n# load: sustained\n" + rows))};
+  GpuProfile start = round_gpu({pass(0.5, 200, 400), pass(0.4, 300, 600)});
+  const double at_boost = fit_kernels(start, short_run)
+                              .profile.attention.at(AttentionKernel::cudnn)
+                              .fwd.efficiency.value;
+  start.sustained_clock.value = 0.8;
+  const KernelFit fit = fit_kernels(start, short_run);
+  CHECK(fit.profile.attention.at(AttentionKernel::cudnn).fwd.efficiency.value ==
+        Approx(at_boost).epsilon(1e-9));
+  REQUIRE(fit.points.size() == 1);
+  CHECK(std::abs(fit.points[0].error()) < 1e-6);
+  const KernelFit read_up = fit_kernels(start, sustained);
+  CHECK(read_up.profile.attention.at(AttentionKernel::cudnn).fwd.efficiency.value ==
+        Approx(at_boost / 0.8).epsilon(1e-6));
+}

@@ -266,6 +266,15 @@ TEST_CASE("rows under sustained load set the sustained rate alone, short runs th
     CHECK(in(fit).value == in(short_runs).value);
     CHECK(in(fit).sigma == in(short_runs).sigma);
   }
+  // The sustained rate over the short runs' ceiling (600 TFLOPS) is the share of its rate that
+  // tensor-core work keeps under sustained load: the profile's sustained clock, fitted.
+  CHECK(fit.profile.sustained_clock.value ==
+        Approx(fit.profile.gemm_sustained_flops_per_s.value / 600e12).epsilon(1e-3));
+  const auto clock = std::find_if(fit.parameters.begin(), fit.parameters.end(),
+                                  [](const auto& p) { return p.key == "sustained_clock"; });
+  REQUIRE(clock != fit.parameters.end());
+  CHECK(clock->inputs.size() == 2);
+  CHECK(clock->sigma > 0);
   // Sustained rows the short runs' fit already makes slower tell no ceiling: an error.
   const std::vector<MicrobenchFile> too_fast{
       files[0], read_microbench_file(dir.write("fast.csv",
@@ -273,6 +282,73 @@ TEST_CASE("rows under sustained load set the sustained rate alone, short runs th
                                                "dtype,m,n,k,tflops\nbf16,8192,8192,8192,900\n"))};
   CHECK_THROWS_WITH(fit_kernels(h100_like(), too_fast),
                     Catch::Contains("fast.csv:4: these GEMMs under sustained load"));
+}
+
+namespace {
+
+const KernelFitParameter& parameter(const KernelFit& fit, const std::string& key) {
+  const auto found = std::find_if(fit.parameters.begin(), fit.parameters.end(),
+                                  [&](const KernelFitParameter& p) { return p.key == key; });
+  REQUIRE(found != fit.parameters.end());
+  return *found;
+}
+
+}  // namespace
+
+TEST_CASE("short runs alone: the sustained rate is the sustained clock's share of their ceiling") {
+  // The 36 short-run rows of a 600 TFLOPS ceiling, fitted on a profile whose sustained clock is
+  // 0.9 +- 0.02: the shape entries are the rows', the ceiling 0.9 x 600 = 540 TFLOPS, its sigma
+  // at least the clock's relative one (0.02 / 0.9 of 540), and a refit from the result the same.
+  const GpuProfile truth = generating_profile();
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth)))};
+  GpuProfile start = h100_like();
+  start.sustained_clock = {0.9, 0.02, "test"};
+  const KernelFit fit = fit_kernels(start, files);
+  CHECK(fit.profile.gemm_efficiency.value == Approx(0.7).epsilon(1e-3));
+  CHECK(fit.profile.gemm_k_overhead.value == Approx(300).epsilon(0.01));
+  CHECK(fit.profile.gemm_sustained_flops_per_s.value == Approx(540e12).epsilon(1e-3));
+  const KernelFitParameter& ceiling = parameter(fit, "gemm_sustained");
+  CHECK(ceiling.sigma >= 540e12 * 0.02 / 0.9 * (1 - 1e-9));
+  CHECK_THAT(ceiling.basis, Catch::Contains("x sustained_clock 0.900"));
+  const KernelFit again = fit_kernels(fit.profile, files);
+  CHECK(again.profile.gemm_sustained_flops_per_s.value ==
+        Approx(fit.profile.gemm_sustained_flops_per_s.value).epsilon(1e-9));
+  CHECK(parameter(again, "gemm_sustained").sigma == Approx(ceiling.sigma).epsilon(1e-9));
+  // At a clock of 1 (the default) the short runs' ceiling stands.
+  const KernelFit unscaled = fit_kernels(h100_like(), files);
+  CHECK(unscaled.profile.gemm_sustained_flops_per_s.value == Approx(600e12).epsilon(1e-3));
+  CHECK_THAT(parameter(unscaled, "gemm_sustained").basis, !Catch::Contains("sustained_clock"));
+}
+
+TEST_CASE("a sweep under sustained load sets every GEMM entry, short runs beside it only checked") {
+  // The 36 rows measured under sustained load (a sweep, as Azure's cuBLASLt tables after 10,000
+  // warm-ups are), and one short-run best shape at 700 TFLOPS: the entries are the sweep's own
+  // (its ceiling already the sustained rate, the clock not applied), the short row a point the
+  // model reads slower.
+  const GpuProfile truth = generating_profile();
+  TempDir dir;
+  const std::vector<MicrobenchFile> files{
+      read_microbench_file(dir.write("sweep.csv", "# load: sustained\n" + gemm_csv(truth))),
+      read_microbench_file(dir.write("best.csv",
+                                     "# provenance: published\n"
+                                     "dtype,m,n,k,tflops\nbf16,8192,8192,8192,700\n"))};
+  GpuProfile start = h100_like();
+  start.sustained_clock.value = 0.9;
+  const KernelFit fit = fit_kernels(start, files);
+  CHECK(fit.profile.gemm_efficiency.value == Approx(0.7).epsilon(1e-3));
+  CHECK(fit.profile.gemm_k_overhead.value == Approx(300).epsilon(0.01));
+  CHECK(fit.profile.kernel_launch_s.value == Approx(8e-6).epsilon(0.01));
+  CHECK(fit.profile.gemm_sustained_flops_per_s.value == Approx(600e12).epsilon(1e-3));
+  CHECK_THAT(parameter(fit, "gemm_sustained").basis,
+             Catch::Contains("36 BF16 GEMM rows under sustained load"));
+  const auto best = std::find_if(fit.points.begin(), fit.points.end(), [](const auto& point) {
+    return point.file.find("best.csv") != std::string::npos;
+  });
+  REQUIRE(best != fit.points.end());
+  CHECK(best->error() > 0.1);                       // 700 measured, about 600 modelled
+  CHECK(fit.profile.sustained_clock.value == 0.9);  // kept: no short-run ceiling to compare
 }
 
 TEST_CASE("an FP8 GEMM runs on the profile's FP8 entries, with the BF16 tiles") {

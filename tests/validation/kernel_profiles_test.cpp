@@ -47,6 +47,7 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
   CHECK(h200.gemm_k_overhead.value == h100.gemm_k_overhead.value);
   CHECK(h200.kernel_launch_s.value == h100.kernel_launch_s.value);
   CHECK(h200.gemm_sustained_flops_per_s.value == h100.gemm_sustained_flops_per_s.value);
+  CHECK(h200.sustained_clock.value == h100.sustained_clock.value);
   CHECK(h200.gemm_tiles == h100.gemm_tiles);
   CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
 }
