@@ -36,6 +36,23 @@ double row_seconds(const GpuProfile& gpu, AttentionKernel kernel, const Attentio
   return t;
 }
 
+// Holds `gpu`'s sustained clock at a value while it lives, then gives back the profile's: the
+// fit moves entries of that profile in place, so a row is timed on it, at its own clocks.
+class ClockHeld {
+ public:
+  ClockHeld(GpuProfile& gpu, double value)
+      : clock_(gpu.sustained_clock.value), saved_(gpu.sustained_clock.value) {
+    clock_ = value;
+  }
+  ~ClockHeld() { clock_ = saved_; }
+  ClockHeld(const ClockHeld&) = delete;
+  ClockHeld& operator=(const ClockHeld&) = delete;
+
+ private:
+  double& clock_;
+  double saved_;
+};
+
 // A parameter the fit moves, x: one profile entry (x is its value), or both passes'
 // efficiencies (x is a factor on their starting values, `base`). `step` is the smallest
 // finite-difference step its sigma is taken with.
@@ -69,12 +86,9 @@ void fit_attention(KernelFit& fit, const GpuProfile& start, AttentionKernel kern
   const std::string name = attention_kernel_name(kernel);
   // A row of a short run ran at boost clocks; one of a file marked `# load: sustained`, at the
   // clocks of sustained load (the profile's sustained_clock). The entries are short-run rates.
-  const double sustained_clock = gpu.sustained_clock.value;
   const auto model_seconds = [&](const AttentionSample& s, const MicrobenchFile& file) {
-    gpu.sustained_clock.value = file.sustained ? sustained_clock : 1.0;
-    const double seconds = row_seconds(gpu, kernel, s);
-    gpu.sustained_clock.value = sustained_clock;
-    return seconds;
+    const ClockHeld held(gpu, file.sustained ? gpu.sustained_clock.value : 1.0);
+    return row_seconds(gpu, kernel, s);
   };
   const auto sse = [&] {
     double total = 0;

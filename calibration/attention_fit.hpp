@@ -6,7 +6,9 @@
 // the efficiency where the pass has rows of its own, the full-mask overhead where those rows
 // span two or more sequence lengths, the causal one likewise; fwd_bwd rows alone scale both
 // passes' efficiencies by one factor and keep their ratio. What the rows cannot tell keeps the
-// starting profile's value. The fit minimises the squared relative error of the times by
+// starting profile's value. The entries are rates at a short run's boost clocks: a row of a file
+// marked `# load: sustained` is timed at the profile's sustained_clock of them, any other at
+// the entries themselves. The fit minimises the squared relative error of the times by
 // coordinate descent (Brent's method on each parameter in turn, to a fixed point); a fitted
 // parameter's sigma is the residual variance over the curvature of that error in it, or 5% of
 // its value (the profile's sigma if larger) where the rows leave no degree of freedom.

@@ -109,7 +109,8 @@ struct GpuProfile {
   // iterations or so runs at boost clocks (flashinfer PR 2899 on B200: FA4 attention 1450 ->
   // 1237 TFLOPS as the SM clock fell 1965 -> 1580 MHz). Attention entries, fitted to short runs,
   // run at this share of their rate; a GEMM ceiling fitted to short runs alone is this share of
-  // theirs (kernel_fit.hpp). 1 (the default): no clock lost.
+  // theirs (kernel_fit.hpp). A profile file states it; one built in code starts at 1, no
+  // clock lost.
   Calibrated sustained_clock{1, 0, ""};
   // K elements' worth of time each output tile spends outside its main loop (prologue,
   // epilogue): a GEMM of depth K runs at K / (K + gemm_k_overhead) of its long-K rate.

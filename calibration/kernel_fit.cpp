@@ -341,72 +341,124 @@ void fit_sustained_rate(GpuProfile& gpu, const std::vector<GemmRow>& sustained) 
   }
 }
 
-// What fit_gemm_rows fitted, and to which rows. Rows of a file marked `# load: sustained` were
-// measured once the GPU's clocks had settled at its power limit (a run of seconds to minutes):
-// where there are others too, they alone set the sustained rate, which runs of a benchmark's
-// usual hundred iterations do not reach (NVIDIA/cutlass's GEMM measurement guidelines: the
-// clocks of back-to-back GEMMs settle after about 3 s), and the short runs fit the rest; where
-// they are a sweep of four shapes or more, they set every entry and short runs beside them are
-// only checked. Short runs alone tell the ceiling at boost clocks: the sustained rate is the
-// profile's sustained_clock of it.
+// Where a GEMM fit's sustained rate comes from. Rows of a file marked `# load: sustained` were
+// measured once the GPU's clocks had settled at its power limit (a run of seconds to minutes),
+// which runs of a benchmark's usual hundred iterations do not reach (NVIDIA/cutlass's GEMM
+// measurement guidelines: the clocks of back-to-back GEMMs settle after about 3 s).
+enum class CeilingSource {
+  // Short runs alone: their ceiling is the boost clocks'; the sustained rate is the profile's
+  // sustained_clock of it.
+  short_runs,
+  // A few rows under sustained load beside short runs: they alone set the sustained rate, the
+  // short runs the shape entries, and the two ceilings' ratio is the clocks' share.
+  sustained_rows,
+  // A sweep of four shapes or more under sustained load (or only such rows): it sets every
+  // entry, its ceiling already the sustained rate; short runs beside it are only checked.
+  sustained_sweep,
+};
+
+// What fit_gemm_rows fitted, and to which rows.
 struct GemmRowsFit {
+  CeilingSource source = CeilingSource::short_runs;
   std::vector<std::string> keys;    // every key set
-  std::vector<std::string> model;   // those fit_gemm_model set from the short runs
+  std::vector<std::string> model;   // those fit_gemm_model set from `shape_rows`
   std::vector<GemmRow> shape_rows;  // the rows that set the shape entries
-  std::vector<GemmRow> sustained;   // empty, or the rows that set the sustained rate alone
+  std::vector<GemmRow> sustained;   // sustained_rows: the rows that set the sustained rate
   GpuProfile shape_fit;             // the profile as fitted to `shape_rows` alone
-  bool settled = false;             // `shape_rows` ran under sustained load
-  // `shape_rows` are short runs alone: their ceiling, scaled by sustained_clock, is the
-  // sustained rate.
-  bool clock_scaled = false;
 };
 
 GemmRowsFit fit_gemm_rows(GpuProfile& gpu, const std::vector<GemmRow>& rows) {
   GemmRowsFit fit;
-  std::vector<GemmRow> short_runs;
-  for (const GemmRow& row : rows) {
-    (row.file->sustained ? fit.sustained : short_runs).push_back(row);
-  }
-  if (distinct_shapes(fit.sustained) >= 4 || (short_runs.empty() && !fit.sustained.empty())) {
-    fit.shape_rows = fit.sustained;
-    fit.sustained.clear();
-    fit.settled = true;
-  } else if (fit.sustained.empty()) {
+  std::vector<GemmRow> short_runs, sustained;
+  for (const GemmRow& row : rows) (row.file->sustained ? sustained : short_runs).push_back(row);
+  if (distinct_shapes(sustained) >= 4 || (short_runs.empty() && !sustained.empty())) {
+    fit.source = CeilingSource::sustained_sweep;
+    fit.shape_rows = sustained;
+  } else if (sustained.empty()) {
     fit.shape_rows = rows;
-    fit.clock_scaled = true;
   } else {
+    fit.source = CeilingSource::sustained_rows;
     fit.shape_rows = short_runs;
+    fit.sustained = sustained;
   }
   fit.model = fit_gemm_model(gpu, fit.shape_rows);
   fit.keys = fit.model;
   fit.shape_fit = gpu;
   const bool has_ceiling =
       std::find(fit.keys.begin(), fit.keys.end(), "gemm_sustained") != fit.keys.end();
-  if (fit.clock_scaled && has_ceiling) {
+  if (fit.source == CeilingSource::short_runs && has_ceiling) {
     gpu.gemm_sustained_flops_per_s.value *= gpu.sustained_clock.value;
   }
-  fit.clock_scaled = fit.clock_scaled && has_ceiling && gpu.sustained_clock.value != 1;
-  if (!fit.sustained.empty()) {
+  if (fit.source == CeilingSource::sustained_rows) {
     fit_sustained_rate(gpu, fit.sustained);
     if (!has_ceiling) fit.keys.push_back("gemm_sustained");
   }
   return fit;
 }
 
+// `gpu` at the boost clocks of a benchmark's short run: its GEMM ceiling over its sustained
+// clock's share (the peak at most), which is how a short-run row ran.
+GpuProfile at_boost_clocks(const GpuProfile& gpu) {
+  GpuProfile boost = gpu;
+  boost.gemm_sustained_flops_per_s.value =
+      std::min(gpu.gemm_sustained_flops_per_s.value / gpu.sustained_clock.value,
+               gpu.dense_bf16_flops_per_s.value);
+  return boost;
+}
+
+// The files `rows` come from, each once, in order.
+std::vector<const MicrobenchFile*> files_of(const std::vector<GemmRow>& rows) {
+  std::vector<const MicrobenchFile*> files;
+  for (const GemmRow& row : rows) {
+    if (std::find(files.begin(), files.end(), row.file) == files.end()) files.push_back(row.file);
+  }
+  return files;
+}
+
+// The clocks' share that GEMM rows under sustained load tell beside short runs whose own
+// ceiling binds: the sustained rate over the short runs' ceiling, each with its sigma. A share
+// of 1 or more is no throttling the model can hold: an error at the sustained rows.
+KernelFitParameter fit_sustained_clock(const GemmRowsFit& rows, const Calibrated& sustained,
+                                       const Calibrated& short_ceiling, const std::string& label) {
+  const double share = sustained.value / short_ceiling.value;
+  if (!(share < 1)) {
+    throw MicrobenchError(rows.sustained.front().file->path, rows.sustained.front().sample->line,
+                          "these GEMMs under sustained load run no slower than the short runs' "
+                          "ceiling: they tell no clocks lost to the power limit");
+  }
+  char ratio[64];
+  std::snprintf(ratio, sizeof ratio, " (%.1f / %.1f TFLOPS)", sustained.value / 1e12,
+                short_ceiling.value / 1e12);
+  std::vector<const MicrobenchFile*> inputs = files_of(rows.sustained);
+  for (const MicrobenchFile* file : files_of(rows.shape_rows)) {
+    if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
+  }
+  return {"sustained_clock",
+          share,
+          share * std::hypot(sustained.sigma / sustained.value,
+                             short_ceiling.sigma / short_ceiling.value),
+          rows_of(rows.sustained.size(), label + " GEMM") +
+              " under sustained load over the ceiling of " +
+              rows_of(rows.shape_rows.size(), label + " GEMM") + " of short runs" + ratio,
+          true,
+          inputs};
+}
+
 // Fits the GEMM parameters of `gpu` (BF16's, or FP8's through fp8_gemm_view) to `gemms` and
-// records them in `fit` under their keys with `prefix` ("" or "fp8.").
+// records them in `fit` under their keys with `prefix` ("" or "fp8."). BF16 rows under
+// sustained load beside short runs also fit `gpu`'s sustained_clock.
 void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
                       const std::vector<GemmRow>& gemms, const std::string& prefix,
                       const std::string& label) {
   GemmRowsFit rows = fit_gemm_rows(gpu, gemms);
   const std::vector<std::string>& keys = rows.keys;
-  const bool sustained_apart = !rows.sustained.empty();
-  // The shape entries' errors and sigmas are those of the short runs' own fit.
+  const bool sustained_apart = rows.source == CeilingSource::sustained_rows;
+  // The shape entries' errors and sigmas are those of the shape rows' own fit.
   const std::vector<GemmRow>& shaped = rows.shape_rows;
   GpuProfile& shape_fit = rows.shape_fit;
   std::vector<KernelFitPoint> held_out;
   if (rows.model.size() == 4 && shaped.size() >= 6) {
-    // Out of sample: every third short-run row held back, the rest fitted from the starting
+    // Out of sample: every third shape row held back, the rest fitted from the starting
     // profile, the held rows predicted.
     std::vector<GemmRow> kept, held;
     for (std::size_t i = 0; i < shaped.size(); ++i) {
@@ -436,33 +488,31 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   const bool no_ceiling = !sustained_apart &&
                           std::find(keys.begin(), keys.end(), "gemm_sustained") != keys.end() &&
                           at_peak(shape_fit);
-  // The short runs' fit's own parameters give the sigmas (its ceiling among them where it
+  // The shape rows' fit's own parameters give the sigmas (its ceiling among them where it
   // binds); those the sustained rows set are reported on their own.
-  std::vector<std::string> short_run_keys;
+  std::vector<std::string> shape_keys;
   for (const std::string& key : rows.model) {
-    if (!(key == "gemm_sustained" && at_peak(shape_fit))) short_run_keys.push_back(key);
+    if (!(key == "gemm_sustained" && at_peak(shape_fit))) shape_keys.push_back(key);
   }
-  std::vector<Calibrated*> short_run_parameters;
-  for (const std::string& key : short_run_keys) {
-    short_run_parameters.push_back(members_of(shape_fit).at(key));
+  std::vector<Calibrated*> shape_parameters;
+  for (const std::string& key : shape_keys) {
+    shape_parameters.push_back(members_of(shape_fit).at(key));
   }
-  const std::vector<double> short_run_sigmas =
-      parameter_sigmas(shape_fit, shaped, short_run_parameters);
-  std::vector<std::string> estimated;
-  std::vector<double> sigmas;
-  for (std::size_t j = 0; j < short_run_keys.size(); ++j) {
-    if (short_run_keys[j] == "gemm_sustained" && sustained_apart) continue;
-    estimated.push_back(short_run_keys[j]);
-    sigmas.push_back(short_run_sigmas[j]);
-  }
-  std::vector<Calibrated*> fitted;
-  for (const std::string& key : estimated) fitted.push_back(members.at(key));
-  std::vector<KernelFitPoint> points, shaped_points;
-  for (const GemmRow& row : gemms) points.push_back(gemm_point(gpu, row));
-  for (const GemmRow& row : shaped) shaped_points.push_back(gemm_point(shape_fit, row));
+  const std::vector<double> shape_sigmas = parameter_sigmas(shape_fit, shaped, shape_parameters);
   const bool best_shape = rows.model.size() < 4;
+  // A parameter's sigma: its own where the rows tell it; best-shape rows say nothing of their
+  // scatter (5% or the profile's, the larger); a parameter the rows barely move (an
+  // ill-conditioned J^T J) is as uncertain as it is large.
+  const auto sigma_of = [&](std::size_t j, double value, double prior) {
+    const bool estimable = best_shape || (shape_sigmas[j] > 0 && std::isfinite(shape_sigmas[j]));
+    return std::make_pair(!estimable   ? std::max(std::abs(value), prior)
+                          : best_shape ? std::max(kOnePointSigma * value, prior)
+                                       : shape_sigmas[j],
+                          estimable);
+  };
   std::string basis =
-      rows_of(shaped.size(), label + " GEMM") + (rows.settled ? " under sustained load" : "");
+      rows_of(shaped.size(), label + " GEMM") +
+      (rows.source == CeilingSource::sustained_sweep ? " under sustained load" : "");
   if (sustained_apart) {
     char ceiling[64];
     std::snprintf(ceiling, sizeof ceiling, " of short runs (as fitted to them: a ceiling of %.1f",
@@ -477,6 +527,8 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
                    "measured, the efficiency at least what reaches it (sigma: 5% or the "
                    "profile's, the larger)";
   } else {
+    std::vector<KernelFitPoint> shaped_points;
+    for (const GemmRow& row : shaped) shaped_points.push_back(gemm_point(shape_fit, row));
     const std::vector<double> errors = abs_errors(shaped_points);
     basis += ", median |error| " + percent(median(errors)) + ", max " +
              percent(*std::max_element(errors.begin(), errors.end()));
@@ -487,107 +539,77 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
              percent(median(held)) + ", max " +
              percent(*std::max_element(held.begin(), held.end()));
   }
-  const auto files_of = [](const std::vector<GemmRow>& list) {
-    std::vector<const MicrobenchFile*> files;
-    for (const GemmRow& row : list) {
-      if (std::find(files.begin(), files.end(), row.file) == files.end()) {
-        files.push_back(row.file);
-      }
-    }
-    return files;
-  };
   const std::vector<const MicrobenchFile*> inputs = files_of(shaped);
-  std::size_t sustained_entry = 0;
   if (sustained_apart) {
     // One row, or a few, measured under sustained load: their scatter is not the rate's
     // uncertainty; 5% or the profile's, the larger.
     const double rate = gpu.gemm_sustained_flops_per_s.value;
-    sustained_entry = fit.parameters.size();
     std::vector<KernelFitPoint> sustained_points;
     for (const GemmRow& row : rows.sustained) sustained_points.push_back(gemm_point(gpu, row));
     const std::vector<double> errors = abs_errors(sustained_points);
+    gpu.gemm_sustained_flops_per_s.sigma =
+        std::max(kOnePointSigma * rate, start_sigma(start, "gemm_sustained"));
     fit.parameters.push_back(
-        {prefix + "gemm_sustained", rate,
-         std::max(kOnePointSigma * rate, start_sigma(start, "gemm_sustained")),
+        {prefix + "gemm_sustained", rate, gpu.gemm_sustained_flops_per_s.sigma,
          rows_of(rows.sustained.size(), label + " GEMM") +
              " measured under sustained load, at the power limit's settled clocks, max |error| " +
              percent(*std::max_element(errors.begin(), errors.end())) +
              " (sigma: 5% or the profile's, the larger)",
          true, files_of(rows.sustained)});
+    // BF16 rows tell the clocks' share, which FP8's and attention then run at.
+    const auto ceiling = std::find(shape_keys.begin(), shape_keys.end(), "gemm_sustained");
+    if (prefix.empty() && ceiling != shape_keys.end()) {
+      const std::size_t j = static_cast<std::size_t>(ceiling - shape_keys.begin());
+      Calibrated short_ceiling = shape_fit.gemm_sustained_flops_per_s;
+      short_ceiling.sigma = sigma_of(j, short_ceiling.value, 0.0).first;
+      const KernelFitParameter clock =
+          fit_sustained_clock(rows, gpu.gemm_sustained_flops_per_s, short_ceiling, label);
+      gpu.sustained_clock.value = clock.value;
+      gpu.sustained_clock.sigma = clock.sigma;
+      fit.parameters.push_back(clock);
+    }
   }
-  // A ceiling scaled from short runs to sustained load: its relative sigma and the clock's
-  // together, and the clock named.
+  // A ceiling scaled from short runs to sustained load (short runs alone, the clock's share
+  // known to any degree): its relative sigma and the clock's together, the clock named.
   const Calibrated& clock = gpu.sustained_clock;
-  const auto clock_scaled = [&](double value, double sigma, const std::string& text) {
+  const bool clock_scaled =
+      rows.source == CeilingSource::short_runs && (clock.value != 1 || clock.sigma > 0);
+  const auto with_clock = [&](double value, double sigma, const std::string& text) {
     char scaled[96];
     std::snprintf(scaled, sizeof scaled, "; x sustained_clock %.3f, the clocks of sustained load",
                   clock.value);
-    const double relative =
-        std::hypot(sigma / (value / clock.value), clock.sigma / std::max(clock.value, 1e-12));
+    const double relative = std::hypot(sigma / (value / clock.value), clock.sigma / clock.value);
     return std::make_pair(value * relative, text + scaled);
   };
-  for (std::size_t j = 0; j < fitted.size(); ++j) {
-    // Best-shape rows say nothing of their scatter: never claim more than the profile did. A
-    // parameter the rows barely move (an ill-conditioned J^T J: its sigma not estimable) is
-    // as uncertain as it is large.
-    const bool scaled = rows.clock_scaled && estimated[j] == "gemm_sustained";
-    const double short_run_value = fitted[j]->value / (scaled ? clock.value : 1.0);
+  for (std::size_t j = 0; j < shape_keys.size(); ++j) {
+    const std::string& key = shape_keys[j];
+    if (key == "gemm_sustained" && sustained_apart) continue;
+    const double value = members.at(key)->value;
+    const bool scaled = clock_scaled && key == "gemm_sustained";
+    const double shape_value = value / (scaled ? clock.value : 1.0);
     // A scaled ceiling's sigma holds the clock's: the prior for the short runs' ceiling is what
     // is left of it without that (so that a refit gives the same).
-    double prior = start_sigma(start, estimated[j]);
+    double prior = start_sigma(start, key);
     if (scaled) {
-      const std::optional<Calibrated> before = profile_entry(start, estimated[j]);
+      const std::optional<Calibrated> before = profile_entry(start, key);
       const double relative = before && before->value > 0 ? prior / before->value : 0.0;
-      const double clock_relative = clock.sigma / std::max(clock.value, 1e-12);
-      prior = short_run_value *
+      const double clock_relative = clock.sigma / clock.value;
+      prior = shape_value *
               std::sqrt(std::max(0.0, relative * relative - clock_relative * clock_relative));
     }
-    const bool estimable = best_shape || (sigmas[j] > 0 && std::isfinite(sigmas[j]));
-    double sigma = !estimable   ? std::max(std::abs(short_run_value), prior)
-                   : best_shape ? std::max(kOnePointSigma * short_run_value, prior)
-                                : sigmas[j];
+    auto [sigma, estimable] = sigma_of(j, shape_value, prior);
     std::string text =
         basis +
         (estimable ? "" : " (these rows barely move it: sigma its value, or the profile's)");
-    if (scaled) std::tie(sigma, text) = clock_scaled(fitted[j]->value, sigma, text);
-    fit.parameters.push_back({prefix + estimated[j], fitted[j]->value, sigma, text, true, inputs});
+    if (scaled) std::tie(sigma, text) = with_clock(value, sigma, text);
+    fit.parameters.push_back({prefix + key, value, sigma, text, true, inputs});
   }
   if (no_ceiling) {
     std::string text = rows_of(gemms.size(), label + " GEMM") +
                        ": none reaches a ceiling below the peak (sigma assumed 10% of the peak)";
     double rate = gpu.gemm_sustained_flops_per_s.value, sigma = 0.1 * peak;
-    if (rows.clock_scaled) std::tie(sigma, text) = clock_scaled(rate, sigma, text);
+    if (clock_scaled) std::tie(sigma, text) = with_clock(rate, sigma, text);
     fit.parameters.push_back({prefix + "gemm_sustained", rate, sigma, text, true, inputs});
-  }
-  // BF16 GEMMs under sustained load beside short runs whose own ceiling binds measure the
-  // clocks' share: the sustained rate over the short runs' ceiling.
-  const double short_ceiling = shape_fit.gemm_sustained_flops_per_s.value;
-  if (sustained_apart && prefix.empty() && !at_peak(shape_fit)) {
-    const double share = gpu.gemm_sustained_flops_per_s.value / short_ceiling;
-    gpu.sustained_clock.value = share;
-    const double sustained_sigma = fit.parameters[sustained_entry].sigma;
-    const auto short_sigma =
-        std::find(short_run_keys.begin(), short_run_keys.end(), "gemm_sustained");
-    const double ceiling_sigma =
-        short_sigma == short_run_keys.end()
-            ? kOnePointSigma * short_ceiling
-            : short_run_sigmas[static_cast<std::size_t>(short_sigma - short_run_keys.begin())];
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "%s under sustained load over the ceiling of %s of short runs (%.1f / %.1f "
-                  "TFLOPS)",
-                  rows_of(rows.sustained.size(), label + " GEMM").c_str(),
-                  rows_of(shaped.size(), label + " GEMM").c_str(),
-                  gpu.gemm_sustained_flops_per_s.value / 1e12, short_ceiling / 1e12);
-    std::vector<const MicrobenchFile*> both = files_of(rows.sustained);
-    for (const MicrobenchFile* file : inputs) {
-      if (std::find(both.begin(), both.end(), file) == both.end()) both.push_back(file);
-    }
-    fit.parameters.push_back(
-        {"sustained_clock", share,
-         share * std::hypot(sustained_sigma / gpu.gemm_sustained_flops_per_s.value,
-                            ceiling_sigma / short_ceiling),
-         text, true, both});
   }
   for (const auto& [key, member] : members) {
     if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
@@ -598,7 +620,12 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
                               false,
                               {}});
   }
-  fit.points.insert(fit.points.end(), points.begin(), points.end());
+  // Every row at the clocks it ran at: a short run's at boost, one under sustained load's
+  // settled.
+  const GpuProfile boost = at_boost_clocks(gpu);
+  for (const GemmRow& row : gemms) {
+    fit.points.push_back(gemm_point(row.file->sustained ? gpu : boost, row));
+  }
   fit.held_out.insert(fit.held_out.end(), held_out.begin(), held_out.end());
 }
 

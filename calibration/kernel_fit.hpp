@@ -5,8 +5,14 @@
 //   1. GEMMs (BF16 rows). With at least four distinct shapes: gemm_efficiency, gemm_k_overhead,
 //      kernel_launch (the fixed time of a kernel) and gemm_sustained together. With fewer, the
 //      rows are read as best-shape measurements (mamf-finder's: the highest rate over a search
-//      of shapes): gemm_sustained is the highest rate measured and gemm_efficiency rises, if
-//      it must, until the model reaches it there; k0 and the fixed time are kept.
+//      of shapes): the ceiling is the highest rate measured and gemm_efficiency rises, if it
+//      must, until the model reaches it there; k0 and the fixed time are kept. Where the
+//      ceiling comes from (CeilingSource): rows of short runs alone tell the boost clocks'
+//      ceiling, and gemm_sustained is the profile's sustained_clock of it; a few rows of a file
+//      marked `# load: sustained` beside short runs set gemm_sustained alone, the short runs
+//      the rest, and (BF16) their ratio to the short runs' ceiling is the sustained_clock
+//      fitted; a sweep of four shapes or more under sustained load sets every entry itself,
+//      short runs beside it only checked. Each row's point is at the clocks it ran at.
 //   2. Memory (copy rows, and any other op): memory_efficiency of t = launch + bytes / (hbm x e).
 //   2b. FP8 GEMM rows, where the profile has FP8 entries: the same GEMM fit on them
 //      (fp8_gemm_view: the FP8 peak, efficiency, k0, sustained rate and fixed time), keys

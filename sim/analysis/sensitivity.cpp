@@ -78,7 +78,9 @@ std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
       add("attention." + kernel + "." + key.pass + "." + key.field,
           key.quantity == ProfileQuantity::fraction ? Range::fraction : Range::non_negative);
     }
-    add("sustained_clock", Range::fraction);  // the share of those rates a step keeps
+    // The share of those rates a step keeps. Drawn for attention alone: a GEMM ceiling scaled
+    // by it holds its sigma already (and is drawn apart, as if independent of it).
+    add("sustained_clock", Range::fraction);
   }
   if (inputs.training.precision == Precision::fp8) {
     for (const ProfileKey& key : kFp8Keys) add(key.key, key.range);

@@ -271,11 +271,6 @@ GpuProfile Loader::gpu_profile(const Field& name) {
     *find_profile_entry(g, entry.key) =
         read_calibrated(require(root, entry.key), quantity_of(entry.quantity));
   }
-  if (!(g.sustained_clock.value > 0)) {
-    fail(require(require(root, "sustained_clock"), "value"),
-         "a sustained clock of 0 leaves tensor-core work no rate",
-         "give the share of its short-run rate that sustained load keeps (1: none lost)");
-  }
   const Field links = require(root, "link_efficiency");
   expect_map(links, kLinkKinds);
   for (const Entry& entry : entries(links)) {

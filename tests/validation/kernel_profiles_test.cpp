@@ -48,6 +48,8 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
   CHECK(h200.kernel_launch_s.value == h100.kernel_launch_s.value);
   CHECK(h200.gemm_sustained_flops_per_s.value == h100.gemm_sustained_flops_per_s.value);
   CHECK(h200.sustained_clock.value == h100.sustained_clock.value);
+  // The H100 PCIe's attention entries are the SXM part's short-run ones: so is its clock share.
+  CHECK(load_gpu_profile(data, "h100-pcie").sustained_clock.value == h100.sustained_clock.value);
   CHECK(h200.gemm_tiles == h100.gemm_tiles);
   CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
 }
@@ -87,6 +89,11 @@ TEST_CASE("a memory variant of a GPU is its parent's profile but for its memory"
       CHECK(variant.dense_fp16_flops_per_s->value == parent.dense_bf16_flops_per_s.value);
       variant.gemm_sustained_flops_per_s = parent.gemm_sustained_flops_per_s;
       variant.dense_fp16_flops_per_s = parent.dense_fp16_flops_per_s;
+      // The parent's clock share, extrapolated (fitted on the parent's files, not its own).
+      CHECK(variant.sustained_clock.value == parent.sustained_clock.value);
+      CHECK(variant.sustained_clock.sigma == parent.sustained_clock.sigma);
+      CHECK_THAT(variant.sustained_clock.provenance, Catch::StartsWith("extrapolated: "));
+      variant.sustained_clock = parent.sustained_clock;
     }
     CHECK(variant == parent);
   }
