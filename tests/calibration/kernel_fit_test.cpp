@@ -69,6 +69,14 @@ Fp8Gemm fp8_entries(double efficiency, double k_overhead, double fixed_s, double
   return fp8;
 }
 
+// A file of one 8192^3 BF16 GEMM measured under sustained load at `tflops`.
+MicrobenchFile sustained_row(TempDir& dir, const char* tflops) {
+  return read_microbench_file(
+      dir.write("long.csv", std::string("# provenance: measured\n# load: sustained\n"
+                                        "dtype,m,n,k,tflops\nbf16,8192,8192,8192,") +
+                                tflops + "\n"));
+}
+
 }  // namespace
 
 TEST_CASE("microbenchmark CSVs: a time, a rate or both, and errors with file and line") {
@@ -229,10 +237,7 @@ TEST_CASE("rows under sustained load set the sustained rate alone, short runs th
   const GpuProfile truth = generating_profile();
   TempDir dir;
   const std::vector<MicrobenchFile> files{
-      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))),
-      read_microbench_file(dir.write("long.csv",
-                                     "# provenance: measured\n# load: sustained\n"
-                                     "dtype,m,n,k,tflops\nbf16,8192,8192,8192,500\n"))};
+      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))), sustained_row(dir, "500")};
   const KernelFit fit = fit_kernels(h100_like(), files);
   CHECK(fit.profile.gemm_efficiency.value == Approx(0.7).epsilon(1e-3));
   CHECK(fit.profile.gemm_k_overhead.value == Approx(300).epsilon(0.01));
@@ -391,10 +396,7 @@ TEST_CASE("a clock fitted to BF16 rows scales the FP8 short runs' ceiling, its s
   truth_fp8.fp8 = fp8_entries(0.85, 600, 7e-6, 1250e12);
   TempDir dir;
   const std::vector<MicrobenchFile> files{
-      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))),
-      read_microbench_file(dir.write("long.csv",
-                                     "# provenance: measured\n# load: sustained\n"
-                                     "dtype,m,n,k,tflops\nbf16,8192,8192,8192,500\n")),
+      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))), sustained_row(dir, "500"),
       read_microbench_file(dir.write("fp8.csv", gemm_csv(truth_fp8, true)))};
   GpuProfile start = h100_like();
   start.fp8 = fp8_entries(0.5, 100, 5e-6, 1979e12);
@@ -423,10 +425,7 @@ TEST_CASE("rows under sustained load faster than the short runs' ceiling tell no
   const GpuProfile truth = generating_profile();
   TempDir dir;
   const std::vector<MicrobenchFile> files{
-      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))),
-      read_microbench_file(dir.write("long.csv",
-                                     "# provenance: measured\n# load: sustained\n"
-                                     "dtype,m,n,k,tflops\nbf16,8192,8192,8192,640\n"))};
+      read_microbench_file(dir.write("gemm.csv", gemm_csv(truth))), sustained_row(dir, "640")};
   CHECK_THROWS_WITH(fit_kernels(h100_like(), files),
                     Catch::Contains("long.csv:4: these GEMMs under sustained load run no slower "
                                     "than the short runs' ceiling"));
