@@ -176,9 +176,11 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     dynamic += gathered;
   }
 
+  const bool sp = plan.sequence_parallel;
   const double per_layer =
-      decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp) * tokens;
-  const double boundary = kWeightBytes * model.hidden * tokens / tp;  // a layer's input shard
+      decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp, sp) * tokens;
+  // A layer's input: its shard under sequence parallelism, else whole on every rank.
+  const double boundary = kWeightBytes * model.hidden * tokens / (sp ? tp : 1);
   // Passes in flight each hold a chunk's layers: counted at the stage's largest chunk.
   int chunk_layers = 0;
   for (int v = stage; v < plan.pp * plan.vpp; v += plan.pp) {
@@ -191,8 +193,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // keeps without recomputation, less what per_op kept of that.
   const double recomputed =
       plan.recompute == Recompute::per_op
-          ? (decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp) +
-             per_op_outputs_kept_only(model, plan.tp)) *
+          ? (decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp, sp) +
+             per_op_outputs_kept_only(model, plan.tp, sp)) *
                     tokens -
                 per_layer
           : 0.0;

@@ -40,7 +40,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
-  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp);
+  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp,
+                                           plan.sequence_parallel);
   // Under expert parallelism a layer holds experts / ep of its experts.
   const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
   const double absent_experts = experts * (plan.ep - 1);
@@ -48,12 +49,14 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   for (const std::size_t index : virtual_stage_units(model, plan.pp * plan.vpp, stage)) {
     if (index == 0) {
       const double embed = parameters.front() / tp;
-      units.push_back(
-          {"embed", embed, frozen ? 0.0 : embed, embedding_ops(model, mb, s, tp, frozen), false});
+      units.push_back({"embed", embed, frozen ? 0.0 : embed,
+                       embedding_ops(model, mb, s, tp, frozen, plan.sequence_parallel), false});
     } else if (index == head_index) {
       const double head = (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp;
-      units.push_back({"head", head, frozen ? 0.0 : head,
-                       head_ops(model, mb, s, tp, frozen, training.cross_entropy), false});
+      units.push_back(
+          {"head", head, frozen ? 0.0 : head,
+           head_ops(model, mb, s, tp, frozen, training.cross_entropy, plan.sequence_parallel),
+           false});
     } else {
       const double held = parameters[index] / tp - absent_experts + adapters;
       units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true,
@@ -138,10 +141,7 @@ class ProgramBuilder {
         gather.clear();
       }
       if (op.collective) {
-        // Ring attention always overlaps; tensor-parallel collectives under tp_comm_overlap.
-        const bool context = op.collective->group == GroupKind::context;
-        const std::optional<std::size_t> beside =
-            context || overlap_tp_ ? overlapped_kernel(list, i) : std::nullopt;
+        const std::optional<std::size_t> beside = kernel_beside(list, i, overlap_tp_);
         const bool gather_beside_next = beside == i + 1;
         if (i > 0 && beside == i - 1) {
           // Starts with the GEMM before it, once what that GEMM waited for is done; pipelined,

@@ -217,13 +217,14 @@ double tied_head_copy_parameters(const ModelSpec& model, int pp) {
   return model.tied_embeddings && pp > 1 ? embedding_parameters(model) : 0.0;
 }
 
-double per_op_outputs_kept_only(const ModelSpec& model, int tp) {
+double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_parallel) {
   const double h = model.hidden;
-  return (model.mlp == Mlp::swiglu ? kBf16 * h : 0.0) + (tp > 1 ? 2 * kBf16 * h / tp : 0.0);
+  const double reduced = tp == 1 ? 0.0 : 2 * kBf16 * h / (sequence_parallel ? tp : 1);
+  return (model.mlp == Mlp::swiglu ? kBf16 * h : 0.0) + reduced;
 }
 
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
-                                           Recompute recompute, int tp) {
+                                           Recompute recompute, int tp, bool sequence_parallel) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -254,7 +255,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
     // SwiGLU MLP, down's (a row-parallel matmul's output, whole before its reduce-scatter),
     // and under tensor parallelism both reduce-scatters' outputs (its _save_list).
     return (kBf16 * (3 * h + kv_dim(model)) + scores) / tp + kBf16 * f / tp +
-           per_op_outputs_kept_only(model, tp);
+           per_op_outputs_kept_only(model, tp, sequence_parallel);
   }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
@@ -268,7 +269,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double k = model.experts_per_token;
   const double mlp = moe ? k * one_mlp + kFp32 * model.experts : one_mlp;
   const double replicated = moe ? k * (gemm_input + kBf16) * h : 0.0;
-  return (norm_inputs + gemm_inputs + qkv + output + scores + hidden_masks + mlp) / tp + replicated;
+  // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
+  const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
+  const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
+  return sharded_between + (qkv + output + scores + mlp) / tp + replicated;
 }
 
 namespace {
@@ -294,9 +298,10 @@ std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<O
   std::vector<Op> again;
   for (const Op& op : forward) {
     if (op.collective) {
-      // Ring attention's exchanges (attention is saved) and the reduce-scatters stay.
+      // Ring attention's exchanges (attention is saved) and the reductions stay: their outputs
+      // are saved.
       if (op.collective->group != GroupKind::tensor ||
-          op.collective->op == CollectiveOp::reduce_scatter) {
+          op.collective->op != CollectiveOp::all_gather) {
         continue;
       }
       again.push_back(rerun(op));
@@ -446,17 +451,28 @@ std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::si
     return !ops[j].collective && ops[j].kernel.kind == beside;
   };
   const CollectiveOp op = ops[i].collective->op;
-  // A reduce-scatter runs beside the GEMM before it: in forward the one that writes what it
-  // reduces (pipelined), in backward the weight gradient after the data gradient it reduces.
+  // A reduce-scatter (or an all-reduce) runs beside the GEMM before it: in forward the one that
+  // writes what it reduces (pipelined), in backward the weight gradient after the data gradient
+  // it reduces.
   // (Frozen weights have no weight gradient, which would put it beside its producer: LoRA is
   // refused with tensor parallelism.)
-  if (op == CollectiveOp::reduce_scatter && i > 0 && is_beside(i - 1)) return i - 1;
+  const bool reduces = op == CollectiveOp::reduce_scatter || op == CollectiveOp::all_reduce;
+  if (reduces && i > 0 && is_beside(i - 1)) return i - 1;
   if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_beside(i + 1)) return i + 1;
   return std::nullopt;
 }
 
+std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t i,
+                                         bool tp_comm_overlap) {
+  if (i >= ops.size() || !ops[i].collective) return std::nullopt;
+  const LayerCollective& collective = *ops[i].collective;
+  const bool overlaps =
+      collective.group == GroupKind::context || collective.async || tp_comm_overlap;
+  return overlaps ? overlapped_kernel(ops, i) : std::nullopt;
+}
+
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
-                           Recompute recompute, int ep, int cp) {
+                           Recompute recompute, int ep, int cp, bool sequence_parallel) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
@@ -464,20 +480,23 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const double h = model.hidden;
   const double f = model.ffn;
   const double kv = kv_dim(model);
-  const double split = tp;                  // GEMM columns or rows, heads
-  const double local_tokens = t / split;    // sequence-parallel regions
-  const double activation = kBf16 * t * h;  // the T x hidden tensor a block gathers
+  const double split = tp;  // GEMM columns or rows, heads
   const bool parallel = tp > 1;
+  const bool sharded = parallel && sequence_parallel;   // the tokens between blocks split by tp
+  const double local_tokens = sharded ? t / split : t;  // norms, residuals, dropouts
+  const double activation = kBf16 * t * h;              // the T x hidden tensor a block gathers
   LayerOps ops;
   std::vector<Op> backward;  // collected in forward order, reversed at the end
 
   auto& fwd = ops.forward;
-  // A block (attention, MLP) starts with a norm on the local sequence shard and, with tensor
+  // A block (attention, MLP) starts with a norm on the local sequence shard and, with sequence
   // parallelism, an all-gather of the sequence; it ends with a reduce-scatter back to the shard
   // and the residual add. A column-split GEMM's weight gradient needs its gathered input again:
   // the re-gather runs before it in backward. A block of Transformer Engine's projections
   // (`projections`) overlaps them by userbuffers; a mixture of experts' MLP block (its router a
-  // GEMM of Megatron's own) by NCCL.
+  // GEMM of Megatron's own) by NCCL. Without sequence parallelism the block's input is whole:
+  // its input gradient is all-reduced in backward (after the first GEMMs' weight gradients,
+  // beside which it runs), and its output all-reduced in forward.
   const bool eager = training.elementwise == Elementwise::eager;
   const auto enter_block = [&](const std::string& block, bool projections) {
     if (eager && model.norm == Norm::rmsnorm) {
@@ -488,22 +507,30 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
     }
     if (!parallel) return;
+    if (!sharded) {
+      Op reduce = tp_op(block + "_input.bwd", CollectiveOp::all_reduce, activation);
+      reduce.collective->async = true;
+      backward.push_back(std::move(reduce));
+      return;
+    }
     fwd.push_back(tp_op(block + "_gather", CollectiveOp::all_gather, activation,
                         projections ? Userbuffers::ring_exchange : Userbuffers::none));
     backward.push_back(tp_op(block + "_gather.bwd", CollectiveOp::reduce_scatter, activation,
                              projections ? Userbuffers::bulk : Userbuffers::none));
   };
   const auto regather_for_wgrad = [&](const std::string& gemm) {
-    if (parallel && recompute != Recompute::per_op)
+    if (sharded && recompute != Recompute::per_op)
       backward.push_back(
           tp_op(gemm + ".regather", CollectiveOp::all_gather, activation, Userbuffers::bulk));
   };
   const auto leave_block = [&](const std::string& block, bool projections) {
-    if (parallel) {
+    if (sharded) {
       fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation,
                           projections ? Userbuffers::pipeline : Userbuffers::none));
       backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation,
                                projections ? Userbuffers::ring_exchange : Userbuffers::none));
+    } else if (parallel) {
+      fwd.push_back(tp_op(block + "_output", CollectiveOp::all_reduce, activation));
     }
     // Bias, dropout and residual add fused (Megatron's bias_dropout_add): the mask is written
     // in forward and read in backward.
@@ -677,7 +704,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   return ops;
 }
 
-LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen) {
+LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen,
+                       bool sequence_parallel) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   LayerOps ops;
@@ -686,9 +714,11 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
   // Learned positions add a second row per token to read.
   const double rows_read = model.positions == Positions::learned ? 2 : 1;
   ops.forward.push_back(memory_op("embedding", (rows_read + 1) * kBf16 * t * h));
-  if (tp > 1) {
+  if (tp > 1 && sequence_parallel) {
     ops.forward.push_back(tp_op("embedding_scatter", CollectiveOp::reduce_scatter, kBf16 * t * h));
     ops.backward.push_back(tp_op("embedding_scatter.bwd", CollectiveOp::all_gather, kBf16 * t * h));
+  } else if (tp > 1) {
+    ops.forward.push_back(tp_op("embedding_reduce", CollectiveOp::all_reduce, kBf16 * t * h));
   }
   // Scatter-add of the token gradients into the FP32 embedding gradient.
   // Each rank reads the whole gathered gradient; the FP32 rows it updates are its own share.
@@ -736,15 +766,17 @@ CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy) {
 }
 
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, bool frozen,
-                  CrossEntropy cross_entropy) {
+                  CrossEntropy cross_entropy, bool sequence_parallel) {
   const double t = static_cast<double>(micro_batch) * seq_len;
   const double h = model.hidden;
   const double v = model.vocab;
   const double split = tp;
+  const bool sharded = tp > 1 && sequence_parallel;  // the head's input split by sequence
+  const double norm_tokens = sharded ? t / split : t;
   LayerOps ops;
   std::vector<Op> backward;
-  ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * t * h / split));
-  if (tp > 1) ops.forward.push_back(tp_op("head_gather", CollectiveOp::all_gather, kBf16 * t * h));
+  ops.forward.push_back(memory_op("final_norm", 2 * kBf16 * norm_tokens * h));
+  if (sharded) ops.forward.push_back(tp_op("head_gather", CollectiveOp::all_gather, kBf16 * t * h));
   ops.forward.push_back(gemm_with_backward("logits", t, v / split, h, backward, frozen));
   // Cross-entropy on the local vocabulary shard (its max and sums across ranks are a few bytes
   // per token).
@@ -758,17 +790,23 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
     ops.backward.push_back(memory_op(std::string("cross_entropy.") + pass.name + ".bwd",
                                      logits * pass.bytes_per_logit));
   }
-  if (tp > 1 && !frozen) {
+  if (sharded && !frozen) {
     // The logits GEMM is column-parallel on a sequence-parallel input: its weight gradient
     // needs the input gathered again.
     ops.backward.push_back(tp_op("logits.regather", CollectiveOp::all_gather, kBf16 * t * h));
   }
   // The logits GEMM's input gradient, then its weight gradient (unless frozen).
   ops.backward.insert(ops.backward.end(), backward.rbegin(), backward.rend());
-  if (tp > 1) {
+  if (sharded) {
     ops.backward.push_back(tp_op("head_gather.bwd", CollectiveOp::reduce_scatter, kBf16 * t * h));
+  } else if (tp > 1) {
+    // The whole input's gradient, summed over the vocabulary shards (beside the weight
+    // gradient where there is one, as Megatron's asynchronous all-reduce runs).
+    Op reduce = tp_op("head_input.bwd", CollectiveOp::all_reduce, kBf16 * t * h);
+    reduce.collective->async = true;
+    ops.backward.push_back(std::move(reduce));
   }
-  ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * t * h / split));
+  ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * norm_tokens * h));
   return ops;
 }
 

@@ -48,6 +48,10 @@ struct LayerCollective {
   double size_bytes = 0;  // nccl-tests message size S
   GroupKind group = GroupKind::tensor;
   Userbuffers userbuffers = Userbuffers::none;
+  // Megatron's asynchronous all-reduce of a column-parallel GEMM's input gradient (without
+  // sequence parallelism): launched once the data gradient is done, it runs beside the weight
+  // gradient on NCCL's kernels, whatever tp_comm_overlap says.
+  bool async = false;
 };
 
 struct Op {
@@ -81,15 +85,27 @@ struct LayerOps {
 // the cp ranks beside it (ring attention, as Transformer Engine runs it): in forward the
 // bytes of an all-gather of the whole sequence's K and V, in backward those again and a
 // reduce-scatter's of their gradients.
+// Without sequence parallelism (`sequence_parallel` false, Shoeybi et al.'s form) the norms,
+// residual adds and dropouts run on the whole sequence on every rank, each block ends in
+// forward with an all-reduce of its T x hidden output (o_proj's, down's) and begins in backward
+// with one of its input gradient (QKV's and the first MLP GEMM's), which runs beside that
+// GEMM's weight gradient where collectives overlap (Megatron's async all-reduce); no input is
+// gathered again.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
-                           Recompute recompute = Recompute::none, int ep = 1, int cp = 1);
+                           Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
+                           bool sequence_parallel = true);
 // The kernel the collective ops[i] runs beside, when it overlaps: for an all-gather the kernel
 // after it, when another op follows that kernel in the list (the op that waits for both); for
-// a reduce-scatter the kernel before it. The kernel is a GEMM for a tensor-parallel collective
-// (under ParallelPlan::tp_comm_overlap; the caller decides), attention for a context-parallel
-// one (always). None for a kernel, another collective, or one next to no such kernel (the
-// embedding's, which then blocks).
+// a reduce-scatter or an all-reduce the kernel before it. The kernel is a GEMM for a
+// tensor-parallel collective (under ParallelPlan::tp_comm_overlap; the caller decides), attention
+// for a context-parallel one (always). None for a kernel, another collective, or one next to no
+// such kernel (the embedding's, which then blocks).
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
+// The kernel the collective ops[i] runs beside in a step: ring attention's exchanges and
+// Megatron's asynchronous all-reduces always overlap theirs, other tensor-parallel collectives
+// only under `tp_comm_overlap`; none for a collective that blocks (or a kernel).
+std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t i,
+                                         bool tp_comm_overlap);
 // Under tp_comm_overlap, how userbuffers run ops[i] when it is a decoder layer's
 // tensor-parallel collective beside a GEMM; none for any other op (NCCL's kernels, which hold
 // the GPU profile's comm_sms where they overlap).
@@ -104,11 +120,14 @@ struct GemmLaunch {
 };
 GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp);
 
-// A frozen embedding or head (LoRA) computes no weight gradient.
+// A frozen embedding or head (LoRA) computes no weight gradient. Without sequence parallelism
+// the embedding's partial lookups are all-reduced (not reduce-scattered) and the head's input
+// gradient all-reduced (its input is whole: not gathered).
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
-                       bool frozen = false);
+                       bool frozen = false, bool sequence_parallel = true);
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
-                  bool frozen = false, CrossEntropy cross_entropy = CrossEntropy::unfused);
+                  bool frozen = false, CrossEntropy cross_entropy = CrossEntropy::unfused,
+                  bool sequence_parallel = true);
 // QLoRA's stored bytes per frozen decoder-layer weight: 4-bit NF4, an 8-bit scale per block of
 // 64 weights and an FP32 scale per 256 such scales (double quantization): 4.127 bits
 // (Dettmers et al., arXiv:2305.14314, Section 3).
@@ -163,13 +182,17 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 // one decoder layer: BF16 activations, one-byte dropout masks, FP32 log-sum-exp
 // (FlashAttention) or BF16 probabilities (eager attention), and under a mixture of experts each
 // token's k permuted copies and k expert outputs, the experts' tensors and the router's
-// scores. Tensor (and sequence) parallelism splits all of it tp ways except the permuted
-// copies and expert outputs, which every tp rank holds for the whole sequence. For a GPT layer
-// with eager attention and dropout this is Korthikanti et al.'s (34h + 5as) / tp.
+// scores. Tensor and sequence parallelism split all of it tp ways except the permuted copies
+// and expert outputs, which every tp rank holds for the whole sequence; without sequence
+// parallelism every rank also keeps the norms' inputs, the first GEMMs' normed inputs and the
+// dropout masks whole. For a GPT layer with eager attention and dropout this is Korthikanti et
+// al.'s (34h + 5as) / tp, or without sequence parallelism 10h + (24h + 5as) / tp.
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
-                                           Recompute recompute = Recompute::none, int tp = 1);
+                                           Recompute recompute = Recompute::none, int tp = 1,
+                                           bool sequence_parallel = true);
 // What torchtitan's per-op policy keeps per token that no recomputation keeps as such: down's
-// whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs.
-double per_op_outputs_kept_only(const ModelSpec& model, int tp);
+// whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs (all-reduces',
+// whole, without sequence parallelism).
+double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_parallel = true);
 
 }  // namespace fleetsim

@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 14> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 15> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
                                                            "dp",
@@ -42,6 +42,7 @@ constexpr std::array<std::string_view, 14> kSearchOrder = {"cp",
                                                            "zero",
                                                            "fsdp2",
                                                            "ep",
+                                                           "sequence_parallel",
                                                            "tp_comm_overlap",
                                                            "overlap_param_gather",
                                                            "offload_optimizer",
@@ -272,8 +273,8 @@ double first_stage_tail_s(const StepInputs& inputs) {
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
-  const LayerOps layer =
-      decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp);
+  const LayerOps layer = decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute,
+                                           plan.ep, plan.cp, plan.sequence_parallel);
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
   // whole, an overlapped one (ring attention's always overlaps) by how much the pair outlasts
   // the kernel alone. The pair starts together at the earliest (the task graph gives an
@@ -298,9 +299,7 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
         seconds += kernel_s(ops, i, 0);
         continue;
       }
-      const bool context = op.collective->group == GroupKind::context;
-      const std::optional<std::size_t> beside =
-          overlap || context ? overlapped_kernel(ops, i) : std::nullopt;
+      const std::optional<std::size_t> beside = kernel_beside(ops, i, overlap);
       if (!beside) {
         seconds += clock.seconds(inputs, *op.collective);
         continue;
@@ -345,9 +344,9 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const double layer_s = forward_s + backward_s;
   const double last_stage_layers = stage_layers(inputs.model, plan, plan.pp - 1);
   // The last stage also runs the output head of every micro-batch.
-  const LayerOps head =
-      head_ops(inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp,
-               plan.tp, inputs.training.lora.has_value(), inputs.training.cross_entropy);
+  const LayerOps head = head_ops(
+      inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp, plan.tp,
+      inputs.training.lora.has_value(), inputs.training.cross_entropy, plan.sequence_parallel);
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
   return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
                       micro_batches * head_s + first_stage_tail_s(inputs),

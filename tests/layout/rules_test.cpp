@@ -82,6 +82,17 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.dp = 16;
          p.tp_comm_overlap = true;
        }},
+      {"tp-comm-overlap-needs-sequence-parallel", "layout.tp_comm_overlap",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp_comm_overlap = true;
+         p.sequence_parallel = false;
+       }},
+      {"sequence-parallel-off-needs-tp", "layout.sequence_parallel",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 1;
+         p.dp = 16;
+         p.sequence_parallel = false;
+       }},
       {"param-gather-overlap-needs-zero-1-2", "layout.overlap_param_gather",
        [](JobSubject&, ParallelPlan& p) { p.overlap_param_gather = true; }},
       {"fsdp2-needs-zero-3", "layout.fsdp2",

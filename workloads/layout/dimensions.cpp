@@ -41,6 +41,10 @@ std::string flag_words(const ParallelPlan& plan) {
 std::string nothing(const ParallelPlan&) {
   return {};
 }
+// "no-sp" for tensor parallelism without sequence parallelism.
+std::string without_sequence_parallelism(const ParallelPlan& plan) {
+  return plan.tp > 1 && !plan.sequence_parallel ? "no-sp" : "";
+}
 
 // ---- What the planner tries (LayoutDimension::candidates) ----------------------------------
 
@@ -147,13 +151,13 @@ constexpr char kParamGatherOverlap[] = "param-gather-overlap";
 constexpr char kFsdp2[] = "fsdp2";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 14> kDimensions = {{
+const std::array<LayoutDimension, 15> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
      .choices = {},
-     .description = "tensor-parallel ranks (Megatron's, with sequence parallelism): a divisor "
-                    "of a node's GPUs, or whole nodes of its NVLink domain",
+     .description = "tensor-parallel ranks (Megatron's): a divisor of a node's GPUs, or whole "
+                    "nodes of its NVLink domain",
      .planner = "powers of two that fit a node or whole nodes of its NVLink domain",
      .get = get_count<&ParallelPlan::tp>,
      .set = set_count<&ParallelPlan::tp>,
@@ -281,6 +285,22 @@ const std::array<LayoutDimension, 14> kDimensions = {{
            return std::string("recompute=") + to_string(plan.recompute);
          },
      .candidates = recompute_candidates},
+    {.key = "sequence_parallel",
+     .output = "sequence_parallel",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "tensor parallelism shards the activations between blocks by sequence "
+                    "(all-gather and reduce-scatter); false: Megatron's older form, the norms "
+                    "and residuals on the whole sequence on every rank and an all-reduce per "
+                    "block",
+     .planner = "the scenario's, wherever tp > 1",
+     .get = get_flag<&ParallelPlan::sequence_parallel>,
+     .set = set_flag<&ParallelPlan::sequence_parallel>,
+     .label = without_sequence_parallelism,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.sequence_parallel || chosen.tp == 1};
+         }},
     {.key = "tp_comm_overlap",
      .output = "tp_comm_overlap",
      .kind = DimensionKind::flag,
@@ -293,7 +313,8 @@ const std::array<LayoutDimension, 14> kDimensions = {{
      .label = flag_words<&ParallelPlan::tp_comm_overlap, kTpOverlap>,
      .candidates =
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
-           return std::vector<DimensionValue>{search.scenario.tp_comm_overlap && chosen.tp > 1};
+           return std::vector<DimensionValue>{search.scenario.tp_comm_overlap && chosen.tp > 1 &&
+                                              chosen.sequence_parallel};
          }},
     {.key = "overlap_param_gather",
      .output = "overlap_param_gather",

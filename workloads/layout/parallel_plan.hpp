@@ -50,10 +50,14 @@ inline const char* to_string(PipelineSchedule schedule) {
 }
 
 struct ParallelPlan {
-  // Megatron-style tensor parallelism with sequence parallelism: each layer's GEMMs and heads
-  // split over tp ranks of consecutive GPUs, activations between them sharded by sequence, an
-  // all-gather before and a reduce-scatter after each block.
+  // Megatron-style tensor parallelism: each layer's GEMMs and heads split over tp ranks of
+  // consecutive GPUs. With sequence parallelism (the default) the activations between them are
+  // sharded by sequence, an all-gather before and a reduce-scatter after each block; without
+  // it (Megatron before 2022, Shoeybi et al.'s form) every rank runs the norms, dropouts and
+  // residual adds on the whole sequence, and each block ends with an all-reduce in forward and
+  // begins with one of its input gradient in backward.
   int tp = 1;
+  bool sequence_parallel = true;
   // Context parallelism (Megatron's --context-parallel-size): each micro-batch's sequence is
   // cut into 2 x cp chunks and cp ranks each take two of them (chunks i and 2 cp - 1 - i, so
   // causal attention's work is even); every op but attention runs on the rank's s / cp tokens,

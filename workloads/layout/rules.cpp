@@ -89,7 +89,7 @@ Problem tp_divides_model(const JobSubject& job, const ParallelPlan& plan) {
 }
 
 Problem tp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
-  if (job.seq_len % plan.tp == 0) return {};
+  if (!plan.sequence_parallel || job.seq_len % plan.tp == 0) return {};
   return at({"layout.tp", "layout"},
             "tp " + str(plan.tp) + " does not divide seq_len " + str(job.seq_len),
             "sequence parallelism shards each sequence evenly over the tp ranks");
@@ -99,6 +99,22 @@ Problem tp_comm_overlap_needs_tp(const JobSubject&, const ParallelPlan& plan) {
   if (!plan.tp_comm_overlap || plan.tp > 1) return {};
   return at({"layout.tp_comm_overlap"}, "tp_comm_overlap needs tensor parallelism (tp > 1)",
             "it overlaps the tensor-parallel all-gathers and reduce-scatters with their GEMMs");
+}
+
+Problem tp_comm_overlap_needs_sequence_parallel(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.tp_comm_overlap || plan.sequence_parallel) return {};
+  return at({"layout.tp_comm_overlap", "layout.sequence_parallel"},
+            "tp_comm_overlap needs sequence parallelism",
+            "Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
+            "sequence parallelism; without it, set tp_comm_overlap: false");
+}
+
+Problem sequence_parallel_off_needs_tp(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.sequence_parallel || plan.tp > 1) return {};
+  return at({"layout.sequence_parallel"},
+            "sequence_parallel: false needs tensor parallelism (tp > 1)",
+            "it chooses how tensor-parallel ranks share the activations between blocks; remove "
+            "it with tp 1");
 }
 
 Problem param_gather_overlap_needs_zero(const JobSubject&, const ParallelPlan& plan) {
@@ -340,8 +356,13 @@ const JobRule kRules[] = {
      "a tensor-parallel group divides a node, or is whole nodes of its NVLink domain",
      tp_in_nvlink_domain},
     {"tp-divides-model", "tp divides the heads, KV heads, MLP and vocabulary", tp_divides_model},
-    {"tp-divides-sequence", "tp divides the sequence (sequence parallelism)", tp_divides_sequence},
+    {"tp-divides-sequence", "tp divides the sequence, under sequence parallelism",
+     tp_divides_sequence},
     {"tp-comm-overlap-needs-tp", "tp_comm_overlap needs tp > 1", tp_comm_overlap_needs_tp},
+    {"tp-comm-overlap-needs-sequence-parallel", "tp_comm_overlap needs sequence parallelism",
+     tp_comm_overlap_needs_sequence_parallel},
+    {"sequence-parallel-off-needs-tp", "sequence_parallel: false needs tp > 1",
+     sequence_parallel_off_needs_tp},
     {"param-gather-overlap-needs-zero-1-2", "overlap_param_gather needs ZeRO 1 or 2",
      param_gather_overlap_needs_zero},
     {"fsdp2-needs-zero-3", "fsdp2 needs ZeRO 3", fsdp2_needs_zero_3},
