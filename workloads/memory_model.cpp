@@ -85,7 +85,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // A rank holds its tensor-parallel share of its stage's parameters (norms and a router, which
   // Megatron replicates, counted split too: a rounding error) and of every activation:
   // sequence parallelism shards what tensor parallelism does not split (see
-  // decoder_layer_saved_bytes_per_token for what a mixture of experts keeps whole).
+  // decoder_layer_saved_bytes_per_token for what a mixture of experts, or a layout without
+  // sequence parallelism, keeps whole).
   const double tp = plan.tp;
   // Under LoRA the stage's layers also hold their adapters, and only the adapters have
   // gradients and optimizer states.
@@ -275,7 +276,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
       "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
       "gradient staging");
-  if (plan.tp > 1) {
+  if (plan.tp > 1 && plan.sequence_parallel) {
     // Sequence parallelism gathers a block's T x hidden input before its first GEMM (and again
     // in backward for the weight gradient): transient full-sequence copies.
     const double gathered_input = 2 * kBf16Bytes * tokens * model.hidden;

@@ -309,6 +309,17 @@ class MicroBatchBuilder {
     tag_ = "mb" + std::to_string(mb) + ".";
     return backward_units(reduce_gradients, first_reduction, entry, last_reduction);
   }
+  // Without overlap_grad_reduce: the gradient buckets the backward held back, reduced after
+  // `after` (the end of the stage's schedule), in the order they were filled.
+  void reduce_held_back(TaskIndex after, std::optional<TaskIndex>& last_reduction) {
+    bool first = true;
+    for (const HeldBack& bucket : held_back_) {
+      last_reduction =
+          reduce(bucket.name, bucket.op, bucket.parameters, after, first, bucket.group);
+      first = false;
+    }
+    held_back_.clear();
+  }
 
  private:
   bool sharded() const { return Sharding(*plan_).parameters_sharded(); }
@@ -316,6 +327,18 @@ class MicroBatchBuilder {
   bool copies_fsdp2() const { return sharded() && plan_->fsdp2; }
   std::size_t count() const { return units_->size(); }
   const Unit& unit(std::size_t u) const { return (*units_)[u]; }
+
+  // A bucket's reduction after the unit's backward, or held back until the schedule's end
+  // without overlap_grad_reduce.
+  void reduce_bucket(const std::string& name, CollectiveOp op, double parameters, TaskIndex after,
+                     bool first_reduction, std::optional<TaskIndex>& last_reduction,
+                     GroupKind group = GroupKind::data) {
+    if (plan_->overlap_grad_reduce) {
+      last_reduction = reduce(name, op, parameters, after, first_reduction, group);
+    } else {
+      held_back_.push_back({name, op, parameters, group});
+    }
+  }
 
   // A gradient reduction of `parameters` (before sharding) after the unit's backward. Offloaded,
   // the rank's shard then goes to the host; reductions alternate between two buffers, so one
@@ -439,17 +462,17 @@ class MicroBatchBuilder {
         continue;
       }
       if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
-        last_reduction = reduce(
-            tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op), bucket_op,
-            buckets[next_bucket].bytes / grad_bytes, backward_end_[u], first_reduction);
+        reduce_bucket(tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op),
+                      bucket_op, buckets[next_bucket].bytes / grad_bytes, backward_end_[u],
+                      first_reduction, last_reduction);
         ++next_bucket;
       }
       if (next_expert_bucket < expert_buckets.size() &&
           expert_buckets[next_expert_bucket].ready_after_unit == u) {
-        last_reduction = reduce(tag_ + "expert_bucket" + std::to_string(next_expert_bucket) + "." +
-                                    to_string(bucket_op),
-                                bucket_op, expert_buckets[next_expert_bucket].bytes / grad_bytes,
-                                backward_end_[u], first_reduction, GroupKind::expert_data);
+        reduce_bucket(tag_ + "expert_bucket" + std::to_string(next_expert_bucket) + "." +
+                          to_string(bucket_op),
+                      bucket_op, expert_buckets[next_expert_bucket].bytes / grad_bytes,
+                      backward_end_[u], first_reduction, last_reduction, GroupKind::expert_data);
         ++next_expert_bucket;
       }
     }
@@ -459,10 +482,19 @@ class MicroBatchBuilder {
     return backward_end_[0];
   }
 
+  // A bucket's reduction held back until the end of the schedule.
+  struct HeldBack {
+    std::string name;
+    CollectiveOp op;
+    double parameters;
+    GroupKind group;
+  };
+
   ProgramBuilder* build_;
   const std::vector<Unit>* units_;
   const TrainingSpec* training_;
   const ParallelPlan* plan_;
+  std::vector<HeldBack> held_back_;
   std::string tag_;
   std::vector<TaskIndex> forward_end_;
   std::vector<std::optional<TaskIndex>> parameter_gathers_;
@@ -530,9 +562,12 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     }
   }
   // With sequence parallelism each tp rank sends its sequence shard of the T x hidden
-  // activations (Megatron's p2p tensors are scattered too); each cp rank its chunks'.
+  // activations (Megatron's p2p tensors are scattered too); without it, the whole tensor, as
+  // Megatron-Core sends it (get_tensor_shapes divides by tp only under sequence parallelism;
+  // older engines sent a 1/tp piece and all-gathered it on arrival); each cp rank its chunks'.
   const double activation_bytes = kBf16Bytes * static_cast<double>(training.micro_batch) *
-                                  training.seq_len / plan.cp * model.hidden / plan.tp;
+                                  training.seq_len / plan.cp * model.hidden /
+                                  (plan.sequence_parallel ? plan.tp : 1);
   // Transfer ids: boundary b (between virtual stages b and b + 1), micro-batch i, forward or
   // backward.
   const auto transfer_id = [m](int boundary, int i, bool forward) {
@@ -573,6 +608,10 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
                      {*previous_end});
     }
   }
+
+  // Without overlap_grad_reduce every chunk's buckets are reduced once the schedule is done.
+  for (MicroBatchBuilder& chunk : micro_batch)
+    chunk.reduce_held_back(*previous_end, last_reduction);
 
   // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without
   // ZeRO), after the last reduction (the reduce stream runs in order).

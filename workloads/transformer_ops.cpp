@@ -451,12 +451,14 @@ std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::si
     return !ops[j].collective && ops[j].kernel.kind == beside;
   };
   const CollectiveOp op = ops[i].collective->op;
-  // A reduce-scatter (or an all-reduce) runs beside the GEMM before it: in forward the one that
-  // writes what it reduces (pipelined), in backward the weight gradient after the data gradient
-  // it reduces.
+  // A reduce-scatter runs beside the GEMM before it: in forward the one that writes what it
+  // reduces (pipelined), in backward the weight gradient after the data gradient it reduces;
+  // so does an input gradient's all-reduce (a forward all-reduce waits for its GEMM's output).
   // (Frozen weights have no weight gradient, which would put it beside its producer: LoRA is
   // refused with tensor parallelism.)
-  const bool reduces = op == CollectiveOp::reduce_scatter || op == CollectiveOp::all_reduce;
+  const bool reduces =
+      op == CollectiveOp::reduce_scatter ||
+      (op == CollectiveOp::all_reduce && ops[i].collective->beside_weight_gradient);
   if (reduces && i > 0 && is_beside(i - 1)) return i - 1;
   if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_beside(i + 1)) return i + 1;
   return std::nullopt;
@@ -466,8 +468,7 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
                                          bool tp_comm_overlap) {
   if (i >= ops.size() || !ops[i].collective) return std::nullopt;
   const LayerCollective& collective = *ops[i].collective;
-  const bool overlaps =
-      collective.group == GroupKind::context || collective.async || tp_comm_overlap;
+  const bool overlaps = collective.group == GroupKind::context || tp_comm_overlap;
   return overlaps ? overlapped_kernel(ops, i) : std::nullopt;
 }
 
@@ -489,14 +490,15 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   std::vector<Op> backward;  // collected in forward order, reversed at the end
 
   auto& fwd = ops.forward;
-  // A block (attention, MLP) starts with a norm on the local sequence shard and, with sequence
-  // parallelism, an all-gather of the sequence; it ends with a reduce-scatter back to the shard
-  // and the residual add. A column-split GEMM's weight gradient needs its gathered input again:
-  // the re-gather runs before it in backward. A block of Transformer Engine's projections
+  // A block (attention, MLP) starts with a norm on the rank's tokens (its sequence shard under
+  // sequence parallelism) and, with sequence parallelism, an all-gather of the sequence; it ends
+  // with a reduce-scatter back to the shard and the residual add. A column-split GEMM's weight
+  // gradient needs its gathered input again: the re-gather runs before it in backward. A block of
+  // Transformer Engine's projections
   // (`projections`) overlaps them by userbuffers; a mixture of experts' MLP block (its router a
   // GEMM of Megatron's own) by NCCL. Without sequence parallelism the block's input is whole:
   // its input gradient is all-reduced in backward (after the first GEMMs' weight gradients,
-  // beside which it runs), and its output all-reduced in forward.
+  // beside which it may run), and its output all-reduced in forward.
   const bool eager = training.elementwise == Elementwise::eager;
   const auto enter_block = [&](const std::string& block, bool projections) {
     if (eager && model.norm == Norm::rmsnorm) {
@@ -509,7 +511,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     if (!parallel) return;
     if (!sharded) {
       Op reduce = tp_op(block + "_input.bwd", CollectiveOp::all_reduce, activation);
-      reduce.collective->async = true;
+      reduce.collective->beside_weight_gradient = true;
       backward.push_back(std::move(reduce));
       return;
     }
@@ -710,7 +712,8 @@ LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int
   const double h = model.hidden;
   LayerOps ops;
   // Vocabulary-parallel: each rank looks up the tokens its rows hold (zeros elsewhere); the
-  // partial sums are reduce-scattered onto the sequence shards.
+  // partial sums are reduce-scattered onto the sequence shards (all-reduced without sequence
+  // parallelism).
   // Learned positions add a second row per token to read.
   const double rows_read = model.positions == Positions::learned ? 2 : 1;
   ops.forward.push_back(memory_op("embedding", (rows_read + 1) * kBf16 * t * h));
@@ -800,10 +803,10 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   if (sharded) {
     ops.backward.push_back(tp_op("head_gather.bwd", CollectiveOp::reduce_scatter, kBf16 * t * h));
   } else if (tp > 1) {
-    // The whole input's gradient, summed over the vocabulary shards (beside the weight
-    // gradient where there is one, as Megatron's asynchronous all-reduce runs).
+    // The whole input's gradient, summed over the vocabulary shards, after the weight
+    // gradient (LoRA's frozen head, which has none, is refused with tensor parallelism).
     Op reduce = tp_op("head_input.bwd", CollectiveOp::all_reduce, kBf16 * t * h);
-    reduce.collective->async = true;
+    reduce.collective->beside_weight_gradient = true;
     ops.backward.push_back(std::move(reduce));
   }
   ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * norm_tokens * h));

@@ -40,7 +40,7 @@ struct UserbuffersOverlap {
   double after_gemm_share = 0;
 };
 
-// A collective in the middle of a layer: of the tensor group (sequence parallelism), of the
+// A collective in the middle of a layer: of the tensor group (tensor parallelism), of the
 // expert group (a mixture of experts' token all-to-alls), or of the context group (ring
 // attention's keys and values).
 struct LayerCollective {
@@ -48,10 +48,10 @@ struct LayerCollective {
   double size_bytes = 0;  // nccl-tests message size S
   GroupKind group = GroupKind::tensor;
   Userbuffers userbuffers = Userbuffers::none;
-  // Megatron's asynchronous all-reduce of a column-parallel GEMM's input gradient (without
-  // sequence parallelism): launched once the data gradient is done, it runs beside the weight
-  // gradient on NCCL's kernels, whatever tp_comm_overlap says.
-  bool async = false;
+  // A column-parallel GEMM's input gradient, all-reduced (without sequence parallelism) once
+  // its data gradient is done: it may run beside the weight gradient (Megatron's
+  // --async-tensor-model-parallel-allreduce, under tp_comm_overlap).
+  bool beside_weight_gradient = false;
 };
 
 struct Op {
@@ -68,10 +68,11 @@ struct LayerOps {
 
 // The ops of one tensor-parallel rank of `tp` (1: no tensor parallelism). With tp > 1 each GEMM
 // is split Megatron's way (QKV and gate/up by columns, o_proj and down by rows), attention by
-// heads, the embedding and logits by vocabulary; activations between blocks are sharded by
-// sequence, so norms, residuals and elementwise ops do 1/tp of the work, and each block is
-// entered by an all-gather and left by a reduce-scatter of the T x hidden activations (in
-// backward the mirror images, plus the re-gather of a sharded input for its weight gradient).
+// heads, the embedding and logits by vocabulary; with sequence parallelism (below, the
+// default) activations between blocks are sharded by sequence, so norms, residuals and
+// elementwise ops do 1/tp of the work, and each block is entered by an all-gather and left by a
+// reduce-scatter of the T x hidden activations (in backward the mirror images, plus the
+// re-gather of a sharded input for its weight gradient).
 // Selective recomputation reruns eager attention's core in backward (FlashAttention's
 // backward recomputes its scores anyway); full recomputation is the caller's. Under LoRA the
 // layer's projections are frozen (no weight gradients) and each targeted one has its adapter
@@ -88,22 +89,23 @@ struct LayerOps {
 // Without sequence parallelism (`sequence_parallel` false, Shoeybi et al.'s form) the norms,
 // residual adds and dropouts run on the whole sequence on every rank, each block ends in
 // forward with an all-reduce of its T x hidden output (o_proj's, down's) and begins in backward
-// with one of its input gradient (QKV's and the first MLP GEMM's), which runs beside that
-// GEMM's weight gradient where collectives overlap (Megatron's async all-reduce); no input is
-// gathered again.
+// with one of its input gradient (QKV's and the first MLP GEMM's), after that GEMM's weight
+// gradient, beside which it may run (beside_weight_gradient); no input is gathered again.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
                            bool sequence_parallel = true);
 // The kernel the collective ops[i] runs beside, when it overlaps: for an all-gather the kernel
 // after it, when another op follows that kernel in the list (the op that waits for both); for
-// a reduce-scatter or an all-reduce the kernel before it. The kernel is a GEMM for a
+// a reduce-scatter the kernel before it, and for an input gradient's all-reduce
+// (beside_weight_gradient) the weight gradient before it. The kernel is a GEMM for a
 // tensor-parallel collective (under ParallelPlan::tp_comm_overlap; the caller decides), attention
 // for a context-parallel one (always). None for a kernel, another collective, or one next to no
 // such kernel (the embedding's, which then blocks).
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
-// The kernel the collective ops[i] runs beside in a step: ring attention's exchanges and
-// Megatron's asynchronous all-reduces always overlap theirs, other tensor-parallel collectives
-// only under `tp_comm_overlap`; none for a collective that blocks (or a kernel).
+// The kernel the collective ops[i] runs beside in a step: ring attention's exchanges always
+// overlap theirs, tensor-parallel collectives only under `tp_comm_overlap` (Transformer
+// Engine's userbuffers with sequence parallelism, Megatron's asynchronous all-reduce of input
+// gradients without); none for a collective that blocks (or a kernel).
 std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t i,
                                          bool tp_comm_overlap);
 // Under tp_comm_overlap, how userbuffers run ops[i] when it is a decoder layer's

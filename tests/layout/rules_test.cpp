@@ -58,6 +58,21 @@ TEST_CASE("a job that keeps every rule has no problem") {
   CHECK(job_problems(llama3_8b(), tp8_dp2()).empty());
 }
 
+TEST_CASE("without sequence parallelism tp need not divide the sequence, nor 2 x cp x tp") {
+  // 4100 tokens over tp 8: no shard to cut without sequence parallelism; with cp 2 only the
+  // 2 x cp = 4 chunks must divide 4100.
+  JobSubject job = llama3_8b();
+  job.seq_len = 4100;
+  ParallelPlan plan = tp8_dp2();
+  plan.sequence_parallel = false;
+  CHECK(job_problems(job, plan).empty());
+  plan.cp = 2;
+  plan.dp = 1;
+  CHECK(job_problems(job, plan).empty());
+  plan.sequence_parallel = true;
+  CHECK_FALSE(job_problems(job, plan).empty());
+}
+
 TEST_CASE("each rule, broken alone, is the problem reported, at the field to change") {
   const std::vector<Case> cases = {
       {"automatic-dp-divides", "layout.dp",
@@ -82,9 +97,9 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.dp = 16;
          p.tp_comm_overlap = true;
        }},
-      {"tp-comm-overlap-needs-sequence-parallel", "layout.tp_comm_overlap",
-       [](JobSubject&, ParallelPlan& p) {
-         p.tp_comm_overlap = true;
+      {"moe-tp-needs-sequence-parallel", "layout.sequence_parallel",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
          p.sequence_parallel = false;
        }},
       {"sequence-parallel-off-needs-tp", "layout.sequence_parallel",
@@ -92,6 +107,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.tp = 1;
          p.dp = 16;
          p.sequence_parallel = false;
+       }},
+      {"grad-reduce-after-backward-needs-zero-0-1", "layout.overlap_grad_reduce",
+       [](JobSubject&, ParallelPlan& p) {
+         p.overlap_grad_reduce = false;
+         p.zero_stage = 2;
        }},
       {"param-gather-overlap-needs-zero-1-2", "layout.overlap_param_gather",
        [](JobSubject&, ParallelPlan& p) { p.overlap_param_gather = true; }},

@@ -31,6 +31,13 @@ std::string describe(const PlannedLayout& layout) {
          std::to_string(layout.inputs.training.micro_batch);
 }
 
+// Every layout of `base` that fits, replayed and ranked.
+PlanResult every_layout(const StepInputs& base) {
+  PlanOptions everything;
+  everything.top = 1000;
+  return search_layouts(base, everything);
+}
+
 }  // namespace
 
 TEST_CASE("planner: the bound never exceeds the replayed step, with the overlaps or without") {
@@ -62,6 +69,28 @@ TEST_CASE("planner: the bound never exceeds the replayed step, with the overlaps
       CHECK(layout.lower_bound_s > 0.5 * layout.outcome.step.step_time_s);
     }
     CHECK((overlapped > 0) == overlap);
+  }
+}
+
+TEST_CASE("planner: without sequence parallelism the bound still holds, overlapped or not") {
+  // Layouts with tp > 1 run without sequence parallelism (all-reduces, whole-sequence norms),
+  // their input gradients' all-reduces beside the weight gradients under tp_comm_overlap.
+  for (const bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    StepInputs base = two_nodes();
+    base.gpu.comm_sms.value = 24;
+    base.plan.sequence_parallel = false;
+    base.plan.tp_comm_overlap = overlap;
+    const PlanResult all = every_layout(base);
+    int without = 0;
+    for (const PlannedLayout& layout : all.ranked) {
+      INFO(describe(layout));
+      const ParallelPlan& plan = layout.inputs.plan;
+      CHECK(plan.sequence_parallel == (plan.tp == 1));
+      without += plan.tp > 1;
+      CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    }
+    CHECK(without > 0);
   }
 }
 
@@ -272,9 +301,7 @@ TEST_CASE("planner: uneven pipeline stages are searched, and bounded below their
   // pp 8 would leave a stage one layer, and is not tried).
   StepInputs base = two_nodes();
   base.model.layers = 10;
-  PlanOptions everything;
-  everything.top = 1000;
-  const PlanResult all = search_layouts(base, everything);
+  const PlanResult all = every_layout(base);
   int uneven = 0;
   for (const PlannedLayout& layout : all.ranked) {
     INFO(describe(layout));

@@ -1,7 +1,9 @@
 // Tensor parallelism without sequence parallelism (Shoeybi et al.'s form, Megatron before 2022):
 // the collectives a layer runs, the work its memory-bound kernels do, and what it keeps.
 #include <catch2/catch.hpp>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "models.hpp"
@@ -62,19 +64,23 @@ TEST_CASE("without sequence parallelism a layer all-reduces each block's output 
   CHECK(backward.bytes == 2 * activation);
   CHECK(collectives_of(sp.forward).bytes == 4 * activation);
   CHECK(collectives_of(sp.backward).bytes == 6 * activation);
-  // Each input gradient's all-reduce is Megatron's asynchronous one: after its GEMM's data and
-  // weight gradients in the list, beside the weight gradient (the op before it).
+  // Each input gradient's all-reduce comes after its GEMM's data and weight gradients; under
+  // tp_comm_overlap it runs beside the weight gradient (Megatron's asynchronous all-reduce),
+  // otherwise it blocks.
   for (std::size_t i = 0; i < whole.backward.size(); ++i) {
     if (!whole.backward[i].collective) continue;
-    CHECK(whole.backward[i].collective->async);
-    const std::optional<std::size_t> beside = kernel_beside(whole.backward, i, false);
+    CHECK(whole.backward[i].collective->beside_weight_gradient);
+    CHECK_FALSE(kernel_beside(whole.backward, i, false));
+    const std::optional<std::size_t> beside = kernel_beside(whole.backward, i, true);
     REQUIRE(beside);
+    CHECK(*beside == i - 1);
     CHECK(whole.backward[*beside].name.ends_with(".wgrad"));
     CHECK(whole.backward[*beside - 1].name.ends_with(".dgrad"));
   }
-  // The forward all-reduces block the compute stream (the residual add reads them).
+  // The forward all-reduces block the compute stream, overlap or not: they wait for their
+  // GEMM's output and the residual add reads them.
   for (std::size_t i = 0; i < whole.forward.size(); ++i) {
-    if (whole.forward[i].collective) CHECK_FALSE(kernel_beside(whole.forward, i, false));
+    if (whole.forward[i].collective) CHECK_FALSE(kernel_beside(whole.forward, i, true));
   }
 }
 
@@ -152,4 +158,33 @@ TEST_CASE("without sequence parallelism the embedding all-reduces, the head gath
   const Collectives back = collectives_of(head.backward);
   CHECK(back.ops == std::vector<CollectiveOp>{CollectiveOp::all_reduce});
   CHECK(back.bytes == activation);
+}
+
+TEST_CASE("without sequence parallelism full recomputation reruns each block's all-reduce") {
+  // A layer's forward runs again before its backward, its two output all-reduces with it: per
+  // layer and micro-batch two in forward, two again recomputed, two input-gradient ones.
+  ParallelPlan plan;
+  plan.tp = 4;
+  plan.dp = 2;
+  plan.zero_stage = 1;
+  plan.sequence_parallel = false;
+  plan.recompute = Recompute::full;
+  const TaskGraph graph = build_data_parallel_step(llama3_8b(), training(4096, 4, 1), plan);
+  int forward = 0, recomputed = 0, backward = 0;
+  for (const Task& task : graph.stages.front()) {
+    const auto* work = std::get_if<CollectiveWork>(&task.work);
+    if (!work || work->group != GroupKind::tensor || task.name.find(".L") == std::string::npos)
+      continue;
+    CHECK(work->op == CollectiveOp::all_reduce);
+    if (task.name.find(".recompute.") != std::string::npos) {
+      ++recomputed;
+    } else if (task.name.ends_with(".bwd")) {
+      ++backward;
+    } else {
+      ++forward;
+    }
+  }
+  CHECK(forward == 32 * 2 * 2);  // 32 layers, 2 micro-batches per replica
+  CHECK(recomputed == forward);
+  CHECK(backward == forward);
 }

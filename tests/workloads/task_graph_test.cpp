@@ -419,6 +419,54 @@ TEST_CASE("overlap_param_gather: one gather per unit before its first forward, n
   }
 }
 
+TEST_CASE("overlap_grad_reduce: false reduces every bucket after the last backward kernel") {
+  // Llama-3-8B on dp 8 with ZeRO 1, two micro-batches, 25 MB buckets. Overlapped, the first
+  // bucket's reduction waits for the head's backward only, long before the step's last
+  // backward kernel; held back, every bucket waits for that kernel (the embedding's backward,
+  // last of the schedule), the same buckets and bytes, then the optimizer.
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  const ModelSpec m = llama3_8b();
+  const auto buckets_of = [&](bool overlap) {
+    plan.overlap_grad_reduce = overlap;
+    const TaskGraph graph = build_data_parallel_step(m, training(4096, 16, 1), plan);
+    const Program& program = graph.stages.front();
+    TaskIndex last_backward = 0;
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      if (std::holds_alternative<ComputeWork>(program[t].work) &&
+          program[t].name.find(".bwd") != std::string::npos) {
+        last_backward = t;
+      }
+    }
+    std::vector<std::pair<TaskIndex, double>> buckets;
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      const auto* work = std::get_if<CollectiveWork>(&program[t].work);
+      if (work && program[t].name.find("bucket") != std::string::npos) {
+        buckets.push_back({t, work->size_bytes});
+      }
+    }
+    return std::tuple{graph.stages.front(), last_backward, buckets};
+  };
+  const auto [overlapped, overlapped_end, early] = buckets_of(true);
+  const auto [held, held_end, late] = buckets_of(false);
+  REQUIRE(early.size() > 4);
+  REQUIRE(late.size() == early.size());
+  double early_bytes = 0, late_bytes = 0;
+  for (std::size_t b = 0; b < early.size(); ++b) {
+    early_bytes += early[b].second;
+    late_bytes += late[b].second;
+    // Held back: issued after the last backward kernel, each on it.
+    CHECK(late[b].first > held_end);
+    CHECK(std::find(held[late[b].first].deps.begin(), held[late[b].first].deps.end(), held_end) !=
+          held[late[b].first].deps.end());
+  }
+  CHECK(late_bytes == Approx(early_bytes));
+  // The whole model's gradients, once, in the reduce dtype.
+  CHECK(late_bytes == Approx(m.parameters() * training(4096, 16, 1).grad_reduce_bytes));
+  CHECK(early.front().first < overlapped_end);  // overlapped: the first starts in the backward
+}
+
 TEST_CASE("optimizer offload: Adam on the host, each reduced shard copied there, the update back") {
   const ModelSpec m = llama3_8b();
   for (const int zero : {1, 2, 3}) {

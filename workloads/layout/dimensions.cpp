@@ -41,6 +41,10 @@ std::string flag_words(const ParallelPlan& plan) {
 std::string nothing(const ParallelPlan&) {
   return {};
 }
+// "grad-reduce-after" for gradients reduced after the backward.
+std::string exposed_gradient_reduction(const ParallelPlan& plan) {
+  return plan.overlap_grad_reduce ? "" : "grad-reduce-after";
+}
 // "no-sp" for tensor parallelism without sequence parallelism.
 std::string without_sequence_parallelism(const ParallelPlan& plan) {
   return plan.tp > 1 && !plan.sequence_parallel ? "no-sp" : "";
@@ -151,7 +155,7 @@ constexpr char kParamGatherOverlap[] = "param-gather-overlap";
 constexpr char kFsdp2[] = "fsdp2";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 15> kDimensions = {{
+const std::array<LayoutDimension, 16> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -305,16 +309,32 @@ const std::array<LayoutDimension, 15> kDimensions = {{
      .output = "tp_comm_overlap",
      .kind = DimensionKind::flag,
      .choices = {},
-     .description = "tensor-parallel collectives beside their GEMMs (Transformer Engine's "
-                    "userbuffers)",
+     .description = "tensor-parallel collectives beside their GEMMs: with sequence "
+                    "parallelism Transformer Engine's userbuffers, without it Megatron's "
+                    "asynchronous all-reduce of input gradients beside the weight gradients",
      .planner = "the scenario's, wherever tp > 1",
      .get = get_flag<&ParallelPlan::tp_comm_overlap>,
      .set = set_flag<&ParallelPlan::tp_comm_overlap>,
      .label = flag_words<&ParallelPlan::tp_comm_overlap, kTpOverlap>,
      .candidates =
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
-           return std::vector<DimensionValue>{search.scenario.tp_comm_overlap && chosen.tp > 1 &&
-                                              chosen.sequence_parallel};
+           return std::vector<DimensionValue>{search.scenario.tp_comm_overlap && chosen.tp > 1};
+         }},
+    {.key = "overlap_grad_reduce",
+     .output = "overlap_grad_reduce",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "data-parallel gradient buckets reduced beside the backward; false: after "
+                    "the whole backward (Megatron-LM's local DDP, DeepSpeed's pipeline engine; "
+                    "ZeRO 0 and 1)",
+     .planner = "the scenario's, wherever ZeRO is 0 or 1",
+     .get = get_flag<&ParallelPlan::overlap_grad_reduce>,
+     .set = set_flag<&ParallelPlan::overlap_grad_reduce>,
+     .label = exposed_gradient_reduction,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.overlap_grad_reduce ||
+                                              chosen.zero_stage > 1};
          }},
     {.key = "overlap_param_gather",
      .output = "overlap_param_gather",

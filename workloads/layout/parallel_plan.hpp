@@ -81,8 +81,15 @@ struct ParallelPlan {
   double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
   // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers): each tensor-parallel
   // all-gather runs beside the GEMM that reads it and each reduce-scatter beside the GEMM that
-  // writes it, pipelined in chunks; off, the compute stream waits for every one.
+  // writes it, pipelined in chunks; without sequence parallelism, Megatron-LM's
+  // --async-tensor-model-parallel-allreduce (from September 2021): each input gradient's
+  // all-reduce beside the weight gradient. Off, the compute stream waits for every one.
   bool tp_comm_overlap = false;
+  // Data-parallel gradient reduction beside the backward (PyTorch DDP's buckets, Megatron's
+  // --overlap-grad-reduce): each bucket reduced as soon as its gradients are complete. Off
+  // (ZeRO 0 and 1 only), as Megatron-LM's local DDP and DeepSpeed's pipeline engine did: every
+  // bucket reduced after the step's whole backward, exposed.
+  bool overlap_grad_reduce = true;
   // Megatron's --overlap-param-gather (ZeRO 1 and 2 only): the all-gather of the parameters
   // the optimizer updated runs at the start of the next step, unit by unit, each unit's first
   // forward waiting for its own; off, it runs after the optimizer step, exposed.

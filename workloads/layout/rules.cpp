@@ -101,12 +101,12 @@ Problem tp_comm_overlap_needs_tp(const JobSubject&, const ParallelPlan& plan) {
             "it overlaps the tensor-parallel all-gathers and reduce-scatters with their GEMMs");
 }
 
-Problem tp_comm_overlap_needs_sequence_parallel(const JobSubject&, const ParallelPlan& plan) {
-  if (!plan.tp_comm_overlap || plan.sequence_parallel) return {};
-  return at({"layout.tp_comm_overlap", "layout.sequence_parallel"},
-            "tp_comm_overlap needs sequence parallelism",
-            "Transformer Engine's userbuffers overlap the all-gathers and reduce-scatters of "
-            "sequence parallelism; without it, set tp_comm_overlap: false");
+Problem moe_tp_needs_sequence_parallel(const JobSubject& job, const ParallelPlan& plan) {
+  if (job.experts == 0 || plan.tp == 1 || plan.sequence_parallel) return {};
+  return at({"layout.sequence_parallel"},
+            "a mixture of experts with tp > 1 needs sequence parallelism",
+            "Megatron-Core refuses MoE layers with tensor parallelism but no sequence "
+            "parallelism; remove sequence_parallel: false");
 }
 
 Problem sequence_parallel_off_needs_tp(const JobSubject&, const ParallelPlan& plan) {
@@ -115,6 +115,14 @@ Problem sequence_parallel_off_needs_tp(const JobSubject&, const ParallelPlan& pl
             "sequence_parallel: false needs tensor parallelism (tp > 1)",
             "it chooses how tensor-parallel ranks share the activations between blocks; remove "
             "it with tp 1");
+}
+
+Problem grad_reduce_after_backward_needs_zero_0_1(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.overlap_grad_reduce || plan.zero_stage <= 1) return {};
+  return at({"layout.overlap_grad_reduce", "layout.zero"},
+            "overlap_grad_reduce: false needs zero 0 or 1",
+            "ZeRO 2 and 3 reduce-scatter each micro-batch's gradients as its backward runs; with "
+            "them, leave overlap_grad_reduce out");
 }
 
 Problem param_gather_overlap_needs_zero(const JobSubject&, const ParallelPlan& plan) {
@@ -201,12 +209,17 @@ Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
 // again by sequence parallelism.
 Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.cp <= 1) return {};
-  const Wide chunks = size_product({2, plan.cp, plan.tp});
+  // Sequence parallelism shards each chunk again over tp.
+  const int sharded_by = plan.sequence_parallel ? plan.tp : 1;
+  const Wide chunks = size_product({2, plan.cp, sharded_by});
   if (job.seq_len % chunks == 0) return {};
   return at({"layout.cp"},
-            "cp " + str(plan.cp) + " cuts each sequence into 2 x cp chunks that tp " +
-                str(plan.tp) + " shards again: 2 x cp x tp = " + str(chunks) +
-                " must divide seq_len " + str(job.seq_len),
+            plan.sequence_parallel
+                ? "cp " + str(plan.cp) + " cuts each sequence into 2 x cp chunks that tp " +
+                      str(plan.tp) + " shards again: 2 x cp x tp = " + str(chunks) +
+                      " must divide seq_len " + str(job.seq_len)
+                : "cp " + str(plan.cp) + " cuts each sequence into 2 x cp = " + str(chunks) +
+                      " chunks, which must divide seq_len " + str(job.seq_len),
             "pick a cp whose 2 x cp x tp divides the sequence length");
 }
 
@@ -312,12 +325,13 @@ Problem lora_on_dense_model(const JobSubject& job, const ParallelPlan&) {
 // Eager attention's softmax would rerun while its probabilities count as kept.
 Problem per_op_on_dense_full_model(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.recompute != Recompute::per_op ||
-      (job.experts == 0 && !job.lora && job.flash_attention)) {
+      (job.experts == 0 && !job.lora && job.flash_attention &&
+       (plan.tp == 1 || plan.sequence_parallel))) {
     return {};
   }
   return at({"layout.recompute"},
             "per_op recomputation is modelled for dense models trained in full on "
-            "FlashAttention only",
+            "FlashAttention, with sequence parallelism where tp > 1 (as torchtitan runs it)",
             "use selective or full");
 }
 
@@ -359,10 +373,14 @@ const JobRule kRules[] = {
     {"tp-divides-sequence", "tp divides the sequence, under sequence parallelism",
      tp_divides_sequence},
     {"tp-comm-overlap-needs-tp", "tp_comm_overlap needs tp > 1", tp_comm_overlap_needs_tp},
-    {"tp-comm-overlap-needs-sequence-parallel", "tp_comm_overlap needs sequence parallelism",
-     tp_comm_overlap_needs_sequence_parallel},
+    {"moe-tp-needs-sequence-parallel",
+     "a mixture of experts with tp > 1 needs sequence "
+     "parallelism",
+     moe_tp_needs_sequence_parallel},
     {"sequence-parallel-off-needs-tp", "sequence_parallel: false needs tp > 1",
      sequence_parallel_off_needs_tp},
+    {"grad-reduce-after-backward-needs-zero-0-1", "overlap_grad_reduce: false needs ZeRO 0 or 1",
+     grad_reduce_after_backward_needs_zero_0_1},
     {"param-gather-overlap-needs-zero-1-2", "overlap_param_gather needs ZeRO 1 or 2",
      param_gather_overlap_needs_zero},
     {"fsdp2-needs-zero-3", "fsdp2 needs ZeRO 3", fsdp2_needs_zero_3},
