@@ -31,6 +31,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.lora = training.lora.has_value();
   subject.quantized_base = training.lora && training.lora->quantized_base;
   subject.fp8 = training.precision == Precision::fp8;
+  subject.fp16 = training.precision == Precision::fp16;
   return subject;
 }
 

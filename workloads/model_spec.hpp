@@ -55,9 +55,17 @@ struct ModelSpec {
 // (delayed scaling: E4M3 inputs and weights forward, E5M2 gradients backward, BF16 outputs;
 // attention, norms, the embedding and the output head stay BF16; FP32 master weights and
 // optimizer as with BF16).
-enum class Precision { bf16, fp8 };
+// BF16 mixed precision; FP16 with dynamic loss scaling (the same tensor-core rates, and each
+// step's check and unscale of the FP32 gradients before the optimizer, as Megatron-LM and
+// DeepSpeed run it); FP8 as Transformer Engine runs it.
+enum class Precision { bf16, fp16, fp8 };
 inline const char* to_string(Precision precision) {
-  return precision == Precision::fp8 ? "fp8" : "bf16";
+  switch (precision) {
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+    case Precision::fp8: return "fp8";
+  }
+  return "?";
 }
 // Adam with FP32 moments, or with moments quantised block-wise to 8 bits (bitsandbytes'
 // Adam8bit; Dettmers et al., arXiv:2110.02861: blocks of 2048 values, one FP32 scale each).

@@ -653,13 +653,12 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // back.
   const TaskIndex step =
       plan.offload_optimizer
-          ? build.host(
-                "optimizer.to_gpu", {HostOp::copy_to_gpu, kBf16Bytes * local, 0},
-                {build.host(
-                    "optimizer.cpu_adam",
-                    {HostOp::cpu, adam_step_bytes_per_parameter(training.optimizer) * local, local},
-                    deps)})
-          : build.compute("optimizer.adam", adam_step_op(local, training.optimizer), deps);
+          ? build.host("optimizer.to_gpu", {HostOp::copy_to_gpu, kBf16Bytes * local, 0},
+                       {build.host("optimizer.cpu_adam",
+                                   {HostOp::cpu,
+                                    optimizer_step_bytes_per_parameter(training) * local, local},
+                                   deps)})
+          : build.compute("optimizer.adam", adam_step_op(local, training), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
   if (Sharding(plan).gathers_updated_shards() && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,

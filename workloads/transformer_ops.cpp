@@ -819,15 +819,27 @@ double optimizer_state_bytes_per_parameter(Optimizer optimizer) {
   return kFp32 + 2 * moment;
 }
 
+namespace {
+
 double adam_step_bytes_per_parameter(Optimizer optimizer) {
   // Read the FP32 master weight, both moments and the FP32 gradient; write master and moments
   // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes).
   return 2 * optimizer_state_bytes_per_parameter(optimizer) + kFp32 + kBf16;
 }
 
-Op adam_step_op(double local_parameters, Optimizer optimizer) {
-  return memory_op(optimizer == Optimizer::adam ? "adam" : "adam8bit",
-                   adam_step_bytes_per_parameter(optimizer) * local_parameters);
+constexpr double kUnscaleBytesPerParameter = 2 * kFp32;  // an FP32 gradient read and written
+
+}  // namespace
+
+double optimizer_step_bytes_per_parameter(const TrainingSpec& training) {
+  const bool loss_scaled = training.precision == Precision::fp16;
+  return adam_step_bytes_per_parameter(training.optimizer) +
+         (loss_scaled ? kUnscaleBytesPerParameter : 0.0);
+}
+
+Op adam_step_op(double local_parameters, const TrainingSpec& training) {
+  return memory_op(training.optimizer == Optimizer::adam ? "adam" : "adam8bit",
+                   optimizer_step_bytes_per_parameter(training) * local_parameters);
 }
 
 }  // namespace fleetsim

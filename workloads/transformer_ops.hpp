@@ -138,9 +138,13 @@ inline constexpr double kNf4BytesPerParameter = (4.0 + 8.0 / 64 + 32.0 / (64 * 2
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).
 double optimizer_state_bytes_per_parameter(Optimizer optimizer);
-// The memory traffic of one parameter's Adam update, on the GPU or on the host's CPU.
-double adam_step_bytes_per_parameter(Optimizer optimizer);
-Op adam_step_op(double local_parameters, Optimizer optimizer);
+// The memory traffic of one parameter's optimizer step, on the GPU or on the host's CPU:
+// Adam's update, and under FP16's dynamic loss scaling first the check for infinities and the
+// unscale of its FP32 gradient, one pass that reads and writes it (8 bytes:
+// torch._amp_foreach_non_finite_check_and_unscale_, Megatron-LM's
+// _unscale_main_grads_and_check_for_nan).
+double optimizer_step_bytes_per_parameter(const TrainingSpec& training);
+Op adam_step_op(double local_parameters, const TrainingSpec& training);
 // A memory-bound kernel moving `bytes` through HBM (read and written together).
 Op memory_op(std::string name, double bytes);
 

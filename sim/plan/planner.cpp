@@ -257,7 +257,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
     const int stage_ranks_on_node = std::min(node.gpus, plan.tp * plan.gradient_ranks());
     const int ranks_on_node = std::min(node.gpus, plan.world_size());
     const double memory_s = stage_ranks_on_node *
-                            adam_step_bytes_per_parameter(inputs.training.optimizer) * shard /
+                            optimizer_step_bytes_per_parameter(inputs.training) * shard /
                             (node.host_memory_bytes_per_s * node.host_memory_efficiency);
     const double cores_s =
         shard * node.cpu_adam_cycles_per_parameter * ranks_on_node / node.cpu_cycles_per_s();
@@ -266,7 +266,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const double optimizer_s =
       plan.offload_optimizer
           ? offloaded_s()
-          : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training.optimizer).kernel);
+          : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
   const bool gathers = sharding.gathers_updated_shards() && !plan.overlap_param_gather;
   return optimizer_s + (gathers ? gather_inbound_s(inputs, kBf16Bytes * local) : 0.0);

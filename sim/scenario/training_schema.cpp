@@ -24,7 +24,10 @@ TrainingSpec parse_training(const Field& f) {
   const bool lora = method != "full";
   TrainingSpec t;
   if (auto precision = find(f, "precision")) {
-    if (read_choice(*precision, {"bf16", "fp8"}) == "fp8") t.precision = Precision::fp8;
+    const std::string name = read_choice(*precision, {"bf16", "fp16", "fp8"});
+    t.precision = name == "fp8"    ? Precision::fp8
+                  : name == "fp16" ? Precision::fp16
+                                   : Precision::bf16;
   }
   if (auto optimizer = find(f, "optimizer")) {
     t.optimizer = read_choice(*optimizer, {"adam", "adam8bit"}) == "adam8bit" ? Optimizer::adam8bit

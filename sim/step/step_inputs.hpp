@@ -27,8 +27,10 @@ struct StepInputs {
 // the node is referred to, not copied: valid while `inputs` is.
 inline JobSubject job_subject_on_cluster(const StepInputs& inputs) {
   JobSubject subject = job_subject(inputs.model, inputs.training);
+  const auto& fp16 = inputs.gpu.dense_fp16_flops_per_s;
   subject.cluster =
-      JobCluster{&inputs.node, inputs.nodes, inputs.gpu.name, inputs.gpu.fp8.has_value()};
+      JobCluster{&inputs.node, inputs.nodes, inputs.gpu.name, inputs.gpu.fp8.has_value(),
+                 !fp16 || fp16->value == inputs.gpu.dense_bf16_flops_per_s.value};
   return subject;
 }
 

@@ -113,6 +113,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.overlap_grad_reduce = false;
          p.zero_stage = 2;
        }},
+      {"fp16-at-bf16-rate", "training.precision",
+       [](JobSubject& j, ParallelPlan&) {
+         j.fp16 = true;
+         j.cluster->gpu_fp16_at_bf16_rate = false;
+       }},
       {"param-gather-overlap-needs-zero-1-2", "layout.overlap_param_gather",
        [](JobSubject&, ParallelPlan& p) { p.overlap_param_gather = true; }},
       {"fsdp2-needs-zero-3", "layout.fsdp2",

@@ -315,10 +315,21 @@ TEST_CASE("a bad enum value lists the allowed values") {
   REQUIRE(zero);
   CHECK_THAT(zero->what(), Catch::Contains("expected one of 0, 1, 2, 3, got \"4\""));
 
-  const auto fp16 = load_error(with(kBase, "training:\n", "training:\n  precision: fp16\n"));
-  REQUIRE(fp16);
-  CHECK(fp16->key() == "training.precision");
-  CHECK_THAT(fp16->what(), Catch::Contains("expected one of bf16, fp8, got \"fp16\""));
+  const auto fp32 = load_error(with(kBase, "training:\n", "training:\n  precision: fp32\n"));
+  REQUIRE(fp32);
+  CHECK(fp32->key() == "training.precision");
+  CHECK_THAT(fp32->what(), Catch::Contains("expected one of bf16, fp16, fp8, got \"fp32\""));
+}
+
+TEST_CASE("fp16 loads, its step the BF16 one but for the loss scaling's pass over the gradients") {
+  // Llama-3-8B ZeRO-3 over 8 H100 (the base): FP16 runs the BF16 entries; the only difference
+  // is the optimizer kernel's 8 more bytes a local parameter (check and unscale).
+  const Scenario bf16 = load_text(kBase);
+  const Scenario fp16 = load_text(with(kBase, "training:\n", "training:\n  precision: fp16\n"));
+  CHECK(fp16.variants[0].inputs.training.precision == Precision::fp16);
+  TrainingSpec same = fp16.variants[0].inputs.training;
+  same.precision = Precision::bf16;
+  CHECK(same == bf16.variants[0].inputs.training);
 }
 
 TEST_CASE("fp8 loads where the GPU has FP8 GEMM entries, and is refused where it has none") {

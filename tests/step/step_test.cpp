@@ -72,6 +72,22 @@ TEST_CASE("one GPU: the step is exactly the sum of its kernels") {
   CHECK(out.step.breakdown.idle_s == Approx(0.0).margin(1e-12));
 }
 
+TEST_CASE("one GPU in FP16: the BF16 step and the loss scaling's pass over the gradients") {
+  // FP16 runs the BF16 entries; its dynamic loss scaling adds one pass over the FP32
+  // gradients before Adam (read and written, 8 bytes a parameter): on one GPU, every
+  // parameter's, at the sustained HBM rate.
+  StepInputs in = small_job();
+  in.plan.dp = 1;
+  in.plan.zero_stage = 0;
+  in.training.global_batch = 4;
+  const double bf16 = simulate_step(in).step.step_time_s;
+  in.training.precision = Precision::fp16;
+  const double fp16 = simulate_step(in).step.step_time_s;
+  const double unscale_s =
+      8 * in.model.parameters() / (in.gpu.hbm_bytes_per_s.value * in.gpu.memory_efficiency.value);
+  CHECK(fp16 - bf16 == Approx(unscale_s).epsilon(1e-6));
+}
+
 TEST_CASE("the same inputs give bit-identical results") {
   const StepOutcome a = simulate_step(small_job());
   const StepOutcome b = simulate_step(small_job());

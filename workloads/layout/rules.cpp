@@ -355,6 +355,14 @@ Problem fp8_needs_fp8_gpu(const JobSubject& job, const ParallelPlan&) {
             "gb200, mi300x); use precision: bf16");
 }
 
+Problem fp16_at_bf16_rate(const JobSubject& job, const ParallelPlan&) {
+  if (!job.fp16 || !job.cluster || job.cluster->gpu_fp16_at_bf16_rate) return {};
+  return at({"training.precision"},
+            "FP16 runs on the profile's BF16 entries, but " + job.cluster->gpu +
+                "'s dense_fp16 peak differs from its dense_bf16 one",
+            "use precision: bf16, or a profile whose FP16 and BF16 peaks are equal");
+}
+
 Problem fp8_without_lora(const JobSubject& job, const ParallelPlan&) {
   if (!job.fp8 || !job.lora) return {};
   return at({"training.precision"}, "FP8 training with LoRA is not modelled yet",
@@ -417,6 +425,7 @@ const JobRule kRules[] = {
     {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
     {"fp8-without-lora", "FP8 with full fine-tuning", fp8_without_lora},
+    {"fp16-at-bf16-rate", "FP16 on a GPU whose FP16 peak is its BF16 one", fp16_at_bf16_rate},
 };
 
 }  // namespace

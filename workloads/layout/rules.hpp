@@ -40,6 +40,9 @@ struct JobCluster {
   int nodes = 1;
   std::string gpu;       // the GPU profile's name
   bool gpu_fp8 = false;  // the profile has FP8 GEMM entries
+  // The profile's dense FP16 peak, where it states one, is its BF16 one: FP16 runs the BF16
+  // entries.
+  bool gpu_fp16_at_bf16_rate = true;
 };
 
 // The facts of the model and training recipe the rules read.
@@ -59,6 +62,7 @@ struct JobSubject {
   bool lora = false;
   bool quantized_base = false;  // QLoRA
   bool fp8 = false;
+  bool fp16 = false;  // FP16 with dynamic loss scaling
   std::optional<JobCluster> cluster;
 };
 
