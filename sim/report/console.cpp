@@ -203,7 +203,9 @@ const Quantity kSetup[] = {
          text += std::string(std::get<bool>(v[2]) ? " (QLoRA rank " : " (LoRA rank ") +
                  as_integer({v[1]}) + ")";
        }
-       return as_text({v[3]}) == "fp8" ? text + " FP8" : text;
+       // BF16, the default, goes unsaid.
+       const std::string precision = as_text({v[3]});
+       return precision == "fp8" ? text + " FP8" : precision == "fp16" ? text + " FP16" : text;
      }},
     {"layout", FieldGroup::variant, {"layout_label"}, as_text},
 };
