@@ -312,11 +312,9 @@ class MicroBatchBuilder {
   // Without overlap_grad_reduce: the gradient buckets the backward held back, reduced after
   // `after` (the end of the stage's schedule), in the order they were filled.
   void reduce_held_back(TaskIndex after, std::optional<TaskIndex>& last_reduction) {
-    bool first = true;
     for (const HeldBack& bucket : held_back_) {
-      last_reduction =
-          reduce(bucket.name, bucket.op, bucket.parameters, after, first, bucket.group);
-      first = false;
+      last_reduction = reduce(bucket.name, bucket.op, bucket.parameters, after,
+                              bucket.first_reduction, bucket.group);
     }
     held_back_.clear();
   }
@@ -336,7 +334,7 @@ class MicroBatchBuilder {
     if (plan_->overlap_grad_reduce) {
       last_reduction = reduce(name, op, parameters, after, first_reduction, group);
     } else {
-      held_back_.push_back({name, op, parameters, group});
+      held_back_.push_back({name, op, parameters, group, first_reduction});
     }
   }
 
@@ -488,6 +486,7 @@ class MicroBatchBuilder {
     CollectiveOp op;
     double parameters;
     GroupKind group;
+    bool first_reduction;  // as reduce() takes it: the step's first of these parameters
   };
 
   ProgramBuilder* build_;
@@ -609,10 +608,6 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     }
   }
 
-  // Without overlap_grad_reduce every chunk's buckets are reduced once the schedule is done.
-  for (MicroBatchBuilder& chunk : micro_batch)
-    chunk.reduce_held_back(*previous_end, last_reduction);
-
   // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without
   // ZeRO), after the last reduction (the reduce stream runs in order).
   // ZeRO shards the dense parameters over every replica, the experts over the dp / ep that hold
@@ -627,7 +622,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   }
   const double local = Sharding(plan).optimizer_parameters(parameters, experts);
   std::vector<TaskIndex> deps{*previous_end};
-  if (last_reduction) deps.push_back(*last_reduction);
+  std::optional<TaskIndex> tied_received;
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
   // all-reduce its gradient (Megatron's embedding group), as two ranks exchanging it whole: the
   // bytes and time of a two-rank ring all-reduce.
@@ -642,10 +637,18 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     const TaskIndex received =
         build.transfer("embedding_grad.recv", first ? from_last : from_first, false, bytes, {});
     deps.push_back(received);
+    tied_received = received;
     // Offloaded, the other stage's share reaches the host shard too.
     offload_gradients(build, plan, training, "embedding_grad", received,
                       tied / plan.tp / plan.gradient_ranks(), /*first=*/false);
   }
+  // Without overlap_grad_reduce every chunk's buckets are reduced once the schedule is done,
+  // after the tied embedding's exchange (DeepSpeed's pipeline engine: ReduceTiedGrads, then
+  // ReduceGrads; Megatron-LM runs the two one after the other too).
+  for (MicroBatchBuilder& chunk : micro_batch) {
+    chunk.reduce_held_back(tied_received.value_or(*previous_end), last_reduction);
+  }
+  if (last_reduction) deps.push_back(*last_reduction);
   // Offloaded, the step waits for every gradient to reach the host.
   if (const auto copy = build.last_copy_to_host()) deps.push_back(*copy);
   // Offloaded, CPU Adam updates the shard in host memory once every gradient is there (and,

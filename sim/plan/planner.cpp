@@ -240,7 +240,8 @@ double sharded_gathers_s(const StepInputs& inputs) {
 
 // What the first stage still does after its last backward, which ends the drain: its
 // optimizer step on its shard and, under ZeRO-1 and 2 without overlap_param_gather, the
-// all-gather of the parameters its replicas updated (gather_inbound_s).
+// all-gather of the parameters its replicas updated (gather_inbound_s). Gradient reductions
+// held back past the backward (no overlap_grad_reduce) are left out: a lower bound still.
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;

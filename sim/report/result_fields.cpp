@@ -108,7 +108,7 @@ const ResultField kFields[] = {
      [](R r, I i) -> FieldValue { return in(r, i).gpu.name; }},
     {FieldGroup::variant, "model", "model", "", "the model",
      [](R r, I i) -> FieldValue { return in(r, i).model.name; }},
-    {FieldGroup::variant, "precision", "precision", "", "bf16 or fp8",
+    {FieldGroup::variant, "precision", "precision", "", "bf16, fp16 or fp8",
      [](R r, I i) -> FieldValue { return std::string(to_string(in(r, i).training.precision)); }},
     {FieldGroup::variant, "lora_rank", "lora_rank", "", "LoRA's rank (0: every weight trained)",
      [](R r, I i) -> FieldValue {

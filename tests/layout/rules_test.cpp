@@ -120,6 +120,12 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
        }},
       {"param-gather-overlap-needs-zero-1-2", "layout.overlap_param_gather",
        [](JobSubject&, ParallelPlan& p) { p.overlap_param_gather = true; }},
+      {"param-gather-overlap-needs-grad-overlap", "layout.overlap_param_gather",
+       [](JobSubject&, ParallelPlan& p) {
+         p.zero_stage = 1;
+         p.overlap_param_gather = true;
+         p.overlap_grad_reduce = false;
+       }},
       {"fsdp2-needs-zero-3", "layout.fsdp2",
        [](JobSubject&, ParallelPlan& p) {
          p.fsdp2 = true;

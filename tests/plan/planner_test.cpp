@@ -94,6 +94,25 @@ TEST_CASE("planner: without sequence parallelism the bound still holds, overlapp
   }
 }
 
+TEST_CASE("planner: gradients reduced after the backward, or FP16, keep the bound below the step") {
+  // Held-back reductions (ZeRO 0 and 1; ZeRO 2 and 3 reduce as they go, overlap_grad_reduce
+  // forced true there) and FP16's unscale pass: the bound leaves the first out, counts the
+  // second as the step does.
+  StepInputs base = two_nodes();
+  base.plan.overlap_grad_reduce = false;
+  base.training.precision = Precision::fp16;
+  const PlanResult all = every_layout(base);
+  int held_back = 0;
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout));
+    const ParallelPlan& plan = layout.inputs.plan;
+    CHECK(plan.overlap_grad_reduce == (plan.zero_stage > 1));
+    held_back += !plan.overlap_grad_reduce;
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+  }
+  CHECK(held_back > 0);
+}
+
 TEST_CASE("planner: pruning by the bound keeps the exhaustive ranking") {
   PlanOptions everything;
   everything.top = 1000;

@@ -6,10 +6,13 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/small_job.hpp"
 #include "sim/step/step_executor.hpp"
+#include "workloads/task_graph.hpp"
+#include "workloads/transformer_ops.hpp"
 
 using namespace fleetsim;
 
@@ -231,4 +234,35 @@ TEST_CASE("context parallelism: each cp rank's offloaded shard counts in its nod
   // Each rank's shard is 1 / (dp x cp) of the parameters: 16 bytes each (master, moments,
   // gradients).
   CHECK(out.memory.host_bytes_per_rank == Approx(16 * in.model.parameters() / 8));
+}
+
+TEST_CASE("offload: gradients reduced after the backward go to the host as the overlapped do") {
+  // ZeRO-1 reduces each bucket's parameters once a step, overlapped or held back to the end of
+  // the backward (overlap_grad_reduce: false): each reduced bucket's FP32 shard goes to the host
+  // once, the same copies and bytes, none summed back through the GPU; CPU Adam under FP16 moves
+  // 8 more bytes a parameter (the check and unscale of its gradient).
+  StepInputs in = offloaded_job();
+  in.plan.zero_stage = 1;
+  const auto host_copies = [&](const StepInputs& job) {
+    const TaskGraph graph = build_data_parallel_step(job.model, job.training, job.plan);
+    std::map<HostOp, std::pair<int, double>> copies;
+    double adam_bytes = 0;
+    for (const Task& task : graph.stages.front()) {
+      const auto* work = std::get_if<HostWork>(&task.work);
+      if (!work) continue;
+      if (task.name == "optimizer.cpu_adam") adam_bytes = work->bytes;
+      auto& [count, bytes] = copies[work->op];
+      ++count;
+      bytes += work->bytes;
+    }
+    return std::pair{copies, adam_bytes};
+  };
+  const auto [overlapped, adam] = host_copies(in);
+  in.plan.overlap_grad_reduce = false;
+  const auto [held_back, held_adam] = host_copies(in);
+  CHECK(held_back == overlapped);
+  CHECK(held_adam == adam);
+  in.training.precision = Precision::fp16;
+  const double local = adam / optimizer_step_bytes_per_parameter(TrainingSpec{});
+  CHECK(host_copies(in).second == Approx(adam + 8 * local));
 }

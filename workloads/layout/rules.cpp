@@ -125,6 +125,14 @@ Problem grad_reduce_after_backward_needs_zero_0_1(const JobSubject&, const Paral
             "them, leave overlap_grad_reduce out");
 }
 
+Problem param_gather_overlap_needs_grad_overlap(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.overlap_param_gather || plan.overlap_grad_reduce) return {};
+  return at({"layout.overlap_param_gather", "layout.overlap_grad_reduce"},
+            "overlap_param_gather needs overlap_grad_reduce",
+            "Megatron-LM refuses the one without the other (\"Must use --overlap-param-gather "
+            "with --overlap-grad-reduce\")");
+}
+
 Problem param_gather_overlap_needs_zero(const JobSubject&, const ParallelPlan& plan) {
   if (!plan.overlap_param_gather || plan.zero_stage == 1 || plan.zero_stage == 2) return {};
   return at({"layout.overlap_param_gather"},
@@ -391,6 +399,8 @@ const JobRule kRules[] = {
      grad_reduce_after_backward_needs_zero_0_1},
     {"param-gather-overlap-needs-zero-1-2", "overlap_param_gather needs ZeRO 1 or 2",
      param_gather_overlap_needs_zero},
+    {"param-gather-overlap-needs-grad-overlap", "overlap_param_gather needs overlap_grad_reduce",
+     param_gather_overlap_needs_grad_overlap},
     {"fsdp2-needs-zero-3", "fsdp2 needs ZeRO 3", fsdp2_needs_zero_3},
     {"offload-needs-zero", "optimizer offload needs ZeRO 1-3", offload_needs_zero},
     {"offload-needs-fp32-adam", "optimizer offload runs CPU Adam with FP32 moments",
