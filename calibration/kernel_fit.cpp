@@ -429,10 +429,8 @@ KernelFitParameter fit_sustained_clock(const GemmRowsFit& rows, const Calibrated
   char ratio[64];
   std::snprintf(ratio, sizeof ratio, " (%.1f / %.1f TFLOPS)", sustained.value / 1e12,
                 short_ceiling.value / 1e12);
-  std::vector<const MicrobenchFile*> inputs = files_of(rows.sustained);
-  for (const MicrobenchFile* file : files_of(rows.shape_rows)) {
-    if (std::find(inputs.begin(), inputs.end(), file) == inputs.end()) inputs.push_back(file);
-  }
+  std::vector<GemmRow> both = rows.sustained;
+  both.insert(both.end(), rows.shape_rows.begin(), rows.shape_rows.end());
   return {"sustained_clock",
           share,
           share * std::hypot(sustained.sigma / sustained.value,
@@ -441,7 +439,7 @@ KernelFitParameter fit_sustained_clock(const GemmRowsFit& rows, const Calibrated
               " under sustained load over the ceiling of " +
               rows_of(rows.shape_rows.size(), label + " GEMM") + " of short runs" + ratio,
           true,
-          inputs};
+          files_of(both)};
 }
 
 // Fits the GEMM parameters of `gpu` (BF16's, or FP8's through fp8_gemm_view) to `gemms` and
@@ -494,10 +492,9 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   for (const std::string& key : rows.model) {
     if (!(key == "gemm_sustained" && at_peak(shape_fit))) shape_keys.push_back(key);
   }
+  const std::map<std::string, Calibrated*> shape_members = members_of(shape_fit);
   std::vector<Calibrated*> shape_parameters;
-  for (const std::string& key : shape_keys) {
-    shape_parameters.push_back(members_of(shape_fit).at(key));
-  }
+  for (const std::string& key : shape_keys) shape_parameters.push_back(shape_members.at(key));
   const std::vector<double> shape_sigmas = parameter_sigmas(shape_fit, shaped, shape_parameters);
   const bool best_shape = rows.model.size() < 4;
   // A parameter's sigma: its own where the rows tell it; best-shape rows say nothing of their
@@ -574,11 +571,13 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   const Calibrated& clock = gpu.sustained_clock;
   const bool clock_scaled =
       rows.source == CeilingSource::short_runs && (clock.value != 1 || clock.sigma > 0);
-  const auto with_clock = [&](double value, double sigma, const std::string& text) {
+  // `sigma` is the short runs' ceiling's (`short_run`); the scaled one is `value`.
+  const auto with_clock = [&](double value, double short_run, double sigma,
+                              const std::string& text) {
     char scaled[96];
     std::snprintf(scaled, sizeof scaled, "; x sustained_clock %.3f, the clocks of sustained load",
                   clock.value);
-    const double relative = std::hypot(sigma / (value / clock.value), clock.sigma / clock.value);
+    const double relative = std::hypot(sigma / short_run, clock.sigma / clock.value);
     return std::make_pair(value * relative, text + scaled);
   };
   for (std::size_t j = 0; j < shape_keys.size(); ++j) {
@@ -586,7 +585,7 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
     if (key == "gemm_sustained" && sustained_apart) continue;
     const double value = members.at(key)->value;
     const bool scaled = clock_scaled && key == "gemm_sustained";
-    const double shape_value = value / (scaled ? clock.value : 1.0);
+    const double shape_value = shape_members.at(key)->value;  // before the clock's share
     // A scaled ceiling's sigma holds the clock's: the prior for the short runs' ceiling is what
     // is left of it without that (so that a refit gives the same).
     double prior = start_sigma(start, key);
@@ -601,14 +600,17 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
     std::string text =
         basis +
         (estimable ? "" : " (these rows barely move it: sigma its value, or the profile's)");
-    if (scaled) std::tie(sigma, text) = with_clock(value, sigma, text);
+    if (scaled) std::tie(sigma, text) = with_clock(value, shape_value, sigma, text);
     fit.parameters.push_back({prefix + key, value, sigma, text, true, inputs});
   }
   if (no_ceiling) {
     std::string text = rows_of(gemms.size(), label + " GEMM") +
                        ": none reaches a ceiling below the peak (sigma assumed 10% of the peak)";
     double rate = gpu.gemm_sustained_flops_per_s.value, sigma = 0.1 * peak;
-    if (clock_scaled) std::tie(sigma, text) = with_clock(rate, sigma, text);
+    if (clock_scaled) {
+      std::tie(sigma, text) =
+          with_clock(rate, shape_fit.gemm_sustained_flops_per_s.value, sigma, text);
+    }
     fit.parameters.push_back({prefix + "gemm_sustained", rate, sigma, text, true, inputs});
   }
   for (const auto& [key, member] : members) {

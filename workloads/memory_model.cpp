@@ -181,7 +181,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double per_layer =
       decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp, sp) * tokens;
   // A layer's input: its shard under sequence parallelism, else whole on every rank.
-  const double boundary = kWeightBytes * model.hidden * tokens / (sp ? tp : 1);
+  const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
   // Passes in flight each hold a chunk's layers: counted at the stage's largest chunk.
   int chunk_layers = 0;
   for (int v = stage; v < plan.pp * plan.vpp; v += plan.pp) {

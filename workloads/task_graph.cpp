@@ -566,7 +566,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // older engines sent a 1/tp piece and all-gathered it on arrival); each cp rank its chunks'.
   const double activation_bytes = kBf16Bytes * static_cast<double>(training.micro_batch) *
                                   training.seq_len / plan.cp * model.hidden /
-                                  (plan.sequence_parallel ? plan.tp : 1);
+                                  plan.sequence_shards();
   // Transfer ids: boundary b (between virtual stages b and b + 1), micro-batch i, forward or
   // backward.
   const auto transfer_id = [m](int boundary, int i, bool forward) {

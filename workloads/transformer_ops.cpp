@@ -491,14 +491,14 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
 
   auto& fwd = ops.forward;
   // A block (attention, MLP) starts with a norm on the rank's tokens (its sequence shard under
-  // sequence parallelism) and, with sequence parallelism, an all-gather of the sequence; it ends
-  // with a reduce-scatter back to the shard and the residual add. A column-split GEMM's weight
-  // gradient needs its gathered input again: the re-gather runs before it in backward. A block of
-  // Transformer Engine's projections
-  // (`projections`) overlaps them by userbuffers; a mixture of experts' MLP block (its router a
-  // GEMM of Megatron's own) by NCCL. Without sequence parallelism the block's input is whole:
-  // its input gradient is all-reduced in backward (after the first GEMMs' weight gradients,
-  // beside which it may run), and its output all-reduced in forward.
+  // sequence parallelism) and, with sequence parallelism, an all-gather of the sequence; it
+  // ends with a reduce-scatter back to the shard and the residual add. A column-split GEMM's
+  // weight gradient needs its gathered input again: the re-gather runs before it in backward.
+  // A block of Transformer Engine's projections (`projections`) overlaps them by userbuffers; a
+  // mixture of experts' MLP block (its router a GEMM of Megatron's own) by NCCL. Without
+  // sequence parallelism the block's input is whole: its input gradient is all-reduced in
+  // backward (after the first GEMMs' weight gradients, beside which it may run), and its output
+  // all-reduced in forward.
   const bool eager = training.elementwise == Elementwise::eager;
   const auto enter_block = [&](const std::string& block, bool projections) {
     if (eager && model.norm == Norm::rmsnorm) {

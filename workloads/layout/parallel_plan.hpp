@@ -112,6 +112,9 @@ struct ParallelPlan {
 
   // The ranks that hold the same parameters, over which gradients are reduced and ZeRO shards.
   int gradient_ranks() const { return dp * cp; }
+  // The ranks a sequence's tokens between blocks are split over: tp under sequence
+  // parallelism, else none (every tensor-parallel rank holds them whole).
+  int sequence_shards() const { return sequence_parallel ? tp : 1; }
   int world_size() const { return tp * cp * dp * pp; }
   bool operator==(const ParallelPlan&) const = default;
 };

@@ -218,17 +218,14 @@ Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
 Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.cp <= 1) return {};
   // Sequence parallelism shards each chunk again over tp.
-  const int sharded_by = plan.sequence_parallel ? plan.tp : 1;
-  const Wide chunks = size_product({2, plan.cp, sharded_by});
+  const Wide chunks = size_product({2, plan.cp, plan.sequence_shards()});
   if (job.seq_len % chunks == 0) return {};
+  const std::string product = plan.sequence_parallel ? "2 x cp x tp" : "2 x cp";
   return at({"layout.cp"},
-            plan.sequence_parallel
-                ? "cp " + str(plan.cp) + " cuts each sequence into 2 x cp chunks that tp " +
-                      str(plan.tp) + " shards again: 2 x cp x tp = " + str(chunks) +
-                      " must divide seq_len " + str(job.seq_len)
-                : "cp " + str(plan.cp) + " cuts each sequence into 2 x cp = " + str(chunks) +
-                      " chunks, which must divide seq_len " + str(job.seq_len),
-            "pick a cp whose 2 x cp x tp divides the sequence length");
+            "cp " + str(plan.cp) + " cuts each sequence into 2 x cp chunks" +
+                (plan.sequence_parallel ? " that tp " + str(plan.tp) + " shards again" : "") +
+                ": " + product + " = " + str(chunks) + " must divide seq_len " + str(job.seq_len),
+            "pick a cp whose " + product + " divides the sequence length");
 }
 
 Problem cp_needs_flash_attention(const JobSubject& job, const ParallelPlan& plan) {
