@@ -54,12 +54,14 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
   CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
 }
 
-TEST_CASE("a memory variant of a GPU is its parent's profile but for its memory") {
+TEST_CASE("a variant of a GPU is its parent's profile but for its memory and power limit") {
   // The same die with other memory: a100-sxm-40gb (GA100 at 400 W, HBM2) copies a100-sxm, and
   // h100-sxm-96gb (GH100 at 500 W, HBM2e) copies h100-sxm, every entry but the memory's capacity
   // and bandwidth, and each must follow when its parent's fit changes. h100-sxm-96gb's lower
   // power limit has its own sustained GEMM rate, fitted to GEMMs at 500 W: lower than the
-  // parent's, and the FP16 peak its rows are read against, the BF16 one.
+  // parent's, and the FP16 peak its rows are read against, the BF16 one. The clocks its power
+  // limit settles slow every tensor-core kernel alike: its attention efficiencies and FP8 GEMM
+  // rate are the parent's at the share its BF16 GEMMs keep (to the 3 decimals written).
   struct Variant {
     const char* name;
     const char* parent;
@@ -87,6 +89,23 @@ TEST_CASE("a memory variant of a GPU is its parent's profile but for its memory"
       CHECK(variant.gemm_sustained_flops_per_s.value < parent.gemm_sustained_flops_per_s.value);
       REQUIRE(variant.dense_fp16_flops_per_s);
       CHECK(variant.dense_fp16_flops_per_s->value == parent.dense_bf16_flops_per_s.value);
+      const double share =
+          variant.gemm_sustained_flops_per_s.value / parent.gemm_sustained_flops_per_s.value;
+      CHECK(share == Approx(623.2 / 819.9).epsilon(1e-3));  // the profile's provenance
+      for (auto& [kernel, rates] : variant.attention) {
+        INFO(attention_kernel_name(kernel));
+        const AttentionRates& own = parent.attention.at(kernel);
+        for (auto [pass, parent_pass] : {std::pair{&rates.fwd, &own.fwd}, {&rates.bwd, &own.bwd}}) {
+          CHECK(pass->efficiency.value ==
+                Approx(parent_pass->efficiency.value * share).margin(6e-4));
+          CHECK_THAT(pass->efficiency.provenance, Catch::StartsWith("extrapolated: "));
+          pass->efficiency = parent_pass->efficiency;
+        }
+      }
+      REQUIRE(variant.fp8);
+      CHECK(variant.fp8->gemm_sustained_flops_per_s.value ==
+            Approx(parent.fp8->gemm_sustained_flops_per_s.value * share).epsilon(1e-3));
+      variant.fp8->gemm_sustained_flops_per_s = parent.fp8->gemm_sustained_flops_per_s;
       variant.gemm_sustained_flops_per_s = parent.gemm_sustained_flops_per_s;
       variant.dense_fp16_flops_per_s = parent.dense_fp16_flops_per_s;
       // The parent's clock share, extrapolated (fitted on the parent's files, not its own).
