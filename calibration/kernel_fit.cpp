@@ -633,6 +633,20 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
 
 }  // namespace
 
+std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
+                                      std::string_view kind, std::string_view dtype) {
+  std::vector<KernelFitPoint> kept;
+  for (const KernelFitPoint& point : points) {
+    const std::string_view what = point.what;
+    const bool of_kind =
+        what.starts_with(kind) && what.size() > kind.size() && what[kind.size()] == ' ';
+    const bool of_dtype = dtype.empty() || (what.ends_with(dtype) && what.size() > dtype.size() &&
+                                            what[what.size() - dtype.size() - 1] == ' ');
+    if (of_kind && of_dtype) kept.push_back(point);
+  }
+  return kept;
+}
+
 KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files) {
   if (!(start.dense_bf16_flops_per_s.value > 0) || !(start.hbm_bytes_per_s.value > 0) ||
       start.sm_count < 1) {

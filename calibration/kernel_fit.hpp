@@ -31,6 +31,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -65,6 +66,11 @@ struct KernelFit {
   std::vector<std::string> inputs;       // "file (checksum)", one per file read
   std::vector<std::string> skipped;      // rows the model does not cover, and why
 };
+
+// The points of one kind of row: those whose `what` starts with `kind` ("gemm", "memory",
+// "attention", "overlap") and, where `dtype` is given, ends with it ("bf16", "fp8").
+std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
+                                      std::string_view kind, std::string_view dtype = {});
 
 // Throws MicrobenchError (no usable rows) or ModelError on a profile without peaks.
 // The fit points into `files`, which must outlive it.

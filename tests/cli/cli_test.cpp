@@ -408,7 +408,7 @@ TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") 
   const Result result = run_cli("calibrate " + log + " --node mi300x-platform");
   REQUIRE(result.exit_code == 0);
   CHECK(result.out.find("fit of link_efficiency.xgmi") != std::string::npos);
-  // Rows of 64 MiB and up of this log give 0.710 (docs/kernel-accuracy.md's table); a model
+  // Rows of 64 MiB and up of this log give 0.710 (docs/collective-accuracy.md's table); a model
   // change that moves the fit shows here.
   CHECK(result.out.find("efficiency  0.71") != std::string::npos);
   CHECK(result.out.find("provenance: 'measured: fit to") != std::string::npos);

@@ -188,8 +188,8 @@ std::string render_page(const std::vector<Case>& cases) {
           "listed in the file's header, and what the run measured in its `measured:` block. "
           "`fleetsim_accuracy` simulates each and writes this page; a test fails when the page "
           "is stale. Nothing in the model is fitted to these runs: the GPU profiles come from "
-          "kernel microbenchmarks and spec sheets (see [kernels and collectives]"
-          "(kernel-accuracy.md)).\n\n"
+          "kernel microbenchmarks and spec sheets (see [kernels](kernel-accuracy.md) and "
+          "[collectives](collective-accuracy.md)).\n\n"
        << runs_per_file.size() << " scenarios, " << cases.size() << " published runs: " << ran
        << " simulated, " << refused.size()
        << " that fleetsim cannot express yet (listed at the end: each is a gap in the model). "

@@ -4,6 +4,8 @@
 //
 //   docs/results-schema.md       the result registry (sim/report/result_fields.cpp)
 //   docs/layout-reference.md     the layout's dimensions and job rules (workloads/layout/)
+//   docs/kernel-accuracy.md      each GPU profile's kernel fit to its microbenchmarks
+//                                (calibration/microbench/, kernel_accuracy_page.cpp)
 //   docs/examples/<scenario>.md  each shipped scenario: what it is, its figures, its file
 //   README.md                    the default scenario's figures, between its markers
 //
@@ -24,6 +26,7 @@
 
 #include "sim/report/report.hpp"
 #include "sim/report/result_fields.hpp"
+#include "tools/docs/kernel_accuracy_page.hpp"
 #include "workloads/layout/dimensions.hpp"
 #include "workloads/layout/rules.hpp"
 
@@ -191,6 +194,7 @@ int main(int argc, char** argv) {
     std::map<fs::path, std::string> pages;  // relative path -> content
     pages["docs/results-schema.md"] = fleetsim::render_results_schema();
     pages["docs/layout-reference.md"] = layout_page();
+    pages["docs/kernel-accuracy.md"] = fleetsim::docs::kernel_accuracy_page(source);
     std::vector<fs::path> scenarios;
     for (const auto& entry : fs::directory_iterator(source / "scenarios")) {
       if (entry.path().extension() == ".yaml") scenarios.push_back(entry.path());

@@ -96,14 +96,12 @@ void print_points(const std::vector<KernelFitPoint>& points) {
   }
 }
 
-// The errors of the GEMM rows of one input precision ("gemm ... bf16").
+// The |errors| of the GEMM rows of one input precision ("gemm ... bf16").
 std::vector<double> gemm_errors(const std::vector<KernelFitPoint>& points,
                                 const std::string& dtype) {
   std::vector<double> errors;
-  for (const KernelFitPoint& point : points) {
-    if (point.what.starts_with("gemm ") && point.what.ends_with(" " + dtype)) {
-      errors.push_back(std::abs(point.error()));
-    }
+  for (const KernelFitPoint& point : points_of(points, "gemm", dtype)) {
+    errors.push_back(std::abs(point.error()));
   }
   return errors;
 }
