@@ -196,7 +196,9 @@ void fit_attention(KernelFit& fit, const GpuProfile& start, AttentionKernel kern
     char what[96];
     std::snprintf(what, sizeof what, "attention %s %s %s s%.0f d%.0f", name.c_str(),
                   s->direction.c_str(), s->causal ? "causal" : "full", s->seq, s->head_dim);
-    fit.points.push_back({what, file->path, s->line, s->seconds, model_seconds(*s, *file)});
+    fit.points.push_back({what, file->path, s->line, s->seconds, model_seconds(*s, *file),
+                          "attention", s->dtype,
+                          rows.size() < 2 ? FitRole::sets : FitRole::fitted});
   }
 }
 

@@ -268,9 +268,10 @@ std::string shape_of(const GemmSample& s) {
   return "gemm " + shape + " " + s.dtype;
 }
 
-KernelFitPoint gemm_point(const GpuProfile& gpu, const GemmRow& row) {
-  return {shape_of(*row.sample), row.file->path, row.sample->line, row.sample->seconds,
-          gemm_seconds(gpu, *row.sample)};
+KernelFitPoint gemm_point(const GpuProfile& gpu, const GemmRow& row,
+                          FitRole role = FitRole::fitted) {
+  return {shape_of(*row.sample),          row.file->path, row.sample->line,  row.sample->seconds,
+          gemm_seconds(gpu, *row.sample), "gemm",         row.sample->dtype, role};
 }
 
 std::size_t distinct_shapes(const std::vector<GemmRow>& rows) {
@@ -625,8 +626,23 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
   // Every row at the clocks it ran at: a short run's at boost, one under sustained load's
   // settled.
   const GpuProfile boost = at_boost_clocks(gpu);
+  const auto among = [](const std::vector<GemmRow>& rows, const GemmRow& row) {
+    return std::any_of(rows.begin(), rows.end(),
+                       [&](const GemmRow& other) { return other.sample == row.sample; });
+  };
+  // Best-shape rows: the fastest sets the ceiling; the others are held to it, not fitted.
+  const auto rate = [](const GemmRow& row) { return row.sample->flops() / row.sample->seconds; };
+  const GemmRow* fastest = nullptr;
+  for (const GemmRow& row : shaped) {
+    if (!fastest || rate(row) > rate(*fastest)) fastest = &row;
+  }
   for (const GemmRow& row : gemms) {
-    fit.points.push_back(gemm_point(row.file->sustained ? gpu : boost, row));
+    const FitRole best_shape_role =
+        fastest && fastest->sample == row.sample ? FitRole::sets : FitRole::checked;
+    const FitRole role = among(shaped, row) ? (best_shape ? best_shape_role : FitRole::fitted)
+                         : among(rows.sustained, row) ? FitRole::sets
+                                                      : FitRole::checked;
+    fit.points.push_back(gemm_point(row.file->sustained ? gpu : boost, row, role));
   }
   fit.held_out.insert(fit.held_out.end(), held_out.begin(), held_out.end());
 }
@@ -637,12 +653,24 @@ std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
                                       std::string_view kind, std::string_view dtype) {
   std::vector<KernelFitPoint> kept;
   for (const KernelFitPoint& point : points) {
-    const std::string_view what = point.what;
-    const bool of_kind =
-        what.starts_with(kind) && what.size() > kind.size() && what[kind.size()] == ' ';
-    const bool of_dtype = dtype.empty() || (what.ends_with(dtype) && what.size() > dtype.size() &&
-                                            what[what.size() - dtype.size() - 1] == ' ');
-    if (of_kind && of_dtype) kept.push_back(point);
+    if (point.kind == kind && (dtype.empty() || point.dtype == dtype)) kept.push_back(point);
+  }
+  return kept;
+}
+
+std::vector<KernelFitPoint> gemm_points(const std::vector<KernelFitPoint>& points, bool fp8) {
+  std::vector<KernelFitPoint> kept;
+  for (const KernelFitPoint& point : points) {
+    if (point.kind == "gemm" && (point.dtype == "fp8") == fp8) kept.push_back(point);
+  }
+  return kept;
+}
+
+std::vector<KernelFitPoint> points_in_role(const std::vector<KernelFitPoint>& points,
+                                           FitRole role) {
+  std::vector<KernelFitPoint> kept;
+  for (const KernelFitPoint& point : points) {
+    if (point.role == role) kept.push_back(point);
   }
   return kept;
 }
@@ -762,8 +790,10 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     for (const auto& [s, file] : memory) {
       Kernel copy;
       copy.bytes = s->bytes;
-      fit.points.push_back({"memory " + s->op + " " + std::to_string(s->bytes / 1e6) + " MB",
-                            file->path, s->line, s->seconds, kernel_seconds(gpu, copy)});
+      char what[96];
+      std::snprintf(what, sizeof what, "memory %s %.0f MB", s->op.c_str(), s->bytes / 1e6);
+      fit.points.push_back({what, file->path, s->line, s->seconds, kernel_seconds(gpu, copy),
+                            "memory", "", memory.size() < 2 ? FitRole::sets : FitRole::fitted});
     }
   }
 
@@ -842,7 +872,9 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
       char what[96];
       std::snprintf(what, sizeof what, "overlap %.0fx%.0fx%.0f beside a collective", s->m, s->n,
                     s->k);
-      fit.points.push_back({what, file->path, s->line, s->with_comm_seconds, beside_s(row, held)});
+      fit.points.push_back({what, file->path, s->line, s->with_comm_seconds, beside_s(row, held),
+                            "overlap", s->dtype,
+                            overlap.size() < 2 ? FitRole::sets : FitRole::fitted});
     }
     fit.parameters.push_back(
         {"comm_sms", static_cast<double>(held), spread,

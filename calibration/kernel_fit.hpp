@@ -40,12 +40,29 @@
 
 namespace fleetsim {
 
+// What a row did in its fit: one of several the parameters are fitted to; one that sets an
+// entry on its own (a best shape, a single memory copy, GEMMs under sustained load beside short
+// runs), where its error is nil by construction; or one only compared with the fit (short runs
+// beside a sweep under sustained load).
+enum class FitRole { fitted, sets, checked };
+inline const char* to_string(FitRole role) {
+  switch (role) {
+    case FitRole::fitted: return "fitted";
+    case FitRole::sets: return "sets its entry";
+    case FitRole::checked: return "checked";
+  }
+  return "?";
+}
+
 struct KernelFitPoint {
-  std::string what;  // "gemm 4096x2048x4096 bf16", "memory copy 512 MiB", ...
+  std::string what;  // "gemm 4096x2048x4096 bf16", "memory copy 512 MB", ...
   std::string file;
   int line = 0;
   double measured_s = 0;
   double fitted_s = 0;
+  std::string kind;   // "gemm", "memory", "attention", "overlap"
+  std::string dtype;  // the row's input precision ("bf16", "fp16", "fp8"); empty for memory
+  FitRole role = FitRole::fitted;
   double error() const { return fitted_s / measured_s - 1; }
 };
 
@@ -67,10 +84,15 @@ struct KernelFit {
   std::vector<std::string> skipped;      // rows the model does not cover, and why
 };
 
-// The points of one kind of row: those whose `what` starts with `kind` ("gemm", "memory",
-// "attention", "overlap") and, where `dtype` is given, ends with it ("bf16", "fp8").
+// The points of one kind of row ("gemm", "memory", "attention", "overlap") and, where `dtype`
+// is given, of that input precision ("bf16", "fp16", "fp8").
 std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
                                       std::string_view kind, std::string_view dtype = {});
+// The GEMM points of the FP8 fit, or of the 16-bit one (BF16 rows, and FP16 rows the profile
+// reads as BF16).
+std::vector<KernelFitPoint> gemm_points(const std::vector<KernelFitPoint>& points, bool fp8);
+// Those of `points` in `role`.
+std::vector<KernelFitPoint> points_in_role(const std::vector<KernelFitPoint>& points, FitRole role);
 
 // Throws MicrobenchError (no usable rows) or ModelError on a profile without peaks.
 // The fit points into `files`, which must outlive it.

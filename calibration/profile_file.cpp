@@ -54,6 +54,15 @@ std::string format_number(double value) {
 
 }  // namespace
 
+std::string profile_entry_text(const std::string& key, double value) {
+  // Durations and rates carry their unit (microseconds, TFLOPS); the other fitted entries are
+  // plain numbers.
+  const std::string unit = profile_entry_unit(key);
+  if (unit == "us") return format_number(value * 1e6) + unit;
+  if (unit == "TFLOPS") return format_number(value / 1e12) + unit;
+  return format_number(value);
+}
+
 std::string with_profile_entry(const std::string& text, const std::string& file,
                                const std::string& parameter, const Calibrated& entry) {
   YAML::Node root;
@@ -148,14 +157,7 @@ std::string with_profile_entry(const std::string& text, const std::string& file,
   std::size_t last = stop - 1;  // inclusive
   while (last > first && blank_or_comment(lines[last])) --last;
   const std::string pad(indent, ' ');
-  // Durations and rates carry their unit (microseconds, TFLOPS); the other fitted entries are
-  // plain numbers.
-  const std::string unit = profile_entry_unit(parameter);
-  const auto written = [&](double value) {
-    if (unit == "us") return format_number(value * 1e6) + unit;
-    if (unit == "TFLOPS") return format_number(value / 1e12) + unit;
-    return format_number(value);
-  };
+  const auto written = [&](double value) { return profile_entry_text(parameter, value); };
   const std::vector<std::string> block = {
       pad + key + ":", pad + "  value: " + written(entry.value),
       pad + "  sigma: " + written(entry.sigma),

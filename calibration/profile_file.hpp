@@ -16,6 +16,9 @@ std::optional<ProfileQuantity> profile_entry_quantity(std::string_view key);
 // The unit a fit writes `key`'s value in: "us" (durations), "TFLOPS" (rates), or "" (plain
 // numbers and fractions).
 std::string profile_entry_unit(const std::string& key);
+// `value` of entry `key` as the profile writes it, unit included ("5.564us", "732.707TFLOPS",
+// "0.891").
+std::string profile_entry_text(const std::string& key, double value);
 
 // `text`, a GPU profile read from `file`, with the {value, sigma, provenance} entry of
 // `parameter` ("nvls_efficiency", "p2p_efficiency", "link_efficiency.<kind>", or a kernel

@@ -589,25 +589,3 @@ TEST_CASE("a longer K runs closer to the long-K efficiency") {
   // With full waves, the rate is peak x efficiency x K / (K + k0).
   CHECK(tflops(2048) == Approx(989 * 0.8 * 2048 / 2148).epsilon(1e-6));
 }
-
-TEST_CASE("a fit's rows are picked by kind and input precision, word by word") {
-  // The calibrate command's summaries and the generated kernel page count rows this way: a
-  // kind or precision matches a whole word of the row's name, never part of one.
-  const auto point = [](std::string what) {
-    KernelFitPoint p;
-    p.what = std::move(what);
-    return p;
-  };
-  const std::vector<KernelFitPoint> points = {
-      point("gemm 4096x4096x4096 bf16"),  point("gemm 2x 512x4096x4096 fp16"),
-      point("gemm 1024x1024x1024 fp8"),   point("attention fa2 fwd full s4096 d128"),
-      point("memory copy 536.870912 MB"), point("gemmlike 1x1x1 bf16")};
-  CHECK(points_of(points, "gemm").size() == 3);
-  CHECK(points_of(points, "gemm", "bf16").size() == 1);
-  CHECK(points_of(points, "gemm", "fp16").size() == 1);
-  CHECK(points_of(points, "gemm", "16").empty());
-  CHECK(points_of(points, "gemm", "fp8").front().what == "gemm 1024x1024x1024 fp8");
-  CHECK(points_of(points, "attention").size() == 1);
-  CHECK(points_of(points, "memory").size() == 1);
-  CHECK(points_of(points, "overlap").empty());
-}

@@ -1,6 +1,7 @@
 // The shipped GPU profiles' kernel entries are what `fleetsim calibrate --kernels` fits to the
 // shipped inputs (calibration/microbench/<profile>/): regenerated, they match bit for bit.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -55,13 +56,13 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
 }
 
 TEST_CASE("a variant of a GPU is its parent's profile but for its memory and power limit") {
-  // The same die with other memory: a100-sxm-40gb (GA100 at 400 W, HBM2) copies a100-sxm, and
-  // h100-sxm-96gb (GH100 at 500 W, HBM2e) copies h100-sxm, every entry but the memory's capacity
-  // and bandwidth, and each must follow when its parent's fit changes. h100-sxm-96gb's lower
-  // power limit has its own sustained GEMM rate, fitted to GEMMs at 500 W: lower than the
-  // parent's, and the FP16 peak its rows are read against, the BF16 one. The clocks its power
-  // limit settles slow every tensor-core kernel alike: its attention efficiencies and FP8 GEMM
-  // rate are the parent's at the share its BF16 GEMMs keep (to the 3 decimals written).
+  // The same die with other memory: a100-sxm-40gb (GA100 at 400 W, HBM2) copies a100-sxm, every
+  // entry but the memory's capacity and bandwidth, and must follow when its parent's fit
+  // changes. h100-sxm-96gb (GH100 at 500 W, HBM2e) copies h100-sxm likewise but for its lower
+  // power limit: its own sustained GEMM rate, fitted to GEMMs at 500 W (lower than the parent's;
+  // the FP16 peak its rows are read against, the BF16 one), and its attention efficiencies and
+  // FP8 GEMM rate the parent's at the share its BF16 GEMMs keep, each sigma the parent's and the
+  // share's 7.2% together (to the decimals written).
   struct Variant {
     const char* name;
     const char* parent;
@@ -91,6 +92,10 @@ TEST_CASE("a variant of a GPU is its parent's profile but for its memory and pow
       CHECK(variant.dense_fp16_flops_per_s->value == parent.dense_bf16_flops_per_s.value);
       const double share =
           variant.gemm_sustained_flops_per_s.value / parent.gemm_sustained_flops_per_s.value;
+      // The share's relative sigma: its one row's 5% and the 700 W ceiling's, the parent's
+      // gemm_efficiency sigma over its value.
+      const double kShareSigma =
+          std::hypot(0.05, parent.gemm_efficiency.sigma / parent.gemm_efficiency.value);
       CHECK(share == Approx(623.2 / 819.9).epsilon(1e-3));  // the profile's provenance
       for (auto& [kernel, rates] : variant.attention) {
         INFO(attention_kernel_name(kernel));
@@ -98,6 +103,11 @@ TEST_CASE("a variant of a GPU is its parent's profile but for its memory and pow
         for (auto [pass, parent_pass] : {std::pair{&rates.fwd, &own.fwd}, {&rates.bwd, &own.bwd}}) {
           CHECK(pass->efficiency.value ==
                 Approx(parent_pass->efficiency.value * share).margin(6e-4));
+          CHECK(pass->efficiency.sigma ==
+                Approx(pass->efficiency.value *
+                       std::hypot(parent_pass->efficiency.sigma / parent_pass->efficiency.value,
+                                  kShareSigma))
+                    .epsilon(1e-2));
           CHECK_THAT(pass->efficiency.provenance, Catch::StartsWith("extrapolated: "));
           pass->efficiency = parent_pass->efficiency;
         }
@@ -105,6 +115,11 @@ TEST_CASE("a variant of a GPU is its parent's profile but for its memory and pow
       REQUIRE(variant.fp8);
       CHECK(variant.fp8->gemm_sustained_flops_per_s.value ==
             Approx(parent.fp8->gemm_sustained_flops_per_s.value * share).epsilon(1e-3));
+      const Calibrated& own_fp8 = parent.fp8->gemm_sustained_flops_per_s;
+      CHECK(variant.fp8->gemm_sustained_flops_per_s.sigma ==
+            Approx(variant.fp8->gemm_sustained_flops_per_s.value *
+                   std::hypot(own_fp8.sigma / own_fp8.value, kShareSigma))
+                .epsilon(1e-3));
       variant.fp8->gemm_sustained_flops_per_s = parent.fp8->gemm_sustained_flops_per_s;
       variant.gemm_sustained_flops_per_s = parent.gemm_sustained_flops_per_s;
       variant.dense_fp16_flops_per_s = parent.dense_fp16_flops_per_s;
@@ -155,4 +170,31 @@ TEST_CASE("an A100 elementwise kernel beside an all-gather: HBM explains part of
   const double slowdown = kernel_seconds(a100, copy, 0, taken) / 20e-6;
   CHECK(slowdown > 1.4);
   CHECK(slowdown < 0.05 / 0.02);
+}
+
+TEST_CASE("a fit's rows by kind, precision and role, as the page and the CLI summarise them") {
+  // On the shipped H100 SXM inputs: the gpu-fryer burn under sustained load beside the short
+  // runs sets the sustained rate (nil error by construction), the 16-bit short runs are the
+  // rows fitted, the single STREAM copy sets the memory efficiency, and the FP8 sweep under
+  // sustained load is fitted with mamf-finder's best short-run shape only checked beside it.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::vector<MicrobenchFile> files =
+      read_microbench_dir(source + "/calibration/microbench/h100-sxm");
+  const KernelFit fit = fit_kernels(load_gpu_profile(DataPaths{source}, "h100-sxm"), files);
+  const std::vector<KernelFitPoint> sixteen = gemm_points(fit.points, false);
+  const std::vector<KernelFitPoint> fp8 = gemm_points(fit.points, true);
+  CHECK(points_of(fit.points, "gemm").size() == sixteen.size() + fp8.size());
+  CHECK(points_in_role(sixteen, FitRole::sets).size() == 1);
+  CHECK(std::abs(points_in_role(sixteen, FitRole::sets).front().error()) < 1e-9);
+  CHECK(points_in_role(sixteen, FitRole::fitted).size() == 18);  // the profile's basis says 18
+  CHECK(points_in_role(fp8, FitRole::fitted).size() == 9);
+  REQUIRE(points_in_role(fp8, FitRole::checked).size() == 1);
+  CHECK(points_in_role(fp8, FitRole::checked).front().file.ends_with("gemm-mamf-fp8.csv"));
+  const std::vector<KernelFitPoint> memory = points_of(fit.points, "memory");
+  REQUIRE(memory.size() == 1);
+  CHECK(memory.front().role == FitRole::sets);
+  CHECK(memory.front().dtype.empty());
+  CHECK(points_of(fit.points, "attention", "bf16").size() ==
+        points_of(fit.points, "attention").size());
+  CHECK(points_of(fit.points, "overlap").empty());
 }

@@ -35,36 +35,49 @@ std::string cell(std::string text) {
   return escaped;
 }
 
-// "n: median / max" of the rows' |errors|, or a dash for none.
+// "n: median / max" of the rows' |errors|.
 std::string error_summary(const std::vector<KernelFitPoint>& points) {
-  if (points.empty()) return "—";
   std::vector<double> errors;
   for (const KernelFitPoint& point : points) errors.push_back(std::abs(point.error()));
   return std::to_string(points.size()) + ": " + formatted("%.1f%%", 100 * median(errors)) + " / " +
          formatted("%.1f%%", 100 * *std::max_element(errors.begin(), errors.end()));
 }
 
+// A summary cell: the rows fitted (median / max |error|), those that set an entry alone (their
+// error near nil by construction: counted, not scored), those only checked; a dash for none.
+std::string rows_cell(const std::vector<KernelFitPoint>& points) {
+  const std::vector<KernelFitPoint> fitted = points_in_role(points, FitRole::fitted);
+  const std::vector<KernelFitPoint> sets = points_in_role(points, FitRole::sets);
+  const std::vector<KernelFitPoint> checked = points_in_role(points, FitRole::checked);
+  std::vector<std::string> parts;
+  if (!fitted.empty()) parts.push_back(error_summary(fitted));
+  if (!sets.empty()) parts.push_back(std::to_string(sets.size()) + " setting an entry");
+  if (!checked.empty()) parts.push_back("checked " + error_summary(checked));
+  if (parts.empty()) return "—";
+  std::string text = parts.front();
+  for (std::size_t i = 1; i < parts.size(); ++i) text += "; " + parts[i];
+  return text;
+}
+
 std::string points_table(const std::vector<KernelFitPoint>& points) {
   std::string table =
-      "| row | file | measured (µs) | model (µs) | error |\n|---|---|---|---|---|\n";
+      "| row | file | role | measured (µs) | model (µs) | error |\n|---|---|---|---|---|---|\n";
   for (const KernelFitPoint& point : points) {
     table += "| " + cell(point.what) + " | " + cell(file_name(point.file)) + ":" +
-             std::to_string(point.line) + " | " + formatted("%.2f", 1e6 * point.measured_s) +
-             " | " + formatted("%.2f", 1e6 * point.fitted_s) + " | " +
+             std::to_string(point.line) + " | " + to_string(point.role) + " | " +
+             formatted("%.2f", 1e6 * point.measured_s) + " | " +
+             formatted("%.2f", 1e6 * point.fitted_s) + " | " +
              formatted("%+.1f%%", 100 * point.error()) + " |\n";
   }
   return table;
 }
 
-// The fitted entries in the units the profile writes them in.
+// The fitted entries as the profile writes them.
 std::string parameters_table(const KernelFit& fit) {
   std::string table = "| entry | value | sigma | from |\n|---|---|---|---|\n";
   for (const KernelFitParameter& p : fit.parameters) {
-    const std::string unit = profile_entry_unit(p.key);
-    const double scale = unit == "us" ? 1e6 : unit == "TFLOPS" ? 1e-12 : 1;
-    const std::string shown = unit == "us" ? " µs" : unit.empty() ? "" : " " + unit;
-    table += "| `" + p.key + "` | " + formatted("%.4g", scale * p.value) + shown + " | " +
-             formatted("%.3g", scale * p.sigma) + shown + " | " + cell(p.basis) + " |\n";
+    table += "| `" + p.key + "` | " + profile_entry_text(p.key, p.value) + " | " +
+             profile_entry_text(p.key, p.sigma) + " | " + cell(p.basis) + " |\n";
   }
   return table;
 }
@@ -75,23 +88,16 @@ struct ProfileFit {
   KernelFit fit;
 };
 
-// The GEMM rows at the 16-bit rate: BF16's, and FP16's where the profile reads them as BF16.
-std::vector<KernelFitPoint> sixteen_bit_gemms(const std::vector<KernelFitPoint>& points) {
-  std::vector<KernelFitPoint> gemms = points_of(points, "gemm", "bf16");
-  for (const KernelFitPoint& point : points_of(points, "gemm", "fp16")) gemms.push_back(point);
-  return gemms;
-}
-
 std::string summary_row(const ProfileFit& profile) {
   const KernelFit& fit = profile.fit;
   return "| [" + profile.name + "](#" + profile.name + ") | " +
-         error_summary(sixteen_bit_gemms(fit.points)) + " | " +
-         error_summary(sixteen_bit_gemms(fit.held_out)) + " | " +
-         error_summary(points_of(fit.points, "gemm", "fp8")) + " | " +
-         error_summary(points_of(fit.held_out, "gemm", "fp8")) + " | " +
-         error_summary(points_of(fit.points, "attention")) + " | " +
-         error_summary(points_of(fit.points, "memory")) + " | " +
-         error_summary(points_of(fit.points, "overlap")) + " |\n";
+         rows_cell(gemm_points(fit.points, false)) + " | " +
+         rows_cell(gemm_points(fit.held_out, false)) + " | " +
+         rows_cell(gemm_points(fit.points, true)) + " | " +
+         rows_cell(gemm_points(fit.held_out, true)) + " | " +
+         rows_cell(points_of(fit.points, "attention")) + " | " +
+         rows_cell(points_of(fit.points, "memory")) + " | " +
+         rows_cell(points_of(fit.points, "overlap")) + " |\n";
 }
 
 std::string profile_section(const ProfileFit& profile) {
@@ -112,7 +118,10 @@ std::string profile_section(const ProfileFit& profile) {
   }
   if (!profile.fit.skipped.empty()) {
     section += "\nNot in the model:\n\n";
-    for (const std::string& skipped : profile.fit.skipped) section += "* " + cell(skipped) + "\n";
+    for (const std::string& skipped : profile.fit.skipped) {
+      // The fit names each row by its file's path as read: the page, by the file's name.
+      section += "* " + cell(skipped.substr(skipped.rfind('/', skipped.find(':')) + 1)) + "\n";
+    }
   }
   return section;
 }
@@ -142,28 +151,36 @@ std::string kernel_accuracy_page(const fs::path& source) {
       "calibration/microbench/<profile> --gpu <profile>` fits the GEMM, memory, FP8, attention "
       "and overlap entries to every row of that folder; a test keeps each shipped profile equal "
       "to its fit, so the errors below are the shipped model's. An error is the model's time "
-      "over the measured one, less one: positive, the model is slower than measured. Rows of a "
-      "file under sustained load are compared at the clocks the power limit settles, short runs "
-      "at boost clocks. With six rows or more of four shapes or more, every third GEMM row is "
-      "held out, predicted by a fit of the others: the out-of-sample error. Entries a profile "
-      "keeps from another GPU say so in their provenance (`extrapolated:`), and profiles "
-      "without a folder here are extrapolated throughout. Collectives are compared with "
-      "nccl-tests logs on [their own page](collective-accuracy.md), end-to-end runs on the "
-      "[accuracy page](accuracy.md).\n\n"
+      "over the measured one, less one: positive, the model is slower than measured "
+      "(pessimistic; the end-to-end page's errors are of throughput, positive where the model "
+      "is optimistic). Rows of a file under sustained load are compared at the clocks the "
+      "power limit settles, short runs at boost clocks. Each row has a role: fitted (one of "
+      "several rows its entries are fitted to), setting an entry alone (a best shape, a single "
+      "copy, GEMMs under sustained load beside short runs: its error near nil by construction, "
+      "counted but not scored), or checked (compared only: short runs beside a sweep under "
+      "sustained "
+      "load). With six GEMM rows or more of four shapes or more, every third is held out and "
+      "predicted by a fit of the others: the out-of-sample error. Entries a profile keeps "
+      "from another GPU say so in their provenance (`extrapolated:`), except the memory "
+      "variants `a100-sxm-40gb` and `h100-sxm-96gb`, which carry their parent's entries with "
+      "their parent's provenance (a test keeps them equal; the 96 GB part's own rows set its "
+      "sustained BF16 rate). Profiles without a folder here are extrapolated throughout. "
+      "Collectives are compared with nccl-tests logs on [their own page]"
+      "(collective-accuracy.md), end-to-end runs on the [accuracy page](accuracy.md).\n\n"
       "Reading the fits:\n\n"
       "* A best-shape row (mamf-finder's: the highest rate of a search over shapes) on its own "
       "caps every GEMM at its rate, so the model runs that very shape slower by its fixed "
-      "time; beside a sweep it is one row of the fit.\n"
-      "* Azure's cuBLASLt sweeps (10,000 warm-ups a shape) are read as runs under sustained "
-      "load: true of the shapes that reach the ceiling, which set it; their small shapes run "
-      "too briefly to settle the clocks, and draw too little power to be held by them.\n"
-      "* Square shapes say little about K: the FP8 fits' K overhead is wide, and an FP8 GEMM "
-      "of short K (a best shape of K 1536 or so) runs slower in the model than measured.\n"
+      "time; beside a sweep of short runs it is one of the rows fitted.\n"
+      "* Sweeps run after thousands of warm-ups (the files' headers say) are read as under "
+      "sustained load: true of the shapes that reach the ceiling, which set it; their small "
+      "shapes run too briefly to settle the clocks, and draw too little power to be held by "
+      "them.\n"
+      "* Square shapes say little about K: where an FP8 fit's K overhead is wide, an FP8 GEMM "
+      "of short K runs slower in the model than measured.\n"
       "* On Blackwell XLA's sm_100 table and mamf-finder's best shapes disagree; the fits "
-      "follow the table, whose shapes training runs.\n"
-      "* The sizes of the STREAM arrays are not published: BabelStream's default is "
-      "assumed.\n\n## Summary\n\n"
-      "Rows, then median / max |error|.\n\n"
+      "follow the table, whose many shapes outweigh one best shape.\n\n## Summary\n\n"
+      "Rows fitted, with median / max |error|; rows setting an entry alone; rows checked, "
+      "with theirs.\n\n"
       "| profile | BF16 / FP16 GEMMs | held out | FP8 GEMMs | held out | attention | memory | "
       "overlap |\n|---|---|---|---|---|---|---|---|\n";
   for (const ProfileFit& profile : profiles) page += summary_row(profile);

@@ -89,18 +89,19 @@ void run_calibrate_command(const CalibrateOptions& options) {
 namespace {
 
 void print_points(const std::vector<KernelFitPoint>& points) {
-  std::printf("  %-36s  %14s  %14s  %8s\n", "row", "measured (us)", "fitted (us)", "error");
+  std::printf("  %-36s  %14s  %14s  %8s  %s\n", "row", "measured (us)", "fitted (us)", "error",
+              "role");
   for (const KernelFitPoint& point : points) {
-    std::printf("  %-36s  %14.2f  %14.2f  %+7.1f%%\n", point.what.c_str(), 1e6 * point.measured_s,
-                1e6 * point.fitted_s, 100 * point.error());
+    std::printf("  %-36s  %14.2f  %14.2f  %+7.1f%%  %s\n", point.what.c_str(),
+                1e6 * point.measured_s, 1e6 * point.fitted_s, 100 * point.error(),
+                to_string(point.role));
   }
 }
 
-// The |errors| of the GEMM rows of one input precision ("gemm ... bf16").
-std::vector<double> gemm_errors(const std::vector<KernelFitPoint>& points,
-                                const std::string& dtype) {
+// The |errors| of the fitted GEMM rows of the FP8 fit or the 16-bit one.
+std::vector<double> gemm_errors(const std::vector<KernelFitPoint>& points, bool fp8) {
   std::vector<double> errors;
-  for (const KernelFitPoint& point : points_of(points, "gemm", dtype)) {
+  for (const KernelFitPoint& point : points_in_role(gemm_points(points, fp8), FitRole::fitted)) {
     errors.push_back(std::abs(point.error()));
   }
   return errors;
@@ -122,29 +123,28 @@ void run_kernel_calibrate_command(const KernelCalibrateOptions& options) {
   for (const std::string& input : fit.inputs) std::printf("  input %s\n", input.c_str());
   std::printf("\n  %-22s  %12s  %12s  %s\n", "parameter", "value", "sigma", "from");
   for (const KernelFitParameter& p : fit.parameters) {
-    // In the units the profile writes: microseconds, TFLOPS, or plain numbers.
-    const std::string unit = profile_entry_unit(p.key);
-    const double scale = unit == "us" ? 1e6 : unit == "TFLOPS" ? 1e-12 : 1;
-    const std::string shown_unit = unit.empty() ? "" : "(" + unit + ") ";
-    std::printf("  %-22s  %12.4g  %12.3g  %s%s\n", p.key.c_str(), scale * p.value, scale * p.sigma,
-                shown_unit.c_str(), p.basis.c_str());
+    // As the profile writes them: microseconds, TFLOPS, or plain numbers.
+    std::printf("  %-22s  %14s  %14s  %s\n", p.key.c_str(),
+                profile_entry_text(p.key, p.value).c_str(),
+                profile_entry_text(p.key, p.sigma).c_str(), p.basis.c_str());
   }
   std::printf("\n");
   print_points(fit.points);
-  // BF16 and FP8 rows are two fits, summarised apart.
-  for (const std::string dtype : {"bf16", "fp8"}) {
-    const std::vector<double> errors = gemm_errors(fit.points, dtype);
+  // The 16-bit and FP8 rows are two fits, summarised apart.
+  for (const bool fp8 : {false, true}) {
+    const std::vector<double> errors = gemm_errors(fit.points, fp8);
     if (errors.empty()) continue;
-    std::printf("\n  %s GEMM rows in the fit: median |error| %.1f%%, max %.1f%%\n", dtype.c_str(),
-                100 * median(errors), 100 * *std::max_element(errors.begin(), errors.end()));
+    std::printf("\n  %s GEMM rows fitted: median |error| %.1f%%, max %.1f%%\n",
+                fp8 ? "FP8" : "BF16/FP16", 100 * median(errors),
+                100 * *std::max_element(errors.begin(), errors.end()));
   }
   if (!fit.held_out.empty()) {
     std::printf("\n  held out (every third GEMM row, predicted by a fit of the others):\n");
     print_points(fit.held_out);
-    for (const std::string dtype : {"bf16", "fp8"}) {
-      const std::vector<double> held = gemm_errors(fit.held_out, dtype);
+    for (const bool fp8 : {false, true}) {
+      const std::vector<double> held = gemm_errors(fit.held_out, fp8);
       if (held.empty()) continue;
-      std::printf("  %s held-out median |error| %.1f%%, max %.1f%%\n", dtype.c_str(),
+      std::printf("  %s held-out median |error| %.1f%%, max %.1f%%\n", fp8 ? "FP8" : "BF16/FP16",
                   100 * median(held), 100 * *std::max_element(held.begin(), held.end()));
     }
   }
