@@ -125,8 +125,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                               "bits), adapters, embedding and head BF16, "
                             : "BF16, ") +
           split +
-          (sharding.parameters_sharded() ? "sharded " + over_dp + " (ZeRO-3)"
-                                         : std::string("replicated")) +
+          (sharding.parameters_sharded()  ? "sharded " + over_dp + " (ZeRO-3)"
+           : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
+                                          : std::string("replicated")) +
           (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
   // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
@@ -148,7 +149,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   } else {
     add("gradients", kMainGradBytes * trained / grad_shards,
         "FP32 main gradients, " + which + split +
-            (sharding.gradients_sharded() ? "sharded " + over_dp : std::string("replicated")));
+            (sharding.gradients_sharded()   ? "sharded " + over_dp
+             : sharding.gathered_for_step() ? std::string("accumulated whole until the last "
+                                                          "micro-batch (FSDP under a pipeline)")
+                                            : std::string("replicated")));
   }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   const std::string states_basis =

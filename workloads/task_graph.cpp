@@ -544,9 +544,10 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   std::vector<MicroBatchBuilder> micro_batch;
   for (const std::vector<Unit>& units : chunks)
     micro_batch.emplace_back(build, units, training, plan);
-  // The distributed optimizer's gather of the last step's updates, overlapped with this step's
-  // forward: one all-gather per trained unit, in the order the forward needs them.
-  const bool gather_ahead = plan.overlap_param_gather && Sharding(plan).gathers_updated_shards();
+  // The distributed optimizer's gather of the last step's updates (FSDP's under a pipeline),
+  // overlapped with this step's forward: one all-gather per trained unit, in the order the
+  // forward needs them.
+  const bool gather_ahead = Sharding(plan).gathers_ahead();
   if (gather_ahead) {
     for (std::size_t chunk = 0; chunk < chunks.size(); ++chunk) {
       std::vector<std::optional<TaskIndex>> gathers(chunks[chunk].size());

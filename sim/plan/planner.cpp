@@ -269,7 +269,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
           ? offloaded_s()
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
-  const bool gathers = sharding.gathers_updated_shards() && !plan.overlap_param_gather;
+  const bool gathers = sharding.gathers_updated_shards() && !sharding.gathers_ahead();
   return optimizer_s + (gathers ? gather_inbound_s(inputs, kBf16Bytes * local) : 0.0);
 }
 

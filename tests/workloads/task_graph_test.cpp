@@ -719,3 +719,51 @@ TEST_CASE("fsdp2: each gathered unit copied out on the compute stream, each grad
       });
   CHECK(after_reduction);
 }
+
+TEST_CASE("FSDP under a pipeline: the distributed optimizer's step, its gather always ahead") {
+  // PyTorch's pipelining runs each stage's fully_shard units with reshard_after_forward off and
+  // gradient sync on the last micro-batch alone (torch.distributed.pipelining's stage:
+  // set_requires_gradient_sync(last_backward)): each unit gathered once a step before its first
+  // forward, its gradients accumulated whole and reduce-scattered after the last backward, the
+  // optimizer on the shards. That is the program of ZeRO 1 with overlap_param_gather, task for
+  // task, and its memory, the weights whole for the step and the optimizer states sharded.
+  const ModelSpec m = llama3_8b();
+  const TrainingSpec t = training(4096, 32, 2);
+  ParallelPlan fsdp;
+  fsdp.dp = 4;
+  fsdp.pp = 2;
+  fsdp.zero_stage = 3;
+  fsdp.fsdp2 = true;
+  ParallelPlan distributed = fsdp;
+  distributed.zero_stage = 1;
+  distributed.fsdp2 = false;
+  distributed.overlap_param_gather = true;
+  const TaskGraph a = build_data_parallel_step(m, t, fsdp);
+  const TaskGraph b = build_data_parallel_step(m, t, distributed);
+  REQUIRE(a.stages.size() == 2);
+  REQUIRE(a.micro_batches == 4);
+  for (std::size_t s = 0; s < a.stages.size(); ++s) {
+    REQUIRE(a.stages[s].size() == b.stages[s].size());
+    int gathers = 0, reductions = 0;
+    for (std::size_t i = 0; i < a.stages[s].size(); ++i) {
+      const Task& x = a.stages[s][i];
+      const Task& y = b.stages[s][i];
+      INFO(x.name);
+      CHECK(x.name == y.name);
+      CHECK(x.stream == y.stream);
+      CHECK(x.deps == y.deps);
+      const auto* work = std::get_if<CollectiveWork>(&x.work);
+      if (!work || work->group != GroupKind::data) continue;
+      gathers += work->op == CollectiveOp::all_gather;
+      reductions += work->op == CollectiveOp::reduce_scatter;
+    }
+    // The stage's units gathered once each, not once a micro-batch; its buckets reduced once.
+    CHECK(gathers == static_cast<int>(stage_layers(m, fsdp, static_cast<int>(s))) + 1);
+    CHECK(reductions >= 1);
+    CHECK(reductions < a.micro_batches * gathers);
+  }
+  const MemoryBreakdown fsdp_memory = estimate_memory(m, t, fsdp, 80e9);
+  const MemoryBreakdown distributed_memory = estimate_memory(m, t, distributed, 80e9);
+  CHECK(fsdp_memory.total_bytes == distributed_memory.total_bytes);
+  CHECK_THAT(fsdp_memory.items.front().basis, Catch::Contains("gathered whole for the step"));
+}

@@ -7,7 +7,6 @@
 
 #include "topology/node_spec.hpp"
 #include "workloads/layout/rules.hpp"
-#include "workloads/layout/sharding.hpp"
 
 namespace fleetsim {
 namespace {
@@ -358,15 +357,16 @@ const std::array<LayoutDimension, 16> kDimensions = {{
      .choices = {},
      .description = "ZeRO 3 as PyTorch's fully_shard runs it: parameters sharded one by one, "
                     "copied out of each all-gather and into each reduce-scatter on the compute "
-                    "stream",
+                    "stream; under a pipeline (PyTorch's pipelining, as torchtitan runs it) "
+                    "each unit gathered for the step and its gradients reduced after the last "
+                    "micro-batch",
      .planner = "the scenario's, wherever ZeRO is 3",
      .get = get_flag<&ParallelPlan::fsdp2>,
      .set = set_flag<&ParallelPlan::fsdp2>,
      .label = flag_words<&ParallelPlan::fsdp2, kFsdp2>,
      .candidates =
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
-           return std::vector<DimensionValue>{search.scenario.fsdp2 &&
-                                              Sharding(chosen).parameters_sharded()};
+           return std::vector<DimensionValue>{search.scenario.fsdp2 && chosen.zero_stage == 3};
          }},
     {.key = "offload_optimizer",
      .output = "offload_optimizer",

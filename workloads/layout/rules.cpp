@@ -142,7 +142,7 @@ Problem param_gather_overlap_needs_zero(const JobSubject&, const ParallelPlan& p
 }
 
 Problem fsdp2_needs_zero_3(const JobSubject&, const ParallelPlan& plan) {
-  if (!plan.fsdp2 || Sharding(plan).parameters_sharded()) return {};
+  if (!plan.fsdp2 || plan.zero_stage == 3) return {};
   return at({"layout.fsdp2"}, "fsdp2 needs sharded parameters (zero 3)",
             "it is how PyTorch's fully_shard gathers and reduces the parameters ZeRO 3 shards");
 }
@@ -267,13 +267,15 @@ Problem stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
 }
 
 // Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
-// over the micro-batches, and parameters stay on their stage.
+// over the micro-batches, and parameters stay on their stage. PyTorch's pipelining runs
+// fully_shard (fsdp2) under a pipeline, its units gathered for the step (sharding.hpp).
 Problem pipeline_shards_optimizer_only(const JobSubject&, const ParallelPlan& plan) {
-  if (plan.pp <= 1 || plan.zero_stage <= 1) return {};
+  if (plan.pp <= 1 || plan.zero_stage <= 1 || (plan.zero_stage == 3 && plan.fsdp2)) return {};
   return at({"layout.zero", "layout.pp"},
             "ZeRO " + str(plan.zero_stage) + " does not combine with pp " + str(plan.pp),
-            "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do: use zero 0 "
-            "or 1");
+            "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do (zero 0 or "
+            "1), or run PyTorch's FSDP under PyTorch's pipelining (zero 3 with fsdp2: true, as "
+            "torchtitan does)");
 }
 
 // ---- the cluster and the batch ---------------------------------------------------------------
@@ -417,7 +419,7 @@ const JobRule kRules[] = {
     {"virtual-stages-within-layers", "pp x vpp is at most the layers",
      virtual_stages_within_layers},
     {"stages-within-layers", "pp is at most the layers", stages_within_layers},
-    {"pipeline-shards-optimizer-only", "a pipeline runs with ZeRO 0 or 1",
+    {"pipeline-shards-optimizer-only", "a pipeline runs with ZeRO 0 or 1, or ZeRO 3 with fsdp2",
      pipeline_shards_optimizer_only},
     {"uses-every-gpu", "tp x cp x pp x dp is the cluster's GPU count", uses_every_gpu},
     {"batch-splits-into-micro-batches", "micro_batch x dp divides the global batch",

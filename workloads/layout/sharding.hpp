@@ -8,6 +8,14 @@
 // reduced over the same groups: all-reduced when they are not sharded, reduce-scattered when
 // the optimizer is. The memory model counts bytes with it, the task-graph builder picks its
 // collectives with it, and the planner's bound follows it.
+//
+// FSDP under a pipeline (ZeRO 3 with pp > 1, as PyTorch's pipelining runs fully_shard for
+// torchtitan) keeps parameters sharded between steps only: a stage's units are gathered at
+// their first forward and kept for the step (reshard_after_forward off), their gradients
+// accumulated whole over the micro-batches and reduce-scattered after the last backward
+// (set_requires_gradient_sync on the last micro-batch alone), the optimizer stepping on the
+// shards. Within a step that is the distributed optimizer's schedule and memory, ZeRO 1's,
+// with its parameter gather always ahead of the forward.
 #pragma once
 
 #include "workloads/layout/parallel_plan.hpp"
@@ -20,8 +28,12 @@ class Sharding {
   explicit Sharding(const ParallelPlan& plan);
 
   bool optimizer_sharded() const { return zero_ >= 1; }
-  bool gradients_sharded() const { return zero_ >= 2; }
-  bool parameters_sharded() const { return zero_ >= 3; }
+  // Within the step: gradients kept sharded (reduced every micro-batch), parameters gathered
+  // before each use (ZeRO 2 and 3 without a pipeline).
+  bool gradients_sharded() const { return zero_ >= 2 && !gathered_for_step_; }
+  bool parameters_sharded() const { return zero_ >= 3 && !gathered_for_step_; }
+  // ZeRO 3 under a pipeline: sharded between steps, gathered for the step (see above).
+  bool gathered_for_step() const { return gathered_for_step_; }
 
   // The ranks a dense parameter's sharded state is split over (its data group), and an
   // expert's (its expert_data group).
@@ -42,12 +54,20 @@ class Sharding {
   // Gradients are reduced every micro-batch (none kept whole to accumulate into) under ZeRO
   // 2 and 3, once after the last micro-batch's backward otherwise.
   bool reduces_every_micro_batch() const { return gradients_sharded(); }
-  // Under ZeRO 1 and 2 each rank updates its shard of whole parameters, which are then
-  // all-gathered for the next forward; ZeRO 3 gathers each unit before every use instead.
-  bool gathers_updated_shards() const { return zero_ == 1 || zero_ == 2; }
+  // Under ZeRO 1 and 2 (and FSDP under a pipeline) each rank updates its shard of whole
+  // parameters, which are then all-gathered for the next forward; ZeRO 3 gathers each unit
+  // before every use instead.
+  bool gathers_updated_shards() const { return zero_ == 1 || zero_ == 2 || gathered_for_step_; }
+  // That gather runs ahead of each unit's first forward, beside compute, rather than after the
+  // optimizer step: Megatron's overlap_param_gather, and always FSDP's.
+  bool gathers_ahead() const {
+    return gathers_updated_shards() && (overlap_param_gather_ || gathered_for_step_);
+  }
 
  private:
   int zero_ = 0;
+  bool gathered_for_step_ = false;
+  bool overlap_param_gather_ = false;
   int dense_ranks_ = 1;
   int expert_ranks_ = 1;
 };
