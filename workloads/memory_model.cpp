@@ -131,24 +131,30 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
           (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
   // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
-  // them (a per-step allocation).
+  // them (a per-step allocation). Under FSDP2 (PyTorch's float8 linears) each weight is cast
+  // as its unit runs: only the units at work hold their copies, under a pipeline too.
   double fp8_copies = 0;
+  const bool fp8_per_unit = sharding.parameters_sharded() || plan.fsdp2;
   if (training.precision == Precision::fp8) {
     const double layer =
         layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp;
-    fp8_copies =
-        2 * kFp8Bytes * layer * (sharding.parameters_sharded() ? kFsdpUnitsGathered : layers);
+    fp8_copies = 2 * kFp8Bytes * layer * (fp8_per_unit ? kFsdpUnitsGathered : layers);
     add("FP8 weight copies", fp8_copies,
-        "each decoder-layer projection weight in FP8 and transposed (Transformer Engine), " +
-            std::string(sharding.parameters_sharded() ? "the units gathered at once"
-                                                      : "the stage's layers"));
+        std::string("each decoder-layer projection weight in FP8 and transposed ") +
+            (sharding.parameters_sharded() ? "(Transformer Engine), the units gathered at once"
+             : plan.fsdp2 ? "(PyTorch's float8 linears), the units at work, cast as each runs"
+                          : "(Transformer Engine), the stage's layers"));
   }
   const double grad_shards = sharding.gradient_shards();
   if (plan.offload_optimizer && sharding.gradients_sharded()) {
     add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");
   } else {
-    add("gradients", kMainGradBytes * trained / grad_shards,
-        "FP32 main gradients, " + which + split +
+    // FSDP under a pipeline accumulates the whole gradients in its reduce dtype.
+    const bool accumulated = sharding.gathered_for_step();
+    add("gradients",
+        (accumulated ? training.grad_reduce_bytes : kMainGradBytes) * trained / grad_shards,
+        std::string(accumulated ? "gradients in the reduce dtype, " : "FP32 main gradients, ") +
+            which + split +
             (sharding.gradients_sharded()   ? "sharded " + over_dp
              : sharding.gathered_for_step() ? std::string("accumulated whole until the last "
                                                           "micro-batch (FSDP under a pipeline)")
@@ -172,7 +178,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
 
   double dynamic = 0;
-  if (sharding.parameters_sharded()) dynamic += fp8_copies;
+  if (fp8_per_unit) dynamic += fp8_copies;
   if (sharding.parameters_sharded()) {
     const double gathered = peak_gathered_parameters(model) / tp * kWeightBytes;
     add("gathered parameters", gathered,

@@ -309,8 +309,9 @@ class MicroBatchBuilder {
     tag_ = "mb" + std::to_string(mb) + ".";
     return backward_units(reduce_gradients, first_reduction, entry, last_reduction);
   }
-  // Without overlap_grad_reduce: the gradient buckets the backward held back, reduced after
-  // `after` (the end of the stage's schedule), in the order they were filled.
+  // The gradient buckets the backward held back (without overlap_grad_reduce; FSDP under a
+  // pipeline), reduced after `after` (the end of the stage's schedule), in the order they were
+  // filled.
   void reduce_held_back(TaskIndex after, std::optional<TaskIndex>& last_reduction) {
     for (const HeldBack& bucket : held_back_) {
       last_reduction = reduce(bucket.name, bucket.op, bucket.parameters, after,
@@ -327,11 +328,11 @@ class MicroBatchBuilder {
   const Unit& unit(std::size_t u) const { return (*units_)[u]; }
 
   // A bucket's reduction after the unit's backward, or held back until the schedule's end
-  // without overlap_grad_reduce.
+  // (without overlap_grad_reduce; FSDP under a pipeline).
   void reduce_bucket(const std::string& name, CollectiveOp op, double parameters, TaskIndex after,
                      bool first_reduction, std::optional<TaskIndex>& last_reduction,
                      GroupKind group = GroupKind::data) {
-    if (plan_->overlap_grad_reduce) {
+    if (!Sharding(*plan_).holds_back_reductions()) {
       last_reduction = reduce(name, op, parameters, after, first_reduction, group);
     } else {
       held_back_.push_back({name, op, parameters, group, first_reduction});
@@ -553,10 +554,14 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
       std::vector<std::optional<TaskIndex>> gathers(chunks[chunk].size());
       for (std::size_t u = 0; u < chunks[chunk].size(); ++u) {
         const Unit& unit = chunks[chunk][u];
-        if (unit.trainable <= 0) continue;
+        // The distributed optimizer gathers what it updated; FSDP shards every parameter, a
+        // LoRA's frozen base too.
+        const double gathered =
+            Sharding(plan).gathered_for_step() ? unit.parameters : unit.trainable;
+        if (gathered <= 0) continue;
         gathers[u] =
             build.collective("c" + std::to_string(chunk) + "." + unit.name + ".param_gather",
-                             CollectiveOp::all_gather, unit.trainable * kBf16Bytes, {});
+                             CollectiveOp::all_gather, gathered * kBf16Bytes, {});
       }
       micro_batch[chunk].set_parameter_gathers(std::move(gathers));
     }
@@ -643,7 +648,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
     offload_gradients(build, plan, training, "embedding_grad", received,
                       tied / plan.tp / plan.gradient_ranks(), /*first=*/false);
   }
-  // Without overlap_grad_reduce every chunk's buckets are reduced once the schedule is done,
+  // Held back, every chunk's buckets are reduced once the schedule is done,
   // after the tied embedding's exchange (DeepSpeed's pipeline engine: ReduceTiedGrads, then
   // ReduceGrads; Megatron-LM runs the two one after the other too).
   for (MicroBatchBuilder& chunk : micro_batch) {

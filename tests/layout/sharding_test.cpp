@@ -52,3 +52,42 @@ TEST_CASE("the cp ranks hold the same parameters, and an expert lies on dp / ep 
   // Unsharded, all of them.
   CHECK(Sharding(with_zero(0, 8, 1, 4)).optimizer_parameters(800, 60) == 860);
 }
+
+TEST_CASE("FSDP under a pipeline is sharded between steps, whole within one") {
+  // PyTorch's pipelining runs fully_shard with reshard_after_forward off and each group's
+  // reduction after the stage's last backward: within the step the distributed optimizer's
+  // sharding (ZeRO 1), its gather always ahead of the forward, its reductions held back.
+  ParallelPlan plan = with_zero(3, 4);
+  plan.pp = 2;
+  plan.fsdp2 = true;
+  const Sharding pipelined(plan);
+  CHECK(pipelined.gathered_for_step());
+  CHECK(pipelined.optimizer_sharded());
+  CHECK_FALSE(pipelined.gradients_sharded());
+  CHECK_FALSE(pipelined.parameters_sharded());
+  CHECK(pipelined.weight_shards() == 1);
+  CHECK(pipelined.gradient_shards() == 1);
+  CHECK_FALSE(pipelined.reduces_every_micro_batch());
+  CHECK(pipelined.reduces_by_scatter());
+  CHECK(pipelined.gathers_updated_shards());
+  CHECK(pipelined.gathers_ahead());
+  CHECK(pipelined.holds_back_reductions());  // whatever overlap_grad_reduce says
+  // Without a pipeline, or without fsdp2 (which the rules refuse), ZeRO 3 is per use.
+  plan.pp = 1;
+  CHECK_FALSE(Sharding(plan).gathered_for_step());
+  CHECK(Sharding(plan).parameters_sharded());
+  CHECK_FALSE(Sharding(plan).holds_back_reductions());
+  plan.pp = 2;
+  plan.fsdp2 = false;
+  CHECK_FALSE(Sharding(plan).gathered_for_step());
+  // ZeRO 1: the gather ahead only with overlap_param_gather, reductions held back only
+  // without overlap_grad_reduce.
+  ParallelPlan distributed = with_zero(1, 4);
+  distributed.pp = 2;
+  CHECK_FALSE(Sharding(distributed).gathers_ahead());
+  distributed.overlap_param_gather = true;
+  CHECK(Sharding(distributed).gathers_ahead());
+  CHECK_FALSE(Sharding(distributed).holds_back_reductions());
+  distributed.overlap_grad_reduce = false;
+  CHECK(Sharding(distributed).holds_back_reductions());
+}

@@ -720,13 +720,17 @@ TEST_CASE("fsdp2: each gathered unit copied out on the compute stream, each grad
   CHECK(after_reduction);
 }
 
-TEST_CASE("FSDP under a pipeline: the distributed optimizer's step, its gather always ahead") {
+TEST_CASE(
+    "FSDP under a pipeline: the distributed optimizer's step, gathered ahead, reduced after") {
   // PyTorch's pipelining runs each stage's fully_shard units with reshard_after_forward off and
-  // gradient sync on the last micro-batch alone (torch.distributed.pipelining's stage:
-  // set_requires_gradient_sync(last_backward)): each unit gathered once a step before its first
-  // forward, its gradients accumulated whole and reduce-scattered after the last backward, the
-  // optimizer on the shards. That is the program of ZeRO 1 with overlap_param_gather, task for
-  // task, and its memory, the weights whole for the step and the optimizer states sharded.
+  // gradient sync off until the stage's last backward, after which it calls each group's
+  // post_backward (torch.distributed.pipelining's stage, since PyTorch 2.5): each unit gathered
+  // once a step before its first forward, its gradients accumulated whole and reduce-scattered
+  // once the backward is done, the optimizer on the shards. Its kernels are ZeRO 1's with
+  // overlap_param_gather, kernel for kernel, and so are its collectives' bytes; its gathers
+  // are ahead of the forward, its reductions after the stage's last backward kernel; its
+  // memory is the distributed optimizer's but for the gradients, accumulated in the reduce
+  // dtype: the weights whole for the step, the optimizer states sharded.
   const ModelSpec m = llama3_8b();
   const TrainingSpec t = training(4096, 32, 2);
   ParallelPlan fsdp;
@@ -742,28 +746,67 @@ TEST_CASE("FSDP under a pipeline: the distributed optimizer's step, its gather a
   const TaskGraph b = build_data_parallel_step(m, t, distributed);
   REQUIRE(a.stages.size() == 2);
   REQUIRE(a.micro_batches == 4);
-  for (std::size_t s = 0; s < a.stages.size(); ++s) {
-    REQUIRE(a.stages[s].size() == b.stages[s].size());
-    int gathers = 0, reductions = 0;
-    for (std::size_t i = 0; i < a.stages[s].size(); ++i) {
-      const Task& x = a.stages[s][i];
-      const Task& y = b.stages[s][i];
-      INFO(x.name);
-      CHECK(x.name == y.name);
-      CHECK(x.stream == y.stream);
-      CHECK(x.deps == y.deps);
-      const auto* work = std::get_if<CollectiveWork>(&x.work);
-      if (!work || work->group != GroupKind::data) continue;
-      gathers += work->op == CollectiveOp::all_gather;
-      reductions += work->op == CollectiveOp::reduce_scatter;
+  const auto kernels = [](const Program& program) {
+    std::vector<Kernel> all;
+    for (const Task& task : program) {
+      if (const auto* work = std::get_if<ComputeWork>(&task.work)) all.push_back(work->kernel);
     }
-    // The stage's units gathered once each, not once a micro-batch; its buckets reduced once.
-    CHECK(gathers == static_cast<int>(stage_layers(m, fsdp, static_cast<int>(s))) + 1);
+    return all;
+  };
+  const auto data_bytes = [](const Program& program, CollectiveOp op) {
+    double bytes = 0;
+    for (const Task& task : program) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (work && work->group == GroupKind::data && work->op == op) bytes += work->size_bytes;
+    }
+    return bytes;
+  };
+  for (std::size_t s = 0; s < a.stages.size(); ++s) {
+    INFO("stage " << s);
+    const Program& program = a.stages[s];
+    CHECK(kernels(program) == kernels(b.stages[s]));
+    for (const CollectiveOp op : {CollectiveOp::all_gather, CollectiveOp::reduce_scatter}) {
+      CHECK(data_bytes(program, op) == Approx(data_bytes(b.stages[s], op)));
+    }
+    TaskIndex last_backward = 0;
+    for (TaskIndex i = 0; i < program.size(); ++i) {
+      if (std::holds_alternative<ComputeWork>(program[i].work) &&
+          program[i].name.find("optimizer") == std::string::npos) {
+        last_backward = i;
+      }
+    }
+    int gathers = 0, reductions = 0;
+    for (TaskIndex i = 0; i < program.size(); ++i) {
+      const auto* work = std::get_if<CollectiveWork>(&program[i].work);
+      if (!work || work->group != GroupKind::data) continue;
+      INFO(program[i].name);
+      if (work->op == CollectiveOp::all_gather) {
+        ++gathers;
+        CHECK(program[i].deps.empty());  // at the start of the step, ahead of the forward
+      } else {
+        ++reductions;
+        CHECK(i > last_backward);  // after the stage's last backward kernel
+      }
+    }
+    // The stage's units gathered once each, not once a micro-batch.
+    CHECK(gathers == stage_layers(m, fsdp, static_cast<int>(s)) + 1);
     CHECK(reductions >= 1);
-    CHECK(reductions < a.micro_batches * gathers);
   }
-  const MemoryBreakdown fsdp_memory = estimate_memory(m, t, fsdp, 80e9);
-  const MemoryBreakdown distributed_memory = estimate_memory(m, t, distributed, 80e9);
+  TrainingSpec fp32_reduce = t;
+  fp32_reduce.grad_reduce_bytes = 4;  // torchtitan's default reduce dtype, Megatron's main grads
+  const MemoryBreakdown fsdp_memory = estimate_memory(m, fp32_reduce, fsdp, 80e9);
+  const MemoryBreakdown distributed_memory = estimate_memory(m, fp32_reduce, distributed, 80e9);
   CHECK(fsdp_memory.total_bytes == distributed_memory.total_bytes);
   CHECK_THAT(fsdp_memory.items.front().basis, Catch::Contains("gathered whole for the step"));
+  // BF16 reduction: the whole gradients kept in BF16, half the FP32 main gradients.
+  TrainingSpec bf16_reduce = t;
+  bf16_reduce.grad_reduce_bytes = 2;
+  const auto gradients = [](const MemoryBreakdown& memory) {
+    for (const MemoryItem& item : memory.items) {
+      if (item.name == "gradients") return item.bytes;
+    }
+    return 0.0;
+  };
+  CHECK(gradients(estimate_memory(m, bf16_reduce, fsdp, 80e9)) ==
+        Approx(gradients(distributed_memory) / 2));
 }

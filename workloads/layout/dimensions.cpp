@@ -358,8 +358,8 @@ const std::array<LayoutDimension, 16> kDimensions = {{
      .description = "ZeRO 3 as PyTorch's fully_shard runs it: parameters sharded one by one, "
                     "copied out of each all-gather and into each reduce-scatter on the compute "
                     "stream; under a pipeline (PyTorch's pipelining, as torchtitan runs it) "
-                    "each unit gathered for the step and its gradients reduced after the last "
-                    "micro-batch",
+                    "each unit gathered once for the step and its gradients reduced once the "
+                    "stage's last backward is done, those copies left out",
      .planner = "the scenario's, wherever ZeRO is 3",
      .get = get_flag<&ParallelPlan::fsdp2>,
      .set = set_flag<&ParallelPlan::fsdp2>,

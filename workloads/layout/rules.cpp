@@ -5,8 +5,6 @@
 #include <tuple>
 #include <utility>
 
-#include "workloads/layout/sharding.hpp"
-
 namespace fleetsim {
 namespace {
 
@@ -121,8 +119,9 @@ Problem grad_reduce_after_backward_needs_zero_0_1(const JobSubject&, const Paral
   if (plan.overlap_grad_reduce || plan.zero_stage <= 1) return {};
   return at({"layout.overlap_grad_reduce", "layout.zero"},
             "overlap_grad_reduce: false needs zero 0 or 1",
-            "ZeRO 2 and 3 reduce-scatter each micro-batch's gradients as its backward runs; with "
-            "them, leave overlap_grad_reduce out");
+            "ZeRO 2 and 3 reduce-scatter each micro-batch's gradients as its backward runs "
+            "(FSDP under a pipeline once the last backward is done, of itself); with them, leave "
+            "overlap_grad_reduce out");
 }
 
 Problem param_gather_overlap_needs_grad_overlap(const JobSubject&, const ParallelPlan& plan) {

@@ -6,8 +6,9 @@ namespace fleetsim {
 
 Sharding::Sharding(const ParallelPlan& plan)
     : zero_(plan.zero_stage),
-      gathered_for_step_(plan.zero_stage >= 3 && plan.pp > 1),
+      gathered_for_step_(plan.zero_stage >= 3 && plan.pp > 1 && plan.fsdp2),
       overlap_param_gather_(plan.overlap_param_gather),
+      overlap_grad_reduce_(plan.overlap_grad_reduce),
       dense_ranks_(plan.gradient_ranks()),
       // An expert group holds every expert once: each expert lies on gradient_ranks / ep ranks.
       expert_ranks_(plan.ep > 0 ? plan.gradient_ranks() / plan.ep : 0) {

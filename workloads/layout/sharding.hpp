@@ -9,13 +9,14 @@
 // the optimizer is. The memory model counts bytes with it, the task-graph builder picks its
 // collectives with it, and the planner's bound follows it.
 //
-// FSDP under a pipeline (ZeRO 3 with pp > 1, as PyTorch's pipelining runs fully_shard for
-// torchtitan) keeps parameters sharded between steps only: a stage's units are gathered at
-// their first forward and kept for the step (reshard_after_forward off), their gradients
-// accumulated whole over the micro-batches and reduce-scattered after the last backward
-// (set_requires_gradient_sync on the last micro-batch alone), the optimizer stepping on the
-// shards. Within a step that is the distributed optimizer's schedule and memory, ZeRO 1's,
-// with its parameter gather always ahead of the forward.
+// FSDP under a pipeline (ZeRO 3 with pp > 1 and fsdp2, as PyTorch's pipelining runs
+// fully_shard for torchtitan) keeps parameters sharded between steps only: a stage's units are
+// gathered at their first forward and kept for the step (reshard_after_forward off), their
+// gradients accumulated whole over the micro-batches and reduce-scattered once the stage's
+// last backward is done (torch.distributed.pipelining calls each group's post_backward then,
+// since PyTorch 2.5), the optimizer stepping on the shards. Within a step that is the
+// distributed optimizer's schedule and memory, ZeRO 1's, its parameter gather always ahead of
+// the forward and its reductions held back as without overlap_grad_reduce.
 #pragma once
 
 #include "workloads/layout/parallel_plan.hpp"
@@ -63,11 +64,15 @@ class Sharding {
   bool gathers_ahead() const {
     return gathers_updated_shards() && (overlap_param_gather_ || gathered_for_step_);
   }
+  // The gradient buckets are reduced once the backward is done, not beside it: without
+  // overlap_grad_reduce, and FSDP under a pipeline.
+  bool holds_back_reductions() const { return !overlap_grad_reduce_ || gathered_for_step_; }
 
  private:
   int zero_ = 0;
   bool gathered_for_step_ = false;
   bool overlap_param_gather_ = false;
+  bool overlap_grad_reduce_ = true;
   int dense_ranks_ = 1;
   int expert_ranks_ = 1;
 };
