@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -290,12 +291,6 @@ double start_sigma(const GpuProfile& start, const std::string& key) {
 
 std::string rows_of(std::size_t count, const std::string& what) {
   return std::to_string(count) + " " + what + (count == 1 ? " row" : " rows");
-}
-
-std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points) {
-  std::vector<double> errors;
-  for (const KernelFitPoint& point : points) errors.push_back(std::abs(point.error()));
-  return errors;
 }
 
 std::string percent(double fraction) {
@@ -649,30 +644,37 @@ void fit_gemm_section(KernelFit& fit, GpuProfile& gpu, const GpuProfile& start,
 
 }  // namespace
 
-std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
-                                      std::string_view kind, std::string_view dtype) {
+namespace {
+
+template <class Keep>
+std::vector<KernelFitPoint> kept_if(const std::vector<KernelFitPoint>& points, Keep keep) {
   std::vector<KernelFitPoint> kept;
-  for (const KernelFitPoint& point : points) {
-    if (point.kind == kind && (dtype.empty() || point.dtype == dtype)) kept.push_back(point);
-  }
+  std::copy_if(points.begin(), points.end(), std::back_inserter(kept), keep);
   return kept;
 }
 
+}  // namespace
+
+std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
+                                      std::string_view kind) {
+  return kept_if(points, [&](const KernelFitPoint& point) { return point.kind == kind; });
+}
+
 std::vector<KernelFitPoint> gemm_points(const std::vector<KernelFitPoint>& points, bool fp8) {
-  std::vector<KernelFitPoint> kept;
-  for (const KernelFitPoint& point : points) {
-    if (point.kind == "gemm" && (point.dtype == "fp8") == fp8) kept.push_back(point);
-  }
-  return kept;
+  return kept_if(points, [&](const KernelFitPoint& point) {
+    return point.kind == "gemm" && (point.dtype == "fp8") == fp8;
+  });
 }
 
 std::vector<KernelFitPoint> points_in_role(const std::vector<KernelFitPoint>& points,
                                            FitRole role) {
-  std::vector<KernelFitPoint> kept;
-  for (const KernelFitPoint& point : points) {
-    if (point.role == role) kept.push_back(point);
-  }
-  return kept;
+  return kept_if(points, [&](const KernelFitPoint& point) { return point.role == role; });
+}
+
+std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points) {
+  std::vector<double> errors;
+  for (const KernelFitPoint& point : points) errors.push_back(std::abs(point.error()));
+  return errors;
 }
 
 KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>& files) {
@@ -696,10 +698,11 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
     // and FP8 GEMM rows where the profile has FP8 entries; others are listed as skipped.
     const auto bf16 = [&](const auto& s, const char* what) {
       if (s.dtype == "bf16" || (s.dtype == "fp16" && fp16_is_bf16)) return true;
-      fit.skipped.push_back(file.path + ":" + std::to_string(s.line) + ": " + s.dtype + " " + what +
-                            (s.dtype == "fp16"
-                                 ? " (the profile gives no FP16 peak equal to its BF16 one)"
-                                 : " (the profile models BF16 only)"));
+      fit.skipped.push_back(
+          {file.path, s.line,
+           s.dtype + " " + what +
+               (s.dtype == "fp16" ? " (the profile gives no FP16 peak equal to its BF16 one)"
+                                  : " (the profile models BF16 only)")});
       return false;
     };
     for (const GemmSample& s : file.gemms) {
@@ -707,8 +710,8 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
         if (start.fp8) {
           fp8_gemms.push_back({&s, &file});
         } else {
-          fit.skipped.push_back(file.path + ":" + std::to_string(s.line) +
-                                ": fp8 GEMM (the profile has no fp8 entries to fit)");
+          fit.skipped.push_back(
+              {file.path, s.line, "fp8 GEMM (the profile has no fp8 entries to fit)"});
         }
       } else if (bf16(s, "GEMM")) {
         gemms.push_back({&s, &file});
@@ -817,8 +820,7 @@ KernelFit fit_kernels(const GpuProfile& start, const std::vector<MicrobenchFile>
                                                      : nullptr;
     if (why) {
       for (const auto& [s, file] : samples) {
-        fit.skipped.push_back(file->path + ":" + std::to_string(s->line) + ": " + impl +
-                              " attention (" + why + ")");
+        fit.skipped.push_back({file->path, s->line, impl + " attention (" + why + ")"});
       }
       continue;
     }

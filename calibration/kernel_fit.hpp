@@ -75,24 +75,32 @@ struct KernelFitParameter {
   std::vector<const MicrobenchFile*> inputs;  // the files whose rows it was fitted to
 };
 
+// A row the model does not cover: where it is, and why.
+struct KernelFitSkip {
+  std::string file;
+  int line = 0;
+  std::string why;  // "fp8 GEMM (the profile has no fp8 entries to fit)", ...
+};
+
 struct KernelFit {
   GpuProfile profile;  // the starting profile with the fitted values in place
   std::vector<KernelFitParameter> parameters;
   std::vector<KernelFitPoint> points;    // every row, at the final fit
   std::vector<KernelFitPoint> held_out;  // GEMM rows predicted by a fit without them
   std::vector<std::string> inputs;       // "file (checksum)", one per file read
-  std::vector<std::string> skipped;      // rows the model does not cover, and why
+  std::vector<KernelFitSkip> skipped;    // rows the model does not cover
 };
 
-// The points of one kind of row ("gemm", "memory", "attention", "overlap") and, where `dtype`
-// is given, of that input precision ("bf16", "fp16", "fp8").
+// The points of one kind of row ("gemm", "memory", "attention", "overlap").
 std::vector<KernelFitPoint> points_of(const std::vector<KernelFitPoint>& points,
-                                      std::string_view kind, std::string_view dtype = {});
+                                      std::string_view kind);
 // The GEMM points of the FP8 fit, or of the 16-bit one (BF16 rows, and FP16 rows the profile
 // reads as BF16).
 std::vector<KernelFitPoint> gemm_points(const std::vector<KernelFitPoint>& points, bool fp8);
 // Those of `points` in `role`.
 std::vector<KernelFitPoint> points_in_role(const std::vector<KernelFitPoint>& points, FitRole role);
+// Each point's |relative error|, in order.
+std::vector<double> abs_errors(const std::vector<KernelFitPoint>& points);
 
 // Throws MicrobenchError (no usable rows) or ModelError on a profile without peaks.
 // The fit points into `files`, which must outlive it.

@@ -155,10 +155,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
         (accumulated ? training.grad_reduce_bytes : kMainGradBytes) * trained / grad_shards,
         std::string(accumulated ? "gradients in the reduce dtype, " : "FP32 main gradients, ") +
             which + split +
-            (sharding.gradients_sharded()   ? "sharded " + over_dp
-             : sharding.gathered_for_step() ? std::string("accumulated whole until the last "
-                                                          "micro-batch (FSDP under a pipeline)")
-                                            : std::string("replicated")));
+            (sharding.gradients_sharded() ? "sharded " + over_dp
+             : accumulated                ? std::string("accumulated whole until the last "
+                                                                       "micro-batch (FSDP under a pipeline)")
+                                          : std::string("replicated")));
   }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   const std::string states_basis =

@@ -548,7 +548,8 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // The distributed optimizer's gather of the last step's updates (FSDP's under a pipeline),
   // overlapped with this step's forward: one all-gather per trained unit, in the order the
   // forward needs them.
-  const bool gather_ahead = Sharding(plan).gathers_ahead();
+  const Sharding sharding(plan);
+  const bool gather_ahead = sharding.gathers_ahead();
   if (gather_ahead) {
     for (std::size_t chunk = 0; chunk < chunks.size(); ++chunk) {
       std::vector<std::optional<TaskIndex>> gathers(chunks[chunk].size());
@@ -556,8 +557,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
         const Unit& unit = chunks[chunk][u];
         // The distributed optimizer gathers what it updated; FSDP shards every parameter, a
         // LoRA's frozen base too.
-        const double gathered =
-            Sharding(plan).gathered_for_step() ? unit.parameters : unit.trainable;
+        const double gathered = sharding.gathered_for_step() ? unit.parameters : unit.trainable;
         if (gathered <= 0) continue;
         gathers[u] =
             build.collective("c" + std::to_string(chunk) + "." + unit.name + ".param_gather",
@@ -580,7 +580,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   };
   // ZeRO-2/3 shard gradients, so they are reduced after every micro-batch; stages 0/1 keep full
   // gradients, accumulate them locally and reduce only after the last micro-batch.
-  const bool reduce_every_micro_batch = Sharding(plan).reduces_every_micro_batch();
+  const bool reduce_every_micro_batch = sharding.reduces_every_micro_batch();
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
   for (const auto& [forward, i, chunk] : pipeline_schedule(plan, stage, m)) {
@@ -626,7 +626,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
       experts += unit.expert_trainable;
     }
   }
-  const double local = Sharding(plan).optimizer_parameters(parameters, experts);
+  const double local = sharding.optimizer_parameters(parameters, experts);
   std::vector<TaskIndex> deps{*previous_end};
   std::optional<TaskIndex> tied_received;
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
@@ -669,10 +669,10 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
                                    deps)})
           : build.compute("optimizer.adam", adam_step_op(local, training), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
-  if (Sharding(plan).gathers_updated_shards() && !gather_ahead) {
+  if (sharding.gathers_updated_shards() && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
                      {step});
-    if (experts > 0 && Sharding(plan).expert_ranks() > 1) {
+    if (experts > 0 && sharding.expert_ranks() > 1) {
       build.collective("optimizer.expert_all_gather", CollectiveOp::all_gather,
                        experts * kBf16Bytes, {step}, GroupKind::expert_data);
     }

@@ -37,8 +37,7 @@ std::string cell(std::string text) {
 
 // "n: median / max" of the rows' |errors|.
 std::string error_summary(const std::vector<KernelFitPoint>& points) {
-  std::vector<double> errors;
-  for (const KernelFitPoint& point : points) errors.push_back(std::abs(point.error()));
+  const std::vector<double> errors = abs_errors(points);
   return std::to_string(points.size()) + ": " + formatted("%.1f%%", 100 * median(errors)) + " / " +
          formatted("%.1f%%", 100 * *std::max_element(errors.begin(), errors.end()));
 }
@@ -118,9 +117,9 @@ std::string profile_section(const ProfileFit& profile) {
   }
   if (!profile.fit.skipped.empty()) {
     section += "\nNot in the model:\n\n";
-    for (const std::string& skipped : profile.fit.skipped) {
-      // The fit names each row by its file's path as read: the page, by the file's name.
-      section += "* " + cell(skipped.substr(skipped.rfind('/', skipped.find(':')) + 1)) + "\n";
+    for (const KernelFitSkip& skipped : profile.fit.skipped) {
+      section += "* " + cell(file_name(skipped.file)) + ":" + std::to_string(skipped.line) + ": " +
+                 cell(skipped.why) + "\n";
     }
   }
   return section;

@@ -100,11 +100,7 @@ void print_points(const std::vector<KernelFitPoint>& points) {
 
 // The |errors| of the fitted GEMM rows of the FP8 fit or the 16-bit one.
 std::vector<double> gemm_errors(const std::vector<KernelFitPoint>& points, bool fp8) {
-  std::vector<double> errors;
-  for (const KernelFitPoint& point : points_in_role(gemm_points(points, fp8), FitRole::fitted)) {
-    errors.push_back(std::abs(point.error()));
-  }
-  return errors;
+  return abs_errors(points_in_role(gemm_points(points, fp8), FitRole::fitted));
 }
 
 }  // namespace
@@ -148,7 +144,9 @@ void run_kernel_calibrate_command(const KernelCalibrateOptions& options) {
                   100 * median(held), 100 * *std::max_element(held.begin(), held.end()));
     }
   }
-  for (const std::string& skipped : fit.skipped) std::printf("  skipped %s\n", skipped.c_str());
+  for (const KernelFitSkip& skipped : fit.skipped) {
+    std::printf("  skipped %s:%d: %s\n", skipped.file.c_str(), skipped.line, skipped.why.c_str());
+  }
   std::printf("\n");
 
   put_profile_entries(data, start.name, kernel_profile_entries(fit), options.write);

@@ -5,6 +5,8 @@
 #include <tuple>
 #include <utility>
 
+#include "workloads/layout/sharding.hpp"
+
 namespace fleetsim {
 namespace {
 
@@ -269,7 +271,7 @@ Problem stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
 // over the micro-batches, and parameters stay on their stage. PyTorch's pipelining runs
 // fully_shard (fsdp2) under a pipeline, its units gathered for the step (sharding.hpp).
 Problem pipeline_shards_optimizer_only(const JobSubject&, const ParallelPlan& plan) {
-  if (plan.pp <= 1 || plan.zero_stage <= 1 || (plan.zero_stage == 3 && plan.fsdp2)) return {};
+  if (plan.pp <= 1 || plan.zero_stage <= 1 || fsdp_under_pipeline(plan)) return {};
   return at({"layout.zero", "layout.pp"},
             "ZeRO " + str(plan.zero_stage) + " does not combine with pp " + str(plan.pp),
             "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do (zero 0 or "

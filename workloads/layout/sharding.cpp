@@ -6,7 +6,7 @@ namespace fleetsim {
 
 Sharding::Sharding(const ParallelPlan& plan)
     : zero_(plan.zero_stage),
-      gathered_for_step_(plan.zero_stage >= 3 && plan.pp > 1 && plan.fsdp2),
+      gathered_for_step_(fsdp_under_pipeline(plan)),
       overlap_param_gather_(plan.overlap_param_gather),
       overlap_grad_reduce_(plan.overlap_grad_reduce),
       dense_ranks_(plan.gradient_ranks()),

@@ -24,6 +24,11 @@
 
 namespace fleetsim {
 
+// ZeRO 3 under a pipeline as PyTorch's pipelining runs fully_shard (fsdp2): see above.
+inline bool fsdp_under_pipeline(const ParallelPlan& plan) {
+  return plan.zero_stage == 3 && plan.pp > 1 && plan.fsdp2;
+}
+
 class Sharding {
  public:
   explicit Sharding(const ParallelPlan& plan);
