@@ -13,7 +13,10 @@ namespace {
 
 // Mixed-precision training state per parameter, before sharding (Megatron-LM's recipe, 18 B):
 // BF16 weights, FP32 main gradients, FP32 master weights and two FP32 Adam moments (8-bit
-// moments: see optimizer_state_bytes_per_parameter).
+// moments: see optimizer_state_bytes_per_parameter). A gradient buffer every replica keeps
+// whole is in the dtype it is reduced in (Megatron-Core's DDP: FP32 with grad_reduce_in_fp32,
+// else the parameters' BF16, group_params_for_buffers in param_and_grad_buffer.py; PyTorch's
+// DDP: the parameters' dtype); sharded gradients are the FP32 shard's (FSDP, ZeRO-2).
 constexpr double kWeightBytes = kBf16Bytes;
 constexpr double kMainGradBytes = kFp32Bytes;
 
@@ -118,12 +121,23 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // QLoRA keeps the stage's decoder layers in 4-bit NF4 (norms too: a rounding error).
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * layers / tp : 0.0;
+  // A layer's projection weights (FP8 GEMM operands under precision fp8) on this rank.
+  const double layer_projections =
+      training.precision == Precision::fp8
+          ? layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp
+          : 0.0;
+  const double projections = layer_projections * layers;
+  // FP8 primary weights replace their BF16 copies (Megatron-Core's fp8_param).
+  const double fp8_weights = training.fp8_params ? projections : 0.0;
   add("weights",
-      (kWeightBytes * (p - quantized_params) + kNf4BytesPerParameter * quantized_params) /
+      (kWeightBytes * (p - quantized_params - fp8_weights) +
+       kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_weights) /
           weight_shards,
       std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
                               "bits), adapters, embedding and head BF16, "
-                            : "BF16, ") +
+                  : training.fp8_params
+                      ? "decoder-layer projections in FP8 (fp8_params), the rest BF16, "
+                      : "BF16, ") +
           split +
           (sharding.parameters_sharded()  ? "sharded " + over_dp + " (ZeRO-3)"
            : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
@@ -132,33 +146,45 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
   // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
   // them (a per-step allocation). Under FSDP2 (PyTorch's float8 linears) each weight is cast
-  // as its unit runs: only the units at work hold their copies, under a pipeline too.
+  // as its unit runs: only the units at work hold their copies, under a pipeline too. FP8
+  // primary weights are their own cast: only the transpose is kept beside them (a
+  // Float8Tensor's cached transpose).
   double fp8_copies = 0;
   const bool fp8_per_unit = sharding.parameters_sharded() || plan.fsdp2;
   if (training.precision == Precision::fp8) {
-    const double layer =
-        layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp;
-    fp8_copies = 2 * kFp8Bytes * layer * (fp8_per_unit ? kFsdpUnitsGathered : layers);
+    const double copies = training.fp8_params ? 1 : 2;
+    fp8_copies =
+        copies * kFp8Bytes * layer_projections * (fp8_per_unit ? kFsdpUnitsGathered : layers);
     add("FP8 weight copies", fp8_copies,
-        std::string("each decoder-layer projection weight in FP8 and transposed ") +
-            (sharding.parameters_sharded() ? "(Transformer Engine), the units gathered at once"
-             : plan.fsdp2 ? "(PyTorch's float8 linears), the units at work, cast as each runs"
-                          : "(Transformer Engine), the stage's layers"));
+        training.fp8_params
+            ? std::string("each decoder-layer projection weight's FP8 transpose, beside the FP8 "
+                          "weight (Transformer Engine), the stage's layers")
+            : std::string("each decoder-layer projection weight in FP8 and transposed ") +
+                  (sharding.parameters_sharded()
+                       ? "(Transformer Engine), the units gathered at once"
+                   : plan.fsdp2 ? "(PyTorch's float8 linears), the units at work, cast as each runs"
+                                : "(Transformer Engine), the stage's layers"));
   }
   const double grad_shards = sharding.gradient_shards();
   if (plan.offload_optimizer && sharding.gradients_sharded()) {
     add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");
   } else {
-    // FSDP under a pipeline accumulates the whole gradients in its reduce dtype.
-    const bool accumulated = sharding.gathered_for_step();
-    add("gradients",
-        (accumulated ? training.grad_reduce_bytes : kMainGradBytes) * trained / grad_shards,
-        std::string(accumulated ? "gradients in the reduce dtype, " : "FP32 main gradients, ") +
+    // Gradients kept whole (a replica's buffer, FSDP's under a pipeline) are in the reduce
+    // dtype; sharded ones are the FP32 shard's.
+    const bool sharded = sharding.gradients_sharded();
+    const double bytes = sharded ? kMainGradBytes : training.grad_reduce_bytes;
+    add("gradients", bytes * trained / grad_shards,
+        std::string(sharded               ? "FP32 main gradients, "
+                    : bytes == kFp32Bytes ? "FP32 gradient buffer (the reduce dtype), "
+                    : training.precision == Precision::fp16
+                        ? "FP16 gradient buffer (the reduce dtype), "
+                        : "BF16 gradient buffer (the reduce dtype), ") +
             which + split +
-            (sharding.gradients_sharded() ? "sharded " + over_dp
-             : accumulated                ? std::string("accumulated whole until the last "
-                                                                       "micro-batch (FSDP under a pipeline)")
-                                          : std::string("replicated")));
+            (sharded ? "sharded " + over_dp
+             : sharding.gathered_for_step()
+                 ? std::string("accumulated whole until the last micro-batch (FSDP under a "
+                               "pipeline)")
+                 : std::string("replicated")));
   }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   const std::string states_basis =

@@ -32,6 +32,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.quantized_base = training.lora && training.lora->quantized_base;
   subject.fp8 = training.precision == Precision::fp8;
   subject.fp16 = training.precision == Precision::fp16;
+  subject.fp8_params = training.fp8_params;
   return subject;
 }
 
@@ -107,6 +108,12 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
     found.push_back(problem("dropout-probability", {"training.dropout"},
                             "dropout must be in [0, 1)",
                             "dropout is the probability of zeroing an activation; 0 turns it off"));
+  }
+  if (training.fp8_params && training.precision != Precision::fp8) {
+    found.push_back(problem("fp8-params-need-fp8", {"training.fp8_params"},
+                            "fp8_params keeps the projection weights in FP8, which needs "
+                            "precision: fp8",
+                            "set precision: fp8, or remove fp8_params"));
   }
   if (const auto& lora = training.lora) {
     if (lora->rank < 1) {

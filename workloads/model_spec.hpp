@@ -106,8 +106,13 @@ struct TrainingSpec {
   int seq_len = 0;
   int global_batch = 0;  // sequences per optimizer step
   int micro_batch = 0;   // sequences per forward/backward on one rank
-  // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did).
+  // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did), and of the
+  // gradient buffer a replica accumulates whole (Megatron-Core's grad_reduce_in_fp32 sets both).
   int grad_reduce_bytes = 2;
+  // Under FP8, the projection weights kept in FP8 as the model's own (Megatron-Core's fp8_param,
+  // NeMo 2's FP8 recipes): no BF16 copy beside them, and the distributed optimizer gathers them
+  // in FP8. Off: BF16 weights with FP8 copies cast once a step (Transformer Engine's default).
+  bool fp8_params = false;
   Attention attention = Attention::flash;
   // The fused kernel flash attention runs (fa2, cudnn, ...); none: the GPU profile's default.
   std::optional<AttentionKernel> attention_kernel;

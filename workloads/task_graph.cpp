@@ -23,7 +23,15 @@ struct Unit {
   // Under expert parallelism, the part of `trainable` that is the rank's experts: reduced and
   // sharded over the expert's data-parallel group, the rest over all replicas.
   double expert_trainable = 0;
+  // The share of its parameters kept in FP8 (fp8_params: a layer's projections; its norms and
+  // router, a rounding error, counted with them).
+  double fp8_share = 0;
   double dense_trainable() const { return trainable - expert_trainable; }
+  // What the distributed optimizer's all-gather moves of `count` of its parameters: FP8
+  // primary weights are gathered in FP8 (Megatron-Core's --fp8-param-gather), the rest BF16.
+  double gathered_bytes(double count) const {
+    return count * (kBf16Bytes - fp8_share * (kBf16Bytes - kFp8Bytes));
+  }
 };
 
 // The units of one tensor-parallel rank of virtual pipeline stage `stage` (of pp x vpp): its
@@ -59,8 +67,12 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
            false});
     } else {
       const double held = parameters[index] / tp - absent_experts + adapters;
+      const double fp8 =
+          training.fp8_params
+              ? layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp
+              : 0.0;
       units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true,
-                       frozen ? 0.0 : experts});
+                       frozen ? 0.0 : experts, fp8 / held});
     }
   }
   return units;
@@ -561,7 +573,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
         if (gathered <= 0) continue;
         gathers[u] =
             build.collective("c" + std::to_string(chunk) + "." + unit.name + ".param_gather",
-                             CollectiveOp::all_gather, gathered * kBf16Bytes, {});
+                             CollectiveOp::all_gather, unit.gathered_bytes(gathered), {});
       }
       micro_batch[chunk].set_parameter_gathers(std::move(gathers));
     }
@@ -620,10 +632,14 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // them.
   double parameters = 0;
   double experts = 0;
+  double gathered_bytes = 0;  // of the dense parameters, and of the experts
+  double gathered_expert_bytes = 0;
   for (const std::vector<Unit>& units : chunks) {
     for (const Unit& unit : units) {
       parameters += unit.dense_trainable();
       experts += unit.expert_trainable;
+      gathered_bytes += unit.gathered_bytes(unit.dense_trainable());
+      gathered_expert_bytes += unit.gathered_bytes(unit.expert_trainable);
     }
   }
   const double local = sharding.optimizer_parameters(parameters, experts);
@@ -670,11 +686,10 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
           : build.compute("optimizer.adam", adam_step_op(local, training), deps);
   // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
   if (sharding.gathers_updated_shards() && !gather_ahead) {
-    build.collective("optimizer.all_gather", CollectiveOp::all_gather, parameters * kBf16Bytes,
-                     {step});
+    build.collective("optimizer.all_gather", CollectiveOp::all_gather, gathered_bytes, {step});
     if (experts > 0 && sharding.expert_ranks() > 1) {
       build.collective("optimizer.expert_all_gather", CollectiveOp::all_gather,
-                       experts * kBf16Bytes, {step}, GroupKind::expert_data);
+                       gathered_expert_bytes, {step}, GroupKind::expert_data);
     }
   }
 }

@@ -11,9 +11,9 @@ using namespace fields;
 namespace {
 
 const Keys kTrainingKeys = {
-    "method",      "precision",         "optimizer",  "seq_len",   "global_batch",
-    "micro_batch", "grad_reduce_dtype", "tokens",     "attention", "dropout",
-    "lora",        "cross_entropy",     "elementwise"};
+    "method",      "precision",         "optimizer",   "seq_len",   "global_batch",
+    "micro_batch", "grad_reduce_dtype", "tokens",      "attention", "dropout",
+    "lora",        "cross_entropy",     "elementwise", "fp8_params"};
 
 }  // namespace
 
@@ -60,6 +60,7 @@ TrainingSpec parse_training(const Field& f) {
   if (auto dtype = find(f, "grad_reduce_dtype")) {
     t.grad_reduce_bytes = read_choice(*dtype, {"bf16", "fp32"}) == "fp32" ? 4 : 2;
   }
+  if (auto fp8_params = find(f, "fp8_params")) t.fp8_params = read_bool(*fp8_params);
   if (auto attention = find(f, "attention")) {
     // flash: the GPU profile's default kernel; or a kernel by name, checked against the
     // profile once the cluster is known (check_attention_kernel).

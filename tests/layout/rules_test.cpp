@@ -238,6 +238,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.tp = 1;
          p.dp = 16;
        }},
+      {"fp8-params-need-distributed-optimizer", "layout.zero",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.fp8 = j.fp8_params = true;
+         p.zero_stage = 0;
+       }},
   };
   std::set<std::string> covered;
   for (const Case& c : cases) {

@@ -261,6 +261,24 @@ TEST_CASE("QLoRA loads as LoRA over a 4-bit base, and is refused under ZeRO-3") 
   CHECK_THAT(sharded->what(), Catch::Contains("QLoRA with ZeRO-3"));
 }
 
+TEST_CASE("fp8_params loads under FP8 with the distributed optimizer, refused otherwise") {
+  const std::string primary =
+      with(with(kBase, "  seq_len:", "  precision: fp8\n  fp8_params: true\n  seq_len:"), "zero: 3",
+           "zero: 1");
+  CHECK(load_text(primary).variants[0].inputs.training.fp8_params);
+  const auto bf16 = load_error(with(primary, "precision: fp8", "precision: bf16"));
+  REQUIRE(bf16);
+  CHECK(bf16->key() == "training.fp8_params");
+  CHECK_THAT(bf16->what(), Catch::Contains("needs precision: fp8"));
+  const auto sharded = load_error(with(primary, "zero: 1", "zero: 3"));
+  REQUIRE(sharded);
+  CHECK(sharded->key() == "layout.zero");
+  CHECK_THAT(sharded->what(), Catch::Contains("not modelled yet"));
+  const auto replicated = load_error(with(primary, "zero: 1", "zero: 0"));
+  REQUIRE(replicated);
+  CHECK_THAT(replicated->what(), Catch::Contains("distributed optimizer"));
+}
+
 TEST_CASE("overlap_param_gather loads with ZeRO 1 or 2 and is refused with 0 or 3") {
   const std::string distributed =
       with(kBase, "  zero: 3\n", "  zero: 1\n  overlap_param_gather: true\n");

@@ -118,17 +118,69 @@ TEST_CASE("inconsistent jobs are rejected") {
 TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per parameter") {
   const ModelSpec m = llama3_8b();
   const double n = m.parameters();
-  auto states = [&](int zero) {
+  auto states = [&](int zero, int reduce_bytes) {
     ParallelPlan plan;
     plan.dp = 8;
     plan.zero_stage = zero;
-    const MemoryBreakdown mem = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
+    TrainingSpec t = training(4096, 256, 2);
+    t.grad_reduce_bytes = reduce_bytes;
+    const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
     return mem.items[0].bytes + mem.items[1].bytes + mem.items[2].bytes;
   };
-  CHECK(states(0) == Approx(18 * n));
-  CHECK(states(1) == Approx(6 * n + 12 * n / 8));
-  CHECK(states(2) == Approx(2 * n + 16 * n / 8));
-  CHECK(states(3) == Approx(18 * n / 8));
+  // FP32 reduction (Megatron-LM's main gradients): BF16 weights, FP32 gradients, 12 bytes of
+  // optimizer state, sharded by stage.
+  CHECK(states(0, 4) == Approx(18 * n));
+  CHECK(states(1, 4) == Approx(6 * n + 12 * n / 8));
+  CHECK(states(2, 4) == Approx(2 * n + 16 * n / 8));
+  CHECK(states(3, 4) == Approx(18 * n / 8));
+  // BF16 reduction: a gradient buffer kept whole is BF16 (Megatron-Core's grad buffer takes the
+  // parameters' dtype without grad_reduce_in_fp32); sharded gradients stay the FP32 shard's.
+  CHECK(states(0, 2) == Approx(16 * n));
+  CHECK(states(1, 2) == Approx(4 * n + 12 * n / 8));
+  CHECK(states(2, 2) == Approx(states(2, 4)));
+  CHECK(states(3, 2) == Approx(states(3, 4)));
+}
+
+TEST_CASE("memory: FP8 primary weights drop the BF16 copy and half the FP8 copies") {
+  // Llama-3-8B on 8 GPUs, ZeRO-1. Under FP8, Transformer Engine keeps each projection weight
+  // cast to FP8 and transposed (2 bytes beside its BF16 2); kept in FP8 as the model's own
+  // weight (fp8_params), the weight is 1 byte and only its transpose is added: 2 bytes less
+  // per projection parameter, nothing else changed.
+  const ModelSpec m = llama3_8b();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  TrainingSpec fp8 = training(4096, 256, 2);
+  fp8.precision = Precision::fp8;
+  TrainingSpec primary = fp8;
+  primary.fp8_params = true;
+  const MemoryBreakdown cached = estimate_memory(m, fp8, plan, 80e9);
+  const MemoryBreakdown kept = estimate_memory(m, primary, plan, 80e9);
+  const double projections = m.layers * layer_projection_weights(m, 0);
+  const auto item = [](const MemoryBreakdown& memory, const std::string& name) {
+    for (const MemoryItem& entry : memory.items) {
+      if (entry.name == name) return entry.bytes;
+    }
+    return -1.0;
+  };
+  CHECK(item(cached, "weights") == Approx(2 * m.parameters()));
+  CHECK(item(kept, "weights") == Approx(2 * m.parameters() - projections));
+  CHECK(item(cached, "FP8 weight copies") == Approx(2 * projections));
+  CHECK(item(kept, "FP8 weight copies") == Approx(projections));
+  CHECK(cached.total_bytes - kept.total_bytes == Approx(2 * projections));
+  // The distributed optimizer gathers the FP8 weights in FP8 (--fp8-param-gather): one byte
+  // less per projection parameter on the wire, the rest as before.
+  const auto gathered = [&](const TrainingSpec& t) {
+    double bytes = 0;
+    const TaskGraph graph = build_data_parallel_step(m, t, plan);
+    for (const Task& task : graph.stages[0]) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (work && work->op == CollectiveOp::all_gather) bytes += work->size_bytes;
+    }
+    return bytes;
+  };
+  CHECK(gathered(fp8) == Approx(2 * m.parameters()));
+  CHECK(gathered(primary) == Approx(2 * m.parameters() - projections).epsilon(1e-4));
 }
 
 TEST_CASE("8-bit Adam keeps 6 bytes of optimizer state per parameter and moves fewer bytes") {

@@ -377,6 +377,18 @@ Problem fp8_without_lora(const JobSubject& job, const ParallelPlan&) {
             "use precision: bf16");
 }
 
+// FP8 weights have no BF16 copy to update: Megatron-Core keeps them only beside the
+// distributed optimizer's FP32 shard (--fp8-param-gather asserts use_distributed_optimizer or
+// an FSDP; megatron/training/arguments.py). FSDP's FP8 gather is not modelled.
+Problem fp8_params_need_distributed_optimizer(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.fp8_params || plan.zero_stage == 1 || plan.zero_stage == 2) return {};
+  return at({"layout.zero", "training.fp8_params"},
+            plan.zero_stage == 0
+                ? "fp8_params needs the distributed optimizer's FP32 master shard (ZeRO 1 or 2)"
+                : "fp8_params with ZeRO 3 (FSDP gathering FP8 weights) is not modelled yet",
+            "use zero: 1 (Megatron-Core's distributed optimizer), or remove fp8_params");
+}
+
 const JobRule kRules[] = {
     {"automatic-dp-divides", "dp: auto needs tp x cp x pp to divide the GPUs",
      automatic_dp_divides},
@@ -435,6 +447,8 @@ const JobRule kRules[] = {
     {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
     {"fp8-without-lora", "FP8 with full fine-tuning", fp8_without_lora},
+    {"fp8-params-need-distributed-optimizer", "fp8_params needs ZeRO 1 or 2",
+     fp8_params_need_distributed_optimizer},
     {"fp16-at-bf16-rate", "FP16 on a GPU whose FP16 peak is its BF16 one", fp16_at_bf16_rate},
 };
 

@@ -62,7 +62,8 @@ struct JobSubject {
   bool lora = false;
   bool quantized_base = false;  // QLoRA
   bool fp8 = false;
-  bool fp16 = false;  // FP16 with dynamic loss scaling
+  bool fp16 = false;        // FP16 with dynamic loss scaling
+  bool fp8_params = false;  // projection weights kept in FP8 (Megatron-Core's fp8_param)
   std::optional<JobCluster> cluster;
 };
 
