@@ -67,21 +67,22 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
   return {stage_total - experts, experts / plan.ep};
 }
 
-namespace {
-
-// Passes (a micro-batch through one of the stage's chunks) whose activations the stage holds
-// at once, walking its schedule: a forward saves them, its backward frees them. One without a
-// pipeline, all m under GPipe, pp - stage under 1F1B, the longer warm-up plus one interleaved.
-int passes_in_flight(const TrainingSpec& training, const ParallelPlan& plan, int stage) {
+InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
+                   int stage) {
   const int m = training.global_batch / (training.micro_batch * plan.dp);
-  int live = 0;
-  int peak = 0;
+  const int virtual_stages = plan.pp * plan.vpp;
+  InFlight live, peak;
   for (const Pass& pass : pipeline_schedule(plan, stage, m)) {
-    live += pass.forward ? 1 : -1;
-    peak = std::max(peak, live);
+    const int sign = pass.forward ? 1 : -1;
+    live.passes += sign;
+    live.layers +=
+        sign * virtual_stage_layers(model, virtual_stages, stage + pass.chunk * plan.pp).count();
+    if (live.layers > peak.layers) peak = live;
   }
   return peak;
 }
+
+namespace {
 
 MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,
                              const ParallelPlan& plan, double capacity_bytes, int stage) {
@@ -218,14 +219,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
       decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp, sp) * tokens;
   // A layer's input: its shard under sequence parallelism, else whole on every rank.
   const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
-  // Passes in flight each hold a chunk's layers: counted at the stage's largest chunk.
-  int chunk_layers = 0;
-  for (int v = stage; v < plan.pp * plan.vpp; v += plan.pp) {
-    chunk_layers =
-        std::max(chunk_layers, virtual_stage_layers(model, plan.pp * plan.vpp, v).count());
-  }
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
-  const int in_flight = passes_in_flight(training, plan, stage);
+  const InFlight live = in_flight(model, training, plan, stage);
   // Under per_op the layer in backward holds what it recomputed beside what it kept: all it
   // keeps without recomputation, less what per_op kept of that.
   const double recomputed =
@@ -236,22 +231,22 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                 per_layer
           : 0.0;
   const double activations = plan.recompute == Recompute::full
-                                 ? in_flight * chunk_layers * boundary + per_layer
-                                 : in_flight * chunk_layers * per_layer + recomputed;
+                                 ? live.layers * boundary + per_layer
+                                 : live.layers * per_layer + recomputed;
   const std::string batches =
-      plan.pp == 1 ? "one micro-batch"
-                   : std::to_string(in_flight) +
-                         (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
-                         " in flight on stage " + std::to_string(stage) + " of " +
-                         std::to_string(plan.pp) + " (" +
-                         (plan.vpp > 1 ? "interleaved over " + std::to_string(plan.vpp) +
-                                             " chunks of " + (uneven ? "up to " : "") +
-                                             std::to_string(chunk_layers) + " layers"
-                                       : std::string(to_string(plan.schedule))) +
-                         (uneven ? ", " + std::to_string(static_cast<int>(layers)) +
-                                       " layers on this stage of an uneven split"
-                                 : std::string()) +
-                         ")";
+      plan.pp == 1
+          ? "one micro-batch"
+          : std::to_string(live.passes) +
+                (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
+                " in flight on stage " + std::to_string(stage) + " of " + std::to_string(plan.pp) +
+                " (" +
+                (plan.vpp > 1 ? "interleaved over " + std::to_string(plan.vpp) + " chunks, " +
+                                    std::to_string(live.layers) + " layers' activations"
+                              : std::string(to_string(plan.schedule))) +
+                (uneven ? ", " + std::to_string(static_cast<int>(layers)) +
+                              " layers on this stage of an uneven split"
+                        : std::string()) +
+                ")";
   add("activations", activations,
       plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time, " + batches

@@ -59,6 +59,17 @@ struct RankParameters {
 };
 RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage);
 
+// What pipeline stage `stage` holds at the peak of its schedule: passes (a micro-batch through
+// one of its chunks) whose forward has saved activations that their backward has not freed
+// yet, and the layers those passes span (chunks of an uneven split differ). One pass without a
+// pipeline, all m under GPipe, pp - stage under 1F1B, the warm-up plus one interleaved.
+struct InFlight {
+  int passes = 0;
+  int layers = 0;
+};
+InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
+                   int stage);
+
 // The whole model's weights as the GPUs hold them (BF16; under QLoRA the decoder layers in
 // NF4), before any split: no layout holds less than this over all its GPUs together.
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training);

@@ -707,7 +707,9 @@ std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m) 
   if (plan.vpp > 1) {
     // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): passes
     // go in groups of pp micro-batches through chunk 0, then chunk 1, ... (backward: the last
-    // chunk first); the warm-up is longer by (vpp - 1) x pp passes.
+    // chunk first); the warm-up is longer by (vpp - 1) x pp passes, all of them where that
+    // reaches the total (Megatron-Core since 0.10, get_pp_rank_microbatches; before, every
+    // stage warmed up whole when m == pp).
     const int vpp = plan.vpp;
     const int total = m * vpp;
     const auto pass = [&](int k, bool forward) {
@@ -716,7 +718,7 @@ std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m) 
       return Pass{forward, (k / (pp * vpp)) * pp + in_group % pp,
                   forward ? chunk : vpp - 1 - chunk};
     };
-    const int warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp);
+    const int warmup = std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp);
     for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
     for (int k = 0; k < total - warmup; ++k) {
       order.push_back(pass(warmup + k, true));

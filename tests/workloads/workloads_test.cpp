@@ -141,6 +141,99 @@ TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per
   CHECK(states(3, 2) == Approx(states(3, 4)));
 }
 
+TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
+  // 7 layers over pp 2: 1F1B and GPipe split them 3 + 4 (the first stage one short); over
+  // pp 2 x vpp 2 virtual stages 1, 2, 2, 2 (the first one short too): stage 0 runs chunks of 1
+  // (virtual stage 0) and 2 layers (virtual stage 2), stage 1 two chunks of 2.
+  ModelSpec m = llama3_8b();
+  m.layers = 7;
+  ParallelPlan plan;
+  plan.pp = 2;
+  const TrainingSpec four = training(4096, 4, 1);  // 4 micro-batches of 1 on dp 1
+  const auto held = [&](const TrainingSpec& t, int stage) {
+    const InFlight in = in_flight(m, t, plan, stage);
+    return std::pair{in.passes, in.layers};
+  };
+  // 1F1B: stage s warms up with pp - s - 1 forwards, then holds one more: 2 of 3 layers on
+  // stage 0, 1 of 4 on stage 1.
+  REQUIRE(virtual_stage_layers(m, 2, 0).count() == 3);
+  CHECK(held(four, 0) == std::pair{2, 6});
+  CHECK(held(four, 1) == std::pair{1, 4});
+  // GPipe: every forward before any backward.
+  plan.schedule = PipelineSchedule::gpipe;
+  CHECK(held(four, 0) == std::pair{4, 12});
+  CHECK(held(four, 1) == std::pair{4, 16});
+  // Interleaved, m = 4: stage 0 warms up (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4 passes (micro-batches
+  // 0, 1 through chunk 0, then through chunk 1: 2 x 1 + 2 x 2 layers), then forward, backward in
+  // turn: + mb2 c0 (7 layers, 5 passes), - mb0 c1 (5), + mb3 c0 (4 x 1 + 1 x 2 = 6), ...:
+  // the peak is 3 x 1 + 2 x 2 = 7 layers in 5 passes, where counting every pass at the largest
+  // chunk would say 10. Stage 1 warms up 0 x 2 + 1 x 2 = 2 passes and peaks at 3 of 2 layers.
+  plan.schedule = PipelineSchedule::one_f_one_b;
+  plan.vpp = 2;
+  REQUIRE(virtual_stage_layers(m, 4, 0).count() == 1);
+  REQUIRE(virtual_stage_layers(m, 4, 2).count() == 2);
+  CHECK(held(four, 0) == std::pair{5, 7});
+  CHECK(held(four, 1) == std::pair{3, 6});
+  // m = pp = 2: Megatron-Core (0.10 on) warms up min(total, 2 (pp - s - 1) + (vpp - 1) pp):
+  // stage 0 all 4 passes (6 layers), stage 1 only 2, then 1F1B: 3 passes at the peak.
+  const TrainingSpec two = training(4096, 2, 1);
+  CHECK(held(two, 0) == std::pair{4, 6});
+  CHECK(held(two, 1) == std::pair{3, 6});
+  // The activations follow the layers held by the fullest stage: 7 layers' worth on stage 0,
+  // 6 on stage 1 (which also holds the logits).
+  const MemoryBreakdown memory = estimate_memory(m, four, plan, 80e9);
+  const double per_layer =
+      decoder_layer_saved_bytes_per_token(m, four, Recompute::none, 1, true) * 4096;
+  int checked = 0;
+  for (const MemoryItem& item : memory.items) {
+    if (item.name != "activations") continue;
+    const bool first = item.basis.find("on stage 0 of 2") != std::string::npos;
+    CHECK(item.bytes == Approx((first ? 7 : 6) * per_layer));
+    ++checked;
+  }
+  CHECK(checked == 1);
+}
+
+TEST_CASE("memory never decreases as sharding decreases or the micro-batch grows") {
+  // Llama-3-8B at 4,096 tokens, global batch 256, over layouts of tp 1-8, pp 1-2 (interleaved
+  // or not), dp 2-16, every ZeRO stage a pipeline allows, micro-batches 1-4: halving dp or
+  // tp, lowering the ZeRO stage, or doubling the micro-batch never gives a rank less to hold.
+  const ModelSpec m = llama3_8b();
+  struct Point {
+    int tp, pp, vpp, dp, zero, micro_batch;
+  };
+  const auto memory = [&](const Point& p) {
+    ParallelPlan plan;
+    plan.tp = p.tp;
+    plan.pp = p.pp;
+    plan.vpp = p.vpp;
+    plan.dp = p.dp;
+    plan.zero_stage = p.zero;
+    return estimate_memory(m, training(4096, 256, p.micro_batch), plan, 80e9).total_bytes;
+  };
+  int compared = 0;
+  for (const int tp : {1, 2, 4, 8}) {
+    for (const auto& [pp, vpp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 2}}) {
+      for (const int dp : {2, 4, 8, 16}) {
+        for (int zero = 0; zero <= (pp > 1 ? 1 : 3); ++zero) {
+          for (const int mb : {1, 2, 4}) {
+            const Point p{tp, pp, vpp, dp, zero, mb};
+            const double here = memory(p);
+            INFO("tp " << tp << " pp " << pp << " vpp " << vpp << " dp " << dp << " zero " << zero
+                       << " micro-batch " << mb);
+            if (dp > 2) CHECK(memory({tp, pp, vpp, dp / 2, zero, mb}) >= here);
+            if (tp > 1) CHECK(memory({tp / 2, pp, vpp, dp, zero, mb}) >= here);
+            if (zero > 0) CHECK(memory({tp, pp, vpp, dp, zero - 1, mb}) >= here);
+            if (mb < 4) CHECK(memory({tp, pp, vpp, dp, zero, mb * 2}) >= here);
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared == 4 * 4 * 3 * (4 + 2 + 2));
+}
+
 TEST_CASE("memory: FP8 primary weights drop the BF16 copy and half the FP8 copies") {
   // Llama-3-8B on 8 GPUs, ZeRO-1. Under FP8, Transformer Engine keeps each projection weight
   // cast to FP8 and transposed (2 bytes beside its BF16 2); kept in FP8 as the model's own
