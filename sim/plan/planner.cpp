@@ -366,6 +366,9 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   if (options.top == 0 || options.batch_size == 0) {
     throw ModelError("the planner needs top and batch_size of at least 1");
   }
+  if (!(options.min_headroom >= 0 && options.min_headroom < 1)) {
+    throw ModelError("the planner's minimum headroom is a share of memory in [0, 1)");
+  }
   PlanResult result;
   SearchSpace space = search_space(base);
   std::vector<StepInputs>& layouts = space.layouts;
@@ -379,8 +382,8 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   // Of a layout that fits in no mode, its leanest mode's memory check (for `leanest`).
   std::vector<std::optional<PlannedLayout>> closest(layouts.size());
   tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
-    // The job rules look at recomputation only to refuse per_op, which the search does not
-    // try: a layout they refuse is refused in every mode it tries.
+    // The job rules look at recomputation only to refuse per_op and a partial depth, which the
+    // search does not try: a layout they refuse is refused in every mode it tries.
     if (first_job_problem(job_subject_on_cluster(layouts[i]), layouts[i].plan)) {
       refused[i] = 1;
       return;
@@ -389,7 +392,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
       StepOutcome outcome = check_memory(inputs);
-      if (!outcome.memory.fits()) {
+      if (!outcome.memory.fits() || outcome.memory.headroom_fraction() < options.min_headroom) {
         // Leanest by GPU memory, among modes whose host memory (if offloaded) fits.
         if (outcome.memory.host_fits() &&
             (!closest[i] || outcome.memory.total_bytes < closest[i]->outcome.memory.total_bytes)) {

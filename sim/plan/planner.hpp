@@ -30,6 +30,9 @@ struct PlanOptions {
   StepOptions step;      // how each layout is replayed (folded or not)
   // Layouts replayed between two updates of the bound, after a first batch of `top`.
   std::size_t batch_size = 4;
+  // The share of a GPU's memory a layout must leave free to count as fitting (practitioners
+  // keep 15-30% for allocator spikes); 0: fitting at all.
+  double min_headroom = 0;
 };
 
 struct PlannedLayout {
@@ -42,7 +45,7 @@ struct PlanResult {
   std::vector<PlannedLayout> ranked;  // fastest first (ties: enumeration order), at most top
   std::size_t layouts = 0;            // layouts enumerated (before recomputation is chosen)
   std::size_t refused = 0;            // refused by the job rules
-  std::size_t not_fitting = 0;        // no recomputation mode fits in memory
+  std::size_t not_fitting = 0;        // no recomputation mode fits (with min_headroom free)
   std::size_t replayed = 0;
   std::size_t bounded_out = 0;  // fit, not replayed: their bound could not enter the ranking
   // Of the layouts that do not fit, the one needing the least memory per GPU (its memory check

@@ -527,9 +527,11 @@ std::string memory_table(const RunReport& report) {
   return "\nmemory per GPU at peak (GB)\n" + table.render();
 }
 
-std::string does_not_fit_section(const VariantReport& variant) {
+std::string does_not_fit_section(const VariantReport& variant, double min_headroom) {
   const MemoryBreakdown& memory = variant.outcome.memory;
-  if (memory.gpu_fits()) {
+  // What the GPU offers once min_headroom of it is kept free (a plan's --min-headroom).
+  const double usable = memory.capacity_bytes * (1 - min_headroom);
+  if (memory.total_bytes <= usable) {
     return "\n" + variant.name + " does not fit: the offloaded optimizer needs " +
            gb_text(memory.host_bytes_per_node) + " GB of host memory per node (" +
            gb_text(memory.host_bytes_per_rank) +
@@ -548,15 +550,17 @@ std::string does_not_fit_section(const VariantReport& variant) {
         "  " + pad_right(name, name_width) + "  " + pad_left(gb_text(bytes), gb_width) + " GB";
     return (basis.empty() ? text : text + "  " + basis) + "\n";
   };
+  const std::string kept_free = fixed(100 * min_headroom, 0) + "% of it kept free";
   std::string text = "\n" + variant.name + " does not fit: needs " + gb_text(memory.total_bytes) +
-                     " GB per GPU, " + gb_text(memory.capacity_bytes) + " GB available (" +
-                     gb_text(memory.total_bytes - memory.capacity_bytes) + " GB over)\n";
+                     " GB per GPU, " + gb_text(usable) + " GB available" +
+                     (min_headroom > 0 ? " with " + kept_free : std::string()) + " (" +
+                     gb_text(memory.total_bytes - usable) + " GB over)\n";
   for (const MemoryItem& item : memory.items) {
     text += line(item.name, item.bytes, item.basis);
   }
   text += line("total", memory.total_bytes, "");
-  text += line("capacity", memory.capacity_bytes, "");
-  text += line("over by", memory.total_bytes - memory.capacity_bytes, "");
+  text += line("capacity", memory.capacity_bytes, min_headroom > 0 ? kept_free : "");
+  text += line("over by", memory.total_bytes - usable, "");
   return text;
 }
 
@@ -635,7 +639,7 @@ std::string render_memory(const RunReport& report) {
   text += table.render() + memory_table(report);
   text += basis_section(report);
   for (const VariantReport& variant : report.variants) {
-    if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant);
+    if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant, 0);
   }
   text += measured_sections(report);
   return text + warnings_section(report);
@@ -694,15 +698,22 @@ std::string render_plan(const RunReport& report) {
     const PlanSummary& plan = *report.plan;
     text += "layouts: " + grouped_integer(static_cast<double>(plan.layouts)) + " searched, " +
             grouped_integer(static_cast<double>(plan.refused)) + " refused by the job rules, " +
-            grouped_integer(static_cast<double>(plan.not_fitting)) + " do not fit, " +
+            grouped_integer(static_cast<double>(plan.not_fitting)) +
+            (plan.min_headroom > 0
+                 ? " do not fit with " + fixed(100 * plan.min_headroom, 0) + "% of memory free, "
+                 : std::string(" do not fit, ")) +
             grouped_integer(static_cast<double>(plan.replayed)) + " replayed, " +
             grouped_integer(static_cast<double>(plan.bounded_out)) +
             " ruled out by their lower bound\nsearch: " + fixed(plan.search_s, 2) + " s\n\n";
   }
   if (report.variants.empty()) {
-    text += "no layout fits\n";
+    text += report.plan && report.plan->min_headroom > 0
+                ? "no layout fits with " + fixed(100 * report.plan->min_headroom, 0) +
+                      "% of memory free\n"
+                : std::string("no layout fits\n");
     if (report.plan && report.plan->leanest) {
-      text += "\nthe leanest:" + does_not_fit_section(*report.plan->leanest);
+      text +=
+          "\nthe leanest:" + does_not_fit_section(*report.plan->leanest, report.plan->min_headroom);
     }
     return text;
   }
@@ -741,7 +752,7 @@ std::string render_console(const RunReport& report) {
   text += memory_table(report);
   for (const VariantReport& variant : report.variants) {
     if (!variant.outcome.simulated) {
-      text += does_not_fit_section(variant);
+      text += does_not_fit_section(variant, 0);
     }
   }
   for (const VariantReport& variant : report.variants) {

@@ -501,6 +501,22 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   CHECK(run_cli("plan " + scenario + " --top 0").exit_code == 2);
   CHECK(run_cli("run " + scenario + " --top 3").exit_code == 2);
   CHECK(run_cli("plan " + scenario + " --top -1").exit_code == 2);
+  // --min-headroom: a percentage, plan's alone; the layouts ranked leave that much free.
+  const Result roomy = run_cli("plan " + scenario + " --top 3 --min-headroom 40% --json");
+  REQUIRE(roomy.exit_code == 0);
+  const auto roomy_plan = nlohmann::json::parse(roomy.out);
+  CHECK(roomy_plan["plan"]["min_headroom"].get<double>() == Approx(0.40));
+  CHECK(roomy_plan["plan"]["not_fitting"].get<int>() >= summary["not_fitting"].get<int>());
+  for (const auto& variant : roomy_plan["variants"]) {
+    CHECK(variant["memory"]["headroom_fraction"].get<double>() >= 0.40);
+  }
+  for (const std::string bad : {"15", "100%", "-5%", "abc%", "nan%"}) {
+    INFO(bad);
+    const Result refused = run_cli("plan " + scenario + " --min-headroom " + bad);
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.err.find("--min-headroom") != std::string::npos);
+  }
+  CHECK(run_cli("run " + scenario + " --min-headroom 15%").exit_code == 2);
   // Llama-3-70B's full fine-tune on one H100 node fits only with the optimizer offloaded.
   const Result offloaded =
       run_cli("plan " + source + "/scenarios/llama3-70b-one-node.yaml --top 1 --json");

@@ -356,7 +356,7 @@ TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layout
   const TempDir dir;
   const auto path = dir.path() / "plan.h5";
   RunReport report = two_variant_report();
-  report.plan = PlanSummary{800, 420, 171, 30, 179, 11.5, std::nullopt};
+  report.plan = PlanSummary{800, 420, 171, 30, 179, 11.5, 0.15, std::nullopt};
   write_hdf5(report, path);
   const Hdf5Summary summary = read_hdf5_summary(path);
   CHECK(attribute<std::uint64_t>(summary.attributes, "plan_layouts") == 800);
@@ -365,6 +365,7 @@ TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layout
   CHECK(attribute<std::uint64_t>(summary.attributes, "plan_replayed") == 30);
   CHECK(attribute<std::uint64_t>(summary.attributes, "plan_bounded_out") == 179);
   CHECK(attribute<double>(summary.attributes, "plan_search_s") == 11.5);
+  CHECK(attribute<double>(summary.attributes, "plan_min_headroom") == 0.15);
   CHECK(summary.variants.size() == 2);
   // A run's file has none of them.
   write_hdf5(two_variant_report(), path);

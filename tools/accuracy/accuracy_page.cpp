@@ -222,8 +222,11 @@ std::string render_page(const std::vector<Case>& cases) {
     page << "\n";
   }
   if (!with_memory.empty()) {
-    page << "Peak memory where the source reports it (allocated by the framework, per GPU; "
-            "fleetsim's is its estimate of the fullest rank):\n\n"
+    page << "Peak memory per GPU where the source reports it, as it logs it (torchtitan's is "
+            "the caching allocator's peak reserved memory, `reserved_bytes.all.peak` in "
+            "torchtitan/components/metrics.py, above what the framework allocates); fleetsim's "
+            "is its estimate of the fullest rank's allocations, with 5% of each step's "
+            "allocations assumed lost to fragmentation:\n\n"
             "| run | published (GB) | predicted (GB) | error |\n|---|---|---|---|\n";
     for (const Case* c : with_memory) {
       for (const MetricComparison& m : c->metrics) {

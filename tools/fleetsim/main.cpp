@@ -85,6 +85,8 @@ const char* const kUsage =
     "plan options (and -o, --json, --no-fold, --data-dir, --threads, -q, --max-wall and\n"
     "--max-memory as for run, but a plan stopped early writes nothing):\n"
     "  --top N                layouts to rank (default 10)\n"
+    "  --min-headroom PCT     count a layout as fitting only with this share of GPU memory\n"
+    "                         free (15%: what practitioners keep; default 0%)\n"
     "\n"
     "collective options (as nccl-tests names them where it can):\n"
     "  --node PRESET          node preset (required), --nodes N (default 1), --gpu PROFILE\n"
@@ -126,10 +128,11 @@ struct Options {
   bool no_fold = false;       // replay every data-parallel replica, not one per stage
   bool quiet = false;         // no progress bar
   int bench_runs = 0;
-  std::string max_wall;    // run, sweep, plan: stop after this long
-  std::string max_memory;  // run, sweep, plan: stop above this resident memory
-  std::optional<int> top;  // layouts `plan` ranks (default 10)
-  int threads = 0;         // 0: TBB's default, one per core
+  std::string max_wall;      // run, sweep, plan: stop after this long
+  std::string max_memory;    // run, sweep, plan: stop above this resident memory
+  std::optional<int> top;    // layouts `plan` ranks (default 10)
+  std::string min_headroom;  // plan: the share of memory a layout must leave free ("15%")
+  int threads = 0;           // 0: TBB's default, one per core
   fleetsim::CollectiveOptions collective;
   // Below about 64 MiB NCCL switches to its LL/LL128 protocols and its pipeline is still
   // filling; the model has neither, so a fit of bandwidth and latency uses large messages.
@@ -150,7 +153,8 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
       "bench", po::value(&options.bench_runs))("max-wall", po::value(&options.max_wall))(
       "max-memory", po::value(&options.max_memory))("data-dir", po::value(&options.data_dir))(
       "threads", po::value(&options.threads))("top", po::value<int>())(
-      "command", po::value(&options.command))("file", po::value(&options.file));
+      "min-headroom", po::value(&options.min_headroom))("command", po::value(&options.command))(
+      "file", po::value(&options.file));
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
@@ -215,6 +219,25 @@ void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options,
             << " s, min " << seconds.front() << " s, max " << seconds.back() << " s\n";
 }
 
+// --min-headroom's "15%" as a share of memory, 0 up to (not including) 100%.
+double parse_headroom(const std::string& text) {
+  const auto fail = [&text]() -> double {
+    throw po::error("--min-headroom takes a percentage from 0% up to 100%, got '" + text +
+                    "' (e.g. 15%)");
+  };
+  if (text.size() < 2 || text.back() != '%') return fail();
+  const std::string number = text.substr(0, text.size() - 1);
+  std::size_t used = 0;
+  double percent = 0;
+  try {
+    percent = std::stod(number, &used);
+  } catch (const std::exception&) {
+    return fail();
+  }
+  if (used != number.size() || !(percent >= 0 && percent < 100)) return fail();
+  return percent / 100;
+}
+
 // `fleetsim plan`: the search from the scenario's first variant (its model, recipe and
 // cluster), the ranking printed as a table or JSON and written to HDF5 as variants.
 int plan_command(const Scenario& scenario, const Options& options) {
@@ -222,6 +245,9 @@ int plan_command(const Scenario& scenario, const Options& options) {
   if (options.top) {
     if (*options.top < 1) throw po::error("--top needs at least 1");
     plan_options.top = static_cast<std::size_t>(*options.top);
+  }
+  if (!options.min_headroom.empty()) {
+    plan_options.min_headroom = parse_headroom(options.min_headroom);
   }
   plan_options.step.fold = !options.no_fold;
   RunReport report = fleetsim::plan_report(scenario, plan_options);
@@ -285,6 +311,9 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     throw po::error("--write belongs to 'calibrate'");
   }
   if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
+  if (!options.min_headroom.empty() && options.command != "plan") {
+    throw po::error("--min-headroom belongs to 'plan'");
+  }
   if (options.csv && options.command != "sweep") throw po::error("--csv belongs to 'sweep'");
   if (options.csv && options.json) throw po::error("--csv and --json: one of them");
   if (options.summary && !options.json) throw po::error("--summary shortens --json's output");
