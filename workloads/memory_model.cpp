@@ -68,16 +68,24 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
 }
 
 InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
-                   int stage) {
+                   int stage, double recomputed_share) {
   const int m = training.global_batch / (training.micro_batch * plan.dp);
   const int virtual_stages = plan.pp * plan.vpp;
+  const auto held = [recomputed_share](const InFlight& in) {
+    return in.layers - in.recomputed_layers + recomputed_share * in.recomputed_layers;
+  };
   InFlight live, peak;
   for (const Pass& pass : pipeline_schedule(plan, stage, m)) {
     const int sign = pass.forward ? 1 : -1;
+    const int layers =
+        virtual_stage_layers(model, virtual_stages, stage + pass.chunk * plan.pp).count();
+    const int recomputed = plan.recompute != Recompute::full ? 0
+                           : plan.recompute_layers == 0      ? layers
+                                                        : std::min(plan.recompute_layers, layers);
     live.passes += sign;
-    live.layers +=
-        sign * virtual_stage_layers(model, virtual_stages, stage + pass.chunk * plan.pp).count();
-    if (live.layers > peak.layers) peak = live;
+    live.layers += sign * layers;
+    live.recomputed_layers += sign * recomputed;
+    if (held(live) > held(peak)) peak = live;
   }
   return peak;
 }
@@ -124,9 +132,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double quantized_params = quantized ? decoder_layer_parameters(model) * layers / tp : 0.0;
   // A layer's projection weights (FP8 GEMM operands under precision fp8) on this rank.
   const double layer_projections =
-      training.precision == Precision::fp8
-          ? layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp
-          : 0.0;
+      training.precision == Precision::fp8 ? rank_layer_projection_weights(model, plan) : 0.0;
   const double projections = layer_projections * layers;
   // FP8 primary weights replace their BF16 copies (Megatron-Core's fp8_param).
   const double fp8_weights = training.fp8_params ? projections : 0.0;
@@ -220,7 +226,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // A layer's input: its shard under sequence parallelism, else whole on every rank.
   const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
-  const InFlight live = in_flight(model, training, plan, stage);
+  const InFlight live = in_flight(model, training, plan, stage, boundary / per_layer);
   // Under per_op the layer in backward holds what it recomputed beside what it kept: all it
   // keeps without recomputation, less what per_op kept of that.
   const double recomputed =
@@ -230,8 +236,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                     tokens -
                 per_layer
           : 0.0;
+  // Under full recomputation the layer in backward holds what its rerun forward saved; a
+  // layer kept whole (past recompute_layers) holds it all the while.
   const double activations = plan.recompute == Recompute::full
-                                 ? live.layers * boundary + per_layer
+                                 ? live.recomputed_layers * boundary +
+                                       (live.layers - live.recomputed_layers) * per_layer +
+                                       per_layer
                                  : live.layers * per_layer + recomputed;
   const std::string batches =
       plan.pp == 1
@@ -248,7 +258,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                         : std::string()) +
                 ")";
   add("activations", activations,
-      plan.recompute == Recompute::full
+      plan.recompute == Recompute::full && plan.recompute_layers > 0
+          ? "the first " + std::to_string(plan.recompute_layers) +
+                " layers of each chunk keep their inputs and are recomputed one at a time, the "
+                "others keep their saved tensors, " +
+                batches
+      : plan.recompute == Recompute::full
           ? "layer inputs kept, one layer recomputed at a time, " + batches
       : plan.recompute == Recompute::per_op
           ? "torchtitan's per-op policy: each layer's input, Q, V, attention's output and "
@@ -336,8 +351,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training) {
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * model.layers : 0.0;
-  return kWeightBytes * (model.parameters() - quantized_params) +
-         kNf4BytesPerParameter * quantized_params;
+  const double fp8_params =
+      training.fp8_params ? layer_projection_weights(model, model.experts) * model.layers : 0.0;
+  return kWeightBytes * (model.parameters() - quantized_params - fp8_params) +
+         kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_params;
 }
 
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,

@@ -32,11 +32,14 @@ struct MemoryBreakdown {
   double host_bytes_per_node = 0;
   double host_capacity_bytes = 0;
   double headroom_fraction() const { return 1.0 - total_bytes / capacity_bytes; }
-  bool gpu_fits() const { return total_bytes <= capacity_bytes; }
+  // Fits with `min_headroom` of the capacity left free (a plan's --min-headroom).
+  bool gpu_fits(double min_headroom = 0) const {
+    return total_bytes <= capacity_bytes * (1 - min_headroom);
+  }
   bool host_fits() const {
     return host_bytes_per_node <= 0 || host_bytes_per_node <= host_capacity_bytes;
   }
-  bool fits() const { return gpu_fits() && host_fits(); }
+  bool fits(double min_headroom = 0) const { return gpu_fits(min_headroom) && host_fits(); }
   bool operator==(const MemoryBreakdown&) const = default;
 };
 
@@ -61,17 +64,21 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
 
 // What pipeline stage `stage` holds at the peak of its schedule: passes (a micro-batch through
 // one of its chunks) whose forward has saved activations that their backward has not freed
-// yet, and the layers those passes span (chunks of an uneven split differ). One pass without a
-// pipeline, all m under GPipe, pp - stage under 1F1B, the warm-up plus one interleaved.
+// yet, the layers those passes span (chunks of an uneven split differ), and of those the
+// layers recomputed, which keep only their input. One pass without a pipeline, all m under
+// GPipe, pp - stage under 1F1B, the warm-up plus one interleaved. The peak is that of the
+// bytes held, a recomputed layer keeping `recomputed_share` of what a layer keeps otherwise.
 struct InFlight {
   int passes = 0;
   int layers = 0;
+  int recomputed_layers = 0;
 };
 InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
-                   int stage);
+                   int stage, double recomputed_share = 1);
 
 // The whole model's weights as the GPUs hold them (BF16; under QLoRA the decoder layers in
-// NF4), before any split: no layout holds less than this over all its GPUs together.
+// NF4, under fp8_params the projections in FP8), before any split: no layout holds less than
+// this over all its GPUs together.
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training);
 
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.

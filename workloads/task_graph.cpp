@@ -19,7 +19,9 @@ struct Unit {
   double parameters;  // held (and gathered under ZeRO-3)
   double trainable;   // with gradients and optimizer states: all, or LoRA's adapters
   LayerOps ops;
-  bool is_layer = true;  // a decoder layer (recomputed under full recomputation)
+  // Its forward rerun before its backward: a decoder layer under full recomputation (every
+  // layer of the chunk, or its first recompute_layers).
+  bool recomputed = false;
   // Under expert parallelism, the part of `trainable` that is the rank's experts: reduced and
   // sharded over the expert's data-parallel group, the rest over all replicas.
   double expert_trainable = 0;
@@ -30,7 +32,7 @@ struct Unit {
   // What the distributed optimizer's all-gather moves of `count` of its parameters: FP8
   // primary weights are gathered in FP8 (Megatron-Core's --fp8-param-gather), the rest BF16.
   double gathered_bytes(double count) const {
-    return count * (kBf16Bytes - fp8_share * (kBf16Bytes - kFp8Bytes));
+    return weight_gather_bytes(count, count * fp8_share);
   }
 };
 
@@ -54,6 +56,7 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
   const double absent_experts = experts * (plan.ep - 1);
   std::vector<Unit> units;
+  int layers_before = 0;  // the chunk's layers before this one
   for (const std::size_t index : virtual_stage_units(model, plan.pp * plan.vpp, stage)) {
     if (index == 0) {
       const double embed = parameters.front() / tp;
@@ -67,12 +70,13 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
            false});
     } else {
       const double held = parameters[index] / tp - absent_experts + adapters;
-      const double fp8 =
-          training.fp8_params
-              ? layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / tp
-              : 0.0;
-      units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer, true,
-                       frozen ? 0.0 : experts, fp8 / held});
+      // (fp8_params is refused with LoRA, whose adapters train beside a frozen base.)
+      const double fp8 = training.fp8_params ? rank_layer_projection_weights(model, plan) : 0.0;
+      const bool recomputed = plan.recompute == Recompute::full &&
+                              (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
+      ++layers_before;
+      units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer,
+                       recomputed, frozen ? 0.0 : experts, fp8 / held});
     }
   }
   return units;
@@ -442,7 +446,6 @@ class MicroBatchBuilder {
     const CollectiveOp bucket_op = Sharding(*plan_).reduces_by_scatter()
                                        ? CollectiveOp::reduce_scatter
                                        : CollectiveOp::all_reduce;
-    const bool recompute = plan_->recompute == Recompute::full;
     std::size_t next_bucket = 0;
     std::size_t next_expert_bucket = 0;
     if (sharded()) regather(n - 1);
@@ -458,7 +461,7 @@ class MicroBatchBuilder {
       if (sharded()) deps.push_back(regathered[u]);
       if (i == 0) deps.insert(deps.end(), entry.begin(), entry.end());
       if (copies_fsdp2()) deps = {copy_out(u, "bwd", std::move(deps))};
-      if (recompute && unit(u).is_layer) {
+      if (unit(u).recomputed) {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
       }
@@ -684,7 +687,8 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
                                     optimizer_step_bytes_per_parameter(training) * local, local},
                                    deps)})
           : build.compute("optimizer.adam", adam_step_op(local, training), deps);
-  // ZeRO-1/2 keep full BF16 weights: every rank gathers the shards the others updated.
+  // ZeRO-1/2 keep full weights (BF16, or FP8 primary weights): every rank gathers the shards
+  // the others updated.
   if (sharding.gathers_updated_shards() && !gather_ahead) {
     build.collective("optimizer.all_gather", CollectiveOp::all_gather, gathered_bytes, {step});
     if (experts > 0 && sharding.expert_ranks() > 1) {

@@ -136,6 +136,14 @@ double layer_projection_weights(const ModelSpec& model, double experts_held) {
   return h * (h + 2 * kv_dim(model)) + h * h + mlps * (h * mlp_in + f * h);
 }
 
+double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
+  return layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / plan.tp;
+}
+
+double weight_gather_bytes(double parameters, double fp8) {
+  return kBf16 * (parameters - fp8) + kFp8 * fp8;
+}
+
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
   const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection

@@ -152,6 +152,11 @@ double decoder_layer_parameters(const ModelSpec& model);
 // A decoder layer's projection weights (QKV, output, each MLP's or expert's matrices of
 // `experts_held` experts): what FP8 casts, without norms, biases and the router.
 double layer_projection_weights(const ModelSpec& model, double experts_held);
+// A rank's share of them: split over tp, with the experts expert parallelism leaves it.
+double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan);
+// What an all-gather of `parameters` weights moves when `fp8` of them are FP8 primary weights
+// (fp8_params, gathered in FP8 as Megatron-Core's --fp8-param-gather does), the rest BF16.
+double weight_gather_bytes(double parameters, double fp8);
 // One MLP's parameters: the dense layer's, or one expert's in a mixture of experts.
 double mlp_parameters(const ModelSpec& model);
 // A decoder layer's experts' parameters (0 without a mixture of experts).

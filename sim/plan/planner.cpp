@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 16> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 17> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
                                                            "dp",
@@ -48,6 +48,7 @@ constexpr std::array<std::string_view, 16> kSearchOrder = {"cp",
                                                            "overlap_param_gather",
                                                            "offload_optimizer",
                                                            "schedule",
+                                                           "recompute_layers",
                                                            "bucket"};
 
 // What the search enumerates, every dimension but recomputation once, in kSearchOrder.
@@ -250,6 +251,12 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const Sharding sharding(plan);
   const double shard = sharding.optimizer_parameters(held.dense, held.experts);
   const double local = held.dense;  // gathered over every replica (experts: a bound's omission)
+  // Of which FP8 primary weights, gathered in FP8: at most the stage's projections (theirs
+  // counted with its experts', which only lowers the bound).
+  const double fp8 = inputs.training.fp8_params
+                         ? std::min(local, stage_layers(model, plan, 0) *
+                                               rank_layer_projection_weights(model, plan))
+                         : 0.0;
   const NodeSpec& node = inputs.node;
   // Offloaded, the first node's ranks of the first stage each run CPU Adam after their last
   // backward: together their bytes cross its host memory, each rank's parameters take its
@@ -270,7 +277,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
   const bool gathers = sharding.gathers_updated_shards() && !sharding.gathers_ahead();
-  return optimizer_s + (gathers ? gather_inbound_s(inputs, kBf16Bytes * local) : 0.0);
+  return optimizer_s + (gathers ? gather_inbound_s(inputs, weight_gather_bytes(local, fp8)) : 0.0);
 }
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
@@ -326,9 +333,11 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     return seconds;
   };
   const double forward_s = blocking_s(layer.forward);
-  // Full recomputation runs each layer's forward again before its backward.
-  const double backward_s =
-      blocking_s(layer.backward) + (plan.recompute == Recompute::full ? forward_s : 0.0);
+  // Full recomputation runs each layer's forward again before its backward; with only the
+  // first recompute_layers of each chunk rerun (the planner tries none such), the rerun is left
+  // out: a lower bound still.
+  const bool every_layer_rerun = plan.recompute == Recompute::full && plan.recompute_layers == 0;
+  const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   // The last stage runs all its chunks of every micro-batch, one after another: it cannot
@@ -367,7 +376,8 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
     throw ModelError("the planner needs top and batch_size of at least 1");
   }
   if (!(options.min_headroom >= 0 && options.min_headroom < 1)) {
-    throw ModelError("the planner's minimum headroom is a share of memory in [0, 1)");
+    throw ModelError("the planner's minimum headroom is a share of memory in [0, 1), got " +
+                     std::to_string(options.min_headroom));
   }
   PlanResult result;
   SearchSpace space = search_space(base);
@@ -392,7 +402,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
       StepOutcome outcome = check_memory(inputs);
-      if (!outcome.memory.fits() || outcome.memory.headroom_fraction() < options.min_headroom) {
+      if (!outcome.memory.fits(options.min_headroom)) {
         // Leanest by GPU memory, among modes whose host memory (if offloaded) fits.
         if (outcome.memory.host_fits() &&
             (!closest[i] || outcome.memory.total_bytes < closest[i]->outcome.memory.total_bytes)) {

@@ -531,7 +531,7 @@ std::string does_not_fit_section(const VariantReport& variant, double min_headro
   const MemoryBreakdown& memory = variant.outcome.memory;
   // What the GPU offers once min_headroom of it is kept free (a plan's --min-headroom).
   const double usable = memory.capacity_bytes * (1 - min_headroom);
-  if (memory.total_bytes <= usable) {
+  if (memory.gpu_fits(min_headroom)) {
     return "\n" + variant.name + " does not fit: the offloaded optimizer needs " +
            gb_text(memory.host_bytes_per_node) + " GB of host memory per node (" +
            gb_text(memory.host_bytes_per_rank) +
@@ -550,7 +550,7 @@ std::string does_not_fit_section(const VariantReport& variant, double min_headro
         "  " + pad_right(name, name_width) + "  " + pad_left(gb_text(bytes), gb_width) + " GB";
     return (basis.empty() ? text : text + "  " + basis) + "\n";
   };
-  const std::string kept_free = fixed(100 * min_headroom, 0) + "% of it kept free";
+  const std::string kept_free = percent_text(min_headroom) + "% of it kept free";
   std::string text = "\n" + variant.name + " does not fit: needs " + gb_text(memory.total_bytes) +
                      " GB per GPU, " + gb_text(usable) + " GB available" +
                      (min_headroom > 0 ? " with " + kept_free : std::string()) + " (" +
@@ -700,7 +700,7 @@ std::string render_plan(const RunReport& report) {
             grouped_integer(static_cast<double>(plan.refused)) + " refused by the job rules, " +
             grouped_integer(static_cast<double>(plan.not_fitting)) +
             (plan.min_headroom > 0
-                 ? " do not fit with " + fixed(100 * plan.min_headroom, 0) + "% of memory free, "
+                 ? " do not fit with " + percent_text(plan.min_headroom) + "% of memory free, "
                  : std::string(" do not fit, ")) +
             grouped_integer(static_cast<double>(plan.replayed)) + " replayed, " +
             grouped_integer(static_cast<double>(plan.bounded_out)) +
@@ -708,7 +708,7 @@ std::string render_plan(const RunReport& report) {
   }
   if (report.variants.empty()) {
     text += report.plan && report.plan->min_headroom > 0
-                ? "no layout fits with " + fixed(100 * report.plan->min_headroom, 0) +
+                ? "no layout fits with " + percent_text(report.plan->min_headroom) +
                       "% of memory free\n"
                 : std::string("no layout fits\n");
     if (report.plan && report.plan->leanest) {

@@ -85,7 +85,7 @@ const ResultField kFields[] = {
     {FieldGroup::plan, "not_fitting", "plan_not_fitting", "",
      "fitting in no recomputation mode (with min_headroom free)",
      [](R r, I) -> FieldValue { return std::uint64_t{r.plan->not_fitting}; }},
-    {FieldGroup::plan, "min_headroom", "plan_min_headroom", "",
+    {FieldGroup::plan, "min_headroom", "plan_min_headroom", "1",
      "the share of GPU memory a layout had to leave free (--min-headroom)",
      [](R r, I) -> FieldValue { return r.plan->min_headroom; }},
     {FieldGroup::plan, "replayed", "plan_replayed", "", "replayed",

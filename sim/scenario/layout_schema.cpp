@@ -15,7 +15,7 @@ DimensionValue read_dimension(const Field& f, const LayoutDimension& dimension) 
   switch (dimension.kind) {
     case DimensionKind::count:
       if (dimension.automatic && f.node.IsScalar() && f.node.Scalar() == "auto") return 0;
-      return read_int(f, 1);
+      return read_int(f, dimension.minimum);
     case DimensionKind::choice:
       for (const LayoutDimension::Misnamed& misnamed : dimension.misnamed) {
         if (f.node.IsScalar() && f.node.Scalar() == misnamed.value) {

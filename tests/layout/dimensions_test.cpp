@@ -26,6 +26,7 @@ ParallelPlan unusual_plan() {
   plan.vpp = 3;
   plan.zero_stage = 2;
   plan.recompute = Recompute::selective;
+  plan.recompute_layers = 3;
   plan.bucket_bytes = 50e6;
   plan.tp_comm_overlap = true;
   plan.overlap_param_gather = true;

@@ -115,6 +115,27 @@ TEST_CASE("planner: gradients reduced after the backward, or FP16, keep the boun
   CHECK(held_back > 0);
 }
 
+TEST_CASE("planner: FP8 primary weights gathered in FP8 keep the bound below the step") {
+  // Under fp8_params the distributed optimizer's gather after the step moves the projections
+  // in FP8: the bound's gather must not count them as BF16. ZeRO 0 and 3 are refused.
+  StepInputs base = two_nodes();
+  base.gpu.fp8 = Fp8Gemm{};  // twice the BF16 rate, fitted as the BF16 entries are
+  base.gpu.fp8->dense_flops_per_s.value = 2 * base.gpu.dense_bf16_flops_per_s.value;
+  base.gpu.fp8->gemm_efficiency.value = base.gpu.gemm_efficiency.value;
+  base.gpu.fp8->kernel_launch_s.value = base.gpu.kernel_launch_s.value;
+  base.training.precision = Precision::fp8;
+  base.training.fp8_params = true;
+  const PlanResult all = every_layout(base);
+  REQUIRE(!all.ranked.empty());
+  CHECK(all.refused > 0);
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout));
+    const int zero = layout.inputs.plan.zero_stage;
+    CHECK((zero == 1 || zero == 2));
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+  }
+}
+
 TEST_CASE("planner: pruning by the bound keeps the exhaustive ranking") {
   PlanOptions everything;
   everything.top = 1000;

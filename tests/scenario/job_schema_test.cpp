@@ -279,6 +279,25 @@ TEST_CASE("fp8_params loads under FP8 with the distributed optimizer, refused ot
   CHECK_THAT(replicated->what(), Catch::Contains("distributed optimizer"));
 }
 
+TEST_CASE("recompute_layers loads under full recomputation and is refused otherwise") {
+  const std::string partial =
+      with(kBase, "  zero: 3\n", "  zero: 3\n  recompute: full\n  recompute_layers: 4\n");
+  const ParallelPlan plan = load_text(partial).variants[0].inputs.plan;
+  CHECK(plan.recompute == Recompute::full);
+  CHECK(plan.recompute_layers == 4);
+  const auto none = load_error(with(partial, "recompute: full", "recompute: selective"));
+  REQUIRE(none);
+  CHECK(none->key() == "layout.recompute_layers");
+  CHECK_THAT(none->what(), Catch::Contains("full recomputation"));
+  // 0, the default, recomputes every layer; below it nothing.
+  CHECK(load_text(with(partial, "recompute_layers: 4", "recompute_layers: 0"))
+            .variants[0]
+            .inputs.plan.recompute_layers == 0);
+  const auto negative = load_error(with(partial, "recompute_layers: 4", "recompute_layers: -1"));
+  REQUIRE(negative);
+  CHECK(negative->key() == "layout.recompute_layers");
+}
+
 TEST_CASE("overlap_param_gather loads with ZeRO 1 or 2 and is refused with 0 or 3") {
   const std::string distributed =
       with(kBase, "  zero: 3\n", "  zero: 1\n  overlap_param_gather: true\n");

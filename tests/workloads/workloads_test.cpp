@@ -1,6 +1,7 @@
 // Model sizes, FLOPs, gradient traffic and memory of the workload model.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -166,8 +167,8 @@ TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
   // Interleaved, m = 4: stage 0 warms up (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4 passes (micro-batches
   // 0, 1 through chunk 0, then through chunk 1: 2 x 1 + 2 x 2 layers), then forward, backward in
   // turn: + mb2 c0 (7 layers, 5 passes), - mb0 c1 (5), + mb3 c0 (4 x 1 + 1 x 2 = 6), ...:
-  // the peak is 3 x 1 + 2 x 2 = 7 layers in 5 passes, where counting every pass at the largest
-  // chunk would say 10. Stage 1 warms up 0 x 2 + 1 x 2 = 2 passes and peaks at 3 of 2 layers.
+  // the peak is 3 x 1 + 2 x 2 = 7 layers in 5 passes. Stage 1 warms up 0 x 2 + 1 x 2 = 2
+  // passes and peaks at 3 passes of 2 layers.
   plan.schedule = PipelineSchedule::one_f_one_b;
   plan.vpp = 2;
   REQUIRE(virtual_stage_layers(m, 4, 0).count() == 1);
@@ -192,6 +193,84 @@ TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
     ++checked;
   }
   CHECK(checked == 1);
+}
+
+TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, saves N layers") {
+  // Megatron's block method on Llama-3-8B (32 layers), dp 8, one micro-batch held: N layers
+  // keep only their input (the boundary), the other 32 - N all their saved tensors, plus the
+  // one layer being recomputed: linear in N from no recomputation (N = 0 rerun) to full
+  // recomputation (N = 32); and each recomputed layer reruns its forward, so the hardware
+  // FLOPs grow by N / 32 of full recomputation's extra.
+  const ModelSpec m = llama3_8b();
+  const TrainingSpec t = training(4096, 256, 2);
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  const auto activations = [&](Recompute mode, int layers) {
+    ParallelPlan p = plan;
+    p.recompute = mode;
+    p.recompute_layers = layers;
+    for (const MemoryItem& item : estimate_memory(m, t, p, 80e9).items) {
+      if (item.name == "activations") return item.bytes;
+    }
+    return -1.0;
+  };
+  const auto flops = [&](Recompute mode, int layers) {
+    ParallelPlan p = plan;
+    p.recompute = mode;
+    p.recompute_layers = layers;
+    return build_data_parallel_step(m, t, p).hardware_flops_per_rank;
+  };
+  const double tokens = 2.0 * 4096;
+  const double per_layer =
+      decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 1, true) * tokens;
+  const double boundary = 2.0 * m.hidden * tokens;
+  CHECK(activations(Recompute::full, 0) == Approx(32 * boundary + per_layer));
+  CHECK(activations(Recompute::full, 32) == Approx(activations(Recompute::full, 0)));
+  CHECK(activations(Recompute::full, 40) == Approx(activations(Recompute::full, 0)));
+  CHECK(activations(Recompute::full, 12) == Approx(12 * boundary + 20 * per_layer + per_layer));
+  const double extra = flops(Recompute::full, 0) - flops(Recompute::none, 0);
+  CHECK(extra > 0);
+  CHECK(flops(Recompute::full, 12) - flops(Recompute::none, 0) == Approx(extra * 12 / 32));
+  // Model FLOPs do not count the rerun.
+  ParallelPlan partial = plan;
+  partial.recompute = Recompute::full;
+  partial.recompute_layers = 12;
+  CHECK(build_data_parallel_step(m, t, partial).model_flops_per_rank ==
+        Approx(build_data_parallel_step(m, t, plan).model_flops_per_rank));
+}
+
+TEST_CASE("the replay and the memory model recompute the same first layers of each chunk") {
+  // 7 layers over pp 2 x vpp 2 (virtual stages of 1, 2, 2, 2 layers: L0 | L1 L2 | L3 L4 |
+  // L5 L6), the first layer of each chunk recomputed: stage 0 reruns L0 and L3, stage 1 L1
+  // and L5, every micro-batch. Stage 0's peak (see the schedule test above) holds 3 passes
+  // of chunk 0 (1 layer, recomputed) and 2 of chunk 1 (2 layers, 1 recomputed): 7 layers, 5
+  // of them recomputed.
+  ModelSpec m = llama3_8b();
+  m.layers = 7;
+  ParallelPlan plan;
+  plan.pp = 2;
+  plan.vpp = 2;
+  plan.recompute = Recompute::full;
+  plan.recompute_layers = 1;
+  const TrainingSpec t = training(4096, 4, 1);
+  const TaskGraph graph = build_data_parallel_step(m, t, plan);
+  const auto rerun = [&](int stage) {
+    std::set<std::string> layers;
+    for (const Task& task : graph.stages[stage]) {
+      const std::size_t at = task.name.find(".recompute.");
+      if (task.name.rfind("mb0.", 0) == 0 && at != std::string::npos) {
+        layers.insert(task.name.substr(4, at - 4));
+      }
+    }
+    return layers;
+  };
+  CHECK(rerun(0) == std::set<std::string>{"L0", "L3"});
+  CHECK(rerun(1) == std::set<std::string>{"L1", "L5"});
+  const InFlight held = in_flight(m, t, plan, 0, 0.1);
+  CHECK(held.passes == 5);
+  CHECK(held.layers == 7);
+  CHECK(held.recomputed_layers == 5);
 }
 
 TEST_CASE("memory never decreases as sharding decreases or the micro-batch grows") {

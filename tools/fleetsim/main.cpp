@@ -222,8 +222,8 @@ void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options,
 // --min-headroom's "15%" as a share of memory, 0 up to (not including) 100%.
 double parse_headroom(const std::string& text) {
   const auto fail = [&text]() -> double {
-    throw po::error("--min-headroom takes a percentage from 0% up to 100%, got '" + text +
-                    "' (e.g. 15%)");
+    throw po::error("--min-headroom takes a percentage of at least 0% and under 100%, got '" +
+                    text + "' (e.g. 15%)");
   };
   if (text.size() < 2 || text.back() != '%') return fail();
   const std::string number = text.substr(0, text.size() - 1);

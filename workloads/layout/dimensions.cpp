@@ -154,7 +154,7 @@ constexpr char kParamGatherOverlap[] = "param-gather-overlap";
 constexpr char kFsdp2[] = "fsdp2";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 16> kDimensions = {{
+const std::array<LayoutDimension, 17> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -269,7 +269,8 @@ const std::array<LayoutDimension, 16> kDimensions = {{
      .choices = {"none", "selective", "per_op", "full"},
      .description = "activation recomputation: none, the attention core (selective), "
                     "torchtitan's per-op policy (per_op: every second matmul of a layer and "
-                    "its elementwise ops), or each layer's forward (full)",
+                    "its elementwise ops), or each layer's forward (full; see "
+                    "recompute_layers)",
      .planner = "the least of none, selective and full that fits",
      .get =
          [](const ParallelPlan& plan) {
@@ -288,6 +289,25 @@ const std::array<LayoutDimension, 16> kDimensions = {{
            return std::string("recompute=") + to_string(plan.recompute);
          },
      .candidates = recompute_candidates},
+    {.key = "recompute_layers",
+     .output = "recompute_layers",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "with recompute: full, only the first N layers of each chunk recomputed, "
+                    "the others keeping their activations (Megatron's recompute_method block, "
+                    "recompute_num_layers); 0, the default: every layer",
+     .planner = "0 (every layer, where full recomputation is tried)",
+     .get = get_count<&ParallelPlan::recompute_layers>,
+     .set = set_count<&ParallelPlan::recompute_layers>,
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.recompute == Recompute::full && plan.recompute_layers > 0
+                      ? "recompute-layers=" + std::to_string(plan.recompute_layers)
+                      : std::string();
+         },
+     .minimum = 0,
+     .candidates = [](const LayoutSearch&,
+                      const ParallelPlan&) { return std::vector<DimensionValue>{0}; }},
     {.key = "sequence_parallel",
      .output = "sequence_parallel",
      .kind = DimensionKind::flag,

@@ -53,6 +53,7 @@ struct LayoutDimension {
   // A count that a scenario may write as `auto`: left 0, for the loader to work out from the
   // cluster (data_parallel_size_for).
   bool automatic = false;
+  int minimum = 1;  // a count's least value (0 where 0 means "all")
   // A value people write that is not one of the choices, with what to say instead.
   struct Misnamed {
     std::string_view value;

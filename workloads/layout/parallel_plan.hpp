@@ -26,7 +26,8 @@ inline std::int64_t size_product(std::initializer_list<std::int64_t> sizes) {
 // none: keep every tensor a layer saves; selective: recompute the attention core (scores,
 // softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et
 // al.; nothing to drop under FlashAttention, which keeps none); full: keep only each layer's
-// input and rerun its forward before its backward; per_op: torchtitan's per-op policy
+// input and rerun its forward before its backward (only the first recompute_layers of each
+// chunk, where set); per_op: torchtitan's per-op policy
 // (selective_ac_option "op"): each layer saves its inputs, attention's output and every
 // matmul's but every second one's, and reruns the rest of its forward before its backward.
 enum class Recompute { none, selective, per_op, full };
@@ -78,6 +79,10 @@ struct ParallelPlan {
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
   int zero_stage = 0;
   Recompute recompute = Recompute::none;
+  // Under full recomputation, only the first N layers of each chunk (stage, or virtual stage)
+  // recomputed, the rest keeping their activations (Megatron's recompute_method block,
+  // recompute_num_layers N); 0: every layer.
+  int recompute_layers = 0;
   double bucket_bytes = 25e6;  // gradient bucket (PyTorch DDP default 25 MB)
   // Megatron's --tp-comm-overlap (Transformer Engine's userbuffers): each tensor-parallel
   // all-gather runs beside the GEMM that reads it and each reduce-scatter beside the GEMM that

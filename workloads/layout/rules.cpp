@@ -377,11 +377,25 @@ Problem fp8_without_lora(const JobSubject& job, const ParallelPlan&) {
             "use precision: bf16");
 }
 
+Problem recompute_layers_need_full(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.recompute_layers == 0 || plan.recompute == Recompute::full) return {};
+  return at({"layout.recompute_layers"},
+            "recompute_layers picks the layers that full recomputation reruns",
+            "set recompute: full, or remove recompute_layers");
+}
+
 // FP8 weights have no BF16 copy to update: Megatron-Core keeps them only beside the
 // distributed optimizer's FP32 shard (--fp8-param-gather asserts use_distributed_optimizer or
 // an FSDP; megatron/training/arguments.py). FSDP's FP8 gather is not modelled.
 Problem fp8_params_need_distributed_optimizer(const JobSubject& job, const ParallelPlan& plan) {
-  if (!job.fp8_params || plan.zero_stage == 1 || plan.zero_stage == 2) return {};
+  if (!job.fp8_params) return {};
+  if (plan.offload_optimizer) {
+    return at({"layout.offload_optimizer", "training.fp8_params"},
+              "fp8_params with the optimizer offloaded (FP8 weights copied back from the host) "
+              "is not modelled yet",
+              "set offload_optimizer: false, or remove fp8_params");
+  }
+  if (plan.zero_stage == 1 || plan.zero_stage == 2) return {};
   return at({"layout.zero", "training.fp8_params"},
             plan.zero_stage == 0
                 ? "fp8_params needs the distributed optimizer's FP32 master shard (ZeRO 1 or 2)"
@@ -439,6 +453,8 @@ const JobRule kRules[] = {
      batch_splits_into_micro_batches},
     {"interleaving-in-groups-of-pp", "under vpp > 1 the micro-batches come in groups of pp",
      interleaving_in_groups_of_pp},
+    {"recompute-layers-need-full", "recompute_layers needs recompute: full",
+     recompute_layers_need_full},
     {"lora-on-dense-model", "LoRA on a dense model", lora_on_dense_model},
     {"per-op-recompute-on-dense-full-model",
      "per_op recomputation on a dense model trained in full on FlashAttention",
@@ -447,7 +463,7 @@ const JobRule kRules[] = {
     {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
     {"fp8-without-lora", "FP8 with full fine-tuning", fp8_without_lora},
-    {"fp8-params-need-distributed-optimizer", "fp8_params needs ZeRO 1 or 2",
+    {"fp8-params-need-distributed-optimizer", "fp8_params needs ZeRO 1 or 2, not offloaded",
      fp8_params_need_distributed_optimizer},
     {"fp16-at-bf16-rate", "FP16 on a GPU whose FP16 peak is its BF16 one", fp16_at_bf16_rate},
 };
