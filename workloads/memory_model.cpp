@@ -136,20 +136,32 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double projections = layer_projections * layers;
   // FP8 primary weights replace their BF16 copies (Megatron-Core's fp8_param).
   const double fp8_weights = training.fp8_params ? projections : 0.0;
-  add("weights",
-      (kWeightBytes * (p - quantized_params - fp8_weights) +
-       kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_weights) /
-          weight_shards,
-      std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
-                              "bits), adapters, embedding and head BF16, "
-                  : training.fp8_params
-                      ? "decoder-layer projections in FP8 (fp8_params), the rest BF16, "
-                      : "BF16, ") +
-          split +
-          (sharding.parameters_sharded()  ? "sharded " + over_dp + " (ZeRO-3)"
-           : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
-                                          : std::string("replicated")) +
-          (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
+  // PyTorch's FSDP keeps no BF16 shard between gathers: the FP32 shard is the parameter, the
+  // optimizer's master weights (counted with its states), cast to BF16 only as it is gathered.
+  // DeepSpeed's ZeRO-3 and Megatron FSDP (bf16_shards), or an optimizer offloaded with the
+  // master to the host, keep a BF16 shard; a LoRA's frozen base has no master to be.
+  const bool shard_is_master = sharding.parameters_sharded() && !plan.bf16_shards &&
+                               !plan.offload_optimizer && !training.lora;
+  if (shard_is_master) {
+    add("weights", 0,
+        "none between gathers: each FP32 shard is the parameter, counted with the optimizer "
+        "states as the master weights (PyTorch's FSDP)");
+  } else {
+    add("weights",
+        (kWeightBytes * (p - quantized_params - fp8_weights) +
+         kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_weights) /
+            weight_shards,
+        std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
+                                "bits), adapters, embedding and head BF16, "
+                    : training.fp8_params
+                        ? "decoder-layer projections in FP8 (fp8_params), the rest BF16, "
+                        : "BF16, ") +
+            split +
+            (sharding.parameters_sharded()  ? "sharded " + over_dp + " (ZeRO-3)"
+             : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
+                                            : std::string("replicated")) +
+            (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
+  }
   // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
   // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
   // them (a per-step allocation). Under FSDP2 (PyTorch's float8 linears) each weight is cast

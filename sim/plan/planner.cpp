@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 17> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 18> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
                                                            "dp",
@@ -41,6 +41,7 @@ constexpr std::array<std::string_view, 17> kSearchOrder = {"cp",
                                                            "vpp",
                                                            "zero",
                                                            "fsdp2",
+                                                           "bf16_shards",
                                                            "ep",
                                                            "sequence_parallel",
                                                            "tp_comm_overlap",

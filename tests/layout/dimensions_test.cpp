@@ -31,6 +31,7 @@ ParallelPlan unusual_plan() {
   plan.tp_comm_overlap = true;
   plan.overlap_param_gather = true;
   plan.fsdp2 = true;
+  plan.bf16_shards = true;
   plan.ep = 2;
   plan.offload_optimizer = true;
   return plan;
@@ -93,7 +94,7 @@ TEST_CASE("a layout's label is its dimensions' words in the table's order") {
   CHECK(layout_label(ParallelPlan{}) == "dp1 zero0 recompute=none");
   CHECK(layout_label(unusual_plan()) ==
         "tp8 cp2 pp4 vpp3 dp16 ep2 zero2 recompute=selective tp-overlap param-gather-overlap "
-        "fsdp2 offload");
+        "fsdp2 bf16-shards offload");
 }
 
 TEST_CASE("defaults are written as a scenario writes them") {

@@ -209,6 +209,8 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.vpp = 2;
          j.global_batch = 12;  // 3 micro-batches of 2 on each of 2 replicas: not groups of 2
        }},
+      {"bf16-shards-need-zero-3", "layout.bf16_shards",
+       [](JobSubject&, ParallelPlan& p) { p.bf16_shards = true; }},
       {"recompute-layers-need-full", "layout.recompute_layers",
        [](JobSubject&, ParallelPlan& p) { p.recompute_layers = 2; }},
       {"lora-on-dense-model", "training.method",

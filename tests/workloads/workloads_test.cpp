@@ -119,10 +119,11 @@ TEST_CASE("inconsistent jobs are rejected") {
 TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per parameter") {
   const ModelSpec m = llama3_8b();
   const double n = m.parameters();
-  auto states = [&](int zero, int reduce_bytes) {
+  auto states = [&](int zero, int reduce_bytes, bool bf16_shards = false) {
     ParallelPlan plan;
     plan.dp = 8;
     plan.zero_stage = zero;
+    plan.bf16_shards = bf16_shards;
     TrainingSpec t = training(4096, 256, 2);
     t.grad_reduce_bytes = reduce_bytes;
     const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
@@ -133,7 +134,10 @@ TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per
   CHECK(states(0, 4) == Approx(18 * n));
   CHECK(states(1, 4) == Approx(6 * n + 12 * n / 8));
   CHECK(states(2, 4) == Approx(2 * n + 16 * n / 8));
-  CHECK(states(3, 4) == Approx(18 * n / 8));
+  // ZeRO-3 as DeepSpeed and Megatron FSDP keep it: a BF16 shard beside the FP32 master; as
+  // PyTorch's FSDP keeps it, the FP32 shard is the parameter: 16 bytes over the shards.
+  CHECK(states(3, 4, true) == Approx(18 * n / 8));
+  CHECK(states(3, 4) == Approx(16 * n / 8));
   // BF16 reduction: a gradient buffer kept whole is BF16 (Megatron-Core's grad buffer takes the
   // parameters' dtype without grad_reduce_in_fp32); sharded gradients stay the FP32 shard's.
   CHECK(states(0, 2) == Approx(16 * n));

@@ -152,9 +152,10 @@ constexpr char kEp[] = "ep";
 constexpr char kTpOverlap[] = "tp-overlap";
 constexpr char kParamGatherOverlap[] = "param-gather-overlap";
 constexpr char kFsdp2[] = "fsdp2";
+constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 17> kDimensions = {{
+const std::array<LayoutDimension, 18> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -387,6 +388,22 @@ const std::array<LayoutDimension, 17> kDimensions = {{
      .candidates =
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
            return std::vector<DimensionValue>{search.scenario.fsdp2 && chosen.zero_stage == 3};
+         }},
+    {.key = "bf16_shards",
+     .output = "bf16_shards",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "ZeRO 3 keeping a BF16 copy of each weight shard beside the optimizer's "
+                    "FP32 master (DeepSpeed's ZeRO-3, Megatron FSDP); false: the FP32 shard is "
+                    "the parameter, cast to BF16 only as it is gathered (PyTorch's FSDP)",
+     .planner = "the scenario's, wherever ZeRO is 3",
+     .get = get_flag<&ParallelPlan::bf16_shards>,
+     .set = set_flag<&ParallelPlan::bf16_shards>,
+     .label = flag_words<&ParallelPlan::bf16_shards, kBf16Shards>,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.bf16_shards &&
+                                              chosen.zero_stage == 3 && !chosen.fsdp2};
          }},
     {.key = "offload_optimizer",
      .output = "offload_optimizer",

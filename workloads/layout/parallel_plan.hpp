@@ -104,6 +104,10 @@ struct ParallelPlan {
   // gradients are copied, cast to the reduce dtype, into the reduce-scatter's, both on the
   // compute stream, which first waits for the unit before's reduce-scatter.
   bool fsdp2 = false;
+  // ZeRO 3 keeping a BF16 copy of each weight shard beside the optimizer's FP32 master
+  // (DeepSpeed's ZeRO-3, Megatron FSDP's model and main weight buffers); false: the FP32 shard
+  // is the parameter, cast to BF16 only as it is gathered (PyTorch's FSDP, FSDP2).
+  bool bf16_shards = false;
   // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts, tp 1):
   // each group of ep consecutive data-parallel replicas splits the experts among its ranks and
   // sends each token to its experts' ranks by all-to-all. An expert's gradients are reduced,

@@ -148,6 +148,20 @@ Problem fsdp2_needs_zero_3(const JobSubject&, const ParallelPlan& plan) {
             "it is how PyTorch's fully_shard gathers and reduces the parameters ZeRO 3 shards");
 }
 
+// A BF16 copy of a shard is what ZeRO 3 keeps; PyTorch's fully_shard keeps none.
+Problem bf16_shards_need_zero_3(const JobSubject&, const ParallelPlan& plan) {
+  if (!plan.bf16_shards) return {};
+  if (plan.zero_stage != 3) {
+    return at({"layout.bf16_shards"}, "bf16_shards describes ZeRO 3's weight shards",
+              "use zero: 3, or remove bf16_shards");
+  }
+  if (!plan.fsdp2) return {};
+  return at({"layout.bf16_shards"},
+            "fsdp2 (PyTorch's fully_shard) keeps no BF16 copy of a shard: its FP32 shard is the "
+            "parameter",
+            "remove bf16_shards, or fsdp2 for DeepSpeed's ZeRO-3 or Megatron FSDP");
+}
+
 // ---- optimizer offload -----------------------------------------------------------------------
 
 Problem offload_needs_zero(const JobSubject&, const ParallelPlan& plan) {
@@ -428,6 +442,7 @@ const JobRule kRules[] = {
     {"param-gather-overlap-needs-grad-overlap", "overlap_param_gather needs overlap_grad_reduce",
      param_gather_overlap_needs_grad_overlap},
     {"fsdp2-needs-zero-3", "fsdp2 needs ZeRO 3", fsdp2_needs_zero_3},
+    {"bf16-shards-need-zero-3", "bf16_shards needs ZeRO 3, without fsdp2", bf16_shards_need_zero_3},
     {"offload-needs-zero", "optimizer offload needs ZeRO 1-3", offload_needs_zero},
     {"offload-needs-fp32-adam", "optimizer offload runs CPU Adam with FP32 moments",
      offload_needs_fp32_adam},
