@@ -248,12 +248,20 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                     tokens -
                 per_layer
           : 0.0;
-  // Under full recomputation the layer in backward holds what its rerun forward saved; a
-  // layer kept whole (past recompute_layers) holds it all the while.
+  // Under full recomputation the layer in backward holds what its rerun forward saved. With
+  // only the first recompute_layers of a chunk rerun, the backward reaches them after freeing
+  // the chunk's kept layers, at least one layer's worth: the peak is the forward's end.
+  int largest_chunk = 0;
+  for (int v = stage; v < plan.pp * plan.vpp; v += plan.pp) {
+    largest_chunk =
+        std::max(largest_chunk, virtual_stage_layers(model, plan.pp * plan.vpp, v).count());
+  }
+  const bool every_layer_rerun =
+      plan.recompute_layers == 0 || plan.recompute_layers >= largest_chunk;
   const double activations = plan.recompute == Recompute::full
                                  ? live.recomputed_layers * boundary +
                                        (live.layers - live.recomputed_layers) * per_layer +
-                                       per_layer
+                                       (every_layer_rerun ? per_layer : 0.0)
                                  : live.layers * per_layer + recomputed;
   const std::string batches =
       plan.pp == 1

@@ -76,9 +76,9 @@ struct InFlight {
 InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
                    int stage, double recomputed_share = 1);
 
-// The whole model's weights as the GPUs hold them (BF16; under QLoRA the decoder layers in
-// NF4, under fp8_params the projections in FP8), before any split: no layout holds less than
-// this over all its GPUs together.
+// The whole model's weights at their leanest (BF16; under QLoRA the decoder layers in NF4,
+// under fp8_params the projections in FP8), before any split: no layout holds less than this
+// over all its GPUs together (an FP32 shard of PyTorch's FSDP holds more).
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training);
 
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.

@@ -128,12 +128,24 @@ TEST_CASE("planner: FP8 primary weights gathered in FP8 keep the bound below the
   const PlanResult all = every_layout(base);
   REQUIRE(!all.ranked.empty());
   CHECK(all.refused > 0);
+  int gathered_after = 0;
   for (const PlannedLayout& layout : all.ranked) {
     INFO(describe(layout));
     const int zero = layout.inputs.plan.zero_stage;
     CHECK((zero == 1 || zero == 2));
     CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    // The gather after the step, where it enters a node through its NICs (a data-parallel
+    // group across nodes), moves less than BF16 weights would: the bound is lower than the
+    // same layout's with the weights kept in BF16.
+    const ParallelPlan& plan = layout.inputs.plan;
+    if (!plan.overlap_param_gather && plan.tp * plan.cp * plan.dp > base.node.gpus) {
+      StepInputs bf16 = layout.inputs;
+      bf16.training.fp8_params = false;
+      CHECK(layout.lower_bound_s < step_lower_bound_s(bf16));
+      ++gathered_after;
+    }
   }
+  CHECK(gathered_after > 0);
 }
 
 TEST_CASE("planner: pruning by the bound keeps the exhaustive ranking") {

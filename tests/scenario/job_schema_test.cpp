@@ -277,6 +277,22 @@ TEST_CASE("fp8_params loads under FP8 with the distributed optimizer, refused ot
   const auto replicated = load_error(with(primary, "zero: 1", "zero: 0"));
   REQUIRE(replicated);
   CHECK_THAT(replicated->what(), Catch::Contains("distributed optimizer"));
+  const auto offloaded = load_error(with(primary, "zero: 1", "zero: 1\n  offload_optimizer: true"));
+  REQUIRE(offloaded);
+  CHECK(offloaded->key() == "layout.offload_optimizer");
+}
+
+TEST_CASE("bf16_shards loads under ZeRO 3 and is refused without it or with fsdp2") {
+  const std::string deepspeed = with(kBase, "  zero: 3\n", "  zero: 3\n  bf16_shards: true\n");
+  CHECK(load_text(deepspeed).variants[0].inputs.plan.bf16_shards);
+  const auto zero1 = load_error(with(deepspeed, "zero: 3", "zero: 1"));
+  REQUIRE(zero1);
+  CHECK(zero1->key() == "layout.bf16_shards");
+  const auto fsdp2 =
+      load_error(with(deepspeed, "bf16_shards: true", "bf16_shards: true\n  fsdp2: true"));
+  REQUIRE(fsdp2);
+  CHECK(fsdp2->key() == "layout.bf16_shards");
+  CHECK_THAT(fsdp2->what(), Catch::Contains("fsdp2"));
 }
 
 TEST_CASE("recompute_layers loads under full recomputation and is refused otherwise") {

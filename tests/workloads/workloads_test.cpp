@@ -116,7 +116,7 @@ TEST_CASE("inconsistent jobs are rejected") {
   CHECK_THROWS_AS(build_data_parallel_step(odd, training(4096, 16, 2), plan), ModelError);
 }
 
-TEST_CASE("memory: model states follow the ZeRO sharding of 2 + 4 + 12 bytes per parameter") {
+TEST_CASE("memory: model states follow the ZeRO stage, its shards and the gradients' dtype") {
   const ModelSpec m = llama3_8b();
   const double n = m.parameters();
   auto states = [&](int zero, int reduce_bytes, bool bf16_shards = false) {
@@ -201,10 +201,11 @@ TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
 
 TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, saves N layers") {
   // Megatron's block method on Llama-3-8B (32 layers), dp 8, one micro-batch held: N layers
-  // keep only their input (the boundary), the other 32 - N all their saved tensors, plus the
-  // one layer being recomputed: linear in N from no recomputation (N = 0 rerun) to full
-  // recomputation (N = 32); and each recomputed layer reruns its forward, so the hardware
-  // FLOPs grow by N / 32 of full recomputation's extra.
+  // keep only their input (the boundary), the other 32 - N all their saved tensors. With every
+  // layer rerun the layer in backward adds what its rerun saved; with N < 32 the backward
+  // reaches the rerun layers after freeing the 32 - N kept ones, so the peak is the forward's
+  // end: no recomputation's 32 layers at N = 0. Each recomputed layer reruns its forward, so
+  // the hardware FLOPs grow by N / 32 of full recomputation's extra.
   const ModelSpec m = llama3_8b();
   const TrainingSpec t = training(4096, 256, 2);
   ParallelPlan plan;
@@ -232,7 +233,9 @@ TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, s
   CHECK(activations(Recompute::full, 0) == Approx(32 * boundary + per_layer));
   CHECK(activations(Recompute::full, 32) == Approx(activations(Recompute::full, 0)));
   CHECK(activations(Recompute::full, 40) == Approx(activations(Recompute::full, 0)));
-  CHECK(activations(Recompute::full, 12) == Approx(12 * boundary + 20 * per_layer + per_layer));
+  CHECK(activations(Recompute::full, 12) == Approx(12 * boundary + 20 * per_layer));
+  CHECK(activations(Recompute::none, 0) == Approx(32 * per_layer));
+  CHECK(activations(Recompute::full, 1) == Approx(boundary + 31 * per_layer));
   const double extra = flops(Recompute::full, 0) - flops(Recompute::none, 0);
   CHECK(extra > 0);
   CHECK(flops(Recompute::full, 12) - flops(Recompute::none, 0) == Approx(extra * 12 / 32));

@@ -395,8 +395,9 @@ const std::array<LayoutDimension, 18> kDimensions = {{
      .choices = {},
      .description = "ZeRO 3 keeping a BF16 copy of each weight shard beside the optimizer's "
                     "FP32 master (DeepSpeed's ZeRO-3, Megatron FSDP); false: the FP32 shard is "
-                    "the parameter, cast to BF16 only as it is gathered (PyTorch's FSDP)",
-     .planner = "the scenario's, wherever ZeRO is 3",
+                    "the parameter, cast to BF16 only as it is gathered (PyTorch's FSDP; an "
+                    "offloaded optimizer or a LoRA's frozen base keeps a BF16 shard either way)",
+     .planner = "the scenario's, wherever ZeRO is 3 without fsdp2",
      .get = get_flag<&ParallelPlan::bf16_shards>,
      .set = set_flag<&ParallelPlan::bf16_shards>,
      .label = flag_words<&ParallelPlan::bf16_shards, kBf16Shards>,
