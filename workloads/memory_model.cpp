@@ -71,20 +71,27 @@ InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const P
                    int stage, double recomputed_share) {
   const int m = training.global_batch / (training.micro_batch * plan.dp);
   const int virtual_stages = plan.pp * plan.vpp;
+  // Each of the stage's chunks: its layers, and of those the ones rerun.
+  std::vector<int> chunk_layers(plan.vpp), chunk_recomputed(plan.vpp);
+  InFlight live, peak;
+  peak.every_layer_recomputed = plan.recompute == Recompute::full;
+  for (int c = 0; c < plan.vpp; ++c) {
+    const int layers = virtual_stage_layers(model, virtual_stages, stage + c * plan.pp).count();
+    chunk_layers[c] = layers;
+    chunk_recomputed[c] = plan.recompute != Recompute::full ? 0
+                          : plan.recompute_layers == 0      ? layers
+                                                       : std::min(plan.recompute_layers, layers);
+    if (chunk_recomputed[c] < layers) peak.every_layer_recomputed = false;
+  }
+  live.every_layer_recomputed = peak.every_layer_recomputed;
   const auto held = [recomputed_share](const InFlight& in) {
     return in.layers - in.recomputed_layers + recomputed_share * in.recomputed_layers;
   };
-  InFlight live, peak;
   for (const Pass& pass : pipeline_schedule(plan, stage, m)) {
     const int sign = pass.forward ? 1 : -1;
-    const int layers =
-        virtual_stage_layers(model, virtual_stages, stage + pass.chunk * plan.pp).count();
-    const int recomputed = plan.recompute != Recompute::full ? 0
-                           : plan.recompute_layers == 0      ? layers
-                                                        : std::min(plan.recompute_layers, layers);
     live.passes += sign;
-    live.layers += sign * layers;
-    live.recomputed_layers += sign * recomputed;
+    live.layers += sign * chunk_layers[pass.chunk];
+    live.recomputed_layers += sign * chunk_recomputed[pass.chunk];
     if (held(live) > held(peak)) peak = live;
   }
   return peak;
@@ -136,13 +143,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double projections = layer_projections * layers;
   // FP8 primary weights replace their BF16 copies (Megatron-Core's fp8_param).
   const double fp8_weights = training.fp8_params ? projections : 0.0;
-  // PyTorch's FSDP keeps no BF16 shard between gathers: the FP32 shard is the parameter, the
-  // optimizer's master weights (counted with its states), cast to BF16 only as it is gathered.
-  // DeepSpeed's ZeRO-3 and Megatron FSDP (bf16_shards), or an optimizer offloaded with the
-  // master to the host, keep a BF16 shard; a LoRA's frozen base has no master to be.
-  const bool shard_is_master = sharding.parameters_sharded() && !plan.bf16_shards &&
-                               !plan.offload_optimizer && !training.lora;
-  if (shard_is_master) {
+  // Where the FP32 shard is the parameter it counts with the optimizer states, as the master
+  // weights; a LoRA's frozen base has no master to be, and keeps its shard as it is.
+  if (sharding.shard_is_master() && !training.lora) {
     add("weights", 0,
         "none between gathers: each FP32 shard is the parameter, counted with the optimizer "
         "states as the master weights (PyTorch's FSDP)");
@@ -251,17 +254,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Under full recomputation the layer in backward holds what its rerun forward saved. With
   // only the first recompute_layers of a chunk rerun, the backward reaches them after freeing
   // the chunk's kept layers, at least one layer's worth: the peak is the forward's end.
-  int largest_chunk = 0;
-  for (int v = stage; v < plan.pp * plan.vpp; v += plan.pp) {
-    largest_chunk =
-        std::max(largest_chunk, virtual_stage_layers(model, plan.pp * plan.vpp, v).count());
-  }
-  const bool every_layer_rerun =
-      plan.recompute_layers == 0 || plan.recompute_layers >= largest_chunk;
   const double activations = plan.recompute == Recompute::full
                                  ? live.recomputed_layers * boundary +
                                        (live.layers - live.recomputed_layers) * per_layer +
-                                       (every_layer_rerun ? per_layer : 0.0)
+                                       (live.every_layer_recomputed ? per_layer : 0.0)
                                  : live.layers * per_layer + recomputed;
   const std::string batches =
       plan.pp == 1

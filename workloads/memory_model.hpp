@@ -32,10 +32,10 @@ struct MemoryBreakdown {
   double host_bytes_per_node = 0;
   double host_capacity_bytes = 0;
   double headroom_fraction() const { return 1.0 - total_bytes / capacity_bytes; }
-  // Fits with `min_headroom` of the capacity left free (a plan's --min-headroom).
-  bool gpu_fits(double min_headroom = 0) const {
-    return total_bytes <= capacity_bytes * (1 - min_headroom);
-  }
+  // What the GPU offers with `min_headroom` of it kept free (a plan's --min-headroom), and
+  // whether the peak fits in it.
+  double usable_bytes(double min_headroom = 0) const { return capacity_bytes * (1 - min_headroom); }
+  bool gpu_fits(double min_headroom = 0) const { return total_bytes <= usable_bytes(min_headroom); }
   bool host_fits() const {
     return host_bytes_per_node <= 0 || host_bytes_per_node <= host_capacity_bytes;
   }
@@ -72,6 +72,7 @@ struct InFlight {
   int passes = 0;
   int layers = 0;
   int recomputed_layers = 0;
+  bool every_layer_recomputed = false;  // of each of the stage's chunks (full recomputation)
 };
 InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
                    int stage, double recomputed_share = 1);

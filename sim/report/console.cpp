@@ -529,8 +529,7 @@ std::string memory_table(const RunReport& report) {
 
 std::string does_not_fit_section(const VariantReport& variant, double min_headroom) {
   const MemoryBreakdown& memory = variant.outcome.memory;
-  // What the GPU offers once min_headroom of it is kept free (a plan's --min-headroom).
-  const double usable = memory.capacity_bytes * (1 - min_headroom);
+  const double usable = memory.usable_bytes(min_headroom);  // a plan's --min-headroom
   if (memory.gpu_fits(min_headroom)) {
     return "\n" + variant.name + " does not fit: the offloaded optimizer needs " +
            gb_text(memory.host_bytes_per_node) + " GB of host memory per node (" +

@@ -91,3 +91,21 @@ TEST_CASE("FSDP under a pipeline is sharded between steps, whole within one") {
   distributed.overlap_grad_reduce = false;
   CHECK(Sharding(distributed).holds_back_reductions());
 }
+
+TEST_CASE("ZeRO 3's FP32 shard is the parameter unless a BF16 shard is kept beside it") {
+  // PyTorch's FSDP: no BF16 copy between gathers. DeepSpeed's ZeRO-3 and Megatron FSDP
+  // (bf16_shards) keep one, and so does an offload, whose master lives on the host. Below
+  // ZeRO 3 the weights are whole, and FSDP under a pipeline keeps them gathered for the step.
+  ParallelPlan plan = with_zero(3, 8);
+  CHECK(Sharding(plan).shard_is_master());
+  plan.bf16_shards = true;
+  CHECK_FALSE(Sharding(plan).shard_is_master());
+  plan.bf16_shards = false;
+  plan.offload_optimizer = true;
+  CHECK_FALSE(Sharding(plan).shard_is_master());
+  plan.offload_optimizer = false;
+  plan.pp = 2;
+  plan.fsdp2 = true;
+  CHECK_FALSE(Sharding(plan).shard_is_master());
+  CHECK_FALSE(Sharding(with_zero(2, 8)).shard_is_master());
+}

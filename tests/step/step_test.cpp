@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "common/memory_items.hpp"
 #include "common/small_job.hpp"
 #include "sim/step/step_executor.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -16,10 +17,7 @@ namespace {
 
 // The bytes of the named item of a step's memory breakdown (-1 when it has none).
 double memory_item(const StepOutcome& out, const std::string& name) {
-  for (const MemoryItem& item : out.memory.items) {
-    if (item.name == name) return item.bytes;
-  }
-  return -1.0;
+  return fleetsim::testing::memory_item(out.memory, name);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/memory_items.hpp"
 #include "models.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/task_graph.hpp"
@@ -131,10 +132,7 @@ TEST_CASE("memory: without sequence parallelism a GPT-3 layer keeps sbh(10 + 24/
   plan.recompute = Recompute::full;
   const auto activations = [&](bool sequence_parallel) {
     plan.sequence_parallel = sequence_parallel;
-    for (const auto& item : estimate_memory(m, t, plan, 80e9).items) {
-      if (item.name == "activations") return item.bytes;
-    }
-    return -1.0;
+    return memory_item(estimate_memory(m, t, plan, 80e9), "activations");
   };
   const double layer_inputs = 96 * 2 * s * h;  // 96 layers' inputs, one micro-batch
   CHECK(activations(false) - activations(true) ==

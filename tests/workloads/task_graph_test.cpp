@@ -6,6 +6,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/memory_items.hpp"
 #include "models.hpp"
 #include "sim/engine/errors.hpp"
 #include "workloads/memory_model.hpp"
@@ -801,12 +802,6 @@ TEST_CASE(
   // BF16 reduction: the whole gradients kept in BF16, half the FP32 main gradients.
   TrainingSpec bf16_reduce = t;
   bf16_reduce.grad_reduce_bytes = 2;
-  const auto gradients = [](const MemoryBreakdown& memory) {
-    for (const MemoryItem& item : memory.items) {
-      if (item.name == "gradients") return item.bytes;
-    }
-    return 0.0;
-  };
-  CHECK(gradients(estimate_memory(m, bf16_reduce, fsdp, 80e9)) ==
-        Approx(gradients(distributed_memory) / 2));
+  CHECK(memory_item(estimate_memory(m, bf16_reduce, fsdp, 80e9), "gradients") ==
+        Approx(memory_item(distributed_memory, "gradients") / 2));
 }

@@ -6,6 +6,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/memory_items.hpp"
 #include "models.hpp"
 #include "sim/engine/errors.hpp"
 #include "workloads/memory_model.hpp"
@@ -215,10 +216,7 @@ TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, s
     ParallelPlan p = plan;
     p.recompute = mode;
     p.recompute_layers = layers;
-    for (const MemoryItem& item : estimate_memory(m, t, p, 80e9).items) {
-      if (item.name == "activations") return item.bytes;
-    }
-    return -1.0;
+    return memory_item(estimate_memory(m, t, p, 80e9), "activations");
   };
   const auto flops = [&](Recompute mode, int layers) {
     ParallelPlan p = plan;
@@ -336,16 +334,10 @@ TEST_CASE("memory: FP8 primary weights drop the BF16 copy and half the FP8 copie
   const MemoryBreakdown cached = estimate_memory(m, fp8, plan, 80e9);
   const MemoryBreakdown kept = estimate_memory(m, primary, plan, 80e9);
   const double projections = m.layers * layer_projection_weights(m, 0);
-  const auto item = [](const MemoryBreakdown& memory, const std::string& name) {
-    for (const MemoryItem& entry : memory.items) {
-      if (entry.name == name) return entry.bytes;
-    }
-    return -1.0;
-  };
-  CHECK(item(cached, "weights") == Approx(2 * m.parameters()));
-  CHECK(item(kept, "weights") == Approx(2 * m.parameters() - projections));
-  CHECK(item(cached, "FP8 weight copies") == Approx(2 * projections));
-  CHECK(item(kept, "FP8 weight copies") == Approx(projections));
+  CHECK(memory_item(cached, "weights") == Approx(2 * m.parameters()));
+  CHECK(memory_item(kept, "weights") == Approx(2 * m.parameters() - projections));
+  CHECK(memory_item(cached, "FP8 weight copies") == Approx(2 * projections));
+  CHECK(memory_item(kept, "FP8 weight copies") == Approx(projections));
   CHECK(cached.total_bytes - kept.total_bytes == Approx(2 * projections));
   // The distributed optimizer gathers the FP8 weights in FP8 (--fp8-param-gather): one byte
   // less per projection parameter on the wire, the rest as before.
@@ -398,21 +390,16 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   ParallelPlan plan;
   plan.dp = 8;
   plan.zero_stage = 3;
-  const auto find = [](const MemoryBreakdown& mem, const std::string& name) {
-    for (const auto& item : mem.items) {
-      if (item.name == name) return item.bytes;
-    }
-    return -1.0;
-  };
   const MemoryBreakdown full = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
-  CHECK(find(full, "activations") == Approx(32 * 139'392.0 * 8192));
+  CHECK(memory_item(full, "activations") == Approx(32 * 139'392.0 * 8192));
   plan.recompute = Recompute::full;
   const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
-  CHECK(find(recomputed, "activations") == Approx(32 * 2.0 * 4096 * 8192 + 139'392.0 * 8192));
-  CHECK(find(full, "logits") == Approx(6.0 * 8192 * 128256));
+  CHECK(memory_item(recomputed, "activations") ==
+        Approx(32 * 2.0 * 4096 * 8192 + 139'392.0 * 8192));
+  CHECK(memory_item(full, "logits") == Approx(6.0 * 8192 * 128256));
   // Two consecutive FSDP units gathered at most: embedding + first layer (or last layer + head),
   // (525,336,576 + 218,112,000) parameters x 2 bytes.
-  CHECK(find(full, "gathered parameters") == Approx(2.0 * (525'336'576 + 218'112'000)));
+  CHECK(memory_item(full, "gathered parameters") == Approx(2.0 * (525'336'576 + 218'112'000)));
 }
 
 TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer bytes when fused") {
@@ -470,10 +457,7 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
   TrainingSpec t = training(4096, 256, 2);
   const auto logits_memory = [&](CrossEntropy cross_entropy) {
     t.cross_entropy = cross_entropy;
-    for (const auto& item : estimate_memory(m, t, plan, 80e9).items) {
-      if (item.name == "logits") return item.bytes;
-    }
-    return -1.0;
+    return memory_item(estimate_memory(m, t, plan, 80e9), "logits");
   };
   CHECK(logits_memory(CrossEntropy::unfused) == Approx(6 * logits));
   CHECK(logits_memory(CrossEntropy::fused) == Approx(6 * logits));
@@ -508,10 +492,7 @@ TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
   ParallelPlan plan = tp8_dp8();
   plan.zero_stage = 1;
   const auto activations = [&](const TrainingSpec& recipe) {
-    for (const auto& item : estimate_memory(m, recipe, plan, 80e9).items) {
-      if (item.name == "activations") return item.bytes;
-    }
-    return -1.0;
+    return memory_item(estimate_memory(m, recipe, plan, 80e9), "activations");
   };
   CHECK(activations(t) == Approx(l * korthikanti / 8));
   // Selective recomputation drops the 5as/h term: 34sbh/t (their Table 2).
@@ -611,11 +592,8 @@ TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's 
   // what it keeps without recomputation (139,392 bytes, the test above, which has no down
   // output: 139,392 - (63,616 - 8,192)).
   CHECK(decoder_layer_saved_bytes_per_token(m, recipe, Recompute::per_op) == 63'616.0);
-  const auto activations = [&](const MemoryBreakdown& mem) {
-    for (const auto& item : mem.items) {
-      if (item.name == "activations") return item.bytes;
-    }
-    return -1.0;
+  const auto activations = [](const MemoryBreakdown& mem) {
+    return memory_item(mem, "activations");
   };
   CHECK(activations(estimate_memory(m, recipe, plan, 80e9)) ==
         Approx((32 * 63'616.0 + 139'392.0 - (63'616.0 - 8'192.0)) * tokens));

@@ -9,6 +9,7 @@ Sharding::Sharding(const ParallelPlan& plan)
       gathered_for_step_(fsdp_under_pipeline(plan)),
       overlap_param_gather_(plan.overlap_param_gather),
       overlap_grad_reduce_(plan.overlap_grad_reduce),
+      bf16_shards_(plan.bf16_shards || plan.offload_optimizer),
       dense_ranks_(plan.gradient_ranks()),
       // An expert group holds every expert once: each expert lies on gradient_ranks / ep ranks.
       expert_ranks_(plan.ep > 0 ? plan.gradient_ranks() / plan.ep : 0) {

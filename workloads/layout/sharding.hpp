@@ -40,6 +40,10 @@ class Sharding {
   bool parameters_sharded() const { return zero_ >= 3 && !gathered_for_step_; }
   // ZeRO 3 under a pipeline: sharded between steps, gathered for the step (see above).
   bool gathered_for_step() const { return gathered_for_step_; }
+  // ZeRO 3's FP32 shard is the parameter itself, the optimizer's master weights, with no BF16
+  // copy kept between gathers (PyTorch's FSDP); DeepSpeed's ZeRO-3 and Megatron FSDP
+  // (bf16_shards), or an optimizer offloaded with the master to the host, keep a BF16 shard.
+  bool shard_is_master() const { return parameters_sharded() && !bf16_shards_; }
 
   // The ranks a dense parameter's sharded state is split over (its data group), and an
   // expert's (its expert_data group).
@@ -78,6 +82,7 @@ class Sharding {
   bool gathered_for_step_ = false;
   bool overlap_param_gather_ = false;
   bool overlap_grad_reduce_ = true;
+  bool bf16_shards_ = false;  // a BF16 copy of each shard kept: bf16_shards, or offloaded
   int dense_ranks_ = 1;
   int expert_ranks_ = 1;
 };
