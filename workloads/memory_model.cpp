@@ -311,13 +311,31 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   // The FP32 copy the cross-entropy works on (its gradient computed in place) beside the BF16
   // logits (forward) or their BF16 gradient (backward); in place, only the BF16 logits with the
-  // gradient written over them.
-  const bool in_place = training.cross_entropy == CrossEntropy::in_place;
-  const double logit_bytes = in_place ? kBf16Bytes : kFp32Bytes + kBf16Bytes;
+  // gradient written over them. PyTorch's eager log_softmax peaks as the backward starts: the
+  // FP32 log-probabilities it kept, the NLL's gradient and its own, while the logits are gone
+  // (torchtitan deletes them before the backward); in forward, the BF16 logits, their FP32 copy
+  // and the log-probabilities hold 10 bytes a logit, less. Under tensor parallelism PyTorch's
+  // loss_parallel computes (gradient + exp(log-probabilities)) x the loss's gradient, the
+  // scattered zeros, the sum and the product beside the log-probabilities: four FP32 tensors.
+  const CrossEntropy loss = training.cross_entropy;
+  const double logit_bytes = loss == CrossEntropy::in_place      ? kBf16Bytes
+                             : loss == CrossEntropy::compiled    ? 2 * kBf16Bytes
+                             : loss == CrossEntropy::log_softmax ? (tp > 1 ? 4 : 3) * kFp32Bytes
+                                                                 : kFp32Bytes + kBf16Bytes;
   const double logits = stage == plan.pp - 1 ? logit_bytes * tokens * model.vocab / tp : 0.0;
   add("logits", logits,
-      std::string(in_place ? "BF16 logits, their gradient written over them"
-                           : "FP32 logits (their gradient in place) and the BF16 ones") +
+      std::string(loss == CrossEntropy::in_place ? "BF16 logits, their gradient written over them"
+                  : loss == CrossEntropy::compiled
+                      ? "BF16 logits kept for backward and their BF16 gradient (the loss "
+                        "compiled by torch.compile)"
+                  : loss == CrossEntropy::log_softmax
+                      ? (tp > 1 ? std::string("FP32 log-probabilities kept for backward, beside "
+                                              "the NLL's gradient, its sum with their exp and "
+                                              "the product (PyTorch's loss_parallel)")
+                                : std::string("FP32 log-probabilities kept for backward, beside "
+                                              "the NLL's gradient and the log-softmax's "
+                                              "(PyTorch's F.cross_entropy)"))
+                      : "FP32 logits (their gradient in place) and the BF16 ones") +
           (tp > 1 ? ", vocabulary split over tp" : ""));
   dynamic += logits;
 

@@ -78,8 +78,13 @@ enum class Attention { flash, eager };
 // default (and Hugging Face models' upcast, log-softmax and NLL loss about as much);
 // fused: Megatron-Core's --cross-entropy-loss-fusion (the same steps in three fused kernels,
 // NeMo 2's default); in_place: one kernel computing the loss and writing the gradient over the
-// BF16 logits in forward (Transformer Engine's Triton cross-entropy, Liger's): no FP32 copy.
-enum class CrossEntropy { unfused, fused, in_place };
+// BF16 logits in forward (Transformer Engine's Triton cross-entropy, Liger's): no FP32 copy;
+// log_softmax: PyTorch's eager F.cross_entropy on FP32 logits (torchtitan's loss, Hugging Face
+// models' and autocast's upcast): the log-probabilities kept out of place, the NLL's gradient
+// and the log-softmax's each a new FP32 tensor beside them; compiled: that loss under
+// torch.compile, which Inductor fuses: the BF16 logits and each row's max and sum kept, the
+// BF16 gradient written by one kernel in backward.
+enum class CrossEntropy { unfused, fused, in_place, log_softmax, compiled };
 // How a layer's elementwise ops run: fused, one kernel each for a norm, RoPE and the MLP's
 // activation, as Megatron-Core and Transformer Engine run them and torch.compile fuses them;
 // eager: each PyTorch op of a module written in Python its own kernel and pass over HBM, as

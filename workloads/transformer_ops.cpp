@@ -749,7 +749,7 @@ struct CrossEntropyPasses {
   std::vector<CrossEntropyPass> forward, backward;
 };
 
-CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy) {
+CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy, bool vocab_split) {
   switch (cross_entropy) {
     case CrossEntropy::unfused:
       // Megatron-Core's vocab_parallel_cross_entropy: an FP32 copy, its max, the max subtracted
@@ -772,6 +772,40 @@ CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy) {
       // An online max and sum over the BF16 logits, then the loss and the gradient written over
       // them; backward scales that gradient in place.
       return {{{"max_sum", kBf16}, {"loss_grad", 2 * kBf16}}, {{"scale", 2 * kBf16}}};
+    case CrossEntropy::log_softmax:
+      if (vocab_split) {
+        // Under tensor parallelism PyTorch's loss_parallel (torch.distributed.tensor.parallel's
+        // loss.py) decomposes it into separate ops on the vocabulary shard: the FP32 copy, its
+        // max, the shift, exp and its sum, the log-probabilities; backward fuses the NLL's
+        // and the log-softmax's as (zeros scattered + exp(log-probabilities)) x the loss's
+        // gradient, each a new tensor, then the cast.
+        return {{{"cast", kBf16 + kFp32},
+                 {"max", kFp32},
+                 {"shift", 2 * kFp32},
+                 {"exp", 2 * kFp32},
+                 {"sum", kFp32},
+                 {"log_probabilities", 2 * kFp32}},
+                {{"nll_grad", kFp32},
+                 {"exp", 2 * kFp32},
+                 {"add", 3 * kFp32},
+                 {"scale", 2 * kFp32},
+                 {"cast", kFp32 + kBf16}}};
+      }
+      // PyTorch's F.cross_entropy on the FP32 copy: log_softmax then nll_loss (a gather). ATen's
+      // softmax kernels (SoftMax.cu) read a row too long for shared memory three times (its
+      // max, its sum, the output) and write the log-probabilities. Backward: nll_loss_backward
+      // zero-fills a gradient and scatters one value a row into it, log_softmax's backward
+      // reads it twice (its row sum, then beside the log-probabilities) and writes a new
+      // tensor, and autograd casts that to BF16.
+      return {{{"cast", kBf16 + kFp32}, {"log_softmax", 4 * kFp32}},
+              {{"nll_grad", kFp32}, {"log_softmax_grad", 4 * kFp32}, {"cast", kFp32 + kBf16}}};
+    case CrossEntropy::compiled:
+      // Inductor's partitioner keeps the BF16 logits and the rows' reductions rather than the
+      // FP32 log-probabilities (functorch's min-cut, reductions not recomputed), so the forward
+      // reads the logits for the max and again for the sum of exponentials; backward turns the
+      // scatter into zeros into a pointwise select (optimize_scatter_upon_const_tensor) and
+      // fuses the whole gradient into one kernel reading the logits and writing BF16.
+      return {{{"max", kBf16}, {"sum_exp", kBf16}}, {{"gradient", 2 * kBf16}}};
   }
   return {};
 }
@@ -792,7 +826,7 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   // Cross-entropy on the local vocabulary shard (its max and sums across ranks are a few bytes
   // per token).
   const double logits = t * v / split;
-  const CrossEntropyPasses passes = cross_entropy_passes(cross_entropy);
+  const CrossEntropyPasses passes = cross_entropy_passes(cross_entropy, tp > 1);
   for (const CrossEntropyPass& pass : passes.forward) {
     ops.forward.push_back(
         memory_op(std::string("cross_entropy.") + pass.name, logits * pass.bytes_per_logit));

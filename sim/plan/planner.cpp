@@ -154,8 +154,12 @@ double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double trained = inputs.training.lora ? 0.01 : 1.0;  // adapters: a sliver of the model
   const double local = rank_parameters(inputs.model, plan, 0).total();
-  const double passes =
-      Sharding(plan).parameters_sharded() ? 2 * micro_batches + trained : 2 * trained;
+  // ZeRO 3: two gathers a micro-batch; ZeRO 2: a reduction a micro-batch and the step's gather;
+  // else the step's reduction and gather.
+  const Sharding sharding(plan);
+  const double passes = sharding.parameters_sharded()          ? 2 * micro_batches + trained
+                        : sharding.reduces_every_micro_batch() ? (micro_batches + 1) * trained
+                                                               : 2 * trained;
   const double bytes = passes * kBf16Bytes * local * (replicas - 1) / replicas;
   const bool in_node = plan.tp * replicas <= inputs.node.gpus;
   const double per_gpu = in_node
@@ -203,11 +207,12 @@ class LayerCollectiveClock {
   std::map<std::tuple<int, CollectiveOp, double>, double> seconds_;
 };
 
-// The least time the first node needs to take in data-parallel all-gathers of `bytes` per group:
-// every tp rank's group brings in the shards of its members on other nodes, through the node's
-// NICs at their usable rate. A group inside one node, or nodes that share an NVLink domain, bound
-// it by nothing.
-double gather_inbound_s(const StepInputs& inputs, double bytes) {
+// The least time the first node's NICs need, in one direction, for data-parallel all-gathers of
+// `bytes` per group (each tp rank's group brings in the shards of its members on other nodes)
+// or reduce-scatters of as many (each sends out, reduced once inside the node at best, the parts
+// its members on other nodes keep), at their usable rate. A group inside one node, or nodes
+// that share an NVLink domain, bound it by nothing.
+double node_crossing_s(const StepInputs& inputs, double bytes) {
   const ParallelPlan& plan = inputs.plan;
   const NodeSpec& node = inputs.node;
   // Of each data-parallel group (at least one: a tp over several trays shares its nodes).
@@ -237,7 +242,19 @@ double sharded_gathers_s(const StepInputs& inputs) {
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   const double held = rank_parameters(inputs.model, plan, 0).total();
   const double embedding = fsdp_unit_parameters(inputs.model).front() / plan.tp;
-  return gather_inbound_s(inputs, micro_batches * (2 * held - embedding) * kBf16Bytes);
+  return node_crossing_s(inputs, micro_batches * (2 * held - embedding) * kBf16Bytes);
+}
+
+// Under ZeRO 2 and 3 every micro-batch reduce-scatters the first stage's gradients in the reduce
+// dtype: the first node must send all of that out (a direction of its own: a bound beside the
+// gathers, not added to them).
+double sharded_reductions_s(const StepInputs& inputs) {
+  const ParallelPlan& plan = inputs.plan;
+  if (!Sharding(plan).reduces_every_micro_batch() || inputs.training.lora) return 0;
+  const double micro_batches = static_cast<double>(inputs.training.global_batch) /
+                               (static_cast<double>(plan.dp) * inputs.training.micro_batch);
+  const RankParameters held = rank_parameters(inputs.model, plan, 0);
+  return node_crossing_s(inputs, micro_batches * held.dense * inputs.training.grad_reduce_bytes);
 }
 
 // What the first stage still does after its last backward, which ends the drain: its
@@ -278,7 +295,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
   const bool gathers = sharding.gathers_updated_shards() && !sharding.gathers_ahead();
-  return optimizer_s + (gathers ? gather_inbound_s(inputs, weight_gather_bytes(local, fp8)) : 0.0);
+  return optimizer_s + (gathers ? node_crossing_s(inputs, weight_gather_bytes(local, fp8)) : 0.0);
 }
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
@@ -362,7 +379,7 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
   return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
                       micro_batches * head_s + first_stage_tail_s(inputs),
-                  sharded_gathers_s(inputs));
+                  std::max(sharded_gathers_s(inputs), sharded_reductions_s(inputs)));
 }
 
 }  // namespace

@@ -70,10 +70,13 @@ TrainingSpec parse_training(const Field& f) {
     t.attention_kernel = attention_kernel_named(choice);
   }
   if (auto cross_entropy = find(f, "cross_entropy")) {
-    const std::string choice = read_choice(*cross_entropy, {"unfused", "fused", "in_place"});
-    t.cross_entropy = choice == "fused"      ? CrossEntropy::fused
-                      : choice == "in_place" ? CrossEntropy::in_place
-                                             : CrossEntropy::unfused;
+    const std::string choice =
+        read_choice(*cross_entropy, {"unfused", "fused", "in_place", "log_softmax", "compiled"});
+    t.cross_entropy = choice == "fused"         ? CrossEntropy::fused
+                      : choice == "in_place"    ? CrossEntropy::in_place
+                      : choice == "log_softmax" ? CrossEntropy::log_softmax
+                      : choice == "compiled"    ? CrossEntropy::compiled
+                                                : CrossEntropy::unfused;
   }
   if (auto elementwise = find(f, "elementwise")) {
     t.elementwise = read_choice(*elementwise, {"fused", "eager"}) == "eager" ? Elementwise::eager

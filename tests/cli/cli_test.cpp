@@ -272,6 +272,18 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   CHECK(too_big.out.find("over by") != std::string::npos);
 }
 
+TEST_CASE("the shipped Llama 3 405B run trains in its published layout, which fits an H100") {
+  // tp 8, pp 16 interleaved, dp 128 with optimizer states and gradients sharded, no
+  // recomputation (arXiv:2407.21783 Section 3.3): the warm-up's 16 micro-batches of 8 layers
+  // (68 GB) beside whole BF16 weights fit only with the gradients sharded (ZeRO 2); ZeRO 1's
+  // whole FP32 gradient buffer (12.75 GB more) does not.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const Result result = run_cli("memory " + source + "/scenarios/llama3-405b-16k-run.yaml");
+  CHECK(result.exit_code == 0);
+  CHECK(result.out.find("tp8 pp16 vpp4 dp128 zero2 recompute=none") != std::string::npos);
+  CHECK(result.out.find("does not fit") == std::string::npos);
+}
+
 TEST_CASE("Llama-3-70B on one node: full fine-tuning fits B200 and MI300X, LoRA fits H100 too") {
   // 70B parameters at 18 bytes (1.26 TB) of model states: 158 GB per GPU sharded eight ways,
   // more than an H100's 80 GB whatever the activations; B200 and MI300X (192 GB) fit.

@@ -178,8 +178,8 @@ TEST_CASE("the planner's candidates on 16 GPUs of 8-GPU nodes, a 12-layer mixtur
   // dp: what 16 GPUs leave to 1 x 1 x 4.
   CHECK(candidates_of("dp", search, chosen) == std::vector<int>{4});
   chosen.dp = 4;
-  // ZeRO: 0-1 with a pipeline, 0-3 without, 0 alone without replicas.
-  CHECK(candidates_of("zero", search, chosen) == std::vector<int>{0, 1});
+  // ZeRO: 0-2 with a pipeline, 0-3 without, 0 alone without replicas.
+  CHECK(candidates_of("zero", search, chosen) == std::vector<int>{0, 1, 2});
   chosen.pp = 1;
   chosen.dp = 16;
   CHECK(candidates_of("zero", search, chosen) == std::vector<int>{0, 1, 2, 3});

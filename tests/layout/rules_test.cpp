@@ -192,11 +192,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.pp = 2;
          p.dp = 1;
        }},
-      {"pipeline-shards-optimizer-only", "layout.zero",
+      {"pipeline-keeps-parameters", "layout.zero",
        [](JobSubject&, ParallelPlan& p) {
          p.pp = 2;
          p.dp = 1;
-         p.zero_stage = 2;
+         p.zero_stage = 3;  // without fsdp2
        }},
       {"uses-every-gpu", "layout.dp", [](JobSubject&, ParallelPlan& p) { p.dp = 4; }},
       {"batch-splits-into-micro-batches", "training.global_batch",

@@ -331,6 +331,30 @@ TEST_CASE("under ZeRO-3 the bound counts the gathers each node must take in thro
   CHECK(step_lower_bound_s(one_node) <= simulate_step(one_node).step.step_time_s);
 }
 
+TEST_CASE("under ZeRO 2 with a pipeline the bound counts the reductions each node sends out") {
+  // Four nodes, pp 2 and dp 16, a stage's replicas on two nodes: every micro-batch
+  // reduce-scatters the stage's gradients (FP32 here) over its 16 replicas, half of them on the
+  // other node. With slow NICs those reductions are the step: NICs half as fast, a bound twice
+  // as long, each below its replayed step.
+  StepInputs in = two_nodes();
+  in.nodes = 4;
+  in.plan.pp = 2;
+  in.plan.dp = 16;
+  in.plan.zero_stage = 2;
+  in.training.grad_reduce_bytes = 4;
+  in.node.nic_bytes_per_s = 1e9;
+  const double bound_s = step_lower_bound_s(in);
+  CHECK(bound_s <= simulate_step(in).step.step_time_s);
+  StepInputs slower = in;
+  slower.node.nic_bytes_per_s /= 2;
+  CHECK(step_lower_bound_s(slower) == Approx(2 * bound_s).epsilon(1e-9));
+  CHECK(step_lower_bound_s(slower) <= simulate_step(slower).step.step_time_s);
+  // ZeRO 1 reduces once a step: a lower bound.
+  StepInputs once = in;
+  once.plan.zero_stage = 1;
+  CHECK(step_lower_bound_s(once) < bound_s);
+}
+
 TEST_CASE("the planner tries cp up to the scenario's, and bounds those layouts too") {
   StepInputs base = two_nodes();
   base.plan.cp = 4;

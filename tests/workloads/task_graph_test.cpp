@@ -805,3 +805,50 @@ TEST_CASE(
   CHECK(memory_item(estimate_memory(m, bf16_reduce, fsdp, 80e9), "gradients") ==
         Approx(memory_item(distributed_memory, "gradients") / 2));
 }
+
+TEST_CASE("ZeRO 2 under a pipeline: every micro-batch's gradients reduce-scattered, kept sharded") {
+  // Llama 3's FSDP under its pipeline (arXiv:2407.21783 Section 3.3.2): optimizer states and
+  // gradients sharded, parameters whole for the step. Each stage reduce-scatters each chunk's
+  // gradients after every micro-batch's backward, where ZeRO 1 does it once after the last:
+  // m times the bytes, each micro-batch's backward reducing every bucket ZeRO 1 reduces in the
+  // last one's; the
+  // gradients then take an FP32 shard of memory instead of the whole buffer, the rest alike.
+  const ModelSpec m = llama3_8b();
+  TrainingSpec t = training(4096, 32, 2);
+  t.grad_reduce_bytes = 4;
+  const ParallelPlan distributed = pipeline(2, 4, 2);
+  ParallelPlan sharded = distributed;
+  sharded.zero_stage = 2;
+  const TaskGraph a = build_data_parallel_step(m, t, sharded);
+  const TaskGraph b = build_data_parallel_step(m, t, distributed);
+  REQUIRE(a.micro_batches == 4);
+  // The bytes and the count of the data group's reduce-scatters, of micro-batch `tag` or all.
+  const auto scattered = [](const Program& program, const std::string& tag = "") {
+    std::pair<double, int> total{0, 0};
+    for (const Task& task : program) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (work && work->group == GroupKind::data && work->op == CollectiveOp::reduce_scatter &&
+          task.name.starts_with(tag)) {
+        total.first += work->size_bytes;
+        ++total.second;
+      }
+    }
+    return total;
+  };
+  for (std::size_t s = 0; s < a.stages.size(); ++s) {
+    INFO("stage " << s);
+    const auto [once_bytes, once] = scattered(b.stages[s]);
+    REQUIRE(once >= 2);  // a bucket of each chunk at least
+    CHECK(scattered(a.stages[s]).first == Approx(a.micro_batches * once_bytes));
+    for (int i = 0; i < a.micro_batches; ++i) {
+      INFO("micro-batch " << i);
+      CHECK(scattered(a.stages[s], "mb" + std::to_string(i) + ".").second == once);
+    }
+  }
+  const MemoryBreakdown z2 = estimate_memory(m, t, sharded, 80e9);
+  const MemoryBreakdown z1 = estimate_memory(m, t, distributed, 80e9);
+  CHECK(memory_item(z2, "gradients") == Approx(memory_item(z1, "gradients") / 4));
+  CHECK(memory_item(z2, "weights") == memory_item(z1, "weights"));
+  CHECK(memory_item(z2, "optimizer states") == memory_item(z1, "optimizer states"));
+  CHECK(memory_item(z2, "activations") == memory_item(z1, "activations"));
+}

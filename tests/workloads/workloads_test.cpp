@@ -410,8 +410,8 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
     int forward_kernels = 0, backward_kernels = 0;
     double forward_bytes = 0, backward_bytes = 0;
   };
-  const auto traffic = [&](CrossEntropy cross_entropy) {
-    const LayerOps head = head_ops(m, 2, 4096, 2, false, cross_entropy);
+  const auto traffic = [&](CrossEntropy cross_entropy, int tp = 2) {
+    const LayerOps head = head_ops(m, 2, 4096, tp, false, cross_entropy);
     Traffic sum;
     for (const Op& op : head.forward) {
       if (op.name.rfind("cross_entropy.", 0) != 0) continue;
@@ -448,6 +448,30 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
         fused.forward_bytes + fused.backward_bytes);
   CHECK(fused.forward_bytes + fused.backward_bytes <
         unfused.forward_bytes + unfused.backward_bytes);
+  // PyTorch's F.cross_entropy on one rank (twice the logits): BF16 -> FP32 copy (2 + 4),
+  // log_softmax reading the row three times and writing it (16); backward: zero-filled NLL
+  // gradient (4), log_softmax's backward reading it twice and the log-probabilities, writing
+  // its own (16), cast (4 + 2).
+  const Traffic log_softmax = traffic(CrossEntropy::log_softmax, 1);
+  CHECK(log_softmax.forward_kernels == 2);
+  CHECK(log_softmax.backward_kernels == 3);
+  CHECK(log_softmax.forward_bytes == Approx(22 * 2 * logits));
+  CHECK(log_softmax.backward_bytes == Approx(26 * 2 * logits));
+  // Under tp, loss_parallel's ops: copy (6), max (4), shift (8), exp (8), sum (4), the
+  // log-probabilities (8); backward zeros (4), exp (8), their sum (12), the product (8), cast
+  // (6).
+  const Traffic loss_parallel = traffic(CrossEntropy::log_softmax);
+  CHECK(loss_parallel.forward_kernels == 6);
+  CHECK(loss_parallel.backward_kernels == 5);
+  CHECK(loss_parallel.forward_bytes == Approx(38 * logits));
+  CHECK(loss_parallel.backward_bytes == Approx(38 * logits));
+  // Compiled: the BF16 logits read for the max and for the sum (2 each); backward one kernel
+  // reading them and writing the BF16 gradient (4).
+  const Traffic compiled = traffic(CrossEntropy::compiled);
+  CHECK(compiled.forward_kernels == 2);
+  CHECK(compiled.backward_kernels == 1);
+  CHECK(compiled.forward_bytes == Approx(4 * logits));
+  CHECK(compiled.backward_bytes == Approx(4 * logits));
 
   // Memory: the FP32 copy (its gradient in place) beside the BF16 logits or their gradient (6
   // bytes a logit), or only the BF16 logits.
@@ -462,6 +486,15 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
   CHECK(logits_memory(CrossEntropy::unfused) == Approx(6 * logits));
   CHECK(logits_memory(CrossEntropy::fused) == Approx(6 * logits));
   CHECK(logits_memory(CrossEntropy::in_place) == Approx(2 * logits));
+  // Compiled: the BF16 logits kept and their BF16 gradient.
+  CHECK(logits_memory(CrossEntropy::compiled) == Approx(4 * logits));
+  // PyTorch's loss_parallel (tp 2): four FP32 tensors as the backward starts (the
+  // log-probabilities, the NLL's gradient, its sum with their exp, the product); on one rank
+  // three (the log-probabilities, the NLL's gradient, the log-softmax's), twice Megatron's.
+  CHECK(logits_memory(CrossEntropy::log_softmax) == Approx(16 * logits));
+  plan.tp = 1;
+  plan.dp = 8;
+  CHECK(logits_memory(CrossEntropy::log_softmax) == Approx(12 * 2 * logits));
 }
 
 TEST_CASE("memory: totals add up and capacity decides the fit") {

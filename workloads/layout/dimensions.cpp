@@ -117,7 +117,7 @@ std::vector<DimensionValue> dp_candidates(const LayoutSearch& search, const Para
 // ZeRO shards over the ranks holding the same parameters: without any, only stage 0; with a
 // pipeline, 0 and 1 (Megatron's distributed optimizer); without one, 0 to 3.
 std::vector<DimensionValue> zero_candidates(const LayoutSearch&, const ParallelPlan& chosen) {
-  const int highest = chosen.gradient_ranks() == 1 ? 0 : chosen.pp > 1 ? 1 : 3;
+  const int highest = chosen.gradient_ranks() == 1 ? 0 : chosen.pp > 1 ? 2 : 3;
   std::vector<int> stages;
   for (int zero = 0; zero <= highest; ++zero) stages.push_back(zero);
   return values_of(stages);
@@ -255,7 +255,7 @@ const std::array<LayoutDimension, 18> kDimensions = {{
      .choices = {"0", "1", "2", "3"},
      .description = "ZeRO stage: 1 shards optimizer states, 2 gradients too, 3 parameters too "
                     "(FSDP)",
-     .planner = "0-3 without a pipeline, 0-1 with one, 0 without replicas",
+     .planner = "0-3 without a pipeline, 0-2 with one, 0 without replicas",
      .get = [](const ParallelPlan& plan) { return DimensionValue{plan.zero_stage}; },
      .set =
          [](ParallelPlan& plan, const DimensionValue& value) {

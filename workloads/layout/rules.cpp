@@ -281,16 +281,18 @@ Problem stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
       "each pipeline stage holds at least one layer");
 }
 
-// Megatron-LM and DeepSpeed pipelines shard optimizer states at most: gradients accumulate
-// over the micro-batches, and parameters stay on their stage. PyTorch's pipelining runs
-// fully_shard (fsdp2) under a pipeline, its units gathered for the step (sharding.hpp).
-Problem pipeline_shards_optimizer_only(const JobSubject&, const ParallelPlan& plan) {
-  if (plan.pp <= 1 || plan.zero_stage <= 1 || fsdp_under_pipeline(plan)) return {};
+// A stage's parameters serve each of its micro-batches, so a pipeline keeps them whole for the
+// step. Megatron-LM and DeepSpeed shard optimizer states at most (ZeRO 0-1); Llama 3's FSDP
+// shards the gradients too, reduce-scattering each micro-batch's (ZeRO 2, arXiv:2407.21783
+// Section 3.3.2); PyTorch's pipelining runs fully_shard (fsdp2) with its units gathered for the
+// step (sharding.hpp). ZeRO 3 gathering parameters again for every micro-batch is not modelled.
+Problem pipeline_keeps_parameters(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.pp <= 1 || plan.zero_stage <= 2 || fsdp_under_pipeline(plan)) return {};
   return at({"layout.zero", "layout.pp"},
-            "ZeRO " + str(plan.zero_stage) + " does not combine with pp " + str(plan.pp),
-            "pipelines shard optimizer states only, as Megatron-LM and DeepSpeed do (zero 0 or "
-            "1), or run PyTorch's FSDP under PyTorch's pipelining (zero 3 with fsdp2: true, as "
-            "torchtitan does)");
+            "ZeRO 3 without fsdp2 does not combine with pp " + str(plan.pp),
+            "under a pipeline shard optimizer states (zero 1, as Megatron-LM and DeepSpeed "
+            "do), gradients too (zero 2, as Llama 3's FSDP did), or run PyTorch's FSDP under "
+            "PyTorch's pipelining (zero 3 with fsdp2: true, as torchtitan does)");
 }
 
 // ---- the cluster and the batch ---------------------------------------------------------------
@@ -461,8 +463,8 @@ const JobRule kRules[] = {
     {"virtual-stages-within-layers", "pp x vpp is at most the layers",
      virtual_stages_within_layers},
     {"stages-within-layers", "pp is at most the layers", stages_within_layers},
-    {"pipeline-shards-optimizer-only", "a pipeline runs with ZeRO 0 or 1, or ZeRO 3 with fsdp2",
-     pipeline_shards_optimizer_only},
+    {"pipeline-keeps-parameters", "a pipeline runs with ZeRO 0-2, or ZeRO 3 with fsdp2",
+     pipeline_keeps_parameters},
     {"uses-every-gpu", "tp x cp x pp x dp is the cluster's GPU count", uses_every_gpu},
     {"batch-splits-into-micro-batches", "micro_batch x dp divides the global batch",
      batch_splits_into_micro_batches},

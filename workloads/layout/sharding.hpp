@@ -17,6 +17,11 @@
 // since PyTorch 2.5), the optimizer stepping on the shards. Within a step that is the
 // distributed optimizer's schedule and memory, ZeRO 1's, its parameter gather always ahead of
 // the forward and its reductions held back as without overlap_grad_reduce.
+//
+// ZeRO 2 under a pipeline, as Llama 3's FSDP ran (optimizer states and gradients sharded,
+// parameters not resharded after the forward; arXiv:2407.21783 Section 3.3.2), is ZeRO 2's
+// schedule on each stage: every micro-batch's gradients reduce-scattered (in FP32 there) into
+// the rank's FP32 shard, the updated shards gathered for the next step.
 #pragma once
 
 #include "workloads/layout/parallel_plan.hpp"
@@ -34,8 +39,8 @@ class Sharding {
   explicit Sharding(const ParallelPlan& plan);
 
   bool optimizer_sharded() const { return zero_ >= 1; }
-  // Within the step: gradients kept sharded (reduced every micro-batch), parameters gathered
-  // before each use (ZeRO 2 and 3 without a pipeline).
+  // Within the step: gradients kept sharded (reduced every micro-batch: ZeRO 2, and 3 without
+  // a pipeline), parameters gathered before each use (ZeRO 3 without a pipeline).
   bool gradients_sharded() const { return zero_ >= 2 && !gathered_for_step_; }
   bool parameters_sharded() const { return zero_ >= 3 && !gathered_for_step_; }
   // ZeRO 3 under a pipeline: sharded between steps, gathered for the step (see above).

@@ -1,0 +1,91 @@
+// The memory model against the validation runs (validation/*/*.yaml): every one ran on its
+// cluster, so it must fit; where its source publishes the peak memory, the estimate must come
+// within 10% of it. The exceptions are listed by name with what keeps them out, so that the list
+// shrinks as the model learns them: an exception that starts to agree fails the test too.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+
+#include "sim/scenario/scenario.hpp"
+#include "sim/step/memory_check.hpp"
+
+using namespace fleetsim;
+
+namespace {
+
+constexpr double kPeakMemoryTolerance = 0.10;
+
+// Runs that ran but that the model calls out of memory.
+const std::set<std::string> kKnownOutOfMemory = {
+    // NeMo 1's Apex distributed Adam (distributed_fused_adam) and its buffers are not modelled:
+    // its runs read as Megatron's distributed optimizer with whole FP32 gradients.
+    "nemo2407_gpt3_20b_64xh100_fp8",
+    "nemo_longseq_llama2_7b_4k_4xh100_fp8",
+    // Megatron FSDP at 2.7 GB over: the 5% fragmentation assumed against expandable segments.
+    "nemo2504_llama3_70b_64xgb200_fp8",
+    // Compare entries with the layout the source would have run without context parallelism,
+    // which it does not state.
+    "nemo_longseq_llama2_7b_128k_128xh100_fp8: without cp",
+    "nemo_longseq_llama2_7b_32k_32xh100_fp8: without cp",
+};
+
+// Published peaks the estimate misses by more than the tolerance, with the bound it keeps.
+// torchtitan's Llama 3.1 405B under PyTorch's pipelining: the estimate is 11-20% under the
+// allocator's peak reserved memory, by more than the stage's boundary tensors and reduction
+// buffers account for.
+const std::map<std::string, double> kKnownPeakGaps = {
+    {"tt_h100_405b_512gpu_3d_1f1b", 0.25},
+    {"tt_h100_405b_512gpu_3d_interleaved", 0.25},
+    {"tt_h100_405b_512gpu_4d_cp1_seq32k", 0.25},
+    {"tt_h100_405b_512gpu_4d_cp8_seq256k", 0.25},
+};
+
+}  // namespace
+
+TEST_CASE("validation runs fit in memory, and peak memory is within 10% where published") {
+  const std::filesystem::path source = FLEETSIM_SOURCE_DIR;
+  const DataPaths data{source};
+  std::set<std::string> out_of_memory;
+  int runs = 0, peaks = 0, refused = 0;
+  for (const auto& directory : std::filesystem::directory_iterator(source / "validation")) {
+    if (!directory.is_directory()) continue;
+    for (const auto& entry : std::filesystem::directory_iterator(directory.path())) {
+      if (entry.path().extension() != ".yaml") continue;
+      // The accuracy page lists the runs whose layout the model refuses (ep with tp, ...).
+      Scenario scenario;
+      try {
+        scenario = load_scenario(entry.path(), data);
+      } catch (const ScenarioError&) {
+        ++refused;
+        continue;
+      }
+      for (std::size_t i = 0; i < scenario.variants.size(); ++i) {
+        const Variant& variant = scenario.variants[i];
+        if (!variant.measured) continue;
+        const std::string name = scenario.name + (i == 0 ? "" : ": " + variant.name);
+        INFO(name);
+        ++runs;
+        const MemoryBreakdown memory = check_memory(variant.inputs).memory;
+        if (!memory.fits()) out_of_memory.insert(name);
+        if (!variant.measured->peak_memory_bytes) continue;
+        ++peaks;
+        const double error = memory.total_bytes / *variant.measured->peak_memory_bytes - 1;
+        INFO("error " << 100 * error << "%");
+        const auto gap = kKnownPeakGaps.find(name);
+        if (gap == kKnownPeakGaps.end()) {
+          CHECK(std::abs(error) <= kPeakMemoryTolerance);
+        } else {
+          CHECK(std::abs(error) <= gap->second);
+          CHECK(std::abs(error) > kPeakMemoryTolerance);  // agrees now: take it off the list
+        }
+      }
+    }
+  }
+  CHECK(runs >= 130);
+  CHECK(refused <= 15);  // mixtures of experts with tp, ... (the accuracy page lists them)
+  CHECK(peaks == 15);
+  CHECK(out_of_memory == kKnownOutOfMemory);
+}
