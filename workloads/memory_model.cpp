@@ -99,6 +99,34 @@ InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const P
 
 namespace {
 
+// What the loss holds at its peak, a logit at a time, and how that was counted.
+struct LossMemory {
+  double bytes_per_logit;
+  std::string basis;
+};
+LossMemory loss_memory(CrossEntropy cross_entropy, int tp) {
+  switch (cross_entropy) {
+    case CrossEntropy::in_place:
+      return {kBf16Bytes, "BF16 logits, their gradient written over them"};
+    case CrossEntropy::compiled:
+      return {2 * kBf16Bytes,
+              "BF16 logits kept for backward and their BF16 gradient (the loss compiled by "
+              "torch.compile)"};
+    case CrossEntropy::log_softmax:
+      if (runs_loss_parallel(cross_entropy, tp)) {
+        return {4 * kFp32Bytes,
+                "FP32 log-probabilities kept for backward, beside the NLL's gradient, its sum "
+                "with their exp and the product (PyTorch's loss_parallel)"};
+      }
+      return {3 * kFp32Bytes,
+              "FP32 log-probabilities kept for backward, beside the NLL's gradient and the "
+              "log-softmax's (PyTorch's F.cross_entropy)"};
+    case CrossEntropy::unfused:
+    case CrossEntropy::fused: break;
+  }
+  return {kFp32Bytes + kBf16Bytes, "FP32 logits (their gradient in place) and the BF16 ones"};
+}
+
 MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,
                              const ParallelPlan& plan, double capacity_bytes, int stage) {
   // A rank holds its tensor-parallel share of its stage's parameters (norms and a router, which
@@ -127,9 +155,17 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   MemoryBreakdown memory;
   memory.capacity_bytes = capacity_bytes;
-  auto add = [&memory](std::string name, double bytes, std::string basis) {
-    memory.items.push_back(MemoryItem{std::move(name), bytes, std::move(basis)});
-    memory.total_bytes += bytes;
+  // Items held all along count in the total at once; those held at one moment only are summed
+  // by moment, and the larger sum joins the total at the end (the peak's moment).
+  double at_moment[3] = {0, 0, 0};
+  auto add = [&memory, &at_moment](std::string name, double bytes, std::string basis,
+                                   MemoryMoment moment = MemoryMoment::all_along) {
+    memory.items.push_back(MemoryItem{std::move(name), bytes, std::move(basis), moment});
+    if (moment == MemoryMoment::all_along) {
+      memory.total_bytes += bytes;
+    } else {
+      at_moment[static_cast<int>(moment)] += bytes;
+    }
   };
 
   const std::string split = tp > 1 ? "split over tp, " : "";
@@ -254,11 +290,13 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Under full recomputation the layer in backward holds what its rerun forward saved. With
   // only the first recompute_layers of a chunk rerun, the backward reaches them after freeing
   // the chunk's kept layers, at least one layer's worth: the peak is the forward's end.
-  const double activations = plan.recompute == Recompute::full
-                                 ? live.recomputed_layers * boundary +
-                                       (live.layers - live.recomputed_layers) * per_layer +
-                                       (live.every_layer_recomputed ? per_layer : 0.0)
-                                 : live.layers * per_layer + recomputed;
+  const double activations =
+      plan.recompute == Recompute::full
+          ? live.recomputed_layers * boundary + (live.layers - live.recomputed_layers) * per_layer
+          : live.layers * per_layer;
+  const double rerun = plan.recompute == Recompute::full
+                           ? (live.every_layer_recomputed ? per_layer : 0.0)
+                           : recomputed;
   const std::string batches =
       plan.pp == 1
           ? "one micro-batch"
@@ -298,6 +336,13 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                      : std::string()) +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches);
   dynamic += activations;
+  if (rerun > 0) {
+    add("recomputed layer", rerun,
+        plan.recompute == Recompute::full
+            ? "what one layer's forward, rerun before its backward, saves again"
+            : "what torchtitan's per-op policy recomputes of one layer before its backward",
+        MemoryMoment::layer_backward);
+  }
 
   if (quantized) {
     // Each GEMM reads a BF16 copy of its weight, dequantized just before it.
@@ -313,34 +358,20 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // logits (forward) or their BF16 gradient (backward); in place, only the BF16 logits with the
   // gradient written over them. PyTorch's eager log_softmax peaks as the backward starts: the
   // FP32 log-probabilities it kept, the NLL's gradient and its own, while the logits are gone
-  // (torchtitan deletes them before the backward); in forward, the BF16 logits, their FP32 copy
-  // and the log-probabilities hold 10 bytes a logit, less. Under tensor parallelism PyTorch's
-  // loss_parallel computes (gradient + exp(log-probabilities)) x the loss's gradient, the
-  // scattered zeros, the sum and the product beside the log-probabilities: four FP32 tensors.
-  const CrossEntropy loss = training.cross_entropy;
-  const double logit_bytes = loss == CrossEntropy::in_place      ? kBf16Bytes
-                             : loss == CrossEntropy::compiled    ? 2 * kBf16Bytes
-                             : loss == CrossEntropy::log_softmax ? (tp > 1 ? 4 : 3) * kFp32Bytes
-                                                                 : kFp32Bytes + kBf16Bytes;
-  const double logits = stage == plan.pp - 1 ? logit_bytes * tokens * model.vocab / tp : 0.0;
-  add("logits", logits,
-      std::string(loss == CrossEntropy::in_place ? "BF16 logits, their gradient written over them"
-                  : loss == CrossEntropy::compiled
-                      ? "BF16 logits kept for backward and their BF16 gradient (the loss "
-                        "compiled by torch.compile)"
-                  : loss == CrossEntropy::log_softmax
-                      ? (tp > 1 ? std::string("FP32 log-probabilities kept for backward, beside "
-                                              "the NLL's gradient, its sum with their exp and "
-                                              "the product (PyTorch's loss_parallel)")
-                                : std::string("FP32 log-probabilities kept for backward, beside "
-                                              "the NLL's gradient and the log-softmax's "
-                                              "(PyTorch's F.cross_entropy)"))
-                      : "FP32 logits (their gradient in place) and the BF16 ones") +
-          (tp > 1 ? ", vocabulary split over tp" : ""));
-  dynamic += logits;
+  // (torchtitan deletes them before the backward; a caller that keeps them, as Hugging Face
+  // models return them, holds 2 bytes more); in forward, the BF16 logits, their FP32 copy and
+  // the log-probabilities hold 10 bytes a logit, less. PyTorch's loss_parallel computes
+  // (gradient + exp(log-probabilities)) x the loss's gradient, the scattered zeros, the sum and
+  // the product beside the log-probabilities: four FP32 tensors.
+  const LossMemory loss = loss_memory(training.cross_entropy, tp);
+  const double logits =
+      stage == plan.pp - 1 ? loss.bytes_per_logit * tokens * model.vocab / tp : 0.0;
+  add("logits", logits, loss.basis + (tp > 1 ? ", vocabulary split over tp" : ""),
+      MemoryMoment::loss_backward);
 
-  // Gradients are reduced from communication buckets; under ZeRO-3 the unit's full BF16
-  // gradient exists until its reduce-scatter finishes.
+  // Gradients are reduced from communication buckets (ZeRO 2 too, as DeepSpeed and Megatron
+  // bucket them: see limitations.md for FSDP's SHARD_GRAD_OP); under ZeRO-3 the unit's full
+  // gradient in the reduce dtype exists until its reduce-scatter finishes.
   const double staged_unit =
       training.lora ? lora_parameters_per_layer(model, training) : largest_unit_parameters(model);
   const double grad_staging = sharding.parameters_sharded()
@@ -375,12 +406,30 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   add("framework overhead", kFrameworkOverheadBytes,
       "assumed: CUDA context and cuBLAS/cuDNN workspaces");
+  // The loss's backward on the last stage, or a recomputed layer's: whichever holds more.
+  const double loss_held = at_moment[static_cast<int>(MemoryMoment::loss_backward)];
+  const double layer_held = at_moment[static_cast<int>(MemoryMoment::layer_backward)];
+  if (loss_held > 0 || layer_held > 0) {
+    memory.peak =
+        loss_held >= layer_held ? MemoryMoment::loss_backward : MemoryMoment::layer_backward;
+    memory.total_bytes += std::max(loss_held, layer_held);
+    dynamic += std::max(loss_held, layer_held);
+  }
   add("fragmentation", kFragmentation * dynamic,
       "assumed: 5% of per-step allocations lost to the caching allocator");
   return memory;
 }
 
 }  // namespace
+
+const char* to_string(MemoryMoment moment) {
+  switch (moment) {
+    case MemoryMoment::all_along: return "all along";
+    case MemoryMoment::loss_backward: return "the loss's backward";
+    case MemoryMoment::layer_backward: return "a recomputed layer's backward";
+  }
+  return "?";
+}
 
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training) {
   const bool quantized = training.lora && training.lora->quantized_base;

@@ -14,15 +14,29 @@
 
 namespace fleetsim {
 
+// When in the step an item is held. Most are held all along the peak of the activations (the
+// end of the forward, or of the warm-up, and the backward that follows); the loss's tensors and
+// what a recomputed layer holds again are held at moments that exclude each other on a stage
+// (the loss's backward ends before the first layer's starts), so only the larger counts.
+enum class MemoryMoment { all_along, loss_backward, layer_backward };
+const char* to_string(MemoryMoment moment);
+
 struct MemoryItem {
   std::string name;  // e.g. "optimizer states"
   double bytes = 0;
   std::string basis;  // how it was counted, for the report
+  MemoryMoment moment = MemoryMoment::all_along;
   bool operator==(const MemoryItem&) const = default;
 };
 
 struct MemoryBreakdown {
   std::vector<MemoryItem> items;  // in a fixed order, see estimate_memory
+  // The moment of the peak: all along where no item is held at one moment only, else the
+  // moment whose items weigh more. The total counts the items held then.
+  MemoryMoment peak = MemoryMoment::all_along;
+  bool at_peak(const MemoryItem& item) const {
+    return item.moment == MemoryMoment::all_along || item.moment == peak;
+  }
   double total_bytes = 0;
   double capacity_bytes = 0;
   // Optimizer offload: the FP32 master weights, Adam moments and gradients of a rank's shard

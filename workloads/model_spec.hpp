@@ -85,6 +85,12 @@ enum class Attention { flash, eager };
 // torch.compile, which Inductor fuses: the BF16 logits and each row's max and sum kept, the
 // BF16 gradient written by one kernel in backward.
 enum class CrossEntropy { unfused, fused, in_place, log_softmax, compiled };
+// PyTorch's eager F.cross_entropy over a vocabulary split by tensor parallelism runs as
+// loss_parallel's decomposition into separate ops (torch.distributed.tensor.parallel's loss.py;
+// torchtitan enables it with tp).
+inline bool runs_loss_parallel(CrossEntropy cross_entropy, int tp) {
+  return cross_entropy == CrossEntropy::log_softmax && tp > 1;
+}
 // How a layer's elementwise ops run: fused, one kernel each for a norm, RoPE and the MLP's
 // activation, as Megatron-Core and Transformer Engine run them and torch.compile fuses them;
 // eager: each PyTorch op of a module written in Python its own kernel and pass over HBM, as

@@ -653,7 +653,10 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   // bytes and time of a two-rank ring all-reduce.
   if (const double tied = tied_embedding_exchange_parameters(model, training, plan.pp);
       tied > 0 && (stage == 0 || stage == pp - 1)) {
-    const double bytes = tied / plan.tp * training.grad_reduce_bytes;
+    // Sharded gradients (ZeRO 2 under a pipeline) were reduce-scattered every micro-batch:
+    // each rank exchanges its shard of the tied gradient.
+    const double bytes = tied / plan.tp * training.grad_reduce_bytes /
+                         (sharding.gradients_sharded() ? plan.gradient_ranks() : 1);
     const int from_first = graph.transfers - 2;
     const int from_last = graph.transfers - 1;
     const bool first = stage == 0;

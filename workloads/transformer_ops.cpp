@@ -749,7 +749,7 @@ struct CrossEntropyPasses {
   std::vector<CrossEntropyPass> forward, backward;
 };
 
-CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy, bool vocab_split) {
+CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy, bool loss_parallel) {
   switch (cross_entropy) {
     case CrossEntropy::unfused:
       // Megatron-Core's vocab_parallel_cross_entropy: an FP32 copy, its max, the max subtracted
@@ -773,7 +773,7 @@ CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy, bool vocab_s
       // them; backward scales that gradient in place.
       return {{{"max_sum", kBf16}, {"loss_grad", 2 * kBf16}}, {{"scale", 2 * kBf16}}};
     case CrossEntropy::log_softmax:
-      if (vocab_split) {
+      if (loss_parallel) {
         // Under tensor parallelism PyTorch's loss_parallel (torch.distributed.tensor.parallel's
         // loss.py) decomposes it into separate ops on the vocabulary shard: the FP32 copy, its
         // max, the shift, exp and its sum, the log-probabilities; backward fuses the NLL's
@@ -804,7 +804,8 @@ CrossEntropyPasses cross_entropy_passes(CrossEntropy cross_entropy, bool vocab_s
       // FP32 log-probabilities (functorch's min-cut, reductions not recomputed), so the forward
       // reads the logits for the max and again for the sum of exponentials; backward turns the
       // scatter into zeros into a pointwise select (optimize_scatter_upon_const_tensor) and
-      // fuses the whole gradient into one kernel reading the logits and writing BF16.
+      // fuses the whole gradient into one kernel reading the logits and writing BF16. Under tp
+      // loss_parallel's ops are traced and fused the same way: counted as on one rank.
       return {{{"max", kBf16}, {"sum_exp", kBf16}}, {{"gradient", 2 * kBf16}}};
   }
   return {};
@@ -826,7 +827,8 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   // Cross-entropy on the local vocabulary shard (its max and sums across ranks are a few bytes
   // per token).
   const double logits = t * v / split;
-  const CrossEntropyPasses passes = cross_entropy_passes(cross_entropy, tp > 1);
+  const CrossEntropyPasses passes =
+      cross_entropy_passes(cross_entropy, runs_loss_parallel(cross_entropy, tp));
   for (const CrossEntropyPass& pass : passes.forward) {
     ops.forward.push_back(
         memory_op(std::string("cross_entropy.") + pass.name, logits * pass.bytes_per_logit));

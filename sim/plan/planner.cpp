@@ -143,7 +143,8 @@ struct Candidate {
 
 // A rough step time, only to order the replays so that the ranking fills with fast layouts
 // early and the bound prunes more: the bound, or the time a GPU needs to move its
-// data-parallel traffic (gradients once per step; under ZeRO-3 also weights, per micro-batch)
+// data-parallel traffic (gradients once per step, under ZeRO 2 once per micro-batch; under
+// ZeRO-3 also weights, per micro-batch)
 // over its share of the node's NICs (or NVLink, when a replica group stays in a node), if
 // longer. Nothing is pruned by it.
 double replay_order_estimate_s(const StepInputs& inputs, double bound_s) {
@@ -228,8 +229,9 @@ double node_crossing_s(const StepInputs& inputs, double bytes) {
   const double usable =
       node.nics * node.nic_bytes_per_s *
       (efficiency != inputs.gpu.link_efficiency.end() ? efficiency->second.value : 1.0);
-  const double inbound = plan.tp * bytes * (1.0 - static_cast<double>(members_per_node) / replicas);
-  return inbound / usable;
+  const double crossing =
+      plan.tp * bytes * (1.0 - static_cast<double>(members_per_node) / replicas);
+  return crossing / usable;
 }
 
 // Under ZeRO-3 every micro-batch gathers each unit of the first stage before its forward and
@@ -259,7 +261,7 @@ double sharded_reductions_s(const StepInputs& inputs) {
 
 // What the first stage still does after its last backward, which ends the drain: its
 // optimizer step on its shard and, under ZeRO-1 and 2 without overlap_param_gather, the
-// all-gather of the parameters its replicas updated (gather_inbound_s). Gradient reductions
+// all-gather of the parameters its replicas updated (node_crossing_s). Gradient reductions
 // held back past the backward (no overlap_grad_reduce) are left out: a lower bound still.
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;

@@ -53,7 +53,7 @@ struct PlanResult {
   std::optional<PlannedLayout> leanest;
 };
 
-// A lower bound on the step time, in seconds, the larger of two. The last pipeline stage's
+// A lower bound on the step time, in seconds, the largest of three. The last pipeline stage's
 // compute stream, which runs each chunk of layers of every micro-batch back to back (kernels at
 // full speed, and the tensor-, expert- and context-parallel collectives it waits for, each at
 // its time alone on the fewest nodes that hold its group: whole when it blocks, by how much it
@@ -65,7 +65,8 @@ struct PlanResult {
 // all-gather that must enter each of its nodes through the NICs; the embedding, pipeline transfers
 // and the rest of the data-parallel traffic only add to it. And under ZeRO-3, the parameter
 // all-gathers of every micro-batch's forward and backward (the embedding's backward and LoRA
-// adapters left out) that the first node must take in through its NICs.
+// adapters left out) that the first node must take in through its NICs. And under ZeRO 2 and 3,
+// the reduce-scatters of every micro-batch's gradients that the first node must send out.
 double step_lower_bound_s(const StepInputs& inputs);
 
 // Searches the layouts of `base` (its model, training recipe, cluster and GPU; its layout and

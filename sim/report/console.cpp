@@ -494,10 +494,12 @@ std::vector<std::string> memory_item_names(const RunReport& report) {
   return names;
 }
 
+// An item held at a moment other than the peak's is shown in parentheses: not in the total.
 std::string item_gb(const MemoryBreakdown& memory, const std::string& name) {
   const auto item = std::find_if(memory.items.begin(), memory.items.end(),
                                  [&](const MemoryItem& i) { return i.name == name; });
-  return item == memory.items.end() ? std::string(kMissing) : gb_text(item->bytes);
+  if (item == memory.items.end()) return std::string(kMissing);
+  return memory.at_peak(*item) ? gb_text(item->bytes) : "(" + gb_text(item->bytes) + ")";
 }
 
 std::string memory_table(const RunReport& report) {
@@ -513,6 +515,9 @@ std::string memory_table(const RunReport& report) {
   table.add("  capacity", cells_for(report, [](const VariantReport& v) {
               return gb_text(v.outcome.memory.capacity_bytes);
             }));
+  table.add("  peak at", cells_for(report, [](const VariantReport& v) {
+              return std::string(to_string(v.outcome.memory.peak));
+            }));
   const bool offloads =
       std::any_of(report.variants.begin(), report.variants.end(),
                   [](const VariantReport& v) { return v.inputs.plan.offload_optimizer; });
@@ -524,7 +529,7 @@ std::string memory_table(const RunReport& report) {
                        gb_text(memory.host_capacity_bytes);
               }));
   }
-  return "\nmemory per GPU at peak (GB)\n" + table.render();
+  return "\nmemory per GPU at peak (GB; in parentheses, held at another moment)\n" + table.render();
 }
 
 std::string does_not_fit_section(const VariantReport& variant, double min_headroom) {
@@ -555,9 +560,12 @@ std::string does_not_fit_section(const VariantReport& variant, double min_headro
                      (min_headroom > 0 ? " with " + kept_free : std::string()) + " (" +
                      gb_text(memory.total_bytes - usable) + " GB over)\n";
   for (const MemoryItem& item : memory.items) {
-    text += line(item.name, item.bytes, item.basis);
+    text += line(item.name, item.bytes,
+                 memory.at_peak(item) ? item.basis
+                                      : item.basis + " (at " + to_string(item.moment) +
+                                            ", not at the peak: not in the total)");
   }
-  text += line("total", memory.total_bytes, "");
+  text += line("total", memory.total_bytes, std::string("at ") + to_string(memory.peak));
   text += line("capacity", memory.capacity_bytes, min_headroom > 0 ? kept_free : "");
   text += line("over by", memory.total_bytes - usable, "");
   return text;

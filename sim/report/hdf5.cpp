@@ -74,6 +74,7 @@ struct MemoryRow {
   const char* item;
   double bytes;
   const char* basis;
+  const char* moment;
 };
 
 struct LinkRow {
@@ -106,6 +107,7 @@ H5::CompType memory_type() {
   type.insertMember("item", HOFFSET(MemoryRow, item), string_type());
   type.insertMember("bytes", HOFFSET(MemoryRow, bytes), H5::PredType::NATIVE_DOUBLE);
   type.insertMember("basis", HOFFSET(MemoryRow, basis), string_type());
+  type.insertMember("moment", HOFFSET(MemoryRow, moment), string_type());
   return type;
 }
 
@@ -195,7 +197,7 @@ void write_breakdown(const H5::Group& group, const StepOutcome& outcome) {
 void write_memory(const H5::Group& group, const MemoryBreakdown& memory) {
   std::vector<MemoryRow> rows;
   for (const MemoryItem& item : memory.items) {
-    rows.push_back({item.name.c_str(), item.bytes, item.basis.c_str()});
+    rows.push_back({item.name.c_str(), item.bytes, item.basis.c_str(), to_string(item.moment)});
   }
   write_rows(group, "memory", memory_type(), rows);
 }

@@ -65,7 +65,10 @@ Json memory_json(const RunReport& report, std::size_t index, const MemoryBreakdo
   Json json = group_json(FieldGroup::memory, report, index);
   Json items = Json::array();
   for (const MemoryItem& item : memory.items) {
-    items.push_back(Json{{"name", item.name}, {"bytes", item.bytes}, {"basis", item.basis}});
+    items.push_back(Json{{"name", item.name},
+                         {"bytes", item.bytes},
+                         {"basis", item.basis},
+                         {"moment", to_string(item.moment)}});
   }
   json["items"] = std::move(items);
   return json;

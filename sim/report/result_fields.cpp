@@ -200,6 +200,10 @@ const ResultField kFields[] = {
     // ---- its memory
     {FieldGroup::memory, "total_bytes", "memory_total_bytes", "bytes", "per GPU at the peak",
      [](R r, I i) -> FieldValue { return memory(r, i).total_bytes; }},
+    {FieldGroup::memory, "peak_moment", "memory_peak_moment", "",
+     "when in the step the peak falls: \"all along\" the activations' peak, \"the loss's "
+     "backward\" (its logits' tensors) or \"a recomputed layer's backward\"",
+     [](R r, I i) -> FieldValue { return std::string(to_string(memory(r, i).peak)); }},
     {FieldGroup::memory, "capacity_bytes", "memory_capacity_bytes", "bytes",
      "what the device reports", [](R r, I i) -> FieldValue { return memory(r, i).capacity_bytes; }},
     {FieldGroup::memory, "headroom_fraction", "headroom_fraction", "1",
@@ -335,8 +339,9 @@ const ResultTable kTables[] = {
     {FieldGroup::step, "", "breakdown", "component (string), seconds",
      "7 rows: compute, exposed_comm, idle, exposed_dp, exposed_tp, exposed_pp, exposed_host "
      "(NaN seconds when not simulated)"},
-    {FieldGroup::memory, "memory.items", "memory", "name (HDF5: item), bytes, basis",
-     "one row per item of the memory per GPU, with how it was counted"},
+    {FieldGroup::memory, "memory.items", "memory", "name (HDF5: item), bytes, basis, moment",
+     "one row per item of the memory per GPU, with how it was counted and when it is held (only "
+     "those held all along or at the peak's moment count in total_bytes)"},
     {FieldGroup::variant, "links", "links", "name, kind, capacity_bytes_per_s, bytes, utilisation",
      "every link that carried traffic (with --summary, JSON sums them by kind: kind, links, "
      "bytes, max_utilisation)"},

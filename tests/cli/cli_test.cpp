@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -258,7 +259,8 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   const std::string source = FLEETSIM_SOURCE_DIR;
   const Result fits = run_cli("memory " + source + "/scenarios/h100-vs-b200.yaml");
   REQUIRE(fits.exit_code == 0);
-  CHECK(fits.out.find("memory per GPU at peak (GB)") != std::string::npos);
+  CHECK(fits.out.find("memory per GPU at peak (GB") != std::string::npos);
+  CHECK(fits.out.find("peak at") != std::string::npos);
   CHECK(fits.out.find("what each item assumes") != std::string::npos);
   CHECK(fits.out.find("step time") == std::string::npos);  // nothing replayed
   // Llama-3-70B with plain data parallelism on 8 H100: 18 bytes per parameter replicated.
@@ -282,6 +284,14 @@ TEST_CASE("the shipped Llama 3 405B run trains in its published layout, which fi
   CHECK(result.exit_code == 0);
   CHECK(result.out.find("tp8 pp16 vpp4 dp128 zero2 recompute=none") != std::string::npos);
   CHECK(result.out.find("does not fit") == std::string::npos);
+  const fs::path zero1 = scratch_dir() / "llama3-405b-zero1.yaml";
+  std::ifstream in(source + "/scenarios/llama3-405b-16k-run.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("zero: 2"), 7, "zero: 1");
+  std::ofstream(zero1) << text;
+  const Result whole = run_cli("memory " + zero1.string());
+  CHECK(whole.exit_code == 1);
+  CHECK(whole.out.find("does not fit") != std::string::npos);
 }
 
 TEST_CASE("Llama-3-70B on one node: full fine-tuning fits B200 and MI300X, LoRA fits H100 too") {

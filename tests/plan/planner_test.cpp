@@ -10,6 +10,8 @@
 #include "sim/engine/errors.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/step/step_executor.hpp"
+#include "topology/topology.hpp"
+#include "workloads/memory_model.hpp"
 #include "workloads/transformer_ops.hpp"
 
 using namespace fleetsim;
@@ -345,6 +347,14 @@ TEST_CASE("under ZeRO 2 with a pipeline the bound counts the reductions each nod
   in.node.nic_bytes_per_s = 1e9;
   const double bound_s = step_lower_bound_s(in);
   CHECK(bound_s <= simulate_step(in).step.step_time_s);
+  // By hand: m micro-batches, each the first stage's parameters in FP32, of which the 8 of 16
+  // replicas on the other node keep half, through the node's NICs at their usable rate.
+  const double micro_batches = 64.0 / (16 * in.training.micro_batch);
+  const double usable =
+      in.node.nics * in.node.nic_bytes_per_s *
+      in.gpu.link_efficiency.at(to_string(fabric_link_kind(in.node.nic_kind))).value;
+  CHECK(bound_s == Approx(micro_batches * rank_parameters(in.model, in.plan, 0).dense * 4 *
+                          (1 - 8.0 / 16) / usable));
   StepInputs slower = in;
   slower.node.nic_bytes_per_s /= 2;
   CHECK(step_lower_bound_s(slower) == Approx(2 * bound_s).epsilon(1e-9));

@@ -132,7 +132,7 @@ TEST_CASE("memory: without sequence parallelism a GPT-3 layer keeps sbh(10 + 24/
   plan.recompute = Recompute::full;
   const auto activations = [&](bool sequence_parallel) {
     plan.sequence_parallel = sequence_parallel;
-    return memory_item(estimate_memory(m, t, plan, 80e9), "activations");
+    return layer_backward_activations(estimate_memory(m, t, plan, 80e9));
   };
   const double layer_inputs = 96 * 2 * s * h;  // 96 layers' inputs, one micro-batch
   CHECK(activations(false) - activations(true) ==

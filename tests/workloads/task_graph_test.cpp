@@ -83,15 +83,24 @@ TEST_CASE("pipeline: a tied embedding is kept on the last stage too and its grad
   const ModelSpec m = gpt3_175b();
   const TaskGraph graph = build_data_parallel_step(m, training(2048, 64, 1), plan);
   CHECK(graph.transfers == 2 * 3 * graph.micro_batches + 2);
-  double exchanged = 0;
-  for (const int stage : {0, 3}) {
-    for (const Task& task : graph.stages[stage]) {
-      if (task.name.rfind("embedding_grad.send", 0) == 0) {
-        exchanged += std::get<CollectiveWork>(task.work).size_bytes;
+  const auto exchanged = [](const TaskGraph& step) {
+    double bytes = 0;
+    for (const int stage : {0, 3}) {
+      for (const Task& task : step.stages[stage]) {
+        if (task.name.rfind("embedding_grad.send", 0) == 0) {
+          bytes += std::get<CollectiveWork>(task.work).size_bytes;
+        }
       }
     }
-  }
-  CHECK(exchanged == Approx(2 * 2.0 * 51200 * 12288 / 8));  // BF16 gradient, each way
+    return bytes;
+  };
+  CHECK(exchanged(graph) == Approx(2 * 2.0 * 51200 * 12288 / 8));  // BF16 gradient, each way
+  // Under ZeRO 2 each micro-batch's gradient was reduce-scattered over the 8 replicas: each
+  // rank exchanges its shard.
+  ParallelPlan sharded = plan;
+  sharded.zero_stage = 2;
+  CHECK(exchanged(build_data_parallel_step(m, training(2048, 64, 1), sharded)) ==
+        Approx(exchanged(graph) / 8));
   // The last stage of 4 updates 24 layers, the final LayerNorm and the embedding copy: 30
   // bytes per parameter of its tp x dp shard.
   const double last_stage = 24 * decoder_layer_parameters(m) + 2 * 12288 + 51200.0 * 12288;
@@ -809,19 +818,19 @@ TEST_CASE(
 TEST_CASE("ZeRO 2 under a pipeline: every micro-batch's gradients reduce-scattered, kept sharded") {
   // Llama 3's FSDP under its pipeline (arXiv:2407.21783 Section 3.3.2): optimizer states and
   // gradients sharded, parameters whole for the step. Each stage reduce-scatters each chunk's
-  // gradients after every micro-batch's backward, where ZeRO 1 does it once after the last:
-  // m times the bytes, each micro-batch's backward reducing every bucket ZeRO 1 reduces in the
-  // last one's; the
-  // gradients then take an FP32 shard of memory instead of the whole buffer, the rest alike.
+  // gradients after every micro-batch's backward, where ZeRO 1 does it once after the last: m
+  // times the bytes (m = 8 here, dp 4), each micro-batch's backward reducing every bucket ZeRO 1
+  // reduces in the last one's; the gradients then take an FP32 shard of memory (1/dp) instead
+  // of the whole buffer, the rest alike.
   const ModelSpec m = llama3_8b();
-  TrainingSpec t = training(4096, 32, 2);
+  TrainingSpec t = training(4096, 64, 2);
   t.grad_reduce_bytes = 4;
   const ParallelPlan distributed = pipeline(2, 4, 2);
   ParallelPlan sharded = distributed;
   sharded.zero_stage = 2;
   const TaskGraph a = build_data_parallel_step(m, t, sharded);
   const TaskGraph b = build_data_parallel_step(m, t, distributed);
-  REQUIRE(a.micro_batches == 4);
+  REQUIRE(a.micro_batches == 8);
   // The bytes and the count of the data group's reduce-scatters, of micro-batch `tag` or all.
   const auto scattered = [](const Program& program, const std::string& tag = "") {
     std::pair<double, int> total{0, 0};

@@ -216,7 +216,7 @@ TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, s
     ParallelPlan p = plan;
     p.recompute = mode;
     p.recompute_layers = layers;
-    return memory_item(estimate_memory(m, t, p, 80e9), "activations");
+    return layer_backward_activations(estimate_memory(m, t, p, 80e9));
   };
   const auto flops = [&](Recompute mode, int layers) {
     ParallelPlan p = plan;
@@ -394,8 +394,8 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   CHECK(memory_item(full, "activations") == Approx(32 * 139'392.0 * 8192));
   plan.recompute = Recompute::full;
   const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
-  CHECK(memory_item(recomputed, "activations") ==
-        Approx(32 * 2.0 * 4096 * 8192 + 139'392.0 * 8192));
+  CHECK(memory_item(recomputed, "activations") == Approx(32 * 2.0 * 4096 * 8192));
+  CHECK(memory_item(recomputed, "recomputed layer") == Approx(139'392.0 * 8192));
   CHECK(memory_item(full, "logits") == Approx(6.0 * 8192 * 128256));
   // Two consecutive FSDP units gathered at most: embedding + first layer (or last layer + head),
   // (525,336,576 + 218,112,000) parameters x 2 bytes.
@@ -505,8 +505,62 @@ TEST_CASE("memory: totals add up and capacity decides the fit") {
   double sum = 0;
   for (const auto& item : mem.items) sum += item.bytes;
   CHECK(sum == Approx(mem.total_bytes));
+  CHECK(mem.peak == MemoryMoment::loss_backward);  // the logits, nothing recomputed
   CHECK_FALSE(mem.fits());  // 70B x 18 bytes is 1.27 TB: nowhere near one GPU
   CHECK(mem.headroom_fraction() < 0);
+}
+
+TEST_CASE("memory: the loss's backward and a recomputed layer's are not held at once") {
+  // On a stage with the loss, its backward ends before the first layer's backward starts, so
+  // its logits' tensors and what a recomputed layer saves again are never held together: the
+  // total counts the larger, and every item held all along. Llama-3-8B at 2 x 4096 tokens
+  // with full recomputation: one layer saves 139,392 bytes a token again (1.14 GB), the
+  // unfused loss 6 bytes a logit of its 128,256 (6.3 GB): the loss's backward is the peak.
+  // GPT-3 175B under tp 8 and sequence parallelism: its loss holds 6 x 51,200 / 8 = 38.4 kB a
+  // token (the vocabulary padded as Megatron pads it), a layer about 34h / 8 = 52 kB (Korthikanti's
+  // sbh 34 / t, FlashAttention keeping no scores): the layer's backward is.
+  const ModelSpec m = llama3_8b();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  plan.recompute = Recompute::full;
+  const auto check_total = [](const MemoryBreakdown& mem) {
+    double held = 0;
+    for (const MemoryItem& item : mem.items) held += mem.at_peak(item) ? item.bytes : 0;
+    CHECK(held == Approx(mem.total_bytes));
+  };
+  TrainingSpec t = training(4096, 256, 2);
+  const MemoryBreakdown unfused = estimate_memory(m, t, plan, 80e9);
+  CHECK(unfused.peak == MemoryMoment::loss_backward);
+  check_total(unfused);
+  const double logits = memory_item(unfused, "logits");
+  const double layer = memory_item(unfused, "recomputed layer");
+  CHECK(layer == Approx(139'392.0 * 8192));
+  CHECK(logits == Approx(6.0 * 8192 * 128256));
+  // Without the layer's item the total would be the same: it is not held at the peak.
+  double all_items = 0;
+  for (const MemoryItem& item : unfused.items) all_items += item.bytes;
+  CHECK(all_items - unfused.total_bytes == Approx(layer).epsilon(1e-9));
+  // A loss that holds less than the layer: the layer's backward is the peak.
+  const ModelSpec gpt = gpt3_175b();
+  const TrainingSpec gpt_recipe = training(2048, 64, 1);
+  ParallelPlan split_plan = plan;
+  split_plan.tp = 8;
+  split_plan.dp = 1;
+  const MemoryBreakdown split = estimate_memory(gpt, gpt_recipe, split_plan, 80e9);
+  CHECK(gpt.vocab == 51200);
+  CHECK(memory_item(split, "logits") == Approx(6.0 * 2048 * 51200 / 8));
+  CHECK(memory_item(split, "recomputed layer") ==
+        Approx(decoder_layer_saved_bytes_per_token(gpt, gpt_recipe, Recompute::none, 8) * 2048));
+  CHECK(memory_item(split, "logits") < memory_item(split, "recomputed layer"));
+  CHECK(split.peak == MemoryMoment::layer_backward);
+  check_total(split);
+  // Without recomputation only the loss holds anything at a moment of its own.
+  plan.recompute = Recompute::none;
+  const MemoryBreakdown kept = estimate_memory(m, t, plan, 80e9);
+  CHECK(memory_item(kept, "recomputed layer") == -1);
+  CHECK(kept.peak == MemoryMoment::loss_backward);
+  check_total(kept);
 }
 
 TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
@@ -626,7 +680,7 @@ TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's 
   // output: 139,392 - (63,616 - 8,192)).
   CHECK(decoder_layer_saved_bytes_per_token(m, recipe, Recompute::per_op) == 63'616.0);
   const auto activations = [](const MemoryBreakdown& mem) {
-    return memory_item(mem, "activations");
+    return layer_backward_activations(mem);
   };
   CHECK(activations(estimate_memory(m, recipe, plan, 80e9)) ==
         Approx((32 * 63'616.0 + 139'392.0 - (63'616.0 - 8'192.0)) * tokens));

@@ -115,7 +115,8 @@ std::vector<DimensionValue> dp_candidates(const LayoutSearch& search, const Para
 }
 
 // ZeRO shards over the ranks holding the same parameters: without any, only stage 0; with a
-// pipeline, 0 and 1 (Megatron's distributed optimizer); without one, 0 to 3.
+// pipeline, 0 to 2 (Megatron's distributed optimizer, Llama 3's FSDP sharding the gradients);
+// without one, 0 to 3.
 std::vector<DimensionValue> zero_candidates(const LayoutSearch&, const ParallelPlan& chosen) {
   const int highest = chosen.gradient_ranks() == 1 ? 0 : chosen.pp > 1 ? 2 : 3;
   std::vector<int> stages;

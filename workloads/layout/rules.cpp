@@ -283,8 +283,8 @@ Problem stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
 
 // A stage's parameters serve each of its micro-batches, so a pipeline keeps them whole for the
 // step. Megatron-LM and DeepSpeed shard optimizer states at most (ZeRO 0-1); Llama 3's FSDP
-// shards the gradients too, reduce-scattering each micro-batch's (ZeRO 2, arXiv:2407.21783
-// Section 3.3.2); PyTorch's pipelining runs fully_shard (fsdp2) with its units gathered for the
+// shards the gradients too (ZeRO 2, arXiv:2407.21783 Section 3.3.2; sharding.hpp says how it
+// reduces); PyTorch's pipelining runs fully_shard (fsdp2) with its units gathered for the
 // step (sharding.hpp). ZeRO 3 gathering parameters again for every micro-batch is not modelled.
 Problem pipeline_keeps_parameters(const JobSubject&, const ParallelPlan& plan) {
   if (plan.pp <= 1 || plan.zero_stage <= 2 || fsdp_under_pipeline(plan)) return {};

@@ -19,9 +19,11 @@
 // the forward and its reductions held back as without overlap_grad_reduce.
 //
 // ZeRO 2 under a pipeline, as Llama 3's FSDP ran (optimizer states and gradients sharded,
-// parameters not resharded after the forward; arXiv:2407.21783 Section 3.3.2), is ZeRO 2's
-// schedule on each stage: every micro-batch's gradients reduce-scattered (in FP32 there) into
-// the rank's FP32 shard, the updated shards gathered for the next step.
+// parameters not resharded after the forward, FP32 reduce-scatters; arXiv:2407.21783 Section
+// 3.3.2), is ZeRO 2's schedule on each stage: every micro-batch's gradients reduce-scattered
+// into the rank's FP32 shard, the updated shards gathered for the next step. The report does
+// not say when it reduces; sharded gradients leave nothing whole to accumulate into, so every
+// backward reduces, as FSDP's SHARD_GRAD_OP does outside no_sync.
 #pragma once
 
 #include "workloads/layout/parallel_plan.hpp"
