@@ -107,6 +107,34 @@ void enumerate(const Enumeration& e, std::size_t step, ParallelPlan& chosen, int
   dimension->set(chosen, dimension->get(ParallelPlan{}));
 }
 
+// Under full recomputation, the fewest layers of each chunk to rerun (Megatron's
+// recompute_num_layers) for `inputs` to fit with `min_headroom` kept free: memory falls as more
+// layers rerun (each keeps only its input), so a bisection over 1 to the longest chunk's layers
+// less one finds it; 0, every layer, where only that fits. Fewer reruns, less compute.
+int least_recomputed_layers(const StepInputs& inputs, double min_headroom) {
+  const int virtual_stages = inputs.plan.pp * inputs.plan.vpp;
+  int longest = 0;
+  for (int v = 0; v < virtual_stages; ++v) {
+    longest = std::max(longest, virtual_stage_layers(inputs.model, virtual_stages, v).count());
+  }
+  const auto fits = [&](int layers) {
+    StepInputs partial = inputs;
+    partial.plan.recompute_layers = layers;
+    return check_memory(partial).memory.fits(min_headroom);
+  };
+  if (longest <= 1 || !fits(longest - 1)) return 0;
+  int low = 1, high = longest - 1;  // fits(high); the least that fits is in [low, high]
+  while (low < high) {
+    const int middle = low + (high - low) / 2;
+    if (fits(middle)) {
+      high = middle;
+    } else {
+      low = middle + 1;
+    }
+  }
+  return high;
+}
+
 // What the search covers: every layout, in a fixed order, with the base's recipe and cluster,
 // and the recomputation modes each may take, least first.
 struct SearchSpace {
@@ -354,8 +382,8 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   };
   const double forward_s = blocking_s(layer.forward);
   // Full recomputation runs each layer's forward again before its backward; with only the
-  // first recompute_layers of each chunk rerun (the planner tries none such), the rerun is left
-  // out: a lower bound still.
+  // first recompute_layers of each chunk rerun, those of the last stage's chunks are added once
+  // a micro-batch below (the crossings count none: a lower bound still).
   const bool every_layer_rerun = plan.recompute == Recompute::full && plan.recompute_layers == 0;
   const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
@@ -374,13 +402,22 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   }
   const double layer_s = forward_s + backward_s;
   const double last_stage_layers = stage_layers(inputs.model, plan, plan.pp - 1);
+  double last_stage_reruns = 0;  // of a micro-batch, under partial recomputation
+  if (plan.recompute == Recompute::full && plan.recompute_layers > 0) {
+    for (int c = 0; c < plan.vpp; ++c) {
+      const int chunk_layers =
+          virtual_stage_layers(inputs.model, virtual_stages, c * plan.pp + plan.pp - 1).count();
+      last_stage_reruns += std::min(plan.recompute_layers, chunk_layers);
+    }
+  }
   // The last stage also runs the output head of every micro-batch.
   const LayerOps head = head_ops(
       inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp, plan.tp,
       inputs.training.lora.has_value(), inputs.training.cross_entropy, plan.sequence_parallel);
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
   return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
-                      micro_batches * head_s + first_stage_tail_s(inputs),
+                      micro_batches * (last_stage_reruns * forward_s + head_s) +
+                      first_stage_tail_s(inputs),
                   std::max(sharded_gathers_s(inputs), sharded_reductions_s(inputs)));
 }
 
@@ -422,6 +459,11 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
       StepOutcome outcome = check_memory(inputs);
+      // Full recomputation that fits: rerun only as many layers of each chunk as it takes.
+      if (recompute == Recompute::full && outcome.memory.fits(options.min_headroom)) {
+        inputs.plan.recompute_layers = least_recomputed_layers(inputs, options.min_headroom);
+        if (inputs.plan.recompute_layers > 0) outcome = check_memory(inputs);
+      }
       if (!outcome.memory.fits(options.min_headroom)) {
         // Leanest by GPU memory, among modes whose host memory (if offloaded) fits.
         if (outcome.memory.host_fits() &&

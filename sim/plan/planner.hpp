@@ -7,8 +7,9 @@
 // docs/layout-reference.md), searched in the planner's order; the micro-batch, a power of two up to
 // 8, only where it divides each replica's share of the global batch. Layouts the job rules refuse
 // (tp not dividing the heads, interleaving without micro-batches in groups of pp) are counted and
-// skipped. Of each layout, only the least recomputation that fits is kept: more recomputation adds
-// kernels and never saves time.
+// skipped. Of each layout, only the least recomputation that fits is kept (under full
+// recomputation, the fewest layers of each chunk rerun): more recomputation adds kernels and
+// never saves time.
 //
 // The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
 // once `top` layouts have been replayed, one whose bound is above the slowest of them cannot

@@ -193,6 +193,7 @@ TEST_CASE(
     StepInputs less = layout.inputs;
     less.plan.recompute =
         layout.inputs.plan.recompute == Recompute::full ? Recompute::selective : Recompute::none;
+    less.plan.recompute_layers = 0;
     CHECK_FALSE(check_memory(less).memory.fits());
   }
   CHECK(some_recompute);
@@ -438,4 +439,41 @@ TEST_CASE("planner: uneven pipeline stages are searched, and bounded below their
     CHECK(layout.inputs.plan.pp != 8);
   }
   CHECK(uneven > 0);
+}
+
+TEST_CASE("planner: under full recomputation only the fewest layers that fit are rerun") {
+  // A layout that fits only with recomputation keeps the least depth N of recompute_layers that
+  // fits (N - 1 does not), or every layer (0) where only that fits; fewer reruns than full
+  // recomputation of every layer, so a step no slower, and its bound still below the step.
+  StepInputs base = two_nodes();
+  base.training.micro_batch = 4;
+  const auto fits = [](StepInputs inputs, int layers) {
+    inputs.plan.recompute_layers = layers;
+    return check_memory(inputs).memory.fits();
+  };
+  // Memory that fits full recomputation of every layer but not without it: a third of the way.
+  StepInputs probe = base;
+  probe.plan.dp = 16;
+  probe.plan.zero_stage = 1;
+  probe.plan.recompute = Recompute::none;
+  const double none_bytes = check_memory(probe).memory.total_bytes;
+  probe.plan.recompute = Recompute::full;
+  const double full_bytes = check_memory(probe).memory.total_bytes;
+  REQUIRE(full_bytes < none_bytes);
+  base.gpu.hbm_capacity_bytes.value = full_bytes + (none_bytes - full_bytes) / 3;
+  const PlanResult all = every_layout(base);
+  int partial = 0;
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout) << " recompute_layers " << layout.inputs.plan.recompute_layers);
+    const ParallelPlan& plan = layout.inputs.plan;
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    if (plan.recompute != Recompute::full || plan.recompute_layers == 0) continue;
+    ++partial;
+    CHECK(fits(layout.inputs, plan.recompute_layers));
+    if (plan.recompute_layers > 1) CHECK_FALSE(fits(layout.inputs, plan.recompute_layers - 1));
+    StepInputs every = layout.inputs;
+    every.plan.recompute_layers = 0;
+    CHECK(layout.outcome.step.step_time_s <= simulate_step(every).step.step_time_s);
+  }
+  CHECK(partial > 0);
 }

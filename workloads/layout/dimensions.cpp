@@ -298,7 +298,8 @@ const std::array<LayoutDimension, 18> kDimensions = {{
      .description = "with recompute: full, only the first N layers of each chunk recomputed, "
                     "the others keeping their activations (Megatron's recompute_method block, "
                     "recompute_num_layers); 0, the default: every layer",
-     .planner = "0 (every layer, where full recomputation is tried)",
+     .planner = "where full recomputation fits, the fewest layers of each chunk that fit, 0 "
+                "where only every layer does",
      .get = get_count<&ParallelPlan::recompute_layers>,
      .set = set_count<&ParallelPlan::recompute_layers>,
      .label =
