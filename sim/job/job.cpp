@@ -14,6 +14,7 @@
 #include "sim/engine/stop.hpp"
 #include "sim/engine/time.hpp"
 #include "sim/job/replication.hpp"
+#include "workloads/layout/sharding.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
@@ -352,17 +353,21 @@ JobResult simulate_job(const JobSpec& job, int replications, std::uint64_t seed,
   return result;
 }
 
-double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training) {
-  // Per trained parameter: the BF16 weight, and the optimizer's FP32 master weight and moments.
-  const double per_trained = kBf16Bytes + optimizer_state_bytes_per_parameter(training.optimizer);
+double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training,
+                        const ParallelPlan& plan) {
+  // Per trained parameter: the BF16 weight (unless the FP32 master is the parameter), and the
+  // optimizer's FP32 master weight and moments.
+  const double per_trained = (Sharding(plan).master_is_parameter() ? 0.0 : kBf16Bytes) +
+                             optimizer_state_bytes_per_parameter(training.optimizer);
   const double trained = training.lora ? lora_parameters_per_layer(model, training) * model.layers
                                        : model.parameters();
   return trained * per_trained;
 }
 
-double restore_bytes(const ModelSpec& model, const TrainingSpec& training) {
+double restore_bytes(const ModelSpec& model, const TrainingSpec& training,
+                     const ParallelPlan& plan) {
   const double base = training.lora ? model.parameters() * kBf16Bytes : 0.0;
-  return checkpoint_bytes(model, training) + base;
+  return checkpoint_bytes(model, training, plan) + base;
 }
 
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes) {
@@ -386,7 +391,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.step_s = steps.healthy_s * job.jitter_factor;
   job.nodes = nodes;
   job.spot = run.spot;
-  const double bytes = checkpoint_bytes(model, training);
+  const double bytes = checkpoint_bytes(model, training, plan);
   job.checkpoint_write_s =
       bytes / checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
   job.write = run.write;
@@ -400,7 +405,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
     }
     job.peer_copy_s = bytes / nics;
     job.peer_restore_s =
-        bytes / nics + (restore_bytes(model, training) - bytes) /
+        bytes / nics + (restore_bytes(model, training, plan) - bytes) /
                            checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
     job.persist_every_s = run.persist_every_s;
   }
@@ -432,7 +437,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.evict_degraded_after_s = run.evict_degraded_after_s;
   job.replicas = plan.dp;
   job.tokens_per_step = tokens_per_step;
-  job.restore_s = restore_bytes(model, training) /
+  job.restore_s = restore_bytes(model, training, plan) /
                   checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
   job.detection_s = run.detection_s;
   job.restart_s = run.restart_s;

@@ -283,12 +283,15 @@ struct RunSpec {
 
 // A checkpoint's bytes, written once for the whole model across the data-parallel replicas:
 // per trained parameter its BF16 weight, FP32 master weight and the optimizer's moments (14
-// bytes with Adam's FP32 moments, about 8 with 8-bit Adam's). Under LoRA and QLoRA only the
-// adapters train, and only they are checkpointed.
-double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training);
+// bytes with Adam's FP32 moments, about 8 with 8-bit Adam's); where the FP32 master is the
+// parameter (PyTorch's FSDP: its state dict holds the FP32 shards), no BF16 weight (12). Under
+// LoRA and QLoRA only the adapters train, and only they are checkpointed.
+double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training,
+                        const ParallelPlan& plan);
 // What a restart reads: the checkpoint, and under LoRA and QLoRA the frozen base's BF16 weights
 // too (QLoRA quantizes them again as it loads them).
-double restore_bytes(const ModelSpec& model, const TrainingSpec& training);
+double restore_bytes(const ModelSpec& model, const TrainingSpec& training,
+                     const ParallelPlan& plan);
 // The rate a checkpoint moves at: the storage's, unless the nodes' NICs, every node writing
 // its share at once, are slower.
 double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, int nodes);

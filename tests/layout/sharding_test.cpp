@@ -72,6 +72,10 @@ TEST_CASE("FSDP under a pipeline is sharded between steps, whole within one") {
   CHECK(pipelined.gathers_updated_shards());
   CHECK(pipelined.gathers_ahead());
   CHECK(pipelined.holds_back_reductions());  // whatever overlap_grad_reduce says
+  // Its FP32 shards are the parameters between steps (a checkpoint holds them), the BF16 copies
+  // gathered for the step only.
+  CHECK(pipelined.master_is_parameter());
+  CHECK_FALSE(pipelined.shard_is_master());
   // Without a pipeline, or without fsdp2 (which the rules refuse), ZeRO 3 is per use.
   plan.pp = 1;
   CHECK_FALSE(Sharding(plan).gathered_for_step());

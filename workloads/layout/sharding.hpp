@@ -50,7 +50,10 @@ class Sharding {
   // ZeRO 3's FP32 shard is the parameter itself, the optimizer's master weights, with no BF16
   // copy kept between gathers (PyTorch's FSDP); DeepSpeed's ZeRO-3 and Megatron FSDP
   // (bf16_shards), or an optimizer offloaded with the master to the host, keep a BF16 shard.
-  bool shard_is_master() const { return parameters_sharded() && !bf16_shards_; }
+  bool shard_is_master() const { return parameters_sharded() && master_is_parameter(); }
+  // Between steps the FP32 master is the parameter, no BF16 copy beside it: ZeRO 3 without a
+  // BF16 shard, under a pipeline too (PyTorch's FSDP gathers BF16 copies for the step only).
+  bool master_is_parameter() const { return zero_ == 3 && !bf16_shards_; }
 
   // The ranks a dense parameter's sharded state is split over (its data group), and an
   // expert's (its expert_data group).
