@@ -499,10 +499,13 @@ std::string item_gb(const MemoryBreakdown& memory, const std::string& name) {
   const auto item = std::find_if(memory.items.begin(), memory.items.end(),
                                  [&](const MemoryItem& i) { return i.name == name; });
   if (item == memory.items.end()) return std::string(kMissing);
-  return memory.at_peak(*item) ? gb_text(item->bytes) : "(" + gb_text(item->bytes) + ")";
+  const bool counted = memory.at_peak(*item) || item->bytes == 0;
+  return counted ? gb_text(item->bytes) : "(" + gb_text(item->bytes) + ")";
 }
 
-std::string memory_table(const RunReport& report) {
+// With `headroom`, the share of each GPU left free against the 15-30% practitioners keep (the
+// run table has its own line for it).
+std::string memory_table(const RunReport& report, bool headroom) {
   Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
   for (const std::string& name : memory_item_names(report)) {
     table.add("  " + name, cells_for(report, [&](const VariantReport& v) {
@@ -518,6 +521,15 @@ std::string memory_table(const RunReport& report) {
   table.add("  peak at", cells_for(report, [](const VariantReport& v) {
               return std::string(to_string(v.outcome.memory.peak));
             }));
+  if (headroom) {
+    table.add("  headroom (%, 15-30 kept free in practice)",
+              cells_for(report, [](const VariantReport& v) {
+                const MemoryBreakdown& memory = v.outcome.memory;
+                const bool low =
+                    memory.fits() && memory.headroom_fraction() < kMinComfortableHeadroom;
+                return percent_text(memory.headroom_fraction()) + (low ? " low" : "");
+              }));
+  }
   const bool offloads =
       std::any_of(report.variants.begin(), report.variants.end(),
                   [](const VariantReport& v) { return v.inputs.plan.offload_optimizer; });
@@ -643,7 +655,7 @@ std::string render_memory(const RunReport& report) {
   }
   Table table(cells_for(report, [](const VariantReport& v) { return v.name; }));
   add_rows(table, report, kSetup);
-  text += table.render() + memory_table(report);
+  text += table.render() + memory_table(report, /*headroom=*/true);
   text += basis_section(report);
   for (const VariantReport& variant : report.variants) {
     if (!variant.outcome.memory.fits()) text += does_not_fit_section(variant, 0);
@@ -756,7 +768,7 @@ std::string render_console(const RunReport& report) {
     return text + "no variants\n";
   }
   text += main_table(report);
-  text += memory_table(report);
+  text += memory_table(report, /*headroom=*/false);
   for (const VariantReport& variant : report.variants) {
     if (!variant.outcome.simulated) {
       text += does_not_fit_section(variant, 0);

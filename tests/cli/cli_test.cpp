@@ -261,6 +261,7 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   REQUIRE(fits.exit_code == 0);
   CHECK(fits.out.find("memory per GPU at peak (GB") != std::string::npos);
   CHECK(fits.out.find("peak at") != std::string::npos);
+  CHECK(fits.out.find("headroom (%, 15-30 kept free in practice)") != std::string::npos);
   CHECK(fits.out.find("what each item assumes") != std::string::npos);
   CHECK(fits.out.find("step time") == std::string::npos);  // nothing replayed
   // Llama-3-70B with plain data parallelism on 8 H100: 18 bytes per parameter replicated.
