@@ -287,15 +287,16 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                     tokens -
                 per_layer
           : 0.0;
-  // Under full recomputation the layer in backward holds what its rerun forward saved. With
-  // only the first recompute_layers of a chunk rerun, the backward reaches them after freeing
-  // the chunk's kept layers, at least one layer's worth: the peak is the forward's end.
+  // Under full recomputation the layer in backward holds what its rerun forward saved, less its
+  // input, which is the kept checkpoint itself (counted with the boundaries). With only the
+  // first recompute_layers of a chunk rerun, the backward reaches them after freeing the
+  // chunk's kept layers, at least one layer's worth: the peak is the forward's end.
   const double activations =
       plan.recompute == Recompute::full
           ? live.recomputed_layers * boundary + (live.layers - live.recomputed_layers) * per_layer
           : live.layers * per_layer;
   const double rerun = plan.recompute == Recompute::full
-                           ? (live.every_layer_recomputed ? per_layer : 0.0)
+                           ? (live.every_layer_recomputed ? per_layer - boundary : 0.0)
                            : recomputed;
   const std::string batches =
       plan.pp == 1

@@ -34,8 +34,10 @@ struct MemoryBreakdown {
   // The moment of the peak: all along where no item is held at one moment only, else the
   // moment whose items weigh more. The total counts the items held then.
   MemoryMoment peak = MemoryMoment::all_along;
+  // Whether the item counts in the total: held all along or at the peak's moment (an empty one
+  // counts either way).
   bool at_peak(const MemoryItem& item) const {
-    return item.moment == MemoryMoment::all_along || item.moment == peak;
+    return item.moment == MemoryMoment::all_along || item.moment == peak || item.bytes == 0;
   }
   double total_bytes = 0;
   double capacity_bytes = 0;

@@ -649,14 +649,13 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   std::vector<TaskIndex> deps{*previous_end};
   std::optional<TaskIndex> tied_received;
   // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
-  // all-reduce its gradient (Megatron's embedding group), as two ranks exchanging it whole: the
-  // bytes and time of a two-rank ring all-reduce.
+  // all-reduce its gradient (Megatron's embedding group), as two ranks exchanging it (whole, or
+  // their shard where gradients are sharded): the bytes and time of a two-rank ring all-reduce.
   if (const double tied = tied_embedding_exchange_parameters(model, training, plan.pp);
       tied > 0 && (stage == 0 || stage == pp - 1)) {
     // Sharded gradients (ZeRO 2 under a pipeline) were reduce-scattered every micro-batch:
     // each rank exchanges its shard of the tied gradient.
-    const double bytes = tied / plan.tp * training.grad_reduce_bytes /
-                         (sharding.gradients_sharded() ? plan.gradient_ranks() : 1);
+    const double bytes = tied / plan.tp * training.grad_reduce_bytes / sharding.gradient_shards();
     const int from_first = graph.transfers - 2;
     const int from_last = graph.transfers - 1;
     const bool first = stage == 0;

@@ -7,9 +7,10 @@
 // docs/layout-reference.md), searched in the planner's order; the micro-batch, a power of two up to
 // 8, only where it divides each replica's share of the global batch. Layouts the job rules refuse
 // (tp not dividing the heads, interleaving without micro-batches in groups of pp) are counted and
-// skipped. Of each layout, only the least recomputation that fits is kept (under full
-// recomputation, the fewest layers of each chunk rerun): more recomputation adds kernels and
-// never saves time.
+// skipped. Of each layout, only the least recomputation that fits is kept, in the order none,
+// selective, full (under full recomputation, the fewest layers of each chunk rerun): each
+// adds kernels to the one before (under eager attention, full recomputation of a few layers
+// may rerun less than selective's of every layer; the search takes selective first).
 //
 // The search is exhaustive over what fits, less what a bound rules out (step_lower_bound_s):
 // once `top` layouts have been replayed, one whose bound is above the slowest of them cannot
@@ -60,7 +61,9 @@ struct PlanResult {
 // its time alone on the fewest nodes that hold its group: whole when it blocks, by how much it
 // outlasts the kernel beside it when overlapped), after the first micro-batch's forward has crossed
 // the pp - 1 stages before it and before the last gradient has crossed them back: (m vpp + pp - 1)
-// chunk times, the bubble formula's ideal, plus the output head of each micro-batch; then the first
+// chunk times, the bubble formula's ideal (under full recomputation each layer's forward rerun
+// in its backward; with recompute_layers, the last stage's rerun layers once a micro-batch),
+// plus the output head of each micro-batch; then the first
 // stage's optimizer step (offloaded: CPU Adam through the first node's host memory or on its rank's
 // share of the cores, then the copy back over PCIe) and, under ZeRO-1 and 2, the parameter
 // all-gather that must enter each of its nodes through the NICs; the embedding, pipeline transfers

@@ -499,8 +499,7 @@ std::string item_gb(const MemoryBreakdown& memory, const std::string& name) {
   const auto item = std::find_if(memory.items.begin(), memory.items.end(),
                                  [&](const MemoryItem& i) { return i.name == name; });
   if (item == memory.items.end()) return std::string(kMissing);
-  const bool counted = memory.at_peak(*item) || item->bytes == 0;
-  return counted ? gb_text(item->bytes) : "(" + gb_text(item->bytes) + ")";
+  return memory.at_peak(*item) ? gb_text(item->bytes) : "(" + gb_text(item->bytes) + ")";
 }
 
 // With `headroom`, the share of each GPU left free against the 15-30% practitioners keep (the
@@ -577,7 +576,10 @@ std::string does_not_fit_section(const VariantReport& variant, double min_headro
                                       : item.basis + " (at " + to_string(item.moment) +
                                             ", not at the peak: not in the total)");
   }
-  text += line("total", memory.total_bytes, std::string("at ") + to_string(memory.peak));
+  text +=
+      line("total", memory.total_bytes,
+           memory.peak == MemoryMoment::all_along ? std::string()
+                                                  : std::string("at ") + to_string(memory.peak));
   text += line("capacity", memory.capacity_bytes, min_headroom > 0 ? kept_free : "");
   text += line("over by", memory.total_bytes - usable, "");
   return text;

@@ -477,3 +477,32 @@ TEST_CASE("planner: under full recomputation only the fewest layers that fit are
   }
   CHECK(partial > 0);
 }
+
+TEST_CASE("planner: the bound counts the last stage's reruns under partial recomputation") {
+  // Without a pipeline the bound is m x layers x (forward + backward) plus, under full
+  // recomputation, each rerun layer's forward once a micro-batch: rerunning N of L layers adds
+  // N / L of what rerunning every layer adds. With two stages the last one's N rerun layers add
+  // theirs too: the bound grows with N.
+  StepInputs in = two_nodes();
+  in.plan.dp = 16;
+  in.plan.zero_stage = 1;
+  const int layers = in.model.layers;
+  const auto bound = [&](StepInputs inputs, Recompute mode, int rerun) {
+    inputs.plan.recompute = mode;
+    inputs.plan.recompute_layers = rerun;
+    return step_lower_bound_s(inputs);
+  };
+  const double none = bound(in, Recompute::none, 0);
+  const double every = bound(in, Recompute::full, 0);
+  REQUIRE(every > none);
+  for (const int n : {1, layers / 2, layers - 1}) {
+    INFO("N = " << n);
+    CHECK(bound(in, Recompute::full, n) - none ==
+          Approx((every - none) * n / layers).epsilon(1e-9));
+  }
+  StepInputs pipelined = in;
+  pipelined.plan.pp = 2;
+  pipelined.plan.dp = 8;
+  CHECK(bound(pipelined, Recompute::full, 1) > bound(pipelined, Recompute::none, 0));
+  CHECK(bound(pipelined, Recompute::full, 2) > bound(pipelined, Recompute::full, 1));
+}

@@ -203,7 +203,8 @@ TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
 TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, saves N layers") {
   // Megatron's block method on Llama-3-8B (32 layers), dp 8, one micro-batch held: N layers
   // keep only their input (the boundary), the other 32 - N all their saved tensors. With every
-  // layer rerun the layer in backward adds what its rerun saved; with N < 32 the backward
+  // layer rerun the layer in backward adds what its rerun saved but its input, the kept
+  // boundary itself (so N = 31 holds as much as N = 32); with N < 32 the backward
   // reaches the rerun layers after freeing the 32 - N kept ones, so the peak is the forward's
   // end: no recomputation's 32 layers at N = 0. Each recomputed layer reruns its forward, so
   // the hardware FLOPs grow by N / 32 of full recomputation's extra.
@@ -228,7 +229,8 @@ TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, s
   const double per_layer =
       decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 1, true) * tokens;
   const double boundary = 2.0 * m.hidden * tokens;
-  CHECK(activations(Recompute::full, 0) == Approx(32 * boundary + per_layer));
+  CHECK(activations(Recompute::full, 0) == Approx(31 * boundary + per_layer));
+  CHECK(activations(Recompute::full, 31) == Approx(activations(Recompute::full, 0)));
   CHECK(activations(Recompute::full, 32) == Approx(activations(Recompute::full, 0)));
   CHECK(activations(Recompute::full, 40) == Approx(activations(Recompute::full, 0)));
   CHECK(activations(Recompute::full, 12) == Approx(12 * boundary + 20 * per_layer));
@@ -395,7 +397,8 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   plan.recompute = Recompute::full;
   const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
   CHECK(memory_item(recomputed, "activations") == Approx(32 * 2.0 * 4096 * 8192));
-  CHECK(memory_item(recomputed, "recomputed layer") == Approx(139'392.0 * 8192));
+  // The rerun layer's saved tensors but its input, the checkpoint kept already.
+  CHECK(memory_item(recomputed, "recomputed layer") == Approx((139'392.0 - 8'192.0) * 8192));
   CHECK(memory_item(full, "logits") == Approx(6.0 * 8192 * 128256));
   // Two consecutive FSDP units gathered at most: embedding + first layer (or last layer + head),
   // (525,336,576 + 218,112,000) parameters x 2 bytes.
@@ -535,7 +538,7 @@ TEST_CASE("memory: the loss's backward and a recomputed layer's are not held at 
   check_total(unfused);
   const double logits = memory_item(unfused, "logits");
   const double layer = memory_item(unfused, "recomputed layer");
-  CHECK(layer == Approx(139'392.0 * 8192));
+  CHECK(layer == Approx((139'392.0 - 8'192.0) * 8192));  // its input is the kept checkpoint
   CHECK(logits == Approx(6.0 * 8192 * 128256));
   // Without the layer's item the total would be the same: it is not held at the peak.
   double all_items = 0;
@@ -551,7 +554,9 @@ TEST_CASE("memory: the loss's backward and a recomputed layer's are not held at 
   CHECK(gpt.vocab == 51200);
   CHECK(memory_item(split, "logits") == Approx(6.0 * 2048 * 51200 / 8));
   CHECK(memory_item(split, "recomputed layer") ==
-        Approx(decoder_layer_saved_bytes_per_token(gpt, gpt_recipe, Recompute::none, 8) * 2048));
+        Approx((decoder_layer_saved_bytes_per_token(gpt, gpt_recipe, Recompute::none, 8) -
+                2.0 * 12288 / 8) *
+               2048));
   CHECK(memory_item(split, "logits") < memory_item(split, "recomputed layer"));
   CHECK(split.peak == MemoryMoment::layer_backward);
   check_total(split);
