@@ -158,6 +158,10 @@ std::string as_percent(const Values& v) {
 std::string as_gb(const Values& v) {
   return gb_text(number(v[0]));
 }
+// The share of a GPU left free, marked low under the 15% practitioners keep (where it fits).
+std::string headroom_text(double fraction, bool fits) {
+  return percent_text(fraction) + (fits && fraction < kMinComfortableHeadroom ? " low" : "");
+}
 std::string as_hours(double seconds) {
   return fixed(seconds / 3600, 1);
 }
@@ -256,10 +260,7 @@ const Quantity kStep[] = {
     {"headroom (%)",
      FieldGroup::memory,
      {"headroom_fraction", "fits"},
-     [](const Values& v) {
-       const bool low = std::get<bool>(v[1]) && number(v[0]) < kMinComfortableHeadroom;
-       return as_percent(v) + (low ? " low" : "");
-     }},
+     [](const Values& v) { return headroom_text(number(v[0]), std::get<bool>(v[1])); }},
     {"speed-up vs {first} (tokens/s)",
      FieldGroup::variant,
      {"speedup_vs_first"},
@@ -524,9 +525,7 @@ std::string memory_table(const RunReport& report, bool headroom) {
     table.add("  headroom (%, 15-30 kept free in practice)",
               cells_for(report, [](const VariantReport& v) {
                 const MemoryBreakdown& memory = v.outcome.memory;
-                const bool low =
-                    memory.fits() && memory.headroom_fraction() < kMinComfortableHeadroom;
-                return percent_text(memory.headroom_fraction()) + (low ? " low" : "");
+                return headroom_text(memory.headroom_fraction(), memory.fits());
               }));
   }
   const bool offloads =
