@@ -228,11 +228,18 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     add("gradients", 0, "offloaded: each reduced shard goes to host memory (ZeRO-Offload)");
   } else {
     // Gradients kept whole (a replica's buffer, FSDP's under a pipeline) are in the reduce
-    // dtype; sharded ones are the FP32 shard's.
+    // dtype. Sharded ones are the FP32 shard's, but beside a BF16 weight shard (bf16_shards:
+    // Megatron FSDP's model weight buffer) in the reduce dtype, as its main gradient buffer is
+    // (FP32 only with grad_reduce_in_fp32; megatron/core/distributed/custom_fsdp/
+    // param_and_grad_buffer.py).
     const bool sharded = sharding.gradients_sharded();
-    const double bytes = sharded ? kMainGradBytes : training.grad_reduce_bytes;
-    add("gradients", bytes * trained / grad_shards,
-        std::string(sharded               ? "FP32 main gradients, "
+    const bool fp32_shard = sharded && !(sharding.parameters_sharded() && plan.bf16_shards);
+    const double bytes = fp32_shard ? kMainGradBytes : training.grad_reduce_bytes;
+    // Apex reduce-scatters each bucket into a shard of its own, kept until the step.
+    const bool apex = training.optimizer == Optimizer::distributed_fused_adam;
+    const double reduced_shard = apex ? training.grad_reduce_bytes * updated : 0.0;
+    add("gradients", bytes * trained / grad_shards + reduced_shard,
+        std::string(fp32_shard            ? "FP32 main gradients, "
                     : bytes == kFp32Bytes ? "FP32 gradient buffer (the reduce dtype), "
                     : training.precision == Precision::fp16
                         ? "FP16 gradient buffer (the reduce dtype), "
@@ -242,23 +249,25 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
              : sharding.gathered_for_step()
                  ? std::string("accumulated whole until the last micro-batch (FSDP under a "
                                "pipeline)")
-                 : std::string("replicated")));
+                 : std::string("replicated")) +
+            (apex ? ", and the reduced shard of each bucket beside it (Apex)" : ""));
   }
   const bool eight_bit = training.optimizer == Optimizer::adam8bit;
   const std::string states_basis =
       std::string(eight_bit ? "FP32 master weights + 8-bit Adam m, v (block scales) = 6.004"
-                            : "FP32 master weights + Adam m, v = 12") +
+                  : master_weights_as_remainders(training)
+                      ? "FP32 master weights as the 16 bits their BF16 parameters lack + Adam "
+                        "m, v = 10"
+                      : "FP32 master weights + Adam m, v = 12") +
       per_param + ", " + which + split +
       (sharding.optimizer_sharded()
            ? "sharded " + over_dp + (plan.ep > 1 ? ", experts over dp / ep" : "")
            : std::string("replicated"));
   if (plan.offload_optimizer) {
     add("optimizer states", 0, "offloaded to host memory (ZeRO-Offload): " + states_basis);
-    memory.host_bytes_per_rank =
-        (optimizer_state_bytes_per_parameter(training.optimizer) + kMainGradBytes) * updated;
+    memory.host_bytes_per_rank = (optimizer_state_bytes_held(training) + kMainGradBytes) * updated;
   } else {
-    add("optimizer states", optimizer_state_bytes_per_parameter(training.optimizer) * updated,
-        states_basis);
+    add("optimizer states", optimizer_state_bytes_held(training) * updated, states_basis);
   }
 
   double dynamic = 0;

@@ -27,7 +27,8 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.global_batch = training.global_batch;
   subject.micro_batch = training.micro_batch;
   subject.flash_attention = training.attention == Attention::flash;
-  subject.fp32_adam = training.optimizer == Optimizer::adam;
+  subject.fp32_adam = training.optimizer != Optimizer::adam8bit;
+  subject.apex_adam = training.optimizer == Optimizer::distributed_fused_adam;
   subject.lora = training.lora.has_value();
   subject.quantized_base = training.lora && training.lora->quantized_base;
   subject.fp8 = training.precision == Precision::fp8;

@@ -68,8 +68,14 @@ inline const char* to_string(Precision precision) {
   return "?";
 }
 // Adam with FP32 moments, or with moments quantised block-wise to 8 bits (bitsandbytes'
-// Adam8bit; Dettmers et al., arXiv:2110.02861: blocks of 2048 values, one FP32 scale each).
-enum class Optimizer { adam, adam8bit };
+// Adam8bit; Dettmers et al., arXiv:2110.02861: blocks of 2048 values, one FP32 scale each), or
+// Apex's DistributedFusedAdam as NeMo 1 runs it (optim.name distributed_fused_adam): FP32
+// moments sharded over the replicas, the FP32 master weight of a BF16 parameter kept as the 16
+// low bits the parameter lacks (store_param_remainders, which NeMo's megatron_base_model.py
+// sets for a BF16 model and an FP32 optimizer; whole with FP8 or FP16 parameters), gradients
+// in its contiguous buffer in the reduce dtype with each bucket's reduce-scattered shard kept
+// beside it (apex/contrib/optimizers/distributed_fused_adam.py).
+enum class Optimizer { adam, adam8bit, distributed_fused_adam };
 // FlashAttention keeps Q, K, V, O and the log-sum-exp for backward and recomputes the scores;
 // eager attention (two batched GEMMs around a softmax) keeps the s x s probabilities.
 enum class Attention { flash, eager };

@@ -859,16 +859,28 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
 
 double optimizer_state_bytes_per_parameter(Optimizer optimizer) {
   // FP32 master weight and two moments: FP32, or 8-bit with an FP32 scale per block of 2048.
-  const double moment = optimizer == Optimizer::adam ? kFp32 : 1.0 + kFp32 / 2048;
+  const double moment = optimizer == Optimizer::adam8bit ? 1.0 + kFp32 / 2048 : kFp32;
   return kFp32 + 2 * moment;
+}
+
+bool master_weights_as_remainders(const TrainingSpec& training) {
+  return training.optimizer == Optimizer::distributed_fused_adam && !training.fp8_params &&
+         training.precision != Precision::fp16;
+}
+
+double optimizer_state_bytes_held(const TrainingSpec& training) {
+  const bool remainders = master_weights_as_remainders(training);
+  return optimizer_state_bytes_per_parameter(training.optimizer) - (remainders ? kBf16 : 0.0);
 }
 
 namespace {
 
-double adam_step_bytes_per_parameter(Optimizer optimizer) {
+double adam_step_bytes_per_parameter(const TrainingSpec& training) {
   // Read the FP32 master weight, both moments and the FP32 gradient; write master and moments
-  // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes).
-  return 2 * optimizer_state_bytes_per_parameter(optimizer) + kFp32 + kBf16;
+  // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes). Rebuilt from remainders, the
+  // master's high half is the BF16 parameter, read as well (2*10 + 4 + 2*2 = 28 bytes).
+  const bool remainders = master_weights_as_remainders(training);
+  return 2 * optimizer_state_bytes_held(training) + kFp32 + (remainders ? 2 * kBf16 : kBf16);
 }
 
 constexpr double kUnscaleBytesPerParameter = 2 * kFp32;  // an FP32 gradient read and written
@@ -877,12 +889,11 @@ constexpr double kUnscaleBytesPerParameter = 2 * kFp32;  // an FP32 gradient rea
 
 double optimizer_step_bytes_per_parameter(const TrainingSpec& training) {
   const bool loss_scaled = training.precision == Precision::fp16;
-  return adam_step_bytes_per_parameter(training.optimizer) +
-         (loss_scaled ? kUnscaleBytesPerParameter : 0.0);
+  return adam_step_bytes_per_parameter(training) + (loss_scaled ? kUnscaleBytesPerParameter : 0.0);
 }
 
 Op adam_step_op(double local_parameters, const TrainingSpec& training) {
-  return memory_op(training.optimizer == Optimizer::adam ? "adam" : "adam8bit",
+  return memory_op(training.optimizer == Optimizer::adam8bit ? "adam8bit" : "adam",
                    optimizer_step_bytes_per_parameter(training) * local_parameters);
 }
 

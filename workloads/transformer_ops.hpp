@@ -138,6 +138,12 @@ inline constexpr double kNf4BytesPerParameter = (4.0 + 8.0 / 64 + 32.0 / (64 * 2
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).
 double optimizer_state_bytes_per_parameter(Optimizer optimizer);
+// Whether the optimizer keeps each FP32 master weight as the 16 bits its BF16 parameter lacks
+// (Optimizer::distributed_fused_adam with BF16 parameters).
+bool master_weights_as_remainders(const TrainingSpec& training);
+// What of the states the optimizer holds in memory: 2 bytes fewer a parameter where the master
+// weight is kept as remainders; a checkpoint still writes it whole.
+double optimizer_state_bytes_held(const TrainingSpec& training);
 // The memory traffic of one parameter's optimizer step, on the GPU or on the host's CPU:
 // Adam's update, and under FP16's dynamic loss scaling first the check for infinities and the
 // unscale of its FP32 gradient, one pass that reads and writes it (8 bytes:

@@ -30,8 +30,11 @@ TrainingSpec parse_training(const Field& f) {
                                    : Precision::bf16;
   }
   if (auto optimizer = find(f, "optimizer")) {
-    t.optimizer = read_choice(*optimizer, {"adam", "adam8bit"}) == "adam8bit" ? Optimizer::adam8bit
-                                                                              : Optimizer::adam;
+    const std::string name =
+        read_choice(*optimizer, {"adam", "adam8bit", "distributed_fused_adam"});
+    t.optimizer = name == "adam8bit"                 ? Optimizer::adam8bit
+                  : name == "distributed_fused_adam" ? Optimizer::distributed_fused_adam
+                                                     : Optimizer::adam;
   }
   if (lora) {
     t.lora = LoraSpec{};

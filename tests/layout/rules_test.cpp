@@ -242,6 +242,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.tp = 1;
          p.dp = 16;
        }},
+      {"distributed-fused-adam-is-zero-1", "layout.zero",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.apex_adam = true;
+         p.zero_stage = 2;
+       }},
       {"fp8-params-need-distributed-optimizer", "layout.zero",
        [](JobSubject& j, ParallelPlan& p) {
          j.fp8 = j.fp8_params = true;

@@ -140,11 +140,13 @@ TEST_CASE("memory: model states follow the ZeRO stage, its shards and the gradie
   CHECK(states(3, 4, true) == Approx(18 * n / 8));
   CHECK(states(3, 4) == Approx(16 * n / 8));
   // BF16 reduction: a gradient buffer kept whole is BF16 (Megatron-Core's grad buffer takes the
-  // parameters' dtype without grad_reduce_in_fp32); sharded gradients stay the FP32 shard's.
+  // parameters' dtype without grad_reduce_in_fp32); sharded gradients stay the FP32 shard's,
+  // but beside a BF16 shard (Megatron FSDP's main gradient buffer) they are BF16 too.
   CHECK(states(0, 2) == Approx(16 * n));
   CHECK(states(1, 2) == Approx(4 * n + 12 * n / 8));
   CHECK(states(2, 2) == Approx(states(2, 4)));
   CHECK(states(3, 2) == Approx(states(3, 4)));
+  CHECK(states(3, 2, true) == Approx(16 * n / 8));
 }
 
 TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
@@ -377,6 +379,38 @@ TEST_CASE("8-bit Adam keeps 6 bytes of optimizer state per parameter and moves f
   // FP16's dynamic loss scaling first checks and unscales the FP32 gradient: read and written.
   t.precision = Precision::fp16;
   CHECK(adam_step_op(n, t).kernel.bytes == Approx((30 + 8) * n));
+}
+
+TEST_CASE("Apex's distributed Adam keeps masters as remainders, each reduced shard beside") {
+  // NeMo 1's distributed_fused_adam on a BF16 model: the FP32 master as the 16 bits the BF16
+  // parameter lacks (2 bytes) and FP32 m, v, sharded: 10 bytes over dp. Gradients whole in the
+  // contiguous buffer in the reduce dtype (r bytes), and each bucket's reduce-scattered shard
+  // kept beside it (r bytes over dp): 2 + r + (10 + r) / dp in all.
+  const ModelSpec m = llama3_8b();
+  const double n = m.parameters();
+  TrainingSpec t = training(4096, 256, 2);
+  t.optimizer = Optimizer::distributed_fused_adam;
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 1;
+  const auto states = [&](const TrainingSpec& recipe) {
+    const MemoryBreakdown mem = estimate_memory(m, recipe, plan, 80e9);
+    REQUIRE(mem.items[2].name == "optimizer states");
+    return mem.items[0].bytes + mem.items[1].bytes + mem.items[2].bytes;
+  };
+  CHECK(states(t) == Approx((2 + 2 + (10 + 2) / 8.0) * n));
+  t.grad_reduce_bytes = 4;
+  CHECK(states(t) == Approx((2 + 4 + (10 + 4) / 8.0) * n));
+  // The step rebuilds each master from the parameter: reads parameter, remainder, m, v and the
+  // FP32 gradient, writes all but the gradient back: 2 x (2 + 2 + 8) + 4 = 28 bytes.
+  CHECK(adam_step_op(n, t).kernel.bytes == Approx(28 * n));
+  // With FP8 primary weights NeMo stores the FP32 master whole (store_params): 12 bytes.
+  t.precision = Precision::fp8;
+  t.fp8_params = true;
+  CHECK(optimizer_state_bytes_held(t) == 12);
+  CHECK(adam_step_op(n, t).kernel.bytes == Approx(30 * n));
+  // A checkpoint writes the master whole either way.
+  CHECK(optimizer_state_bytes_per_parameter(Optimizer::distributed_fused_adam) == 12);
 }
 
 TEST_CASE("memory: activations follow the saved tensors and recomputation") {

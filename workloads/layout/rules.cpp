@@ -177,6 +177,17 @@ Problem offload_needs_fp32_adam(const JobSubject& job, const ParallelPlan& plan)
             "remove optimizer: adam8bit, or offload_optimizer");
 }
 
+// Apex's DistributedFusedAdam shards its states over the replicas and, in the contiguous
+// buffer NeMo 1 requires (megatron_base_model.py), keeps every gradient whole: ZeRO 1, on the
+// GPU.
+Problem distributed_fused_adam_is_zero_1(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.apex_adam || (plan.zero_stage == 1 && !plan.offload_optimizer)) return {};
+  return at({"layout.zero", "training.optimizer"},
+            "optimizer distributed_fused_adam is ZeRO 1 on the GPU: its states sharded, its "
+            "gradients whole in a contiguous buffer",
+            "set zero: 1 (and offload_optimizer: false), or optimizer: adam");
+}
+
 // The host work of an offloaded optimizer runs on what the node preset says of its host.
 Problem offload_needs_host(const JobSubject& job, const ParallelPlan& plan) {
   if (!plan.offload_optimizer || !job.cluster) return {};
@@ -450,6 +461,8 @@ const JobRule kRules[] = {
      offload_needs_fp32_adam},
     {"offload-needs-host", "optimizer offload needs the node's host memory and cores described",
      offload_needs_host},
+    {"distributed-fused-adam-is-zero-1", "optimizer distributed_fused_adam runs with ZeRO 1",
+     distributed_fused_adam_is_zero_1},
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
     {"ep-divides-experts-and-dp", "ep divides the experts and dp", ep_divides_experts},
     {"ep-as-modelled", "ep > 1 with tp 1, ZeRO 0-1, no offload and no overlap_param_gather",
