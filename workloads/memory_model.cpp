@@ -427,6 +427,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
   add("fragmentation", kFragmentation * dynamic,
       "assumed: 5% of per-step allocations lost to the caching allocator");
+  memory.allocator_gap_bytes = kFragmentation * dynamic;
   return memory;
 }
 

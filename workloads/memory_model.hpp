@@ -39,7 +39,12 @@ struct MemoryBreakdown {
   bool at_peak(const MemoryItem& item) const {
     return item.moment == MemoryMoment::all_along || item.moment == peak || item.bytes == 0;
   }
+  // The peak as the caching allocator reserves it: what the framework allocates plus the
+  // allocator's gap, the fragmentation it holds beyond that (its peak reserved and peak
+  // allocated memory, as PyTorch's memory_stats name them).
   double total_bytes = 0;
+  double allocator_gap_bytes = 0;
+  double allocated_bytes() const { return total_bytes - allocator_gap_bytes; }
   double capacity_bytes = 0;
   // Optimizer offload: the FP32 master weights, Adam moments and gradients of a rank's shard
   // in host memory (the fullest stage's) and all the node's ranks together (0 without

@@ -512,8 +512,11 @@ std::string memory_table(const RunReport& report, bool headroom) {
                 return item_gb(v.outcome.memory, name);
               }));
   }
-  table.add("  total", cells_for(report, [](const VariantReport& v) {
+  table.add("  total (peak reserved)", cells_for(report, [](const VariantReport& v) {
               return gb_text(v.outcome.memory.total_bytes);
+            }));
+  table.add("  peak allocated (less fragmentation)", cells_for(report, [](const VariantReport& v) {
+              return gb_text(v.outcome.memory.allocated_bytes());
             }));
   table.add("  capacity", cells_for(report, [](const VariantReport& v) {
               return gb_text(v.outcome.memory.capacity_bytes);

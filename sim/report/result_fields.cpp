@@ -198,8 +198,13 @@ const ResultField kFields[] = {
        return at(r, i).outcome.simulated ? step(r, i).replayed_ranks : 0;
      }},
     // ---- its memory
-    {FieldGroup::memory, "total_bytes", "memory_total_bytes", "bytes", "per GPU at the peak",
+    {FieldGroup::memory, "total_bytes", "memory_total_bytes", "bytes",
+     "per GPU at the peak, as the caching allocator reserves it (its peak reserved memory)",
      [](R r, I i) -> FieldValue { return memory(r, i).total_bytes; }},
+    {FieldGroup::memory, "allocated_bytes", "memory_allocated_bytes", "bytes",
+     "per GPU at the peak, as the framework allocates it: total_bytes less the allocator's "
+     "fragmentation (its peak allocated memory)",
+     [](R r, I i) -> FieldValue { return memory(r, i).allocated_bytes(); }},
     {FieldGroup::memory, "peak_moment", "memory_peak_moment", "",
      "when in the step the peak falls: \"all along\" the activations' peak, \"the loss's "
      "backward\" (its logits' tensors) or \"a recomputed layer's backward\"",

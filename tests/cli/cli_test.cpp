@@ -261,6 +261,8 @@ TEST_CASE("fleetsim memory prints the memory per GPU, and exits 1 for a layout t
   REQUIRE(fits.exit_code == 0);
   CHECK(fits.out.find("memory per GPU at peak (GB") != std::string::npos);
   CHECK(fits.out.find("peak at") != std::string::npos);
+  CHECK(fits.out.find("total (peak reserved)") != std::string::npos);
+  CHECK(fits.out.find("peak allocated (less fragmentation)") != std::string::npos);
   CHECK(fits.out.find("headroom (%, 15-30 kept free in practice)") != std::string::npos);
   CHECK(fits.out.find("what each item assumes") != std::string::npos);
   CHECK(fits.out.find("step time") == std::string::npos);  // nothing replayed

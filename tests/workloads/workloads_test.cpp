@@ -1,4 +1,5 @@
 // Model sizes, FLOPs, gradient traffic and memory of the workload model.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
@@ -542,6 +543,18 @@ TEST_CASE("memory: totals add up and capacity decides the fit") {
   double sum = 0;
   for (const auto& item : mem.items) sum += item.bytes;
   CHECK(sum == Approx(mem.total_bytes));
+  // The total is the allocator's peak reserved memory: what is allocated plus its
+  // fragmentation, 5% of what the step allocates (activations and logits here).
+  const auto fragmentation =
+      std::find_if(mem.items.begin(), mem.items.end(),
+                   [](const MemoryItem& i) { return i.name == "fragmentation"; });
+  REQUIRE(fragmentation != mem.items.end());
+  CHECK(mem.allocated_bytes() == Approx(mem.total_bytes - fragmentation->bytes));
+  double dynamic = 0;
+  for (const auto& item : mem.items) {
+    if (item.name == "activations" || item.name == "logits") dynamic += item.bytes;
+  }
+  CHECK(fragmentation->bytes == Approx(0.05 * dynamic));
   CHECK(mem.peak == MemoryMoment::loss_backward);  // the logits, nothing recomputed
   CHECK_FALSE(mem.fits());  // 70B x 18 bytes is 1.27 TB: nowhere near one GPU
   CHECK(mem.headroom_fraction() < 0);
