@@ -87,8 +87,8 @@ void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryBreakdown& m, unsigned) {
-  fields(a, m.items, m.peak, m.total_bytes, m.capacity_bytes, m.host_bytes_per_rank,
-         m.host_bytes_per_node, m.host_capacity_bytes);
+  fields(a, m.items, m.peak, m.total_bytes, m.allocator_gap_bytes, m.capacity_bytes,
+         m.host_bytes_per_rank, m.host_bytes_per_node, m.host_capacity_bytes);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepOutcome& o, unsigned) {
