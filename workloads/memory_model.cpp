@@ -281,8 +281,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
 
   const bool sp = plan.sequence_parallel;
-  const double per_layer =
-      decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp, sp) * tokens;
+  const double per_layer = layer_saved_bytes(model, training, plan);
   // A layer's input: its shard under sequence parallelism, else whole on every rank.
   const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
@@ -300,10 +299,17 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // input, which is the kept checkpoint itself (counted with the boundaries). With only the
   // first recompute_layers of a chunk rerun, the backward reaches them after freeing the
   // chunk's kept layers, at least one layer's worth: the peak is the forward's end.
+  // Activation offload (one stage, one micro-batch, no recomputation: the job rules): the
+  // layers not offloaded keep their saved tensors on the GPU, and so does the last offloaded
+  // one while the last layer computes (Transformer Engine waits for each copy to the host a
+  // window of layers later, the last at the last layer's end: cpu_offload.py's
+  // layer_window_map); the offloaded layers' tensors wait in pinned host memory.
+  const int offloaded = std::min(plan.activation_offload_layers, live.layers);
+  const int kept_layers = offloaded > 0 ? live.layers - offloaded + 1 : live.layers;
   const double activations =
       plan.recompute == Recompute::full
           ? live.recomputed_layers * boundary + (live.layers - live.recomputed_layers) * per_layer
-          : live.layers * per_layer;
+          : kept_layers * per_layer;
   const double rerun = plan.recompute == Recompute::full
                            ? (live.every_layer_recomputed ? per_layer - boundary : 0.0)
                            : recomputed;
@@ -344,8 +350,20 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                            std::to_string(model.experts) +
                            " experts per token, their inputs and outputs whole on each tp rank"
                      : std::string()) +
-                (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches);
+                (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches +
+                (offloaded > 0
+                     ? ", " + std::to_string(kept_layers) + " of its " +
+                           std::to_string(live.layers) + " layers' on the GPU, the first " +
+                           std::to_string(offloaded) + " offloaded"
+                     : std::string()));
   dynamic += activations;
+  if (offloaded > 0) {
+    add("offloaded activations", 0,
+        "the first " + std::to_string(offloaded) +
+            " layers' saved tensors in pinned host memory between their forward and backward "
+            "(Transformer Engine's CPU offloading)");
+    memory.host_bytes_per_rank += offloaded * per_layer;
+  }
   if (rerun > 0) {
     add("recomputed layer", rerun,
         plan.recompute == Recompute::full
@@ -432,6 +450,14 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 }
 
 }  // namespace
+
+double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
+                         const ParallelPlan& plan) {
+  const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
+  return decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp,
+                                             plan.sequence_parallel) *
+         tokens;
+}
 
 const char* to_string(MemoryMoment moment) {
   switch (moment) {

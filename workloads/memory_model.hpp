@@ -98,6 +98,11 @@ struct InFlight {
 InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
                    int stage, double recomputed_share = 1);
 
+// What one decoder layer saves for its backward on one rank, for one micro-batch (its share of
+// the sequence under context parallelism), as the layout's recomputation keeps it.
+double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
+                         const ParallelPlan& plan);
+
 // The whole model's weights at their leanest (BF16; under QLoRA the decoder layers in NF4,
 // under fp8_params the projections in FP8), before any split: no layout holds less than this
 // over all its GPUs together (an FP32 shard of PyTorch's FSDP holds more).

@@ -28,6 +28,10 @@ struct Unit {
   // The share of its parameters kept in FP8 (fp8_params: a layer's projections; its norms and
   // router, a rounding error, counted with them).
   double fp8_share = 0;
+  // Under activation offload, its saved tensors, copied to host memory after its forward and
+  // back before its backward (a decoder layer among the first activation_offload_layers).
+  double offloaded_bytes = 0;
+  int layer = -1;  // its place among the chunk's decoder layers; -1: the embedding or the head
   double dense_trainable() const { return trainable - expert_trainable; }
   // What the distributed optimizer's all-gather moves of `count` of its parameters: FP8
   // primary weights are gathered in FP8 (Megatron-Core's --fp8-param-gather), the rest BF16.
@@ -74,9 +78,12 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
       const double fp8 = training.fp8_params ? rank_layer_projection_weights(model, plan) : 0.0;
       const bool recomputed = plan.recompute == Recompute::full &&
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
+      const bool offloaded = layers_before < plan.activation_offload_layers;
       ++layers_before;
       units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer,
-                       recomputed, frozen ? 0.0 : experts, fp8 / held});
+                       recomputed, frozen ? 0.0 : experts, fp8 / held,
+                       offloaded ? layer_saved_bytes(model, training, plan) : 0.0,
+                       layers_before - 1});
     }
   }
   return units;
@@ -105,6 +112,7 @@ class ProgramBuilder {
   // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.
   TaskIndex host(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
     graph_->host_work = true;
+    if (work.op == HostOp::cpu) graph_->cpu_work = true;
     const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
     const TaskIndex task = add(Task{name, stream, work, std::move(deps)});
     if (work.op == HostOp::copy_to_host) {
@@ -112,6 +120,13 @@ class ProgramBuilder {
       last_copy_to_host_ = task;
     }
     return task;
+  }
+  // Activation offload's copies of a layer's saved tensors, on the copy stream (in order: a
+  // micro-batch's all go out in its forward and come back in its backward).
+  TaskIndex activation_copy(const std::string& name, HostOp op, double bytes,
+                            std::vector<TaskIndex> deps) {
+    graph_->host_work = true;
+    return add(Task{name, Stream::host_copy, HostWork{op, bytes, 0}, std::move(deps)});
   }
   // The last gradient copy to the host so far: the copy stream runs in order, so whatever
   // waits for it waits for every copy before it.
@@ -302,7 +317,9 @@ class MicroBatchBuilder {
  public:
   MicroBatchBuilder(ProgramBuilder& build, const std::vector<Unit>& units,
                     const TrainingSpec& training, const ParallelPlan& plan)
-      : build_(&build), units_(&units), training_(&training), plan_(&plan) {}
+      : build_(&build), units_(&units), training_(&training), plan_(&plan) {
+    plan_offload_windows();
+  }
 
   // Micro-batch mb's forward over the units, its first op after `entry`; returns its last task.
   TaskIndex forward(int mb, const std::vector<TaskIndex>& entry) {
@@ -338,6 +355,41 @@ class MicroBatchBuilder {
 
  private:
   bool sharded() const { return Sharding(*plan_).parameters_sharded(); }
+
+  // Activation offload as Transformer Engine's AsyncDoubleBufferGroupOffloadHandler runs it
+  // (cpu_offload.py): one copy at a time, offloaded layer i's copy out starting after layer
+  // 0's forward (i = 0) or at the end of layer w(i - 1)'s, and the forward after layer w(i)
+  // waiting for it to end (its GPU tensors freed there); in backward its copy back starting
+  // when layer w(i)'s backward ends, its own backward, and the one after layer w(i - 1)'s,
+  // waiting for it. Its layer_window_map, of L layers of which N offloaded: w(i) = (L / N)
+  // (i + 1) - 1, plus i + 1 for the first L % N, else L % N.
+  void plan_offload_windows() {
+    int layers = 0, offloaded = 0;
+    for (const Unit& u : *units_) {
+      if (u.layer >= 0) ++layers;
+      if (u.offloaded_bytes > 0) ++offloaded;
+    }
+    window_group_.assign(layers, -1);
+    group_unit_.clear();
+    for (std::size_t u = 0; u < count(); ++u) {
+      if (unit(u).offloaded_bytes > 0) group_unit_.push_back(u);
+    }
+    for (int i = 0; i < offloaded; ++i) {
+      const int extra = i < layers % offloaded ? i + 1 : layers % offloaded;
+      window_group_[(layers / offloaded) * (i + 1) - 1 + extra] = i;
+    }
+  }
+  // The offloaded group whose window ends at unit u (a decoder layer), or -1.
+  int window_ending_at(std::size_t u) const {
+    return unit(u).layer >= 0 ? window_group_[unit(u).layer] : -1;
+  }
+  TaskIndex copy_activations(int group, HostOp op, std::vector<TaskIndex> deps) {
+    const Unit& offloaded = unit(group_unit_[group]);
+    return build_->activation_copy(
+        tag_ + offloaded.name + (op == HostOp::copy_to_host ? ".offload" : ".reload"), op,
+        offloaded.offloaded_bytes, std::move(deps));
+  }
+
   // FSDP2's copies around the sharded units' collectives (copy_out, copy_in).
   bool copies_fsdp2() const { return sharded() && plan_->fsdp2; }
   std::size_t count() const { return units_->size(); }
@@ -400,6 +452,7 @@ class MicroBatchBuilder {
   // waits until unit u - kFsdpUnitsGathered has finished, so at most that many are gathered.
   void forward_units(const std::vector<TaskIndex>& entry) {
     forward_end_.assign(count(), 0);
+    copied_out_.assign(group_unit_.size(), 0);
     for (std::size_t u = 0; u < count(); ++u) {
       std::vector<TaskIndex> deps;
       if (u < parameter_gathers_.size() && parameter_gathers_[u]) {
@@ -413,7 +466,18 @@ class MicroBatchBuilder {
       }
       if (u == 0) deps.insert(deps.end(), entry.begin(), entry.end());
       if (copies_fsdp2()) deps = {copy_out(u, "fwd", std::move(deps))};
+      if (u > 0 && window_ending_at(u - 1) >= 0) {
+        deps.push_back(copied_out_[window_ending_at(u - 1)]);
+      }
       forward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.forward, deps);
+      if (unit(u).layer == 0 && !group_unit_.empty()) {
+        copied_out_[0] = copy_activations(0, HostOp::copy_to_host, {forward_end_[u]});
+      }
+      const int ending = window_ending_at(u);
+      if (ending >= 0 && ending + 1 < static_cast<int>(group_unit_.size())) {
+        copied_out_[ending + 1] = copy_activations(ending + 1, HostOp::copy_to_host,
+                                                   {forward_end_[u], copied_out_[ending]});
+      }
     }
   }
 
@@ -448,6 +512,8 @@ class MicroBatchBuilder {
                                        : CollectiveOp::all_reduce;
     std::size_t next_bucket = 0;
     std::size_t next_expert_bucket = 0;
+    std::vector<TaskIndex> copied_back(group_unit_.size());
+    std::optional<TaskIndex> reload_awaited;  // the copy back the next backward waits for
     if (sharded()) regather(n - 1);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t u = n - 1 - i;
@@ -465,7 +531,15 @@ class MicroBatchBuilder {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
       }
+      if (reload_awaited) deps.push_back(*std::exchange(reload_awaited, std::nullopt));
+      if (unit(u).offloaded_bytes > 0) deps.push_back(copied_back[unit(u).layer]);
       backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
+      if (const int ending = window_ending_at(u); ending >= 0) {
+        copied_back[ending] = copy_activations(ending, HostOp::copy_to_gpu, {backward_end_[u]});
+        if (ending + 1 < static_cast<int>(group_unit_.size())) {
+          reload_awaited = copied_back[ending + 1];
+        }
+      }
       if (!reduce_gradients || unit(u).trainable <= 0) continue;
       if (sharded()) {
         const TaskIndex ready =
@@ -512,6 +586,11 @@ class MicroBatchBuilder {
   std::vector<HeldBack> held_back_;
   std::string tag_;
   std::vector<TaskIndex> forward_end_;
+  // Activation offload: by decoder layer, the group whose window ends there (or -1); by group,
+  // its unit and its copy out in the current forward.
+  std::vector<int> window_group_;
+  std::vector<std::size_t> group_unit_;
+  std::vector<TaskIndex> copied_out_;
   std::vector<std::optional<TaskIndex>> parameter_gathers_;
   std::vector<TaskIndex> backward_end_;
 };

@@ -99,7 +99,8 @@ struct TaskGraph {
   double model_flops_per_rank = 0;     // model_flops summed over the programs, per rank
   double hardware_flops_per_rank = 0;  // executed kernel FLOPs, per rank
   int micro_batches = 0;               // micro-batches per replica per optimizer step
-  bool host_work = false;              // optimizer offload: some tasks are HostWork
+  bool host_work = false;  // some tasks are HostWork: copies to or from host memory, CPU work
+  bool cpu_work = false;   // optimizer offload: some of them run CPU Adam
 };
 
 // One forward or backward pass of a micro-batch through one of a stage's model chunks.

@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 18> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 19> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
                                                            "dp",
@@ -50,6 +50,7 @@ constexpr std::array<std::string_view, 18> kSearchOrder = {"cp",
                                                            "offload_optimizer",
                                                            "schedule",
                                                            "recompute_layers",
+                                                           "activation_offload_layers",
                                                            "bucket"};
 
 // What the search enumerates, every dimension but recomputation once, in kSearchOrder.
@@ -133,6 +134,34 @@ int least_recomputed_layers(const StepInputs& inputs, double min_headroom) {
     }
   }
   return high;
+}
+
+// Without recomputation, the inputs with the fewest of the first layers' activations in host
+// memory (Transformer Engine's CPU offloading) that fit with `min_headroom` kept free: GPU
+// memory falls as more layers go (a bisection over 1 to the layers less one) while host memory
+// grows, so if the least that fits the GPU overflows the host, none fits. None where the job
+// rules refuse offload (a pipeline, a node without its host memory described).
+std::optional<StepInputs> with_least_offload(const StepInputs& inputs, double min_headroom) {
+  StepInputs offloaded = inputs;
+  offloaded.plan.activation_offload_layers = inputs.model.layers - 1;
+  if (inputs.plan.recompute != Recompute::none ||
+      first_job_problem(job_subject_on_cluster(offloaded), offloaded.plan) ||
+      !check_memory(offloaded).memory.gpu_fits(min_headroom)) {
+    return std::nullopt;
+  }
+  int low = 1, high = inputs.model.layers - 1;  // fits the GPU at high
+  while (low < high) {
+    const int middle = low + (high - low) / 2;
+    offloaded.plan.activation_offload_layers = middle;
+    if (check_memory(offloaded).memory.gpu_fits(min_headroom)) {
+      high = middle;
+    } else {
+      low = middle + 1;
+    }
+  }
+  offloaded.plan.activation_offload_layers = high;
+  if (!check_memory(offloaded).memory.fits(min_headroom)) return std::nullopt;
+  return offloaded;
 }
 
 // What the search covers: every layout, in a fixed order, with the base's recipe and cluster,
@@ -328,6 +357,23 @@ double first_stage_tail_s(const StepInputs& inputs) {
   return optimizer_s + (gathers ? node_crossing_s(inputs, weight_gather_bytes(local, fp8)) : 0.0);
 }
 
+// Activation offload's copies within the step: each micro-batch's offloaded layers cross each
+// rank's PCIe link to the host and back (a direction at line rate), and all the node's ranks'
+// cross its host memory both ways.
+double offloaded_activations_s(const StepInputs& inputs) {
+  const ParallelPlan& plan = inputs.plan;
+  if (plan.activation_offload_layers == 0) return 0;
+  const double micro_batches = static_cast<double>(inputs.training.global_batch) /
+                               (static_cast<double>(plan.dp) * inputs.training.micro_batch);
+  const double one_way = micro_batches * plan.activation_offload_layers *
+                         layer_saved_bytes(inputs.model, inputs.training, plan);
+  const NodeSpec& node = inputs.node;
+  const int ranks_on_node = std::min(node.gpus, plan.world_size());
+  return std::max(
+      one_way / node.pcie_bytes_per_s,
+      2 * one_way * ranks_on_node / (node.host_memory_bytes_per_s * node.host_memory_efficiency));
+}
+
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
   const LayerOps layer = decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute,
@@ -418,7 +464,8 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
                       micro_batches * (last_stage_reruns * forward_s + head_s) +
                       first_stage_tail_s(inputs),
-                  std::max(sharded_gathers_s(inputs), sharded_reductions_s(inputs)));
+                  std::max({sharded_gathers_s(inputs), sharded_reductions_s(inputs),
+                            offloaded_activations_s(inputs)}));
 }
 
 }  // namespace
@@ -444,7 +491,8 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
 
   // The memory check and the job rules for every layout, with the least recomputation that
   // fits: independent, so in parallel, each into its own slot.
-  std::vector<std::optional<Candidate>> checked(layouts.size());
+  // By layout, what fits: with activations offloaded, and in the first recomputation mode.
+  std::vector<std::vector<Candidate>> checked(layouts.size());
   std::vector<char> refused(layouts.size(), 0);
   // Of a layout that fits in no mode, its leanest mode's memory check (for `leanest`).
   std::vector<std::optional<PlannedLayout>> closest(layouts.size());
@@ -466,6 +514,13 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
         if (inputs.plan.recompute_layers > 0) outcome = check_memory(inputs);
       }
       if (!outcome.memory.fits(options.min_headroom)) {
+        // Where nothing recomputed does not fit, activations offloaded may: a candidate beside
+        // the recomputation mode that fits, the replay to tell which is faster.
+        if (recompute == Recompute::none) {
+          if (auto offloaded = with_least_offload(inputs, options.min_headroom)) {
+            checked[i].push_back(Candidate{std::move(*offloaded), 0.0, 0.0, i});
+          }
+        }
         // Leanest by GPU memory, among modes whose host memory (if offloaded) fits.
         if (outcome.memory.host_fits() &&
             (!closest[i] || outcome.memory.total_bytes < closest[i]->outcome.memory.total_bytes)) {
@@ -473,7 +528,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
         }
         continue;
       }
-      checked[i] = Candidate{std::move(inputs), 0.0, 0.0, i};
+      checked[i].push_back(Candidate{std::move(inputs), 0.0, 0.0, i});
       return;
     }
   });
@@ -482,7 +537,7 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   for (std::size_t i = 0; i < layouts.size(); ++i) {
     if (refused[i]) {
       ++result.refused;
-    } else if (!checked[i]) {
+    } else if (checked[i].empty()) {
       ++result.not_fitting;
       // The first of equally lean layouts, in enumeration order.
       if (closest[i] && (!result.leanest || closest[i]->outcome.memory.total_bytes <
@@ -490,10 +545,13 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
         result.leanest = std::move(closest[i]);
       }
     } else {
-      candidates.push_back(std::move(*checked[i]));
-      Candidate& candidate = candidates.back();
-      candidate.bound_s = lower_bound_s(candidate.inputs, clock);
-      candidate.estimate_s = replay_order_estimate_s(candidate.inputs, candidate.bound_s);
+      result.offload_alternatives += checked[i].size() - 1;
+      for (Candidate& fitting : checked[i]) {
+        candidates.push_back(std::move(fitting));
+        Candidate& candidate = candidates.back();
+        candidate.bound_s = lower_bound_s(candidate.inputs, clock);
+        candidate.estimate_s = replay_order_estimate_s(candidate.inputs, candidate.bound_s);
+      }
     }
   }
   std::stable_sort(

@@ -50,6 +50,10 @@ struct PlanResult {
   std::size_t not_fitting = 0;        // no recomputation mode fits (with min_headroom free)
   std::size_t replayed = 0;
   std::size_t bounded_out = 0;  // fit, not replayed: their bound could not enter the ranking
+  // Layouts tried twice, with activations offloaded beside recomputed, each try replayed or
+  // bounded out: layouts + offload_alternatives = refused + not_fitting + replayed +
+  // bounded_out.
+  std::size_t offload_alternatives = 0;
   // Of the layouts that do not fit, the one needing the least memory per GPU (its memory check
   // only), so that a search where nothing fits says how far off it is.
   std::optional<PlannedLayout> leanest;

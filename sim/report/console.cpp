@@ -533,11 +533,11 @@ std::string memory_table(const RunReport& report, bool headroom) {
   }
   const bool offloads =
       std::any_of(report.variants.begin(), report.variants.end(),
-                  [](const VariantReport& v) { return v.inputs.plan.offload_optimizer; });
+                  [](const VariantReport& v) { return v.inputs.plan.offloads_to_host(); });
   if (offloads) {
     table.add("host memory per node", cells_for(report, [](const VariantReport& v) {
                 const MemoryBreakdown& memory = v.outcome.memory;
-                if (!v.inputs.plan.offload_optimizer) return std::string(kMissing);
+                if (!v.inputs.plan.offloads_to_host()) return std::string(kMissing);
                 return gb_text(memory.host_bytes_per_node) + " of " +
                        gb_text(memory.host_capacity_bytes);
               }));
@@ -549,10 +549,12 @@ std::string does_not_fit_section(const VariantReport& variant, double min_headro
   const MemoryBreakdown& memory = variant.outcome.memory;
   const double usable = memory.usable_bytes(min_headroom);  // a plan's --min-headroom
   if (memory.gpu_fits(min_headroom)) {
-    return "\n" + variant.name + " does not fit: the offloaded optimizer needs " +
+    const std::string what = variant.inputs.plan.offload_optimizer
+                                 ? "FP32 master weights, Adam moments and gradients of its shard"
+                                 : "the offloaded layers' activations";
+    return "\n" + variant.name + " does not fit: what is offloaded needs " +
            gb_text(memory.host_bytes_per_node) + " GB of host memory per node (" +
-           gb_text(memory.host_bytes_per_rank) +
-           " GB per rank: FP32 master weights, Adam moments and gradients of its shard), " +
+           gb_text(memory.host_bytes_per_rank) + " GB per rank: " + what + "), " +
            gb_text(memory.host_capacity_bytes) + " GB available\n";
   }
   std::size_t name_width = std::string("capacity").size();
@@ -727,7 +729,12 @@ std::string render_plan(const RunReport& report) {
                  : std::string(" do not fit, ")) +
             grouped_integer(static_cast<double>(plan.replayed)) + " replayed, " +
             grouped_integer(static_cast<double>(plan.bounded_out)) +
-            " ruled out by their lower bound\nsearch: " + fixed(plan.search_s, 2) + " s\n\n";
+            " ruled out by their lower bound" +
+            (plan.offload_alternatives > 0
+                 ? " (" + grouped_integer(static_cast<double>(plan.offload_alternatives)) +
+                       " tried twice: recomputed, and with activations offloaded)"
+                 : std::string()) +
+            "\nsearch: " + fixed(plan.search_s, 2) + " s\n\n";
   }
   if (report.variants.empty()) {
     text += report.plan && report.plan->min_headroom > 0

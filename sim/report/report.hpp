@@ -52,9 +52,10 @@ struct PlanSummary {
   std::size_t refused = 0;      // by the job rules (tp not dividing the heads, ...)
   std::size_t not_fitting = 0;  // in no recomputation mode (with min_headroom free)
   std::size_t replayed = 0;
-  std::size_t bounded_out = 0;  // fit, but their lower bound could not enter the ranking
-  double search_s = 0;          // wall time of the search
-  double min_headroom = 0;      // the share of memory a layout had to leave free
+  std::size_t bounded_out = 0;           // fit, but their lower bound could not enter the ranking
+  std::size_t offload_alternatives = 0;  // also tried with activations offloaded
+  double search_s = 0;                   // wall time of the search
+  double min_headroom = 0;               // the share of memory a layout had to leave free
   // Of the layouts that do not fit, the one needing the least memory (its memory check only).
   std::optional<VariantReport> leanest;
 };

@@ -93,6 +93,10 @@ const ResultField kFields[] = {
     {FieldGroup::plan, "bounded_out", "plan_bounded_out", "",
      "fitting, but ruled out by their lower bound",
      [](R r, I) -> FieldValue { return std::uint64_t{r.plan->bounded_out}; }},
+    {FieldGroup::plan, "offload_alternatives", "plan_offload_alternatives", "",
+     "layouts also tried with activations offloaded, beside recomputed (each try replayed or "
+     "ruled out)",
+     [](R r, I) -> FieldValue { return std::uint64_t{r.plan->offload_alternatives}; }},
     {FieldGroup::plan, "search_s", "plan_search_s", "s", "the search's wall time",
      [](R r, I) -> FieldValue { return r.plan->search_s; }},
     // ---- the variant

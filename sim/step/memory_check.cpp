@@ -18,8 +18,8 @@ StepOutcome check_memory(const StepInputs& inputs) {
   memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
                            inputs.gpu.hbm_capacity_bytes.value);
   memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
-  if (inputs.plan.offload_optimizer) {
-    if (!inputs.node.describes_host()) {
+  if (inputs.plan.offloads_to_host()) {
+    if (inputs.plan.offload_optimizer && !inputs.node.describes_host()) {
       throw ModelError("optimizer offload needs node " + inputs.node.name +
                        " to describe its host: host_memory, host_memory_capacity, cpu_cores, "
                        "cpu_clock and cpu_adam_cycles_per_parameter");
@@ -36,7 +36,7 @@ StepOutcome check_memory(const StepInputs& inputs) {
   if (!memory.host_fits()) {
     char text[160];
     std::snprintf(text, sizeof text,
-                  "does not fit: the offloaded optimizer needs %.1f GB of host memory per node, "
+                  "does not fit: what is offloaded needs %.1f GB of host memory per node, "
                   "%.1f GB available",
                   memory.host_bytes_per_node / 1e9, memory.host_capacity_bytes / 1e9);
     outcome.warnings.push_back(text);

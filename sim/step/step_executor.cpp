@@ -54,7 +54,7 @@ class Replay {
     }
     index_transfers();
     build_groups(topology);
-    if (graph.host_work) count_host_sharing(topology, host);
+    if (graph.host_work) count_host_sharing(topology, host, graph.cpu_work);
     if (fold_) {
       std::vector<std::vector<VertexId>> tensor_groups;
       for (const CollectiveGroup& group : groups_[kTensor]) tensor_groups.push_back(group.gpus);
@@ -481,9 +481,9 @@ class Replay {
     }
   }
 
-  // Under optimizer offload: that every node's host is described, and how many ranks share
-  // each (their CPU Adam splits its cores).
-  void count_host_sharing(const Topology& topology, const HostCosts& host) {
+  // Under offload: that every node's host memory is described (its cores too where CPU Adam
+  // runs), and how many ranks share each (their CPU Adam splits its cores).
+  void count_host_sharing(const Topology& topology, const HostCosts& host, bool cpu_work) {
     for (const VertexId gpu : gpus_) {
       const int node = topology.vertex(gpu).node;
       if (ranks_on_node_.size() <= static_cast<std::size_t>(node)) {
@@ -491,7 +491,11 @@ class Replay {
       }
       ++ranks_on_node_[node];
       const std::optional<Topology::HostMemory> memory = topology.host_memory_of(node);
-      if (!memory || !(memory->cpu_cycles_per_s > 0) || !(host.adam_cycles_per_parameter > 0)) {
+      if (!memory) {
+        throw ModelError("offload needs the host memory of node " + std::to_string(node) +
+                         " described: host_memory and host_memory_capacity");
+      }
+      if (cpu_work && (!(memory->cpu_cycles_per_s > 0) || !(host.adam_cycles_per_parameter > 0))) {
         throw ModelError("optimizer offload needs the host of node " + std::to_string(node) +
                          " described: host_memory, cpu_cores, cpu_clock and "
                          "cpu_adam_cycles_per_parameter");

@@ -237,9 +237,9 @@ RunReport plan_report(const Scenario& scenario, const PlanOptions& options) {
     return VariantReport{std::move(name), std::move(layout.inputs), std::move(layout.outcome)};
   };
   for (PlannedLayout& layout : result.ranked) report.variants.push_back(variant(layout));
-  report.plan =
-      PlanSummary{result.layouts,     result.refused, result.not_fitting,   result.replayed,
-                  result.bounded_out, search_s,       options.min_headroom, std::nullopt};
+  report.plan = PlanSummary{result.layouts,  result.refused,       result.not_fitting,
+                            result.replayed, result.bounded_out,   result.offload_alternatives,
+                            search_s,        options.min_headroom, std::nullopt};
   if (result.leanest) report.plan->leanest = variant(*result.leanest);
   return report;
 }

@@ -507,7 +507,7 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   const auto& variants = plan["variants"];
   REQUIRE(variants.size() == 3);
   const auto& summary = plan["plan"];
-  CHECK(summary["layouts"].get<int>() ==
+  CHECK(summary["layouts"].get<int>() + summary["offload_alternatives"].get<int>() ==
         summary["refused"].get<int>() + summary["not_fitting"].get<int>() +
             summary["replayed"].get<int>() + summary["bounded_out"].get<int>());
   for (std::size_t i = 1; i < variants.size(); ++i) {

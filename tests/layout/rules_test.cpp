@@ -144,6 +144,16 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.offload_optimizer = true;
          p.zero_stage = 1;
        }},
+      {"activation-offload-within-layers", "layout.activation_offload_layers",
+       [](JobSubject&, ParallelPlan& p) { p.activation_offload_layers = 32; }},
+      {"activation-offload-as-megatron-runs-it", "layout.activation_offload_layers",
+       [](JobSubject&, ParallelPlan& p) {
+         p.activation_offload_layers = 4;
+         p.pp = 2;
+         p.dp = 1;
+       }},
+      {"activation-offload-needs-host", "layout.activation_offload_layers",
+       [](JobSubject&, ParallelPlan& p) { p.activation_offload_layers = 4; }},
       {"ep-needs-experts", "layout.ep", [](JobSubject&, ParallelPlan& p) { p.ep = 2; }},
       {"ep-divides-experts-and-dp", "layout.ep",
        [](JobSubject& j, ParallelPlan& p) {

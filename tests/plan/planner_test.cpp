@@ -35,6 +35,21 @@ std::string describe(const PlannedLayout& layout) {
          std::to_string(layout.inputs.training.micro_batch);
 }
 
+// `base` on GPUs whose memory fits a 16-way ZeRO-1 replica with full recomputation but not
+// without: a third of the way from the one to the other.
+StepInputs fitting_only_recomputed(StepInputs base) {
+  StepInputs probe = base;
+  probe.plan.dp = 16;
+  probe.plan.zero_stage = 1;
+  probe.plan.recompute = Recompute::none;
+  const double none_bytes = check_memory(probe).memory.total_bytes;
+  probe.plan.recompute = Recompute::full;
+  const double full_bytes = check_memory(probe).memory.total_bytes;
+  REQUIRE(full_bytes < none_bytes);
+  base.gpu.hbm_capacity_bytes.value = full_bytes + (none_bytes - full_bytes) / 3;
+  return base;
+}
+
 // Every layout of `base` that fits, replayed and ranked.
 PlanResult every_layout(const StepInputs& base) {
   PlanOptions everything;
@@ -451,17 +466,7 @@ TEST_CASE("planner: under full recomputation only the fewest layers that fit are
     inputs.plan.recompute_layers = layers;
     return check_memory(inputs).memory.fits();
   };
-  // Memory that fits full recomputation of every layer but not without it: a third of the way.
-  StepInputs probe = base;
-  probe.plan.dp = 16;
-  probe.plan.zero_stage = 1;
-  probe.plan.recompute = Recompute::none;
-  const double none_bytes = check_memory(probe).memory.total_bytes;
-  probe.plan.recompute = Recompute::full;
-  const double full_bytes = check_memory(probe).memory.total_bytes;
-  REQUIRE(full_bytes < none_bytes);
-  base.gpu.hbm_capacity_bytes.value = full_bytes + (none_bytes - full_bytes) / 3;
-  const PlanResult all = every_layout(base);
+  const PlanResult all = every_layout(fitting_only_recomputed(base));
   int partial = 0;
   for (const PlannedLayout& layout : all.ranked) {
     INFO(describe(layout) << " recompute_layers " << layout.inputs.plan.recompute_layers);
@@ -505,4 +510,32 @@ TEST_CASE("planner: the bound counts the last stage's reruns under partial recom
   pipelined.plan.dp = 8;
   CHECK(bound(pipelined, Recompute::full, 1) > bound(pipelined, Recompute::none, 0));
   CHECK(bound(pipelined, Recompute::full, 2) > bound(pipelined, Recompute::full, 1));
+}
+
+TEST_CASE("planner: activation offload of the fewest layers that fit, its bound below its step") {
+  // Where a layout on one stage fits only with recomputation, offloading the first N layers'
+  // activations to the host may fit too: the planner replays it beside the recomputation, with
+  // the least N that fits (N - 1 does not), and its bound, counting the copies each PCIe link
+  // and the host's memory must carry, stays below its step.
+  StepInputs base = two_nodes();
+  base.training.micro_batch = 4;
+  base.node.host_memory_bytes_per_s = 400e9;
+  base.node.host_memory_capacity_bytes = 2e12;
+  const auto fits = [](StepInputs inputs, int layers) {
+    inputs.plan.activation_offload_layers = layers;
+    return check_memory(inputs).memory.fits();
+  };
+  int offloaded = 0;
+  for (const PlannedLayout& layout : every_layout(fitting_only_recomputed(base)).ranked) {
+    const ParallelPlan& plan = layout.inputs.plan;
+    INFO(describe(layout) << " offloaded " << plan.activation_offload_layers);
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    if (plan.activation_offload_layers == 0) continue;
+    ++offloaded;
+    CHECK(plan.pp == 1);
+    CHECK(plan.recompute == Recompute::none);
+    CHECK(fits(layout.inputs, plan.activation_offload_layers));
+    CHECK_FALSE(fits(layout.inputs, plan.activation_offload_layers - 1));
+  }
+  CHECK(offloaded > 0);
 }

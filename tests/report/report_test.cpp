@@ -356,7 +356,7 @@ TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layout
   const TempDir dir;
   const auto path = dir.path() / "plan.h5";
   RunReport report = two_variant_report();
-  report.plan = PlanSummary{800, 420, 171, 30, 179, 11.5, 0.15, std::nullopt};
+  report.plan = PlanSummary{800, 420, 171, 30, 179, 0, 11.5, 0.15, std::nullopt};
   write_hdf5(report, path);
   const Hdf5Summary summary = read_hdf5_summary(path);
   CHECK(attribute<std::uint64_t>(summary.attributes, "plan_layouts") == 800);

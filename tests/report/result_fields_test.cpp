@@ -37,7 +37,7 @@ RunReport report_with_every_group() {
   RunReport report;
   report.scenario_name = scenario.name;
   report.variants = {variant};
-  report.plan = PlanSummary{10, 1, 2, 3, 4, 0.5, 0.0, std::nullopt};
+  report.plan = PlanSummary{10, 1, 2, 3, 4, 0, 0.5, 0.0, std::nullopt};
   return report;
 }
 

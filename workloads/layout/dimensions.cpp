@@ -156,7 +156,7 @@ constexpr char kFsdp2[] = "fsdp2";
 constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 18> kDimensions = {{
+const std::array<LayoutDimension, 19> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -306,6 +306,26 @@ const std::array<LayoutDimension, 18> kDimensions = {{
          [](const ParallelPlan& plan) {
            return plan.recompute == Recompute::full && plan.recompute_layers > 0
                       ? "recompute-layers=" + std::to_string(plan.recompute_layers)
+                      : std::string();
+         },
+     .minimum = 0,
+     .candidates = [](const LayoutSearch&,
+                      const ParallelPlan&) { return std::vector<DimensionValue>{0}; }},
+    {.key = "activation_offload_layers",
+     .output = "activation_offload_layers",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "the first N decoder layers' saved activations copied to host memory "
+                    "between their forward and backward (Transformer Engine's CPU offloading, "
+                    "Megatron-Core's cpu_offloading_num_layers); 0, the default: none",
+     .planner = "where nothing fits without recomputation on one stage, the fewest layers "
+                "offloaded that fit, before recomputation is tried",
+     .get = get_count<&ParallelPlan::activation_offload_layers>,
+     .set = set_count<&ParallelPlan::activation_offload_layers>,
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.activation_offload_layers > 0
+                      ? "offload-layers=" + std::to_string(plan.activation_offload_layers)
                       : std::string();
          },
      .minimum = 0,

@@ -118,7 +118,14 @@ struct ParallelPlan {
   // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes
   // back.
   bool offload_optimizer = false;
+  // Transformer Engine's CPU offloading of activations (Megatron-Core's cpu_offloading with
+  // cpu_offloading_num_layers N, NeMo's activation_offload_layers): the first N decoder layers'
+  // saved tensors are copied to pinned host memory after their forward and back before their
+  // backward, on copy streams beside the compute; 0: none.
+  int activation_offload_layers = 0;
 
+  // Whether anything of a rank lives in host memory: an offloaded optimizer or activations.
+  bool offloads_to_host() const { return offload_optimizer || activation_offload_layers > 0; }
   // The ranks that hold the same parameters, over which gradients are reduced and ZeRO shards.
   int gradient_ranks() const { return dp * cp; }
   // The ranks a sequence's tokens between blocks are split over: tp under sequence

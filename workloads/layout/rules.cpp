@@ -1,6 +1,7 @@
 #include "workloads/layout/rules.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -188,25 +189,87 @@ Problem distributed_fused_adam_is_zero_1(const JobSubject& job, const ParallelPl
             "set zero: 1 (and offload_optimizer: false), or optimizer: adam");
 }
 
-// The host work of an offloaded optimizer runs on what the node preset says of its host.
-Problem offload_needs_host(const JobSubject& job, const ParallelPlan& plan) {
-  if (!plan.offload_optimizer || !job.cluster) return {};
-  const NodeSpec& node = *job.cluster->node;
-  for (const auto& [key, value, example] :
-       {std::tuple{"host_memory", node.host_memory_bytes_per_s, "614.4GB/s"},
-        {"host_memory_capacity", node.host_memory_capacity_bytes, "2TB"},
-        {"cpu_cores", static_cast<double>(node.cpu_cores), "112"},
-        {"cpu_clock", node.cpu_clock_hz, "2.0GHz"},
-        {"cpu_adam_cycles_per_parameter", node.cpu_adam_cycles_per_parameter, "0.7"}}) {
+// A key of the node preset's host, its value, and an example of how a scenario writes it.
+using HostKey = std::tuple<const char*, double, const char*>;
+
+// The first of `keys` the node leaves unset, as a problem of `field`, which `what` needs.
+Problem node_describes(const NodeSpec& node, const std::string& field, const std::string& what,
+                       std::initializer_list<HostKey> keys) {
+  for (const auto& [key, value, example] : keys) {
     if (!(value > 0)) {
-      return at({"layout.offload_optimizer"},
-                "offload_optimizer needs the node's " + std::string(key) + ", which node " +
-                    node.name + " does not give",
+      return at({field},
+                what + " needs the node's " + std::string(key) + ", which node " + node.name +
+                    " does not give",
                 "add it to the node (node: {preset: " + node.name + ", " + key + ": " + example +
                     "}), with its source");
     }
   }
   return {};
+}
+
+HostKey host_memory_key(const NodeSpec& node) {
+  return {"host_memory", node.host_memory_bytes_per_s, "614.4GB/s"};
+}
+HostKey host_capacity_key(const NodeSpec& node) {
+  return {"host_memory_capacity", node.host_memory_capacity_bytes, "2TB"};
+}
+
+// The host work of an offloaded optimizer runs on what the node preset says of its host.
+Problem offload_needs_host(const JobSubject& job, const ParallelPlan& plan) {
+  if (!plan.offload_optimizer || !job.cluster) return {};
+  const NodeSpec& node = *job.cluster->node;
+  return node_describes(
+      node, "layout.offload_optimizer", "offload_optimizer",
+      {host_memory_key(node),
+       host_capacity_key(node),
+       {"cpu_cores", static_cast<double>(node.cpu_cores), "112"},
+       {"cpu_clock", node.cpu_clock_hz, "2.0GHz"},
+       {"cpu_adam_cycles_per_parameter", node.cpu_adam_cycles_per_parameter, "0.7"}});
+}
+
+// ---- activation offload ----------------------------------------------------------------------
+
+// Megatron-Core offloads the first N of the model's layers, never all of them: the last one's
+// backward follows its forward at once (transformer_config.py asserts 0 <= N < num_layers).
+Problem activation_offload_within_layers(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.activation_offload_layers < job.layers) return {};
+  return at({"layout.activation_offload_layers"},
+            "activation_offload_layers " + std::to_string(plan.activation_offload_layers) +
+                " leaves no layer of " + job.model + "'s " + std::to_string(job.layers) +
+                " on the GPU",
+            "offload at most " + std::to_string(job.layers - 1) + " layers");
+}
+
+// As Megatron-Core runs it: it refuses CPU offloading with pipeline parallelism and with
+// activation recomputation (transformer_config.py); beside an offloaded optimizer it is not
+// modelled.
+Problem activation_offload_as_megatron_runs_it(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.activation_offload_layers == 0) return {};
+  if (plan.pp > 1) {
+    return at({"layout.activation_offload_layers", "layout.pp"},
+              "activation offload with pp > 1 (Megatron-Core refuses CPU offloading with a "
+              "pipeline)",
+              "set pp: 1, or activation_offload_layers: 0");
+  }
+  if (plan.recompute != Recompute::none) {
+    return at({"layout.activation_offload_layers", "layout.recompute"},
+              "activation offload with recomputation (Megatron-Core refuses them together)",
+              "set recompute: none, or activation_offload_layers: 0");
+  }
+  if (plan.offload_optimizer) {
+    return at({"layout.activation_offload_layers", "layout.offload_optimizer"},
+              "activation offload beside an offloaded optimizer is not modelled",
+              "set offload_optimizer: false, or activation_offload_layers: 0");
+  }
+  return {};
+}
+
+// The copies cross the node's host memory, which its preset must describe.
+Problem activation_offload_needs_host(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.activation_offload_layers == 0 || !job.cluster) return {};
+  const NodeSpec& node = *job.cluster->node;
+  return node_describes(node, "layout.activation_offload_layers", "activation offload",
+                        {host_memory_key(node), host_capacity_key(node)});
 }
 
 // ---- expert and context parallelism ----------------------------------------------------------
@@ -461,6 +524,13 @@ const JobRule kRules[] = {
      offload_needs_fp32_adam},
     {"offload-needs-host", "optimizer offload needs the node's host memory and cores described",
      offload_needs_host},
+    {"activation-offload-within-layers", "activation_offload_layers below the model's layers",
+     activation_offload_within_layers},
+    {"activation-offload-as-megatron-runs-it",
+     "activation offload with pp 1, no recomputation and no optimizer offload",
+     activation_offload_as_megatron_runs_it},
+    {"activation-offload-needs-host", "activation offload needs the node's host memory described",
+     activation_offload_needs_host},
     {"distributed-fused-adam-is-zero-1", "optimizer distributed_fused_adam runs with ZeRO 1",
      distributed_fused_adam_is_zero_1},
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
