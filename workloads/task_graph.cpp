@@ -360,9 +360,9 @@ class MicroBatchBuilder {
   // (cpu_offload.py): one copy at a time, offloaded layer i's copy out starting after layer
   // 0's forward (i = 0) or at the end of layer w(i - 1)'s, and the forward after layer w(i)
   // waiting for it to end (its GPU tensors freed there); in backward its copy back starting
-  // when layer w(i)'s backward ends, its own backward, and the one after layer w(i - 1)'s,
-  // waiting for it. Its layer_window_map, of L layers of which N offloaded: w(i) = (L / N)
-  // (i + 1) - 1, plus i + 1 for the first L % N, else L % N.
+  // as layer w(i)'s backward starts, its own backward and layer w(i - 1)'s waiting for it. Its
+  // layer_window_map, of L layers of which N offloaded: w(i) = (L / N) (i + 1) - 1, plus i + 1 for
+  // the first L % N, else L % N.
   void plan_offload_windows() {
     int layers = 0, offloaded = 0;
     for (const Unit& u : *units_) {
@@ -513,7 +513,6 @@ class MicroBatchBuilder {
     std::size_t next_bucket = 0;
     std::size_t next_expert_bucket = 0;
     std::vector<TaskIndex> copied_back(group_unit_.size());
-    std::optional<TaskIndex> reload_awaited;  // the copy back the next backward waits for
     if (sharded()) regather(n - 1);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t u = n - 1 - i;
@@ -531,15 +530,16 @@ class MicroBatchBuilder {
         deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
                                    /*recomputed=*/true));
       }
-      if (reload_awaited) deps.push_back(*std::exchange(reload_awaited, std::nullopt));
-      if (unit(u).offloaded_bytes > 0) deps.push_back(copied_back[unit(u).layer]);
-      backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
-      if (const int ending = window_ending_at(u); ending >= 0) {
-        copied_back[ending] = copy_activations(ending, HostOp::copy_to_gpu, {backward_end_[u]});
+      // As layer w(k)'s backward starts (its commit's backward), group k's copy back starts,
+      // and the layer waits for group k + 1's.
+      if (const int ending = window_ending_at(u); ending >= 0 && u + 1 < n) {
+        copied_back[ending] = copy_activations(ending, HostOp::copy_to_gpu, {backward_end_[u + 1]});
         if (ending + 1 < static_cast<int>(group_unit_.size())) {
-          reload_awaited = copied_back[ending + 1];
+          deps.push_back(copied_back[ending + 1]);
         }
       }
+      if (unit(u).offloaded_bytes > 0) deps.push_back(copied_back[unit(u).layer]);
+      backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
       if (!reduce_gradients || unit(u).trainable <= 0) continue;
       if (sharded()) {
         const TaskIndex ready =

@@ -878,9 +878,12 @@ namespace {
 double adam_step_bytes_per_parameter(const TrainingSpec& training) {
   // Read the FP32 master weight, both moments and the FP32 gradient; write master and moments
   // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes). Rebuilt from remainders, the
-  // master's high half is the BF16 parameter, read as well (2*10 + 4 + 2*2 = 28 bytes).
+  // master's high half is the BF16 parameter, read as well; Apex reads its gradient shard in the
+  // reduce dtype (2*10 + 2 + 2*2 = 26 bytes with BF16 reduction).
   const bool remainders = master_weights_as_remainders(training);
-  return 2 * optimizer_state_bytes_held(training) + kFp32 + (remainders ? 2 * kBf16 : kBf16);
+  const double gradient =
+      training.optimizer == Optimizer::distributed_fused_adam ? training.grad_reduce_bytes : kFp32;
+  return 2 * optimizer_state_bytes_held(training) + gradient + (remainders ? 2 * kBf16 : kBf16);
 }
 
 constexpr double kUnscaleBytesPerParameter = 2 * kFp32;  // an FP32 gradient read and written

@@ -298,8 +298,9 @@ TEST_CASE("the shipped Llama 3 405B run trains in its published layout, which fi
 }
 
 TEST_CASE("Llama-3-70B on one node: full fine-tuning fits B200 and MI300X, LoRA fits H100 too") {
-  // 70B parameters at 18 bytes (1.26 TB) of model states: 158 GB per GPU sharded eight ways,
-  // more than an H100's 80 GB whatever the activations; B200 and MI300X (192 GB) fit.
+  // 70B parameters at 16 bytes (1.13 TB) of model states under DeepSpeed's ZeRO-3 (BF16
+  // gradient partitions): 141 GB per GPU sharded eight ways, more than an H100's 80 GB whatever
+  // the activations; B200 and MI300X (192 GB) fit.
   const std::string source = FLEETSIM_SOURCE_DIR;
   const Result result = run_cli("run " + source + "/scenarios/llama3-70b-one-node.yaml --json");
   CHECK(result.exit_code == 1);  // some layouts do not fit

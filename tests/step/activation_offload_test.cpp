@@ -68,8 +68,9 @@ TEST_CASE("activation offload: each of the first N layers goes out in its window
   // Transformer Engine's layer_window_map for L = 8 layers, N = 5 offloaded: w(i) = (L / N)
   // (i + 1) - 1, plus i + 1 for the first L % N = 3, else 3: w = 1, 3, 5, 6, 7. Layer i's copy
   // out starts after layer 0's forward (i = 0) or when layer w(i - 1)'s ends, behind the copy
-  // before; the forward after layer w(i) waits for it. Its copy back starts when layer w(i)'s
-  // backward ends, and layer i's backward waits for it.
+  // before; the forward after layer w(i) waits for it. Its copy back starts as layer w(i)'s
+  // backward starts (after the backward above it), and layer i's backward and layer
+  // w(i - 1)'s wait for it.
   const StepInputs in = offloading(5);
   const TaskGraph graph = build_data_parallel_step(in.model, in.training, in.plan);
   const Program& program = stage0(graph);
@@ -88,7 +89,6 @@ TEST_CASE("activation offload: each of the first N layers goes out in its window
       CHECK(program[copy].stream == Stream::host_copy);
       CHECK(work->bytes == Approx(saved));
     }
-    const std::string window = "mb0.L" + std::to_string(windows[i]) + ".";
     if (i == 0) {
       CHECK(waits_for_prefix(program, program[out], "mb0.L0."));
     } else {
@@ -100,8 +100,12 @@ TEST_CASE("activation offload: each of the first N layers goes out in its window
     const std::string next =
         windows[i] + 1 < 8 ? "mb0.L" + std::to_string(windows[i] + 1) + "." : "mb0.head.";
     CHECK(waits_for(program[first_from(program, next)], out));
-    CHECK(waits_for_prefix(program, program[back], window));
+    CHECK(waits_for_prefix(program, program[back], next));  // the backward above layer w(i)
     CHECK(waits_for(program[first_from(program, layer + ".", back + 1)], back));
+    if (i > 0) {
+      const std::string before = "mb0.L" + std::to_string(windows[i - 1]) + ".";
+      CHECK(waits_for(program[first_from(program, before, back + 1)], back));
+    }
   }
   // Layers past the first N stay: nothing of theirs is copied.
   for (int i = 5; i < 8; ++i) {

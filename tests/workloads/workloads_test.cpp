@@ -403,13 +403,17 @@ TEST_CASE("Apex's distributed Adam keeps masters as remainders, each reduced sha
   t.grad_reduce_bytes = 4;
   CHECK(states(t) == Approx((2 + 4 + (10 + 4) / 8.0) * n));
   // The step rebuilds each master from the parameter: reads parameter, remainder, m, v and the
-  // FP32 gradient, writes all but the gradient back: 2 x (2 + 2 + 8) + 4 = 28 bytes.
+  // gradient shard in the reduce dtype, writes all but the gradient back: 2 x (2 + 2 + 8) + 4
+  // = 28 bytes, 26 with BF16 reduction.
   CHECK(adam_step_op(n, t).kernel.bytes == Approx(28 * n));
+  TrainingSpec bf16_reduction = t;
+  bf16_reduction.grad_reduce_bytes = 2;
+  CHECK(adam_step_op(n, bf16_reduction).kernel.bytes == Approx(26 * n));
   // With FP8 primary weights NeMo stores the FP32 master whole (store_params): 12 bytes.
   t.precision = Precision::fp8;
   t.fp8_params = true;
   CHECK(optimizer_state_bytes_held(t) == 12);
-  CHECK(adam_step_op(n, t).kernel.bytes == Approx(30 * n));
+  CHECK(adam_step_op(n, t).kernel.bytes == Approx(30 * n));  // FP32 reduction: 2 x 12 + 4 + 2
   // A checkpoint writes the master whole either way.
   CHECK(optimizer_state_bytes_per_parameter(Optimizer::distributed_fused_adam) == 12);
 }

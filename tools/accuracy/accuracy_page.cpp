@@ -208,8 +208,8 @@ std::string render_page(const std::vector<Case>& cases) {
        << summary_table("source", groups.by_source, groups.all, false) << "\n";
 
   page << "## Memory\n\n"
-       << out_of_memory.size() << " of " << ran
-       << " runs, all of which ran for real, are called out of memory by `fleetsim memory`"
+       << out_of_memory.size() << " of " << ran << " runs, all of which ran for real, "
+       << (out_of_memory.size() == 1 ? "is" : "are") << " called out of memory by `fleetsim memory`"
        << (out_of_memory.empty() ? ".\n\n"
                                  : " (their step is simulated all the same for the error "
                                    "above):\n\n");

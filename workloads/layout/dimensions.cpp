@@ -318,8 +318,8 @@ const std::array<LayoutDimension, 19> kDimensions = {{
      .description = "the first N decoder layers' saved activations copied to host memory "
                     "between their forward and backward (Transformer Engine's CPU offloading, "
                     "Megatron-Core's cpu_offloading_num_layers); 0, the default: none",
-     .planner = "where nothing fits without recomputation on one stage, the fewest layers "
-                "offloaded that fit, before recomputation is tried",
+     .planner = "where a one-stage layout does not fit without recomputation, also the fewest "
+                "layers offloaded that fit, replayed beside the recomputed layout",
      .get = get_count<&ParallelPlan::activation_offload_layers>,
      .set = set_count<&ParallelPlan::activation_offload_layers>,
      .label =

@@ -180,9 +180,11 @@ Problem offload_needs_fp32_adam(const JobSubject& job, const ParallelPlan& plan)
 
 // Apex's DistributedFusedAdam shards its states over the replicas and, in the contiguous
 // buffer NeMo 1 requires (megatron_base_model.py), keeps every gradient whole: ZeRO 1, on the
-// GPU.
+// GPU (or 0 with one replica, nothing to shard over).
 Problem distributed_fused_adam_is_zero_1(const JobSubject& job, const ParallelPlan& plan) {
-  if (!job.apex_adam || (plan.zero_stage == 1 && !plan.offload_optimizer)) return {};
+  const bool sharded_once =
+      plan.zero_stage == 1 || (plan.zero_stage == 0 && plan.gradient_ranks() == 1);
+  if (!job.apex_adam || (sharded_once && !plan.offload_optimizer)) return {};
   return at({"layout.zero", "training.optimizer"},
             "optimizer distributed_fused_adam is ZeRO 1 on the GPU: its states sharded, its "
             "gradients whole in a contiguous buffer",
