@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -39,10 +40,15 @@ long index_of(const Program& program, const std::string& name) {
   return -1;
 }
 
-// The first task from `from` on whose name starts with `prefix`.
+// The first kernel from `from` on whose name starts with `prefix` (FSDP's gathers and FSDP2's
+// copies out of them, which need no activations, left out).
 long first_from(const Program& program, const std::string& prefix, long from = 0) {
   for (std::size_t i = static_cast<std::size_t>(from); i < program.size(); ++i) {
-    if (program[i].name.starts_with(prefix)) return static_cast<long>(i);
+    const Task& task = program[i];
+    if (task.name.starts_with(prefix) && task.stream == Stream::compute &&
+        !task.name.ends_with(".copy_out")) {
+      return static_cast<long>(i);
+    }
   }
   FAIL("no task named " << prefix << "...");
   return -1;
@@ -62,16 +68,9 @@ bool waits_for_prefix(const Program& program, const Task& task, const std::strin
   return false;
 }
 
-}  // namespace
-
-TEST_CASE("activation offload: each of the first N layers goes out in its window, back ahead") {
-  // Transformer Engine's layer_window_map for L = 8 layers, N = 5 offloaded: w(i) = (L / N)
-  // (i + 1) - 1, plus i + 1 for the first L % N = 3, else 3: w = 1, 3, 5, 6, 7. Layer i's copy
-  // out starts after layer 0's forward (i = 0) or when layer w(i - 1)'s ends, behind the copy
-  // before; the forward after layer w(i) waits for it. Its copy back starts as layer w(i)'s
-  // backward starts (after the backward above it), and layer i's backward and layer
-  // w(i - 1)'s wait for it.
-  const StepInputs in = offloading(5);
+// Transformer Engine's schedule for the first 5 of 8 layers offloaded, task by task (see the
+// test below), and both copies of each in every micro-batch.
+void check_window_schedule(const StepInputs& in) {
   const TaskGraph graph = build_data_parallel_step(in.model, in.training, in.plan);
   const Program& program = stage0(graph);
   CHECK(graph.host_work);
@@ -113,15 +112,44 @@ TEST_CASE("activation offload: each of the first N layers goes out in its window
       CHECK(task.name != "mb0.L" + std::to_string(i) + ".offload");
     }
   }
-  // Both micro-batches copy the N layers out and back.
+  // Every micro-batch copies the N layers out and back.
   double out = 0, back = 0;
   for (const Task& task : program) {
     if (const auto* work = std::get_if<HostWork>(&task.work)) {
       (work->op == HostOp::copy_to_host ? out : back) += work->bytes;
     }
   }
-  CHECK(out == Approx(2 * 5 * saved));
-  CHECK(back == Approx(2 * 5 * saved));
+  CHECK(out == Approx(graph.micro_batches * 5 * saved));
+  CHECK(back == Approx(graph.micro_batches * 5 * saved));
+}
+
+}  // namespace
+
+TEST_CASE("activation offload: each of the first N layers goes out in its window, back ahead") {
+  // Transformer Engine's layer_window_map for L = 8 layers, N = 5 offloaded: w(i) = (L / N)
+  // (i + 1) - 1, plus i + 1 for the first L % N = 3, else 3: w = 1, 3, 5, 6, 7. Layer i's copy
+  // out starts after layer 0's forward (i = 0) or when layer w(i - 1)'s ends, behind the copy
+  // before; the forward after layer w(i) waits for it. Its copy back starts as layer w(i)'s
+  // backward starts (after the backward above it), and layer i's backward and layer
+  // w(i - 1)'s wait for it.
+  check_window_schedule(offloading(5));
+}
+
+TEST_CASE("activation offload: the same schedule beside FSDP's gathers, LoRA and ring attention") {
+  StepInputs zero3 = offloading(5);
+  zero3.plan.zero_stage = 3;
+  StepInputs fsdp2 = zero3;
+  fsdp2.plan.fsdp2 = true;
+  StepInputs lora = offloading(5);
+  lora.training.lora = LoraSpec{};
+  StepInputs ring = offloading(5);
+  ring.plan.cp = 2;
+  ring.plan.dp = 4;
+  for (const auto& [name, in] : {std::pair{"ZeRO 3", zero3}, std::pair{"FSDP2", fsdp2},
+                                 std::pair{"LoRA", lora}, std::pair{"cp 2", ring}}) {
+    INFO(name);
+    check_window_schedule(in);
+  }
 }
 
 TEST_CASE("activation offload: L - N + 1 layers' activations on the GPU, N in host memory") {
