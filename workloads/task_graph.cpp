@@ -111,10 +111,7 @@ class ProgramBuilder {
   }
   // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.
   TaskIndex host(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
-    graph_->host_work = true;
-    if (work.op == HostOp::cpu) graph_->cpu_work = true;
-    const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
-    const TaskIndex task = add(Task{name, stream, work, std::move(deps)});
+    const TaskIndex task = host_task(name, work, std::move(deps));
     if (work.op == HostOp::copy_to_host) {
       copy_before_last_ = last_copy_to_host_;
       last_copy_to_host_ = task;
@@ -125,8 +122,7 @@ class ProgramBuilder {
   // micro-batch's all go out in its forward and come back in its backward).
   TaskIndex activation_copy(const std::string& name, HostOp op, double bytes,
                             std::vector<TaskIndex> deps) {
-    graph_->host_work = true;
-    return add(Task{name, Stream::host_copy, HostWork{op, bytes, 0}, std::move(deps)});
+    return host_task(name, HostWork{op, bytes, 0}, std::move(deps));
   }
   // The last gradient copy to the host so far: the copy stream runs in order, so whatever
   // waits for it waits for every copy before it.
@@ -248,6 +244,13 @@ class ProgramBuilder {
   TaskIndex add(Task task) {
     program_->push_back(std::move(task));
     return static_cast<TaskIndex>(program_->size() - 1);
+  }
+  // Host work: copies on the copy stream, CPU work on the cpu stream.
+  TaskIndex host_task(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
+    graph_->host_work = true;
+    if (work.op == HostOp::cpu) graph_->cpu_work = true;
+    const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
+    return add(Task{name, stream, work, std::move(deps)});
   }
   TaskGraph* graph_;
   Program* program_;

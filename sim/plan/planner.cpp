@@ -108,6 +108,22 @@ void enumerate(const Enumeration& e, std::size_t step, ParallelPlan& chosen, int
   dimension->set(chosen, dimension->get(ParallelPlan{}));
 }
 
+// The least n in [1, high] for which `fits` holds, given that it holds at high and, once it
+// holds, for every larger n: a bisection.
+template <class Fits>
+int least_fitting(int high, Fits fits) {
+  int low = 1;  // the least that fits is in [low, high]
+  while (low < high) {
+    const int middle = low + (high - low) / 2;
+    if (fits(middle)) {
+      high = middle;
+    } else {
+      low = middle + 1;
+    }
+  }
+  return high;
+}
+
 // Under full recomputation, the fewest layers of each chunk to rerun (Megatron's
 // recompute_num_layers) for `inputs` to fit with `min_headroom` kept free: memory falls as more
 // layers rerun (each keeps only its input), so a bisection over 1 to the longest chunk's layers
@@ -124,16 +140,7 @@ int least_recomputed_layers(const StepInputs& inputs, double min_headroom) {
     return check_memory(partial).memory.fits(min_headroom);
   };
   if (longest <= 1 || !fits(longest - 1)) return 0;
-  int low = 1, high = longest - 1;  // fits(high); the least that fits is in [low, high]
-  while (low < high) {
-    const int middle = low + (high - low) / 2;
-    if (fits(middle)) {
-      high = middle;
-    } else {
-      low = middle + 1;
-    }
-  }
-  return high;
+  return least_fitting(longest - 1, fits);
 }
 
 // Without recomputation, the inputs with the fewest of the first layers' activations in host
@@ -149,17 +156,12 @@ std::optional<StepInputs> with_least_offload(const StepInputs& inputs, double mi
       !check_memory(offloaded).memory.gpu_fits(min_headroom)) {
     return std::nullopt;
   }
-  int low = 1, high = inputs.model.layers - 1;  // fits the GPU at high
-  while (low < high) {
-    const int middle = low + (high - low) / 2;
-    offloaded.plan.activation_offload_layers = middle;
-    if (check_memory(offloaded).memory.gpu_fits(min_headroom)) {
-      high = middle;
-    } else {
-      low = middle + 1;
-    }
-  }
-  offloaded.plan.activation_offload_layers = high;
+  offloaded.plan.activation_offload_layers =
+      least_fitting(inputs.model.layers - 1, [&](int layers) {
+        StepInputs fewer = offloaded;
+        fewer.plan.activation_offload_layers = layers;
+        return check_memory(fewer).memory.gpu_fits(min_headroom);
+      });
   if (!check_memory(offloaded).memory.fits(min_headroom)) return std::nullopt;
   return offloaded;
 }
@@ -340,7 +342,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
   // share of the cores, and then its BF16 shard crosses its PCIe link at line rate.
   const auto offloaded_s = [&] {
     const int stage_ranks_on_node = std::min(node.gpus, plan.tp * plan.gradient_ranks());
-    const int ranks_on_node = std::min(node.gpus, plan.world_size());
+    const int ranks_on_node = inputs.ranks_per_node();
     const double memory_s = stage_ranks_on_node *
                             optimizer_step_bytes_per_parameter(inputs.training) * shard /
                             (node.host_memory_bytes_per_s * node.host_memory_efficiency);
@@ -368,10 +370,9 @@ double offloaded_activations_s(const StepInputs& inputs) {
   const double one_way = micro_batches * plan.activation_offload_layers *
                          layer_saved_bytes(inputs.model, inputs.training, plan);
   const NodeSpec& node = inputs.node;
-  const int ranks_on_node = std::min(node.gpus, plan.world_size());
-  return std::max(
-      one_way / node.pcie_bytes_per_s,
-      2 * one_way * ranks_on_node / (node.host_memory_bytes_per_s * node.host_memory_efficiency));
+  return std::max(one_way / node.pcie_bytes_per_s,
+                  2 * one_way * inputs.ranks_per_node() /
+                      (node.host_memory_bytes_per_s * node.host_memory_efficiency));
 }
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {

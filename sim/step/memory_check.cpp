@@ -3,7 +3,6 @@
 // replayed (simulate_step).
 #include "sim/step/memory_check.hpp"
 
-#include <algorithm>
 #include <cstdio>
 
 #include "sim/engine/errors.hpp"
@@ -24,8 +23,7 @@ StepOutcome check_memory(const StepInputs& inputs) {
                        " to describe its host: host_memory, host_memory_capacity, cpu_cores, "
                        "cpu_clock and cpu_adam_cycles_per_parameter");
     }
-    const int ranks = inputs.plan.world_size();
-    memory.host_bytes_per_node = memory.host_bytes_per_rank * std::min(inputs.node.gpus, ranks);
+    memory.host_bytes_per_node = memory.host_bytes_per_rank * inputs.ranks_per_node();
   }
   if (!memory.gpu_fits()) {
     char text[160];

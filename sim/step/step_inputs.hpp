@@ -1,6 +1,7 @@
 // Everything one step simulation needs, and what it reports.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct StepInputs {
   ModelSpec model;
   TrainingSpec training;
   ParallelPlan plan;
+  // The ranks on each node: its GPUs, or all of them where the job is smaller than a node.
+  int ranks_per_node() const { return std::min(node.gpus, plan.world_size()); }
   bool operator==(const StepInputs&) const = default;
 };
 
