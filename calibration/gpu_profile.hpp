@@ -146,6 +146,14 @@ struct GpuProfile {
   bool operator==(const GpuProfile&) const = default;
 };
 
+// Whether the GPU's FP8 GEMMs read an operand in either layout: NVIDIA compute capability 10.x
+// and 11.x, and from 13 (Transformer Engine's is_non_tn_fp8_gemm_supported, utils.py). Hopper
+// and compute capability 12 take FP8 operands in the TN layout only.
+inline bool fp8_gemm_any_layout(const GpuProfile& gpu) {
+  const int capability = gpu.compute_capability.value_or(0);
+  return (capability >= 100 && capability < 120) || capability >= 130;
+}
+
 // What an entry's value and sigma measure: the unit a profile file writes them in follows (a
 // FLOP rate like 989TFLOPS, a size like 80GB, a bandwidth like 3.35TB/s, a duration like 4us;
 // fractions and counts are plain numbers).

@@ -128,7 +128,7 @@ LossMemory loss_memory(CrossEntropy cross_entropy, int tp) {
 }
 
 MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& training,
-                             const ParallelPlan& plan, double capacity_bytes, int stage) {
+                             const ParallelPlan& plan, const MemoryDevice& device, int stage) {
   // A rank holds its tensor-parallel share of its stage's parameters (norms and a router, which
   // Megatron replicates, counted split too: a rounding error) and of every activation:
   // sequence parallelism shards what tensor parallelism does not split (see
@@ -154,7 +154,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const std::string per_param = " bytes/param";
 
   MemoryBreakdown memory;
-  memory.capacity_bytes = capacity_bytes;
+  memory.capacity_bytes = device.capacity_bytes;
   // Items held all along count in the total at once; those held at one moment only are summed
   // by moment, and the larger sum joins the total at the end (the peak's moment).
   double at_moment[3] = {0, 0, 0};
@@ -201,23 +201,28 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                                             : std::string("replicated")) +
             (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   }
-  // Transformer Engine keeps each projection weight cast to FP8 and its transpose (dgrad reads
-  // it), refreshed once per step; under ZeRO-3 only for the units gathered at once, freed with
-  // them (a per-step allocation). Under FSDP2 (PyTorch's float8 linears) each weight is cast
-  // as its unit runs: only the units at work hold their copies, under a pipeline too. FP8
-  // primary weights are their own cast: only the transpose is kept beside them (a
-  // Float8Tensor's cached transpose).
+  // Transformer Engine keeps each projection weight cast to FP8 and, where the GPU's FP8 GEMMs
+  // take TN only (Hopper), its transpose (dgrad reads it), refreshed once per step; under
+  // ZeRO-3 only for the units gathered at once, freed with them (a per-step allocation). Under
+  // FSDP2 (torchao's float8 linears, which lay each GEMM's second FP8 operand out column-major
+  // themselves) each weight is cast and transposed as its unit runs: only the units at work
+  // hold their copies, under a pipeline too. FP8 primary weights are their own cast: only the
+  // transpose, if any, is kept beside them (a Float8Tensor's cached transpose).
   double fp8_copies = 0;
   const bool fp8_per_unit = sharding.parameters_sharded() || plan.fsdp2;
   if (training.precision == Precision::fp8) {
-    const double copies = training.fp8_params ? 1 : 2;
+    const bool transposed = plan.fsdp2 || !device.fp8_gemm_any_layout;
+    const double copies = (training.fp8_params ? 0 : 1) + (transposed ? 1 : 0);
     fp8_copies =
         copies * kFp8Bytes * layer_projections * (fp8_per_unit ? kFsdpUnitsGathered : layers);
+    const std::string in_fp8 = transposed ? "in FP8 and transposed " : "in FP8 ";
     add("FP8 weight copies", fp8_copies,
         training.fp8_params
-            ? std::string("each decoder-layer projection weight's FP8 transpose, beside the FP8 "
-                          "weight (Transformer Engine), the stage's layers")
-            : std::string("each decoder-layer projection weight in FP8 and transposed ") +
+            ? std::string(transposed ? "each decoder-layer projection weight's FP8 transpose, "
+                                       "beside the FP8 weight (Transformer Engine), the stage's "
+                                       "layers"
+                                     : "none: the FP8 weights are read in either layout")
+            : "each decoder-layer projection weight " + in_fp8 +
                   (sharding.parameters_sharded()
                        ? "(Transformer Engine), the units gathered at once"
                    : plan.fsdp2 ? "(PyTorch's float8 linears), the units at work, cast as each runs"
@@ -286,15 +291,16 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
   const InFlight live = in_flight(model, training, plan, stage, boundary / per_layer);
-  // Under per_op the layer in backward holds what it recomputed beside what it kept: all it
-  // keeps without recomputation, less what per_op kept of that.
+  // Under per_op or selective recomputation the layer in backward holds what it recomputed
+  // beside what it kept: all it keeps without recomputation, less what it kept of that (per_op
+  // keeps some outputs no other policy keeps).
+  const double unrecomputed =
+      decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp, sp) * tokens;
   const double recomputed =
       plan.recompute == Recompute::per_op
-          ? (decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp, sp) +
-             per_op_outputs_kept_only(model, plan.tp, sp)) *
-                    tokens -
-                per_layer
-          : 0.0;
+          ? unrecomputed + per_op_outputs_kept_only(model, plan.tp, sp) * tokens - per_layer
+      : plan.recompute == Recompute::selective ? unrecomputed - per_layer
+                                               : 0.0;
   // Under full recomputation the layer in backward holds what its rerun forward saved, less its
   // input, which is the kept checkpoint itself (counted with the boundaries). With only the
   // first recompute_layers of a chunk rerun, the backward reaches them after freeing the
@@ -340,9 +346,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
             "every other matmul's kept, the rest of one layer recomputed at a time, " +
                 batches
           : std::string("tensors saved for backward (") +
-                (training.attention == Attention::flash   ? "FlashAttention"
-                 : plan.recompute == Recompute::selective ? "eager attention, its core recomputed"
-                                                          : "eager attention's probabilities") +
+                (training.attention == Attention::flash ? "FlashAttention"
+                                                        : "eager attention's probabilities") +
+                (plan.recompute == Recompute::selective
+                     ? ", less what selective recomputation (" + to_string(plan.recompute_modules) +
+                           ") discards"
+                     : std::string()) +
                 (training.dropout > 0 ? ", dropout masks" : "") +
                 (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
                 (model.mixture_of_experts()
@@ -368,7 +377,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     add("recomputed layer", rerun,
         plan.recompute == Recompute::full
             ? "what one layer's forward, rerun before its backward, saves again"
-            : "what torchtitan's per-op policy recomputes of one layer before its backward",
+        : plan.recompute == Recompute::per_op
+            ? "what torchtitan's per-op policy recomputes of one layer before its backward"
+            : "what selective recomputation (" + to_string(plan.recompute_modules) +
+                  ") rebuilds of one layer before its backward",
         MemoryMoment::layer_backward);
   }
 
@@ -455,7 +467,7 @@ double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
                          const ParallelPlan& plan) {
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   return decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp,
-                                             plan.sequence_parallel) *
+                                             plan.sequence_parallel, plan.recompute_modules) *
          tokens;
 }
 
@@ -478,11 +490,11 @@ double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training) 
 }
 
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
-                                const ParallelPlan& plan, double capacity_bytes) {
-  MemoryBreakdown peak = stage_memory(model, training, plan, capacity_bytes, 0);
+                                const ParallelPlan& plan, const MemoryDevice& device) {
+  MemoryBreakdown peak = stage_memory(model, training, plan, device, 0);
   double host = peak.host_bytes_per_rank;
   for (int stage = 1; stage < plan.pp; ++stage) {
-    MemoryBreakdown memory = stage_memory(model, training, plan, capacity_bytes, stage);
+    MemoryBreakdown memory = stage_memory(model, training, plan, device, stage);
     host = std::max(host, memory.host_bytes_per_rank);
     if (memory.total_bytes > peak.total_bytes) peak = std::move(memory);
   }

@@ -108,8 +108,18 @@ double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
 // over all its GPUs together (an FP32 shard of PyTorch's FSDP holds more).
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training);
 
+// What the memory model needs to know of the GPU.
+struct MemoryDevice {
+  double capacity_bytes = 0;  // what the device reports as usable
+  // Whether its FP8 GEMMs read an operand in either layout (NVIDIA compute capability 10.x,
+  // 11.x and from 13: Transformer Engine's is_non_tn_fp8_gemm_supported, utils.py since 2.2).
+  // Transformer Engine then keeps no FP8 transpose beside a tensor-scaled FP8 cast
+  // (quantizer.cpp's create_transpose); Hopper and compute capability 12 take TN only.
+  bool fp8_gemm_any_layout = false;
+};
+
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
-                                const ParallelPlan& plan, double capacity_bytes);
+                                const ParallelPlan& plan, const MemoryDevice& device);
 
 }  // namespace fleetsim

@@ -55,7 +55,7 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
   const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp,
-                                           plan.sequence_parallel);
+                                           plan.sequence_parallel, plan.recompute_modules);
   // Under expert parallelism a layer holds experts / ep of its experts.
   const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
   const double absent_experts = experts * (plan.ep - 1);

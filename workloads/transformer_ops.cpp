@@ -111,6 +111,23 @@ double norm_parameters(const ModelSpec& model) {
 
 constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
 
+// What of a layer of `model` selective recomputation reruns (RecomputeModules): its attention
+// core, its MLP block (a dense one as mlp, a mixture of experts' as moe), the experts'
+// activation, the norm before the experts' block; nothing under other policies.
+struct LayerReruns {
+  bool core = false;
+  bool mlp = false;
+  bool activation = false;
+  bool norm = false;
+};
+LayerReruns layer_reruns(const ModelSpec& model, Recompute recompute,
+                         const RecomputeModules& modules) {
+  if (recompute != Recompute::selective) return {};
+  const bool moe = model.mixture_of_experts();
+  return {modules.core_attn, moe ? modules.moe : modules.mlp, moe && modules.moe_act,
+          moe && modules.layernorm};
+}
+
 }  // namespace
 
 Op memory_op(std::string name, double bytes) {
@@ -232,7 +249,8 @@ double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_pa
 }
 
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
-                                           Recompute recompute, int tp, bool sequence_parallel) {
+                                           Recompute recompute, int tp, bool sequence_parallel,
+                                           const RecomputeModules& modules) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -242,20 +260,26 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const bool fp8 = training.precision == Precision::fp8;
   const double gemm_input = fp8 ? kFp8 : kBf16;
   const double norm_inputs = 2 * kBf16 * h;  // residual stream into each norm
-  // Normed inputs of the QKV and first MLP GEMMs; a mixture of experts' MLP block input feeds
-  // the router, which stays BF16.
   const bool moe = model.mixture_of_experts();
-  const double gemm_inputs = (gemm_input + (moe ? kBf16 : gemm_input)) * h;
+  // A module selective recomputation reruns keeps its input.
+  const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun] =
+      layer_reruns(model, recompute, modules);
+  // Normed inputs of the QKV and first MLP GEMMs. A rerun dense MLP keeps the residual stream
+  // (its norm is fused into its first GEMM), not the normed copy. A mixture of experts' block
+  // input feeds the router, which stays BF16; the block rerun keeps it as its input, unless
+  // its norm discards it too.
+  const double mlp_input = !moe ? (mlp_rerun ? 0.0 : gemm_input) : (norm_rerun ? 0.0 : kBf16);
+  const double gemm_inputs = (gemm_input + mlp_input) * h;
   const double qkv = kBf16 * (h + 2 * kv_dim(model));  // both attention backwards need Q, K, V
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
-  // kept as o_proj's FP8 cast).
-  const double output = kBf16 * h + (fp8 ? kFp8 * h : 0.0);
+  // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input.
+  const double output = core_rerun ? gemm_input * h : kBf16 * h + (fp8 ? kFp8 * h : 0.0);
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
-  // Selective recomputation keeps neither.
-  const double scores = training.attention == Attention::flash ? kFp32 * a
-                        : recompute == Recompute::selective
-                            ? 0.0
+  // A rerun core keeps neither.
+  const double scores = core_rerun ? 0.0
+                        : training.attention == Attention::flash
+                            ? kFp32 * a
                             : (kBf16 + (dropout ? kMaskBytes + kBf16 : 0)) * a * s;
   if (recompute == Recompute::per_op) {
     // torchtitan's per-op policy (per_op_recomputation below) keeps the layer's input, Q, V,
@@ -267,16 +291,17 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
-  // input). Down's input is its FP8 cast under FP8.
+  // input). Down's input is its FP8 cast under FP8; an expert's activation rerun discards it.
+  const double down_input = activation_rerun ? 0.0 : gemm_input * f;
   const double one_mlp =
-      model.mlp == Mlp::swiglu ? kBf16 * 2 * f + gemm_input * f : kBf16 * f + gemm_input * f;
+      model.mlp == Mlp::swiglu ? kBf16 * 2 * f + down_input : kBf16 * f + down_input;
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input) and k
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
   // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.)
   const double k = model.experts_per_token;
-  const double mlp = moe ? k * one_mlp + kFp32 * model.experts : one_mlp;
-  const double replicated = moe ? k * (gemm_input + kBf16) * h : 0.0;
+  const double mlp = mlp_rerun ? 0.0 : moe ? k * one_mlp + kFp32 * model.experts : one_mlp;
+  const double replicated = moe && !mlp_rerun ? k * (gemm_input + kBf16) * h : 0.0;
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
@@ -481,7 +506,8 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
 }
 
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
-                           Recompute recompute, int ep, int cp, bool sequence_parallel) {
+                           Recompute recompute, int ep, int cp, bool sequence_parallel,
+                           const RecomputeModules& modules) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
@@ -494,6 +520,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const bool sharded = parallel && sequence_parallel;   // the tokens between blocks split by tp
   const double local_tokens = sharded ? t / split : t;  // norms, residuals, dropouts
   const double activation = kBf16 * t * h;              // the T x hidden tensor a block gathers
+  const bool moe = model.mixture_of_experts();
+  const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun] =
+      layer_reruns(model, recompute, modules);
   LayerOps ops;
   std::vector<Op> backward;  // collected in forward order, reversed at the end
 
@@ -508,6 +537,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // backward (after the first GEMMs' weight gradients, beside which it may run), and its output
   // all-reduced in forward.
   const bool eager = training.elementwise == Elementwise::eager;
+  std::size_t norm_end = 0;  // where the last block's norm ops end in fwd
   const auto enter_block = [&](const std::string& block, bool projections) {
     if (eager && model.norm == Norm::rmsnorm) {
       eager_ops(block + "_norm", kEagerRmsNormForward, local_tokens * h, fwd);
@@ -516,6 +546,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
       backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
     }
+    norm_end = fwd.size();
     if (!parallel) return;
     if (!sharded) {
       Op reduce = tp_op(block + "_input.bwd", CollectiveOp::all_reduce, activation);
@@ -600,6 +631,12 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
     backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
     if (cp > 1) backward.push_back(context_op("kv_ring.bwd", CollectiveOp::all_gather));
+    if (core_rerun) {
+      // Megatron-Core checkpoints the core attention whatever its kernel: the fused kernel
+      // runs forward again before its backward, under cp beside the ring's exchange again.
+      backward.push_back(rerun(fwd.back()));
+      if (cp > 1) backward.push_back(rerun(context_op("kv_ring", CollectiveOp::all_gather)));
+    }
   } else {
     // Eager: per head, batched over micro-batch x local heads, S = QK^T [s,s], P = softmax(S)
     // (scaled, masked, dropped out), O = PV; backward dP = dO V^T, dV = P^T dO, dS, then
@@ -622,7 +659,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     backward.push_back(memory_op("softmax.bwd", (3 * kBf16 + mask) * elements));
     backward.push_back(half_counted(gemm_op("attn_values.dgrad_p", rows, s, d)));
     backward.push_back(half_counted(gemm_op("attn_values.dgrad_v", rows, d, s)));
-    if (recompute == Recompute::selective) {
+    if (core_rerun) {
       // The core runs again just before its backward (this list is reversed at the end); the
       // dropout mask is regenerated from the saved RNG state. Not model FLOPs.
       for (auto op = core.rbegin(); op != core.rend(); ++op) backward.push_back(rerun(*op));
@@ -633,12 +670,17 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   leave_block("attn", true);
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
-  // `rows` tokens; `regather`: the first GEMM's weight gradient re-gathers its input.
-  const auto mlp = [&](const std::string& prefix, double rows, bool regather) {
+  // `rows` tokens; `regather`: the first GEMM's weight gradient re-gathers its input;
+  // `rerun_activation`: the activation's output discarded and recomputed before down's
+  // backward (Megatron-Core's moe_act).
+  const auto mlp = [&](const std::string& prefix, double rows, bool regather,
+                       bool rerun_activation) {
+    std::size_t activation_begin = 0;
     if (model.mlp == Mlp::swiglu) {
       projection(prefix + "gate_up", rows, 2 * f / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
       lora_adapters(model, training, {"gate", "up"}, rows, fwd, backward);
+      activation_begin = fwd.size();
       if (eager) {
         eager_ops(prefix + "swiglu", kEagerSwigluForward, rows * f / split, fwd);
         eager_ops(prefix + "swiglu.bwd", kEagerSwigluBackward, rows * f / split, backward);
@@ -650,14 +692,21 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       projection(prefix + "up", rows, f / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "up");
       lora_adapters(model, training, {"up"}, rows, fwd, backward);
+      activation_begin = fwd.size();
       fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * f / split));
       backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * f / split));
     }
+    const std::size_t activation_end = fwd.size();
     projection(prefix + "down", rows, h, f / split, training, frozen, fwd, backward);
     lora_adapters(model, training, {"down"}, rows, fwd, backward);
+    // Pushed after down's backward in reverse: it runs just before it, in forward order.
+    for (std::size_t i = activation_end; rerun_activation && i-- > activation_begin;) {
+      backward.push_back(rerun(fwd[i]));
+    }
   };
-  const bool moe = model.mixture_of_experts();
+  const std::size_t mlp_begin = fwd.size();
   enter_block("mlp", !moe);
+  const std::size_t mlp_norm_end = norm_end;
   if (moe) {
     // Mixture of experts (Mixtral): the router scores every expert for each token of the
     // rank's sequence shard (a GEMM; Megatron-Core routes before gathering the sequence), a
@@ -685,7 +734,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     all_to_all("dispatch");
     // The experts keep their permuted input, so their weight gradients need no re-gather.
     for (int e = 0; e < model.experts / ep; ++e) {
-      mlp("expert" + std::to_string(e) + ".", ep * t * k / experts, /*regather=*/false);
+      mlp("expert" + std::to_string(e) + ".", ep * t * k / experts, /*regather=*/false,
+          activation_rerun);
     }
     all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
@@ -693,9 +743,20 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));
     backward.push_back(memory_op("unroute.bwd", (2 * k + 1) * kBf16 * t * h));
   } else {
-    mlp("", t, /*regather=*/true);
+    mlp("", t, /*regather=*/true, /*rerun_activation=*/false);
   }
   leave_block("mlp", !moe);
+  // A rerun block runs forward again after its residual add's backward (the add is outside
+  // Megatron-Core's checkpoint), before its own backward: a dense MLP from its fused norm on, a
+  // mixture of experts' from its router on, after its norm when that is rerun too.
+  std::vector<Op> block_again;
+  for (std::size_t i = mlp_begin; norm_rerun && i < mlp_norm_end; ++i) {
+    block_again.push_back(rerun(fwd[i]));
+  }
+  for (std::size_t i = moe ? mlp_norm_end : mlp_begin; mlp_rerun && i + 1 < fwd.size(); ++i) {
+    block_again.push_back(rerun(fwd[i]));
+  }
+  backward.insert(backward.end() - 1, block_again.rbegin(), block_again.rend());
   if (recompute == Recompute::per_op) {
     if (moe || frozen) {
       throw ModelError("per_op recomputation is modelled for dense layers trained in full");

@@ -73,8 +73,11 @@ struct LayerOps {
 // elementwise ops do 1/tp of the work, and each block is entered by an all-gather and left by a
 // reduce-scatter of the T x hidden activations (in backward the mirror images, plus the
 // re-gather of a sharded input for its weight gradient).
-// Selective recomputation reruns eager attention's core in backward (FlashAttention's
-// backward recomputes its scores anyway); full recomputation is the caller's. Under LoRA the
+// Selective recomputation reruns each of `modules` just before its backward: the attention
+// core (eager attention's scores, softmax and PV, or the fused attention kernel, with ring
+// attention's exchange under cp), a dense MLP block or a mixture of experts' whole (with its
+// tensor-parallel collectives and all-to-alls), the experts' activations; full recomputation is
+// the caller's. Under LoRA the
 // layer's projections are frozen (no weight gradients) and each targeted one has its adapter
 // GEMMs after it.
 // With expert parallelism over `ep` ranks (a mixture of experts, tp 1) each rank holds experts
@@ -93,7 +96,7 @@ struct LayerOps {
 // gradient, beside which it may run (beside_weight_gradient); no input is gathered again.
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
-                           bool sequence_parallel = true);
+                           bool sequence_parallel = true, const RecomputeModules& modules = {});
 // The kernel the collective ops[i] runs beside, when it overlaps: for an all-gather the kernel
 // after it, when another op follows that kernel in the list (the op that waits for both); for
 // a reduce-scatter the kernel before it, and for an input gradient's all-reduce
@@ -204,9 +207,11 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 // parallelism every rank also keeps the norms' inputs, the first GEMMs' normed inputs and the
 // dropout masks whole. For a GPT layer with eager attention and dropout this is Korthikanti et
 // al.'s (34h + 5as) / tp, or without sequence parallelism 10h + (24h + 5as) / tp.
+// Selective recomputation keeps of each module it reruns (`modules`) only the module's input.
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute = Recompute::none, int tp = 1,
-                                           bool sequence_parallel = true);
+                                           bool sequence_parallel = true,
+                                           const RecomputeModules& modules = {});
 // What torchtitan's per-op policy keeps per token that no recomputation keeps as such: down's
 // whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs (all-reduces',
 // whole, without sequence parallelism).

@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 19> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 20> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
                                                            "dp",
@@ -50,6 +50,7 @@ constexpr std::array<std::string_view, 19> kSearchOrder = {"cp",
                                                            "offload_optimizer",
                                                            "schedule",
                                                            "recompute_layers",
+                                                           "recompute_modules",
                                                            "activation_offload_layers",
                                                            "bucket"};
 
@@ -377,8 +378,9 @@ double offloaded_activations_s(const StepInputs& inputs) {
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
-  const LayerOps layer = decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute,
-                                           plan.ep, plan.cp, plan.sequence_parallel);
+  const LayerOps layer =
+      decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp,
+                        plan.sequence_parallel, plan.recompute_modules);
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
   // whole, an overlapped one (ring attention's always overlaps) by how much the pair outlasts
   // the kernel alone. The pair starts together at the earliest (the task graph gives an

@@ -1,5 +1,7 @@
 // layout: every key a dimension of workloads/layout/dimensions.hpp, read as its kind says.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "sim/scenario/loader.hpp"
 #include "workloads/layout/dimensions.hpp"
@@ -25,6 +27,20 @@ DimensionValue read_dimension(const Field& f, const LayoutDimension& dimension) 
       return read_choice(f, dimension.choices);
     case DimensionKind::flag: return read_bool(f);
     case DimensionKind::size: return read_quantity(f, Quantity::size);
+    case DimensionKind::names: {
+      // A list of names, or one name alone; kept in the order of the choices, once each.
+      std::vector<std::string> named;
+      const std::vector<Field> elements =
+          f.node.IsScalar() ? std::vector<Field>{f} : read_list(f, 0, "names");
+      for (const Field& element : elements)
+        named.push_back(read_choice(element, dimension.choices));
+      std::string names;
+      for (const std::string_view choice : dimension.choices) {
+        if (std::find(named.begin(), named.end(), choice) == named.end()) continue;
+        names += (names.empty() ? "" : ", ") + std::string(choice);
+      }
+      return names;
+    }
   }
   return 0;
 }

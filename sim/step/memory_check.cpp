@@ -15,7 +15,8 @@ StepOutcome check_memory(const StepInputs& inputs) {
   StepOutcome outcome;
   MemoryBreakdown& memory = outcome.memory;
   memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
-                           inputs.gpu.hbm_capacity_bytes.value);
+                           {.capacity_bytes = inputs.gpu.hbm_capacity_bytes.value,
+                            .fp8_gemm_any_layout = fp8_gemm_any_layout(inputs.gpu)});
   memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
   if (inputs.plan.offloads_to_host()) {
     if (inputs.plan.offload_optimizer && !inputs.node.describes_host()) {

@@ -60,7 +60,8 @@ TEST_CASE("every dimension has its own key and output name, and a choice reads i
     CHECK(find_layout_dimension(dimension.key) == &dimension);
     CHECK_FALSE(dimension.description.empty());
     CHECK_FALSE(dimension.planner.empty());
-    CHECK(dimension.choices.empty() == (dimension.kind != DimensionKind::choice));
+    CHECK(dimension.choices.empty() ==
+          (dimension.kind != DimensionKind::choice && dimension.kind != DimensionKind::names));
     for (const std::string_view choice : dimension.choices) {
       ParallelPlan plan;
       dimension.set(plan, std::string(choice));

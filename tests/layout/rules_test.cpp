@@ -223,6 +223,13 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
        [](JobSubject&, ParallelPlan& p) { p.bf16_shards = true; }},
       {"recompute-layers-need-full", "layout.recompute_layers",
        [](JobSubject&, ParallelPlan& p) { p.recompute_layers = 2; }},
+      {"recompute-modules-need-selective", "layout.recompute_modules",
+       [](JobSubject&, ParallelPlan& p) { p.recompute_modules.mlp = true; }},
+      {"recompute-modules-fit-the-model", "layout.recompute_modules",
+       [](JobSubject&, ParallelPlan& p) {
+         p.recompute = Recompute::selective;
+         p.recompute_modules.moe_act = true;  // on a dense model
+       }},
       {"lora-on-dense-model", "training.method",
        [](JobSubject& j, ParallelPlan&) {
          j.lora = true;

@@ -12,6 +12,7 @@
 
 #include "fixture.hpp"
 #include "sim/scenario/scenario.hpp"
+#include "workloads/layout/dimensions.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
@@ -310,6 +311,45 @@ TEST_CASE("recompute_layers loads under full recomputation and is refused otherw
   const auto negative = load_error(with(partial, "recompute_layers: 4", "recompute_layers: -1"));
   REQUIRE(negative);
   CHECK(negative->key() == "layout.recompute_layers");
+}
+
+TEST_CASE("recompute_modules loads under selective recomputation, each module where it applies") {
+  const std::string modules =
+      with(kBase, "  zero: 3\n",
+           "  zero: 3\n  recompute: selective\n  recompute_modules: [mlp, core_attn]\n");
+  const ParallelPlan plan = load_text(modules).variants[0].inputs.plan;
+  CHECK(plan.recompute_modules == RecomputeModules{.core_attn = true, .mlp = true});
+  CHECK(layout_label(plan).ends_with("recompute=selective recompute-modules=core_attn+mlp"));
+  // One name alone is a list of one; the default is the attention core alone.
+  CHECK(load_text(with(modules, "[mlp, core_attn]", "mlp"))
+            .variants[0]
+            .inputs.plan.recompute_modules == RecomputeModules{.core_attn = false, .mlp = true});
+  CHECK(load_text(with(kBase, "  zero: 3\n", "  zero: 3\n  recompute: selective\n"))
+            .variants[0]
+            .inputs.plan.recompute_modules == RecomputeModules{});
+  const auto misspelt = load_error(with(modules, "[mlp, core_attn]", "[mlp, core_atn]"));
+  REQUIRE(misspelt);
+  CHECK(misspelt->key() == "layout.recompute_modules[1]");
+  CHECK(misspelt->line() == 11);
+  CHECK_THAT(misspelt->what(), Catch::Contains("core_attn"));
+  const auto not_selective = load_error(with(modules, "recompute: selective", "recompute: full"));
+  REQUIRE(not_selective);
+  CHECK(not_selective->key() == "layout.recompute_modules");
+  CHECK_THAT(not_selective->what(), Catch::Contains("selective"));
+  // A dense model has no experts' block, a mixture of experts no dense MLP.
+  const auto dense = load_error(with(modules, "[mlp, core_attn]", "[moe_act]"));
+  REQUIRE(dense);
+  CHECK(dense->key() == "layout.recompute_modules");
+  CHECK_THAT(dense->what(), Catch::Contains("is dense"));
+  const std::string mixtral = with(modules, "model: llama3-8b", "model: mixtral-8x7b");
+  const auto moe = load_error(mixtral);
+  REQUIRE(moe);
+  CHECK_THAT(moe->what(), Catch::Contains("mixture of experts"));
+  CHECK(load_text(with(mixtral, "[mlp, core_attn]", "[core_attn, moe, layernorm]"))
+            .variants[0]
+            .inputs.plan.recompute_modules ==
+        RecomputeModules{.core_attn = true, .moe = true, .layernorm = true});
+  CHECK(load_error(with(mixtral, "[mlp, core_attn]", "[moe, moe_act]")));
 }
 
 TEST_CASE("overlap_param_gather loads with ZeRO 1 or 2 and is refused with 0 or 3") {

@@ -369,7 +369,8 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK_THAT(layout->what(),
              Catch::Contains(
                  "expected a map with keys tp, cp, pp, vpp, schedule, dp, ep, zero, "
-                 "recompute, recompute_layers, activation_offload_layers, sequence_parallel, "
+                 "recompute, recompute_layers, recompute_modules, activation_offload_layers, "
+                 "sequence_parallel, "
                  "tp_comm_overlap, "
                  "overlap_grad_reduce, "
                  "overlap_param_gather, fsdp2, bf16_shards, offload_optimizer, bucket, got \"8\""));

@@ -18,12 +18,8 @@ namespace {
 
 constexpr double kPeakMemoryTolerance = 0.10;
 
-// Runs that ran but that the model calls out of memory.
-const std::set<std::string> kKnownOutOfMemory = {
-    // Megatron FSDP at 0.5 GB (0.2%) over, nearly all of it activations (156 GB) and the
-    // assumed 5% fragmentation of them (8.5 GB).
-    "nemo2504_llama3_70b_64xgb200_fp8",
-};
+// Runs that ran but that the model calls out of memory: none now.
+const std::set<std::string> kKnownOutOfMemory = {};
 
 // Validation files the loader refuses, as the accuracy page lists them: mixtures of experts
 // with expert parallelism beside tp or a sharded optimizer, NeMo's long-sequence B200 rows

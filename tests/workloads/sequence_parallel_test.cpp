@@ -132,7 +132,7 @@ TEST_CASE("memory: without sequence parallelism a GPT-3 layer keeps sbh(10 + 24/
   plan.recompute = Recompute::full;
   const auto activations = [&](bool sequence_parallel) {
     plan.sequence_parallel = sequence_parallel;
-    return layer_backward_activations(estimate_memory(m, t, plan, 80e9));
+    return layer_backward_activations(estimate_memory(m, t, plan, {80e9}));
   };
   // 96 layers' inputs, one micro-batch; the rerun layer's input among them is not counted again.
   const double layer_inputs = 95 * 2 * s * h;

@@ -175,7 +175,7 @@ TEST_CASE("LoRA: PEFT's trainable count, 4N model FLOPs per token, only adapters
   CHECK(reduced == Approx(2 * 41'943'040.0));
   // Weights stay whole; gradients and Adam states are the adapters'.
   plan.zero_stage = 3;
-  const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
+  const MemoryBreakdown mem = estimate_memory(m, t, plan, {80e9});
   CHECK(mem.items[0].bytes == Approx(2 * (m.parameters() + 41'943'040.0) / 8));
   CHECK(mem.items[1].bytes == Approx(4 * 41'943'040.0 / 8));
   CHECK(mem.items[2].bytes == Approx(12 * 41'943'040.0 / 8));
@@ -350,8 +350,8 @@ TEST_CASE("QLoRA: decoder layers at 4.127 bits, dequantized before each GEMM tha
   CHECK(kNf4BytesPerParameter * 8 == Approx(4.127).epsilon(1e-3));
   ParallelPlan plan;
   plan.recompute = Recompute::full;
-  const MemoryBreakdown full = estimate_memory(m, lora, plan, 80e9);
-  const MemoryBreakdown quantized = estimate_memory(m, qlora, plan, 80e9);
+  const MemoryBreakdown full = estimate_memory(m, lora, plan, {80e9});
+  const MemoryBreakdown quantized = estimate_memory(m, qlora, plan, {80e9});
   const double layers = decoder_layer_parameters(m) * m.layers;
   CHECK(full.items[0].bytes - quantized.items[0].bytes ==
         Approx((2 - kNf4BytesPerParameter) * layers));
@@ -804,14 +804,14 @@ TEST_CASE(
   }
   TrainingSpec fp32_reduce = t;
   fp32_reduce.grad_reduce_bytes = 4;  // torchtitan's default reduce dtype, Megatron's main grads
-  const MemoryBreakdown fsdp_memory = estimate_memory(m, fp32_reduce, fsdp, 80e9);
-  const MemoryBreakdown distributed_memory = estimate_memory(m, fp32_reduce, distributed, 80e9);
+  const MemoryBreakdown fsdp_memory = estimate_memory(m, fp32_reduce, fsdp, {80e9});
+  const MemoryBreakdown distributed_memory = estimate_memory(m, fp32_reduce, distributed, {80e9});
   CHECK(fsdp_memory.total_bytes == distributed_memory.total_bytes);
   CHECK_THAT(fsdp_memory.items.front().basis, Catch::Contains("gathered whole for the step"));
   // BF16 reduction: the whole gradients kept in BF16, half the FP32 main gradients.
   TrainingSpec bf16_reduce = t;
   bf16_reduce.grad_reduce_bytes = 2;
-  CHECK(memory_item(estimate_memory(m, bf16_reduce, fsdp, 80e9), "gradients") ==
+  CHECK(memory_item(estimate_memory(m, bf16_reduce, fsdp, {80e9}), "gradients") ==
         Approx(memory_item(distributed_memory, "gradients") / 2));
 }
 
@@ -854,8 +854,8 @@ TEST_CASE("ZeRO 2 under a pipeline: every micro-batch's gradients reduce-scatter
       CHECK(scattered(a.stages[s], "mb" + std::to_string(i) + ".").second == once);
     }
   }
-  const MemoryBreakdown z2 = estimate_memory(m, t, sharded, 80e9);
-  const MemoryBreakdown z1 = estimate_memory(m, t, distributed, 80e9);
+  const MemoryBreakdown z2 = estimate_memory(m, t, sharded, {80e9});
+  const MemoryBreakdown z1 = estimate_memory(m, t, distributed, {80e9});
   CHECK(memory_item(z2, "gradients") == Approx(memory_item(z1, "gradients") / 4));
   CHECK(memory_item(z2, "weights") == memory_item(z1, "weights"));
   CHECK(memory_item(z2, "optimizer states") == memory_item(z1, "optimizer states"));

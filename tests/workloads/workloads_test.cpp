@@ -128,7 +128,7 @@ TEST_CASE("memory: model states follow the ZeRO stage, its shards and the gradie
     plan.bf16_shards = bf16_shards;
     TrainingSpec t = training(4096, 256, 2);
     t.grad_reduce_bytes = reduce_bytes;
-    const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
+    const MemoryBreakdown mem = estimate_memory(m, t, plan, {80e9});
     return mem.items[0].bytes + mem.items[1].bytes + mem.items[2].bytes;
   };
   // FP32 reduction (Megatron-LM's main gradients): BF16 weights, FP32 gradients, 12 bytes of
@@ -190,7 +190,7 @@ TEST_CASE("memory: each schedule holds the passes and layers derived by hand") {
   CHECK(held(two, 1) == std::pair{3, 6});
   // The activations follow the layers held by the fullest stage: 7 layers' worth on stage 0,
   // 6 on stage 1 (which also holds the logits).
-  const MemoryBreakdown memory = estimate_memory(m, four, plan, 80e9);
+  const MemoryBreakdown memory = estimate_memory(m, four, plan, {80e9});
   const double per_layer =
       decoder_layer_saved_bytes_per_token(m, four, Recompute::none, 1, true) * 4096;
   int checked = 0;
@@ -220,7 +220,7 @@ TEST_CASE("recomputing the first N layers of each chunk costs N layers' rerun, s
     ParallelPlan p = plan;
     p.recompute = mode;
     p.recompute_layers = layers;
-    return layer_backward_activations(estimate_memory(m, t, p, 80e9));
+    return layer_backward_activations(estimate_memory(m, t, p, {80e9}));
   };
   const auto flops = [&](Recompute mode, int layers) {
     ParallelPlan p = plan;
@@ -298,7 +298,7 @@ TEST_CASE("memory never decreases as sharding decreases or the micro-batch grows
     plan.vpp = p.vpp;
     plan.dp = p.dp;
     plan.zero_stage = p.zero;
-    return estimate_memory(m, training(4096, 256, p.micro_batch), plan, 80e9).total_bytes;
+    return estimate_memory(m, training(4096, 256, p.micro_batch), plan, {80e9}).total_bytes;
   };
   int compared = 0;
   for (const int tp : {1, 2, 4, 8}) {
@@ -323,22 +323,34 @@ TEST_CASE("memory never decreases as sharding decreases or the micro-batch grows
   CHECK(compared == 4 * 4 * 3 * (4 + 2 + 2));
 }
 
-TEST_CASE("memory: FP8 primary weights drop the BF16 copy and half the FP8 copies") {
-  // Llama-3-8B on 8 GPUs, ZeRO-1. Under FP8, Transformer Engine keeps each projection weight
-  // cast to FP8 and transposed (2 bytes beside its BF16 2); kept in FP8 as the model's own
-  // weight (fp8_params), the weight is 1 byte and only its transpose is added: 2 bytes less
-  // per projection parameter, nothing else changed.
-  const ModelSpec m = llama3_8b();
+namespace {
+
+// Llama-3-8B on 8 GPUs, ZeRO-1, under FP8: BF16 weights with Transformer Engine's FP8 copies
+// (fp8), or FP8 primary weights (primary).
+struct Fp8Job {
+  ModelSpec m = llama3_8b();
   ParallelPlan plan;
-  plan.dp = 8;
-  plan.zero_stage = 1;
-  TrainingSpec fp8 = training(4096, 256, 2);
-  fp8.precision = Precision::fp8;
-  TrainingSpec primary = fp8;
-  primary.fp8_params = true;
-  const MemoryBreakdown cached = estimate_memory(m, fp8, plan, 80e9);
-  const MemoryBreakdown kept = estimate_memory(m, primary, plan, 80e9);
-  const double projections = m.layers * layer_projection_weights(m, 0);
+  TrainingSpec fp8, primary;
+  double projections = m.layers * layer_projection_weights(m, 0);
+  Fp8Job() : fp8(training(4096, 256, 2)) {
+    plan.dp = 8;
+    plan.zero_stage = 1;
+    fp8.precision = Precision::fp8;
+    primary = fp8;
+    primary.fp8_params = true;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("memory: FP8 primary weights drop the BF16 copy and half the FP8 copies") {
+  // Under FP8 on Hopper, Transformer Engine keeps each projection weight cast to FP8 and
+  // transposed (2 bytes beside its BF16 2); kept in FP8 as the model's own weight (fp8_params),
+  // the weight is 1 byte and only its transpose is added: 2 bytes less per projection
+  // parameter, nothing else changed.
+  const auto [m, plan, fp8, primary, projections] = Fp8Job();
+  const MemoryBreakdown cached = estimate_memory(m, fp8, plan, {80e9});
+  const MemoryBreakdown kept = estimate_memory(m, primary, plan, {80e9});
   CHECK(memory_item(cached, "weights") == Approx(2 * m.parameters()));
   CHECK(memory_item(kept, "weights") == Approx(2 * m.parameters() - projections));
   CHECK(memory_item(cached, "FP8 weight copies") == Approx(2 * projections));
@@ -359,6 +371,30 @@ TEST_CASE("memory: FP8 primary weights drop the BF16 copy and half the FP8 copie
   CHECK(gathered(primary) == Approx(2 * m.parameters() - projections).epsilon(1e-4));
 }
 
+TEST_CASE("memory: where FP8 GEMMs read either layout, Transformer Engine keeps no transpose") {
+  // On Hopper each projection weight has an FP8 cast and its transpose (2 bytes a projection
+  // parameter); where FP8 GEMMs take either layout (Blackwell: is_non_tn_fp8_gemm_supported),
+  // the cast alone (1 byte), and beside FP8 primary weights nothing. torchao's float8 linears
+  // under FSDP2 transpose on every GPU: unchanged.
+  const auto [m, plan, fp8, primary, projections] = Fp8Job();
+  const MemoryDevice hopper{80e9, false};
+  const MemoryDevice blackwell{80e9, true};
+  const auto copies = [&](const TrainingSpec& t, const ParallelPlan& p, const MemoryDevice& gpu) {
+    return memory_item(estimate_memory(m, t, p, gpu), "FP8 weight copies");
+  };
+  CHECK(copies(fp8, plan, hopper) == Approx(2 * projections));
+  CHECK(copies(fp8, plan, blackwell) == Approx(projections));
+  CHECK(copies(primary, plan, blackwell) == 0);
+  CHECK(estimate_memory(m, fp8, plan, hopper).total_bytes -
+            estimate_memory(m, fp8, plan, blackwell).total_bytes ==
+        Approx(projections));  // kept all step, not a per-step allocation
+  ParallelPlan fsdp2 = plan;
+  fsdp2.zero_stage = 3;
+  fsdp2.fsdp2 = true;
+  CHECK(copies(fp8, fsdp2, blackwell) == Approx(copies(fp8, fsdp2, hopper)));
+  CHECK(copies(fp8, fsdp2, blackwell) > 0);
+}
+
 TEST_CASE("8-bit Adam keeps 6 bytes of optimizer state per parameter and moves fewer bytes") {
   // bitsandbytes' block-wise 8-bit moments: 1 byte each plus an FP32 scale per 2048 values,
   // beside the FP32 master weight: K = 4 + 2 x (1 + 4/2048) in the ZeRO paper's 2 + 2 + K.
@@ -370,7 +406,7 @@ TEST_CASE("8-bit Adam keeps 6 bytes of optimizer state per parameter and moves f
   ParallelPlan plan;
   plan.dp = 8;
   plan.zero_stage = 1;
-  const MemoryBreakdown mem = estimate_memory(m, t, plan, 80e9);
+  const MemoryBreakdown mem = estimate_memory(m, t, plan, {80e9});
   CHECK(mem.items[2].name == "optimizer states");
   CHECK(mem.items[2].bytes == Approx(k * n / 8));
   // The step reads and writes master and moments, reads the FP32 gradient, writes BF16 weights.
@@ -395,7 +431,7 @@ TEST_CASE("Apex's distributed Adam keeps masters as remainders, each reduced sha
   plan.dp = 8;
   plan.zero_stage = 1;
   const auto states = [&](const TrainingSpec& recipe) {
-    const MemoryBreakdown mem = estimate_memory(m, recipe, plan, 80e9);
+    const MemoryBreakdown mem = estimate_memory(m, recipe, plan, {80e9});
     REQUIRE(mem.items[2].name == "optimizer states");
     return mem.items[0].bytes + mem.items[1].bytes + mem.items[2].bytes;
   };
@@ -431,10 +467,10 @@ TEST_CASE("memory: activations follow the saved tensors and recomputation") {
   ParallelPlan plan;
   plan.dp = 8;
   plan.zero_stage = 3;
-  const MemoryBreakdown full = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
+  const MemoryBreakdown full = estimate_memory(m, training(4096, 256, 2), plan, {80e9});
   CHECK(memory_item(full, "activations") == Approx(32 * 139'392.0 * 8192));
   plan.recompute = Recompute::full;
-  const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, 80e9);
+  const MemoryBreakdown recomputed = estimate_memory(m, training(4096, 256, 2), plan, {80e9});
   CHECK(memory_item(recomputed, "activations") == Approx(32 * 2.0 * 4096 * 8192));
   // The rerun layer's saved tensors but its input, the checkpoint kept already.
   CHECK(memory_item(recomputed, "recomputed layer") == Approx((139'392.0 - 8'192.0) * 8192));
@@ -523,7 +559,7 @@ TEST_CASE("cross-entropy: each implementation's passes over the logits, fewer by
   TrainingSpec t = training(4096, 256, 2);
   const auto logits_memory = [&](CrossEntropy cross_entropy) {
     t.cross_entropy = cross_entropy;
-    return memory_item(estimate_memory(m, t, plan, 80e9), "logits");
+    return memory_item(estimate_memory(m, t, plan, {80e9}), "logits");
   };
   CHECK(logits_memory(CrossEntropy::unfused) == Approx(6 * logits));
   CHECK(logits_memory(CrossEntropy::fused) == Approx(6 * logits));
@@ -543,7 +579,7 @@ TEST_CASE("memory: totals add up and capacity decides the fit") {
   ParallelPlan plan;
   plan.dp = 8;
   plan.zero_stage = 0;
-  const MemoryBreakdown mem = estimate_memory(llama3_70b(), training(4096, 256, 1), plan, 80e9);
+  const MemoryBreakdown mem = estimate_memory(llama3_70b(), training(4096, 256, 1), plan, {80e9});
   double sum = 0;
   for (const auto& item : mem.items) sum += item.bytes;
   CHECK(sum == Approx(mem.total_bytes));
@@ -584,7 +620,7 @@ TEST_CASE("memory: the loss's backward and a recomputed layer's are not held at 
     CHECK(held == Approx(mem.total_bytes));
   };
   TrainingSpec t = training(4096, 256, 2);
-  const MemoryBreakdown unfused = estimate_memory(m, t, plan, 80e9);
+  const MemoryBreakdown unfused = estimate_memory(m, t, plan, {80e9});
   CHECK(unfused.peak == MemoryMoment::loss_backward);
   check_total(unfused);
   const double logits = memory_item(unfused, "logits");
@@ -601,7 +637,7 @@ TEST_CASE("memory: the loss's backward and a recomputed layer's are not held at 
   ParallelPlan split_plan = plan;
   split_plan.tp = 8;
   split_plan.dp = 1;
-  const MemoryBreakdown split = estimate_memory(gpt, gpt_recipe, split_plan, 80e9);
+  const MemoryBreakdown split = estimate_memory(gpt, gpt_recipe, split_plan, {80e9});
   CHECK(gpt.vocab == 51200);
   CHECK(memory_item(split, "logits") == Approx(6.0 * 2048 * 51200 / 8));
   CHECK(memory_item(split, "recomputed layer") ==
@@ -613,7 +649,7 @@ TEST_CASE("memory: the loss's backward and a recomputed layer's are not held at 
   check_total(split);
   // Without recomputation only the loss holds anything at a moment of its own.
   plan.recompute = Recompute::none;
-  const MemoryBreakdown kept = estimate_memory(m, t, plan, 80e9);
+  const MemoryBreakdown kept = estimate_memory(m, t, plan, {80e9});
   CHECK(memory_item(kept, "recomputed layer") == -1);
   CHECK(kept.peak == MemoryMoment::loss_backward);
   check_total(kept);
@@ -635,7 +671,7 @@ TEST_CASE("memory: a GPT-3 layer keeps Korthikanti's sbh(34 + 5as/h) bytes") {
   ParallelPlan plan = tp8_dp8();
   plan.zero_stage = 1;
   const auto activations = [&](const TrainingSpec& recipe) {
-    return memory_item(estimate_memory(m, recipe, plan, 80e9), "activations");
+    return memory_item(estimate_memory(m, recipe, plan, {80e9}), "activations");
   };
   CHECK(activations(t) == Approx(l * korthikanti / 8));
   // Selective recomputation drops the 5as/h term: 34sbh/t (their Table 2).
@@ -678,7 +714,7 @@ TEST_CASE("model FLOPs of a GELU MLP layer are 6 N T plus causal attention") {
   CHECK(graph.model_flops_per_rank == Approx(dense + attention).epsilon(1e-12));
 }
 
-TEST_CASE("selective recomputation reruns eager attention's core, and nothing under Flash") {
+TEST_CASE("selective recomputation reruns eager attention's core, or the fused kernel") {
   const ModelSpec m = gpt3_175b();
   ParallelPlan plan = tp8_dp8();
   TrainingSpec eager = training(2048, 64, 1);
@@ -701,8 +737,12 @@ TEST_CASE("selective recomputation reruns eager attention's core, and nothing un
   const TaskGraph flash_selective = build_data_parallel_step(m, flash, plan);
   plan.recompute = Recompute::none;
   const TaskGraph flash_kept = build_data_parallel_step(m, flash, plan);
-  CHECK(flash_selective.stages[0].size() == flash_kept.stages[0].size());
-  CHECK(flash_selective.hardware_flops_per_rank == flash_kept.hardware_flops_per_rank);
+  // Megatron-Core checkpoints the fused kernel too: its forward, the causal half of 2 x
+  // 2bs^2h / tp, once more a layer and micro-batch.
+  CHECK(flash_selective.stages[0].size() ==
+        flash_kept.stages[0].size() + 96 * flash_kept.micro_batches);
+  CHECK(flash_selective.hardware_flops_per_rank - flash_kept.hardware_flops_per_rank ==
+        Approx(96 * core / 2 * flash_kept.micro_batches).epsilon(1e-9));
 }
 
 TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's policy saves") {
@@ -738,7 +778,7 @@ TEST_CASE("per-op recomputation reruns K, O and up, and keeps what torchtitan's 
   const auto activations = [](const MemoryBreakdown& mem) {
     return layer_backward_activations(mem);
   };
-  CHECK(activations(estimate_memory(m, recipe, plan, 80e9)) ==
+  CHECK(activations(estimate_memory(m, recipe, plan, {80e9})) ==
         Approx((32 * 63'616.0 + 139'392.0 - (63'616.0 - 8'192.0)) * tokens));
 
   // A GELU MLP's six matmuls (Q K V O up down) rerun K, O and down; under tp 8 each rank does

@@ -141,6 +141,11 @@ std::vector<DimensionValue> recompute_candidates(const LayoutSearch&, const Para
   return {std::string("none"), std::string("selective"), std::string("full")};
 }
 
+// Megatron-Core's default: the attention core alone.
+std::vector<DimensionValue> default_recompute_modules(const LayoutSearch&, const ParallelPlan&) {
+  return {to_string(RecomputeModules{})};
+}
+
 std::vector<DimensionValue> one_f_one_b(const LayoutSearch&, const ParallelPlan&) {
   return {std::string("1f1b")};
 }
@@ -156,7 +161,7 @@ constexpr char kFsdp2[] = "fsdp2";
 constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 19> kDimensions = {{
+const std::array<LayoutDimension, 20> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -311,6 +316,38 @@ const std::array<LayoutDimension, 19> kDimensions = {{
      .minimum = 0,
      .candidates = [](const LayoutSearch&,
                       const ParallelPlan&) { return std::vector<DimensionValue>{0}; }},
+    {.key = "recompute_modules",
+     .output = "recompute_modules",
+     .kind = DimensionKind::names,
+     .choices = {"core_attn", "moe_act", "layernorm", "mlp", "moe"},
+     .description = "with recompute: selective, what of each layer is rerun before its "
+                    "backward (Megatron-Core's recompute_modules): the attention core "
+                    "(core_attn, the default), a dense MLP block (mlp), a mixture of experts' "
+                    "block (moe), its experts' activation (moe_act) or the norm before it "
+                    "(layernorm)",
+     .planner = "Megatron-Core's default, core_attn",
+     .get =
+         [](const ParallelPlan& plan) { return DimensionValue{to_string(plan.recompute_modules)}; },
+     .set =
+         [](ParallelPlan& plan, const DimensionValue& value) {
+           const std::string& names = std::get<std::string>(value);
+           // Every module is in the table: each is set, named or not.
+           for (const auto& [name, member] : kRecomputeModuleNames) {
+             // Whole names between ", " separators: "moe" is not found in "moe_act".
+             const std::string text = ", " + names + ", ";
+             plan.recompute_modules.*member =
+                 text.find(", " + std::string(name) + ", ") != std::string::npos;
+           }
+         },
+     .label =
+         [](const ParallelPlan& plan) {
+           if (plan.recompute_modules == RecomputeModules{}) return std::string();
+           std::string words = "recompute-modules=" + to_string(plan.recompute_modules);
+           std::replace(words.begin(), words.end(), ',', '+');
+           words.erase(std::remove(words.begin(), words.end(), ' '), words.end());
+           return words;
+         },
+     .candidates = default_recompute_modules},
     {.key = "activation_offload_layers",
      .output = "activation_offload_layers",
      .kind = DimensionKind::count,
@@ -489,6 +526,7 @@ std::string default_text(const LayoutDimension& dimension) {
     case DimensionKind::choice:
       if (const auto* number = std::get_if<int>(&value)) return std::to_string(*number);
       return std::get<std::string>(value);
+    case DimensionKind::names: return "[" + std::get<std::string>(value) + "]";
   }
   return {};
 }

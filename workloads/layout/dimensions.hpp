@@ -31,15 +31,16 @@ struct LayoutSearch {
 };
 
 // How a scenario writes a dimension, and the type of its value: a count (an integer >= 1), one
-// of a list of names, a flag (true or false), or a size in bytes (like 25MB).
-enum class DimensionKind { count, choice, flag, size };
+// of a list of names, a flag (true or false), a size in bytes (like 25MB), or a list of names
+// (its value the names in the order of `choices`, joined by ", ").
+enum class DimensionKind { count, choice, flag, size, names };
 using DimensionValue = std::variant<int, std::string, bool, double>;
 
 struct LayoutDimension {
   std::string_view key;     // under layout: in a scenario
   std::string_view output;  // the JSON key and HDF5 attribute of results
   DimensionKind kind;
-  std::vector<std::string_view> choices;  // kind choice: the names allowed
+  std::vector<std::string_view> choices;  // kinds choice and names: the names allowed
   std::string_view description;           // one line, for `fleetsim list` and the reference
   std::string_view planner;               // what `fleetsim plan` tries for it, in words
   // The value as results write it: an int for counts and ZeRO's stage, the name of a choice, a

@@ -5,9 +5,12 @@
 // dimensions.hpp's. Nothing else restates them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <string>
+#include <utility>
 
 namespace fleetsim {
 
@@ -23,9 +26,10 @@ inline std::int64_t size_product(std::initializer_list<std::int64_t> sizes) {
   return product;
 }
 
-// none: keep every tensor a layer saves; selective: recompute the attention core (scores,
-// softmax, dropout, PV) in backward instead of keeping the s x s probabilities (Korthikanti et
-// al.; nothing to drop under FlashAttention, which keeps none); full: keep only each layer's
+// none: keep every tensor a layer saves; selective: rerun the modules recompute_modules names,
+// by default the attention core (scores, softmax, dropout, PV) instead of keeping the s x s
+// probabilities (Korthikanti et al.; under FlashAttention the fused kernel, which keeps only
+// its log-sum-exp beside its inputs and output); full: keep only each layer's
 // input and rerun its forward before its backward (only the first recompute_layers of each
 // chunk, where set); per_op: torchtitan's per-op policy
 // (selective_ac_option "op"): each layer saves its inputs, attention's output and every
@@ -39,6 +43,38 @@ inline const char* to_string(Recompute recompute) {
     case Recompute::full: return "full";
   }
   return "?";
+}
+
+// The parts of each layer selective recomputation reruns before the layer's backward, keeping
+// only their inputs (Megatron-Core's recompute_modules under recompute_granularity selective;
+// default core_attn): core_attn, the attention core (its scores and softmax, or the fused
+// attention kernel, whatever the backend); mlp, a dense MLP block; moe, a mixture of experts'
+// block whole (router, dispatch, experts, combine); moe_act, the experts' activation only (its
+// output, the down projection's input, discarded and recomputed); layernorm, the norm before a
+// mixture of experts' block (its output, the router's input, discarded and recomputed; a dense
+// layer's norms are fused into the projections after them, which keep their own inputs).
+struct RecomputeModules {
+  bool core_attn = true;
+  bool mlp = false;
+  bool moe = false;
+  bool moe_act = false;
+  bool layernorm = false;
+  bool operator==(const RecomputeModules&) const = default;
+};
+// The modules by Megatron-Core's names, in its order.
+inline constexpr std::array<std::pair<const char*, bool RecomputeModules::*>, 5>
+    kRecomputeModuleNames = {{{"core_attn", &RecomputeModules::core_attn},
+                              {"moe_act", &RecomputeModules::moe_act},
+                              {"layernorm", &RecomputeModules::layernorm},
+                              {"mlp", &RecomputeModules::mlp},
+                              {"moe", &RecomputeModules::moe}}};
+// "core_attn, mlp"; "none" for none.
+inline std::string to_string(const RecomputeModules& modules) {
+  std::string names;
+  for (const auto& [name, member] : kRecomputeModuleNames) {
+    if (modules.*member) names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return names.empty() ? "none" : names;
 }
 
 // The order of micro-batches on each pipeline stage: GPipe runs every forward, then every
@@ -79,6 +115,9 @@ struct ParallelPlan {
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
   int zero_stage = 0;
   Recompute recompute = Recompute::none;
+  // Under selective recomputation, what of each layer is rerun (Megatron-Core's
+  // recompute_modules).
+  RecomputeModules recompute_modules;
   // Under full recomputation, only the first N layers of each chunk (stage, or virtual stage)
   // recomputed, the rest keeping their activations (Megatron's recompute_method block,
   // recompute_num_layers N); 0: every layer.

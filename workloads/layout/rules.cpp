@@ -476,6 +476,42 @@ Problem recompute_layers_need_full(const JobSubject&, const ParallelPlan& plan) 
             "set recompute: full, or remove recompute_layers");
 }
 
+Problem recompute_modules_need_selective(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.recompute_modules == RecomputeModules{} || plan.recompute == Recompute::selective) {
+    return {};
+  }
+  return at({"layout.recompute_modules"},
+            "recompute_modules picks what selective recomputation reruns",
+            "set recompute: selective, or remove recompute_modules");
+}
+
+// Megatron-Core reruns a dense layer's MLP as mlp, a mixture of experts' as moe (or its
+// activation, moe_act); a dense layer has no separate norm to discard (Transformer Engine
+// fuses each into the projection after it, which keeps its own input).
+Problem recompute_modules_fit_the_model(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.recompute != Recompute::selective) return {};
+  const RecomputeModules& modules = plan.recompute_modules;
+  const bool moe = job.experts > 0;
+  if (moe && modules.mlp) {
+    return at({"layout.recompute_modules"},
+              "mlp reruns a dense MLP block; " + job.model + " is a mixture of experts",
+              "use moe for the whole block, or moe_act for the experts' activation");
+  }
+  if (!moe && (modules.moe || modules.moe_act || modules.layernorm)) {
+    return at({"layout.recompute_modules"},
+              "moe, moe_act and layernorm rerun parts of a mixture of experts' block (a dense "
+              "layer's norms are fused into its projections); " +
+                  job.model + " is dense",
+              "use core_attn and mlp");
+  }
+  if (modules.moe && modules.moe_act) {
+    return at({"layout.recompute_modules"},
+              "moe reruns the whole block, the experts' activation with it",
+              "keep moe or moe_act, not both");
+  }
+  return {};
+}
+
 // FP8 weights have no BF16 copy to update: Megatron-Core keeps them only beside the
 // distributed optimizer's FP32 shard (--fp8-param-gather asserts use_distributed_optimizer or
 // an FSDP; megatron/training/arguments.py). FSDP's FP8 gather is not modelled.
@@ -557,6 +593,12 @@ const JobRule kRules[] = {
      interleaving_in_groups_of_pp},
     {"recompute-layers-need-full", "recompute_layers needs recompute: full",
      recompute_layers_need_full},
+    {"recompute-modules-need-selective", "recompute_modules needs recompute: selective",
+     recompute_modules_need_selective},
+    {"recompute-modules-fit-the-model",
+     "recompute_modules: mlp on a dense model; moe, moe_act and layernorm on a mixture of "
+     "experts, moe without moe_act",
+     recompute_modules_fit_the_model},
     {"lora-on-dense-model", "LoRA on a dense model", lora_on_dense_model},
     {"per-op-recompute-on-dense-full-model",
      "per_op recomputation on a dense model trained in full on FlashAttention",

@@ -1,0 +1,137 @@
+// Selective recomputation by module (Megatron-Core's recompute_modules): what each module's
+// rerun keeps of a layer's saved tensors, derived by hand, and the kernels it runs again.
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "common/memory_items.hpp"
+#include "models.hpp"
+#include "workloads/memory_model.hpp"
+#include "workloads/task_graph.hpp"
+#include "workloads/transformer_ops.hpp"
+
+using namespace fleetsim;
+using namespace fleetsim::testing;
+
+namespace {
+
+// Mixtral-8x7B's dimensions: Llama-3-8B's layer with 8 SwiGLU experts, 2 a token.
+ModelSpec mixtral() {
+  ModelSpec m = llama3_8b();
+  m.name = "mixtral-8x7b";
+  m.vocab = 32000;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  return m;
+}
+
+double saved(const ModelSpec& m, const TrainingSpec& t, const RecomputeModules& modules) {
+  return decoder_layer_saved_bytes_per_token(m, t, Recompute::selective, 1, true, modules);
+}
+
+}  // namespace
+
+TEST_CASE("recompute_modules: a dense layer keeps what its rerun modules do not") {
+  // Llama-3-8B, BF16, FlashAttention, tp 1, bytes a token (h 4096, f 14336, kv 1024, 32
+  // heads). Without recomputation: both norms' inputs 4h, the QKV and gate/up GEMMs' normed
+  // inputs 4h, Q, K, V 2(h + 2kv), O 2h, the FP32 log-sum-exp 4 x 32, gate/up's output and
+  // down's input 6f: 139,392.
+  const ModelSpec m = llama3_8b();
+  TrainingSpec t = training(4096, 64, 2);
+  CHECK(decoder_layer_saved_bytes_per_token(m, t) == 139'392);
+  // core_attn keeps Q, K, V (its input) and, as o_proj's input, O; not the log-sum-exp.
+  CHECK(saved(m, t, {.core_attn = true}) == 139'392 - 128);
+  // mlp keeps the block's input (the residual stream, counted with the norms' inputs), not
+  // the normed copy gate/up reads (2h) nor the 6f inside.
+  CHECK(saved(m, t, {.core_attn = false, .mlp = true}) == 139'392 - 8'192 - 86'016);
+  CHECK(saved(m, t, {.core_attn = true, .mlp = true}) == 139'392 - 128 - 8'192 - 86'016);
+  // Under FP8 the GEMMs keep their inputs' FP8 casts (1 byte): 4h + 2h + 2(h + 2kv) + O in
+  // BF16 and FP8 3h + 128 + 5f = 120,960. core_attn drops attention's BF16 O and the LSE.
+  t.precision = Precision::fp8;
+  CHECK(decoder_layer_saved_bytes_per_token(m, t) == 120'960);
+  CHECK(saved(m, t, {.core_attn = true}) == 120'960 - 8'192 - 128);
+}
+
+TEST_CASE("recompute_modules: a mixture of experts' block, its activation and its norm") {
+  // Mixtral-8x7B, BF16, tp 1, bytes a token: the dense part as Llama-3-8B's but the block's
+  // BF16 router input (2h), each of the 2 experts' 6f, the router's FP32 scores 4 x 8, and
+  // each of the 2 permuted copies and expert outputs 4h: 258,208.
+  const ModelSpec m = mixtral();
+  const TrainingSpec t = training(4096, 64, 2);
+  const double none = decoder_layer_saved_bytes_per_token(m, t);
+  CHECK(none == 258'208);
+  const RecomputeModules nothing{.core_attn = false};
+  CHECK(saved(m, t, nothing) == none);
+  // moe keeps only its input, the normed router input: 2 x 6f + 32 + 2 x 4h go.
+  CHECK(saved(m, t, {.core_attn = false, .moe = true}) == none - 172'032 - 32 - 32'768);
+  // moe_act discards each expert's activation output, down's input: 2 x 2f.
+  CHECK(saved(m, t, {.core_attn = false, .moe_act = true}) == none - 57'344);
+  // layernorm discards the norm's output, the router's input: 2h.
+  CHECK(saved(m, t, {.core_attn = false, .layernorm = true}) == none - 8'192);
+  CHECK(saved(m, t, {.core_attn = false, .moe = true, .layernorm = true}) ==
+        none - 172'032 - 32 - 32'768 - 8'192);
+  // On a dense model the MoE modules keep what they would keep anyway.
+  const ModelSpec dense = llama3_8b();
+  CHECK(saved(dense, t, {.core_attn = false, .moe = true, .moe_act = true, .layernorm = true}) ==
+        decoder_layer_saved_bytes_per_token(dense, t));
+}
+
+TEST_CASE("recompute_modules: each rerun module's forward runs again, just before its backward") {
+  const ModelSpec m = llama3_8b();
+  const TrainingSpec t = training(4096, 64, 2);
+  ParallelPlan plan;
+  plan.dp = 8;
+  const TaskGraph kept = build_data_parallel_step(m, t, plan);
+  plan.recompute = Recompute::selective;
+  plan.recompute_modules = {.core_attn = true, .mlp = true};
+  const TaskGraph rerun = build_data_parallel_step(m, t, plan);
+  CHECK(rerun.model_flops_per_rank == Approx(kept.model_flops_per_rank).epsilon(1e-12));
+  // Per layer and micro-batch of T = 8,192 tokens: causal attention's forward, 2 T s h (half
+  // of 4 T s h), and the MLP's GEMMs, 2 T h 2f + 2 T f h.
+  const double tokens = 8192, s = 4096, h = 4096, f = 14336;
+  const double again = 2 * tokens * s * h + 6 * tokens * h * f;
+  CHECK(rerun.hardware_flops_per_rank - kept.hardware_flops_per_rank ==
+        Approx(32 * again * kept.micro_batches).epsilon(1e-9));
+  const auto at = [&](const std::string& name) { return task_index(rerun, name); };
+  // The fused attention kernel right before its backward.
+  CHECK(at("mb0.L5.recompute.attention") + 1 == at("mb0.L5.attention.bwd"));
+  // The MLP block after its residual add's backward, from its norm (fused into gate/up) to
+  // down, then down's backward.
+  CHECK(at("mb0.L5.mlp_residual.bwd") < at("mb0.L5.recompute.mlp_norm"));
+  CHECK(at("mb0.L5.recompute.mlp_norm") < at("mb0.L5.recompute.gate_up"));
+  CHECK(at("mb0.L5.recompute.gate_up") < at("mb0.L5.recompute.swiglu"));
+  CHECK(at("mb0.L5.recompute.down") + 1 == at("mb0.L5.down.dgrad"));
+  CHECK(at("mb0.L5.recompute.mlp_residual") == -1);  // outside Megatron-Core's checkpoint
+  CHECK(at("mb0.L5.recompute.qkv") == -1);
+
+  // moe_act: each expert's SwiGLU again right before its down's backward, nothing else.
+  const ModelSpec moe = mixtral();
+  plan.recompute = Recompute::none;
+  plan.recompute_modules = {};
+  const TaskGraph moe_kept = build_data_parallel_step(moe, t, plan);
+  plan.recompute = Recompute::selective;
+  plan.recompute_modules = {.core_attn = false, .moe_act = true};
+  const TaskGraph moe_act = build_data_parallel_step(moe, t, plan);
+  CHECK(moe_act.hardware_flops_per_rank == moe_kept.hardware_flops_per_rank);  // no GEMM again
+  CHECK(moe_act.stages[0].size() == moe_kept.stages[0].size() + 32 * 8 * moe_kept.micro_batches);
+  CHECK(task_index(moe_act, "mb0.L5.expert3.recompute.swiglu") == -1);
+  CHECK(task_index(moe_act, "mb0.L5.recompute.expert3.swiglu") + 1 ==
+        task_index(moe_act, "mb0.L5.expert3.down.dgrad"));
+}
+
+TEST_CASE("recompute_modules: a rerun module's tensors are held again in its layer's backward") {
+  // What the layer in backward holds beyond the activations in flight: what the modules
+  // discarded, rebuilt for one layer (Llama-3-8B, one micro-batch of 8,192 tokens).
+  const ModelSpec m = llama3_8b();
+  const TrainingSpec t = training(4096, 64, 2);
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.recompute = Recompute::selective;
+  plan.recompute_modules = {.core_attn = true, .mlp = true};
+  const MemoryBreakdown memory = estimate_memory(m, t, plan, {80e9});
+  const double tokens = 8192;
+  CHECK(memory_item(memory, "activations") == Approx(32 * (139'392 - 94'336) * tokens));
+  CHECK(memory_item(memory, "recomputed layer") == Approx(94'336 * tokens));
+  plan.recompute = Recompute::none;
+  plan.recompute_modules = {};
+  CHECK(estimate_memory(m, t, plan, {80e9}).total_bytes > memory.total_bytes);
+}
