@@ -23,15 +23,39 @@ std::vector<double> nccl_tests_sizes(double min_bytes, double max_bytes, double 
   return sizes;
 }
 
+std::vector<VertexId> benchmark_members(const Topology& topology, const StepInputs& cluster,
+                                        BenchmarkRanks ranks) {
+  const int per_node = ranks.per_node > 0 ? ranks.per_node : cluster.node.gpus;
+  if (ranks.per_node < 0 || per_node > cluster.node.gpus) {
+    throw ModelError(std::to_string(per_node) + " GPUs a node, node " + cluster.node.name +
+                     " has " + std::to_string(cluster.node.gpus));
+  }
+  std::vector<VertexId> members;
+  for (int node = 0; node < cluster.nodes; ++node) {
+    for (int index = 0; index < per_node; ++index) {
+      members.push_back(topology.gpus().at(static_cast<std::size_t>(node) * cluster.node.gpus +
+                                           static_cast<std::size_t>(index)));
+    }
+  }
+  const std::size_t wanted =
+      ranks.ranks > 0 ? static_cast<std::size_t>(ranks.ranks) : members.size();
+  if (ranks.ranks < 0 || wanted > members.size()) {
+    throw ModelError("the collective needs " + std::to_string(ranks.ranks) +
+                     " GPUs, the cluster "
+                     "gives it " +
+                     std::to_string(members.size()));
+  }
+  members.resize(wanted);
+  return members;
+}
+
 std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, CollectiveOp op,
-                                                   int ranks, const std::vector<double>& sizes,
+                                                   BenchmarkRanks ranks,
+                                                   const std::vector<double>& sizes,
                                                    std::optional<CollectiveAlgorithm> forced) {
   const Topology topology = build_cluster(cluster.node, cluster.nodes, cluster.fabric);
-  if (ranks < 1 || static_cast<std::size_t>(ranks) > topology.gpus().size()) {
-    throw ModelError("the collective needs " + std::to_string(ranks) + " GPUs, the cluster has " +
-                     std::to_string(topology.gpus().size()));
-  }
-  const std::vector<VertexId> members(topology.gpus().begin(), topology.gpus().begin() + ranks);
+  const std::vector<VertexId> members = benchmark_members(topology, cluster, ranks);
+  const int count = static_cast<int>(members.size());
   // One network for the whole sweep, idle between sizes (each runs to completion before the
   // next starts), so routes and rings are computed once.
   Engine engine;
@@ -58,7 +82,7 @@ std::vector<CollectiveSample> benchmark_collective(const StepInputs& cluster, Co
     const double seconds = (done - start).seconds();
     sample.time_us = seconds * 1e6;
     sample.algbw_gb_per_s = seconds > 0 ? size / seconds / 1e9 : 0.0;
-    sample.busbw_gb_per_s = sample.algbw_gb_per_s * bus_factor(op, ranks);
+    sample.busbw_gb_per_s = sample.algbw_gb_per_s * bus_factor(op, count);
     samples.push_back(sample);
   }
   return samples;

@@ -27,11 +27,29 @@ struct CollectiveSample {
 std::vector<double> nccl_tests_sizes(double min_bytes, double max_bytes, double factor,
                                      double element_bytes = 4);
 
-// Each size is simulated alone on an idle cluster: ranks are the first `ranks` GPUs in rank
-// order; the algorithm is the tuner's unless one is forced (as NCCL_ALGO does). Throws
-// ModelError when the cluster has fewer GPUs or the forced algorithm cannot run the op.
+// The GPUs an nccl-tests run takes, in rank order: the first `per_node` of each node (0: every
+// one; nccl-tests' -g, with one process a node), and of those the first `ranks` (0: all).
+struct BenchmarkRanks {
+  int ranks = 0;
+  int per_node = 0;
+};
+
+// The GPUs of `topology` (built of `cluster`) that `ranks` picks, in rank order. Throws
+// ModelError when the cluster has too few.
+std::vector<VertexId> benchmark_members(const Topology& topology, const StepInputs& cluster,
+                                        BenchmarkRanks ranks);
+
+// Each size is simulated alone on an idle cluster, on the GPUs `ranks` picks; the algorithm is
+// the tuner's unless one is forced (as NCCL_ALGO does). Throws ModelError when the cluster has
+// fewer GPUs or the forced algorithm cannot run the op.
 std::vector<CollectiveSample> benchmark_collective(
+    const StepInputs& cluster, CollectiveOp op, BenchmarkRanks ranks,
+    const std::vector<double>& sizes, std::optional<CollectiveAlgorithm> forced = std::nullopt);
+// The first `ranks` GPUs in rank order.
+inline std::vector<CollectiveSample> benchmark_collective(
     const StepInputs& cluster, CollectiveOp op, int ranks, const std::vector<double>& sizes,
-    std::optional<CollectiveAlgorithm> forced = std::nullopt);
+    std::optional<CollectiveAlgorithm> forced = std::nullopt) {
+  return benchmark_collective(cluster, op, BenchmarkRanks{ranks, 0}, sizes, forced);
+}
 
 }  // namespace fleetsim

@@ -14,10 +14,10 @@ namespace {
 
 // The link kind whose links carry the most bytes per unit of capacity in a run of `op` of the
 // largest size: the bottleneck whose efficiency the log can tell.
-std::string bottleneck_kind(const StepInputs& cluster, CollectiveOp op, int ranks, double size,
-                            CollectiveAlgorithm algorithm) {
+std::string bottleneck_kind(const StepInputs& cluster, CollectiveOp op, BenchmarkRanks ranks,
+                            double size, CollectiveAlgorithm algorithm) {
   const Topology topology = build_cluster(cluster.node, cluster.nodes, cluster.fabric);
-  const std::vector<VertexId> members(topology.gpus().begin(), topology.gpus().begin() + ranks);
+  const std::vector<VertexId> members = benchmark_members(topology, cluster, ranks);
   Engine engine;
   FlowNetwork network(engine, usable_link_capacities(topology, cluster.gpu));
   Collectives collectives(engine, network, topology, cluster.gpu.collectives,
@@ -66,8 +66,9 @@ CollectiveOp collective_op_of_log(const NcclLog& log) {
   return found->second;
 }
 
-CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, int ranks,
-                                 std::optional<CollectiveAlgorithm> forced, double min_bytes) {
+CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
+                                 BenchmarkRanks ranks, std::optional<CollectiveAlgorithm> forced,
+                                 double min_bytes) {
   const CollectiveOp op = collective_op_of_log(log);
   std::vector<double> sizes, measured_us;
   for (const NcclLogRow& row : log.rows) {
@@ -88,7 +89,9 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, 
       benchmark_collective(cluster, op, ranks, {largest}, forced).front().algorithm;
   CollectiveFit fit;
   fit.algorithm = to_string(algorithm);
-  fit.ranks = ranks;
+  fit.ranks = static_cast<int>(
+      benchmark_members(build_cluster(cluster.node, cluster.nodes, cluster.fabric), cluster, ranks)
+          .size());
 
   // Bandwidth-only runs: every latency at 0, the other efficiencies as the profile has them.
   StepInputs trial = cluster;

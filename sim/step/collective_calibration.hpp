@@ -16,6 +16,7 @@
 
 #include "calibration/nccl_log.hpp"
 #include "sim/collectives/collectives.hpp"
+#include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_inputs.hpp"
 
 namespace fleetsim {
@@ -42,7 +43,8 @@ struct CollectiveFit {
 
 // Fits on the out-of-place times of rows of at least `min_bytes`. Throws ModelError when the log
 // has too few rows, an op the simulator does not model, or more ranks than the cluster.
-CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log, int ranks,
+CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
+                                 BenchmarkRanks ranks,
                                  std::optional<CollectiveAlgorithm> forced = std::nullopt,
                                  double min_bytes = 0);
 

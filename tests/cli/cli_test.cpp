@@ -15,40 +15,13 @@
 
 #include <sstream>
 #include <string>
-#include "calibration/nccl_log.hpp"
+#include "cli_run.hpp"
 #include "sim/scenario/scenario.hpp"
 
 namespace fs = std::filesystem;
+using namespace fleetsim::testing;  // NOLINT: run_cli and its kin
 
 namespace {
-
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-fs::path scratch_dir() {
-  const fs::path dir =
-      fs::temp_directory_path() / ("fleetsim-cli-test-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return dir;
-}
-
-Result run_cli(const std::string& arguments) {
-  const fs::path dir = scratch_dir();
-  const std::string command = std::string(FLEETSIM_CLI) + " " + arguments + " >" +
-                              (dir / "out").string() + " 2>" + (dir / "err").string();
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
-}
 
 fs::path write_scenario(const std::string& name, const std::string& text) {
   const fs::path path = scratch_dir() / name;
@@ -364,139 +337,6 @@ TEST_CASE(
   CHECK(efficiency["64 non-blocking"] == Approx(efficiency["64 packed"]).epsilon(1e-3));
   // Hash collisions on the spread rings cost what adaptive routing avoids.
   CHECK(efficiency["64 non-blocking hash"] < 0.95 * efficiency["64 non-blocking"]);
-}
-
-TEST_CASE("fleetsim collective prints a table that reads back as an nccl-tests log") {
-  // -b 1M -e 1G -f 4: 1M, 4M, 16M, 64M, 256M, 1G = 6 rows. The log reader checks that every
-  // row's algbw equals size / time; busbw must be algbw x 2(p-1)/p for an all-reduce.
-  const Result result = run_cli("collective --node dgx-a100 -b 1M -e 1G -f 4");
-  REQUIRE(result.exit_code == 0);
-  std::istringstream text(result.out);
-  const fleetsim::NcclLog log = fleetsim::parse_nccl_log(text, "(fleetsim output)", "all_reduce");
-  REQUIRE(log.rows.size() == 6);
-  CHECK(log.rows.front().size_bytes == 1024.0 * 1024);
-  CHECK(log.rows.back().size_bytes == 1024.0 * 1024 * 1024);
-  for (const auto& row : log.rows) {
-    const auto& timing = *row.out_of_place;
-    // Both are printed to 0.01: 0.005 x 1.75 + 0.005 = 0.014 of rounding at most.
-    CHECK(timing.busbw_gb_per_s == Approx(timing.algbw_gb_per_s * 2 * 7 / 8).margin(0.015));
-  }
-  // A100 has no NVLS, so this is a ring: large messages approach the usable NVLink 3 rate,
-  // 300 GB/s x 0.773 = 232 GB/s, from below.
-  CHECK(log.rows.back().out_of_place->busbw_gb_per_s < 232.0);
-  CHECK(log.rows.back().out_of_place->busbw_gb_per_s > 220.0);
-}
-
-TEST_CASE("fleetsim collective writes its table to HDF5") {
-  const fs::path h5 = scratch_dir() / "collective.h5";
-  fs::remove(h5);
-  const Result result =
-      run_cli("collective --node mi300x-platform -b 1M -e 1G -f 4 -o " + h5.string());
-  REQUIRE(result.exit_code == 0);
-  CHECK(fs::file_size(h5) > 0);
-}
-
-TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
-  CHECK(run_cli("collective --node dgx-h100 -e 8X").exit_code == 2);
-  CHECK(run_cli("collective --node dgx-h100 --op all_to_none").exit_code == 2);
-  CHECK(run_cli("collective").exit_code == 2);
-  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing random").exit_code == 2);
-  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing hash --seeds 0").exit_code == 2);
-  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --placement scattered").exit_code == 2);
-  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --seeds 4").exit_code == 2);  // adaptive
-  CHECK(run_cli("collective --node dgx-h100 --write").exit_code == 2);  // calibrate's option
-}
-
-TEST_CASE("fleetsim collective with hash routing prints the median run and the spread") {
-  // 8 nodes spread over 6-port leaves: collisions vary with the seed. The table is still an
-  // nccl-tests table; a comment line gives min <= median <= max busbw of the largest size.
-  const Result result = run_cli(
-      "collective --node dgx-h100 --nodes 8 --leaf-ports 6 --placement spread --routing hash "
-      "--seeds 5 --algo ring -b 1G -e 1G");
-  REQUIRE(result.exit_code == 0);
-  std::istringstream text(result.out);
-  const fleetsim::NcclLog log = fleetsim::parse_nccl_log(text, "(fleetsim output)", "all_reduce");
-  REQUIRE(log.rows.size() == 1);
-  const std::string marker = "busbw at 1073741824 B: min ";
-  const auto at = result.out.find(marker);
-  REQUIRE(at != std::string::npos);
-  double min = 0, median = 0, max = 0;
-  REQUIRE(std::sscanf(result.out.c_str() + at + marker.size(), "%lf, median %lf, max %lf", &min,
-                      &median, &max) == 3);
-  CHECK(min <= median);
-  CHECK(median <= max);
-  CHECK(median == Approx(log.rows.front().out_of_place->busbw_gb_per_s).epsilon(0.01));
-}
-
-TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") {
-  const std::string log = std::string(FLEETSIM_SOURCE_DIR) +
-                          "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log";
-  const Result result = run_cli("calibrate " + log + " --node mi300x-platform");
-  REQUIRE(result.exit_code == 0);
-  CHECK(result.out.find("fit of link_efficiency.xgmi") != std::string::npos);
-  // Rows of 64 MiB and up of this log give 0.710 (docs/collective-accuracy.md's table); a model
-  // change that moves the fit shows here.
-  CHECK(result.out.find("efficiency  0.71") != std::string::npos);
-  CHECK(result.out.find("provenance: 'measured: fit to") != std::string::npos);
-  CHECK(run_cli("calibrate " + log).exit_code == 2);  // no --node
-}
-
-TEST_CASE("fleetsim calibrate --kernels fits a profile's kernel model to microbenchmark CSVs") {
-  const std::string source = FLEETSIM_SOURCE_DIR;
-  const std::string dir = source + "/calibration/microbench/h100-sxm";
-  const Result result = run_cli("calibrate --kernels " + dir + " --gpu h100-sxm");
-  REQUIRE(result.exit_code == 0);
-  CHECK(result.out.find("fit of h100-sxm's kernel model") != std::string::npos);
-  CHECK(result.out.find("held out (every third GEMM row") != std::string::npos);
-  // The shipped profile is this fit: nothing to change.
-  CHECK(result.out.find("(the profile holds these entries already)") != std::string::npos);
-  CHECK(run_cli("calibrate --kernels " + dir).exit_code == 2);  // no --gpu
-  CHECK(run_cli("calibrate --kernels " + dir + " --gpu h100-sxm --node dgx-h100").exit_code == 2);
-  const fs::path bad = scratch_dir() / "bad-microbench";
-  fs::remove_all(bad);
-  fs::create_directories(bad);
-  std::ofstream(bad / "gemm.csv") << "# provenance: measured\ndtype,m,n,k,time_us\nbf16,1,2\n";
-  const Result error = run_cli("calibrate --kernels " + bad.string() + " --gpu h100-sxm");
-  CHECK(error.exit_code == 2);
-  CHECK(error.err.find("gemm.csv:3: expected 5 fields, got 3") != std::string::npos);
-}
-
-TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing else") {
-  // On a copy of the data: the fitted xGMI efficiency replaces the published 0.75, the file
-  // still loads, and every other line of the profile is as it was.
-  const std::string source = FLEETSIM_SOURCE_DIR;
-  const fs::path data = scratch_dir() / "data";
-  fs::remove_all(data);
-  fs::create_directories(data);
-  for (const char* sub : {"topology", "calibration", "workloads"}) {
-    fs::copy(fs::path(source) / sub, data / sub, fs::copy_options::recursive);
-  }
-  const fs::path profile = data / "calibration/profiles/mi300x.yaml";
-  const std::string before = slurp(profile);
-  const std::string arguments = "calibrate " + source +
-                                "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log "
-                                "--node mi300x-platform --data-dir " +
-                                data.string();
-  REQUIRE(run_cli(arguments).exit_code == 0);
-  CHECK(slurp(profile) == before);  // without --write the file is untouched
-  const Result written = run_cli(arguments + " --write");
-  REQUIRE(written.exit_code == 0);
-  const std::string after = slurp(profile);
-  const fleetsim::StepInputs cluster =
-      fleetsim::load_cluster(fleetsim::DataPaths{data}, "mi300x-platform", 1);
-  CHECK(cluster.gpu.link_efficiency.at("xgmi").value == Approx(0.710).margin(0.0005));
-  CHECK_THAT(cluster.gpu.link_efficiency.at("xgmi").provenance,
-             Catch::StartsWith("measured: fit to mi300x8-allreduce-rccl-rocmblog-xgmi.log"));
-  std::istringstream old_lines(before), new_lines(after);
-  int changed = 0;
-  for (std::string a, b; std::getline(old_lines, a) && std::getline(new_lines, b);) {
-    changed += a != b;
-  }
-  CHECK(changed == 3);  // value, sigma, provenance
-  // Writing the same fit again changes nothing.
-  REQUIRE(run_cli(arguments + " --write").exit_code == 0);
-  CHECK(slurp(profile) == after);
-  fs::remove_all(data);
 }
 
 TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fastest first") {

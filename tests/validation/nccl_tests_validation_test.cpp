@@ -246,7 +246,7 @@ TEST_CASE("a fit recovers the efficiency and latency that generated the data") {
     CHECK(sample.protocol == Protocol::simple);
   }
   const StepInputs start = load_cluster(DataPaths{source}, "mi300x-platform", 1);
-  const CollectiveFit fit = fit_collective_log(start, log, 8);
+  const CollectiveFit fit = fit_collective_log(start, log, {.ranks = 8});
   CHECK(fit.parameter == "link_efficiency.xgmi");
   CHECK(fit.efficiency == Approx(0.6).epsilon(1e-4));
   CHECK(fit.latency_us == Approx(27.9 + 14 * 2.7).epsilon(1e-3));
@@ -267,7 +267,7 @@ TEST_CASE("a fit of an NVLS or NVLS-tree log recovers the switch-reduction effic
     const int ranks = 8 * nodes;
     const NcclLog log = synthetic_log(truth, ranks, {256e6, 1e9, 4e9, 16e9});
     const StepInputs start = load_cluster(DataPaths{source}, preset, nodes);
-    const CollectiveFit fit = fit_collective_log(start, log, ranks);
+    const CollectiveFit fit = fit_collective_log(start, log, {.ranks = ranks});
     CHECK(fit.algorithm == to_string(algorithm));
     CHECK(fit.parameter == "nvls_efficiency");
     CHECK(fit.efficiency == Approx(0.6).epsilon(0.01));
@@ -283,7 +283,7 @@ TEST_CASE("a fit of a send/recv log recovers the point-to-point efficiency") {
   const NcclLog log = synthetic_log(truth, 8, {128e6, 512e6, 2e9, 8e9}, CollectiveOp::send_recv);
   StepInputs start = load_cluster(DataPaths{source}, "dgx-a100", 1);
   start.gpu.p2p_efficiency.reset();  // as a profile without the entry
-  const CollectiveFit fit = fit_collective_log(start, log, 8);
+  const CollectiveFit fit = fit_collective_log(start, log, {.ranks = 8});
   CHECK(fit.parameter == "p2p_efficiency");
   CHECK(fit.efficiency == Approx(0.55).epsilon(1e-4));
   // All-to-all inside the node is point-to-point sends too: its log fits the same parameter,
@@ -291,7 +291,7 @@ TEST_CASE("a fit of a send/recv log recovers the point-to-point efficiency") {
   const NcclLog all_to_all =
       synthetic_log(truth, 8, {128e6, 512e6, 2e9, 8e9}, CollectiveOp::all_to_all);
   const CollectiveFit a2a =
-      fit_collective_log(load_cluster(DataPaths{source}, "dgx-a100", 1), all_to_all, 8);
+      fit_collective_log(load_cluster(DataPaths{source}, "dgx-a100", 1), all_to_all, {.ranks = 8});
   CHECK(a2a.parameter == "p2p_efficiency");
   CHECK(a2a.efficiency == Approx(0.55).epsilon(1e-4));
 }
@@ -326,7 +326,8 @@ TEST_CASE("out of sample: xGMI fitted on one MI300X log predicts another within 
   StepInputs cluster = load_cluster(DataPaths{source}, "mi300x-platform", 1);
   const NcclLog fitted_on =
       read_nccl_log(source + "/calibration/logs/mi300x8-allreduce-rccl-hisohara-aac8.log");
-  const CollectiveFit fit = fit_collective_log(cluster, fitted_on, 8, std::nullopt, 64 << 20);
+  const CollectiveFit fit =
+      fit_collective_log(cluster, fitted_on, {.ranks = 8}, std::nullopt, 64 << 20);
   CHECK(fit.efficiency == Approx(0.707).epsilon(0.01));
   cluster.gpu.link_efficiency["xgmi"].value = fit.efficiency;
   const NcclLog other =

@@ -34,16 +34,16 @@ void run_calibrate_command(const CalibrateOptions& options) {
   StepInputs cluster =
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
   options.fabric.apply(cluster.fabric);
-  const int ranks = options.ranks > 0 ? options.ranks
-                    : log.ranks() > 0 ? log.ranks()
-                                      : cluster.nodes * cluster.node.gpus;
+  check_benchmark_ranks(cluster, options.ranks, options.gpus_per_node);
+  const BenchmarkRanks ranks{options.ranks > 0 ? options.ranks : std::max(log.ranks(), 0),
+                             options.gpus_per_node};
   const double min_bytes = options.min_bytes.empty() ? 0 : parse_nccl_tests_size(options.min_bytes);
   const CollectiveFit fit =
       fit_collective_log(cluster, log, ranks, parse_algorithm(options.algorithm), min_bytes);
 
   std::printf("fit of %s to %s\n", fit.parameter.c_str(), options.log.c_str());
-  std::printf("  %s on %d ranks of %d x %s, %s, %zu rows\n", log.op.c_str(), ranks, cluster.nodes,
-              cluster.node.name.c_str(), fit.algorithm.c_str(), fit.points.size());
+  std::printf("  %s on %d ranks of %d x %s, %s, %zu rows\n", log.op.c_str(), fit.ranks,
+              cluster.nodes, cluster.node.name.c_str(), fit.algorithm.c_str(), fit.points.size());
   std::printf("  efficiency  %.4f +- %.4f\n", fit.efficiency, fit.efficiency_sigma);
   std::printf("  latency     %.1f +- %.1f us\n\n", fit.latency_us, fit.latency_sigma_us);
   std::printf("  %14s  %14s  %14s  %8s\n", "size (B)", "measured (us)", "fitted (us)", "error");
@@ -74,7 +74,7 @@ void run_calibrate_command(const CalibrateOptions& options) {
                 FLEETSIM_VERSION);
   const std::string provenance =
       "measured: fit to " + log_name + " (" + file_fingerprint(options.log) + "), " + log.op +
-      " on " + std::to_string(ranks) + " ranks as " + std::to_string(cluster.nodes) + " x " +
+      " on " + std::to_string(fit.ranks) + " ranks as " + std::to_string(cluster.nodes) + " x " +
       cluster.node.name + ", " + fit.algorithm + ", " + details;
   entry.provenance = provenance;
   if (options.write && entry.value > 1) {

@@ -16,7 +16,8 @@ struct CalibrateOptions {
   std::string node;
   int nodes = 1;
   std::string gpu;
-  int ranks = 0;           // 0: the log's rank count, else every GPU of the cluster
+  int ranks = 0;           // 0: the log's rank count, else every GPU it takes
+  int gpus_per_node = 0;   // GPUs of each node taking part (nccl-tests' -g); 0: all
   std::string algorithm;   // empty: the tuner's
   std::string min_bytes;   // rows below are left out (small messages use other protocols)
   FabricOverrides fabric;  // as for `fleetsim collective`

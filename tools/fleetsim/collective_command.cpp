@@ -15,7 +15,9 @@
 namespace fleetsim {
 namespace {
 
-CollectiveOp parse_op(const std::string& name) {
+// An op by its name or by its nccl-tests program's (all_reduce_perf).
+CollectiveOp parse_op(std::string name) {
+  if (name.ends_with("_perf")) name.resize(name.size() - 5);
   static const std::map<std::string, CollectiveOp> ops{
       {"all_reduce", CollectiveOp::all_reduce}, {"reduce_scatter", CollectiveOp::reduce_scatter},
       {"all_gather", CollectiveOp::all_gather}, {"all_to_all", CollectiveOp::all_to_all},
@@ -30,10 +32,14 @@ CollectiveOp parse_op(const std::string& name) {
   return found->second;
 }
 
-// nccl-tests prints times with fewer decimals as they grow (src/common.cu).
-std::string format_time_us(double us) {
+// A number in `width` characters with as many of two decimals as fit, as nccl-tests prints
+// times and bandwidths (getFloatStr in src/util.cu).
+std::string nccl_tests_number(double value, int width) {
   char text[32];
-  std::snprintf(text, sizeof text, us >= 10000 ? "%7.0f" : us >= 100 ? "%7.1f" : "%7.2f", us);
+  for (const char* format : {"%*.2f", "%*.1f", "%*.0f"}) {
+    if (std::snprintf(text, sizeof text, format, width, value) <= width) return text;
+  }
+  std::snprintf(text, sizeof text, width >= 7 ? "%*.1e" : "%*.0e", width, value);
   return text;
 }
 
@@ -51,6 +57,23 @@ std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
       "(command line)", 0, 0, "--algo", "unknown algorithm '" + name + "'",
       "one of ring, tree, nvls, nvls_tree, hierarchical (all-reduce), direct, chain, "
       "pairs");
+}
+
+void check_benchmark_ranks(const StepInputs& cluster, int ranks, int gpus_per_node) {
+  if (gpus_per_node < 0 || gpus_per_node > cluster.node.gpus) {
+    throw ScenarioError("(command line)", 0, 0, "--gpus-per-node",
+                        "expected 1 to " + std::to_string(cluster.node.gpus) + " GPUs a node (" +
+                            cluster.node.name + "), got " + std::to_string(gpus_per_node),
+                        "leave it out for every GPU of each node");
+  }
+  const int available =
+      cluster.nodes * (gpus_per_node > 0 ? gpus_per_node : cluster.node.gpus);
+  if (ranks < 0 || ranks > available) {
+    throw ScenarioError("(command line)", 0, 0, "--ranks",
+                        "expected 1 to " + std::to_string(available) + " ranks, got " +
+                            std::to_string(ranks),
+                        "add --nodes, or leave --ranks out for every GPU taking part");
+  }
 }
 
 double parse_nccl_tests_size(const std::string& text) {
@@ -82,7 +105,10 @@ void run_collective_command(const CollectiveOptions& options) {
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
   options.fabric.apply(cluster.fabric);
   const CollectiveOp op = parse_op(options.op);
-  const int ranks = options.ranks > 0 ? options.ranks : cluster.nodes * cluster.node.gpus;
+  check_benchmark_ranks(cluster, options.ranks, options.gpus_per_node);
+  const BenchmarkRanks picked{options.ranks, options.gpus_per_node};
+  const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : cluster.node.gpus;
+  const int ranks = options.ranks > 0 ? options.ranks : cluster.nodes * per_node;
   const std::vector<double> sizes =
       nccl_tests_sizes(parse_nccl_tests_size(options.min_bytes),
                        parse_nccl_tests_size(options.max_bytes), options.factor);
@@ -101,7 +127,7 @@ void run_collective_command(const CollectiveOptions& options) {
   for (int seed = 1; seed <= seeds; ++seed) {
     cluster.fabric.hash_seed = static_cast<std::uint64_t>(seed);
     runs.push_back(
-        benchmark_collective(cluster, op, ranks, sizes, parse_algorithm(options.algorithm)));
+        benchmark_collective(cluster, op, picked, sizes, parse_algorithm(options.algorithm)));
   }
   // Each row: the run of median time over the seeds (the upper median for an even count).
   std::vector<CollectiveSample> samples;
@@ -117,8 +143,9 @@ void run_collective_command(const CollectiveOptions& options) {
     }
   }
 
-  std::printf("# fleetsim %s: %s_perf simulated on %d GPUs of %d x %s (%s)\n", FLEETSIM_VERSION,
-              to_string(op), ranks, cluster.nodes, cluster.node.name.c_str(),
+  const std::string program = std::string(to_string(op)) + "_perf";
+  std::printf("# fleetsim %s: %s simulated on %d GPUs of %d x %s (%s), in nccl-tests' layout\n",
+              FLEETSIM_VERSION, program.c_str(), ranks, cluster.nodes, cluster.node.name.c_str(),
               cluster.gpu.name.c_str());
   // The algorithm and protocol of each run of sizes, as NCCL_DEBUG=INFO would tell (the table
   // has no column for them).
@@ -129,32 +156,60 @@ void run_collective_command(const CollectiveOptions& options) {
   for (std::size_t i = 0; i < samples.size();) {
     std::size_t j = i;
     while (j + 1 < samples.size() && same_choice(j + 1, i)) ++j;
-    std::printf("# algorithm %s/%s for %.0f .. %.0f B\n", to_string(samples[i].algorithm),
+    std::printf("# fleetsim: algorithm %s/%s for %.0f .. %.0f B\n", to_string(samples[i].algorithm),
                 to_string(samples[i].protocol), samples[i].size_bytes, samples[j].size_bytes);
     i = j + 1;
   }
-  std::printf("#\n");
-  std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
-              "root", "time", "algbw", "busbw", "#wrong");
-  std::printf("#%12s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
-              "(us)", "(GB/s)", "(GB/s)", "");
-  const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
-  double busbw_sum = 0;
-  for (const CollectiveSample& sample : samples) {
-    std::printf(" %12.0f  %12.0f  %8s  %6s  %6d  %s  %6.2f  %6.2f  %6s\n", sample.size_bytes,
-                sample.size_bytes / 4, "float", reduces ? "sum" : "none", -1,
-                format_time_us(sample.time_us).c_str(), sample.algbw_gb_per_s,
-                sample.busbw_gb_per_s, "N/A");
-    busbw_sum += sample.busbw_gb_per_s;
-  }
-  std::printf("# Avg bus bandwidth    : %g\n#\n", busbw_sum / static_cast<double>(samples.size()));
   if (hashed) {
     // largest_busbw is sorted by time, so its busbw falls from first to last.
     std::printf(
-        "# hash routing over %d seeds, busbw at %.0f B: min %.2f, median %.2f, max %.2f\n#\n",
+        "# fleetsim: hash routing over %d seeds, busbw at %.0f B: min %.2f, median %.2f, max "
+        "%.2f\n",
         seeds, sizes.back(), largest_busbw.back(), largest_busbw[largest_busbw.size() / 2],
         largest_busbw.front());
   }
+  // One process a node, nGpus of its GPUs each; one timed iteration, nothing to validate.
+  std::printf("# Collective test starting: %s\n", program.c_str());
+  std::printf(
+      "# nThread 1 nGpus %d minBytes %.0f maxBytes %.0f step: %g(factor) warmup iters: 0 iters: "
+      "1 agg iters: 1 validation: 0 graph: 0 unalign: 0\n",
+      per_node, sizes.front(), sizes.back(), options.factor);
+  std::printf("#\n# Using devices\n");
+  for (int rank = 0; rank < ranks; ++rank) {
+    const int node = rank / per_node;
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", rank, 0,
+                node, ("node" + std::to_string(node)).c_str(), rank % per_node, 0, 0, 0,
+                cluster.gpu.name.c_str());
+  }
+  std::printf("#\n");
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place    "
+      "      \n",
+      "", "", "", "", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
+              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+              "busbw", "#wrong", 0, "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
+              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+              "", 0, "");
+  const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
+  double busbw_sum = 0;
+  for (const CollectiveSample& sample : samples) {
+    std::printf("%12.0f  %12.0f  %8s  %6s  %6d", sample.size_bytes, sample.size_bytes / 4, "float",
+                reduces ? "sum" : "none", -1);
+    // The simulation makes no difference between out-of-place and in-place: both alike.
+    for (int side = 0; side < 2; ++side) {
+      std::printf("  %7s  %6s  %6s    N/A", nccl_tests_number(sample.time_us, 7).c_str(),
+                  nccl_tests_number(sample.algbw_gb_per_s, 6).c_str(),
+                  nccl_tests_number(sample.busbw_gb_per_s, 6).c_str());
+    }
+    std::printf("\n");
+    busbw_sum += sample.busbw_gb_per_s;
+  }
+  std::printf("# %-20s : %d %s\n", "Out of bounds values", 0, "OK");
+  std::printf("# %-20s : %g %s\n", "Avg bus bandwidth",
+              busbw_sum / static_cast<double>(samples.size()), "");
+  std::printf("#\n# Collective test concluded: %s\n", program.c_str());
   if (!options.output.empty()) {
     write_collective_hdf5(CollectiveReport{FLEETSIM_VERSION, cluster.node.name, cluster.nodes,
                                            cluster.gpu.name, to_string(op), ranks, samples},

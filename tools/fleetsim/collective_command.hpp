@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/collectives/collectives.hpp"
+#include "sim/step/step_inputs.hpp"
 #include "tools/fleetsim/fabric_overrides.hpp"
 
 namespace fleetsim {
@@ -16,7 +17,8 @@ struct CollectiveOptions {
   std::string gpu;  // GPU profile override; empty: the node's own
   std::string op = "all_reduce";
   std::string algorithm;  // ring, tree, nvls, ...; empty: the tuner's choice
-  int ranks = 0;          // 0: every GPU of the cluster
+  int ranks = 0;          // 0: every GPU taking part
+  int gpus_per_node = 0;  // GPUs of each node taking part (nccl-tests' -g); 0: all
   std::string min_bytes = "8";
   std::string max_bytes = "8G";
   double factor = 2;
@@ -25,8 +27,15 @@ struct CollectiveOptions {
   int seeds = 1;  // hash routing: seeds 1..seeds, each row the median run, the spread summarised
 };
 
-// Prints the table to stdout; throws ScenarioError / ModelError on bad input or models.
+// Prints the table to stdout in nccl-tests' layout (src/util.cu at NCCL_TESTS_VERSION 2.19.6:
+// its header and device lines, the out-of-place and in-place column groups, the summary lines),
+// with fleetsim's own lines as '#' comments; throws ScenarioError / ModelError on bad input or
+// models.
 void run_collective_command(const CollectiveOptions& options);
+
+// Throws ScenarioError unless 0 <= gpus_per_node <= the node's GPUs and 0 <= ranks <= the GPUs
+// they leave (0: all), as --gpus-per-node and --ranks give them.
+void check_benchmark_ranks(const StepInputs& cluster, int ranks, int gpus_per_node);
 
 // nccl-tests size syntax: a number with an optional K, M or G suffix (powers of 1024).
 double parse_nccl_tests_size(const std::string& text);

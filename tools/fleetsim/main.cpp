@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,8 @@ const char* const kUsage =
     "  calibrate --kernels DIR --gpu PROFILE\n"
     "                  fit a GPU profile's kernel model to microbenchmark CSVs\n"
     "\n"
+    "Each command refuses the options below that are not its own.\n"
+    "\n"
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
     "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
@@ -88,11 +92,16 @@ const char* const kUsage =
     "  --min-headroom PCT     count a layout as fitting only with this share of GPU memory\n"
     "                         free (15%: what practitioners keep; default 0%)\n"
     "\n"
-    "collective options (as nccl-tests names them where it can):\n"
+    "collective options (as nccl-tests names them where it can; its table is printed in\n"
+    "nccl-tests' layout):\n"
     "  --node PRESET          node preset (required), --nodes N (default 1), --gpu PROFILE\n"
     "  --op OP                all_reduce (default), reduce_scatter, all_gather, all_to_all,\n"
-    "                         broadcast, send_recv\n"
-    "  --ranks N              GPUs taking part (default: all)\n"
+    "                         broadcast, send_recv (or the program's name, all_reduce_perf)\n"
+    "  -g, --gpus-per-node N  the first N GPUs of each node take part, as nccl-tests' -g with\n"
+    "                         one process a node (default: all)\n"
+    "  --ranks N              of those, the first N in rank order (default: all)\n"
+    "  --output FILE.h5       also write the table to an HDF5 file (spelt out: nccl-tests'\n"
+    "                         -o is its reduction op, refused here)\n"
     "  --algo ALGO            force ring, tree, nvls, nvls_tree or hierarchical (all-reduce),\n"
     "                         as NCCL_ALGO does\n"
     "  -b, --min SIZE         smallest message, e.g. 8, 128M (default 8)\n"
@@ -104,8 +113,8 @@ const char* const kUsage =
     "                         channel to one by a seeded hash (ECMP)\n"
     "  --seeds N              hash routing: run seeds 1..N, print the median (default 1)\n"
     "\n"
-    "calibrate options: --node PRESET (required), --nodes, --gpu, --ranks, --algo and the\n"
-    "  fabric options as above;\n"
+    "calibrate options: --node PRESET (required), --nodes, --gpu, -g, --ranks (default: the\n"
+    "  log's), --algo and the fabric options as above;\n"
     "  --fit-min SIZE         leave out rows smaller than SIZE (default 64M)\n"
     "  --write                replace the entry in the GPU profile file, keeping the rest\n"
     "  --kernels DIR          fit GEMM, memory, attention and overlap entries to DIR/*.csv\n"
@@ -139,7 +148,65 @@ struct Options {
   std::string calibrate_min_bytes = "64M";
   bool calibrate_write = false;
   std::string calibrate_kernels;  // a directory of kernel microbenchmark CSVs
+  std::set<std::string> given;    // the options the command line gives, by their long names
 };
+
+// The options each command takes: any other it is given is refused, not ignored.
+const std::map<std::string, std::set<std::string>>& command_options() {
+  static const std::set<std::string> limits{"max-wall", "max-memory"};
+  static const std::set<std::string> fabric{"oversubscription", "leaf-ports", "tiers", "placement",
+                                            "routing"};
+  static const std::map<std::string, std::set<std::string>> options = [] {
+    std::map<std::string, std::set<std::string>> table{
+        {"run",
+         {"output", "trace", "json", "summary", "bench", "attribute", "sensitivity", "no-fold",
+          "threads", "quiet"}},
+        {"sweep", {"output", "json", "summary", "csv", "bench", "no-fold", "threads", "quiet"}},
+        {"plan",
+         {"output", "json", "summary", "no-fold", "threads", "quiet", "top", "min-headroom"}},
+        {"validate", {}},
+        {"memory", {}},
+        {"list", {}},
+        {"collective",
+         {"output", "node", "nodes", "gpu", "op", "ranks", "gpus-per-node", "algo", "min", "max",
+          "factor", "seeds"}},
+        {"calibrate",
+         {"node", "nodes", "gpu", "ranks", "gpus-per-node", "algo", "fit-min", "write",
+          "kernels"}}};
+    for (auto& [command, names] : table) {
+      names.insert("data-dir");
+      if (command == "run" || command == "sweep" || command == "plan") {
+        names.insert(limits.begin(), limits.end());
+      }
+      if (command == "collective" || command == "calibrate") {
+        names.insert(fabric.begin(), fabric.end());
+      }
+    }
+    return table;
+  }();
+  return options;
+}
+
+// Refuses an option the command does not take, naming the commands that do.
+void check_command_options(const Options& options) {
+  const auto& table = command_options();
+  const auto taken = table.find(options.command);
+  if (taken == table.end()) return;
+  for (const std::string& name : options.given) {
+    if (taken->second.contains(name)) continue;
+    std::vector<std::string> owners;
+    for (const auto& [command, names] : table) {
+      if (names.contains(name)) owners.push_back("'" + command + "'");
+    }
+    std::string list;
+    for (std::size_t i = 0; i < owners.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == owners.size() ? " and " : ", ") + owners[i];
+    }
+    throw po::error("--" + name +
+                    (owners.empty() ? " belongs to no command" : " belongs to " + list) +
+                    ", not '" + options.command + "'");
+  }
+}
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
   Options options;
@@ -158,8 +225,9 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   auto& c = options.collective;
   named.add_options()("node", po::value(&c.node))("nodes", po::value(&c.nodes))(
       "gpu", po::value(&c.gpu))("op", po::value(&c.op))("ranks", po::value(&c.ranks))(
-      "min,b", po::value(&c.min_bytes))("max,e", po::value(&c.max_bytes))(
-      "factor,f", po::value(&c.factor))("oversubscription", po::value(&c.fabric.oversubscription))(
+      "gpus-per-node,g", po::value(&c.gpus_per_node))("min,b", po::value(&c.min_bytes))(
+      "max,e", po::value(&c.max_bytes))("factor,f", po::value(&c.factor))(
+      "oversubscription", po::value(&c.fabric.oversubscription))(
       "leaf-ports", po::value(&c.fabric.leaf_ports))("tiers", po::value(&c.fabric.tiers))(
       "placement", po::value(&c.fabric.placement))("routing", po::value(&c.fabric.routing))(
       "seeds", po::value(&c.seeds))("algo", po::value(&c.algorithm))(
@@ -171,6 +239,18 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   po::variables_map vm;
   po::store(po::command_line_parser(argc, argv).options(named).positional(positional).run(), vm);
   po::notify(vm);
+  for (const auto& [name, value] : vm) {
+    if (!value.defaulted() && name != "command" && name != "file") options.given.insert(name);
+  }
+  // nccl-tests' -o is the reduction op: on `collective` the file is spelt out.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    if (options.command == "collective" && argument.starts_with("-o")) {
+      throw po::error(
+          "-o is nccl-tests' reduction op, which fleetsim collective does not take (it reduces "
+          "with sum); write the HDF5 file with --output FILE.h5");
+    }
+  }
   if (vm.count("top")) options.top = vm["top"].as<int>();
   exit_now = false;
   if (vm.count("help") || argc == 1) {
@@ -304,35 +384,20 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     thread_limit.emplace(tbb::global_control::max_allowed_parallelism,
                          static_cast<std::size_t>(options.threads));
   }
-  if (!options.trace.empty() && options.command != "run") {
-    throw po::error("--trace belongs to 'run'");
-  }
-  if (options.calibrate_write && options.command != "calibrate") {
-    throw po::error("--write belongs to 'calibrate'");
-  }
-  if (options.top && options.command != "plan") throw po::error("--top belongs to 'plan'");
-  if (!options.min_headroom.empty() && options.command != "plan") {
-    throw po::error("--min-headroom belongs to 'plan'");
-  }
-  if (options.csv && options.command != "sweep") throw po::error("--csv belongs to 'sweep'");
+  check_command_options(options);
   if (options.csv && options.json) throw po::error("--csv and --json: one of them");
   if (options.summary && !options.json) throw po::error("--summary shortens --json's output");
-  if ((options.attribute || options.sensitivity_draws != 0) && options.command != "run") {
-    throw po::error("--attribute and --sensitivity belong to 'run'");
-  }
-  if (options.sensitivity_draws != 0 && options.sensitivity_draws < 2) {
+  if (options.given.contains("sensitivity") && options.sensitivity_draws < 2) {
     throw po::error("--sensitivity needs at least 2 draws (100 make a steady 90% interval)");
-  }
-  const bool simulates =
-      options.command == "run" || options.command == "sweep" || options.command == "plan";
-  if ((!options.max_wall.empty() || !options.max_memory.empty()) && !simulates) {
-    throw po::error("--max-wall and --max-memory belong to 'run', 'sweep' and 'plan'");
   }
   // Started before the scenario loads: a limit counts the whole command.
   std::optional<fleetsim::ResourceWatch> watch;
   watch.emplace(fleetsim::parse_limits(options.max_wall, options.max_memory));
   // A stopped run or sweep writes what it finished; other commands end at once, as usual.
   if (options.command == "run" || options.command == "sweep") fleetsim::stop_on_signals();
+  if ((options.command == "collective" || options.command == "list") && !options.file.empty()) {
+    throw po::error("'" + options.command + "' takes no FILE, got '" + options.file + "'");
+  }
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
@@ -340,15 +405,18 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     fleetsim::run_collective_command(collective);
     return kOk;
   }
-  if (!options.calibrate_kernels.empty() && options.command != "calibrate") {
-    throw po::error("--kernels belongs to 'calibrate'");
-  }
   if (options.command == "calibrate" && !options.calibrate_kernels.empty()) {
     if (!options.file.empty() || !options.collective.node.empty()) {
       throw po::error(
           "'calibrate --kernels DIR' fits a GPU profile: give --gpu, not a LOG or --node");
     }
-    if (!options.output.empty()) throw po::error("'calibrate' prints its fit; it writes no file");
+    for (const std::string& name : options.given) {
+      if (name != "kernels" && name != "gpu" && name != "write" && name != "data-dir") {
+        throw po::error("--" + name +
+                        " belongs to the fit of an nccl-tests LOG, not to "
+                        "'calibrate --kernels'");
+      }
+    }
     fleetsim::KernelCalibrateOptions kernels;
     kernels.data_dir = options.data_dir;
     kernels.dir = options.calibrate_kernels;
@@ -370,7 +438,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     calibrate.min_bytes = options.calibrate_min_bytes;
     calibrate.fabric = options.collective.fabric;
     calibrate.write = options.calibrate_write;
-    if (!options.output.empty()) throw po::error("'calibrate' prints its fit; it writes no file");
+    calibrate.gpus_per_node = options.collective.gpus_per_node;
     fleetsim::run_calibrate_command(calibrate);
     return kOk;
   }
@@ -381,9 +449,6 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (options.file.empty()) throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
   if (options.command == "memory") {
-    if (!options.output.empty() || options.json || options.bench_runs > 0) {
-      throw po::error("'memory' prints its table: -o, --json and --bench belong to 'run'");
-    }
     RunReport report = fleetsim::memory_report(scenario);
     std::cout << fleetsim::render_memory(report);
     const bool all_fit = std::all_of(report.variants.begin(), report.variants.end(),
@@ -391,9 +456,6 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     return all_fit ? kOk : kSimulationFailed;
   }
   if (options.command == "plan") {
-    if (!options.trace.empty() || options.bench_runs > 0) {
-      throw po::error("--trace and --bench belong to 'run'");
-    }
     if (scenario.swept) {
       std::cerr << "error: " << options.file
                 << ": plan searches the layouts of one point, and this scenario sweeps (hint: "

@@ -1,0 +1,315 @@
+// fleetsim collective and calibrate end to end: nccl-tests' table and options, the log read back
+// and fitted, the profile entry written.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "calibration/nccl_log.hpp"
+#include "cli_run.hpp"
+#include "sim/scenario/scenario.hpp"
+
+namespace fs = std::filesystem;
+using namespace fleetsim::testing;  // NOLINT: run_cli and its kin
+
+namespace {
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> out;
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
+// What a script written for nccl-tests output reads: the data rows, each split on blanks into
+// size, count, type, redop, root, then time, algbw, busbw, #wrong out of place and in place
+// (nccl-tests' README; the common parsers take the busbw of the last row and the average line).
+struct ScriptView {
+  std::vector<std::vector<std::string>> rows;
+  double average_busbw = -1;
+  bool ok_line = false;
+};
+ScriptView read_as_script(const std::string& text) {
+  ScriptView view;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("# Avg bus bandwidth")) {
+      view.average_busbw = std::stod(line.substr(line.find(':') + 1));
+    } else if (line == "# Out of bounds values : 0 OK") {
+      view.ok_line = true;
+    } else if (!line.empty() && line[0] != '#') {
+      view.rows.push_back(words(line));
+    }
+  }
+  return view;
+}
+
+// The columns (one past the last character) where the words of a line end.
+std::vector<std::size_t> word_ends(const std::string& line) {
+  std::vector<std::size_t> ends;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != ' ' && (i + 1 == line.size() || line[i + 1] == ' ')) ends.push_back(i + 1);
+  }
+  return ends;
+}
+
+std::string line_starting(const std::string& text, const std::string& start) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(start)) return line;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("fleetsim collective prints a table that reads back as an nccl-tests log") {
+  // -b 1M -e 1G -f 4: 1M, 4M, 16M, 64M, 256M, 1G = 6 rows. The log reader checks that every
+  // row's algbw equals size / time; busbw must be algbw x 2(p-1)/p for an all-reduce.
+  const Result result = run_cli("collective --node dgx-a100 -b 1M -e 1G -f 4");
+  REQUIRE(result.exit_code == 0);
+  std::istringstream text(result.out);
+  const fleetsim::NcclLog log = fleetsim::parse_nccl_log(text, "(fleetsim output)", "all_reduce");
+  REQUIRE(log.rows.size() == 6);
+  CHECK(log.rows.front().size_bytes == 1024.0 * 1024);
+  CHECK(log.rows.back().size_bytes == 1024.0 * 1024 * 1024);
+  for (const auto& row : log.rows) {
+    const auto& timing = *row.out_of_place;
+    // Both are printed to 0.01: 0.005 x 1.75 + 0.005 = 0.014 of rounding at most.
+    CHECK(timing.busbw_gb_per_s == Approx(timing.algbw_gb_per_s * 2 * 7 / 8).margin(0.015));
+  }
+  // A100 has no NVLS, so this is a ring: large messages approach the usable NVLink 3 rate,
+  // 300 GB/s x 0.773 = 232 GB/s, from below.
+  CHECK(log.rows.back().out_of_place->busbw_gb_per_s < 232.0);
+  CHECK(log.rows.back().out_of_place->busbw_gb_per_s > 220.0);
+}
+
+TEST_CASE("fleetsim collective writes its table to HDF5") {
+  const fs::path h5 = scratch_dir() / "collective.h5";
+  fs::remove(h5);
+  const Result result =
+      run_cli("collective --node mi300x-platform -b 1M -e 1G -f 4 --output " + h5.string());
+  REQUIRE(result.exit_code == 0);
+  CHECK(fs::file_size(h5) > 0);
+  // nccl-tests' -o is the reduction op: the short spelling is refused, not taken as a file.
+  const Result reduction = run_cli("collective --node mi300x-platform -o sum");
+  CHECK(reduction.exit_code == 2);
+  CHECK(reduction.err.find("--output FILE.h5") != std::string::npos);
+  CHECK_FALSE(fs::exists("sum"));
+}
+
+TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
+  CHECK(run_cli("collective --node dgx-h100 -e 8X").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --op all_to_none").exit_code == 2);
+  CHECK(run_cli("collective").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing random").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --routing hash --seeds 0").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --placement scattered").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 --seeds 4").exit_code == 2);  // adaptive
+  CHECK(run_cli("collective --node dgx-h100 --write").exit_code == 2);  // calibrate's option
+}
+
+TEST_CASE("fleetsim collective with hash routing prints the median run and the spread") {
+  // 8 nodes spread over 6-port leaves: collisions vary with the seed. The table is still an
+  // nccl-tests table; a comment line gives min <= median <= max busbw of the largest size.
+  const Result result = run_cli(
+      "collective --node dgx-h100 --nodes 8 --leaf-ports 6 --placement spread --routing hash "
+      "--seeds 5 --algo ring -b 1G -e 1G");
+  REQUIRE(result.exit_code == 0);
+  std::istringstream text(result.out);
+  const fleetsim::NcclLog log = fleetsim::parse_nccl_log(text, "(fleetsim output)", "all_reduce");
+  REQUIRE(log.rows.size() == 1);
+  const std::string marker = "busbw at 1073741824 B: min ";
+  const auto at = result.out.find(marker);
+  REQUIRE(at != std::string::npos);
+  double min = 0, median = 0, max = 0;
+  REQUIRE(std::sscanf(result.out.c_str() + at + marker.size(), "%lf, median %lf, max %lf", &min,
+                      &median, &max) == 3);
+  CHECK(min <= median);
+  CHECK(median <= max);
+  CHECK(median == Approx(log.rows.front().out_of_place->busbw_gb_per_s).epsilon(0.01));
+}
+
+TEST_CASE("fleetsim calibrate fits a shipped log and prints the profile entry") {
+  const std::string log = std::string(FLEETSIM_SOURCE_DIR) +
+                          "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log";
+  const Result result = run_cli("calibrate " + log + " --node mi300x-platform");
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.out.find("fit of link_efficiency.xgmi") != std::string::npos);
+  // Rows of 64 MiB and up of this log give 0.710 (docs/collective-accuracy.md's table); a model
+  // change that moves the fit shows here.
+  CHECK(result.out.find("efficiency  0.71") != std::string::npos);
+  CHECK(result.out.find("provenance: 'measured: fit to") != std::string::npos);
+  CHECK(run_cli("calibrate " + log).exit_code == 2);  // no --node
+}
+
+TEST_CASE("fleetsim calibrate --kernels fits a profile's kernel model to microbenchmark CSVs") {
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const std::string dir = source + "/calibration/microbench/h100-sxm";
+  const Result result = run_cli("calibrate --kernels " + dir + " --gpu h100-sxm");
+  REQUIRE(result.exit_code == 0);
+  CHECK(result.out.find("fit of h100-sxm's kernel model") != std::string::npos);
+  CHECK(result.out.find("held out (every third GEMM row") != std::string::npos);
+  // The shipped profile is this fit: nothing to change.
+  CHECK(result.out.find("(the profile holds these entries already)") != std::string::npos);
+  CHECK(run_cli("calibrate --kernels " + dir).exit_code == 2);  // no --gpu
+  CHECK(run_cli("calibrate --kernels " + dir + " --gpu h100-sxm --node dgx-h100").exit_code == 2);
+  const fs::path bad = scratch_dir() / "bad-microbench";
+  fs::remove_all(bad);
+  fs::create_directories(bad);
+  std::ofstream(bad / "gemm.csv") << "# provenance: measured\ndtype,m,n,k,time_us\nbf16,1,2\n";
+  const Result error = run_cli("calibrate --kernels " + bad.string() + " --gpu h100-sxm");
+  CHECK(error.exit_code == 2);
+  CHECK(error.err.find("gemm.csv:3: expected 5 fields, got 3") != std::string::npos);
+}
+
+TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing else") {
+  // On a copy of the data: the fitted xGMI efficiency replaces the published 0.75, the file
+  // still loads, and every other line of the profile is as it was.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const fs::path data = scratch_dir() / "data";
+  fs::remove_all(data);
+  fs::create_directories(data);
+  for (const char* sub : {"topology", "calibration", "workloads"}) {
+    fs::copy(fs::path(source) / sub, data / sub, fs::copy_options::recursive);
+  }
+  const fs::path profile = data / "calibration/profiles/mi300x.yaml";
+  const std::string before = slurp(profile);
+  const std::string arguments = "calibrate " + source +
+                                "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log "
+                                "--node mi300x-platform --data-dir " +
+                                data.string();
+  REQUIRE(run_cli(arguments).exit_code == 0);
+  CHECK(slurp(profile) == before);  // without --write the file is untouched
+  const Result written = run_cli(arguments + " --write");
+  REQUIRE(written.exit_code == 0);
+  const std::string after = slurp(profile);
+  const fleetsim::StepInputs cluster =
+      fleetsim::load_cluster(fleetsim::DataPaths{data}, "mi300x-platform", 1);
+  CHECK(cluster.gpu.link_efficiency.at("xgmi").value == Approx(0.710).margin(0.0005));
+  CHECK_THAT(cluster.gpu.link_efficiency.at("xgmi").provenance,
+             Catch::StartsWith("measured: fit to mi300x8-allreduce-rccl-rocmblog-xgmi.log"));
+  std::istringstream old_lines(before), new_lines(after);
+  int changed = 0;
+  for (std::string a, b; std::getline(old_lines, a) && std::getline(new_lines, b);) {
+    changed += a != b;
+  }
+  CHECK(changed == 3);  // value, sigma, provenance
+  // Writing the same fit again changes nothing.
+  REQUIRE(run_cli(arguments + " --write").exit_code == 0);
+  CHECK(slurp(profile) == after);
+  fs::remove_all(data);
+}
+
+TEST_CASE(
+    "fleetsim collective prints nccl-tests' layout: a script reads it as it reads a real log") {
+  const std::string real = slurp(std::string(FLEETSIM_SOURCE_DIR) +
+                                 "/calibration/logs/h100x8-allreduce-nvls-nccltests290.log");
+  const Result result = run_cli("collective --node dgx-h100 -b 128M -e 4G");
+  REQUIRE(result.exit_code == 0);
+  for (const std::string& text : {real, result.out}) {
+    const ScriptView view = read_as_script(text);
+    REQUIRE(view.rows.size() == 6);  // 128M .. 4G by 2
+    for (const auto& row : view.rows) {
+      REQUIRE(row.size() == 13);
+      CHECK(row[2] == "float");
+      CHECK(row[3] == "sum");
+      CHECK(std::stod(row[7]) == Approx(std::stod(row[11])).epsilon(0.01));  // busbw both ways
+    }
+    CHECK(std::stod(view.rows.back()[0]) == 4294967296.0);
+    CHECK(view.ok_line);
+    CHECK(view.average_busbw > 400);
+    // NVLS on 8 H100: the log's 473.6 GB/s, the model's 479.7 at 4 GiB (1.3% apart).
+    CHECK(std::stod(view.rows.back()[7]) == Approx(476).epsilon(0.01));
+  }
+  // nccl-tests 2.19.6's lines, character for character (src/util.cu's formats), and its
+  // columns: every row's words end where the header's do.
+  const std::string out = result.out;
+  CHECK(out.find("# Collective test starting: all_reduce_perf\n") != std::string::npos);
+  CHECK(out.find("\n# Collective test concluded: all_reduce_perf\n") != std::string::npos);
+  const std::string header = line_starting(out, "#       size");
+  CHECK(header ==
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+        "     time   algbw   busbw  #wrong ");
+  CHECK(line_starting(out, "#        (B)") ==
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)         "
+        "    (us)  (GB/s)  (GB/s)         ");
+  CHECK(line_starting(out, "#  Rank  7") ==
+        "#  Rank  7 Group  0 Pid      0 on      node0 device  7 [0000:00:00] h100-sxm");
+  // Without validation nccl-tests prints each #wrong as "    N/A", one character short of the
+  // header's "  #wrong" (src/util.cu), which shifts what follows: so do these rows.
+  std::vector<std::size_t> columns = word_ends(header);
+  columns.erase(columns.begin());  // the header's '#'
+  for (std::size_t i = 8; i < columns.size(); ++i) columns[i] -= i < 12 ? 1 : 2;
+  std::istringstream rows(out);
+  int checked = 0;
+  for (std::string line; std::getline(rows, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    CHECK(word_ends(line) == columns);
+    ++checked;
+  }
+  CHECK(checked == 6);
+}
+
+TEST_CASE("fleetsim collective -g takes the first GPUs of each node, as nccl-tests' -g does") {
+  // One GPU on each of two DGX H100: a two-rank ring over one 400 Gb/s rail, busbw = algbw of
+  // at most 50 GB/s x 0.96 = 48 GB/s; all 16 GPUs reach far more through NVLS and eight rails.
+  const Result one = run_cli("collective --node dgx-h100 --nodes 2 -g 1 -b 1G -e 1G");
+  REQUIRE(one.exit_code == 0);
+  const ScriptView view = read_as_script(one.out);
+  REQUIRE(view.rows.size() == 1);
+  CHECK(std::stod(view.rows[0][7]) < 48.0);
+  CHECK(std::stod(view.rows[0][7]) > 40.0);
+  CHECK(one.out.find("nGpus 1 ") != std::string::npos);
+  CHECK(line_starting(one.out, "#  Rank  1") ==
+        "#  Rank  1 Group  0 Pid      1 on      node1 device  0 [0000:00:00] h100-sxm");
+  CHECK(line_starting(one.out, "#  Rank  2").empty());
+  const Result all = run_cli("collective --node dgx-h100 --nodes 2 -b 1G -e 1G");
+  REQUIRE(all.exit_code == 0);
+  CHECK(std::stod(read_as_script(all.out).rows[0][7]) > 300.0);
+  CHECK(run_cli("collective --node dgx-h100 -g 9").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --nodes 2 -g 2 --ranks 5").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --op all_reduce_perf -b 1M -e 1M").exit_code == 0);
+}
+
+TEST_CASE("fleetsim calibrate reads fleetsim collective's table back to the profile's values") {
+  // A simulated log fitted on the preset that made it gives back the efficiency it ran at:
+  // NVLink 3 on 8 A100 (0.773), and one InfiniBand rail between two DGX H100 (0.96).
+  const fs::path dir = scratch_dir();
+  const auto fitted = [&](const std::string& collective, const std::string& calibrate) {
+    const Result table = run_cli("collective " + collective + " -b 64M -e 4G");
+    REQUIRE(table.exit_code == 0);
+    const fs::path log = dir / "simulated.log";
+    std::ofstream(log) << table.out;
+    const Result fit = run_cli("calibrate " + log.string() + " " + calibrate);
+    REQUIRE(fit.exit_code == 0);
+    const std::string line = line_starting(fit.out, "  efficiency");
+    REQUIRE_FALSE(line.empty());
+    return std::stod(words(line)[1]);
+  };
+  CHECK(fitted("--node dgx-a100", "--node dgx-a100") == Approx(0.773).epsilon(0.01));
+  CHECK(fitted("--node dgx-h100 --nodes 2 -g 1", "--node dgx-h100 --nodes 2 -g 1") ==
+        Approx(0.96).epsilon(0.01));
+}
+
+TEST_CASE("each command refuses the options it does not take, naming those that do") {
+  const std::string log = std::string(FLEETSIM_SOURCE_DIR) +
+                          "/calibration/logs/mi300x8-allreduce-rccl-rocmblog-xgmi.log";
+  const Result op = run_cli("calibrate " + log + " --node mi300x-platform --op all_gather");
+  CHECK(op.exit_code == 2);
+  CHECK(op.err.find("--op belongs to 'collective', not 'calibrate'") != std::string::npos);
+  CHECK(run_cli("collective --node dgx-h100 --json").exit_code == 2);
+  CHECK(run_cli("collective --node dgx-h100 --threads 2").exit_code == 2);
+  CHECK(run_cli("list --json").exit_code == 2);
+  CHECK(run_cli("list extra").exit_code == 2);
+  CHECK(run_cli("collective extra --node dgx-h100").exit_code == 2);
+  const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
+  const Result json = run_cli("validate " + scenario + " --json");
+  CHECK(json.exit_code == 2);
+  CHECK(json.err.find("--json belongs to 'plan', 'run' and 'sweep', not 'validate'") !=
+        std::string::npos);
+  CHECK(run_cli("memory " + scenario + " --bench 3").exit_code == 2);
+  CHECK(run_cli("calibrate --kernels x --gpu h100-sxm --algo ring").exit_code == 2);
+}
