@@ -202,12 +202,12 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
             (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
   }
   // Transformer Engine keeps each projection weight cast to FP8 and, where the GPU's FP8 GEMMs
-  // take TN only (Hopper), its transpose (dgrad reads it), refreshed once per step; under
-  // ZeRO-3 only for the units gathered at once, freed with them (a per-step allocation). Under
-  // FSDP2 (torchao's float8 linears, which lay each GEMM's second FP8 operand out column-major
-  // themselves) each weight is cast and transposed as its unit runs: only the units at work
-  // hold their copies, under a pipeline too. FP8 primary weights are their own cast: only the
-  // transpose, if any, is kept beside them (a Float8Tensor's cached transpose).
+  // take TN only (Hopper, compute capability 12), its transpose (dgrad reads it), refreshed once
+  // per step; under ZeRO-3 only for the units gathered at once, freed with them (a per-step
+  // allocation). Under FSDP2 (torchao's float8 linears, which lay each GEMM's second FP8 operand
+  // out column-major themselves) each weight is cast and transposed as its unit runs: only the
+  // units at work hold their copies, under a pipeline too. FP8 primary weights are their own cast:
+  // only the transpose, if any, is kept beside them (a Float8Tensor's cached transpose).
   double fp8_copies = 0;
   const bool fp8_per_unit = sharding.parameters_sharded() || plan.fsdp2;
   if (training.precision == Precision::fp8) {

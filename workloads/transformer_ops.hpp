@@ -76,10 +76,9 @@ struct LayerOps {
 // Selective recomputation reruns each of `modules` just before its backward: the attention
 // core (eager attention's scores, softmax and PV, or the fused attention kernel, with ring
 // attention's exchange under cp), a dense MLP block or a mixture of experts' whole (with its
-// tensor-parallel collectives and all-to-alls), the experts' activations; full recomputation is
-// the caller's. Under LoRA the
-// layer's projections are frozen (no weight gradients) and each targeted one has its adapter
-// GEMMs after it.
+// tensor-parallel collectives and all-to-alls), the experts' activations, the norm before the
+// experts' block; full recomputation is the caller's. Under LoRA the layer's projections are
+// frozen (no weight gradients) and each targeted one has its adapter GEMMs after it.
 // With expert parallelism over `ep` ranks (a mixture of experts, tp 1) each rank holds experts
 // / ep of the experts; the permuted tokens go to their experts' ranks and come back by two
 // all-to-alls of the expert-parallel group, in forward and in backward.

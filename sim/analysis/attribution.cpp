@@ -91,7 +91,9 @@ void take_step_factor(Factor factor, StepInputs& to, const StepInputs& from) {
       return;
     case Factor::collective_library:
       gpu.collectives = other.collectives;
-      gpu.compute_capability = other.compute_capability;  // what chose the tree's limits
+      // What chose the tree's limits; it also tells whether Transformer Engine keeps FP8
+      // transposes, a difference of memory only, counted here with it.
+      gpu.compute_capability = other.compute_capability;
       return;
     case Factor::memory_and_layout:
       gpu.hbm_capacity_bytes = other.hbm_capacity_bytes;

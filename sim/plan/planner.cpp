@@ -500,9 +500,10 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   // Of a layout that fits in no mode, its leanest mode's memory check (for `leanest`).
   std::vector<std::optional<PlannedLayout>> closest(layouts.size());
   tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
-    // The job rules look at recomputation only to refuse per_op (which the search does not try)
-    // and a partial depth without full recomputation (which it sets only with full): a layout
-    // they refuse is refused in every mode it tries.
+    // The job rules look at recomputation only to refuse per_op (which the search does not try),
+    // a partial depth without full recomputation (which it sets only with full) and modules
+    // other than the default (which it does not set): a layout they refuse is refused in every
+    // mode it tries.
     if (first_job_problem(job_subject_on_cluster(layouts[i]), layouts[i].plan)) {
       refused[i] = 1;
       return;

@@ -23,29 +23,32 @@ std::vector<double> nccl_tests_sizes(double min_bytes, double max_bytes, double 
   return sizes;
 }
 
+BenchmarkRanks resolve(const StepInputs& cluster, BenchmarkRanks ranks) {
+  if (ranks.per_node < 0 || ranks.per_node > cluster.node.gpus) {
+    throw ModelError("expected 1 to " + std::to_string(cluster.node.gpus) + " GPUs a node (" +
+                     cluster.node.name + "), got " + std::to_string(ranks.per_node));
+  }
+  const int per_node = ranks.per_node > 0 ? ranks.per_node : cluster.node.gpus;
+  const int available = cluster.nodes * per_node;
+  if (ranks.ranks < 0 || ranks.ranks > available) {
+    throw ModelError("expected 1 to " + std::to_string(available) + " ranks (" +
+                     std::to_string(cluster.nodes) + " nodes, " + std::to_string(per_node) +
+                     " GPUs each), got " + std::to_string(ranks.ranks));
+  }
+  return {ranks.ranks > 0 ? ranks.ranks : available, per_node};
+}
+
 std::vector<VertexId> benchmark_members(const Topology& topology, const StepInputs& cluster,
                                         BenchmarkRanks ranks) {
-  const int per_node = ranks.per_node > 0 ? ranks.per_node : cluster.node.gpus;
-  if (ranks.per_node < 0 || per_node > cluster.node.gpus) {
-    throw ModelError(std::to_string(per_node) + " GPUs a node, node " + cluster.node.name +
-                     " has " + std::to_string(cluster.node.gpus));
-  }
+  const BenchmarkRanks picked = resolve(cluster, ranks);
   std::vector<VertexId> members;
   for (int node = 0; node < cluster.nodes; ++node) {
-    for (int index = 0; index < per_node; ++index) {
+    for (int index = 0; index < picked.per_node; ++index) {
       members.push_back(topology.gpus().at(static_cast<std::size_t>(node) * cluster.node.gpus +
                                            static_cast<std::size_t>(index)));
     }
   }
-  const std::size_t wanted =
-      ranks.ranks > 0 ? static_cast<std::size_t>(ranks.ranks) : members.size();
-  if (ranks.ranks < 0 || wanted > members.size()) {
-    throw ModelError("the collective needs " + std::to_string(ranks.ranks) +
-                     " GPUs, the cluster "
-                     "gives it " +
-                     std::to_string(members.size()));
-  }
-  members.resize(wanted);
+  members.resize(static_cast<std::size_t>(picked.ranks));
   return members;
 }
 

@@ -33,6 +33,9 @@ struct BenchmarkRanks {
   int ranks = 0;
   int per_node = 0;
 };
+// `ranks` with its zeros resolved on `cluster`: the GPUs it takes of each node and in all.
+// Throws ModelError for a negative count or more GPUs than the cluster gives.
+BenchmarkRanks resolve(const StepInputs& cluster, BenchmarkRanks ranks);
 
 // The GPUs of `topology` (built of `cluster`) that `ranks` picks, in rank order. Throws
 // ModelError when the cluster has too few.

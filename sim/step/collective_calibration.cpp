@@ -1,8 +1,11 @@
 #include "sim/step/collective_calibration.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <string_view>
 
 #include "calibration/linear_fit.hpp"
 #include "sim/engine/errors.hpp"
@@ -11,6 +14,82 @@
 
 namespace fleetsim {
 namespace {
+
+// A fitted efficiency below this share of line rate is not a property of the link kind: the
+// lowest published in the shipped profiles is PCIe's 0.59 (a P2P-disabled copy benchmark), and
+// NVIDIA's expectations for NVLink, NVLS and InfiniBand lie at 0.69-0.96 (GTC24 S62129). Below
+// it the log shows a degraded system, or one the preset does not describe.
+constexpr double kLeastPlausibleEfficiency = 0.4;
+// Bandwidth that still grows by more than this share per doubling of the message at the log's
+// largest sizes has not levelled off: the fit would read the pipeline's fill as the link's
+// rate. (The shipped logs grow by 0.1-3.4% over their last doubling.)
+constexpr double kMostRiseAtTheEnd = 0.05;
+
+// The GPU a device or profile name speaks of ("NVIDIA H100 80GB HBM3", "h100-sxm-96gb":
+// "h100"), or "" when it names none known; the more specific names come first.
+std::string gpu_family(std::string_view name) {
+  std::string squeezed;
+  for (const char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      squeezed += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  for (const char* family :
+       {"gb300", "gb200", "b300", "b200", "h200", "h800", "h100", "h20", "a800", "a100", "mi355",
+        "mi325", "mi300", "mi250", "l40s", "l40", "5090", "4090", "3090"}) {
+    if (squeezed.find(family) != std::string::npos) return family;
+  }
+  return "";
+}
+
+// The log's GPUs and rank count against the cluster it is to be fitted on: a log of other GPUs
+// (or another collective library: RCCL's are AMD's) or of more ranks than the cluster's fits
+// nothing of the profile.
+void check_log_matches(const StepInputs& cluster, const NcclLog& log, BenchmarkRanks ranks) {
+  const std::string profile = gpu_family(cluster.gpu.name);
+  for (const NcclLogDevice& device : log.devices) {
+    const std::string ran_on = gpu_family(device.name);
+    if (ran_on.empty() || profile.empty() || ran_on == profile) continue;
+    throw NcclLogError(log.file, 0,
+                       "the log ran on " + device.name + ", and the cluster's GPU profile is " +
+                           cluster.gpu.name + " (node " + cluster.node.name + ")",
+                       "give --node a preset of that GPU, or --gpu its profile");
+  }
+  const int available = resolve(cluster, {0, ranks.per_node}).ranks;
+  const int wanted = ranks.ranks;
+  if (wanted > available) {
+    throw NcclLogError(log.file, 0,
+                       "the log has " + std::to_string(wanted) + " ranks, and " +
+                           std::to_string(cluster.nodes) + " x " + cluster.node.name + " give " +
+                           std::to_string(available) + " GPUs",
+                       "add --nodes (and -g for fewer GPUs a node), or --ranks");
+  }
+}
+
+// Refuses a log whose out-of-place bus bandwidth still grows by more than kMostRiseAtTheEnd per
+// doubling between its two largest rows of the fit.
+void check_levelled_off(const NcclLog& log, double min_bytes) {
+  std::vector<const NcclLogRow*> rows;
+  for (const NcclLogRow& row : log.rows) {
+    if (row.size_bytes >= min_bytes && row.out_of_place) rows.push_back(&row);
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto* a, const auto* b) { return a->size_bytes < b->size_bytes; });
+  if (rows.size() < 2) return;
+  const NcclLogRow& before = *rows[rows.size() - 2];
+  const NcclLogRow& last = *rows.back();
+  const double doublings = std::log2(last.size_bytes / before.size_bytes);
+  const double growth = last.out_of_place->algbw_gb_per_s / before.out_of_place->algbw_gb_per_s;
+  if (doublings > 0 && std::pow(growth, 1 / doublings) - 1 > kMostRiseAtTheEnd) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "the bandwidth still rises %.0f%% a doubling at the largest message (%.0f B): "
+                  "the log stops before it levels off",
+                  100 * (std::pow(growth, 1 / doublings) - 1), last.size_bytes);
+    throw NcclLogError(log.file, last.line, text,
+                       "run nccl-tests to larger messages (-e), or fit a log that does");
+  }
+}
 
 // The link kind whose links carry the most bytes per unit of capacity in a run of `op` of the
 // largest size: the bottleneck whose efficiency the log can tell.
@@ -81,6 +160,8 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
                      ": a fit of latency and bandwidth with an error estimate needs "
                      "at least three rows (lower the minimum size?)");
   }
+  check_log_matches(cluster, log, ranks);
+  check_levelled_off(log, min_bytes);
   const double largest = *std::max_element(sizes.begin(), sizes.end());
 
   // The algorithm as the current profile would choose it for the largest size, and the link
@@ -89,9 +170,7 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
       benchmark_collective(cluster, op, ranks, {largest}, forced).front().algorithm;
   CollectiveFit fit;
   fit.algorithm = to_string(algorithm);
-  fit.ranks = static_cast<int>(
-      benchmark_members(build_cluster(cluster.node, cluster.nodes, cluster.fabric), cluster, ranks)
-          .size());
+  fit.ranks = resolve(cluster, ranks).ranks;
 
   // Bandwidth-only runs: every latency at 0, the other efficiencies as the profile has them.
   StepInputs trial = cluster;
@@ -161,6 +240,17 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
     throw ModelError(log.file + ": at the fitted " + fit.parameter + " of " +
                      std::to_string(*efficiency) + " the run is bound by " + bound_by +
                      " links, not " + kind + "; the log cannot tell the efficiency");
+  }
+  if (*efficiency < kLeastPlausibleEfficiency || *efficiency > 1) {
+    char text[200];
+    std::snprintf(text, sizeof text,
+                  "the fit gives %s = %.3f, outside the %.2f-1 a link of its kind delivers: the "
+                  "log is of a degraded system or of one that %s does not describe",
+                  fit.parameter.c_str(), *efficiency, kLeastPlausibleEfficiency,
+                  cluster.node.name.c_str());
+    throw NcclLogError(log.file, 0, text,
+                       "check the log's system against the preset (GPUs, links, NICs), or "
+                       "leave this fit out");
   }
   fit.efficiency = *efficiency;
   // The fitted links bound the run, so near the fixed point the time scales as 1/e and

@@ -292,6 +292,36 @@ TEST_CASE("fleetsim calibrate reads fleetsim collective's table back to the prof
   CHECK(fitted("--node dgx-a100", "--node dgx-a100") == Approx(0.773).epsilon(0.01));
   CHECK(fitted("--node dgx-h100 --nodes 2 -g 1", "--node dgx-h100 --nodes 2 -g 1") ==
         Approx(0.96).epsilon(0.01));
+  // Without -g the log's device list tells it: one GPU on each host.
+  CHECK(fitted("--node dgx-h100 --nodes 2 -g 1", "--node dgx-h100 --nodes 2") ==
+        Approx(0.96).epsilon(0.01));
+}
+
+TEST_CASE("fleetsim calibrate refuses a log it should not fit, and writes nothing") {
+  const std::string logs = std::string(FLEETSIM_SOURCE_DIR) + "/calibration/logs/";
+  const auto refused = [](const std::string& arguments, const std::string& why) {
+    const Result result = run_cli("calibrate " + arguments + " --write");
+    CHECK(result.exit_code == 2);
+    CHECK(result.out.empty());
+    CHECK(result.err.find(why) != std::string::npos);
+  };
+  // Another GPU (an RCCL log of MI300X) than the preset's.
+  refused(logs + "mi300x8-allreduce-rccl-hisohara-aac8.log --node dgx-h100",
+          "the log ran on AMD Instinct MI300X, and the cluster's GPU profile is h100-sxm");
+  // More ranks than the cluster gives.
+  refused(logs + "a100x16-2node-allreduce-meta-gcm-fixture.log --node dgx-a100",
+          "the log has 16 ranks, and 1 x dgx-a100 give 8 GPUs");
+  // A degraded system (its maintainers' word, nccl-tests issue 319): NVLS at 12% of line rate.
+  refused(logs +
+              "h100x16-2node-ib-cx7-allreduce-degraded-nccltests319.log --node dgx-h100 "
+              "--nodes 2",
+          "the fit gives nvls_efficiency = 0.118, outside the 0.40-1");
+  // A log that stops while its bandwidth still climbs (1 to 16 MiB).
+  const Result rising = run_cli("collective --node dgx-h100 -b 1M -e 16M");
+  REQUIRE(rising.exit_code == 0);
+  const fs::path log = scratch_dir() / "rising.log";
+  std::ofstream(log) << rising.out;
+  refused(log.string() + " --node dgx-h100 --fit-min 1M", "still rises");
 }
 
 TEST_CASE("each command refuses the options it does not take, naming those that do") {
@@ -311,5 +341,6 @@ TEST_CASE("each command refuses the options it does not take, naming those that 
   CHECK(json.err.find("--json belongs to 'plan', 'run' and 'sweep', not 'validate'") !=
         std::string::npos);
   CHECK(run_cli("memory " + scenario + " --bench 3").exit_code == 2);
+  CHECK(run_cli("run " + scenario + " --sensitivity 0").exit_code == 2);  // no draws is no option
   CHECK(run_cli("calibrate --kernels x --gpu h100-sxm --algo ring").exit_code == 2);
 }

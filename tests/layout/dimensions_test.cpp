@@ -197,3 +197,20 @@ TEST_CASE("the planner's candidates on 16 GPUs of 8-GPU nodes, a 12-layer mixtur
   CHECK(find_layout_dimension("tp_comm_overlap")->candidates(search, chosen) ==
         std::vector<DimensionValue>{true});
 }
+
+TEST_CASE("recompute_modules offers exactly the modules the layout knows, read back as written") {
+  const LayoutDimension& modules = *find_layout_dimension("recompute_modules");
+  REQUIRE(modules.choices.size() == kRecomputeModuleNames.size());
+  for (std::size_t i = 0; i < kRecomputeModuleNames.size(); ++i) {
+    CHECK(modules.choices[i] == kRecomputeModuleNames[i].first);
+  }
+  // Written as results write it (the names in the table's order, joined by ", ") and read back.
+  ParallelPlan plan;
+  plan.recompute_modules = {.core_attn = true, .moe = true, .layernorm = true};
+  const DimensionValue written = modules.get(plan);
+  CHECK(std::get<std::string>(written) == "core_attn, layernorm, moe");
+  ParallelPlan read;
+  modules.set(read, written);
+  CHECK(read.recompute_modules == plan.recompute_modules);
+  CHECK(default_text(modules) == "[core_attn]");
+}

@@ -18,7 +18,7 @@ namespace {
 
 constexpr double kPeakMemoryTolerance = 0.10;
 
-// Runs that ran but that the model calls out of memory: none now.
+// Runs that ran but that the model calls out of memory.
 const std::set<std::string> kKnownOutOfMemory = {};
 
 // Validation files the loader refuses, as the accuracy page lists them: mixtures of experts

@@ -2,6 +2,7 @@
 // rerun keeps of a layer's saved tensors, derived by hand, and the kernels it runs again.
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
 #include "common/memory_items.hpp"
 #include "models.hpp"
@@ -134,4 +135,37 @@ TEST_CASE("recompute_modules: a rerun module's tensors are held again in its lay
   plan.recompute = Recompute::none;
   plan.recompute_modules = {};
   CHECK(estimate_memory(m, t, plan, {80e9}).total_bytes > memory.total_bytes);
+}
+
+TEST_CASE("recompute_modules: a rerun block keeps its collectives' order, under tp, FP8 and cp") {
+  // Llama-3-8B at tp 2 with sequence parallelism and FP8, cp 2: the MLP block's rerun casts its
+  // sequence shard to FP8 before gathering it, as the forward does, and reduce-scatters down's
+  // output; the fused attention's rerun has ring attention's exchange beside it again.
+  const ModelSpec m = llama3_8b();
+  TrainingSpec t = training(4096, 64, 2);
+  t.precision = Precision::fp8;
+  const RecomputeModules modules{.core_attn = true, .mlp = true};
+  const LayerOps layer = decoder_layer_ops(m, t, 2, Recompute::selective, 1, 2, true, modules);
+  const auto at = [&](const std::string& name) {
+    for (std::size_t i = 0; i < layer.backward.size(); ++i) {
+      if (layer.backward[i].name == name) return static_cast<long>(i);
+    }
+    return -1L;
+  };
+  CHECK(at("mlp_residual.bwd") < at("recompute.gate_up.cast"));
+  CHECK(at("recompute.gate_up.cast") + 1 == at("recompute.mlp_gather"));
+  CHECK(at("recompute.mlp_gather") + 1 == at("recompute.gate_up"));
+  CHECK(at("recompute.down") + 1 == at("recompute.mlp_scatter"));
+  // Then the block's backward: down's output gradient cast to FP8, then gathered.
+  CHECK(at("recompute.mlp_scatter") + 1 == at("down.grad_cast"));
+  CHECK(at("down.grad_cast") + 1 == at("mlp_scatter.bwd"));
+  // The FP8 shard gathered, half the BF16 bytes down's output reduce-scatters, as in forward.
+  const auto bytes = [&](long i) { return layer.backward[i].collective->size_bytes; };
+  CHECK(bytes(at("recompute.mlp_gather")) == bytes(at("recompute.mlp_scatter")) / 2);
+  CHECK(at("recompute.kv_ring") + 1 == at("recompute.attention"));
+  CHECK(at("recompute.attention") + 1 == at("kv_ring.bwd"));
+  CHECK(at("kv_ring.bwd") + 1 == at("attention.bwd"));
+  // Each exchange runs beside its attention kernel.
+  CHECK(overlapped_kernel(layer.backward, at("recompute.kv_ring")) == at("recompute.attention"));
+  CHECK(overlapped_kernel(layer.backward, at("kv_ring.bwd")) == at("attention.bwd"));
 }

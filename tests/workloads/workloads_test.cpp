@@ -375,7 +375,7 @@ TEST_CASE("memory: where FP8 GEMMs read either layout, Transformer Engine keeps 
   // On Hopper each projection weight has an FP8 cast and its transpose (2 bytes a projection
   // parameter); where FP8 GEMMs take either layout (Blackwell: is_non_tn_fp8_gemm_supported),
   // the cast alone (1 byte), and beside FP8 primary weights nothing. torchao's float8 linears
-  // under FSDP2 transpose on every GPU: unchanged.
+  // under FSDP2 transpose on every GPU: the same on both.
   const auto [m, plan, fp8, primary, projections] = Fp8Job();
   const MemoryDevice hopper{80e9, false};
   const MemoryDevice blackwell{80e9, true};

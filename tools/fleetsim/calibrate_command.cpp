@@ -34,16 +34,26 @@ void run_calibrate_command(const CalibrateOptions& options) {
   StepInputs cluster =
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
   options.fabric.apply(cluster.fabric);
-  check_benchmark_ranks(cluster, options.ranks, options.gpus_per_node);
-  const BenchmarkRanks ranks{options.ranks > 0 ? options.ranks : std::max(log.ranks(), 0),
-                             options.gpus_per_node};
+  // -g as given, else as the log's device list shows it: the GPUs of its first host, where
+  // they are fewer than a node's.
+  int per_node = options.gpus_per_node;
+  if (per_node == 0 && !log.devices.empty()) {
+    const std::string& host = log.devices.front().host;
+    per_node = static_cast<int>(std::count_if(log.devices.begin(), log.devices.end(),
+                                              [&](const auto& d) { return d.host == host; }));
+    if (per_node >= cluster.node.gpus) per_node = 0;
+  }
+  resolve_command_line_ranks(cluster, options.ranks, per_node);
+  const BenchmarkRanks ranks{options.ranks > 0 ? options.ranks : log.ranks(), per_node};
+  const int gpus_a_node = resolve(cluster, {0, per_node}).per_node;
   const double min_bytes = options.min_bytes.empty() ? 0 : parse_nccl_tests_size(options.min_bytes);
   const CollectiveFit fit =
       fit_collective_log(cluster, log, ranks, parse_algorithm(options.algorithm), min_bytes);
 
   std::printf("fit of %s to %s\n", fit.parameter.c_str(), options.log.c_str());
-  std::printf("  %s on %d ranks of %d x %s, %s, %zu rows\n", log.op.c_str(), fit.ranks,
-              cluster.nodes, cluster.node.name.c_str(), fit.algorithm.c_str(), fit.points.size());
+  std::printf("  %s on %d ranks (%d a node) of %d x %s, %s, %zu rows\n", log.op.c_str(), fit.ranks,
+              gpus_a_node, cluster.nodes, cluster.node.name.c_str(), fit.algorithm.c_str(),
+              fit.points.size());
   std::printf("  efficiency  %.4f +- %.4f\n", fit.efficiency, fit.efficiency_sigma);
   std::printf("  latency     %.1f +- %.1f us\n\n", fit.latency_us, fit.latency_sigma_us);
   std::printf("  %14s  %14s  %14s  %8s\n", "size (B)", "measured (us)", "fitted (us)", "error");
@@ -74,14 +84,10 @@ void run_calibrate_command(const CalibrateOptions& options) {
                 FLEETSIM_VERSION);
   const std::string provenance =
       "measured: fit to " + log_name + " (" + file_fingerprint(options.log) + "), " + log.op +
-      " on " + std::to_string(fit.ranks) + " ranks as " + std::to_string(cluster.nodes) + " x " +
-      cluster.node.name + ", " + fit.algorithm + ", " + details;
+      " on " + std::to_string(fit.ranks) + " ranks (" + std::to_string(gpus_a_node) +
+      " a node) as " + std::to_string(cluster.nodes) + " x " + cluster.node.name + ", " +
+      fit.algorithm + ", " + details;
   entry.provenance = provenance;
-  if (options.write && entry.value > 1) {
-    throw ModelError(fit.parameter +
-                     " not written: an efficiency above 1 would not load; check the preset's "
-                     "link bandwidths");
-  }
   put_profile_entries(DataPaths{options.data_dir}, cluster.gpu.name, {{fit.parameter, entry}},
                       options.write);
 }

@@ -59,20 +59,12 @@ std::optional<CollectiveAlgorithm> parse_algorithm(const std::string& name) {
       "pairs");
 }
 
-void check_benchmark_ranks(const StepInputs& cluster, int ranks, int gpus_per_node) {
-  if (gpus_per_node < 0 || gpus_per_node > cluster.node.gpus) {
-    throw ScenarioError("(command line)", 0, 0, "--gpus-per-node",
-                        "expected 1 to " + std::to_string(cluster.node.gpus) + " GPUs a node (" +
-                            cluster.node.name + "), got " + std::to_string(gpus_per_node),
-                        "leave it out for every GPU of each node");
-  }
-  const int available =
-      cluster.nodes * (gpus_per_node > 0 ? gpus_per_node : cluster.node.gpus);
-  if (ranks < 0 || ranks > available) {
-    throw ScenarioError("(command line)", 0, 0, "--ranks",
-                        "expected 1 to " + std::to_string(available) + " ranks, got " +
-                            std::to_string(ranks),
-                        "add --nodes, or leave --ranks out for every GPU taking part");
+BenchmarkRanks resolve_command_line_ranks(const StepInputs& cluster, int ranks, int gpus_per_node) {
+  try {
+    return resolve(cluster, {ranks, gpus_per_node});
+  } catch (const ModelError& error) {
+    throw ScenarioError("(command line)", 0, 0, "-g / --ranks", error.what(),
+                        "leave them out for every GPU of every node");
   }
 }
 
@@ -105,10 +97,10 @@ void run_collective_command(const CollectiveOptions& options) {
       load_cluster(DataPaths{options.data_dir}, options.node, options.nodes, options.gpu);
   options.fabric.apply(cluster.fabric);
   const CollectiveOp op = parse_op(options.op);
-  check_benchmark_ranks(cluster, options.ranks, options.gpus_per_node);
-  const BenchmarkRanks picked{options.ranks, options.gpus_per_node};
-  const int per_node = options.gpus_per_node > 0 ? options.gpus_per_node : cluster.node.gpus;
-  const int ranks = options.ranks > 0 ? options.ranks : cluster.nodes * per_node;
+  const BenchmarkRanks picked =
+      resolve_command_line_ranks(cluster, options.ranks, options.gpus_per_node);
+  const int per_node = picked.per_node;
+  const int ranks = picked.ranks;
   const std::vector<double> sizes =
       nccl_tests_sizes(parse_nccl_tests_size(options.min_bytes),
                        parse_nccl_tests_size(options.max_bytes), options.factor);
@@ -173,7 +165,7 @@ void run_collective_command(const CollectiveOptions& options) {
   std::printf(
       "# nThread 1 nGpus %d minBytes %.0f maxBytes %.0f step: %g(factor) warmup iters: 0 iters: "
       "1 agg iters: 1 validation: 0 graph: 0 unalign: 0\n",
-      per_node, sizes.front(), sizes.back(), options.factor);
+      std::min(per_node, ranks), sizes.front(), sizes.back(), options.factor);
   std::printf("#\n# Using devices\n");
   for (int rank = 0; rank < ranks; ++rank) {
     const int node = rank / per_node;

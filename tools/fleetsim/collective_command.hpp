@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/collectives/collectives.hpp"
+#include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_inputs.hpp"
 #include "tools/fleetsim/fabric_overrides.hpp"
 
@@ -33,9 +34,9 @@ struct CollectiveOptions {
 // models.
 void run_collective_command(const CollectiveOptions& options);
 
-// Throws ScenarioError unless 0 <= gpus_per_node <= the node's GPUs and 0 <= ranks <= the GPUs
-// they leave (0: all), as --gpus-per-node and --ranks give them.
-void check_benchmark_ranks(const StepInputs& cluster, int ranks, int gpus_per_node);
+// -g and --ranks resolved on the cluster (benchmark_collective's resolve); throws ScenarioError
+// for a count the cluster cannot give.
+BenchmarkRanks resolve_command_line_ranks(const StepInputs& cluster, int ranks, int gpus_per_node);
 
 // nccl-tests size syntax: a number with an optional K, M or G suffix (powers of 1024).
 double parse_nccl_tests_size(const std::string& text);

@@ -324,7 +324,7 @@ const std::array<LayoutDimension, 20> kDimensions = {{
                     "backward (Megatron-Core's recompute_modules): the attention core "
                     "(core_attn, the default), a dense MLP block (mlp), a mixture of experts' "
                     "block (moe), its experts' activation (moe_act) or the norm before it "
-                    "(layernorm)",
+                    "(layernorm); results write the names as one string, \"core_attn, mlp\"",
      .planner = "Megatron-Core's default, core_attn",
      .get =
          [](const ParallelPlan& plan) { return DimensionValue{to_string(plan.recompute_modules)}; },
