@@ -660,7 +660,10 @@ Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<Ve
 
 Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gpus,
                                                  double size_bytes) const {
-  // Every member's NVLink port, both ways, carrying S (1 + 1/p); links are sized for rings, so
+  // Every member's NVLink port, both ways, carrying S (p - 1) / p: NCCL's own model of NVLS
+  // (src/graph/tuning.cc), whose all-reduce bus bandwidth is twice a GPU's NVLink bandwidth
+  // times the architecture's NVLS efficiency whatever the GPU count, as measured from 8 GPUs
+  // (480 GB/s busbw on H100) to a 72-GPU NVL72 rack (835 GB/s). Links are sized for rings, so
   // NVLS's own efficiency turns that payload into their wire load.
   const VertexId nvswitch = *topology_->reducing_switch_of(gpus.front());
   PlannedFlow ports;
@@ -669,7 +672,7 @@ Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gp
     ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
   }
   const double p = static_cast<double>(gpus.size());
-  ports.bytes = size_bytes * (1 + 1 / p) * gpu_links_.ring_efficiency / gpu_links_.nvls_efficiency;
+  ports.bytes = size_bytes * (p - 1) / p * gpu_links_.ring_efficiency / gpu_links_.nvls_efficiency;
   return ports;
 }
 
@@ -720,8 +723,8 @@ Collectives::Plan Collectives::plan_hierarchical(CollectiveChoice choice,
 Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks,
                                               double size_bytes) {
   // NCCL's NVLS-tree, pipelined: inside each domain NVLS reduce-scatters the buffer, leaving GPU
-  // i with shard i (S/g), and later all-gathers it back: together S (1 + 1/g) each way per port,
-  // as an NVLS all-reduce. Across domains the GPUs with the same index all-reduce their shard
+  // i with shard i (S/g), and later all-gathers it back: together S (g - 1) / g each way per
+  // port, as an NVLS all-reduce. Across domains the GPUs with the same index all-reduce their shard
   // over a ring on their own rail: 2(d-1)/d x S/g through each NIC each way. All run at once.
   if (!nvls_tree_possible(ranks)) {
     throw ModelError("NVLS-tree needs several reducing NVSwitch domains of equal size");

@@ -68,6 +68,23 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
   CHECK(simulated == Approx(measured).epsilon(0.02));  // docs/accuracy.md: +1.3%
 }
 
+TEST_CASE("NVLS all-reduce on a 72-GPU GB200 NVL72 rack within 5% of the measured log") {
+  // CoreWeave's one-rack run (coreweave/nccl-tests PR 43): 834.57 GB/s busbw at 8 GiB, about
+  // what 8 GPUs reach (NCCL's NVLS bandwidth does not grow with the GPU count), where a
+  // per-port S (1 + 1/p) model gives 1,200. The Blackwell NVLS efficiency is H100's (NVIDIA's
+  // expected 480 GB/s) times NCCL's Blackwell / Hopper nvlsEfficiency, 0.74 / 0.85: not fitted
+  // to this log.
+  const auto [measured, simulated] =
+      largest_row_busbw({"gb200x72-nvl72-allreduce-coreweave-partial.log", "gb200-nvl72", 18, 72});
+  CHECK(simulated == Approx(measured).epsilon(0.05));
+  // The same bus bandwidth on 8 GPUs of two trays.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const StepInputs two_trays = load_cluster(DataPaths{source}, "gb200-nvl72", 2);
+  CHECK(
+      benchmark_collective(two_trays, CollectiveOp::all_reduce, 8, {8e9}).front().busbw_gb_per_s ==
+      Approx(simulated).epsilon(0.01));
+}
+
 TEST_CASE("NVLS-tree all-reduce on two AWS p5 nodes within 10% of the measured log") {
   // 2 x p5.48xlarge, 16 ranks, 16 GiB: 487.1 GB/s busbw measured, above the 400 GB/s that the
   // NICs allow any ring. The tuner picks NVLS-tree, which the NVLink ports bound here (the EFA
