@@ -165,7 +165,8 @@ TEST_CASE("two AWS p4de nodes: the tuner picks NCCL's tree, within 10%, beyond a
   // aws-samples/awsome-distributed-training: 78.33 GB/s busbw at 2 GiB on 2 x p4de (4 x 100
   // Gb/s EFA per node). A ring cannot beat the 50 GB/s of NICs per node; the double binary
   // tree moves half as much per node, and its per-channel limit (4 channels x 23.6 GB/s for
-  // Ampere on two nodes) does not bind, so the tuner runs it.
+  // Ampere on two nodes) does not bind, so the tuner runs it. The profile's EFA efficiency is
+  // fitted to this log (0.929): the ring's shortfall and the tuner's choice are the checks.
   const std::string source = FLEETSIM_SOURCE_DIR;
   const NcclLog log =
       read_nccl_log(source + "/calibration/logs/a100x16-2node-p4de-efa-allreduce-aws-partial.log");
@@ -177,12 +178,12 @@ TEST_CASE("two AWS p4de nodes: the tuner picks NCCL's tree, within 10%, beyond a
   CHECK(ring.front().busbw_gb_per_s < 50);
   CHECK(measured > 50);
   CHECK(ring.front().busbw_gb_per_s / measured - 1 ==
-        Approx(-0.39).margin(0.01));  // docs/accuracy.md
+        Approx(-0.41).margin(0.01));  // docs/collective-accuracy.md
   const auto tree = benchmark_collective(cluster, CollectiveOp::all_reduce, 16, {row.size_bytes},
                                          CollectiveAlgorithm::tree);
   const double tree_error = tree.front().busbw_gb_per_s / measured - 1;
   CHECK(std::abs(tree_error) < 0.10);
-  CHECK(tree_error == Approx(0.046).margin(0.01));  // docs/accuracy.md: +4.6%
+  CHECK(tree_error == Approx(0.013).margin(0.01));  // docs/collective-accuracy.md: +1.3%
   const auto tuned = benchmark_collective(cluster, CollectiveOp::all_reduce, 16, {row.size_bytes});
   CHECK(tuned.front().algorithm == CollectiveAlgorithm::tree);
   CHECK(tuned.front().busbw_gb_per_s == Approx(tree.front().busbw_gb_per_s));
