@@ -206,7 +206,9 @@ class Collectives {
   void start_phases(std::shared_ptr<std::vector<Phase>> phases, std::size_t next,
                     std::function<void()> done);
   bool nvls_tree_possible(const std::vector<VertexId>& ranks) const;
-  PlannedFlow nvls_ports(const std::vector<VertexId>& gpus, double size_bytes) const;
+  // The NVLink ports of `gpus` (one domain) in an NVLS all-reduce of `ranks` GPUs in all.
+  PlannedFlow nvls_ports(const std::vector<VertexId>& gpus, double size_bytes,
+                         std::size_t ranks) const;
   Plan plan_direct(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_broadcast(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_pairs(const std::vector<VertexId>& ranks, double size_bytes);

@@ -906,12 +906,13 @@ TEST_CASE("protocols: LL for small messages, Simple for large, by the library's 
 
 TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever is slower paces") {
   // 2 nodes x 8 GPUs, 450 GB/s ports, NVLS efficiency 0.5333 (ring efficiency 1 here).
-  //   Inside a node: S x 7/8 each way per port at 450 x 0.5333 = 240 GB/s: S / 274.3 GB/s.
+  //   Inside a node: S x 15/16 (16 ranks in all) each way per port at 450 x 0.5333 = 240 GB/s:
+  //   S / 256 GB/s.
   //   Across: GPU i of each node all-reduces its shard S/8 on rail i: 2 x 1/2 x S/8 = S/8
   //   through each NIC each way.
   // With 50 GB/s NICs the nodes pace it (S/8 / 50 = S / 400 is faster): busbw = 2 x 15/16 x
-  // 274.3 = 514.3 GB/s, beyond any ring (NIC-bound at 8 x 50 = 400). With 10 GB/s NICs the
-  // rails pace it: S/8 / 10 = S / 80, busbw = 1.875 x 80 = 150 GB/s.
+  // 256 = 480 GB/s, NVLS's on one node (NCCL's model), beyond any ring (NIC-bound at 8 x 50 =
+  // 400). With 10 GB/s NICs the rails pace it: S/8 / 10 = S / 80, busbw = 1.875 x 80 = 150.
   for (const double nic : {50e9, 10e9}) {
     NodeSpec node = eight_gpu_node();
     node.nvls = true;
@@ -927,7 +928,7 @@ TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever i
                          size, [&] { done_at = engine.now(); });
     engine.run();
     const double busbw = 2.0 * 15 / 16 * size / done_at.seconds();
-    const double expected = nic > 40e9 ? 1.875 * 450e9 * 0.5333 * 8 / 7 : 1.875 * 80e9;
+    const double expected = nic > 40e9 ? 2 * 450e9 * 0.5333 : 1.875 * 80e9;
     INFO("NIC " << nic / 1e9 << " GB/s");
     CHECK(busbw == Approx(expected).epsilon(1e-6));
   }
