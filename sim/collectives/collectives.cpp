@@ -659,12 +659,8 @@ Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<Ve
 }
 
 Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gpus,
-                                                 double size_bytes, std::size_t ranks) const {
-  // Every member's NVLink port, both ways, carrying S (n - 1) / n for an all-reduce of n ranks:
-  // NCCL's own model of NVLS (src/graph/tuning.cc), whose all-reduce bus bandwidth inside a
-  // domain is twice a GPU's NVLink bandwidth times the architecture's NVLS efficiency whatever
-  // the GPU count, as measured from 8 GPUs (480 GB/s busbw on H100) to a 72-GPU NVL72 rack (835
-  // GB/s), and which caps NVLS-tree's at the same across nodes. Links are sized for rings, so
+                                                 double size_bytes) const {
+  // Every member's NVLink port, both ways, carrying S (1 + 1/p); links are sized for rings, so
   // NVLS's own efficiency turns that payload into their wire load.
   const VertexId nvswitch = *topology_->reducing_switch_of(gpus.front());
   PlannedFlow ports;
@@ -672,8 +668,8 @@ Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gp
     ports.links.push_back({topology_->link_between(gpu, nvswitch).value(), 1.0});
     ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
   }
-  const double n = static_cast<double>(ranks);
-  ports.bytes = size_bytes * (n - 1) / n * gpu_links_.ring_efficiency / gpu_links_.nvls_efficiency;
+  const double p = static_cast<double>(gpus.size());
+  ports.bytes = size_bytes * (1 + 1 / p) * gpu_links_.ring_efficiency / gpu_links_.nvls_efficiency;
   return ports;
 }
 
@@ -682,7 +678,7 @@ Collectives::Plan Collectives::plan_nvls(const std::vector<VertexId>& ranks, dou
     throw ModelError("NVLS needs GPUs that support it, all on one reducing NVSwitch");
   }
   Plan plan;
-  plan.flows.push_back(nvls_ports(ranks, size_bytes, ranks.size()));
+  plan.flows.push_back(nvls_ports(ranks, size_bytes));
   return plan;
 }
 
@@ -724,10 +720,9 @@ Collectives::Plan Collectives::plan_hierarchical(CollectiveChoice choice,
 Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks,
                                               double size_bytes) {
   // NCCL's NVLS-tree, pipelined: inside each domain NVLS reduce-scatters the buffer, leaving GPU
-  // i with shard i (S/g), and later all-gathers it back: S (n - 1) / n each way per port for n
-  // ranks in all (NCCL's model: NVLS-tree's bus bandwidth no more than NVLS's). Across domains the
-  // GPUs with the same index all-reduce their shard over a ring on their own rail: 2(d-1)/d x S/g
-  // through each NIC each way. All run at once.
+  // i with shard i (S/g), and later all-gathers it back: together S (1 + 1/g) each way per port,
+  // as an NVLS all-reduce. Across domains the GPUs with the same index all-reduce their shard
+  // over a ring on their own rail: 2(d-1)/d x S/g through each NIC each way. All run at once.
   if (!nvls_tree_possible(ranks)) {
     throw ModelError("NVLS-tree needs several reducing NVSwitch domains of equal size");
   }
@@ -736,7 +731,7 @@ Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks
   const auto d = static_cast<int>(domains.size());
   Plan plan;
   for (const std::vector<VertexId>& gpus : domains)
-    plan.flows.push_back(nvls_ports(gpus, size_bytes, ranks.size()));
+    plan.flows.push_back(nvls_ports(gpus, size_bytes));
   const double shard = size_bytes / static_cast<double>(g);
   for (std::size_t i = 0; i < g; ++i) {
     PlannedFlow rail{{}, bus_factor(CollectiveOp::all_reduce, d) * shard};

@@ -62,12 +62,11 @@ struct CollectiveChoice {
   bool operator==(const CollectiveChoice&) const = default;
 };
 
-// NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU's port carries S (p - 1) / p each way, as
-// NCCL's own model of NVLS has it (src/graph/tuning.cc: all-reduce bus bandwidth twice the
-// GPU's NVLink bandwidth times the architecture's NVLS efficiency, whatever p is, which
-// measured 8- and 72-GPU domains bear out), so its bus bandwidth is not capped by the ring's. It
-// moves data at its own protocol efficiency, which the GPU profile calibrates separately from the
-// ring's (DESIGN.md, "NVLS is its own model").
+// NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU sends its whole buffer up once for the
+// switch to reduce (S), fetches and multicasts its reduced shard (S/p each way), and receives
+// every reduced shard (S): S (1 + 1/p) each way over its NVLink port, whatever p is, so its bus
+// bandwidth is not capped by the ring's. It moves data at its own protocol efficiency, which the
+// GPU profile calibrates separately from the ring's (DESIGN.md, "NVLS is its own model").
 //
 // Point-to-point sends between GPUs of one NVLink or xGMI domain run on fewer channels than the
 // library's rings (NCCL's p2p channels per peer) and reach less of the link: they have their own
@@ -206,9 +205,7 @@ class Collectives {
   void start_phases(std::shared_ptr<std::vector<Phase>> phases, std::size_t next,
                     std::function<void()> done);
   bool nvls_tree_possible(const std::vector<VertexId>& ranks) const;
-  // The NVLink ports of `gpus` (one domain) in an NVLS all-reduce of `ranks` GPUs in all.
-  PlannedFlow nvls_ports(const std::vector<VertexId>& gpus, double size_bytes,
-                         std::size_t ranks) const;
+  PlannedFlow nvls_ports(const std::vector<VertexId>& gpus, double size_bytes) const;
   Plan plan_direct(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_broadcast(const std::vector<VertexId>& ranks, double size_bytes);
   Plan plan_pairs(const std::vector<VertexId>& ranks, double size_bytes);
