@@ -69,11 +69,11 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
 }
 
 TEST_CASE("NVLS all-reduce on a GB200 NVL72 rack: 72 GPUs over-predicted, as listed") {
-  // CoreWeave's one-rack run (coreweave/nccl-tests PR 43): 834.57 GB/s busbw at 8 GiB. The
-  // model's NVLS, S (1 + 1/p) each way per port at Blackwell's efficiency (H100's times NCCL's
-  // 0.74 / 0.85), gives 1,044 there: +25%, a known gap (docs/collective-accuracy.md), about
-  // what 8 GPUs reach measured (811 GB/s on two trays, 835 simulated) where the model's bus
-  // bandwidth keeps growing with p. Bounded here so that a change that widens it shows.
+  // CoreWeave's one-rack run (coreweave/nccl-tests PR 43): 834.57 GB/s busbw at 8 GiB, about
+  // what 8 GPUs of two trays reach (811 measured, lixueduan.com's GB200 MNNVL test; 835
+  // simulated). The model's NVLS, S (1 + 1/p) each way per port at Blackwell's efficiency
+  // (H100's times NCCL's 0.74 / 0.85), grows with p and gives 1,044 on 72: +25%, a known gap
+  // (docs/collective-accuracy.md), bounded here so that a change that widens it shows.
   const auto [measured, simulated] =
       largest_row_busbw({"gb200x72-nvl72-allreduce-coreweave-partial.log", "gb200-nvl72", 18, 72});
   CHECK(simulated / measured - 1 == Approx(0.25).margin(0.02));
