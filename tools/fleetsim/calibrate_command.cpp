@@ -43,9 +43,8 @@ void run_calibrate_command(const CalibrateOptions& options) {
                                               [&](const auto& d) { return d.host == host; }));
     if (per_node >= cluster.node.gpus) per_node = 0;
   }
-  resolve_command_line_ranks(cluster, options.ranks, per_node);
+  const int gpus_a_node = resolve_command_line_ranks(cluster, options.ranks, per_node).per_node;
   const BenchmarkRanks ranks{options.ranks > 0 ? options.ranks : log.ranks(), per_node};
-  const int gpus_a_node = resolve(cluster, {0, per_node}).per_node;
   const double min_bytes = options.min_bytes.empty() ? 0 : parse_nccl_tests_size(options.min_bytes);
   const CollectiveFit fit =
       fit_collective_log(cluster, log, ranks, parse_algorithm(options.algorithm), min_bytes);
