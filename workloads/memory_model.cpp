@@ -21,8 +21,6 @@ constexpr double kWeightBytes = kBf16Bytes;
 constexpr double kMainGradBytes = kFp32Bytes;
 
 // Assumptions, labelled as such in the report.
-// 4 MiB (NCCL_BUFFSIZE) x send and receive x 32 channels x 2 ring peers.
-constexpr double kNcclBufferBytes = 4.0 * 1024 * 1024 * 2 * 32 * 2;
 constexpr double kFrameworkOverheadBytes = 1.0e9;  // CUDA context, cuBLAS/cuDNN workspaces
 constexpr double kFragmentation = 0.05;            // of the dynamic (per-step) allocations
 
@@ -417,16 +415,19 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double grad_staging = sharding.parameters_sharded()
                                   ? staged_unit / tp * training.grad_reduce_bytes
                                   : (sharding.optimizer_sharded() ? 2 * plan.bucket_bytes : 0.0);
-  // NCCL keeps buffers per communicator: the data-parallel, tensor-parallel and pipeline ones.
-  // Expert parallelism adds the expert group's and the experts' data-parallel ones, context
-  // parallelism the context group's.
-  const double communicators = (plan.gradient_ranks() > 1 ? 1 : 0) + (plan.tp > 1 ? 1 : 0) +
-                               (plan.pp > 1 ? 1 : 0) + (plan.ep > 1 ? 1 : 0) +
-                               (plan.ep > 1 && sharding.expert_ranks() > 1 ? 1 : 0) +
-                               (plan.cp > 1 ? 1 : 0);
-  add("communication buffers", kNcclBufferBytes * std::max(1.0, communicators) + grad_staging,
-      "assumed NCCL buffers (4 MiB x 2 x 32 channels x 2 peers per communicator) plus "
-      "gradient staging");
+  // The collective library's buffers, communicator by communicator (communicator_memory.hpp).
+  double library_bytes = 0;
+  std::string library_basis;
+  for (const CommunicatorUse& use : layout_communicators(plan, stage, sharding.expert_ranks())) {
+    const CommunicatorMemory held = communicator_memory(use, device.communicators);
+    library_bytes += held.bytes;
+    library_basis += (library_basis.empty() ? "" : "; ") + held.basis;
+  }
+  add("communication buffers", library_bytes + grad_staging,
+      (library_basis.empty()
+           ? std::string("no communicator")
+           : "NCCL's buffers as its source sizes them (2.22 on), " + library_basis) +
+          "; plus gradient staging");
   if (plan.tp > 1 && plan.sequence_parallel) {
     // Sequence parallelism gathers a block's T x hidden input before its first GEMM (and again
     // in backward for the weight gradient): transient full-sequence copies.

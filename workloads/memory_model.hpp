@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "workloads/communicator_memory.hpp"
 #include "workloads/model_spec.hpp"
 
 namespace fleetsim {
@@ -116,6 +117,8 @@ struct MemoryDevice {
   // Transformer Engine then keeps no FP8 transpose beside a tensor-scaled FP8 cast
   // (quantizer.cpp's create_transpose); Hopper and compute capability 12 take TN only.
   bool fp8_gemm_any_layout = false;
+  // What the collective library sees of the GPU and its node, which sizes its buffers.
+  CommunicatorDevice communicators{};
 };
 
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.

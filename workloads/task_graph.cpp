@@ -794,19 +794,28 @@ std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m) 
   }
   if (plan.vpp > 1) {
     // Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_interleaving): passes
-    // go in groups of pp micro-batches through chunk 0, then chunk 1, ... (backward: the last
-    // chunk first); the warm-up is longer by (vpp - 1) x pp passes, all of them where that
+    // go in groups of N micro-batches (microbatch_group, pp by default) through chunk 0, then
+    // chunk 1, ..., the last group taking what remains (get_schedule_table; backward: the last
+    // chunk first); the warm-up is longer by (vpp - 1) x N passes, all of them where that
     // reaches the total (Megatron-Core since 0.10, get_pp_rank_microbatches; before, every
     // stage warmed up whole when m == pp).
     const int vpp = plan.vpp;
+    const int group = plan.microbatch_group_size();
     const int total = m * vpp;
+    std::vector<std::pair<int, int>> table;  // (micro-batch, chunk) of the k-th forward
+    table.reserve(static_cast<std::size_t>(total));
+    for (int first = 0; first < m; first += group) {
+      const int end = first + group >= m ? m : first + group;
+      for (int chunk = 0; chunk < vpp; ++chunk) {
+        for (int i = first; i < end; ++i) table.emplace_back(i, chunk);
+      }
+      if (end == m) break;
+    }
     const auto pass = [&](int k, bool forward) {
-      const int in_group = k % (pp * vpp);
-      const int chunk = in_group / pp;
-      return Pass{forward, (k / (pp * vpp)) * pp + in_group % pp,
-                  forward ? chunk : vpp - 1 - chunk};
+      const auto [i, chunk] = table[static_cast<std::size_t>(k)];
+      return Pass{forward, i, forward ? chunk : vpp - 1 - chunk};
     };
-    const int warmup = std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * pp);
+    const int warmup = std::min(total, (pp - stage - 1) * 2 + (vpp - 1) * group);
     for (int k = 0; k < warmup; ++k) order.push_back(pass(k, true));
     for (int k = 0; k < total - warmup; ++k) {
       order.push_back(pass(warmup + k, true));

@@ -33,12 +33,13 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 20> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 21> kSearchOrder = {"cp",
                                                            "tp",
                                                            "pp",
                                                            "dp",
                                                            "",
                                                            "vpp",
+                                                           "microbatch_group",
                                                            "zero",
                                                            "fsdp2",
                                                            "bf16_shards",

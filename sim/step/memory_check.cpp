@@ -3,12 +3,32 @@
 // replayed (simulate_step).
 #include "sim/step/memory_check.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "sim/engine/errors.hpp"
 #include "workloads/memory_model.hpp"
 
 namespace fleetsim {
+namespace {
+
+// What the collective library sees: the channels the GPU's profile runs (one thread block, so
+// one SM, each: comm_sms), the NVLink domain and the NICs of its node, and NCCL's NVLS channels
+// by generation (nvls.cc: 16 from compute capability 9.0; from 10.0, 24 inside one domain and
+// 32 across).
+CommunicatorDevice communicator_device(const StepInputs& inputs) {
+  const bool blackwell = inputs.gpu.compute_capability.value_or(0) >= 100;
+  return {.channels = std::max(1, static_cast<int>(std::lround(inputs.gpu.comm_sms.value))),
+          .domain_gpus = inputs.node.gpus * inputs.node.nvlink_domain_nodes,
+          .nics_per_gpu = static_cast<double>(inputs.node.nics) / inputs.node.gpus,
+          .nic_bytes_per_s = inputs.node.nic_bytes_per_s,
+          .nvls = inputs.node.nvls,
+          .nvls_channels = blackwell ? 24 : 16,
+          .nvls_channels_across = blackwell ? 32 : 16};
+}
+
+}  // namespace
 
 StepOutcome check_memory(const StepInputs& inputs) {
   validate_job(inputs.model, inputs.training, inputs.plan);
@@ -16,7 +36,8 @@ StepOutcome check_memory(const StepInputs& inputs) {
   MemoryBreakdown& memory = outcome.memory;
   memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
                            {.capacity_bytes = inputs.gpu.hbm_capacity_bytes.value,
-                            .fp8_gemm_any_layout = fp8_gemm_any_layout(inputs.gpu)});
+                            .fp8_gemm_any_layout = fp8_gemm_any_layout(inputs.gpu),
+                            .communicators = communicator_device(inputs)});
   memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
   if (inputs.plan.offloads_to_host()) {
     if (inputs.plan.offload_optimizer && !inputs.node.describes_host()) {

@@ -211,7 +211,17 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
       {"uses-every-gpu", "layout.dp", [](JobSubject&, ParallelPlan& p) { p.dp = 4; }},
       {"batch-splits-into-micro-batches", "training.global_batch",
        [](JobSubject& j, ParallelPlan&) { j.global_batch = 250; }},
-      {"interleaving-in-groups-of-pp", "layout.vpp",
+      {"micro-batch-group-needs-interleaving", "layout.microbatch_group",
+       [](JobSubject&, ParallelPlan& p) { p.microbatch_group = 2; }},
+      {"micro-batch-group-within-pp-and-batch", "layout.microbatch_group",
+       [](JobSubject&, ParallelPlan& p) {
+         p.tp = 4;
+         p.pp = 2;
+         p.dp = 2;
+         p.vpp = 2;
+         p.microbatch_group = 1;  // fewer than pp
+       }},
+      {"interleaving-in-micro-batch-groups", "layout.vpp",
        [](JobSubject& j, ParallelPlan& p) {
          p.tp = 4;
          p.pp = 2;

@@ -374,6 +374,27 @@ TEST_CASE("pipeline: interleaving vpp chunks per stage cuts the bubble vpp-fold"
   CHECK(activations(interleaved) == Approx(activations(plain) * 11 / 8));
 }
 
+TEST_CASE("pipeline: a larger micro-batch group holds more passes for the same bubble") {
+  // All 8 micro-batches through chunk 0 before chunk 1 (microbatch_group 8, the breadth-first
+  // order): the warm-up of stage 0 is (4 - 1) x 2 + (2 - 1) x 8 = 14 passes, so it holds 15
+  // passes of one layer against the default group's 11. A stage still idles only while the
+  // first micro-batch reaches it and the last one's backward comes back, (p - 1) / (v m) of
+  // the compute, as with the default group.
+  StepInputs in = pipelined_job(PipelineSchedule::one_f_one_b);
+  in.plan.vpp = 2;
+  const StepOutcome by_pp = simulate_step(in);
+  in.plan.microbatch_group = 8;
+  const StepOutcome whole = simulate_step(in);
+  REQUIRE(by_pp.simulated);
+  REQUIRE(whole.simulated);
+  const auto activations = [](const StepOutcome& out) { return memory_item(out, "activations"); };
+  CHECK(activations(whole) == Approx(activations(by_pp) * 15 / 11));
+  const StepBreakdown& b = whole.step.breakdown;
+  CHECK(b.idle_s == Approx(3.0 / (2 * 8) * b.compute_s).epsilon(0.10));
+  CHECK(whole.step.model_flops == Approx(by_pp.step.model_flops).epsilon(1e-12));
+  CHECK(whole.step.comm_bytes_per_gpu == Approx(by_pp.step.comm_bytes_per_gpu).epsilon(1e-12));
+}
+
 namespace {
 
 // 256 GPUs, tp 4 x pp 2 x dp 32, on a 4:1 oversubscribed rail fat tree of 8-port leaves: the

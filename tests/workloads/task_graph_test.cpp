@@ -146,6 +146,43 @@ TEST_CASE("pipeline: the interleaved schedule runs chunks in Megatron-LM's order
   CHECK(graph.transfers == 2 * 3 * 4);
 }
 
+TEST_CASE("pipeline: a micro-batch group of N runs Megatron-Core's table, N - pp passes more") {
+  // Megatron-Core's own example (get_schedule_table, schedules.py): pp 2, vpp 2, N 3, m 5 runs
+  // forwards as micro-batches 0 1 2 0 1 2 3 4 3 4 through chunks 0 0 0 1 1 1 0 0 1 1, the last
+  // group taking the 2 that remain. Stage 0 warms up 2 (2 - 0 - 1) + (2 - 1) 3 = 5 passes,
+  // stage 1 3; then forward k + warm-up and backward k in turn, backward chunks reversed.
+  ParallelPlan plan = pipeline(2, 1, 2);
+  plan.microbatch_group = 3;
+  ModelSpec m = llama3_8b();
+  m.layers = 4;
+  const auto order = [&](int stage) {
+    std::string text;
+    for (const Pass& pass : pipeline_schedule(plan, stage, 5)) {
+      text += (pass.forward ? "F" : "B") + std::to_string(pass.micro_batch) + "c" +
+              std::to_string(pass.chunk) + " ";
+    }
+    return text;
+  };
+  CHECK(order(0) ==
+        "F0c0 F1c0 F2c0 F0c1 F1c1 F2c1 B0c1 F3c0 B1c1 F4c0 B2c1 F3c1 B0c0 F4c1 B1c0 B2c0 "
+        "B3c1 B4c1 B3c0 B4c0 ");
+  CHECK(order(1) ==
+        "F0c0 F1c0 F2c0 F0c1 B0c1 F1c1 B1c1 F2c1 B2c1 F3c0 B0c0 F4c0 B1c0 F3c1 B2c0 F4c1 "
+        "B3c1 B4c1 B3c0 B4c0 ");
+  // The stage holds its warm-up and one pass more: 6 passes on stage 0, 4 on stage 1.
+  CHECK(in_flight(m, training(4096, 5, 1), plan, 0).passes == 6);
+  CHECK(in_flight(m, training(4096, 5, 1), plan, 1).passes == 4);
+  // The replay runs the same order, and every transfer still meets its peer.
+  const TaskGraph graph = build_data_parallel_step(m, training(4096, 5, 1), plan);
+  CHECK(graph.transfers == 2 * 3 * 5);
+  // Each micro-batch above pp in the group adds vpp - 1 passes to the warm-up: on m = 6, N = 2
+  // (the default), 3 and 6 hold 5, 6 and 9 passes on stage 0.
+  for (const auto& [group, passes] : {std::pair{0, 5}, std::pair{3, 6}, std::pair{6, 9}}) {
+    plan.microbatch_group = group;
+    CHECK(in_flight(m, training(4096, 6, 1), plan, 0).passes == passes);
+  }
+}
+
 TEST_CASE("LoRA: PEFT's trainable count, 4N model FLOPs per token, only adapters reduced") {
   // Hugging Face PEFT on Meta-Llama-3-8B, rank 16 on every linear layer, reports
   // "trainable params: 41,943,040": per layer 16 x (2(h + h) + 2(h + kv) + 2(h + f) + (f + h)).

@@ -161,7 +161,7 @@ constexpr char kFsdp2[] = "fsdp2";
 constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 20> kDimensions = {{
+const std::array<LayoutDimension, 21> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -210,6 +210,26 @@ const std::array<LayoutDimension, 20> kDimensions = {{
            return plan.pp > 1 && plan.vpp > 1 ? "vpp" + std::to_string(plan.vpp) : std::string();
          },
      .candidates = vpp_candidates},
+    {.key = "microbatch_group",
+     .output = "microbatch_group",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "with vpp > 1, the micro-batches each chunk runs in a row before the next "
+                    "chunk's (Megatron-Core's microbatch_group_size_per_vp_stage): the "
+                    "warm-up, and so the passes a stage holds, grows by vpp - 1 for each one "
+                    "above pp; between pp and the step's micro-batches; 0, the default: pp",
+     .planner = "0 (pp, Megatron's default)",
+     .get = get_count<&ParallelPlan::microbatch_group>,
+     .set = set_count<&ParallelPlan::microbatch_group>,
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.vpp > 1 && plan.microbatch_group > 0
+                      ? "microbatch-group=" + std::to_string(plan.microbatch_group)
+                      : std::string();
+         },
+     .minimum = 0,
+     .candidates = [](const LayoutSearch&,
+                      const ParallelPlan&) { return std::vector<DimensionValue>{0}; }},
     {.key = "schedule",
      .output = "pipeline_schedule",
      .kind = DimensionKind::choice,

@@ -112,6 +112,12 @@ struct ParallelPlan {
   // about layers / (pp x vpp) layers, chunk c of stage p being virtual stage c x pp + p; the
   // bubble shrinks vpp-fold for vpp times the transfers.
   int vpp = 1;
+  // Under interleaving, the micro-batches each chunk runs in a row before the next chunk takes
+  // over (Megatron-Core's microbatch_group_size_per_vp_stage, the N of Llama 3's tuned
+  // schedule): the warm-up runs (vpp - 1) x N passes beyond the 1F1B one's, so N sets how many
+  // passes a stage holds at once; between pp and the micro-batches a step. 0: pp, Megatron's
+  // default.
+  int microbatch_group = 0;
   // 0: plain DDP; 1: optimizer states sharded; 2: gradients too; 3: parameters too (FSDP)
   int zero_stage = 0;
   Recompute recompute = Recompute::none;
@@ -171,6 +177,8 @@ struct ParallelPlan {
   // parallelism, else none (every tensor-parallel rank holds them whole).
   int sequence_shards() const { return sequence_parallel ? tp : 1; }
   int world_size() const { return tp * cp * dp * pp; }
+  // The interleaved schedule's micro-batch group, Megatron's default pp where unset.
+  int microbatch_group_size() const { return microbatch_group > 0 ? microbatch_group : pp; }
   bool operator==(const ParallelPlan&) const = default;
 };
 

@@ -400,16 +400,46 @@ Problem batch_splits_into_micro_batches(const JobSubject& job, const ParallelPla
                 str(per_pass));
 }
 
-// Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp.
-Problem interleaving_in_groups_of_pp(const JobSubject& job, const ParallelPlan& plan) {
+Problem micro_batch_group_needs_interleaving(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.microbatch_group == 0 || (plan.pp > 1 && plan.vpp > 1)) return {};
+  return at({"layout.microbatch_group"},
+            "microbatch_group needs an interleaved pipeline: it sets how many micro-batches "
+            "each chunk runs in a row",
+            "set pp and vpp above 1, or remove microbatch_group");
+}
+
+// Megatron-Core refuses a group smaller than pp (a chunk's pass would wait on itself around
+// the pipeline) or larger than the step's micro-batches (forward_backward_pipelining_with_
+// interleaving's ValueError).
+Problem micro_batch_group_within_pp_and_batch(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.microbatch_group == 0 || plan.vpp <= 1) return {};
+  const Wide m = job.global_batch / size_product({job.micro_batch, plan.dp});
+  if (plan.microbatch_group >= plan.pp && plan.microbatch_group <= m) return {};
+  return at({"layout.microbatch_group"},
+            "microbatch_group " + str(plan.microbatch_group) + " is outside [pp " + str(plan.pp) +
+                ", the step's micro-batches " + str(m) + "]",
+            "Megatron-Core's interleaved schedule runs at least pp micro-batches of a chunk in "
+            "a row and at most all of them");
+}
+
+// Megatron-LM's interleaved 1F1B runs micro-batches in groups of N (pp unless set); a last
+// group of fewer than pp would stall the pipeline, and Megatron refuses it.
+Problem interleaving_in_micro_batch_groups(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.vpp <= 1) return {};
   const Wide m = job.global_batch / size_product({job.micro_batch, plan.dp});
-  if (m % plan.pp == 0) return {};
-  return at({"layout.vpp"},
-            "the interleaved schedule needs micro-batches per step (" + str(m) +
-                ") to be a multiple of pp " + str(plan.pp),
-            "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp: adjust "
-            "global_batch, or set vpp: 1");
+  const Wide group = plan.microbatch_group_size();
+  if (m % group == 0 || m % group >= plan.pp) return {};
+  if (plan.microbatch_group == 0) {
+    return at({"layout.vpp"},
+              "the interleaved schedule needs micro-batches per step (" + str(m) +
+                  ") to be a multiple of pp " + str(plan.pp),
+              "Megatron-LM's interleaved 1F1B runs micro-batches in groups of pp: adjust "
+              "global_batch, set microbatch_group, or set vpp: 1");
+  }
+  return at({"layout.microbatch_group"},
+            "the step's " + str(m) + " micro-batches leave a last group of " + str(m % group) +
+                ", fewer than pp " + str(plan.pp),
+            "choose a microbatch_group that divides " + str(m) + " or leaves at least pp");
 }
 
 // ---- the recipe ------------------------------------------------------------------------------
@@ -589,8 +619,15 @@ const JobRule kRules[] = {
     {"uses-every-gpu", "tp x cp x pp x dp is the cluster's GPU count", uses_every_gpu},
     {"batch-splits-into-micro-batches", "micro_batch x dp divides the global batch",
      batch_splits_into_micro_batches},
-    {"interleaving-in-groups-of-pp", "under vpp > 1 the micro-batches come in groups of pp",
-     interleaving_in_groups_of_pp},
+    {"micro-batch-group-needs-interleaving", "microbatch_group needs pp > 1 and vpp > 1",
+     micro_batch_group_needs_interleaving},
+    {"micro-batch-group-within-pp-and-batch",
+     "microbatch_group between pp and the step's micro-batches",
+     micro_batch_group_within_pp_and_batch},
+    {"interleaving-in-micro-batch-groups",
+     "under vpp > 1 the micro-batches come in groups of microbatch_group (pp), the last of "
+     "at least pp",
+     interleaving_in_micro_batch_groups},
     {"recompute-layers-need-full", "recompute_layers needs recompute: full",
      recompute_layers_need_full},
     {"recompute-modules-need-selective", "recompute_modules needs recompute: selective",
