@@ -20,8 +20,9 @@ enum class GpuFabric {
   pcie_only  // no GPU links: peer traffic crosses PCIe switches and the host
 };
 
-// What the NICs speak; a GPU profile gives each its achievable fraction of line rate.
-enum class NicKind { infiniband, roce, efa };
+// What the NICs speak; a GPU profile gives each its achievable fraction of line rate. tcpxo:
+// Google Cloud's GPUDirect-TCPXO (A3 Mega), TCP offloaded to the NICs through NCCL's net plugin.
+enum class NicKind { infiniband, roce, efa, tcpxo };
 
 struct NodeSpec {
   std::string name;

@@ -63,6 +63,7 @@ const char* to_string(LinkKind kind) {
     case LinkKind::infiniband: return "infiniband";
     case LinkKind::roce: return "roce";
     case LinkKind::efa: return "efa";
+    case LinkKind::tcpxo: return "tcpxo";
   }
   return "?";
 }
@@ -414,6 +415,7 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
 LinkKind fabric_link_kind(NicKind kind) {
   switch (kind) {
     case NicKind::efa: return LinkKind::efa;
+    case NicKind::tcpxo: return LinkKind::tcpxo;
     case NicKind::roce: return LinkKind::roce;
     case NicKind::infiniband: return LinkKind::infiniband;
   }

@@ -31,7 +31,7 @@ enum class VertexKind {
   leaf_switch,
   spine_switch
 };
-enum class LinkKind { nvlink, xgmi, pcie, host_memory, infiniband, roce, efa };
+enum class LinkKind { nvlink, xgmi, pcie, host_memory, infiniband, roce, efa, tcpxo };
 
 const char* to_string(VertexKind kind);
 const char* to_string(LinkKind kind);

@@ -33,9 +33,10 @@ GpuFabric read_gpu_fabric(const Field& f) {
 }
 
 NicKind read_nic_kind(const Field& f) {
-  const std::string kind = read_choice(f, {"infiniband", "roce", "efa"});
+  const std::string kind = read_choice(f, {"infiniband", "roce", "efa", "tcpxo"});
   if (kind == "roce") return NicKind::roce;
   if (kind == "efa") return NicKind::efa;
+  if (kind == "tcpxo") return NicKind::tcpxo;
   return NicKind::infiniband;
 }
 

@@ -44,7 +44,7 @@ Keys profile_keys() {
 
 const Keys kCalibratedFields = {"value", "sigma", "provenance"};
 // Link kinds as topology names them (topology/topology.cpp, to_string(LinkKind)).
-const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "infiniband", "roce", "efa"};
+const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "infiniband", "roce", "efa", "tcpxo"};
 double read_calibrated_value(const Field& f, Quantity q) {
   if (q == Quantity::fraction) {
     return read_fraction(f);

@@ -146,25 +146,25 @@ TEST_CASE("a collective library's tables are checked: protocols, tree limits, so
 }
 
 TEST_CASE("a cluster whose links its GPU profile cannot rate is refused where it is chosen") {
-  // The B200 profile rates InfiniBand and RoCE, not EFA: one node uses no NIC, so it loads;
-  // two nodes join by their EFA NICs and are refused at the node (or at the GPU that replaced
-  // the node's) before anything is simulated, as `run` would refuse them.
+  // The B200 profile rates InfiniBand, RoCE and EFA, not GPUDirect-TCPXO: one node uses no
+  // NIC, so it loads; two nodes join by their TCPXO NICs and are refused at the node (or at the
+  // GPU that replaced the node's) before anything is simulated, as `run` would refuse them.
   const std::string two_nodes = with(kBase, "  dp: 8\n", "  dp: 16\n");
-  const std::string efa =
-      with(kBase, "  node: dgx-h100\n", "  node: {preset: dgx-b200, nic_kind: efa}\n");
-  CHECK_FALSE(load_error(efa));
-  const auto e = load_error(with(efa, "  dp: 8\n", "  dp: 16\n") + "  nodes: 2\n");
+  const std::string tcpxo =
+      with(kBase, "  node: dgx-h100\n", "  node: {preset: dgx-b200, nic_kind: tcpxo}\n");
+  CHECK_FALSE(load_error(tcpxo));
+  const auto e = load_error(with(tcpxo, "  dp: 8\n", "  dp: 16\n") + "  nodes: 2\n");
   REQUIRE(e);
   CHECK(e->key() == "cluster.node");
   CHECK(e->line() == 11);
-  CHECK_THAT(e->what(), Catch::Contains("GPU profile b200 has no link efficiency for efa"));
+  CHECK_THAT(e->what(), Catch::Contains("GPU profile b200 has no link efficiency for tcpxo"));
   const auto replaced = load_error(two_nodes + "  nodes: 2\n  gpu: b200\n");
   CHECK_FALSE(replaced);  // DGX H100's InfiniBand: rated
-  const auto h100_efa = load_error(
-      with(two_nodes, "  node: dgx-h100\n", "  node: {preset: dgx-h100, nic_kind: efa}\n") +
+  const auto h100_tcpxo = load_error(
+      with(two_nodes, "  node: dgx-h100\n", "  node: {preset: dgx-h100, nic_kind: tcpxo}\n") +
       "  nodes: 2\n  gpu: b200\n");
-  REQUIRE(h100_efa);
-  CHECK(h100_efa->key() == "cluster.gpu");
+  REQUIRE(h100_tcpxo);
+  CHECK(h100_tcpxo->key() == "cluster.gpu");
 }
 
 TEST_CASE("RoCE is rated as InfiniBand: the same RDMA bus bandwidth, NCCL's same verbs transport") {
