@@ -37,7 +37,7 @@ double active_parameters(const ModelSpec& model) {
 double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention) {
   const double layers = model.layers;
   const double h = model.hidden;
-  const double attention_width = static_cast<double>(model.heads) * model.head_dim();
+  const double attention_width = model.attention_width();
   const double kv = static_cast<double>(model.kv_heads) * model.head_dim();
   // The score and value GEMMs of a token against the whole sequence, forward and backward.
   const double attention = 12 * layers * attention_width * seq_len;

@@ -384,9 +384,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   if (quantized) {
     // Each GEMM reads a BF16 copy of its weight, dequantized just before it.
-    const double largest = std::max((model.mlp == Mlp::swiglu ? 2.0 : 1.0) * model.ffn,
-                                    model.hidden + 2.0 * model.kv_heads * model.head_dim()) *
-                           model.hidden / tp;
+    const double largest =
+        std::max((model.mlp == Mlp::swiglu ? 2.0 : 1.0) * model.ffn,
+                 model.attention_width() + 2.0 * model.kv_heads * model.head_dim()) *
+        model.hidden / tp;
     add("dequantized weight", kWeightBytes * largest,
         "a BF16 copy of the largest projection, dequantized for its GEMM (QLoRA)");
     dynamic += kWeightBytes * largest;

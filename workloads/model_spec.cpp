@@ -80,11 +80,17 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
         "max_positions sizes a learned position table, and this model's positions have none",
         "set positions: learned, or remove max_positions"));
   }
-  if (m.hidden % m.heads != 0) {
+  if (m.head_size < 0) {
+    found.push_back(problem("head-dim-positive", {"head_dim"}, "head_dim must be positive",
+                            "give the size of an attention head, or leave head_dim out for "
+                            "hidden / heads"));
+  }
+  if (m.head_size == 0 && m.hidden % m.heads != 0) {
     found.push_back(problem("heads-divide-hidden", {"heads"},
                             "hidden (" + std::to_string(m.hidden) +
                                 ") is not divisible by heads (" + std::to_string(m.heads) + ")",
-                            "head_dim = hidden / heads must be a whole number"));
+                            "head_dim = hidden / heads must be a whole number, or give "
+                            "head_dim"));
   }
   if (m.heads % m.kv_heads != 0) {
     found.push_back(problem("kv-heads-divide-heads", {"kv_heads", "heads"},

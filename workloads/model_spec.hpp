@@ -36,6 +36,15 @@ struct ModelSpec {
   Mlp mlp = Mlp::swiglu;
   Norm norm = Norm::rmsnorm;
   bool linear_bias = false;  // the QKV, output and MLP projections have biases
+  // The size of an attention head, where it is not hidden / heads (Qwen3-32B: 128 at hidden
+  // 5120 and 64 heads): the query and output projections are then heads x head_dim wide. 0:
+  // hidden / heads.
+  int head_size = 0;
+  // Biases on the query, key and value projections only (Qwen2).
+  bool qkv_bias = false;
+  // An RMSNorm over each head's query and key before RoPE (Qwen3, OLMo 2): a head_dim weight
+  // each.
+  bool qk_norm = false;
   Positions positions = Positions::rope;
   int max_positions = 0;  // rows of the learned position table
   // Mixture of experts (Mixtral): each layer's MLP is `experts` MLPs of size ffn, a router
@@ -43,7 +52,9 @@ struct ModelSpec {
   int experts = 0;
   int experts_per_token = 0;
 
-  int head_dim() const { return hidden / heads; }
+  int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  // The query projection's output and the output projection's input: heads x head_dim.
+  double attention_width() const { return static_cast<double>(heads) * head_dim(); }
   bool mixture_of_experts() const { return experts > 0; }
   // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices or every
   // expert's and the router's, biases, two norms), final norm and the output head (unless tied).

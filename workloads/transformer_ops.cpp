@@ -72,8 +72,10 @@ Op gemm_with_backward(const std::string& name, double m, double n, double k,
 std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::string& module) {
   const double h = model.hidden;
   const double f = model.ffn;
+  const double q = model.attention_width();
   const double kv = static_cast<double>(model.kv_heads) * model.head_dim();
-  if (module == "q" || module == "o") return {h, h};
+  if (module == "q") return {h, q};
+  if (module == "o") return {q, h};
   if (module == "k" || module == "v") return {h, kv};
   if (module == "gate" || module == "up") return {h, f};
   if (module == "down") return {f, h};
@@ -150,7 +152,8 @@ double layer_projection_weights(const ModelSpec& model, double experts_held) {
   const double f = model.ffn;
   const double mlp_in = model.mlp == Mlp::swiglu ? 2 * f : f;
   const double mlps = model.mixture_of_experts() ? experts_held : 1.0;
-  return h * (h + 2 * kv_dim(model)) + h * h + mlps * (h * mlp_in + f * h);
+  const double q = model.attention_width();
+  return h * (q + 2 * kv_dim(model)) + q * h + mlps * (h * mlp_in + f * h);
 }
 
 double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
@@ -163,8 +166,13 @@ double weight_gather_bytes(double parameters, double fp8) {
 
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
-  const double qkv = h + 2 * kv_dim(model);  // output columns of the QKV projection
-  const double attention = h * qkv + h * h + (model.linear_bias ? qkv + h : 0);
+  const double q = model.attention_width();
+  const double qkv = q + 2 * kv_dim(model);  // output columns of the QKV projection
+  // Biases on every projection (linear_bias) or on Q, K and V only (qkv_bias); QK-norm's
+  // weights, one head_dim vector for the queries and one for the keys.
+  const double attention = h * qkv + q * h + (model.linear_bias ? qkv + h : 0) +
+                           (model.qkv_bias ? qkv : 0) +
+                           (model.qk_norm ? 2.0 * model.head_dim() : 0);
   // A mixture of experts has one MLP per expert and the router's h x experts weight.
   const double mlps = model.mixture_of_experts()
                           ? layer_expert_parameters(model) + h * model.experts
@@ -270,10 +278,13 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // its norm discards it too.
   const double mlp_input = !moe ? (mlp_rerun ? 0.0 : gemm_input) : (norm_rerun ? 0.0 : kBf16);
   const double gemm_inputs = (gemm_input + mlp_input) * h;
-  const double qkv = kBf16 * (h + 2 * kv_dim(model));  // both attention backwards need Q, K, V
+  const double q = model.attention_width();
+  // Both attention backwards need Q, K, V; QK-norm's backward its input, the Q and K before it.
+  const double qkv =
+      kBf16 * (q + 2 * kv_dim(model)) + (model.qk_norm ? kBf16 * (q + kv_dim(model)) : 0.0);
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
   // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input.
-  const double output = core_rerun ? gemm_input * h : kBf16 * h + (fp8 ? kFp8 * h : 0.0);
+  const double output = core_rerun ? gemm_input * q : kBf16 * q + (fp8 ? kFp8 * q : 0.0);
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
   // A rerun core keeps neither.
@@ -286,7 +297,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
     // attention's output and what attention saves, the first MLP matmul's output and, of a
     // SwiGLU MLP, down's (a row-parallel matmul's output, whole before its reduce-scatter),
     // and under tensor parallelism both reduce-scatters' outputs (its _save_list).
-    return (kBf16 * (3 * h + kv_dim(model)) + scores) / tp + kBf16 * f / tp +
+    return (kBf16 * (h + 2 * q + kv_dim(model)) + scores) / tp + kBf16 * f / tp +
            per_op_outputs_kept_only(model, tp, sequence_parallel);
   }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
@@ -514,6 +525,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const double mask = training.dropout > 0 ? kMaskBytes : 0;         // per element dropped
   const double h = model.hidden;
   const double f = model.ffn;
+  const double q = model.attention_width();
   const double kv = kv_dim(model);
   const double split = tp;  // GEMM columns or rows, heads
   const bool parallel = tp > 1;
@@ -583,21 +595,27 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // o_proj by rows.
   enter_block("attn", true);
   const bool frozen = training.lora.has_value();
-  projection("qkv", t, (h + 2 * kv) / split, h, training, frozen, fwd, backward);
+  projection("qkv", t, (q + 2 * kv) / split, h, training, frozen, fwd, backward);
   if (!frozen) regather_for_wgrad("qkv");
   lora_adapters(model, training, {"q", "k", "v"}, t, fwd, backward);
+  if (model.qk_norm) {
+    // Each head's query and key normed (one fused kernel for both): read and write them in
+    // forward; read them, their gradient and write theirs in backward, as a norm does.
+    fwd.push_back(memory_op("qk_norm", 2 * kBf16 * t * (q + kv) / split));
+    backward.push_back(memory_op("qk_norm.bwd", 4 * kBf16 * t * (q + kv) / split));
+  }
   if (model.positions == Positions::rope && eager) {
-    eager_ops("rope", kEagerRopeForward, t * (h + kv) / split, fwd);
-    eager_ops("rope.bwd", kEagerRopeBackward, t * (h + kv) / split, backward);
+    eager_ops("rope", kEagerRopeForward, t * (q + kv) / split, fwd);
+    eager_ops("rope.bwd", kEagerRopeBackward, t * (q + kv) / split, backward);
   } else if (model.positions == Positions::rope) {
-    fwd.push_back(memory_op("rope", 2 * kBf16 * t * (h + kv) / split));
-    backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (h + kv) / split));
+    fwd.push_back(memory_op("rope", 2 * kBf16 * t * (q + kv) / split));
+    backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (q + kv) / split));
   }
 
-  // Causal attention: QK^T and PV are 2*b*s^2*h FLOPs each, half of them masked away; cp ranks
-  // share them evenly.
+  // Causal attention: QK^T and PV are 2*b*s^2*(heads x head_dim) FLOPs each, half of them
+  // masked away; cp ranks share them evenly.
   const double attention_fwd_flops =
-      0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * h / split / cp;
+      0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * q / split / cp;
   // Ring attention: the whole sequence's keys and values of the local KV heads, gathered in
   // forward; in backward gathered again while their gradients are reduce-scattered. Listed
   // around attention in forward order (the backward list is reversed at the end).
@@ -614,7 +632,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   }
   if (training.attention == Attention::flash) {
     // Read Q, the keys and values it meets (the whole sequence's under cp), write O.
-    const double attention_io = kBf16 * (t * 2 * h + cp * t * 2 * kv) / split;
+    const double attention_io = kBf16 * (t * 2 * q + cp * t * 2 * kv) / split;
     Kernel attention_fwd;
     attention_fwd.kind = KernelKind::attention;
     attention_fwd.flops = attention_fwd_flops;
@@ -665,7 +683,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       for (auto op = core.rbegin(); op != core.rend(); ++op) backward.push_back(rerun(*op));
     }
   }
-  projection("o_proj", t, h, h / split, training, frozen, fwd, backward);
+  projection("o_proj", t, h, q / split, training, frozen, fwd, backward);
   lora_adapters(model, training, {"o"}, t, fwd, backward);
   leave_block("attn", true);
 

@@ -66,9 +66,11 @@ const Preset& Loader::preset(const Field& name_field, const fs::path& dir, std::
 // The YAML (or JSON) file a scenario names at `path_field`, relative to the scenario file,
 // parsed once: `what` it is for the errors, `hint` where it is missing.
 const Preset& Loader::file_named_by(const Field& path_field, const std::string& what,
-                                    const std::string& hint) {
+                                    const std::string& hint, const std::string& in_directory) {
   fs::path path = read_string(path_field);
   if (path.is_relative()) path = fs::path(path_field.doc->file).parent_path() / path;
+  std::error_code error;
+  if (!in_directory.empty() && fs::is_directory(path, error)) path /= in_directory;
   if (!fs::is_regular_file(path))
     fail(path_field, "no " + what + " at " + in_quotes(path.string()), hint);
   auto& slot = presets_[path];

@@ -66,9 +66,10 @@ class Loader {
 
   // loader.cpp
   const Preset& preset(const Field& name, const std::filesystem::path& dir, std::string_view what);
-  // The YAML (or JSON) file a scenario names at `path_field`, relative to the scenario file.
+  // The YAML (or JSON) file a scenario names at `path_field`, relative to the scenario file;
+  // where the path is a directory, its file named `in_directory` (when given).
   const Preset& file_named_by(const Field& path_field, const std::string& what,
-                              const std::string& hint);
+                              const std::string& hint, const std::string& in_directory = "");
   StepInputs parse_variant(const Field& root);
   Variant parse_full_variant(std::string name, const Field& root);
   // model_schema.cpp

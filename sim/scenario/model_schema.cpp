@@ -12,10 +12,25 @@ using namespace fields;
 
 namespace {
 
-const Keys kModelKeys = {
-    "name",    "source",           "layers", "hidden", "ffn",         "heads",     "kv_heads",
-    "vocab",   "tied_embeddings",  "mlp",    "norm",   "linear_bias", "positions", "max_positions",
-    "experts", "experts_per_token"};
+const Keys kModelKeys = {"name",
+                         "source",
+                         "layers",
+                         "hidden",
+                         "ffn",
+                         "heads",
+                         "kv_heads",
+                         "head_dim",
+                         "vocab",
+                         "tied_embeddings",
+                         "mlp",
+                         "norm",
+                         "linear_bias",
+                         "qkv_bias",
+                         "qk_norm",
+                         "positions",
+                         "max_positions",
+                         "experts",
+                         "experts_per_token"};
 const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
 
 void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
@@ -32,6 +47,12 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
         read_choice(f, {"rmsnorm", "layernorm"}) == "layernorm" ? Norm::layernorm : Norm::rmsnorm;
   } else if (key == "linear_bias") {
     m.linear_bias = read_bool(f);
+  } else if (key == "qkv_bias") {
+    m.qkv_bias = read_bool(f);
+  } else if (key == "qk_norm") {
+    m.qk_norm = read_bool(f);
+  } else if (key == "head_dim") {
+    m.head_size = read_int(f, 1);
   } else if (key == "positions") {
     const std::string positions = read_choice(f, {"rope", "learned", "alibi"});
     m.positions = positions == "learned" ? Positions::learned
@@ -81,18 +102,23 @@ ModelSpec Loader::model_preset(const Field& name) {
 }
 
 // A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
-// columns too), for the decoder families the op graph models: Llama, Mistral and Mixtral.
+// columns too), or the model directory holding it, for the decoder families the op graph
+// models: Llama, Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V) and Qwen3 (QK-norm,
+// a head_dim of its own), as transformers' modeling_<type>.py builds them.
 ModelSpec Loader::hf_model(const Field& path_field) {
   const Preset& config = file_named_by(path_field, "Hugging Face config",
-                                       "give the path of the model's config.json, relative to "
-                                       "the scenario file");
+                                       "give the path of the model's config.json (or of its "
+                                       "directory), relative to the scenario file",
+                                       "config.json");
   const Field root{config.root, &config.doc, ""};
   if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
   const Field type = require(root, "model_type");
   const std::string model_type = read_string(type);
-  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral") {
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3";
+  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && !qwen) {
     fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
-         "fleetsim models Llama-style decoders (model_type llama, mistral or mixtral)");
+         "fleetsim models Llama-style decoders (model_type llama, mistral, mixtral, qwen2 or "
+         "qwen3)");
   }
   ModelSpec m;
   m.layers = read_int(require(root, "num_hidden_layers"), 1);
@@ -123,7 +149,10 @@ ModelSpec Loader::hf_model(const Field& path_field) {
     return !(f.node.IsNull() ||
              (f.node.IsScalar() && (f.node.Scalar() == "null" || f.node.Scalar() == "false")));
   };
-  if (const auto window = find(root, "sliding_window"); window && is_set(*window)) {
+  // Qwen's configs give a window that only use_sliding_window turns on.
+  const auto use_window = find(root, "use_sliding_window");
+  const bool window_off = qwen && !(use_window && is_set(*use_window));
+  if (const auto window = find(root, "sliding_window"); window && is_set(*window) && !window_off) {
     fail(*window, "sliding-window attention is not modelled",
          "fleetsim models full causal attention; set it to null if the model attends fully");
   }
@@ -137,19 +166,26 @@ ModelSpec Loader::hf_model(const Field& path_field) {
          "fleetsim's layers have biases on all projections (linear_bias) or on none");
   }
   m.linear_bias = attention_biased;
+  // Qwen2's query, key and value projections always have biases (bias=True in
+  // modeling_qwen2.py); Qwen3 norms each head's query and key (q_norm, k_norm).
+  m.qkv_bias = model_type == "qwen2";
+  m.qk_norm = model_type == "qwen3";
   if (const auto act = find(root, "hidden_act"); act && read_string(*act) != "silu") {
     fail(*act, "hidden_act " + in_quotes(read_string(*act)) + " is not modelled",
          "the MLP is SwiGLU (silu)");
   }
   if (const auto head_dim = find(root, "head_dim");
       head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
-    if (m.hidden % m.heads != 0 || read_int(*head_dim, 1) != m.hidden / m.heads) {
-      fail(*head_dim, "a head_dim other than hidden_size / num_attention_heads is not modelled",
-           "the op graph derives the head size from hidden_size and num_attention_heads");
-    }
+    const int size = read_int(*head_dim, 1);
+    if (m.hidden % m.heads != 0 || size != m.hidden / m.heads) m.head_size = size;
   }
+  // The model's name: the last part of the name it was saved under, else its directory's.
   const fs::path path = config.doc.file;
   m.name = path.parent_path().filename().string();
+  if (const auto saved_as = find(root, "_name_or_path"); saved_as && saved_as->node.IsScalar()) {
+    const std::string name = fs::path(read_string(*saved_as)).filename().string();
+    if (!name.empty()) m.name = name;
+  }
   if (m.name.empty()) m.name = "hf-model";
   m.source = "Hugging Face config " + path.string();
   check_model(m, root);

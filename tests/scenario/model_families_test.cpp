@@ -1,0 +1,145 @@
+// The model families beyond Llama as the loader reads them, from the zoo and from their
+// Hugging Face configs: Qwen2.5 (biases on Q, K and V) and Qwen3 (QK-norm, heads wider than
+// hidden / heads).
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "fixture.hpp"
+#include "sim/scenario/scenario.hpp"
+#include "workloads/transformer_ops.hpp"
+
+namespace fleetsim {
+namespace {
+
+using testing::kBase;
+using testing::load_text;
+using testing::TempDir;
+using testing::with;
+
+ModelSpec zoo_model(const std::string& name) {
+  return load_text(with(kBase, "model: llama3-8b", "model: " + name)).variants[0].inputs.model;
+}
+
+// Qwen/Qwen3-32B's config.json, the fields that shape the model, as published.
+const std::string kQwen3Config = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 5120,
+  "intermediate_size": 25600,
+  "max_window_layers": 64,
+  "model_type": "qwen3",
+  "num_attention_heads": 64,
+  "num_hidden_layers": 64,
+  "num_key_value_heads": 8,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+}
+)";
+
+// Qwen/Qwen2.5-7B's: a window the model does not use unless use_sliding_window says so.
+const std::string kQwen25Config = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "hidden_act": "silu",
+  "hidden_size": 3584,
+  "intermediate_size": 18944,
+  "max_window_layers": 28,
+  "model_type": "qwen2",
+  "num_attention_heads": 28,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 4,
+  "sliding_window": 131072,
+  "tie_word_embeddings": false,
+  "use_sliding_window": false,
+  "vocab_size": 152064
+}
+)";
+
+}  // namespace
+
+TEST_CASE("Qwen2.5 and Qwen3 in the zoo count their released checkpoints' parameters") {
+  // The Hugging Face Hub's safetensors totals of Qwen/Qwen2.5-7B, Qwen/Qwen3-8B and
+  // Qwen/Qwen3-32B (every tensor BF16). Qwen3-32B by hand: embedding and head 2 x 151,936 x
+  // 5,120; 64 layers of 5,120 x (8,192 + 2 x 1,024) for Q, K, V (64 heads of 128, wider than
+  // hidden), 8,192 x 5,120 for o_proj, 3 x 5,120 x 25,600 for the MLP, 2 x 5,120 norms and
+  // 2 x 128 QK-norm weights; the final norm: 32,762,123,264. Qwen2.5-7B adds its Q, K, V
+  // biases, 3,584 + 2 x 512 a layer.
+  CHECK(zoo_model("qwen2.5-7b").parameters() == 7'615'616'512.0);
+  CHECK(zoo_model("qwen3-8b").parameters() == 8'190'735'360.0);
+  const ModelSpec qwen3_32b = zoo_model("qwen3-32b");
+  CHECK(qwen3_32b.parameters() == 32'762'123'264.0);
+  CHECK(qwen3_32b.head_dim() == 128);
+  CHECK(qwen3_32b.attention_width() == 8192);
+}
+
+TEST_CASE("a Qwen3 layer's attention is heads x head_dim wide, its queries and keys normed") {
+  // Qwen3-32B on tp 8, 4,096 tokens: the QKV GEMM writes (8,192 + 2 x 1,024) / 8 columns from
+  // 5,120, o_proj reads 8,192 / 8 and writes 5,120, and causal attention does 2 x 2 x 4,096^2 x
+  // 8,192 / 8 / 2 FLOPs forward; QK-norm reads and writes the 9,216 / 8 normed columns.
+  const ModelSpec m = zoo_model("qwen3-32b");
+  TrainingSpec training;
+  training.seq_len = 4096;
+  training.micro_batch = 1;
+  training.global_batch = 8;
+  const LayerOps ops = decoder_layer_ops(m, training, 8, Recompute::none, 1, 1, true, {});
+  int found = 0;
+  for (const Op& op : ops.forward) {
+    if (op.name == "qkv") {
+      CHECK(op.kernel.n == (8192 + 2 * 1024) / 8);
+      CHECK(op.kernel.k == 5120);
+      ++found;
+    } else if (op.name == "o_proj") {
+      CHECK(op.kernel.n == 5120);
+      CHECK(op.kernel.k == 8192 / 8);
+      ++found;
+    } else if (op.name == "attention") {
+      CHECK(op.kernel.flops == Approx(2.0 * 2 * 4096.0 * 4096 * 8192 / 8 / 2));
+      ++found;
+    } else if (op.name == "qk_norm") {
+      CHECK(op.kernel.bytes == Approx(2 * 2 * 4096.0 * (8192 + 1024) / 8));
+      ++found;
+    }
+  }
+  CHECK(found == 4);
+}
+
+TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named as saved") {
+  TempDir dir;
+  dir.write("models/Qwen3-32B/config.json", kQwen3Config);
+  const auto load = [&](const std::string& hf_config) {
+    const std::string scenario =
+        with(kBase, "model: llama3-8b", "model: {hf_config: " + hf_config + "}");
+    return load_scenario(dir.write("scenario.yaml", scenario), testing::source_data())
+        .variants[0]
+        .inputs.model;
+  };
+  // The directory stands for its config.json.
+  const ModelSpec qwen3 = load("models/Qwen3-32B");
+  CHECK(qwen3.name == "Qwen3-32B");
+  CHECK(qwen3.qk_norm);
+  CHECK_FALSE(qwen3.qkv_bias);
+  CHECK(qwen3.head_dim() == 128);
+  CHECK(qwen3.parameters() == zoo_model("qwen3-32b").parameters());
+
+  // Qwen2.5: biased Q, K and V; its unused window accepted, a used one refused at its key. A
+  // config saved with its hub name takes that name.
+  dir.write("models/q/config.json",
+            with(kQwen25Config, "{", "{\n  \"_name_or_path\": \"Qwen/Qwen2.5-7B\","));
+  const ModelSpec qwen25 = load("models/q/config.json");
+  CHECK(qwen25.name == "Qwen2.5-7B");
+  CHECK(qwen25.qkv_bias);
+  CHECK_FALSE(qwen25.linear_bias);
+  CHECK(qwen25.parameters() == 7'615'616'512.0);
+  dir.write("models/q/config.json",
+            with(kQwen25Config, "\"use_sliding_window\": false", "\"use_sliding_window\": true"));
+  const auto windowed = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(windowed);
+  CHECK(windowed->key() == "sliding_window");
+  CHECK_THAT(windowed->what(), Catch::Contains("sliding-window attention is not modelled"));
+}
+
+}  // namespace fleetsim
