@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+
+#include "workloads/layout/rank_grid.hpp"
 
 namespace fleetsim {
 namespace {
@@ -22,9 +25,11 @@ constexpr double kHeaderBytes = 4096;
 // (init.cc).
 constexpr double kChannelPieces = 3;
 constexpr double kCommunicatorPieces = 2;
-// NVLS: each NVLS channel's buffer is chunk 128 KiB x NCCL_STEPS 8, twice (reduce and
-// broadcast), for each head (nvls.cc, ncclNvlsBufferSetup); heads at most NCCL_MAX_NVLS_ARITY.
-constexpr double kNvlsStepBytes = 128.0 * 1024 * 8;
+// NVLS: each NVLS channel's buffer is its chunk x NCCL_STEPS 8, twice (reduce and broadcast),
+// for each head (nvls.cc, ncclNvlsBufferSetup), heads at most NCCL_MAX_NVLS_ARITY 32 (the NVLS
+// graph's channels, search.cc); beside it a 2 MiB piece of each NVLS channel's device peers
+// (initNvlsChannel, channel.cc) and one of the credits (ncclNvlsSetup).
+constexpr double kNcclSteps = 8;
 constexpr int kMaxNvlsHeads = 32;
 // Send/recv over the network shares one pool a direction: p2p channels x NCCL_SHARED_STEPS 16
 // x NCCL_P2P_NET_CHUNKSIZE 128 KiB (net.cc).
@@ -52,6 +57,24 @@ double net_connection_pair_bytes() {
   return pieces(kLl128Bytes + kSimpleBytes) + pieces(kLlBytes + kLl128Bytes + kSimpleBytes);
 }
 
+// NCCL's NVLS channels and chunk (ncclNvlsTuning, nvls.cc): 16 of 128 KiB on Hopper; on
+// Blackwell 24 inside one domain, and across domains ncclNvlsTreeSm100Tuning's by the domains,
+// the ranks a domain and the NIC's rate.
+struct NvlsShape {
+  int channels;
+  double chunk_bytes;
+};
+NvlsShape nvls_shape(const CommunicatorDevice& device, int domains, int local) {
+  constexpr double kChunk = 128.0 * 1024;
+  if (device.compute_capability < 100) return {16, kChunk};
+  if (domains == 1) return {24, kChunk};
+  const double nic_gb_per_s = device.nic_bytes_per_s / 1e9;
+  if (domains == 2 && nic_gb_per_s >= 48) return {32, local <= 4 ? 2 * kChunk : kChunk};
+  if (nic_gb_per_s >= 96) return local <= 8 ? NvlsShape{24, 2 * kChunk} : NvlsShape{32, kChunk};
+  if (nic_gb_per_s >= 48) return {24, kChunk};
+  return {32, kChunk};
+}
+
 int power_of_two_at_least(int n) {
   int p = 1;
   while (p < n) p *= 2;
@@ -68,10 +91,9 @@ std::string mib(double bytes) {
 
 CommunicatorMemory communicator_memory(const CommunicatorUse& use,
                                        const CommunicatorDevice& device) {
-  // The communicator's ranks that share this rank's NVLink domain.
-  const int local =
-      use.stride >= device.domain_gpus ? 1 : std::min(use.ranks, device.domain_gpus / use.stride);
+  const int local = std::max(1, std::min(use.local_ranks, use.ranks));
   const bool crosses = local < use.ranks;
+  const int domains = (use.ranks + local - 1) / local;
   // NCCL's search gives a communicator inside one domain the device's channels; across
   // domains, two a NIC its local ranks use (8 NICs: 16 channels, connect.cc).
   const int nics = std::max(1, static_cast<int>(std::lround(local * device.nics_per_gpu)));
@@ -80,11 +102,14 @@ CommunicatorMemory communicator_memory(const CommunicatorUse& use,
   // each peer inside the domain using all of them (paths.cc).
   const int p2p_channels = power_of_two_at_least(channels);
   // Every peer gets the fewest channels any peer does (ncclTopoComputeP2pChannelsPerPeer):
-  // across domains, the network peers' share.
+  // across domains, the network peers' share, at least one a NIC the GPU has and one per 14
+  // GB/s of them, halved while a batch of peers would need more than the p2p channels.
   int per_peer = p2p_channels;
   if (crosses) {
-    per_peer = power_of_two_at_least(
-        std::max(1, static_cast<int>(std::ceil(device.nic_bytes_per_s / kNetBytesPerP2pChannel))));
+    const int gpu_nics = std::max(1, static_cast<int>(std::lround(device.nics_per_gpu)));
+    const double gpu_nic_bytes_per_s = gpu_nics * device.nic_bytes_per_s;
+    per_peer = power_of_two_at_least(std::max(
+        gpu_nics, static_cast<int>(std::ceil(gpu_nic_bytes_per_s / kNetBytesPerP2pChannel))));
     const int batches = (use.ranks + kPeersPerBatch - 1) / kPeersPerBatch;
     while (per_peer * batches > p2p_channels && per_peer > 1) per_peer /= 2;
   }
@@ -103,21 +128,18 @@ CommunicatorMemory communicator_memory(const CommunicatorUse& use,
     out.bytes += channels * per_channel;
     out.basis += ", ring";
     if (device.nvls && local >= 2) {
-      const int nvls_channels = crosses ? device.nvls_channels_across : device.nvls_channels;
+      const NvlsShape nvls = nvls_shape(device, domains, local);
       const int heads = std::min(local, kMaxNvlsHeads);
-      out.bytes += nvls_channels * (kGranularity + 2 * kNvlsStepBytes * heads) + kGranularity;
+      out.bytes +=
+          nvls.channels * (kGranularity + 2 * kNcclSteps * nvls.chunk_bytes * heads) + kGranularity;
       out.basis += crosses ? ", NVLS tree" : ", NVLS";
     }
   }
   const int peers = use.all_to_all ? use.ranks - 1 : use.neighbours;
   if (peers > 0) {
-    // Peers inside the domain hold their own connections on every p2p channel; those across
-    // share the network pool (one a direction). A neighbour exchange that crosses domains has
-    // one neighbour outside (the ends of the domain's run) where it has one inside.
-    const int local_peers = use.all_to_all ? local - 1
-                            : !crosses     ? peers
-                            : local > 1    ? peers - 1
-                                           : 0;
+    // Peers inside the domain hold their own connections on each of their channels; those
+    // across share the network pool (one a direction).
+    const int local_peers = use.all_to_all ? local - 1 : std::min(use.local_neighbours, peers);
     out.bytes += local_peers * per_peer * p2p_connection_pair_bytes();
     if (local_peers < peers) out.bytes += 2 * p2p_channels * kNetPoolBytesPerChannel;
     out.basis += use.all_to_all ? ", all-to-all"
@@ -129,30 +151,53 @@ CommunicatorMemory communicator_memory(const CommunicatorUse& use,
 }
 
 std::vector<CommunicatorUse> layout_communicators(const ParallelPlan& plan, int stage,
-                                                  int expert_data_ranks) {
+                                                  int domain_gpus) {
+  const RankGrid grid(plan);
+  const int rank = grid.first_rank_of_stage(stage);
+  const auto domain = [domain_gpus](int r) { return r / std::max(1, domain_gpus); };
+  const auto local_count = [&](const std::vector<int>& ranks) {
+    return static_cast<int>(std::count_if(ranks.begin(), ranks.end(),
+                                          [&](int r) { return domain(r) == domain(rank); }));
+  };
+  // A group of the kind, whole; with `neighbour_ranks`, the ranks this one exchanges with.
   std::vector<CommunicatorUse> uses;
-  const int gradient_stride = plan.tp;  // dp x cp: the cp ranks of a replica, then replicas
-  if (plan.gradient_ranks() > 1) {
-    uses.push_back({"data-parallel", plan.gradient_ranks(), gradient_stride, true});
-  }
-  if (plan.tp > 1) uses.push_back({"tensor-parallel", plan.tp, 1, true});
-  if (plan.cp > 1) {
-    // Ring attention: keys and values from the previous cp rank, to the next.
-    uses.push_back({"context-parallel", plan.cp, plan.tp, false, plan.cp == 2 ? 1 : 2});
-  }
-  if (plan.pp > 1) {
-    // The stages before and after; interleaving wraps the last stage round to the first.
-    const bool wraps = plan.vpp > 1;
-    const int peers = plan.pp == 2 ? 1 : (stage > 0 || wraps) + (stage < plan.pp - 1 || wraps);
-    uses.push_back({"pipeline", plan.pp, plan.tp * plan.cp * plan.dp, false, peers});
-  }
-  if (plan.ep > 1) {
-    uses.push_back({"expert-parallel", plan.ep, plan.tp * plan.cp, false, 0, true});
-    if (expert_data_ranks > 1) {
-      uses.push_back(
-          {"expert data-parallel", expert_data_ranks, plan.tp * plan.cp * plan.ep, true});
+  const auto add = [&](const char* name, GroupKind kind, bool reduces,
+                       const std::vector<int>& neighbour_ranks, bool all_to_all) {
+    if (!grid.has_groups(kind) || grid.group_size(kind) < 2) return;
+    const std::vector<int> members = grid.members(kind, grid.group_of(rank, kind));
+    uses.push_back({name, static_cast<int>(members.size()), local_count(members), reduces,
+                    static_cast<int>(neighbour_ranks.size()), local_count(neighbour_ranks),
+                    all_to_all});
+  };
+  // The ranks before and after this one in a group's order, once each (a ring of two is one
+  // neighbour), the order wrapping round where `wraps`.
+  const auto around = [&](GroupKind kind, bool wraps) {
+    const std::vector<int> members = grid.members(kind, grid.group_of(rank, kind));
+    const auto at = std::find(members.begin(), members.end(), rank) - members.begin();
+    const auto n = static_cast<std::ptrdiff_t>(members.size());
+    std::vector<int> out;
+    for (const std::ptrdiff_t step : {std::ptrdiff_t{-1}, std::ptrdiff_t{1}}) {
+      const std::ptrdiff_t other = at + step;
+      if (!wraps && (other < 0 || other >= n)) continue;
+      const int peer = members[static_cast<std::size_t>((other + n) % n)];
+      if (peer != rank && std::find(out.begin(), out.end(), peer) == out.end()) {
+        out.push_back(peer);
+      }
     }
+    return out;
+  };
+  add("data-parallel", GroupKind::data, true, {}, false);
+  add("tensor-parallel", GroupKind::tensor, true, {}, false);
+  // Ring attention: keys and values from the previous cp rank, to the next.
+  if (grid.has_groups(GroupKind::context)) {
+    add("context-parallel", GroupKind::context, false, around(GroupKind::context, true), false);
   }
+  // The stages before and after; interleaving wraps the last stage round to the first.
+  if (grid.has_groups(GroupKind::pipeline)) {
+    add("pipeline", GroupKind::pipeline, false, around(GroupKind::pipeline, plan.vpp > 1), false);
+  }
+  add("expert-parallel", GroupKind::expert, false, {}, true);
+  add("expert data-parallel", GroupKind::expert_data, true, {}, false);
   return uses;
 }
 

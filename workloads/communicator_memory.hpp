@@ -21,23 +21,24 @@ struct CommunicatorDevice {
   int domain_gpus = 8;
   double nics_per_gpu = 1;
   double nic_bytes_per_s = 50e9;  // line rate a direction
-  // Whether the NVSwitch reduces (NVLink SHARP), and NCCL's NVLS channels on this GPU inside
-  // one domain and across several (nvls.cc: 16 on Hopper; 24 and 32 on Blackwell).
+  // Whether NCCL runs NVLink SHARP (the NVSwitch reduces and the job leaves NVLS on), and the
+  // GPU's compute capability times ten, which sets NVLS's channels (90: Hopper, 100: Blackwell).
   bool nvls = false;
-  int nvls_channels = 16;
-  int nvls_channels_across = 16;
+  int compute_capability = 90;
 };
 
-// A communicator as a layout uses it: its ranks, spaced `stride` apart in global rank order
-// (tp innermost, then cp, dp and pp: RankGrid), whether it reduces (all-reduce, reduce-scatter,
-// all-gather: ring and NVLS connected) and the peers a rank sends to and receives from
-// (pipeline and ring-attention neighbours), or every other rank (an all-to-all).
+// A communicator as a rank uses it: its ranks and those of them in the rank's NVLink domain,
+// whether it reduces (all-reduce, reduce-scatter, all-gather: ring and NVLS connected), the
+// neighbours the rank sends to and receives from (pipeline stages, ring attention's cp ranks)
+// and of those the ones in its domain, or whether it exchanges with every other rank (an
+// all-to-all).
 struct CommunicatorUse {
   std::string name;
   int ranks = 1;
-  int stride = 1;
+  int local_ranks = 1;
   bool reduces = false;
   int neighbours = 0;
+  int local_neighbours = 0;
   bool all_to_all = false;
 };
 
@@ -49,11 +50,12 @@ struct CommunicatorMemory {
 CommunicatorMemory communicator_memory(const CommunicatorUse& use,
                                        const CommunicatorDevice& device);
 
-// The communicators a rank of pipeline stage `stage` uses under `plan`: data-parallel (over
-// dp x cp), tensor-parallel, pipeline, context-parallel, expert-parallel and the experts'
-// data-parallel (over `expert_data_ranks`). Each one a process group, so a communicator of
-// its own (PyTorch does not share resources between them).
+// The communicators the first rank of pipeline stage `stage` uses under `plan`, their members
+// as RankGrid places them, on NVLink domains of `domain_gpus` consecutive ranks: data-parallel
+// (over dp x cp), tensor-parallel, context-parallel, pipeline, expert-parallel and the
+// experts' data-parallel. Each one a process group, so a communicator of its own (PyTorch does
+// not share resources between them).
 std::vector<CommunicatorUse> layout_communicators(const ParallelPlan& plan, int stage,
-                                                  int expert_data_ranks);
+                                                  int domain_gpus);
 
 }  // namespace fleetsim

@@ -419,7 +419,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // The collective library's buffers, communicator by communicator (communicator_memory.hpp).
   double library_bytes = 0;
   std::string library_basis;
-  for (const CommunicatorUse& use : layout_communicators(plan, stage, sharding.expert_ranks())) {
+  for (const CommunicatorUse& use :
+       layout_communicators(plan, stage, device.communicators.domain_gpus)) {
     const CommunicatorMemory held = communicator_memory(use, device.communicators);
     library_bytes += held.bytes;
     library_basis += (library_basis.empty() ? "" : "; ") + held.basis;

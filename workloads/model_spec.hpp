@@ -42,8 +42,7 @@ struct ModelSpec {
   int head_size = 0;
   // Biases on the query, key and value projections only (Qwen2).
   bool qkv_bias = false;
-  // An RMSNorm over each head's query and key before RoPE (Qwen3, OLMo 2): a head_dim weight
-  // each.
+  // An RMSNorm over each head's query and key before RoPE (Qwen3): a head_dim weight each.
   bool qk_norm = false;
   Positions positions = Positions::rope;
   int max_positions = 0;  // rows of the learned position table

@@ -104,7 +104,8 @@ ModelSpec Loader::model_preset(const Field& name) {
 // A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
 // columns too), or the model directory holding it, for the decoder families the op graph
 // models: Llama, Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V) and Qwen3 (QK-norm,
-// a head_dim of its own), as transformers' modeling_<type>.py builds them.
+// a head_dim of its own), dense or a mixture of experts in every layer (qwen3_moe), as
+// transformers' modeling_<type>.py builds them.
 ModelSpec Loader::hf_model(const Field& path_field) {
   const Preset& config = file_named_by(path_field, "Hugging Face config",
                                        "give the path of the model's config.json (or of its "
@@ -114,11 +115,12 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
   const Field type = require(root, "model_type");
   const std::string model_type = read_string(type);
-  const bool qwen = model_type == "qwen2" || model_type == "qwen3";
+  const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
+  const bool qwen = model_type == "qwen2" || qwen3;
   if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && !qwen) {
     fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
-         "fleetsim models Llama-style decoders (model_type llama, mistral, mixtral, qwen2 or "
-         "qwen3)");
+         "fleetsim models Llama-style decoders (model_type llama, mistral, mixtral, qwen2, "
+         "qwen3 or qwen3_moe)");
   }
   ModelSpec m;
   m.layers = read_int(require(root, "num_hidden_layers"), 1);
@@ -129,19 +131,39 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   m.kv_heads = kv_heads ? read_int(*kv_heads, 1) : m.heads;
   m.vocab = read_int(require(root, "vocab_size"), 1);
   if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
-  if (model_type == "mixtral") {
-    m.experts = read_int(require(root, "num_local_experts"), 1);
+  // A mixture of experts: its experts (under the config's key for them) and how many a token
+  // visits.
+  const auto read_experts = [&](const char* experts_key) {
+    m.experts = read_int(require(root, experts_key), 1);
     const Field per_token = require(root, "num_experts_per_tok");
     m.experts_per_token = read_int(per_token, 1);
     if (m.experts_per_token > m.experts) {
-      fail(per_token, "num_experts_per_tok is more than num_local_experts",
+      fail(per_token, std::string("num_experts_per_tok is more than ") + experts_key,
            "each token goes to at most every expert");
     }
+  };
+  if (model_type == "mixtral") {
+    read_experts("num_local_experts");
     if (const auto jitter = find(root, "router_jitter_noise"); jitter && jitter->node.IsScalar() &&
                                                                jitter->node.Scalar() != "null" &&
                                                                read_number(*jitter) != 0) {
       fail(*jitter, "router jitter noise is not modelled",
            "fleetsim routes each token by its scores alone; set it to 0.0");
+    }
+  }
+  if (model_type == "qwen3_moe") {
+    // Every layer a mixture of experts of moe_intermediate_size each (intermediate_size sizes
+    // the dense MLPs of mlp_only_layers, which are refused).
+    read_experts("num_experts");
+    m.ffn = read_int(require(root, "moe_intermediate_size"), 1);
+    if (const auto step = find(root, "decoder_sparse_step"); step && read_int(*step, 1) != 1) {
+      fail(*step, "a mixture of experts in only some layers is not modelled",
+           "fleetsim models every layer as a mixture of experts; decoder_sparse_step 1");
+    }
+    if (const auto dense = find(root, "mlp_only_layers");
+        dense && dense->node.IsSequence() && dense->node.size() > 0) {
+      fail(*dense, "dense MLP layers beside mixture-of-experts layers are not modelled",
+           "fleetsim models every layer as a mixture of experts; mlp_only_layers []");
     }
   }
   // What the op graph does not model is refused, not ignored.
@@ -169,7 +191,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   // Qwen2's query, key and value projections always have biases (bias=True in
   // modeling_qwen2.py); Qwen3 norms each head's query and key (q_norm, k_norm).
   m.qkv_bias = model_type == "qwen2";
-  m.qk_norm = model_type == "qwen3";
+  m.qk_norm = qwen3;
   if (const auto act = find(root, "hidden_act"); act && read_string(*act) != "silu") {
     fail(*act, "hidden_act " + in_quotes(read_string(*act)) + " is not modelled",
          "the MLP is SwiGLU (silu)");
@@ -181,7 +203,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   }
   // The model's name: the last part of the name it was saved under, else its directory's.
   const fs::path path = config.doc.file;
-  m.name = path.parent_path().filename().string();
+  m.name = fs::absolute(path).lexically_normal().parent_path().filename().string();
   if (const auto saved_as = find(root, "_name_or_path"); saved_as && saved_as->node.IsScalar()) {
     const std::string name = fs::path(read_string(*saved_as)).filename().string();
     if (!name.empty()) m.name = name;

@@ -14,18 +14,15 @@ namespace fleetsim {
 namespace {
 
 // What the collective library sees: the channels the GPU's profile runs (one thread block, so
-// one SM, each: comm_sms), the NVLink domain and the NICs of its node, and NCCL's NVLS channels
-// by generation (nvls.cc: 16 from compute capability 9.0; from 10.0, 24 inside one domain and
-// 32 across).
+// one SM, each: comm_sms), the NVLink domain and the NICs of its node, whether NVLS runs, and
+// the GPU's generation.
 CommunicatorDevice communicator_device(const StepInputs& inputs) {
-  const bool blackwell = inputs.gpu.compute_capability.value_or(0) >= 100;
   return {.channels = std::max(1, static_cast<int>(std::lround(inputs.gpu.comm_sms.value))),
           .domain_gpus = inputs.node.gpus * inputs.node.nvlink_domain_nodes,
           .nics_per_gpu = static_cast<double>(inputs.node.nics) / inputs.node.gpus,
           .nic_bytes_per_s = inputs.node.nic_bytes_per_s,
           .nvls = inputs.node.nvls,
-          .nvls_channels = blackwell ? 24 : 16,
-          .nvls_channels_across = blackwell ? 32 : 16};
+          .compute_capability = inputs.gpu.compute_capability.value_or(0)};
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "fixture.hpp"
 #include "sim/scenario/scenario.hpp"
+#include "workloads/flop_conventions.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
@@ -76,6 +77,20 @@ TEST_CASE("Qwen2.5 and Qwen3 in the zoo count their released checkpoints' parame
   CHECK(qwen3_32b.attention_width() == 8192);
 }
 
+TEST_CASE("Qwen3's mixtures of experts count their checkpoints' parameters, and the active share") {
+  // The Hub's totals of Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B. Each of 48 (94) layers:
+  // the attention as Qwen3's dense models have it, a router of hidden x 128 and 128 experts of
+  // 3 x hidden x 768 (1,536). A token visits 8 of the 128: 3.35 B and 22.19 B parameters
+  // active, the "3.3B" and "22B activated" of the model cards.
+  const ModelSpec small = zoo_model("qwen3-30b-a3b");
+  CHECK(small.parameters() == 30'532'122'624.0);
+  CHECK(active_parameters(small) == 30'532'122'624.0 - 48.0 * 120 * 3 * 2048 * 768);
+  CHECK(active_parameters(small) == Approx(3.3e9).epsilon(0.02));
+  const ModelSpec large = zoo_model("qwen3-235b-a22b");
+  CHECK(large.parameters() == 235'093'634'560.0);
+  CHECK(active_parameters(large) == Approx(22e9).epsilon(0.03));
+}
+
 TEST_CASE("a Qwen3 layer's attention is heads x head_dim wide, its queries and keys normed") {
   // Qwen3-32B on tp 8, 4,096 tokens: the QKV GEMM writes (8,192 + 2 x 1,024) / 8 columns from
   // 5,120, o_proj reads 8,192 / 8 and writes 5,120, and causal attention does 2 x 2 x 4,096^2 x
@@ -140,6 +155,27 @@ TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named 
   REQUIRE(windowed);
   CHECK(windowed->key() == "sliding_window");
   CHECK_THAT(windowed->what(), Catch::Contains("sliding-window attention is not modelled"));
+
+  // Qwen3's mixture of experts: every layer's MLP 128 experts of moe_intermediate_size, the
+  // zoo's model; a model with dense layers among them is refused at the key that says so.
+  const std::string moe = R"({
+  "head_dim": 128, "hidden_size": 2048, "intermediate_size": 6144, "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+  "decoder_sparse_step": 1, "mlp_only_layers": [], "num_attention_heads": 32,
+  "num_hidden_layers": 48, "num_key_value_heads": 4, "tie_word_embeddings": false,
+  "vocab_size": 151936, "sliding_window": null, "use_sliding_window": false
+}
+)";
+  dir.write("models/Qwen3-30B-A3B/config.json", moe);
+  const ModelSpec qwen3_moe = load("models/Qwen3-30B-A3B");
+  CHECK(qwen3_moe.experts == 128);
+  CHECK(qwen3_moe.ffn == 768);
+  CHECK(qwen3_moe.parameters() == zoo_model("qwen3-30b-a3b").parameters());
+  dir.write("models/Qwen3-30B-A3B/config.json",
+            with(moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"));
+  const auto sparse_step = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(sparse_step);
+  CHECK(sparse_step->key() == "decoder_sparse_step");
 }
 
 }  // namespace fleetsim

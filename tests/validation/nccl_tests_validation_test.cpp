@@ -210,19 +210,20 @@ TEST_CASE("two AWS p4de nodes: the tuner picks NCCL's tree, within 10%, beyond a
   CHECK(tree_error == Approx(0.013).margin(0.01));  // docs/collective-accuracy.md: +1.3%
 }
 
-TEST_CASE("two GCP A3 Mega nodes: NVLS-tree over GPUDirect-TCPXO, far beyond any ring's bound") {
-  // A user's nccl-tests run on 2 x a3-megagpu-8g (calibration/logs/, its .source.txt): 338.8
-  // GB/s busbw at 8 GiB over 8 x 200 Gb/s a node. A ring's channels cross the nodes through
-  // all eight NICs, 200 GB/s a node, which bounds its busbw; NVLS-tree reduces inside each node
-  // and on two nodes moves half as much across them (NCCL's tuner doubles its network
-  // bandwidth there), so only it reaches the measurement. TCPXO's efficiency is fitted to this log
-  // (0.917): the ring's shortfall and the tuner's choice are the checks.
+TEST_CASE("two GCP A3 Mega nodes: NCCL's tree over GPUDirect-TCPXO, beyond any ring's bound") {
+  // A user's nccl-tests run on 2 x a3-megagpu-8g (calibration/logs/, its .source.txt), under
+  // Google's TCPXO profile (NVLS off, Ring and Tree): 338.8 GB/s busbw at 8 GiB over 8 x 200
+  // Gb/s a node. A ring's channels cross the nodes through all eight NICs, 200 GB/s a node,
+  // which bounds its busbw; the tree moves half as much across two nodes, so only it reaches
+  // the measurement. It is held to NCCL's per-channel tree limit for Hopper on two nodes
+  // (tuning.cc), 9% under the log: TCPXO's efficiency does not enter (the profile's 0.95, or
+  // anything from 0.90 up, gives the same).
   const auto [measured, ring, tuned] =
       against_ring({"h100x16-2node-allreduce-gcp-a3mega.log", "gcp-a3-mega", 2, 16});
   CHECK(ring.busbw_gb_per_s < 200);
   CHECK(measured > 200);
-  CHECK(tuned.algorithm == CollectiveAlgorithm::nvls_tree);
-  CHECK(tuned.busbw_gb_per_s / measured - 1 == Approx(0.014).margin(0.01));  // +1.4%
+  CHECK(tuned.algorithm == CollectiveAlgorithm::tree);
+  CHECK(tuned.busbw_gb_per_s / measured - 1 == Approx(-0.092).margin(0.01));  // -9.2%
 }
 
 TEST_CASE("PCIe presets reach their analytic ring bounds") {
