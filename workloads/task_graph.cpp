@@ -805,7 +805,7 @@ std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m) 
     std::vector<std::pair<int, int>> table;  // (micro-batch, chunk) of the k-th forward
     table.reserve(static_cast<std::size_t>(total));
     for (int first = 0; first < m; first += group) {
-      const int end = first + group >= m ? m : first + group;
+      const int end = group >= m - first ? m : first + group;  // no overflow past m
       for (int chunk = 0; chunk < vpp; ++chunk) {
         for (int i = first; i < end; ++i) table.emplace_back(i, chunk);
       }

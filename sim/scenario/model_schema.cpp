@@ -205,8 +205,9 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   const fs::path path = config.doc.file;
   m.name = fs::absolute(path).lexically_normal().parent_path().filename().string();
   if (const auto saved_as = find(root, "_name_or_path"); saved_as && saved_as->node.IsScalar()) {
-    const std::string name = fs::path(read_string(*saved_as)).filename().string();
-    if (!name.empty()) m.name = name;
+    const std::string name =
+        fs::path(read_string(*saved_as)).lexically_normal().filename().string();
+    if (!name.empty() && name != "." && name != "..") m.name = name;
   }
   if (m.name.empty()) m.name = "hf-model";
   m.source = "Hugging Face config " + path.string();
