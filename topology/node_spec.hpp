@@ -5,6 +5,7 @@
 // SimTime. Every preset names its sources, since a preset is a claim about real hardware.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,8 @@ enum class GpuFabric {
 // What the NICs speak; a GPU profile gives each its achievable fraction of line rate. tcpxo:
 // Google Cloud's GPUDirect-TCPXO (A3 Mega), TCP offloaded to the NICs through NCCL's net plugin.
 enum class NicKind { infiniband, roce, efa, tcpxo };
+inline constexpr std::array kNicKinds = {NicKind::infiniband, NicKind::roce, NicKind::efa,
+                                         NicKind::tcpxo};
 
 struct NodeSpec {
   std::string name;

@@ -32,11 +32,14 @@ GpuFabric read_gpu_fabric(const Field& f) {
   return GpuFabric::pcie_only;
 }
 
+// A NIC kind by the name of the links it drives (to_string(fabric_link_kind)).
 NicKind read_nic_kind(const Field& f) {
-  const std::string kind = read_choice(f, {"infiniband", "roce", "efa", "tcpxo"});
-  if (kind == "roce") return NicKind::roce;
-  if (kind == "efa") return NicKind::efa;
-  if (kind == "tcpxo") return NicKind::tcpxo;
+  Keys names;
+  for (const NicKind kind : kNicKinds) names.push_back(to_string(fabric_link_kind(kind)));
+  const std::string name = read_choice(f, names);
+  for (const NicKind kind : kNicKinds) {
+    if (name == to_string(fabric_link_kind(kind))) return kind;
+  }
   return NicKind::infiniband;
 }
 

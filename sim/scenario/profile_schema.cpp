@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/scenario/loader.hpp"
+#include "topology/topology.hpp"
 
 namespace fleetsim {
 
@@ -43,8 +44,13 @@ Keys profile_keys() {
 }
 
 const Keys kCalibratedFields = {"value", "sigma", "provenance"};
-// Link kinds as topology names them (topology/topology.cpp, to_string(LinkKind)).
-const Keys kLinkKinds = {"nvlink", "xgmi", "pcie", "infiniband", "roce", "efa", "tcpxo"};
+// The links a GPU drives, as topology names them: its GPU-to-GPU and host links, and those of
+// every kind of NIC.
+const Keys kLinkKinds = [] {
+  Keys kinds = {to_string(LinkKind::nvlink), to_string(LinkKind::xgmi), to_string(LinkKind::pcie)};
+  for (const NicKind kind : kNicKinds) kinds.push_back(to_string(fabric_link_kind(kind)));
+  return kinds;
+}();
 double read_calibrated_value(const Field& f, Quantity q) {
   if (q == Quantity::fraction) {
     return read_fraction(f);
