@@ -149,11 +149,16 @@ const AttentionRates& attention_rates(const GpuProfile& gpu,
   return found->second;
 }
 
+double mean_causal_keys(double seq, double window) {
+  return window > 0 && window < seq ? window - window * window / (2 * seq) : seq / 2;
+}
+
 double attention_efficiency(const GpuProfile& gpu, const Kernel& kernel) {
   const AttentionRates& rates = attention_rates(gpu, kernel.attention);
   const AttentionPass& pass = kernel.backward ? rates.bwd : rates.fwd;
-  // Each query tile meets every key, or half of them on average under a causal mask.
-  const double keys = kernel.causal ? kernel.seq / 2 : kernel.seq;
+  // Each query tile meets every key, or half of them on average under a causal mask (fewer
+  // under a window).
+  const double keys = kernel.causal ? mean_causal_keys(kernel.seq, kernel.window) : kernel.seq;
   const double overhead =
       std::max(0.0, (kernel.causal ? pass.causal_overhead : pass.seq_overhead).value);
   return keys > 0 ? pass.efficiency.value * keys / (keys + overhead) : pass.efficiency.value;

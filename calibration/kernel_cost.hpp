@@ -44,12 +44,14 @@ struct Kernel {
   // SMs the library leaves free when it launches the kernel (Transformer Engine's
   // set_sm_margin, for communication beside it): a GEMM plans its tiles for the rest.
   int sm_margin = 0;
-  // Attention: the implementation (none: the profile's default), the pass, the mask, and the
-  // sequence of keys the queries run against.
+  // Attention: the implementation (none: the profile's default), the pass, the mask, the
+  // sequence of keys the queries run against and, under a sliding window, the most keys a
+  // query meets (0: none).
   std::optional<AttentionKernel> attention;
   bool backward = false;
   bool causal = false;
   double seq = 0;
+  double window = 0;
   auto operator<=>(const Kernel&) const = default;
 };
 
@@ -70,7 +72,14 @@ double gemm_compute_efficiency(const GpuProfile& gpu, double m, double n, double
 // The attention implementation a kernel runs (its own, or the profile's default); ModelError if
 // the profile has none of it.
 const AttentionRates& attention_rates(const GpuProfile& gpu, std::optional<AttentionKernel> kernel);
+// The keys a query meets on average under a causal mask over `seq` tokens: seq / 2, or under a
+// sliding window of w < seq the integral of min(x, w) over the sequence, divided by it:
+// w - w^2 / (2 seq).
+double mean_causal_keys(double seq, double window);
 // An attention kernel's rate / dense BF16 peak, from its pass, mask and sequence (AttentionPass).
+// A sliding window is costed as a causal pass over the keys a query meets on average: its key
+// tiles are those of the window, with masked tiles at its two edges where a causal pass has
+// one at the diagonal, left in the fixed work per query tile.
 double attention_efficiency(const GpuProfile& gpu, const Kernel& kernel);
 // ModelError for an FP8 GEMM on a profile without FP8 entries, or attention it has none of.
 double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel);

@@ -11,7 +11,7 @@ double experts_visited(const ModelSpec& model) {
 }
 
 double mlp_matrices(const ModelSpec& model) {
-  return model.mlp == Mlp::swiglu ? 3 : 2;
+  return model.gated_mlp() ? 3 : 2;
 }
 
 // One expert's MLP: its matrices and, with linear biases, the inner and output biases.
@@ -38,7 +38,7 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
   const double layers = model.layers;
   const double h = model.hidden;
   const double attention_width = model.attention_width();
-  const double kv = static_cast<double>(model.kv_heads) * model.head_dim();
+  const double kv = model.kv_width();
   // The score and value GEMMs of a token against the whole sequence, forward and backward.
   const double attention = 12 * layers * attention_width * seq_len;
   switch (convention) {

@@ -1,10 +1,12 @@
 // The FLOPs a published run counts per token, by the convention its source uses, so that a
 // measured TFLOP/s or MFU compares with the simulated step on the source's own terms (fleetsim's
-// own model FLOPs, StepResult::model_flops, halve causal attention; most sources do not).
+// own model FLOPs, StepResult::model_flops, halve causal attention and count only the pairs a
+// local attention window keeps; most sources do neither, and these conventions count every
+// layer's attention over the whole sequence).
 //
 // Per token, for L layers of hidden size h, attention width q (= heads x head_dim: h unless the
 // model gives a head_dim of its own), K/V width kv (= kv_heads x head_dim), MLP inner size F
-// with m matrices (3 for SwiGLU, 2 for GELU), k experts a token
+// with m matrices (3 for SwiGLU and GeGLU, 2 for GELU), k experts a token
 // visits (1 dense), vocabulary V and sequence length s; N the parameters a token uses: every
 // parameter, embedding tables and norms included (as torchtitan at 157a12c5 and llm-foundry
 // count; newer torchtitan and Kaplan et al. leave the embeddings out, about 5% less for

@@ -351,7 +351,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                            ") discards"
                      : std::string()) +
                 (training.dropout > 0 ? ", dropout masks" : "") +
-                (model.mlp == Mlp::swiglu ? ", SwiGLU" : ", GELU") +
+                (model.mlp == Mlp::swiglu  ? ", SwiGLU"
+                 : model.mlp == Mlp::geglu ? ", GeGLU"
+                                           : ", GELU") +
                 (model.mixture_of_experts()
                      ? ", " + std::to_string(model.experts_per_token) + " of " +
                            std::to_string(model.experts) +
@@ -385,7 +387,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   if (quantized) {
     // Each GEMM reads a BF16 copy of its weight, dequantized just before it.
     const double largest =
-        std::max((model.mlp == Mlp::swiglu ? 2.0 : 1.0) * model.ffn,
+        std::max((model.gated_mlp() ? 2.0 : 1.0) * model.ffn,
                  model.attention_width() + 2.0 * model.kv_heads * model.head_dim()) *
         model.hidden / tp;
     add("dequantized weight", kWeightBytes * largest,

@@ -27,6 +27,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.global_batch = training.global_batch;
   subject.micro_batch = training.micro_batch;
   subject.flash_attention = training.attention == Attention::flash;
+  subject.local_attention = model.has_local_layers(training.seq_len);
   subject.fp32_adam = training.optimizer != Optimizer::adam8bit;
   subject.apex_adam = training.optimizer == Optimizer::distributed_fused_adam;
   subject.lora = training.lora.has_value();
@@ -92,6 +93,24 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
                             "head_dim = hidden / heads must be a whole number, or give "
                             "head_dim"));
   }
+  if (m.attention_window < 0) {
+    found.push_back(problem("attention-window-positive", {"attention_window"},
+                            "attention_window must be positive",
+                            "give the tokens a local layer attends to, or leave it out for full "
+                            "attention in every layer"));
+  }
+  if (m.full_attention_every < 0) {
+    found.push_back(problem("full-attention-every-positive", {"full_attention_every"},
+                            "full_attention_every must be positive",
+                            "give N for full attention in every N-th layer, or leave it out for "
+                            "local attention in every layer"));
+  }
+  if (m.full_attention_every > 0 && m.attention_window == 0) {
+    found.push_back(problem("full-attention-every-needs-window", {"full_attention_every"},
+                            "full_attention_every picks the layers without a window, and the "
+                            "model has no attention_window",
+                            "give attention_window, or remove full_attention_every"));
+  }
   if (m.heads % m.kv_heads != 0) {
     found.push_back(problem("kv-heads-divide-heads", {"kv_heads", "heads"},
                             "heads (" + std::to_string(m.heads) +
@@ -132,7 +151,7 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
         found.push_back(problem("lora-targets-once", {"training.lora.targets"},
                                 "LoRA target " + *t + " is listed twice", "list each module once"));
       }
-      if (*t == "gate" && model.mlp != Mlp::swiglu) {
+      if (*t == "gate" && !model.gated_mlp()) {
         found.push_back(problem("lora-gate-needs-swiglu", {"training.lora.targets"},
                                 "a GELU MLP has no gate projection to adapt",
                                 "target q, k, v, o, up and down"));

@@ -12,9 +12,13 @@
 
 namespace fleetsim {
 
-// The MLP of a decoder layer: SwiGLU (gate and up projections, then down; Llama) or a GELU MLP
-// (up, GELU, down; GPT-2/3).
-enum class Mlp { swiglu, gelu };
+// The MLP of a decoder layer: SwiGLU (gate and up projections, then down; Llama), GeGLU (the
+// same with GELU's tanh form for SiLU; Gemma) or a GELU MLP (up, GELU, down; GPT-2/3).
+enum class Mlp { swiglu, geglu, gelu };
+// Local attention: a query meets only the `window` keys up to and including its own (sliding:
+// Mistral, Gemma 2 and 3, GPT-OSS), or only those of its own chunk, the sequence cut into
+// chunks of `window` tokens (chunked: Llama 4).
+enum class LocalAttention { sliding, chunked };
 // RMSNorm has a weight per channel; LayerNorm a weight and a bias.
 enum class Norm { rmsnorm, layernorm };
 // Rotary position embeddings have no parameters; learned ones are a table of max_positions rows;
@@ -50,8 +54,36 @@ struct ModelSpec {
   // sending each token to `experts_per_token` of them. 0: one dense MLP.
   int experts = 0;
   int experts_per_token = 0;
+  // Local attention in some or all layers: the window in tokens (0: every layer attends to the
+  // whole causal prefix), its kind, and which layers still attend fully: every
+  // full_attention_every-th, the last of each group (layers N - 1, 2N - 1, ... counted from 0:
+  // Gemma 2 and GPT-OSS 2, Gemma 3 6, Llama 4 4); 0: none (Mistral 7B).
+  int attention_window = 0;
+  LocalAttention local_attention = LocalAttention::sliding;
+  int full_attention_every = 0;
+  // A learned logit per head joining each row's softmax (GPT-OSS): a parameter per head.
+  bool attention_sinks = false;
+  // A norm after attention and after the MLP too, before each residual add (Gemma 2 and 3):
+  // four norms a layer.
+  bool post_norms = false;
+  // The logits soft-capped, cap * tanh(logits / cap), before the loss (Gemma 2).
+  bool logit_softcap = false;
 
   int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  // The key (and value) projection's output: kv_heads x head_dim.
+  double kv_width() const { return static_cast<double>(kv_heads) * head_dim(); }
+  // The MLP has a gate projection beside its up projection (SwiGLU, GeGLU).
+  bool gated_mlp() const { return mlp != Mlp::gelu; }
+  // Layer `layer` (from 0) attends within the window.
+  bool attends_locally(int layer) const {
+    return attention_window > 0 &&
+           (full_attention_every == 0 || (layer + 1) % full_attention_every != 0);
+  }
+  // Some layer's window is shorter than the sequence, so that it attends to fewer keys than
+  // the causal mask allows (a window as long as the sequence changes nothing).
+  bool has_local_layers(int seq_len) const {
+    return attention_window > 0 && attention_window < seq_len && full_attention_every != 1;
+  }
   // The query projection's output and the output projection's input: heads x head_dim.
   double attention_width() const { return static_cast<double>(heads) * head_dim(); }
   bool mixture_of_experts() const { return experts > 0; }

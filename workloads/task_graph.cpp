@@ -54,8 +54,14 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
-  const LayerOps layer = decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp,
-                                           plan.sequence_parallel, plan.recompute_modules);
+  // A layer's ops: those of full attention, or of attention within the model's window.
+  const auto layer_ops = [&](bool attends_locally) {
+    return decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp,
+                             plan.sequence_parallel, plan.recompute_modules, attends_locally);
+  };
+  const LayerOps full_layer = layer_ops(false);
+  const LayerOps local_layer =
+      model.has_local_layers(training.seq_len) ? layer_ops(true) : full_layer;
   // Under expert parallelism a layer holds experts / ep of its experts.
   const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
   const double absent_experts = experts * (plan.ep - 1);
@@ -80,8 +86,10 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
       const bool offloaded = layers_before < plan.activation_offload_layers;
       ++layers_before;
-      units.push_back({"L" + std::to_string(index - 1), held, frozen ? adapters : held, layer,
-                       recomputed, frozen ? 0.0 : experts, fp8 / held,
+      const int layer = static_cast<int>(index) - 1;
+      units.push_back({"L" + std::to_string(layer), held, frozen ? adapters : held,
+                       model.attends_locally(layer) ? local_layer : full_layer, recomputed,
+                       frozen ? 0.0 : experts, fp8 / held,
                        offloaded ? layer_saved_bytes(model, training, plan) : 0.0,
                        layers_before - 1});
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -73,7 +74,7 @@ std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::s
   const double h = model.hidden;
   const double f = model.ffn;
   const double q = model.attention_width();
-  const double kv = static_cast<double>(model.kv_heads) * model.head_dim();
+  const double kv = model.kv_width();
   if (module == "q") return {h, q};
   if (module == "o") return {q, h};
   if (module == "k" || module == "v") return {h, kv};
@@ -103,14 +104,6 @@ void lora_adapters(const ModelSpec& model, const TrainingSpec& training,
   }
 }
 
-double kv_dim(const ModelSpec& model) {
-  return static_cast<double>(model.kv_heads) * model.head_dim();
-}
-
-double norm_parameters(const ModelSpec& model) {
-  return model.norm == Norm::layernorm ? 2.0 * model.hidden : model.hidden;
-}
-
 constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
 
 // What of a layer of `model` selective recomputation reruns (RecomputeModules): its attention
@@ -132,108 +125,17 @@ LayerReruns layer_reruns(const ModelSpec& model, Recompute recompute,
 
 }  // namespace
 
+double local_attention_pairs(const ModelSpec& model, double seq_len) {
+  const double w = model.attention_window;
+  if (w <= 0 || w >= seq_len) return 0.5 * seq_len * seq_len;
+  if (model.local_attention == LocalAttention::sliding)
+    return seq_len * mean_causal_keys(seq_len, w);
+  const double rest = seq_len - w * std::floor(seq_len / w);
+  return 0.5 * (w * w * std::floor(seq_len / w) + rest * rest);
+}
+
 Op memory_op(std::string name, double bytes) {
   return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
-}
-
-double mlp_parameters(const ModelSpec& model) {
-  const double h = model.hidden;
-  const double f = model.ffn;
-  const double mlp_in = model.mlp == Mlp::swiglu ? 2 * f : f;  // gate and up, or up
-  return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
-}
-
-double layer_expert_parameters(const ModelSpec& model) {
-  return model.mixture_of_experts() ? model.experts * mlp_parameters(model) : 0.0;
-}
-
-double layer_projection_weights(const ModelSpec& model, double experts_held) {
-  const double h = model.hidden;
-  const double f = model.ffn;
-  const double mlp_in = model.mlp == Mlp::swiglu ? 2 * f : f;
-  const double mlps = model.mixture_of_experts() ? experts_held : 1.0;
-  const double q = model.attention_width();
-  return h * (q + 2 * kv_dim(model)) + q * h + mlps * (h * mlp_in + f * h);
-}
-
-double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
-  return layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / plan.tp;
-}
-
-double weight_gather_bytes(double parameters, double fp8) {
-  return kBf16 * (parameters - fp8) + kFp8 * fp8;
-}
-
-double decoder_layer_parameters(const ModelSpec& model) {
-  const double h = model.hidden;
-  const double q = model.attention_width();
-  const double qkv = q + 2 * kv_dim(model);  // output columns of the QKV projection
-  // Biases on every projection (linear_bias) or on Q, K and V only (qkv_bias); QK-norm's
-  // weights, one head_dim vector for the queries and one for the keys.
-  const double attention = h * qkv + q * h + (model.linear_bias ? qkv + h : 0) +
-                           (model.qkv_bias ? qkv : 0) +
-                           (model.qk_norm ? 2.0 * model.head_dim() : 0);
-  // A mixture of experts has one MLP per expert and the router's h x experts weight.
-  const double mlps = model.mixture_of_experts()
-                          ? layer_expert_parameters(model) + h * model.experts
-                          : mlp_parameters(model);
-  return attention + mlps + 2 * norm_parameters(model);
-}
-
-double embedding_parameters(const ModelSpec& model) {
-  return static_cast<double>(model.vocab) * model.hidden;
-}
-
-double position_parameters(const ModelSpec& model) {
-  return model.positions == Positions::learned
-             ? static_cast<double>(model.max_positions) * model.hidden
-             : 0.0;
-}
-
-std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
-  std::vector<double> units{embedding_parameters(model) + position_parameters(model)};
-  units.insert(units.end(), model.layers, decoder_layer_parameters(model));
-  units.push_back(head_parameters(model));
-  return units;
-}
-
-LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v) {
-  const int per_stage = (model.layers + virtual_stages - 1) / virtual_stages;
-  const int short_stages = per_stage * virtual_stages - model.layers;
-  // Stage u's place in the order that takes layers away: 0, V - 1, 1, V - 2, ...
-  const auto layers_of = [&](int u) {
-    const int place = std::min(2 * u, 2 * (virtual_stages - 1 - u) + 1);
-    return place < short_stages ? per_stage - 1 : per_stage;
-  };
-  LayerRange range;
-  for (int u = 0; u < v; ++u) range.first += layers_of(u);
-  range.end = range.first + layers_of(v);
-  return range;
-}
-
-int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
-  const int virtual_stages = plan.pp * plan.vpp;
-  int layers = 0;
-  for (int v = stage; v < virtual_stages; v += plan.pp) {
-    layers += virtual_stage_layers(model, virtual_stages, v).count();
-  }
-  return layers;
-}
-
-std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v) {
-  const LayerRange layers = virtual_stage_layers(model, virtual_stages, v);
-  std::vector<std::size_t> units;
-  if (v == 0) units.push_back(0);
-  for (int l = layers.first; l < layers.end; ++l) {
-    units.push_back(static_cast<std::size_t>(l) + 1);
-  }
-  if (v == virtual_stages - 1) units.push_back(static_cast<std::size_t>(model.layers) + 1);
-  return units;
-}
-
-double head_parameters(const ModelSpec& model) {
-  const double norm = norm_parameters(model);
-  return model.tied_embeddings ? norm : norm + embedding_parameters(model);
 }
 
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training) {
@@ -246,14 +148,10 @@ double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& tra
   return sum;
 }
 
-double tied_head_copy_parameters(const ModelSpec& model, int pp) {
-  return model.tied_embeddings && pp > 1 ? embedding_parameters(model) : 0.0;
-}
-
 double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_parallel) {
   const double h = model.hidden;
   const double reduced = tp == 1 ? 0.0 : 2 * kBf16 * h / (sequence_parallel ? tp : 1);
-  return (model.mlp == Mlp::swiglu ? kBf16 * h : 0.0) + reduced;
+  return (model.gated_mlp() ? kBf16 * h : 0.0) + reduced;
 }
 
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
@@ -267,7 +165,9 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // Under FP8 each projection keeps its input's FP8 cast for the weight gradient, not BF16.
   const bool fp8 = training.precision == Precision::fp8;
   const double gemm_input = fp8 ? kFp8 : kBf16;
-  const double norm_inputs = 2 * kBf16 * h;  // residual stream into each norm
+  // The residual stream into each norm, and with post-norms each block's output into its own
+  // (its backward reads its input).
+  const double norm_inputs = (model.post_norms ? 4 : 2) * kBf16 * h;
   const bool moe = model.mixture_of_experts();
   // A module selective recomputation reruns keeps its input.
   const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun] =
@@ -281,7 +181,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double q = model.attention_width();
   // Both attention backwards need Q, K, V; QK-norm's backward its input, the Q and K before it.
   const double qkv =
-      kBf16 * (q + 2 * kv_dim(model)) + (model.qk_norm ? kBf16 * (q + kv_dim(model)) : 0.0);
+      kBf16 * (q + 2 * model.kv_width()) + (model.qk_norm ? kBf16 * (q + model.kv_width()) : 0.0);
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
   // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input.
   const double output = core_rerun ? gemm_input * q : kBf16 * q + (fp8 ? kFp8 * q : 0.0);
@@ -297,15 +197,14 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
     // attention's output and what attention saves, the first MLP matmul's output and, of a
     // SwiGLU MLP, down's (a row-parallel matmul's output, whole before its reduce-scatter),
     // and under tensor parallelism both reduce-scatters' outputs (its _save_list).
-    return (kBf16 * (h + 2 * q + kv_dim(model)) + scores) / tp + kBf16 * f / tp +
+    return (kBf16 * (h + 2 * q + model.kv_width()) + scores) / tp + kBf16 * f / tp +
            per_op_outputs_kept_only(model, tp, sequence_parallel);
   }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
   // input). Down's input is its FP8 cast under FP8; an expert's activation rerun discards it.
   const double down_input = activation_rerun ? 0.0 : gemm_input * f;
-  const double one_mlp =
-      model.mlp == Mlp::swiglu ? kBf16 * 2 * f + down_input : kBf16 * f + down_input;
+  const double one_mlp = model.gated_mlp() ? kBf16 * 2 * f + down_input : kBf16 * f + down_input;
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input) and k
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
@@ -352,9 +251,9 @@ std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<O
     } else if (op.kernel.kind == KernelKind::attention) {
       continue;
     } else if (op.kernel.kind == KernelKind::gemm) {
-      const double columns = op.name == "qkv"                              ? kv_dim(model) / split
-                             : op.name == "o_proj"                         ? op.kernel.n
-                             : op.name == "gate_up"                        ? model.ffn / split
+      const double columns = op.name == "qkv"       ? model.kv_width() / split
+                             : op.name == "o_proj"  ? op.kernel.n
+                             : op.name == "gate_up" ? model.ffn / split
                              : op.name == "down" && model.mlp == Mlp::gelu ? op.kernel.n
                                                                            : 0.0;
       if (columns == 0) continue;
@@ -518,7 +417,7 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
 
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
                            Recompute recompute, int ep, int cp, bool sequence_parallel,
-                           const RecomputeModules& modules) {
+                           const RecomputeModules& modules, bool attends_locally) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
@@ -526,7 +425,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const double h = model.hidden;
   const double f = model.ffn;
   const double q = model.attention_width();
-  const double kv = kv_dim(model);
+  const double kv = model.kv_width();
   const double split = tp;  // GEMM columns or rows, heads
   const bool parallel = tp > 1;
   const bool sharded = parallel && sequence_parallel;   // the tokens between blocks split by tp
@@ -550,14 +449,17 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // all-reduced in forward.
   const bool eager = training.elementwise == Elementwise::eager;
   std::size_t norm_end = 0;  // where the last block's norm ops end in fwd
-  const auto enter_block = [&](const std::string& block, bool projections) {
+  const auto norm = [&](const std::string& name) {
     if (eager && model.norm == Norm::rmsnorm) {
-      eager_ops(block + "_norm", kEagerRmsNormForward, local_tokens * h, fwd);
-      eager_ops(block + "_norm.bwd", kEagerRmsNormBackward, local_tokens * h, backward);
+      eager_ops(name, kEagerRmsNormForward, local_tokens * h, fwd);
+      eager_ops(name + ".bwd", kEagerRmsNormBackward, local_tokens * h, backward);
     } else {
-      fwd.push_back(memory_op(block + "_norm", 2 * kBf16 * local_tokens * h));
-      backward.push_back(memory_op(block + "_norm.bwd", 4 * kBf16 * local_tokens * h));
+      fwd.push_back(memory_op(name, 2 * kBf16 * local_tokens * h));
+      backward.push_back(memory_op(name + ".bwd", 4 * kBf16 * local_tokens * h));
     }
+  };
+  const auto enter_block = [&](const std::string& block, bool projections) {
+    norm(block + "_norm");
     norm_end = fwd.size();
     if (!parallel) return;
     if (!sharded) {
@@ -585,6 +487,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     } else if (parallel) {
       fwd.push_back(tp_op(block + "_output", CollectiveOp::all_reduce, activation));
     }
+    // Gemma's norm of the block's output, on the rank's tokens, before the residual add.
+    if (model.post_norms) norm(block + "_post_norm");
     // Bias, dropout and residual add fused (Megatron's bias_dropout_add): the mask is written
     // in forward and read in backward.
     fwd.push_back(memory_op(block + "_residual", (3 * kBf16 + mask) * local_tokens * h));
@@ -613,9 +517,13 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   }
 
   // Causal attention: QK^T and PV are 2*b*s^2*(heads x head_dim) FLOPs each, half of them
-  // masked away; cp ranks share them evenly.
-  const double attention_fwd_flops =
-      0.5 * 4.0 * micro_batch * double(seq_len) * seq_len * q / split / cp;
+  // masked away (4 b pairs q with pairs = s^2 / 2 of a sequence's query-key pairs); cp ranks
+  // share them evenly. Local attention meets fewer keys (local_attention_pairs).
+  const bool local = attends_locally && model.has_local_layers(seq_len);
+  if (local && cp > 1) throw ModelError("local attention with cp > 1 is refused by its job rule");
+  const double pairs =
+      local ? local_attention_pairs(model, seq_len) : 0.5 * double(seq_len) * seq_len;
+  const double attention_fwd_flops = 4.0 * micro_batch * pairs * q / split / cp;
   // Ring attention: the whole sequence's keys and values of the local KV heads, gathered in
   // forward; in backward gathered again while their gradients are reduce-scattered. Listed
   // around attention in forward order (the backward list is reversed at the end).
@@ -642,6 +550,12 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // for the diagonal ones: taken as full-mask passes over seq / cp keys.
     attention_fwd.causal = cp == 1;
     attention_fwd.seq = double(seq_len) / cp;
+    if (local && model.local_attention == LocalAttention::sliding) {
+      attention_fwd.window = model.attention_window;
+    } else if (local) {
+      // Each chunk a causal sequence of its own (a shorter last one taken as whole).
+      attention_fwd.seq = std::min(attention_fwd.seq, double(model.attention_window));
+    }
     fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops, std::nullopt});
     Kernel attention_bwd = attention_fwd;
     attention_bwd.flops = 2.5 * attention_fwd_flops;
@@ -658,25 +572,26 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   } else {
     // Eager: per head, batched over micro-batch x local heads, S = QK^T [s,s], P = softmax(S)
     // (scaled, masked, dropped out), O = PV; backward dP = dO V^T, dV = P^T dO, dS, then
-    // dQ = dS K and dK = dS^T Q. Every GEMM does the full s x s; model FLOPs count half.
+    // dQ = dS K and dK = dS^T Q. Every GEMM does the full s x s, masked (a local window's mask
+    // too); model FLOPs count the pairs the mask keeps.
     const double rows = micro_batch * (model.heads / split) * double(seq_len);
     const double d = model.head_dim();
     const double s = seq_len;
     const double elements = rows * s;  // probabilities on this rank
-    const auto half_counted = [](Op op) {
-      op.model_flops /= 2;
+    const auto mask_counted = [&](Op op) {
+      op.model_flops *= pairs / (s * s);
       return op;
     };
     const std::vector<Op> core = {
-        half_counted(gemm_op("scores", rows, s, d)),
+        mask_counted(gemm_op("scores", rows, s, d)),
         memory_op("softmax", (2 * kBf16 + (mask > 0 ? mask + kBf16 : 0)) * elements),
-        half_counted(gemm_op("attn_values", rows, d, s))};
+        mask_counted(gemm_op("attn_values", rows, d, s))};
     fwd.insert(fwd.end(), core.begin(), core.end());
-    backward.push_back(half_counted(gemm_op("scores.dgrad_q", rows, d, s)));
-    backward.push_back(half_counted(gemm_op("scores.dgrad_k", rows, d, s)));
+    backward.push_back(mask_counted(gemm_op("scores.dgrad_q", rows, d, s)));
+    backward.push_back(mask_counted(gemm_op("scores.dgrad_k", rows, d, s)));
     backward.push_back(memory_op("softmax.bwd", (3 * kBf16 + mask) * elements));
-    backward.push_back(half_counted(gemm_op("attn_values.dgrad_p", rows, s, d)));
-    backward.push_back(half_counted(gemm_op("attn_values.dgrad_v", rows, d, s)));
+    backward.push_back(mask_counted(gemm_op("attn_values.dgrad_p", rows, s, d)));
+    backward.push_back(mask_counted(gemm_op("attn_values.dgrad_v", rows, d, s)));
     if (core_rerun) {
       // The core runs again just before its backward (this list is reversed at the end); the
       // dropout mask is regenerated from the saved RNG state. Not model FLOPs.
@@ -694,17 +609,19 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const auto mlp = [&](const std::string& prefix, double rows, bool regather,
                        bool rerun_activation) {
     std::size_t activation_begin = 0;
-    if (model.mlp == Mlp::swiglu) {
+    if (model.gated_mlp()) {
       projection(prefix + "gate_up", rows, 2 * f / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
       lora_adapters(model, training, {"gate", "up"}, rows, fwd, backward);
       activation_begin = fwd.size();
+      // GeGLU's GELU (tanh form) is one elementwise kernel as SiLU is: the same passes.
+      const std::string glu = prefix + (model.mlp == Mlp::geglu ? "geglu" : "swiglu");
       if (eager) {
-        eager_ops(prefix + "swiglu", kEagerSwigluForward, rows * f / split, fwd);
-        eager_ops(prefix + "swiglu.bwd", kEagerSwigluBackward, rows * f / split, backward);
+        eager_ops(glu, kEagerSwigluForward, rows * f / split, fwd);
+        eager_ops(glu + ".bwd", kEagerSwigluBackward, rows * f / split, backward);
       } else {
-        fwd.push_back(memory_op(prefix + "swiglu", 3 * kBf16 * rows * f / split));
-        backward.push_back(memory_op(prefix + "swiglu.bwd", 5 * kBf16 * rows * f / split));
+        fwd.push_back(memory_op(glu, 3 * kBf16 * rows * f / split));
+        backward.push_back(memory_op(glu + ".bwd", 5 * kBf16 * rows * f / split));
       }
     } else {
       projection(prefix + "up", rows, f / split, h, training, frozen, fwd, backward);
@@ -906,6 +823,12 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   // Cross-entropy on the local vocabulary shard (its max and sums across ranks are a few bytes
   // per token).
   const double logits = t * v / split;
+  if (model.logit_softcap) {
+    // cap * tanh(logits / cap) as one elementwise kernel: the BF16 logits read and written;
+    // backward reads the gradient and the capped logits (tanh's derivative is 1 - tanh^2) and
+    // writes the gradient.
+    ops.forward.push_back(memory_op("logit_softcap", 2 * kBf16 * logits));
+  }
   const CrossEntropyPasses passes =
       cross_entropy_passes(cross_entropy, runs_loss_parallel(cross_entropy, tp));
   for (const CrossEntropyPass& pass : passes.forward) {
@@ -915,6 +838,9 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   for (const CrossEntropyPass& pass : passes.backward) {
     ops.backward.push_back(memory_op(std::string("cross_entropy.") + pass.name + ".bwd",
                                      logits * pass.bytes_per_logit));
+  }
+  if (model.logit_softcap) {
+    ops.backward.push_back(memory_op("logit_softcap.bwd", 3 * kBf16 * logits));
   }
   if (sharded && !frozen) {
     // The logits GEMM is column-parallel on a sequence-parallel input: its weight gradient
@@ -934,49 +860,6 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
   }
   ops.backward.push_back(memory_op("final_norm.bwd", 4 * kBf16 * norm_tokens * h));
   return ops;
-}
-
-double optimizer_state_bytes_per_parameter(Optimizer optimizer) {
-  // FP32 master weight and two moments: FP32, or 8-bit with an FP32 scale per block of 2048.
-  const double moment = optimizer == Optimizer::adam8bit ? 1.0 + kFp32 / 2048 : kFp32;
-  return kFp32 + 2 * moment;
-}
-
-bool master_weights_as_remainders(const TrainingSpec& training) {
-  return training.optimizer == Optimizer::distributed_fused_adam && !training.fp8_params &&
-         training.precision != Precision::fp16;
-}
-
-double optimizer_state_bytes_held(const TrainingSpec& training) {
-  const bool remainders = master_weights_as_remainders(training);
-  return optimizer_state_bytes_per_parameter(training.optimizer) - (remainders ? kBf16 : 0.0);
-}
-
-namespace {
-
-double adam_step_bytes_per_parameter(const TrainingSpec& training) {
-  // Read the FP32 master weight, both moments and the FP32 gradient; write master and moments
-  // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes). Rebuilt from remainders, the
-  // master's high half is the BF16 parameter, read as well; Apex reads its gradient shard in the
-  // reduce dtype (2*10 + 2 + 2*2 = 26 bytes with BF16 reduction).
-  const bool remainders = master_weights_as_remainders(training);
-  const double gradient =
-      training.optimizer == Optimizer::distributed_fused_adam ? training.grad_reduce_bytes : kFp32;
-  return 2 * optimizer_state_bytes_held(training) + gradient + (remainders ? 2 * kBf16 : kBf16);
-}
-
-constexpr double kUnscaleBytesPerParameter = 2 * kFp32;  // an FP32 gradient read and written
-
-}  // namespace
-
-double optimizer_step_bytes_per_parameter(const TrainingSpec& training) {
-  const bool loss_scaled = training.precision == Precision::fp16;
-  return adam_step_bytes_per_parameter(training) + (loss_scaled ? kUnscaleBytesPerParameter : 0.0);
-}
-
-Op adam_step_op(double local_parameters, const TrainingSpec& training) {
-  return memory_op(training.optimizer == Optimizer::adam8bit ? "adam8bit" : "adam",
-                   optimizer_step_bytes_per_parameter(training) * local_parameters);
 }
 
 }  // namespace fleetsim

@@ -93,9 +93,19 @@ struct LayerOps {
 // forward with an all-reduce of its T x hidden output (o_proj's, down's) and begins in backward
 // with one of its input gradient (QKV's and the first MLP GEMM's), after that GEMM's weight
 // gradient, beside which it may run (beside_weight_gradient); no input is gathered again.
+// A layer that attends locally (`attends_locally`, ModelSpec::attends_locally) runs attention
+// over the pairs of local_attention_pairs: a sliding window as a kernel with that window,
+// chunks as causal kernels over a chunk each (context parallelism is refused with it).
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
-                           bool sequence_parallel = true, const RecomputeModules& modules = {});
+                           bool sequence_parallel = true, const RecomputeModules& modules = {},
+                           bool attends_locally = false);
+// The (query, key) pairs of one sequence of `seq_len` tokens a layer that attends locally
+// computes, per head: s^2 / 2 under the causal mask alone (a window as long as the sequence);
+// under a sliding window w < s, s x mean_causal_keys(s, w) = w s - w^2 / 2; chunked, each
+// chunk of w tokens a causal sequence of its own: floor(s / w) w^2 / 2 + r^2 / 2 of the
+// remainder r.
+double local_attention_pairs(const ModelSpec& model, double seq_len);
 // The kernel the collective ops[i] runs beside, when it overlaps: for an all-gather the kernel
 // after it, when another op follows that kernel in the list (the op that waits for both); for
 // a reduce-scatter the kernel before it, and for an input gradient's all-reduce

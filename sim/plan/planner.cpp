@@ -379,9 +379,7 @@ double offloaded_activations_s(const StepInputs& inputs) {
 
 double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const ParallelPlan& plan = inputs.plan;
-  const LayerOps layer =
-      decoder_layer_ops(inputs.model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp,
-                        plan.sequence_parallel, plan.recompute_modules);
+  const ModelSpec& model = inputs.model;
   // The compute stream's kernels, and what it waits for beyond them: each blocking collective
   // whole, an overlapped one (ring attention's always overlaps) by how much the pair outlasts
   // the kernel alone. The pair starts together at the earliest (the task graph gives an
@@ -430,12 +428,27 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     }
     return seconds;
   };
-  const double forward_s = blocking_s(layer.forward);
   // Full recomputation runs each layer's forward again before its backward; with only the
   // first recompute_layers of each chunk rerun, those of the last stage's chunks are added once
-  // a micro-batch below (the crossings count none: a lower bound still).
+  // a micro-batch below (the crossings count none: a lower bound still). A layer's forward
+  // and its forward and backward, with full attention and within the model's window.
   const bool every_layer_rerun = plan.recompute == Recompute::full && plan.recompute_layers == 0;
-  const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
+  struct LayerTimes {
+    double forward_s = 0;
+    double layer_s = 0;
+  };
+  const auto layer_times = [&](bool attends_locally) {
+    const LayerOps layer =
+        decoder_layer_ops(model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp,
+                          plan.sequence_parallel, plan.recompute_modules, attends_locally);
+    const double forward_s = blocking_s(layer.forward);
+    const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
+    return LayerTimes{forward_s, forward_s + backward_s};
+  };
+  const LayerTimes full = layer_times(false);
+  const LayerTimes local =
+      model.has_local_layers(inputs.training.seq_len) ? layer_times(true) : full;
+  const auto times_of = [&](int layer) { return model.attends_locally(layer) ? local : full; };
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   // The last stage runs all its chunks of every micro-batch, one after another: it cannot
@@ -445,19 +458,26 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   // smallest chunk. The embedding, pipeline transfers and the rest of the data-parallel
   // traffic only add to this.
   const int virtual_stages = plan.pp * plan.vpp;
-  int smallest_chunk = inputs.model.layers;
+  int smallest_chunk = model.layers;
   for (int v = 0; v < virtual_stages; ++v) {
     smallest_chunk =
-        std::min(smallest_chunk, virtual_stage_layers(inputs.model, virtual_stages, v).count());
+        std::min(smallest_chunk, virtual_stage_layers(model, virtual_stages, v).count());
   }
-  const double layer_s = forward_s + backward_s;
-  const double last_stage_layers = stage_layers(inputs.model, plan, plan.pp - 1);
-  double last_stage_reruns = 0;  // of a micro-batch, under partial recomputation
-  if (plan.recompute == Recompute::full && plan.recompute_layers > 0) {
-    for (int c = 0; c < plan.vpp; ++c) {
-      const int chunk_layers =
-          virtual_stage_layers(inputs.model, virtual_stages, c * plan.pp + plan.pp - 1).count();
-      last_stage_reruns += std::min(plan.recompute_layers, chunk_layers);
+  const double cheapest_layer_s =
+      std::min(full.forward_s, local.forward_s) +
+      std::min(full.layer_s - full.forward_s, local.layer_s - local.forward_s);
+  // Of a micro-batch on the last stage: its layers' forwards and backwards, and under partial
+  // recomputation the forwards it runs again.
+  double last_stage_layers_s = 0;
+  double last_stage_reruns_s = 0;
+  const bool partial_rerun = plan.recompute == Recompute::full && plan.recompute_layers > 0;
+  for (int c = 0; c < plan.vpp; ++c) {
+    const LayerRange chunk = virtual_stage_layers(model, virtual_stages, c * plan.pp + plan.pp - 1);
+    for (int layer = chunk.first; layer < chunk.end; ++layer) {
+      last_stage_layers_s += times_of(layer).layer_s;
+      if (partial_rerun && layer - chunk.first < plan.recompute_layers) {
+        last_stage_reruns_s += times_of(layer).forward_s;
+      }
     }
   }
   // The last stage also runs the output head of every micro-batch.
@@ -465,8 +485,8 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
       inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp, plan.tp,
       inputs.training.lora.has_value(), inputs.training.cross_entropy, plan.sequence_parallel);
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
-  return std::max((micro_batches * last_stage_layers + (plan.pp - 1) * smallest_chunk) * layer_s +
-                      micro_batches * (last_stage_reruns * forward_s + head_s) +
+  return std::max(micro_batches * (last_stage_layers_s + last_stage_reruns_s + head_s) +
+                      (plan.pp - 1) * smallest_chunk * cheapest_layer_s +
                       first_stage_tail_s(inputs),
                   std::max({sharded_gathers_s(inputs), sharded_reductions_s(inputs),
                             offloaded_activations_s(inputs)}));

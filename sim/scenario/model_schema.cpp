@@ -1,12 +1,11 @@
-// model: a zoo preset (workloads/models/), inline dimensions, or a Hugging Face config.json;
-// a preset's or a config's keys may be overridden inline.
+// model: a zoo preset (workloads/models/), inline dimensions, or a Hugging Face config.json
+// (hf_config.cpp); a preset's or a config's keys may be overridden inline.
 #include <map>
 #include <string>
 
 #include "sim/scenario/loader.hpp"
 
 namespace fleetsim {
-namespace fs = std::filesystem;
 
 using namespace fields;
 
@@ -30,7 +29,13 @@ const Keys kModelKeys = {"name",
                          "positions",
                          "max_positions",
                          "experts",
-                         "experts_per_token"};
+                         "experts_per_token",
+                         "attention_window",
+                         "local_attention",
+                         "full_attention_every",
+                         "attention_sinks",
+                         "post_norms",
+                         "logit_softcap"};
 const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
 
 void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
@@ -41,7 +46,8 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
   } else if (key == "tied_embeddings") {
     m.tied_embeddings = read_bool(f);
   } else if (key == "mlp") {
-    m.mlp = read_choice(f, {"swiglu", "gelu"}) == "gelu" ? Mlp::gelu : Mlp::swiglu;
+    const std::string mlp = read_choice(f, {"swiglu", "geglu", "gelu"});
+    m.mlp = mlp == "gelu" ? Mlp::gelu : mlp == "geglu" ? Mlp::geglu : Mlp::swiglu;
   } else if (key == "norm") {
     m.norm =
         read_choice(f, {"rmsnorm", "layernorm"}) == "layernorm" ? Norm::layernorm : Norm::rmsnorm;
@@ -64,6 +70,20 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.experts = read_int(f, 1);
   } else if (key == "experts_per_token") {
     m.experts_per_token = read_int(f, 1);
+  } else if (key == "attention_window") {
+    m.attention_window = read_int(f, 1);
+  } else if (key == "local_attention") {
+    m.local_attention = read_choice(f, {"sliding", "chunked"}) == "chunked"
+                            ? LocalAttention::chunked
+                            : LocalAttention::sliding;
+  } else if (key == "full_attention_every") {
+    m.full_attention_every = read_int(f, 1);
+  } else if (key == "attention_sinks") {
+    m.attention_sinks = read_bool(f);
+  } else if (key == "post_norms") {
+    m.post_norms = read_bool(f);
+  } else if (key == "logit_softcap") {
+    m.logit_softcap = read_bool(f);
   } else {
     static const std::map<std::string, int ModelSpec::*> dims = {
         {"layers", &ModelSpec::layers},     {"hidden", &ModelSpec::hidden},
@@ -87,6 +107,12 @@ void apply_model_keys(ModelSpec& m, const Field& map) {
 void check_model(const ModelSpec& m, const Field& map) {
   const std::vector<JobProblem> problems = model_problems(m);
   if (!problems.empty()) fail_at(map, problems.front());
+  if (const auto kind = find(map, "local_attention"); kind && m.attention_window == 0) {
+    fail(*kind,
+         "local_attention names the kind of a window, and the model has no "
+         "attention_window",
+         "give attention_window, or remove local_attention");
+  }
 }
 
 ModelSpec Loader::model_preset(const Field& name) {
@@ -97,120 +123,6 @@ ModelSpec Loader::model_preset(const Field& name) {
   require_keys(root, kModelDims);
   ModelSpec m;
   apply_model_keys(m, root);
-  check_model(m, root);
-  return m;
-}
-
-// A Hugging Face config.json as users have it (JSON is YAML, so its errors have lines and
-// columns too), or the model directory holding it, for the decoder families the op graph
-// models: Llama, Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V) and Qwen3 (QK-norm,
-// a head_dim of its own), dense or a mixture of experts in every layer (qwen3_moe), as
-// transformers' modeling_<type>.py builds them.
-ModelSpec Loader::hf_model(const Field& path_field) {
-  const Preset& config = file_named_by(path_field, "Hugging Face config",
-                                       "give the path of the model's config.json (or of its "
-                                       "directory), relative to the scenario file",
-                                       "config.json");
-  const Field root{config.root, &config.doc, ""};
-  if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
-  const Field type = require(root, "model_type");
-  const std::string model_type = read_string(type);
-  const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
-  const bool qwen = model_type == "qwen2" || qwen3;
-  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral" && !qwen) {
-    fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
-         "fleetsim models Llama-style decoders (model_type llama, mistral, mixtral, qwen2, "
-         "qwen3 or qwen3_moe)");
-  }
-  ModelSpec m;
-  m.layers = read_int(require(root, "num_hidden_layers"), 1);
-  m.hidden = read_int(require(root, "hidden_size"), 1);
-  m.ffn = read_int(require(root, "intermediate_size"), 1);
-  m.heads = read_int(require(root, "num_attention_heads"), 1);
-  const auto kv_heads = find(root, "num_key_value_heads");
-  m.kv_heads = kv_heads ? read_int(*kv_heads, 1) : m.heads;
-  m.vocab = read_int(require(root, "vocab_size"), 1);
-  if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
-  // A mixture of experts: its experts (under the config's key for them) and how many a token
-  // visits.
-  const auto read_experts = [&](const char* experts_key) {
-    m.experts = read_int(require(root, experts_key), 1);
-    const Field per_token = require(root, "num_experts_per_tok");
-    m.experts_per_token = read_int(per_token, 1);
-    if (m.experts_per_token > m.experts) {
-      fail(per_token, std::string("num_experts_per_tok is more than ") + experts_key,
-           "each token goes to at most every expert");
-    }
-  };
-  if (model_type == "mixtral") {
-    read_experts("num_local_experts");
-    if (const auto jitter = find(root, "router_jitter_noise"); jitter && jitter->node.IsScalar() &&
-                                                               jitter->node.Scalar() != "null" &&
-                                                               read_number(*jitter) != 0) {
-      fail(*jitter, "router jitter noise is not modelled",
-           "fleetsim routes each token by its scores alone; set it to 0.0");
-    }
-  }
-  if (model_type == "qwen3_moe") {
-    // Every layer a mixture of experts of moe_intermediate_size each (intermediate_size sizes
-    // the dense MLPs of mlp_only_layers, which are refused).
-    read_experts("num_experts");
-    m.ffn = read_int(require(root, "moe_intermediate_size"), 1);
-    if (const auto step = find(root, "decoder_sparse_step"); step && read_int(*step, 1) != 1) {
-      fail(*step, "a mixture of experts in only some layers is not modelled",
-           "fleetsim models every layer as a mixture of experts; decoder_sparse_step 1");
-    }
-    if (const auto dense = find(root, "mlp_only_layers");
-        dense && dense->node.IsSequence() && dense->node.size() > 0) {
-      fail(*dense, "dense MLP layers beside mixture-of-experts layers are not modelled",
-           "fleetsim models every layer as a mixture of experts; mlp_only_layers []");
-    }
-  }
-  // What the op graph does not model is refused, not ignored.
-  const auto is_set = [](const Field& f) {
-    return !(f.node.IsNull() ||
-             (f.node.IsScalar() && (f.node.Scalar() == "null" || f.node.Scalar() == "false")));
-  };
-  // Qwen's configs give a window that only use_sliding_window turns on.
-  const auto use_window = find(root, "use_sliding_window");
-  const bool window_off = qwen && !(use_window && is_set(*use_window));
-  if (const auto window = find(root, "sliding_window"); window && is_set(*window) && !window_off) {
-    fail(*window, "sliding-window attention is not modelled",
-         "fleetsim models full causal attention; set it to null if the model attends fully");
-  }
-  // Biases are modelled on every projection or on none.
-  const auto attention_bias = find(root, "attention_bias");
-  const auto mlp_bias = find(root, "mlp_bias");
-  const bool attention_biased = attention_bias && is_set(*attention_bias);
-  if (attention_biased != (mlp_bias && is_set(*mlp_bias))) {
-    fail(attention_biased ? *attention_bias : *mlp_bias,
-         "biases on only the attention or only the MLP projections are not modelled",
-         "fleetsim's layers have biases on all projections (linear_bias) or on none");
-  }
-  m.linear_bias = attention_biased;
-  // Qwen2's query, key and value projections always have biases (bias=True in
-  // modeling_qwen2.py); Qwen3 norms each head's query and key (q_norm, k_norm).
-  m.qkv_bias = model_type == "qwen2";
-  m.qk_norm = qwen3;
-  if (const auto act = find(root, "hidden_act"); act && read_string(*act) != "silu") {
-    fail(*act, "hidden_act " + in_quotes(read_string(*act)) + " is not modelled",
-         "the MLP is SwiGLU (silu)");
-  }
-  if (const auto head_dim = find(root, "head_dim");
-      head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
-    const int size = read_int(*head_dim, 1);
-    if (m.hidden % m.heads != 0 || size != m.hidden / m.heads) m.head_size = size;
-  }
-  // The model's name: the last part of the name it was saved under, else its directory's.
-  const fs::path path = config.doc.file;
-  m.name = fs::absolute(path).lexically_normal().parent_path().filename().string();
-  if (const auto saved_as = find(root, "_name_or_path"); saved_as && saved_as->node.IsScalar()) {
-    const std::string name =
-        fs::path(read_string(*saved_as)).lexically_normal().filename().string();
-    if (!name.empty() && name != "." && name != "..") m.name = name;
-  }
-  if (m.name.empty()) m.name = "hf-model";
-  m.source = "Hugging Face config " + path.string();
   check_model(m, root);
   return m;
 }

@@ -117,7 +117,7 @@ void check_attention_kernel(const Field& training, const StepInputs& in) {
 void fit_lora_targets(const Field& training, StepInputs& in) {
   auto& targets = in.training.lora->targets;
   const auto gate = std::find(targets.begin(), targets.end(), "gate");
-  if (in.model.mlp != Mlp::gelu || gate == targets.end()) return;
+  if (in.model.gated_mlp() || gate == targets.end()) return;
   const auto spec = find(training, "lora");
   if (const auto listed = spec ? find(*spec, "targets") : std::nullopt) {
     for (const Field& target : read_list(*listed, 0, "module names")) {

@@ -194,3 +194,37 @@ TEST_CASE("collectives hold comm_sms SMs each, leaving compute at least one") {
   gpu.comm_sms.value = 0;
   CHECK(comm_sms_held(gpu, 3) == 0);
 }
+
+TEST_CASE("a sliding-window attention kernel amortises its fixed work over the keys it meets") {
+  // fa2 forward at 0.5 of a 1e15 peak, 256 keys' worth of fixed work per query tile under a
+  // causal mask. Causal over 8,192 tokens: a query meets 4,096 keys on average, efficiency
+  // 0.5 x 4,096 / 4,352. A window of 1,024: 1,024 - 1,024^2 / (2 x 8,192) = 960 keys, 0.5 x
+  // 960 / 1,216, so the same FLOPs take longer; the window's own FLOPs (960 / 4,096 of the
+  // causal pass's) take less time than the causal pass, more with a wider window.
+  GpuProfile gpu = round_gpu();
+  gpu.attention[AttentionKernel::fa2].fwd.causal_overhead.value = 256;
+  gpu.attention_default = AttentionKernel::fa2;
+  Kernel causal;
+  causal.kind = KernelKind::attention;
+  causal.causal = true;
+  causal.seq = 8192;
+  causal.flops = 1e12;
+  CHECK(attention_efficiency(gpu, causal) == Approx(0.5 * 4096 / 4352));
+  Kernel local = causal;
+  local.window = 1024;
+  CHECK(attention_efficiency(gpu, local) == Approx(0.5 * 960 / 1216));
+  double previous_s = 0;
+  for (const double window : {128.0, 512.0, 1024.0, 4096.0}) {
+    CAPTURE(window);
+    local.window = window;
+    local.flops = causal.flops * mean_causal_keys(8192, window) / 4096;
+    const double seconds = kernel_seconds(gpu, local);
+    CHECK(seconds > previous_s);
+    CHECK(seconds < kernel_seconds(gpu, causal));
+    previous_s = seconds;
+  }
+  // A window as long as the sequence is the causal pass.
+  local.window = 8192;
+  local.flops = causal.flops;
+  CHECK(kernel_seconds(gpu, local) == kernel_seconds(gpu, causal));
+}

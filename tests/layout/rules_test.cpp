@@ -179,6 +179,12 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.cp = 2;
          p.dp = 1;
        }},
+      {"cp-without-local-attention", "layout.cp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.local_attention = true;
+         p.cp = 2;
+         p.dp = 1;
+       }},
       {"cp-without-ep", "layout.cp",
        [](JobSubject& j, ParallelPlan& p) {
          j.experts = 8;

@@ -539,3 +539,25 @@ TEST_CASE("planner: activation offload of the fewest layers that fit, its bound 
   }
   CHECK(offloaded > 0);
 }
+
+TEST_CASE("planner: with local attention in most layers the bound counts each layer's own") {
+  // Every third layer attends fully, the others within 256 of the 2,048 tokens: the last
+  // stage's layers are bounded by their own attention, and the bound stays below every step.
+  StepInputs base = two_nodes();
+  base.model.layers = 12;
+  base.model.attention_window = 256;
+  base.model.full_attention_every = 3;
+  const PlanResult all = every_layout(base);
+  REQUIRE(all.ranked.size() > 4);
+  for (const PlannedLayout& layout : all.ranked) {
+    INFO(describe(layout));
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    CHECK(layout.lower_bound_s > 0.5 * layout.outcome.step.step_time_s);
+    // Local attention does less work: the same layout with full attention everywhere takes
+    // longer, and its bound is higher.
+    StepInputs full = layout.inputs;
+    full.model.attention_window = 0;
+    full.model.full_attention_every = 0;
+    CHECK(step_lower_bound_s(full) > layout.lower_bound_s);
+  }
+}

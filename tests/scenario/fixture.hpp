@@ -75,6 +75,11 @@ inline const std::string kBase =
     "cluster:\n"             // 10
     "  node: dgx-h100\n";    // 11
 
+// The zoo's model `name`, as a scenario loads it.
+inline ModelSpec zoo_model(const std::string& name) {
+  return load_text(with(kBase, "model: llama3-8b", "model: " + name)).variants[0].inputs.model;
+}
+
 // The text of a file shipped in the source tree, to plant a broken copy of it.
 inline std::string shipped_file(const std::string& name) {
   std::ifstream in(std::filesystem::path(FLEETSIM_SOURCE_DIR) / name);

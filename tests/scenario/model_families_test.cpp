@@ -14,13 +14,9 @@ namespace fleetsim {
 namespace {
 
 using testing::kBase;
-using testing::load_text;
 using testing::TempDir;
 using testing::with;
-
-ModelSpec zoo_model(const std::string& name) {
-  return load_text(with(kBase, "model: llama3-8b", "model: " + name)).variants[0].inputs.model;
-}
+using testing::zoo_model;
 
 // Qwen/Qwen3-32B's config.json, the fields that shape the model, as published.
 const std::string kQwen3Config = R"({
@@ -153,8 +149,8 @@ TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named 
             with(kQwen25Config, "\"use_sliding_window\": false", "\"use_sliding_window\": true"));
   const auto windowed = testing::file_error(dir.path() / "scenario.yaml");
   REQUIRE(windowed);
-  CHECK(windowed->key() == "sliding_window");
-  CHECK_THAT(windowed->what(), Catch::Contains("sliding-window attention is not modelled"));
+  CHECK(windowed->key() == "use_sliding_window");
+  CHECK_THAT(windowed->what(), Catch::Contains("sliding window in the layers from"));
 
   // Qwen3's mixture of experts: every layer's MLP 128 experts of moe_intermediate_size, the
   // zoo's model; a model with dense layers among them is refused at the key that says so.

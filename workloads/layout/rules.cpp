@@ -326,6 +326,15 @@ Problem cp_needs_flash_attention(const JobSubject& job, const ParallelPlan& plan
             "set training.attention: flash, or remove cp");
 }
 
+// Ring attention passes every rank's keys around whole; a window would skip some of its steps.
+Problem cp_without_local_attention(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.cp <= 1 || !job.local_attention) return {};
+  return at({"layout.cp"},
+            "cp " + str(plan.cp) + " with " + job.model +
+                "'s local (sliding-window or chunked) attention is not modelled yet",
+            "remove cp");
+}
+
 Problem cp_without_ep(const JobSubject&, const ParallelPlan& plan) {
   if (plan.cp <= 1 || plan.ep <= 1) return {};
   return at({"layout.cp"}, "context and expert parallelism together are not modelled yet",
@@ -608,6 +617,8 @@ const JobRule kRules[] = {
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
     {"cp-needs-flash-attention", "cp > 1 runs ring attention on FlashAttention",
      cp_needs_flash_attention},
+    {"cp-without-local-attention", "cp > 1 runs full causal attention only",
+     cp_without_local_attention},
     {"cp-without-ep", "context and expert parallelism are not combined", cp_without_ep},
     {"vpp-needs-1f1b-pipeline", "vpp > 1 needs pp > 1 and the 1F1B schedule",
      vpp_needs_1f1b_pipeline},

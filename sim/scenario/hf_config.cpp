@@ -1,0 +1,246 @@
+// model: {hf_config: PATH}: a Hugging Face config.json as users have it (JSON is YAML, so its
+// errors have lines and columns too), or the model directory holding it, for the decoder
+// families the op graph models, as transformers' modeling_<type>.py builds them: Llama,
+// Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V), Qwen3 (QK-norm, a head_dim of its
+// own, dense or a mixture of experts in every layer), Gemma 2 and Gemma 3's text decoder
+// (GeGLU, four norms a layer, sliding windows in most layers, Gemma 2's soft-capped logits)
+// and GPT-OSS (sliding windows in every other layer, attention sinks, biased experts and
+// router). What the op graph does not model is refused at its key, not ignored.
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/scenario/loader.hpp"
+
+namespace fleetsim {
+namespace fs = std::filesystem;
+
+using namespace fields;
+
+namespace {
+
+// A key given a value: neither null nor false.
+bool is_set(const Field& f) {
+  return !(f.node.IsNull() ||
+           (f.node.IsScalar() && (f.node.Scalar() == "null" || f.node.Scalar() == "false")));
+}
+
+// What a family's configuration class assumes where a config leaves a key out, so that a
+// config reads as transformers reads it: Gemma ties its embeddings and slides a window of
+// 4,096 (Gemma2Config, Gemma3TextConfig), Gemma 2 in every other layer and Gemma 3 in five of
+// six; GPT-OSS slides 128 in every other layer (GptOssConfig); MistralConfig's window is 4,096
+// in every layer. The activation is read from the key the family's MLP reads.
+struct Family {
+  std::string_view type;
+  bool tied_embeddings = false;
+  int window = 0;      // the default window of its local layers (0: none)
+  int full_every = 0;  // its default: every N-th layer attends fully (0: none)
+  std::string_view act = "silu";
+  std::string_view act_key = "hidden_act";
+};
+constexpr Family kFamilies[] = {
+    {"llama"},
+    {"mistral", false, 4096},
+    {"mixtral"},
+    {"qwen2"},
+    {"qwen3"},
+    {"qwen3_moe"},
+    {"gemma2", true, 4096, 2, "gelu_pytorch_tanh", "hidden_activation"},
+    {"gemma3_text", true, 4096, 6, "gelu_pytorch_tanh", "hidden_activation"},
+    {"gpt_oss", false, 128, 2},
+};
+
+const Family* family_of(std::string_view type) {
+  for (const Family& family : kFamilies) {
+    if (family.type == type) return &family;
+  }
+  return nullptr;
+}
+
+// Which layers attend locally: layer_types where the config lists them (transformers' newer
+// configs), else Gemma 3's sliding_window_pattern, else the family's rule. fleetsim models every
+// N-th layer attending fully (N 0: none); another pattern is refused at the list.
+void read_layer_attention(const Field& root, const Family& family, ModelSpec& m) {
+  m.full_attention_every = family.full_every;
+  if (const auto pattern = find(root, "sliding_window_pattern");
+      family.type == "gemma3_text" && pattern && is_set(*pattern)) {
+    m.full_attention_every = read_int(*pattern, 1);
+  }
+  const auto types = find(root, "layer_types");
+  if (!types || !is_set(*types)) return;
+  const std::vector<Field> listed =
+      read_list(*types, static_cast<std::size_t>(m.layers), "layer types, one a layer");
+  std::vector<bool> full;
+  for (const Field& type : listed) {
+    full.push_back(read_choice(type, {"sliding_attention", "full_attention"}) == "full_attention");
+  }
+  int every = 0;  // the first full layer's place from 1, if any
+  for (std::size_t i = 0; i < full.size() && every == 0; ++i) {
+    if (full[i]) every = static_cast<int>(i) + 1;
+  }
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    if (full[i] != (every > 0 && (static_cast<int>(i) + 1) % every == 0)) {
+      fail(listed[i],
+           "layer " + std::to_string(i) + "'s attention breaks the pattern of the layers before",
+           "fleetsim models every N-th layer attending fully (the last of each N) and the rest "
+           "within the window, or every layer within it");
+    }
+  }
+  m.full_attention_every = every;
+}
+
+}  // namespace
+
+ModelSpec Loader::hf_model(const Field& path_field) {
+  const Preset& config = file_named_by(path_field, "Hugging Face config",
+                                       "give the path of the model's config.json (or of its "
+                                       "directory), relative to the scenario file",
+                                       "config.json");
+  const Field root{config.root, &config.doc, ""};
+  if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
+  const Field type = require(root, "model_type");
+  const std::string model_type = read_string(type);
+  if (model_type == "gemma3") {
+    fail(type, "Gemma 3's vision encoder is not modelled",
+         "give its text decoder as a config of its own: text_config's keys with model_type "
+         "gemma3_text, and the keys it leaves to Gemma3TextConfig's defaults (vocab_size "
+         "262208; on the 4B num_attention_heads 8, num_key_value_heads 4, head_dim 256)");
+  }
+  const Family* family = family_of(model_type);
+  if (!family) {
+    fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
+         "fleetsim models the decoders of model_type llama, mistral, mixtral, qwen2, qwen3, "
+         "qwen3_moe, gemma2, gemma3_text and gpt_oss");
+  }
+  const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
+  const bool qwen = model_type == "qwen2" || qwen3;
+  const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
+  const bool gpt_oss = model_type == "gpt_oss";
+  ModelSpec m;
+  m.layers = read_int(require(root, "num_hidden_layers"), 1);
+  m.hidden = read_int(require(root, "hidden_size"), 1);
+  m.ffn = read_int(require(root, "intermediate_size"), 1);
+  m.heads = read_int(require(root, "num_attention_heads"), 1);
+  const auto kv_heads = find(root, "num_key_value_heads");
+  m.kv_heads = kv_heads ? read_int(*kv_heads, 1) : m.heads;
+  m.vocab = read_int(require(root, "vocab_size"), 1);
+  m.tied_embeddings = family->tied_embeddings;
+  if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
+  // A mixture of experts: its experts (under the config's key for them) and how many a token
+  // visits.
+  const auto read_experts = [&](const char* experts_key) {
+    m.experts = read_int(require(root, experts_key), 1);
+    const Field per_token = require(root, "num_experts_per_tok");
+    m.experts_per_token = read_int(per_token, 1);
+    if (m.experts_per_token > m.experts) {
+      fail(per_token, std::string("num_experts_per_tok is more than ") + experts_key,
+           "each token goes to at most every expert");
+    }
+  };
+  if (model_type == "mixtral" || gpt_oss) read_experts("num_local_experts");
+  if (model_type == "mixtral") {
+    if (const auto jitter = find(root, "router_jitter_noise"); jitter && jitter->node.IsScalar() &&
+                                                               jitter->node.Scalar() != "null" &&
+                                                               read_number(*jitter) != 0) {
+      fail(*jitter, "router jitter noise is not modelled",
+           "fleetsim routes each token by its scores alone; set it to 0.0");
+    }
+  }
+  if (model_type == "qwen3_moe") {
+    // Every layer a mixture of experts of moe_intermediate_size each (intermediate_size sizes
+    // the dense MLPs of mlp_only_layers, which are refused).
+    read_experts("num_experts");
+    m.ffn = read_int(require(root, "moe_intermediate_size"), 1);
+    if (const auto step = find(root, "decoder_sparse_step"); step && read_int(*step, 1) != 1) {
+      fail(*step, "a mixture of experts in only some layers is not modelled",
+           "fleetsim models every layer as a mixture of experts; decoder_sparse_step 1");
+    }
+    if (const auto dense = find(root, "mlp_only_layers");
+        dense && dense->node.IsSequence() && dense->node.size() > 0) {
+      fail(*dense, "dense MLP layers beside mixture-of-experts layers are not modelled",
+           "fleetsim models every layer as a mixture of experts; mlp_only_layers []");
+    }
+  }
+  // Local attention. Qwen's configs give a window that only use_sliding_window turns on, and
+  // then only from layer max_window_layers on. Mistral's and Mixtral's window, where set, is
+  // every layer's; Gemma's and GPT-OSS's most layers'.
+  const auto window = find(root, "sliding_window");
+  const auto use_window = find(root, "use_sliding_window");
+  if (qwen && use_window && is_set(*use_window)) {
+    fail(*use_window,
+         "Qwen's sliding window in the layers from max_window_layers on is not "
+         "modelled",
+         "set use_sliding_window to false: the released Qwen2.5 and Qwen3 models attend fully");
+  }
+  if (model_type == "llama" && window && is_set(*window)) {
+    fail(*window, "a Llama model attends fully: transformers' Llama has no sliding window",
+         "remove sliding_window, or give model_type mistral for a window in every layer");
+  }
+  if (!qwen && window && is_set(*window)) {
+    m.attention_window = read_int(*window, 1);
+  } else if (!qwen && !window) {
+    m.attention_window = family->window;
+  }
+  if (m.attention_window > 0) read_layer_attention(root, *family, m);
+  // Biases are modelled on every projection or on none. GPT-OSS's experts and router always
+  // have them, and its attention (GptOssConfig sets attention_bias).
+  const auto attention_bias = find(root, "attention_bias");
+  if (gpt_oss && attention_bias && !is_set(*attention_bias)) {
+    fail(*attention_bias, "GPT-OSS's attention without biases is not modelled",
+         "its experts and router have biases, and fleetsim models biases on every projection "
+         "or on none; the released models set attention_bias true");
+  }
+  const bool attention_biased = gpt_oss || (attention_bias && is_set(*attention_bias));
+  const auto mlp_bias = find(root, "mlp_bias");
+  if (!gpt_oss && attention_biased != (mlp_bias && is_set(*mlp_bias))) {
+    fail(attention_biased ? *attention_bias : *mlp_bias,
+         "biases on only the attention or only the MLP projections are not modelled",
+         "fleetsim's layers have biases on all projections (linear_bias) or on none");
+  }
+  m.linear_bias = attention_biased;
+  m.attention_sinks = gpt_oss;
+  // Qwen2's query, key and value projections always have biases (bias=True in
+  // modeling_qwen2.py); Qwen3 and Gemma 3 norm each head's query and key (q_norm, k_norm).
+  m.qkv_bias = model_type == "qwen2";
+  m.qk_norm = qwen3 || model_type == "gemma3_text";
+  // Gemma: GeGLU, a norm after each block too, the logits soft-capped where
+  // final_logit_softcapping is set (Gemma 2's 30). Its attention's soft-capping
+  // (attn_logit_softcapping) runs inside the attention kernel, which is costed at its rate.
+  if (gemma) {
+    m.mlp = Mlp::geglu;
+    m.post_norms = true;
+    const auto softcap = find(root, "final_logit_softcapping");
+    m.logit_softcap = softcap ? is_set(*softcap) : model_type == "gemma2";
+  }
+  if (const auto bidirectional = find(root, "use_bidirectional_attention");
+      bidirectional && is_set(*bidirectional)) {
+    fail(*bidirectional, "bidirectional attention is not modelled",
+         "fleetsim models causal decoders; EmbeddingGemma's encoder is not one");
+  }
+  if (const auto act = find(root, family->act_key);
+      act && is_set(*act) && read_string(*act) != family->act) {
+    fail(*act,
+         std::string(family->act_key) + " " + in_quotes(read_string(*act)) + " is not modelled",
+         "the " + model_type + " MLP is modelled with " + std::string(family->act));
+  }
+  if (const auto head_dim = find(root, "head_dim");
+      head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
+    const int size = read_int(*head_dim, 1);
+    if (m.hidden % m.heads != 0 || size != m.hidden / m.heads) m.head_size = size;
+  }
+  // The model's name: the last part of the name it was saved under, else its directory's.
+  const fs::path path = config.doc.file;
+  m.name = fs::absolute(path).lexically_normal().parent_path().filename().string();
+  if (const auto saved_as = find(root, "_name_or_path"); saved_as && saved_as->node.IsScalar()) {
+    const std::string name =
+        fs::path(read_string(*saved_as)).lexically_normal().filename().string();
+    if (!name.empty() && name != "." && name != "..") m.name = name;
+  }
+  if (m.name.empty()) m.name = "hf-model";
+  m.source = "Hugging Face config " + path.string();
+  check_model(m, root);
+  return m;
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,172 @@
+// What a model holds: parameters by unit and pipeline stage, and the optimizer's state and
+// traffic per parameter (declared in workloads/transformer_ops.hpp beside the ops that use them).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "workloads/precision.hpp"
+#include "workloads/transformer_ops.hpp"
+
+namespace fleetsim {
+namespace {
+
+constexpr double kBf16 = kBf16Bytes;
+constexpr double kFp32 = kFp32Bytes;
+constexpr double kFp8 = kFp8Bytes;
+
+double norm_parameters(const ModelSpec& model) {
+  return model.norm == Norm::layernorm ? 2.0 * model.hidden : model.hidden;
+}
+
+}  // namespace
+
+double mlp_parameters(const ModelSpec& model) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double mlp_in = model.gated_mlp() ? 2 * f : f;  // gate and up, or up
+  return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
+}
+
+double layer_expert_parameters(const ModelSpec& model) {
+  return model.mixture_of_experts() ? model.experts * mlp_parameters(model) : 0.0;
+}
+
+double layer_projection_weights(const ModelSpec& model, double experts_held) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double mlp_in = model.gated_mlp() ? 2 * f : f;
+  const double mlps = model.mixture_of_experts() ? experts_held : 1.0;
+  const double q = model.attention_width();
+  return h * (q + 2 * model.kv_width()) + q * h + mlps * (h * mlp_in + f * h);
+}
+
+double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
+  return layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / plan.tp;
+}
+
+double weight_gather_bytes(double parameters, double fp8) {
+  return kBf16 * (parameters - fp8) + kFp8 * fp8;
+}
+
+double decoder_layer_parameters(const ModelSpec& model) {
+  const double h = model.hidden;
+  const double q = model.attention_width();
+  const double qkv = q + 2 * model.kv_width();  // output columns of the QKV projection
+  // Biases on every projection (linear_bias) or on Q, K and V only (qkv_bias); QK-norm's
+  // weights, one head_dim vector for the queries and one for the keys; a sink logit per head.
+  const double attention =
+      h * qkv + q * h + (model.linear_bias ? qkv + h : 0) + (model.qkv_bias ? qkv : 0) +
+      (model.qk_norm ? 2.0 * model.head_dim() : 0) + (model.attention_sinks ? model.heads : 0);
+  // A mixture of experts has one MLP per expert and the router's h x experts weight (and,
+  // with linear biases, its bias: GPT-OSS).
+  const double router = h * model.experts + (model.linear_bias ? model.experts : 0);
+  const double mlps =
+      model.mixture_of_experts() ? layer_expert_parameters(model) + router : mlp_parameters(model);
+  // A norm before each block, and with post-norms one after each (Gemma).
+  return attention + mlps + (model.post_norms ? 4 : 2) * norm_parameters(model);
+}
+
+double embedding_parameters(const ModelSpec& model) {
+  return static_cast<double>(model.vocab) * model.hidden;
+}
+
+double position_parameters(const ModelSpec& model) {
+  return model.positions == Positions::learned
+             ? static_cast<double>(model.max_positions) * model.hidden
+             : 0.0;
+}
+
+std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
+  std::vector<double> units{embedding_parameters(model) + position_parameters(model)};
+  units.insert(units.end(), model.layers, decoder_layer_parameters(model));
+  units.push_back(head_parameters(model));
+  return units;
+}
+
+LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v) {
+  const int per_stage = (model.layers + virtual_stages - 1) / virtual_stages;
+  const int short_stages = per_stage * virtual_stages - model.layers;
+  // Stage u's place in the order that takes layers away: 0, V - 1, 1, V - 2, ...
+  const auto layers_of = [&](int u) {
+    const int place = std::min(2 * u, 2 * (virtual_stages - 1 - u) + 1);
+    return place < short_stages ? per_stage - 1 : per_stage;
+  };
+  LayerRange range;
+  for (int u = 0; u < v; ++u) range.first += layers_of(u);
+  range.end = range.first + layers_of(v);
+  return range;
+}
+
+int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
+  const int virtual_stages = plan.pp * plan.vpp;
+  int layers = 0;
+  for (int v = stage; v < virtual_stages; v += plan.pp) {
+    layers += virtual_stage_layers(model, virtual_stages, v).count();
+  }
+  return layers;
+}
+
+std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v) {
+  const LayerRange layers = virtual_stage_layers(model, virtual_stages, v);
+  std::vector<std::size_t> units;
+  if (v == 0) units.push_back(0);
+  for (int l = layers.first; l < layers.end; ++l) {
+    units.push_back(static_cast<std::size_t>(l) + 1);
+  }
+  if (v == virtual_stages - 1) units.push_back(static_cast<std::size_t>(model.layers) + 1);
+  return units;
+}
+
+double head_parameters(const ModelSpec& model) {
+  const double norm = norm_parameters(model);
+  return model.tied_embeddings ? norm : norm + embedding_parameters(model);
+}
+
+double tied_head_copy_parameters(const ModelSpec& model, int pp) {
+  return model.tied_embeddings && pp > 1 ? embedding_parameters(model) : 0.0;
+}
+
+double optimizer_state_bytes_per_parameter(Optimizer optimizer) {
+  // FP32 master weight and two moments: FP32, or 8-bit with an FP32 scale per block of 2048.
+  const double moment = optimizer == Optimizer::adam8bit ? 1.0 + kFp32 / 2048 : kFp32;
+  return kFp32 + 2 * moment;
+}
+
+bool master_weights_as_remainders(const TrainingSpec& training) {
+  return training.optimizer == Optimizer::distributed_fused_adam && !training.fp8_params &&
+         training.precision != Precision::fp16;
+}
+
+double optimizer_state_bytes_held(const TrainingSpec& training) {
+  const bool remainders = master_weights_as_remainders(training);
+  return optimizer_state_bytes_per_parameter(training.optimizer) - (remainders ? kBf16 : 0.0);
+}
+
+namespace {
+
+double adam_step_bytes_per_parameter(const TrainingSpec& training) {
+  // Read the FP32 master weight, both moments and the FP32 gradient; write master and moments
+  // and the BF16 working copy (FP32 moments: 4*7 + 2 = 30 bytes). Rebuilt from remainders, the
+  // master's high half is the BF16 parameter, read as well; Apex reads its gradient shard in the
+  // reduce dtype (2*10 + 2 + 2*2 = 26 bytes with BF16 reduction).
+  const bool remainders = master_weights_as_remainders(training);
+  const double gradient =
+      training.optimizer == Optimizer::distributed_fused_adam ? training.grad_reduce_bytes : kFp32;
+  return 2 * optimizer_state_bytes_held(training) + gradient + (remainders ? 2 * kBf16 : kBf16);
+}
+
+constexpr double kUnscaleBytesPerParameter = 2 * kFp32;  // an FP32 gradient read and written
+
+}  // namespace
+
+double optimizer_step_bytes_per_parameter(const TrainingSpec& training) {
+  const bool loss_scaled = training.precision == Precision::fp16;
+  return adam_step_bytes_per_parameter(training) + (loss_scaled ? kUnscaleBytesPerParameter : 0.0);
+}
+
+Op adam_step_op(double local_parameters, const TrainingSpec& training) {
+  return memory_op(training.optimizer == Optimizer::adam8bit ? "adam8bit" : "adam",
+                   optimizer_step_bytes_per_parameter(training) * local_parameters);
+}
+
+}  // namespace fleetsim
