@@ -50,7 +50,8 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
     case FlopConvention::megatron_recompute: {
       const double gemms = 6 * layers *
                            (2 * h * attention_width + 2 * h * kv +
-                            experts_visited(model) * mlp_matrices(model) * h * model.ffn);
+                            experts_visited(model) * mlp_matrices(model) * h * model.ffn +
+                            mlp_matrices(model) * h * model.shared_expert_ffn);
       const double head = 6.0 * model.vocab * h;
       const double layer_terms =
           gemms + (convention == FlopConvention::megatron_causal ? attention / 2 : attention);

@@ -7,15 +7,16 @@
 // Per token, for L layers of hidden size h, attention width q (= heads x head_dim: h unless the
 // model gives a head_dim of its own), K/V width kv (= kv_heads x head_dim), MLP inner size F
 // with m matrices (3 for SwiGLU and GeGLU, 2 for GELU), k experts a token
-// visits (1 dense), vocabulary V and sequence length s; N the parameters a token uses: every
-// parameter, embedding tables and norms included (as torchtitan at 157a12c5 and llm-foundry
-// count; newer torchtitan and Kaplan et al. leave the embeddings out, about 5% less for
-// Llama-3-8B), a mixture of experts' k visited experts of each layer only:
+// visits (1 dense) and a shared expert's inner size Fs (0 without), vocabulary V and sequence
+// length s; N the parameters a token uses: every parameter, embedding tables and norms included (as
+// torchtitan at 157a12c5 and llm-foundry count; newer torchtitan and Kaplan et al. leave the
+// embeddings out, about 5% less for Llama-3-8B), a mixture of experts' k visited experts of each
+// layer only:
 //   six_n                6 N
 //   six_n_attention      6 N + 12 L q s                        (PaLM's appendix B, nanoGPT,
 //                        torchtitan, llm-foundry, fms-fsdp: attention over the full sequence)
 //   six_n_causal         6 N + 6 L q s                         (the same, causal attention halved)
-//   megatron             6 L (2 h q + 2 h kv + k m h F) + 12 L q s + 6 V h
+//   megatron             6 L (2 h q + 2 h kv + k m h F + m h Fs) + 12 L q s + 6 V h
 //                        (Narayanan et al., arXiv:2104.04473 section 5.1, as NVIDIA's
 //                        dgxc-benchmarking and NeMo count it for grouped-query attention and
 //                        SwiGLU: the layers' GEMMs, attention and the output head; no embedding,

@@ -18,13 +18,28 @@ double norm_parameters(const ModelSpec& model) {
   return model.norm == Norm::layernorm ? 2.0 * model.hidden : model.hidden;
 }
 
+// An MLP of inner size f: its matrices and, with linear biases, their biases.
+double mlp_parameters_of_width(const ModelSpec& model, double f) {
+  const double h = model.hidden;
+  const double mlp_in = model.gated_mlp() ? 2 * f : f;  // gate and up, or up
+  return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
+}
+
+// The projection weights of an MLP of inner size f.
+double mlp_weights_of_width(const ModelSpec& model, double f) {
+  return model.hidden * ((model.gated_mlp() ? 2 : 1) * f + f);
+}
+
 }  // namespace
 
 double mlp_parameters(const ModelSpec& model) {
-  const double h = model.hidden;
-  const double f = model.ffn;
-  const double mlp_in = model.gated_mlp() ? 2 * f : f;  // gate and up, or up
-  return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
+  return mlp_parameters_of_width(model, model.ffn);
+}
+
+double shared_expert_parameters(const ModelSpec& model) {
+  if (model.shared_expert_ffn == 0) return 0;
+  return mlp_parameters_of_width(model, model.shared_expert_ffn) +
+         (model.shared_expert_gate ? model.hidden : 0.0);
 }
 
 double layer_expert_parameters(const ModelSpec& model) {
@@ -33,11 +48,10 @@ double layer_expert_parameters(const ModelSpec& model) {
 
 double layer_projection_weights(const ModelSpec& model, double experts_held) {
   const double h = model.hidden;
-  const double f = model.ffn;
-  const double mlp_in = model.gated_mlp() ? 2 * f : f;
   const double mlps = model.mixture_of_experts() ? experts_held : 1.0;
   const double q = model.attention_width();
-  return h * (q + 2 * model.kv_width()) + q * h + mlps * (h * mlp_in + f * h);
+  return h * (q + 2 * model.kv_width()) + q * h + mlps * mlp_weights_of_width(model, model.ffn) +
+         mlp_weights_of_width(model, model.shared_expert_ffn);
 }
 
 double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
@@ -57,11 +71,12 @@ double decoder_layer_parameters(const ModelSpec& model) {
   const double attention =
       h * qkv + q * h + (model.linear_bias ? qkv + h : 0) + (model.qkv_bias ? qkv : 0) +
       (model.qk_norm ? 2.0 * model.head_dim() : 0) + (model.attention_sinks ? model.heads : 0);
-  // A mixture of experts has one MLP per expert and the router's h x experts weight (and,
-  // with linear biases, its bias: GPT-OSS).
+  // A mixture of experts has one MLP per expert, the router's h x experts weight (and, with
+  // linear biases, its bias: GPT-OSS) and any shared expert.
   const double router = h * model.experts + (model.linear_bias ? model.experts : 0);
-  const double mlps =
-      model.mixture_of_experts() ? layer_expert_parameters(model) + router : mlp_parameters(model);
+  const double mlps = model.mixture_of_experts() ? layer_expert_parameters(model) + router +
+                                                       shared_expert_parameters(model)
+                                                 : mlp_parameters(model);
   // A norm before each block, and with post-norms one after each (Gemma).
   return attention + mlps + (model.post_norms ? 4 : 2) * norm_parameters(model);
 }

@@ -70,6 +70,16 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
                                 ") is more than experts (" + std::to_string(m.experts) + ")",
                             "each token goes to at most every expert"));
   }
+  if (m.shared_expert_ffn > 0 && !m.mixture_of_experts()) {
+    found.push_back(problem("shared-expert-needs-experts", {"shared_expert_ffn"},
+                            "a shared expert runs beside routed experts, and the model has none",
+                            "give experts and experts_per_token, or remove shared_expert_ffn"));
+  }
+  if (m.shared_expert_gate && m.shared_expert_ffn == 0) {
+    found.push_back(problem("shared-expert-gate-needs-shared-expert", {"shared_expert_gate"},
+                            "shared_expert_gate scales a shared expert, and the model has none",
+                            "give shared_expert_ffn, or remove shared_expert_gate"));
+  }
   if (m.positions == Positions::learned && m.max_positions < 1) {
     found.push_back(problem("learned-positions-sized", {"positions"},
                             "learned positions need max_positions",

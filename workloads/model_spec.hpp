@@ -54,6 +54,11 @@ struct ModelSpec {
   // sending each token to `experts_per_token` of them. 0: one dense MLP.
   int experts = 0;
   int experts_per_token = 0;
+  // A shared expert (Qwen2-MoE, DeepSeek, Llama 4): an MLP of this inner size that every token
+  // goes through beside its routed experts (0: none), with shared_expert_gate its output scaled
+  // by a learned sigmoid gate per token (Qwen2-MoE's h x 1 shared_expert_gate).
+  int shared_expert_ffn = 0;
+  bool shared_expert_gate = false;
   // Local attention in some or all layers: the window in tokens (0: every layer attends to the
   // whole causal prefix), its kind, and which layers still attend fully: every
   // full_attention_every-th, the last of each group (layers N - 1, 2N - 1, ... counted from 0:

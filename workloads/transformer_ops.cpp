@@ -210,7 +210,13 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
   // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.)
   const double k = model.experts_per_token;
-  const double mlp = mlp_rerun ? 0.0 : moe ? k * one_mlp + kFp32 * model.experts : one_mlp;
+  // A shared expert keeps a dense MLP's tensors of its own size, and under a gate its output.
+  const double fs = model.shared_expert_ffn;
+  const double shared = moe && fs > 0
+                            ? (model.gated_mlp() ? kBf16 * 2 * fs : kBf16 * fs) + gemm_input * fs +
+                                  (model.shared_expert_gate ? kBf16 * h : 0.0)
+                            : 0.0;
+  const double mlp = mlp_rerun ? 0.0 : moe ? k * one_mlp + kFp32 * model.experts + shared : one_mlp;
   const double replicated = moe && !mlp_rerun ? k * (gemm_input + kBf16) * h : 0.0;
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
@@ -603,11 +609,12 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   leave_block("attn", true);
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
-  // `rows` tokens; `regather`: the first GEMM's weight gradient re-gathers its input;
+  // `rows` tokens, `f` its inner size; `regather`: the first GEMM's weight gradient re-gathers
+  // its input;
   // `rerun_activation`: the activation's output discarded and recomputed before down's
   // backward (Megatron-Core's moe_act).
-  const auto mlp = [&](const std::string& prefix, double rows, bool regather,
-                       bool rerun_activation) {
+  const auto mlp = [&](const std::string& prefix, double rows, bool regather, bool rerun_activation,
+                       double f) {
     std::size_t activation_begin = 0;
     if (model.gated_mlp()) {
       projection(prefix + "gate_up", rows, 2 * f / split, h, training, frozen, fwd, backward);
@@ -670,15 +677,30 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // The experts keep their permuted input, so their weight gradients need no re-gather.
     for (int e = 0; e < model.experts / ep; ++e) {
       mlp("expert" + std::to_string(e) + ".", ep * t * k / experts, /*regather=*/false,
-          activation_rerun);
+          activation_rerun, f);
     }
     all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
     // the k saved outputs (for the router weights' gradient) and writes k gradients.
     fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));
     backward.push_back(memory_op("unroute.bwd", (2 * k + 1) * kBf16 * t * h));
+    if (model.shared_expert_ffn > 0) {
+      // The shared expert: a dense MLP of its own inner size over the block's t gathered
+      // tokens, split by tp as a dense one (its first GEMM's weight gradient re-gathers its
+      // input); its output, a partial sum on each tp rank as the experts' is, added to theirs
+      // (one elementwise pass). Qwen2-MoE's gate scores each token (an n = 1 GEMM on every tp
+      // rank) and scales the output in that pass; its backward reads the output gradient and
+      // the shared output for the gate's gradient and writes the scaled gradient.
+      mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
+          model.shared_expert_ffn);
+      if (model.shared_expert_gate) {
+        fwd.push_back(gemm_with_backward("shared_expert_gate", t, 1, h, backward, frozen));
+        backward.push_back(memory_op("shared_expert_add.bwd", 3 * kBf16 * t * h));
+      }
+      fwd.push_back(memory_op("shared_expert_add", 3 * kBf16 * t * h));
+    }
   } else {
-    mlp("", t, /*regather=*/true, /*rerun_activation=*/false);
+    mlp("", t, /*regather=*/true, /*rerun_activation=*/false, f);
   }
   leave_block("mlp", !moe);
   // A rerun block runs forward again after its residual add's backward (the add is outside

@@ -168,7 +168,8 @@ Op memory_op(std::string name, double bytes);
 
 double decoder_layer_parameters(const ModelSpec& model);
 // A decoder layer's projection weights (QKV, output, each MLP's or expert's matrices of
-// `experts_held` experts): what FP8 casts, without norms, biases and the router.
+// `experts_held` experts, a shared expert's): what FP8 casts, without norms, biases, the router
+// and a shared expert's gate.
 double layer_projection_weights(const ModelSpec& model, double experts_held);
 // A rank's share of them: split over tp, with the experts expert parallelism leaves it.
 double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan);
@@ -177,8 +178,11 @@ double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan&
 double weight_gather_bytes(double parameters, double fp8);
 // One MLP's parameters: the dense layer's, or one expert's in a mixture of experts.
 double mlp_parameters(const ModelSpec& model);
-// A decoder layer's experts' parameters (0 without a mixture of experts).
+// A decoder layer's experts' parameters (0 without a mixture of experts): its routed experts,
+// which expert parallelism splits; a shared expert is held as a dense MLP.
 double layer_expert_parameters(const ModelSpec& model);
+// A mixture of experts' shared expert and its gate (0 without).
+double shared_expert_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
 double position_parameters(const ModelSpec& model);   // the learned position table, if any
 double head_parameters(const ModelSpec& model);       // final norm plus output projection if untied

@@ -1,8 +1,9 @@
 // model: {hf_config: PATH}: a Hugging Face config.json as users have it (JSON is YAML, so its
 // errors have lines and columns too), or the model directory holding it, for the decoder
 // families the op graph models, as transformers' modeling_<type>.py builds them: Llama,
-// Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V), Qwen3 (QK-norm, a head_dim of its
-// own, dense or a mixture of experts in every layer), Gemma 2 and Gemma 3's text decoder
+// Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V; Qwen2-MoE: a gated shared expert
+// beside the routed ones), Qwen3 (QK-norm, a head_dim of its own, dense or a mixture of experts
+// in every layer), Gemma 2 and Gemma 3's text decoder
 // (GeGLU, four norms a layer, sliding windows in most layers, Gemma 2's soft-capped logits)
 // and GPT-OSS (sliding windows in every other layer, attention sinks, biased experts and
 // router). What the op graph does not model is refused at its key, not ignored.
@@ -44,6 +45,7 @@ constexpr Family kFamilies[] = {
     {"mistral", false, 4096},
     {"mixtral"},
     {"qwen2"},
+    {"qwen2_moe"},
     {"qwen3"},
     {"qwen3_moe"},
     {"gemma2", true, 4096, 2, "gelu_pytorch_tanh", "hidden_activation"},
@@ -110,11 +112,12 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   const Family* family = family_of(model_type);
   if (!family) {
     fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
-         "fleetsim models the decoders of model_type llama, mistral, mixtral, qwen2, qwen3, "
-         "qwen3_moe, gemma2, gemma3_text and gpt_oss");
+         "fleetsim models the decoders of model_type llama, mistral, mixtral, qwen2, "
+         "qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3_text and gpt_oss");
   }
   const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
-  const bool qwen = model_type == "qwen2" || qwen3;
+  const bool qwen2 = model_type == "qwen2" || model_type == "qwen2_moe";
+  const bool qwen = qwen2 || qwen3;
   const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
   const bool gpt_oss = model_type == "gpt_oss";
   ModelSpec m;
@@ -147,11 +150,16 @@ ModelSpec Loader::hf_model(const Field& path_field) {
            "fleetsim routes each token by its scores alone; set it to 0.0");
     }
   }
-  if (model_type == "qwen3_moe") {
+  if (model_type == "qwen3_moe" || model_type == "qwen2_moe") {
     // Every layer a mixture of experts of moe_intermediate_size each (intermediate_size sizes
-    // the dense MLPs of mlp_only_layers, which are refused).
+    // the dense MLPs of mlp_only_layers, which are refused); Qwen2-MoE's shared expert of
+    // shared_expert_intermediate_size beside them, its output gated (shared_expert_gate).
     read_experts("num_experts");
     m.ffn = read_int(require(root, "moe_intermediate_size"), 1);
+    if (model_type == "qwen2_moe") {
+      m.shared_expert_ffn = read_int(require(root, "shared_expert_intermediate_size"), 1);
+      m.shared_expert_gate = true;
+    }
     if (const auto step = find(root, "decoder_sparse_step"); step && read_int(*step, 1) != 1) {
       fail(*step, "a mixture of experts in only some layers is not modelled",
            "fleetsim models every layer as a mixture of experts; decoder_sparse_step 1");
@@ -201,8 +209,9 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   m.linear_bias = attention_biased;
   m.attention_sinks = gpt_oss;
   // Qwen2's query, key and value projections always have biases (bias=True in
-  // modeling_qwen2.py); Qwen3 and Gemma 3 norm each head's query and key (q_norm, k_norm).
-  m.qkv_bias = model_type == "qwen2";
+  // modeling_qwen2.py and modeling_qwen2_moe.py); Qwen3 and Gemma 3 norm each head's query and key
+  // (q_norm, k_norm).
+  m.qkv_bias = qwen2;
   m.qk_norm = qwen3 || model_type == "gemma3_text";
   // Gemma: GeGLU, a norm after each block too, the logits soft-capped where
   // final_logit_softcapping is set (Gemma 2's 30). Its attention's soft-capping

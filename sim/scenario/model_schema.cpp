@@ -30,6 +30,8 @@ const Keys kModelKeys = {"name",
                          "max_positions",
                          "experts",
                          "experts_per_token",
+                         "shared_expert_ffn",
+                         "shared_expert_gate",
                          "attention_window",
                          "local_attention",
                          "full_attention_every",
@@ -70,6 +72,10 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.experts = read_int(f, 1);
   } else if (key == "experts_per_token") {
     m.experts_per_token = read_int(f, 1);
+  } else if (key == "shared_expert_ffn") {
+    m.shared_expert_ffn = read_int(f, 1);
+  } else if (key == "shared_expert_gate") {
+    m.shared_expert_gate = read_bool(f);
   } else if (key == "attention_window") {
     m.attention_window = read_int(f, 1);
   } else if (key == "local_attention") {

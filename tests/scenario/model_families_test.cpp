@@ -175,3 +175,37 @@ TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named 
 }
 
 }  // namespace fleetsim
+
+namespace fleetsim {
+
+TEST_CASE("Qwen1.5-MoE counts its checkpoint's parameters, its gated shared expert included") {
+  // Keras Hub's qwen1.5_moe_2.7b_en preset (keras_hub/src/models/qwen_moe/qwen_moe_presets.py):
+  // 14,315,784,192. By hand: embedding and head 2 x 151,936 x 2,048; 24 layers of Q, K, V
+  // (2,048 x 2,048 each, with biases) and o_proj, a router of 2,048 x 60, 60 experts of
+  // 3 x 2,048 x 1,408, a shared expert of 3 x 2,048 x 5,632 and its 2,048-wide gate, two
+  // norms; the final norm. 2.69 B are active a token (4 of the 60 experts): the "A2.7B".
+  const ModelSpec m = testing::zoo_model("qwen1.5-moe-a2.7b");
+  CHECK(m.parameters() == 14'315'784'192.0);
+  CHECK(active_parameters(m) == Approx(2.7e9).epsilon(0.01));
+  // Its config.json (the fields that shape it) loads as the same model.
+  testing::TempDir dir;
+  dir.write("Qwen1.5-MoE-A2.7B/config.json", R"({
+  "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 2048,
+  "intermediate_size": 5632, "mlp_only_layers": [], "model_type": "qwen2_moe",
+  "moe_intermediate_size": 1408, "num_attention_heads": 16, "num_experts": 60,
+  "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16,
+  "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
+  "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936
+}
+)");
+  const std::string scenario =
+      testing::with(testing::kBase, "model: llama3-8b", "model: {hf_config: Qwen1.5-MoE-A2.7B}");
+  ModelSpec loaded = load_scenario(dir.write("scenario.yaml", scenario), testing::source_data())
+                         .variants[0]
+                         .inputs.model;
+  loaded.name = m.name;
+  loaded.source = m.source;
+  CHECK(loaded == m);
+}
+
+}  // namespace fleetsim

@@ -1,0 +1,106 @@
+// A mixture of experts' shared expert: a dense MLP every token goes through beside its routed
+// experts, as Qwen2-MoE (gated), DeepSeek and Llama 4 have it.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "models.hpp"
+#include "workloads/flop_conventions.hpp"
+
+namespace fleetsim {
+namespace {
+
+// Qwen1.5-MoE-A2.7B's layer: 60 experts of 1,408, 4 a token, a gated shared expert of 5,632.
+ModelSpec qwen_moe() {
+  ModelSpec m;
+  m.name = "qwen1.5-moe-a2.7b";
+  m.layers = 24;
+  m.hidden = 2048;
+  m.ffn = 1408;
+  m.heads = 16;
+  m.kv_heads = 16;
+  m.vocab = 151936;
+  m.qkv_bias = true;
+  m.experts = 60;
+  m.experts_per_token = 4;
+  m.shared_expert_ffn = 5632;
+  m.shared_expert_gate = true;
+  return m;
+}
+
+double flops_of(const std::vector<Op>& ops) {
+  double flops = 0;
+  for (const Op& op : ops) flops += op.kernel.flops;
+  return flops;
+}
+
+}  // namespace
+
+TEST_CASE("a shared expert's parameters: a dense MLP of its size and a gate, held as dense") {
+  // 3 x 2,048 x 5,632 = 34,603,008 for the MLP and 2,048 for the gate, a layer; routed experts
+  // alone are what expert parallelism splits.
+  const ModelSpec m = qwen_moe();
+  ModelSpec without = m;
+  without.shared_expert_ffn = 0;
+  without.shared_expert_gate = false;
+  CHECK(shared_expert_parameters(m) == 34'603'008.0 + 2048);
+  CHECK(decoder_layer_parameters(m) == decoder_layer_parameters(without) + 34'605'056.0);
+  CHECK(layer_expert_parameters(m) == layer_expert_parameters(without));
+  CHECK(layer_projection_weights(m, 60) == layer_projection_weights(without, 60) + 34'603'008.0);
+  // Active: every layer's shared expert counts, 56 of its 60 routed experts do not.
+  CHECK(active_parameters(m) == m.parameters() - 24.0 * 56 * 3 * 2048 * 1408);
+}
+
+TEST_CASE("a shared expert's kernels run on every token beside the routed experts") {
+  // 4,096 tokens on tp 2: gate_up writes 2 x 5,632 / 2 columns from 2,048 over all 4,096
+  // tokens, down reads 5,632 / 2; each GEMM does 2 m n k FLOPs forward and twice that
+  // backward, the gate 2 x 4,096 x 2,048 each way and its two backward GEMMs.
+  const ModelSpec m = qwen_moe();
+  ModelSpec without = m;
+  without.shared_expert_ffn = 0;
+  without.shared_expert_gate = false;
+  const TrainingSpec t = testing::training(4096, 8, 1);
+  const LayerOps with_shared = decoder_layer_ops(m, t, 2);
+  const LayerOps routed_only = decoder_layer_ops(without, t, 2);
+  const double mlp = 2.0 * 4096 * (2 * 5632 / 2) * 2048 + 2.0 * 4096 * 2048 * (5632 / 2);
+  const double gate = 2.0 * 4096 * 1 * 2048;
+  CHECK(flops_of(with_shared.forward) - flops_of(routed_only.forward) == Approx(mlp + gate));
+  CHECK(flops_of(with_shared.backward) - flops_of(routed_only.backward) ==
+        Approx(2 * (mlp + gate)));
+  bool found = false;
+  for (const Op& op : with_shared.forward) {
+    if (op.name != "shared_expert.gate_up") continue;
+    found = true;
+    CHECK(op.kernel.m == 4096);
+    CHECK(op.kernel.n == 5632);
+    CHECK(op.kernel.k == 2048);
+  }
+  CHECK(found);
+  // Its tensors add to what the layer keeps: the activation's input and output and down's
+  // input (2 x 5,632 + 5,632 BF16 a token) and the gate's scaled output (2,048), split by tp.
+  CHECK(decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 2) ==
+        Approx(decoder_layer_saved_bytes_per_token(without, t, Recompute::none, 2) +
+               (2.0 * 2 * 5632 + 2 * 5632 + 2 * 2048) / 2));
+  // Megatron's count adds the shared expert's three GEMMs, 6 x 3 h Fs a token and layer.
+  CHECK(flops_per_token(m, 4096, FlopConvention::megatron) ==
+        Approx(flops_per_token(without, 4096, FlopConvention::megatron) +
+               6.0 * 24 * 3 * 2048 * 5632));
+}
+
+TEST_CASE("under expert parallelism the shared expert is reduced as a dense layer is") {
+  // ep 4 over 8 ranks: a layer holds 15 of the 60 routed experts, their gradients reduced over
+  // the 2 ranks holding them; the shared expert is on every rank, reduced over all 8 with the
+  // attention.
+  const ModelSpec m = qwen_moe();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.ep = 4;
+  plan.zero_stage = 1;
+  const TrainingSpec t = testing::training(4096, 8, 1);
+  const RankParameters held = rank_parameters(m, plan, 0);
+  CHECK(held.experts == Approx(m.layers * layer_expert_parameters(m) / 4));
+  CHECK(held.dense == Approx(m.parameters() - m.layers * layer_expert_parameters(m)));
+  CHECK_NOTHROW(build_data_parallel_step(m, t, plan));
+}
+
+}  // namespace fleetsim
