@@ -27,12 +27,12 @@ Kernel fp8_gemm_kernel(double m, double n, double k) {
 }
 
 Kernel gemm_rows(const Kernel& gemm, double rows) {
-  const double elements = gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n;
+  const double elements = gemm.groups * (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n);
   Kernel part = gemm.fp8
                     ? fp8_gemm_kernel(rows, gemm.n, gemm.k)
                     : gemm_kernel(rows, gemm.n, gemm.k, elements > 0 ? gemm.bytes / elements : 0.0);
   part.sm_margin = gemm.sm_margin;
-  return part;
+  return grouped(part, gemm.groups);
 }
 
 GpuProfile fp8_gemm_view(const GpuProfile& gpu) {
@@ -46,8 +46,15 @@ GpuProfile fp8_gemm_view(const GpuProfile& gpu) {
   return view;
 }
 
-double wave_efficiency(int sms, GemmTile tile, double m, double n) {
-  const double tiles = std::ceil(m / tile.m) * std::ceil(n / tile.n);
+Kernel grouped(Kernel kernel, double groups) {
+  if (kernel.kind == KernelKind::gemm) kernel.groups *= groups;
+  kernel.flops *= groups;
+  kernel.bytes *= groups;
+  return kernel;
+}
+
+double wave_efficiency(int sms, GemmTile tile, double m, double n, double groups) {
+  const double tiles = groups * std::ceil(m / tile.m) * std::ceil(n / tile.n);
   if (tiles <= 0 || sms <= 0) return 1.0;
   return tiles / (std::ceil(tiles / sms) * sms);
 }
@@ -56,11 +63,12 @@ namespace {
 
 // The tile the library picks for the `planned` SMs it is told it has (the whole GPU unless
 // given a margin): the first with the best wave.
-std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, int planned, double m, double n) {
+std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, int planned, double m, double n,
+                                    double groups) {
   std::optional<GemmTile> chosen;
   double best = -1;
   for (const GemmTile& tile : gpu.gemm_tiles) {
-    const double wave = wave_efficiency(planned, tile, m, n);
+    const double wave = wave_efficiency(planned, tile, m, n, groups);
     if (wave > best) {
       best = wave;
       chosen = tile;
@@ -70,9 +78,10 @@ std::optional<GemmTile> chosen_tile(const GpuProfile& gpu, int planned, double m
 }
 
 // The wave efficiency of the tile chosen for the whole GPU, run on `sms` of its SMs.
-double wave_efficiency_on(const GpuProfile& gpu, int planned, int sms, double m, double n) {
-  const std::optional<GemmTile> tile = chosen_tile(gpu, planned, m, n);
-  return tile ? wave_efficiency(sms, *tile, m, n) : 1.0;
+double wave_efficiency_on(const GpuProfile& gpu, int planned, int sms, double m, double n,
+                          double groups = 1) {
+  const std::optional<GemmTile> tile = chosen_tile(gpu, planned, m, n, groups);
+  return tile ? wave_efficiency(sms, *tile, m, n, groups) : 1.0;
 }
 
 }  // namespace
@@ -112,8 +121,8 @@ GemmRates fp8_rates(const GpuProfile& gpu) {
 
 // On `sms` of the GPU's SMs.
 double shape_efficiency(const GpuProfile& gpu, int planned, int sms, const GemmRates& rates,
-                        double m, double n, double k) {
-  return wave_efficiency_on(gpu, planned, sms, m, n) * k / (k + rates.k_overhead);
+                        double m, double n, double k, double groups = 1) {
+  return wave_efficiency_on(gpu, planned, sms, m, n, groups) * k / (k + rates.k_overhead);
 }
 
 }  // namespace
@@ -181,8 +190,9 @@ double kernel_seconds(const GpuProfile& gpu, const Kernel& kernel, int sms_held,
   switch (kernel.kind) {
     case KernelKind::gemm: {
       const GemmRates rates = kernel.fp8 ? fp8_rates(gpu) : bf16_rates(gpu);
-      const double efficiency = rates.efficiency * shape_efficiency(gpu, planned, sms, rates,
-                                                                    kernel.m, kernel.n, kernel.k);
+      const double efficiency =
+          rates.efficiency *
+          shape_efficiency(gpu, planned, sms, rates, kernel.m, kernel.n, kernel.k, kernel.groups);
       double rate = rates.peak * sm_share * efficiency;
       if (rates.sustained > 0)
         rate = std::min(rate, rates.sustained * std::cbrt(sm_share * sm_share));

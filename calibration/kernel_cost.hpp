@@ -10,6 +10,9 @@
 //     (of the profile's list) with the best wave, as cuBLAS's heuristics pick a kernel;
 //   * the K term K / (K + k0): each tile spends about k0 elements' worth of its main loop on
 //     its prologue and epilogue, which a short K does not amortise;
+// a grouped GEMM (G problems of one shape in one launch, as Transformer Engine's grouped GEMM
+// runs a mixture of experts' experts) schedules all G problems' tiles as one set of waves and
+// pays the fixed time once;
 // and the GEMM's rate peak x eff_c is capped by the rate the GPU sustains under its power limit
 // (gemm_sustained), which large GEMMs reach.
 // `launch` is the fixed GPU time of a kernel. Fused attention runs, per implementation and
@@ -41,6 +44,7 @@ struct Kernel {
   double flops = 0;            // executed FLOPs
   double bytes = 0;            // HBM bytes read and written
   bool fp8 = false;            // a GEMM on FP8 inputs
+  double groups = 1;           // a grouped GEMM: this many problems of the shape above
   // SMs the library leaves free when it launches the kernel (Transformer Engine's
   // set_sm_margin, for communication beside it): a GEMM plans its tiles for the rest.
   int sm_margin = 0;
@@ -61,8 +65,11 @@ Kernel fp8_gemm_kernel(double m, double n, double k);
 // The same GEMM on `rows` of its m rows (a chunk of a GEMM split by rows): every chunk reads
 // all of B.
 Kernel gemm_rows(const Kernel& gemm, double rows);
+// `groups` copies of a kernel launched as one: a GEMM as a grouped GEMM of that many problems,
+// a memory-bound kernel over that many times the bytes.
+Kernel grouped(Kernel kernel, double groups);
 // The wave efficiency of one tile shape over `sms` SMs.
-double wave_efficiency(int sms, GemmTile tile, double m, double n);
+double wave_efficiency(int sms, GemmTile tile, double m, double n, double groups = 1);
 // The best over the profile's tiles.
 double wave_efficiency(const GpuProfile& gpu, double m, double n);
 // What the shape leaves of the GEMM efficiency: wave x K term.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "workloads/transformer_ops.hpp"
+
 namespace fleetsim {
 namespace {
 
@@ -14,14 +16,6 @@ double mlp_matrices(const ModelSpec& model) {
   return model.gated_mlp() ? 3 : 2;
 }
 
-// One expert's MLP: its matrices and, with linear biases, the inner and output biases.
-double expert_parameters(const ModelSpec& model) {
-  const double h = model.hidden;
-  const double f = model.ffn;
-  const double biases = model.linear_bias ? (mlp_matrices(model) - 1) * f + h : 0;
-  return mlp_matrices(model) * h * f + biases;
-}
-
 }  // namespace
 
 std::string_view to_string(FlopConvention convention) {
@@ -31,7 +25,7 @@ std::string_view to_string(FlopConvention convention) {
 double active_parameters(const ModelSpec& model) {
   const double idle_experts =
       model.mixture_of_experts() ? std::max(0, model.experts - model.experts_per_token) : 0;
-  return model.parameters() - model.layers * idle_experts * expert_parameters(model);
+  return model.parameters() - model.layers * idle_experts * mlp_parameters(model);
 }
 
 double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention) {

@@ -292,8 +292,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Under per_op or selective recomputation the layer in backward holds what it recomputed
   // beside what it kept: all it keeps without recomputation, less what it kept of that (per_op
   // keeps some outputs no other policy keeps).
-  const double unrecomputed =
-      decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp, sp) * tokens;
+  const double unrecomputed = decoder_layer_saved_bytes_per_token(model, training, Recompute::none,
+                                                                  plan.tp, sp, {}, plan.ep) *
+                              tokens;
   const double recomputed =
       plan.recompute == Recompute::per_op
           ? unrecomputed + per_op_outputs_kept_only(model, plan.tp, sp) * tokens - per_layer
@@ -472,7 +473,8 @@ double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
                          const ParallelPlan& plan) {
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   return decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp,
-                                             plan.sequence_parallel, plan.recompute_modules) *
+                                             plan.sequence_parallel, plan.recompute_modules,
+                                             plan.ep) *
          tokens;
 }
 

@@ -14,6 +14,12 @@ double ModelSpec::parameters() const {
          layers * decoder_layer_parameters(*this) + head_parameters(*this);
 }
 
+double expert_rank_load(const TrainingSpec& training, int ep) {
+  if (ep <= 1) return 1;
+  const double cap = training.expert_capacity_factor;
+  return cap > 0 ? std::min(training.expert_load_imbalance, cap) : training.expert_load_imbalance;
+}
+
 JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   JobSubject subject;
   subject.model = model.name;
@@ -23,6 +29,8 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.ffn = model.ffn;
   subject.vocab = model.vocab;
   subject.experts = model.experts;
+  subject.experts_per_token = model.experts_per_token;
+  subject.expert_load = expert_rank_load(training, 2);
   subject.seq_len = training.seq_len;
   subject.global_batch = training.global_batch;
   subject.micro_batch = training.micro_batch;
@@ -144,6 +152,31 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
     found.push_back(problem("dropout-probability", {"training.dropout"},
                             "dropout must be in [0, 1)",
                             "dropout is the probability of zeroing an activation; 0 turns it off"));
+  }
+  if (!(training.expert_load_imbalance >= 1)) {
+    found.push_back(problem("expert-load-at-least-balanced", {"training.expert_load_imbalance"},
+                            "expert_load_imbalance is the busiest rank's tokens over the mean, "
+                            "at least 1",
+                            "1 is a balanced router; 1.2 gives the busiest rank 20% more"));
+  }
+  if (!(training.expert_capacity_factor == 0 || training.expert_capacity_factor >= 1)) {
+    found.push_back(problem("expert-capacity-at-least-balanced",
+                            {"training.expert_capacity_factor"},
+                            "expert_capacity_factor must be at least 1",
+                            "below 1 a balanced router's tokens are dropped too, which is not "
+                            "modelled; 1.0 caps each expert at its balanced share, 0 or none "
+                            "leaves it uncapped"));
+  }
+  // The routing and launching of experts is a mixture of experts' alone.
+  const char* expert_key = training.expert_load_imbalance != 1   ? "training.expert_load_imbalance"
+                           : training.expert_capacity_factor > 0 ? "training.expert_capacity_factor"
+                           : training.expert_gemm != ExpertGemm::sequential ? "training.expert_gemm"
+                                                                            : nullptr;
+  if (expert_key && !model.mixture_of_experts()) {
+    found.push_back(problem("expert-settings-need-experts", {expert_key},
+                            "how experts route or run is set, and the model has none",
+                            "remove expert_load_imbalance, expert_capacity_factor and "
+                            "expert_gemm"));
   }
   if (training.fp8_params && training.precision != Precision::fp8) {
     found.push_back(problem("fp8-params-need-fp8", {"training.fp8_params"},

@@ -151,6 +151,12 @@ inline bool runs_loss_parallel(CrossEntropy cross_entropy, int tp) {
 // transformer_ops.cpp). nn.LayerNorm and F.gelu are one kernel either way.
 enum class Elementwise { fused, eager };
 
+// How a mixture of experts' expert GEMMs launch: one after another, each expert's its own
+// kernels (Megatron-Core's SequentialMLP, Hugging Face's loop over experts), or each of the
+// MLP's GEMMs as one grouped GEMM over the rank's experts (Megatron-Core's --moe-grouped-gemm,
+// Transformer Engine's GroupedLinear), the activation one kernel over all their tokens.
+enum class ExpertGemm { sequential, grouped };
+
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
 // projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets
 // use Hugging Face PEFT's module names: q, k, v, o, gate, up, down.
@@ -186,8 +192,21 @@ struct TrainingSpec {
   // Dropout after attention and after the MLP (and on the attention probabilities): above 0,
   // each keeps a one-byte mask for backward. FlashAttention regenerates its own from the seed.
   double dropout = 0;
+  // A mixture of experts' routing as it trains: the tokens the busiest expert-parallel rank's
+  // experts receive, over the mean (1: balanced, as a load-balancing loss aims for), and the
+  // capacity factor capping it (Megatron-Core's moe_expert_capacity_factor: tokens past an
+  // expert's capacity of factor x its balanced share are dropped, not computed; 0: none).
+  double expert_load_imbalance = 1;
+  double expert_capacity_factor = 0;
+  ExpertGemm expert_gemm = ExpertGemm::sequential;
   bool operator==(const TrainingSpec&) const = default;
 };
+
+// What the busiest rank of an expert-parallel group of `ep` computes and receives of its
+// experts' tokens, over a balanced router's share: the load imbalance, capped by the capacity
+// factor where there is one; 1 without expert parallelism, where every rank runs every expert
+// on all of its tokens whatever their split.
+double expert_rank_load(const TrainingSpec& training, int ep);
 
 // The facts of the model and recipe that the job rules read (workloads/layout/rules.hpp); the
 // caller adds the cluster where there is one.

@@ -156,7 +156,7 @@ double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_pa
 
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute, int tp, bool sequence_parallel,
-                                           const RecomputeModules& modules) {
+                                           const RecomputeModules& modules, int ep) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -208,16 +208,23 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input) and k
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
-  // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.)
+  // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.) The busiest
+  // expert-parallel rank, as every rank is replayed, keeps `load` times its share of the
+  // experts' tensors and inputs; the outputs combined back are its own tokens'.
   const double k = model.experts_per_token;
-  // A shared expert keeps a dense MLP's tensors of its own size, and under a gate its output.
+  const double received = k * expert_rank_load(training, ep);
+  // A shared expert keeps a dense MLP's tensors of its own size (and under FP8 its input's
+  // cast), split over tp; under a gate its output, a partial sum whole on every tp rank.
   const double fs = model.shared_expert_ffn;
-  const double shared = moe && fs > 0
-                            ? (model.gated_mlp() ? kBf16 * 2 * fs : kBf16 * fs) + gemm_input * fs +
-                                  (model.shared_expert_gate ? kBf16 * h : 0.0)
-                            : 0.0;
-  const double mlp = mlp_rerun ? 0.0 : moe ? k * one_mlp + kFp32 * model.experts + shared : one_mlp;
-  const double replicated = moe && !mlp_rerun ? k * (gemm_input + kBf16) * h : 0.0;
+  const double shared = moe && fs > 0 ? (model.gated_mlp() ? kBf16 * 2 * fs : kBf16 * fs) +
+                                            gemm_input * fs + (fp8 ? kFp8 * h : 0.0)
+                                      : 0.0;
+  const double gate_output = moe && fs > 0 && model.shared_expert_gate ? kBf16 * h : 0.0;
+  const double mlp = mlp_rerun ? 0.0
+                     : moe     ? received * one_mlp + kFp32 * model.experts + shared
+                               : one_mlp;
+  const double replicated =
+      moe && !mlp_rerun ? (received * gemm_input + k * kBf16) * h + gate_output : 0.0;
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
@@ -609,37 +616,36 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   leave_block("attn", true);
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
-  // `rows` tokens, `f` its inner size; `regather`: the first GEMM's weight gradient re-gathers
-  // its input;
-  // `rerun_activation`: the activation's output discarded and recomputed before down's
-  // backward (Megatron-Core's moe_act).
+  // `rows` tokens, `width` its inner size; `regather`: the first GEMM's weight gradient
+  // re-gathers its input; `rerun_activation`: the activation's output discarded and recomputed
+  // before down's backward (Megatron-Core's moe_act).
   const auto mlp = [&](const std::string& prefix, double rows, bool regather, bool rerun_activation,
-                       double f) {
+                       double width) {
     std::size_t activation_begin = 0;
     if (model.gated_mlp()) {
-      projection(prefix + "gate_up", rows, 2 * f / split, h, training, frozen, fwd, backward);
+      projection(prefix + "gate_up", rows, 2 * width / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
       lora_adapters(model, training, {"gate", "up"}, rows, fwd, backward);
       activation_begin = fwd.size();
       // GeGLU's GELU (tanh form) is one elementwise kernel as SiLU is: the same passes.
       const std::string glu = prefix + (model.mlp == Mlp::geglu ? "geglu" : "swiglu");
       if (eager) {
-        eager_ops(glu, kEagerSwigluForward, rows * f / split, fwd);
-        eager_ops(glu + ".bwd", kEagerSwigluBackward, rows * f / split, backward);
+        eager_ops(glu, kEagerSwigluForward, rows * width / split, fwd);
+        eager_ops(glu + ".bwd", kEagerSwigluBackward, rows * width / split, backward);
       } else {
-        fwd.push_back(memory_op(glu, 3 * kBf16 * rows * f / split));
-        backward.push_back(memory_op(glu + ".bwd", 5 * kBf16 * rows * f / split));
+        fwd.push_back(memory_op(glu, 3 * kBf16 * rows * width / split));
+        backward.push_back(memory_op(glu + ".bwd", 5 * kBf16 * rows * width / split));
       }
     } else {
-      projection(prefix + "up", rows, f / split, h, training, frozen, fwd, backward);
+      projection(prefix + "up", rows, width / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "up");
       lora_adapters(model, training, {"up"}, rows, fwd, backward);
       activation_begin = fwd.size();
-      fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * f / split));
-      backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * f / split));
+      fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * width / split));
+      backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * width / split));
     }
     const std::size_t activation_end = fwd.size();
-    projection(prefix + "down", rows, h, f / split, training, frozen, fwd, backward);
+    projection(prefix + "down", rows, h, width / split, training, frozen, fwd, backward);
     lora_adapters(model, training, {"down"}, rows, fwd, backward);
     // Pushed after down's backward in reverse: it runs just before it, in forward order.
     for (std::size_t i = activation_end; rerun_activation && i-- > activation_begin;) {
@@ -663,38 +669,61 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const double route_bytes = 2 * kFp32 * local_tokens * experts + (1 + k) * kBf16 * t * h;
     fwd.push_back(memory_op("route", route_bytes));
     backward.push_back(memory_op("route.bwd", route_bytes));
+    // A shared expert: a dense MLP of its own inner size over the block's t gathered tokens,
+    // split by tp as a dense one (its first GEMM's weight gradient re-gathers its input), and
+    // Qwen2-MoE's gate scoring each token (an n = 1 GEMM on every tp rank). Megatron-Core runs
+    // it after the routed experts on the same stream; before them here, after the router: the
+    // block's gather then runs beside the router, which reads the sequence shard, and in
+    // backward the gather of the block's output gradient is followed by the unpermute, not by
+    // a GEMM that reads what it gathers.
+    if (model.shared_expert_ffn > 0) {
+      mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
+          model.shared_expert_ffn);
+      if (model.shared_expert_gate) {
+        fwd.push_back(gemm_with_backward("shared_expert_gate", t, 1, h, backward, frozen));
+      }
+    }
     // Expert parallelism: the rank's t x k token copies go to the ranks of their experts (an
     // all-to-all of the expert group; in backward, their gradients come back), and each of its
-    // experts / ep experts then gets ep x t x k / E tokens.
+    // experts / ep experts then gets ep x t x k / E tokens. Under an imbalanced router every
+    // rank is replayed as the group's busiest, which gates each all-to-all: its experts get
+    // `load` times that (expert_rank_load), and it receives load times the bytes, while the
+    // model FLOPs stay the balanced ones.
+    const double load = expert_rank_load(training, ep);
     const auto all_to_all = [&](const std::string& name) {
       if (ep == 1) return;
-      const LayerCollective exchange{CollectiveOp::all_to_all, k * kBf16 * t * h,
+      const LayerCollective exchange{CollectiveOp::all_to_all, load * k * kBf16 * t * h,
                                      GroupKind::expert};
       fwd.push_back(Op{name, Kernel{}, 0, exchange});
       backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
     };
     all_to_all("dispatch");
     // The experts keep their permuted input, so their weight gradients need no re-gather.
-    for (int e = 0; e < model.experts / ep; ++e) {
-      mlp("expert" + std::to_string(e) + ".", ep * t * k / experts, /*regather=*/false,
-          activation_rerun, f);
+    // Grouped, one expert's ops stand for the `groups` experts of the rank, each launched once.
+    const std::size_t experts_fwd = fwd.size();
+    const std::size_t experts_bwd = backward.size();
+    const bool grouped_gemm = training.expert_gemm == ExpertGemm::grouped;
+    const double groups = grouped_gemm ? experts / ep : 1.0;
+    for (int e = 0; e < (grouped_gemm ? 1 : model.experts / ep); ++e) {
+      mlp(grouped_gemm ? "experts." : "expert" + std::to_string(e) + ".",
+          load * ep * t * k / experts, /*regather=*/false, activation_rerun, f);
     }
+    const auto as_launched = [&](Op& op) {
+      op.kernel = grouped(op.kernel, groups);
+      op.model_flops *= groups / load;
+    };
+    for (std::size_t i = experts_fwd; i < fwd.size(); ++i) as_launched(fwd[i]);
+    for (std::size_t i = experts_bwd; i < backward.size(); ++i) as_launched(backward[i]);
     all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
     // the k saved outputs (for the router weights' gradient) and writes k gradients.
     fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));
     backward.push_back(memory_op("unroute.bwd", (2 * k + 1) * kBf16 * t * h));
     if (model.shared_expert_ffn > 0) {
-      // The shared expert: a dense MLP of its own inner size over the block's t gathered
-      // tokens, split by tp as a dense one (its first GEMM's weight gradient re-gathers its
-      // input); its output, a partial sum on each tp rank as the experts' is, added to theirs
-      // (one elementwise pass). Qwen2-MoE's gate scores each token (an n = 1 GEMM on every tp
-      // rank) and scales the output in that pass; its backward reads the output gradient and
-      // the shared output for the gate's gradient and writes the scaled gradient.
-      mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
-          model.shared_expert_ffn);
+      // The shared expert's output, a partial sum on each tp rank as the experts' is, added to
+      // theirs in one elementwise pass, scaled there by the gate; the gate's backward reads the
+      // output gradient and the shared output and writes the scaled gradient.
       if (model.shared_expert_gate) {
-        fwd.push_back(gemm_with_backward("shared_expert_gate", t, 1, h, backward, frozen));
         backward.push_back(memory_op("shared_expert_add.bwd", 3 * kBf16 * t * h));
       }
       fwd.push_back(memory_op("shared_expert_add", 3 * kBf16 * t * h));

@@ -10,10 +10,23 @@ using namespace fields;
 
 namespace {
 
-const Keys kTrainingKeys = {
-    "method",      "precision",         "optimizer",   "seq_len",   "global_batch",
-    "micro_batch", "grad_reduce_dtype", "tokens",      "attention", "dropout",
-    "lora",        "cross_entropy",     "elementwise", "fp8_params"};
+const Keys kTrainingKeys = {"method",
+                            "precision",
+                            "optimizer",
+                            "seq_len",
+                            "global_batch",
+                            "micro_batch",
+                            "grad_reduce_dtype",
+                            "tokens",
+                            "attention",
+                            "dropout",
+                            "lora",
+                            "cross_entropy",
+                            "elementwise",
+                            "fp8_params",
+                            "expert_load_imbalance",
+                            "expert_capacity_factor",
+                            "expert_gemm"};
 
 }  // namespace
 
@@ -91,6 +104,17 @@ TrainingSpec parse_training(const Field& f) {
       fail(*dropout, "expected a probability in [0, 1), got " + describe(dropout->node),
            "dropout is the probability of zeroing an activation; 0 turns it off");
     }
+  }
+  if (auto imbalance = find(f, "expert_load_imbalance")) {
+    t.expert_load_imbalance = read_number(*imbalance);
+  }
+  if (auto capacity = find(f, "expert_capacity_factor")) {
+    t.expert_capacity_factor = read_number(*capacity);
+  }
+  if (auto expert_gemm = find(f, "expert_gemm")) {
+    t.expert_gemm = read_choice(*expert_gemm, {"sequential", "grouped"}) == "grouped"
+                        ? ExpertGemm::grouped
+                        : ExpertGemm::sequential;
   }
   // Only a run needs the token budget; a step simulation checks it and moves on.
   if (auto tokens = find(f, "tokens")) {

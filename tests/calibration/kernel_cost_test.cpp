@@ -228,3 +228,27 @@ TEST_CASE("a sliding-window attention kernel amortises its fixed work over the k
   local.flops = causal.flops;
   CHECK(kernel_seconds(gpu, local) == kernel_seconds(gpu, causal));
 }
+
+TEST_CASE("a grouped GEMM schedules all its problems' tiles as one set of waves") {
+  // Eight problems of 384 x 256 x 4,096 on 100 SMs with 128 x 256 tiles: 3 tiles each, so one
+  // alone runs a wave 3% full, at 1e15 x 0.8 x 0.03; grouped, their 24 tiles share one wave
+  // (24%): all eight take the time of one, where one after another take eight times it. (HBM
+  // at 1e15 B/s keeps every GEMM here compute-bound.)
+  GpuProfile gpu = round_gpu();
+  gpu.kernel_launch_s.value = 2e-6;
+  gpu.hbm_bytes_per_s.value = 1e15;
+  const Kernel one = gemm_kernel(384, 256, 4096, 2);
+  const double one_s = 2.0 * 384 * 256 * 4096 / (1e15 * 0.8 * 0.03) + 2e-6;
+  CHECK(kernel_seconds(gpu, one) == Approx(one_s));
+  const Kernel eight = grouped(one, 8);
+  CHECK(eight.flops == 8 * one.flops);
+  CHECK(eight.bytes == 8 * one.bytes);
+  CHECK(kernel_seconds(gpu, eight) == Approx(one_s));
+  // 40 problems: 120 tiles, two waves 60% full on average: 40 / (0.8 x 0.6) problems' time.
+  CHECK(kernel_seconds(gpu, grouped(one, 40)) ==
+        Approx(40 * 2.0 * 384 * 256 * 4096 / (1e15 * 0.8 * 0.6) + 2e-6));
+  // A memory-bound kernel grouped is one pass over all the bytes.
+  Kernel copy;
+  copy.bytes = 1e9;
+  CHECK(kernel_seconds(gpu, grouped(copy, 4)) == Approx(4e9 / 0.9e15 + 2e-6));
+}

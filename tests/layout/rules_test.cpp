@@ -179,6 +179,15 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.cp = 2;
          p.dp = 1;
        }},
+      {"expert-load-within-group", "training.expert_load_imbalance",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         j.experts_per_token = 2;
+         j.expert_load = 2.5;  // the busiest of 2 ranks gets at most twice the mean
+         p.tp = 1;
+         p.dp = 16;
+         p.ep = 2;
+       }},
       {"cp-without-local-attention", "layout.cp",
        [](JobSubject& j, ParallelPlan& p) {
          j.local_attention = true;

@@ -174,10 +174,6 @@ TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named 
   CHECK(sparse_step->key() == "decoder_sparse_step");
 }
 
-}  // namespace fleetsim
-
-namespace fleetsim {
-
 TEST_CASE("Qwen1.5-MoE counts its checkpoint's parameters, its gated shared expert included") {
   // Keras Hub's qwen1.5_moe_2.7b_en preset (keras_hub/src/models/qwen_moe/qwen_moe_presets.py):
   // 14,315,784,192. By hand: embedding and head 2 x 151,936 x 2,048; 24 layers of Q, K, V

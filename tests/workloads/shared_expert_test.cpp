@@ -77,10 +77,11 @@ TEST_CASE("a shared expert's kernels run on every token beside the routed expert
   }
   CHECK(found);
   // Its tensors add to what the layer keeps: the activation's input and output and down's
-  // input (2 x 5,632 + 5,632 BF16 a token) and the gate's scaled output (2,048), split by tp.
+  // input (2 x 5,632 + 5,632 BF16 a token), split by tp, and the gate's input, the shared
+  // output before its reduction (2,048 BF16), whole on each tp rank.
   CHECK(decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 2) ==
         Approx(decoder_layer_saved_bytes_per_token(without, t, Recompute::none, 2) +
-               (2.0 * 2 * 5632 + 2 * 5632 + 2 * 2048) / 2));
+               (2.0 * 2 * 5632 + 2 * 5632) / 2 + 2 * 2048));
   // Megatron's count adds the shared expert's three GEMMs, 6 x 3 h Fs a token and layer.
   CHECK(flops_per_token(m, 4096, FlopConvention::megatron) ==
         Approx(flops_per_token(without, 4096, FlopConvention::megatron) +

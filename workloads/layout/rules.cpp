@@ -1,7 +1,10 @@
 #include "workloads/layout/rules.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -18,6 +21,13 @@ using Wide = std::int64_t;
 
 std::string str(Wide n) {
   return std::to_string(n);
+}
+
+// A share or ratio as a person writes it: 2, 2.5, 1.333.
+std::string decimal(double x) {
+  std::ostringstream out;
+  out << std::setprecision(4) << x;
+  return out.str();
 }
 
 Problem at(std::vector<std::string> fields, std::string problem, std::string hint) {
@@ -326,6 +336,20 @@ Problem cp_needs_flash_attention(const JobSubject& job, const ParallelPlan& plan
             "set training.attention: flash, or remove cp");
 }
 
+// The busiest of ep ranks gets at most every token's copies that fit its experts: each token
+// sends at most min(k, E / ep) of its k copies to one rank, so at most ep min(k, E / ep) / k
+// = min(ep, E / k) times the mean.
+Problem expert_load_within_group(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.ep <= 1 || job.experts_per_token < 1) return {};
+  const double most = std::min(static_cast<double>(plan.ep),
+                               static_cast<double>(job.experts) / job.experts_per_token);
+  if (job.expert_load <= most) return {};
+  return at({"training.expert_load_imbalance", "layout.ep"},
+            "the busiest of " + str(plan.ep) + " expert-parallel ranks gets at most " +
+                decimal(most) + " times the mean of the tokens, not " + decimal(job.expert_load),
+            "give an imbalance of at most min(ep, experts / experts_per_token)");
+}
+
 // Ring attention passes every rank's keys around whole; a window would skip some of its steps.
 Problem cp_without_local_attention(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.cp <= 1 || !job.local_attention) return {};
@@ -617,6 +641,8 @@ const JobRule kRules[] = {
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
     {"cp-needs-flash-attention", "cp > 1 runs ring attention on FlashAttention",
      cp_needs_flash_attention},
+    {"expert-load-within-group", "the busiest expert-parallel rank's load is possible",
+     expert_load_within_group},
     {"cp-without-local-attention", "cp > 1 runs full causal attention only",
      cp_without_local_attention},
     {"cp-without-ep", "context and expert parallelism are not combined", cp_without_ep},

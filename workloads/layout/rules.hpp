@@ -54,6 +54,8 @@ struct JobSubject {
   int ffn = 0;
   int vocab = 0;
   int experts = 0;  // 0: a dense model
+  int experts_per_token = 0;
+  double expert_load = 1;  // the busiest expert-parallel rank's tokens over the mean
   int seq_len = 0;
   int global_batch = 0;
   int micro_batch = 0;
