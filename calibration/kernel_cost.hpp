@@ -39,23 +39,25 @@ namespace fleetsim {
 enum class KernelKind { gemm, attention, memory_bound };
 
 struct Kernel {
-  KernelKind kind = KernelKind::memory_bound;
+  // Its fields ordered by size, so that it packs without padding (a step's program holds one
+  // in each of its compute tasks).
   double m = 0, n = 0, k = 0;  // GEMM shape (C[m,n] = A[m,k] B[k,n]); unused otherwise
   double flops = 0;            // executed FLOPs
   double bytes = 0;            // HBM bytes read and written
-  bool fp8 = false;            // a GEMM on FP8 inputs
   double groups = 1;           // a grouped GEMM: this many problems of the shape above
+  // Attention: the sequence of keys the queries run against and, under a sliding window, the
+  // most keys a query meets (0: none); the implementation (none: the profile's default), the
+  // pass and the mask below.
+  double seq = 0;
+  double window = 0;
+  KernelKind kind = KernelKind::memory_bound;
   // SMs the library leaves free when it launches the kernel (Transformer Engine's
   // set_sm_margin, for communication beside it): a GEMM plans its tiles for the rest.
   int sm_margin = 0;
-  // Attention: the implementation (none: the profile's default), the pass, the mask, the
-  // sequence of keys the queries run against and, under a sliding window, the most keys a
-  // query meets (0: none).
   std::optional<AttentionKernel> attention;
+  bool fp8 = false;  // a GEMM on FP8 inputs
   bool backward = false;
   bool causal = false;
-  double seq = 0;
-  double window = 0;
   auto operator<=>(const Kernel&) const = default;
 };
 

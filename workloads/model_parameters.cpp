@@ -18,16 +18,15 @@ double norm_parameters(const ModelSpec& model) {
   return model.norm == Norm::layernorm ? 2.0 * model.hidden : model.hidden;
 }
 
-// An MLP of inner size f: its matrices and, with linear biases, their biases.
-double mlp_parameters_of_width(const ModelSpec& model, double f) {
-  const double h = model.hidden;
-  const double mlp_in = model.gated_mlp() ? 2 * f : f;  // gate and up, or up
-  return h * mlp_in + f * h + (model.linear_bias ? mlp_in + h : 0);
-}
-
-// The projection weights of an MLP of inner size f.
+// The projection weights of an MLP of inner size f: gate and up (or up), then down.
 double mlp_weights_of_width(const ModelSpec& model, double f) {
   return model.hidden * ((model.gated_mlp() ? 2 : 1) * f + f);
+}
+
+// Those and, with linear biases, their biases: one per output column.
+double mlp_parameters_of_width(const ModelSpec& model, double f) {
+  const double biases = (model.gated_mlp() ? 2 : 1) * f + model.hidden;
+  return mlp_weights_of_width(model, f) + (model.linear_bias ? biases : 0);
 }
 
 }  // namespace

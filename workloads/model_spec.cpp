@@ -15,9 +15,7 @@ double ModelSpec::parameters() const {
 }
 
 double expert_rank_load(const TrainingSpec& training, int ep) {
-  if (ep <= 1) return 1;
-  const double cap = training.expert_capacity_factor;
-  return cap > 0 ? std::min(training.expert_load_imbalance, cap) : training.expert_load_imbalance;
+  return ep > 1 ? training.busiest_expert_load() : 1.0;
 }
 
 JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
@@ -30,7 +28,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.vocab = model.vocab;
   subject.experts = model.experts;
   subject.experts_per_token = model.experts_per_token;
-  subject.expert_load = expert_rank_load(training, 2);
+  subject.expert_load = training.busiest_expert_load();
   subject.seq_len = training.seq_len;
   subject.global_batch = training.global_batch;
   subject.micro_batch = training.micro_batch;

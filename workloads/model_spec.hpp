@@ -1,6 +1,7 @@
 // The training job as data: the model, the training recipe and the parallel layout.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -199,6 +200,11 @@ struct TrainingSpec {
   double expert_load_imbalance = 1;
   double expert_capacity_factor = 0;
   ExpertGemm expert_gemm = ExpertGemm::sequential;
+  // The busiest expert-parallel rank's load: the imbalance, capped by the capacity factor.
+  double busiest_expert_load() const {
+    return expert_capacity_factor > 0 ? std::min(expert_load_imbalance, expert_capacity_factor)
+                                      : expert_load_imbalance;
+  }
   bool operator==(const TrainingSpec&) const = default;
 };
 
