@@ -4,6 +4,7 @@
 #include <string>
 
 #include "workloads/layout/sharding.hpp"
+#include "workloads/lora_ops.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/task_graph.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -37,9 +38,27 @@ double peak_gathered_parameters(const ModelSpec& model) {
   return peak;
 }
 
+// Without the FP8 weight cache each projection's FP8 cast of a BF16 weight is saved for its
+// data-gradient GEMM (Transformer Engine's save_for_backward of weight_fp8), a layer's from its
+// forward to its backward; FP8 primary weights are their own cast.
+double saved_fp8_weight_bytes(const ModelSpec& model, const TrainingSpec& training,
+                              const ParallelPlan& plan) {
+  const bool recast =
+      training.precision == Precision::fp8 && !training.fp8_weight_cache && !training.fp8_params;
+  return recast ? kFp8Bytes * rank_layer_projection_weights(model, plan) : 0.0;
+}
+
 double largest_unit_parameters(const ModelSpec& model) {
   const std::vector<double> units = fsdp_unit_parameters(model);
   return *std::max_element(units.begin(), units.end());
+}
+
+// The weights of a decoder layer's largest projection GEMM, before any split: the gate and up
+// (or up) projection, or QKV.
+double largest_projection_weights(const ModelSpec& model) {
+  return std::max((model.gated_mlp() ? 2.0 : 1.0) * model.ffn,
+                  model.attention_width() + 2.0 * model.kv_width()) *
+         model.hidden;
 }
 
 }  // namespace
@@ -206,16 +225,22 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // out column-major themselves) each weight is cast and transposed as its unit runs: only the
   // units at work hold their copies, under a pipeline too. FP8 primary weights are their own cast:
   // only the transpose, if any, is kept beside them (a Float8Tensor's cached transpose).
+  // Without the weight cache (fp8_weight_cache off) the copies of the projection at work alone.
   double fp8_copies = 0;
-  const bool fp8_per_unit = sharding.parameters_sharded() || plan.fsdp2;
+  const bool fp8_uncached = !training.fp8_weight_cache;
+  const bool fp8_per_unit = sharding.parameters_sharded() || plan.fsdp2 || fp8_uncached;
   if (training.precision == Precision::fp8) {
     const bool transposed = plan.fsdp2 || !device.fp8_gemm_any_layout;
     const double copies = (training.fp8_params ? 0 : 1) + (transposed ? 1 : 0);
-    fp8_copies =
-        copies * kFp8Bytes * layer_projections * (fp8_per_unit ? kFsdpUnitsGathered : layers);
+    fp8_copies = copies * kFp8Bytes *
+                 (fp8_uncached ? largest_projection_weights(model) / tp
+                               : layer_projections * (fp8_per_unit ? kFsdpUnitsGathered : layers));
     const std::string in_fp8 = transposed ? "in FP8 and transposed " : "in FP8 ";
     add("FP8 weight copies", fp8_copies,
-        training.fp8_params
+        fp8_uncached ? "the largest projection weight " + in_fp8 +
+                           "as its GEMM runs (fp8_weight_cache off: cast again each micro-batch; "
+                           "the cast its data gradient reads is saved with the activations)"
+        : training.fp8_params
             ? std::string(transposed ? "each decoder-layer projection weight's FP8 transpose, "
                                        "beside the FP8 weight (Transformer Engine), the stage's "
                                        "layers"
@@ -292,9 +317,11 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Under per_op or selective recomputation the layer in backward holds what it recomputed
   // beside what it kept: all it keeps without recomputation, less what it kept of that (per_op
   // keeps some outputs no other policy keeps).
-  const double unrecomputed = decoder_layer_saved_bytes_per_token(model, training, Recompute::none,
-                                                                  plan.tp, sp, {}, plan.ep) *
-                              tokens;
+  const double unrecomputed =
+      decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp, sp, {},
+                                          plan.ep, plan.tp_comm_overlap) *
+          tokens +
+      saved_fp8_weight_bytes(model, training, plan);
   const double recomputed =
       plan.recompute == Recompute::per_op
           ? unrecomputed + per_op_outputs_kept_only(model, plan.tp, sp) * tokens - per_layer
@@ -387,10 +414,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   if (quantized) {
     // Each GEMM reads a BF16 copy of its weight, dequantized just before it.
-    const double largest =
-        std::max((model.gated_mlp() ? 2.0 : 1.0) * model.ffn,
-                 model.attention_width() + 2.0 * model.kv_heads * model.head_dim()) *
-        model.hidden / tp;
+    const double largest = largest_projection_weights(model) / tp;
     add("dequantized weight", kWeightBytes * largest,
         "a BF16 copy of the largest projection, dequantized for its GEMM (QLoRA)");
     dynamic += kWeightBytes * largest;
@@ -474,8 +498,9 @@ double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   return decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp,
                                              plan.sequence_parallel, plan.recompute_modules,
-                                             plan.ep) *
-         tokens;
+                                             plan.ep, plan.tp_comm_overlap) *
+             tokens +
+         saved_fp8_weight_bytes(model, training, plan);
 }
 
 const char* to_string(MemoryMoment moment) {

@@ -1,6 +1,7 @@
 #include "workloads/model_spec.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 
 #include "sim/engine/errors.hpp"
@@ -182,6 +183,22 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
                             "precision: fp8",
                             "set precision: fp8, or remove fp8_params"));
   }
+  if (!training.fp8_weight_cache && training.precision != Precision::fp8) {
+    found.push_back(problem("fp8-weight-cache-needs-fp8", {"training.fp8_weight_cache"},
+                            "fp8_weight_cache decides whether FP8 weight casts are kept, which "
+                            "needs precision: fp8",
+                            "set precision: fp8, or remove fp8_weight_cache"));
+  }
+  // Megatron-Core passes the flag to its fused SwiGLU only (mlp.py: bias_geglu_impl ignores it).
+  if (training.activation_fp8_input &&
+      (model.mlp != Mlp::swiglu || training.elementwise != Elementwise::fused)) {
+    found.push_back(
+        problem("activation-fp8-input-needs-fused-swiglu", {"training.activation_fp8_input"},
+                "activation_fp8_input stores the input of Megatron-Core's fused SwiGLU, and this "
+                "model's MLP " +
+                    std::string(model.mlp != Mlp::swiglu ? "is not SwiGLU" : "runs eagerly"),
+                "use a SwiGLU model with elementwise: fused, or remove activation_fp8_input"));
+  }
   if (const auto& lora = training.lora) {
     if (lora->rank < 1) {
       found.push_back(problem("lora-rank-positive", {"training.lora.rank"},
@@ -192,7 +209,20 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
         found.push_back(problem("lora-targets-once", {"training.lora.targets"},
                                 "LoRA target " + *t + " is listed twice", "list each module once"));
       }
-      if (*t == "gate" && !model.gated_mlp()) {
+      const auto fused_with = [&](const char* fused, std::initializer_list<const char*> parts) {
+        if (*t != fused) return;
+        for (const char* part : parts) {
+          if (std::find(lora->targets.begin(), lora->targets.end(), part) == lora->targets.end())
+            continue;
+          found.push_back(problem("lora-fused-target-alone", {"training.lora.targets"},
+                                  std::string("LoRA target ") + fused + " adapts " + part +
+                                      " with the rest of its fused projection",
+                                  std::string("list ") + fused + " or its parts, not both"));
+        }
+      };
+      fused_with("qkv", {"q", "k", "v"});
+      fused_with("gate_up", {"gate", "up"});
+      if ((*t == "gate" || *t == "gate_up") && !model.gated_mlp()) {
         found.push_back(problem("lora-gate-needs-swiglu", {"training.lora.targets"},
                                 "a GELU MLP has no gate projection to adapt",
                                 "target q, k, v, o, up and down"));

@@ -160,10 +160,20 @@ enum class ExpertGemm { sequential, grouped };
 
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
 // projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets
-// use Hugging Face PEFT's module names: q, k, v, o, gate, up, down.
+// use Hugging Face PEFT's module names: q, k, v, o, gate, up, down; or Megatron-Core's fused
+// projections, as NeMo adapts them: qkv (linear_qkv: one adapter for the three), gate_up
+// (linear_fc1). The adapters run in BF16 whatever the precision of the frozen projections
+// (NeMo builds them from Megatron-Core's own linear layers, outside Transformer Engine's FP8).
 struct LoraSpec {
   int rank = 16;
   std::vector<std::string> targets = {"q", "k", "v", "o", "gate", "up", "down"};
+  // Dropout on each adapter's input (PEFT's lora_dropout; NeMo's adapter dropout at position
+  // pre): a mask and the dropped copy kept for backward. 0: none.
+  double dropout = 0;
+  // Under sequence parallelism, a row-parallel projection's adapter output goes to the
+  // sequence shards by one all-to-all (NeMo's a2a_experimental), not an all-gather of the
+  // whole output then a split.
+  bool sequence_all_to_all = false;
   // QLoRA (Dettmers et al., arXiv:2305.14314): the frozen decoder-layer weights stored in 4-bit
   // NormalFloat with double-quantized block scales, dequantized to BF16 for each GEMM that
   // reads them; adapters, embedding, head and norms stay BF16.
@@ -184,6 +194,18 @@ struct TrainingSpec {
   // NeMo 2's FP8 recipes): no BF16 copy beside them, and the distributed optimizer gathers them
   // in FP8. Off: BF16 weights with FP8 copies cast once a step (Transformer Engine's default).
   bool fp8_params = false;
+  // Under FP8, Transformer Engine's FP8 weight casts (and their transposes, where the GPU needs
+  // them) made at a step's first micro-batch and kept for the others (is_first_microbatch).
+  // Off: Megatron-Core's disable_parameter_transpose_cache, which passes no is_first_microbatch:
+  // each micro-batch casts each weight again (a BF16 weight read, an FP8 one written), the cast
+  // saved for the data gradient until the layer's backward; an FP8 primary weight's transpose
+  // is made as its GEMM runs.
+  bool fp8_weight_cache = true;
+  // Megatron-Core's activation_func_fp8_input_store: the fused SwiGLU keeps its input (the
+  // gate/up GEMM's output, 2 x ffn a token) for backward cast to FP8 (a plain cast to E4M3,
+  // one byte an element) instead of BF16: one cast kernel in forward and one back in backward
+  // (megatron/core/fusions/fused_bias_swiglu.py).
+  bool activation_fp8_input = false;
   Attention attention = Attention::flash;
   // The fused kernel flash attention runs (fa2, cudnn, ...); none: the GPU profile's default.
   std::optional<AttentionKernel> attention_kernel;

@@ -7,6 +7,7 @@
 
 #include "sim/engine/errors.hpp"
 #include "workloads/layout/sharding.hpp"
+#include "workloads/lora_ops.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -57,7 +58,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   // A layer's ops: those of full attention, or of attention within the model's window.
   const auto layer_ops = [&](bool attends_locally) {
     return decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp,
-                             plan.sequence_parallel, plan.recompute_modules, attends_locally);
+                             plan.sequence_parallel, plan.recompute_modules, attends_locally,
+                             plan.tp_comm_overlap);
   };
   const LayerOps full_layer = layer_ops(false);
   const LayerOps local_layer =
@@ -80,8 +82,10 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
            false});
     } else {
       const double held = parameters[index] / tp - absent_experts + adapters;
-      // (fp8_params is refused with LoRA, whose adapters train beside a frozen base.)
-      const double fp8 = training.fp8_params ? rank_layer_projection_weights(model, plan) : 0.0;
+      // FP8 primary weights a distributed optimizer gathers (a LoRA's frozen FP8 base is not
+      // gathered: only its BF16 adapters train).
+      const double fp8 =
+          training.fp8_params && !frozen ? rank_layer_projection_weights(model, plan) : 0.0;
       const bool recomputed = plan.recompute == Recompute::full &&
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
       const bool offloaded = layers_before < plan.activation_offload_layers;

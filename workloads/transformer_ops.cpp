@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "sim/engine/errors.hpp"
+#include "workloads/lora_ops.hpp"
 #include "workloads/precision.hpp"
 
 namespace fleetsim {
@@ -23,11 +24,6 @@ Kernel memory_kernel(double bytes) {
   kernel.kind = KernelKind::memory_bound;
   kernel.bytes = bytes;
   return kernel;
-}
-
-Op gemm_op(std::string name, double m, double n, double k) {
-  Kernel kernel = gemm_kernel(m, n, k, kBf16);
-  return Op{std::move(name), kernel, kernel.flops, std::nullopt};
 }
 
 // Eager PyTorch runs each op of a module written in Python as its own kernel: one memory-bound
@@ -57,54 +53,6 @@ constexpr std::array<double, 3> kEagerRopeBackward = {6, 8, 6};
 // width; backward the product's two gradients 6 each, silu's 6.
 constexpr std::array<double, 2> kEagerSwigluForward = {4, 6};
 constexpr std::array<double, 3> kEagerSwigluBackward = {6, 6, 6};
-
-// A forward GEMM and, appended to `backward` (collected in forward order, reversed at the
-// end), its backward GEMMs: the input gradient first, as frameworks run them (the gradient can
-// go on to the layer before, and Transformer Engine overlaps its reduction with the weight
-// gradient), then the weight gradient unless the weight is frozen.
-Op gemm_with_backward(const std::string& name, double m, double n, double k,
-                      std::vector<Op>& backward, bool frozen = false) {
-  if (!frozen) backward.push_back(gemm_op(name + ".wgrad", k, n, m));
-  backward.push_back(gemm_op(name + ".dgrad", m, k, n));
-  return gemm_op(name, m, n, k);
-}
-
-// A projection's input and output sizes by its PEFT module name.
-std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::string& module) {
-  const double h = model.hidden;
-  const double f = model.ffn;
-  const double q = model.attention_width();
-  const double kv = model.kv_width();
-  if (module == "q") return {h, q};
-  if (module == "o") return {q, h};
-  if (module == "k" || module == "v") return {h, kv};
-  if (module == "gate" || module == "up") return {h, f};
-  if (module == "down") return {f, h};
-  throw ModelError("unknown LoRA target " + module);
-}
-
-bool targets(const TrainingSpec& training, const std::string& module) {
-  const auto& list = training.lora->targets;
-  return std::find(list.begin(), list.end(), module) != list.end();
-}
-
-// The adapters of the targeted modules among `modules`, which all read the same input, run
-// after their projection: x A (T x rank), then (x A) B, each with both backward GEMMs.
-void lora_adapters(const ModelSpec& model, const TrainingSpec& training,
-                   std::initializer_list<const char*> modules, double tokens,
-                   std::vector<Op>& forward, std::vector<Op>& backward) {
-  if (!training.lora) return;
-  const double rank = training.lora->rank;
-  for (const char* module : modules) {
-    if (!targets(training, module)) continue;
-    const auto [in, out] = lora_module_shape(model, module);
-    const std::string name = std::string(module) + ".lora_";
-    forward.push_back(gemm_with_backward(name + "a", tokens, rank, in, backward));
-    forward.push_back(gemm_with_backward(name + "b", tokens, out, rank, backward));
-  }
-}
-
-constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
 
 // What of a layer of `model` selective recomputation reruns (RecomputeModules): its attention
 // core, its MLP block (a dense one as mlp, a mixture of experts' as moe), the experts'
@@ -138,14 +86,21 @@ Op memory_op(std::string name, double bytes) {
   return Op{std::move(name), memory_kernel(bytes), 0, std::nullopt};
 }
 
-double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training) {
-  if (!training.lora) return 0;
-  double sum = 0;
-  for (const std::string& module : training.lora->targets) {
-    const auto [in, out] = lora_module_shape(model, module);
-    sum += training.lora->rank * (in + out);
-  }
-  return sum;
+Op gemm_op(std::string name, double m, double n, double k) {
+  Kernel kernel = gemm_kernel(m, n, k, kBf16);
+  return Op{std::move(name), kernel, kernel.flops, std::nullopt};
+}
+
+Op gemm_with_backward(const std::string& name, double m, double n, double k,
+                      std::vector<Op>& backward, bool frozen) {
+  if (!frozen) backward.push_back(gemm_op(name + ".wgrad", k, n, m));
+  backward.push_back(gemm_op(name + ".dgrad", m, k, n));
+  return gemm_op(name, m, n, k);
+}
+
+Op tp_op(std::string name, CollectiveOp op, double size_bytes, Userbuffers userbuffers) {
+  return Op{std::move(name), Kernel{}, 0,
+            LayerCollective{op, size_bytes, GroupKind::tensor, userbuffers}};
 }
 
 double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_parallel) {
@@ -156,15 +111,19 @@ double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_pa
 
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute, int tp, bool sequence_parallel,
-                                           const RecomputeModules& modules, int ep) {
+                                           const RecomputeModules& modules, int ep,
+                                           bool tp_comm_overlap) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
   const double s = training.seq_len;
   const bool dropout = training.dropout > 0;
-  // Under FP8 each projection keeps its input's FP8 cast for the weight gradient, not BF16.
+  // Under FP8 each projection keeps its input's FP8 cast for the weight gradient, not BF16. A
+  // frozen projection (LoRA's base) has no weight gradient and keeps nothing: its adapters keep
+  // what they read (lora_saved_bytes_per_token).
   const bool fp8 = training.precision == Precision::fp8;
-  const double gemm_input = fp8 ? kFp8 : kBf16;
+  const bool frozen = training.lora.has_value();
+  const double gemm_input = frozen ? 0.0 : fp8 ? kFp8 : kBf16;
   // The residual stream into each norm, and with post-norms each block's output into its own
   // (its backward reads its input).
   const double norm_inputs = (model.post_norms ? 4 : 2) * kBf16 * h;
@@ -184,7 +143,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
       kBf16 * (q + 2 * model.kv_width()) + (model.qk_norm ? kBf16 * (q + model.kv_width()) : 0.0);
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
   // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input.
-  const double output = core_rerun ? gemm_input * q : kBf16 * q + (fp8 ? kFp8 * q : 0.0);
+  const double output = core_rerun ? gemm_input * q : kBf16 * q + gemm_input * (fp8 ? q : 0.0);
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
   // A rerun core keeps neither.
@@ -204,7 +163,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
   // input). Down's input is its FP8 cast under FP8; an expert's activation rerun discards it.
   const double down_input = activation_rerun ? 0.0 : gemm_input * f;
-  const double one_mlp = model.gated_mlp() ? kBf16 * 2 * f + down_input : kBf16 * f + down_input;
+  // The gated activation's input, in FP8 under activation_fp8_input.
+  const double glu_input = training.activation_fp8_input ? kFp8 : kBf16;
+  const double one_mlp =
+      model.gated_mlp() ? glu_input * 2 * f + down_input : kBf16 * f + down_input;
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input) and k
   // expert outputs (the router weights' gradient reads them), whole on every tp rank.
@@ -216,7 +178,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // A shared expert keeps a dense MLP's tensors of its own size (and under FP8 its input's
   // cast), split over tp; under a gate its output, a partial sum whole on every tp rank.
   const double fs = model.shared_expert_ffn;
-  const double shared = moe && fs > 0 ? (model.gated_mlp() ? kBf16 * 2 * fs : kBf16 * fs) +
+  const double shared = moe && fs > 0 ? (model.gated_mlp() ? glu_input * 2 * fs : kBf16 * fs) +
                                             gemm_input * fs + (fp8 ? kFp8 * h : 0.0)
                                       : 0.0;
   const double gate_output = moe && fs > 0 && model.shared_expert_gate ? kBf16 * h : 0.0;
@@ -228,7 +190,9 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
-  return sharded_between + (qkv + output + scores + mlp) / tp + replicated;
+  return sharded_between + (qkv + output + scores + mlp) / tp + replicated +
+         lora_saved_bytes_per_token(model, training, tp, core_rerun, mlp_rerun,
+                                    tp_comm_overlap && sequence_parallel && tp > 1);
 }
 
 namespace {
@@ -281,22 +245,15 @@ std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<O
   return again;
 }
 
-// A collective of the tensor-parallel group: all-gather (S: the gathered size) or
-// reduce-scatter (S: the size reduced).
-Op tp_op(std::string name, CollectiveOp op, double size_bytes,
-         Userbuffers userbuffers = Userbuffers::none) {
-  return Op{std::move(name), Kernel{}, 0,
-            LayerCollective{op, size_bytes, GroupKind::tensor, userbuffers}};
-}
-
 // FP8 GEMMs as Transformer Engine runs a projection: its input (m x k) cast to FP8 with the
 // transpose the weight gradient reads (read BF16, write two FP8 copies), the forward GEMM; in
 // backward the output gradient (m x n) cast the same way, then the data- and weight-gradient
 // GEMMs. The FP8 weights (and their transposes) are cast once per step and kept
-// (is_first_microbatch): no per-micro-batch cost here.
-void fp8_projection(const std::string& name, double m, double n, double k, std::vector<Op>& fwd,
-                    std::vector<Op>& backward) {
-  const double cast_bytes_per_element = kBf16 + 2 * kFp8;
+// (is_first_microbatch): no per-micro-batch cost here. A frozen weight (LoRA's base) has no
+// weight gradient: each cast writes one FP8 copy, no transpose.
+void fp8_projection(const std::string& name, double m, double n, double k, bool frozen,
+                    std::vector<Op>& fwd, std::vector<Op>& backward) {
+  const double cast_bytes_per_element = kBf16 + (frozen ? 1 : 2) * kFp8;
   const auto fp8_gemm = [](std::string op, double rows, double columns, double depth) {
     const Kernel kernel = fp8_gemm_kernel(rows, columns, depth);
     return Op{std::move(op), kernel, kernel.flops, std::nullopt};
@@ -305,7 +262,7 @@ void fp8_projection(const std::string& name, double m, double n, double k, std::
   fwd.push_back(fp8_gemm(name, m, n, k));
   // Collected in forward order, reversed at the end: the cast runs first in backward, then the
   // data and the weight gradient.
-  backward.push_back(fp8_gemm(name + ".wgrad", k, n, m));
+  if (!frozen) backward.push_back(fp8_gemm(name + ".wgrad", k, n, m));
   backward.push_back(fp8_gemm(name + ".dgrad", m, k, n));
   backward.push_back(memory_op(name + ".grad_cast", cast_bytes_per_element * m * n));
 }
@@ -314,22 +271,34 @@ void fp8_projection(const std::string& name, double m, double n, double k, std::
 // and all-gathers the FP8 tensor (a norm's output, or in backward an output gradient; the
 // re-gather for a weight gradient gathers the saved FP8 shard): each tensor-parallel all-gather
 // followed by a cast and a GEMM becomes the cast, on the shard, then the all-gather of half the
-// bytes beside the GEMM.
-void cast_before_gathers(std::vector<Op>& ops, int tp) {
+// bytes beside the GEMM. A gather whose BF16 output a LoRA adapter reads too (`bf16_gathers`)
+// stays BF16, cast after it (Transformer Engine returns the gathered norm output).
+void cast_before_gathers(std::vector<Op>& ops, int tp,
+                         const std::vector<std::string>& bf16_gathers = {}) {
   for (std::size_t i = 0; i + 2 < ops.size(); ++i) {
     Op& gather = ops[i];
-    Op& cast = ops[i + 1];
+    // The weight's own cast (fp8_weight_cache off) may come first: it stays before the gather.
+    std::size_t c = i + 1;
+    while (c + 1 < ops.size() && ops[c].name.ends_with(".weight_cast")) ++c;
+    if (c + 1 >= ops.size()) continue;
+    Op& cast = ops[c];
     const bool tensor_gather = gather.collective && gather.collective->group == GroupKind::tensor &&
                                gather.collective->op == CollectiveOp::all_gather;
     const bool casts = !cast.collective && cast.kernel.kind == KernelKind::memory_bound &&
                        cast.name.ends_with("cast");
-    const bool gemm = !ops[i + 2].collective && ops[i + 2].kernel.fp8;
+    const bool gemm = !ops[c + 1].collective && ops[c + 1].kernel.fp8;
     if (!tensor_gather || !casts || !gemm) continue;
+    if (std::find(bf16_gathers.begin(), bf16_gathers.end(), gather.name) != bf16_gathers.end()) {
+      continue;
+    }
     // A re-gather brings back the saved FP8 input, and the cast after it is of another tensor
     // (the output gradient); otherwise the cast is of what is gathered: now of the shard.
     if (!gather.name.ends_with(".regather")) cast.kernel.bytes /= tp;
     gather.collective->size_bytes *= kFp8 / kBf16;
-    std::swap(gather, cast);
+    // The gather moves to just before the GEMM.
+    std::rotate(ops.begin() + static_cast<std::ptrdiff_t>(i),
+                ops.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                ops.begin() + static_cast<std::ptrdiff_t>(c) + 1);
   }
 }
 
@@ -338,8 +307,13 @@ void cast_before_gathers(std::vector<Op>& ops, int tp) {
 // data-gradient GEMM, which reads it too.
 void projection(const std::string& name, double m, double n, double k, const TrainingSpec& training,
                 bool frozen, std::vector<Op>& fwd, std::vector<Op>& backward) {
-  if (training.precision == Precision::fp8 && !frozen) {
-    fp8_projection(name, m, n, k, fwd, backward);
+  if (training.precision == Precision::fp8) {
+    // Without the weight cache each micro-batch casts a BF16 weight to FP8 again (its
+    // transpose, on GPUs that need one, is not costed: limitations.md).
+    if (!training.fp8_weight_cache && !training.fp8_params) {
+      fwd.push_back(memory_op(name + ".weight_cast", (kBf16 + kFp8) * n * k));
+    }
+    fp8_projection(name, m, n, k, frozen, fwd, backward);
     return;
   }
   const bool quantized = training.lora && training.lora->quantized_base;
@@ -400,7 +374,7 @@ GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp) {
 }
 
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i) {
-  if (i >= ops.size() || !ops[i].collective) return std::nullopt;
+  if (i >= ops.size() || !ops[i].collective || ops[i].collective->blocking) return std::nullopt;
   const KernelKind beside =
       ops[i].collective->group == GroupKind::context ? KernelKind::attention : KernelKind::gemm;
   const auto is_beside = [&](std::size_t j) {
@@ -410,12 +384,12 @@ std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::si
   // A reduce-scatter runs beside the GEMM before it: in forward the one that writes what it
   // reduces (pipelined), in backward the weight gradient after the data gradient it reduces;
   // so does an input gradient's all-reduce (a forward all-reduce waits for its GEMM's output).
-  // (Frozen weights have no weight gradient, which would put it beside its producer: LoRA is
-  // refused with tensor parallelism.)
+  // A frozen weight (LoRA's base) has no weight gradient: the reduction then follows the data
+  // gradient it reduces, and waits for it.
   const bool reduces =
       op == CollectiveOp::reduce_scatter ||
       (op == CollectiveOp::all_reduce && ops[i].collective->beside_weight_gradient);
-  if (reduces && i > 0 && is_beside(i - 1)) return i - 1;
+  if (reduces && i > 0 && is_beside(i - 1) && !ops[i - 1].name.ends_with(".dgrad")) return i - 1;
   if (op == CollectiveOp::all_gather && i + 2 < ops.size() && is_beside(i + 1)) return i + 1;
   return std::nullopt;
 }
@@ -430,7 +404,8 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
 
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
                            Recompute recompute, int ep, int cp, bool sequence_parallel,
-                           const RecomputeModules& modules, bool attends_locally) {
+                           const RecomputeModules& modules, bool attends_locally,
+                           bool tp_comm_overlap) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
@@ -491,7 +466,16 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       backward.push_back(
           tp_op(gemm + ".regather", CollectiveOp::all_gather, activation, Userbuffers::bulk));
   };
-  const auto leave_block = [&](const std::string& block, bool projections) {
+  // LoRA's adapters (lora_ops.hpp): beside a row-parallel projection, or a column-parallel one
+  // over `rows` tokens; under userbuffers overlap a column adapter gathers its own input.
+  const AdapterPlace row_adapters{true, t, tp, sequence_parallel, false};
+  const bool own_gathers = tp_comm_overlap && sharded;
+  const auto column_adapters = [&](double rows) {
+    return AdapterPlace{false, rows, tp, sequence_parallel, own_gathers};
+  };
+  // A LoRA adapter beside the block's row-parallel projection (`adapted`) adds its output to
+  // the block's once that is reduced.
+  const auto leave_block = [&](const std::string& block, bool projections, LoraModules adapted) {
     if (sharded) {
       fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation,
                           projections ? Userbuffers::pipeline : Userbuffers::none));
@@ -500,6 +484,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     } else if (parallel) {
       fwd.push_back(tp_op(block + "_output", CollectiveOp::all_reduce, activation));
     }
+    lora_adapters(model, training, adapted, row_adapters, fwd, backward);
     // Gemma's norm of the block's output, on the rank's tokens, before the residual add.
     if (model.post_norms) norm(block + "_post_norm");
     // Bias, dropout and residual add fused (Megatron's bias_dropout_add): the mask is written
@@ -512,9 +497,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // o_proj by rows.
   enter_block("attn", true);
   const bool frozen = training.lora.has_value();
+  lora_input_gradient_adds(model, training, kLoraQkvModules, column_adapters(t), backward);
   projection("qkv", t, (q + 2 * kv) / split, h, training, frozen, fwd, backward);
   if (!frozen) regather_for_wgrad("qkv");
-  lora_adapters(model, training, {"q", "k", "v"}, t, fwd, backward);
+  lora_adapters(model, training, kLoraQkvModules, column_adapters(t), fwd, backward);
   if (model.qk_norm) {
     // Each head's query and key normed (one fused kernel for both): read and write them in
     // forward; read them, their gradient and write theirs in backward, as a norm does.
@@ -611,9 +597,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       for (auto op = core.rbegin(); op != core.rend(); ++op) backward.push_back(rerun(*op));
     }
   }
+  lora_input_gradient_adds(model, training, kLoraOutputModules, row_adapters, backward);
   projection("o_proj", t, h, q / split, training, frozen, fwd, backward);
-  lora_adapters(model, training, {"o"}, t, fwd, backward);
-  leave_block("attn", true);
+  leave_block("attn", true, kLoraOutputModules);
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
   // `rows` tokens, `width` its inner size; `regather`: the first GEMM's weight gradient
@@ -623,9 +609,11 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
                        double width) {
     std::size_t activation_begin = 0;
     if (model.gated_mlp()) {
+      lora_input_gradient_adds(model, training, kLoraGateUpModules, column_adapters(rows),
+                               backward);
       projection(prefix + "gate_up", rows, 2 * width / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
-      lora_adapters(model, training, {"gate", "up"}, rows, fwd, backward);
+      lora_adapters(model, training, kLoraGateUpModules, column_adapters(rows), fwd, backward);
       activation_begin = fwd.size();
       // GeGLU's GELU (tanh form) is one elementwise kernel as SiLU is: the same passes.
       const std::string glu = prefix + (model.mlp == Mlp::geglu ? "geglu" : "swiglu");
@@ -635,18 +623,26 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       } else {
         fwd.push_back(memory_op(glu, 3 * kBf16 * rows * width / split));
         backward.push_back(memory_op(glu + ".bwd", 5 * kBf16 * rows * width / split));
+        if (training.activation_fp8_input) {
+          // Its 2 x width input cast to FP8 for backward, and back to BF16 before the
+          // activation's backward (pushed after it: it runs first).
+          const double input = 2 * rows * width / split;
+          fwd.push_back(memory_op(glu + ".fp8_store", (kBf16 + kFp8) * input));
+          backward.push_back(memory_op(glu + ".fp8_load.bwd", (kFp8 + kBf16) * input));
+        }
       }
     } else {
+      lora_input_gradient_adds(model, training, kLoraUpModules, column_adapters(rows), backward);
       projection(prefix + "up", rows, width / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "up");
-      lora_adapters(model, training, {"up"}, rows, fwd, backward);
+      lora_adapters(model, training, kLoraUpModules, column_adapters(rows), fwd, backward);
       activation_begin = fwd.size();
       fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * width / split));
       backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * width / split));
     }
     const std::size_t activation_end = fwd.size();
+    lora_input_gradient_adds(model, training, kLoraDownModules, row_adapters, backward);
     projection(prefix + "down", rows, h, width / split, training, frozen, fwd, backward);
-    lora_adapters(model, training, {"down"}, rows, fwd, backward);
     // Pushed after down's backward in reverse: it runs just before it, in forward order.
     for (std::size_t i = activation_end; rerun_activation && i-- > activation_begin;) {
       backward.push_back(rerun(fwd[i]));
@@ -731,7 +727,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   } else {
     mlp("", t, /*regather=*/true, /*rerun_activation=*/false, f);
   }
-  leave_block("mlp", !moe);
+  leave_block("mlp", !moe, kLoraDownModules);
   // A rerun block runs forward again after its residual add's backward (the add is outside
   // Megatron-Core's checkpoint), before its own backward: a dense MLP from its fused norm on, a
   // mixture of experts' from its router on, after its norm when that is rerun too.
@@ -755,8 +751,17 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   std::reverse(backward.begin(), backward.end());
   ops.backward = std::move(backward);
   if (training.precision == Precision::fp8 && parallel) {
-    cast_before_gathers(ops.forward, tp);
-    cast_before_gathers(ops.backward, tp);
+    // Column adapters that share their block's gather read it in BF16 (its rerun too).
+    std::vector<std::string> bf16_gathers;
+    for (const auto& [block, modules] :
+         {std::pair{std::string("attn_gather"), LoraModules(kLoraQkvModules)},
+          std::pair{std::string("mlp_gather"), LoraModules(kLoraGateUpModules)}}) {
+      if (own_gathers || lora_targets_among(training, modules) == 0) continue;
+      bf16_gathers.push_back(block);
+      bf16_gathers.push_back("recompute." + block);
+    }
+    cast_before_gathers(ops.forward, tp, bf16_gathers);
+    cast_before_gathers(ops.backward, tp, bf16_gathers);
   }
   return ops;
 }
@@ -904,7 +909,7 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp, 
     ops.backward.push_back(tp_op("head_gather.bwd", CollectiveOp::reduce_scatter, kBf16 * t * h));
   } else if (tp > 1) {
     // The whole input's gradient, summed over the vocabulary shards, after the weight
-    // gradient (LoRA's frozen head, which has none, is refused with tensor parallelism).
+    // gradient (a frozen head's waits for its data gradient: overlapped_kernel).
     Op reduce = tp_op("head_input.bwd", CollectiveOp::all_reduce, kBf16 * t * h);
     reduce.collective->beside_weight_gradient = true;
     ops.backward.push_back(std::move(reduce));

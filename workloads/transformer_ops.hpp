@@ -52,6 +52,9 @@ struct LayerCollective {
   // its data gradient is done: it may run beside the weight gradient (Megatron's
   // --async-tensor-model-parallel-allreduce, under tp_comm_overlap).
   bool beside_weight_gradient = false;
+  // Runs alone between the ops around it whatever the overlap: the GEMM after it reads all of
+  // it (a LoRA adapter's gathered [tokens, rank]).
+  bool blocking = false;
 };
 
 struct Op {
@@ -66,6 +69,21 @@ struct LayerOps {
   std::vector<Op> backward;
 };
 
+inline constexpr double kMaskBytes = 1;  // a dropout mask element (torch.bool)
+
+// A BF16 GEMM C[m,n] = A[m,k] B[k,n].
+Op gemm_op(std::string name, double m, double n, double k);
+// A forward GEMM and, appended to `backward` (collected in forward order, reversed at the
+// end), its backward GEMMs: the input gradient first, as frameworks run them (the gradient can
+// go on to the layer before, and Transformer Engine overlaps its reduction with the weight
+// gradient), then the weight gradient unless the weight is frozen.
+Op gemm_with_backward(const std::string& name, double m, double n, double k,
+                      std::vector<Op>& backward, bool frozen = false);
+// A collective of the tensor-parallel group (nccl-tests' size S: the gathered size of an
+// all-gather, the size reduced of a reduce-scatter or all-reduce).
+Op tp_op(std::string name, CollectiveOp op, double size_bytes,
+         Userbuffers userbuffers = Userbuffers::none);
+
 // The ops of one tensor-parallel rank of `tp` (1: no tensor parallelism). With tp > 1 each GEMM
 // is split Megatron's way (QKV and gate/up by columns, o_proj and down by rows), attention by
 // heads, the embedding and logits by vocabulary; with sequence parallelism (below, the
@@ -78,7 +96,9 @@ struct LayerOps {
 // attention's exchange under cp), a dense MLP block or a mixture of experts' whole (with its
 // tensor-parallel collectives and all-to-alls), the experts' activations, the norm before the
 // experts' block; full recomputation is the caller's. Under LoRA the layer's projections are
-// frozen (no weight gradients) and each targeted one has its adapter GEMMs after it.
+// frozen (no weight gradients) and each targeted one has its adapter beside it (lora_ops.hpp:
+// a column-parallel projection's after it, a row-parallel one's after its block's reduction;
+// under `tp_comm_overlap` with sequence parallelism a column adapter gathers its own input).
 // With expert parallelism over `ep` ranks (a mixture of experts, tp 1) each rank holds experts
 // / ep of the experts; the permuted tokens go to their experts' ranks and come back by two
 // all-to-alls of the expert-parallel group, in forward and in backward.
@@ -99,7 +119,7 @@ struct LayerOps {
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
                            bool sequence_parallel = true, const RecomputeModules& modules = {},
-                           bool attends_locally = false);
+                           bool attends_locally = false, bool tp_comm_overlap = false);
 // The (query, key) pairs of one sequence of `seq_len` tokens a layer that attends locally
 // computes, per head: s^2 / 2 under the causal mask alone (a window as long as the sequence);
 // under a sliding window w < s, s x mean_causal_keys(s, w) = w s - w^2 / 2; chunked, each
@@ -112,7 +132,9 @@ double local_attention_pairs(const ModelSpec& model, double seq_len);
 // (beside_weight_gradient) the weight gradient before it. The kernel is a GEMM for a
 // tensor-parallel collective (under ParallelPlan::tp_comm_overlap; the caller decides), attention
 // for a context-parallel one (always). None for a kernel, another collective, or one next to no
-// such kernel (the embedding's, which then blocks).
+// such kernel (the embedding's, which then blocks), for a blocking collective (a LoRA
+// adapter's), and for a reduction after the data gradient it reduces (a frozen projection's,
+// which has no weight gradient to run beside).
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
 // The kernel the collective ops[i] runs beside in a step: ring attention's exchanges always
 // overlap theirs, tensor-parallel collectives only under `tp_comm_overlap` (Transformer
@@ -146,8 +168,6 @@ LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp =
 // 64 weights and an FP32 scale per 256 such scales (double quantization): 4.127 bits
 // (Dettmers et al., arXiv:2305.14314, Section 3).
 inline constexpr double kNf4BytesPerParameter = (4.0 + 8.0 / 64 + 32.0 / (64 * 256)) / 8;
-// Trainable adapter parameters of one decoder layer under LoRA (0 without).
-double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // Master weights and Adam moments, bytes per parameter: 12 (FP32), about 6 (8-bit moments).
 double optimizer_state_bytes_per_parameter(Optimizer optimizer);
 // Whether the optimizer keeps each FP32 master weight as the 16 bits its BF16 parameter lacks
@@ -226,7 +246,8 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute = Recompute::none, int tp = 1,
                                            bool sequence_parallel = true,
-                                           const RecomputeModules& modules = {}, int ep = 1);
+                                           const RecomputeModules& modules = {}, int ep = 1,
+                                           bool tp_comm_overlap = false);
 // What torchtitan's per-op policy keeps per token that no recomputation keeps as such: down's
 // whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs (all-reduces',
 // whole, without sequence parallelism).

@@ -15,6 +15,7 @@
 #include "sim/engine/time.hpp"
 #include "sim/job/replication.hpp"
 #include "workloads/layout/sharding.hpp"
+#include "workloads/lora_ops.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 

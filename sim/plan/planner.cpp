@@ -438,9 +438,9 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     double layer_s = 0;
   };
   const auto layer_times = [&](bool attends_locally) {
-    const LayerOps layer =
-        decoder_layer_ops(model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp,
-                          plan.sequence_parallel, plan.recompute_modules, attends_locally);
+    const LayerOps layer = decoder_layer_ops(
+        model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp, plan.sequence_parallel,
+        plan.recompute_modules, attends_locally, plan.tp_comm_overlap);
     const double forward_s = blocking_s(layer.forward);
     const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
     return LayerTimes{forward_s, forward_s + backward_s};

@@ -10,6 +10,16 @@ using namespace fields;
 
 namespace {
 
+// A dropout probability: in [0, 1).
+double read_probability(const Field& dropout) {
+  const double p = read_number(dropout);
+  if (p < 0 || p >= 1) {
+    fail(dropout, "expected a probability in [0, 1), got " + describe(dropout.node),
+         "dropout is the probability of zeroing an activation; 0 turns it off");
+  }
+  return p;
+}
+
 const Keys kTrainingKeys = {"method",
                             "precision",
                             "optimizer",
@@ -24,6 +34,8 @@ const Keys kTrainingKeys = {"method",
                             "cross_entropy",
                             "elementwise",
                             "fp8_params",
+                            "fp8_weight_cache",
+                            "activation_fp8_input",
                             "expert_load_imbalance",
                             "expert_capacity_factor",
                             "expert_gemm"};
@@ -53,12 +65,17 @@ TrainingSpec parse_training(const Field& f) {
     t.lora = LoraSpec{};
     t.lora->quantized_base = method == "qlora";
     if (auto spec = find(f, "lora")) {
-      expect_map(*spec, {"rank", "targets"});
+      expect_map(*spec, {"rank", "targets", "dropout", "sequence_all_to_all"});
       if (auto rank = find(*spec, "rank")) t.lora->rank = read_int(*rank, 1);
+      if (auto dropout = find(*spec, "dropout")) t.lora->dropout = read_probability(*dropout);
+      if (auto all_to_all = find(*spec, "sequence_all_to_all")) {
+        t.lora->sequence_all_to_all = read_bool(*all_to_all);
+      }
       if (auto targets = find(*spec, "targets")) {
         t.lora->targets.clear();
         for (const Field& target : read_list(*targets, 0, "module names")) {
-          const std::string name = read_choice(target, {"q", "k", "v", "o", "gate", "up", "down"});
+          const std::string name =
+              read_choice(target, {"q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"});
           if (std::find(t.lora->targets.begin(), t.lora->targets.end(), name) ==
               t.lora->targets.end()) {
             t.lora->targets.push_back(name);
@@ -77,6 +94,8 @@ TrainingSpec parse_training(const Field& f) {
     t.grad_reduce_bytes = read_choice(*dtype, {"bf16", "fp32"}) == "fp32" ? 4 : 2;
   }
   if (auto fp8_params = find(f, "fp8_params")) t.fp8_params = read_bool(*fp8_params);
+  if (auto cache = find(f, "fp8_weight_cache")) t.fp8_weight_cache = read_bool(*cache);
+  if (auto store = find(f, "activation_fp8_input")) t.activation_fp8_input = read_bool(*store);
   if (auto attention = find(f, "attention")) {
     // flash: the GPU profile's default kernel; or a kernel by name, checked against the
     // profile once the cluster is known (check_attention_kernel).
@@ -98,13 +117,7 @@ TrainingSpec parse_training(const Field& f) {
     t.elementwise = read_choice(*elementwise, {"fused", "eager"}) == "eager" ? Elementwise::eager
                                                                              : Elementwise::fused;
   }
-  if (auto dropout = find(f, "dropout")) {
-    t.dropout = read_number(*dropout);
-    if (t.dropout < 0 || t.dropout >= 1) {
-      fail(*dropout, "expected a probability in [0, 1), got " + describe(dropout->node),
-           "dropout is the probability of zeroing an activation; 0 turns it off");
-    }
-  }
+  if (auto dropout = find(f, "dropout")) t.dropout = read_probability(*dropout);
   if (auto imbalance = find(f, "expert_load_imbalance")) {
     t.expert_load_imbalance = read_number(*imbalance);
   }

@@ -265,7 +265,6 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.experts = 8;
          p.recompute = Recompute::per_op;
        }},
-      {"lora-without-tp", "training.method", [](JobSubject& j, ParallelPlan&) { j.lora = true; }},
       {"qlora-without-zero-3", "training.method",
        [](JobSubject& j, ParallelPlan& p) {
          j.lora = j.quantized_base = true;
@@ -278,9 +277,9 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.fp8 = true;
          j.cluster->gpu_fp8 = false;
        }},
-      {"fp8-without-lora", "training.precision",
+      {"fp8-without-quantized-base", "training.precision",
        [](JobSubject& j, ParallelPlan& p) {
-         j.fp8 = j.lora = true;
+         j.fp8 = j.lora = j.quantized_base = true;
          p.tp = 1;
          p.dp = 16;
        }},

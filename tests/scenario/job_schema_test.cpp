@@ -61,9 +61,29 @@ TEST_CASE("LoRA loads with its rank and targets, and what it cannot adapt is ref
   const auto unknown = load_error(with(lora, "targets: [q, v]", "targets: [q, w]"));
   REQUIRE(unknown);
   CHECK(unknown->key() == "training.lora.targets[1]");
-  const auto tensor = load_error(with(with(lora, "dp: 8", "dp: 4\n  tp: 2"), "zero: 3", "zero: 1"));
-  REQUIRE(tensor);
-  CHECK(tensor->key() == "training.method");
+  // Adapters split over tensor parallelism as NeMo splits them, under FP8 base GEMMs too; a
+  // 4-bit QLoRA base has no FP8 GEMM to run.
+  const std::string tensor = with(with(lora, "dp: 8", "dp: 4\n  tp: 2"), "zero: 3", "zero: 1");
+  CHECK(load_text(tensor).variants[0].inputs.plan.tp == 2);
+  const std::string fp8 = with(tensor, "method: lora", "method: lora\n  precision: fp8");
+  CHECK(load_text(fp8).variants[0].inputs.training.precision == Precision::fp8);
+  const auto quantized = load_error(with(fp8, "method: lora", "method: qlora"));
+  REQUIRE(quantized);
+  CHECK(quantized->key() == "training.precision");
+  const StepInputs dropped =
+      load_text(with(lora, "targets: [q, v]",
+                     "targets: [qkv, o], dropout: 0.1, sequence_all_to_all: true"))
+          .variants[0]
+          .inputs;
+  CHECK(dropped.training.lora->dropout == 0.1);
+  CHECK(dropped.training.lora->sequence_all_to_all);
+  CHECK(dropped.training.lora->targets == std::vector<std::string>{"qkv", "o"});
+  const auto certain = load_error(with(lora, "targets: [q, v]", "targets: [q, v], dropout: 1"));
+  REQUIRE(certain);
+  CHECK(certain->key() == "training.lora.dropout");
+  const auto fused = load_error(with(lora, "targets: [q, v]", "targets: [q, qkv]"));
+  REQUIRE(fused);
+  CHECK_THAT(fused->what(), Catch::Contains("fused projection"));
   const std::string gpt3 =
       with(with(lora, "model: llama3-8b", "model: gpt3-175b"), "seq_len: 4096", "seq_len: 2048");
   const auto gate = load_error(with(gpt3, "targets: [q, v]", "targets: [q, gate]"));

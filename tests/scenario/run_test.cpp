@@ -5,6 +5,7 @@
 
 #include "scenario/fixture.hpp"
 #include "sim/engine/errors.hpp"
+#include "workloads/lora_ops.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {

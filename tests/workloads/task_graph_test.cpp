@@ -9,6 +9,7 @@
 #include "common/memory_items.hpp"
 #include "models.hpp"
 #include "sim/engine/errors.hpp"
+#include "workloads/lora_ops.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/task_graph.hpp"
 #include "workloads/transformer_ops.hpp"

@@ -498,13 +498,6 @@ Problem per_op_on_dense_full_model(const JobSubject& job, const ParallelPlan& pl
             "use selective or full");
 }
 
-// Adapters sit beside projections a rank holds whole.
-Problem lora_without_tp(const JobSubject& job, const ParallelPlan& plan) {
-  if (!job.lora || plan.tp == 1) return {};
-  return at({"training.method"}, "LoRA with tensor parallelism is not modelled yet",
-            "use tp: 1 (LoRA's small optimizer states usually let ZeRO or data parallelism fit)");
-}
-
 Problem qlora_without_zero_3(const JobSubject& job, const ParallelPlan& plan) {
   if (!job.quantized_base || plan.zero_stage < 3) return {};
   return at({"training.method"}, "QLoRA with ZeRO-3 (FSDP-QLoRA) is not modelled yet",
@@ -526,10 +519,12 @@ Problem fp16_at_bf16_rate(const JobSubject& job, const ParallelPlan&) {
             "use precision: bf16, or a profile whose FP16 and BF16 peaks are equal");
 }
 
-Problem fp8_without_lora(const JobSubject& job, const ParallelPlan&) {
-  if (!job.fp8 || !job.lora) return {};
-  return at({"training.precision"}, "FP8 training with LoRA is not modelled yet",
-            "use precision: bf16");
+// QLoRA dequantizes its 4-bit base to BF16 for each GEMM: there is no FP8 operand to run.
+Problem fp8_without_quantized_base(const JobSubject& job, const ParallelPlan&) {
+  if (!job.fp8 || !job.quantized_base) return {};
+  return at({"training.precision"},
+            "QLoRA's 4-bit base is dequantized to BF16 for its GEMMs, which FP8 does not run",
+            "use precision: bf16 with qlora, or method: lora for FP8 base GEMMs");
 }
 
 Problem recompute_layers_need_full(const JobSubject&, const ParallelPlan& plan) {
@@ -577,9 +572,11 @@ Problem recompute_modules_fit_the_model(const JobSubject& job, const ParallelPla
 
 // FP8 weights have no BF16 copy to update: Megatron-Core keeps them only beside the
 // distributed optimizer's FP32 shard (--fp8-param-gather asserts use_distributed_optimizer or
-// an FSDP; megatron/training/arguments.py). FSDP's FP8 gather is not modelled.
+// an FSDP; megatron/training/arguments.py). FSDP's FP8 gather is not modelled. A LoRA's frozen
+// base has nothing to update: its FP8 weights are simply kept (NeMo's fp8_model_init).
 Problem fp8_params_need_distributed_optimizer(const JobSubject& job, const ParallelPlan& plan) {
   if (!job.fp8_params) return {};
+  if (job.lora && plan.zero_stage < 3 && !plan.offload_optimizer) return {};
   if (plan.offload_optimizer) {
     return at({"layout.offload_optimizer", "training.fp8_params"},
               "fp8_params with the optimizer offloaded (FP8 weights copied back from the host) "
@@ -677,11 +674,11 @@ const JobRule kRules[] = {
     {"per-op-recompute-on-dense-full-model",
      "per_op recomputation on a dense model trained in full on FlashAttention",
      per_op_on_dense_full_model},
-    {"lora-without-tp", "LoRA with tp 1", lora_without_tp},
     {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
-    {"fp8-without-lora", "FP8 with full fine-tuning", fp8_without_lora},
-    {"fp8-params-need-distributed-optimizer", "fp8_params needs ZeRO 1 or 2, not offloaded",
+    {"fp8-without-quantized-base", "FP8 without QLoRA's 4-bit base", fp8_without_quantized_base},
+    {"fp8-params-need-distributed-optimizer",
+     "fp8_params needs ZeRO 1 or 2, not offloaded (a LoRA's frozen FP8 base: ZeRO 0 to 2)",
      fp8_params_need_distributed_optimizer},
     {"fp16-at-bf16-rate", "FP16 on a GPU whose FP16 peak is its BF16 one", fp16_at_bf16_rate},
 };

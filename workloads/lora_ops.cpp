@@ -1,0 +1,197 @@
+#include "workloads/lora_ops.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "sim/engine/errors.hpp"
+#include "workloads/precision.hpp"
+
+namespace fleetsim {
+namespace {
+
+constexpr double kBf16 = kBf16Bytes;
+
+// The exchanges of an adapter's [rows, r] tensors and outputs: Megatron-Core's own linear
+// layers' collectives, not Transformer Engine's userbuffers.
+Op exchange(std::string name, CollectiveOp op, double size_bytes, bool beside_weight_gradient) {
+  Op collective = tp_op(std::move(name), op, size_bytes);
+  collective.collective->blocking = !beside_weight_gradient;
+  collective.collective->beside_weight_gradient = beside_weight_gradient;
+  return collective;
+}
+
+}  // namespace
+
+std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::string& module) {
+  const double h = model.hidden;
+  const double f = model.ffn;
+  const double q = model.attention_width();
+  const double kv = model.kv_width();
+  if (module == "q") return {h, q};
+  if (module == "o") return {q, h};
+  if (module == "k" || module == "v") return {h, kv};
+  if (module == "qkv") return {h, q + 2 * kv};
+  if (module == "gate" || module == "up") return {h, f};
+  if (module == "gate_up") return {h, 2 * f};
+  if (module == "down") return {f, h};
+  throw ModelError("unknown LoRA target " + module);
+}
+
+bool lora_targets(const TrainingSpec& training, const std::string& module) {
+  if (!training.lora) return false;
+  const auto& list = training.lora->targets;
+  return std::find(list.begin(), list.end(), module) != list.end();
+}
+
+int lora_targets_among(const TrainingSpec& training, LoraModules modules) {
+  return static_cast<int>(std::count_if(modules.begin(), modules.end(), [&](const char* module) {
+    return lora_targets(training, module);
+  }));
+}
+
+double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training) {
+  if (!training.lora) return 0;
+  double sum = 0;
+  for (const std::string& module : training.lora->targets) {
+    const auto [in, out] = lora_module_shape(model, module);
+    sum += training.lora->rank * (in + out);
+  }
+  return sum;
+}
+
+namespace {
+
+// What an adapter reads beside its projection, as the rank holds it: rows x columns.
+struct AdapterInput {
+  double rows;
+  double columns;
+};
+AdapterInput adapter_input(double in, const AdapterPlace& place) {
+  if (place.row_parallel) return {place.rows, in / place.tp};  // its columns of the input
+  // The block's gathered input, or its own sequence shard before it gathers it.
+  return {place.own_gather ? place.rows / place.tp : place.rows, in};
+}
+
+}  // namespace
+
+void lora_adapters(const ModelSpec& model, const TrainingSpec& training, LoraModules modules,
+                   const AdapterPlace& place, std::vector<Op>& forward, std::vector<Op>& backward) {
+  if (!training.lora) return;
+  const LoraSpec& lora = *training.lora;
+  const double r = lora.rank;
+  const double rows = place.rows;
+  const double split = place.tp;
+  const bool parallel = place.tp > 1;
+  const bool row_parallel = place.row_parallel;
+  for (const char* module : modules) {
+    if (!lora_targets(training, module)) continue;
+    const auto [in, out] = lora_module_shape(model, module);
+    const std::string name = std::string(module) + ".lora_";
+    const AdapterInput read = adapter_input(in, place);
+    // A's input columns (the projection's input as the rank holds it once gathered) and output
+    // columns, B's output columns.
+    const double input = row_parallel ? in / split : in;
+    const double a_columns = row_parallel ? r : r / split;
+    const double outputs = out / split;
+    // The scaled output is added where the projection's output is: on the rank's sequence
+    // shard after a row-parallel projection's reduce-scatter, whole after its all-reduce.
+    const bool to_shards = row_parallel && parallel && place.sequence_parallel;
+    const double added =
+        row_parallel ? (to_shards ? rows / split * out : rows * out) : rows * outputs;
+    const double dropped = lora.dropout > 0 ? read.rows * read.columns : 0.0;
+
+    // Backward, in reverse: the dropout's backward (read the gradient and the mask, write);
+    // the reduce-scatter of the input gradient back to the shard (own gather), or without
+    // sequence parallelism its all-reduce beside A's weight gradient; A's gradients; B's with
+    // the all-reduce of its [rows, r] input gradient; the output exchange's mirror; the
+    // scale's.
+    if (dropped > 0) {
+      backward.push_back(memory_op(name + "dropout.bwd", (2 * kBf16 + kMaskBytes) * dropped));
+      forward.push_back(memory_op(name + "dropout", (2 * kBf16 + kMaskBytes) * dropped));
+    }
+    if (place.own_gather) {
+      forward.push_back(exchange(name + "input_gather", CollectiveOp::all_gather, kBf16 * rows * in,
+                                 /*beside_weight_gradient=*/false));
+      backward.push_back(exchange(name + "input_gather.bwd", CollectiveOp::reduce_scatter,
+                                  kBf16 * rows * in, /*beside_weight_gradient=*/false));
+    } else if (parallel && !row_parallel && !place.sequence_parallel) {
+      backward.push_back(exchange(name + "a_input.bwd", CollectiveOp::all_reduce, kBf16 * rows * in,
+                                  /*beside_weight_gradient=*/true));
+    }
+    forward.push_back(gemm_with_backward(name + "a", rows, a_columns, input, backward));
+    if (parallel) {
+      forward.push_back(exchange(name + "a_output",
+                                 row_parallel ? CollectiveOp::all_reduce : CollectiveOp::all_gather,
+                                 kBf16 * rows * r, /*beside_weight_gradient=*/false));
+      backward.push_back(exchange(name + "b_input.bwd", CollectiveOp::all_reduce, kBf16 * rows * r,
+                                  /*beside_weight_gradient=*/true));
+    }
+    forward.push_back(gemm_with_backward(name + "b", rows, outputs, r, backward));
+    if (row_parallel && parallel) {
+      // All-to-all: each rank's [rows, out / tp] becomes [rows / tp, out] (and back in
+      // backward). All-gather: [rows, out] whole (its backward a split); under sequence
+      // parallelism then split to the shard, whose backward all-gathers the gradient.
+      const bool all_to_all = to_shards && lora.sequence_all_to_all;
+      const double size = all_to_all ? kBf16 * rows * outputs : kBf16 * rows * out;
+      const CollectiveOp op = all_to_all ? CollectiveOp::all_to_all : CollectiveOp::all_gather;
+      forward.push_back(exchange(name + "b_output", op, size, /*beside_weight_gradient=*/false));
+      if (to_shards) {
+        backward.push_back(
+            exchange(name + "b_output.bwd", op, size, /*beside_weight_gradient=*/false));
+      }
+    }
+    forward.push_back(memory_op(name + "scale_add", 5 * kBf16 * added));
+    backward.push_back(memory_op(name + "scale.bwd", 2 * kBf16 * added));
+  }
+}
+
+void lora_input_gradient_adds(const ModelSpec& model, const TrainingSpec& training,
+                              LoraModules modules, const AdapterPlace& place,
+                              std::vector<Op>& backward) {
+  if (!training.lora) return;
+  for (const char* module : modules) {
+    if (!lora_targets(training, module)) continue;
+    const AdapterInput read = adapter_input(lora_module_shape(model, module).first, place);
+    backward.push_back(memory_op(std::string(module) + ".lora_add_input_grad.bwd",
+                                 3 * kBf16 * read.rows * read.columns));
+  }
+}
+
+double lora_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training, int tp,
+                                  bool core_rerun, bool mlp_rerun, bool own_gather) {
+  if (!training.lora) return 0;
+  const double h = model.hidden;
+  const double split = tp;
+  const bool dropout = training.lora->dropout > 0;
+  // A block's column adapters read its normed input, whole on every tp rank (gathered under
+  // sequence parallelism): kept once, or by each adapter that gathers its own; with dropout
+  // each adapter's dropped copy, and its mask on the rows it drops.
+  const auto block_inputs = [&](LoraModules modules) {
+    const int adapters = lora_targets_among(training, modules);
+    if (adapters == 0) return 0.0;
+    const double mask = kMaskBytes * h / (own_gather ? split : 1.0);
+    if (dropout) return adapters * (kBf16 * h + mask);
+    return (own_gather ? adapters : 1) * kBf16 * h;
+  };
+  const double dropped = kBf16 + kMaskBytes;  // a dropped input element and its mask
+  double kept = block_inputs(kLoraQkvModules);
+  if (!mlp_rerun) kept += block_inputs(kLoraGateUpModules);
+  // o reads attention's output, which attention's backward keeps unless the core reruns.
+  if (lora_targets(training, "o")) {
+    const double q = model.attention_width();
+    kept += dropout ? dropped * q / split : core_rerun ? kBf16 * q / split : 0.0;
+  }
+  if (lora_targets(training, "down") && !mlp_rerun) {
+    kept += (dropout ? dropped : kBf16) * model.ffn / split;
+  }
+  // Each adapter's x A, whole on every tp rank (the MLP's recomputed with it).
+  int adapters = lora_targets_among(training, kLoraQkvModules) +
+                 lora_targets_among(training, kLoraOutputModules);
+  if (!mlp_rerun) {
+    adapters += lora_targets_among(training, kLoraGateUpModules) +
+                lora_targets_among(training, kLoraDownModules);
+  }
+  return kept + adapters * kBf16 * training.lora->rank;
+}
+
+}  // namespace fleetsim
