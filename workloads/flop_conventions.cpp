@@ -25,7 +25,7 @@ std::string_view to_string(FlopConvention convention) {
 double active_parameters(const ModelSpec& model) {
   const double idle_experts =
       model.mixture_of_experts() ? std::max(0, model.experts - model.experts_per_token) : 0;
-  return model.parameters() - model.layers * idle_experts * mlp_parameters(model);
+  return model.parameters() - model.expert_layers() * idle_experts * mlp_parameters(model);
 }
 
 double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention) {
@@ -42,10 +42,18 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
     case FlopConvention::megatron:
     case FlopConvention::megatron_causal:
     case FlopConvention::megatron_recompute: {
-      const double gemms = 6 * layers *
-                           (2 * h * attention_width + 2 * h * kv +
-                            experts_visited(model) * mlp_matrices(model) * h * model.ffn +
-                            mlp_matrices(model) * h * model.shared_expert_ffn);
+      // An experts' layer's MLPs: the experts a token visits and the shared expert; a dense
+      // layer's (among experts' layers, dense_ffn wide).
+      const double expert_layers = model.expert_layers();
+      const double expert_mlps = experts_visited(model) * mlp_matrices(model) * h * model.ffn +
+                                 mlp_matrices(model) * h * model.shared_expert_ffn;
+      const double dense_ffn = model.has_dense_layers() ? model.dense_layer_model().ffn : model.ffn;
+      const double dense_mlp = mlp_matrices(model) * h * dense_ffn;
+      const double gemms =
+          6 * (layers * (2 * h * attention_width + 2 * h * kv) +
+               (model.mixture_of_experts()
+                    ? expert_layers * expert_mlps + (layers - expert_layers) * dense_mlp
+                    : layers * dense_mlp));
       const double head = 6.0 * model.vocab * h;
       const double layer_terms =
           gemms + (convention == FlopConvention::megatron_causal ? attention / 2 : attention);

@@ -56,7 +56,8 @@ double largest_unit_parameters(const ModelSpec& model) {
 // The weights of a decoder layer's largest projection GEMM, before any split: the gate and up
 // (or up) projection, or QKV.
 double largest_projection_weights(const ModelSpec& model) {
-  return std::max((model.gated_mlp() ? 2.0 : 1.0) * model.ffn,
+  const double ffn = std::max(model.ffn, model.dense_ffn);
+  return std::max((model.gated_mlp() ? 2.0 : 1.0) * ffn,
                   model.attention_width() + 2.0 * model.kv_width()) *
          model.hidden;
 }
@@ -79,8 +80,8 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
 RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const double stage_total = stage_parameters(model, plan, stage) / plan.tp;
   if (plan.ep == 1) return {stage_total, 0.0};
-  const double layers = stage_layers(model, plan, stage);
-  const double experts = layers * layer_expert_parameters(model) / plan.tp;
+  const double experts =
+      stage_expert_layers(model, plan, stage) * layer_expert_parameters(model) / plan.tp;
   return {stage_total - experts, experts / plan.ep};
 }
 
@@ -190,10 +191,26 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // QLoRA keeps the stage's decoder layers in 4-bit NF4 (norms too: a rounding error).
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * layers / tp : 0.0;
+  // The stage's layers of each kind: a mixture of experts' experts' layers and the dense ones
+  // among them (all of a dense model's), each kind a model of its own (dense_layer_model).
+  const ModelSpec dense_kind = model.has_dense_layers() ? model.dense_layer_model() : model;
+  const double expert_layers =
+      model.mixture_of_experts() ? stage_expert_layers(model, plan, stage) : 0.0;
+  const double expert_share = layers > 0 ? expert_layers / layers : 0.0;
+  // A figure of one layer, over the stage's layers on average, or its largest.
+  const auto mean_layer = [&](const auto& of) {
+    return expert_share * of(model) + (1 - expert_share) * of(dense_kind);
+  };
+  const auto largest_layer = [&](const auto& of) {
+    return std::max(expert_layers > 0 ? of(model) : 0.0,
+                    expert_layers < layers ? of(dense_kind) : 0.0);
+  };
   // A layer's projection weights (FP8 GEMM operands under precision fp8) on this rank.
-  const double layer_projections =
-      training.precision == Precision::fp8 ? rank_layer_projection_weights(model, plan) : 0.0;
-  const double projections = layer_projections * layers;
+  const auto rank_projections = [&](const ModelSpec& kind) {
+    return training.precision == Precision::fp8 ? rank_layer_projection_weights(kind, plan) : 0.0;
+  };
+  const double layer_projections = largest_layer(rank_projections);
+  const double projections = mean_layer(rank_projections) * layers;
   // FP8 primary weights replace their BF16 copies (Megatron-Core's fp8_param).
   const double fp8_weights = training.fp8_params ? projections : 0.0;
   // Where the FP32 shard is the parameter it counts with the optimizer states, as the master
@@ -309,7 +326,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   }
 
   const bool sp = plan.sequence_parallel;
-  const double per_layer = layer_saved_bytes(model, training, plan);
+  const auto saved = [&](const ModelSpec& kind) { return layer_saved_bytes(kind, training, plan); };
+  const double per_layer = mean_layer(saved);
   // A layer's input: its shard under sequence parallelism, else whole on every rank.
   const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
   const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
@@ -317,16 +335,19 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Under per_op or selective recomputation the layer in backward holds what it recomputed
   // beside what it kept: all it keeps without recomputation, less what it kept of that (per_op
   // keeps some outputs no other policy keeps).
-  const double unrecomputed =
-      decoder_layer_saved_bytes_per_token(model, training, Recompute::none, plan.tp, sp, {},
-                                          plan.ep, plan.tp_comm_overlap) *
-          tokens +
-      saved_fp8_weight_bytes(model, training, plan);
-  const double recomputed =
-      plan.recompute == Recompute::per_op
-          ? unrecomputed + per_op_outputs_kept_only(model, plan.tp, sp) * tokens - per_layer
-      : plan.recompute == Recompute::selective ? unrecomputed - per_layer
-                                               : 0.0;
+  // (Of the layer kind whose rebuild is largest.)
+  const auto rebuilt = [&](const ModelSpec& kind) {
+    const double unrecomputed =
+        decoder_layer_saved_bytes_per_token(kind, training, Recompute::none, plan.tp, sp, {},
+                                            plan.ep, plan.tp_comm_overlap) *
+            tokens +
+        saved_fp8_weight_bytes(kind, training, plan);
+    return plan.recompute == Recompute::per_op
+               ? unrecomputed + per_op_outputs_kept_only(kind, plan.tp, sp) * tokens - saved(kind)
+           : plan.recompute == Recompute::selective ? unrecomputed - saved(kind)
+                                                    : 0.0;
+  };
+  const double recomputed = largest_layer(rebuilt);
   // Under full recomputation the layer in backward holds what its rerun forward saved, less its
   // input, which is the kept checkpoint itself (counted with the boundaries). With only the
   // first recompute_layers of a chunk rerun, the backward reaches them after freeing the
@@ -343,7 +364,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
           ? live.recomputed_layers * boundary + (live.layers - live.recomputed_layers) * per_layer
           : kept_layers * per_layer;
   const double rerun = plan.recompute == Recompute::full
-                           ? (live.every_layer_recomputed ? per_layer - boundary : 0.0)
+                           ? (live.every_layer_recomputed ? largest_layer(saved) - boundary : 0.0)
                            : recomputed;
   const std::string batches =
       plan.pp == 1
@@ -515,8 +536,13 @@ const char* to_string(MemoryMoment moment) {
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training) {
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * model.layers : 0.0;
-  const double fp8_params =
-      training.fp8_params ? layer_projection_weights(model, model.experts) * model.layers : 0.0;
+  const int expert_layers = model.expert_layers();
+  const double fp8_params = !training.fp8_params ? 0.0
+                            : model.has_dense_layers()
+                                ? layer_projection_weights(model, model.experts) * expert_layers +
+                                      layer_projection_weights(model.dense_layer_model(), 0) *
+                                          (model.layers - expert_layers)
+                                : layer_projection_weights(model, model.experts) * model.layers;
   return kWeightBytes * (model.parameters() - quantized_params - fp8_params) +
          kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_params;
 }

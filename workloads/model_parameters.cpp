@@ -67,9 +67,10 @@ double decoder_layer_parameters(const ModelSpec& model) {
   const double qkv = q + 2 * model.kv_width();  // output columns of the QKV projection
   // Biases on every projection (linear_bias) or on Q, K and V only (qkv_bias); QK-norm's
   // weights, one head_dim vector for the queries and one for the keys; a sink logit per head.
-  const double attention =
-      h * qkv + q * h + (model.linear_bias ? qkv + h : 0) + (model.qkv_bias ? qkv : 0) +
-      (model.qk_norm ? 2.0 * model.head_dim() : 0) + (model.attention_sinks ? model.heads : 0);
+  const double attention = h * qkv + q * h + (model.linear_bias ? qkv + h : 0) +
+                           (model.qkv_bias ? qkv : 0) +
+                           (model.qk_norm && model.qk_norm_weights ? 2.0 * model.head_dim() : 0) +
+                           (model.attention_sinks ? model.heads : 0);
   // A mixture of experts has one MLP per expert, the router's h x experts weight (and, with
   // linear biases, its bias: GPT-OSS) and any shared expert.
   const double router = h * model.experts + (model.linear_bias ? model.experts : 0);
@@ -92,7 +93,12 @@ double position_parameters(const ModelSpec& model) {
 
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
   std::vector<double> units{embedding_parameters(model) + position_parameters(model)};
-  units.insert(units.end(), model.layers, decoder_layer_parameters(model));
+  const double expert_layer = decoder_layer_parameters(model);
+  const double dense_layer =
+      model.has_dense_layers() ? decoder_layer_parameters(model.dense_layer_model()) : expert_layer;
+  for (int layer = 0; layer < model.layers; ++layer) {
+    units.push_back(model.layer_has_experts(layer) ? expert_layer : dense_layer);
+  }
   units.push_back(head_parameters(model));
   return units;
 }
@@ -116,6 +122,18 @@ int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   int layers = 0;
   for (int v = stage; v < virtual_stages; v += plan.pp) {
     layers += virtual_stage_layers(model, virtual_stages, v).count();
+  }
+  return layers;
+}
+
+int stage_expert_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
+  const int virtual_stages = plan.pp * plan.vpp;
+  int layers = 0;
+  for (int v = stage; v < virtual_stages; v += plan.pp) {
+    const LayerRange range = virtual_stage_layers(model, virtual_stages, v);
+    for (int layer = range.first; layer < range.end; ++layer) {
+      layers += model.layer_has_experts(layer) ? 1 : 0;
+    }
   }
   return layers;
 }

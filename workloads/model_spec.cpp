@@ -11,8 +11,31 @@
 namespace fleetsim {
 
 double ModelSpec::parameters() const {
-  return embedding_parameters(*this) + position_parameters(*this) +
-         layers * decoder_layer_parameters(*this) + head_parameters(*this);
+  const double outer =
+      embedding_parameters(*this) + position_parameters(*this) + head_parameters(*this);
+  if (!has_dense_layers()) return outer + layers * decoder_layer_parameters(*this);
+  const int moe = expert_layers();
+  return outer + moe * decoder_layer_parameters(*this) +
+         (layers - moe) * decoder_layer_parameters(dense_layer_model());
+}
+
+int ModelSpec::expert_layers() const {
+  if (!mixture_of_experts()) return 0;
+  int count = 0;
+  for (int layer = 0; layer < layers; ++layer) count += layer_has_experts(layer) ? 1 : 0;
+  return count;
+}
+
+ModelSpec ModelSpec::dense_layer_model() const {
+  ModelSpec dense = *this;
+  if (dense_ffn > 0) dense.ffn = dense_ffn;
+  dense.experts = dense.experts_per_token = 0;
+  dense.shared_expert_ffn = 0;
+  dense.shared_expert_gate = false;
+  dense.first_dense_layers = 0;
+  dense.moe_layer_every = 1;
+  dense.dense_ffn = 0;
+  return dense;
 }
 
 double expert_rank_load(const TrainingSpec& training, int ep) {
@@ -26,6 +49,8 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.heads = model.heads;
   subject.kv_heads = model.kv_heads;
   subject.ffn = model.ffn;
+  subject.dense_ffn = model.has_dense_layers() ? model.dense_ffn : 0;
+  subject.shared_expert_ffn = model.shared_expert_ffn;
   subject.vocab = model.vocab;
   subject.experts = model.experts;
   subject.experts_per_token = model.experts_per_token;
@@ -81,6 +106,37 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
     found.push_back(problem("shared-expert-needs-experts", {"shared_expert_ffn"},
                             "a shared expert runs beside routed experts, and the model has none",
                             "give experts and experts_per_token, or remove shared_expert_ffn"));
+  }
+  if ((m.first_dense_layers != 0 || m.moe_layer_every != 1 || m.dense_ffn != 0) &&
+      !m.mixture_of_experts()) {
+    found.push_back(problem("dense-layers-need-experts",
+                            {m.first_dense_layers != 0 ? "first_dense_layers"
+                             : m.moe_layer_every != 1  ? "moe_layer_every"
+                                                       : "dense_ffn"},
+                            "dense layers among experts' layers need a mixture of experts",
+                            "give experts and experts_per_token, or remove it"));
+  }
+  if (m.first_dense_layers < 0 || m.moe_layer_every < 1 || m.dense_ffn < 0) {
+    found.push_back(problem("dense-layer-settings-positive",
+                            {m.first_dense_layers < 0 ? "first_dense_layers"
+                             : m.moe_layer_every < 1  ? "moe_layer_every"
+                                                      : "dense_ffn"},
+                            "first_dense_layers and dense_ffn must be at least 0, moe_layer_every "
+                            "at least 1",
+                            "moe_layer_every: 1 makes every layer after the first dense ones an "
+                            "experts' layer"));
+  } else if (m.mixture_of_experts() && m.expert_layers() == 0) {
+    found.push_back(problem("some-expert-layer", {"first_dense_layers"},
+                            "no layer is left for the experts: first_dense_layers and "
+                            "moe_layer_every make every one of the " +
+                                std::to_string(m.layers) + " layers dense",
+                            "leave at least one experts' layer, or remove experts"));
+  }
+  if (!m.qk_norm_weights && !m.qk_norm) {
+    found.push_back(problem("qk-norm-weights-need-qk-norm", {"qk_norm_weights"},
+                            "qk_norm_weights says whether QK-norm has weights, and the model has "
+                            "no QK-norm",
+                            "set qk_norm: true, or remove qk_norm_weights"));
   }
   if (m.shared_expert_gate && m.shared_expert_ffn == 0) {
     found.push_back(problem("shared-expert-gate-needs-shared-expert", {"shared_expert_gate"},

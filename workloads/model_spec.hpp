@@ -47,8 +47,10 @@ struct ModelSpec {
   int head_size = 0;
   // Biases on the query, key and value projections only (Qwen2).
   bool qkv_bias = false;
-  // An RMSNorm over each head's query and key before RoPE (Qwen3): a head_dim weight each.
+  // An RMSNorm over each head's query and key before RoPE (Qwen3): a head_dim weight each; or,
+  // qk_norm_weights false, an L2 norm with no weight (Llama 4's Llama4TextL2Norm, after RoPE).
   bool qk_norm = false;
+  bool qk_norm_weights = true;
   Positions positions = Positions::rope;
   int max_positions = 0;  // rows of the learned position table
   // Mixture of experts (Mixtral): each layer's MLP is `experts` MLPs of size ffn, a router
@@ -60,6 +62,14 @@ struct ModelSpec {
   // by a learned sigmoid gate per token (Qwen2-MoE's h x 1 shared_expert_gate).
   int shared_expert_ffn = 0;
   bool shared_expert_gate = false;
+  // Dense layers among a mixture of experts' layers: the first `first_dense_layers` (DeepSeek's
+  // first_k_dense_replace), and after them all but every moe_layer_every-th, the last of each
+  // group (Llama 4's interleave_moe_layer_step and Qwen2-MoE's decoder_sparse_step: 2 makes
+  // layers 1, 3, 5, ... the experts' layers). A dense layer's MLP is dense_ffn wide (0: ffn),
+  // with no router, experts or shared expert.
+  int first_dense_layers = 0;
+  int moe_layer_every = 1;
+  int dense_ffn = 0;
   // Local attention in some or all layers: the window in tokens (0: every layer attends to the
   // whole causal prefix), its kind, and which layers still attend fully: every
   // full_attention_every-th, the last of each group (layers N - 1, 2N - 1, ... counted from 0:
@@ -93,6 +103,17 @@ struct ModelSpec {
   // The query projection's output and the output projection's input: heads x head_dim.
   double attention_width() const { return static_cast<double>(heads) * head_dim(); }
   bool mixture_of_experts() const { return experts > 0; }
+  // Layer `layer` (from 0) routes its tokens to experts.
+  bool layer_has_experts(int layer) const {
+    return mixture_of_experts() && layer >= first_dense_layers &&
+           (layer + 1) % std::max(1, moe_layer_every) == 0;
+  }
+  // How many of the layers do.
+  int expert_layers() const;
+  // Some layers of a mixture of experts have a dense MLP instead.
+  bool has_dense_layers() const { return mixture_of_experts() && expert_layers() < layers; }
+  // A dense layer of this model as a model of its own: no experts, its MLP dense_ffn wide.
+  ModelSpec dense_layer_model() const;
   // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices or every
   // expert's and the router's, biases, two norms), final norm and the output head (unless tied).
   double parameters() const;

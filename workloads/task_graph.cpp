@@ -55,18 +55,44 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
   const double adapters = lora_parameters_per_layer(model, training) / tp;
-  // A layer's ops: those of full attention, or of attention within the model's window.
-  const auto layer_ops = [&](bool attends_locally) {
-    return decoder_layer_ops(model, training, tp, plan.recompute, plan.ep, plan.cp,
-                             plan.sequence_parallel, plan.recompute_modules, attends_locally,
-                             plan.tp_comm_overlap);
+  // A layer of each kind, built once: an experts' layer or a dense one (a mixture of experts'
+  // dense layers, every layer of a dense model), its ops attending fully or within the model's
+  // window. Under expert parallelism an experts' layer holds experts / ep of its experts.
+  struct LayerKind {
+    LayerOps full;
+    LayerOps local;
+    double experts = 0;  // the rank's experts' parameters
+    double absent_experts = 0;
+    double fp8 = 0;  // FP8 primary weights a distributed optimizer gathers
+    double saved_bytes = 0;
   };
-  const LayerOps full_layer = layer_ops(false);
-  const LayerOps local_layer =
-      model.has_local_layers(training.seq_len) ? layer_ops(true) : full_layer;
-  // Under expert parallelism a layer holds experts / ep of its experts.
-  const double experts = plan.ep > 1 ? layer_expert_parameters(model) / plan.ep / tp : 0.0;
-  const double absent_experts = experts * (plan.ep - 1);
+  const auto build_kind = [&](const ModelSpec& kind) {
+    const auto layer_ops = [&](bool attends_locally) {
+      return decoder_layer_ops(kind, training, tp, plan.recompute, plan.ep, plan.cp,
+                               plan.sequence_parallel, plan.recompute_modules, attends_locally,
+                               plan.tp_comm_overlap);
+    };
+    LayerKind built;
+    built.full = layer_ops(false);
+    built.local = kind.has_local_layers(training.seq_len) ? layer_ops(true) : built.full;
+    built.experts = plan.ep > 1 ? layer_expert_parameters(kind) / plan.ep / tp : 0.0;
+    built.absent_experts = built.experts * (plan.ep - 1);
+    // (A LoRA's frozen FP8 base is not gathered: only its BF16 adapters train.)
+    built.fp8 = training.fp8_params && !frozen ? rank_layer_projection_weights(kind, plan) : 0.0;
+    built.saved_bytes = layer_saved_bytes(kind, training, plan);
+    return built;
+  };
+  std::optional<LayerKind> expert_layer, dense_layer;
+  const auto kind_of = [&](int layer) -> const LayerKind& {
+    if (model.layer_has_experts(layer)) {
+      if (!expert_layer) expert_layer = build_kind(model);
+      return *expert_layer;
+    }
+    if (!dense_layer) {
+      dense_layer = build_kind(model.has_dense_layers() ? model.dense_layer_model() : model);
+    }
+    return *dense_layer;
+  };
   std::vector<Unit> units;
   int layers_before = 0;  // the chunk's layers before this one
   for (const std::size_t index : virtual_stage_units(model, plan.pp * plan.vpp, stage)) {
@@ -81,21 +107,17 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
            head_ops(model, mb, s, tp, frozen, training.cross_entropy, plan.sequence_parallel),
            false});
     } else {
-      const double held = parameters[index] / tp - absent_experts + adapters;
-      // FP8 primary weights a distributed optimizer gathers (a LoRA's frozen FP8 base is not
-      // gathered: only its BF16 adapters train).
-      const double fp8 =
-          training.fp8_params && !frozen ? rank_layer_projection_weights(model, plan) : 0.0;
+      const int layer = static_cast<int>(index) - 1;
+      const LayerKind& kind = kind_of(layer);
+      const double held = parameters[index] / tp - kind.absent_experts + adapters;
       const bool recomputed = plan.recompute == Recompute::full &&
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
       const bool offloaded = layers_before < plan.activation_offload_layers;
       ++layers_before;
-      const int layer = static_cast<int>(index) - 1;
       units.push_back({"L" + std::to_string(layer), held, frozen ? adapters : held,
-                       model.attends_locally(layer) ? local_layer : full_layer, recomputed,
-                       frozen ? 0.0 : experts, fp8 / held,
-                       offloaded ? layer_saved_bytes(model, training, plan) : 0.0,
-                       layers_before - 1});
+                       model.attends_locally(layer) ? kind.local : kind.full, recomputed,
+                       frozen ? 0.0 : kind.experts, kind.fp8 / held,
+                       offloaded ? kind.saved_bytes : 0.0, layers_before - 1});
     }
   }
   return units;

@@ -226,6 +226,8 @@ struct LayerRange {
 LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v);
 // The layers pipeline stage `stage` holds, over all its vpp chunks.
 int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
+// Of those, the layers that route to experts (ModelSpec::layer_has_experts).
+int stage_expert_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // The units virtual pipeline stage v of `virtual_stages` holds, as indices into
 // fsdp_unit_parameters (0 the embedding, 1..layers the layers, layers + 1 the head) in forward
 // order: its layers, the embedding on the first, the head on the last.

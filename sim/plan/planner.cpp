@@ -437,18 +437,32 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     double forward_s = 0;
     double layer_s = 0;
   };
-  const auto layer_times = [&](bool attends_locally) {
+  const auto layer_times = [&](const ModelSpec& kind, bool attends_locally) {
     const LayerOps layer = decoder_layer_ops(
-        model, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp, plan.sequence_parallel,
+        kind, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp, plan.sequence_parallel,
         plan.recompute_modules, attends_locally, plan.tp_comm_overlap);
     const double forward_s = blocking_s(layer.forward);
     const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
     return LayerTimes{forward_s, forward_s + backward_s};
   };
-  const LayerTimes full = layer_times(false);
-  const LayerTimes local =
-      model.has_local_layers(inputs.training.seq_len) ? layer_times(true) : full;
-  const auto times_of = [&](int layer) { return model.attends_locally(layer) ? local : full; };
+  // Each kind of layer, [dense][local]: the model's own (a mixture of experts' experts' layers)
+  // or a dense one among them, attending fully or within the window.
+  const bool mixed = model.has_dense_layers();
+  const bool local_layers = model.has_local_layers(inputs.training.seq_len);
+  std::array<LayerTimes, 4> kinds;
+  for (int dense = 0; dense < (mixed ? 2 : 1); ++dense) {
+    const ModelSpec kind = dense ? model.dense_layer_model() : model;
+    kinds[2 * dense] = layer_times(kind, false);
+    kinds[2 * dense + 1] = local_layers ? layer_times(kind, true) : kinds[2 * dense];
+  }
+  if (!mixed) {
+    kinds[2] = kinds[0];
+    kinds[3] = kinds[1];
+  }
+  const auto times_of = [&](int layer) {
+    return kinds[(mixed && !model.layer_has_experts(layer) ? 2 : 0) +
+                 (model.attends_locally(layer) ? 1 : 0)];
+  };
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   // The last stage runs all its chunks of every micro-batch, one after another: it cannot
@@ -463,9 +477,13 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     smallest_chunk =
         std::min(smallest_chunk, virtual_stage_layers(model, virtual_stages, v).count());
   }
-  const double cheapest_layer_s =
-      std::min(full.forward_s, local.forward_s) +
-      std::min(full.layer_s - full.forward_s, local.layer_s - local.forward_s);
+  double cheapest_forward_s = kinds[0].forward_s;
+  double cheapest_backward_s = kinds[0].layer_s - kinds[0].forward_s;
+  for (const LayerTimes& kind : kinds) {
+    cheapest_forward_s = std::min(cheapest_forward_s, kind.forward_s);
+    cheapest_backward_s = std::min(cheapest_backward_s, kind.layer_s - kind.forward_s);
+  }
+  const double cheapest_layer_s = cheapest_forward_s + cheapest_backward_s;
   // Of a micro-batch on the last stage: its layers' forwards and backwards, and under partial
   // recomputation the forwards it runs again.
   double last_stage_layers_s = 0;

@@ -2,11 +2,13 @@
 // errors have lines and columns too), or the model directory holding it, for the decoder
 // families the op graph models, as transformers' modeling_<type>.py builds them: Llama,
 // Mistral, Mixtral, Qwen2 (Qwen2.5: biases on Q, K and V; Qwen2-MoE: a gated shared expert
-// beside the routed ones), Qwen3 (QK-norm, a head_dim of its own, dense or a mixture of experts
-// in every layer), Gemma 2 and Gemma 3's text decoder
-// (GeGLU, four norms a layer, sliding windows in most layers, Gemma 2's soft-capped logits)
-// and GPT-OSS (sliding windows in every other layer, attention sinks, biased experts and
-// router). What the op graph does not model is refused at its key, not ignored.
+// beside the routed ones; dense layers where decoder_sparse_step and mlp_only_layers put them),
+// Qwen3 (QK-norm, a head_dim of its own, dense or a mixture of experts), Gemma 2 and Gemma 3's
+// text decoder (GeGLU, four norms a layer, sliding windows in most layers, Gemma 2's
+// soft-capped logits), GPT-OSS (sliding windows in every other layer, attention sinks, biased
+// experts and router) and Llama 4's text decoder (chunked attention in three layers of four,
+// experts and a shared expert in every interleave_moe_layer_step-th layer, dense MLPs between).
+// What the op graph does not model is refused at its key, not ignored.
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -51,6 +53,7 @@ constexpr Family kFamilies[] = {
     {"gemma2", true, 4096, 2, "gelu_pytorch_tanh", "hidden_activation"},
     {"gemma3_text", true, 4096, 6, "gelu_pytorch_tanh", "hidden_activation"},
     {"gpt_oss", false, 128, 2},
+    {"llama4_text", false, 8192, 4},
 };
 
 const Family* family_of(std::string_view type) {
@@ -63,6 +66,24 @@ const Family* family_of(std::string_view type) {
 // Which layers attend locally: layer_types where the config lists them (transformers' newer
 // configs), else Gemma 3's sliding_window_pattern, else the family's rule. fleetsim models every
 // N-th layer attending fully (N 0: none); another pattern is refused at the list.
+// The N of a per-layer list where every N-th layer attends fully (`full`, the last of each N),
+// or 0 where none does; a list breaking that pattern is refused at the layer that breaks it.
+int full_attention_every(const std::vector<Field>& listed, const std::vector<bool>& full) {
+  int every = 0;  // the first full layer's place from 1, if any
+  for (std::size_t i = 0; i < full.size() && every == 0; ++i) {
+    if (full[i]) every = static_cast<int>(i) + 1;
+  }
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    if (full[i] != (every > 0 && (static_cast<int>(i) + 1) % every == 0)) {
+      fail(listed[i],
+           "layer " + std::to_string(i) + "'s attention breaks the pattern of the layers before",
+           "fleetsim models every N-th layer attending fully (the last of each N) and the rest "
+           "within the window, or every layer within it");
+    }
+  }
+  return every;
+}
+
 void read_layer_attention(const Field& root, const Family& family, ModelSpec& m) {
   m.full_attention_every = family.full_every;
   if (const auto pattern = find(root, "sliding_window_pattern");
@@ -77,19 +98,27 @@ void read_layer_attention(const Field& root, const Family& family, ModelSpec& m)
   for (const Field& type : listed) {
     full.push_back(read_choice(type, {"sliding_attention", "full_attention"}) == "full_attention");
   }
-  int every = 0;  // the first full layer's place from 1, if any
-  for (std::size_t i = 0; i < full.size() && every == 0; ++i) {
-    if (full[i]) every = static_cast<int>(i) + 1;
+  m.full_attention_every = full_attention_every(listed, full);
+}
+
+// Llama 4's chunked attention: in every layer but its NoPE ones, which attend globally: every
+// no_rope_layer_interval-th (Llama4TextConfig's default 4), or as no_rope_layers lists them (1:
+// RoPE and chunks, 0: global); attention_chunk_size null: every layer global.
+void read_llama4_attention(const Field& root, ModelSpec& m) {
+  m.local_attention = LocalAttention::chunked;
+  if (const auto chunk = find(root, "attention_chunk_size")) {
+    m.attention_window = is_set(*chunk) ? read_int(*chunk, 1) : 0;
   }
-  for (std::size_t i = 0; i < full.size(); ++i) {
-    if (full[i] != (every > 0 && (static_cast<int>(i) + 1) % every == 0)) {
-      fail(listed[i],
-           "layer " + std::to_string(i) + "'s attention breaks the pattern of the layers before",
-           "fleetsim models every N-th layer attending fully (the last of each N) and the rest "
-           "within the window, or every layer within it");
-    }
+  if (const auto interval = find(root, "no_rope_layer_interval"); interval && is_set(*interval)) {
+    m.full_attention_every = read_int(*interval, 1);
   }
-  m.full_attention_every = every;
+  const auto flags = find(root, "no_rope_layers");
+  if (!flags || !flags->node.IsSequence() || flags->node.size() == 0) return;
+  const std::vector<Field> listed =
+      read_list(*flags, static_cast<std::size_t>(m.layers), "flags, one a layer");
+  std::vector<bool> full;
+  for (const Field& flag : listed) full.push_back(read_int(flag, 0) == 0);
+  m.full_attention_every = full_attention_every(listed, full);
 }
 
 }  // namespace
@@ -103,6 +132,11 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
   const Field type = require(root, "model_type");
   const std::string model_type = read_string(type);
+  if (model_type == "llama4") {
+    fail(type, "Llama 4's vision encoder is not modelled",
+         "give its text decoder as a config of its own: text_config's keys with model_type "
+         "llama4_text (Llama4TextConfig's defaults fill the keys it leaves out)");
+  }
   if (model_type == "gemma3") {
     fail(type, "Gemma 3's vision encoder is not modelled",
          "give its text decoder as a config of its own: text_config's keys with model_type "
@@ -113,13 +147,14 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (!family) {
     fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
          "fleetsim models the decoders of model_type llama, mistral, mixtral, qwen2, "
-         "qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3_text and gpt_oss");
+         "qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3_text, gpt_oss and llama4_text");
   }
   const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
   const bool qwen2 = model_type == "qwen2" || model_type == "qwen2_moe";
   const bool qwen = qwen2 || qwen3;
   const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
   const bool gpt_oss = model_type == "gpt_oss";
+  const bool llama4 = model_type == "llama4_text";
   ModelSpec m;
   m.layers = read_int(require(root, "num_hidden_layers"), 1);
   m.hidden = read_int(require(root, "hidden_size"), 1);
@@ -132,17 +167,44 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (const auto tied = find(root, "tie_word_embeddings")) m.tied_embeddings = read_bool(*tied);
   // A mixture of experts: its experts (under the config's key for them) and how many a token
   // visits.
+  // Llama4TextConfig defaults them (16 experts, 1 a token); the others' configs give them.
   const auto read_experts = [&](const char* experts_key) {
-    m.experts = read_int(require(root, experts_key), 1);
-    const Field per_token = require(root, "num_experts_per_tok");
-    m.experts_per_token = read_int(per_token, 1);
+    const auto experts = find(root, experts_key);
+    m.experts =
+        llama4 && !experts ? 16 : read_int(experts ? *experts : require(root, experts_key), 1);
+    const auto per_token = find(root, "num_experts_per_tok");
+    m.experts_per_token =
+        llama4 && !per_token
+            ? 1
+            : read_int(per_token ? *per_token : require(root, "num_experts_per_tok"), 1);
     if (m.experts_per_token > m.experts) {
-      fail(per_token, std::string("num_experts_per_tok is more than ") + experts_key,
+      fail(per_token ? *per_token : root,
+           std::string("num_experts_per_tok is more than ") + experts_key,
            "each token goes to at most every expert");
     }
   };
+  // Dense layers among the experts' layers: all but every step-th (`step_key`: the last of each
+  // group is the experts'), and the first N where `listed_key` lists layers 0 to N - 1.
+  const auto read_moe_step = [&](const char* step_key) {
+    if (const auto step = find(root, step_key); step && is_set(*step)) {
+      m.moe_layer_every = read_int(*step, 1);
+    }
+  };
+  const auto read_first_dense_layers = [&](const char* listed_key) {
+    const auto listed = find(root, listed_key);
+    if (!listed || !listed->node.IsSequence() || listed->node.size() == 0) return;
+    const std::vector<Field> layers = read_list(*listed, 0, "layer indices");
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      if (read_int(layers[i], 0) != static_cast<int>(i)) {
+        fail(layers[i], std::string(listed_key) + " lists other layers than the first ones",
+             "fleetsim models dense layers first, then every step-th layer an experts' one; "
+             "list layers 0, 1, ... N - 1");
+      }
+    }
+    m.first_dense_layers = static_cast<int>(layers.size());
+  };
   if (model_type == "mixtral" || gpt_oss) read_experts("num_local_experts");
-  if (model_type == "mixtral") {
+  if (model_type == "mixtral" || llama4) {
     if (const auto jitter = find(root, "router_jitter_noise"); jitter && jitter->node.IsScalar() &&
                                                                jitter->node.Scalar() != "null" &&
                                                                read_number(*jitter) != 0) {
@@ -151,23 +213,42 @@ ModelSpec Loader::hf_model(const Field& path_field) {
     }
   }
   if (model_type == "qwen3_moe" || model_type == "qwen2_moe") {
-    // Every layer a mixture of experts of moe_intermediate_size each (intermediate_size sizes
-    // the dense MLPs of mlp_only_layers, which are refused); Qwen2-MoE's shared expert of
-    // shared_expert_intermediate_size beside them, its output gated (shared_expert_gate).
+    // Experts of moe_intermediate_size each in every decoder_sparse_step-th layer but those of
+    // mlp_only_layers, whose dense MLPs are intermediate_size wide; Qwen2-MoE's shared expert
+    // of shared_expert_intermediate_size beside them, its output gated (shared_expert_gate).
     read_experts("num_experts");
+    m.dense_ffn = m.ffn;
     m.ffn = read_int(require(root, "moe_intermediate_size"), 1);
     if (model_type == "qwen2_moe") {
       m.shared_expert_ffn = read_int(require(root, "shared_expert_intermediate_size"), 1);
       m.shared_expert_gate = true;
     }
-    if (const auto step = find(root, "decoder_sparse_step"); step && read_int(*step, 1) != 1) {
-      fail(*step, "a mixture of experts in only some layers is not modelled",
-           "fleetsim models every layer as a mixture of experts; decoder_sparse_step 1");
-    }
-    if (const auto dense = find(root, "mlp_only_layers");
-        dense && dense->node.IsSequence() && dense->node.size() > 0) {
-      fail(*dense, "dense MLP layers beside mixture-of-experts layers are not modelled",
-           "fleetsim models every layer as a mixture of experts; mlp_only_layers []");
+    read_moe_step("decoder_sparse_step");
+    read_first_dense_layers("mlp_only_layers");
+  }
+  if (llama4) {
+    // Llama4TextMoe: experts of intermediate_size and a shared expert of the same size in every
+    // interleave_moe_layer_step-th layer (moe_layers, where listed, must follow it); the dense
+    // layers' MLPs intermediate_size_mlp wide (Llama4TextConfig's default 16,384).
+    read_experts("num_local_experts");
+    m.shared_expert_ffn = m.ffn;
+    const auto dense = find(root, "intermediate_size_mlp");
+    m.dense_ffn = dense && is_set(*dense) ? read_int(*dense, 1) : 16384;
+    read_moe_step("interleave_moe_layer_step");
+    if (const auto listed = find(root, "moe_layers");
+        listed && listed->node.IsSequence() && listed->node.size() > 0) {
+      const std::vector<Field> layers = read_list(*listed, 0, "layer indices");
+      std::vector<int> expected;
+      for (int layer = 0; layer < m.layers; ++layer) {
+        if (m.layer_has_experts(layer)) expected.push_back(layer);
+      }
+      for (std::size_t i = 0; i < layers.size() || i < expected.size(); ++i) {
+        if (i >= layers.size() || i >= expected.size() || read_int(layers[i], 0) != expected[i]) {
+          fail(i < layers.size() ? layers[i] : *listed,
+               "moe_layers breaks the pattern of every interleave_moe_layer_step-th layer",
+               "fleetsim models every N-th layer an experts' layer (the last of each N)");
+        }
+      }
     }
   }
   // Local attention. Qwen's configs give a window that only use_sliding_window turns on, and
@@ -190,7 +271,12 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   } else if (!qwen && !window) {
     m.attention_window = family->window;
   }
-  if (m.attention_window > 0) read_layer_attention(root, *family, m);
+  if (llama4) {
+    m.full_attention_every = family->full_every;
+    read_llama4_attention(root, m);
+  } else if (m.attention_window > 0) {
+    read_layer_attention(root, *family, m);
+  }
   // Biases are modelled on every projection or on none. GPT-OSS's experts and router always
   // have them, and its attention (GptOssConfig sets attention_bias).
   const auto attention_bias = find(root, "attention_bias");
@@ -213,6 +299,13 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   // (q_norm, k_norm).
   m.qkv_bias = qwen2;
   m.qk_norm = qwen3 || model_type == "gemma3_text";
+  // Llama 4's is an L2 norm without weights (Llama4TextL2Norm; use_qk_norm, default true; run
+  // here in every layer, where Llama 4 runs it in its RoPE layers only).
+  if (llama4) {
+    const auto use = find(root, "use_qk_norm");
+    m.qk_norm = !use || is_set(*use);
+    m.qk_norm_weights = !m.qk_norm;
+  }
   // Gemma: GeGLU, a norm after each block too, the logits soft-capped where
   // final_logit_softcapping is set (Gemma 2's 30). Its attention's soft-capping
   // (attn_logit_softcapping) runs inside the attention kernel, which is costed at its rate.
@@ -247,6 +340,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
     if (!name.empty() && name != "." && name != "..") m.name = name;
   }
   if (m.name.empty()) m.name = "hf-model";
+  if (!m.has_dense_layers()) m.dense_ffn = 0;  // no dense layer to size
   m.source = "Hugging Face config " + path.string();
   check_model(m, root);
   return m;

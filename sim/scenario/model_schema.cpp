@@ -26,12 +26,16 @@ const Keys kModelKeys = {"name",
                          "linear_bias",
                          "qkv_bias",
                          "qk_norm",
+                         "qk_norm_weights",
                          "positions",
                          "max_positions",
                          "experts",
                          "experts_per_token",
                          "shared_expert_ffn",
                          "shared_expert_gate",
+                         "first_dense_layers",
+                         "moe_layer_every",
+                         "dense_ffn",
                          "attention_window",
                          "local_attention",
                          "full_attention_every",
@@ -59,6 +63,8 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.qkv_bias = read_bool(f);
   } else if (key == "qk_norm") {
     m.qk_norm = read_bool(f);
+  } else if (key == "qk_norm_weights") {
+    m.qk_norm_weights = read_bool(f);
   } else if (key == "head_dim") {
     m.head_size = read_int(f, 1);
   } else if (key == "positions") {
@@ -76,6 +82,12 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.shared_expert_ffn = read_int(f, 1);
   } else if (key == "shared_expert_gate") {
     m.shared_expert_gate = read_bool(f);
+  } else if (key == "first_dense_layers") {
+    m.first_dense_layers = read_int(f, 0);
+  } else if (key == "moe_layer_every") {
+    m.moe_layer_every = read_int(f, 1);
+  } else if (key == "dense_ffn") {
+    m.dense_ffn = read_int(f, 1);
   } else if (key == "attention_window") {
     m.attention_window = read_int(f, 1);
   } else if (key == "local_attention") {

@@ -153,7 +153,8 @@ TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named 
   CHECK_THAT(windowed->what(), Catch::Contains("sliding window in the layers from"));
 
   // Qwen3's mixture of experts: every layer's MLP 128 experts of moe_intermediate_size, the
-  // zoo's model; a model with dense layers among them is refused at the key that says so.
+  // zoo's model; with dense layers among them (decoder_sparse_step, mlp_only_layers) those are
+  // intermediate_size wide; dense layers that are not the first ones are refused at the list.
   const std::string moe = R"({
   "head_dim": 128, "hidden_size": 2048, "intermediate_size": 6144, "model_type": "qwen3_moe",
   "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
@@ -168,10 +169,22 @@ TEST_CASE("Qwen configs load from a model directory, as the zoo's models, named 
   CHECK(qwen3_moe.ffn == 768);
   CHECK(qwen3_moe.parameters() == zoo_model("qwen3-30b-a3b").parameters());
   dir.write("models/Qwen3-30B-A3B/config.json",
-            with(moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"));
-  const auto sparse_step = testing::file_error(dir.path() / "scenario.yaml");
-  REQUIRE(sparse_step);
-  CHECK(sparse_step->key() == "decoder_sparse_step");
+            with(with(moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"),
+                 "\"mlp_only_layers\": []", "\"mlp_only_layers\": [0, 1]"));
+  const ModelSpec sparse = load("models/Qwen3-30B-A3B");
+  CHECK(sparse.first_dense_layers == 2);
+  CHECK(sparse.moe_layer_every == 2);
+  CHECK(sparse.dense_ffn == 6144);
+  // Layers 3, 5, ..., 47 route to experts: 23 of the 48.
+  CHECK(sparse.expert_layers() == 23);
+  const ModelSpec dense = sparse.dense_layer_model();
+  CHECK(sparse.parameters() == qwen3_moe.parameters() - 25 * (decoder_layer_parameters(qwen3_moe) -
+                                                              decoder_layer_parameters(dense)));
+  dir.write("models/Qwen3-30B-A3B/config.json",
+            with(moe, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [1, 4]"));
+  const auto scattered = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(scattered);
+  CHECK(scattered->key() == "mlp_only_layers[0]");
 }
 
 TEST_CASE("Qwen1.5-MoE counts its checkpoint's parameters, its gated shared expert included") {
@@ -202,6 +215,81 @@ TEST_CASE("Qwen1.5-MoE counts its checkpoint's parameters, its gated shared expe
   loaded.name = m.name;
   loaded.source = m.source;
   CHECK(loaded == m);
+}
+
+}  // namespace fleetsim
+
+namespace fleetsim {
+
+TEST_CASE("Llama 4 counts its checkpoints' text parameters, dense layers among experts' ones") {
+  // Scout: 48 layers, each Q and O of 5,120 x 5,120, K and V of 5,120 x 1,024, two norms, a
+  // router of 5,120 x 16, 16 experts and a shared expert of 3 x 5,120 x 8,192 (its L2 QK-norm
+  // has no weight); untied embedding and head of 202,048 x 5,120; the final norm:
+  // 107,769,861,120. With the vision encoder and projector (871,932,416) this is the
+  // 108,641,793,536 of the released checkpoint (Meta: "109B"). Maverick: every other layer
+  // (1, 3, ..., 47) 128 experts and a shared expert, the others a dense MLP of 3 x 5,120 x
+  // 16,384: 400,711,848,960 (401,583,781,376 with the vision encoder; Meta: "400B"). Both
+  // have 17B active parameters a token.
+  const ModelSpec scout = testing::zoo_model("llama4-scout-17b-16e");
+  CHECK(scout.parameters() == 107'769'861'120.0);
+  CHECK(scout.expert_layers() == 48);
+  CHECK(active_parameters(scout) == Approx(17.17e9).epsilon(0.001));
+  // (Its 801 GB of BF16 weights need more than one node.)
+  const std::string four_nodes =
+      testing::with(testing::with(testing::kBase, "dp: 8", "dp: 32"), "  node: dgx-h100\n",
+                    "  node: dgx-h100\n  nodes: 4\n");
+  const ModelSpec maverick = testing::load_text(testing::with(four_nodes, "model: llama3-8b",
+                                                              "model: llama4-maverick-17b-128e"))
+                                 .variants[0]
+                                 .inputs.model;
+  CHECK(maverick.parameters() == 400'711'848'960.0);
+  CHECK(maverick.expert_layers() == 24);
+  CHECK_FALSE(maverick.layer_has_experts(0));
+  CHECK(maverick.layer_has_experts(1));
+  CHECK(active_parameters(maverick) == Approx(17.18e9).epsilon(0.001));
+  // Their text configs load as the zoo's models: Llama4TextConfig's defaults fill what a
+  // config leaves out (here no_rope_layers, attention_chunk_size and intermediate_size_mlp).
+  testing::TempDir dir;
+  const std::string text = R"({
+  "model_type": "llama4_text", "hidden_size": 5120, "intermediate_size": 8192,
+  "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+  "head_dim": 128, "vocab_size": 202048, "num_local_experts": 16, "num_experts_per_tok": 1,
+  "interleave_moe_layer_step": 1, "use_qk_norm": true, "attention_bias": false,
+  "tie_word_embeddings": false, "hidden_act": "silu", "router_jitter_noise": 0.0
+}
+)";
+  dir.write("Llama-4-Scout-17B-16E/config.json", text);
+  const auto load = [&](const std::string& name) {
+    const std::string scenario =
+        testing::with(four_nodes, "model: llama3-8b", "model: {hf_config: " + name + "}");
+    ModelSpec m = load_scenario(dir.write("scenario.yaml", scenario), testing::source_data())
+                      .variants[0]
+                      .inputs.model;
+    return m;
+  };
+  ModelSpec loaded = load("Llama-4-Scout-17B-16E");
+  CHECK(loaded.name == "Llama-4-Scout-17B-16E");
+  loaded.name = scout.name;
+  loaded.source = scout.source;
+  CHECK(loaded == scout);
+  dir.write("Llama-4-Maverick-17B-128E/config.json",
+            testing::with(
+                testing::with(
+                    testing::with(text, "\"num_local_experts\": 16", "\"num_local_experts\": 128"),
+                    "\"interleave_moe_layer_step\": 1",
+                    "\"interleave_moe_layer_step\": 2, \"intermediate_size_mlp\": 16384"),
+                "\"use_qk_norm\": true", "\"use_qk_norm\": false"));
+  loaded = load("Llama-4-Maverick-17B-128E");
+  loaded.name = maverick.name;
+  loaded.source = maverick.source;
+  CHECK(loaded == maverick);
+  // The multimodal config is refused with the way to give its text decoder.
+  dir.write("Llama-4-Maverick-17B-128E/config.json",
+            testing::with(text, "\"llama4_text\"", "\"llama4\""));
+  const auto multimodal = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(multimodal);
+  CHECK(multimodal->key() == "model_type");
+  CHECK_THAT(multimodal->what(), Catch::Contains("text_config"));
 }
 
 }  // namespace fleetsim

@@ -88,8 +88,10 @@ Problem tp_divides_model(const JobSubject& job, const ParallelPlan& plan) {
   for (const auto& [what, size] : {std::pair{"heads", job.heads},
                                    {"kv_heads", job.kv_heads},
                                    {"ffn", job.ffn},
+                                   {"dense_ffn", job.dense_ffn},
+                                   {"shared_expert_ffn", job.shared_expert_ffn},
                                    {"vocab", job.vocab}}) {
-    if (size % plan.tp != 0) {
+    if (size > 0 && size % plan.tp != 0) {
       return at(
           {"layout.tp", "layout"},
           "tp " + str(plan.tp) + " does not divide the model's " + what + " (" + str(size) + ")",

@@ -52,6 +52,8 @@ struct JobSubject {
   int heads = 0;
   int kv_heads = 0;
   int ffn = 0;
+  int dense_ffn = 0;          // a mixture of experts' dense layers' MLP, where it differs (0: none)
+  int shared_expert_ffn = 0;  // a mixture of experts' shared expert (0: none)
   int vocab = 0;
   int experts = 0;  // 0: a dense model
   int experts_per_token = 0;
