@@ -25,9 +25,17 @@ constexpr double kMainGradBytes = kFp32Bytes;
 constexpr double kFrameworkOverheadBytes = 1.0e9;  // CUDA context, cuBLAS/cuDNN workspaces
 constexpr double kFragmentation = 0.05;            // of the dynamic (per-step) allocations
 
-// The most parameters FSDP holds gathered at once: kFsdpUnitsGathered consecutive units.
-double peak_gathered_parameters(const ModelSpec& model) {
-  const std::vector<double> units = fsdp_unit_parameters(model);
+// The most bytes FSDP holds gathered at once: kFsdpUnitsGathered consecutive units, in BF16,
+// or under QLoRA a decoder layer's base in NF4 beside its BF16 adapters.
+double peak_gathered_bytes(const ModelSpec& model, const TrainingSpec& training) {
+  std::vector<double> units = fsdp_unit_parameters(model);
+  const bool quantized = training.lora && training.lora->quantized_base;
+  const double adapters = lora_parameters_per_layer(model, training);
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const bool layer = u > 0 && u + 1 < units.size();
+    units[u] = layer && quantized ? weight_gather_bytes(units[u] + adapters, 0, units[u])
+                                  : weight_gather_bytes(units[u] + (layer ? adapters : 0), 0);
+  }
   const std::size_t window = std::min<std::size_t>(kFsdpUnitsGathered, units.size());
   double peak = 0;
   for (std::size_t first = 0; first + window <= units.size(); ++first) {
@@ -56,7 +64,8 @@ double largest_unit_parameters(const ModelSpec& model) {
 // The weights of a decoder layer's largest projection GEMM, before any split: the gate and up
 // (or up) projection, or QKV.
 double largest_projection_weights(const ModelSpec& model) {
-  const double ffn = std::max(model.ffn, model.dense_ffn);
+  const double ffn =
+      model.has_dense_layers() ? std::max(model.ffn, model.dense_layer_model().ffn) : model.ffn;
   return std::max((model.gated_mlp() ? 2.0 : 1.0) * ffn,
                   model.attention_width() + 2.0 * model.kv_width()) *
          model.hidden;
@@ -210,7 +219,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     return training.precision == Precision::fp8 ? rank_layer_projection_weights(kind, plan) : 0.0;
   };
   const double layer_projections = largest_layer(rank_projections);
-  const double projections = mean_layer(rank_projections) * layers;
+  const double projections =
+      training.precision == Precision::fp8 ? stage_projection_weights(model, plan, stage) : 0.0;
   // FP8 primary weights replace their BF16 copies (Megatron-Core's fp8_param).
   const double fp8_weights = training.fp8_params ? projections : 0.0;
   // Where the FP32 shard is the parameter it counts with the optimizer states, as the master
@@ -233,7 +243,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
             (sharding.parameters_sharded()  ? "sharded " + over_dp + " (ZeRO-3)"
              : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
                                             : std::string("replicated")) +
-            (plan.ep > 1 ? ", experts / ep of each layer's (expert parallelism)" : ""));
+            (plan.ep > 1 ? ", experts / ep of each experts' layer's (expert parallelism)" : ""));
   }
   // Transformer Engine keeps each projection weight cast to FP8 and, where the GPU's FP8 GEMMs
   // take TN only (Hopper, compute capability 12), its transpose (dgrad reads it), refreshed once
@@ -250,8 +260,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     const bool transposed = plan.fsdp2 || !device.fp8_gemm_any_layout;
     const double copies = (training.fp8_params ? 0 : 1) + (transposed ? 1 : 0);
     fp8_copies = copies * kFp8Bytes *
-                 (fp8_uncached ? largest_projection_weights(model) / tp
-                               : layer_projections * (fp8_per_unit ? kFsdpUnitsGathered : layers));
+                 (fp8_uncached   ? largest_projection_weights(model) / tp
+                  : fp8_per_unit ? layer_projections * kFsdpUnitsGathered
+                                 : projections);
     const std::string in_fp8 = transposed ? "in FP8 and transposed " : "in FP8 ";
     add("FP8 weight copies", fp8_copies,
         fp8_uncached ? "the largest projection weight " + in_fp8 +
@@ -318,9 +329,11 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   double dynamic = 0;
   if (fp8_per_unit) dynamic += fp8_copies;
   if (sharding.parameters_sharded()) {
-    const double gathered = peak_gathered_parameters(model) / tp * kWeightBytes;
+    const double gathered = peak_gathered_bytes(model, training) / tp;
     add("gathered parameters", gathered,
-        std::string("BF16 copies of the unit computing and the one prefetched (FSDP)") +
+        std::string(quantized ? "the unit computing and the one prefetched, gathered whole "
+                                "(FSDP): decoder layers in NF4 (FSDP-QLoRA), the rest BF16"
+                              : "BF16 copies of the unit computing and the one prefetched (FSDP)") +
             (tp > 1 ? ", split over tp" : ""));
     dynamic += gathered;
   }

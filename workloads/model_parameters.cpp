@@ -57,8 +57,8 @@ double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan&
   return layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / plan.tp;
 }
 
-double weight_gather_bytes(double parameters, double fp8) {
-  return kBf16 * (parameters - fp8) + kFp8 * fp8;
+double weight_gather_bytes(double parameters, double fp8, double nf4) {
+  return kBf16 * (parameters - fp8 - nf4) + kFp8 * fp8 + kNf4BytesPerParameter * nf4;
 }
 
 double decoder_layer_parameters(const ModelSpec& model) {
@@ -124,6 +124,13 @@ int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
     layers += virtual_stage_layers(model, virtual_stages, v).count();
   }
   return layers;
+}
+
+double stage_projection_weights(const ModelSpec& model, const ParallelPlan& plan, int stage) {
+  const double experts = stage_expert_layers(model, plan, stage);
+  const double dense = stage_layers(model, plan, stage) - experts;
+  return experts * rank_layer_projection_weights(model, plan) +
+         (dense > 0 ? dense * rank_layer_projection_weights(model.dense_layer_model(), plan) : 0.0);
 }
 
 int stage_expert_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {

@@ -53,6 +53,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.shared_expert_ffn = model.shared_expert_ffn;
   subject.vocab = model.vocab;
   subject.experts = model.experts;
+  subject.dense_layers = model.has_dense_layers();
   subject.experts_per_token = model.experts_per_token;
   subject.expert_load = training.busiest_expert_load();
   subject.seq_len = training.seq_len;
@@ -126,17 +127,25 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
                             "moe_layer_every: 1 makes every layer after the first dense ones an "
                             "experts' layer"));
   } else if (m.mixture_of_experts() && m.expert_layers() == 0) {
-    found.push_back(problem("some-expert-layer", {"first_dense_layers"},
-                            "no layer is left for the experts: first_dense_layers and "
-                            "moe_layer_every make every one of the " +
-                                std::to_string(m.layers) + " layers dense",
-                            "leave at least one experts' layer, or remove experts"));
+    found.push_back(
+        problem("some-expert-layer",
+                {m.first_dense_layers >= m.layers ? "first_dense_layers" : "moe_layer_every"},
+                "no layer is left for the experts: first_dense_layers and "
+                "moe_layer_every make every one of the " +
+                    std::to_string(m.layers) + " layers dense",
+                "leave at least one experts' layer, or remove experts"));
   }
   if (!m.qk_norm_weights && !m.qk_norm) {
     found.push_back(problem("qk-norm-weights-need-qk-norm", {"qk_norm_weights"},
                             "qk_norm_weights says whether QK-norm has weights, and the model has "
                             "no QK-norm",
                             "set qk_norm: true, or remove qk_norm_weights"));
+  }
+  if (m.dense_ffn > 0 && m.mixture_of_experts() && m.expert_layers() == m.layers) {
+    found.push_back(problem("dense-ffn-needs-dense-layers", {"dense_ffn"},
+                            "dense_ffn sizes dense layers, and every layer of the model has "
+                            "experts",
+                            "give first_dense_layers or moe_layer_every, or remove dense_ffn"));
   }
   if (m.shared_expert_gate && m.shared_expert_ffn == 0) {
     found.push_back(problem("shared-expert-gate-needs-shared-expert", {"shared_expert_gate"},

@@ -64,9 +64,10 @@ struct ModelSpec {
   bool shared_expert_gate = false;
   // Dense layers among a mixture of experts' layers: the first `first_dense_layers` (DeepSeek's
   // first_k_dense_replace), and after them all but every moe_layer_every-th, the last of each
-  // group (Llama 4's interleave_moe_layer_step and Qwen2-MoE's decoder_sparse_step: 2 makes
-  // layers 1, 3, 5, ... the experts' layers). A dense layer's MLP is dense_ffn wide (0: ffn),
-  // with no router, experts or shared expert.
+  // group, counted from layer 0 (Llama 4's interleave_moe_layer_step and Qwen2-MoE's
+  // decoder_sparse_step: 2 makes layers 1, 3, 5, ... the experts' layers; DeepSeek's and
+  // Megatron-Core's moe_layer_freq take the first of each group instead, the same at 1). A dense
+  // layer's MLP is dense_ffn wide (0: ffn), with no router, experts or shared expert.
   int first_dense_layers = 0;
   int moe_layer_every = 1;
   int dense_ffn = 0;

@@ -33,11 +33,14 @@ struct Unit {
   // back before its backward (a decoder layer among the first activation_offload_layers).
   double offloaded_bytes = 0;
   int layer = -1;  // its place among the chunk's decoder layers; -1: the embedding or the head
+  // The share of its parameters in QLoRA's 4-bit NF4: a decoder layer's frozen base, not its
+  // adapters.
+  double nf4_share = 0;
   double dense_trainable() const { return trainable - expert_trainable; }
-  // What the distributed optimizer's all-gather moves of `count` of its parameters: FP8
-  // primary weights are gathered in FP8 (Megatron-Core's --fp8-param-gather), the rest BF16.
+  // What an all-gather moves of `count` of its parameters: FP8 primary weights are gathered in
+  // FP8 (Megatron-Core's --fp8-param-gather), QLoRA's base packed in NF4, the rest BF16.
   double gathered_bytes(double count) const {
-    return weight_gather_bytes(count, count * fp8_share);
+    return weight_gather_bytes(count, count * fp8_share, count * nf4_share);
   }
 };
 
@@ -54,6 +57,7 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
   const std::size_t head_index = parameters.size() - 1;
   // Under LoRA only each layer's adapters train; the embedding and head are frozen.
   const bool frozen = training.lora.has_value();
+  const bool quantized = frozen && training.lora->quantized_base;
   const double adapters = lora_parameters_per_layer(model, training) / tp;
   // A layer of each kind, built once: an experts' layer or a dense one (a mixture of experts'
   // dense layers, every layer of a dense model), its ops attending fully or within the model's
@@ -114,10 +118,17 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
       const bool offloaded = layers_before < plan.activation_offload_layers;
       ++layers_before;
-      units.push_back({"L" + std::to_string(layer), held, frozen ? adapters : held,
-                       model.attends_locally(layer) ? kind.local : kind.full, recomputed,
-                       frozen ? 0.0 : kind.experts, kind.fp8 / held,
-                       offloaded ? kind.saved_bytes : 0.0, layers_before - 1});
+      Unit unit{"L" + std::to_string(layer),
+                held,
+                frozen ? adapters : held,
+                model.attends_locally(layer) ? kind.local : kind.full,
+                recomputed,
+                frozen ? 0.0 : kind.experts,
+                kind.fp8 / held,
+                offloaded ? kind.saved_bytes : 0.0,
+                layers_before - 1};
+      if (quantized) unit.nf4_share = (held - adapters) / held;
+      units.push_back(std::move(unit));
     }
   }
   return units;
@@ -462,7 +473,8 @@ class MicroBatchBuilder {
     std::vector<TaskIndex> deps;
     if (after) deps.push_back(*after);
     return build_->collective(tag_ + unit(u).name + "." + pass + ".all_gather",
-                              CollectiveOp::all_gather, unit(u).parameters * kBf16Bytes, deps);
+                              CollectiveOp::all_gather, unit(u).gathered_bytes(unit(u).parameters),
+                              deps);
   }
 
   // FSDP2 (PyTorch's fully_shard, _fsdp_collectives.py) on the compute stream: a gathered unit
@@ -470,7 +482,7 @@ class MicroBatchBuilder {
   // BF16 parameters read and written) before the unit computes, in forward and again in
   // backward.
   TaskIndex copy_out(std::size_t u, const std::string& pass, std::vector<TaskIndex> deps) {
-    const double bytes = 2 * kBf16Bytes * unit(u).parameters;
+    const double bytes = 2 * unit(u).gathered_bytes(unit(u).parameters);
     return build_->compute(tag_ + unit(u).name + "." + pass + ".copy_out",
                            memory_op("copy_out", bytes), std::move(deps));
   }

@@ -194,8 +194,10 @@ double layer_projection_weights(const ModelSpec& model, double experts_held);
 // A rank's share of them: split over tp, with the experts expert parallelism leaves it.
 double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan);
 // What an all-gather of `parameters` weights moves when `fp8` of them are FP8 primary weights
-// (fp8_params, gathered in FP8 as Megatron-Core's --fp8-param-gather does), the rest BF16.
-double weight_gather_bytes(double parameters, double fp8);
+// (fp8_params, gathered in FP8 as Megatron-Core's --fp8-param-gather does) and `nf4` QLoRA's
+// 4-bit base (gathered packed with its scales, as FSDP-QLoRA's quant_storage does), the rest
+// BF16.
+double weight_gather_bytes(double parameters, double fp8, double nf4 = 0);
 // One MLP's parameters: the dense layer's, or one expert's in a mixture of experts.
 double mlp_parameters(const ModelSpec& model);
 // A decoder layer's experts' parameters (0 without a mixture of experts): its routed experts,
@@ -228,6 +230,8 @@ LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int 
 int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // Of those, the layers that route to experts (ModelSpec::layer_has_experts).
 int stage_expert_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
+// The projection weights of a rank of pipeline stage `stage`: each of its layers' kind's.
+double stage_projection_weights(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // The units virtual pipeline stage v of `virtual_stages` holds, as indices into
 // fsdp_unit_parameters (0 the embedding, 1..layers the layers, layers + 1 the head) in forward
 // order: its layers, the embedding on the first, the head on the last.

@@ -334,10 +334,8 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const double local = held.dense;  // gathered over every replica (experts: a bound's omission)
   // Of which FP8 primary weights, gathered in FP8: at most the stage's projections (theirs
   // counted with its experts', which only lowers the bound).
-  const double fp8 = inputs.training.fp8_params
-                         ? std::min(local, stage_layers(model, plan, 0) *
-                                               rank_layer_projection_weights(model, plan))
-                         : 0.0;
+  const double fp8 =
+      inputs.training.fp8_params ? std::min(local, stage_projection_weights(model, plan, 0)) : 0.0;
   const NodeSpec& node = inputs.node;
   // Offloaded, the first node's ranks of the first stage each run CPU Adam after their last
   // backward: together their bytes cross its host memory, each rank's parameters take its

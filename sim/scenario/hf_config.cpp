@@ -63,9 +63,6 @@ const Family* family_of(std::string_view type) {
   return nullptr;
 }
 
-// Which layers attend locally: layer_types where the config lists them (transformers' newer
-// configs), else Gemma 3's sliding_window_pattern, else the family's rule. fleetsim models every
-// N-th layer attending fully (N 0: none); another pattern is refused at the list.
 // The N of a per-layer list where every N-th layer attends fully (`full`, the last of each N),
 // or 0 where none does; a list breaking that pattern is refused at the layer that breaks it.
 int full_attention_every(const std::vector<Field>& listed, const std::vector<bool>& full) {
@@ -84,6 +81,9 @@ int full_attention_every(const std::vector<Field>& listed, const std::vector<boo
   return every;
 }
 
+// Which layers attend locally: layer_types where the config lists them (transformers' newer
+// configs), else Gemma 3's sliding_window_pattern, else the family's rule. fleetsim models every
+// N-th layer attending fully (N 0: none); another pattern is refused at the list.
 void read_layer_attention(const Field& root, const Family& family, ModelSpec& m) {
   m.full_attention_every = family.full_every;
   if (const auto pattern = find(root, "sliding_window_pattern");
@@ -103,22 +103,34 @@ void read_layer_attention(const Field& root, const Family& family, ModelSpec& m)
 
 // Llama 4's chunked attention: in every layer but its NoPE ones, which attend globally: every
 // no_rope_layer_interval-th (Llama4TextConfig's default 4), or as no_rope_layers lists them (1:
-// RoPE and chunks, 0: global); attention_chunk_size null: every layer global.
+// RoPE and chunks, 0: global), or as newer configs' layer_types name them
+// (chunked_attention, full_attention); attention_chunk_size null: every layer global.
 void read_llama4_attention(const Field& root, ModelSpec& m) {
   m.local_attention = LocalAttention::chunked;
   if (const auto chunk = find(root, "attention_chunk_size")) {
     m.attention_window = is_set(*chunk) ? read_int(*chunk, 1) : 0;
   }
+  if (m.attention_window == 0) {
+    m.full_attention_every = 0;
+    return;
+  }
   if (const auto interval = find(root, "no_rope_layer_interval"); interval && is_set(*interval)) {
     m.full_attention_every = read_int(*interval, 1);
   }
-  const auto flags = find(root, "no_rope_layers");
-  if (!flags || !flags->node.IsSequence() || flags->node.size() == 0) return;
-  const std::vector<Field> listed =
-      read_list(*flags, static_cast<std::size_t>(m.layers), "flags, one a layer");
+  std::vector<Field> listed;
   std::vector<bool> full;
-  for (const Field& flag : listed) full.push_back(read_int(flag, 0) == 0);
-  m.full_attention_every = full_attention_every(listed, full);
+  if (const auto types = find(root, "layer_types"); types && is_set(*types)) {
+    listed = read_list(*types, static_cast<std::size_t>(m.layers), "layer types, one a layer");
+    for (const Field& type : listed) {
+      full.push_back(read_choice(type, {"chunked_attention", "full_attention"}) ==
+                     "full_attention");
+    }
+  } else if (const auto flags = find(root, "no_rope_layers");
+             flags && flags->node.IsSequence() && flags->node.size() > 0) {
+    listed = read_list(*flags, static_cast<std::size_t>(m.layers), "flags, one a layer");
+    for (const Field& flag : listed) full.push_back(read_int(flag, 0) == 0);
+  }
+  if (!listed.empty()) m.full_attention_every = full_attention_every(listed, full);
 }
 
 }  // namespace
@@ -135,7 +147,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (model_type == "llama4") {
     fail(type, "Llama 4's vision encoder is not modelled",
          "give its text decoder as a config of its own: text_config's keys with model_type "
-         "llama4_text (Llama4TextConfig's defaults fill the keys it leaves out)");
+         "llama4_text");
   }
   if (model_type == "gemma3") {
     fail(type, "Gemma 3's vision encoder is not modelled",
@@ -235,18 +247,19 @@ ModelSpec Loader::hf_model(const Field& path_field) {
     const auto dense = find(root, "intermediate_size_mlp");
     m.dense_ffn = dense && is_set(*dense) ? read_int(*dense, 1) : 16384;
     read_moe_step("interleave_moe_layer_step");
-    if (const auto listed = find(root, "moe_layers");
-        listed && listed->node.IsSequence() && listed->node.size() > 0) {
+    // moe_layers, where listed, decides (transformers builds the step's pattern only where it
+    // is null): every N-th layer from layer N - 1, N its first entry plus one.
+    if (const auto listed = find(root, "moe_layers"); listed && is_set(*listed)) {
       const std::vector<Field> layers = read_list(*listed, 0, "layer indices");
-      std::vector<int> expected;
-      for (int layer = 0; layer < m.layers; ++layer) {
-        if (m.layer_has_experts(layer)) expected.push_back(layer);
-      }
-      for (std::size_t i = 0; i < layers.size() || i < expected.size(); ++i) {
-        if (i >= layers.size() || i >= expected.size() || read_int(layers[i], 0) != expected[i]) {
+      m.moe_layer_every = read_int(layers.front(), 0) + 1;
+      std::size_t i = 0;
+      for (int layer = m.moe_layer_every - 1; layer < m.layers || i < layers.size();
+           layer += m.moe_layer_every, ++i) {
+        if (i >= layers.size() || layer >= m.layers || read_int(layers[i], 0) != layer) {
           fail(i < layers.size() ? layers[i] : *listed,
-               "moe_layers breaks the pattern of every interleave_moe_layer_step-th layer",
-               "fleetsim models every N-th layer an experts' layer (the last of each N)");
+               "moe_layers breaks the pattern of every N-th layer an experts' layer",
+               "fleetsim models every N-th layer (the last of each N) an experts' layer: list "
+               "layers N - 1, 2N - 1, ... up to the last");
         }
       }
     }
@@ -303,7 +316,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   // here in every layer, where Llama 4 runs it in its RoPE layers only).
   if (llama4) {
     const auto use = find(root, "use_qk_norm");
-    m.qk_norm = !use || is_set(*use);
+    m.qk_norm = !use || read_bool(*use);
     m.qk_norm_weights = !m.qk_norm;
   }
   // Gemma: GeGLU, a norm after each block too, the logits soft-capped where

@@ -265,13 +265,6 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.experts = 8;
          p.recompute = Recompute::per_op;
        }},
-      {"qlora-without-zero-3", "training.method",
-       [](JobSubject& j, ParallelPlan& p) {
-         j.lora = j.quantized_base = true;
-         p.tp = 1;
-         p.dp = 16;
-         p.zero_stage = 3;
-       }},
       {"fp8-needs-fp8-gpu", "training.precision",
        [](JobSubject& j, ParallelPlan&) {
          j.fp8 = true;

@@ -283,6 +283,19 @@ TEST_CASE("Llama 4 counts its checkpoints' text parameters, dense layers among e
   loaded.name = maverick.name;
   loaded.source = maverick.source;
   CHECK(loaded == maverick);
+  // moe_layers decides the pattern where it is listed; attention_chunk_size null makes every
+  // layer global.
+  dir.write("Llama-4-Maverick-17B-128E/config.json",
+            testing::with(testing::with(text, "\"num_local_experts\": 16",
+                                        "\"num_local_experts\": 128, \"moe_layers\": [1, 3, 5, 7, "
+                                        "9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, "
+                                        "37, 39, 41, 43, 45, 47]"),
+                          "\"use_qk_norm\": true", "\"attention_chunk_size\": null"));
+  loaded = load("Llama-4-Maverick-17B-128E");
+  CHECK(loaded.moe_layer_every == 2);
+  CHECK(loaded.expert_layers() == 24);
+  CHECK(loaded.attention_window == 0);
+  CHECK(loaded.full_attention_every == 0);
   // The multimodal config is refused with the way to give its text decoder.
   dir.write("Llama-4-Maverick-17B-128E/config.json",
             testing::with(text, "\"llama4_text\"", "\"llama4\""));

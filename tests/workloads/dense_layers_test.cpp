@@ -8,18 +8,7 @@
 
 namespace fleetsim {
 
-namespace {
-
-// The memory item named `name`.
-double item_bytes(const MemoryBreakdown& memory, const std::string& name) {
-  for (const MemoryItem& item : memory.items) {
-    if (item.name == name) return item.bytes;
-  }
-  FAIL("no memory item " << name);
-  return 0;
-}
-
-}  // namespace
+using testing::item_bytes;
 
 TEST_CASE("half the layers dense: every per-layer figure is the mean of the two uniform models") {
   // A 32-layer mixture of experts (8 experts, 2 a token) with every other layer dense, its
@@ -69,6 +58,13 @@ TEST_CASE("half the layers dense: every per-layer figure is the mean of the two 
         Approx((item_bytes(m_moe, "weights") + item_bytes(m_dense, "weights")) / 2));
   CHECK(item_bytes(m_mixed, "activations") ==
         Approx((item_bytes(m_moe, "activations") + item_bytes(m_dense, "activations")) / 2));
+  // Under FP8 each layer keeps its own kind's FP8 weight copies.
+  TrainingSpec fp8 = t;
+  fp8.precision = Precision::fp8;
+  const auto copies = [&](const ModelSpec& m, const ParallelPlan& p) {
+    return item_bytes(estimate_memory(m, fp8, p, device), "FP8 weight copies");
+  };
+  CHECK(copies(mixed, plan) == Approx((copies(moe, plan) + copies(dense, dense_plan)) / 2));
 }
 
 TEST_CASE("dense-layer settings are a mixture of experts', and leave it an experts' layer") {

@@ -148,7 +148,8 @@ TEST_CASE("LoRA on an FP8 base: frozen projections run FP8 without weight gradie
   REQUIRE(gather);
   CHECK(gather->collective->size_bytes == 2.0 * 4096 * m.hidden);
   t.lora->targets = {"o"};
-  const Op* fp8_gather = find_op(decoder_layer_ops(m, t, 4).forward, "attn_gather");
+  const LayerOps output_only = decoder_layer_ops(m, t, 4);
+  const Op* fp8_gather = find_op(output_only.forward, "attn_gather");
   REQUIRE(fp8_gather);
   CHECK(fp8_gather->collective->size_bytes == 1.0 * 4096 * m.hidden);
 }
@@ -268,7 +269,8 @@ TEST_CASE("fp8_weight_cache off: each micro-batch casts the weights again and sa
   CHECK(layer_saved_bytes(m, t, plan) - layer_saved_bytes(m, cached, plan) ==
         Approx(rank_layer_projection_weights(m, plan)));
   t.fp8_params = true;
-  CHECK_FALSE(find_op(decoder_layer_ops(m, t, 4).forward, "qkv.weight_cast"));
+  const LayerOps primary = decoder_layer_ops(m, t, 4);
+  CHECK_FALSE(find_op(primary.forward, "qkv.weight_cast"));
   CHECK(layer_saved_bytes(m, t, plan) == Approx(layer_saved_bytes(m, cached, plan)));
   // Only FP8 has weight casts to cache.
   TrainingSpec bf16 = testing::training(4096, 8, 1);
@@ -295,6 +297,45 @@ TEST_CASE("activation_fp8_input keeps the SwiGLU input in FP8, one cast each way
   const auto problems = recipe_problems(testing::gpt3_175b(), t);
   REQUIRE_FALSE(problems.empty());
   CHECK(problems.front().rule == "activation-fp8-input-needs-fused-swiglu");
+}
+
+}  // namespace fleetsim
+
+namespace fleetsim {
+
+using testing::item_bytes;
+
+TEST_CASE("FSDP-QLoRA gathers each layer's 4-bit base packed, its adapters in BF16") {
+  // QLoRA under ZeRO-3 on 8 GPUs: a decoder layer's all-gather moves its base at 4.127 bits a
+  // weight (NF4 with double-quantized scales, packed as FSDP stores it) and its adapters at 16;
+  // the weights each GPU keeps are an eighth of that.
+  const ModelSpec m = testing::llama3_8b();
+  TrainingSpec t = testing::training(4096, 16, 1);
+  t.lora = LoraSpec{};
+  t.lora->quantized_base = true;
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.zero_stage = 3;
+  REQUIRE(job_problems(job_subject(m, t), plan).empty());
+  const double base = decoder_layer_parameters(m);
+  const double adapters = lora_parameters_per_layer(m, t);
+  const double layer_gather = kNf4BytesPerParameter * base + 2 * adapters;
+  const TaskGraph graph = build_data_parallel_step(m, t, plan);
+  bool found = false;
+  for (const Task& task : graph.stages[0]) {
+    if (!task.name.ends_with("L3.fwd.all_gather")) continue;
+    found = true;
+    CHECK(std::get<CollectiveWork>(task.work).size_bytes == Approx(layer_gather));
+  }
+  CHECK(found);
+  const MemoryBreakdown memory = estimate_memory(m, t, plan, {80e9});
+  const double layers = 32 * base;
+  const double held = m.parameters() + 32 * adapters;
+  CHECK(item_bytes(memory, "weights") ==
+        Approx((2 * (held - layers) + kNf4BytesPerParameter * layers) / 8));
+  // Gathered at once: two consecutive units at most, the largest pair the head (BF16, with the
+  // final norm) and the last layer.
+  CHECK(item_bytes(memory, "gathered parameters") == Approx(2 * head_parameters(m) + layer_gather));
 }
 
 }  // namespace fleetsim

@@ -2,6 +2,8 @@
 // published, and sums over a task graph.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <string>
 #include <variant>
 
@@ -83,6 +85,15 @@ inline long task_index(const TaskGraph& graph, const std::string& name) {
     if (graph.stages[0][i].name == name) return static_cast<long>(i);
   }
   return -1L;
+}
+
+// The bytes of the memory item named `name` (0, and a failed check, when there is none).
+inline double item_bytes(const MemoryBreakdown& memory, const std::string& name) {
+  for (const MemoryItem& item : memory.items) {
+    if (item.name == name) return item.bytes;
+  }
+  FAIL_CHECK("no memory item " << name);
+  return 0;
 }
 
 inline double sum_model_flops(const TaskGraph& graph) {

@@ -500,12 +500,6 @@ Problem per_op_on_dense_full_model(const JobSubject& job, const ParallelPlan& pl
             "use selective or full");
 }
 
-Problem qlora_without_zero_3(const JobSubject& job, const ParallelPlan& plan) {
-  if (!job.quantized_base || plan.zero_stage < 3) return {};
-  return at({"training.method"}, "QLoRA with ZeRO-3 (FSDP-QLoRA) is not modelled yet",
-            "use zero 0 to 2: the 4-bit base of a 70B model fits one GPU");
-}
-
 Problem fp8_needs_fp8_gpu(const JobSubject& job, const ParallelPlan&) {
   if (!job.fp8 || !job.cluster || job.cluster->gpu_fp8) return {};
   return at({"training.precision"}, "GPU profile " + job.cluster->gpu + " has no FP8 GEMM entries",
@@ -552,10 +546,13 @@ Problem recompute_modules_fit_the_model(const JobSubject& job, const ParallelPla
   if (plan.recompute != Recompute::selective) return {};
   const RecomputeModules& modules = plan.recompute_modules;
   const bool moe = job.experts > 0;
-  if (moe && modules.mlp) {
-    return at({"layout.recompute_modules"},
-              "mlp reruns a dense MLP block; " + job.model + " is a mixture of experts",
-              "use moe for the whole block, or moe_act for the experts' activation");
+  // (Megatron-Core reruns `mlp` in each layer whose MLP is dense: a mixture of experts' dense
+  // layers among its experts' ones.)
+  if (moe && !job.dense_layers && modules.mlp) {
+    return at(
+        {"layout.recompute_modules"},
+        "mlp reruns a dense MLP block; every layer of " + job.model + " is a mixture of experts",
+        "use moe for the whole block, or moe_act for the experts' activation");
   }
   if (!moe && (modules.moe || modules.moe_act || modules.layernorm)) {
     return at({"layout.recompute_modules"},
@@ -676,7 +673,6 @@ const JobRule kRules[] = {
     {"per-op-recompute-on-dense-full-model",
      "per_op recomputation on a dense model trained in full on FlashAttention",
      per_op_on_dense_full_model},
-    {"qlora-without-zero-3", "QLoRA with ZeRO 0-2", qlora_without_zero_3},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
     {"fp8-without-quantized-base", "FP8 without QLoRA's 4-bit base", fp8_without_quantized_base},
     {"fp8-params-need-distributed-optimizer",

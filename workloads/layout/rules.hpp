@@ -55,7 +55,8 @@ struct JobSubject {
   int dense_ffn = 0;          // a mixture of experts' dense layers' MLP, where it differs (0: none)
   int shared_expert_ffn = 0;  // a mixture of experts' shared expert (0: none)
   int vocab = 0;
-  int experts = 0;  // 0: a dense model
+  int experts = 0;            // 0: a dense model
+  bool dense_layers = false;  // a mixture of experts with dense layers among its experts' ones
   int experts_per_token = 0;
   double expert_load = 1;  // the busiest expert-parallel rank's tokens over the mean
   int seq_len = 0;
