@@ -83,7 +83,9 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
     built.absent_experts = built.experts * (plan.ep - 1);
     // (A LoRA's frozen FP8 base is not gathered: only its BF16 adapters train.)
     built.fp8 = training.fp8_params && !frozen ? rank_layer_projection_weights(kind, plan) : 0.0;
-    built.saved_bytes = layer_saved_bytes(kind, training, plan);
+    // (Only activation offload copies them.)
+    built.saved_bytes =
+        plan.activation_offload_layers > 0 ? layer_saved_bytes(kind, training, plan) : 0.0;
     return built;
   };
   std::optional<LayerKind> expert_layer, dense_layer;
