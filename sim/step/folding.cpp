@@ -7,23 +7,26 @@
 namespace fleetsim::step_detail {
 namespace {
 
-// Which links the traffic of more than one data-parallel replica may cross: a union-find over
-// links, in which the links of one tensor-parallel group or one pipeline pair are joined, with
-// the replica that owns each. Under hash routing every link into or out of a switch with
-// equal-cost peers stands for all of them (one extra element), as the hash may pick any.
+// Which links the traffic of more than one owner may cross: a union-find over links, in which
+// the links of one group or one pipeline pair are joined, with the owner of each: a replica, a
+// block of them (see plan_shadows), or several. Under hash routing every link into or out of
+// a switch with equal-cost peers stands for all of them (one extra element), as the hash may
+// pick any.
 class ReplicaSharing {
  public:
+  static constexpr int kMany = -2;  // an owner standing for several
+
   explicit ReplicaSharing(const Topology& topology)
       : topology_(&topology),
         parent_(topology.link_count() + 1),
         owner_(topology.link_count() + 1, kNone) {
     std::iota(parent_.begin(), parent_.end(), std::size_t{0});
   }
-  // Joins the links of one piece of traffic of `replica` and returns their part.
-  std::optional<std::size_t> join(const std::vector<LinkId>& links, int replica) {
+  // Joins the links of one piece of traffic of `owner` and returns their part.
+  std::optional<std::size_t> join(const std::vector<LinkId>& links, int owner) {
     std::optional<std::size_t> part;
     const auto add = [&](std::size_t element) {
-      owner_[element] = owner_[element] == kNone || owner_[element] == replica ? replica : kMany;
+      owner_[element] = owner_[element] == kNone || owner_[element] == owner ? owner : kMany;
       if (part) parent_[find(element)] = find(*part);
       part = element;
     };
@@ -50,7 +53,6 @@ class ReplicaSharing {
 
  private:
   static constexpr int kNone = -1;
-  static constexpr int kMany = -2;
   std::size_t any_equal_cost_link() const { return parent_.size() - 1; }
   std::size_t find(std::size_t x) {
     while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
@@ -58,7 +60,7 @@ class ReplicaSharing {
   }
   const Topology* topology_;
   std::vector<std::size_t> parent_;
-  std::vector<int> owner_;  // the one replica whose traffic crosses the link, or none, or many
+  std::vector<int> owner_;  // the one owner whose traffic crosses the link, or none, or many
   std::vector<bool> shared_root_;
 };
 
@@ -80,6 +82,39 @@ std::vector<LinkId> group_links(const Collectives& collectives, const std::vecto
     links.insert(links.end(), hop.begin(), hop.end());
   }
   return links;
+}
+
+// The GPUs under one leaf switch, where context or expert groups make every layer wait for
+// their slowest member: replica 0 stands for the others only if they meet the fabric as it
+// does. The nodes under each leaf must be consecutive runs of one size, and no route may pick
+// among equal-cost switches by a hash (each replica's flows would collide as they do only
+// there): nullopt otherwise. 0 where the nodes share one switch or have no fabric.
+std::optional<int> leaf_unit(const Topology& topology) {
+  const std::vector<VertexId>& gpus = topology.gpus();
+  const int nodes = topology.vertex(gpus.back()).node + 1;
+  if (nodes == 1) return 0;
+  std::vector<std::optional<VertexId>> leaf(nodes);
+  for (int n = 0; n < nodes; ++n) {
+    const std::optional<VertexId> from = topology.gpu_at(n, 0);
+    const std::optional<VertexId> to = topology.gpu_at(n == 0 ? 1 : 0, 0);
+    if (!from || !to) return std::nullopt;
+    for (const LinkId id : topology.route(*from, *to)) {
+      const VertexId vertex = topology.link(id).to;
+      if (topology.has_equal_cost_peers(vertex)) return std::nullopt;
+      if (!leaf[n] && topology.vertex(vertex).kind == VertexKind::leaf_switch) leaf[n] = vertex;
+    }
+  }
+  if (!leaf[0]) return 0;
+  int run = 1;
+  while (run < nodes && leaf[run] == leaf[0]) ++run;
+  if (run == nodes) return 0;
+  for (int n = 1; n < nodes; ++n) {
+    const bool starts_run = n % run == 0;
+    if ((leaf[n] == leaf[n - 1]) == starts_run) return std::nullopt;
+  }
+  const auto per_node = std::count_if(gpus.begin(), gpus.end(),
+                                      [&](VertexId gpu) { return topology.vertex(gpu).node == 0; });
+  return run * static_cast<int>(per_node);
 }
 
 }  // namespace
@@ -116,9 +151,11 @@ std::vector<bool> traced_ranks(const RankGrid& grid, const std::vector<bool>& re
 // Whether every data-parallel replica sits on the cluster as replica 0 does, shifted by whole
 // units or by whole tensor-parallel groups inside units that its stages fill alike, a unit
 // being a node, or an NVLink domain of several nodes (GB200 NVL72): tensor groups that span
-// whole units, or that divide a unit when each stage fills whole units (or there is one
-// stage). Otherwise a pipeline transfer may stay inside a unit in one replica and cross the
-// fabric in another, and replica 0 would not stand for the others.
+// whole units, or that divide a unit when each stage fills whole units or lies inside one (or
+// there is one stage). Otherwise a pipeline transfer may stay inside a unit in one replica and
+// cross the fabric in another, and replica 0 would not stand for the others. The blocks of replicas
+// that context and expert groups join (see plan_shadows) must sit alike in the same way, and
+// on the fabric's leaf switches too (leaf_unit).
 bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
   const VertexId first = topology.gpus().front();
   const int first_node = topology.vertex(first).node;
@@ -129,36 +166,64 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
                       : topology.vertex(gpu).node == first_node;
       }));
   const RankGrid& grid = graph.grid;
-  if (grid.tp() % unit == 0) return true;
-  return unit % grid.tp() == 0 && (grid.pp() == 1 || grid.stage_ranks() % unit == 0);
+  const auto shifted_alike = [&](int ranks, int unit_ranks) {
+    if (ranks % unit_ranks == 0) return true;
+    const int stage = grid.stage_ranks();
+    return unit_ranks % ranks == 0 &&
+           (grid.pp() == 1 || stage % unit_ranks == 0 || unit_ranks % stage == 0);
+  };
+  const int block = grid.tp() * std::lcm(grid.cp(), grid.ep());
+  if (!shifted_alike(grid.tp(), unit) || !shifted_alike(block, unit)) return false;
+  if (block == grid.tp()) return true;
+  const std::optional<int> leaves = leaf_unit(topology);
+  return leaves && (*leaves == 0 || shifted_alike(block, *leaves));
 }
 
-// Which copies of the replayed traffic in other replicas must run too. A copy whose links,
-// and the links of whatever else of its replica they are joined to, carry no other replica's
-// traffic loads them as its representative loads replica 0's: the data-parallel groups,
-// replayed whole, cross every replica's links alike and are slowed where replica 0's are, so
-// such a copy changes nothing and is left out. A copy joined to a link that several replicas
-// cross (a fabric uplink, a PCIe switch two replicas share) runs.
+// Which copies of the replayed traffic in other replicas must run too. Traffic is owned by
+// the one replica it stays in (a tensor group, a pipeline pair), or by the block of lcm(cp, ep)
+// consecutive replicas that context and expert groups stay in, or by several blocks (an
+// expert_data group). A copy whose links, and the links of whatever else it is joined to,
+// carry no other owner's traffic loads them as its representative loads its own: the
+// data-parallel groups, replayed whole, cross every replica's links alike and are slowed
+// where replica 0's are, so such a copy changes nothing and is left out. A copy joined to a
+// link that several owners cross (a fabric uplink, a PCIe switch two replicas share, the
+// NVLink port a context ring and another replica's tensor group share) runs.
 Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Collectives& collectives,
-                     const std::vector<VertexId>& gpus,
-                     const std::vector<std::vector<VertexId>>& tensor_groups,
+                     const std::vector<VertexId>& gpus, const GroupGpus& group_gpus,
                      const std::set<std::pair<int, int>>& transfer_stages) {
   Shadows out;
   const int tp = grid.tp();
   const int replicas = grid.replicas();
+  const int block = std::lcm(grid.cp(), grid.ep());
   ReplicaSharing sharing(topology);
-  // A tensor group's replica and its representative (the group of replica 0 of its stage).
-  const auto replica_of = [&](int group) {
-    return grid.replica_of(grid.members(GroupKind::tensor, group).front());
+  // The owner of a group's traffic, its members in rank order: their replica, their block
+  // (numbered after the replicas), or several.
+  const auto owner_of = [&](const std::vector<int>& members) {
+    const int first = grid.replica_of(members.front());
+    const int last = grid.replica_of(members.back());
+    if (first == last) return first;
+    return first / block == last / block ? replicas + first / block : ReplicaSharing::kMany;
   };
-  const auto representative_of = [&](int group) {
-    const int first = grid.members(GroupKind::tensor, group).front();
-    return grid.group_of(grid.in_replica(first, 0), GroupKind::tensor);
+  // Each group's part and representative (the group of its kind holding the rank of replica 0
+  // at its first member's place). Every data group holds a representative.
+  struct Joined {
+    GroupKind kind;
+    int group;
+    int representative;
+    std::optional<std::size_t> part;
   };
-  std::vector<std::optional<std::size_t>> tensor_part;
-  for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
-    tensor_part.push_back(
-        sharing.join(group_links(collectives, tensor_groups[g]), replica_of(static_cast<int>(g))));
+  std::vector<Joined> joined;
+  for (const GroupKind kind :
+       {GroupKind::tensor, GroupKind::context, GroupKind::expert, GroupKind::expert_data}) {
+    if (!grid.has_groups(kind)) continue;
+    for (int g = 0; g < grid.groups(kind); ++g) {
+      const std::vector<int> members = grid.members(kind, g);
+      const int representative = grid.group_of(grid.in_replica(members.front(), 0), kind);
+      joined.push_back(
+          {kind, g, representative,
+           sharing.join(group_links(collectives, group_gpus[static_cast<int>(kind)][g]),
+                        owner_of(members))});
+    }
   }
   // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
   std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
@@ -175,11 +240,11 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
       }
     }
   }
-  out.tensor.assign(tensor_groups.size(), {});
-  for (std::size_t g = 0; g < tensor_part.size(); ++g) {
-    const int group = static_cast<int>(g);
-    if (replica_of(group) == 0 || !sharing.crossed_by_several(tensor_part[g])) continue;
-    out.tensor[representative_of(group)].push_back(group);
+  for (int kind = 0; kind < kGroupKinds; ++kind)
+    out.groups[kind].assign(group_gpus[kind].size(), {});
+  for (const Joined& group : joined) {
+    if (group.representative == group.group || !sharing.crossed_by_several(group.part)) continue;
+    out.groups[static_cast<int>(group.kind)][group.representative].push_back(group.group);
   }
   for (const auto& [stages, parts] : pipeline_part) {
     auto& shadows = out.pipeline[stages];

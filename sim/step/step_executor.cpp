@@ -33,10 +33,7 @@ class Replay {
         grid_(graph.grid),
         gpu_(&gpu),
         host_costs_(host),
-        // An expert group's all-to-alls, or a context group's ring, join several replicas:
-        // each is replayed then.
-        fold_(options.fold && graph.grid.replicas() > 1 && !graph.grid.groups_join_replicas() &&
-              replicas_placed_alike(graph, topology)),
+        fold_(options.fold && graph.grid.replicas() > 1 && replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph.grid, fold_)),
         traced_(traced_ranks(graph.grid, replayed_, options.trace_ranks)),
         network_(engine_, usable_link_capacities(topology, gpu)),
@@ -56,10 +53,11 @@ class Replay {
     build_groups(topology);
     if (graph.host_work) count_host_sharing(topology, host, graph.cpu_work);
     if (fold_) {
-      std::vector<std::vector<VertexId>> tensor_groups;
-      for (const CollectiveGroup& group : groups_[kTensor]) tensor_groups.push_back(group.gpus);
-      shadows_ =
-          plan_shadows(grid_, topology, collectives_, gpus_, tensor_groups, transfer_stages_);
+      GroupGpus group_gpus;
+      for (int kind = 0; kind < kGroupKinds; ++kind) {
+        for (const CollectiveGroup& group : groups_[kind]) group_gpus[kind].push_back(group.gpus);
+      }
+      shadows_ = plan_shadows(grid_, topology, collectives_, gpus_, group_gpus, transfer_stages_);
     }
     if (fold_ && graph.host_work) host_shadows_ = host_shadows(grid_, topology, gpus_, replayed_);
     // One arrival counter per group a collective task of a stage runs in (its stage's groups of
@@ -114,8 +112,9 @@ class Replay {
     double share = 0;
     EventHandle completion{};
   };
-  // The ranks of a collective group (rank_grid.hpp) and their GPUs. Folded, a data-parallel
-  // group replays only its member in replica 0.
+  // The ranks of a collective group (rank_grid.hpp) and their GPUs. Folded, a group replays
+  // only its members in replica 0 (a data, context or expert group one of its members), or
+  // none.
   struct CollectiveGroup {
     std::vector<int> ranks;      // the replayed members
     std::vector<VertexId> gpus;  // every member's
@@ -281,19 +280,20 @@ class Replay {
     const std::size_t counter =
         arrival_offset_[ranks_[r].stage][t] + grid_.local_group(r, work.group);
     if (++arrivals_[counter] < static_cast<int>(group.ranks.size())) return;
-    // A folded tensor-parallel group stands for its copies in every replica.
+    // Folded, a group holding a representative stands for its copies in the stage.
     const int members = static_cast<int>(group.gpus.size());
-    const double copies = fold_ && work.group == GroupKind::tensor ? grid_.replicas() : 1;
+    const int kind_index = static_cast<int>(work.group);
+    const double copies =
+        fold_ ? grid_.groups_per_stage(work.group) / grid_.representative_groups(work.group) : 1;
     comm_bytes_ += bus_factor(work.op, members) * work.size_bytes * members * copies;
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, work, group, +1);
-    const std::vector<int>& shadows = fold_ && work.group == GroupKind::tensor
-                                          ? shadows_.tensor[grid_.group_of(r, GroupKind::tensor)]
-                                          : kNoShadows;
+    const std::vector<int>& shadows =
+        fold_ ? shadows_.groups[kind_index][grid_.group_of(r, work.group)] : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
     for (const int shadow : shadows) {
-      collectives_.run(work.op, groups_[kTensor][shadow].gpus, work.size_bytes, [] {});
+      collectives_.run(work.op, groups_[kind_index][shadow].gpus, work.size_bytes, [] {});
     }
     const CommKind kind = comm_kind(work.group);
     collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind, &work] {
@@ -433,8 +433,6 @@ class Replay {
     });
     collectives_.end_batch();
   }
-
-  static constexpr int kTensor = static_cast<int>(GroupKind::tensor);
 
   const CollectiveGroup& group_of(int r, GroupKind kind) const {
     if (kind == GroupKind::pipeline)

@@ -91,9 +91,23 @@ TEST_CASE("the representatives a folded replay runs are replica 0 of each stage"
   }
   // tp 2 ranks of replica 0 in each of the two stages of 8 ranks.
   CHECK(representatives == std::vector<int>{0, 1, 8, 9});
-  CHECK_FALSE(grid.groups_join_replicas());
-  CHECK(RankGrid(1, 2, 2, 1).groups_join_replicas());
-  CHECK(RankGrid(1, 1, 4, 1, 2).groups_join_replicas());
+}
+
+TEST_CASE("representative_groups counts the groups of a stage that hold a representative") {
+  // tp 2 and two stages of 8 replicas: cp 2 x dp 4, or dp 8 with ep 4.
+  for (const RankGrid& grid : {RankGrid(2, 2, 4, 2), RankGrid(2, 1, 8, 2, 4)}) {
+    for (const GroupKind kind : {GroupKind::tensor, GroupKind::context, GroupKind::data,
+                                 GroupKind::expert, GroupKind::expert_data}) {
+      if (!grid.has_groups(kind)) continue;
+      CAPTURE(to_string(kind), grid.cp(), grid.ep());
+      std::set<int> holding;
+      for (int r = 0; r < grid.stage_ranks(); ++r) {
+        if (grid.representative(r)) holding.insert(grid.group_of(r, kind));
+      }
+      CHECK(static_cast<int>(holding.size()) == grid.representative_groups(kind));
+      CHECK(grid.groups_per_stage(kind) % grid.representative_groups(kind) == 0);
+    }
+  }
 }
 
 TEST_CASE("a grid needs positive sizes and expert groups that divide the replicas") {

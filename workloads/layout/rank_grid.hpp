@@ -23,7 +23,10 @@
 //
 // Groups of one kind are numbered stage x groups_per_stage + their index inside the stage
 // (pipeline groups, which span the stages, by the position they share). Folding (DESIGN.md)
-// replays replica 0 of each stage: its ranks are the representatives.
+// replays replica 0 of each stage: its ranks are the representatives, and the groups they
+// belong to run whole (a context or expert group's other members, not replayed, take part).
+// Every rank of a stage runs the same program, so a group without a representative does at
+// the same times what the representative group of its kind does.
 #pragma once
 
 #include <vector>
@@ -72,9 +75,10 @@ class RankGrid {
   // always (of one rank, they run nothing), context groups with cp > 1, expert and
   // expert_data groups with ep > 1, pipeline groups with pp > 1.
   bool has_groups(GroupKind kind) const;
-  // Whether some group joins several replicas of a stage (a context or an expert group), so
-  // that replica 0 cannot be replayed for the others.
-  bool groups_join_replicas() const { return cp_ > 1 || ep_ > 1; }
+  // The groups of the kind in a stage that hold a representative: the one tensor group of
+  // replica 0, or one group per tp rank (every data group; a context, expert or expert_data
+  // group of replica 0). Each stands for groups_per_stage / representative_groups groups.
+  int representative_groups(GroupKind kind) const { return kind == GroupKind::tensor ? 1 : tp_; }
 
   // Members of one group of the kind.
   int group_size(GroupKind kind) const;
