@@ -531,4 +531,32 @@ Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric
   return topo;
 }
 
+std::vector<bool> links_that_never_bind(const Topology& topology,
+                                        const std::vector<double>& capacity) {
+  if (capacity.size() != topology.link_count()) {
+    throw ModelError("link capacities are not given one per link");
+  }
+  std::vector<double> into(topology.vertex_count(), 0.0), out_of(topology.vertex_count(), 0.0);
+  for (LinkId l = 0; l < topology.link_count(); ++l) {
+    into[topology.link(l).to] += capacity[l];
+    out_of[topology.link(l).from] += capacity[l];
+  }
+  const auto fabric_switch = [&](VertexId v) {
+    const VertexKind kind = topology.vertex(v).kind;
+    return kind == VertexKind::leaf_switch || kind == VertexKind::spine_switch;
+  };
+  // The tolerance absorbs the rounding of sums equal on paper (a leaf's uplink and its ports).
+  constexpr double kRelative = 1e-9;
+  std::vector<bool> never(topology.link_count(), false);
+  for (LinkId l = 0; l < topology.link_count(); ++l) {
+    const Link& link = topology.link(l);
+    const std::optional<LinkId> reverse = topology.link_between(link.to, link.from);
+    const double back = reverse ? capacity[*reverse] : 0.0;
+    const double bound = capacity[l] * (1 + kRelative);
+    never[l] = (fabric_switch(link.from) && into[link.from] - back <= bound) ||
+               (fabric_switch(link.to) && out_of[link.to] - back <= bound);
+  }
+  return never;
+}
+
 }  // namespace fleetsim

@@ -146,4 +146,14 @@ class Topology {
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.
 Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric);
 
+// By link, whether no traffic can load it past `capacity` (by link) before the links it comes
+// from or goes to are full: a link out of a fabric switch (leaf or spine) with at least the
+// capacity of the switch's other incoming links together, or into one with at least that of its
+// other outgoing links. A route is a simple path between endpoints, which a fabric switch never
+// is, so every crossing of such a link enters (or leaves) the switch by another link: its load
+// stays within theirs. A non-blocking fat tree's uplinks and spine links never bind; an
+// oversubscribed one's, or a hashed spine's share of an uplink, do.
+std::vector<bool> links_that_never_bind(const Topology& topology,
+                                        const std::vector<double>& capacity);
+
 }  // namespace fleetsim

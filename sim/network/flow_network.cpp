@@ -61,9 +61,11 @@ std::vector<LinkUse> merge_duplicates(std::vector<LinkUse> links) {
   return merged;
 }
 
-FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s)
+FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s,
+                         std::vector<bool> never_binds)
     : engine_(&engine),
       capacity_(std::move(capacity_bytes_per_s)),
+      never_binds_(std::move(never_binds)),
       link_bytes_(capacity_.size(), 0.0),
       flows_on_link_(capacity_.size()),
       residual_(capacity_.size(), 0.0),
@@ -74,6 +76,9 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
     if (!(capacity_[l] > 0)) {
       throw ModelError("flow network link " + std::to_string(l) + " has no capacity");
     }
+  }
+  if (!never_binds_.empty() && never_binds_.size() != capacity_.size()) {
+    throw ModelError("the links that never bind are not given one per link");
   }
 }
 
@@ -121,11 +126,22 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowReques
       engine_->schedule_after(request.latency, std::move(request.on_complete));
       continue;
     }
+    // Links that never bind are set apart, unless the flow crosses nothing else.
+    std::vector<LinkUse> carried;
+    if (!never_binds_.empty()) {
+      const auto binding = std::stable_partition(
+          links.begin(), links.end(), [&](const LinkUse& use) { return !never_binds_[use.link]; });
+      if (binding != links.begin()) {
+        carried.assign(binding, links.end());
+        links.erase(binding, links.end());
+      }
+    }
     for (const LinkUse& use : links) touched.push_back(use.link);
     const Slot slot = acquire_slot();
     Flow& flow = flows_[slot];
     flow.id = (next_sequence_++ << 32) | slot;
     flow.links = std::move(links);
+    flow.carried = std::move(carried);
     flow.size = request.size_bytes;
     flow.remaining = request.size_bytes;
     flow.rate = 0;
@@ -191,6 +207,7 @@ void FlowNetwork::advance(Flow& flow) {
   const double moved = std::min(flow.remaining, flow.rate * elapsed);
   flow.remaining -= moved;
   for (const LinkUse& use : flow.links) link_bytes_[use.link] += use.weight * moved;
+  for (const LinkUse& use : flow.carried) link_bytes_[use.link] += use.weight * moved;
   flow.last_update = engine_->now();
 }
 
@@ -202,8 +219,11 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
   // The flows, looked up once (slots do not move while this runs).
   std::vector<Flow*> unfixed;
   unfixed.reserve(component.size());
+  std::vector<double> old_rates;
+  old_rates.reserve(component.size());
   for (const Slot slot : component) {
     Flow& flow = flows_[slot];
+    old_rates.push_back(flow.rate);
     flow.rate = 0;
     for (const LinkUse& use : flow.links) {
       if (marks.mark(use.link)) residual_[use.link] = capacity_[use.link];
@@ -240,7 +260,11 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
     }
     std::swap(unfixed, still_unfixed);
   }
-  for (const Slot slot : component) set_completion(flows_[slot]);
+  // A flow whose rate is unchanged ends when it was due to: its completion stands.
+  for (std::size_t i = 0; i < component.size(); ++i) {
+    Flow& flow = flows_[component[i]];
+    if (flow.rate != old_rates[i] || flow.completion == SimTime::max()) set_completion(flow);
+  }
 }
 
 void FlowNetwork::set_completion(Flow& flow) {
@@ -272,6 +296,9 @@ void FlowNetwork::on_completion_event() {
     advance(flow);
     // Whatever rounding left is carried now, so each link is charged the flow's exact size.
     for (const LinkUse& use : flow.links) link_bytes_[use.link] += use.weight * flow.remaining;
+    for (const LinkUse& use : flow.carried) {
+      link_bytes_[use.link] += use.weight * flow.remaining;
+    }
     flow.remaining = 0;
     bytes_delivered_ += flow.size;
     for (const LinkUse& use : flow.links) {

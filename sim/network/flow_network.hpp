@@ -17,6 +17,11 @@
 // throughput is bounded whatever the links offer): progressive filling then fixes the flow when it
 // reaches its ceiling, as if it crossed a private link of that capacity.
 //
+// Links the caller knows can never bind (a non-blocking fabric's uplinks: see
+// links_that_never_bind) carry their flows' bytes but take no part in sharing: a flow crossing
+// one is not thereby connected to the others there, which keeps the sets re-solved small. Their
+// load stays within capacity whatever the rates, so the rates are those found with them.
+//
 // Invariants checked by tests: bytes delivered = bytes sent; on every link the sum of weighted
 // rates never exceeds capacity; more capacity never makes a flow slower.
 #pragma once
@@ -58,8 +63,10 @@ class FlowNetwork {
     double max_rate = kUncapped;
   };
 
-  // capacity_bytes_per_s[l] is link l's usable capacity (line rate x efficiency), > 0.
-  FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s);
+  // capacity_bytes_per_s[l] is link l's usable capacity (line rate x efficiency), > 0;
+  // never_binds[l] (none, or one per link) that link l can never limit a rate.
+  FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_s,
+              std::vector<bool> never_binds = {});
   // The pending completion event points back at this network: it is cancelled on destruction,
   // and the network cannot be copied or moved.
   ~FlowNetwork() { engine_->cancel(pending_); }
@@ -81,6 +88,7 @@ class FlowNetwork {
   std::size_t link_count() const { return capacity_.size(); }
   double capacity(FlowLinkId link) const { return capacity_[link]; }
   const std::vector<double>& capacities() const { return capacity_; }
+  const std::vector<bool>& never_binding() const { return never_binds_; }
   // Weighted bytes carried by each link so far (flows are accounted up to their last update).
   const std::vector<double>& link_bytes() const { return link_bytes_; }
   double bytes_started() const { return bytes_started_; }
@@ -92,9 +100,10 @@ class FlowNetwork {
   using Slot = std::uint32_t;
   static Slot slot_of(FlowId id) { return static_cast<Slot>(id & 0xffffffffu); }
   struct Flow {
-    FlowId id = 0;              // 0: the slot is free
-    std::uint64_t visited = 0;  // the last connected_flows() search that reached it
-    std::vector<LinkUse> links;
+    FlowId id = 0;                 // 0: the slot is free
+    std::uint64_t visited = 0;     // the last connected_flows() search that reached it
+    std::vector<LinkUse> links;    // those that share bandwidth
+    std::vector<LinkUse> carried;  // links that never bind: charged, not shared
     double size = 0;
     double remaining = 0;  // as of last_update
     double rate = 0;
@@ -116,6 +125,7 @@ class FlowNetwork {
 
   Engine* engine_;
   std::vector<double> capacity_;
+  std::vector<bool> never_binds_;  // by link, or empty
   std::vector<double> link_bytes_;
   std::vector<std::vector<Slot>> flows_on_link_;  // active flows per link, in start order
   std::vector<Flow> flows_;                       // by slot

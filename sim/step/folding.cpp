@@ -16,8 +16,9 @@ class ReplicaSharing {
  public:
   static constexpr int kMany = -2;  // an owner standing for several
 
-  explicit ReplicaSharing(const Topology& topology)
+  ReplicaSharing(const Topology& topology, const std::vector<bool>& never_binds)
       : topology_(&topology),
+        never_binds_(&never_binds),
         parent_(topology.link_count() + 1),
         owner_(topology.link_count() + 1, kNone) {
     std::iota(parent_.begin(), parent_.end(), std::size_t{0});
@@ -31,6 +32,7 @@ class ReplicaSharing {
       part = element;
     };
     for (const LinkId link : links) {
+      if (!never_binds_->empty() && (*never_binds_)[link]) continue;
       add(link);
       const Link& l = topology_->link(link);
       if (topology_->has_equal_cost_peers(l.from) || topology_->has_equal_cost_peers(l.to)) {
@@ -59,6 +61,7 @@ class ReplicaSharing {
     return x;
   }
   const Topology* topology_;
+  const std::vector<bool>* never_binds_;  // by link, or empty
   std::vector<std::size_t> parent_;
   std::vector<int> owner_;  // the one owner whose traffic crosses the link, or none, or many
   std::vector<bool> shared_root_;
@@ -180,32 +183,40 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
 }
 
 // Which copies of the replayed traffic in other replicas must run too. Traffic is owned by
-// the one replica it stays in (a tensor group, a pipeline pair), or by the block of lcm(cp, ep)
-// consecutive replicas that context and expert groups stay in, or by several blocks (an
-// expert_data group). A copy whose links, and the links of whatever else it is joined to,
-// carry no other owner's traffic loads them as its representative loads its own: the
-// data-parallel groups, replayed whole, cross every replica's links alike and are slowed
-// where replica 0's are, so such a copy changes nothing and is left out. A copy joined to a
-// link that several owners cross (a fabric uplink, a PCIe switch two replicas share, the
-// NVLink port a context ring and another replica's tensor group share) runs.
+// the block of lcm(cp, ep) consecutive replicas it stays in (one replica without cp and ep),
+// which the context and expert groups of its replicas stay in too, or by several blocks (a
+// data or expert_data group). Block 0 is replayed (replica 0) or runs whole (the groups
+// replica 0 belongs to); each of its other pieces (another replica's tensor group or pipeline
+// pair, a context or expert group without replica 0) owns itself, so that whatever it shares
+// with the replayed traffic runs. A copy whose links, and the links of whatever else it is
+// joined to, carry no other owner's traffic loads them as its counterpart in block 0 loads its
+// own, and slows nothing that runs: it is left out (a tensor group on its node's NVLink). A
+// copy joined to a link that several owners cross (a NIC that a data-parallel ring, run whole,
+// or a context ring crosses too; an oversubscribed leaf's uplink; a PCIe switch two replicas
+// share) runs. Links that never bind (`never_binds`, a non-blocking fabric's) join nothing:
+// no load there slows anyone.
 Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Collectives& collectives,
                      const std::vector<VertexId>& gpus, const GroupGpus& group_gpus,
-                     const std::set<std::pair<int, int>>& transfer_stages) {
+                     const std::set<std::pair<int, int>>& transfer_stages,
+                     const std::vector<bool>& never_binds) {
   Shadows out;
   const int tp = grid.tp();
   const int replicas = grid.replicas();
   const int block = std::lcm(grid.cp(), grid.ep());
-  ReplicaSharing sharing(topology);
-  // The owner of a group's traffic, its members in rank order: their replica, their block
-  // (numbered after the replicas), or several.
-  const auto owner_of = [&](const std::vector<int>& members) {
-    const int first = grid.replica_of(members.front());
-    const int last = grid.replica_of(members.back());
-    if (first == last) return first;
-    return first / block == last / block ? replicas + first / block : ReplicaSharing::kMany;
+  ReplicaSharing sharing(topology, never_binds);
+  // The owner of a piece of traffic over replicas `first` to `last` (the replayed run of block
+  // 0, or not): its block, itself (numbered after the blocks), or several.
+  int own_owners = replicas / block;
+  const auto owner_of = [&](int first, int last, bool replayed) {
+    if (first / block != last / block) return ReplicaSharing::kMany;
+    return first / block == 0 && !replayed ? own_owners++ : first / block;
+  };
+  const auto group_owner = [&](const std::vector<int>& members, int representative, int group) {
+    return owner_of(grid.replica_of(members.front()), grid.replica_of(members.back()),
+                    representative == group);
   };
   // Each group's part and representative (the group of its kind holding the rank of replica 0
-  // at its first member's place). Every data group holds a representative.
+  // at its first member's place). Every data group holds a representative and runs whole.
   struct Joined {
     GroupKind kind;
     int group;
@@ -213,8 +224,8 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
     std::optional<std::size_t> part;
   };
   std::vector<Joined> joined;
-  for (const GroupKind kind :
-       {GroupKind::tensor, GroupKind::context, GroupKind::expert, GroupKind::expert_data}) {
+  for (const GroupKind kind : {GroupKind::tensor, GroupKind::data, GroupKind::context,
+                               GroupKind::expert, GroupKind::expert_data}) {
     if (!grid.has_groups(kind)) continue;
     for (int g = 0; g < grid.groups(kind); ++g) {
       const std::vector<int> members = grid.members(kind, g);
@@ -222,7 +233,7 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
       joined.push_back(
           {kind, g, representative,
            sharing.join(group_links(collectives, group_gpus[static_cast<int>(kind)][g]),
-                        owner_of(members))});
+                        group_owner(members, representative, g))});
     }
   }
   // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
@@ -236,7 +247,7 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
         std::vector<LinkId> links = collectives.hop_links(a, b);
         const std::vector<LinkId> back = collectives.hop_links(b, a);
         links.insert(links.end(), back.begin(), back.end());
-        parts.push_back(sharing.join(links, replica));
+        parts.push_back(sharing.join(links, owner_of(replica, replica, replica == 0)));
       }
     }
   }

@@ -37,10 +37,12 @@ struct Shadows {
 };
 // Every group's GPUs by kind and group number (none for a kind the layout does not have).
 using GroupGpus = std::array<std::vector<std::vector<VertexId>>, kGroupKinds>;
-// `gpus` by rank, `transfer_stages` the (sending, receiving) stage of each pipeline transfer.
+// `gpus` by rank, `transfer_stages` the (sending, receiving) stage of each pipeline transfer,
+// `never_binds` by link (or empty) the links that never limit a rate (links_that_never_bind).
 Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Collectives& collectives,
                      const std::vector<VertexId>& gpus, const GroupGpus& group_gpus,
-                     const std::set<std::pair<int, int>>& transfer_stages);
+                     const std::set<std::pair<int, int>>& transfer_stages,
+                     const std::vector<bool>& never_binds);
 // Under optimizer offload the replicas on a node share its host memory, cores and PCIe
 // uplinks: by replayed rank, the same rank of its stage in the other replicas on its node,
 // whose host work runs too. Replicas on other nodes have hosts of their own.

@@ -36,7 +36,8 @@ class Replay {
         fold_(options.fold && graph.grid.replicas() > 1 && replicas_placed_alike(graph, topology)),
         replayed_(replayed_ranks(graph.grid, fold_)),
         traced_(traced_ranks(graph.grid, replayed_, options.trace_ranks)),
-        network_(engine_, usable_link_capacities(topology, gpu)),
+        network_(engine_, usable_link_capacities(topology, gpu),
+                 links_that_never_bind(topology, usable_link_capacities(topology, gpu))),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
         topology_(&topology),
         ranks_(graph.grid.ranks()) {
@@ -57,7 +58,8 @@ class Replay {
       for (int kind = 0; kind < kGroupKinds; ++kind) {
         for (const CollectiveGroup& group : groups_[kind]) group_gpus[kind].push_back(group.gpus);
       }
-      shadows_ = plan_shadows(grid_, topology, collectives_, gpus_, group_gpus, transfer_stages_);
+      shadows_ = plan_shadows(grid_, topology, collectives_, gpus_, group_gpus, transfer_stages_,
+                              network_.never_binding());
     }
     if (fold_ && graph.host_work) host_shadows_ = host_shadows(grid_, topology, gpus_, replayed_);
     // One arrival counter per group a collective task of a stage runs in (its stage's groups of

@@ -251,3 +251,71 @@ TEST_CASE("a failed route leaves the search state clean for the next one") {
     CHECK(topo.link(path[1]).to == b);
   }
 }
+
+TEST_CASE(
+    "a non-blocking fabric's switch links never bind: left out of the sharing, no rate moves") {
+  // 8-port leaves, 8 one-NIC nodes: two leaves. At 1:1 a leaf's uplink carries at most what its
+  // 4 ports bring, and the plane's link down to a leaf at most what that leaf's ports take: they
+  // never bind. At 3:1 (6 ports down, 2 up) the uplinks do, and under hash routing each spine's
+  // quarter of an uplink does, with three leaves (with two, all that a spine takes in from one
+  // leaf goes out to the other: its links never bind). Links to and from NICs and GPUs may.
+  const auto never_bind = [](const Topology& topo) {
+    return links_that_never_bind(topo, line_rates(topo));
+  };
+  const auto is_fabric = [](const Topology& topo, VertexId v) {
+    const VertexKind kind = topo.vertex(v).kind;
+    return kind == VertexKind::leaf_switch || kind == VertexKind::spine_switch;
+  };
+  FabricSpec fabric;
+  fabric.leaf_ports = 8;
+  const Topology full = build_cluster(one_nic_node(), 8, fabric);
+  const std::vector<bool> never = never_bind(full);
+  int between_switches = 0;
+  for (LinkId l = 0; l < full.link_count(); ++l) {
+    const Link& link = full.link(l);
+    const bool inside = is_fabric(full, link.from) && is_fabric(full, link.to);
+    between_switches += inside;
+    CHECK(never[l] == inside);
+  }
+  CHECK(between_switches == 4);  // two leaves, each up and down to the plane
+  fabric.oversubscription = 3;
+  const Topology oversubscribed = build_cluster(one_nic_node(), 18, fabric);
+  for (const bool never_binds : never_bind(oversubscribed)) CHECK_FALSE(never_binds);
+  fabric.oversubscription = 1;
+  fabric.routing = FabricRouting::hash;
+  const Topology hashed = build_cluster(one_nic_node(), 12, fabric);
+  for (const bool never_binds : never_bind(hashed)) CHECK_FALSE(never_binds);
+
+  // 40 flows between the GPUs, started one by one, some capped, over the non-blocking fabric:
+  // with the marks and without, every rate agrees after every start and every finish.
+  Engine engine;
+  FlowNetwork shared(engine, line_rates(full));
+  FlowNetwork marked(engine, line_rates(full), never);
+  std::vector<std::pair<FlowNetwork::FlowId, FlowNetwork::FlowId>> flows;
+  const auto agree = [&] {
+    for (const auto& [a, b] : flows) CHECK(marked.rate(b) == Approx(shared.rate(a)).epsilon(1e-12));
+  };
+  for (int k = 0; k < 40; ++k) {
+    const int from = (5 * k) % 8;
+    const int to = (3 * k + 1) % 8;
+    if (from == to) continue;
+    std::vector<LinkUse> links;
+    for (const LinkId l : full.route(*full.gpu_at(from, 0), *full.gpu_at(to, 0))) {
+      links.push_back({l, 1.0});
+    }
+    const double size = 1e9 * (1 + k % 7);
+    const double ceiling = k % 3 == 0 ? 20e9 : FlowNetwork::kUncapped;
+    engine.schedule_at(SimTime::from_ns(1000 * k), [&, links, size, ceiling] {
+      flows.emplace_back(shared.start_flow(links, size, SimTime{}, agree, ceiling),
+                         marked.start_flow(
+                             links, size, SimTime{}, [] {}, ceiling));
+      agree();
+    });
+  }
+  engine.run();
+  REQUIRE(flows.size() > 30);
+  CHECK(marked.bytes_delivered() == Approx(shared.bytes_delivered()));
+  for (LinkId l = 0; l < full.link_count(); ++l) {
+    CHECK(marked.link_bytes()[l] == Approx(shared.link_bytes()[l]).epsilon(1e-12));
+  }
+}
