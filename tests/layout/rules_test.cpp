@@ -194,14 +194,6 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.cp = 2;
          p.dp = 1;
        }},
-      {"cp-without-ep", "layout.cp",
-       [](JobSubject& j, ParallelPlan& p) {
-         j.experts = 8;
-         p.tp = 1;
-         p.cp = 2;
-         p.dp = 8;
-         p.ep = 2;
-       }},
       {"vpp-needs-1f1b-pipeline", "layout.vpp", [](JobSubject&, ParallelPlan& p) { p.vpp = 2; }},
       {"virtual-stages-within-layers", "layout.vpp",
        [](JobSubject&, ParallelPlan& p) {

@@ -505,8 +505,9 @@ namespace {
 // 6 (8 ports). Context parallelism: tp 4 x cp 4 x pp 2 x dp 8, each ring over two nodes' NICs,
 // sharing them with the pipeline transfers of its replicas and the uplinks with the other
 // rings. Expert parallelism: 16 experts over ep 16 (two nodes) x pp 2 x dp 128, the
-// all-to-alls and the expert gradients' reductions crossing the fabric.
-std::array<StepInputs, 2> context_and_experts_256(FabricRouting routing, int leaf_ports) {
+// all-to-alls and the expert gradients' reductions crossing the fabric. Both: cp 2 x ep 8
+// (a node) x pp 2 x dp 64.
+std::array<StepInputs, 3> context_and_experts_256(FabricRouting routing, int leaf_ports) {
   StepInputs context = oversubscribed_256(routing);
   context.fabric.leaf_ports = leaf_ports;
   set_layout(context, 4, 2, 8, 1);
@@ -518,7 +519,11 @@ std::array<StepInputs, 2> context_and_experts_256(FabricRouting routing, int lea
   experts.fabric.leaf_ports = leaf_ports;
   set_layout(experts, 1, 2, 128, 1);
   experts.plan.ep = 16;
-  return {context, experts};
+  StepInputs both = experts;
+  set_layout(both, 1, 2, 64, 1);
+  both.plan.cp = 2;
+  both.plan.ep = 8;
+  return {context, experts, both};
 }
 
 }  // namespace
@@ -734,6 +739,30 @@ TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other exp
     // Each GPU holds experts / ep of every layer's experts.
     CHECK(memory_item(out, "weights") == Approx(2 * (dense + experts / ep)));
   }
+}
+
+TEST_CASE("context with expert parallelism: each rank dispatches its share of the sequence") {
+  // The small mixture of experts at ep 4, ZeRO-1, one micro-batch of 2 x 2,048 tokens per
+  // replica, on 8 GPUs: dp 8, or dp 4 x cp 2, the expert groups four consecutive replicas of
+  // dp x cp (as Megatron-Core lays experts over tp x cp x dp). Under cp 2 each rank holds half
+  // the tokens, so its all-to-alls carry half the bytes, beside the ring's three passes of the
+  // sequence's K and V a layer; gradients go round the same 8 replicas and pairs of them.
+  StepInputs in = testing::with_experts(small_job());
+  in.plan.ep = 4;
+  const auto comm = [&](int cp) {
+    in.plan.cp = cp;
+    in.plan.dp = 8 / cp;
+    in.training.global_batch = 2 * in.plan.dp;
+    const StepOutcome out = simulate_step(in);
+    REQUIRE(out.simulated);
+    CHECK(out.step.replayed_ranks == 1);
+    return out.step.comm_bytes_per_gpu;
+  };
+  const double exchange = 2 * (2.0 * 2048) * in.model.hidden * 2;  // k x t x h, BF16
+  const double all_to_all = 4 * in.model.layers * 3.0 / 4 * exchange;
+  const double kv = in.model.kv_heads * in.model.head_dim();
+  const double ring = 3.0 * in.model.layers / 2 * (2.0 * 2 * 2048 * 2 * kv);
+  CHECK(comm(2) == Approx(comm(1) - all_to_all / 2 + ring).epsilon(1e-9));
 }
 
 TEST_CASE("expert parallelism with a pipeline, across trays, and its optimizer shard") {

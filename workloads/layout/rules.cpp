@@ -294,14 +294,19 @@ Problem ep_needs_experts(const JobSubject& job, const ParallelPlan& plan) {
             "remove ep, or use e.g. mixtral-8x7b");
 }
 
+// Megatron-Core lays the experts over tp x cp x dp as if cp were part of dp (its expert rank
+// generator has cp 1: megatron/core/parallel_state.py), so an expert group is ep consecutive
+// replicas of dp x cp.
 Problem ep_divides_experts(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.ep <= 1 || job.experts == 0) return {};
-  if (job.experts % plan.ep == 0 && plan.dp % plan.ep == 0) return {};
+  const Wide replicas = size_product({plan.dp, plan.cp});
+  if (job.experts % plan.ep == 0 && replicas % plan.ep == 0) return {};
+  const std::string of_replicas = plan.cp > 1 ? "dp x cp = " + str(replicas) : "dp " + str(plan.dp);
   return at({"layout.ep"},
             "ep " + str(plan.ep) + " must divide the model's " + str(job.experts) +
-                " experts and dp " + str(plan.dp),
-            "the expert groups are ep consecutive data-parallel replicas, each holding experts / "
-            "ep");
+                " experts and " + of_replicas,
+            "the expert groups are ep consecutive replicas (dp x cp of them), each holding "
+            "experts / ep");
 }
 
 Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
@@ -359,12 +364,6 @@ Problem cp_without_local_attention(const JobSubject& job, const ParallelPlan& pl
             "cp " + str(plan.cp) + " with " + job.model +
                 "'s local (sliding-window or chunked) attention is not modelled yet",
             "remove cp");
-}
-
-Problem cp_without_ep(const JobSubject&, const ParallelPlan& plan) {
-  if (plan.cp <= 1 || plan.ep <= 1) return {};
-  return at({"layout.cp"}, "context and expert parallelism together are not modelled yet",
-            "remove cp or ep");
 }
 
 // ---- pipeline --------------------------------------------------------------------------------
@@ -631,7 +630,7 @@ const JobRule kRules[] = {
     {"distributed-fused-adam-is-zero-1", "optimizer distributed_fused_adam runs with ZeRO 1",
      distributed_fused_adam_is_zero_1},
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
-    {"ep-divides-experts-and-dp", "ep divides the experts and dp", ep_divides_experts},
+    {"ep-divides-experts-and-dp", "ep divides the experts and dp x cp", ep_divides_experts},
     {"ep-as-modelled", "ep > 1 with tp 1, ZeRO 0-1, no offload and no overlap_param_gather",
      ep_as_modelled},
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
@@ -641,7 +640,6 @@ const JobRule kRules[] = {
      expert_load_within_group},
     {"cp-without-local-attention", "cp > 1 runs full causal attention only",
      cp_without_local_attention},
-    {"cp-without-ep", "context and expert parallelism are not combined", cp_without_ep},
     {"vpp-needs-1f1b-pipeline", "vpp > 1 needs pp > 1 and the 1F1B schedule",
      vpp_needs_1f1b_pipeline},
     {"virtual-stages-within-layers", "pp x vpp is at most the layers",
