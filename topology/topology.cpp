@@ -536,25 +536,60 @@ std::vector<bool> links_that_never_bind(const Topology& topology,
   if (capacity.size() != topology.link_count()) {
     throw ModelError("link capacities are not given one per link");
   }
-  std::vector<double> into(topology.vertex_count(), 0.0), out_of(topology.vertex_count(), 0.0);
-  for (LinkId l = 0; l < topology.link_count(); ++l) {
-    into[topology.link(l).to] += capacity[l];
-    out_of[topology.link(l).from] += capacity[l];
-  }
   const auto fabric_switch = [&](VertexId v) {
     const VertexKind kind = topology.vertex(v).kind;
     return kind == VertexKind::leaf_switch || kind == VertexKind::spine_switch;
   };
-  // The tolerance absorbs the rounding of sums equal on paper (a leaf's uplink and its ports).
+  // A link is bounded by links that stay enforced: one relied on is never marked itself, and
+  // one marked is never relied on (else two links with two neighbours, a spine's two leaves,
+  // would each lean on the other and neither bind). The tolerance absorbs the rounding of sums
+  // equal on paper (a leaf's uplink and its ports).
   constexpr double kRelative = 1e-9;
   std::vector<bool> never(topology.link_count(), false);
+  std::vector<bool> relied_on(topology.link_count(), false);
+  std::vector<std::vector<LinkId>> in_links(topology.vertex_count()),
+      out_links(topology.vertex_count());
   for (LinkId l = 0; l < topology.link_count(); ++l) {
+    in_links[topology.link(l).to].push_back(l);
+    out_links[topology.link(l).from].push_back(l);
+  }
+  // Whether the links of `others` but `except` carry at most `bound` together, none marked.
+  const auto bounded_by = [&](const std::vector<LinkId>& others, LinkId except, double bound) {
+    double total = 0;
+    for (const LinkId o : others) {
+      if (o == except) continue;
+      if (never[o]) return false;
+      total += capacity[o];
+    }
+    return total <= bound;
+  };
+  for (LinkId l = 0; l < topology.link_count(); ++l) {
+    if (relied_on[l]) continue;
     const Link& link = topology.link(l);
-    const std::optional<LinkId> reverse = topology.link_between(link.to, link.from);
-    const double back = reverse ? capacity[*reverse] : 0.0;
+    const LinkId reverse = topology.link_between(link.to, link.from).value_or(l);
     const double bound = capacity[l] * (1 + kRelative);
-    never[l] = (fabric_switch(link.from) && into[link.from] - back <= bound) ||
-               (fabric_switch(link.to) && out_of[link.to] - back <= bound);
+    // Of the two bounds that hold, the one resting on fewer links between switches (on a
+    // leaf's ports rather than on another uplink), which leaves those free to be marked too.
+    const auto between_switches = [&](const std::vector<LinkId>& links) {
+      return std::count_if(links.begin(), links.end(), [&](LinkId o) {
+        return o != reverse && fabric_switch(topology.link(o).from) &&
+               fabric_switch(topology.link(o).to);
+      });
+    };
+    const std::vector<LinkId>* rests_on = nullptr;
+    for (const std::vector<LinkId>* side :
+         {fabric_switch(link.from) ? &in_links[link.from] : nullptr,
+          fabric_switch(link.to) ? &out_links[link.to] : nullptr}) {
+      if (side && bounded_by(*side, reverse, bound) &&
+          (!rests_on || between_switches(*side) < between_switches(*rests_on))) {
+        rests_on = side;
+      }
+    }
+    if (!rests_on) continue;
+    never[l] = true;
+    for (const LinkId o : *rests_on) {
+      if (o != reverse) relied_on[o] = true;
+    }
   }
   return never;
 }

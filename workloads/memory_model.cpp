@@ -499,7 +499,16 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
         "two BF16 T x hidden all-gather outputs (a block's input, its re-gather in backward)");
     dynamic += gathered_input;
   }
-  if (plan.cp > 1) {
+  if (plan.cp > 1 && plan.cp_comm_type == ContextComm::a2a) {
+    // Ulysses' all-to-alls write what they receive into new tensors: Q, K and V of heads / cp
+    // heads over the whole sequence, and the output sent back (as many bytes as the rank's
+    // tokens of the local heads).
+    const double traded = kBf16Bytes * tokens * (2.0 * model.heads + 2.0 * model.kv_heads) *
+                          model.head_dim() / plan.tp;
+    add("context-parallel buffers", traded,
+        "Ulysses: Q, K, V and the output as the all-to-alls deliver them, BF16");
+    dynamic += traded;
+  } else if (plan.cp > 1) {
     // Ring attention holds the keys and values it computes with and those arriving for the
     // next step, in backward their gradients too: four chunks' K and V of the local heads.
     const double ring = 4 * 2 * kBf16Bytes * tokens * model.kv_heads * model.head_dim() / plan.tp;

@@ -74,7 +74,7 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
     const auto layer_ops = [&](bool attends_locally) {
       return decoder_layer_ops(kind, training, tp, plan.recompute, plan.ep, plan.cp,
                                plan.sequence_parallel, plan.recompute_modules, attends_locally,
-                               plan.tp_comm_overlap);
+                               plan.tp_comm_overlap, plan.cp_comm_type);
     };
     LayerKind built;
     built.full = layer_ops(false);

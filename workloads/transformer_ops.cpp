@@ -405,7 +405,7 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
                            Recompute recompute, int ep, int cp, bool sequence_parallel,
                            const RecomputeModules& modules, bool attends_locally,
-                           bool tp_comm_overlap) {
+                           bool tp_comm_overlap, ContextComm cp_comm) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
@@ -519,7 +519,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // masked away (4 b pairs q with pairs = s^2 / 2 of a sequence's query-key pairs); cp ranks
   // share them evenly. Local attention meets fewer keys (local_attention_pairs).
   const bool local = attends_locally && model.has_local_layers(seq_len);
-  if (local && cp > 1) throw ModelError("local attention with cp > 1 is refused by its job rule");
+  const bool ulysses = cp > 1 && cp_comm == ContextComm::a2a;
+  const bool ring = cp > 1 && !ulysses;
+  if (local && ring) throw ModelError("local attention with ring attention is refused by its rule");
   const double pairs =
       local ? local_attention_pairs(model, seq_len) : 0.5 * double(seq_len) * seq_len;
   const double attention_fwd_flops = 4.0 * micro_batch * pairs * q / split / cp;
@@ -530,25 +532,37 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const auto context_op = [&](std::string name, CollectiveOp op) {
     return Op{std::move(name), Kernel{}, 0, LayerCollective{op, sequence_kv, GroupKind::context}};
   };
+  // Ulysses: the rank's Q, K and V (and its output) of every local head, (cp - 1) / cp of them
+  // to other ranks.
+  const auto trade = [&](std::string name, double width) {
+    return Op{
+        std::move(name), Kernel{}, 0,
+        LayerCollective{CollectiveOp::all_to_all, kBf16 * t * width / split, GroupKind::context}};
+  };
   if (cp > 1 && training.attention != Attention::flash) {
-    throw ModelError("context parallelism runs ring attention, which is built on FlashAttention");
+    throw ModelError("context parallelism runs its attention on FlashAttention");
   }
-  if (cp > 1) {
+  if (ring) {
     fwd.push_back(context_op("kv_ring", CollectiveOp::all_gather));
     backward.push_back(context_op("kv_ring.dkv", CollectiveOp::reduce_scatter));
   }
+  if (ulysses) {
+    fwd.push_back(trade("qkv_a2a", q + 2 * kv));
+    backward.push_back(trade("qkv_a2a.bwd", q + 2 * kv));
+  }
   if (training.attention == Attention::flash) {
-    // Read Q, the keys and values it meets (the whole sequence's under cp), write O.
-    const double attention_io = kBf16 * (t * 2 * q + cp * t * 2 * kv) / split;
+    // Read Q, the keys and values it meets (the whole sequence's under ring attention), write
+    // O. Under Ulysses: every token of heads / cp heads, as many bytes as the rank's tokens.
+    const double attention_io = kBf16 * (t * 2 * q + (ring ? cp : 1) * t * 2 * kv) / split;
     Kernel attention_fwd;
     attention_fwd.kind = KernelKind::attention;
     attention_fwd.flops = attention_fwd_flops;
     attention_fwd.bytes = attention_io;
     attention_fwd.attention = training.attention_kernel;
-    // Under context parallelism each of the ring's steps is a block of seq / cp keys, full but
-    // for the diagonal ones: taken as full-mask passes over seq / cp keys.
-    attention_fwd.causal = cp == 1;
-    attention_fwd.seq = double(seq_len) / cp;
+    // Under ring attention each of the ring's steps is a block of seq / cp keys, full but for
+    // the diagonal ones: taken as full-mask passes over seq / cp keys.
+    attention_fwd.causal = !ring;
+    attention_fwd.seq = ring ? double(seq_len) / cp : double(seq_len);
     if (local && model.local_attention == LocalAttention::sliding) {
       attention_fwd.window = model.attention_window;
     } else if (local) {
@@ -556,17 +570,25 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       attention_fwd.seq = std::min(attention_fwd.seq, double(model.attention_window));
     }
     fwd.push_back(Op{"attention", attention_fwd, attention_fwd_flops, std::nullopt});
+    const Op attention = fwd.back();
     Kernel attention_bwd = attention_fwd;
     attention_bwd.flops = 2.5 * attention_fwd_flops;
     attention_bwd.backward = true;
     attention_bwd.bytes = 2 * attention_io;  // read Q, K, V, O, dO; write dQ, dK, dV
     backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
-    if (cp > 1) backward.push_back(context_op("kv_ring.bwd", CollectiveOp::all_gather));
+    if (ring) backward.push_back(context_op("kv_ring.bwd", CollectiveOp::all_gather));
+    if (ulysses) {
+      fwd.push_back(trade("o_a2a", q));
+      backward.push_back(trade("o_a2a.bwd", q));
+    }
     if (core_rerun) {
       // Megatron-Core checkpoints the core attention whatever its kernel: the fused kernel
-      // runs forward again before its backward, under cp beside the ring's exchange again.
-      backward.push_back(rerun(fwd.back()));
-      if (cp > 1) backward.push_back(rerun(context_op("kv_ring", CollectiveOp::all_gather)));
+      // runs forward again before its backward, beside the ring's exchange again, or between
+      // Ulysses' all-to-alls again.
+      if (ulysses) backward.push_back(rerun(trade("o_a2a", q)));
+      backward.push_back(rerun(attention));
+      if (ring) backward.push_back(rerun(context_op("kv_ring", CollectiveOp::all_gather)));
+      if (ulysses) backward.push_back(rerun(trade("qkv_a2a", q + 2 * kv)));
     }
   } else {
     // Eager: per head, batched over micro-batch x local heads, S = QK^T [s,s], P = softmax(S)

@@ -107,7 +107,11 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes,
 // balanced chunks of queries against the keys before them). Its keys and values travel around
 // the cp ranks beside it (ring attention, as Transformer Engine runs it): in forward the
 // bytes of an all-gather of the whole sequence's K and V, in backward those again and a
-// reduce-scatter's of their gradients.
+// reduce-scatter's of their gradients. With `cp_comm` a2a (Ulysses) two blocking all-to-alls
+// of the context group trade instead the rank's tokens of every head for every token of
+// heads / cp heads: Q, K and V before attention, the output after it (in backward the output's
+// gradient before, Q's, K's and V's after); attention then runs causal over the whole
+// sequence, local attention included.
 // Without sequence parallelism (`sequence_parallel` false, Shoeybi et al.'s form) the norms,
 // residual adds and dropouts run on the whole sequence on every rank, each block ends in
 // forward with an all-reduce of its T x hidden output (o_proj's, down's) and begins in backward
@@ -115,11 +119,12 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes,
 // gradient, beside which it may run (beside_weight_gradient); no input is gathered again.
 // A layer that attends locally (`attends_locally`, ModelSpec::attends_locally) runs attention
 // over the pairs of local_attention_pairs: a sliding window as a kernel with that window,
-// chunks as causal kernels over a chunk each (context parallelism is refused with it).
+// chunks as causal kernels over a chunk each (ring attention is refused with it).
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
                            bool sequence_parallel = true, const RecomputeModules& modules = {},
-                           bool attends_locally = false, bool tp_comm_overlap = false);
+                           bool attends_locally = false, bool tp_comm_overlap = false,
+                           ContextComm cp_comm = ContextComm::p2p);
 // The (query, key) pairs of one sequence of `seq_len` tokens a layer that attends locally
 // computes, per head: s^2 / 2 under the causal mask alone (a window as long as the sequence);
 // under a sliding window w < s, s x mean_causal_keys(s, w) = w s - w^2 / 2; chunked, each

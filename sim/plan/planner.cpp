@@ -33,7 +33,8 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 21> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 22> kSearchOrder = {"cp",
+                                                           "cp_comm_type",
                                                            "tp",
                                                            "pp",
                                                            "dp",
@@ -438,7 +439,7 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   const auto layer_times = [&](const ModelSpec& kind, bool attends_locally) {
     const LayerOps layer = decoder_layer_ops(
         kind, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp, plan.sequence_parallel,
-        plan.recompute_modules, attends_locally, plan.tp_comm_overlap);
+        plan.recompute_modules, attends_locally, plan.tp_comm_overlap, plan.cp_comm_type);
     const double forward_s = blocking_s(layer.forward);
     const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
     return LayerTimes{forward_s, forward_s + backward_s};

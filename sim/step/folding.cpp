@@ -96,11 +96,17 @@ std::optional<int> leaf_unit(const Topology& topology) {
   const std::vector<VertexId>& gpus = topology.gpus();
   const int nodes = topology.vertex(gpus.back()).node + 1;
   if (nodes == 1) return 0;
+  // Each node's leaf, on the way from its first GPU's NIC to another node's (NIC to NIC, so
+  // that an NVLink domain spanning nodes does not hide the fabric).
+  const auto nic_of_node = [&](int node) -> std::optional<VertexId> {
+    const std::optional<VertexId> gpu = topology.gpu_at(node, 0);
+    return gpu ? topology.nic_of_gpu(*gpu) : std::nullopt;
+  };
   std::vector<std::optional<VertexId>> leaf(nodes);
   for (int n = 0; n < nodes; ++n) {
-    const std::optional<VertexId> from = topology.gpu_at(n, 0);
-    const std::optional<VertexId> to = topology.gpu_at(n == 0 ? 1 : 0, 0);
-    if (!from || !to) return std::nullopt;
+    const std::optional<VertexId> from = nic_of_node(n);
+    const std::optional<VertexId> to = nic_of_node(n == 0 ? 1 : 0);
+    if (!from || !to) return 0;  // no fabric
     for (const LinkId id : topology.route(*from, *to)) {
       const VertexId vertex = topology.link(id).to;
       if (topology.has_equal_cost_peers(vertex)) return std::nullopt;

@@ -58,6 +58,26 @@ TEST_CASE("a job that keeps every rule has no problem") {
   CHECK(job_problems(llama3_8b(), tp8_dp2()).empty());
 }
 
+TEST_CASE("Ulysses runs local attention, which ring attention refuses, and cp with ep") {
+  // tp 4 x cp 2 divides the 8 KV heads: each Ulysses rank sees whole sequences of its heads.
+  JobSubject job = llama3_8b();
+  job.local_attention = true;
+  ParallelPlan plan = tp8_dp2();
+  plan.tp = 4;
+  plan.cp = 2;
+  CHECK_FALSE(job_problems(job, plan).empty());
+  plan.cp_comm_type = ContextComm::a2a;
+  CHECK(job_problems(job, plan).empty());
+  // Experts over ep 4 consecutive replicas of dp 2 x cp 2.
+  job.experts = 8;
+  job.experts_per_token = 2;
+  plan.tp = 1;
+  plan.dp = 16;
+  plan.ep = 4;
+  plan.zero_stage = 1;
+  CHECK(job_problems(job, plan).empty());
+}
+
 TEST_CASE("without sequence parallelism tp need not divide the sequence, nor 2 x cp x tp") {
   // 4100 tokens over tp 8: no shard to cut without sequence parallelism; with cp 2 only the
   // 2 x cp = 4 chunks must divide 4100.
@@ -193,6 +213,12 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.local_attention = true;
          p.cp = 2;
          p.dp = 1;
+       }},
+      {"cp-a2a-splits-heads", "layout.cp_comm_type",
+       [](JobSubject&, ParallelPlan& p) {
+         p.cp = 2;  // tp 8 x cp 2 = 16 does not divide the 8 KV heads
+         p.dp = 1;
+         p.cp_comm_type = ContextComm::a2a;
        }},
       {"vpp-needs-1f1b-pipeline", "layout.vpp", [](JobSubject&, ParallelPlan& p) { p.vpp = 2; }},
       {"virtual-stages-within-layers", "layout.vpp",

@@ -366,15 +366,16 @@ TEST_CASE("a value of the wrong type says what it found") {
   const auto layout = load_error(with(kBase, "layout:\n  dp: 8\n  zero: 3\n", "layout: 8\n"));
   REQUIRE(layout);
   CHECK(layout->key() == "layout");
-  CHECK_THAT(
-      layout->what(),
-      Catch::Contains(
-          "expected a map with keys tp, cp, pp, vpp, microbatch_group, schedule, dp, ep, zero, "
-          "recompute, recompute_layers, recompute_modules, activation_offload_layers, "
-          "sequence_parallel, "
-          "tp_comm_overlap, "
-          "overlap_grad_reduce, "
-          "overlap_param_gather, fsdp2, bf16_shards, offload_optimizer, bucket, got \"8\""));
+  CHECK_THAT(layout->what(),
+             Catch::Contains(
+                 "expected a map with keys tp, cp, cp_comm_type, pp, vpp, microbatch_group, "
+                 "schedule, dp, ep, "
+                 "zero, "
+                 "recompute, recompute_layers, recompute_modules, activation_offload_layers, "
+                 "sequence_parallel, "
+                 "tp_comm_overlap, "
+                 "overlap_grad_reduce, "
+                 "overlap_param_gather, fsdp2, bf16_shards, offload_optimizer, bucket, got \"8\""));
 
   const auto integer = load_error(with(kBase, "  seq_len: 4096\n", "  seq_len: long\n"));
   REQUIRE(integer);

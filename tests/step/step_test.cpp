@@ -20,6 +20,16 @@ double memory_item(const StepOutcome& out, const std::string& name) {
   return fleetsim::testing::memory_item(out.memory, name);
 }
 
+// The job on its 8 GPUs as dp 8 / cp x cp, one micro-batch per replica.
+StepOutcome on_one_node_over_cp(StepInputs in, int cp) {
+  in.plan.cp = cp;
+  in.plan.dp = 8 / cp;
+  in.training.global_batch = in.training.micro_batch * in.plan.dp;
+  const StepOutcome out = simulate_step(in);
+  REQUIRE(out.simulated);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("MFU is a fraction and the step is no faster than its FLOPs at peak") {
@@ -741,6 +751,35 @@ TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other exp
   }
 }
 
+TEST_CASE("Ulysses: Q, K, V and the output cross the cp ranks by all-to-alls, each way") {
+  // The ring test's job (one node, one micro-batch of 2 x 2,048 tokens per replica, ZeRO-1
+  // over dp x cp = 8) with cp_comm_type a2a: per layer each GPU trades its tokens' Q, K and V
+  // (16 + 2 x 4 heads of 128) before attention and the output (16 heads) after it, and the
+  // gradients of both in backward, (cp - 1) / cp of each to other ranks. Attention then runs
+  // causal over the whole sequence on heads / cp heads: a sequence's FLOPs are unchanged (the
+  // step's fall with its sequences, 2 x dp).
+  StepInputs in = small_job();
+  in.plan.zero_stage = 1;
+  in.plan.cp_comm_type = ContextComm::a2a;
+  const double d = in.model.head_dim();
+  const double traded = 2.0 * (2 * in.model.heads + 2 * in.model.kv_heads) * d;  // BF16, a token
+  const double data_parallel = 2 * 2 * 7.0 / 8 * in.model.parameters();
+  double attention_cp1 = 0;
+  for (const int cp : {1, 2, 4}) {
+    INFO("cp " << cp);
+    const StepOutcome out = on_one_node_over_cp(in, cp);
+    const double tokens = 2.0 * 2048 / cp;
+    const double all_to_all = 2.0 * in.model.layers * (cp - 1.0) / cp * tokens * traded;
+    CHECK(out.step.comm_bytes_per_gpu == Approx(all_to_all + data_parallel).epsilon(1e-9));
+    CHECK(out.step.replayed_ranks == 1);
+    if (cp == 1) attention_cp1 = out.step.model_flops;
+    CHECK(out.step.model_flops == Approx(attention_cp1 / cp).epsilon(1e-9));
+    // The all-to-alls' outputs: Q, K, V and the output of the rank's tokens, BF16.
+    const double buffers = cp == 1 ? -1.0 : tokens * traded;
+    CHECK(memory_item(out, "context-parallel buffers") == Approx(buffers));
+  }
+}
+
 TEST_CASE("context with expert parallelism: each rank dispatches its share of the sequence") {
   // The small mixture of experts at ep 4, ZeRO-1, one micro-batch of 2 x 2,048 tokens per
   // replica, on 8 GPUs: dp 8, or dp 4 x cp 2, the expert groups four consecutive replicas of
@@ -804,11 +843,7 @@ TEST_CASE("context parallelism: ring attention moves the sequence's K and V thre
   double activations_cp1 = 0;
   for (const int cp : {1, 2, 8}) {
     INFO("cp " << cp);
-    in.plan.cp = cp;
-    in.plan.dp = 8 / cp;
-    in.training.global_batch = 2 * in.plan.dp;
-    const StepOutcome out = simulate_step(in);
-    REQUIRE(out.simulated);
+    const StepOutcome out = on_one_node_over_cp(in, cp);
     const double ring = 3.0 * in.model.layers * (cp - 1.0) / cp * sequence_kv;
     CHECK(out.step.comm_bytes_per_gpu == Approx(ring + data_parallel).epsilon(1e-9));
     // Folded, replica 0 alone is replayed: its context group's ring runs whole beside it.

@@ -252,55 +252,23 @@ TEST_CASE("a failed route leaves the search state clean for the next one") {
   }
 }
 
-TEST_CASE(
-    "a non-blocking fabric's switch links never bind: left out of the sharing, no rate moves") {
-  // 8-port leaves, 8 one-NIC nodes: two leaves. At 1:1 a leaf's uplink carries at most what its
-  // 4 ports bring, and the plane's link down to a leaf at most what that leaf's ports take: they
-  // never bind. At 3:1 (6 ports down, 2 up) the uplinks do, and under hash routing each spine's
-  // quarter of an uplink does, with three leaves (with two, all that a spine takes in from one
-  // leaf goes out to the other: its links never bind). Links to and from NICs and GPUs may.
-  const auto never_bind = [](const Topology& topo) {
-    return links_that_never_bind(topo, line_rates(topo));
-  };
-  const auto is_fabric = [](const Topology& topo, VertexId v) {
-    const VertexKind kind = topo.vertex(v).kind;
-    return kind == VertexKind::leaf_switch || kind == VertexKind::spine_switch;
-  };
-  FabricSpec fabric;
-  fabric.leaf_ports = 8;
-  const Topology full = build_cluster(one_nic_node(), 8, fabric);
-  const std::vector<bool> never = never_bind(full);
-  int between_switches = 0;
-  for (LinkId l = 0; l < full.link_count(); ++l) {
-    const Link& link = full.link(l);
-    const bool inside = is_fabric(full, link.from) && is_fabric(full, link.to);
-    between_switches += inside;
-    CHECK(never[l] == inside);
-  }
-  CHECK(between_switches == 4);  // two leaves, each up and down to the plane
-  fabric.oversubscription = 3;
-  const Topology oversubscribed = build_cluster(one_nic_node(), 18, fabric);
-  for (const bool never_binds : never_bind(oversubscribed)) CHECK_FALSE(never_binds);
-  fabric.oversubscription = 1;
-  fabric.routing = FabricRouting::hash;
-  const Topology hashed = build_cluster(one_nic_node(), 12, fabric);
-  for (const bool never_binds : never_bind(hashed)) CHECK_FALSE(never_binds);
-
-  // 40 flows between the GPUs, started one by one, some capped, over the non-blocking fabric:
-  // with the marks and without, every rate agrees after every start and every finish.
+// Rates over `topo` with its links that never bind marked, and without: 40 flows between the
+// nodes' GPUs started one by one (node i's leaf first, so that uplinks fill), some capped,
+// every rate agreeing after every start and finish, and every link's bytes at the end.
+void check_marks_change_no_rate(const Topology& topo, int nodes) {
   Engine engine;
-  FlowNetwork shared(engine, line_rates(full));
-  FlowNetwork marked(engine, line_rates(full), never);
+  FlowNetwork shared(engine, line_rates(topo));
+  FlowNetwork marked(engine, line_rates(topo), links_that_never_bind(topo, line_rates(topo)));
   std::vector<std::pair<FlowNetwork::FlowId, FlowNetwork::FlowId>> flows;
   const auto agree = [&] {
     for (const auto& [a, b] : flows) CHECK(marked.rate(b) == Approx(shared.rate(a)).epsilon(1e-12));
   };
   for (int k = 0; k < 40; ++k) {
-    const int from = (5 * k) % 8;
-    const int to = (3 * k + 1) % 8;
+    const int from = k < nodes / 2 ? k : (5 * k) % nodes;
+    const int to = k < nodes / 2 ? k + nodes / 2 : (3 * k + 1) % nodes;
     if (from == to) continue;
     std::vector<LinkUse> links;
-    for (const LinkId l : full.route(*full.gpu_at(from, 0), *full.gpu_at(to, 0))) {
+    for (const LinkId l : topo.route(*topo.gpu_at(from, 0), *topo.gpu_at(to, 0))) {
       links.push_back({l, 1.0});
     }
     const double size = 1e9 * (1 + k % 7);
@@ -315,7 +283,52 @@ TEST_CASE(
   engine.run();
   REQUIRE(flows.size() > 30);
   CHECK(marked.bytes_delivered() == Approx(shared.bytes_delivered()));
-  for (LinkId l = 0; l < full.link_count(); ++l) {
+  for (LinkId l = 0; l < topo.link_count(); ++l) {
     CHECK(marked.link_bytes()[l] == Approx(shared.link_bytes()[l]).epsilon(1e-12));
   }
+}
+
+TEST_CASE(
+    "a non-blocking fabric's switch links never bind: left out of the sharing, no rate moves") {
+  // 8-port leaves, 8 one-NIC nodes: two leaves. At 1:1 a leaf's uplink carries at most what its
+  // 4 ports bring, and the plane's link down to a leaf at most what that leaf's ports take: they
+  // never bind. At 3:1 (6 ports down, 2 up) with three leaves the uplinks do, and under hash
+  // routing each spine's quarter of an uplink does. With two leaves all that a spine takes in
+  // from one leaf goes out to the other: one link of each such pair rests on the other, which
+  // stays enforced. Links to and from NICs and GPUs always may bind.
+  const auto never_bind = [](const Topology& topo) {
+    return links_that_never_bind(topo, line_rates(topo));
+  };
+  const auto is_fabric = [](const Topology& topo, VertexId v) {
+    const VertexKind kind = topo.vertex(v).kind;
+    return kind == VertexKind::leaf_switch || kind == VertexKind::spine_switch;
+  };
+  // How many links are marked, checking that each one joins two fabric switches.
+  const auto marked_between_switches = [&](const Topology& topo) {
+    const std::vector<bool> never = never_bind(topo);
+    int marked = 0;
+    for (LinkId l = 0; l < topo.link_count(); ++l) {
+      if (!never[l]) continue;
+      ++marked;
+      CHECK(is_fabric(topo, topo.link(l).from));
+      CHECK(is_fabric(topo, topo.link(l).to));
+    }
+    return marked;
+  };
+  FabricSpec fabric;
+  fabric.leaf_ports = 8;
+  const Topology full = build_cluster(one_nic_node(), 8, fabric);
+  CHECK(marked_between_switches(full) == 4);  // two leaves, each up and down to the plane
+  fabric.oversubscription = 3;
+  CHECK(marked_between_switches(build_cluster(one_nic_node(), 18, fabric)) == 0);
+  const Topology two_oversubscribed = build_cluster(one_nic_node(), 12, fabric);
+  CHECK(marked_between_switches(two_oversubscribed) == 2);  // of the 4
+  fabric.oversubscription = 1;
+  fabric.routing = FabricRouting::hash;
+  CHECK(marked_between_switches(build_cluster(one_nic_node(), 12, fabric)) == 0);
+  const Topology two_hashed = build_cluster(one_nic_node(), 8, fabric);
+  CHECK(marked_between_switches(two_hashed) == 8);  // of the 16 leaf-spine links
+  check_marks_change_no_rate(full, 8);
+  check_marks_change_no_rate(two_oversubscribed, 12);
+  check_marks_change_no_rate(two_hashed, 8);
 }

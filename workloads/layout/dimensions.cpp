@@ -161,7 +161,7 @@ constexpr char kFsdp2[] = "fsdp2";
 constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 21> kDimensions = {{
+const std::array<LayoutDimension, 22> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -184,6 +184,34 @@ const std::array<LayoutDimension, 21> kDimensions = {{
      .set = set_count<&ParallelPlan::cp>,
      .label = count_above_one<&ParallelPlan::cp, kCp>,
      .candidates = cp_candidates},
+    {.key = "cp_comm_type",
+     .output = "cp_comm_type",
+     .kind = DimensionKind::choice,
+     .choices = {"p2p", "a2a"},
+     .description = "how attention meets the rest of the sequence under cp: p2p, the keys and "
+                    "values around a ring beside the kernel; a2a (Ulysses), all-to-alls that "
+                    "give each rank every token of heads / cp heads",
+     .planner = "the scenario's",
+     .get =
+         [](const ParallelPlan& plan) {
+           return DimensionValue{std::string(to_string(plan.cp_comm_type))};
+         },
+     .set =
+         [](ParallelPlan& plan, const DimensionValue& value) {
+           plan.cp_comm_type =
+               std::get<std::string>(value) == "a2a" ? ContextComm::a2a : ContextComm::p2p;
+         },
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.cp > 1 && plan.cp_comm_type == ContextComm::a2a ? std::string("cp-a2a")
+                                                                       : std::string();
+         },
+     .misnamed = {{"ulysses", "Ulysses' all-to-alls are cp_comm_type a2a", "set cp_comm_type: a2a"},
+                  {"ring", "ring attention is cp_comm_type p2p", "set cp_comm_type: p2p"}},
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan&) {
+           return std::vector<DimensionValue>{std::string(to_string(search.scenario.cp_comm_type))};
+         }},
     {.key = "pp",
      .output = "pp",
      .kind = DimensionKind::count,

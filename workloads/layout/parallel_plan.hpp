@@ -86,6 +86,16 @@ inline const char* to_string(PipelineSchedule schedule) {
   return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
 }
 
+// How context parallelism's attention meets the rest of the sequence (Megatron-Core's
+// cp_comm_type): p2p, ring attention, the keys and values passed around the cp ranks beside
+// the attention kernel; a2a, DeepSpeed-Ulysses' all-to-alls, which before attention trade the
+// rank's tokens of every head for every token of heads / cp heads (Q, K and V), and after it
+// trade the output back (Transformer Engine's AttnFuncWithCPAndQKVOA2A).
+enum class ContextComm { p2p, a2a };
+inline const char* to_string(ContextComm comm) {
+  return comm == ContextComm::a2a ? "a2a" : "p2p";
+}
+
 struct ParallelPlan {
   // Megatron-style tensor parallelism: each layer's GEMMs and heads split over tp ranks of
   // consecutive GPUs. With sequence parallelism (the default) the activations between them are
@@ -100,8 +110,10 @@ struct ParallelPlan {
   // causal attention's work is even); every op but attention runs on the rank's s / cp tokens,
   // and attention exchanges keys and values around the cp ranks (ring attention), the exchange
   // running beside the attention kernel. The cp ranks hold the same parameters: gradients are
-  // reduced, and ZeRO shards, over dp x cp (gradient_ranks).
+  // reduced, and ZeRO shards, over dp x cp (gradient_ranks). With cp_comm_type a2a attention
+  // runs instead on every token of heads / cp heads, between two blocking all-to-alls.
   int cp = 1;
+  ContextComm cp_comm_type = ContextComm::p2p;
   int dp = 1;
   // Pipeline parallelism: the layers split over pp stages, evenly or one fewer on the stages
   // at the ends (virtual_stage_layers), the embedding on the first, the output head on the

@@ -358,12 +358,27 @@ Problem expert_load_within_group(const JobSubject& job, const ParallelPlan& plan
 }
 
 // Ring attention passes every rank's keys around whole; a window would skip some of its steps.
+// Ulysses' ranks see whole sequences, windows and all.
 Problem cp_without_local_attention(const JobSubject& job, const ParallelPlan& plan) {
-  if (plan.cp <= 1 || !job.local_attention) return {};
+  if (plan.cp <= 1 || !job.local_attention || plan.cp_comm_type == ContextComm::a2a) return {};
   return at({"layout.cp"},
             "cp " + str(plan.cp) + " with " + job.model +
-                "'s local (sliding-window or chunked) attention is not modelled yet",
-            "remove cp");
+                "'s local (sliding-window or chunked) attention is not modelled with ring "
+                "attention",
+            "set cp_comm_type: a2a (Ulysses), or remove cp");
+}
+
+// Ulysses gives each cp rank heads / cp of the rank's heads, queries' and keys' alike
+// (Transformer Engine asserts num_heads % cp_size == 0 for Q, K and V).
+Problem cp_a2a_splits_heads(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.cp <= 1 || plan.cp_comm_type != ContextComm::a2a) return {};
+  const Wide split = size_product({plan.tp, plan.cp});
+  if (job.heads % split == 0 && job.kv_heads % split == 0) return {};
+  return at({"layout.cp_comm_type", "layout.cp"},
+            "cp_comm_type a2a gives each rank heads / (tp x cp): tp x cp = " + str(split) +
+                " must divide the " + str(job.heads) + " query heads and " + str(job.kv_heads) +
+                " key-value heads",
+            "pick a cp that divides the KV heads / tp, or set cp_comm_type: p2p");
 }
 
 // ---- pipeline --------------------------------------------------------------------------------
@@ -638,8 +653,11 @@ const JobRule kRules[] = {
      cp_needs_flash_attention},
     {"expert-load-within-group", "the busiest expert-parallel rank's load is possible",
      expert_load_within_group},
-    {"cp-without-local-attention", "cp > 1 runs full causal attention only",
+    {"cp-without-local-attention",
+     "ring attention (cp_comm_type p2p) runs full causal attention only",
      cp_without_local_attention},
+    {"cp-a2a-splits-heads", "under cp_comm_type a2a, tp x cp divides the query and KV heads",
+     cp_a2a_splits_heads},
     {"vpp-needs-1f1b-pipeline", "vpp > 1 needs pp > 1 and the 1F1B schedule",
      vpp_needs_1f1b_pipeline},
     {"virtual-stages-within-layers", "pp x vpp is at most the layers",
