@@ -188,8 +188,11 @@ std::vector<CommunicatorUse> layout_communicators(const ParallelPlan& plan, int 
   };
   add("data-parallel", GroupKind::data, true, {}, false);
   add("tensor-parallel", GroupKind::tensor, true, {}, false);
-  // Ring attention: keys and values from the previous cp rank, to the next.
-  if (grid.has_groups(GroupKind::context)) {
+  // Ring attention: keys and values from the previous cp rank, to the next. Ulysses' all-to-alls
+  // connect every pair of the group, as the experts' do.
+  if (plan.ulysses()) {
+    add("context-parallel", GroupKind::context, false, {}, true);
+  } else if (grid.has_groups(GroupKind::context)) {
     add("context-parallel", GroupKind::context, false, around(GroupKind::context, true), false);
   }
   // The stages before and after; interleaving wraps the last stage round to the first.

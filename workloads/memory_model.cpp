@@ -352,7 +352,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const auto rebuilt = [&](const ModelSpec& kind) {
     const double unrecomputed =
         decoder_layer_saved_bytes_per_token(kind, training, Recompute::none, plan.tp, sp, {},
-                                            plan.ep, plan.tp_comm_overlap) *
+                                            plan.ep, plan.tp_comm_overlap, plan.ulysses()) *
             tokens +
         saved_fp8_weight_bytes(kind, training, plan);
     return plan.recompute == Recompute::per_op
@@ -499,7 +499,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
         "two BF16 T x hidden all-gather outputs (a block's input, its re-gather in backward)");
     dynamic += gathered_input;
   }
-  if (plan.cp > 1 && plan.cp_comm_type == ContextComm::a2a) {
+  if (plan.ulysses()) {
     // Ulysses' all-to-alls write what they receive into new tensors: Q, K and V of heads / cp
     // heads over the whole sequence, and the output sent back (as many bytes as the rank's
     // tokens of the local heads).
@@ -541,7 +541,7 @@ double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   return decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp,
                                              plan.sequence_parallel, plan.recompute_modules,
-                                             plan.ep, plan.tp_comm_overlap) *
+                                             plan.ep, plan.tp_comm_overlap, plan.ulysses()) *
              tokens +
          saved_fp8_weight_bytes(model, training, plan);
 }

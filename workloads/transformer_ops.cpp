@@ -112,7 +112,7 @@ double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_pa
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute, int tp, bool sequence_parallel,
                                            const RecomputeModules& modules, int ep,
-                                           bool tp_comm_overlap) {
+                                           bool tp_comm_overlap, bool ulysses) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -142,8 +142,12 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double qkv =
       kBf16 * (q + 2 * model.kv_width()) + (model.qk_norm ? kBf16 * (q + model.kv_width()) : 0.0);
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
-  // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input.
-  const double output = core_rerun ? gemm_input * q : kBf16 * q + gemm_input * (fp8 ? q : 0.0);
+  // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input. Under Ulysses
+  // o_proj's BF16 input is another tensor than attention's output (Transformer Engine saves
+  // the output before its all-to-all).
+  const double separate_input = ulysses && gemm_input == kBf16 ? kBf16 * q : 0.0;
+  const double output =
+      core_rerun ? gemm_input * q : kBf16 * q + gemm_input * (fp8 ? q : 0.0) + separate_input;
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
   // A rerun core keeps neither.

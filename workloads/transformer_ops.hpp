@@ -253,12 +253,13 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 // al.'s (34h + 5as) / tp, or without sequence parallelism 10h + (24h + 5as) / tp.
 // Selective recomputation keeps of each module it reruns (`modules`) only the module's input.
 // Under expert parallelism over `ep` ranks the experts' tensors are the busiest rank's
-// (expert_rank_load).
+// (expert_rank_load). Under Ulysses (`ulysses`: cp > 1, cp_comm_type a2a) attention keeps its
+// output before the all-to-all sends it back, and o_proj the tensor the all-to-all returns.
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute = Recompute::none, int tp = 1,
                                            bool sequence_parallel = true,
                                            const RecomputeModules& modules = {}, int ep = 1,
-                                           bool tp_comm_overlap = false);
+                                           bool tp_comm_overlap = false, bool ulysses = false);
 // What torchtitan's per-op policy keeps per token that no recomputation keeps as such: down's
 // whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs (all-reduces',
 // whole, without sequence parallelism).

@@ -65,7 +65,9 @@ TEST_CASE("Ulysses runs local attention, which ring attention refuses, and cp wi
   ParallelPlan plan = tp8_dp2();
   plan.tp = 4;
   plan.cp = 2;
-  CHECK_FALSE(job_problems(job, plan).empty());
+  const std::vector<JobProblem> ring = job_problems(job, plan);
+  REQUIRE(ring.size() == 1);
+  CHECK(ring.front().rule == "cp-without-local-attention");
   plan.cp_comm_type = ContextComm::a2a;
   CHECK(job_problems(job, plan).empty());
   // Experts over ep 4 consecutive replicas of dp 2 x cp 2.

@@ -539,7 +539,7 @@ TEST_CASE("cp loads, counts in the GPU total, and says what it needs otherwise")
       load_error(with(context, "  micro_batch: 2\n", "  micro_batch: 2\n  attention: eager\n"));
   REQUIRE(eager);
   CHECK(eager->key() == "layout.cp");
-  CHECK_THAT(eager->what(), Catch::Contains("built on FlashAttention"));
+  CHECK_THAT(eager->what(), Catch::Contains("(ring or Ulysses) on FlashAttention"));
 }
 
 TEST_CASE("dp: auto takes what the GPUs leave to data parallelism") {

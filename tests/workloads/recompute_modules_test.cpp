@@ -169,3 +169,42 @@ TEST_CASE("recompute_modules: a rerun block keeps its collectives' order, under 
   CHECK(overlapped_kernel(layer.backward, at("recompute.kv_ring")) == at("recompute.attention"));
   CHECK(overlapped_kernel(layer.backward, at("kv_ring.bwd")) == at("attention.bwd"));
 }
+
+TEST_CASE("Ulysses: its all-to-alls block, in order around attention, and rerun with the core") {
+  // Llama-3-8B at tp 2, cp 2 under cp_comm_type a2a: forward trades Q, K and V, runs attention
+  // and trades its output back; backward, with the core attention rerun, trades Q, K and V and
+  // runs attention and the output's trade again, then trades the output's gradient in, runs
+  // attention's backward and trades Q's, K's and V's gradients back. Nothing runs beside them.
+  const ModelSpec m = llama3_8b();
+  const TrainingSpec t = training(4096, 64, 2);
+  const RecomputeModules modules{.core_attn = true};
+  const LayerOps layer = decoder_layer_ops(m, t, 2, Recompute::selective, 1, 2, true, modules,
+                                           false, false, ContextComm::a2a);
+  const auto at = [](const std::vector<Op>& ops, const std::string& name) {
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].name == name) return static_cast<long>(i);
+    }
+    return -1L;
+  };
+  const std::vector<Op>& fwd = layer.forward;
+  const std::vector<Op>& bwd = layer.backward;
+  REQUIRE(at(fwd, "qkv_a2a") >= 0);
+  CHECK(at(fwd, "qkv_a2a") + 1 == at(fwd, "attention"));
+  CHECK(at(fwd, "attention") + 1 == at(fwd, "o_a2a"));
+  CHECK(at(bwd, "recompute.qkv_a2a") + 1 == at(bwd, "recompute.attention"));
+  CHECK(at(bwd, "recompute.attention") + 1 == at(bwd, "recompute.o_a2a"));
+  CHECK(at(bwd, "recompute.o_a2a") + 1 == at(bwd, "o_a2a.bwd"));
+  CHECK(at(bwd, "o_a2a.bwd") + 1 == at(bwd, "attention.bwd"));
+  CHECK(at(bwd, "attention.bwd") + 1 == at(bwd, "qkv_a2a.bwd"));
+  CHECK(at(fwd, "kv_ring") == -1);
+  for (const std::vector<Op>* ops : {&fwd, &bwd}) {
+    for (std::size_t i = 0; i < ops->size(); ++i) {
+      if ((*ops)[i].name.find("a2a") == std::string::npos) continue;
+      INFO((*ops)[i].name);
+      CHECK_FALSE(overlapped_kernel(*ops, i).has_value());
+    }
+  }
+  // Q, K, V of the rank's 4,096 x 2 / 2 tokens and its 32 / 2 query and 8 / 2 KV heads.
+  const double traded = 2.0 * 4096 * 2 / 2 * (32 + 2 * 8) * 128 / 2;
+  CHECK(fwd[at(fwd, "qkv_a2a")].collective->size_bytes == Approx(traded));
+}

@@ -177,8 +177,8 @@ const std::array<LayoutDimension, 22> kDimensions = {{
      .output = "cp",
      .kind = DimensionKind::count,
      .choices = {},
-     .description = "context-parallel ranks: each sequence in 2 x cp chunks, attention as a "
-                    "ring over them",
+     .description = "context-parallel ranks: each sequence in 2 x cp chunks, attention across "
+                    "them as cp_comm_type says",
      .planner = "powers of two up to the scenario's cp",
      .get = get_count<&ParallelPlan::cp>,
      .set = set_count<&ParallelPlan::cp>,
@@ -203,8 +203,7 @@ const std::array<LayoutDimension, 22> kDimensions = {{
          },
      .label =
          [](const ParallelPlan& plan) {
-           return plan.cp > 1 && plan.cp_comm_type == ContextComm::a2a ? std::string("cp-a2a")
-                                                                       : std::string();
+           return plan.ulysses() ? std::string("cp-a2a") : std::string();
          },
      .misnamed = {{"ulysses", "Ulysses' all-to-alls are cp_comm_type a2a", "set cp_comm_type: a2a"},
                   {"ring", "ring attention is cp_comm_type p2p", "set cp_comm_type: p2p"}},

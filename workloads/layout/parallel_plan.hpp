@@ -114,6 +114,8 @@ struct ParallelPlan {
   // runs instead on every token of heads / cp heads, between two blocking all-to-alls.
   int cp = 1;
   ContextComm cp_comm_type = ContextComm::p2p;
+  // Whether attention runs between Ulysses' all-to-alls.
+  bool ulysses() const { return cp > 1 && cp_comm_type == ContextComm::a2a; }
   int dp = 1;
   // Pipeline parallelism: the layers split over pp stages, evenly or one fewer on the stages
   // at the ends (virtual_stage_layers), the embedding on the first, the output head on the

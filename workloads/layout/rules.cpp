@@ -339,7 +339,7 @@ Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
 Problem cp_needs_flash_attention(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.cp <= 1 || job.flash_attention) return {};
   return at({"layout.cp"},
-            "cp " + str(plan.cp) + " runs ring attention, which is built on FlashAttention",
+            "cp " + str(plan.cp) + " runs its attention (ring or Ulysses) on FlashAttention",
             "set training.attention: flash, or remove cp");
 }
 
@@ -360,7 +360,7 @@ Problem expert_load_within_group(const JobSubject& job, const ParallelPlan& plan
 // Ring attention passes every rank's keys around whole; a window would skip some of its steps.
 // Ulysses' ranks see whole sequences, windows and all.
 Problem cp_without_local_attention(const JobSubject& job, const ParallelPlan& plan) {
-  if (plan.cp <= 1 || !job.local_attention || plan.cp_comm_type == ContextComm::a2a) return {};
+  if (plan.cp <= 1 || !job.local_attention || plan.ulysses()) return {};
   return at({"layout.cp"},
             "cp " + str(plan.cp) + " with " + job.model +
                 "'s local (sliding-window or chunked) attention is not modelled with ring "
@@ -371,7 +371,7 @@ Problem cp_without_local_attention(const JobSubject& job, const ParallelPlan& pl
 // Ulysses gives each cp rank heads / cp of the rank's heads, queries' and keys' alike
 // (Transformer Engine asserts num_heads % cp_size == 0 for Q, K and V).
 Problem cp_a2a_splits_heads(const JobSubject& job, const ParallelPlan& plan) {
-  if (plan.cp <= 1 || plan.cp_comm_type != ContextComm::a2a) return {};
+  if (!plan.ulysses()) return {};
   const Wide split = size_product({plan.tp, plan.cp});
   if (job.heads % split == 0 && job.kv_heads % split == 0) return {};
   return at({"layout.cp_comm_type", "layout.cp"},
@@ -649,7 +649,7 @@ const JobRule kRules[] = {
     {"ep-as-modelled", "ep > 1 with tp 1, ZeRO 0-1, no offload and no overlap_param_gather",
      ep_as_modelled},
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
-    {"cp-needs-flash-attention", "cp > 1 runs ring attention on FlashAttention",
+    {"cp-needs-flash-attention", "cp > 1 runs its attention on FlashAttention",
      cp_needs_flash_attention},
     {"expert-load-within-group", "the busiest expert-parallel rank's load is possible",
      expert_load_within_group},
