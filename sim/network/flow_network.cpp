@@ -219,8 +219,8 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
   // The flows, looked up once (slots do not move while this runs).
   std::vector<Flow*> unfixed;
   unfixed.reserve(component.size());
-  std::vector<double> old_rates;
-  old_rates.reserve(component.size());
+  std::vector<double>& old_rates = old_rates_;
+  old_rates.clear();
   for (const Slot slot : component) {
     Flow& flow = flows_[slot];
     old_rates.push_back(flow.rate);

@@ -144,6 +144,7 @@ class FlowNetwork {
   std::vector<char> saturated_;
   std::vector<FlowLinkId> seen_links_;       // connected_flows()
   std::vector<FlowLinkId> component_links_;  // reallocate()
+  std::vector<double> old_rates_;            // reallocate(): by component position
   EventHandle pending_;
   SimTime pending_at_ = SimTime::max();
   FlowId next_sequence_ = 1;
