@@ -540,10 +540,10 @@ std::vector<bool> links_that_never_bind(const Topology& topology,
     const VertexKind kind = topology.vertex(v).kind;
     return kind == VertexKind::leaf_switch || kind == VertexKind::spine_switch;
   };
-  // A link is bounded by links that stay enforced: one relied on is never marked itself, and
-  // one marked is never relied on (else two links with two neighbours, a spine's two leaves,
-  // would each lean on the other and neither bind). The tolerance absorbs the rounding of sums
-  // equal on paper (a leaf's uplink and its ports).
+  // A link is bounded by links marked before it or that stay enforced: one relied on unmarked is
+  // never marked later, so no two links lean on each other (a spine's two leaves' links would,
+  // and neither bind) and every bound rests, in the end, on enforced links. The tolerance
+  // absorbs the rounding of sums equal on paper (a leaf's uplink and its ports).
   constexpr double kRelative = 1e-9;
   std::vector<bool> never(topology.link_count(), false);
   std::vector<bool> relied_on(topology.link_count(), false);
@@ -553,13 +553,11 @@ std::vector<bool> links_that_never_bind(const Topology& topology,
     in_links[topology.link(l).to].push_back(l);
     out_links[topology.link(l).from].push_back(l);
   }
-  // Whether the links of `others` but `except` carry at most `bound` together, none marked.
+  // Whether the links of `others` but `except` carry at most `bound` together.
   const auto bounded_by = [&](const std::vector<LinkId>& others, LinkId except, double bound) {
     double total = 0;
     for (const LinkId o : others) {
-      if (o == except) continue;
-      if (never[o]) return false;
-      total += capacity[o];
+      if (o != except) total += capacity[o];
     }
     return total <= bound;
   };
@@ -588,7 +586,7 @@ std::vector<bool> links_that_never_bind(const Topology& topology,
     if (!rests_on) continue;
     never[l] = true;
     for (const LinkId o : *rests_on) {
-      if (o != reverse) relied_on[o] = true;
+      if (o != reverse && !never[o]) relied_on[o] = true;
     }
   }
   return never;

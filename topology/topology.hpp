@@ -151,7 +151,8 @@ Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric
 // capacity of the switch's other incoming links together, or into one with at least that of its
 // other outgoing links. A route is a simple path between endpoints, which a fabric switch never
 // is, so every crossing of such a link enters (or leaves) the switch by another link: its load
-// stays within theirs, which stay enforced (a link another rests on is never marked). A
+// stays within theirs, themselves marked before it or enforced (a link another rests on
+// unmarked is never marked later, so bounds never lean on each other). A
 // non-blocking fat tree's uplinks and spine links never bind; an oversubscribed one's, or a
 // hashed spine's share of an uplink, do (with two leaves, one of each pair rests on the other).
 std::vector<bool> links_that_never_bind(const Topology& topology,

@@ -295,7 +295,11 @@ TEST_CASE(
   // never bind. At 3:1 (6 ports down, 2 up) with three leaves the uplinks do, and under hash
   // routing each spine's quarter of an uplink does. With two leaves all that a spine takes in
   // from one leaf goes out to the other: one link of each such pair rests on the other, which
-  // stays enforced. Links to and from NICs and GPUs always may bind.
+  // stays enforced. In three tiers a pod spine's link up to the core carries at most what its
+  // leaves' uplinks bring, themselves bounded by the leaves' ports, and its link down at most
+  // what those leaves' downlinks take: a bound may rest on links marked before it, as long as
+  // every chain of bounds ends on links that are enforced. Links to and from NICs and GPUs
+  // always may bind.
   const auto never_bind = [](const Topology& topo) {
     return links_that_never_bind(topo, line_rates(topo));
   };
@@ -328,7 +332,13 @@ TEST_CASE(
   CHECK(marked_between_switches(build_cluster(one_nic_node(), 12, fabric)) == 0);
   const Topology two_hashed = build_cluster(one_nic_node(), 8, fabric);
   CHECK(marked_between_switches(two_hashed) == 8);  // of the 16 leaf-spine links
+  FabricSpec three_tiers;
+  three_tiers.leaf_ports = 4;  // 2 nodes a leaf, 2 leaves a pod: 6 leaves, 3 pods
+  three_tiers.tiers = 3;
+  const Topology pods = build_cluster(one_nic_node(), 12, three_tiers);
+  CHECK(marked_between_switches(pods) == 6 * 2 + 3 * 2);  // every leaf-spine and spine-core link
   check_marks_change_no_rate(full, 8);
+  check_marks_change_no_rate(pods, 12);
   check_marks_change_no_rate(two_oversubscribed, 12);
   check_marks_change_no_rate(two_hashed, 8);
 }
