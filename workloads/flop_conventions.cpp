@@ -31,10 +31,9 @@ double active_parameters(const ModelSpec& model) {
 double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention) {
   const double layers = model.layers;
   const double h = model.hidden;
-  const double attention_width = model.attention_width();
-  const double kv = model.kv_width();
-  // The score and value GEMMs of a token against the whole sequence, forward and backward.
-  const double attention = 12 * layers * attention_width * seq_len;
+  // The score and value GEMMs of a token against the whole sequence, forward and backward:
+  // 2 x 3 x seq_len FLOPs per query and value width.
+  const double attention = 6 * layers * (model.query_width() + model.attention_width()) * seq_len;
   switch (convention) {
     case FlopConvention::six_n: return 6 * active_parameters(model);
     case FlopConvention::six_n_attention: return 6 * active_parameters(model) + attention;
@@ -50,7 +49,7 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
       const double dense_ffn = model.has_dense_layers() ? model.dense_layer_model().ffn : model.ffn;
       const double dense_mlp = mlp_matrices(model) * h * dense_ffn;
       const double gemms =
-          6 * (layers * (2 * h * attention_width + 2 * h * kv) +
+          6 * (layers * attention_projection_weights(model) +
                (model.mixture_of_experts()
                     ? expert_layers * expert_mlps + (layers - expert_layers) * dense_mlp
                     : layers * dense_mlp));

@@ -5,7 +5,9 @@
 // layer's attention over the whole sequence).
 //
 // Per token, for L layers of hidden size h, attention width q (= heads x head_dim: h unless the
-// model gives a head_dim of its own), K/V width kv (= kv_heads x head_dim), MLP inner size F
+// model gives a head_dim of its own), K/V width kv (= kv_heads x head_dim), the layer's
+// attention projection weights W (2 h q + 2 h kv; latent attention's down and up projections
+// and o_proj, where its queries are heads x 192 wide and its output heads x 128), MLP inner size F
 // with m matrices (3 for SwiGLU and GeGLU, 2 for GELU), k experts a token
 // visits (1 dense) and a shared expert's inner size Fs (0 without), vocabulary V and sequence
 // length s; N the parameters a token uses: every parameter, embedding tables and norms included (as
@@ -14,9 +16,10 @@
 // layer only:
 //   six_n                6 N
 //   six_n_attention      6 N + 12 L q s                        (PaLM's appendix B, nanoGPT,
-//                        torchtitan, llm-foundry, fms-fsdp: attention over the full sequence)
+//                        torchtitan, llm-foundry, fms-fsdp: attention over the full sequence;
+//                        under latent attention 6 L (q + o) s, its scores q wide and values o)
 //   six_n_causal         6 N + 6 L q s                         (the same, causal attention halved)
-//   megatron             6 L (2 h q + 2 h kv + k m h F + m h Fs) + 12 L q s + 6 V h
+//   megatron             6 L (W + k m h F + m h Fs) + 12 L q s + 6 V h
 //                        (Narayanan et al., arXiv:2104.04473 section 5.1, as NVIDIA's
 //                        dgxc-benchmarking and NeMo count it for grouped-query attention and
 //                        SwiGLU: the layers' GEMMs, attention and the output head; no embedding,

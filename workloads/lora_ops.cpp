@@ -25,12 +25,14 @@ Op exchange(std::string name, CollectiveOp op, double size_bytes, bool beside_we
 std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::string& module) {
   const double h = model.hidden;
   const double f = model.ffn;
-  const double q = model.attention_width();
-  const double kv = model.kv_width();
+  const double q = model.query_width();
+  const double k = model.key_width();
+  const double v = model.value_width();
   if (module == "q") return {h, q};
-  if (module == "o") return {q, h};
-  if (module == "k" || module == "v") return {h, kv};
-  if (module == "qkv") return {h, q + 2 * kv};
+  if (module == "o") return {model.attention_width(), h};
+  if (module == "k") return {h, k};
+  if (module == "v") return {h, v};
+  if (module == "qkv") return {h, q + k + v};
   if (module == "gate" || module == "up") return {h, f};
   if (module == "gate_up") return {h, 2 * f};
   if (module == "down") return {f, h};

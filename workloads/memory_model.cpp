@@ -62,13 +62,19 @@ double largest_unit_parameters(const ModelSpec& model) {
 }
 
 // The weights of a decoder layer's largest projection GEMM, before any split: the gate and up
-// (or up) projection, or QKV.
+// (or up) projection, or QKV (under latent attention the largest of its up projections and the
+// output projection).
 double largest_projection_weights(const ModelSpec& model) {
+  const double h = model.hidden;
   const double ffn =
       model.has_dense_layers() ? std::max(model.ffn, model.dense_layer_model().ffn) : model.ffn;
-  return std::max((model.gated_mlp() ? 2.0 : 1.0) * ffn,
-                  model.attention_width() + 2.0 * model.kv_width()) *
-         model.hidden;
+  const double mlp = (model.gated_mlp() ? 2.0 : 1.0) * ffn * h;
+  if (!model.latent_attention()) {
+    return std::max(mlp, (model.query_width() + model.key_width() + model.value_width()) * h);
+  }
+  return std::max({mlp, model.query_projection_input() * model.query_width(),
+                   model.kv_lora_rank * model.latent_key_value_width(),
+                   model.attention_width() * h});
 }
 
 }  // namespace
@@ -87,7 +93,10 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
 }
 
 RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
-  const double stage_total = stage_parameters(model, plan, stage) / plan.tp;
+  // (Latent attention's down projections are whole on every tensor-parallel rank.)
+  const double stage_total =
+      stage_parameters(model, plan, stage) / plan.tp +
+      tensor_rank_layer_parameters(model, 0, stage_layers(model, plan, stage), plan.tp);
   if (plan.ep == 1) return {stage_total, 0.0};
   const double experts =
       stage_expert_layers(model, plan, stage) * layer_expert_parameters(model) / plan.tp;
@@ -503,15 +512,18 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     // Ulysses' all-to-alls write what they receive into new tensors: Q, K and V of heads / cp
     // heads over the whole sequence, and the output sent back (as many bytes as the rank's
     // tokens of the local heads).
-    const double traded = kBf16Bytes * tokens * (2.0 * model.heads + 2.0 * model.kv_heads) *
-                          model.head_dim() / plan.tp;
+    const double traded =
+        kBf16Bytes * tokens *
+        (model.query_width() + model.key_width() + model.value_width() + model.attention_width()) /
+        plan.tp;
     add("context-parallel buffers", traded,
         "Ulysses: Q, K, V and the output as the all-to-alls deliver them, BF16");
     dynamic += traded;
   } else if (plan.cp > 1) {
     // Ring attention holds the keys and values it computes with and those arriving for the
     // next step, in backward their gradients too: four chunks' K and V of the local heads.
-    const double ring = 4 * 2 * kBf16Bytes * tokens * model.kv_heads * model.head_dim() / plan.tp;
+    const double ring =
+        4 * kBf16Bytes * tokens * (model.key_width() + model.value_width()) / plan.tp;
     add("context-parallel buffers", ring,
         "ring attention: K and V being used and arriving, and their gradients, BF16");
     dynamic += ring;

@@ -45,16 +45,44 @@ double layer_expert_parameters(const ModelSpec& model) {
   return model.mixture_of_experts() ? model.experts * mlp_parameters(model) : 0.0;
 }
 
-double layer_projection_weights(const ModelSpec& model, double experts_held) {
+double attention_projection_weights(const ModelSpec& model) {
   const double h = model.hidden;
+  const double output = model.attention_width() * h;
+  if (!model.latent_attention()) {
+    return h * (model.query_width() + model.key_width() + model.value_width()) + output;
+  }
+  // Latent attention: the queries' down and up projections (or one from the hidden state), the
+  // keys' and values' shared down projection with the rotated key, their up projection to
+  // every head's key part without RoPE and its value (DeepSeek-V3's q_a_proj, q_b_proj,
+  // kv_a_proj_with_mqa, kv_b_proj).
+  const double queries = (model.q_lora_rank > 0 ? h * model.q_lora_rank : 0.0) +
+                         model.query_projection_input() * model.query_width();
+  const double keys_values = h * (model.kv_lora_rank + model.rope_head_dim) +
+                             model.kv_lora_rank * model.latent_key_value_width();
+  return queries + keys_values + output;
+}
+
+double tensor_replicated_weights(const ModelSpec& model) {
+  if (!model.latent_attention()) return 0;
+  return static_cast<double>(model.hidden) *
+         (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim);
+}
+
+double tensor_rank_layer_parameters(const ModelSpec& model, double parameters, double layers,
+                                    int tp) {
+  return parameters / tp + layers * tensor_replicated_weights(model) * (1 - 1.0 / tp);
+}
+
+double layer_projection_weights(const ModelSpec& model, double experts_held) {
   const double mlps = model.mixture_of_experts() ? experts_held : 1.0;
-  const double q = model.attention_width();
-  return h * (q + 2 * model.kv_width()) + q * h + mlps * mlp_weights_of_width(model, model.ffn) +
+  return attention_projection_weights(model) + mlps * mlp_weights_of_width(model, model.ffn) +
          mlp_weights_of_width(model, model.shared_expert_ffn);
 }
 
 double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
-  return layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep) / plan.tp;
+  return tensor_rank_layer_parameters(
+      model, layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep), 1,
+      plan.tp);
 }
 
 double weight_gather_bytes(double parameters, double fp8, double nf4) {
@@ -63,17 +91,20 @@ double weight_gather_bytes(double parameters, double fp8, double nf4) {
 
 double decoder_layer_parameters(const ModelSpec& model) {
   const double h = model.hidden;
-  const double q = model.attention_width();
-  const double qkv = q + 2 * model.kv_width();  // output columns of the QKV projection
+  // Output columns of the QKV projection.
+  const double qkv = model.query_width() + model.key_width() + model.value_width();
   // Biases on every projection (linear_bias) or on Q, K and V only (qkv_bias); QK-norm's
-  // weights, one head_dim vector for the queries and one for the keys; a sink logit per head.
-  const double attention = h * qkv + q * h + (model.linear_bias ? qkv + h : 0) +
+  // weights, one head_dim vector for the queries and one for the keys; a sink logit per head;
+  // latent attention's norms of its two latents.
+  const double attention = attention_projection_weights(model) + (model.linear_bias ? qkv + h : 0) +
                            (model.qkv_bias ? qkv : 0) +
                            (model.qk_norm && model.qk_norm_weights ? 2.0 * model.head_dim() : 0) +
-                           (model.attention_sinks ? model.heads : 0);
+                           (model.attention_sinks ? model.heads : 0) + model.q_lora_rank +
+                           model.kv_lora_rank;
   // A mixture of experts has one MLP per expert, the router's h x experts weight (and, with
   // linear biases, its bias: GPT-OSS) and any shared expert.
-  const double router = h * model.experts + (model.linear_bias ? model.experts : 0);
+  const double router =
+      h * model.experts + (model.linear_bias || model.expert_score_bias ? model.experts : 0);
   const double mlps = model.mixture_of_experts() ? layer_expert_parameters(model) + router +
                                                        shared_expert_parameters(model)
                                                  : mlp_parameters(model);

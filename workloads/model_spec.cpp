@@ -32,6 +32,7 @@ ModelSpec ModelSpec::dense_layer_model() const {
   dense.experts = dense.experts_per_token = 0;
   dense.shared_expert_ffn = 0;
   dense.shared_expert_gate = false;
+  dense.expert_score_bias = false;
   dense.first_dense_layers = 0;
   dense.moe_layer_every = 1;
   dense.dense_ffn = 0;
@@ -61,6 +62,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.micro_batch = training.micro_batch;
   subject.flash_attention = training.attention == Attention::flash;
   subject.local_attention = model.has_local_layers(training.seq_len);
+  subject.latent_attention = model.latent_attention();
   subject.fp32_adam = training.optimizer != Optimizer::adam8bit;
   subject.apex_adam = training.optimizer == Optimizer::distributed_fused_adam;
   subject.lora = training.lora.has_value();
@@ -152,6 +154,12 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
                             "shared_expert_gate scales a shared expert, and the model has none",
                             "give shared_expert_ffn, or remove shared_expert_gate"));
   }
+  if (m.expert_score_bias && !m.mixture_of_experts()) {
+    found.push_back(problem("expert-score-bias-needs-experts", {"expert_score_bias"},
+                            "expert_score_bias biases a router's scores, and the model has no "
+                            "experts",
+                            "give experts and experts_per_token, or remove expert_score_bias"));
+  }
   if (m.positions == Positions::learned && m.max_positions < 1) {
     found.push_back(problem("learned-positions-sized", {"positions"},
                             "learned positions need max_positions",
@@ -192,6 +200,35 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
                             "full_attention_every picks the layers without a window, and the "
                             "model has no attention_window",
                             "give attention_window, or remove full_attention_every"));
+  }
+  if (m.q_lora_rank < 0 || m.kv_lora_rank < 0 || m.rope_head_dim < 0 || m.v_head_dim < 0) {
+    found.push_back(problem("latent-attention-sizes-positive",
+                            {"kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim"},
+                            "latent attention's ranks and head sizes cannot be negative",
+                            "DeepSeek-V3: q_lora_rank 1536, kv_lora_rank 512, rope_head_dim 64, "
+                            "v_head_dim 128, head_dim 128"));
+  } else if (!m.latent_attention() &&
+             (m.q_lora_rank > 0 || m.rope_head_dim > 0 || m.v_head_dim > 0)) {
+    found.push_back(problem("latent-attention-needs-kv-rank",
+                            {"q_lora_rank", "rope_head_dim", "v_head_dim"},
+                            "q_lora_rank, rope_head_dim and v_head_dim shape latent attention, "
+                            "and the model has no kv_lora_rank",
+                            "give kv_lora_rank (DeepSeek-V3: 512), or remove them"));
+  } else if (m.latent_attention() && (m.v_head_dim == 0 || m.head_size == 0)) {
+    found.push_back(problem("latent-attention-head-sizes",
+                            {m.v_head_dim == 0 ? "v_head_dim" : "head_dim", "kv_lora_rank"},
+                            "latent attention needs v_head_dim, its value heads' size, and "
+                            "head_dim, its query and key heads' part without RoPE",
+                            "DeepSeek-V3: v_head_dim 128, head_dim 128"));
+  } else if (m.latent_attention() &&
+             (m.kv_heads != m.heads || m.positions != Positions::rope || m.linear_bias ||
+              m.qkv_bias || m.qk_norm || m.attention_sinks)) {
+    found.push_back(problem(
+        "latent-attention-as-deepseek", {"kv_lora_rank"},
+        "latent attention is modelled as DeepSeek-V2 and V3 run it: kv_heads equal to heads, "
+        "RoPE, no biases, QK-norm or sinks",
+        "set kv_heads to heads and positions to rope; remove linear_bias, qkv_bias, qk_norm "
+        "and attention_sinks"));
   }
   if (m.heads % m.kv_heads != 0) {
     found.push_back(problem("kv-heads-divide-heads", {"kv_heads", "heads"},
@@ -263,6 +300,17 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
                 "model's MLP " +
                     std::string(model.mlp != Mlp::swiglu ? "is not SwiGLU" : "runs eagerly"),
                 "use a SwiGLU model with elementwise: fused, or remove activation_fp8_input"));
+  }
+  if (training.lora && model.latent_attention()) {
+    found.push_back(problem("lora-needs-ordinary-attention", {"training.method", "training.lora"},
+                            "LoRA on latent attention's projections is not modelled yet",
+                            "train the model in full, or adapt a model with ordinary attention"));
+  }
+  if (training.elementwise == Elementwise::eager && model.latent_attention()) {
+    found.push_back(problem("latent-attention-fused", {"training.elementwise"},
+                            "latent attention is modelled as Megatron-Core runs it, its norms "
+                            "and RoPE fused",
+                            "remove elementwise: eager"));
   }
   if (const auto& lora = training.lora) {
     if (lora->rank < 1) {

@@ -62,6 +62,10 @@ struct ModelSpec {
   // by a learned sigmoid gate per token (Qwen2-MoE's h x 1 shared_expert_gate).
   int shared_expert_ffn = 0;
   bool shared_expert_gate = false;
+  // A per-expert bias on the router's scores for picking experts (DeepSeek-V3's
+  // auxiliary-loss-free balancing, e_score_correction_bias): held with the weights, moved by
+  // the balancing rule rather than by gradients.
+  bool expert_score_bias = false;
   // Dense layers among a mixture of experts' layers: the first `first_dense_layers` (DeepSeek's
   // first_k_dense_replace), and after them all but every moe_layer_every-th, the last of each
   // group, counted from layer 0 (Llama 4's interleave_moe_layer_step and Qwen2-MoE's
@@ -85,10 +89,36 @@ struct ModelSpec {
   bool post_norms = false;
   // The logits soft-capped, cap * tanh(logits / cap), before the loss (Gemma 2).
   bool logit_softcap = false;
+  // Multi-head latent attention (DeepSeek-V2 and V3, arXiv:2405.04434 sec. 2.1): the queries
+  // come up from a latent of q_lora_rank (normed; 0: projected from the hidden state directly),
+  // the keys' and values' per-head parts up from one shared latent of kv_lora_rank (normed),
+  // projected down together with a key of rope_head_dim that RoPE rotates and every head
+  // shares. A head's query and key are head_dim (the part without RoPE) + rope_head_dim wide,
+  // its value v_head_dim. kv_lora_rank 0: ordinary attention.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int rope_head_dim = 0;
+  int v_head_dim = 0;
 
   int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
-  // The key (and value) projection's output: kv_heads x head_dim.
-  double kv_width() const { return static_cast<double>(kv_heads) * head_dim(); }
+  bool latent_attention() const { return kv_lora_rank > 0; }
+  // A head's query and key, and its value: head_dim, or under latent attention head_dim +
+  // rope_head_dim and v_head_dim.
+  int qk_head_dim() const { return head_dim() + (latent_attention() ? rope_head_dim : 0); }
+  int value_head_dim() const { return latent_attention() ? v_head_dim : head_dim(); }
+  // What attention reads per token: the queries (heads x qk_head_dim), the keys (kv_heads x
+  // qk_head_dim) and the values (kv_heads x value_head_dim); latent attention's kv_heads are
+  // its heads.
+  double query_width() const { return static_cast<double>(heads) * qk_head_dim(); }
+  // Latent attention's query up projection's input (its latent, or without one the hidden
+  // state), and its key-value up projection's output: every head's key part without RoPE and
+  // its value.
+  double query_projection_input() const { return q_lora_rank > 0 ? q_lora_rank : hidden; }
+  double latent_key_value_width() const {
+    return static_cast<double>(heads) * (head_dim() + value_head_dim());
+  }
+  double key_width() const { return static_cast<double>(kv_heads) * qk_head_dim(); }
+  double value_width() const { return static_cast<double>(kv_heads) * value_head_dim(); }
   // The MLP has a gate projection beside its up projection (SwiGLU, GeGLU).
   bool gated_mlp() const { return mlp != Mlp::gelu; }
   // Layer `layer` (from 0) attends within the window.
@@ -101,8 +131,8 @@ struct ModelSpec {
   bool has_local_layers(int seq_len) const {
     return attention_window > 0 && attention_window < seq_len && full_attention_every != 1;
   }
-  // The query projection's output and the output projection's input: heads x head_dim.
-  double attention_width() const { return static_cast<double>(heads) * head_dim(); }
+  // Attention's output and the output projection's input: heads x value_head_dim.
+  double attention_width() const { return static_cast<double>(heads) * value_head_dim(); }
   bool mixture_of_experts() const { return experts > 0; }
   // Layer `layer` (from 0) routes its tokens to experts.
   bool layer_has_experts(int layer) const {

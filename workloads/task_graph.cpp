@@ -115,7 +115,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
     } else {
       const int layer = static_cast<int>(index) - 1;
       const LayerKind& kind = kind_of(layer);
-      const double held = parameters[index] / tp - kind.absent_experts + adapters;
+      const double held = tensor_rank_layer_parameters(model, parameters[index], 1, tp) -
+                          kind.absent_experts + adapters;
       const bool recomputed = plan.recompute == Recompute::full &&
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
       const bool offloaded = layers_before < plan.activation_offload_layers;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "sim/engine/errors.hpp"
+#include "workloads/latent_attention_ops.hpp"
 #include "workloads/lora_ops.hpp"
 #include "workloads/precision.hpp"
 
@@ -56,19 +57,22 @@ constexpr std::array<double, 3> kEagerSwigluBackward = {6, 6, 6};
 
 // What of a layer of `model` selective recomputation reruns (RecomputeModules): its attention
 // core, its MLP block (a dense one as mlp, a mixture of experts' as moe), the experts'
-// activation, the norm before the experts' block; nothing under other policies.
+// activation, the norm before the experts' block, and under latent attention the norm before
+// attention (its input_layernorm a module of its own, where Transformer Engine fuses an
+// ordinary layer's into the QKV projection); nothing under other policies.
 struct LayerReruns {
   bool core = false;
   bool mlp = false;
   bool activation = false;
   bool norm = false;
+  bool attention_norm = false;
 };
 LayerReruns layer_reruns(const ModelSpec& model, Recompute recompute,
                          const RecomputeModules& modules) {
   if (recompute != Recompute::selective) return {};
   const bool moe = model.mixture_of_experts();
   return {modules.core_attn, moe ? modules.moe : modules.mlp, moe && modules.moe_act,
-          moe && modules.layernorm};
+          moe && modules.layernorm, model.latent_attention() && modules.layernorm};
 }
 
 }  // namespace
@@ -129,25 +133,35 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double norm_inputs = (model.post_norms ? 4 : 2) * kBf16 * h;
   const bool moe = model.mixture_of_experts();
   // A module selective recomputation reruns keeps its input.
-  const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun] =
+  const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun, attention_norm_rerun] =
       layer_reruns(model, recompute, modules);
   // Normed inputs of the QKV and first MLP GEMMs. A rerun dense MLP keeps the residual stream
   // (its norm is fused into its first GEMM), not the normed copy. A mixture of experts' block
   // input feeds the router, which stays BF16; the block rerun keeps it as its input, unless
   // its norm discards it too.
   const double mlp_input = !moe ? (mlp_rerun ? 0.0 : gemm_input) : (norm_rerun ? 0.0 : kBf16);
-  const double gemm_inputs = (gemm_input + mlp_input) * h;
-  const double q = model.attention_width();
+  // Latent attention's two latents, sharded by sequence as the block input is: each norm's input
+  // and its normed output, its up projection's input (Transformer Engine's LayerNormLinear
+  // keeps the shard and gathers it again for the weight gradient).
+  const double latents = (kBf16 + gemm_input) * (model.q_lora_rank + model.kv_lora_rank);
+  // Its two down projections read the normed input: one BF16 tensor, under FP8 each its own
+  // cast; a rerun norm discards it.
+  const double attention_input = !model.latent_attention() ? gemm_input
+                                 : attention_norm_rerun    ? 0.0
+                                 : fp8                     ? 2 * kFp8
+                                                           : gemm_input;
+  const double gemm_inputs = (attention_input + mlp_input) * h + latents;
+  const double o = model.attention_width();  // attention's output
   // Both attention backwards need Q, K, V; QK-norm's backward its input, the Q and K before it.
-  const double qkv =
-      kBf16 * (q + 2 * model.kv_width()) + (model.qk_norm ? kBf16 * (q + model.kv_width()) : 0.0);
+  const double qkv = kBf16 * (model.query_width() + model.key_width() + model.value_width()) +
+                     (model.qk_norm ? kBf16 * (model.query_width() + model.key_width()) : 0.0);
   // O, which attention's backward reads in BF16 and which is o_proj's input (under FP8 also
   // kept as o_proj's FP8 cast); with the core rerun only o_proj keeps its input. Under Ulysses
   // o_proj's BF16 input is another tensor than attention's output (Transformer Engine saves
   // the output before its all-to-all).
-  const double separate_input = ulysses && gemm_input == kBf16 ? kBf16 * q : 0.0;
+  const double separate_input = ulysses && gemm_input == kBf16 ? kBf16 * o : 0.0;
   const double output =
-      core_rerun ? gemm_input * q : kBf16 * q + gemm_input * (fp8 ? q : 0.0) + separate_input;
+      core_rerun ? gemm_input * o : kBf16 * o + gemm_input * (fp8 ? o : 0.0) + separate_input;
   // FlashAttention: an FP32 log-sum-exp per head. Eager: the BF16 probabilities (a x s per
   // token) for the softmax backward, and with dropout their mask and the dropped copy for PV.
   // A rerun core keeps neither.
@@ -160,8 +174,8 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
     // attention's output and what attention saves, the first MLP matmul's output and, of a
     // SwiGLU MLP, down's (a row-parallel matmul's output, whole before its reduce-scatter),
     // and under tensor parallelism both reduce-scatters' outputs (its _save_list).
-    return (kBf16 * (h + 2 * q + model.kv_width()) + scores) / tp + kBf16 * f / tp +
-           per_op_outputs_kept_only(model, tp, sequence_parallel);
+    return (kBf16 * (h + model.query_width() + model.value_width() + o) + scores) / tp +
+           kBf16 * f / tp + per_op_outputs_kept_only(model, tp, sequence_parallel);
   }
   const double hidden_masks = dropout ? 2 * kMaskBytes * h : 0;  // after attention, after MLP
   // SwiGLU: gate/up output and its product (down's input); GELU: its input and output (down's
@@ -232,7 +246,7 @@ std::vector<Op> per_op_recomputation(const ModelSpec& model, const std::vector<O
     } else if (op.kernel.kind == KernelKind::attention) {
       continue;
     } else if (op.kernel.kind == KernelKind::gemm) {
-      const double columns = op.name == "qkv"       ? model.kv_width() / split
+      const double columns = op.name == "qkv"       ? model.key_width() / split
                              : op.name == "o_proj"  ? op.kernel.n
                              : op.name == "gate_up" ? model.ffn / split
                              : op.name == "down" && model.mlp == Mlp::gelu ? op.kernel.n
@@ -306,11 +320,11 @@ void cast_before_gathers(std::vector<Op>& ops, int tp,
   }
 }
 
-// A projection's GEMM (m x n from k); under QLoRA its 4-bit weight is first dequantized to
-// BF16 (read 4.127 bits, write 16 per weight), in forward and again before the backward's
-// data-gradient GEMM, which reads it too.
-void projection(const std::string& name, double m, double n, double k, const TrainingSpec& training,
-                bool frozen, std::vector<Op>& fwd, std::vector<Op>& backward) {
+}  // namespace
+
+void projection_ops(const std::string& name, double m, double n, double k,
+                    const TrainingSpec& training, bool frozen, std::vector<Op>& fwd,
+                    std::vector<Op>& backward) {
   if (training.precision == Precision::fp8) {
     // Without the weight cache each micro-batch casts a BF16 weight to FP8 again (its
     // transpose, on GPUs that need one, is not costed: limitations.md).
@@ -327,8 +341,6 @@ void projection(const std::string& name, double m, double n, double k, const Tra
   // Pushed after the data gradient: it runs before it once backward is reversed.
   if (quantized) backward.push_back(memory_op(name + ".dequantize.bwd", dequantize_bytes));
 }
-
-}  // namespace
 
 // Transformer Engine's userbuffers defaults: num_sm 16 for pipeline and bulk (ring_exchange's
 // one SM only signals the copies the copy engines make: use_ce); num_splits 4 for pipeline, tp
@@ -416,15 +428,18 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   const double mask = training.dropout > 0 ? kMaskBytes : 0;         // per element dropped
   const double h = model.hidden;
   const double f = model.ffn;
-  const double q = model.attention_width();
-  const double kv = model.kv_width();
+  // Attention reads the queries, keys and values and writes its output, o_proj's input.
+  const double q = model.query_width();
+  const double k = model.key_width();
+  const double v = model.value_width();
+  const double o = model.attention_width();
   const double split = tp;  // GEMM columns or rows, heads
   const bool parallel = tp > 1;
   const bool sharded = parallel && sequence_parallel;   // the tokens between blocks split by tp
   const double local_tokens = sharded ? t / split : t;  // norms, residuals, dropouts
   const double activation = kBf16 * t * h;              // the T x hidden tensor a block gathers
   const bool moe = model.mixture_of_experts();
-  const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun] =
+  const auto [core_rerun, mlp_rerun, activation_rerun, norm_rerun, attention_norm_rerun] =
       layer_reruns(model, recompute, modules);
   LayerOps ops;
   std::vector<Op> backward;  // collected in forward order, reversed at the end
@@ -441,19 +456,22 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // all-reduced in forward.
   const bool eager = training.elementwise == Elementwise::eager;
   std::size_t norm_end = 0;  // where the last block's norm ops end in fwd
-  const auto norm = [&](const std::string& name) {
+  const auto norm_of = [&](const std::string& name, double elements) {
     if (eager && model.norm == Norm::rmsnorm) {
-      eager_ops(name, kEagerRmsNormForward, local_tokens * h, fwd);
-      eager_ops(name + ".bwd", kEagerRmsNormBackward, local_tokens * h, backward);
+      eager_ops(name, kEagerRmsNormForward, elements, fwd);
+      eager_ops(name + ".bwd", kEagerRmsNormBackward, elements, backward);
     } else {
-      fwd.push_back(memory_op(name, 2 * kBf16 * local_tokens * h));
-      backward.push_back(memory_op(name + ".bwd", 4 * kBf16 * local_tokens * h));
+      fwd.push_back(memory_op(name, 2 * kBf16 * elements));
+      backward.push_back(memory_op(name + ".bwd", 4 * kBf16 * elements));
     }
   };
-  const auto enter_block = [&](const std::string& block, bool projections) {
+  const auto norm = [&](const std::string& name) { norm_of(name, local_tokens * h); };
+  // `gathers`: the block's first GEMMs read its whole input (latent attention's down
+  // projections read the rank's shard, and gather their latents themselves).
+  const auto enter_block = [&](const std::string& block, bool projections, bool gathers = true) {
     norm(block + "_norm");
     norm_end = fwd.size();
-    if (!parallel) return;
+    if (!parallel || !gathers) return;
     if (!sharded) {
       Op reduce = tp_op(block + "_input.bwd", CollectiveOp::all_reduce, activation);
       reduce.collective->beside_weight_gradient = true;
@@ -497,42 +515,52 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     backward.push_back(memory_op(block + "_residual.bwd", (3 * kBf16 + mask) * local_tokens * h));
   };
 
-  // Attention: QKV by columns, RoPE (if the model rotates) and attention on the local heads,
-  // o_proj by rows.
-  enter_block("attn", true);
+  // Attention: QKV by columns (or latent attention's projections), RoPE (if the model
+  // rotates) and attention on the local heads, o_proj by rows.
+  const bool latent = model.latent_attention();
+  enter_block("attn", true, !latent || model.q_lora_rank == 0);
   const bool frozen = training.lora.has_value();
-  lora_input_gradient_adds(model, training, kLoraQkvModules, column_adapters(t), backward);
-  projection("qkv", t, (q + 2 * kv) / split, h, training, frozen, fwd, backward);
-  if (!frozen) regather_for_wgrad("qkv");
-  lora_adapters(model, training, kLoraQkvModules, column_adapters(t), fwd, backward);
+  if (latent) {
+    if (model.q_lora_rank == 0) {
+      // The queries from the block's gathered input, first, as Megatron-Core computes them.
+      projection_ops("q_proj", t, q / split, h, training, frozen, fwd, backward);
+      regather_for_wgrad("q_proj");
+    }
+    latent_attention_projections(model, training, {t, local_tokens, tp}, norm_of, fwd, backward);
+  } else {
+    lora_input_gradient_adds(model, training, kLoraQkvModules, column_adapters(t), backward);
+    projection_ops("qkv", t, (q + k + v) / split, h, training, frozen, fwd, backward);
+    if (!frozen) regather_for_wgrad("qkv");
+    lora_adapters(model, training, kLoraQkvModules, column_adapters(t), fwd, backward);
+  }
   if (model.qk_norm) {
     // Each head's query and key normed (one fused kernel for both): read and write them in
     // forward; read them, their gradient and write theirs in backward, as a norm does.
-    fwd.push_back(memory_op("qk_norm", 2 * kBf16 * t * (q + kv) / split));
-    backward.push_back(memory_op("qk_norm.bwd", 4 * kBf16 * t * (q + kv) / split));
+    fwd.push_back(memory_op("qk_norm", 2 * kBf16 * t * (q + k) / split));
+    backward.push_back(memory_op("qk_norm.bwd", 4 * kBf16 * t * (q + k) / split));
   }
-  if (model.positions == Positions::rope && eager) {
-    eager_ops("rope", kEagerRopeForward, t * (q + kv) / split, fwd);
-    eager_ops("rope.bwd", kEagerRopeBackward, t * (q + kv) / split, backward);
-  } else if (model.positions == Positions::rope) {
-    fwd.push_back(memory_op("rope", 2 * kBf16 * t * (q + kv) / split));
-    backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (q + kv) / split));
+  if (model.positions == Positions::rope && eager && !latent) {
+    eager_ops("rope", kEagerRopeForward, t * (q + k) / split, fwd);
+    eager_ops("rope.bwd", kEagerRopeBackward, t * (q + k) / split, backward);
+  } else if (model.positions == Positions::rope && !latent) {
+    fwd.push_back(memory_op("rope", 2 * kBf16 * t * (q + k) / split));
+    backward.push_back(memory_op("rope.bwd", 2 * kBf16 * t * (q + k) / split));
   }
 
-  // Causal attention: QK^T and PV are 2*b*s^2*(heads x head_dim) FLOPs each, half of them
-  // masked away (4 b pairs q with pairs = s^2 / 2 of a sequence's query-key pairs); cp ranks
-  // share them evenly. Local attention meets fewer keys (local_attention_pairs).
+  // Causal attention: QK^T and PV are 2*b*s^2 FLOPs per query and value width, half of them
+  // masked away (2 b pairs (q + o) with pairs = s^2 / 2 of a sequence's query-key pairs); cp
+  // ranks share them evenly. Local attention meets fewer keys (local_attention_pairs).
   const bool local = attends_locally && model.has_local_layers(seq_len);
   const bool ulysses = cp > 1 && cp_comm == ContextComm::a2a;
   const bool ring = cp > 1 && !ulysses;
   if (local && ring) throw ModelError("local attention with ring attention is refused by its rule");
   const double pairs =
       local ? local_attention_pairs(model, seq_len) : 0.5 * double(seq_len) * seq_len;
-  const double attention_fwd_flops = 4.0 * micro_batch * pairs * q / split / cp;
+  const double attention_fwd_flops = 2.0 * micro_batch * pairs * (q + o) / split / cp;
   // Ring attention: the whole sequence's keys and values of the local KV heads, gathered in
   // forward; in backward gathered again while their gradients are reduce-scattered. Listed
   // around attention in forward order (the backward list is reversed at the end).
-  const double sequence_kv = kBf16 * micro_batch * double(seq_len) * 2 * kv / split;
+  const double sequence_kv = kBf16 * micro_batch * double(seq_len) * (k + v) / split;
   const auto context_op = [&](std::string name, CollectiveOp op) {
     return Op{std::move(name), Kernel{}, 0, LayerCollective{op, sequence_kv, GroupKind::context}};
   };
@@ -551,13 +579,13 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     backward.push_back(context_op("kv_ring.dkv", CollectiveOp::reduce_scatter));
   }
   if (ulysses) {
-    fwd.push_back(trade("qkv_a2a", q + 2 * kv));
-    backward.push_back(trade("qkv_a2a.bwd", q + 2 * kv));
+    fwd.push_back(trade("qkv_a2a", q + k + v));
+    backward.push_back(trade("qkv_a2a.bwd", q + k + v));
   }
   if (training.attention == Attention::flash) {
     // Read Q, the keys and values it meets (the whole sequence's under ring attention), write
     // O. Under Ulysses: every token of heads / cp heads, as many bytes as the rank's tokens.
-    const double attention_io = kBf16 * (t * 2 * q + (ring ? cp : 1) * t * 2 * kv) / split;
+    const double attention_io = kBf16 * (t * (q + o) + (ring ? cp : 1) * t * (k + v)) / split;
     Kernel attention_fwd;
     attention_fwd.kind = KernelKind::attention;
     attention_fwd.flops = attention_fwd_flops;
@@ -582,17 +610,17 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     backward.push_back(Op{"attention.bwd", attention_bwd, 2 * attention_fwd_flops, std::nullopt});
     if (ring) backward.push_back(context_op("kv_ring.bwd", CollectiveOp::all_gather));
     if (ulysses) {
-      fwd.push_back(trade("o_a2a", q));
-      backward.push_back(trade("o_a2a.bwd", q));
+      fwd.push_back(trade("o_a2a", o));
+      backward.push_back(trade("o_a2a.bwd", o));
     }
     if (core_rerun) {
       // Megatron-Core checkpoints the core attention whatever its kernel: the fused kernel
       // runs forward again before its backward, beside the ring's exchange again, or between
       // Ulysses' all-to-alls again.
-      if (ulysses) backward.push_back(rerun(trade("o_a2a", q)));
+      if (ulysses) backward.push_back(rerun(trade("o_a2a", o)));
       backward.push_back(rerun(attention));
       if (ring) backward.push_back(rerun(context_op("kv_ring", CollectiveOp::all_gather)));
-      if (ulysses) backward.push_back(rerun(trade("qkv_a2a", q + 2 * kv)));
+      if (ulysses) backward.push_back(rerun(trade("qkv_a2a", q + k + v)));
     }
   } else {
     // Eager: per head, batched over micro-batch x local heads, S = QK^T [s,s], P = softmax(S)
@@ -600,7 +628,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // dQ = dS K and dK = dS^T Q. Every GEMM does the full s x s, masked (a local window's mask
     // too); model FLOPs count the pairs the mask keeps.
     const double rows = micro_batch * (model.heads / split) * double(seq_len);
-    const double d = model.head_dim();
+    const double d = model.qk_head_dim();      // scores: queries against keys
+    const double dv = model.value_head_dim();  // values
     const double s = seq_len;
     const double elements = rows * s;  // probabilities on this rank
     const auto mask_counted = [&](Op op) {
@@ -610,13 +639,13 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const std::vector<Op> core = {
         mask_counted(gemm_op("scores", rows, s, d)),
         memory_op("softmax", (2 * kBf16 + (mask > 0 ? mask + kBf16 : 0)) * elements),
-        mask_counted(gemm_op("attn_values", rows, d, s))};
+        mask_counted(gemm_op("attn_values", rows, dv, s))};
     fwd.insert(fwd.end(), core.begin(), core.end());
     backward.push_back(mask_counted(gemm_op("scores.dgrad_q", rows, d, s)));
     backward.push_back(mask_counted(gemm_op("scores.dgrad_k", rows, d, s)));
     backward.push_back(memory_op("softmax.bwd", (3 * kBf16 + mask) * elements));
-    backward.push_back(mask_counted(gemm_op("attn_values.dgrad_p", rows, s, d)));
-    backward.push_back(mask_counted(gemm_op("attn_values.dgrad_v", rows, d, s)));
+    backward.push_back(mask_counted(gemm_op("attn_values.dgrad_p", rows, s, dv)));
+    backward.push_back(mask_counted(gemm_op("attn_values.dgrad_v", rows, dv, s)));
     if (core_rerun) {
       // The core runs again just before its backward (this list is reversed at the end); the
       // dropout mask is regenerated from the saved RNG state. Not model FLOPs.
@@ -624,8 +653,16 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     }
   }
   lora_input_gradient_adds(model, training, kLoraOutputModules, row_adapters, backward);
-  projection("o_proj", t, h, q / split, training, frozen, fwd, backward);
+  projection_ops("o_proj", t, h, o / split, training, frozen, fwd, backward);
+  const std::size_t attention_norm_end = norm_end;
   leave_block("attn", true, kLoraOutputModules);
+  // A rerun norm before attention runs again after the block's residual add's backward, before
+  // the rest of the block's backward.
+  std::vector<Op> norm_again;
+  for (std::size_t i = 0; attention_norm_rerun && i < attention_norm_end; ++i) {
+    norm_again.push_back(rerun(fwd[i]));
+  }
+  backward.insert(backward.end() - 1, norm_again.rbegin(), norm_again.rend());
 
   // MLP: gate/up (or up) by columns, the activation on the local columns, down by rows, over
   // `rows` tokens, `width` its inner size; `regather`: the first GEMM's weight gradient
@@ -637,7 +674,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     if (model.gated_mlp()) {
       lora_input_gradient_adds(model, training, kLoraGateUpModules, column_adapters(rows),
                                backward);
-      projection(prefix + "gate_up", rows, 2 * width / split, h, training, frozen, fwd, backward);
+      projection_ops(prefix + "gate_up", rows, 2 * width / split, h, training, frozen, fwd,
+                     backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
       lora_adapters(model, training, kLoraGateUpModules, column_adapters(rows), fwd, backward);
       activation_begin = fwd.size();
@@ -659,7 +697,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       }
     } else {
       lora_input_gradient_adds(model, training, kLoraUpModules, column_adapters(rows), backward);
-      projection(prefix + "up", rows, width / split, h, training, frozen, fwd, backward);
+      projection_ops(prefix + "up", rows, width / split, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "up");
       lora_adapters(model, training, kLoraUpModules, column_adapters(rows), fwd, backward);
       activation_begin = fwd.size();
@@ -668,7 +706,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     }
     const std::size_t activation_end = fwd.size();
     lora_input_gradient_adds(model, training, kLoraDownModules, row_adapters, backward);
-    projection(prefix + "down", rows, h, width / split, training, frozen, fwd, backward);
+    projection_ops(prefix + "down", rows, h, width / split, training, frozen, fwd, backward);
     // Pushed after down's backward in reverse: it runs just before it, in forward order.
     for (std::size_t i = activation_end; rerun_activation && i-- > activation_begin;) {
       backward.push_back(rerun(fwd[i]));

@@ -79,6 +79,13 @@ Op gemm_op(std::string name, double m, double n, double k);
 // gradient), then the weight gradient unless the weight is frozen.
 Op gemm_with_backward(const std::string& name, double m, double n, double k,
                       std::vector<Op>& backward, bool frozen = false);
+// A projection's GEMM (m x n from k) with its backward as the training runs it: under FP8 as
+// Transformer Engine casts and runs it; under QLoRA its 4-bit weight first dequantized to BF16
+// (read 4.127 bits, write 16 per weight), in forward and again before the backward's
+// data-gradient GEMM, which reads it too; `frozen`, no weight gradient.
+void projection_ops(const std::string& name, double m, double n, double k,
+                    const TrainingSpec& training, bool frozen, std::vector<Op>& fwd,
+                    std::vector<Op>& backward);
 // A collective of the tensor-parallel group (nccl-tests' size S: the gathered size of an
 // all-gather, the size reduced of a reduce-scatter or all-reduce).
 Op tp_op(std::string name, CollectiveOp op, double size_bytes,
@@ -192,6 +199,17 @@ Op adam_step_op(double local_parameters, const TrainingSpec& training);
 Op memory_op(std::string name, double bytes);
 
 double decoder_layer_parameters(const ModelSpec& model);
+// A decoder layer's attention projection weights: Q, K, V and the output projection, or under
+// latent attention its down and up projections and the output projection.
+double attention_projection_weights(const ModelSpec& model);
+// The weights of a decoder layer every tensor-parallel rank holds whole: latent attention's
+// down projections (Megatron-Core's duplicated linear_q_down_proj and linear_kv_down_proj, run
+// on each rank's sequence shard).
+double tensor_replicated_weights(const ModelSpec& model);
+// What one rank of `tp` holds of `parameters` of `layers` decoder layers: their share, and
+// the replicated weights whole.
+double tensor_rank_layer_parameters(const ModelSpec& model, double parameters, double layers,
+                                    int tp);
 // A decoder layer's projection weights (QKV, output, each MLP's or expert's matrices of
 // `experts_held` experts, a shared expert's): what FP8 casts, without norms, biases, the router
 // and a shared expert's gate.

@@ -54,6 +54,8 @@ constexpr Family kFamilies[] = {
     {"gemma3_text", true, 4096, 6, "gelu_pytorch_tanh", "hidden_activation"},
     {"gpt_oss", false, 128, 2},
     {"llama4_text", false, 8192, 4},
+    {"deepseek_v2"},
+    {"deepseek_v3"},
 };
 
 const Family* family_of(std::string_view type) {
@@ -133,6 +135,44 @@ void read_llama4_attention(const Field& root, ModelSpec& m) {
   if (!listed.empty()) m.full_attention_every = full_attention_every(listed, full);
 }
 
+// DeepSeek-V2 and V3 (modeling_deepseek_v3.py, DeepSeek's modeling_deepseek.py): latent
+// attention (q_lora_rank null: queries projected directly), routed experts of
+// moe_intermediate_size in every layer from first_k_dense_replace on (moe_layer_freq 1), with
+// n_shared_experts of that size as one shared expert, the dense layers intermediate_size wide;
+// V3's noaux_tc routing biases the scores by a stored per-expert correction. The multi-token
+// prediction layers (num_nextn_predict_layers) are not built by transformers and not modelled.
+void read_deepseek(const Field& root, ModelSpec& m) {
+  const auto optional_int = [&](const char* key, int least) {
+    const auto f = find(root, key);
+    return f && is_set(*f) ? read_int(*f, least) : 0;
+  };
+  m.q_lora_rank = optional_int("q_lora_rank", 1);
+  m.kv_lora_rank = read_int(require(root, "kv_lora_rank"), 1);
+  m.head_size = read_int(require(root, "qk_nope_head_dim"), 1);
+  m.rope_head_dim = read_int(require(root, "qk_rope_head_dim"), 0);
+  m.v_head_dim = read_int(require(root, "v_head_dim"), 1);
+  m.experts = optional_int("n_routed_experts", 1);
+  if (m.experts == 0) return;  // a dense model
+  m.experts_per_token = read_int(require(root, "num_experts_per_tok"), 1);
+  if (m.experts_per_token > m.experts) {
+    fail(require(root, "num_experts_per_tok"), "num_experts_per_tok is more than n_routed_experts",
+         "each token goes to at most every expert");
+  }
+  m.dense_ffn = m.ffn;
+  m.ffn = read_int(require(root, "moe_intermediate_size"), 1);
+  m.shared_expert_ffn = optional_int("n_shared_experts", 1) * m.ffn;
+  m.first_dense_layers = optional_int("first_k_dense_replace", 0);
+  if (const auto every = find(root, "moe_layer_freq"); every && read_int(*every, 1) != 1) {
+    fail(*every,
+         "experts in every moe_layer_freq-th layer from the first of each group are "
+         "not modelled",
+         "fleetsim models DeepSeek's experts in every layer after the first dense ones "
+         "(moe_layer_freq 1, as the released models set it)");
+  }
+  const auto method = find(root, "topk_method");
+  m.expert_score_bias = method && method->node.IsScalar() && read_string(*method) == "noaux_tc";
+}
+
 }  // namespace
 
 ModelSpec Loader::hf_model(const Field& path_field) {
@@ -159,7 +199,8 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   if (!family) {
     fail(type, "model_type " + in_quotes(model_type) + " is not modelled yet",
          "fleetsim models the decoders of model_type llama, mistral, mixtral, qwen2, "
-         "qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3_text, gpt_oss and llama4_text");
+         "qwen2_moe, qwen3, qwen3_moe, gemma2, gemma3_text, gpt_oss, llama4_text, deepseek_v2 "
+         "and deepseek_v3");
   }
   const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
   const bool qwen2 = model_type == "qwen2" || model_type == "qwen2_moe";
@@ -167,6 +208,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
   const bool gemma = model_type == "gemma2" || model_type == "gemma3_text";
   const bool gpt_oss = model_type == "gpt_oss";
   const bool llama4 = model_type == "llama4_text";
+  const bool deepseek = model_type == "deepseek_v2" || model_type == "deepseek_v3";
   ModelSpec m;
   m.layers = read_int(require(root, "num_hidden_layers"), 1);
   m.hidden = read_int(require(root, "hidden_size"), 1);
@@ -238,6 +280,7 @@ ModelSpec Loader::hf_model(const Field& path_field) {
     read_moe_step("decoder_sparse_step");
     read_first_dense_layers("mlp_only_layers");
   }
+  if (deepseek) read_deepseek(root, m);
   if (llama4) {
     // Llama4TextMoe: experts of intermediate_size and a shared expert of the same size in every
     // interleave_moe_layer_step-th layer (moe_layers, where listed, must follow it); the dense
@@ -339,8 +382,9 @@ ModelSpec Loader::hf_model(const Field& path_field) {
          std::string(family->act_key) + " " + in_quotes(read_string(*act)) + " is not modelled",
          "the " + model_type + " MLP is modelled with " + std::string(family->act));
   }
+  // (DeepseekV3Config's head_dim is its rotated part, qk_rope_head_dim: read above.)
   if (const auto head_dim = find(root, "head_dim");
-      head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
+      !deepseek && head_dim && head_dim->node.IsScalar() && head_dim->node.Scalar() != "null") {
     const int size = read_int(*head_dim, 1);
     if (m.hidden % m.heads != 0 || size != m.hidden / m.heads) m.head_size = size;
   }

@@ -33,6 +33,7 @@ const Keys kModelKeys = {"name",
                          "experts_per_token",
                          "shared_expert_ffn",
                          "shared_expert_gate",
+                         "expert_score_bias",
                          "first_dense_layers",
                          "moe_layer_every",
                          "dense_ffn",
@@ -41,7 +42,11 @@ const Keys kModelKeys = {"name",
                          "full_attention_every",
                          "attention_sinks",
                          "post_norms",
-                         "logit_softcap"};
+                         "logit_softcap",
+                         "q_lora_rank",
+                         "kv_lora_rank",
+                         "rope_head_dim",
+                         "v_head_dim"};
 const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
 
 void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
@@ -82,6 +87,8 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.shared_expert_ffn = read_int(f, 1);
   } else if (key == "shared_expert_gate") {
     m.shared_expert_gate = read_bool(f);
+  } else if (key == "expert_score_bias") {
+    m.expert_score_bias = read_bool(f);
   } else if (key == "first_dense_layers") {
     m.first_dense_layers = read_int(f, 0);
   } else if (key == "moe_layer_every") {
@@ -102,6 +109,14 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.post_norms = read_bool(f);
   } else if (key == "logit_softcap") {
     m.logit_softcap = read_bool(f);
+  } else if (key == "q_lora_rank") {
+    m.q_lora_rank = read_int(f, 0);
+  } else if (key == "kv_lora_rank") {
+    m.kv_lora_rank = read_int(f, 1);
+  } else if (key == "rope_head_dim") {
+    m.rope_head_dim = read_int(f, 0);
+  } else if (key == "v_head_dim") {
+    m.v_head_dim = read_int(f, 1);
   } else {
     static const std::map<std::string, int ModelSpec::*> dims = {
         {"layers", &ModelSpec::layers},     {"hidden", &ModelSpec::hidden},

@@ -124,6 +124,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.experts = 8;
          p.sequence_parallel = false;
        }},
+      {"latent-attention-tp-needs-sequence-parallel", "layout.sequence_parallel",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.latent_attention = true;
+         p.sequence_parallel = false;
+       }},
       {"sequence-parallel-off-needs-tp", "layout.sequence_parallel",
        [](JobSubject&, ParallelPlan& p) {
          p.tp = 1;

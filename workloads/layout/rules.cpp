@@ -122,6 +122,15 @@ Problem moe_tp_needs_sequence_parallel(const JobSubject& job, const ParallelPlan
             "parallelism; remove sequence_parallel: false");
 }
 
+Problem latent_attention_tp_needs_sequence_parallel(const JobSubject& job,
+                                                    const ParallelPlan& plan) {
+  if (!job.latent_attention || plan.tp == 1 || plan.sequence_parallel) return {};
+  return at({"layout.sequence_parallel"},
+            "latent attention with tp > 1 is modelled with sequence parallelism",
+            "its down projections run whole on each rank's sequence shard, as Megatron-Core "
+            "runs them with it; remove sequence_parallel: false");
+}
+
 Problem sequence_parallel_off_needs_tp(const JobSubject&, const ParallelPlan& plan) {
   if (plan.sequence_parallel || plan.tp > 1) return {};
   return at({"layout.sequence_parallel"},
@@ -504,13 +513,14 @@ Problem lora_on_dense_model(const JobSubject& job, const ParallelPlan&) {
 // Eager attention's softmax would rerun while its probabilities count as kept.
 Problem per_op_on_dense_full_model(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.recompute != Recompute::per_op ||
-      (job.experts == 0 && !job.lora && job.flash_attention &&
+      (job.experts == 0 && !job.lora && job.flash_attention && !job.latent_attention &&
        (plan.tp == 1 || plan.sequence_parallel))) {
     return {};
   }
   return at({"layout.recompute"},
-            "per_op recomputation is modelled for dense models trained in full on "
-            "FlashAttention, with sequence parallelism where tp > 1 (as torchtitan runs it)",
+            "per_op recomputation is modelled for dense models with ordinary attention trained "
+            "in full on FlashAttention, with sequence parallelism where tp > 1 (as torchtitan "
+            "runs it)",
             "use selective or full");
 }
 
@@ -620,6 +630,9 @@ const JobRule kRules[] = {
      "a mixture of experts with tp > 1 needs sequence "
      "parallelism",
      moe_tp_needs_sequence_parallel},
+    {"latent-attention-tp-needs-sequence-parallel",
+     "latent attention with tp > 1 needs sequence parallelism",
+     latent_attention_tp_needs_sequence_parallel},
     {"sequence-parallel-off-needs-tp", "sequence_parallel: false needs tp > 1",
      sequence_parallel_off_needs_tp},
     {"grad-reduce-after-backward-needs-zero-0-1", "overlap_grad_reduce: false needs ZeRO 0 or 1",

@@ -63,9 +63,10 @@ struct JobSubject {
   int global_batch = 0;
   int micro_batch = 0;
   bool flash_attention = true;
-  bool local_attention = false;  // some layer attends within a window
-  bool fp32_adam = true;         // Adam with FP32 moments (what CPU Adam runs)
-  bool apex_adam = false;        // Apex's DistributedFusedAdam (NeMo 1)
+  bool local_attention = false;   // some layer attends within a window
+  bool latent_attention = false;  // multi-head latent attention (DeepSeek)
+  bool fp32_adam = true;          // Adam with FP32 moments (what CPU Adam runs)
+  bool apex_adam = false;         // Apex's DistributedFusedAdam (NeMo 1)
   bool lora = false;
   bool quantized_base = false;  // QLoRA
   bool fp8 = false;
