@@ -303,14 +303,18 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     // Apex reduce-scatters each bucket into a shard of its own, kept until the step.
     const bool apex = training.optimizer == Optimizer::distributed_fused_adam;
     const double reduced_shard = apex ? training.grad_reduce_bytes * updated : 0.0;
-    add("gradients", bytes * trained / grad_shards + reduced_shard,
+    // Sharded, an expert's gradient is split over the replicas holding the expert.
+    const double gradients = sharded && !training.lora
+                                 ? held.dense / grad_shards + held.experts / sharding.expert_ranks()
+                                 : trained / grad_shards;
+    add("gradients", bytes * gradients + reduced_shard,
         std::string(fp32_shard            ? "FP32 main gradients, "
                     : bytes == kFp32Bytes ? "FP32 gradient buffer (the reduce dtype), "
                     : training.precision == Precision::fp16
                         ? "FP16 gradient buffer (the reduce dtype), "
                         : "BF16 gradient buffer (the reduce dtype), ") +
             which + split +
-            (sharded ? "sharded " + over_dp
+            (sharded ? "sharded " + over_dp + (held.experts > 0 ? ", experts over dp / ep" : "")
              : sharding.gathered_for_step()
                  ? std::string("accumulated whole until the last micro-batch (FSDP under a "
                                "pipeline)")

@@ -514,7 +514,9 @@ TEST_CASE("ep loads for a mixture of experts and says what it needs otherwise") 
   const auto sharded = load_error(with(mixtral, "zero: 1", "zero: 3"));
   REQUIRE(sharded);
   CHECK(sharded->key() == "layout.ep");
-  CHECK_THAT(sharded->what(), Catch::Contains("zero 0 or 1"));
+  CHECK_THAT(sharded->what(), Catch::Contains("zero 0 to 2"));
+  // Sharded gradients (ZeRO 2) load: each expert's over the replicas that hold it.
+  CHECK(load_text(with(mixtral, "zero: 1", "zero: 2")).variants[0].inputs.plan.zero_stage == 2);
 }
 
 TEST_CASE("cp loads, counts in the GPU total, and says what it needs otherwise") {

@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <variant>
 
+#include "common/memory_items.hpp"
 #include "models.hpp"
 #include "workloads/flop_conventions.hpp"
 
@@ -102,6 +104,42 @@ TEST_CASE("under expert parallelism the shared expert is reduced as a dense laye
   CHECK(held.experts == Approx(m.layers * layer_expert_parameters(m) / 4));
   CHECK(held.dense == Approx(m.parameters() - m.layers * layer_expert_parameters(m)));
   CHECK_NOTHROW(build_data_parallel_step(m, t, plan));
+}
+
+TEST_CASE("ZeRO 2 under expert parallelism: an expert's gradients sharded over its replicas") {
+  // The same layout with gradients sharded: FP32 main gradients, the dense ones split over the
+  // 8 replicas, the experts' over the 2 that hold them; every micro-batch's reduce-scattered,
+  // the experts' over their expert_data group, as many bytes as ZeRO 1 reduces once, times
+  // the 2 micro-batches.
+  const ModelSpec m = qwen_moe();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.ep = 4;
+  plan.zero_stage = 2;
+  TrainingSpec t = testing::training(4096, 16, 1);
+  t.grad_reduce_bytes = 4;
+  const RankParameters held = rank_parameters(m, plan, 0);
+  const MemoryBreakdown memory = estimate_memory(m, t, plan, {80e9});
+  CHECK(testing::memory_item(memory, "gradients") ==
+        Approx(4 * (held.dense / 8 + held.experts / 2)));
+  ParallelPlan once = plan;
+  once.zero_stage = 1;
+  const auto expert_bytes = [&](const ParallelPlan& p) {
+    const TaskGraph graph = build_data_parallel_step(m, t, p);
+    std::pair<double, CollectiveOp> total{0, CollectiveOp::all_reduce};
+    for (const Task& task : graph.stages.front()) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (!work || work->group != GroupKind::expert_data || task.name.starts_with("optimizer"))
+        continue;
+      total.first += work->size_bytes;
+      total.second = work->op;
+    }
+    return total;
+  };
+  const auto [sharded_bytes, sharded_op] = expert_bytes(plan);
+  CHECK(sharded_op == CollectiveOp::reduce_scatter);
+  CHECK(sharded_bytes == Approx(2 * expert_bytes(once).first));
+  CHECK(sharded_bytes == Approx(2 * 4 * held.experts));
 }
 
 }  // namespace fleetsim
