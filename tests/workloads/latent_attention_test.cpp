@@ -11,6 +11,8 @@
 namespace fleetsim {
 namespace {
 
+using testing::find_op;
+
 // DeepSeek-V3's attention (config.json): 128 heads of 128 + 64 query and key, 128 value, from
 // latents of 1,536 (queries) and 512 (keys and values) at hidden 7,168; a dense layer, to look
 // at attention alone.
@@ -29,13 +31,6 @@ ModelSpec deepseek_attention() {
   m.rope_head_dim = 64;
   m.v_head_dim = 128;
   return m;
-}
-
-const Op* find_op(const std::vector<Op>& ops, const std::string& name) {
-  for (const Op& op : ops) {
-    if (op.name == name) return &op;
-  }
-  return nullptr;
 }
 
 double gemm_flops(const std::vector<Op>& ops) {

@@ -11,6 +11,7 @@
 
 namespace fleetsim {
 
+using testing::find_op;
 using testing::llama3_8b;
 using testing::training;
 
@@ -23,13 +24,6 @@ double flops_of(const std::vector<Op>& ops, const std::string& part) {
     if (!op.collective && op.name.find(part) != std::string::npos) flops += op.kernel.flops;
   }
   return flops;
-}
-
-const Op* find_op(const std::vector<Op>& ops, const std::string& name) {
-  for (const Op& op : ops) {
-    if (op.name == name) return &op;
-  }
-  return nullptr;
 }
 
 TrainingSpec lora_training() {

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "workloads/memory_model.hpp"
 #include "workloads/task_graph.hpp"
@@ -69,6 +70,14 @@ inline ParallelPlan pipeline(int pp, int dp, int vpp = 1) {
   plan.vpp = vpp;
   plan.zero_stage = 1;
   return plan;
+}
+
+// The op of `ops` named `name`, or null.
+inline const Op* find_op(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& op : ops) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
 }
 
 inline TrainingSpec training(int seq, int global_batch, int micro_batch) {
