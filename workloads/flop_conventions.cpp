@@ -16,6 +16,11 @@ double mlp_matrices(const ModelSpec& model) {
   return model.gated_mlp() ? 3 : 2;
 }
 
+// The layers that route to experts, a multi-token prediction module's among them when it does.
+double routed_layers(const ModelSpec& model) {
+  return model.expert_layers() + (model.mtp_layer_has_experts() ? model.mtp_layers : 0);
+}
+
 }  // namespace
 
 std::string_view to_string(FlopConvention convention) {
@@ -25,11 +30,13 @@ std::string_view to_string(FlopConvention convention) {
 double active_parameters(const ModelSpec& model) {
   const double idle_experts =
       model.mixture_of_experts() ? std::max(0, model.experts - model.experts_per_token) : 0;
-  return model.parameters() - model.expert_layers() * idle_experts * mlp_parameters(model);
+  return model.parameters() - routed_layers(model) * idle_experts * mlp_parameters(model);
 }
 
 double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention convention) {
-  const double layers = model.layers;
+  // Megatron-LM's num_floating_point_operations counts each multi-token prediction module's
+  // layer as a layer (of the last layer's kind), its norms and eh_proj, and its logits.
+  const double layers = model.layers + model.mtp_layers;
   const double h = model.hidden;
   // The score and value GEMMs of a token against the whole sequence, forward and backward:
   // 2 x 3 x seq_len FLOPs per query and value width.
@@ -43,7 +50,7 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
     case FlopConvention::megatron_recompute: {
       // An experts' layer's MLPs: the experts a token visits and the shared expert; a dense
       // layer's (among experts' layers, dense_ffn wide).
-      const double expert_layers = model.expert_layers();
+      const double expert_layers = routed_layers(model);
       const double expert_mlps = experts_visited(model) * mlp_matrices(model) * h * model.ffn +
                                  mlp_matrices(model) * h * model.shared_expert_ffn;
       const double dense_ffn = model.has_dense_layers() ? model.dense_layer_model().ffn : model.ffn;
@@ -53,7 +60,8 @@ double flops_per_token(const ModelSpec& model, int seq_len, FlopConvention conve
                (model.mixture_of_experts()
                     ? expert_layers * expert_mlps + (layers - expert_layers) * dense_mlp
                     : layers * dense_mlp));
-      const double head = 6.0 * model.vocab * h;
+      const double mtp_glue = 6.0 * model.mtp_layers * (3 * h + 2 * h * h);
+      const double head = 6.0 * model.vocab * h * (1 + model.mtp_layers) + mtp_glue;
       const double layer_terms =
           gemms + (convention == FlopConvention::megatron_causal ? attention / 2 : attention);
       return (convention == FlopConvention::megatron_recompute ? layer_terms * 4 / 3

@@ -13,7 +13,10 @@
 // length s; N the parameters a token uses: every parameter, embedding tables and norms included (as
 // torchtitan at 157a12c5 and llm-foundry count; newer torchtitan and Kaplan et al. leave the
 // embeddings out, about 5% less for Llama-3-8B), a mixture of experts' k visited experts of each
-// layer only:
+// layer only. With D multi-token prediction modules (DeepSeek-V3) L counts each module's layer
+// (of the last layer's kind) and N its parameters; megatron adds its norms and eh_proj,
+// 6 D (3 h + 2 h^2), and its logits, 6 D V h, as Megatron-LM's num_floating_point_operations
+// does:
 //   six_n                6 N
 //   six_n_attention      6 N + 12 L q s                        (PaLM's appendix B, nanoGPT,
 //                        torchtitan, llm-foundry, fms-fsdp: attention over the full sequence;

@@ -86,7 +86,7 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
   for (int v = stage; v < virtual_stages; v += plan.pp) {
     for (const std::size_t index : virtual_stage_units(model, virtual_stages, v)) {
       sum += units[index];
-      if (index == units.size() - 1) sum += tied_head_copy_parameters(model, plan.pp);
+      if (index == units.size() - 1) sum += embedding_copy_parameters(model, plan.pp);
     }
   }
   return sum;
@@ -112,7 +112,8 @@ InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const P
   InFlight live, peak;
   peak.every_layer_recomputed = plan.recompute == Recompute::full;
   for (int c = 0; c < plan.vpp; ++c) {
-    const int layers = virtual_stage_layers(model, virtual_stages, stage + c * plan.pp).count();
+    // (A multi-token prediction module keeps a layer's activations.)
+    const int layers = virtual_stage_slots(model, virtual_stages, stage + c * plan.pp).count();
     chunk_layers[c] = layers;
     chunk_recomputed[c] = plan.recompute != Recompute::full ? 0
                           : plan.recompute_layers == 0      ? layers
@@ -356,7 +357,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const double per_layer = mean_layer(saved);
   // A layer's input: its shard under sequence parallelism, else whole on every rank.
   const double boundary = kWeightBytes * model.hidden * tokens / plan.sequence_shards();
-  const bool uneven = model.layers % (plan.pp * plan.vpp) != 0;
+  const bool uneven = (model.layers + model.mtp_layers) % (plan.pp * plan.vpp) != 0;
   const InFlight live = in_flight(model, training, plan, stage, boundary / per_layer);
   // Under per_op or selective recomputation the layer in backward holds what it recomputed
   // beside what it kept: all it keeps without recomputation, less what it kept of that (per_op
@@ -403,7 +404,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                                     std::to_string(live.layers) + " layers' activations"
                               : std::string(to_string(plan.schedule))) +
                 (uneven ? ", " + std::to_string(static_cast<int>(layers)) +
-                              " layers on this stage of an uneven split"
+                              (model.mtp_layers > 0 && stage == plan.pp - 1
+                                   ? " layers and multi-token prediction modules"
+                                   : " layers") +
+                              " on this stage of an uneven split"
                         : std::string()) +
                 ")";
   add("activations", activations,
@@ -476,10 +480,20 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // the log-probabilities hold 10 bytes a logit, less. PyTorch's loss_parallel computes
   // (gradient + exp(log-probabilities)) x the loss's gradient, the scattered zeros, the sum and
   // the product beside the log-probabilities: four FP32 tensors.
+  // With multi-token prediction each module's loss keeps its own until the backward
+  // (Megatron-Core's process_mtp_loss computes them before the main one's).
   const LossMemory loss = loss_memory(training.cross_entropy, tp);
+  const double predictions = 1 + model.mtp_layers;
   const double logits =
-      stage == plan.pp - 1 ? loss.bytes_per_logit * tokens * model.vocab / tp : 0.0;
-  add("logits", logits, loss.basis + (tp > 1 ? ", vocabulary split over tp" : ""),
+      stage == plan.pp - 1 ? predictions * loss.bytes_per_logit * tokens * model.vocab / tp : 0.0;
+  add("logits", logits,
+      loss.basis + (tp > 1 ? ", vocabulary split over tp" : "") +
+          (model.mtp_layers == 1 ? ", the main prediction's and the multi-token prediction "
+                                   "module's"
+           : model.mtp_layers > 1
+               ? ", the main prediction's and each of " + std::to_string(model.mtp_layers) +
+                     " multi-token prediction modules'"
+               : std::string()),
       MemoryMoment::loss_backward);
 
   // Gradients are reduced from communication buckets (ZeRO 2 too, as DeepSpeed and Megatron
@@ -574,13 +588,16 @@ const char* to_string(MemoryMoment moment) {
 double model_weight_bytes(const ModelSpec& model, const TrainingSpec& training) {
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * model.layers : 0.0;
-  const int expert_layers = model.expert_layers();
-  const double fp8_params = !training.fp8_params ? 0.0
-                            : model.has_dense_layers()
-                                ? layer_projection_weights(model, model.experts) * expert_layers +
-                                      layer_projection_weights(model.dense_layer_model(), 0) *
-                                          (model.layers - expert_layers)
-                                : layer_projection_weights(model, model.experts) * model.layers;
+  // (A multi-token prediction module's layer counted as one of the last layer's kind.)
+  const int layers = model.layers + model.mtp_layers;
+  const int expert_layers =
+      model.expert_layers() + (model.mtp_layer_has_experts() ? model.mtp_layers : 0);
+  const double fp8_params =
+      !training.fp8_params ? 0.0
+      : model.has_dense_layers()
+          ? layer_projection_weights(model, model.experts) * expert_layers +
+                layer_projection_weights(model.dense_layer_model(), 0) * (layers - expert_layers)
+          : layer_projection_weights(model, model.experts) * layers;
   return kWeightBytes * (model.parameters() - quantized_params - fp8_params) +
          kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_params;
 }

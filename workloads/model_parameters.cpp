@@ -130,29 +130,39 @@ std::vector<double> fsdp_unit_parameters(const ModelSpec& model) {
   for (int layer = 0; layer < model.layers; ++layer) {
     units.push_back(model.layer_has_experts(layer) ? expert_layer : dense_layer);
   }
+  units.insert(units.end(), model.mtp_layers, mtp_module_parameters(model));
   units.push_back(head_parameters(model));
   return units;
 }
 
+double mtp_module_parameters(const ModelSpec& model) {
+  const double h = model.hidden;
+  const ModelSpec kind = model.mtp_layer_has_experts() || !model.has_dense_layers()
+                             ? model
+                             : model.dense_layer_model();
+  // enorm, hnorm and the final norm; eh_proj, 2 hidden -> hidden without a bias.
+  return decoder_layer_parameters(kind) + 3 * norm_parameters(model) + 2 * h * h;
+}
+
+LayerRange virtual_stage_slots(const ModelSpec& model, int virtual_stages, int v) {
+  return split_stage_slots(model.layers + model.mtp_layers, virtual_stages, v);
+}
+
 LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v) {
-  const int per_stage = (model.layers + virtual_stages - 1) / virtual_stages;
-  const int short_stages = per_stage * virtual_stages - model.layers;
-  // Stage u's place in the order that takes layers away: 0, V - 1, 1, V - 2, ...
-  const auto layers_of = [&](int u) {
-    const int place = std::min(2 * u, 2 * (virtual_stages - 1 - u) + 1);
-    return place < short_stages ? per_stage - 1 : per_stage;
-  };
-  LayerRange range;
-  for (int u = 0; u < v; ++u) range.first += layers_of(u);
-  range.end = range.first + layers_of(v);
-  return range;
+  const LayerRange slots = virtual_stage_slots(model, virtual_stages, v);
+  return {std::min(slots.first, model.layers), std::min(slots.end, model.layers)};
+}
+
+int virtual_stage_mtp_layers(const ModelSpec& model, int virtual_stages, int v) {
+  return virtual_stage_slots(model, virtual_stages, v).count() -
+         virtual_stage_layers(model, virtual_stages, v).count();
 }
 
 int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   const int virtual_stages = plan.pp * plan.vpp;
   int layers = 0;
   for (int v = stage; v < virtual_stages; v += plan.pp) {
-    layers += virtual_stage_layers(model, virtual_stages, v).count();
+    layers += virtual_stage_slots(model, virtual_stages, v).count();
   }
   return layers;
 }
@@ -172,18 +182,22 @@ int stage_expert_layers(const ModelSpec& model, const ParallelPlan& plan, int st
     for (int layer = range.first; layer < range.end; ++layer) {
       layers += model.layer_has_experts(layer) ? 1 : 0;
     }
+    if (model.mtp_layer_has_experts()) layers += virtual_stage_mtp_layers(model, virtual_stages, v);
   }
   return layers;
 }
 
 std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v) {
-  const LayerRange layers = virtual_stage_layers(model, virtual_stages, v);
+  // Its slots: decoder layers, and after the last the multi-token prediction modules.
+  const LayerRange slots = virtual_stage_slots(model, virtual_stages, v);
   std::vector<std::size_t> units;
   if (v == 0) units.push_back(0);
-  for (int l = layers.first; l < layers.end; ++l) {
+  for (int l = slots.first; l < slots.end; ++l) {
     units.push_back(static_cast<std::size_t>(l) + 1);
   }
-  if (v == virtual_stages - 1) units.push_back(static_cast<std::size_t>(model.layers) + 1);
+  if (v == virtual_stages - 1) {
+    units.push_back(static_cast<std::size_t>(model.layers + model.mtp_layers) + 1);
+  }
   return units;
 }
 
@@ -192,8 +206,11 @@ double head_parameters(const ModelSpec& model) {
   return model.tied_embeddings ? norm : norm + embedding_parameters(model);
 }
 
-double tied_head_copy_parameters(const ModelSpec& model, int pp) {
-  return model.tied_embeddings && pp > 1 ? embedding_parameters(model) : 0.0;
+double embedding_copy_parameters(const ModelSpec& model, int pp) {
+  if (pp == 1) return 0.0;
+  // The modules look their tokens up through the whole embedding, learned positions too.
+  if (model.mtp_layers > 0) return embedding_parameters(model) + position_parameters(model);
+  return model.tied_embeddings ? embedding_parameters(model) : 0.0;
 }
 
 double optimizer_state_bytes_per_parameter(Optimizer optimizer) {

@@ -11,8 +11,8 @@
 namespace fleetsim {
 
 double ModelSpec::parameters() const {
-  const double outer =
-      embedding_parameters(*this) + position_parameters(*this) + head_parameters(*this);
+  const double outer = embedding_parameters(*this) + position_parameters(*this) +
+                       head_parameters(*this) + mtp_layers * mtp_module_parameters(*this);
   if (!has_dense_layers()) return outer + layers * decoder_layer_parameters(*this);
   const int moe = expert_layers();
   return outer + moe * decoder_layer_parameters(*this) +
@@ -36,6 +36,7 @@ ModelSpec ModelSpec::dense_layer_model() const {
   dense.first_dense_layers = 0;
   dense.moe_layer_every = 1;
   dense.dense_ffn = 0;
+  dense.mtp_layers = 0;
   return dense;
 }
 
@@ -63,6 +64,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.flash_attention = training.attention == Attention::flash;
   subject.local_attention = model.has_local_layers(training.seq_len);
   subject.latent_attention = model.latent_attention();
+  subject.mtp_layers = model.mtp_layers;
   subject.fp32_adam = training.optimizer != Optimizer::adam8bit;
   subject.apex_adam = training.optimizer == Optimizer::distributed_fused_adam;
   subject.lora = training.lora.has_value();
@@ -159,6 +161,14 @@ std::vector<JobProblem> model_problems(const ModelSpec& m) {
                             "expert_score_bias biases a router's scores, and the model has no "
                             "experts",
                             "give experts and experts_per_token, or remove expert_score_bias"));
+  }
+  if (m.mtp_layers < 0 || m.mtp_layers > m.layers) {
+    found.push_back(problem("mtp-layers-within-layers", {"mtp_layers"},
+                            "mtp_layers (" + std::to_string(m.mtp_layers) +
+                                ") must be between 0 and the model's " + std::to_string(m.layers) +
+                                " layers",
+                            "give the multi-token prediction modules (DeepSeek-V3: 1), each a "
+                            "layer more, or 0 for none"));
   }
   if (m.positions == Positions::learned && m.max_positions < 1) {
     found.push_back(problem("learned-positions-sized", {"positions"},

@@ -99,6 +99,12 @@ struct ModelSpec {
   int kv_lora_rank = 0;
   int rope_head_dim = 0;
   int v_head_dim = 0;
+  // Multi-token prediction (DeepSeek-V3, arXiv:2412.19437 sec. 2.2; Megatron-Core's
+  // mtp_num_layers): after the last layer, each of `mtp_layers` modules predicts one token
+  // further from the hidden state before it joined with the next token's embedding (both
+  // normed, concatenated and projected 2 hidden -> hidden), through a decoder layer of the last
+  // layer's kind and a norm of its own, into the shared output head and a loss of its own.
+  int mtp_layers = 0;
 
   int head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   bool latent_attention() const { return kv_lora_rank > 0; }
@@ -145,8 +151,12 @@ struct ModelSpec {
   bool has_dense_layers() const { return mixture_of_experts() && expert_layers() < layers; }
   // A dense layer of this model as a model of its own: no experts, its MLP dense_ffn wide.
   ModelSpec dense_layer_model() const;
+  // The decoder layer of a multi-token prediction module routes to experts: it is of the last
+  // layer's kind (Megatron-Core builds it from the decoder's last layer spec).
+  bool mtp_layer_has_experts() const { return layer_has_experts(layers - 1); }
   // Parameters: embeddings, per layer (QKV, output projection, the MLP's matrices or every
-  // expert's and the router's, biases, two norms), final norm and the output head (unless tied).
+  // expert's and the router's, biases, two norms), final norm and the output head (unless
+  // tied), and each multi-token prediction module (its layer, projection and three norms).
   double parameters() const;
   bool operator==(const ModelSpec&) const = default;
 };

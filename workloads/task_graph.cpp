@@ -32,7 +32,9 @@ struct Unit {
   // Under activation offload, its saved tensors, copied to host memory after its forward and
   // back before its backward (a decoder layer among the first activation_offload_layers).
   double offloaded_bytes = 0;
-  int layer = -1;  // its place among the chunk's decoder layers; -1: the embedding or the head
+  // Its place among the chunk's decoder layers and multi-token prediction modules; -1: the
+  // embedding or the head.
+  int layer = -1;
   // The share of its parameters in QLoRA's 4-bit NF4: a decoder layer's frozen base, not its
   // adapters.
   double nf4_share = 0;
@@ -47,7 +49,8 @@ struct Unit {
 // The units of one tensor-parallel rank of virtual pipeline stage `stage` (of pp x vpp): its
 // share of each unit's parameters (norms and a router, which Megatron replicates, are a
 // rounding error and counted split too) and its ops. The first virtual stage has the
-// embedding, the last the head, each its share of the layers.
+// embedding, the last the multi-token prediction modules and the head, each its share of the
+// layers.
 std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& training,
                               const ParallelPlan& plan, int stage) {
   const int tp = plan.tp;
@@ -107,24 +110,31 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
       units.push_back({"embed", embed, frozen ? 0.0 : embed,
                        embedding_ops(model, mb, s, tp, frozen, plan.sequence_parallel), false});
     } else if (index == head_index) {
-      const double head = (parameters.back() + tied_head_copy_parameters(model, plan.pp)) / tp;
+      const double head = (parameters.back() + embedding_copy_parameters(model, plan.pp)) / tp;
       units.push_back(
           {"head", head, frozen ? 0.0 : head,
            head_ops(model, mb, s, tp, frozen, training.cross_entropy, plan.sequence_parallel),
            false});
     } else {
+      // A decoder layer, or after the last a multi-token prediction module around a layer of
+      // the last one's kind.
       const int layer = static_cast<int>(index) - 1;
-      const LayerKind& kind = kind_of(layer);
+      const int module = layer - model.layers + 1;  // 1, 2, ... for the modules
+      const int kind_layer = module > 0 ? model.layers - 1 : layer;
+      const LayerKind& kind = kind_of(kind_layer);
+      const LayerOps& layer_ops = model.attends_locally(kind_layer) ? kind.local : kind.full;
       const double held = tensor_rank_layer_parameters(model, parameters[index], 1, tp) -
                           kind.absent_experts + adapters;
       const bool recomputed = plan.recompute == Recompute::full &&
                               (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
       const bool offloaded = layers_before < plan.activation_offload_layers;
       ++layers_before;
-      Unit unit{"L" + std::to_string(layer),
+      Unit unit{module > 0 ? "mtp" + std::to_string(module) : "L" + std::to_string(layer),
                 held,
                 frozen ? adapters : held,
-                model.attends_locally(layer) ? kind.local : kind.full,
+                module > 0
+                    ? mtp_module_ops(model, training, layer_ops, s, tp, plan.sequence_parallel)
+                    : layer_ops,
                 recomputed,
                 frozen ? 0.0 : kind.experts,
                 kind.fp8 / held,
@@ -647,10 +657,10 @@ class MicroBatchBuilder {
   std::vector<TaskIndex> backward_end_;
 };
 
-// The tied embedding's gradient the first and last stages exchange: none when it is frozen.
-double tied_embedding_exchange_parameters(const ModelSpec& model, const TrainingSpec& training,
-                                          int pp) {
-  return training.lora ? 0.0 : tied_head_copy_parameters(model, pp);
+// The embedding's gradient the first and last stages exchange (the last's copy: tied
+// embeddings, multi-token prediction): none when it is frozen.
+double embedding_exchange_parameters(const ModelSpec& model, const TrainingSpec& training, int pp) {
+  return training.lora ? 0.0 : embedding_copy_parameters(model, pp);
 }
 
 // Builds stage `stage`'s program: its micro-batches in schedule order through each of its model
@@ -779,10 +789,11 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const double local = sharding.optimizer_parameters(parameters, experts);
   std::vector<TaskIndex> deps{*previous_end};
   std::optional<TaskIndex> tied_received;
-  // Tied embeddings across a pipeline: the first and last stages each hold the embedding and
-  // all-reduce its gradient (Megatron's embedding group), as two ranks exchanging it (whole, or
-  // their shard where gradients are sharded): the bytes and time of a two-rank ring all-reduce.
-  if (const double tied = tied_embedding_exchange_parameters(model, training, plan.pp);
+  // The embedding on both ends of a pipeline (tied embeddings, multi-token prediction): the
+  // first and last stages each hold it and all-reduce its gradient (Megatron's embedding
+  // group), as two ranks exchanging it (whole, or their shard where gradients are sharded): the
+  // bytes and time of a two-rank ring all-reduce.
+  if (const double tied = embedding_exchange_parameters(model, training, plan.pp);
       tied > 0 && (stage == 0 || stage == pp - 1)) {
     // Sharded gradients (ZeRO 2 under a pipeline) were reduce-scattered every micro-batch:
     // each rank exchanges its shard of the tied gradient.
@@ -801,7 +812,7 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
                       tied / plan.tp / plan.gradient_ranks(), /*first=*/false);
   }
   // Held back, every chunk's buckets are reduced once the schedule is done,
-  // after the tied embedding's exchange (DeepSpeed's pipeline engine: ReduceTiedGrads, then
+  // after the embedding's exchange (DeepSpeed's pipeline engine: ReduceTiedGrads, then
   // ReduceGrads; Megatron-LM runs the two one after the other too).
   for (MicroBatchBuilder& chunk : micro_batch) {
     chunk.reduce_held_back(tied_received.value_or(*previous_end), last_reduction);
@@ -893,9 +904,9 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
   graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   graph.stages.resize(plan.pp);
-  // Activations and gradients across each stage boundary, and the tied embedding's exchange.
+  // Activations and gradients across each stage boundary, and the embedding's exchange.
   graph.transfers = 2 * (plan.pp * plan.vpp - 1) * graph.micro_batches +
-                    (tied_embedding_exchange_parameters(model, training, plan.pp) > 0 ? 2 : 0);
+                    (embedding_exchange_parameters(model, training, plan.pp) > 0 ? 2 : 0);
   for (int stage = 0; stage < plan.pp; ++stage) build_stage(graph, model, training, plan, stage);
   // The builders summed every stage's FLOPs; a rank runs one stage.
   graph.model_flops_per_rank /= plan.pp;

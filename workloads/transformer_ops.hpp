@@ -1,6 +1,6 @@
-// The kernels of a decoder layer (Llama or GPT style), the embedding and the output head, for
-// one micro-batch of T = micro_batch x seq_len tokens, and the tensors each op saves for
-// backward.
+// The kernels of a decoder layer (Llama or GPT style), the embedding, the output head and the
+// multi-token prediction modules (the last three in prediction_ops.cpp), for one micro-batch of
+// T = micro_batch x seq_len tokens, and the tensors each op saves for backward.
 //
 // Forward GEMM C[m,n] = A[m,k] B[k,n] has backward dgrad [m,k] = dC[m,n] B^T and wgrad
 // [k,n] = A^T dC. FlashAttention's forward on a causal mask does half of 4*b*s^2*h FLOPs; its
@@ -17,6 +17,7 @@
 #include "calibration/kernel_cost.hpp"
 #include "topology/collective_op.hpp"
 #include "workloads/layout/rank_grid.hpp"
+#include "workloads/layout/stage_split.hpp"
 #include "workloads/model_spec.hpp"
 
 namespace fleetsim {
@@ -170,12 +171,22 @@ GemmLaunch userbuffers_gemm(const std::vector<Op>& ops, std::size_t i, int tp);
 
 // A frozen embedding or head (LoRA) computes no weight gradient. Without sequence parallelism
 // the embedding's partial lookups are all-reduced (not reduce-scattered) and the head's input
-// gradient all-reduced (its input is whole: not gathered).
+// gradient all-reduced (its input is whole: not gathered). With multi-token prediction the
+// head computes each module's logits and loss too, through the same output projection, before
+// the main ones (its ops named mtp1., mtp2., ...); the final norm is the main prediction's.
 LayerOps embedding_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
                        bool frozen = false, bool sequence_parallel = true);
 LayerOps head_ops(const ModelSpec& model, int micro_batch, int seq_len, int tp = 1,
                   bool frozen = false, CrossEntropy cross_entropy = CrossEntropy::unfused,
                   bool sequence_parallel = true);
+// One multi-token prediction module of a tensor-parallel rank on `seq_len` tokens of each
+// sequence (Megatron-Core's MultiTokenPredictionLayer): the next tokens' embedding lookup
+// through the model's embedding, enorm and hnorm on the sequence shard, their concatenation,
+// eh_proj (2 hidden -> hidden / tp, column-parallel: its input gathered under sequence
+// parallelism, its output's columns gathered whole and split back to the shard), then `layer`
+// (the decoder layer's ops, of the last layer's kind) and the module's final norm.
+LayerOps mtp_module_ops(const ModelSpec& model, const TrainingSpec& training, const LayerOps& layer,
+                        int seq_len, int tp, bool sequence_parallel);
 // QLoRA's stored bytes per frozen decoder-layer weight: 4-bit NF4, an 8-bit scale per block of
 // 64 weights and an FP32 scale per 256 such scales (double quantization): 4.127 bits
 // (Dettmers et al., arXiv:2305.14314, Section 3).
@@ -231,33 +242,38 @@ double shared_expert_parameters(const ModelSpec& model);
 double embedding_parameters(const ModelSpec& model);  // token embeddings (vocab x hidden)
 double position_parameters(const ModelSpec& model);   // the learned position table, if any
 double head_parameters(const ModelSpec& model);       // final norm plus output projection if untied
-// With tied embeddings split over pp > 1 pipeline stages, the last stage keeps its own copy of
-// the embedding as the output projection (Megatron's); 0 otherwise.
-double tied_head_copy_parameters(const ModelSpec& model, int pp);
+// Split over pp > 1 pipeline stages, the last stage keeps its own copy of the embedding, as
+// the output projection under tied embeddings and for the multi-token prediction modules'
+// input tokens, with any learned position table (Megatron-Core's: embedding built where
+// pre_process or mtp_process, its gradient all-reduced with the first stage's); 0 otherwise.
+double embedding_copy_parameters(const ModelSpec& model, int pp);
+// One multi-token prediction module's parameters: its decoder layer, eh_proj (2 hidden x
+// hidden) and its three norms; the embedding and output head it uses are the model's.
+double mtp_module_parameters(const ModelSpec& model);
 // Parameters of each unit that is gathered (and, when all of it trains, reduced and bucketed)
-// as a whole, in forward order:
-// the embedding, each decoder layer, the head (an FSDP wrapping of one module per layer).
+// as a whole, in forward order: the embedding, each decoder layer, each multi-token prediction
+// module, the head (an FSDP wrapping of one module per layer).
 std::vector<double> fsdp_unit_parameters(const ModelSpec& model);
-// The decoder layers [first, end) of virtual pipeline stage v of `virtual_stages` (at most the
-// layers): an even share, or where the stages do not divide the layers, one layer fewer on as
-// many stages as it takes, from the ends inwards (first, last, second, second to last...), as
-// the ends also hold the embedding and the head. The Llama 3 405B run split its 126 layers so
-// over 16 stages: 7 on the first and the last, 8 on the others.
-struct LayerRange {
-  int first = 0;
-  int end = 0;
-  int count() const { return end - first; }
-};
+// The slots [first, end) of virtual pipeline stage v of `virtual_stages` (at most the layers)
+// among the model's decoder layers followed by its multi-token prediction modules, split as
+// split_stage_slots does (workloads/layout/stage_split.hpp): a module weighs as a layer, so
+// the last stage holds one layer fewer per module than it would without (a rule keeps every
+// module on the last stage, as Megatron-Core places them).
+LayerRange virtual_stage_slots(const ModelSpec& model, int virtual_stages, int v);
+// Of those, the decoder layers, and the number of modules.
 LayerRange virtual_stage_layers(const ModelSpec& model, int virtual_stages, int v);
-// The layers pipeline stage `stage` holds, over all its vpp chunks.
+int virtual_stage_mtp_layers(const ModelSpec& model, int virtual_stages, int v);
+// The decoder layers pipeline stage `stage` holds, over all its vpp chunks, each multi-token
+// prediction module's counted as one.
 int stage_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // Of those, the layers that route to experts (ModelSpec::layer_has_experts).
 int stage_expert_layers(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // The projection weights of a rank of pipeline stage `stage`: each of its layers' kind's.
 double stage_projection_weights(const ModelSpec& model, const ParallelPlan& plan, int stage);
 // The units virtual pipeline stage v of `virtual_stages` holds, as indices into
-// fsdp_unit_parameters (0 the embedding, 1..layers the layers, layers + 1 the head) in forward
-// order: its layers, the embedding on the first, the head on the last.
+// fsdp_unit_parameters (0 the embedding, 1..layers the layers, then the multi-token prediction
+// modules, the head last) in forward order: its layers, the embedding on the first, the
+// modules and the head on the last.
 std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual_stages, int v);
 
 // Bytes one tensor-parallel rank of `tp` keeps for backward per token of the micro-batch, in

@@ -135,7 +135,7 @@ int least_recomputed_layers(const StepInputs& inputs, double min_headroom) {
   const int virtual_stages = inputs.plan.pp * inputs.plan.vpp;
   int longest = 0;
   for (int v = 0; v < virtual_stages; ++v) {
-    longest = std::max(longest, virtual_stage_layers(inputs.model, virtual_stages, v).count());
+    longest = std::max(longest, virtual_stage_slots(inputs.model, virtual_stages, v).count());
   }
   const auto fits = [&](int layers) {
     StepInputs partial = inputs;
@@ -458,7 +458,10 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     kinds[2] = kinds[0];
     kinds[3] = kinds[1];
   }
-  const auto times_of = [&](int layer) {
+  // A slot's layer: a decoder layer, or a multi-token prediction module's, of the last
+  // layer's kind (its own lookup, norms and eh_proj, left out, only add to it).
+  const auto times_of = [&](int slot) {
+    const int layer = std::min(slot, model.layers - 1);
     return kinds[(mixed && !model.layer_has_experts(layer) ? 2 : 0) +
                  (model.attends_locally(layer) ? 1 : 0)];
   };
@@ -471,10 +474,10 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   // smallest chunk. The embedding, pipeline transfers and the rest of the data-parallel
   // traffic only add to this.
   const int virtual_stages = plan.pp * plan.vpp;
-  int smallest_chunk = model.layers;
+  int smallest_chunk = model.layers + model.mtp_layers;
   for (int v = 0; v < virtual_stages; ++v) {
     smallest_chunk =
-        std::min(smallest_chunk, virtual_stage_layers(model, virtual_stages, v).count());
+        std::min(smallest_chunk, virtual_stage_slots(model, virtual_stages, v).count());
   }
   double cheapest_forward_s = kinds[0].forward_s;
   double cheapest_backward_s = kinds[0].layer_s - kinds[0].forward_s;
@@ -489,7 +492,7 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
   double last_stage_reruns_s = 0;
   const bool partial_rerun = plan.recompute == Recompute::full && plan.recompute_layers > 0;
   for (int c = 0; c < plan.vpp; ++c) {
-    const LayerRange chunk = virtual_stage_layers(model, virtual_stages, c * plan.pp + plan.pp - 1);
+    const LayerRange chunk = virtual_stage_slots(model, virtual_stages, c * plan.pp + plan.pp - 1);
     for (int layer = chunk.first; layer < chunk.end; ++layer) {
       last_stage_layers_s += times_of(layer).layer_s;
       if (partial_rerun && layer - chunk.first < plan.recompute_layers) {

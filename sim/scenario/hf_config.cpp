@@ -139,8 +139,10 @@ void read_llama4_attention(const Field& root, ModelSpec& m) {
 // attention (q_lora_rank null: queries projected directly), routed experts of
 // moe_intermediate_size in every layer from first_k_dense_replace on (moe_layer_freq 1), with
 // n_shared_experts of that size as one shared expert, the dense layers intermediate_size wide;
-// V3's noaux_tc routing biases the scores by a stored per-expert correction. The multi-token
-// prediction layers (num_nextn_predict_layers) are not built by transformers and not modelled.
+// V3's noaux_tc routing biases the scores by a stored per-expert correction. V3's multi-token
+// prediction modules (num_nextn_predict_layers), which transformers leaves out of its model
+// though the released weights and the training run have them, are trained as Megatron-Core
+// trains them.
 void read_deepseek(const Field& root, ModelSpec& m) {
   const auto optional_int = [&](const char* key, int least) {
     const auto f = find(root, key);
@@ -148,6 +150,7 @@ void read_deepseek(const Field& root, ModelSpec& m) {
   };
   m.q_lora_rank = optional_int("q_lora_rank", 1);
   m.kv_lora_rank = read_int(require(root, "kv_lora_rank"), 1);
+  m.mtp_layers = optional_int("num_nextn_predict_layers", 0);
   m.head_size = read_int(require(root, "qk_nope_head_dim"), 1);
   m.rope_head_dim = read_int(require(root, "qk_rope_head_dim"), 0);
   m.v_head_dim = read_int(require(root, "v_head_dim"), 1);

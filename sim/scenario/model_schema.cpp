@@ -46,7 +46,8 @@ const Keys kModelKeys = {"name",
                          "q_lora_rank",
                          "kv_lora_rank",
                          "rope_head_dim",
-                         "v_head_dim"};
+                         "v_head_dim",
+                         "mtp_layers"};
 const Keys kModelDims = {"layers", "hidden", "ffn", "heads", "kv_heads", "vocab"};
 
 void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
@@ -117,6 +118,8 @@ void set_model_key(ModelSpec& m, const std::string& key, const Field& f) {
     m.rope_head_dim = read_int(f, 0);
   } else if (key == "v_head_dim") {
     m.v_head_dim = read_int(f, 1);
+  } else if (key == "mtp_layers") {
+    m.mtp_layers = read_int(f, 0);
   } else {
     static const std::map<std::string, int ModelSpec::*> dims = {
         {"layers", &ModelSpec::layers},     {"hidden", &ModelSpec::hidden},

@@ -285,6 +285,20 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          j.lora = true;
          j.experts = 8;
        }},
+      {"mtp-as-modelled", "layout.zero",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.mtp_layers = 1;
+         p.zero_stage = 3;
+       }},
+      {"mtp-on-last-stage", "layout.pp",
+       [](JobSubject& j, ParallelPlan& p) {
+         // 6 layers and 4 modules over 4 stages: 2, 3, 3 and 2 slots, 2 on the last.
+         j.layers = 6;
+         j.mtp_layers = 4;
+         p.tp = 4;
+         p.pp = 4;
+         p.dp = 1;
+       }},
       {"per-op-recompute-on-dense-full-model", "layout.recompute",
        [](JobSubject& j, ParallelPlan& p) {
          j.experts = 8;

@@ -47,10 +47,11 @@ const std::string kDeepSeekV3Config = R"({
 }
 )";
 
-// 16 nodes of DGX H100, enough memory for 671 B parameters in some layout.
+// 16 nodes of DGX H100 with ZeRO 1 (multi-token prediction's rule), enough memory for 671 B
+// parameters in some layout.
 std::string on_16_nodes(const std::string& model) {
-  return with(with(with(testing::kBase, "dp: 8", "dp: 128"), "  node: dgx-h100\n",
-                   "  node: dgx-h100\n  nodes: 16\n"),
+  return with(with(with(with(testing::kBase, "dp: 8", "dp: 128"), "zero: 3", "zero: 1"),
+                   "  node: dgx-h100\n", "  node: dgx-h100\n  nodes: 16\n"),
               "model: llama3-8b", "model: " + model);
 }
 
@@ -61,16 +62,26 @@ TEST_CASE("DeepSeek-V3 counts its checkpoint's parameters, from the zoo and from
   // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj) and two norms of 7,168; layers 0-2 a
   // dense MLP of 3 x 7,168 x 18,432; layers 3-60 256 experts and a shared one of 3 x 7,168 x
   // 2,048, the router's 256 x 7,168 and its 256 score biases; untied embedding and head of
-  // 129,280 x 7,168; the final norm: 671,026,419,200. The released safetensors hold
-  // 684,531,386,000 values: these, the multi-token prediction layer 61 (13,463,426,304 with
-  // its copies of the embedding and head) and 41,540,496 FP8 block scales.
+  // 129,280 x 7,168; the final norm: 671,026,419,200. The multi-token prediction module (layer
+  // 61 of the release, 13,463,426,304 values with its copies of the embedding and head, 2 x
+  // 926,679,040): an experts' layer, enorm, hnorm, its final norm (shared_head.norm) and
+  // eh_proj of 2 x 7,168 x 7,168: 11,610,068,224. The released safetensors hold
+  // 684,531,386,000 values: the model and its module, the module's copies of the embedding
+  // and head, and 41,540,496 FP8 block scales.
   const ModelSpec zoo = testing::load_text(on_16_nodes("deepseek-v3")).variants[0].inputs.model;
-  CHECK(zoo.parameters() == 671'026'419'200.0);
+  CHECK(zoo.mtp_layers == 1);
+  CHECK(zoo.parameters() == 682'636'487'424.0);
+  static_assert(682'636'487'424 + 2 * 926'679'040LL + 41'540'496 == 684'531'386'000);
+  CHECK(mtp_module_parameters(zoo) == 11'610'068'224.0);
   CHECK(zoo.expert_layers() == 58);
   CHECK(zoo.latent_attention());
-  // Active: 248 of each experts' layer's routed experts idle (DeepSeek: "37B activated").
-  CHECK(active_parameters(zoo) == 671'026'419'200.0 - 58.0 * 248 * 3 * 7168 * 2048);
-  CHECK(active_parameters(zoo) == Approx(37.55e9).epsilon(0.001));
+  // Active: 248 of each experts' layer's routed experts idle, the module's too; without the
+  // module DeepSeek's "37B activated".
+  CHECK(active_parameters(zoo) == 682'636'487'424.0 - 59.0 * 248 * 3 * 7168 * 2048);
+  ModelSpec without_module = zoo;
+  without_module.mtp_layers = 0;
+  CHECK(without_module.parameters() == 671'026'419'200.0);
+  CHECK(active_parameters(without_module) == Approx(37.55e9).epsilon(0.001));
 
   testing::TempDir dir;
   dir.write("DeepSeek-V3/config.json", kDeepSeekV3Config);

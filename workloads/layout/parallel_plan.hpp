@@ -118,7 +118,7 @@ struct ParallelPlan {
   bool ulysses() const { return cp > 1 && cp_comm_type == ContextComm::a2a; }
   int dp = 1;
   // Pipeline parallelism: the layers split over pp stages, evenly or one fewer on the stages
-  // at the ends (virtual_stage_layers), the embedding on the first, the output head on the
+  // at the ends (layout/stage_split.hpp), the embedding on the first, the output head on the
   // last; activations and their gradients sent between stages.
   int pp = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "workloads/layout/sharding.hpp"
+#include "workloads/layout/stage_split.hpp"
 
 namespace fleetsim {
 namespace {
@@ -415,6 +416,21 @@ Problem stages_within_layers(const JobSubject& job, const ParallelPlan& plan) {
       "each pipeline stage holds at least one layer");
 }
 
+// Megatron-Core places every multi-token prediction module on the last stage
+// (get_mtp_num_layers_to_build); the split gives the last virtual stage a slot per layer or
+// module (stage_split.hpp).
+Problem mtp_on_last_stage(const JobSubject& job, const ParallelPlan& plan) {
+  if (job.mtp_layers == 0) return {};
+  const int stages = plan.pp * plan.vpp;
+  const int last = split_stage_slots(job.layers + job.mtp_layers, stages, stages - 1).count();
+  if (last >= job.mtp_layers) return {};
+  return at({plan.vpp > 1 ? "layout.vpp" : "layout.pp"},
+            "the last of " + str(stages) + " virtual stages holds " + str(last) +
+                " layers or modules, fewer than the model's " + str(job.mtp_layers) +
+                " multi-token prediction modules, which all run on the last stage",
+            "use fewer pipeline stages, or fewer mtp_layers");
+}
+
 // A stage's parameters serve each of its micro-batches, so a pipeline keeps them whole for the
 // step. Megatron-LM and DeepSpeed shard optimizer states at most (ZeRO 0-1); Llama 3's FSDP
 // shards the gradients too (ZeRO 2, arXiv:2407.21783 Section 3.3.2; sharding.hpp says how it
@@ -506,6 +522,18 @@ Problem lora_on_dense_model(const JobSubject& job, const ParallelPlan&) {
   if (!job.lora || job.experts == 0) return {};
   return at({"training.method"}, "LoRA on a mixture-of-experts model is not modelled yet",
             "fine-tune every weight (method: full)");
+}
+
+// A multi-token prediction module looks its tokens up in the embedding, which a ZeRO-3 unit
+// would hold sharded, and its adapters would be LoRA's to place.
+Problem mtp_as_modelled(const JobSubject& job, const ParallelPlan& plan) {
+  if (job.mtp_layers == 0 || (!job.lora && plan.zero_stage <= 2)) return {};
+  return at({job.lora ? "training.method" : "layout.zero"},
+            "multi-token prediction is modelled in pre-training with ZeRO 0-2 (as Megatron-Core "
+            "trains DeepSeek-V3)",
+            job.lora ? "fine-tune without its modules (model mtp_layers: 0), or in full"
+                     : "shard optimizer states and gradients (zero 1 or 2), or set the model's "
+                       "mtp_layers: 0");
 }
 
 // torchtitan's per-op policy counts a dense layer's seven (or six) matmuls; a mixture of
@@ -676,6 +704,8 @@ const JobRule kRules[] = {
     {"virtual-stages-within-layers", "pp x vpp is at most the layers",
      virtual_stages_within_layers},
     {"stages-within-layers", "pp is at most the layers", stages_within_layers},
+    {"mtp-on-last-stage", "the last virtual stage holds every multi-token prediction module",
+     mtp_on_last_stage},
     {"pipeline-keeps-parameters", "a pipeline runs with ZeRO 0-2, or ZeRO 3 with fsdp2",
      pipeline_keeps_parameters},
     {"uses-every-gpu", "tp x cp x pp x dp is the cluster's GPU count", uses_every_gpu},
@@ -699,6 +729,7 @@ const JobRule kRules[] = {
      "experts, moe without moe_act",
      recompute_modules_fit_the_model},
     {"lora-on-dense-model", "LoRA on a dense model", lora_on_dense_model},
+    {"mtp-as-modelled", "multi-token prediction trains in full with ZeRO 0-2", mtp_as_modelled},
     {"per-op-recompute-on-dense-full-model",
      "per_op recomputation on a dense model trained in full on FlashAttention",
      per_op_on_dense_full_model},

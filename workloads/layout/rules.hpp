@@ -65,6 +65,7 @@ struct JobSubject {
   bool flash_attention = true;
   bool local_attention = false;   // some layer attends within a window
   bool latent_attention = false;  // multi-head latent attention (DeepSeek)
+  int mtp_layers = 0;             // multi-token prediction modules (DeepSeek-V3)
   bool fp32_adam = true;          // Adam with FP32 moments (what CPU Adam runs)
   bool apex_adam = false;         // Apex's DistributedFusedAdam (NeMo 1)
   bool lora = false;
