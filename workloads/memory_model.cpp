@@ -25,10 +25,24 @@ constexpr double kMainGradBytes = kFp32Bytes;
 constexpr double kFrameworkOverheadBytes = 1.0e9;  // CUDA context, cuBLAS/cuDNN workspaces
 constexpr double kFragmentation = 0.05;            // of the dynamic (per-step) allocations
 
+// What a rank gathers of each unit (fsdp_unit_parameters): under expert parallelism over `ep`
+// ranks an experts' layer's (or module's) experts / ep of its experts.
+std::vector<double> rank_unit_parameters(const ModelSpec& model, int ep) {
+  std::vector<double> units = fsdp_unit_parameters(model);
+  const double absent = layer_expert_parameters(model) * (ep - 1) / ep;
+  for (std::size_t u = 1; absent > 0 && u + 1 < units.size(); ++u) {
+    const int layer = static_cast<int>(u) - 1;
+    const bool routed =
+        layer < model.layers ? model.layer_has_experts(layer) : model.mtp_layer_has_experts();
+    if (routed) units[u] -= absent;
+  }
+  return units;
+}
+
 // The most bytes FSDP holds gathered at once: kFsdpUnitsGathered consecutive units, in BF16,
 // or under QLoRA a decoder layer's base in NF4 beside its BF16 adapters.
-double peak_gathered_bytes(const ModelSpec& model, const TrainingSpec& training) {
-  std::vector<double> units = fsdp_unit_parameters(model);
+double peak_gathered_bytes(const ModelSpec& model, const TrainingSpec& training, int ep) {
+  std::vector<double> units = rank_unit_parameters(model, ep);
   const bool quantized = training.lora && training.lora->quantized_base;
   const double adapters = lora_parameters_per_layer(model, training);
   for (std::size_t u = 0; u < units.size(); ++u) {
@@ -56,8 +70,8 @@ double saved_fp8_weight_bytes(const ModelSpec& model, const TrainingSpec& traini
   return recast ? kFp8Bytes * rank_layer_projection_weights(model, plan) : 0.0;
 }
 
-double largest_unit_parameters(const ModelSpec& model) {
-  const std::vector<double> units = fsdp_unit_parameters(model);
+double largest_unit_parameters(const ModelSpec& model, int ep) {
+  const std::vector<double> units = rank_unit_parameters(model, ep);
   return *std::max_element(units.begin(), units.end());
 }
 
@@ -206,7 +220,13 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   };
 
   const std::string split = tp > 1 ? "split over tp, " : "";
-  const double weight_shards = sharding.weight_shards();
+  // The share of them a rank keeps between ZeRO 3's gathers: dense parameters split over its
+  // data group, experts over the replicas holding them; all of them otherwise.
+  const double weight_share = sharding.parameters_sharded() && p > 0
+                                  ? ((held.dense + adapters) / sharding.weight_shards() +
+                                     held.experts / sharding.expert_ranks()) /
+                                        p
+                                  : 1.0;
   // QLoRA keeps the stage's decoder layers in 4-bit NF4 (norms too: a rounding error).
   const bool quantized = training.lora && training.lora->quantized_base;
   const double quantized_params = quantized ? decoder_layer_parameters(model) * layers / tp : 0.0;
@@ -242,8 +262,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   } else {
     add("weights",
         (kWeightBytes * (p - quantized_params - fp8_weights) +
-         kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_weights) /
-            weight_shards,
+         kNf4BytesPerParameter * quantized_params + kFp8Bytes * fp8_weights) *
+            weight_share,
         std::string(quantized ? "decoder layers in 4-bit NF4 with double-quantized scales (4.127 "
                                 "bits), adapters, embedding and head BF16, "
                     : training.fp8_params
@@ -253,7 +273,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
             (sharding.parameters_sharded()  ? "sharded " + over_dp + " (ZeRO-3)"
              : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
                                             : std::string("replicated")) +
-            (plan.ep > 1 ? ", experts / ep of each experts' layer's (expert parallelism)" : ""));
+            (plan.ep > 1 ? ", experts / ep of each experts' layer's (expert parallelism)" +
+                               std::string(sharding.parameters_sharded() ? ", over dp / ep" : "")
+                         : ""));
   }
   // Transformer Engine keeps each projection weight cast to FP8 and, where the GPU's FP8 GEMMs
   // take TN only (Hopper, compute capability 12), its transpose (dgrad reads it), refreshed once
@@ -343,7 +365,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   double dynamic = 0;
   if (fp8_per_unit) dynamic += fp8_copies;
   if (sharding.parameters_sharded()) {
-    const double gathered = peak_gathered_bytes(model, training) / tp;
+    const double gathered = peak_gathered_bytes(model, training, plan.ep) / tp;
     add("gathered parameters", gathered,
         std::string(quantized ? "the unit computing and the one prefetched, gathered whole "
                                 "(FSDP): decoder layers in NF4 (FSDP-QLoRA), the rest BF16"
@@ -499,8 +521,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // Gradients are reduced from communication buckets (ZeRO 2 too, as DeepSpeed and Megatron
   // bucket them: see limitations.md for FSDP's SHARD_GRAD_OP); under ZeRO-3 the unit's full
   // gradient in the reduce dtype exists until its reduce-scatter finishes.
-  const double staged_unit =
-      training.lora ? lora_parameters_per_layer(model, training) : largest_unit_parameters(model);
+  const double staged_unit = training.lora ? lora_parameters_per_layer(model, training)
+                                           : largest_unit_parameters(model, plan.ep);
   const double grad_staging = sharding.parameters_sharded()
                                   ? staged_unit / tp * training.grad_reduce_bytes
                                   : (sharding.optimizer_sharded() ? 2 * plan.bucket_bytes : 0.0);

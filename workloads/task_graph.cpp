@@ -482,12 +482,23 @@ class MicroBatchBuilder {
     return reduction;
   }
 
+  // A unit's ZeRO-3 gather: its dense parameters over its data group and, under expert
+  // parallelism, its experts over the replicas holding them (torchtitan's FSDP over
+  // dp_shard_mod_ep), one after the other on the gather stream, so the last ends both.
   TaskIndex gather(std::size_t u, const std::string& pass, std::optional<TaskIndex> after) {
     std::vector<TaskIndex> deps;
     if (after) deps.push_back(*after);
-    return build_->collective(tag_ + unit(u).name + "." + pass + ".all_gather",
-                              CollectiveOp::all_gather, unit(u).gathered_bytes(unit(u).parameters),
-                              deps);
+    const std::string name = tag_ + unit(u).name + "." + pass + ".all_gather";
+    const double experts = unit(u).expert_trainable;
+    if (experts <= 0) {
+      return build_->collective(name, CollectiveOp::all_gather,
+                                unit(u).gathered_bytes(unit(u).parameters), deps);
+    }
+    const TaskIndex dense = build_->collective(
+        name, CollectiveOp::all_gather, unit(u).gathered_bytes(unit(u).parameters - experts), deps);
+    if (Sharding(*plan_).expert_ranks() == 1) return dense;  // each replica holds its experts
+    return build_->collective(name + ".experts", CollectiveOp::all_gather,
+                              unit(u).gathered_bytes(experts), deps, GroupKind::expert_data);
   }
 
   // FSDP2 (PyTorch's fully_shard, _fsdp_collectives.py) on the compute stream: a gathered unit
@@ -608,7 +619,13 @@ class MicroBatchBuilder {
             copies_fsdp2() ? copy_in(u, backward_end_[u], last_reduction) : backward_end_[u];
         last_reduction =
             reduce(tag_ + unit(u).name + ".reduce_scatter", CollectiveOp::reduce_scatter,
-                   unit(u).trainable, ready, first_reduction);
+                   unit(u).dense_trainable(), ready, first_reduction);
+        // Its experts' gradients over the replicas holding them, if any other does.
+        if (unit(u).expert_trainable > 0 && Sharding(*plan_).expert_ranks() > 1) {
+          last_reduction =
+              reduce(tag_ + unit(u).name + ".reduce_scatter.experts", CollectiveOp::reduce_scatter,
+                     unit(u).expert_trainable, ready, first_reduction, GroupKind::expert_data);
+        }
         continue;
       }
       if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {

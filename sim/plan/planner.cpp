@@ -304,7 +304,10 @@ double sharded_gathers_s(const StepInputs& inputs) {
   if (!Sharding(plan).parameters_sharded()) return 0;
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
-  const double held = rank_parameters(inputs.model, plan, 0).total();
+  // (Under expert parallelism only the dense parameters, gathered over every replica: the
+  // experts' groups may not cross a node.)
+  const RankParameters parameters = rank_parameters(inputs.model, plan, 0);
+  const double held = plan.ep > 1 ? parameters.dense : parameters.total();
   const double embedding = fsdp_unit_parameters(inputs.model).front() / plan.tp;
   return node_crossing_s(inputs, micro_batches * (2 * held - embedding) * kBf16Bytes);
 }

@@ -511,12 +511,14 @@ TEST_CASE("ep loads for a mixture of experts and says what it needs otherwise") 
   const auto uneven = load_error(with(mixtral, "ep: 8", "ep: 3"));
   REQUIRE(uneven);
   CHECK_THAT(uneven->what(), Catch::Contains("must divide the model's 8 experts and dp 8"));
-  const auto sharded = load_error(with(mixtral, "zero: 1", "zero: 3"));
-  REQUIRE(sharded);
-  CHECK(sharded->key() == "layout.ep");
-  CHECK_THAT(sharded->what(), Catch::Contains("zero 0 to 2"));
-  // Sharded gradients (ZeRO 2) load: each expert's over the replicas that hold it.
+  const auto offloaded = load_error(with(mixtral, "zero: 1", "zero: 1\n  offload_optimizer: true"));
+  REQUIRE(offloaded);
+  CHECK(offloaded->key() == "layout.ep");
+  CHECK_THAT(offloaded->what(), Catch::Contains("without offload_optimizer"));
+  // Sharded gradients (ZeRO 2) and parameters (ZeRO 3) load: each expert's over the replicas
+  // that hold it.
   CHECK(load_text(with(mixtral, "zero: 1", "zero: 2")).variants[0].inputs.plan.zero_stage == 2);
+  CHECK(load_text(with(mixtral, "zero: 1", "zero: 3")).variants[0].inputs.plan.zero_stage == 3);
 }
 
 TEST_CASE("cp loads, counts in the GPU total, and says what it needs otherwise") {

@@ -8,6 +8,7 @@
 #include "common/memory_items.hpp"
 #include "models.hpp"
 #include "workloads/flop_conventions.hpp"
+#include "workloads/precision.hpp"
 
 namespace fleetsim {
 namespace {
@@ -140,6 +141,46 @@ TEST_CASE("ZeRO 2 under expert parallelism: an expert's gradients sharded over i
   CHECK(sharded_op == CollectiveOp::reduce_scatter);
   CHECK(sharded_bytes == Approx(2 * expert_bytes(once).first));
   CHECK(sharded_bytes == Approx(2 * 4 * held.experts));
+}
+
+TEST_CASE("ZeRO 3 under expert parallelism: experts gathered and reduced over their replicas") {
+  // torchtitan's FSDP with expert parallelism: each unit's dense parameters are gathered and
+  // their gradients reduce-scattered over the 8 replicas, an experts' layer's experts (a
+  // quarter of them on each rank, ep 4) over the 2 replicas that hold them. Between gathers a
+  // rank keeps its FP32 shard of both (the shard is the parameter), its gradients likewise;
+  // gathered, two units' dense parameters and the rank's experts. Per micro-batch the experts'
+  // gathers move their BF16 bytes twice (forward and backward) and their reduce-scatters once,
+  // in the reduce dtype: with ZeRO 3 every one of the 2 micro-batches does.
+  const ModelSpec m = qwen_moe();
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.ep = 4;
+  plan.zero_stage = 3;
+  TrainingSpec t = testing::training(4096, 16, 1);
+  t.grad_reduce_bytes = 4;
+  const RankParameters held = rank_parameters(m, plan, 0);
+  const MemoryBreakdown memory = estimate_memory(m, t, plan, {80e9});
+  CHECK(testing::memory_item(memory, "weights") == 0);
+  CHECK(testing::memory_item(memory, "optimizer states") ==
+        Approx(12 * (held.dense / 8 + held.experts / 2)));
+  CHECK(testing::memory_item(memory, "gradients") ==
+        Approx(4 * (held.dense / 8 + held.experts / 2)));
+  // Gathered at once at most: the last layer, its dense part and a quarter of its experts
+  // (181 M, where the whole layer is 570 M), and the head (151,936 x 2,048 and its norm), the
+  // largest two consecutive units.
+  const double layer = decoder_layer_parameters(m) - layer_expert_parameters(m) * 3 / 4;
+  CHECK(testing::memory_item(memory, "gathered parameters") ==
+        Approx(kBf16Bytes * (layer + head_parameters(m))));
+
+  const TaskGraph graph = build_data_parallel_step(m, t, plan);
+  double gathered = 0, reduced = 0;
+  for (const Task& task : graph.stages.front()) {
+    const auto* work = std::get_if<CollectiveWork>(&task.work);
+    if (!work || work->group != GroupKind::expert_data) continue;
+    (work->op == CollectiveOp::all_gather ? gathered : reduced) += work->size_bytes;
+  }
+  CHECK(gathered == Approx(2 * 2 * kBf16Bytes * held.experts));
+  CHECK(reduced == Approx(2 * 4 * held.experts));
 }
 
 }  // namespace fleetsim

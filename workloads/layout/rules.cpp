@@ -321,14 +321,11 @@ Problem ep_divides_experts(const JobSubject& job, const ParallelPlan& plan) {
 
 Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
   if (plan.ep <= 1) return {};
-  if (plan.tp == 1 && plan.zero_stage <= 2 && !plan.offload_optimizer &&
-      !plan.overlap_param_gather) {
-    return {};
-  }
+  if (plan.tp == 1 && !plan.offload_optimizer && !plan.overlap_param_gather) return {};
   return at({"layout.ep"},
-            "expert parallelism is modelled with tp 1, zero 0 to 2, without offload_optimizer "
-            "and overlap_param_gather",
-            "set tp: 1 and zero: 0, 1 or 2, or remove ep");
+            "expert parallelism is modelled with tp 1, without offload_optimizer and "
+            "overlap_param_gather",
+            "set tp: 1, or remove ep");
 }
 
 // Each sequence is cut into 2 x cp chunks (two a rank, so causal work is even), each split
@@ -687,8 +684,7 @@ const JobRule kRules[] = {
      distributed_fused_adam_is_zero_1},
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
     {"ep-divides-experts-and-dp", "ep divides the experts and dp x cp", ep_divides_experts},
-    {"ep-as-modelled", "ep > 1 with tp 1, ZeRO 0-2, no offload and no overlap_param_gather",
-     ep_as_modelled},
+    {"ep-as-modelled", "ep > 1 with tp 1, no offload and no overlap_param_gather", ep_as_modelled},
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
     {"cp-needs-flash-attention", "cp > 1 runs its attention on FlashAttention",
      cp_needs_flash_attention},
