@@ -108,9 +108,8 @@ double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int st
 
 RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
   // (Latent attention's down projections are whole on every tensor-parallel rank.)
-  const double stage_total =
-      stage_parameters(model, plan, stage) / plan.tp +
-      tensor_rank_layer_parameters(model, 0, stage_layers(model, plan, stage), plan.tp);
+  const double stage_total = tensor_rank_layer_parameters(
+      model, stage_parameters(model, plan, stage), stage_layers(model, plan, stage), plan.tp);
   if (plan.ep == 1) return {stage_total, 0.0};
   const double experts =
       stage_expert_layers(model, plan, stage) * layer_expert_parameters(model) / plan.tp;
@@ -274,7 +273,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
              : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
                                             : std::string("replicated")) +
             (plan.ep > 1 ? ", experts / ep of each experts' layer's (expert parallelism)" +
-                               std::string(sharding.parameters_sharded() ? ", over dp / ep" : "")
+                               std::string(sharding.parameters_sharded()
+                                               ? ", sharded over the replicas holding them"
+                                               : "")
                          : ""));
   }
   // Transformer Engine keeps each projection weight cast to FP8 and, where the GPU's FP8 GEMMs
@@ -370,7 +371,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
         std::string(quantized ? "the unit computing and the one prefetched, gathered whole "
                                 "(FSDP): decoder layers in NF4 (FSDP-QLoRA), the rest BF16"
                               : "BF16 copies of the unit computing and the one prefetched (FSDP)") +
-            (tp > 1 ? ", split over tp" : ""));
+            (tp > 1 ? ", split over tp" : "") +
+            (plan.ep > 1 ? ", experts / ep of an experts' layer's" : ""));
     dynamic += gathered;
   }
 

@@ -38,6 +38,9 @@ struct Unit {
   // The share of its parameters in QLoRA's 4-bit NF4: a decoder layer's frozen base, not its
   // adapters.
   double nf4_share = 0;
+  // Under expert parallelism, the part of `parameters` that is the rank's experts: gathered
+  // over the replicas holding them where parameters are sharded.
+  double experts = 0;
   double dense_trainable() const { return trainable - expert_trainable; }
   // What an all-gather moves of `count` of its parameters: FP8 primary weights are gathered in
   // FP8 (Megatron-Core's --fp8-param-gather), QLoRA's base packed in NF4, the rest BF16.
@@ -141,6 +144,7 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
                 offloaded ? kind.saved_bytes : 0.0,
                 layers_before - 1};
       if (quantized) unit.nf4_share = (held - adapters) / held;
+      unit.experts = kind.experts;
       units.push_back(std::move(unit));
     }
   }
@@ -489,7 +493,7 @@ class MicroBatchBuilder {
     std::vector<TaskIndex> deps;
     if (after) deps.push_back(*after);
     const std::string name = tag_ + unit(u).name + "." + pass + ".all_gather";
-    const double experts = unit(u).expert_trainable;
+    const double experts = unit(u).experts;
     if (experts <= 0) {
       return build_->collective(name, CollectiveOp::all_gather,
                                 unit(u).gathered_bytes(unit(u).parameters), deps);
@@ -732,9 +736,16 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
         // LoRA's frozen base too.
         const double gathered = sharding.gathered_for_step() ? unit.parameters : unit.trainable;
         if (gathered <= 0) continue;
-        gathers[u] =
-            build.collective("c" + std::to_string(chunk) + "." + unit.name + ".param_gather",
-                             CollectiveOp::all_gather, unit.gathered_bytes(gathered), {});
+        // The experts over the replicas holding them (where another does), after the dense
+        // part on the in-order gather stream.
+        const double experts = std::min(gathered, unit.experts);
+        const std::string name = "c" + std::to_string(chunk) + "." + unit.name + ".param_gather";
+        gathers[u] = build.collective(name, CollectiveOp::all_gather,
+                                      unit.gathered_bytes(gathered - experts), {});
+        if (experts > 0 && sharding.expert_ranks() > 1) {
+          gathers[u] = build.collective(name + ".experts", CollectiveOp::all_gather,
+                                        unit.gathered_bytes(experts), {}, GroupKind::expert_data);
+        }
       }
       micro_batch[chunk].set_parameter_gathers(std::move(gathers));
     }

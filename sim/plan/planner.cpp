@@ -305,7 +305,7 @@ double sharded_gathers_s(const StepInputs& inputs) {
   const double micro_batches = static_cast<double>(inputs.training.global_batch) /
                                (static_cast<double>(plan.dp) * inputs.training.micro_batch);
   // (Under expert parallelism only the dense parameters, gathered over every replica: the
-  // experts' groups may not cross a node.)
+  // experts, gathered over fewer, left out of the bound.)
   const RankParameters parameters = rank_parameters(inputs.model, plan, 0);
   const double held = plan.ep > 1 ? parameters.dense : parameters.total();
   const double embedding = fsdp_unit_parameters(inputs.model).front() / plan.tp;

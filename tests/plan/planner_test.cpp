@@ -415,11 +415,16 @@ TEST_CASE("the planner tries tp across whole trays of an NVLink domain") {
 
 TEST_CASE("the lower bound holds under expert parallelism, and the planner tries it") {
   StepInputs in = fleetsim::testing::with_experts(small_job());
-  for (const int ep : {2, 8}) {
-    INFO("ep " << ep);
-    in.plan.ep = ep;
-    CHECK(step_lower_bound_s(in) <= simulate_step(in).step.step_time_s);
+  for (const int zero : {1, 3}) {
+    for (const int ep : {2, 8}) {
+      INFO("ZeRO " << zero << ", ep " << ep);
+      StepInputs sharded = in;
+      sharded.plan.zero_stage = zero;
+      sharded.plan.ep = ep;
+      CHECK(step_lower_bound_s(sharded) <= simulate_step(sharded).step.step_time_s);
+    }
   }
+  in.plan.ep = 8;
   // An expert group across two trays: its all-to-all timed on both.
   StepInputs trays = fleetsim::testing::with_experts(fleetsim::testing::two_trays());
   trays.plan.ep = 8;

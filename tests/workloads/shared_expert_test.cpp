@@ -172,15 +172,57 @@ TEST_CASE("ZeRO 3 under expert parallelism: experts gathered and reduced over th
   CHECK(testing::memory_item(memory, "gathered parameters") ==
         Approx(kBf16Bytes * (layer + head_parameters(m))));
 
+  // A BF16 shard kept beside the FP32 one (Megatron FSDP's): the same split.
+  ParallelPlan bf16 = plan;
+  bf16.bf16_shards = true;
+  CHECK(testing::memory_item(estimate_memory(m, t, bf16, {80e9}), "weights") ==
+        Approx(kBf16Bytes * (held.dense / 8 + held.experts / 2)));
+
+  // The step's gathers and reduce-scatters of each group, the optimizer's aside.
+  const auto moved = [&](const TaskGraph& graph, GroupKind group, CollectiveOp op) {
+    double bytes = 0;
+    for (const Program& program : graph.stages) {
+      for (const Task& task : program) {
+        const auto* work = std::get_if<CollectiveWork>(&task.work);
+        if (work && work->group == group && work->op == op) bytes += work->size_bytes;
+      }
+    }
+    return bytes;
+  };
   const TaskGraph graph = build_data_parallel_step(m, t, plan);
-  double gathered = 0, reduced = 0;
-  for (const Task& task : graph.stages.front()) {
+  using enum CollectiveOp;
+  CHECK(moved(graph, GroupKind::expert_data, all_gather) ==
+        Approx(2 * 2 * kBf16Bytes * held.experts));
+  CHECK(moved(graph, GroupKind::expert_data, reduce_scatter) == Approx(2 * 4 * held.experts));
+  CHECK(moved(graph, GroupKind::data, all_gather) == Approx(2 * 2 * kBf16Bytes * held.dense));
+  CHECK(moved(graph, GroupKind::data, reduce_scatter) == Approx(2 * 4 * held.dense));
+  // With ep = dp (4 replicas, 4 micro-batches each) each replica holds its experts alone:
+  // nothing of theirs to gather or reduce.
+  ParallelPlan own = plan;
+  own.dp = 4;
+  const TaskGraph alone = build_data_parallel_step(m, t, own);
+  const RankParameters own_held = rank_parameters(m, own, 0);
+  CHECK(moved(alone, GroupKind::expert_data, all_gather) == 0);
+  CHECK(moved(alone, GroupKind::expert_data, reduce_scatter) == 0);
+  CHECK(moved(alone, GroupKind::data, all_gather) == Approx(4 * 2 * kBf16Bytes * own_held.dense));
+  // Under a pipeline (FSDP2, gathered once a step): each stage's dense parameters over the 4
+  // replicas, its experts over the 2 holding them, once.
+  ParallelPlan piped = plan;
+  piped.pp = 2;
+  piped.dp = 4;
+  piped.ep = 2;
+  piped.fsdp2 = true;
+  const TaskGraph pipelined = build_data_parallel_step(m, t, piped);
+  const double stage_experts = rank_parameters(m, piped, 0).experts;
+  double expert_gathers = 0;
+  for (const Task& task : pipelined.stages.front()) {
     const auto* work = std::get_if<CollectiveWork>(&task.work);
-    if (!work || work->group != GroupKind::expert_data) continue;
-    (work->op == CollectiveOp::all_gather ? gathered : reduced) += work->size_bytes;
+    if (work && work->group == GroupKind::expert_data &&
+        task.name.ends_with(".param_gather.experts")) {
+      expert_gathers += work->size_bytes;
+    }
   }
-  CHECK(gathered == Approx(2 * 2 * kBf16Bytes * held.experts));
-  CHECK(reduced == Approx(2 * 4 * held.experts));
+  CHECK(expert_gathers == Approx(kBf16Bytes * stage_experts));
 }
 
 }  // namespace fleetsim

@@ -18,7 +18,8 @@
 //   expert       ep consecutive replicas of its stage, the same tp rank (a mixture of experts'
 //                token all-to-alls)
 //   expert_data  the replicas of its stage that hold the same experts (the same replica index
-//                modulo ep), the same tp rank: where an expert's gradients are reduced
+//                modulo ep), the same tp rank: where an expert's gradients are reduced and,
+//                under ZeRO, its updated or sharded parameters gathered
 //   pipeline     the same tp rank and replica in every stage (point-to-point transfers)
 //
 // Groups of one kind are numbered stage x groups_per_stage + their index inside the stage
