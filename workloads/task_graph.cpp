@@ -330,6 +330,21 @@ class ProgramBuilder {
 // and the CPU adds it into the FP32 gradients kept there (writes them, the first time); ZeRO-1
 // and 2 copy it as FP32, and accumulate a later micro-batch's through the GPU: the sum so far
 // comes back, is added there (a negligible kernel, left out) and goes out again.
+// An all-gather of `parameters` of a unit's: the dense ones over the data group and, under
+// expert parallelism, the rank's experts among them over the replicas holding them (where
+// another does: torchtitan's FSDP of experts), one after the other on the in-order gather
+// stream, so the last returned ends both.
+TaskIndex gather_unit_parameters(ProgramBuilder& build, const Sharding& sharding,
+                                 const std::string& name, const Unit& unit, double parameters,
+                                 const std::vector<TaskIndex>& deps) {
+  const double experts = std::min(parameters, unit.experts);
+  const TaskIndex dense = build.collective(name, CollectiveOp::all_gather,
+                                           unit.gathered_bytes(parameters - experts), deps);
+  if (experts <= 0 || sharding.expert_ranks() == 1) return dense;
+  return build.collective(name + ".experts", CollectiveOp::all_gather, unit.gathered_bytes(experts),
+                          deps, GroupKind::expert_data);
+}
+
 void offload_gradients(ProgramBuilder& build, const ParallelPlan& plan,
                        const TrainingSpec& training, const std::string& name, TaskIndex after,
                        double parameters, bool first) {
@@ -486,23 +501,13 @@ class MicroBatchBuilder {
     return reduction;
   }
 
-  // A unit's ZeRO-3 gather: its dense parameters over its data group and, under expert
-  // parallelism, its experts over the replicas holding them (torchtitan's FSDP over
-  // dp_shard_mod_ep), one after the other on the gather stream, so the last ends both.
+  // A unit's ZeRO-3 gather, whole (gather_unit_parameters).
   TaskIndex gather(std::size_t u, const std::string& pass, std::optional<TaskIndex> after) {
     std::vector<TaskIndex> deps;
     if (after) deps.push_back(*after);
-    const std::string name = tag_ + unit(u).name + "." + pass + ".all_gather";
-    const double experts = unit(u).experts;
-    if (experts <= 0) {
-      return build_->collective(name, CollectiveOp::all_gather,
-                                unit(u).gathered_bytes(unit(u).parameters), deps);
-    }
-    const TaskIndex dense = build_->collective(
-        name, CollectiveOp::all_gather, unit(u).gathered_bytes(unit(u).parameters - experts), deps);
-    if (Sharding(*plan_).expert_ranks() == 1) return dense;  // each replica holds its experts
-    return build_->collective(name + ".experts", CollectiveOp::all_gather,
-                              unit(u).gathered_bytes(experts), deps, GroupKind::expert_data);
+    return gather_unit_parameters(*build_, Sharding(*plan_),
+                                  tag_ + unit(u).name + "." + pass + ".all_gather", unit(u),
+                                  unit(u).parameters, deps);
   }
 
   // FSDP2 (PyTorch's fully_shard, _fsdp_collectives.py) on the compute stream: a gathered unit
@@ -736,16 +741,9 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
         // LoRA's frozen base too.
         const double gathered = sharding.gathered_for_step() ? unit.parameters : unit.trainable;
         if (gathered <= 0) continue;
-        // The experts over the replicas holding them (where another does), after the dense
-        // part on the in-order gather stream.
-        const double experts = std::min(gathered, unit.experts);
-        const std::string name = "c" + std::to_string(chunk) + "." + unit.name + ".param_gather";
-        gathers[u] = build.collective(name, CollectiveOp::all_gather,
-                                      unit.gathered_bytes(gathered - experts), {});
-        if (experts > 0 && sharding.expert_ranks() > 1) {
-          gathers[u] = build.collective(name + ".experts", CollectiveOp::all_gather,
-                                        unit.gathered_bytes(experts), {}, GroupKind::expert_data);
-        }
+        gathers[u] = gather_unit_parameters(
+            build, sharding, "c" + std::to_string(chunk) + "." + unit.name + ".param_gather", unit,
+            gathered, {});
       }
       micro_batch[chunk].set_parameter_gathers(std::move(gathers));
     }

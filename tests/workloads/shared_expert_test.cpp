@@ -31,6 +31,34 @@ ModelSpec qwen_moe() {
   return m;
 }
 
+// Qwen's experts over 8 replicas, 4 to an expert-parallel group, under ZeRO `zero`.
+ParallelPlan experts_over_8(int zero) {
+  ParallelPlan plan;
+  plan.dp = 8;
+  plan.ep = 4;
+  plan.zero_stage = zero;
+  return plan;
+}
+
+// 2 micro-batches of 4,096 tokens a replica, gradients reduced in FP32.
+TrainingSpec fp32_reductions() {
+  TrainingSpec t = testing::training(4096, 16, 1);
+  t.grad_reduce_bytes = 4;
+  return t;
+}
+
+// The nccl-tests sizes of a step's collectives `op` over groups of `group`, every stage's.
+double collective_bytes(const TaskGraph& graph, GroupKind group, CollectiveOp op) {
+  double bytes = 0;
+  for (const Program& program : graph.stages) {
+    for (const Task& task : program) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (work && work->group == group && work->op == op) bytes += work->size_bytes;
+    }
+  }
+  return bytes;
+}
+
 double flops_of(const std::vector<Op>& ops) {
   double flops = 0;
   for (const Op& op : ops) flops += op.kernel.flops;
@@ -113,12 +141,8 @@ TEST_CASE("ZeRO 2 under expert parallelism: an expert's gradients sharded over i
   // the experts' over their expert_data group, as many bytes as ZeRO 1 reduces once, times
   // the 2 micro-batches.
   const ModelSpec m = qwen_moe();
-  ParallelPlan plan;
-  plan.dp = 8;
-  plan.ep = 4;
-  plan.zero_stage = 2;
-  TrainingSpec t = testing::training(4096, 16, 1);
-  t.grad_reduce_bytes = 4;
+  const ParallelPlan plan = experts_over_8(2);
+  const TrainingSpec t = fp32_reductions();
   const RankParameters held = rank_parameters(m, plan, 0);
   const MemoryBreakdown memory = estimate_memory(m, t, plan, {80e9});
   CHECK(testing::memory_item(memory, "gradients") ==
@@ -152,12 +176,8 @@ TEST_CASE("ZeRO 3 under expert parallelism: experts gathered and reduced over th
   // gathers move their BF16 bytes twice (forward and backward) and their reduce-scatters once,
   // in the reduce dtype: with ZeRO 3 every one of the 2 micro-batches does.
   const ModelSpec m = qwen_moe();
-  ParallelPlan plan;
-  plan.dp = 8;
-  plan.ep = 4;
-  plan.zero_stage = 3;
-  TrainingSpec t = testing::training(4096, 16, 1);
-  t.grad_reduce_bytes = 4;
+  const ParallelPlan plan = experts_over_8(3);
+  const TrainingSpec t = fp32_reductions();
   const RankParameters held = rank_parameters(m, plan, 0);
   const MemoryBreakdown memory = estimate_memory(m, t, plan, {80e9});
   CHECK(testing::memory_item(memory, "weights") == 0);
@@ -178,33 +198,25 @@ TEST_CASE("ZeRO 3 under expert parallelism: experts gathered and reduced over th
   CHECK(testing::memory_item(estimate_memory(m, t, bf16, {80e9}), "weights") ==
         Approx(kBf16Bytes * (held.dense / 8 + held.experts / 2)));
 
-  // The step's gathers and reduce-scatters of each group, the optimizer's aside.
-  const auto moved = [&](const TaskGraph& graph, GroupKind group, CollectiveOp op) {
-    double bytes = 0;
-    for (const Program& program : graph.stages) {
-      for (const Task& task : program) {
-        const auto* work = std::get_if<CollectiveWork>(&task.work);
-        if (work && work->group == group && work->op == op) bytes += work->size_bytes;
-      }
-    }
-    return bytes;
-  };
   const TaskGraph graph = build_data_parallel_step(m, t, plan);
   using enum CollectiveOp;
-  CHECK(moved(graph, GroupKind::expert_data, all_gather) ==
+  CHECK(collective_bytes(graph, GroupKind::expert_data, all_gather) ==
         Approx(2 * 2 * kBf16Bytes * held.experts));
-  CHECK(moved(graph, GroupKind::expert_data, reduce_scatter) == Approx(2 * 4 * held.experts));
-  CHECK(moved(graph, GroupKind::data, all_gather) == Approx(2 * 2 * kBf16Bytes * held.dense));
-  CHECK(moved(graph, GroupKind::data, reduce_scatter) == Approx(2 * 4 * held.dense));
+  CHECK(collective_bytes(graph, GroupKind::expert_data, reduce_scatter) ==
+        Approx(2 * 4 * held.experts));
+  CHECK(collective_bytes(graph, GroupKind::data, all_gather) ==
+        Approx(2 * 2 * kBf16Bytes * held.dense));
+  CHECK(collective_bytes(graph, GroupKind::data, reduce_scatter) == Approx(2 * 4 * held.dense));
   // With ep = dp (4 replicas, 4 micro-batches each) each replica holds its experts alone:
   // nothing of theirs to gather or reduce.
   ParallelPlan own = plan;
   own.dp = 4;
   const TaskGraph alone = build_data_parallel_step(m, t, own);
   const RankParameters own_held = rank_parameters(m, own, 0);
-  CHECK(moved(alone, GroupKind::expert_data, all_gather) == 0);
-  CHECK(moved(alone, GroupKind::expert_data, reduce_scatter) == 0);
-  CHECK(moved(alone, GroupKind::data, all_gather) == Approx(4 * 2 * kBf16Bytes * own_held.dense));
+  CHECK(collective_bytes(alone, GroupKind::expert_data, all_gather) == 0);
+  CHECK(collective_bytes(alone, GroupKind::expert_data, reduce_scatter) == 0);
+  CHECK(collective_bytes(alone, GroupKind::data, all_gather) ==
+        Approx(4 * 2 * kBf16Bytes * own_held.dense));
   // Under a pipeline (FSDP2, gathered once a step): each stage's dense parameters over the 4
   // replicas, its experts over the 2 holding them, once.
   ParallelPlan piped = plan;
