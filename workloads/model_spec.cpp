@@ -58,6 +58,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.dense_layers = model.has_dense_layers();
   subject.experts_per_token = model.experts_per_token;
   subject.expert_load = training.busiest_expert_load();
+  subject.allgather_dispatcher = training.token_dispatcher == TokenDispatcher::allgather;
   subject.seq_len = training.seq_len;
   subject.global_batch = training.global_batch;
   subject.micro_batch = training.micro_batch;
@@ -282,12 +283,14 @@ std::vector<JobProblem> recipe_problems(const ModelSpec& model, const TrainingSp
   const char* expert_key = training.expert_load_imbalance != 1   ? "training.expert_load_imbalance"
                            : training.expert_capacity_factor > 0 ? "training.expert_capacity_factor"
                            : training.expert_gemm != ExpertGemm::sequential ? "training.expert_gemm"
-                                                                            : nullptr;
+                           : training.token_dispatcher != TokenDispatcher::alltoall
+                               ? "training.token_dispatcher"
+                               : nullptr;
   if (expert_key && !model.mixture_of_experts()) {
     found.push_back(problem("expert-settings-need-experts", {expert_key},
                             "how experts route or run is set, and the model has none",
-                            "remove expert_load_imbalance, expert_capacity_factor and "
-                            "expert_gemm"));
+                            "remove expert_load_imbalance, expert_capacity_factor, "
+                            "expert_gemm and token_dispatcher"));
   }
   if (training.fp8_params && training.precision != Precision::fp8) {
     found.push_back(problem("fp8-params-need-fp8", {"training.fp8_params"},

@@ -220,6 +220,16 @@ enum class Elementwise { fused, eager };
 // Transformer Engine's GroupedLinear), the activation one kernel over all their tokens.
 enum class ExpertGemm { sequential, grouped };
 
+// How a mixture of experts' tokens reach their experts (Megatron-Core's
+// moe_token_dispatcher_type; token_dispatcher.py). alltoall: each rank routes its own tokens
+// (its sequence shard under tensor parallelism), sends each token's k copies to their experts'
+// ranks by an all-to-all of the expert group, and all-gathers what arrives over tp, whose ranks
+// split each expert; after the experts a reduce-scatter over tp and an all-to-all bring them
+// back (every NeMo mixture-of-experts recipe). allgather: the block gathers its whole input
+// over tp, as a dense MLP does, and routes it; with ep 1 only (Megatron-Core's default, which
+// under expert parallelism gathers over tp x ep).
+enum class TokenDispatcher { alltoall, allgather };
+
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted
 // projection W (k in, n out) given a trainable pair A (k x rank), B (rank x n) beside it. Targets
 // use Hugging Face PEFT's module names: q, k, v, o, gate, up, down; or Megatron-Core's fused
@@ -284,6 +294,7 @@ struct TrainingSpec {
   double expert_load_imbalance = 1;
   double expert_capacity_factor = 0;
   ExpertGemm expert_gemm = ExpertGemm::sequential;
+  TokenDispatcher token_dispatcher = TokenDispatcher::alltoall;
   // The busiest expert-parallel rank's load: the imbalance, capped by the capacity factor.
   double busiest_expert_load() const {
     return expert_capacity_factor > 0 ? std::min(expert_load_imbalance, expert_capacity_factor)

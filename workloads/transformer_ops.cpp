@@ -186,8 +186,10 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double one_mlp =
       model.gated_mlp() ? glu_input * 2 * f + down_input : kBf16 * f + down_input;
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
-  // scores (split over tp), and the token's k permuted copies (the experts' input) and k
-  // expert outputs (the router weights' gradient reads them), whole on every tp rank.
+  // scores (split over tp), and the token's k permuted copies (the experts' input), whole on
+  // every tp rank, and its k expert outputs (the router weights' gradient reads them): whole
+  // on every tp rank under the allgather dispatcher, the rank's sequence shard's under
+  // all-to-all (combined back before the unpermute), as the shared expert's gated output is.
   // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.) The busiest
   // expert-parallel rank, as every rank is replayed, keeps `load` times its share of the
   // experts' tensors and inputs; the outputs combined back are its own tokens'.
@@ -199,12 +201,16 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double shared = moe && fs > 0 ? (model.gated_mlp() ? glu_input * 2 * fs : kBf16 * fs) +
                                             gemm_input * fs + (fp8 ? kFp8 * h : 0.0)
                                       : 0.0;
-  const double gate_output = moe && fs > 0 && model.shared_expert_gate ? kBf16 * h : 0.0;
+  const double combined_split =
+      training.token_dispatcher == TokenDispatcher::alltoall && sequence_parallel ? tp : 1;
+  const double gate_output =
+      moe && fs > 0 && model.shared_expert_gate ? kBf16 * h / combined_split : 0.0;
   const double mlp = mlp_rerun ? 0.0
                      : moe     ? received * one_mlp + kFp32 * model.experts + shared
                                : one_mlp;
   const double replicated =
-      moe && !mlp_rerun ? (received * gemm_input + k * kBf16) * h + gate_output : 0.0;
+      moe && !mlp_rerun ? (received * gemm_input + k * kBf16 / combined_split) * h + gate_output
+                        : 0.0;
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
@@ -497,8 +503,12 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   };
   // A LoRA adapter beside the block's row-parallel projection (`adapted`) adds its output to
   // the block's once that is reduced.
-  const auto leave_block = [&](const std::string& block, bool projections, LoraModules adapted) {
-    if (sharded) {
+  // `reduced`: the block's output is already its tokens' whole sum (a mixture of experts'
+  // tokens combined back by the all-to-all dispatcher).
+  const auto leave_block = [&](const std::string& block, bool projections, LoraModules adapted,
+                               bool reduced = false) {
+    if (reduced) {
+    } else if (sharded) {
       fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation,
                           projections ? Userbuffers::pipeline : Userbuffers::none));
       backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation,
@@ -713,20 +723,25 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     }
   };
   const std::size_t mlp_begin = fwd.size();
-  enter_block("mlp", !moe);
+  // The all-to-all dispatcher routes the rank's sequence shard: the block gathers nothing.
+  const bool all_to_all_dispatch =
+      moe && training.token_dispatcher == TokenDispatcher::alltoall && sharded;
+  enter_block("mlp", !moe, !all_to_all_dispatch);
   const std::size_t mlp_norm_end = norm_end;
   if (moe) {
     // Mixture of experts (Mixtral): the router scores every expert for each token of the
     // rank's sequence shard (a GEMM; Megatron-Core routes before gathering the sequence), a
-    // softmax and top-k over the FP32 scores choose k, and the gathered tokens are permuted
-    // into expert order (each row read, k copies written). Each expert's MLP,
+    // softmax and top-k over the FP32 scores choose k, and the routed tokens are permuted
+    // into expert order (each row read, k copies written): the rank's own tokens under the
+    // all-to-all dispatcher, the block's gathered ones under allgather. Each expert's MLP,
     // split by tp like a dense one, runs on the t x k / E tokens a balanced router sends it;
-    // then the k outputs of each token are gathered back and summed with the router's weights.
+    // then the k outputs of each token are brought back and summed with the router's weights.
     // Without expert parallelism every expert is on every rank.
     const double experts = model.experts;
     const double k = model.experts_per_token;
+    const double routed = all_to_all_dispatch ? local_tokens : t;
     fwd.push_back(gemm_with_backward("router", local_tokens, experts, h, backward, frozen));
-    const double route_bytes = 2 * kFp32 * local_tokens * experts + (1 + k) * kBf16 * t * h;
+    const double route_bytes = 2 * kFp32 * local_tokens * experts + (1 + k) * kBf16 * routed * h;
     fwd.push_back(memory_op("route", route_bytes));
     backward.push_back(memory_op("route.bwd", route_bytes));
     // A shared expert: a dense MLP of its own inner size over the block's t gathered tokens,
@@ -735,29 +750,56 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // it after the routed experts on the same stream; before them here, after the router: the
     // block's gather then runs beside the router, which reads the sequence shard, and in
     // backward the gather of the block's output gradient is followed by the unpermute, not by
-    // a GEMM that reads what it gathers.
+    // a GEMM that reads what it gathers. Under the all-to-all dispatcher the block gathers
+    // nothing: the shared expert gathers its input and reduce-scatters its output itself, as
+    // its column- and row-parallel GEMMs do under sequence parallelism (SharedExpertMLP).
     if (model.shared_expert_ffn > 0) {
+      if (all_to_all_dispatch) {
+        fwd.push_back(tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
+        backward.push_back(
+            tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
+      }
       mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
           model.shared_expert_ffn);
       if (model.shared_expert_gate) {
-        fwd.push_back(gemm_with_backward("shared_expert_gate", t, 1, h, backward, frozen));
+        fwd.push_back(gemm_with_backward("shared_expert_gate", routed, 1, h, backward, frozen));
+      }
+      if (all_to_all_dispatch) {
+        fwd.push_back(tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
+        backward.push_back(
+            tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
       }
     }
-    // Expert parallelism: the rank's t x k token copies go to the ranks of their experts (an
-    // all-to-all of the expert group; in backward, their gradients come back), and each of its
-    // experts / ep experts then gets ep x t x k / E tokens. Under an imbalanced router every
-    // rank is replayed as the group's busiest, which gates each all-to-all: its experts get
-    // `load` times that (expert_rank_load), and it receives load times the bytes, while the
-    // model FLOPs stay the balanced ones.
+    // Expert parallelism: the rank's routed x k token copies go to the ranks of their experts
+    // (an all-to-all of the expert group; in backward, their gradients come back). Under
+    // tensor parallelism the all-to-all dispatcher then all-gathers what each tp rank received
+    // (its tp ranks split the same experts), so each of the rank's experts / ep experts gets
+    // ep x t x k / E tokens; with several experts on the rank they arrive by source rank and are
+    // sorted into expert order (sort_chunks_by_idxs: each row read and written), and back after
+    // the experts, before a reduce-scatter over tp sums each token's partial outputs. Under an
+    // imbalanced router every rank is replayed as the group's busiest, which gates each
+    // all-to-all: its experts get `load` times that (expert_rank_load), and it receives load
+    // times the bytes, while the model FLOPs stay the balanced ones.
     const double load = expert_rank_load(training, ep);
+    const double received = load * k * kBf16 * t * h;  // gathered over tp where split
     const auto all_to_all = [&](const std::string& name) {
       if (ep == 1) return;
-      const LayerCollective exchange{CollectiveOp::all_to_all, load * k * kBf16 * t * h,
+      const LayerCollective exchange{CollectiveOp::all_to_all, load * k * kBf16 * routed * h,
                                      GroupKind::expert};
       fwd.push_back(Op{name, Kernel{}, 0, exchange});
       backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
     };
+    const bool sorts = training.token_dispatcher == TokenDispatcher::alltoall &&
+                       model.experts / ep > 1 && (ep > 1 || all_to_all_dispatch);
     all_to_all("dispatch");
+    if (all_to_all_dispatch) {
+      fwd.push_back(tp_op("dispatch_gather", CollectiveOp::all_gather, received));
+      backward.push_back(tp_op("dispatch_gather.bwd", CollectiveOp::reduce_scatter, received));
+    }
+    if (sorts) {
+      fwd.push_back(memory_op("sort_by_expert", 2 * received));
+      backward.push_back(memory_op("sort_by_expert.bwd", 2 * received));
+    }
     // The experts keep their permuted input, so their weight gradients need no re-gather.
     // Grouped, one expert's ops stand for the `groups` experts of the rank, each launched once.
     const std::size_t experts_fwd = fwd.size();
@@ -774,24 +816,33 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     };
     for (std::size_t i = experts_fwd; i < fwd.size(); ++i) as_launched(fwd[i]);
     for (std::size_t i = experts_bwd; i < backward.size(); ++i) as_launched(backward[i]);
+    if (sorts) {
+      fwd.push_back(memory_op("unsort_by_expert", 2 * received));
+      backward.push_back(memory_op("unsort_by_expert.bwd", 2 * received));
+    }
+    if (all_to_all_dispatch) {
+      fwd.push_back(tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
+      backward.push_back(tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
+    }
     all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
     // the k saved outputs (for the router weights' gradient) and writes k gradients.
-    fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * t * h));
-    backward.push_back(memory_op("unroute.bwd", (2 * k + 1) * kBf16 * t * h));
+    fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * routed * h));
+    backward.push_back(memory_op("unroute.bwd", (2 * k + 1) * kBf16 * routed * h));
     if (model.shared_expert_ffn > 0) {
-      // The shared expert's output, a partial sum on each tp rank as the experts' is, added to
-      // theirs in one elementwise pass, scaled there by the gate; the gate's backward reads the
-      // output gradient and the shared output and writes the scaled gradient.
+      // The shared expert's output (under allgather a partial sum on each tp rank, as the
+      // experts' is) added to theirs in one elementwise pass, scaled there by the gate; the
+      // gate's backward reads the output gradient and the shared output and writes the scaled
+      // gradient.
       if (model.shared_expert_gate) {
-        backward.push_back(memory_op("shared_expert_add.bwd", 3 * kBf16 * t * h));
+        backward.push_back(memory_op("shared_expert_add.bwd", 3 * kBf16 * routed * h));
       }
-      fwd.push_back(memory_op("shared_expert_add", 3 * kBf16 * t * h));
+      fwd.push_back(memory_op("shared_expert_add", 3 * kBf16 * routed * h));
     }
   } else {
     mlp("", t, /*regather=*/true, /*rerun_activation=*/false, f);
   }
-  leave_block("mlp", !moe, kLoraDownModules);
+  leave_block("mlp", !moe, kLoraDownModules, all_to_all_dispatch);
   // A rerun block runs forward again after its residual add's backward (the add is outside
   // Megatron-Core's checkpoint), before its own backward: a dense MLP from its fused norm on, a
   // mixture of experts' from its router on, after its norm when that is rerun too.
@@ -815,8 +866,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   std::reverse(backward.begin(), backward.end());
   ops.backward = std::move(backward);
   if (training.precision == Precision::fp8 && parallel) {
-    // Column adapters that share their block's gather read it in BF16 (its rerun too).
-    std::vector<std::string> bf16_gathers;
+    // Column adapters that share their block's gather read it in BF16 (its rerun too), and the
+    // all-to-all dispatcher gathers the experts' BF16 tokens and output gradients.
+    std::vector<std::string> bf16_gathers = {"dispatch_gather", "recompute.dispatch_gather",
+                                             "combine_scatter.bwd"};
     for (const auto& [block, modules] :
          {std::pair{std::string("attn_gather"), LoraModules(kLoraQkvModules)},
           std::pair{std::string("mlp_gather"), LoraModules(kLoraGateUpModules)}}) {

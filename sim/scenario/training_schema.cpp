@@ -38,7 +38,8 @@ const Keys kTrainingKeys = {"method",
                             "activation_fp8_input",
                             "expert_load_imbalance",
                             "expert_capacity_factor",
-                            "expert_gemm"};
+                            "expert_gemm",
+                            "token_dispatcher"};
 
 }  // namespace
 
@@ -128,6 +129,11 @@ TrainingSpec parse_training(const Field& f) {
     t.expert_gemm = read_choice(*expert_gemm, {"sequential", "grouped"}) == "grouped"
                         ? ExpertGemm::grouped
                         : ExpertGemm::sequential;
+  }
+  if (auto dispatcher = find(f, "token_dispatcher")) {
+    t.token_dispatcher = read_choice(*dispatcher, {"alltoall", "allgather"}) == "allgather"
+                             ? TokenDispatcher::allgather
+                             : TokenDispatcher::alltoall;
   }
   // Only a run needs the token budget; a step simulation checks it and moves on.
   if (auto tokens = find(f, "tokens")) {

@@ -184,14 +184,17 @@ TEST_CASE("the planner's candidates on 16 GPUs of 8-GPU nodes, a 12-layer mixtur
   chosen.pp = 1;
   chosen.dp = 16;
   CHECK(candidates_of("zero", search, chosen) == std::vector<int>{0, 1, 2, 3});
-  // ep: powers of two dividing the 8 experts and dp 16, at tp 1 (the rules), any ZeRO stage.
+  // ep: powers of two dividing the 8 experts and the replicas (dp 16, or 8 at tp 2), any ZeRO
+  // stage.
   chosen.zero_stage = 1;
   CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1, 2, 4, 8});
   chosen.zero_stage = 3;
   CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1, 2, 4, 8});
   chosen.tp = 2;
   chosen.dp = 8;
-  CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1});
+  CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1, 2, 4, 8});
+  chosen.dp = 4;
+  CHECK(candidates_of("ep", search, chosen) == std::vector<int>{1, 2, 4});
   chosen.tp = 1;
   chosen.dp = 16;
   chosen.zero_stage = 2;

@@ -76,6 +76,16 @@ TEST_CASE("the members of each group kind, derived by hand") {
   CHECK(experts.members(GroupKind::expert, 1) == std::vector<int>{4, 5, 6, 7});
   CHECK(experts.members(GroupKind::expert_data, experts.group_of(6, GroupKind::expert_data)) ==
         std::vector<int>{2, 6});
+  // Under tensor parallelism each tp rank's replicas form their own expert groups: Megatron-
+  // Core's expert RankGenerator (parallel_state.py, order tp-cp-ep-dp-pp, expert tp = tp)
+  // numbers a stage's rank etp_rank + tp (ep_rank + ep edp_rank), so with tp 2, cp 2, dp 4 and
+  // ep 4 rank 3's expert group is ranks 1, 3, 5, 7 (ep spanning the cp ranks too) and its
+  // expert-data group 3, 11.
+  const RankGrid expert_tp(2, 2, 4, 1, 4);
+  CHECK(expert_tp.members(GroupKind::expert, expert_tp.group_of(3, GroupKind::expert)) ==
+        std::vector<int>{1, 3, 5, 7});
+  CHECK(expert_tp.members(GroupKind::expert_data, expert_tp.group_of(3, GroupKind::expert_data)) ==
+        std::vector<int>{3, 11});
 
   // A pipeline group: one position in every stage (tp 2, dp 2: 4 ranks a stage).
   const RankGrid pipeline(2, 1, 2, 3);

@@ -189,10 +189,11 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.dp = 16;
          p.ep = 16;  // more than the 8 experts
        }},
-      {"ep-as-modelled", "layout.ep",
+      {"ep-as-modelled", "training.token_dispatcher",
        [](JobSubject& j, ParallelPlan& p) {
          j.experts = 8;
-         p.ep = 2;  // with tp 8
+         j.allgather_dispatcher = true;
+         p.ep = 2;
        }},
       {"cp-divides-sequence", "layout.cp",
        [](JobSubject&, ParallelPlan& p) {

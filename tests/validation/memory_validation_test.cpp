@@ -21,16 +21,10 @@ constexpr double kPeakMemoryTolerance = 0.10;
 // Runs that ran but that the model calls out of memory.
 const std::set<std::string> kKnownOutOfMemory = {};
 
-// Validation files the loader refuses, as the accuracy page lists them: mixtures of experts
-// with expert parallelism beside tp or a sharded optimizer, NeMo's long-sequence B200 rows
-// whose layouts do not use every GPU, OPT-175B's batch that 124 replicas do not divide.
+// Validation files the loader refuses, as the accuracy page lists them: NeMo's long-sequence
+// B200 rows whose layouts do not use every GPU, OPT-175B's batch that 124 replicas do not
+// divide.
 const std::set<std::string> kRefused = {
-    "dgxc_gb200_grok1_314b_128gpu_bf16",
-    "dgxc_gb200_grok1_314b_128gpu_fp8",
-    "nemo2502_mixtral_8x22b_256xb200_fp8",
-    "nemo2502_mixtral_8x7b_64xb200_fp8",
-    "nemo2504_mixtral_8x22b_256xgb200_fp8",
-    "nemo2504_mixtral_8x7b_64xgb200_fp8",
     "nemo_longseq_llama3_8b_1024k_1024xb200_fp8",
     "nemo_longseq_llama3_8b_128k_128xb200_fp8",
     "nemo_longseq_llama3_8b_16k_16xb200_fp8",

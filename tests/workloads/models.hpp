@@ -55,6 +55,17 @@ inline ModelSpec gpt3_175b() {
 }
 
 // Megatron's tensor-parallel layout for GPT-3 within a node, over 8 replicas.
+// Mixtral 8x7B (Jiang et al., arXiv:2401.04088): Llama 3 8B's layer shapes with 8 experts in
+// each MLP, 2 a token, and Mistral's 32 K vocabulary.
+inline ModelSpec mixtral_8x7b() {
+  ModelSpec m = llama3_8b();
+  m.name = "mixtral-8x7b";
+  m.vocab = 32000;
+  m.experts = 8;
+  m.experts_per_token = 2;
+  return m;
+}
+
 inline ParallelPlan tp8_dp8() {
   ParallelPlan plan;
   plan.tp = 8;
@@ -103,6 +114,14 @@ inline double item_bytes(const MemoryBreakdown& memory, const std::string& name)
   }
   FAIL_CHECK("no memory item " << name);
   return 0;
+}
+
+// A layer's model FLOPs, forward and backward.
+inline double layer_model_flops(const LayerOps& layer) {
+  double sum = 0;
+  for (const Op& op : layer.forward) sum += op.model_flops;
+  for (const Op& op : layer.backward) sum += op.model_flops;
+  return sum;
 }
 
 inline double sum_model_flops(const TaskGraph& graph) {

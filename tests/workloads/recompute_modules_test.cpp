@@ -15,16 +15,6 @@ using namespace fleetsim::testing;
 
 namespace {
 
-// Mixtral-8x7B's dimensions: Llama-3-8B's layer with 8 SwiGLU experts, 2 a token.
-ModelSpec mixtral() {
-  ModelSpec m = llama3_8b();
-  m.name = "mixtral-8x7b";
-  m.vocab = 32000;
-  m.experts = 8;
-  m.experts_per_token = 2;
-  return m;
-}
-
 double saved(const ModelSpec& m, const TrainingSpec& t, const RecomputeModules& modules) {
   return decoder_layer_saved_bytes_per_token(m, t, Recompute::selective, 1, true, modules);
 }
@@ -56,7 +46,7 @@ TEST_CASE("recompute_modules: a mixture of experts' block, its activation and it
   // Mixtral-8x7B, BF16, tp 1, bytes a token: the dense part as Llama-3-8B's but the block's
   // BF16 router input (2h), each of the 2 experts' 6f, the router's FP32 scores 4 x 8, and
   // each of the 2 permuted copies and expert outputs 4h: 258,208.
-  const ModelSpec m = mixtral();
+  const ModelSpec m = mixtral_8x7b();
   const TrainingSpec t = training(4096, 64, 2);
   const double none = decoder_layer_saved_bytes_per_token(m, t);
   CHECK(none == 258'208);
@@ -105,7 +95,7 @@ TEST_CASE("recompute_modules: each rerun module's forward runs again, just befor
   CHECK(at("mb0.L5.recompute.qkv") == -1);
 
   // moe_act: each expert's SwiGLU again right before its down's backward, nothing else.
-  const ModelSpec moe = mixtral();
+  const ModelSpec moe = mixtral_8x7b();
   plan.recompute = Recompute::none;
   plan.recompute_modules = {};
   const TaskGraph moe_kept = build_data_parallel_step(moe, t, plan);

@@ -85,7 +85,8 @@ TEST_CASE("a shared expert's parameters: a dense MLP of its size and a gate, hel
 TEST_CASE("a shared expert's kernels run on every token beside the routed experts") {
   // 4,096 tokens on tp 2: gate_up writes 2 x 5,632 / 2 columns from 2,048 over all 4,096
   // tokens, down reads 5,632 / 2; each GEMM does 2 m n k FLOPs forward and twice that
-  // backward, the gate 2 x 4,096 x 2,048 each way and its two backward GEMMs.
+  // backward, the gate, on the rank's 2,048 tokens of the sequence (the all-to-all dispatcher
+  // gathers nothing for the block), 2 x 2,048 x 2,048 each way and its two backward GEMMs.
   const ModelSpec m = qwen_moe();
   ModelSpec without = m;
   without.shared_expert_ffn = 0;
@@ -94,7 +95,7 @@ TEST_CASE("a shared expert's kernels run on every token beside the routed expert
   const LayerOps with_shared = decoder_layer_ops(m, t, 2);
   const LayerOps routed_only = decoder_layer_ops(without, t, 2);
   const double mlp = 2.0 * 4096 * (2 * 5632 / 2) * 2048 + 2.0 * 4096 * 2048 * (5632 / 2);
-  const double gate = 2.0 * 4096 * 1 * 2048;
+  const double gate = 2.0 * 2048 * 1 * 2048;
   CHECK(flops_of(with_shared.forward) - flops_of(routed_only.forward) == Approx(mlp + gate));
   CHECK(flops_of(with_shared.backward) - flops_of(routed_only.backward) ==
         Approx(2 * (mlp + gate)));
@@ -109,10 +110,18 @@ TEST_CASE("a shared expert's kernels run on every token beside the routed expert
   CHECK(found);
   // Its tensors add to what the layer keeps: the activation's input and output and down's
   // input (2 x 5,632 + 5,632 BF16 a token), split by tp, and the gate's input, the shared
-  // output before its reduction (2,048 BF16), whole on each tp rank.
+  // output (2,048 BF16): reduce-scattered to the rank's tokens under the all-to-all
+  // dispatcher, a partial sum whole on each tp rank under allgather.
   CHECK(decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 2) ==
         Approx(decoder_layer_saved_bytes_per_token(without, t, Recompute::none, 2) +
-               (2.0 * 2 * 5632 + 2 * 5632) / 2 + 2 * 2048));
+               (2.0 * 2 * 5632 + 2 * 5632) / 2 + 2 * 2048 / 2));
+  TrainingSpec gathering = t;
+  gathering.token_dispatcher = TokenDispatcher::allgather;
+  ModelSpec gathered_without = without;
+  CHECK(
+      decoder_layer_saved_bytes_per_token(m, gathering, Recompute::none, 2) ==
+      Approx(decoder_layer_saved_bytes_per_token(gathered_without, gathering, Recompute::none, 2) +
+             (2.0 * 2 * 5632 + 2 * 5632) / 2 + 2 * 2048));
   // Megatron's count adds the shared expert's three GEMMs, 6 x 3 h Fs a token and layer.
   CHECK(flops_per_token(m, 4096, FlopConvention::megatron) ==
         Approx(flops_per_token(without, 4096, FlopConvention::megatron) +

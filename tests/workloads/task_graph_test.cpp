@@ -559,12 +559,7 @@ TEST_CASE("optimizer offload: Adam on the host, each reduced shard copied there,
 
 TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs those of k MLPs") {
   // Jiang et al., arXiv:2401.04088: 46.7 B parameters, 12.9 B used per token (2 of 8 experts).
-  // Llama 3 8B's layer shapes with 8 experts in each MLP and Mistral's 32 K vocabulary.
-  ModelSpec m = llama3_8b();
-  m.name = "mixtral-8x7b";
-  m.vocab = 32000;
-  m.experts = 8;
-  m.experts_per_token = 2;
+  const ModelSpec m = mixtral_8x7b();
   CHECK(m.parameters() == Approx(46.7e9).epsilon(0.005));
   CHECK(m.parameters() == 46'702'792'704.0);  // the zoo's mixtral-8x7b, counted by hand
   const double idle_experts = m.layers * (m.experts - m.experts_per_token) * mlp_parameters(m);
@@ -597,10 +592,16 @@ TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs th
   CHECK(decoder_layer_saved_bytes_per_token(m, t) -
             decoder_layer_saved_bytes_per_token(one_expert, t) ==
         2.0 * 3 * m.ffn + 2 * 2.0 * m.hidden);
-  // Tensor parallelism splits all but the k copies and k outputs, which each rank keeps whole.
-  const double whole = 2 * 2 * 2.0 * m.hidden;
+  // Tensor parallelism splits all but the k copies, which each rank keeps whole as the experts'
+  // gathered input; the k outputs too under the allgather dispatcher, which combines them
+  // before the block's reduce-scatter (under all-to-all they are the rank's shard's).
+  const double copies = 2 * 2.0 * m.hidden;
   CHECK(decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 2) ==
-        Approx((decoder_layer_saved_bytes_per_token(m, t) - whole) / 2 + whole));
+        Approx((decoder_layer_saved_bytes_per_token(m, t) - copies) / 2 + copies));
+  TrainingSpec gathering = t;
+  gathering.token_dispatcher = TokenDispatcher::allgather;
+  CHECK(decoder_layer_saved_bytes_per_token(m, gathering, Recompute::none, 2) ==
+        Approx((decoder_layer_saved_bytes_per_token(m, gathering) - 2 * copies) / 2 + 2 * copies));
   // Each expert split over 2 tp ranks; the router on the rank's sequence shard; the experts
   // keep their gathered input, so no re-gather in backward.
   const LayerOps split = decoder_layer_ops(m, t, 2);
@@ -627,10 +628,7 @@ TEST_CASE("Mixtral 8x7B: 46.7 B parameters, 12.9 B active, its experts' FLOPs th
 TEST_CASE(
     "expert parallelism: a rank runs experts / ep experts on ep times the tokens, between two "
     "all-to-alls") {
-  ModelSpec m = llama3_8b();
-  m.vocab = 32000;
-  m.experts = 8;
-  m.experts_per_token = 2;
+  const ModelSpec m = mixtral_8x7b();
   const TrainingSpec t = training(4096, 8, 1);
   const LayerOps ops = decoder_layer_ops(m, t, 1, Recompute::none, 4);
   int experts = 0;
@@ -657,13 +655,7 @@ TEST_CASE(
   }
   CHECK(back == std::vector<std::string>{"combine.bwd", "dispatch.bwd"});
   // The same model FLOPs as without expert parallelism.
-  const auto flops = [](const LayerOps& layer) {
-    double sum = 0;
-    for (const Op& op : layer.forward) sum += op.model_flops;
-    for (const Op& op : layer.backward) sum += op.model_flops;
-    return sum;
-  };
-  CHECK(flops(ops) == Approx(flops(decoder_layer_ops(m, t))));
+  CHECK(layer_model_flops(ops) == Approx(layer_model_flops(decoder_layer_ops(m, t))));
   ParallelPlan plan;
   plan.dp = 8;
   plan.ep = 3;
@@ -671,7 +663,7 @@ TEST_CASE(
   plan.ep = 4;
   plan.tp = 2;
   plan.dp = 4;
-  CHECK_THROWS_AS(build_data_parallel_step(m, t, plan), ModelError);
+  CHECK_NOTHROW(build_data_parallel_step(m, t, plan));
 }
 
 TEST_CASE("pipeline: stages that do not divide the layers hold one fewer at the ends") {

@@ -319,13 +319,21 @@ Problem ep_divides_experts(const JobSubject& job, const ParallelPlan& plan) {
             "experts / ep");
 }
 
-Problem ep_as_modelled(const JobSubject&, const ParallelPlan& plan) {
+// The optimizer offload's copies of the reduced shards are sized by the dense parameters' shard
+// alone. Megatron-Core's allgather dispatcher under expert parallelism gathers every token of
+// the tp x ep ranks, a group the layout does not form.
+Problem ep_as_modelled(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.ep <= 1) return {};
-  if (plan.tp == 1 && !plan.offload_optimizer && !plan.overlap_param_gather) return {};
-  return at({"layout.ep"},
-            "expert parallelism is modelled with tp 1, without offload_optimizer and "
-            "overlap_param_gather",
-            "set tp: 1, or remove ep");
+  if (plan.offload_optimizer) {
+    return at({"layout.ep", "layout.offload_optimizer"},
+              "expert parallelism is modelled without offload_optimizer",
+              "remove offload_optimizer, or ep");
+  }
+  if (!job.allgather_dispatcher) return {};
+  return at({"training.token_dispatcher", "layout.ep"},
+            "token_dispatcher allgather is modelled with ep 1",
+            "set token_dispatcher: alltoall (Megatron-Core's choice for expert parallelism), "
+            "or remove ep");
 }
 
 // Each sequence is cut into 2 x cp chunks (two a rank, so causal work is even), each split
@@ -684,7 +692,8 @@ const JobRule kRules[] = {
      distributed_fused_adam_is_zero_1},
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
     {"ep-divides-experts-and-dp", "ep divides the experts and dp x cp", ep_divides_experts},
-    {"ep-as-modelled", "ep > 1 with tp 1, no offload and no overlap_param_gather", ep_as_modelled},
+    {"ep-as-modelled", "ep > 1 without optimizer offload, its tokens dispatched by all-to-all",
+     ep_as_modelled},
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
     {"cp-needs-flash-attention", "cp > 1 runs its attention on FlashAttention",
      cp_needs_flash_attention},

@@ -1,0 +1,73 @@
+// A mixture of experts' token dispatch under tensor parallelism: Megatron-Core's all-to-all
+// dispatcher (token_dispatcher.py, MoEAlltoAllTokenDispatcher) against its allgather one.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "models.hpp"
+#include "workloads/transformer_ops.hpp"
+
+using namespace fleetsim;
+using namespace fleetsim::testing;
+
+TEST_CASE(
+    "expert parallelism under tp: the all-to-all dispatcher routes the sequence shard and "
+    "gathers what arrives over tp") {
+  const ModelSpec m = mixtral_8x7b();
+  const TrainingSpec t = training(4096, 8, 1);
+  const double h = m.hidden;
+  // tp 2, ep 4: each rank routes its 2,048 tokens and sends their k = 2 copies over the
+  // expert group (2 x 2,048 x 2 h bytes); the tp pair all-gathers what each received, 2 x the
+  // bytes, so each of its 8 / 4 experts gets 4 x 4,096 x 2 / 8 = 4,096 tokens, split by columns
+  // over tp. A rank's two experts' tokens arrive by source rank: sorted by expert after the
+  // gather (the rows read and written: 2 x 2 x 4,096 x 2 h) and back before the reduce-scatter.
+  // The block gathers nothing and reduces nothing of its own.
+  const LayerOps ops = decoder_layer_ops(m, t, 2, Recompute::none, 4);
+  const double received = 2.0 * 4096 * 2 * h;
+  std::vector<std::string> collectives;
+  for (const Op& op : ops.forward) {
+    if (op.collective) {
+      if (op.collective->group == GroupKind::tensor && op.name.rfind("mlp", 0) == 0) FAIL(op.name);
+      if (op.collective->group == GroupKind::expert) {
+        CHECK(op.collective->size_bytes == 2.0 * 2048 * 2 * h);
+        collectives.push_back(op.name);
+      }
+      if (op.name == "dispatch_gather" || op.name == "combine_scatter") {
+        CHECK(op.collective->group == GroupKind::tensor);
+        CHECK(op.collective->size_bytes == received);
+        collectives.push_back(op.name);
+      }
+    }
+    if (op.name == "router") CHECK(op.kernel.m == Approx(2048));
+    if (op.name == "sort_by_expert") CHECK(op.kernel.bytes == Approx(2 * received));
+    if (op.name == "expert0.gate_up" && op.kernel.kind == KernelKind::gemm) {
+      CHECK(op.kernel.m == Approx(4096));
+      CHECK(op.kernel.n == Approx(2.0 * m.ffn / 2));
+    }
+  }
+  CHECK(collectives ==
+        std::vector<std::string>{"dispatch", "dispatch_gather", "combine_scatter", "combine"});
+  std::vector<std::string> back;
+  for (const Op& op : ops.backward) {
+    if (op.collective && op.name.find("regather") == std::string::npos &&
+        op.name.rfind("attn", 0) != 0)
+      back.push_back(op.name);
+  }
+  CHECK(back == std::vector<std::string>{"combine.bwd", "combine_scatter.bwd",
+                                         "dispatch_gather.bwd", "dispatch.bwd"});
+  // Half the model FLOPs of one rank with every expert and the whole sequence.
+  CHECK(layer_model_flops(ops) * 2 == Approx(layer_model_flops(decoder_layer_ops(m, t))));
+  // The allgather dispatcher with ep 1 gathers the block's input (4,096 x h BF16) instead, and
+  // with several experts a rank needs no sort: the gathered tokens are routed in expert order.
+  TrainingSpec gathering = t;
+  gathering.token_dispatcher = TokenDispatcher::allgather;
+  int gathers = 0;
+  for (const Op& op : decoder_layer_ops(m, gathering, 2).forward) {
+    CHECK(op.name.find("sort") == std::string::npos);
+    if (op.name == "mlp_gather") {
+      ++gathers;
+      CHECK(op.collective->size_bytes == 2.0 * 4096 * h);
+    }
+  }
+  CHECK(gathers == 1);
+}
