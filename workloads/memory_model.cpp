@@ -460,7 +460,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                 (model.mixture_of_experts()
                      ? ", " + std::to_string(model.experts_per_token) + " of " +
                            std::to_string(model.experts) +
-                           " experts per token, their inputs and outputs whole on each tp rank"
+                           " experts per token, their inputs whole on each tp rank"
                      : std::string()) +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches +
                 (offloaded > 0

@@ -226,8 +226,9 @@ enum class ExpertGemm { sequential, grouped };
 // ranks by an all-to-all of the expert group, and all-gathers what arrives over tp, whose ranks
 // split each expert; after the experts a reduce-scatter over tp and an all-to-all bring them
 // back (every NeMo mixture-of-experts recipe). allgather: the block gathers its whole input
-// over tp, as a dense MLP does, and routes it; with ep 1 only (Megatron-Core's default, which
-// under expert parallelism gathers over tp x ep).
+// over tp, as a dense MLP does, and permutes all of it (the router still scoring the rank's
+// shard); with ep 1 only (Megatron-Core's default, which under expert parallelism gathers over
+// tp x ep).
 enum class TokenDispatcher { alltoall, allgather };
 
 // Low-rank adapters (Hu et al., arXiv:2106.09685): the model's weights frozen, each targeted

@@ -753,21 +753,30 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // a GEMM that reads what it gathers. Under the all-to-all dispatcher the block gathers
     // nothing: the shared expert gathers its input and reduce-scatters its output itself, as
     // its column- and row-parallel GEMMs do under sequence parallelism (SharedExpertMLP).
+    // These collectives are NCCL's, outside Transformer Engine's userbuffers: each blocks.
+    const auto nccl_tp_op = [&](std::string name, CollectiveOp op, double bytes) {
+      Op collective = tp_op(std::move(name), op, bytes);
+      collective.collective->blocking = true;
+      return collective;
+    };
     if (model.shared_expert_ffn > 0) {
       if (all_to_all_dispatch) {
-        fwd.push_back(tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
+        fwd.push_back(nccl_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
         backward.push_back(
-            tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
+            nccl_tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
       }
       mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
           model.shared_expert_ffn);
+      if (all_to_all_dispatch) {
+        fwd.push_back(
+            nccl_tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
+        backward.push_back(
+            nccl_tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
+      }
+      // The gate scores the tokens the shared expert's output is then on: the rank's shard
+      // under all-to-all, after the reduce-scatter (SharedExpertMLP), else the gathered ones.
       if (model.shared_expert_gate) {
         fwd.push_back(gemm_with_backward("shared_expert_gate", routed, 1, h, backward, frozen));
-      }
-      if (all_to_all_dispatch) {
-        fwd.push_back(tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
-        backward.push_back(
-            tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
       }
     }
     // Expert parallelism: the rank's routed x k token copies go to the ranks of their experts
@@ -789,12 +798,14 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       fwd.push_back(Op{name, Kernel{}, 0, exchange});
       backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
     };
-    const bool sorts = training.token_dispatcher == TokenDispatcher::alltoall &&
-                       model.experts / ep > 1 && (ep > 1 || all_to_all_dispatch);
+    // (With one source rank the sort is the identity, still a copy: Megatron-Core runs it
+    // wherever a rank holds several experts.)
+    const bool sorts =
+        training.token_dispatcher == TokenDispatcher::alltoall && model.experts / ep > 1;
     all_to_all("dispatch");
     if (all_to_all_dispatch) {
-      fwd.push_back(tp_op("dispatch_gather", CollectiveOp::all_gather, received));
-      backward.push_back(tp_op("dispatch_gather.bwd", CollectiveOp::reduce_scatter, received));
+      fwd.push_back(nccl_tp_op("dispatch_gather", CollectiveOp::all_gather, received));
+      backward.push_back(nccl_tp_op("dispatch_gather.bwd", CollectiveOp::reduce_scatter, received));
     }
     if (sorts) {
       fwd.push_back(memory_op("sort_by_expert", 2 * received));
@@ -821,8 +832,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       backward.push_back(memory_op("unsort_by_expert.bwd", 2 * received));
     }
     if (all_to_all_dispatch) {
-      fwd.push_back(tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
-      backward.push_back(tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
+      fwd.push_back(nccl_tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
+      backward.push_back(nccl_tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
     }
     all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and

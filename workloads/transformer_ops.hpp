@@ -107,9 +107,11 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes,
 // frozen (no weight gradients) and each targeted one has its adapter beside it (lora_ops.hpp:
 // a column-parallel projection's after it, a row-parallel one's after its block's reduction;
 // under `tp_comm_overlap` with sequence parallelism a column adapter gathers its own input).
-// With expert parallelism over `ep` ranks (a mixture of experts, tp 1) each rank holds experts
-// / ep of the experts; the permuted tokens go to their experts' ranks and come back by two
-// all-to-alls of the expert-parallel group, in forward and in backward.
+// With expert parallelism over `ep` ranks each rank holds experts / ep of the experts, each
+// split over the tp ranks; the permuted tokens go to their experts' ranks and come back by two
+// all-to-alls of the expert-parallel group, in forward and in backward, and under the
+// all-to-all dispatcher with tp > 1 what arrives is all-gathered over tp and the experts'
+// outputs reduce-scattered back (TokenDispatcher).
 // With context parallelism over `cp` ranks every op but attention runs on the rank's
 // micro_batch x seq_len / cp tokens, and attention does 1 / cp of the causal work (two
 // balanced chunks of queries against the keys before them). Its keys and values travel around
@@ -280,8 +282,9 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 // one decoder layer: BF16 activations, one-byte dropout masks, FP32 log-sum-exp
 // (FlashAttention) or BF16 probabilities (eager attention), and under a mixture of experts each
 // token's k permuted copies and k expert outputs, the experts' tensors and the router's
-// scores. Tensor and sequence parallelism split all of it tp ways except the permuted copies
-// and expert outputs, which every tp rank holds for the whole sequence; without sequence
+// scores. Tensor and sequence parallelism split all of it tp ways except the permuted copies,
+// which every tp rank holds for the whole sequence, and the expert outputs, which it holds so
+// under the allgather dispatcher (the rank's tokens' under all-to-all); without sequence
 // parallelism every rank also keeps the norms' inputs, the first GEMMs' normed inputs and the
 // dropout masks whole. For a GPT layer with eager attention and dropout this is Korthikanti et
 // al.'s (34h + 5as) / tp, or without sequence parallelism 10h + (24h + 5as) / tp.

@@ -246,8 +246,8 @@ bool ranks_before(const PlannedLayout& a, std::size_t a_order, const PlannedLayo
 class LayerCollectiveClock {
  public:
   double seconds(const StepInputs& inputs, const LayerCollective& collective) {
-    // A group of consecutive ranks: tp of them, or ep with tp 1. A context group's cp ranks lie
-    // tp apart; timed as cp consecutive ones, on as few nodes, it can only be faster.
+    // A group of consecutive ranks: tp of them. A context or expert group's cp or ep ranks lie
+    // tp apart; timed as that many consecutive ones, on as few nodes, it can only be faster.
     const int ranks = collective.group == GroupKind::expert    ? inputs.plan.ep
                       : collective.group == GroupKind::context ? inputs.plan.cp
                                                                : inputs.plan.tp;

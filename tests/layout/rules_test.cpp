@@ -189,11 +189,19 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.dp = 16;
          p.ep = 16;  // more than the 8 experts
        }},
-      {"ep-as-modelled", "training.token_dispatcher",
+      {"ep-as-modelled", "layout.ep",
        [](JobSubject& j, ParallelPlan& p) {
          j.experts = 8;
          j.allgather_dispatcher = true;
          p.ep = 2;
+       }},
+      {"ep-as-modelled", "layout.ep",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.ep = 2;
+         p.zero_stage = 1;
+         p.offload_optimizer = true;
+         j.cluster.reset();  // no node whose host to check
        }},
       {"cp-divides-sequence", "layout.cp",
        [](JobSubject&, ParallelPlan& p) {

@@ -54,7 +54,6 @@ inline ModelSpec gpt3_175b() {
   return m;
 }
 
-// Megatron's tensor-parallel layout for GPT-3 within a node, over 8 replicas.
 // Mixtral 8x7B (Jiang et al., arXiv:2401.04088): Llama 3 8B's layer shapes with 8 experts in
 // each MLP, 2 a token, and Mistral's 32 K vocabulary.
 inline ModelSpec mixtral_8x7b() {
@@ -66,6 +65,7 @@ inline ModelSpec mixtral_8x7b() {
   return m;
 }
 
+// Megatron's tensor-parallel layout for GPT-3 within a node, over 8 replicas.
 inline ParallelPlan tp8_dp8() {
   ParallelPlan plan;
   plan.tp = 8;

@@ -25,6 +25,7 @@ TEST_CASE(
   const LayerOps ops = decoder_layer_ops(m, t, 2, Recompute::none, 4);
   const double received = 2.0 * 4096 * 2 * h;
   std::vector<std::string> collectives;
+  int sorts = 0, unsorts = 0, expert_gemms = 0;
   for (const Op& op : ops.forward) {
     if (op.collective) {
       if (op.collective->group == GroupKind::tensor && op.name.rfind("mlp", 0) == 0) FAIL(op.name);
@@ -39,12 +40,19 @@ TEST_CASE(
       }
     }
     if (op.name == "router") CHECK(op.kernel.m == Approx(2048));
-    if (op.name == "sort_by_expert") CHECK(op.kernel.bytes == Approx(2 * received));
+    if (op.name == "sort_by_expert" || op.name == "unsort_by_expert") {
+      CHECK(op.kernel.bytes == Approx(2 * received));
+      ++(op.name == "sort_by_expert" ? sorts : unsorts);
+    }
     if (op.name == "expert0.gate_up" && op.kernel.kind == KernelKind::gemm) {
       CHECK(op.kernel.m == Approx(4096));
       CHECK(op.kernel.n == Approx(2.0 * m.ffn / 2));
+      ++expert_gemms;
     }
   }
+  CHECK(sorts == 1);
+  CHECK(unsorts == 1);
+  CHECK(expert_gemms == 1);
   CHECK(collectives ==
         std::vector<std::string>{"dispatch", "dispatch_gather", "combine_scatter", "combine"});
   std::vector<std::string> back;
@@ -70,4 +78,45 @@ TEST_CASE(
     }
   }
   CHECK(gathers == 1);
+}
+
+TEST_CASE(
+    "the dispatcher's tensor-parallel collectives block and stay BF16, and a shared expert "
+    "gathers its own input") {
+  // Mixtral's shape with a shared expert of 4,096, FP8, tp 2 and ep 8: one expert a rank, so
+  // no sort sits between the dispatcher's all-gather and the expert's first GEMM, nor between
+  // its last and the reduce-scatter. Megatron-Core issues them as NCCL calls on BF16 tokens:
+  // they block (no userbuffers overlap with the expert's GEMMs) and are not cast to FP8 first,
+  // unlike the shared expert's column-parallel gather, which Transformer Engine runs on its FP8
+  // cast (half of 4,096 x h BF16), blocking too.
+  ModelSpec m = mixtral_8x7b();
+  m.shared_expert_ffn = 4096;
+  TrainingSpec t = training(4096, 8, 1);
+  t.precision = Precision::fp8;
+  const double h = m.hidden;
+  const double received = 2.0 * 4096 * 2 * h;
+  const LayerOps ops = decoder_layer_ops(m, t, 2, Recompute::none, 8);
+  int seen = 0;
+  for (const std::vector<Op>* pass : {&ops.forward, &ops.backward}) {
+    for (const Op& op : *pass) {
+      if (!op.collective || op.collective->group != GroupKind::tensor) continue;
+      CHECK(op.name.rfind("mlp_", 0) != 0);  // the block gathers and scatters nothing
+      if (op.name.rfind("dispatch_gather", 0) == 0 || op.name.rfind("combine_scatter", 0) == 0) {
+        CHECK(op.collective->blocking);
+        CHECK(op.collective->size_bytes == received);
+        ++seen;
+      }
+      if (op.name == "shared_expert.gather") {
+        CHECK(op.collective->blocking);
+        CHECK(op.collective->size_bytes == 4096 * h);
+        ++seen;
+      }
+      if (op.name == "shared_expert.scatter") {
+        CHECK(op.collective->blocking);
+        CHECK(op.collective->size_bytes == 2.0 * 4096 * h);
+        ++seen;
+      }
+    }
+  }
+  CHECK(seen == 6);
 }

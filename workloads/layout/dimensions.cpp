@@ -467,8 +467,8 @@ const std::array<LayoutDimension, 22> kDimensions = {{
      .kind = DimensionKind::flag,
      .choices = {},
      .description = "the updated parameters gathered during the next forward (ZeRO 1 and 2)",
-     .planner = "the scenario's, wherever ZeRO is 1 or 2, ep is 1 and gradients are reduced "
-                "beside the backward",
+     .planner = "the scenario's, wherever ZeRO is 1 or 2 and gradients are reduced beside the "
+                "backward",
      .get = get_flag<&ParallelPlan::overlap_param_gather>,
      .set = set_flag<&ParallelPlan::overlap_param_gather>,
      .label = flag_words<&ParallelPlan::overlap_param_gather, kParamGatherOverlap>,
@@ -476,7 +476,7 @@ const std::array<LayoutDimension, 22> kDimensions = {{
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
            return std::vector<DimensionValue>{search.scenario.overlap_param_gather &&
                                               (chosen.zero_stage == 1 || chosen.zero_stage == 2) &&
-                                              chosen.ep == 1 && chosen.overlap_grad_reduce};
+                                              chosen.overlap_grad_reduce};
          }},
     {.key = "fsdp2",
      .output = "fsdp2",

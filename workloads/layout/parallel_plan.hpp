@@ -167,10 +167,12 @@ struct ParallelPlan {
   // (DeepSpeed's ZeRO-3, Megatron FSDP's model and main weight buffers); false: the FP32 shard
   // is the parameter, cast to BF16 only as it is gathered (PyTorch's FSDP, FSDP2).
   bool bf16_shards = false;
-  // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts, tp 1):
-  // each group of ep consecutive data-parallel replicas splits the experts among its ranks and
-  // sends each token to its experts' ranks by all-to-all. An expert's gradients are reduced,
-  // and its optimizer states sharded, over the dp / ep replicas that hold it.
+  // Expert parallelism (Megatron's --expert-model-parallel-size, a mixture of experts): each
+  // group of ep consecutive replicas (dp x cp), at one tp rank, splits the experts among its
+  // ranks, each expert split over the tp ranks as Megatron-Core's default expert tensor
+  // parallelism does, and sends each token to its experts' ranks by all-to-all. An expert's
+  // gradients are reduced, and its optimizer states sharded, over the dp x cp / ep replicas
+  // that hold it.
   int ep = 1;
   // DeepSpeed's ZeRO-Offload (offload_optimizer: cpu, with ZeRO 1-3): each rank's shard of the
   // FP32 master weights, Adam moments and gradients lives in host memory, where CPU Adam

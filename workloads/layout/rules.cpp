@@ -330,7 +330,7 @@ Problem ep_as_modelled(const JobSubject& job, const ParallelPlan& plan) {
               "remove offload_optimizer, or ep");
   }
   if (!job.allgather_dispatcher) return {};
-  return at({"training.token_dispatcher", "layout.ep"},
+  return at({"layout.ep", "training.token_dispatcher"},
             "token_dispatcher allgather is modelled with ep 1",
             "set token_dispatcher: alltoall (Megatron-Core's choice for expert parallelism), "
             "or remove ep");

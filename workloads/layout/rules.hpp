@@ -59,7 +59,7 @@ struct JobSubject {
   bool dense_layers = false;  // a mixture of experts with dense layers among its experts' ones
   int experts_per_token = 0;
   double expert_load = 1;             // the busiest expert-parallel rank's tokens over the mean
-  bool allgather_dispatcher = false;  // tokens gathered over tp before routing (TokenDispatcher)
+  bool allgather_dispatcher = false;  // the block gathers its tokens over tp (TokenDispatcher)
   int seq_len = 0;
   int global_batch = 0;
   int micro_batch = 0;
