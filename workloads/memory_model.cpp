@@ -91,6 +91,15 @@ double largest_projection_weights(const ModelSpec& model) {
                    model.attention_width() * h});
 }
 
+// The largest projection a rank holds: any of a layer's split over tp, or an expert's over
+// the experts' own tensor parallelism (whole under expert_tp 1).
+double rank_largest_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
+  const double split = largest_projection_weights(model) / plan.tp;
+  if (!model.mixture_of_experts()) return split;
+  const double expert = (model.gated_mlp() ? 2.0 : 1.0) * model.ffn * model.hidden;
+  return std::max(split, expert / plan.experts_split());
+}
+
 }  // namespace
 
 double stage_parameters(const ModelSpec& model, const ParallelPlan& plan, int stage) {
@@ -111,9 +120,9 @@ RankParameters rank_parameters(const ModelSpec& model, const ParallelPlan& plan,
   const double stage_total = tensor_rank_layer_parameters(
       model, stage_parameters(model, plan, stage), stage_layers(model, plan, stage), plan.tp);
   if (plan.ep == 1) return {stage_total, 0.0};
-  const double experts =
-      stage_expert_layers(model, plan, stage) * layer_expert_parameters(model) / plan.tp;
-  return {stage_total - experts, experts / plan.ep};
+  // Each of the rank's experts / ep experts split over the experts' own tensor parallelism.
+  const double experts = stage_expert_layers(model, plan, stage) * layer_expert_parameters(model);
+  return {stage_total - experts / plan.tp, experts / plan.experts_split() / plan.ep};
 }
 
 InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const ParallelPlan& plan,
@@ -199,6 +208,13 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const std::string which = training.lora ? "LoRA adapters only, " : "";
   // Gradients and ZeRO shards split over dp x cp (the cp ranks hold the same parameters).
   const std::string over_dp = plan.cp > 1 ? "over dp x cp" : "over dp";
+  // An expert's sharded state: over the ranks holding it (one: whole).
+  const int expert_holders = plan.expert_gradient_ranks();
+  const std::string experts_sharded =
+      plan.ep <= 1 ? ""
+      : expert_holders == 1
+          ? ", experts whole (one rank holds each)"
+          : ", experts over the " + std::to_string(expert_holders) + " ranks holding each";
   // The rank's tokens of a micro-batch: its share of the sequence under context parallelism.
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   const std::string per_param = " bytes/param";
@@ -273,6 +289,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
              : sharding.gathered_for_step() ? "gathered whole for the step (FSDP under a pipeline)"
                                             : std::string("replicated")) +
             (plan.ep > 1 ? ", experts / ep of each experts' layer's (expert parallelism)" +
+                               std::string(plan.experts_split() < tp ? ", each whole" : "") +
                                std::string(sharding.parameters_sharded()
                                                ? ", sharded over the replicas holding them"
                                                : "")
@@ -293,7 +310,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
     const bool transposed = plan.fsdp2 || !device.fp8_gemm_any_layout;
     const double copies = (training.fp8_params ? 0 : 1) + (transposed ? 1 : 0);
     fp8_copies = copies * kFp8Bytes *
-                 (fp8_uncached   ? largest_projection_weights(model) / tp
+                 (fp8_uncached   ? rank_largest_projection_weights(model, plan)
                   : fp8_per_unit ? layer_projections * kFsdpUnitsGathered
                                  : projections);
     const std::string in_fp8 = transposed ? "in FP8 and transposed " : "in FP8 ";
@@ -338,7 +355,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                         ? "FP16 gradient buffer (the reduce dtype), "
                         : "BF16 gradient buffer (the reduce dtype), ") +
             which + split +
-            (sharded ? "sharded " + over_dp + (held.experts > 0 ? ", experts over dp / ep" : "")
+            (sharded ? "sharded " + over_dp + (held.experts > 0 ? experts_sharded : "")
              : sharding.gathered_for_step()
                  ? std::string("accumulated whole until the last micro-batch (FSDP under a "
                                "pipeline)")
@@ -353,9 +370,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                         "m, v = 10"
                       : "FP32 master weights + Adam m, v = 12") +
       per_param + ", " + which + split +
-      (sharding.optimizer_sharded()
-           ? "sharded " + over_dp + (plan.ep > 1 ? ", experts over dp / ep" : "")
-           : std::string("replicated"));
+      (sharding.optimizer_sharded() ? "sharded " + over_dp + experts_sharded
+                                    : std::string("replicated"));
   if (plan.offload_optimizer) {
     add("optimizer states", 0, "offloaded to host memory (ZeRO-Offload): " + states_basis);
     memory.host_bytes_per_rank = (optimizer_state_bytes_held(training) + kMainGradBytes) * updated;
@@ -388,11 +404,11 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   // keeps some outputs no other policy keeps).
   // (Of the layer kind whose rebuild is largest.)
   const auto rebuilt = [&](const ModelSpec& kind) {
-    const double unrecomputed =
-        decoder_layer_saved_bytes_per_token(kind, training, Recompute::none, plan.tp, sp, {},
-                                            plan.ep, plan.tp_comm_overlap, plan.ulysses()) *
-            tokens +
-        saved_fp8_weight_bytes(kind, training, plan);
+    const double unrecomputed = decoder_layer_saved_bytes_per_token(
+                                    kind, training, Recompute::none, plan.tp, sp, {}, plan.ep,
+                                    plan.tp_comm_overlap, plan.ulysses(), plan.experts_split()) *
+                                    tokens +
+                                saved_fp8_weight_bytes(kind, training, plan);
     return plan.recompute == Recompute::per_op
                ? unrecomputed + per_op_outputs_kept_only(kind, plan.tp, sp) * tokens - saved(kind)
            : plan.recompute == Recompute::selective ? unrecomputed - saved(kind)
@@ -459,8 +475,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                                            : ", GELU") +
                 (model.mixture_of_experts()
                      ? ", " + std::to_string(model.experts_per_token) + " of " +
-                           std::to_string(model.experts) +
-                           " experts per token, their inputs whole on each tp rank"
+                           std::to_string(model.experts) + " experts per token" +
+                           std::string(plan.experts_split() > 1
+                                           ? ", their inputs whole on each tp rank"
+                                           : "")
                      : std::string()) +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches +
                 (offloaded > 0
@@ -489,7 +507,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
 
   if (quantized) {
     // Each GEMM reads a BF16 copy of its weight, dequantized just before it.
-    const double largest = largest_projection_weights(model) / tp;
+    const double largest = rank_largest_projection_weights(model, plan);
     add("dequantized weight", kWeightBytes * largest,
         "a BF16 copy of the largest projection, dequantized for its GEMM (QLoRA)");
     dynamic += kWeightBytes * largest;
@@ -595,7 +613,8 @@ double layer_saved_bytes(const ModelSpec& model, const TrainingSpec& training,
   const double tokens = static_cast<double>(training.micro_batch) * training.seq_len / plan.cp;
   return decoder_layer_saved_bytes_per_token(model, training, plan.recompute, plan.tp,
                                              plan.sequence_parallel, plan.recompute_modules,
-                                             plan.ep, plan.tp_comm_overlap, plan.ulysses()) *
+                                             plan.ep, plan.tp_comm_overlap, plan.ulysses(),
+                                             plan.experts_split()) *
              tokens +
          saved_fp8_weight_bytes(model, training, plan);
 }

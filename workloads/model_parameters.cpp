@@ -80,9 +80,13 @@ double layer_projection_weights(const ModelSpec& model, double experts_held) {
 }
 
 double rank_layer_projection_weights(const ModelSpec& model, const ParallelPlan& plan) {
-  return tensor_rank_layer_parameters(
-      model, layer_projection_weights(model, static_cast<double>(model.experts) / plan.ep), 1,
-      plan.tp);
+  if (!model.mixture_of_experts()) {
+    return tensor_rank_layer_parameters(model, layer_projection_weights(model, 1), 1, plan.tp);
+  }
+  // The experts / ep experts split over the experts' own tensor parallelism, the rest over tp.
+  const double experts = static_cast<double>(model.experts) / plan.ep;
+  return tensor_rank_layer_parameters(model, layer_projection_weights(model, 0), 1, plan.tp) +
+         experts * mlp_weights_of_width(model, model.ffn) / plan.experts_split();
 }
 
 double weight_gather_bytes(double parameters, double fp8, double nf4) {

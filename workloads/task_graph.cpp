@@ -72,6 +72,8 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
     LayerOps full;
     LayerOps local;
     double experts = 0;  // the rank's experts' parameters
+    // What tensor_rank_layer_parameters counts of the layer's experts (a tp part of every
+    // one) beyond the rank's own (negative where each expert is whole and ep < tp).
     double absent_experts = 0;
     double fp8 = 0;  // FP8 primary weights a distributed optimizer gathers
     double saved_bytes = 0;
@@ -80,13 +82,15 @@ std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& traini
     const auto layer_ops = [&](bool attends_locally) {
       return decoder_layer_ops(kind, training, tp, plan.recompute, plan.ep, plan.cp,
                                plan.sequence_parallel, plan.recompute_modules, attends_locally,
-                               plan.tp_comm_overlap, plan.cp_comm_type);
+                               plan.tp_comm_overlap, plan.cp_comm_type, plan.experts_split());
     };
     LayerKind built;
     built.full = layer_ops(false);
     built.local = kind.has_local_layers(training.seq_len) ? layer_ops(true) : built.full;
-    built.experts = plan.ep > 1 ? layer_expert_parameters(kind) / plan.ep / tp : 0.0;
-    built.absent_experts = built.experts * (plan.ep - 1);
+    built.experts =
+        plan.ep > 1 ? layer_expert_parameters(kind) / plan.ep / plan.experts_split() : 0.0;
+    built.absent_experts =
+        plan.ep > 1 ? layer_expert_parameters(kind) / plan.tp - built.experts : 0.0;
     // (A LoRA's frozen FP8 base is not gathered: only its BF16 adapters train.)
     built.fp8 = training.fp8_params && !frozen ? rank_layer_projection_weights(kind, plan) : 0.0;
     // (Only activation offload copies them.)

@@ -116,7 +116,7 @@ double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_pa
 double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training,
                                            Recompute recompute, int tp, bool sequence_parallel,
                                            const RecomputeModules& modules, int ep,
-                                           bool tp_comm_overlap, bool ulysses) {
+                                           bool tp_comm_overlap, bool ulysses, int expert_tp) {
   const double h = model.hidden;
   const double f = model.ffn;
   const double a = model.heads;
@@ -201,16 +201,21 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double shared = moe && fs > 0 ? (model.gated_mlp() ? glu_input * 2 * fs : kBf16 * fs) +
                                             gemm_input * fs + (fp8 ? kFp8 * h : 0.0)
                                       : 0.0;
-  const double combined_split =
-      training.token_dispatcher == TokenDispatcher::alltoall && sequence_parallel ? tp : 1;
+  const bool dispatches_shard =
+      training.token_dispatcher == TokenDispatcher::alltoall && sequence_parallel;
+  const double combined_split = dispatches_shard ? tp : 1;
+  // The experts' input: whole on every tp rank where they split the experts, the rank's own
+  // shard's copies where each expert is whole (expert_tp 1).
+  const double received_split = dispatches_shard && expert_tp == 1 ? tp : 1;
   const double gate_output =
       moe && fs > 0 && model.shared_expert_gate ? kBf16 * h / combined_split : 0.0;
   const double mlp = mlp_rerun ? 0.0
                      : moe     ? received * one_mlp + kFp32 * model.experts + shared
                                : one_mlp;
   const double replicated =
-      moe && !mlp_rerun ? (received * gemm_input + k * kBf16 / combined_split) * h + gate_output
-                        : 0.0;
+      moe && !mlp_rerun
+          ? (received * gemm_input / received_split + k * kBf16 / combined_split) * h + gate_output
+          : 0.0;
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
@@ -427,7 +432,7 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp,
                            Recompute recompute, int ep, int cp, bool sequence_parallel,
                            const RecomputeModules& modules, bool attends_locally,
-                           bool tp_comm_overlap, ContextComm cp_comm) {
+                           bool tp_comm_overlap, ContextComm cp_comm, int expert_tp) {
   const int micro_batch = training.micro_batch;
   const int seq_len = training.seq_len;
   const double t = static_cast<double>(micro_batch) * seq_len / cp;  // the rank's tokens
@@ -678,13 +683,15 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // `rows` tokens, `width` its inner size; `regather`: the first GEMM's weight gradient
   // re-gathers its input; `rerun_activation`: the activation's output discarded and recomputed
   // before down's backward (Megatron-Core's moe_act).
+  // `over`: the ranks its columns split over (0: tp; an expert's own tensor parallelism).
   const auto mlp = [&](const std::string& prefix, double rows, bool regather, bool rerun_activation,
-                       double width) {
+                       double width, double over = 0) {
+    const double parts = over > 0 ? over : split;
     std::size_t activation_begin = 0;
     if (model.gated_mlp()) {
       lora_input_gradient_adds(model, training, kLoraGateUpModules, column_adapters(rows),
                                backward);
-      projection_ops(prefix + "gate_up", rows, 2 * width / split, h, training, frozen, fwd,
+      projection_ops(prefix + "gate_up", rows, 2 * width / parts, h, training, frozen, fwd,
                      backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "gate_up");
       lora_adapters(model, training, kLoraGateUpModules, column_adapters(rows), fwd, backward);
@@ -692,31 +699,31 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       // GeGLU's GELU (tanh form) is one elementwise kernel as SiLU is: the same passes.
       const std::string glu = prefix + (model.mlp == Mlp::geglu ? "geglu" : "swiglu");
       if (eager) {
-        eager_ops(glu, kEagerSwigluForward, rows * width / split, fwd);
-        eager_ops(glu + ".bwd", kEagerSwigluBackward, rows * width / split, backward);
+        eager_ops(glu, kEagerSwigluForward, rows * width / parts, fwd);
+        eager_ops(glu + ".bwd", kEagerSwigluBackward, rows * width / parts, backward);
       } else {
-        fwd.push_back(memory_op(glu, 3 * kBf16 * rows * width / split));
-        backward.push_back(memory_op(glu + ".bwd", 5 * kBf16 * rows * width / split));
+        fwd.push_back(memory_op(glu, 3 * kBf16 * rows * width / parts));
+        backward.push_back(memory_op(glu + ".bwd", 5 * kBf16 * rows * width / parts));
         if (training.activation_fp8_input) {
           // Its 2 x width input cast to FP8 for backward, and back to BF16 before the
           // activation's backward (pushed after it: it runs first).
-          const double input = 2 * rows * width / split;
+          const double input = 2 * rows * width / parts;
           fwd.push_back(memory_op(glu + ".fp8_store", (kBf16 + kFp8) * input));
           backward.push_back(memory_op(glu + ".fp8_load.bwd", (kFp8 + kBf16) * input));
         }
       }
     } else {
       lora_input_gradient_adds(model, training, kLoraUpModules, column_adapters(rows), backward);
-      projection_ops(prefix + "up", rows, width / split, h, training, frozen, fwd, backward);
+      projection_ops(prefix + "up", rows, width / parts, h, training, frozen, fwd, backward);
       if (regather && !frozen) regather_for_wgrad(prefix + "up");
       lora_adapters(model, training, kLoraUpModules, column_adapters(rows), fwd, backward);
       activation_begin = fwd.size();
-      fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * width / split));
-      backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * width / split));
+      fwd.push_back(memory_op(prefix + "gelu", 2 * kBf16 * rows * width / parts));
+      backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * width / parts));
     }
     const std::size_t activation_end = fwd.size();
     lora_input_gradient_adds(model, training, kLoraDownModules, row_adapters, backward);
-    projection_ops(prefix + "down", rows, h, width / split, training, frozen, fwd, backward);
+    projection_ops(prefix + "down", rows, h, width / parts, training, frozen, fwd, backward);
     // Pushed after down's backward in reverse: it runs just before it, in forward order.
     for (std::size_t i = activation_end; rerun_activation && i-- > activation_begin;) {
       backward.push_back(rerun(fwd[i]));
@@ -734,7 +741,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // softmax and top-k over the FP32 scores choose k, and the routed tokens are permuted
     // into expert order (each row read, k copies written): the rank's own tokens under the
     // all-to-all dispatcher, the block's gathered ones under allgather. Each expert's MLP,
-    // split by tp like a dense one, runs on the t x k / E tokens a balanced router sends it;
+    // split by tp like a dense one (or whole: expert_tp), runs on the t x k / E tokens a
+    // balanced router sends it;
     // then the k outputs of each token are brought back and summed with the router's weights.
     // Without expert parallelism every expert is on every rank.
     const double experts = model.experts;
@@ -783,14 +791,21 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // (an all-to-all of the expert group; in backward, their gradients come back). Under
     // tensor parallelism the all-to-all dispatcher then all-gathers what each tp rank received
     // (its tp ranks split the same experts), so each of the rank's experts / ep experts gets
-    // ep x t x k / E tokens; with several experts on the rank they arrive by source rank and are
+    // ep x t x k / E tokens; with each expert whole on its rank (expert_tp 1) nothing is
+    // gathered, and it gets ep x t / tp x k / E. With several experts on the rank they arrive
+    // by source rank and are
     // sorted into expert order (sort_chunks_by_idxs: each row read and written), and back after
     // the experts, before a reduce-scatter over tp sums each token's partial outputs. Under an
     // imbalanced router every rank is replayed as the group's busiest, which gates each
     // all-to-all: its experts get `load` times that (expert_rank_load), and it receives load
     // times the bytes, while the model FLOPs stay the balanced ones.
     const double load = expert_rank_load(training, ep);
-    const double received = load * k * kBf16 * t * h;  // gathered over tp where split
+    const int etp = expert_tp > 0 ? expert_tp : tp;
+    const bool gathers_over_tp = all_to_all_dispatch && etp > 1;
+    // The tokens whose copies reach the rank's experts: its shard's, gathered over the
+    // experts' tensor parallelism under all-to-all; the block's gathered ones under allgather.
+    const double expert_tokens = all_to_all_dispatch ? local_tokens * etp : t;
+    const double received = load * k * kBf16 * expert_tokens * h;
     const auto all_to_all = [&](const std::string& name) {
       if (ep == 1) return;
       const LayerCollective exchange{CollectiveOp::all_to_all, load * k * kBf16 * routed * h,
@@ -803,7 +818,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const bool sorts =
         training.token_dispatcher == TokenDispatcher::alltoall && model.experts / ep > 1;
     all_to_all("dispatch");
-    if (all_to_all_dispatch) {
+    if (gathers_over_tp) {
       fwd.push_back(nccl_tp_op("dispatch_gather", CollectiveOp::all_gather, received));
       backward.push_back(nccl_tp_op("dispatch_gather.bwd", CollectiveOp::reduce_scatter, received));
     }
@@ -819,7 +834,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const double groups = grouped_gemm ? experts / ep : 1.0;
     for (int e = 0; e < (grouped_gemm ? 1 : model.experts / ep); ++e) {
       mlp(grouped_gemm ? "experts." : "expert" + std::to_string(e) + ".",
-          load * ep * t * k / experts, /*regather=*/false, activation_rerun, f);
+          load * ep * expert_tokens * k / experts, /*regather=*/false, activation_rerun, f, etp);
     }
     const auto as_launched = [&](Op& op) {
       op.kernel = grouped(op.kernel, groups);
@@ -831,7 +846,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       fwd.push_back(memory_op("unsort_by_expert", 2 * received));
       backward.push_back(memory_op("unsort_by_expert.bwd", 2 * received));
     }
-    if (all_to_all_dispatch) {
+    if (gathers_over_tp) {
       fwd.push_back(nccl_tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
       backward.push_back(nccl_tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
     }

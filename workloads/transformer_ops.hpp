@@ -134,7 +134,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
                            bool sequence_parallel = true, const RecomputeModules& modules = {},
                            bool attends_locally = false, bool tp_comm_overlap = false,
-                           ContextComm cp_comm = ContextComm::p2p);
+                           ContextComm cp_comm = ContextComm::p2p, int expert_tp = 0);
 // The (query, key) pairs of one sequence of `seq_len` tokens a layer that attends locally
 // computes, per head: s^2 / 2 under the causal mask alone (a window as long as the sequence);
 // under a sliding window w < s, s x mean_causal_keys(s, w) = w s - w^2 / 2; chunked, each
@@ -296,7 +296,8 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
                                            Recompute recompute = Recompute::none, int tp = 1,
                                            bool sequence_parallel = true,
                                            const RecomputeModules& modules = {}, int ep = 1,
-                                           bool tp_comm_overlap = false, bool ulysses = false);
+                                           bool tp_comm_overlap = false, bool ulysses = false,
+                                           int expert_tp = 0);
 // What torchtitan's per-op policy keeps per token that no recomputation keeps as such: down's
 // whole output (SwiGLU) and, under tp > 1, the two reduce-scatters' outputs (all-reduces',
 // whole, without sequence parallelism).

@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 22> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 23> kSearchOrder = {"cp",
                                                            "cp_comm_type",
                                                            "tp",
                                                            "pp",
@@ -45,6 +45,7 @@ constexpr std::array<std::string_view, 22> kSearchOrder = {"cp",
                                                            "fsdp2",
                                                            "bf16_shards",
                                                            "ep",
+                                                           "expert_tp",
                                                            "sequence_parallel",
                                                            "tp_comm_overlap",
                                                            "overlap_grad_reduce",
@@ -246,8 +247,9 @@ bool ranks_before(const PlannedLayout& a, std::size_t a_order, const PlannedLayo
 class LayerCollectiveClock {
  public:
   double seconds(const StepInputs& inputs, const LayerCollective& collective) {
-    // A group of consecutive ranks: tp of them. A context or expert group's cp or ep ranks lie
-    // tp apart; timed as that many consecutive ones, on as few nodes, it can only be faster.
+    // A group of consecutive ranks: tp of them. A context group's cp ranks, and an expert
+    // group's ep unless each expert is whole, lie tp apart; timed as that many consecutive
+    // ones, on as few nodes, it can only be faster.
     const int ranks = collective.group == GroupKind::expert    ? inputs.plan.ep
                       : collective.group == GroupKind::context ? inputs.plan.cp
                                                                : inputs.plan.tp;
@@ -440,9 +442,10 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
     double layer_s = 0;
   };
   const auto layer_times = [&](const ModelSpec& kind, bool attends_locally) {
-    const LayerOps layer = decoder_layer_ops(
-        kind, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp, plan.sequence_parallel,
-        plan.recompute_modules, attends_locally, plan.tp_comm_overlap, plan.cp_comm_type);
+    const LayerOps layer =
+        decoder_layer_ops(kind, inputs.training, plan.tp, plan.recompute, plan.ep, plan.cp,
+                          plan.sequence_parallel, plan.recompute_modules, attends_locally,
+                          plan.tp_comm_overlap, plan.cp_comm_type, plan.experts_split());
     const double forward_s = blocking_s(layer.forward);
     const double backward_s = blocking_s(layer.backward) + (every_layer_rerun ? forward_s : 0.0);
     return LayerTimes{forward_s, forward_s + backward_s};

@@ -181,7 +181,7 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
     return unit_ranks % ranks == 0 &&
            (grid.pp() == 1 || stage % unit_ranks == 0 || unit_ranks % stage == 0);
   };
-  const int block = grid.tp() * std::lcm(grid.cp(), grid.ep());
+  const int block = grid.tp() * std::lcm(grid.cp(), grid.expert_replicas());
   if (!shifted_alike(grid.tp(), unit) || !shifted_alike(block, unit)) return false;
   if (block == grid.tp()) return true;
   const std::optional<int> leaves = leaf_unit(topology);
@@ -189,7 +189,7 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
 }
 
 // Which copies of the replayed traffic in other replicas must run too. Traffic is owned by
-// the block of lcm(cp, ep) consecutive replicas it stays in (one replica without cp and ep),
+// the block of lcm(cp, expert_replicas) consecutive replicas it stays in (one without cp, ep),
 // which the context and expert groups of its replicas stay in too, or by several blocks (a
 // data or expert_data group). Block 0 is replayed (replica 0) or runs whole (the groups
 // replica 0 belongs to); each of its other pieces (another replica's tensor group or pipeline
@@ -208,7 +208,7 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
   Shadows out;
   const int tp = grid.tp();
   const int replicas = grid.replicas();
-  const int block = std::lcm(grid.cp(), grid.ep());
+  const int block = std::lcm(grid.cp(), grid.expert_replicas());
   ReplicaSharing sharing(topology, never_binds);
   // The owner of a piece of traffic over replicas `first` to `last` (the replayed run of block
   // 0, or not): its block, itself (numbered after the blocks), or several.

@@ -33,6 +33,7 @@ ParallelPlan unusual_plan() {
   plan.fsdp2 = true;
   plan.bf16_shards = true;
   plan.ep = 2;
+  plan.expert_tp = 1;
   plan.offload_optimizer = true;
   return plan;
 }
@@ -94,7 +95,7 @@ TEST_CASE("a layout's label is its dimensions' words in the table's order") {
   CHECK(layout_label(plan) == "tp8 pp8 gpipe dp16 zero1 recompute=selective");
   CHECK(layout_label(ParallelPlan{}) == "dp1 zero0 recompute=none");
   CHECK(layout_label(unusual_plan()) ==
-        "tp8 cp2 pp4 vpp3 dp16 ep2 zero2 recompute=selective tp-overlap param-gather-overlap "
+        "tp8 cp2 pp4 vpp3 dp16 ep2 etp1 zero2 recompute=selective tp-overlap param-gather-overlap "
         "fsdp2 bf16-shards offload");
 }
 

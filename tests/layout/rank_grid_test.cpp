@@ -35,10 +35,11 @@ TEST_CASE("ranks are numbered tp innermost, then cp, then dp, then the stage (Me
 
 TEST_CASE("the groups of each kind partition the ranks, each group listed as group_of finds it") {
   for (const RankGrid& grid : {RankGrid(2, 2, 3, 2), RankGrid(1, 1, 8, 2, 4), RankGrid(4, 1, 2, 3),
-                               RankGrid(1, 4, 2, 1), RankGrid(8, 1, 1, 1)}) {
+                               RankGrid(1, 4, 2, 1), RankGrid(8, 1, 1, 1), RankGrid(2, 2, 4, 2, 4),
+                               RankGrid(2, 2, 4, 2, 8, 1), RankGrid(4, 1, 4, 2, 2, 1)}) {
     for (const GroupKind kind : kKinds) {
       INFO(to_string(kind) << " of tp " << grid.tp() << " cp " << grid.cp() << " dp " << grid.dp()
-                           << " pp " << grid.pp() << " ep " << grid.ep());
+                           << " pp " << grid.pp() << " ep " << grid.ep() << " etp " << grid.etp());
       std::multiset<int> seen;
       for (int g = 0; g < grid.groups(kind); ++g) {
         const std::vector<int> members = grid.members(kind, g);
@@ -86,6 +87,22 @@ TEST_CASE("the members of each group kind, derived by hand") {
         std::vector<int>{1, 3, 5, 7});
   CHECK(expert_tp.members(GroupKind::expert_data, expert_tp.group_of(3, GroupKind::expert_data)) ==
         std::vector<int>{3, 11});
+  // With each expert whole (etp 1) the generator numbers a stage's rank ep_rank + ep edp_rank:
+  // tp 2, dp 8, ep 8 makes ranks 0-7 and 8-15 the expert groups, and rank 3's expert-data
+  // group 3, 11 (Megatron-Core's ETP 1 layout of tp 2, dp 8, ep 8 on 16 GPUs).
+  const RankGrid whole(2, 1, 8, 1, 8, 1);
+  CHECK(whole.members(GroupKind::expert, whole.group_of(3, GroupKind::expert)) ==
+        std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(whole.members(GroupKind::expert_data, whole.group_of(3, GroupKind::expert_data)) ==
+        std::vector<int>{3, 11});
+  CHECK(whole.expert_replicas() == 4);
+  // ep 2 under tp 4: each replica's 4 ranks are two expert groups.
+  const RankGrid halves(4, 1, 2, 1, 2, 1);
+  CHECK(halves.members(GroupKind::expert, halves.group_of(6, GroupKind::expert)) ==
+        std::vector<int>{6, 7});
+  CHECK(halves.members(GroupKind::expert_data, halves.group_of(6, GroupKind::expert_data)) ==
+        std::vector<int>{0, 2, 4, 6});
+  CHECK(halves.expert_replicas() == 1);
 
   // A pipeline group: one position in every stage (tp 2, dp 2: 4 ranks a stage).
   const RankGrid pipeline(2, 1, 2, 3);
@@ -105,7 +122,9 @@ TEST_CASE("the representatives a folded replay runs are replica 0 of each stage"
 
 TEST_CASE("representative_groups counts the groups of a stage that hold a representative") {
   // tp 2 and two stages of 8 replicas: cp 2 x dp 4, or dp 8 with ep 4.
-  for (const RankGrid& grid : {RankGrid(2, 2, 4, 2), RankGrid(2, 1, 8, 2, 4)}) {
+  // With each expert whole: expert groups of 4 ranks (tp 2 x 2 replicas) or 2 (half of tp 4).
+  for (const RankGrid& grid : {RankGrid(2, 2, 4, 2), RankGrid(2, 1, 8, 2, 4),
+                               RankGrid(2, 1, 8, 2, 4, 1), RankGrid(4, 1, 4, 2, 2, 1)}) {
     for (const GroupKind kind : {GroupKind::tensor, GroupKind::context, GroupKind::data,
                                  GroupKind::expert, GroupKind::expert_data}) {
       if (!grid.has_groups(kind)) continue;
@@ -124,4 +143,8 @@ TEST_CASE("a grid needs positive sizes and expert groups that divide the replica
   CHECK_THROWS_AS(RankGrid(0, 1, 1, 1), ModelError);
   CHECK_THROWS_AS(RankGrid(1, 1, 6, 1, 4), ModelError);
   CHECK_NOTHROW(RankGrid(1, 1, 8, 1, 4));
+  // Each expert whole: ep over the stage's ranks, dividing tp or a multiple of it.
+  CHECK_NOTHROW(RankGrid(2, 1, 2, 1, 4, 1));
+  CHECK_THROWS_AS(RankGrid(4, 1, 3, 1, 6, 1), ModelError);  // 6 neither divides 4 nor is 4 k
+  CHECK_THROWS_AS(RankGrid(4, 1, 2, 1, 2, 2), ModelError);  // etp neither tp nor 1
 }

@@ -203,6 +203,30 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.offload_optimizer = true;
          j.cluster.reset();  // no node whose host to check
        }},
+      {"expert-tp-as-modelled", "layout.expert_tp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.ep = 2;
+         p.expert_tp = 2;  // neither tp 8 nor 1
+       }},
+      {"ep-divides-experts-and-dp", "layout.ep",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 24;
+         p.ep = 12;  // divides the experts, not the stage's 16 ranks
+         p.expert_tp = 1;
+       }},
+      {"expert-tp-as-modelled", "layout.expert_tp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.expert_tp = 1;  // with ep 1
+       }},
+      {"expert-tp-as-modelled", "layout.expert_tp",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.ep = 8;
+         p.expert_tp = 1;
+         p.zero_stage = 3;
+       }},
       {"cp-divides-sequence", "layout.cp",
        [](JobSubject&, ParallelPlan& p) {
          p.tp = 2;

@@ -438,6 +438,30 @@ TEST_CASE("the lower bound holds under expert parallelism, and the planner tries
   bool expert_parallel = false;
   for (const PlannedLayout& layout : plan.ranked) expert_parallel |= layout.inputs.plan.ep > 1;
   CHECK(expert_parallel);
+  // With each expert whole (expert_tp 1) the bound holds at tp 2 and 4, and the planner tries
+  // expert groups across tp ranks: ep above dp, as many as tp x dp.
+  for (const int tp : {2, 4}) {
+    INFO("expert_tp 1, tp " << tp);
+    StepInputs whole = in;
+    whole.plan.overlap_param_gather = false;
+    whole.plan.tp = tp;
+    whole.plan.dp = 8 / tp;
+    whole.plan.ep = 8;
+    whole.plan.expert_tp = 1;
+    whole.training.global_batch = 2 * whole.plan.dp;
+    CHECK(step_lower_bound_s(whole) <= simulate_step(whole).step.step_time_s);
+  }
+  StepInputs whole_experts = in;
+  whole_experts.plan.expert_tp = 1;
+  bool across_tp = false;
+  for (const PlannedLayout& layout : search_layouts(whole_experts, all).ranked) {
+    const ParallelPlan& p = layout.inputs.plan;
+    if (p.ep > p.dp) {
+      across_tp = true;
+      CHECK(p.expert_tp == 1);
+    }
+  }
+  CHECK(across_tp);
 }
 
 TEST_CASE("planner: uneven pipeline stages are searched, and bounded below their step") {

@@ -369,7 +369,7 @@ TEST_CASE("a value of the wrong type says what it found") {
   CHECK_THAT(layout->what(),
              Catch::Contains(
                  "expected a map with keys tp, cp, cp_comm_type, pp, vpp, microbatch_group, "
-                 "schedule, dp, ep, "
+                 "schedule, dp, ep, expert_tp, "
                  "zero, "
                  "recompute, recompute_layers, recompute_modules, activation_offload_layers, "
                  "sequence_parallel, "

@@ -751,45 +751,6 @@ TEST_CASE("expert parallelism: each GPU sends its tokens' (ep-1)/ep to other exp
   }
 }
 
-TEST_CASE("expert parallelism under tp: the tp pair gathers what the all-to-alls bring") {
-  // The small mixture of experts on 8 GPUs as tp 2 x dp 4, one micro-batch of 2 x 2,048 tokens
-  // per replica, so each rank routes its 2,048-token sequence shard. Against ep 1 under the
-  // allgather dispatcher, ep 4 under all-to-all, per layer and GPU: the four all-to-alls
-  // (dispatch and combine, each way) carry k = 2 copies of the rank's 2,048 tokens, 3/4 of it
-  // to other ranks; the tp pair's four gathers and reduce-scatters of what arrives carry the k
-  // copies of all 4,096 tokens, half of it each way, where the block's own four carried the
-  // 4,096 tokens once. Each rank's experts (its 2 of 8, split over tp) are held by no other
-  // replica, so ZeRO 1's reduce-scatter and gather of the experts' BF16 gradients and weights
-  // over 4 replicas (2 x 2 bytes x 3/4 of experts / tp) go.
-  StepInputs in = testing::with_experts(small_job());
-  in.plan.tp = 2;
-  in.plan.dp = 4;
-  in.training.global_batch = 8;
-  const double h = in.model.hidden;
-  const double experts = in.model.layers * layer_expert_parameters(in.model);
-  StepInputs gathered = in;
-  gathered.training.token_dispatcher = TokenDispatcher::allgather;
-  const StepOutcome before = simulate_step(gathered);
-  in.plan.ep = 4;
-  const StepOutcome after = simulate_step(in);
-  REQUIRE(before.simulated);
-  REQUIRE(after.simulated);
-  const double all_to_all = 4 * 3.0 / 4 * (2 * 2048 * h * 2);
-  const double dispatch_tp = 4 * 1.0 / 2 * (2 * 4096 * h * 2);
-  const double block_tp = 4 * 1.0 / 2 * (4096 * h * 2);
-  const double expert_dp = 2 * 2 * 3.0 / 4 * experts / 2;
-  CHECK(after.step.comm_bytes_per_gpu - before.step.comm_bytes_per_gpu ==
-        Approx(in.model.layers * (all_to_all + dispatch_tp - block_tp) - expert_dp).epsilon(1e-9));
-  // Folded (the tp pair of replica 0, its expert groups whole beside it) as unfolded.
-  StepOptions every_rank;
-  every_rank.fold = false;
-  const StepOutcome unfolded = simulate_step(in, every_rank);
-  CHECK(after.step.replayed_ranks == 2);
-  CHECK(unfolded.step.replayed_ranks == 8);
-  CHECK(unfolded.step.step_time_s == Approx(after.step.step_time_s).epsilon(1e-9));
-  CHECK(unfolded.step.comm_bytes_per_gpu == Approx(after.step.comm_bytes_per_gpu));
-}
-
 TEST_CASE("Ulysses: Q, K, V and the output cross the cp ranks by all-to-alls, each way") {
   // The ring test's job (one node, one micro-batch of 2 x 2,048 tokens per replica, ZeRO-1
   // over dp x cp = 8) with cp_comm_type a2a: per layer each GPU trades its tokens' Q, K and V

@@ -120,3 +120,44 @@ TEST_CASE(
   }
   CHECK(seen == 6);
 }
+
+TEST_CASE("each expert whole (expert_tp 1): each rank dispatches its shard and gathers nothing") {
+  // tp 2, ep 4, experts whole: each rank routes its 2,048 tokens and sends their 2 copies over
+  // its expert group (2 x 2,048 x 2 h bytes, as with the experts split); nothing is gathered
+  // over tp, so each of its 2 experts gets 4 x 2,048 x 2 / 8 = 2,048 tokens at the full width
+  // (2 f gate_up columns): the same FLOPs as 4,096 tokens at half the width.
+  const ModelSpec m = mixtral_8x7b();
+  const TrainingSpec t = training(4096, 8, 1);
+  const double h = m.hidden;
+  const auto layer = [&](int expert_tp) {
+    return decoder_layer_ops(m, t, 2, Recompute::none, 4, 1, true, {}, false, false,
+                             ContextComm::p2p, expert_tp);
+  };
+  const LayerOps whole = layer(1);
+  int all_to_alls = 0, expert_gemms = 0;
+  for (const Op& op : whole.forward) {
+    if (op.collective) {
+      CHECK(op.name.find("dispatch_gather") == std::string::npos);
+      CHECK(op.name.find("combine_scatter") == std::string::npos);
+      if (op.collective->group == GroupKind::expert) {
+        CHECK(op.collective->size_bytes == 2.0 * 2048 * 2 * h);
+        ++all_to_alls;
+      }
+    }
+    if (op.name == "expert0.gate_up" && op.kernel.kind == KernelKind::gemm) {
+      CHECK(op.kernel.m == Approx(2048));
+      CHECK(op.kernel.n == Approx(2.0 * m.ffn));
+      ++expert_gemms;
+    }
+  }
+  CHECK(all_to_alls == 2);
+  CHECK(expert_gemms == 1);
+  CHECK(layer_model_flops(whole) == Approx(layer_model_flops(layer(2))));
+  // It keeps its own tokens' k copies as the experts' input, not every token's: k x 2 bytes
+  // x h a token less, halved.
+  const auto saved = [&](int expert_tp) {
+    return decoder_layer_saved_bytes_per_token(m, t, Recompute::none, 2, true, {}, 4, false, false,
+                                               expert_tp);
+  };
+  CHECK(saved(2) - saved(1) == Approx(2 * 2.0 * h / 2));
+}

@@ -124,13 +124,20 @@ std::vector<DimensionValue> zero_candidates(const LayoutSearch&, const ParallelP
   return values_of(stages);
 }
 
-// 1, and every power of two up to dp that the job rules allow at layout.ep (tp, dp and ZeRO
-// chosen; the overlaps and offload, searched after it, still off). Not modelled with context
-// parallelism.
+// The scenario's expert_tp 1 where the layout allows it (ZeRO 0-2), else tp.
+int searched_expert_tp(const LayoutSearch& search, const ParallelPlan& chosen) {
+  return search.scenario.expert_tp == 1 && chosen.zero_stage < 3 ? 1 : 0;
+}
+
+// 1, and every power of two up to dp (tp x dp with each expert whole) that the job rules allow
+// at layout.ep (tp, dp and ZeRO chosen; the overlaps and offload, searched after it, still
+// off). Not modelled with context parallelism.
 std::vector<DimensionValue> ep_candidates(const LayoutSearch& search, const ParallelPlan& chosen) {
   std::vector<int> sizes{1};
   ParallelPlan plan = chosen;
-  for (plan.ep = 2; chosen.cp == 1 && plan.ep <= chosen.dp; plan.ep *= 2) {
+  plan.expert_tp = searched_expert_tp(search, chosen);
+  const int most = plan.expert_tp == 1 ? chosen.tp * chosen.dp : chosen.dp;
+  for (plan.ep = 2; chosen.cp == 1 && plan.ep <= most; plan.ep *= 2) {
     if (!first_job_problem_at("layout.ep", search.subject, plan)) sizes.push_back(plan.ep);
   }
   return values_of(sizes);
@@ -161,7 +168,7 @@ constexpr char kFsdp2[] = "fsdp2";
 constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 22> kDimensions = {{
+const std::array<LayoutDimension, 23> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -296,12 +303,36 @@ const std::array<LayoutDimension, 22> kDimensions = {{
      .output = "ep",
      .kind = DimensionKind::count,
      .choices = {},
-     .description = "expert-parallel ranks of a mixture of experts, laid over the replicas",
-     .planner = "1, and with tp 1 each power of two dividing the experts and dp",
+     .description = "expert-parallel ranks of a mixture of experts, laid over the replicas "
+                    "(or with expert_tp 1 over a stage's ranks)",
+     .planner = "1, and each power of two up to dp that the rules allow",
      .get = get_count<&ParallelPlan::ep>,
      .set = set_count<&ParallelPlan::ep>,
      .label = count_above_one<&ParallelPlan::ep, kEp>,
      .candidates = ep_candidates},
+    {.key = "expert_tp",
+     .output = "expert_tp",
+     .kind = DimensionKind::count,
+     .choices = {},
+     .description = "with ep > 1, the ranks each expert splits over (Megatron-Core's "
+                    "expert_tensor_parallel_size): 1 keeps each expert whole, its expert group "
+                    "ep consecutive ranks, each rank dispatching its own sequence shard; 0, the "
+                    "default: tp",
+     .planner = "the scenario's 1, with ep > 1 and ZeRO 0-2; else tp",
+     .get = get_count<&ParallelPlan::expert_tp>,
+     .set = set_count<&ParallelPlan::expert_tp>,
+     .label =
+         [](const ParallelPlan& plan) {
+           return plan.ep > 1 && plan.experts_split() != plan.tp
+                      ? "etp" + std::to_string(plan.experts_split())
+                      : std::string();
+         },
+     .minimum = 0,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{chosen.ep > 1 ? searched_expert_tp(search, chosen)
+                                                            : 0};
+         }},
     {.key = "zero",
      .output = "zero_stage",
      .kind = DimensionKind::choice,

@@ -174,6 +174,19 @@ struct ParallelPlan {
   // gradients are reduced, and its optimizer states sharded, over the dp x cp / ep replicas
   // that hold it.
   int ep = 1;
+  // The experts' own tensor parallelism (Megatron-Core's expert_tensor_parallel_size): 0, the
+  // layout's tp (Megatron-Core's default), or 1: each expert whole on its rank, an expert
+  // group ep consecutive ranks of the stage (rank_grid.hpp), each rank dispatching its own
+  // sequence shard and nothing gathered over tp (Megatron Bridge's DeepSeek-V3, Qwen3 and
+  // Kimi-K2 recipes). Its experts' gradients are reduced over tp x dp x cp / ep ranks.
+  int expert_tp = 0;
+  // The experts' tensor parallelism in effect.
+  int experts_split() const { return expert_tp > 0 ? expert_tp : tp; }
+  // The ranks that hold each expert, over which its gradients are reduced and ZeRO shards.
+  int expert_gradient_ranks() const {
+    const long long split = static_cast<long long>(ep) * experts_split();
+    return split > 0 ? static_cast<int>(static_cast<long long>(tp) * dp * cp / split) : 0;
+  }
   // DeepSpeed's ZeRO-Offload (offload_optimizer: cpu, with ZeRO 1-3): each rank's shard of the
   // FP32 master weights, Adam moments and gradients lives in host memory, where CPU Adam
   // updates it; the reduced gradients go to the host over PCIe and the updated BF16 shard comes

@@ -18,19 +18,38 @@ const char* to_string(GroupKind kind) {
   return "?";
 }
 
-RankGrid::RankGrid(int tp, int cp, int dp, int pp, int ep)
-    : tp_(tp), cp_(cp), dp_(dp), pp_(pp), ep_(ep) {
+RankGrid::RankGrid(int tp, int cp, int dp, int pp, int ep, int etp)
+    : tp_(tp), cp_(cp), dp_(dp), pp_(pp), ep_(ep), etp_(etp == 0 ? tp : etp) {
   if (tp < 1 || cp < 1 || dp < 1 || pp < 1 || ep < 1) {
     throw ModelError("a rank grid needs positive tp, cp, dp, pp and ep");
   }
-  if (replicas() % ep != 0) {
-    throw ModelError("expert groups of ep " + std::to_string(ep) + " ranks must divide the " +
-                     std::to_string(replicas()) + " replicas of a stage");
+  if (etp_ != tp && etp_ != 1) {
+    throw ModelError("the experts' tensor parallelism is tp or 1, not " + std::to_string(etp));
+  }
+  // Expert groups fill whole replicas, or (etp 1) whole parts of one.
+  const bool aligned = etp_ == tp || ep % tp == 0 || tp % ep == 0;
+  if (stage_ranks() % (ep * etp_) != 0 || !aligned) {
+    throw ModelError("expert groups of ep " + std::to_string(ep) +
+                     (etp_ == tp ? " replicas" : " ranks") + " must divide the " +
+                     std::to_string(etp_ == tp ? replicas() : stage_ranks()) +
+                     (etp_ == tp ? " replicas" : " ranks") + " of a stage" +
+                     (aligned ? "" : ", and ep divide tp or tp divide ep"));
   }
 }
 
 RankGrid::RankGrid(const ParallelPlan& plan)
-    : RankGrid(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep) {}
+    : RankGrid(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.expert_tp) {}
+
+int RankGrid::representative_groups(GroupKind kind) const {
+  switch (kind) {
+    case GroupKind::tensor: return 1;
+    // Replica 0's ranks, 0 to tp - 1 of the stage: with etp 1 in tp / ep expert groups (one
+    // where ep covers them) and min(tp, ep) expert_data groups.
+    case GroupKind::expert: return etp_ == tp_ ? tp_ : std::max(1, tp_ / ep_);
+    case GroupKind::expert_data: return etp_ == tp_ ? tp_ : std::min(tp_, ep_);
+    default: return tp_;
+  }
+}
 
 bool RankGrid::has_groups(GroupKind kind) const {
   switch (kind) {
@@ -50,7 +69,7 @@ int RankGrid::group_size(GroupKind kind) const {
     case GroupKind::context: return cp_;
     case GroupKind::data: return replicas();
     case GroupKind::expert: return ep_;
-    case GroupKind::expert_data: return replicas() / ep_;
+    case GroupKind::expert_data: return stage_ranks() / (ep_ * etp_);
     case GroupKind::pipeline: return pp_;
   }
   return 0;
@@ -59,9 +78,9 @@ int RankGrid::group_size(GroupKind kind) const {
 int RankGrid::groups_per_stage(GroupKind kind) const {
   switch (kind) {
     case GroupKind::tensor: return replicas();
-    case GroupKind::context:
-    case GroupKind::expert: return tp_ * (replicas() / consecutive_replicas(kind));
-    case GroupKind::expert_data: return tp_ * ep_;
+    case GroupKind::context: return tp_ * (replicas() / cp_);
+    case GroupKind::expert: return stage_ranks() / ep_;
+    case GroupKind::expert_data: return etp_ * ep_;
     case GroupKind::data: return tp_;
     case GroupKind::pipeline: return stage_ranks();
   }
@@ -75,11 +94,16 @@ int RankGrid::groups(GroupKind kind) const {
 int RankGrid::local_group(int rank, GroupKind kind) const {
   const int replica = replica_of(rank);
   const int tp_rank = tp_rank_of(rank);
+  // The rank's place in the experts' order: i = etp_rank + etp (ep_rank + ep edp_rank).
+  const int i = rank % stage_ranks();
+  const int etp_rank = i % etp_;
+  const int ep_rank = (i / etp_) % ep_;
+  const int edp_rank = i / (etp_ * ep_);
   switch (kind) {
     case GroupKind::tensor: return replica;
-    case GroupKind::context:
-    case GroupKind::expert: return (replica / consecutive_replicas(kind)) * tp_ + tp_rank;
-    case GroupKind::expert_data: return (replica % ep_) * tp_ + tp_rank;
+    case GroupKind::context: return (replica / cp_) * tp_ + tp_rank;
+    case GroupKind::expert: return edp_rank * etp_ + etp_rank;
+    case GroupKind::expert_data: return ep_rank * etp_ + etp_rank;
     case GroupKind::data: return tp_rank;
     case GroupKind::pipeline: return rank % stage_ranks();
   }
@@ -106,18 +130,27 @@ std::vector<int> RankGrid::members(GroupKind kind, int group) const {
     case GroupKind::tensor:
       for (int t = 0; t < tp_; ++t) ranks.push_back(rank_at(local, t));
       break;
-    case GroupKind::context:
-    case GroupKind::expert: {
-      const int size = consecutive_replicas(kind);
-      const int first = (local / tp_) * size;
-      for (int j = 0; j < size; ++j) ranks.push_back(rank_at(first + j, local % tp_));
+    case GroupKind::context: {
+      const int first = (local / tp_) * cp_;
+      for (int j = 0; j < cp_; ++j) ranks.push_back(rank_at(first + j, local % tp_));
       break;
     }
-    case GroupKind::expert_data:
-      for (int replica = local / tp_; replica < replicas(); replica += ep_) {
-        ranks.push_back(rank_at(replica, local % tp_));
+    case GroupKind::expert: {
+      const int etp_rank = local % etp_;
+      const int edp_rank = local / etp_;
+      for (int j = 0; j < ep_; ++j) {
+        ranks.push_back(first_rank_of_stage(stage) + etp_rank + etp_ * (j + ep_ * edp_rank));
       }
       break;
+    }
+    case GroupKind::expert_data: {
+      const int etp_rank = local % etp_;
+      const int ep_rank = local / etp_;
+      for (int e = 0; e < group_size(kind); ++e) {
+        ranks.push_back(first_rank_of_stage(stage) + etp_rank + etp_ * (ep_rank + ep_ * e));
+      }
+      break;
+    }
     case GroupKind::data:
       for (int replica = 0; replica < replicas(); ++replica)
         ranks.push_back(rank_at(replica, local));

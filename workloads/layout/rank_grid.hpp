@@ -7,19 +7,27 @@
 //
 // so a stage's ranks are consecutive, and so are a replica's. A stage has dp x cp *replicas*
 // (replica = dp_rank x cp + cp_rank): the cp ranks of one data-parallel rank hold the same
-// parameters as every other replica of the stage. Expert parallelism (ep, with cp 1) lays its
-// groups over the replicas. The groups a rank belongs to, one of each kind:
+// parameters as every other replica of the stage. Expert parallelism lays its groups over the
+// stage's ranks as Megatron-Core's expert rank generator does (parallel_state.py, order
+// tp-cp-ep-dp, cp folded into dp): rank i of a stage is
+//
+//   i = etp_rank + etp x (ep_rank + ep x edp_rank)
+//
+// with etp the experts' own tensor parallelism: tp (the default), so that an expert group is
+// ep consecutive replicas at one tp rank, or 1, so that it is ep consecutive ranks of the
+// stage. The groups a rank belongs to, one of each kind:
 //
 //   tensor       the tp consecutive ranks of its replica
 //   context      cp consecutive replicas of its stage, the same tp rank (ring attention)
 //   data         every replica of its stage, the same tp rank: the ranks that hold the same
 //                parameters, over which gradients are reduced and ZeRO shards (Megatron's
 //                dp x cp group)
-//   expert       ep consecutive replicas of its stage, the same tp rank (a mixture of experts'
-//                token all-to-alls)
-//   expert_data  the replicas of its stage that hold the same experts (the same replica index
-//                modulo ep), the same tp rank: where an expert's gradients are reduced and,
-//                under ZeRO, its updated or sharded parameters gathered
+//   expert       the ranks of its stage with its etp_rank and edp_rank (a mixture of experts'
+//                token all-to-alls): ep consecutive replicas at its tp rank, or ep consecutive
+//                ranks
+//   expert_data  the ranks of its stage with its etp_rank and ep_rank, which hold the same
+//                experts: where an expert's gradients are reduced and, under ZeRO, its updated
+//                or sharded parameters gathered
 //   pipeline     the same tp rank and replica in every stage (point-to-point transfers)
 //
 // Groups of one kind are numbered stage x groups_per_stage + their index inside the stage
@@ -30,6 +38,7 @@
 // the same times what the representative group of its kind does.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "workloads/layout/parallel_plan.hpp"
@@ -42,8 +51,10 @@ const char* to_string(GroupKind kind);
 
 class RankGrid {
  public:
-  // Throws ModelError unless every size is positive and ep and cp divide the replicas.
-  RankGrid(int tp, int cp, int dp, int pp, int ep = 1);
+  // Throws ModelError unless every size is positive, cp divides the replicas and ep the
+  // replicas (etp tp) or the stage's ranks (etp 1) in whole replicas or whole parts of one.
+  // etp 0: tp.
+  RankGrid(int tp, int cp, int dp, int pp, int ep = 1, int etp = 0);
   explicit RankGrid(const ParallelPlan& plan);
   RankGrid() : RankGrid(1, 1, 1, 1) {}
 
@@ -53,6 +64,10 @@ class RankGrid {
   int dp() const { return dp_; }
   int pp() const { return pp_; }
   int ep() const { return ep_; }
+  int etp() const { return etp_; }
+  // The consecutive replicas an expert group's ranks lie in: ep of them at one tp rank, or
+  // with etp 1 ep / tp (one, when ep divides tp).
+  int expert_replicas() const { return etp_ == tp_ ? ep_ : std::max(1, ep_ / tp_); }
   int replicas() const { return dp_ * cp_; }  // per stage
   int stage_ranks() const { return tp_ * replicas(); }
 
@@ -77,9 +92,11 @@ class RankGrid {
   // expert_data groups with ep > 1, pipeline groups with pp > 1.
   bool has_groups(GroupKind kind) const;
   // The groups of the kind in a stage that hold a representative: the one tensor group of
-  // replica 0, or one group per tp rank (every data group; a context, expert or expert_data
-  // group of replica 0). Each stands for groups_per_stage / representative_groups groups.
-  int representative_groups(GroupKind kind) const { return kind == GroupKind::tensor ? 1 : tp_; }
+  // replica 0, or one group per tp rank (every data group; a context group, or an expert or
+  // expert_data group under etp tp, of replica 0); under etp 1 the expert groups and
+  // expert_data groups replica 0's tp ranks fall in. Each stands for groups_per_stage /
+  // representative_groups groups.
+  int representative_groups(GroupKind kind) const;
 
   // Members of one group of the kind.
   int group_size(GroupKind kind) const;
@@ -95,14 +112,12 @@ class RankGrid {
   bool operator==(const RankGrid&) const = default;
 
  private:
-  // An expert or context group's replicas: ep or cp consecutive ones.
-  int consecutive_replicas(GroupKind kind) const { return kind == GroupKind::expert ? ep_ : cp_; }
-
   int tp_ = 1;
   int cp_ = 1;
   int dp_ = 1;
   int pp_ = 1;
   int ep_ = 1;
+  int etp_ = 1;
 };
 
 }  // namespace fleetsim

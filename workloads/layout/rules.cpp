@@ -310,6 +310,18 @@ Problem ep_needs_experts(const JobSubject& job, const ParallelPlan& plan) {
 Problem ep_divides_experts(const JobSubject& job, const ParallelPlan& plan) {
   if (plan.ep <= 1 || job.experts == 0) return {};
   const Wide replicas = size_product({plan.dp, plan.cp});
+  if (plan.expert_tp == 1 && plan.tp > 1) {
+    // Each expert whole: an expert group is ep consecutive ranks of the stage, filling whole
+    // replicas or whole parts of one.
+    const Wide ranks = size_product({plan.tp, plan.dp, plan.cp});
+    const bool aligned = plan.ep % plan.tp == 0 || plan.tp % plan.ep == 0;
+    if (job.experts % plan.ep == 0 && ranks % plan.ep == 0 && aligned) return {};
+    return at({"layout.ep"},
+              "with expert_tp 1, ep " + str(plan.ep) + " must divide the model's " +
+                  str(job.experts) + " experts and a stage's tp x dp x cp = " + str(ranks) +
+                  " ranks, and divide tp " + str(plan.tp) + " or be a multiple of it",
+              "the expert groups are ep consecutive ranks of a stage, each holding experts / ep");
+  }
   if (job.experts % plan.ep == 0 && replicas % plan.ep == 0) return {};
   const std::string of_replicas = plan.cp > 1 ? "dp x cp = " + str(replicas) : "dp " + str(plan.dp);
   return at({"layout.ep"},
@@ -317,6 +329,27 @@ Problem ep_divides_experts(const JobSubject& job, const ParallelPlan& plan) {
                 " experts and " + of_replicas,
             "the expert groups are ep consecutive replicas (dp x cp of them), each holding "
             "experts / ep");
+}
+
+// The experts' own tensor parallelism: the layout's tp, or 1 under expert parallelism (each
+// expert whole on its rank). ZeRO 3's gathered units count an experts' layer's experts as split
+// over tp.
+Problem expert_tp_as_modelled(const JobSubject&, const ParallelPlan& plan) {
+  if (plan.expert_tp == 0 || plan.expert_tp == plan.tp) return {};
+  if (plan.expert_tp != 1) {
+    return at({"layout.expert_tp"},
+              "expert_tp " + str(plan.expert_tp) + " is modelled as tp (" + str(plan.tp) + ") or 1",
+              "set expert_tp: 1 to keep each expert whole, or remove it (tp, Megatron-Core's "
+              "default)");
+  }
+  if (plan.ep <= 1) {
+    return at({"layout.expert_tp", "layout.ep"},
+              "expert_tp 1 lays experts over expert-parallel groups, and ep is " + str(plan.ep),
+              "set ep above 1, or remove expert_tp");
+  }
+  if (plan.zero_stage < 3) return {};
+  return at({"layout.expert_tp", "layout.zero"}, "expert_tp 1 is modelled with ZeRO 0-2",
+            "remove expert_tp, or set zero to 0, 1 or 2");
 }
 
 // The optimizer offload's copies of the reduced shards are sized by the dense parameters' shard
@@ -691,9 +724,12 @@ const JobRule kRules[] = {
     {"distributed-fused-adam-is-zero-1", "optimizer distributed_fused_adam runs with ZeRO 1",
      distributed_fused_adam_is_zero_1},
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
-    {"ep-divides-experts-and-dp", "ep divides the experts and dp x cp", ep_divides_experts},
+    {"ep-divides-experts-and-dp",
+     "ep divides the experts and dp x cp (tp x dp x cp with expert_tp 1)", ep_divides_experts},
     {"ep-as-modelled", "ep > 1 without optimizer offload, its tokens dispatched by all-to-all",
      ep_as_modelled},
+    {"expert-tp-as-modelled", "expert_tp is tp, or 1 with ep > 1 and ZeRO 0-2",
+     expert_tp_as_modelled},
     {"cp-divides-sequence", "2 x cp x tp divides the sequence", cp_divides_sequence},
     {"cp-needs-flash-attention", "cp > 1 runs its attention on FlashAttention",
      cp_needs_flash_attention},

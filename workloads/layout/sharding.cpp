@@ -11,12 +11,13 @@ Sharding::Sharding(const ParallelPlan& plan)
       overlap_grad_reduce_(plan.overlap_grad_reduce),
       bf16_shards_(plan.bf16_shards || plan.offload_optimizer),
       dense_ranks_(plan.gradient_ranks()),
-      // An expert group holds every expert once: each expert lies on gradient_ranks / ep ranks.
-      expert_ranks_(plan.ep > 0 ? plan.gradient_ranks() / plan.ep : 0) {
+      // An expert group holds every expert once: each expert (or its tp part) lies on
+      // tp x dp x cp / (ep x its tensor parallelism) ranks.
+      expert_ranks_(plan.expert_gradient_ranks()) {
   if (dense_ranks_ < 1 || expert_ranks_ < 1) {
     throw ModelError(
-        "ZeRO shards over the replicas holding a parameter: dp x cp and dp x cp / ep "
-        "must be at least 1");
+        "ZeRO shards over the ranks holding a parameter: dp x cp, and tp x dp x cp / (ep x "
+        "expert_tp) for an expert, must be at least 1");
   }
 }
 
