@@ -742,9 +742,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // into expert order (each row read, k copies written): the rank's own tokens under the
     // all-to-all dispatcher, the block's gathered ones under allgather. Each expert's MLP,
     // split by tp like a dense one (or whole: expert_tp), runs on the t x k / E tokens a
-    // balanced router sends it;
-    // then the k outputs of each token are brought back and summed with the router's weights.
-    // Without expert parallelism every expert is on every rank.
+    // balanced router sends it; then the k outputs of each token are brought back and summed
+    // with the router's weights. Without expert parallelism every expert is on every rank.
     const double experts = model.experts;
     const double k = model.experts_per_token;
     const double routed = all_to_all_dispatch ? local_tokens : t;
@@ -793,9 +792,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // (its tp ranks split the same experts), so each of the rank's experts / ep experts gets
     // ep x t x k / E tokens; with each expert whole on its rank (expert_tp 1) nothing is
     // gathered, and it gets ep x t / tp x k / E. With several experts on the rank they arrive
-    // by source rank and are
-    // sorted into expert order (sort_chunks_by_idxs: each row read and written), and back after
-    // the experts, before a reduce-scatter over tp sums each token's partial outputs. Under an
+    // by source rank and are sorted into expert order (sort_chunks_by_idxs: each row read and
+    // written), and back after the experts, before a reduce-scatter over tp sums each token's
+    // partial outputs (where the experts split over tp). Under an
     // imbalanced router every rank is replayed as the group's busiest, which gates each
     // all-to-all: its experts get `load` times that (expert_rank_load), and it receives load
     // times the bytes, while the model FLOPs stay the balanced ones.
