@@ -305,7 +305,8 @@ const std::array<LayoutDimension, 23> kDimensions = {{
      .choices = {},
      .description = "expert-parallel ranks of a mixture of experts, laid over the replicas "
                     "(or with expert_tp 1 over a stage's ranks)",
-     .planner = "1, and each power of two up to dp that the rules allow",
+     .planner = "1, and each power of two up to dp (tp x dp with expert_tp 1) that the rules "
+                "allow",
      .get = get_count<&ParallelPlan::ep>,
      .set = set_count<&ParallelPlan::ep>,
      .label = count_above_one<&ParallelPlan::ep, kEp>,
