@@ -476,9 +476,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                 (model.mixture_of_experts()
                      ? ", " + std::to_string(model.experts_per_token) + " of " +
                            std::to_string(model.experts) + " experts per token" +
-                           std::string(plan.experts_split() > 1
-                                           ? ", their inputs whole on each tp rank"
-                                           : "")
+                           std::string(plan.experts_split() <= 1 ? ""
+                                       : training.token_dispatcher == TokenDispatcher::allgather
+                                           ? ", their inputs and outputs whole on each tp rank"
+                                           : ", their inputs whole on each tp rank")
                      : std::string()) +
                 (model.kv_heads < model.heads ? ", GQA" : "") + "), " + batches +
                 (offloaded > 0

@@ -587,7 +587,7 @@ class MicroBatchBuilder {
     if (reduce_gradients && !sharded()) {
       buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
                                  [](const Unit& u) { return u.dense_trainable(); });
-      // With one replica per expert (ep = dp) there is nothing to reduce.
+      // With one rank holding each expert (expert_gradient_ranks 1) there is nothing to reduce.
       if (Sharding(*plan_).expert_ranks() > 1) {
         expert_buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
                                           [](const Unit& u) { return u.expert_trainable; });
@@ -802,8 +802,8 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
 
   // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without
   // ZeRO), after the last reduction (the reduce stream runs in order).
-  // ZeRO shards the dense parameters over every replica, the experts over the dp / ep that hold
-  // them.
+  // ZeRO shards the dense parameters over every replica, the experts over the ranks that hold
+  // them (ParallelPlan::expert_gradient_ranks).
   double parameters = 0;
   double experts = 0;
   double gathered_bytes = 0;  // of the dense parameters, and of the experts

@@ -187,12 +187,12 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
       model.gated_mlp() ? glu_input * 2 * f + down_input : kBf16 * f + down_input;
   // A mixture of experts keeps each of a token's k experts' tensors and the router's FP32
   // scores (split over tp), and the token's k permuted copies (the experts' input), whole on
-  // every tp rank, and its k expert outputs (the router weights' gradient reads them): whole
-  // on every tp rank under the allgather dispatcher, the rank's sequence shard's under
-  // all-to-all (combined back before the unpermute), as the shared expert's gated output is.
-  // (Under FP8 the permuted copies are kept as the experts' FP8 inputs.) The busiest
-  // expert-parallel rank, as every rank is replayed, keeps `load` times its share of the
-  // experts' tensors and inputs; the outputs combined back are its own tokens'.
+  // every tp rank (the rank's shard's where each expert is whole), and its k expert outputs (the
+  // router weights' gradient reads them): whole on every tp rank under the allgather dispatcher,
+  // the rank's sequence shard's under all-to-all (combined back before the unpermute), as the
+  // shared expert's gated output is. (Under FP8 the permuted copies are kept as the experts' FP8
+  // inputs.) The busiest expert-parallel rank, as every rank is replayed, keeps `load` times its
+  // share of the experts' tensors and inputs; the outputs combined back are its own tokens'.
   const double k = model.experts_per_token;
   const double received = k * expert_rank_load(training, ep);
   // A shared expert keeps a dense MLP's tensors of its own size (and under FP8 its input's

@@ -108,19 +108,18 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes,
 // a column-parallel projection's after it, a row-parallel one's after its block's reduction;
 // under `tp_comm_overlap` with sequence parallelism a column adapter gathers its own input).
 // With expert parallelism over `ep` ranks each rank holds experts / ep of the experts, each
-// split over the tp ranks; the permuted tokens go to their experts' ranks and come back by two
-// all-to-alls of the expert-parallel group, in forward and in backward, and under the
-// all-to-all dispatcher with tp > 1 what arrives is all-gathered over tp and the experts'
-// outputs reduce-scattered back (TokenDispatcher).
-// With context parallelism over `cp` ranks every op but attention runs on the rank's
-// micro_batch x seq_len / cp tokens, and attention does 1 / cp of the causal work (two
-// balanced chunks of queries against the keys before them). Its keys and values travel around
-// the cp ranks beside it (ring attention, as Transformer Engine runs it): in forward the
-// bytes of an all-gather of the whole sequence's K and V, in backward those again and a
-// reduce-scatter's of their gradients. With `cp_comm` a2a (Ulysses) two blocking all-to-alls
-// of the context group trade instead the rank's tokens of every head for every token of
-// heads / cp heads: Q, K and V before attention, the output after it (in backward the output's
-// gradient before, Q's, K's and V's after); attention then runs causal over the whole
+// split over the tp ranks (`expert_tp` 0) or whole (`expert_tp` 1); the permuted tokens go to their
+// experts' ranks and come back by two all-to-alls of the expert-parallel group, in forward and in
+// backward, and under the all-to-all dispatcher with tp > 1 what arrives is all-gathered over tp
+// and the experts' outputs reduce-scattered back (TokenDispatcher). With context parallelism over
+// `cp` ranks every op but attention runs on the rank's micro_batch x seq_len / cp tokens, and
+// attention does 1 / cp of the causal work (two balanced chunks of queries against the keys before
+// them). Its keys and values travel around the cp ranks beside it (ring attention, as Transformer
+// Engine runs it): in forward the bytes of an all-gather of the whole sequence's K and V, in
+// backward those again and a reduce-scatter's of their gradients. With `cp_comm` a2a (Ulysses) two
+// blocking all-to-alls of the context group trade instead the rank's tokens of every head for every
+// token of heads / cp heads: Q, K and V before attention, the output after it (in backward the
+// output's gradient before, Q's, K's and V's after); attention then runs causal over the whole
 // sequence, local attention included.
 // Without sequence parallelism (`sequence_parallel` false, Shoeybi et al.'s form) the norms,
 // residual adds and dropouts run on the whole sequence on every rank, each block ends in
@@ -129,7 +128,8 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes,
 // gradient, beside which it may run (beside_weight_gradient); no input is gathered again.
 // A layer that attends locally (`attends_locally`, ModelSpec::attends_locally) runs attention
 // over the pairs of local_attention_pairs: a sliding window as a kernel with that window,
-// chunks as causal kernels over a chunk each (ring attention is refused with it).
+// chunks as causal kernels over a chunk each (ring attention is refused with it). `expert_tp`:
+// the ranks each expert splits over, 0 for tp (ParallelPlan::expert_tp).
 LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training, int tp = 1,
                            Recompute recompute = Recompute::none, int ep = 1, int cp = 1,
                            bool sequence_parallel = true, const RecomputeModules& modules = {},
@@ -283,8 +283,9 @@ std::vector<std::size_t> virtual_stage_units(const ModelSpec& model, int virtual
 // (FlashAttention) or BF16 probabilities (eager attention), and under a mixture of experts each
 // token's k permuted copies and k expert outputs, the experts' tensors and the router's
 // scores. Tensor and sequence parallelism split all of it tp ways except the permuted copies,
-// which every tp rank holds for the whole sequence, and the expert outputs, which it holds so
-// under the allgather dispatcher (the rank's tokens' under all-to-all); without sequence
+// which every tp rank holds for the whole sequence (its own shard's under `expert_tp` 1: 0 is
+// tp), and the expert outputs, which it holds so under the allgather dispatcher (the rank's
+// tokens' under all-to-all); without sequence
 // parallelism every rank also keeps the norms' inputs, the first GEMMs' normed inputs and the
 // dropout masks whole. For a GPT layer with eager attention and dropout this is Korthikanti et
 // al.'s (34h + 5as) / tp, or without sequence parallelism 10h + (24h + 5as) / tp.

@@ -28,7 +28,8 @@ RankGrid::RankGrid(int tp, int cp, int dp, int pp, int ep, int etp)
   }
   // Expert groups fill whole replicas, or (etp 1) whole parts of one.
   const bool aligned = etp_ == tp || ep % tp == 0 || tp % ep == 0;
-  if (stage_ranks() % (ep * etp_) != 0 || !aligned) {
+  const long long expert_ranks = static_cast<long long>(ep) * etp_;
+  if (stage_ranks() % expert_ranks != 0 || !aligned) {
     throw ModelError("expert groups of ep " + std::to_string(ep) +
                      (etp_ == tp ? " replicas" : " ranks") + " must divide the " +
                      std::to_string(etp_ == tp ? replicas() : stage_ranks()) +

@@ -51,9 +51,8 @@ const char* to_string(GroupKind kind);
 
 class RankGrid {
  public:
-  // Throws ModelError unless every size is positive, cp divides the replicas and ep the
-  // replicas (etp tp) or the stage's ranks (etp 1) in whole replicas or whole parts of one.
-  // etp 0: tp.
+  // Throws ModelError unless every size is positive, etp is 0 (tp), tp or 1, and ep divides
+  // the replicas (etp tp) or the stage's ranks (etp 1) in whole replicas or whole parts of one.
   RankGrid(int tp, int cp, int dp, int pp, int ep = 1, int etp = 0);
   explicit RankGrid(const ParallelPlan& plan);
   RankGrid() : RankGrid(1, 1, 1, 1) {}
