@@ -512,13 +512,12 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   // tokens combined back by the all-to-all dispatcher).
   const auto leave_block = [&](const std::string& block, bool projections, LoraModules adapted,
                                bool reduced = false) {
-    if (reduced) {
-    } else if (sharded) {
+    if (!reduced && sharded) {
       fwd.push_back(tp_op(block + "_scatter", CollectiveOp::reduce_scatter, activation,
                           projections ? Userbuffers::pipeline : Userbuffers::none));
       backward.push_back(tp_op(block + "_scatter.bwd", CollectiveOp::all_gather, activation,
                                projections ? Userbuffers::ring_exchange : Userbuffers::none));
-    } else if (parallel) {
+    } else if (!reduced && parallel) {
       fwd.push_back(tp_op(block + "_output", CollectiveOp::all_reduce, activation));
     }
     lora_adapters(model, training, adapted, row_adapters, fwd, backward);
