@@ -17,9 +17,7 @@ void latent_attention_projections(const ModelSpec& model, const TrainingSpec& tr
   // A tensor-parallel all-gather of `width` BF16 values per token, blocking (in backward its
   // mirror, a reduce-scatter of the gradient).
   const auto gather = [&](const std::string& name, CollectiveOp op, double width) {
-    Op collective = tp_op(name, op, kBf16Bytes * t * width);
-    collective.collective->blocking = true;
-    return collective;
+    return blocking_tp_op(name, op, kBf16Bytes * t * width);
   };
   // A latent normed on the shard, gathered, and projected up to `columns` of the rank's heads.
   const auto up = [&](const std::string& name, double latent, double columns) {

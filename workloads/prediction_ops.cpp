@@ -211,9 +211,7 @@ LayerOps mtp_module_ops(const ModelSpec& model, const TrainingSpec& training, co
   const double shard = sharded ? t / tp : t;  // the tokens a norm works on
   // A tensor-parallel all-gather of `width` BF16 values per token that the next op reads whole.
   const auto gathered = [&](const std::string& name, CollectiveOp op, double width) {
-    Op collective = tp_op(name, op, kBf16 * t * width);
-    collective.collective->blocking = true;
-    return collective;
+    return blocking_tp_op(name, op, kBf16 * t * width);
   };
   LayerOps ops;
   std::vector<Op> backward;  // the module's own ops' backward, in forward order

@@ -107,6 +107,12 @@ Op tp_op(std::string name, CollectiveOp op, double size_bytes, Userbuffers userb
             LayerCollective{op, size_bytes, GroupKind::tensor, userbuffers}};
 }
 
+Op blocking_tp_op(std::string name, CollectiveOp op, double size_bytes) {
+  Op collective = tp_op(std::move(name), op, size_bytes);
+  collective.collective->blocking = true;
+  return collective;
+}
+
 double per_op_outputs_kept_only(const ModelSpec& model, int tp, bool sequence_parallel) {
   const double h = model.hidden;
   const double reduced = tp == 1 ? 0.0 : 2 * kBf16 * h / (sequence_parallel ? tp : 1);
@@ -760,24 +766,19 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // nothing: the shared expert gathers its input and reduce-scatters its output itself, as
     // its column- and row-parallel GEMMs do under sequence parallelism (SharedExpertMLP).
     // These collectives are NCCL's, outside Transformer Engine's userbuffers: each blocks.
-    const auto nccl_tp_op = [&](std::string name, CollectiveOp op, double bytes) {
-      Op collective = tp_op(std::move(name), op, bytes);
-      collective.collective->blocking = true;
-      return collective;
-    };
     if (model.shared_expert_ffn > 0) {
       if (all_to_all_dispatch) {
-        fwd.push_back(nccl_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
+        fwd.push_back(blocking_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
         backward.push_back(
-            nccl_tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
+            blocking_tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
       }
       mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
           model.shared_expert_ffn);
       if (all_to_all_dispatch) {
         fwd.push_back(
-            nccl_tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
+            blocking_tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
         backward.push_back(
-            nccl_tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
+            blocking_tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
       }
       // The gate scores the tokens the shared expert's output is then on: the rank's shard
       // under all-to-all, after the reduce-scatter (SharedExpertMLP), else the gathered ones.
@@ -817,8 +818,9 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
         training.token_dispatcher == TokenDispatcher::alltoall && model.experts / ep > 1;
     all_to_all("dispatch");
     if (gathers_over_tp) {
-      fwd.push_back(nccl_tp_op("dispatch_gather", CollectiveOp::all_gather, received));
-      backward.push_back(nccl_tp_op("dispatch_gather.bwd", CollectiveOp::reduce_scatter, received));
+      fwd.push_back(blocking_tp_op("dispatch_gather", CollectiveOp::all_gather, received));
+      backward.push_back(
+          blocking_tp_op("dispatch_gather.bwd", CollectiveOp::reduce_scatter, received));
     }
     if (sorts) {
       fwd.push_back(memory_op("sort_by_expert", 2 * received));
@@ -845,8 +847,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       backward.push_back(memory_op("unsort_by_expert.bwd", 2 * received));
     }
     if (gathers_over_tp) {
-      fwd.push_back(nccl_tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
-      backward.push_back(nccl_tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
+      fwd.push_back(blocking_tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
+      backward.push_back(blocking_tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
     }
     all_to_all("combine");
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and

@@ -89,6 +89,9 @@ void projection_ops(const std::string& name, double m, double n, double k,
                     std::vector<Op>& backward);
 // A collective of the tensor-parallel group (nccl-tests' size S: the gathered size of an
 // all-gather, the size reduced of a reduce-scatter or all-reduce).
+// blocking_tp_op: one NCCL issues outside Transformer Engine's userbuffers, which the op after
+// it waits for whatever the overlap.
+Op blocking_tp_op(std::string name, CollectiveOp op, double size_bytes);
 Op tp_op(std::string name, CollectiveOp op, double size_bytes,
          Userbuffers userbuffers = Userbuffers::none);
 
