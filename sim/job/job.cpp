@@ -376,6 +376,10 @@ double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, 
   return nics > 0 ? std::min(storage_bytes_per_s, nics) : storage_bytes_per_s;
 }
 
+double training_steps(double tokens, const TrainingSpec& training) {
+  return std::ceil(tokens / (static_cast<double>(training.global_batch) * training.seq_len));
+}
+
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
                  const ParallelPlan& plan, const NodeSpec& node, int nodes,
                  const RunStepTimes& steps) {
@@ -384,8 +388,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
     throw ModelError("a run needs its checkpoint storage's write and read rates");
   }
   JobSpec job;
-  const double tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
-  job.steps = std::ceil(run.tokens / tokens_per_step);
+  job.steps = training_steps(run.tokens, training);
   job.gpus = nodes * node.gpus;
   if (!(run.step_jitter >= 0)) throw ModelError("step jitter must be >= 0");
   job.jitter_factor = synchronous_jitter_factor(run.step_jitter, job.gpus);
@@ -437,7 +440,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   }
   job.evict_degraded_after_s = run.evict_degraded_after_s;
   job.replicas = plan.dp;
-  job.tokens_per_step = tokens_per_step;
+  job.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
   job.restore_s = restore_bytes(model, training, plan) /
                   checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
   job.detection_s = run.detection_s;

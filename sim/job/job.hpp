@@ -306,7 +306,10 @@ struct RunStepTimes {
   bool operator==(const RunStepTimes&) const = default;
 };
 
-// The job of a run whose steps take `steps`: its steps (tokens over the tokens a step trains),
+// The optimizer steps that train `tokens`: a part step counts whole.
+double training_steps(double tokens, const TrainingSpec& training);
+
+// The job of a run whose steps take `steps`: its steps (training_steps),
 // GPUs, checkpoint write, copy and read times, and the run's rates, policy, spot capacity, node
 // repair, spares and price (on spot, the spot price where one is given); every step time with
 // the run's jitter (synchronous_jitter_factor over the GPUs). An asynchronous checkpoint is

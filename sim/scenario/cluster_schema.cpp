@@ -221,10 +221,9 @@ std::string join_sources(const std::vector<std::pair<std::string, std::string>>&
 }
 
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
-// Clusters above this many GPUs are refused: a step's topology, flows and programs take about
-// kBytesPerSimulatedGpu of memory for each GPU (measured: 507 MB peak for six variants of a
-// 16,384-GPU run, two replayed at a time), so 2^20 GPUs need about 17 GB.
-constexpr double kMaxGpus = 1048576;
+// A step's topology, flows and programs take about this much memory for each GPU (measured:
+// 507 MB peak for six variants of a 16,384-GPU run, two replayed at a time), so kMaxGpus need
+// about 17 GB.
 constexpr double kBytesPerSimulatedGpu = 16e3;
 
 const Keys kFabricKeys = {"kind",  "link",           "oversubscription", "leaf_ports",
@@ -254,6 +253,20 @@ FabricSpec parse_fabric(const std::optional<Field>& f) {
   }
   if (auto ports = find(*f, "leaf_ports")) {
     fabric.leaf_ports = read_int(*ports, 2);
+    if (fabric.leaf_ports > kMostLeafPorts) {
+      fail(*ports,
+           "expected at most " + std::to_string(kMostLeafPorts) + " ports, got " +
+               describe(ports->node),
+           "leaf_ports is a switch's radix: 64 for NDR Quantum-2, 512 at the most (Tomahawk 5)");
+    }
+  }
+  // One port up at the least: a full leaf's downlinks are at most leaf_ports - 1 times it.
+  if (auto ratio = find(*f, "oversubscription");
+      ratio && fabric.oversubscription > fabric.leaf_ports - 1) {
+    fail(*ratio,
+         "expected a ratio of at most " + std::to_string(fabric.leaf_ports - 1) +
+             " (leaf_ports - 1: one port up), got " + describe(ratio->node),
+         "oversubscription is a full leaf's downlink : uplink bandwidth, e.g. 2 or 3");
   }
   if (auto tiers = find(*f, "tiers")) {
     fabric.tiers = std::stoi(read_choice(*tiers, {"2", "3"}));  // absent: the fewest that fit

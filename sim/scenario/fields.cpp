@@ -1,9 +1,12 @@
 #include "sim/scenario/fields.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <utility>
+
+#include <yaml-cpp/depthguard.h>
 
 namespace fleetsim::fields {
 namespace fs = std::filesystem;
@@ -35,7 +38,7 @@ double parse_unit(Quantity q, const std::string& text, Zero zero) {
   switch (q) {
     case Quantity::bandwidth: return parse_bandwidth(text, zero);
     case Quantity::size: return parse_size(text, zero);
-    case Quantity::duration: return parse_duration(text);
+    case Quantity::duration: return parse_duration(text, zero);
     case Quantity::flop_rate: return parse_flop_rate(text, zero);
     case Quantity::frequency: return parse_frequency(text);
     case Quantity::hourly_price: return parse_hourly_price(text);
@@ -57,10 +60,6 @@ std::string join_list(const Keys& names) {
     text += (text.empty() ? "" : ", ") + std::string(name);
   }
   return text;
-}
-
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
 }
 
 // `value` with `decimals` decimals, whatever the locale.
@@ -94,7 +93,7 @@ std::string rounded(double value, int decimals) {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar: return in_quotes(node.Scalar());
-    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Sequence: return node.size() == 0 ? "an empty list" : "a list";
     case YAML::NodeType::Map: return "a map";
     default: return "nothing";
   }
@@ -102,18 +101,34 @@ std::string describe(const YAML::Node& node) {
 
 // `did you mean "nodes"? ` when candidates are plausible typos of `word` (all the closest ones,
 // since `nods` is as near to `node` as to `nodes`), else empty.
+// Case and a preset file's suffix aside: `DGX-H100` and `dgx-h100.yaml` mean "dgx-h100".
 std::string did_you_mean(std::string_view word, const Keys& candidates) {
-  const std::size_t close_enough = std::max<std::size_t>(1, word.size() / 3);
+  // A long word is no typo of a name (and would cost its length times theirs to compare).
+  constexpr std::size_t kLongestTypo = 64;
+  if (word.size() > kLongestTypo) return {};
+  const auto plain = [](std::string_view text) {
+    std::string lower(text);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return lower;
+  };
+  std::string typed = plain(word);
+  for (const std::string_view suffix : {".yaml", ".yml"}) {
+    if (typed.ends_with(suffix)) typed.resize(typed.size() - suffix.size());
+  }
+  const auto distance = [&](std::string_view candidate) {
+    return edit_distance(typed, plain(candidate));
+  };
+  const std::size_t close_enough = std::max<std::size_t>(1, typed.size() / 3);
   std::size_t best = close_enough + 1;
   for (std::string_view candidate : candidates) {
-    best = std::min(best, edit_distance(word, candidate));
+    best = std::min(best, distance(candidate));
   }
   if (best > close_enough) {
     return {};
   }
   std::string names;
   for (std::string_view candidate : candidates) {
-    if (edit_distance(word, candidate) == best) {
+    if (distance(candidate) == best) {
       names += (names.empty() ? "" : " or ") + in_quotes(candidate);
     }
   }
@@ -213,6 +228,26 @@ void expect_map(const Field& f, const Keys& allowed) {
   }
 }
 
+void expect_unique_keys(const Field& f) {
+  if (f.node.IsSequence()) {
+    for (std::size_t i = 0; i < f.node.size(); ++i) {
+      expect_unique_keys({f.node[i], f.doc, f.path + "[" + std::to_string(i) + "]"});
+    }
+    return;
+  }
+  if (!f.node.IsMap()) return;
+  std::set<std::string> seen;
+  for (const auto& kv : f.node) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string key = kv.first.Scalar();
+    if (!seen.insert(key).second) {
+      fail({kv.first, f.doc, join(f.path, key)}, "duplicate key " + in_quotes(key),
+           "keep one: readers disagree on which of two counts");
+    }
+    expect_unique_keys({kv.second, f.doc, join(f.path, key)});
+  }
+}
+
 // The top-most layer's value; where that is a map, merged with the maps below it down to the
 // first layer whose value is not one (which the maps above replaced). A value laid deeper
 // below the key stands in a map there.
@@ -268,6 +303,22 @@ const std::string& scalar(const Field& f, std::string_view expected) {
 
 std::string read_string(const Field& f) {
   return scalar(f, "a string");
+}
+
+std::string read_name(const Field& f) {
+  constexpr std::size_t kLongest = 200;
+  const std::string name = read_string(f);
+  const bool blank = name.find_first_not_of(" \t") == std::string::npos;
+  const bool control = std::any_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (blank || control || name.size() > kLongest) {
+    fail(f,
+         "expected a name: text on one line, not blank, at most " + std::to_string(kLongest) +
+             " characters, got " + describe(f.node),
+         "name it as tables should show it, e.g. h100 tp8");
+  }
+  return name;
 }
 
 int read_int(const Field& f, int min) {
@@ -387,7 +438,7 @@ double read_non_negative(const Field& f) {
 }
 
 SimTime read_time(const Field& f) {
-  return from_seconds(read_quantity(f, Quantity::duration));
+  return from_seconds(read_quantity(f, Quantity::duration, Zero::allowed));
 }
 
 const Keys kProvenanceKinds = {"measured:", "published:", "extrapolated:", "assumed:"};
@@ -419,12 +470,26 @@ YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::
     throw ScenarioError(shown, 0, 0, "", "cannot open " + std::string(what),
                         exists ? "check that it is a readable file" : "no such file");
   }
+  std::vector<YAML::Node> documents;
   try {
-    return YAML::Load(in);
+    documents = YAML::LoadAll(in);
+  } catch (const YAML::DeepRecursion& e) {
+    throw ScenarioError(shown, e.mark.line + 1, e.mark.column + 1, "",
+                        "lists or maps nested " + std::to_string(e.depth()) + " deep",
+                        "no file fleetsim reads nests more than a few levels");
   } catch (const YAML::ParserException& e) {
     throw ScenarioError(shown, e.mark.line + 1, e.mark.column + 1, "",
                         "YAML syntax error: " + e.msg);
   }
+  // A second document (after `---`, or text after `...`) would be silently dropped.
+  if (documents.size() > 1) {
+    const YAML::Mark mark = documents[1].Mark();
+    throw ScenarioError(shown, mark.is_null() ? 0 : mark.line + 1,
+                        mark.is_null() ? 0 : mark.column + 1, "",
+                        "a second YAML document: a file holds one",
+                        "remove the `---` or `...` line and what follows it, or merge the two");
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 bool is_preset_name(const std::string& name) {

@@ -81,7 +81,6 @@ bool replaced_by_entry(const Doc& doc, std::string path);
 
 std::string join(const std::string& path, std::string_view key);
 std::string join_list(const Keys& names);
-std::string in_quotes(std::string_view s);
 // `value` with `decimals` decimals, whatever the locale.
 std::string rounded(double value, int decimals);
 // "a list", "a map", or the scalar in quotes.
@@ -103,6 +102,9 @@ struct Entry {
 std::vector<Entry> entries(const Field& map);
 // Checks that `f` is a map whose keys are all in `allowed`, each once.
 void expect_map(const Field& f, const Keys& allowed);
+// Every map at or below `f` has each key once (a foreign file's, which expect_map does not
+// read: readers disagree on which of two counts, Python's json taking the last).
+void expect_unique_keys(const Field& f);
 std::optional<Field> find(const Field& map, std::string_view key);
 Field require(const Field& map, std::string_view key);
 void require_keys(const Field& map, const Keys& keys);
@@ -111,6 +113,9 @@ void require_keys(const Field& map, const Keys& keys);
 
 const std::string& scalar(const Field& f, std::string_view expected);
 std::string read_string(const Field& f);
+// A name a person gives (the scenario's, a variant's), shown in tables and result files: text
+// on one line, not blank, at most 200 characters.
+std::string read_name(const Field& f);
 template <typename T>
 std::optional<T> parse_whole(const std::string& text) {
   T value{};

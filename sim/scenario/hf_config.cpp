@@ -184,7 +184,14 @@ ModelSpec Loader::hf_model(const Field& path_field) {
                                        "directory), relative to the scenario file",
                                        "config.json");
   const Field root{config.root, &config.doc, ""};
-  if (!root.node.IsMap()) fail(root, "expected a JSON object, got " + describe(root.node));
+  // A foreign file's text is not echoed: it may be anything (a path given by mistake).
+  if (!root.node.IsMap()) {
+    fail(root,
+         "expected a JSON object, got " +
+             (root.node.IsScalar() ? "other text" : describe(root.node)),
+         "give the model's config.json, as Hugging Face saves it");
+  }
+  expect_unique_keys(root);
   const Field type = require(root, "model_type");
   const std::string model_type = read_string(type);
   if (model_type == "llama4") {

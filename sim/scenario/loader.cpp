@@ -105,6 +105,7 @@ StepInputs Loader::parse_variant(const Field& root) {
 Variant Loader::parse_full_variant(std::string name, const Field& root) {
   Variant variant{std::move(name), parse_variant(root), std::nullopt};
   variant.run = parse_run(root);
+  if (variant.run) check_run_against_job(root, variant);
   // In-memory checkpoints need a peer node, and capacity that is not taken back.
   if (variant.run && variant.run->write == CheckpointWrite::in_memory &&
       (variant.inputs.nodes < 2 || variant.run->spot)) {
@@ -123,7 +124,7 @@ Scenario Loader::load(const fs::path& file) {
   expect_map(root, kTopKeys);
   Scenario scenario;
   scenario.file = base.file;
-  scenario.name = read_string(require(root, "name"));
+  scenario.name = read_name(require(root, "name"));
   if (auto description = find(root, "description")) {
     scenario.description = read_string(*description);
   }
@@ -133,7 +134,7 @@ Scenario Loader::load(const fs::path& file) {
   Variant first = parse_full_variant("", root);
   if (const auto measured = find(root, "measured")) first.measured = parse_measured(*measured);
   const auto label = find(root, "label");
-  first.name = label ? read_string(*label) : first.inputs.node.name;
+  first.name = label ? read_name(*label) : first.inputs.node.name;
   scenario.variants.push_back(std::move(first));
   if (auto compare = find(root, "compare")) {
     parse_compare(*compare, root_node, scenario);

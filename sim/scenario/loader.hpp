@@ -31,6 +31,10 @@
 
 namespace fleetsim {
 
+// Clusters above this many GPUs are refused (cluster_schema.cpp says why), and so are runs
+// paying for more, spares included.
+inline constexpr double kMaxGpus = 1048576;
+
 // A preset file (or a file a scenario names) as read, with the document its fields point into.
 struct Preset {
   fields::Doc doc;
@@ -88,6 +92,8 @@ class Loader {
   std::vector<InterruptionCause> interruption_preset(const Field& name);
   std::vector<double> preemption_trace(const Field& path, std::string& source);
   std::string interruption_preset_description(const Field& name);
+  // What a variant's run asks of its job: at most 10^15 steps, at most kMaxGpus GPUs paid.
+  static void check_run_against_job(const Field& root, const Variant& variant);
   // variants.cpp: the compare entries laid over `base`, the file's root as read.
   void parse_compare(const Field& list, const YAML::Node& base, Scenario& scenario);
   // The sweep's points of one variant: the base (entry -1) or compare entry `entry`, named

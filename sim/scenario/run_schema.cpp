@@ -1,10 +1,13 @@
 // run:, with the pricing: and cluster.storage it needs: interruptions (presets under
 // calibration/interruptions/, or listed causes), spot capacity, checkpoints, repair and spares.
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "sim/job/replication.hpp"
 #include "sim/scenario/loader.hpp"
 
 namespace fleetsim {
@@ -34,6 +37,41 @@ const Keys kStorageKeys = {"write", "read"};
 const Keys kPricingKeys = {"gpu_hour", "spot_gpu_hour"};
 // More replications than this is a mistake, not a study: refused before anything runs.
 constexpr int kMaxReplications = 1000000;
+// Above these an interruption rate or a step's spread is a mistake, not a fleet: one
+// interruption a GPU-second, one preemption a node-second, a step time's standard deviation
+// above its mean (the measured spreads are 1-5%).
+constexpr double kMostPerGpuDay = 86400;
+constexpr double kMostPreemptionsPerNodeHour = 3600;
+constexpr double kMostStepJitter = 1;
+
+// One of a run's times: at most 10 years, what a replication's clock holds
+// (sim/job/replication.hpp).
+double run_time(const Field& f, Zero zero = Zero::rejected) {
+  const double seconds = read_quantity(f, Quantity::duration, zero);
+  if (seconds > kLongestDuration_s) {
+    fail(f, "expected at most 10 years, got " + describe(f.node),
+         "a run's times (checkpoints, detection, restart, repairs, spot notice and return) are "
+         "each under 10 years");
+  }
+  return seconds;
+}
+
+// `value` as 3.8e+24.
+std::string scientific(double value) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, value, std::chars_format::scientific, 1);
+  return std::string(text, end.ptr);
+}
+
+// A number >= 0 and at most `most`, with what that ceiling means.
+double read_at_most(const Field& f, double most, const std::string& why) {
+  const double value = read_non_negative(f);
+  if (!(value <= most)) {
+    fail(f, "expected at most " + rounded(most, most < 10 ? 1 : 0) + ", got " + describe(f.node),
+         why);
+  }
+  return value;
+}
 
 // Interruptions per GPU-day of a listed cause: given, or one component's failures per day
 // (24 h over its MTBF) over the GPUs it serves.
@@ -47,9 +85,9 @@ double cause_rate(const Field& cause) {
   const auto gpus = find(cause, "gpus_per_component");
   if (rate) {
     if (gpus) fail(*gpus, "gpus_per_component goes with an mtbf", "remove it, or give mtbf");
-    return read_non_negative(*rate);
+    return read_at_most(*rate, kMostPerGpuDay, "one interruption a GPU-second at the most");
   }
-  const double mtbf_s = read_quantity(*mtbf, Quantity::duration);
+  const double mtbf_s = run_time(*mtbf);
   if (!gpus) {
     fail(cause, "an MTBF needs gpus_per_component: the GPUs one component serves",
          "1 for a GPU, 8 for an 8-GPU node, 256 for a switch under 32 such nodes");
@@ -199,14 +237,15 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       }
       run.policy = {CheckpointPolicy::Kind::every_steps, static_cast<double>(*steps)};
     } else {
-      double seconds = 0;
-      try {
-        seconds = parse_duration(text);
-      } catch (const UnitError&) {
+      // Text that is no number at all is none of the three; a number with a unit is read as a
+      // duration, with that reading's own message where it is not one.
+      if (text.empty() ||
+          !(std::isdigit(static_cast<unsigned char>(text.front())) || text.front() == '.')) {
         fail(*checkpoint,
              "expected young_daly, a step count or a duration, got " + describe(checkpoint->node),
              hint);
       }
+      const double seconds = run_time(*checkpoint, Zero::allowed);
       if (!(seconds > 0)) fail(*checkpoint, "a checkpoint interval must be positive", hint);
       run.policy = {CheckpointPolicy::Kind::every_seconds, seconds};
     }
@@ -224,7 +263,8 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     }
     SpotCapacity capacity;
     if (rate) {
-      capacity.preemptions_per_node_hour = read_non_negative(*rate);
+      capacity.preemptions_per_node_hour = read_at_most(*rate, kMostPreemptionsPerNodeHour,
+                                                        "one preemption a node-second at the most");
       capacity.source = read_provenance(require(*spot, "source"));
     } else {
       if (const auto source = find(*spot, "source")) {
@@ -232,9 +272,8 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       }
       capacity.trace_s = preemption_trace(*trace, capacity.source);
     }
-    capacity.notice_s = read_quantity(require(*spot, "notice"), Quantity::duration);
-    capacity.capacity_return_s =
-        read_quantity(require(*spot, "capacity_return"), Quantity::duration);
+    capacity.notice_s = run_time(require(*spot, "notice"), Zero::allowed);
+    capacity.capacity_return_s = run_time(require(*spot, "capacity_return"), Zero::allowed);
     run.spot = std::move(capacity);
     if (run.priced && !run.spot_priced) {
       fail(*spot, "a priced run on spot capacity needs pricing.spot_gpu_hour",
@@ -253,12 +292,12 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
   }
   // Read wherever it is (a compare entry may turn in-memory checkpoints off); only they use it.
   if (const auto persist = find(*block, "persist")) {
-    run.persist_every_s = read_quantity(*persist, Quantity::duration);
+    run.persist_every_s = run_time(*persist);
   }
-  run.detection_s = read_quantity(require(*block, "detection"), Quantity::duration);
-  run.restart_s = read_quantity(require(*block, "restart"), Quantity::duration);
+  run.detection_s = run_time(require(*block, "detection"), Zero::allowed);
+  run.restart_s = run_time(require(*block, "restart"), Zero::allowed);
   if (const auto repair = find(*block, "node_repair")) {
-    run.node_repair_s = read_quantity(*repair, Quantity::duration, Zero::allowed);
+    run.node_repair_s = run_time(*repair, Zero::allowed);
   }
   if (const auto policy = find(*block, "when_short")) {
     run.when_short = read_choice(*policy, {"wait", "shrink"}) == "shrink" ? ShortagePolicy::shrink
@@ -290,16 +329,19 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
         fail(fraction, "a degraded link keeps part of its bandwidth: the fraction lost is < 1",
              "fraction: 0.5 for a 400 Gb/s link running at 200");
       }
-      degradation.per_gpu_day = read_non_negative(require(entry, "per_gpu_day"));
+      degradation.per_gpu_day = read_at_most(require(entry, "per_gpu_day"), kMostPerGpuDay,
+                                             "one degradation a GPU-second at the most");
       degradation.source = read_provenance(require(entry, "source"));
       run.degradations.push_back(std::move(degradation));
     }
   }
   if (const auto jitter = find(*block, "step_jitter")) {
-    run.step_jitter = read_non_negative(*jitter);
+    run.step_jitter = read_at_most(*jitter, kMostStepJitter,
+                                   "step_jitter is each rank's step-time coefficient of "
+                                   "variation: measured ones are 0.01 to 0.05");
   }
   if (const auto evict = find(*block, "evict_degraded")) {
-    run.evict_degraded_after_s = read_quantity(*evict, Quantity::duration, Zero::allowed);
+    run.evict_degraded_after_s = run_time(*evict, Zero::allowed);
   }
   if (const auto replications = find(*block, "replications")) {
     run.replications = read_int(*replications, 1);
@@ -310,6 +352,27 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     }
   }
   return run;
+}
+
+void Loader::check_run_against_job(const Field& root, const Variant& variant) {
+  const RunSpec& run = *variant.run;
+  const double steps = training_steps(run.tokens, variant.inputs.training);
+  if (!(steps <= kMostSteps)) {
+    fail(require(require(root, "training"), "tokens"),
+         "the run would take " + scientific(steps) + " steps, more than the 10^15 it simulates",
+         "tokens is what the whole run trains, e.g. 15e12; a step trains global_batch x seq_len");
+  }
+  const double paid_gpus =
+      (static_cast<double>(variant.inputs.nodes) + run.hot_spares) * variant.inputs.node.gpus;
+  if (paid_gpus > kMaxGpus) {
+    fail(require(require(root, "run"), "hot_spares"),
+         std::to_string(run.hot_spares) + " hot spares: with the job's " +
+             std::to_string(variant.inputs.nodes) +
+             (variant.inputs.nodes == 1 ? " node, " : " nodes, ") + rounded(paid_gpus, 0) +
+             " GPUs paid, more than fleetsim simulates (at most " + rounded(kMaxGpus, 0) + ")",
+         "spares are nodes kept idle to replace the job's own under repair: a few percent of "
+         "them");
+  }
 }
 
 }  // namespace fleetsim

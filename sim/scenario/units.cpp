@@ -1,5 +1,6 @@
 #include "sim/scenario/units.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -109,10 +110,6 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, last - first + 1);
 }
 
-std::string in_quotes(std::string_view s) {
-  return "\"" + std::string(s) + "\"";
-}
-
 char lower(char c) {
   return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
 }
@@ -219,8 +216,14 @@ double parse_size(std::string_view text, Zero zero) {
   return parse_quantity(text, kSize, zero);
 }
 
-double parse_duration(std::string_view text) {
-  return parse_quantity(text, kDuration, Zero::allowed);
+double parse_duration(std::string_view text, Zero zero) {
+  const double seconds = parse_quantity(text, kDuration, zero);
+  if (seconds > 0 && seconds < 1e-9) {
+    throw UnitError("expected a duration of at least 1ns, got " + in_quotes(trim(text)),
+                    "fleetsim counts time in whole nanoseconds; write 0s for none, if zero is "
+                    "allowed here");
+  }
+  return seconds;
 }
 
 double parse_flop_rate(std::string_view text, Zero zero) {
@@ -233,6 +236,28 @@ double parse_hourly_price(std::string_view text) {
 
 double parse_frequency(std::string_view text) {
   return parse_quantity(text, kFrequency, Zero::rejected);
+}
+
+std::string in_quotes(std::string_view text) {
+  constexpr std::size_t kShown = 60;
+  std::size_t shown = std::min(text.size(), kShown);
+  // Not inside a UTF-8 character: back to the start of the one cut.
+  while (shown < text.size() && shown > 0 &&
+         (static_cast<unsigned char>(text[shown]) & 0xc0) == 0x80) {
+    --shown;
+  }
+  std::string quoted = "\"";
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte == 0x7f) {
+      constexpr char kHex[] = "0123456789abcdef";
+      quoted += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+    } else {
+      quoted += static_cast<char>(byte);
+    }
+  }
+  if (shown < text.size()) quoted += "...";
+  return quoted + "\"";
 }
 
 }  // namespace fleetsim

@@ -37,8 +37,10 @@ double parse_bandwidth(std::string_view text, Zero zero = Zero::rejected);
 // `80GB`, `81559MiB`, `25MB`, `1.5TB`, `512KiB`, `100B` -> bytes.
 double parse_size(std::string_view text, Zero zero = Zero::rejected);
 
-// `90s`, `3.4us`, `5ms`, `2ns`, `10min`, `2h`, `30d` -> seconds. Zero is allowed (`0us`).
-double parse_duration(std::string_view text);
+// `90s`, `3.4us`, `5ms`, `2ns`, `10min`, `2h`, `30d` -> seconds. Simulated time counts whole
+// nanoseconds (sim/engine/time.hpp): a duration above zero and under 1ns is refused, not
+// rounded to a tick it does not mean.
+double parse_duration(std::string_view text, Zero zero = Zero::allowed);
 
 // `2.50USD/h` -> US dollars per hour. Zero is allowed (hardware already paid for).
 double parse_hourly_price(std::string_view text);
@@ -48,5 +50,10 @@ double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected);
 
 // `2.0GHz`, `3300MHz` -> cycles per second.
 double parse_frequency(std::string_view text);
+
+// `text` between double quotes as an error message may show it: control bytes (a NUL, a
+// newline) written as \xNN, and a long text cut to its first 60 characters and "...", so that
+// a message never carries a whole foreign file.
+std::string in_quotes(std::string_view text);
 
 }  // namespace fleetsim

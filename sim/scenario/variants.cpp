@@ -48,7 +48,7 @@ void check_some_variant_can_fit(const Field& model, const Scenario& scenario) {
 }
 
 void Loader::parse_compare(const Field& list, const YAML::Node& base, Scenario& scenario) {
-  if (!list.node.IsSequence()) {
+  if (!list.node.IsSequence() || list.node.size() == 0) {
     fail(list, "expected a list of variants, got " + describe(list.node),
          "write each variant as `- name: ...` followed by the keys it changes");
   }
@@ -58,7 +58,7 @@ void Loader::parse_compare(const Field& list, const YAML::Node& base, Scenario& 
     const Field entry{list.node[i], list.doc, list.path + "[" + std::to_string(i) + "]"};
     expect_map(entry, kCompareKeys);
     const Field name_field = require(entry, "name");
-    const std::string name = read_string(name_field);
+    const std::string name = read_name(name_field);
     if (!names.insert(name).second) {
       fail(name_field, "variant name " + in_quotes(name) + " is already taken",
            "the base variant is named by label (default: its node preset); give every "

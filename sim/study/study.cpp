@@ -123,6 +123,15 @@ void simulate_run(VariantReport& out, std::uint64_t seed, const StepOptions& opt
   out.job_result = simulate_job(
       *out.job, out.run->replications, seed, [&progress] { report_progress(progress, 1); },
       on_stop);
+  // Young-Daly's interval may rightly outlast a short run; an interval given may not.
+  if (out.job->policy.kind != CheckpointPolicy::Kind::young_daly &&
+      out.job_result->interval_steps >= out.job->steps) {
+    out.outcome.warnings.push_back(
+        "it never checkpoints: the run's " +
+        std::to_string(static_cast<long long>(out.job->steps)) +
+        " steps end before its first checkpoint, so every interruption starts it again from "
+        "the beginning");
+  }
   if (out.job->spot && !out.job->spot->trace_s.empty() &&
       out.job_result->wall_s.p50 > out.job->spot->trace_s.back()) {
     out.outcome.warnings.push_back(

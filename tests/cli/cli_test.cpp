@@ -657,7 +657,9 @@ TEST_CASE("a re-planned sweep point with a run keeps the layout whose run costs 
   }
 }
 
-TEST_CASE("every file of the bad-input catalogue gets exit 2 and one line naming its place") {
+TEST_CASE(
+    "every file of the bad-input catalogue gets exit 2 and one line naming its place, from "
+    "run and validate alike") {
   const fs::path catalogue = fs::path(FLEETSIM_SOURCE_DIR) / "tests/bad_inputs";
   std::ifstream index(catalogue / "EXPECTED");
   REQUIRE(index);
@@ -676,7 +678,7 @@ TEST_CASE("every file of the bad-input catalogue gets exit 2 and one line naming
   std::set<std::string> indexed;
   for (const auto& [file, message] : expected) indexed.insert(file);
   CHECK(files == indexed);
-  CHECK(files.size() >= 30);
+  CHECK(files.size() >= 80);
   for (const auto& [file, message] : expected) {
     INFO(file);
     const std::string path = (catalogue / file).string();
@@ -687,6 +689,10 @@ TEST_CASE("every file of the bad-input catalogue gets exit 2 and one line naming
     CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
     CHECK_THAT(result.err, Catch::Matches("error: " + path + ":[0-9]+:[0-9]+: .*\n"));
     CHECK_THAT(result.err, Catch::Contains(message));
+    // validate refuses exactly what run does, in the same words.
+    const Result validated = run_cli("validate " + path);
+    CHECK(validated.exit_code == 2);
+    CHECK(validated.err == result.err);
   }
   // None of them made a process grow past 1 GB (ru_maxrss: the largest child so far, in KB).
   rusage children{};

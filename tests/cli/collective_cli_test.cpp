@@ -344,3 +344,30 @@ TEST_CASE("each command refuses the options it does not take, naming those that 
   CHECK(run_cli("run " + scenario + " --sensitivity 0").exit_code == 2);  // no draws is no option
   CHECK(run_cli("calibrate --kernels x --gpu h100-sxm --algo ring").exit_code == 2);
 }
+
+TEST_CASE("counts and file names on the command line are checked before anything runs") {
+  const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
+  const auto refused = [](const std::string& arguments, const std::string& message) {
+    INFO(arguments);
+    const Result result = run_cli(arguments);
+    CHECK(result.exit_code == 2);
+    CHECK(result.out.empty());
+    CHECK_THAT(result.err, Catch::Contains(message));
+  };
+  refused("run " + scenario + " --threads 0", "--threads needs at least 1");
+  refused("run " + scenario + " --threads -1", "--threads needs at least 1");
+  refused("run " + scenario + " --bench -1", "--bench needs at least 1");
+  refused("run " + scenario + " --sensitivity 100000000", "--sensitivity takes 2 to 10000");
+  refused("run " + scenario + " -o ''", "-o needs a file name");
+  refused("run " + scenario + " --trace ''", "--trace needs a file name");
+  // -o writes HDF5 whatever the name says: a name that says otherwise is refused.
+  refused("run " + scenario + " -o out.json", "name the file .h5 or .hdf5");
+  refused("run " + scenario + " -o " + scenario, "name the file .h5 or .hdf5");
+  refused("collective --node dgx-h100 --output table.csv", "name the file .h5 or .hdf5");
+  refused("collective --node dgx-h100 --nodes 2 --leaf-ports 100000", "at most 512 ports");
+  // No command at all is a mistake: the usage, on standard error.
+  const Result bare = run_cli("");
+  CHECK(bare.exit_code == 2);
+  CHECK(bare.out.empty());
+  CHECK_THAT(bare.err, Catch::Contains("usage: fleetsim <command>"));
+}

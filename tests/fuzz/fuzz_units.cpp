@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const Parser parse :
        {static_cast<Parser>([](std::string_view t) { return fleetsim::parse_bandwidth(t); }),
         static_cast<Parser>([](std::string_view t) { return fleetsim::parse_size(t); }),
-        static_cast<Parser>(fleetsim::parse_duration),
+        static_cast<Parser>([](std::string_view t) { return fleetsim::parse_duration(t); }),
         static_cast<Parser>(fleetsim::parse_hourly_price),
         static_cast<Parser>([](std::string_view t) { return fleetsim::parse_flop_rate(t); }),
         static_cast<Parser>(fleetsim::parse_frequency)}) {

@@ -284,6 +284,12 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
       {"uses-every-gpu", "layout.dp", [](JobSubject&, ParallelPlan& p) { p.dp = 4; }},
       {"batch-splits-into-micro-batches", "training.global_batch",
        [](JobSubject& j, ParallelPlan&) { j.global_batch = 250; }},
+      {"replay-within-bounds", "training.global_batch",
+       [](JobSubject& j, ParallelPlan& p) {
+         // 2^19 micro-batches a rank through 32 layers: 2^24 passes, 64 times the most.
+         j.micro_batch = 1;
+         j.global_batch = (1 << 19) * p.dp;
+       }},
       {"micro-batch-group-needs-interleaving", "layout.microbatch_group",
        [](JobSubject&, ParallelPlan& p) { p.microbatch_group = 2; }},
       {"micro-batch-group-within-pp-and-batch", "layout.microbatch_group",
@@ -395,6 +401,31 @@ TEST_CASE("a job breaking several rules reports them in the list's order, the fi
   CHECK(first_job_problem(job, plan) == problems.front());
   CHECK(first_job_problem_at("training.global_batch", job, plan) == problems[2]);
   CHECK_FALSE(first_job_problem_at("layout.ep", job, plan));
+}
+
+TEST_CASE("a step's replay is bounded at 2^18 layer passes a stage, told where it grows") {
+  // llama3_8b's 32 layers on one stage: 8,192 micro-batches a rank are 2^18 passes, the most;
+  // one more group of dp sequences is refused. Two stages halve the passes: accepted again.
+  JobSubject job = on_two_nodes(llama3_8b());
+  ParallelPlan plan = tp8_dp2();
+  job.micro_batch = 1;
+  job.global_batch = 8192 * plan.dp;
+  CHECK_FALSE(first_job_problem_at("training.global_batch", job, plan));
+  job.global_batch = 8193 * plan.dp;
+  const auto batch = first_job_problem_at("training.global_batch", job, plan);
+  REQUIRE(batch);
+  CHECK(batch->rule == "replay-within-bounds");
+  CHECK_THAT(batch->problem, Catch::Contains("8193 micro-batches through 32 layers a stage"));
+  plan.tp = 4;
+  plan.pp = 2;
+  CHECK_FALSE(first_job_problem_at("training.global_batch", job, plan));
+  // Deep rather than long: reported at the layers first.
+  job = on_two_nodes(llama3_8b());
+  job.layers = 2000000000;
+  const auto deep = first_job_problem(job, tp8_dp2());
+  REQUIRE(deep);
+  CHECK(deep->rule == "replay-within-bounds");
+  CHECK(deep->fields.front() == "model.layers");
 }
 
 TEST_CASE("sizes of zero and products past 32 bits are problems, not crashes") {

@@ -57,6 +57,14 @@ OMPI_COMM_WORLD_SIZE=2 "$fleetsim" run "$scenarios/h100-vs-b200.yaml" -q >/dev/n
   status=$?
 [ "$status" -eq 2 ] || { echo "lone copy: exit $status"; exit 1; }
 grep -q "MPI did not make them one job" "$dir/err"
+# A bad input is every rank's: said once, by rank 0, with exit 2.
+printf 'name: bad\nmodel: llama3-8b\ntraining: {seq_len: 4096, global_batch: 64, micro_batch: 0}\n' \
+  >"$dir/bad.yaml"
+status=0
+two run "$dir/bad.yaml" -q >/dev/null 2>"$dir/err" || status=$?
+[ "$status" -eq 2 ] || { echo "bad input under mpirun: exit $status"; exit 1; }
+[ "$(grep -c '^error: ' "$dir/err")" -eq 1 ] || { echo "bad input under mpirun:"; cat "$dir/err"; exit 1; }
+grep -q "^error: $dir/bad.yaml:3:" "$dir/err"
 status=0
 two plan "$scenarios/h100-vs-b200.yaml" >/dev/null 2>"$dir/err" || status=$?
 [ "$status" -eq 2 ] || { echo "plan under mpirun: exit $status"; exit 1; }

@@ -267,6 +267,18 @@ TEST_CASE("a model can come from a Hugging Face config.json, with errors at its 
   REQUIRE(nowhere);
   CHECK(nowhere->key() == "model.hf_config");
   CHECK_THAT(nowhere->what(), Catch::Contains("no Hugging Face config at"));
+  // A key given twice: Python's json keeps the last, a YAML reader the first; neither is taken.
+  const auto twice =
+      error_with("\"hidden_size\": 4096,", "\"hidden_size\": 4096, \"hidden_size\": 2048,");
+  REQUIRE(twice);
+  CHECK(twice->key() == "hidden_size");
+  CHECK_THAT(twice->what(), Catch::Contains("duplicate key \"hidden_size\""));
+  // A file that is no JSON object is not echoed: it may be anything given by mistake.
+  dir.write("models/Meta-Llama-3-8B/config.json", "root:x:0:0:root:/root:/bin/bash\n");
+  const auto foreign = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(foreign);
+  CHECK_THAT(foreign->what(), Catch::Contains("expected a JSON object, got other text"));
+  CHECK_THAT(foreign->what(), !Catch::Contains("root:x"));
 }
 
 TEST_CASE("QLoRA loads as LoRA over a 4-bit base, under ZeRO-3 too (FSDP-QLoRA)") {

@@ -213,6 +213,35 @@ TEST_CASE("an unknown key names its line and column and suggests the closest key
   CHECK_THAT(both->what(), Catch::Contains("did you mean \"node\" or \"nodes\"?"));
 }
 
+TEST_CASE("a near miss in capitals or with a preset file's suffix gets its did-you-mean") {
+  const auto capitals = load_error(with(kBase, "node: dgx-h100", "node: DGX-H100"));
+  REQUIRE(capitals);
+  CHECK_THAT(capitals->what(), Catch::Contains("did you mean \"dgx-h100\"?"));
+  const auto file = load_error(with(kBase, "node: dgx-h100", "node: dgx-h100.yaml"));
+  REQUIRE(file);
+  CHECK_THAT(file->what(), Catch::Contains("did you mean \"dgx-h100\"?"));
+  const auto key = load_error(with(kBase, "zero:", "ZERO:"));
+  REQUIRE(key);
+  CHECK_THAT(key->what(), Catch::Contains("did you mean \"zero\"?"));
+  // A key of a thousand characters is no typo: no suggestion, and no quadratic table for it.
+  const auto long_key = load_error(kBase + std::string(1000, 'n') + ": 1\n");
+  REQUIRE(long_key);
+  CHECK_THAT(long_key->what(), !Catch::Contains("did you mean"));
+  CHECK_THAT(long_key->what(), Catch::Contains("...\""));
+}
+
+TEST_CASE("a file holds one YAML document: a second is refused where it starts") {
+  const auto second = load_error(kBase + "---\nname: other\n");
+  REQUIRE(second);
+  CHECK(second->line() == 13);
+  CHECK_THAT(second->what(), Catch::Contains("a second YAML document"));
+  const auto after_end = load_error(kBase + "...\nmodel: llama3-70b\n");
+  REQUIRE(after_end);
+  CHECK_THAT(after_end->what(), Catch::Contains("a second YAML document"));
+  // A document marker before the one document is fine.
+  CHECK(load_text("---\n" + kBase).variants.size() == 1);
+}
+
 TEST_CASE("an unknown top-level key far from any known one gets no suggestion") {
   const auto e = load_error(kBase + "costs: {gpu_hour: 3USD/h}\n");
   REQUIRE(e);

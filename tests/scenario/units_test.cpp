@@ -103,6 +103,26 @@ TEST_CASE("durations convert to seconds and may be zero") {
   CHECK_THROWS_AS(parse_duration("3 fortnights"), UnitError);
 }
 
+TEST_CASE("a duration above zero and under the clock's 1 ns tick is refused, not rounded") {
+  CHECK(parse_duration("1ns") == Approx(1e-9));
+  CHECK(parse_duration("0ns") == 0);
+  const auto tiny = [] { parse_duration("0.1ns"); };
+  CHECK_THROWS_AS(tiny(), UnitError);
+  CHECK_THAT(problem_of(tiny), Catch::Contains("at least 1ns"));
+  CHECK_THROWS_AS(parse_duration("0s", Zero::rejected), UnitError);
+}
+
+TEST_CASE("a value quoted in a message shows its control bytes and is cut when long") {
+  CHECK(in_quotes("dgx-h100") == "\"dgx-h100\"");
+  // A NUL would end the message where C strings are read; a newline would split its line.
+  CHECK(in_quotes(std::string("a\0b\nc", 5)) == "\"a\\x00b\\x0ac\"");
+  const std::string foreign(1000, 'x');
+  CHECK(in_quotes(foreign) == "\"" + std::string(60, 'x') + "...\"");
+  // Cut before a UTF-8 character, not inside it: 59 x and a two-byte micro sign.
+  const std::string micro = std::string(59, 'x') + "\u00b5s and more";
+  CHECK(in_quotes(micro) == "\"" + std::string(59, 'x') + "...\"");
+}
+
 TEST_CASE("FLOP rates") {
   CHECK(parse_flop_rate("989TFLOPS") == Approx(989e12));
   CHECK(parse_flop_rate("2.25PFLOPS") == Approx(2.25e15));

@@ -1,4 +1,5 @@
 // The study layer: what a run, a sweep, a plan and a memory check mean, tested without the CLI.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -132,6 +133,31 @@ TEST_CASE("a study carries each variant's measurement beside its simulation") {
   const RunReport memory = memory_report(scenario);
   CHECK(memory.variants.front().measured == scenario.variants.front().measured);
   CHECK_THAT(render_memory(memory), Catch::Contains("peak memory per GPU (GB)"));
+}
+
+TEST_CASE("a run whose given checkpoint interval outlasts it is warned that it never checkpoints") {
+  // 1e9 tokens of 256 x 4,096-token steps: 954 steps.
+  const std::string run =
+      "name: run\nmodel: llama3-8b\n"
+      "training: {seq_len: 4096, global_batch: 256, micro_batch: 2, tokens: 1e9}\n"
+      "layout: {dp: 8, zero: 3}\n"
+      "cluster: {node: dgx-h100, storage: {write: 50GB/s, read: 100GB/s}}\n"
+      "run: {interruptions: llama3-405b, checkpoint: 954 steps, detection: 5min, "
+      "restart: 10min, replications: 20}\n"
+      "compare:\n"
+      "  - {name: every 953 steps, run: {checkpoint: 953 steps}}\n"
+      "  - {name: young-daly, run: {checkpoint: young_daly}}\n";
+  const RunReport report = simulate_scenario(testing::load_text(run), {});
+  const auto warned = [&](std::size_t variant) {
+    const auto& warnings = report.variants[variant].outcome.warnings;
+    return std::any_of(warnings.begin(), warnings.end(), [](const std::string& warning) {
+      return warning.find("never checkpoints: the run's 954 steps") != std::string::npos;
+    });
+  };
+  CHECK(warned(0));
+  CHECK_FALSE(warned(1));
+  // Young-Daly's interval may rightly outlast a short run: its choice, not a mistake.
+  CHECK_FALSE(warned(2));
 }
 
 }  // namespace fleetsim

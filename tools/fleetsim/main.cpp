@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "calibration/microbench.hpp"
@@ -253,7 +256,7 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   }
   if (vm.count("top")) options.top = vm["top"].as<int>();
   exit_now = false;
-  if (vm.count("help") || argc == 1) {
+  if (vm.count("help")) {
     std::cout << kUsage;
     exit_now = true;
   } else if (vm.count("version")) {
@@ -378,6 +381,31 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
   }
 }
 
+// Each draw replays every variant's step: past this, a mistake rather than a study.
+constexpr int kMostSensitivityDraws = 10000;
+
+// -o names an HDF5 file (.h5 or .hdf5: JSON and CSV go to standard output), --trace a
+// Perfetto JSON file; neither may be empty.
+void check_output_name(const Options& options) {
+  const auto suffix = [](const std::string& path) {
+    std::string extension = std::filesystem::path(path).extension().string();
+    for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return extension;
+  };
+  if (options.given.contains("output")) {
+    if (options.output.empty()) throw po::error("-o needs a file name, e.g. -o results.h5");
+    const std::string extension = suffix(options.output);
+    if (extension != ".h5" && extension != ".hdf5") {
+      throw po::error("-o writes HDF5: name the file .h5 or .hdf5, got '" + options.output +
+                      "' (JSON goes to standard output with --json" +
+                      (options.command == "sweep" ? ", CSV with --csv)" : ")"));
+    }
+  }
+  if (options.given.contains("trace") && options.trace.empty()) {
+    throw po::error("--trace needs a file name, e.g. --trace step.json");
+  }
+}
+
 int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   std::optional<tbb::global_control> thread_limit;
   if (options.threads > 0) {
@@ -387,9 +415,18 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   check_command_options(options);
   if (options.csv && options.json) throw po::error("--csv and --json: one of them");
   if (options.summary && !options.json) throw po::error("--summary shortens --json's output");
-  if (options.given.contains("sensitivity") && options.sensitivity_draws < 2) {
-    throw po::error("--sensitivity needs at least 2 draws (100 make a steady 90% interval)");
+  if (options.given.contains("sensitivity") &&
+      (options.sensitivity_draws < 2 || options.sensitivity_draws > kMostSensitivityDraws)) {
+    throw po::error("--sensitivity takes 2 to " + std::to_string(kMostSensitivityDraws) +
+                    " draws (100 make a steady 90% interval)");
   }
+  if (options.given.contains("threads") && options.threads < 1) {
+    throw po::error("--threads needs at least 1 (without it, one a core)");
+  }
+  if (options.given.contains("bench") && options.bench_runs < 1) {
+    throw po::error("--bench needs at least 1 run (3 give a median)");
+  }
+  check_output_name(options);
   // Started before the scenario loads: a limit counts the whole command.
   std::optional<fleetsim::ResourceWatch> watch;
   watch.emplace(fleetsim::parse_limits(options.max_wall, options.max_memory));
@@ -553,6 +590,21 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
 
 }  // namespace
 
+// `text` on one line of a terminal: control bytes (a NUL, a newline, an escape) as \xNN.
+std::string one_line(const std::string& text) {
+  std::string line;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      line += c;
+      continue;
+    }
+    constexpr char kHex[] = "0123456789abcdef";
+    line += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
+  }
+  return line;
+}
+
 int main(int argc, char** argv) {
   std::optional<fleetsim::Ranks> ranks;
   try {
@@ -573,6 +625,10 @@ int main(int argc, char** argv) {
   int code = kOk;
   std::string failure;
   try {
+    if (argc == 1) {  // no command: the usage, as a mistake
+      std::cerr << kUsage;
+      return kBadInput;
+    }
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
@@ -613,9 +669,17 @@ int main(int argc, char** argv) {
     failure = std::string("error: ") + error.what();
   }
   std::cerr.rdbuf(stderr_buffer);
-  std::cerr << (ranks->rank() != 0 ? "rank " + std::to_string(ranks->rank()) + ": " : "") << failure
-            << "\n";
-  // The other ranks may be waiting for this one in the gather: a failure ends them all.
-  if (ranks->size() > 1) ranks->abort(code);
+  // A bad input is every rank's alike: rank 0 says it, once.
+  if (code != kBadInput || ranks->rank() == 0) {
+    std::cerr << (ranks->rank() != 0 ? "rank " + std::to_string(ranks->rank()) + ": " : "")
+              << one_line(failure) << "\n";
+  }
+  // The other ranks may be waiting for this one in the gather: a failure ends them all. A bad
+  // input is every rank's: rank 0 says it and ends the job; another gives it time to.
+  if (ranks->size() > 1) {
+    if (code == kBadInput && ranks->rank() != 0)
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+    ranks->abort(code);
+  }
   return code;
 }
