@@ -2,12 +2,16 @@
 #include "sim/report/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "sim/engine/errors.hpp"
 #include "sim/report/report.hpp"
@@ -65,15 +69,50 @@ void write_new_file(const std::filesystem::path& file, const std::string& conten
   }
 }
 
+// The temporary file being written, for a signal handler: a copy in a fixed buffer, published
+// by an atomic pointer (null while none is).
+char being_written_buffer[4096];
+std::atomic<const char*> being_written{nullptr};
+
+void note_being_written(const std::filesystem::path& temp) noexcept {
+  being_written.store(nullptr);
+  const std::string& text = temp.native();
+  if (text.size() >= sizeof being_written_buffer) return;  // too long to note: not removed
+  std::memcpy(being_written_buffer, text.c_str(), text.size() + 1);
+  being_written.store(being_written_buffer);
+}
+
+// Removes `<target>.tmp.<pid>` files whose process no longer runs.
+void remove_stale_temp_files(const std::filesystem::path& target) noexcept {
+  const std::filesystem::path directory =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code error;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string_view digits = std::string_view(name).substr(prefix.size());
+    pid_t pid = 0;
+    const auto [end, parsed] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (parsed != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(entry.path());
+  }
+  for (const auto& file : stale) std::filesystem::remove(file, error);
+}
+
 }  // namespace
 
 std::filesystem::path temp_path_for(const std::filesystem::path& target) {
+  remove_stale_temp_files(target);
   std::filesystem::path temp = target;
   temp += ".tmp." + std::to_string(::getpid());
+  note_being_written(temp);
   return temp;
 }
 
 void discard_temp_file(const std::filesystem::path& temp) noexcept {
+  being_written.store(nullptr);
   std::error_code ignored;
   std::filesystem::remove(temp, ignored);
 }
@@ -87,6 +126,7 @@ void commit_temp_file(const std::filesystem::path& temp, const std::filesystem::
     if (error) {
       throw ModelError(error.message());
     }
+    being_written.store(nullptr);
   } catch (const ModelError& e) {
     discard_temp_file(temp);
     throw ModelError("cannot write " + what + " " + target.string() + ": " + e.what());
@@ -94,6 +134,36 @@ void commit_temp_file(const std::filesystem::path& temp, const std::filesystem::
 }
 
 }  // namespace report_detail
+
+const char* temp_file_being_written() noexcept {
+  return report_detail::being_written.load();
+}
+
+std::string output_target_problem(const std::filesystem::path& path,
+                                  const std::vector<std::filesystem::path>& inputs) {
+  std::error_code error;
+  const std::filesystem::path directory =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(directory, error)) {
+    return "its directory " + directory.string() + " does not exist";
+  }
+  // Written by a temporary file beside it and a rename: the directory must take new files.
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+    return "its directory " + directory.string() + " is not writable";
+  }
+  const auto status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return std::filesystem::is_directory(status)
+               ? "it is a directory"
+               : "it is not a regular file (a device or a pipe): a result would replace it";
+  }
+  for (const std::filesystem::path& input : inputs) {
+    if (std::filesystem::exists(status) && std::filesystem::equivalent(path, input, error)) {
+      return "it is the input " + input.string() + ", which a result would replace";
+    }
+  }
+  return {};
+}
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& content) {
   const std::filesystem::path temp = report_detail::temp_path_for(path);

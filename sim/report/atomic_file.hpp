@@ -10,6 +10,9 @@
 
 namespace fleetsim::report_detail {
 
+// `<target>.tmp.<pid>`, after removing those of processes that have ended (a run killed while
+// writing, which no handler could clean up), and noted as the file being written until it is
+// committed or discarded.
 std::filesystem::path temp_path_for(const std::filesystem::path& target);
 
 // Flushes `temp` to disk and renames it over `target`. On failure removes `temp` and throws

@@ -106,6 +106,14 @@ void write_hdf5(const RunReport& report, const std::filesystem::path& path);
 // Throws ModelError when the file cannot be written; nothing is left behind and the target
 // is untouched.
 void write_text_atomically(const std::filesystem::path& path, const std::string& content);
+// Why a result file cannot be written at `path`, checked before anything is simulated: its
+// directory missing or not writable, or `path` something other than a regular file (a
+// directory, a device such as /dev/null, a FIFO), or one of `inputs`. Empty when it can.
+std::string output_target_problem(const std::filesystem::path& path,
+                                  const std::vector<std::filesystem::path>& inputs);
+// The temporary file a result is being written to at this moment, or nullptr: a signal
+// handler that ends the process removes it first (async-signal-safe to read).
+const char* temp_file_being_written() noexcept;
 
 // A Chrome / Perfetto trace (JSON, open it in ui.perfetto.dev) of the traced ranks of every
 // simulated variant: one process per variant, one track per rank and stream (compute, gather,

@@ -1,6 +1,9 @@
 // fleetsim collective and calibrate end to end: nccl-tests' table and options, the log read back
 // and fitted, the profile entry written.
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -365,6 +368,16 @@ TEST_CASE("counts and file names on the command line are checked before anything
   refused("run " + scenario + " -o " + scenario, "name the file .h5 or .hdf5");
   refused("collective --node dgx-h100 --output table.csv", "name the file .h5 or .hdf5");
   refused("collective --node dgx-h100 --nodes 2 --leaf-ports 100000", "at most 512 ports");
+  // Targets checked before anything is simulated: a missing directory, a device, the input.
+  refused("run " + scenario + " -o /nonexistent-dir/x.h5", "does not exist");
+  refused("run " + scenario + " --trace /dev/null", "not a regular file");
+  refused("run " + scenario + " --trace " + scenario, "is the input");
+  // Results that cannot reach standard output are a failure, not exit 0.
+  const std::string full =
+      std::string(FLEETSIM_CLI) + " run " + scenario + " -q --json >/dev/full 2>/dev/null";
+  const int status = std::system(full.c_str());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
   // No command at all is a mistake: the usage, on standard error.
   const Result bare = run_cli("");
   CHECK(bare.exit_code == 2);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -182,15 +183,19 @@ TEST_CASE("stop: Ctrl-C (SIGINT) on a run writes what finished, marked partial, 
 }
 
 TEST_CASE(
-    "stop: a fleetsim killed while it writes its HDF5 file leaves the previous file, or none") {
+    "stop: a fleetsim killed while it writes its HDF5 file leaves the previous file, or none, "
+    "and the next run clears what the kill left") {
   // The kill lands as the temporary file appears (inotify), while HDF5 fills it: the target
   // must then be as it was. A kill that comes after the rename (the write took less than the
   // kill's latency) proves nothing, and the attempt is repeated.
   const std::string scenario = std::string(FLEETSIM_TEST_DATA_DIR) + "/large-output.yaml";
   const TempDir dir;
   const fs::path h5 = dir.path() / "result.h5";
-  // `restore` puts the target as it was before each attempt.
-  const auto kill_while_writing = [&](const auto& restore) {
+  // `restore` puts the target as it was before each attempt; `signal` is the one sent; `before`
+  // tells whether it landed before the rename (else the attempt is repeated). Returns the
+  // temporary file's path.
+  const auto kill_while_writing = [&](const auto& restore, int signal,
+                                      const auto& before) -> std::optional<fs::path> {
     for (int attempt = 0; attempt < 10; ++attempt) {
       restore();
       const int watch = inotify_init1(IN_CLOEXEC);
@@ -215,28 +220,38 @@ TEST_CASE(
           at += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
         }
       }
-      run.signal(SIGKILL);
+      run.signal(signal);
       const int status = run.wait();
       ::close(watch);
       const fs::path temp = dir.path() / temp_name;
-      if (fs::exists(temp)) {  // killed before the rename
-        CHECK(status == 128 + SIGKILL);
-        fs::remove(temp);  // what a kill leaves: never the target
-        return true;
-      }
+      if (status == 128 + signal && before(temp)) return temp;
     }
-    return false;
+    return std::nullopt;
   };
 
-  // No previous file: none after the kill.
-  REQUIRE(kill_while_writing([&] { fs::remove(h5); }));
+  // No previous file: none after the kill, only its temporary file, which no handler could
+  // remove; the next run that writes there removes it.
+  const auto temp_left = [](const fs::path& temp) { return fs::exists(temp); };
+  const auto killed = kill_while_writing([&] { fs::remove(h5); }, SIGKILL, temp_left);
+  REQUIRE(killed);
   CHECK_FALSE(fs::exists(h5));
+  Fleetsim next(dir, {"run", scenario, "-q", "-o", h5.string()});
+  REQUIRE(next.wait() == 0);
+  CHECK_FALSE(fs::exists(*killed));
+  // SIGTERM (as SIGINT) while the file is written ends the process, its temporary file removed.
+  const auto no_result = [&](const fs::path&) { return !fs::exists(h5); };
+  const auto terminated = kill_while_writing([&] { fs::remove(h5); }, SIGTERM, no_result);
+  REQUIRE(terminated);
+  CHECK_FALSE(fs::exists(*terminated));
 
   // A previous file: the same bytes after the kill, and still a whole result.
   Fleetsim first(dir, {"run", scenario, "-q", "-o", h5.string()});
   REQUIRE(first.wait() == 0);
   const std::string previous = read_text(h5);
-  REQUIRE(kill_while_writing([&] { std::ofstream(h5, std::ios::binary) << previous; }));
+  const auto killed_over = kill_while_writing(
+      [&] { std::ofstream(h5, std::ios::binary) << previous; }, SIGKILL, temp_left);
+  REQUIRE(killed_over);
+  fs::remove(*killed_over);
   CHECK(read_text(h5) == previous);
   CHECK(fleetsim::read_hdf5_summary(h5).variants.size() == 4);
 }

@@ -1,5 +1,8 @@
 // Tests of the console, JSON and HDF5 renderings of a hand-built two-variant report.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -350,6 +353,41 @@ TEST_CASE("text written into a missing directory throws and leaves nothing behin
   CHECK_THROWS_AS(write_text_atomically(path, "{}\n"), ModelError);
   CHECK_FALSE(std::filesystem::exists(dir.path() / "missing"));
   CHECK(dir.file_count() == 0);
+}
+
+TEST_CASE("a temporary file of a process that has ended is removed by the next write") {
+  const TempDir dir;
+  const auto path = dir.path() / "result.json";
+  // A process that has ended: a child, waited for. And one that runs: this one's parent.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);
+  const auto dead = dir.path() / ("result.json.tmp." + std::to_string(child));
+  const auto running = dir.path() / ("result.json.tmp." + std::to_string(::getppid()));
+  const auto other = dir.path() / ("other.json.tmp." + std::to_string(child));
+  for (const auto& file : {dead, running, other}) std::ofstream(file) << "half";
+  write_text_atomically(path, "whole\n");
+  CHECK(read_text(path) == "whole\n");
+  CHECK_FALSE(std::filesystem::exists(dead));
+  CHECK(std::filesystem::exists(running));  // its writer may still finish
+  CHECK(std::filesystem::exists(other));    // another target's
+  CHECK(temp_file_being_written() == nullptr);
+}
+
+TEST_CASE("a result's target is checked before anything is simulated") {
+  const TempDir dir;
+  const auto input = dir.path() / "scenario.yaml";
+  std::ofstream(input) << "name: x\n";
+  CHECK(output_target_problem(dir.path() / "new.h5", {input}).empty());
+  CHECK_THAT(output_target_problem(dir.path() / "missing" / "x.h5", {input}),
+             Catch::Contains("does not exist"));
+  CHECK_THAT(output_target_problem(dir.path(), {input}), Catch::Contains("is a directory"));
+  CHECK_THAT(output_target_problem("/dev/null", {input}), Catch::Contains("not a regular file"));
+  CHECK_THAT(output_target_problem(input, {input}), Catch::Contains("is the input"));
+  // The same file by another path is the input too.
+  CHECK_THAT(output_target_problem(dir.path() / "." / "scenario.yaml", {input}),
+             Catch::Contains("is the input"));
 }
 
 TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layouts") {

@@ -385,8 +385,8 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
 constexpr int kMostSensitivityDraws = 10000;
 
 // -o names an HDF5 file (.h5 or .hdf5: JSON and CSV go to standard output), --trace a
-// Perfetto JSON file; neither may be empty.
-void check_output_name(const Options& options) {
+// Perfetto JSON file; neither may be empty, and each must be a place a result can be written.
+void check_outputs(const Options& options) {
   const auto suffix = [](const std::string& path) {
     std::string extension = std::filesystem::path(path).extension().string();
     for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -403,6 +403,14 @@ void check_output_name(const Options& options) {
   }
   if (options.given.contains("trace") && options.trace.empty()) {
     throw po::error("--trace needs a file name, e.g. --trace step.json");
+  }
+  // Checked before anything is simulated, so that no simulation is lost to a bad target.
+  std::vector<std::filesystem::path> inputs;
+  if (!options.file.empty()) inputs.emplace_back(options.file);
+  for (const auto& [name, path] : {std::pair{"-o", options.output}, {"--trace", options.trace}}) {
+    if (path.empty()) continue;
+    const std::string problem = fleetsim::output_target_problem(path, inputs);
+    if (!problem.empty()) throw po::error(std::string(name) + " " + path + ": " + problem);
   }
 }
 
@@ -426,7 +434,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (options.given.contains("bench") && options.bench_runs < 1) {
     throw po::error("--bench needs at least 1 run (3 give a median)");
   }
-  check_output_name(options);
+  check_outputs(options);
   // Started before the scenario loads: a limit counts the whole command.
   std::optional<fleetsim::ResourceWatch> watch;
   watch.emplace(fleetsim::parse_limits(options.max_wall, options.max_memory));
@@ -648,7 +656,12 @@ int main(int argc, char** argv) {
       std::cerr << "fleetsim: --bench times one process; start it without mpirun\n";
       return kBadInput;
     }
-    return run_command(options, *ranks);
+    code = run_command(options, *ranks);
+    // Results that did not reach standard output (a full disk, /dev/full) are a failure.
+    if (ranks->rank() == 0 && !(std::cout << std::flush)) {
+      throw fleetsim::ModelError("cannot write the results to standard output");
+    }
+    return code;
   } catch (const fleetsim::ScenarioError& error) {
     code = kBadInput;
     failure = std::string("error: ") + error.what();

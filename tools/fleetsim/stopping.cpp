@@ -1,16 +1,33 @@
 #include "tools/fleetsim/stopping.hpp"
 
+#include <unistd.h>
+
 #include <boost/program_options/errors.hpp>
 #include <csignal>
 
+#include "sim/report/report.hpp"
 #include "sim/scenario/units.hpp"
 
 namespace fleetsim {
+namespace {
+
+// Ends the process as the signal would, but first removes the temporary file of a result being
+// written (the target keeps its previous content). Every call here is async-signal-safe.
+extern "C" void on_ending_signal(int signal) {
+  if (const char* temp = temp_file_being_written()) ::unlink(temp);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+}  // namespace
 
 void stop_ending_process_on_signals() {
-  // Async-signal-safe (signal() is), for the handler's use.
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  // Async-signal-safe (sigaction is), for the handler's use.
+  struct sigaction action = {};
+  action.sa_handler = on_ending_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
 }
 
 namespace {

@@ -18,7 +18,8 @@ ResourceWatch::Limits parse_limits(const std::string& max_wall, const std::strin
 // (the handler resets both as it runs).
 void stop_on_signals();
 // Back to the ordinary: SIGINT and SIGTERM end the process (once its results are decided: the
-// files are written atomically, so nothing half-written is left).
+// files are written atomically, and the temporary file of one being written is removed, so
+// nothing half-written is left).
 void stop_ending_process_on_signals();
 
 // The exit status of a command that a stop ended: 128 + the signal as shells report it, and
