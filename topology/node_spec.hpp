@@ -106,10 +106,6 @@ enum class FabricRouting {
   hash       // each flow pinned to one spine by a seeded hash (ECMP), so flows can collide
 };
 
-// The most ports a switch has: 512, Broadcom Tomahawk 5's 51.2 Tb/s as 512 x 100 Gb/s (its
-// product brief, BCM78900). A fabric is refused past this: hash routing draws each spine.
-inline constexpr int kMostLeafPorts = 512;
-
 struct FabricSpec {
   FabricKind kind = FabricKind::rail_fat_tree;
   NodePlacement placement = NodePlacement::packed;

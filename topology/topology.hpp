@@ -143,6 +143,33 @@ class Topology {
   std::uint64_t hash_seed_ = 0;
 };
 
+// A fabric's switches out of range: `key` the FabricSpec field, as scenarios name it.
+struct FabricProblem {
+  std::string key;  // "leaf_ports" or "oversubscription"
+  std::string problem;
+  std::string hint;
+};
+// The most ports a switch has: 512, Broadcom Tomahawk 5's 51.2 Tb/s as 512 x 100 Gb/s (its
+// product brief, BCM78900). Past this a fabric is refused: hash routing draws each spine.
+inline constexpr int kMostLeafPorts = 512;
+// leaf_ports from 2 to kMostLeafPorts; an oversubscription from 1 to leaf_ports - 1 (one port
+// up at the least: a full leaf's downlinks are at most leaf_ports - 1 times its uplinks).
+inline std::optional<FabricProblem> fabric_bounds_problem(const FabricSpec& fabric) {
+  const std::string ports = std::to_string(fabric.leaf_ports);
+  if (fabric.leaf_ports < 2 || fabric.leaf_ports > kMostLeafPorts) {
+    return FabricProblem{"leaf_ports",
+                         "expected 2 to " + std::to_string(kMostLeafPorts) + " ports, got " + ports,
+                         "a switch's radix: 64 for NDR Quantum-2, 512 at the most (Tomahawk 5)"};
+  }
+  if (!(fabric.oversubscription >= 1 && fabric.oversubscription <= fabric.leaf_ports - 1)) {
+    return FabricProblem{"oversubscription",
+                         "expected a ratio from 1 to " + std::to_string(fabric.leaf_ports - 1) +
+                             " (leaf_ports - 1: one port up) with " + ports + "-port leaves",
+                         "a full leaf's downlink : uplink bandwidth; 1 is non-blocking"};
+  }
+  return std::nullopt;
+}
+
 // Builds `nodes` copies of the node and, when nodes > 1, the fabric that joins their NICs.
 Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric);
 

@@ -246,27 +246,12 @@ FabricSpec parse_fabric(const std::optional<Field>& f) {
   }
   if (auto ratio = find(*f, "oversubscription")) {
     fabric.oversubscription = read_number(*ratio);
-    if (fabric.oversubscription < 1) {
-      fail(*ratio, "expected a ratio >= 1, got " + describe(ratio->node),
-           "oversubscription is leaf downlink : uplink bandwidth; 1 is non-blocking");
-    }
   }
   if (auto ports = find(*f, "leaf_ports")) {
     fabric.leaf_ports = read_int(*ports, 2);
-    if (fabric.leaf_ports > kMostLeafPorts) {
-      fail(*ports,
-           "expected at most " + std::to_string(kMostLeafPorts) + " ports, got " +
-               describe(ports->node),
-           "leaf_ports is a switch's radix: 64 for NDR Quantum-2, 512 at the most (Tomahawk 5)");
-    }
   }
-  // One port up at the least: a full leaf's downlinks are at most leaf_ports - 1 times it.
-  if (auto ratio = find(*f, "oversubscription");
-      ratio && fabric.oversubscription > fabric.leaf_ports - 1) {
-    fail(*ratio,
-         "expected a ratio of at most " + std::to_string(fabric.leaf_ports - 1) +
-             " (leaf_ports - 1: one port up), got " + describe(ratio->node),
-         "oversubscription is a full leaf's downlink : uplink bandwidth, e.g. 2 or 3");
+  if (const auto problem = fabric_bounds_problem(fabric)) {
+    fail(find(*f, problem->key).value_or(*f), problem->problem, problem->hint);
   }
   if (auto tiers = find(*f, "tiers")) {
     fabric.tiers = std::stoi(read_choice(*tiers, {"2", "3"}));  // absent: the fewest that fit

@@ -73,11 +73,12 @@ std::string rounded(double value, int decimals) {
 [[noreturn]] void fail(const Field& f, const std::string& problem, const std::string& hint) {
   const YAML::Mark mark = f.node.Mark();
   const Doc& doc = *f.doc;
-  std::string key = f.path;
+  // A key of a foreign file may be anything: escaped and cut as a value is.
+  std::string key = escaped(f.path, 200);
   std::string text = problem;
   if (doc.entry >= 0) {
     if (replaced_by_entry(doc, f.path)) {
-      key = "compare[" + std::to_string(doc.entry) + "]." + f.path;
+      key = "compare[" + std::to_string(doc.entry) + "]." + key;
     } else {
       text = "in variant " + in_quotes(doc.variant) + ": " + problem;
     }
@@ -309,9 +310,7 @@ std::string read_name(const Field& f) {
   constexpr std::size_t kLongest = 200;
   const std::string name = read_string(f);
   const bool blank = name.find_first_not_of(" \t") == std::string::npos;
-  const bool control = std::any_of(name.begin(), name.end(), [](char c) {
-    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
+  const bool control = escaped(name) != name;
   if (blank || control || name.size() > kLongest) {
     fail(f,
          "expected a name: text on one line, not blank, at most " + std::to_string(kLongest) +

@@ -87,12 +87,20 @@ double cause_rate(const Field& cause) {
     if (gpus) fail(*gpus, "gpus_per_component goes with an mtbf", "remove it, or give mtbf");
     return read_at_most(*rate, kMostPerGpuDay, "one interruption a GPU-second at the most");
   }
-  const double mtbf_s = run_time(*mtbf);
+  // A mean of a lifetime's distribution, not a time in the run: a million hours is fine.
+  const double mtbf_s = read_quantity(*mtbf, Quantity::duration);
   if (!gpus) {
     fail(cause, "an MTBF needs gpus_per_component: the GPUs one component serves",
          "1 for a GPU, 8 for an 8-GPU node, 256 for a switch under 32 such nodes");
   }
-  return 86400 / mtbf_s / read_positive(*gpus);
+  const double per_gpu_day = 86400 / mtbf_s / read_positive(*gpus);
+  if (!(per_gpu_day <= kMostPerGpuDay)) {
+    fail(*mtbf,
+         "an MTBF of " + describe(mtbf->node) + " over its GPUs is " + scientific(per_gpu_day) +
+             " interruptions a GPU-day, more than one a GPU-second",
+         "component MTBFs are thousands to millions of hours, e.g. mtbf: 50000h");
+  }
+  return per_gpu_day;
 }
 
 int nodes_out(const Field& cause) {
@@ -239,8 +247,8 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     } else {
       // Text that is no number at all is none of the three; a number with a unit is read as a
       // duration, with that reading's own message where it is not one.
-      if (text.empty() ||
-          !(std::isdigit(static_cast<unsigned char>(text.front())) || text.front() == '.')) {
+      if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text.front())) ||
+                            text.front() == '.' || text.front() == '+')) {
         fail(*checkpoint,
              "expected young_daly, a step count or a duration, got " + describe(checkpoint->node),
              hint);

@@ -181,7 +181,7 @@ double parse_quantity(std::string_view raw, const Kind& kind, Zero zero) {
   const std::string_view suffix = trim(rest);
   const std::string_view digits = text.substr(0, text.size() - rest.size());
   if (suffix.empty()) {
-    throw UnitError(expected(kind) + ", got the bare number " + std::string(digits),
+    throw UnitError(expected(kind) + ", got the bare number " + escaped(digits, 40),
                     "every quantity carries its unit: " + std::string(kind.forms));
   }
   const Unit* unit = find_unit(kind, suffix);
@@ -238,15 +238,14 @@ double parse_frequency(std::string_view text) {
   return parse_quantity(text, kFrequency, Zero::rejected);
 }
 
-std::string in_quotes(std::string_view text) {
-  constexpr std::size_t kShown = 60;
-  std::size_t shown = std::min(text.size(), kShown);
+std::string escaped(std::string_view text, std::size_t most) {
+  std::size_t shown = std::min(text.size(), most);
   // Not inside a UTF-8 character: back to the start of the one cut.
   while (shown < text.size() && shown > 0 &&
          (static_cast<unsigned char>(text[shown]) & 0xc0) == 0x80) {
     --shown;
   }
-  std::string quoted = "\"";
+  std::string quoted;
   for (std::size_t i = 0; i < shown; ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
     if (byte < 0x20 || byte == 0x7f) {
@@ -257,7 +256,12 @@ std::string in_quotes(std::string_view text) {
     }
   }
   if (shown < text.size()) quoted += "...";
-  return quoted + "\"";
+  return quoted;
+}
+
+std::string in_quotes(std::string_view text) {
+  constexpr std::size_t kShown = 200;
+  return "\"" + escaped(text, kShown) + "\"";
 }
 
 }  // namespace fleetsim

@@ -9,6 +9,7 @@
 // scenario loader adds the file, line, column and key.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -51,9 +52,11 @@ double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected);
 // `2.0GHz`, `3300MHz` -> cycles per second.
 double parse_frequency(std::string_view text);
 
-// `text` between double quotes as an error message may show it: control bytes (a NUL, a
-// newline) written as \xNN, and a long text cut to its first 60 characters and "...", so that
-// a message never carries a whole foreign file.
+// `text` as a message may show it: control bytes (a NUL, a newline, an escape) written as
+// \xNN, and past `most` bytes cut (before a UTF-8 character, not inside one) and ended "...".
+std::string escaped(std::string_view text, std::size_t most = std::string_view::npos);
+// `text` escaped, cut after 200 bytes and between double quotes, as an error message quotes a
+// value: never a whole foreign file.
 std::string in_quotes(std::string_view text);
 
 }  // namespace fleetsim

@@ -367,7 +367,7 @@ TEST_CASE("counts and file names on the command line are checked before anything
   refused("run " + scenario + " -o out.json", "name the file .h5 or .hdf5");
   refused("run " + scenario + " -o " + scenario, "name the file .h5 or .hdf5");
   refused("collective --node dgx-h100 --output table.csv", "name the file .h5 or .hdf5");
-  refused("collective --node dgx-h100 --nodes 2 --leaf-ports 100000", "at most 512 ports");
+  refused("collective --node dgx-h100 --nodes 2 --leaf-ports 100000", "expected 2 to 512 ports");
   // Targets checked before anything is simulated: a missing directory, a device, the input.
   refused("run " + scenario + " -o /nonexistent-dir/x.h5", "does not exist");
   refused("run " + scenario + " --trace /dev/null", "not a regular file");

@@ -117,10 +117,11 @@ TEST_CASE("a value quoted in a message shows its control bytes and is cut when l
   // A NUL would end the message where C strings are read; a newline would split its line.
   CHECK(in_quotes(std::string("a\0b\nc", 5)) == "\"a\\x00b\\x0ac\"");
   const std::string foreign(1000, 'x');
-  CHECK(in_quotes(foreign) == "\"" + std::string(60, 'x') + "...\"");
+  CHECK(in_quotes(foreign) == "\"" + std::string(200, 'x') + "...\"");
+  CHECK(escaped(foreign) == foreign);  // no limit unless given
   // Cut before a UTF-8 character, not inside it: 59 x and a two-byte micro sign.
   const std::string micro = std::string(59, 'x') + "\u00b5s and more";
-  CHECK(in_quotes(micro) == "\"" + std::string(59, 'x') + "...\"");
+  CHECK(escaped(micro, 60) == std::string(59, 'x') + "...");
 }
 
 TEST_CASE("FLOP rates") {

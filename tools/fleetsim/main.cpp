@@ -24,6 +24,7 @@
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
+#include "sim/scenario/units.hpp"
 #include "sim/step/step_executor.hpp"
 #include "sim/study/study.hpp"
 #include "tools/fleetsim/calibrate_command.hpp"
@@ -598,21 +599,6 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
 
 }  // namespace
 
-// `text` on one line of a terminal: control bytes (a NUL, a newline, an escape) as \xNN.
-std::string one_line(const std::string& text) {
-  std::string line;
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      line += c;
-      continue;
-    }
-    constexpr char kHex[] = "0123456789abcdef";
-    line += {'\\', 'x', kHex[byte >> 4], kHex[byte & 0xf]};
-  }
-  return line;
-}
-
 int main(int argc, char** argv) {
   std::optional<fleetsim::Ranks> ranks;
   try {
@@ -682,17 +668,14 @@ int main(int argc, char** argv) {
     failure = std::string("error: ") + error.what();
   }
   std::cerr.rdbuf(stderr_buffer);
-  // A bad input is every rank's alike: rank 0 says it, once.
-  if (code != kBadInput || ranks->rank() == 0) {
-    std::cerr << (ranks->rank() != 0 ? "rank " + std::to_string(ranks->rank()) + ": " : "")
-              << one_line(failure) << "\n";
+  // A bad input is every rank's alike: rank 0 says it and ends the job (the other ranks may be
+  // waiting for it in the gather: a failure ends them all); another rank gives it time to, and
+  // says it only if it is its own (a file missing on its node). Control bytes as \xNN: one line.
+  if (ranks->size() > 1 && code == kBadInput && ranks->rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
   }
-  // The other ranks may be waiting for this one in the gather: a failure ends them all. A bad
-  // input is every rank's: rank 0 says it and ends the job; another gives it time to.
-  if (ranks->size() > 1) {
-    if (code == kBadInput && ranks->rank() != 0)
-      std::this_thread::sleep_for(std::chrono::seconds(5));
-    ranks->abort(code);
-  }
+  std::cerr << (ranks->rank() != 0 ? "rank " + std::to_string(ranks->rank()) + ": " : "")
+            << fleetsim::escaped(failure) << "\n";
+  if (ranks->size() > 1) ranks->abort(code);
   return code;
 }

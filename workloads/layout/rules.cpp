@@ -512,31 +512,32 @@ Problem batch_splits_into_micro_batches(const JobSubject& job, const ParallelPla
                 str(per_pass));
 }
 
-// A step's replay holds each forward and backward pass of a layer on a replayed rank: about
-// 16 KB of tasks and flows each (measured: Llama-3-8B at tp 8, 32 layers, 1,024 and 8,192
-// micro-batches a step: 0.56 and 4.2 GB, 2.4 and 25 s). Past 2^18 a stage, about 4 GB, a
-// step is refused before anything is built.
-constexpr Wide kMostLayerPassesPerStage = Wide{1} << 18;
+// A step's replay holds each forward and backward pass of a layer, every stage's (each stage
+// is replayed: one replica of it, sim/step/folding.hpp): about 16 KB of tasks and flows a
+// pass (measured: Llama-3-8B at tp 8, 32 layers, 1,024 and 8,192 micro-batches a step: 0.56
+// and 4.2 GB, 2.4 and 25 s). Past 2^18 passes, about 4 GB, a step is refused before anything
+// is built.
+constexpr Wide kMostLayerPasses = Wide{1} << 18;
 constexpr double kReplayBytesPerLayerPass = 16e3;
 
 Problem replay_within_bounds(const JobSubject& job, const ParallelPlan& plan) {
   const Wide per_pass = size_product({job.micro_batch, plan.dp});
-  if (per_pass < 1 || plan.pp < 1) return {};
+  if (per_pass < 1) return {};
   const Wide micro_batches = std::max<Wide>(1, job.global_batch / per_pass);
-  const Wide layers_per_stage = (Wide{job.layers} + plan.pp - 1) / plan.pp;
-  const Wide passes = micro_batches * layers_per_stage;
-  if (passes <= kMostLayerPassesPerStage) return {};
+  const Wide layers = job.layers;
+  const Wide passes = micro_batches * layers;
+  if (passes <= kMostLayerPasses) return {};
   // Reported where the larger factor is set.
   std::vector<std::string> fields{"training.global_batch", "model.layers"};
-  if (layers_per_stage > micro_batches) std::swap(fields[0], fields[1]);
-  return at(
-      std::move(fields),
-      "a step of " + str(micro_batches) + " micro-batches through " + str(layers_per_stage) +
-          " layers a stage is " + str(passes) + " layer passes a stage, about " +
-          str(static_cast<Wide>(static_cast<double>(passes) * kReplayBytesPerLayerPass / 1e9)) +
-          " GB to replay; fleetsim replays at most " + str(kMostLayerPassesPerStage),
-      "fewer micro-batches a step (a smaller global_batch, a larger micro_batch or dp), "
-      "more pipeline stages, or a model of fewer layers");
+  if (layers > micro_batches) std::swap(fields[0], fields[1]);
+  const double gigabytes = static_cast<double>(passes) * kReplayBytesPerLayerPass / 1e9;
+  return at(std::move(fields),
+            "a step of " + str(micro_batches) + " micro-batches through " + str(layers) +
+                " layers is " + str(passes) + " layer passes, about " +
+                str(static_cast<Wide>(gigabytes)) + " GB to replay; fleetsim replays at most " +
+                str(kMostLayerPasses),
+            "fewer micro-batches a step (a smaller global_batch, a larger micro_batch or dp), "
+            "or a model of fewer layers");
 }
 
 Problem micro_batch_group_needs_interleaving(const JobSubject&, const ParallelPlan& plan) {
@@ -779,7 +780,7 @@ const JobRule kRules[] = {
     {"uses-every-gpu", "tp x cp x pp x dp is the cluster's GPU count", uses_every_gpu},
     {"batch-splits-into-micro-batches", "micro_batch x dp divides the global batch",
      batch_splits_into_micro_batches},
-    {"replay-within-bounds", "a stage replays at most 2^18 layer passes a step (about 4 GB)",
+    {"replay-within-bounds", "a step replays at most 2^18 layer passes (about 4 GB)",
      replay_within_bounds},
     {"micro-batch-group-needs-interleaving", "microbatch_group needs pp > 1 and vpp > 1",
      micro_batch_group_needs_interleaving},
