@@ -101,8 +101,6 @@ void remove_stale_temp_files(const std::filesystem::path& target) noexcept {
   for (const auto& file : stale) std::filesystem::remove(file, error);
 }
 
-}  // namespace
-
 std::filesystem::path temp_path_for(const std::filesystem::path& target) {
   remove_stale_temp_files(target);
   std::filesystem::path temp = target;
@@ -131,6 +129,20 @@ void commit_temp_file(const std::filesystem::path& temp, const std::filesystem::
     discard_temp_file(temp);
     throw ModelError("cannot write " + what + " " + target.string() + ": " + e.what());
   }
+}
+
+}  // namespace
+
+void write_atomically(const std::filesystem::path& target, const std::string& content,
+                      const std::string& what) {
+  const std::filesystem::path temp = temp_path_for(target);
+  try {
+    write_new_file(temp, content);
+  } catch (const ModelError& e) {
+    discard_temp_file(temp);
+    throw ModelError("cannot write " + what + " " + target.string() + ": " + e.what());
+  }
+  commit_temp_file(temp, target, what);
 }
 
 }  // namespace report_detail
@@ -166,14 +178,7 @@ std::string output_target_problem(const std::filesystem::path& path,
 }
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& content) {
-  const std::filesystem::path temp = report_detail::temp_path_for(path);
-  try {
-    report_detail::write_new_file(temp, content);
-  } catch (const ModelError& e) {
-    report_detail::discard_temp_file(temp);
-    throw ModelError("cannot write file " + path.string() + ": " + e.what());
-  }
-  report_detail::commit_temp_file(temp, path, "file");
+  report_detail::write_atomically(path, content, "file");
 }
 
 }  // namespace fleetsim

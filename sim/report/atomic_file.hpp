@@ -10,17 +10,12 @@
 
 namespace fleetsim::report_detail {
 
-// `<target>.tmp.<pid>`, after removing those of processes that have ended (a run killed while
-// writing, which no handler could clean up), and noted as the file being written until it is
-// committed or discarded.
-std::filesystem::path temp_path_for(const std::filesystem::path& target);
-
-// Flushes `temp` to disk and renames it over `target`. On failure removes `temp` and throws
-// ModelError("cannot write <what> <target>: <detail>").
-void commit_temp_file(const std::filesystem::path& temp, const std::filesystem::path& target,
+// Writes `content` to `<target>.tmp.<pid>` beside `target` and renames it over; on failure
+// removes it and throws ModelError("cannot write <what> <target>: <detail>"), the target
+// untouched. Temporary files of processes that have ended (a run killed while writing, which
+// no handler could clean up) are removed first; the one being written is noted for a signal
+// handler (temp_file_being_written) until it is committed or discarded.
+void write_atomically(const std::filesystem::path& target, const std::string& content,
                       const std::string& what);
-
-// Removes a temporary file if it exists; never throws (used on error paths).
-void discard_temp_file(const std::filesystem::path& temp) noexcept;
 
 }  // namespace fleetsim::report_detail

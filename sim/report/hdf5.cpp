@@ -485,8 +485,7 @@ void write_measured(const H5::Group& group, const VariantReport& variant) {
   write_attribute(group, "measured_source", variant.measured->source);
 }
 
-void write_file(const RunReport& report, const std::filesystem::path& file_path) {
-  const H5::H5File file(file_path.string(), H5F_ACC_TRUNC);
+void write_file(const RunReport& report, const H5::H5File& file) {
   write_root_attributes(file, report);
   const H5::Group variants = file.createGroup("variants");
   std::set<std::string> used_names;
@@ -509,26 +508,36 @@ void write_file(const RunReport& report, const std::filesystem::path& file_path)
   if (report.swept && !report.variants.empty()) write_sweep(file, report, groups);
 }
 
-[[noreturn]] void fail(const std::filesystem::path& temp, const std::filesystem::path& path,
-                       const std::string& detail) {
-  report_detail::discard_temp_file(temp);
-  throw ModelError("cannot write HDF5 file " + path.string() + ": " + detail);
-}
-
-// Writes through `write` into a temporary file beside `path`, then renames it over `path`.
+// The file built in memory (HDF5's core driver, no backing store), then its bytes written as
+// any output is (report_detail::write_atomically): HDF5 itself never writes to disk, so a full disk
+// or an I/O error is that writer's error message, and no half-closed HDF5 file is left to the
+// library's exit (where a failed close would crash it).
 template <typename Writer>
-void write_atomically(const std::filesystem::path& path, Writer write) {
-  const std::filesystem::path temp = report_detail::temp_path_for(path);
+void write_built_in_memory(const std::filesystem::path& path, Writer write) {
+  std::string image;
   try {
     const std::lock_guard<std::mutex> lock(report_detail::hdf5_mutex());
     H5::Exception::dontPrint();
-    write(temp);
+    H5::FileAccPropList in_memory;
+    in_memory.setCore(1 << 20, false);  // grown in 1 MiB steps, never written back
+    H5::H5File file(path.filename().string(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT,
+                    in_memory);
+    write(file);
+    file.flush(H5F_SCOPE_GLOBAL);
+    const ssize_t size = H5Fget_file_image(file.getId(), nullptr, 0);
+    if (size < 0) throw ModelError("the file's image cannot be read from memory");
+    image.resize(static_cast<std::size_t>(size));
+    if (H5Fget_file_image(file.getId(), image.data(), image.size()) != size) {
+      throw ModelError("the file's image cannot be read from memory");
+    }
+    file.close();
   } catch (const H5::Exception& e) {
-    fail(temp, path, e.getFuncName() + ": " + e.getDetailMsg());
-  } catch (const std::exception& e) {
-    fail(temp, path, e.what());
+    throw ModelError("cannot write HDF5 file " + path.string() + ": " + e.getFuncName() + ": " +
+                     e.getDetailMsg());
+  } catch (const ModelError& e) {
+    throw ModelError("cannot write HDF5 file " + path.string() + ": " + e.what());
   }
-  report_detail::commit_temp_file(temp, path, "HDF5 file");
+  report_detail::write_atomically(path, image, "HDF5 file");
 }
 
 struct CollectiveRow {
@@ -553,8 +562,7 @@ H5::CompType collective_row_type() {
   return type;
 }
 
-void write_collective_file(const CollectiveReport& report, const std::filesystem::path& path) {
-  const H5::H5File file(path.string(), H5F_ACC_TRUNC);
+void write_collective_file(const CollectiveReport& report, const H5::H5File& file) {
   write_attribute(file, "fleetsim_version", report.fleetsim_version);
   write_attribute(file, "node", report.node);
   write_attribute(file, "gpu_profile", report.gpu_profile);
@@ -573,12 +581,11 @@ void write_collective_file(const CollectiveReport& report, const std::filesystem
 }  // namespace
 
 void write_hdf5(const RunReport& report, const std::filesystem::path& path) {
-  write_atomically(path, [&](const std::filesystem::path& temp) { write_file(report, temp); });
+  write_built_in_memory(path, [&](const H5::H5File& file) { write_file(report, file); });
 }
 
 void write_collective_hdf5(const CollectiveReport& report, const std::filesystem::path& path) {
-  write_atomically(path,
-                   [&](const std::filesystem::path& temp) { write_collective_file(report, temp); });
+  write_built_in_memory(path, [&](const H5::H5File& file) { write_collective_file(report, file); });
 }
 
 }  // namespace fleetsim

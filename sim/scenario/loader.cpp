@@ -1,5 +1,6 @@
 // The scenario file as a whole: its top-level keys, its base variant, its compare entries and
 // sweep points (variants.cpp), and the presets everything names, read once each.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -138,6 +139,13 @@ Scenario Loader::load(const fs::path& file) {
   scenario.variants.push_back(std::move(first));
   if (auto compare = find(root, "compare")) {
     parse_compare(*compare, root_node, scenario);
+  }
+  // A price is a run's: with no run it would be read and then ignored.
+  if (const auto pricing = find(root, "pricing");
+      pricing && std::none_of(scenario.variants.begin(), scenario.variants.end(),
+                              [](const Variant& v) { return v.run.has_value(); })) {
+    fail(*pricing, "pricing prices a run's GPU-hours, and no variant has a run",
+         "add a run: block (interruptions, checkpoints, restart), or remove pricing");
   }
   // A variant that does not fit is a result (a compare shows which GPUs can run a model, a
   // sweep where it starts to fit); a scenario where no variant can, in any layout, is a mistake.

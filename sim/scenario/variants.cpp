@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/engine/stop.hpp"
 #include "sim/scenario/loader.hpp"
 #include "workloads/layout/dimensions.hpp"
 #include "workloads/memory_model.hpp"
@@ -194,6 +195,8 @@ void Loader::parse_sweep(const Field& sweep, const YAML::Node& base_root, const 
   }
   // Each point: which value of each axis (grid axes odometer-style, zip axes on one row).
   for (std::size_t point = 0; point < points; ++point) {
+    // Thousands of points take seconds to lay out: a limit or a signal stops the load too.
+    if (stop_requested()) throw Stopped();
     Doc doc{sweep.doc->file, entry, entry >= 0 ? variant.name : std::string(), overridden};
     std::size_t rest = zip_rows == 0 ? point : point / zip_rows;
     const std::size_t zip_row = zip_rows == 0 ? 0 : point % zip_rows;

@@ -378,6 +378,16 @@ TEST_CASE("counts and file names on the command line are checked before anything
   const int status = std::system(full.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
+  // A command's --help is its own: its line of the usage and its options, not the others'.
+  const Result help = run_cli("collective --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::StartsWith("usage: fleetsim collective"));
+  CHECK_THAT(help.out, Catch::Contains("--gpus-per-node"));
+  CHECK_THAT(help.out, !Catch::Contains("--sensitivity"));
+  const Result sweep_help = run_cli("sweep --help");
+  CHECK_THAT(sweep_help.out, Catch::Contains("--csv"));
+  CHECK_THAT(sweep_help.out, Catch::Contains("--no-fold"));  // run's, which a sweep takes
+  CHECK_THAT(run_cli("validate --help").out, Catch::Contains("--data-dir"));
   // No command at all is a mistake: the usage, on standard error.
   const Result bare = run_cli("");
   CHECK(bare.exit_code == 2);

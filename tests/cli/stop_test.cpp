@@ -255,3 +255,20 @@ TEST_CASE(
   CHECK(read_text(h5) == previous);
   CHECK(fleetsim::read_hdf5_summary(h5).variants.size() == 4);
 }
+
+TEST_CASE("an HDF5 file the disk cannot take is an error message, exit 1, and nothing left") {
+  // A full disk, as a file-size limit of 8 KB makes it for fleetsim (SIGXFSZ ignored: the
+  // write fails with EFBIG, as it would with ENOSPC); the result file is 28 KB.
+  const TempDir dir;
+  const fs::path h5 = dir.path() / "result.h5";
+  const fs::path err = dir.path() / "err";
+  const std::string command = "bash -c 'ulimit -f 8; trap \"\" XFSZ; exec " +
+                              std::string(FLEETSIM_CLI) + " run " + FLEETSIM_SOURCE_DIR +
+                              "/scenarios/h100-vs-b200.yaml -q -o " + h5.string() +
+                              "' >/dev/null 2>" + err.string();
+  const int status = std::system(command.c_str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK_THAT(read_text(err), Catch::Contains("cannot write HDF5 file " + h5.string()));
+  CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
+}

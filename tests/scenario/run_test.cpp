@@ -122,8 +122,13 @@ TEST_CASE("a run: block reads the Llama 3 interruption rates, storage, price and
   REQUIRE(unpriced);
   CHECK(unpriced->key() == "run.spot");
   CHECK_THAT(unpriced->what(), Catch::Contains("needs pricing.spot_gpu_hour"));
-  // No run: block, no run.
-  CHECK_FALSE(load_text(kRun.substr(0, kRun.find("run:\n"))).variants[0].run);
+  // No run: block, no run; and then no price, which only a run would use.
+  const std::string no_run = kRun.substr(0, kRun.find("run:\n"));
+  const auto unused_price = load_error(no_run);
+  REQUIRE(unused_price);
+  CHECK(unused_price->key() == "pricing");
+  CHECK_THAT(unused_price->what(), Catch::Contains("no variant has a run"));
+  CHECK_FALSE(load_text(with(no_run, "pricing: {gpu_hour: 2.95USD/h}\n", "")).variants[0].run);
 }
 
 TEST_CASE("a run: block's mistakes name the key and what to do") {

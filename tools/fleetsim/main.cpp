@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,39 @@ void check_command_options(const Options& options) {
   }
 }
 
+// `fleetsim COMMAND --help`: the command's lines of the usage and its options' section (a
+// sweep's with run's, whose options it shares), cut from the one usage text.
+std::string command_help(const std::string& command) {
+  std::vector<std::string> lines;
+  std::istringstream usage(kUsage);
+  for (std::string line; std::getline(usage, line);) lines.push_back(line);
+  std::string text = "usage: fleetsim " + command + " [options]\n\n";
+  bool known = false;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (!lines[i].starts_with("  " + command + " ") && lines[i] != "  " + command) continue;
+    known = true;
+    text += lines[i] + "\n";
+    while (i + 1 < lines.size() && lines[i + 1].starts_with("                  ")) {
+      text += lines[++i] + "\n";
+    }
+  }
+  if (!known) return kUsage;
+  const auto section = [&](const std::string& name) {
+    std::string found;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (!lines[i].starts_with(name + " options")) continue;
+      for (; i < lines.size() && !lines[i].empty(); ++i) found += lines[i] + "\n";
+      break;
+    }
+    return found.empty() ? found : "\n" + found;
+  };
+  text += section(command);
+  if (command == "sweep") text += section("run");
+  const std::string own = section(command);
+  if (own.empty()) text += "\noptions: --data-dir DIR (where presets live), -h, --help\n";
+  return text;
+}
+
 Options parse_options(int argc, char** argv, bool& exit_now) {
   Options options;
   po::options_description named("options");
@@ -258,7 +292,7 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   if (vm.count("top")) options.top = vm["top"].as<int>();
   exit_now = false;
   if (vm.count("help")) {
-    std::cout << kUsage;
+    std::cout << (options.command.empty() ? std::string(kUsage) : command_help(options.command));
     exit_now = true;
   } else if (vm.count("version")) {
     std::cout << "fleetsim " << FLEETSIM_VERSION << "\n";
