@@ -7,6 +7,7 @@
 // indices in creation order, so everything built on them iterates in a fixed order.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -162,9 +163,13 @@ inline std::optional<FabricProblem> fabric_bounds_problem(const FabricSpec& fabr
                          "a switch's radix: 64 for NDR Quantum-2, 512 at the most (Tomahawk 5)"};
   }
   if (!(fabric.oversubscription >= 1 && fabric.oversubscription <= fabric.leaf_ports - 1)) {
+    char given[32] = "?";
+    const auto end = std::to_chars(given, given + sizeof given - 1, fabric.oversubscription).ptr;
+    *end = '\0';
     return FabricProblem{"oversubscription",
                          "expected a ratio from 1 to " + std::to_string(fabric.leaf_ports - 1) +
-                             " (leaf_ports - 1: one port up) with " + ports + "-port leaves",
+                             " (leaf_ports - 1: one port up) with " + ports + "-port leaves, got " +
+                             given,
                          "a full leaf's downlink : uplink bandwidth; 1 is non-blocking"};
   }
   return std::nullopt;

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -69,80 +71,69 @@ void write_new_file(const std::filesystem::path& file, const std::string& conten
   }
 }
 
-// The temporary file being written, for a signal handler: a copy in a fixed buffer, published
-// by an atomic pointer (null while none is).
-char being_written_buffer[4096];
+// The temporary files noted, each kept whole to the end (a signal handler on any thread may
+// still be reading one), and the one being written published by an atomic pointer (null
+// while none is). Appended under a mutex; the handler only loads the pointer.
+std::mutex noted_mutex;
+std::deque<std::string> noted;
 std::atomic<const char*> being_written{nullptr};
 
-void note_being_written(const std::filesystem::path& temp) noexcept {
-  being_written.store(nullptr);
-  const std::string& text = temp.native();
-  if (text.size() >= sizeof being_written_buffer) return;  // too long to note: not removed
-  std::memcpy(being_written_buffer, text.c_str(), text.size() + 1);
-  being_written.store(being_written_buffer);
+void note_being_written(const std::filesystem::path& temp) {
+  const std::lock_guard<std::mutex> lock(noted_mutex);
+  being_written.store(noted.emplace_back(temp.native()).c_str());
 }
 
-// Removes `<target>.tmp.<pid>` files whose process no longer runs.
+std::filesystem::path directory_of(const std::filesystem::path& file) {
+  return file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+}
+
+// `<target>.tmp.<host>.<pid>`: the host too, so that a writer on another machine sharing the
+// directory is never taken for a process of this one that has ended.
+std::string temp_prefix(const std::filesystem::path& target) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return target.filename().string() + ".tmp." + host + ".";
+}
+
+// Removes this host's `<target>.tmp.<host>.<pid>` files whose process no longer runs.
 void remove_stale_temp_files(const std::filesystem::path& target) noexcept {
-  const std::filesystem::path directory =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-  const std::string prefix = target.filename().string() + ".tmp.";
+  const std::string prefix = temp_prefix(target);
   std::error_code error;
   std::vector<std::filesystem::path> stale;
-  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
+  std::filesystem::directory_iterator entry(directory_of(target), error);
+  for (; !error && entry != std::filesystem::directory_iterator(); entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
     if (!name.starts_with(prefix)) continue;
     const std::string_view digits = std::string_view(name).substr(prefix.size());
     pid_t pid = 0;
     const auto [end, parsed] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
     if (parsed != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
-    if (::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(entry.path());
+    if (::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(entry->path());
   }
   for (const auto& file : stale) std::filesystem::remove(file, error);
-}
-
-std::filesystem::path temp_path_for(const std::filesystem::path& target) {
-  remove_stale_temp_files(target);
-  std::filesystem::path temp = target;
-  temp += ".tmp." + std::to_string(::getpid());
-  note_being_written(temp);
-  return temp;
-}
-
-void discard_temp_file(const std::filesystem::path& temp) noexcept {
-  being_written.store(nullptr);
-  std::error_code ignored;
-  std::filesystem::remove(temp, ignored);
-}
-
-void commit_temp_file(const std::filesystem::path& temp, const std::filesystem::path& target,
-                      const std::string& what) {
-  try {
-    sync_to_disk(temp);
-    std::error_code error;
-    std::filesystem::rename(temp, target, error);
-    if (error) {
-      throw ModelError(error.message());
-    }
-    being_written.store(nullptr);
-  } catch (const ModelError& e) {
-    discard_temp_file(temp);
-    throw ModelError("cannot write " + what + " " + target.string() + ": " + e.what());
-  }
 }
 
 }  // namespace
 
 void write_atomically(const std::filesystem::path& target, const std::string& content,
                       const std::string& what) {
-  const std::filesystem::path temp = temp_path_for(target);
+  remove_stale_temp_files(target);
+  std::filesystem::path temp =
+      directory_of(target) / (temp_prefix(target) + std::to_string(::getpid()));
+  note_being_written(temp);
   try {
     write_new_file(temp, content);
+    sync_to_disk(temp);
+    std::error_code error;
+    std::filesystem::rename(temp, target, error);
+    if (error) throw ModelError(error.message());
+    being_written.store(nullptr);
   } catch (const ModelError& e) {
-    discard_temp_file(temp);
+    being_written.store(nullptr);
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
     throw ModelError("cannot write " + what + " " + target.string() + ": " + e.what());
   }
-  commit_temp_file(temp, target, what);
 }
 
 }  // namespace report_detail
@@ -154,8 +145,7 @@ const char* temp_file_being_written() noexcept {
 std::string output_target_problem(const std::filesystem::path& path,
                                   const std::vector<std::filesystem::path>& inputs) {
   std::error_code error;
-  const std::filesystem::path directory =
-      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path directory = report_detail::directory_of(path);
   if (!std::filesystem::is_directory(directory, error)) {
     return "its directory " + directory.string() + " does not exist";
   }

@@ -515,13 +515,17 @@ void write_file(const RunReport& report, const H5::H5File& file) {
 template <typename Writer>
 void write_built_in_memory(const std::filesystem::path& path, Writer write) {
   std::string image;
+  const auto failed = [&path](const std::string& detail) {
+    return ModelError("cannot write HDF5 file " + path.string() + ": " + detail);
+  };
   try {
     const std::lock_guard<std::mutex> lock(report_detail::hdf5_mutex());
     H5::Exception::dontPrint();
     H5::FileAccPropList in_memory;
     in_memory.setCore(1 << 20, false);  // grown in 1 MiB steps, never written back
-    H5::H5File file(path.filename().string(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT,
-                    in_memory);
+    // A name no file can have: nothing on disk is read or written under it.
+    H5::H5File file("/dev/null/fleetsim-in-memory.h5", H5F_ACC_TRUNC,
+                    H5::FileCreatPropList::DEFAULT, in_memory);
     write(file);
     file.flush(H5F_SCOPE_GLOBAL);
     const ssize_t size = H5Fget_file_image(file.getId(), nullptr, 0);
@@ -532,10 +536,9 @@ void write_built_in_memory(const std::filesystem::path& path, Writer write) {
     }
     file.close();
   } catch (const H5::Exception& e) {
-    throw ModelError("cannot write HDF5 file " + path.string() + ": " + e.getFuncName() + ": " +
-                     e.getDetailMsg());
-  } catch (const ModelError& e) {
-    throw ModelError("cannot write HDF5 file " + path.string() + ": " + e.what());
+    throw failed(e.getFuncName() + ": " + e.getDetailMsg());
+  } catch (const std::exception& e) {  // ModelError, and memory for the image
+    throw failed(e.what());
   }
   report_detail::write_atomically(path, image, "HDF5 file");
 }

@@ -140,12 +140,26 @@ Scenario Loader::load(const fs::path& file) {
   if (auto compare = find(root, "compare")) {
     parse_compare(*compare, root_node, scenario);
   }
-  // A price is a run's: with no run it would be read and then ignored.
-  if (const auto pricing = find(root, "pricing");
-      pricing && std::none_of(scenario.variants.begin(), scenario.variants.end(),
-                              [](const Variant& v) { return v.run.has_value(); })) {
-    fail(*pricing, "pricing prices a run's GPU-hours, and no variant has a run",
-         "add a run: block (interruptions, checkpoints, restart), or remove pricing");
+  // A price is a run's: with no run it would be read and then ignored, the base's or an
+  // entry's.
+  if (std::none_of(scenario.variants.begin(), scenario.variants.end(),
+                   [](const Variant& v) { return v.run.has_value(); })) {
+    std::vector<Field> priced;
+    if (const auto pricing = find(root, "pricing")) priced.push_back(*pricing);
+    if (const auto compare = find(root, "compare"); compare && compare->node.IsSequence()) {
+      for (std::size_t i = 0; i < compare->node.size(); ++i) {
+        const Field entry{compare->node[i], compare->doc,
+                          compare->path + "[" + std::to_string(i) + "]"};
+        if (const auto pricing =
+                entry.node.IsMap() ? child_node(entry.node, "pricing") : std::nullopt) {
+          priced.push_back({*pricing, entry.doc, entry.path + ".pricing"});
+        }
+      }
+    }
+    if (!priced.empty()) {
+      fail(priced.front(), "pricing prices a run's GPU-hours, and no variant has a run",
+           "add a run: block (interruptions, checkpoints, restart), or remove pricing");
+    }
   }
   // A variant that does not fit is a result (a compare shows which GPUs can run a model, a
   // sweep where it starts to fit); a scenario where no variant can, in any layout, is a mistake.

@@ -368,6 +368,9 @@ TEST_CASE("counts and file names on the command line are checked before anything
   refused("run " + scenario + " -o " + scenario, "name the file .h5 or .hdf5");
   refused("collective --node dgx-h100 --output table.csv", "name the file .h5 or .hdf5");
   refused("collective --node dgx-h100 --nodes 2 --leaf-ports 100000", "expected 2 to 512 ports");
+  refused("collective --node dgx-h100 --nodes 2 --leaf-ports 0", "--leaf-ports takes at least 2");
+  refused("collective --node dgx-h100 --nodes 2 --oversubscription -1", "at least 1");
+  refused("run " + scenario + " -o same.h5 --trace same.h5", "name the same file");
   // Targets checked before anything is simulated: a missing directory, a device, the input.
   refused("run " + scenario + " -o /nonexistent-dir/x.h5", "does not exist");
   refused("run " + scenario + " --trace /dev/null", "not a regular file");
@@ -386,7 +389,8 @@ TEST_CASE("counts and file names on the command line are checked before anything
   CHECK_THAT(help.out, !Catch::Contains("--sensitivity"));
   const Result sweep_help = run_cli("sweep --help");
   CHECK_THAT(sweep_help.out, Catch::Contains("--csv"));
-  CHECK_THAT(sweep_help.out, Catch::Contains("--no-fold"));  // run's, which a sweep takes
+  CHECK_THAT(sweep_help.out, Catch::Contains("--no-fold"));       // run's, which a sweep takes
+  CHECK_THAT(sweep_help.out, !Catch::Contains("--sensitivity"));  // run's, which it refuses
   CHECK_THAT(run_cli("validate --help").out, Catch::Contains("--data-dir"));
   // No command at all is a mistake: the usage, on standard error.
   const Result bare = run_cli("");

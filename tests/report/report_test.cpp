@@ -363,15 +363,21 @@ TEST_CASE("a temporary file of a process that has ended is removed by the next w
   if (child == 0) ::_exit(0);
   REQUIRE(child > 0);
   ::waitpid(child, nullptr, 0);
-  const auto dead = dir.path() / ("result.json.tmp." + std::to_string(child));
-  const auto running = dir.path() / ("result.json.tmp." + std::to_string(::getppid()));
-  const auto other = dir.path() / ("other.json.tmp." + std::to_string(child));
-  for (const auto& file : {dead, running, other}) std::ofstream(file) << "half";
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  const std::string here = std::string(".tmp.") + host + ".";
+  const auto dead = dir.path() / ("result.json" + here + std::to_string(child));
+  const auto running = dir.path() / ("result.json" + here + std::to_string(::getppid()));
+  const auto other = dir.path() / ("other.json" + here + std::to_string(child));
+  // Another machine's writer sharing the directory: its process is not this machine's to see.
+  const auto elsewhere = dir.path() / ("result.json.tmp.another-host." + std::to_string(child));
+  for (const auto& file : {dead, running, other, elsewhere}) std::ofstream(file) << "half";
   write_text_atomically(path, "whole\n");
   CHECK(read_text(path) == "whole\n");
   CHECK_FALSE(std::filesystem::exists(dead));
   CHECK(std::filesystem::exists(running));  // its writer may still finish
   CHECK(std::filesystem::exists(other));    // another target's
+  CHECK(std::filesystem::exists(elsewhere));
   CHECK(temp_file_being_written() == nullptr);
 }
 

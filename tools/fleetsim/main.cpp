@@ -213,8 +213,8 @@ void check_command_options(const Options& options) {
   }
 }
 
-// `fleetsim COMMAND --help`: the command's lines of the usage and its options' section (a
-// sweep's with run's, whose options it shares), cut from the one usage text.
+// `fleetsim COMMAND --help`: the command's lines of the usage and its options' section, cut
+// from the one usage text, and every option it takes.
 std::string command_help(const std::string& command) {
   std::vector<std::string> lines;
   std::istringstream usage(kUsage);
@@ -240,10 +240,12 @@ std::string command_help(const std::string& command) {
     return found.empty() ? found : "\n" + found;
   };
   text += section(command);
-  if (command == "sweep") text += section("run");
-  const std::string own = section(command);
-  if (own.empty()) text += "\noptions: --data-dir DIR (where presets live), -h, --help\n";
-  return text;
+  // What it takes, from the table that refuses the rest (check_command_options).
+  std::string taken;
+  for (const std::string& name : command_options().at(command)) {
+    taken += (taken.empty() ? "--" : ", --") + name;
+  }
+  return text + "\n" + command + " takes " + taken + " (see fleetsim --help), and -h, --help\n";
 }
 
 Options parse_options(int argc, char** argv, bool& exit_now) {
@@ -420,8 +422,10 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
 constexpr int kMostSensitivityDraws = 10000;
 
 // -o names an HDF5 file (.h5 or .hdf5: JSON and CSV go to standard output), --trace a
-// Perfetto JSON file; neither may be empty, and each must be a place a result can be written.
-void check_outputs(const Options& options) {
+// Perfetto JSON file; neither may be empty, nor the other's. `writes`: this process writes them
+// (under MPI rank 0 does, and only its node's directories matter): each must then be a place a
+// result can be written.
+void check_outputs(const Options& options, bool writes) {
   const auto suffix = [](const std::string& path) {
     std::string extension = std::filesystem::path(path).extension().string();
     for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -439,6 +443,10 @@ void check_outputs(const Options& options) {
   if (options.given.contains("trace") && options.trace.empty()) {
     throw po::error("--trace needs a file name, e.g. --trace step.json");
   }
+  if (!options.output.empty() && options.output == options.trace) {
+    throw po::error("-o and --trace name the same file, " + options.output);
+  }
+  if (!writes) return;
   // Checked before anything is simulated, so that no simulation is lost to a bad target.
   std::vector<std::filesystem::path> inputs;
   if (!options.file.empty()) inputs.emplace_back(options.file);
@@ -469,12 +477,25 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (options.given.contains("bench") && options.bench_runs < 1) {
     throw po::error("--bench needs at least 1 run (3 give a median)");
   }
-  check_outputs(options);
+  check_outputs(options, ranks.rank() == 0);
+  // The fabric given on the command line (0 in Options: not given), in its range.
+  const auto& fabric = options.collective.fabric;
+  if (options.given.contains("oversubscription") && !(fabric.oversubscription >= 1)) {
+    throw po::error("--oversubscription takes a ratio of at least 1 (1: non-blocking)");
+  }
+  if (options.given.contains("leaf-ports") && fabric.leaf_ports < 2) {
+    throw po::error("--leaf-ports takes at least 2 ports (64 for NDR Quantum-2)");
+  }
   // Started before the scenario loads: a limit counts the whole command.
   std::optional<fleetsim::ResourceWatch> watch;
   watch.emplace(fleetsim::parse_limits(options.max_wall, options.max_memory));
-  // A stopped run or sweep writes what it finished; other commands end at once, as usual.
-  if (options.command == "run" || options.command == "sweep") fleetsim::stop_on_signals();
+  // A stopped run or sweep writes what it finished; other commands end at once, as usual, but
+  // for the temporary file of a result being written, which goes with them.
+  if (options.command == "run" || options.command == "sweep") {
+    fleetsim::stop_on_signals();
+  } else {
+    fleetsim::stop_ending_process_on_signals();
+  }
   if ((options.command == "collective" || options.command == "list") && !options.file.empty()) {
     throw po::error("'" + options.command + "' takes no FILE, got '" + options.file + "'");
   }
@@ -703,8 +724,9 @@ int main(int argc, char** argv) {
   }
   std::cerr.rdbuf(stderr_buffer);
   // A bad input is every rank's alike: rank 0 says it and ends the job (the other ranks may be
-  // waiting for it in the gather: a failure ends them all); another rank gives it time to, and
-  // says it only if it is its own (a file missing on its node). Control bytes as \xNN: one line.
+  // waiting for it in the gather: a failure ends them all); another rank gives it 5 s to, and
+  // says it itself if the job still runs then (a problem of its own: a file missing on its
+  // node). Control bytes as \xNN: one line.
   if (ranks->size() > 1 && code == kBadInput && ranks->rank() != 0) {
     std::this_thread::sleep_for(std::chrono::seconds(5));
   }
