@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -137,6 +139,28 @@ void write_atomically(const std::filesystem::path& target, const std::string& co
 }
 
 }  // namespace report_detail
+
+OutputLock::OutputLock(const std::vector<std::filesystem::path>& paths) {
+  std::set<std::filesystem::path> directories;
+  for (const std::filesystem::path& path : paths) {
+    if (path.empty()) continue;
+    std::error_code error;
+    const std::filesystem::path directory =
+        std::filesystem::weakly_canonical(report_detail::directory_of(path), error);
+    if (!error) directories.insert(directory);
+  }
+  for (const std::filesystem::path& directory : directories) {  // sorted: one order for all
+    const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;  // the write itself reports what is wrong with it
+    while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+    }
+    descriptors_.push_back(fd);
+  }
+}
+
+OutputLock::~OutputLock() {
+  for (const int fd : descriptors_) ::close(fd);  // closing releases the lock
+}
 
 const char* temp_file_being_written() noexcept {
   return report_detail::being_written.load();

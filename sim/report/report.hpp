@@ -111,6 +111,21 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
 // directory, a device such as /dev/null, a FIFO), or one of `inputs`. Empty when it can.
 std::string output_target_problem(const std::filesystem::path& path,
                                   const std::vector<std::filesystem::path>& inputs);
+// While it lives, an exclusive lock (flock) on the directory of each of `paths` (empty ones
+// skipped), taken in one order so that no two processes wait for each other: two fleetsim
+// processes writing into the same directories write one after the other, and one's HDF5 file
+// is never found beside the other's trace. The lock is on the directory itself: no lock file
+// is left behind.
+class OutputLock {
+ public:
+  explicit OutputLock(const std::vector<std::filesystem::path>& paths);
+  ~OutputLock();
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  std::vector<int> descriptors_;
+};
 // The temporary file a result is being written to at this moment, or nullptr: a signal
 // handler that ends the process removes it first (async-signal-safe to read).
 const char* temp_file_being_written() noexcept;

@@ -221,9 +221,8 @@ std::string join_sources(const std::vector<std::pair<std::string, std::string>>&
 }
 
 const Keys kClusterKeys = {"node", "nodes", "gpu", "fabric", "storage"};
-// A step's topology, flows and programs take about this much memory for each GPU (measured:
-// 507 MB peak for six variants of a 16,384-GPU run, two replayed at a time), so kMaxGpus need
-// about 17 GB.
+// A step's topology, flows and programs take about this much memory for each GPU
+// (simulation_bytes_estimate says where it was measured), so kMaxGpus need about 17 GB.
 constexpr double kBytesPerSimulatedGpu = 16e3;
 
 const Keys kFabricKeys = {"kind",  "link",           "oversubscription", "leaf_ports",
@@ -370,6 +369,11 @@ void Loader::parse_cluster(const Field& f, StepInputs& in) {
              " under the profile's link_efficiency (with its source), or use a node of the "
              "links the profile has");
   }
+}
+
+double simulation_bytes_estimate(const Variant& variant) {
+  return static_cast<double>(variant.inputs.nodes) * variant.inputs.node.gpus *
+         kBytesPerSimulatedGpu;
 }
 
 }  // namespace fleetsim

@@ -381,6 +381,14 @@ TEST_CASE("counts and file names on the command line are checked before anything
   const int status = std::system(full.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
+  // A step bigger than the memory allowed is refused before it starts, with its estimate.
+  const fs::path big = scratch_dir() / "every-gpu.yaml";
+  std::ofstream(big) << "name: big\nmodel: llama3-8b\n"
+                        "training: {seq_len: 4096, global_batch: 1048576, micro_batch: 1}\n"
+                        "layout: {dp: 1048576, zero: 3}\n"
+                        "cluster: {node: dgx-h100, nodes: 131072, fabric: {kind: rail-fat-tree, "
+                        "link: 400Gbps}}\n";
+  refused("run " + big.string() + " --max-memory 1GB", "needs about 17 GB to simulate");
   // A command's --help is its own: its line of the usage and its options, not the others'.
   const Result help = run_cli("collective --help");
   CHECK(help.exit_code == 0);

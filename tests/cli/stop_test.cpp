@@ -272,3 +272,19 @@ TEST_CASE("an HDF5 file the disk cannot take is an error message, exit 1, and no
   CHECK_THAT(read_text(err), Catch::Contains("cannot write HDF5 file " + h5.string()));
   CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
 }
+
+TEST_CASE("two fleetsim processes writing into one directory write one after the other") {
+  // While another writer holds the directory, a run waits to write its file (a run of the
+  // shipped two-variant scenario takes a few tenths of the 3 s waited here), then writes it.
+  const TempDir dir;
+  const fs::path h5 = dir.path() / "result.h5";
+  const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
+  std::optional<fleetsim::OutputLock> other(std::in_place, std::vector<fs::path>{h5});
+  Fleetsim run(dir, {"run", scenario, "-q", "-o", h5.string()});
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK_FALSE(run.ended());
+  CHECK_FALSE(fs::exists(h5));
+  other.reset();
+  CHECK(run.wait() == 0);
+  CHECK(fleetsim::read_hdf5_summary(h5).variants.size() == 2);
+}

@@ -3,11 +3,13 @@
 // --max-wall or --max-memory, 130 and 143 stopped by SIGINT and SIGTERM (run and sweep write
 // what finished first, marked partial).
 #include <tbb/global_control.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -385,7 +387,10 @@ int plan_command(const Scenario& scenario, const Options& options) {
   }
   std::cout << (options.json ? fleetsim::render_json(report, link_detail(options))
                              : fleetsim::render_plan(report));
-  if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
+  if (!options.output.empty()) {
+    const fleetsim::OutputLock lock({options.output});
+    fleetsim::write_hdf5(report, options.output);
+  }
   return report.variants.empty() ? kSimulationFailed : kOk;
 }
 
@@ -455,6 +460,36 @@ void check_outputs(const Options& options, bool writes) {
     const std::string problem = fleetsim::output_target_problem(path, inputs);
     if (!problem.empty()) throw po::error(std::string(name) + " " + path + ": " + problem);
   }
+}
+
+// A step that would need more memory than the command may use is refused before it starts:
+// the largest variant's estimate against --max-memory and against this machine's memory.
+void check_memory_estimate(const Scenario& scenario, const Options& options) {
+  if (scenario.variants.empty()) return;
+  const auto largest = std::max_element(
+      scenario.variants.begin(), scenario.variants.end(), [](const auto& a, const auto& b) {
+        return fleetsim::simulation_bytes_estimate(a) < fleetsim::simulation_bytes_estimate(b);
+      });
+  const double need = fleetsim::simulation_bytes_estimate(*largest);
+  std::optional<double> cap;
+  std::string what;
+  if (!options.max_memory.empty()) {
+    cap = fleetsim::parse_size(options.max_memory);  // checked by parse_limits
+    what = "--max-memory " + options.max_memory;
+  }
+  const double machine =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (machine > 0 && (!cap || machine < *cap)) {
+    cap = machine;
+    what = "this machine's " + std::to_string(static_cast<long long>(machine / 1e9)) + " GB";
+  }
+  if (!cap || need <= *cap) return;
+  const double gpus = static_cast<double>(largest->inputs.nodes) * largest->inputs.node.gpus;
+  throw po::error("variant '" + largest->name + "' needs about " +
+                  std::to_string(static_cast<long long>(std::ceil(need / 1e9))) +
+                  " GB to simulate (" + std::to_string(static_cast<long long>(gpus)) +
+                  " GPUs, about 16 KB each), more than " + what +
+                  ": simulate a slice of the cluster and scale with a sweep");
 }
 
 int run_command(const Options& options, const fleetsim::Ranks& ranks) {
@@ -549,6 +584,9 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   if (options.file.empty()) throw po::error("'" + options.command + "' needs a scenario FILE");
   const Scenario scenario = fleetsim::load_scenario(options.file, DataPaths{options.data_dir});
+  if (options.command == "run" || options.command == "sweep" || options.command == "plan") {
+    check_memory_estimate(scenario, options);
+  }
   if (options.command == "memory") {
     RunReport report = fleetsim::memory_report(scenario);
     std::cout << fleetsim::render_memory(report);
@@ -622,6 +660,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   // printed.
   std::exception_ptr write_failure;
   try {
+    const fleetsim::OutputLock lock({options.output, options.trace});
     if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
     if (!options.trace.empty()) {
       fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
