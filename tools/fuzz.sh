@@ -15,13 +15,14 @@ cmake --build --preset fuzz -j "$(nproc 2>/dev/null || echo 2)" 2>&1 |
   { grep -vE '^\[ *[0-9]+%\]|^g?make\[' || true; }
 declare -A seeds=(
   [fuzz_scenario]="scenarios tests/bad_inputs tests/data"
+  [fuzz_agreement]="scenarios tests/data"
   [fuzz_units]="tests/fuzz/units"
   [fuzz_nccl_log]="calibration/logs"
   [fuzz_microbench]="calibration/microbench"
 )
 mkdir -p build-fuzz/findings
 status=0
-for target in fuzz_scenario fuzz_units fuzz_nccl_log fuzz_microbench; do
+for target in fuzz_scenario fuzz_agreement fuzz_units fuzz_nccl_log fuzz_microbench; do
   corpus=$(mktemp -d)
   for dir in ${seeds[$target]} "tests/fuzz/regressions/$target"; do
     # Numbered copies where two seeds share a name.

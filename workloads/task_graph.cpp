@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "sim/engine/errors.hpp"
+#include "sim/engine/stop.hpp"
 #include "workloads/layout/sharding.hpp"
 #include "workloads/lora_ops.hpp"
 #include "workloads/memory_model.hpp"
@@ -770,6 +771,9 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
   for (const auto& [forward, i, chunk] : pipeline_schedule(plan, stage, m)) {
+    // A step of many micro-batches takes seconds to build: a stop (a limit, a signal) is
+    // honoured here too, as the replay honours it.
+    throw_if_stop_requested();
     const int v = chunk * pp + stage;
     const std::string tag = "mb" + std::to_string(i) + ".";
     std::vector<TaskIndex> entry;

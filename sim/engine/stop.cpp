@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <stop_token>
+#include <string>
+#include <vector>
 
 namespace fleetsim {
 namespace {
@@ -47,6 +50,48 @@ double resident_memory_bytes() {
   double resident = 0;
   if (!(statm >> pages >> resident)) return 0;
   return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
+}
+
+double usable_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  double usable =
+      pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  // A container's caps: cgroup v2's memory.max, v1's memory.limit_in_bytes, of this process's
+  // group (/proc/self/cgroup: "0::PATH", "N:memory:PATH") and of each group above it, and at
+  // the mount's root (a container's own namespace); "max", or a number of 2^60 or more, where
+  // there is none. Files that are not there are skipped.
+  const std::filesystem::path mount = "/sys/fs/cgroup";
+  std::vector<std::filesystem::path> caps{mount / "memory.max",
+                                          mount / "memory/memory.limit_in_bytes"};
+  const auto with_groups_above = [&caps](std::filesystem::path root, const std::string& path,
+                                         const char* file) {
+    std::filesystem::path group = root / std::filesystem::path(path).relative_path();
+    for (int depth = 0; depth < 64 && group != root && group.has_relative_path(); ++depth) {
+      caps.push_back(group / file);
+      group = group.parent_path();
+    }
+  };
+  std::ifstream groups("/proc/self/cgroup");
+  for (std::string line; std::getline(groups, line);) {
+    const auto first = line.find(':');
+    const auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers.empty()) with_groups_above(mount, path, "memory.max");
+    if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      with_groups_above(mount / "memory", path, "memory.limit_in_bytes");
+    }
+  }
+  for (const std::filesystem::path& cap : caps) {
+    std::ifstream in(cap);
+    double bytes = 0;
+    if (in >> bytes && bytes > 0 && bytes < 0x1p60 && (usable == 0 || bytes < usable)) {
+      usable = bytes;
+    }
+  }
+  return usable;
 }
 
 ResourceWatch::ResourceWatch(Limits limits, std::function<double()> memory_bytes,

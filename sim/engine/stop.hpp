@@ -51,12 +51,16 @@ inline void throw_if_stop_requested() {
 
 // The process's resident memory (Linux: /proc/self/statm), 0 where it cannot be read.
 double resident_memory_bytes();
+// The memory this process may hold at most: the machine's, or its container's (cgroup) cap
+// where lower; 0 where neither can be read.
+double usable_memory_bytes();
 
 // Watches the limits from a thread of its own while it lives, and requests a stop when one is
 // passed: the wall time since construction, or the resident memory (checked every `poll`; the
 // process can outgrow the limit by what it allocates before the next poll of the stop, in the
 // event loop or between simulations). Here beside the stop it requests, so that tests can drive
-// it with a made-up memory reading; only the command line starts one.
+// it with a made-up memory reading; the command line starts one, and a fuzz target bounds each
+// input's simulation with one.
 class ResourceWatch {
  public:
   struct Limits {

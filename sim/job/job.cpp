@@ -81,20 +81,28 @@ void check(const JobSpec& job) {
     throw ModelError("hot spares need a node repair time: how long a node taken out stays out");
   }
   // What integer time holds (sim/job/replication.hpp says why), the steps as rounded there.
-  const auto run_of = [&](double step_s) { return job.steps * from_seconds(step_s).seconds(); };
-  double longest = std::max({run_of(job.step_s), run_of(job.shrunk_step_s), job.checkpoint_write_s,
-                             job.checkpoint_copy_s, job.peer_copy_s, job.peer_restore_s,
-                             job.persist_every_s, job.restore_s, job.detection_s, job.restart_s,
-                             job.node_repair_s, job.evict_degraded_after_s.value_or(0.0)});
-  for (const DegradedStep& degraded : job.degradations) {
-    longest = std::max(longest, run_of(degraded.step_s));
-  }
+  // The times a scenario gives or its storage and links imply (the loader bounds them: past
+  // 10 years, a mistake in the input), then the training the simulated step implies (an answer:
+  // the run cannot finish).
+  double longest =
+      std::max({job.checkpoint_write_s, job.checkpoint_copy_s, job.peer_copy_s, job.peer_restore_s,
+                job.persist_every_s, job.restore_s, job.detection_s, job.restart_s,
+                job.node_repair_s, job.evict_degraded_after_s.value_or(0.0)});
   if (job.spot) longest = std::max({longest, job.spot->notice_s, job.spot->capacity_return_s});
   if (!(longest <= kLongestDuration_s) || !(job.steps <= kMostSteps)) {
     throw ModelError(
-        "a run's training (at most 10^15 steps), and each of its times (checkpoint write, copy "
-        "and restore, persist interval, detection, restart, node repair, eviction, spot notice "
-        "and capacity return), must be under 10 years");
+        "a run's steps (at most 10^15) and each of its times (checkpoint write, copy and "
+        "restore, persist interval, detection, restart, node repair, eviction, spot notice and "
+        "capacity return) must be under 10 years");
+  }
+  const auto run_of = [&](double step_s) { return job.steps * from_seconds(step_s).seconds(); };
+  double training = std::max(run_of(job.step_s), run_of(job.shrunk_step_s));
+  for (const DegradedStep& degraded : job.degradations) {
+    training = std::max(training, run_of(degraded.step_s));
+  }
+  if (!(training <= kLongestDuration_s)) {
+    throw RunCannotFinish("its " + std::to_string(static_cast<long long>(job.steps)) +
+                          " steps would train for over 10 years");
   }
   if (job.spot && (!(job.spot->preemptions_per_node_hour >= 0) || !(job.spot->notice_s >= 0) ||
                    !(job.spot->capacity_return_s >= 0) ||
@@ -134,7 +142,7 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
                   rate * job.checkpoint_write_s});
   }
   if (exposure > kMaxExposure) {
-    throw ModelError(
+    throw RunCannotFinish(
         "with a segment of " + std::to_string(segment / 3600) +
         " h between checkpoints and a downtime of " + std::to_string(downtime / 3600) +
         " h, interruptions (and preemptions with too short a notice) every " +
@@ -147,12 +155,13 @@ void check_exposure(const JobSpec& job, double interval_steps, double rate, doub
   // that work too.
   const double skipped = losing_rate * (job.spot ? job.spot->capacity_return_s : 0.0);
   if (skipped > 1e6) {
-    throw ModelError("a capacity return of " + std::to_string(job.spot->capacity_return_s / 3600) +
-                     " h is too long to simulate against these rates");
+    throw RunCannotFinish("a capacity return of " +
+                          std::to_string(job.spot->capacity_return_s / 3600) +
+                          " h is too long to simulate against these rates");
   }
   if (rate * job.node_repair_s > 1e6) {
-    throw ModelError("a node repair of " + std::to_string(job.node_repair_s / 3600) +
-                     " h is too long to simulate against these rates");
+    throw RunCannotFinish("a node repair of " + std::to_string(job.node_repair_s / 3600) +
+                          " h is too long to simulate against these rates");
   }
 }
 
@@ -380,6 +389,15 @@ double training_steps(double tokens, const TrainingSpec& training) {
   return std::ceil(tokens / (static_cast<double>(training.global_batch) * training.seq_len));
 }
 
+CheckpointTimes checkpoint_times(const RunSpec& run, const ModelSpec& model,
+                                 const TrainingSpec& training, const ParallelPlan& plan,
+                                 const NodeSpec& node, int nodes) {
+  return {checkpoint_bytes(model, training, plan) /
+              checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes),
+          restore_bytes(model, training, plan) /
+              checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes)};
+}
+
 JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec& training,
                  const ParallelPlan& plan, const NodeSpec& node, int nodes,
                  const RunStepTimes& steps) {
@@ -396,8 +414,8 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.nodes = nodes;
   job.spot = run.spot;
   const double bytes = checkpoint_bytes(model, training, plan);
-  job.checkpoint_write_s =
-      bytes / checkpoint_bytes_per_s(run.storage_write_bytes_per_s, node, nodes);
+  const CheckpointTimes times = checkpoint_times(run, model, training, plan, node, nodes);
+  job.checkpoint_write_s = times.write_s;
   job.write = run.write;
   if (run.write == CheckpointWrite::in_memory) {
     // Each node's share to a peer node over its compute NICs, and back after a restart (under
@@ -441,8 +459,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.evict_degraded_after_s = run.evict_degraded_after_s;
   job.replicas = plan.dp;
   job.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
-  job.restore_s = restore_bytes(model, training, plan) /
-                  checkpoint_bytes_per_s(run.storage_read_bytes_per_s, node, nodes);
+  job.restore_s = times.restore_s;
   job.detection_s = run.detection_s;
   job.restart_s = run.restart_s;
   job.causes = run.causes;

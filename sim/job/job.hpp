@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/engine/errors.hpp"
 #include "topology/node_spec.hpp"
 #include "workloads/model_spec.hpp"
 
@@ -240,10 +241,20 @@ struct JobResult {
   bool operator==(const JobResult&) const = default;
 };
 
+// A well-formed run that cannot finish as the model plays it: interruptions that would cut
+// nearly every segment, downtime or write short, a wait that outlasts what is simulated, a run
+// past its horizon. An answer about that run (reported beside its step), not a mistake in the
+// scenario: the loader refuses those.
+class RunCannotFinish : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
 // Throws ModelError on a job that cannot run (no steps, a step or checkpoint time that is not
 // positive where needed, a negative rate, spares without a repair time, in-memory checkpoints
-// on one node or on spot), or that would practically never end: a segment, downtime or write
-// that interruptions would cut short more than e^10 times on average.
+// on one node or on spot), and RunCannotFinish on one that would practically never end: a
+// segment, downtime or write that interruptions would cut short more than e^10 times on
+// average, a training or a replication past its horizon.
 // `replication_done`, if given, is called once per finished replication, from any thread.
 // When a stop is requested (sim/engine/stop.hpp) no further replication starts, and Stopped is
 // thrown; with `on_stop` keep_finished the result has instead the first k < `replications`
@@ -280,6 +291,16 @@ struct RunSpec {
   bool spot_priced = false;  // a spot price was given
   bool operator==(const RunSpec&) const = default;
 };
+
+// A checkpoint's write to storage, and a restart's read of what it restores, in seconds: at
+// the storage's rates, or the nodes' NICs where they are slower.
+struct CheckpointTimes {
+  double write_s = 0;
+  double restore_s = 0;
+};
+CheckpointTimes checkpoint_times(const RunSpec& run, const ModelSpec& model,
+                                 const TrainingSpec& training, const ParallelPlan& plan,
+                                 const NodeSpec& node, int nodes);
 
 // A checkpoint's bytes, written once for the whole model across the data-parallel replicas:
 // per trained parameter its BF16 weight, FP32 master weight and the optimizer's moments (14

@@ -107,7 +107,7 @@ class Replication {
   JobReplication run() {
     while (!finished()) {
       if (now_.seconds() > kHorizon_s) {
-        throw ModelError(
+        throw RunCannotFinish(
             "a replication of the run passed 50 years of wall time: check the "
             "rates, the downtime and the checkpoint interval");
       }
@@ -477,10 +477,10 @@ class Replication {
     if (short_replicas_ > 0 && job_.shrunk_step_s > 0) step *= job_.shrunk_step_s / job_.step_s;
     step_ = from_seconds(step * job_.replicas / (job_.replicas - short_replicas_));
     if (!(job_.steps * step_.seconds() <= kLongestShrunkRun_s)) {
-      throw ModelError("with " + std::to_string(short_replicas_) + " of its " +
-                       std::to_string(job_.replicas) +
-                       " replicas out for repair the run would train for over 100 years: check "
-                       "the repair time and the spares");
+      throw RunCannotFinish(
+          "with " + std::to_string(short_replicas_) + " of its " + std::to_string(job_.replicas) +
+          " replicas out for repair the run would train for over 100 years: check "
+          "the repair time and the spares");
     }
   }
 

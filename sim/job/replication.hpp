@@ -58,7 +58,7 @@ struct ReplicationTimes {
 ReplicationTimes replication_times(const JobSpec& job);
 
 // Replication `index` of `job` (its times from replication_times) under `seed`, checkpointing
-// every `interval_steps`, with `rate` interruptions per second. Throws ModelError when its
+// every `interval_steps`, with `rate` interruptions per second. Throws RunCannotFinish when its
 // clock passes kHorizon_s or the job, short of replicas, would train for over
 // kLongestShrunkRun_s.
 JobReplication replicate(const JobSpec& job, const ReplicationTimes& times, double interval_steps,

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,10 +12,12 @@
 #include <charconv>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "sim/engine/errors.hpp"
@@ -140,21 +143,42 @@ void write_atomically(const std::filesystem::path& target, const std::string& co
 
 }  // namespace report_detail
 
-OutputLock::OutputLock(const std::vector<std::filesystem::path>& paths) {
-  std::set<std::filesystem::path> directories;
-  for (const std::filesystem::path& path : paths) {
-    if (path.empty()) continue;
-    std::error_code error;
-    const std::filesystem::path directory =
-        std::filesystem::weakly_canonical(report_detail::directory_of(path), error);
-    if (!error) directories.insert(directory);
-  }
-  for (const std::filesystem::path& directory : directories) {  // sorted: one order for all
-    const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) continue;  // the write itself reports what is wrong with it
-    while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+OutputLock::OutputLock(const std::vector<std::filesystem::path>& paths,
+                       const std::function<void(const std::filesystem::path&)>& waiting) {
+  // Each directory once, by its device and inode (two paths, a bind mount, may name one: a
+  // second lock on it from this process would wait for the first forever), taken in the order
+  // of their canonical paths, the same in every process and on every host, so that no two wait
+  // for each other.
+  std::map<std::filesystem::path, int> directories;
+  std::set<std::pair<dev_t, ino_t>> seen;
+  try {
+    for (const std::filesystem::path& path : paths) {
+      if (path.empty()) continue;
+      std::error_code error;
+      const std::filesystem::path directory =
+          std::filesystem::weakly_canonical(report_detail::directory_of(path), error);
+      if (error) continue;  // the write itself reports what is wrong with it
+      const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) continue;
+      struct stat status {};
+      if (::fstat(fd, &status) != 0 || !seen.insert({status.st_dev, status.st_ino}).second ||
+          !directories.try_emplace(directory, fd).second) {
+        ::close(fd);
+      }
     }
-    descriptors_.push_back(fd);
+    for (const auto& [directory, fd] : directories) {
+      descriptors_.push_back(fd);
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) continue;
+      // Held by another process; any other failure (a file system without flock) is not
+      // waited for: the write goes ahead unlocked, as it would without the lock.
+      if (errno != EWOULDBLOCK) continue;
+      if (waiting) waiting(directory);
+      while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  } catch (...) {  // a waiting callback that throws: what is open is closed, locks released
+    for (const auto& [directory, fd] : directories) ::close(fd);
+    throw;
   }
 }
 

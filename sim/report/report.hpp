@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -115,10 +116,12 @@ std::string output_target_problem(const std::filesystem::path& path,
 // skipped), taken in one order so that no two processes wait for each other: two fleetsim
 // processes writing into the same directories write one after the other, and one's HDF5 file
 // is never found beside the other's trace. The lock is on the directory itself: no lock file
-// is left behind.
+// is left behind. `waiting` is told each directory another process holds, before this one
+// waits for it.
 class OutputLock {
  public:
-  explicit OutputLock(const std::vector<std::filesystem::path>& paths);
+  explicit OutputLock(const std::vector<std::filesystem::path>& paths,
+                      const std::function<void(const std::filesystem::path&)>& waiting = {});
   ~OutputLock();
   OutputLock(const OutputLock&) = delete;
   OutputLock& operator=(const OutputLock&) = delete;

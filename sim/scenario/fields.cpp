@@ -37,12 +37,12 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return d[a.size()][b.size()];
 }
 
-double parse_unit(Quantity q, const std::string& text, Zero zero) {
+double parse_unit(Quantity q, const std::string& text, Zero zero, Floor floor) {
   switch (q) {
-    case Quantity::bandwidth: return parse_bandwidth(text, zero);
+    case Quantity::bandwidth: return parse_bandwidth(text, zero, floor);
     case Quantity::size: return parse_size(text, zero);
     case Quantity::duration: return parse_duration(text, zero);
-    case Quantity::flop_rate: return parse_flop_rate(text, zero);
+    case Quantity::flop_rate: return parse_flop_rate(text, zero, floor);
     case Quantity::frequency: return parse_frequency(text);
     case Quantity::hourly_price: return parse_hourly_price(text);
     case Quantity::fraction:
@@ -406,10 +406,10 @@ std::string_view quantity_name(Quantity q) {
   return "a value";
 }
 
-double read_quantity(const Field& f, Quantity q, Zero zero) {
+double read_quantity(const Field& f, Quantity q, Zero zero, Floor floor) {
   const std::string& text = scalar(f, quantity_name(q));
   try {
-    return parse_unit(q, text, zero);
+    return parse_unit(q, text, zero, floor);
   } catch (const UnitError& e) {
     fail(f, e.what(), e.hint());
   }

@@ -150,7 +150,8 @@ enum class Quantity {
   count
 };
 std::string_view quantity_name(Quantity q);
-double read_quantity(const Field& f, Quantity q, Zero zero = Zero::rejected);
+double read_quantity(const Field& f, Quantity q, Zero zero = Zero::rejected,
+                     Floor floor = Floor::hardware);
 double read_fraction(const Field& f);
 double read_positive(const Field& f);
 double read_non_negative(const Field& f);

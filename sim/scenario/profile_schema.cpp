@@ -65,7 +65,7 @@ double read_sigma(const Field& f, Quantity q) {
   if (q == Quantity::fraction || q == Quantity::count) {
     return read_non_negative(f);
   }
-  return read_quantity(f, q, Zero::allowed);
+  return read_quantity(f, q, Zero::allowed, Floor::none);
 }
 
 Calibrated read_calibrated(const Field& f, Quantity q) {

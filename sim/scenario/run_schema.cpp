@@ -370,8 +370,25 @@ void Loader::check_run_against_job(const Field& root, const Variant& variant) {
          "the run would take " + scientific(steps) + " steps, more than the 10^15 it simulates",
          "tokens is what the whole run trains, e.g. 15e12; a step trains global_batch x seq_len");
   }
-  const double paid_gpus =
-      (static_cast<double>(variant.inputs.nodes) + run.hot_spares) * variant.inputs.node.gpus;
+  // A checkpoint's write and a restart's read, as the run's job takes them: one that outlasts
+  // what a run's time may be is refused at its storage rate.
+  const StepInputs& in = variant.inputs;
+  const CheckpointTimes times =
+      checkpoint_times(run, in.model, in.training, in.plan, in.node, in.nodes);
+  const std::pair<const char*, double> moves[] = {{"write", times.write_s},
+                                                  {"read", times.restore_s}};
+  for (const auto& [key, seconds] : moves) {
+    if (!(seconds <= kLongestDuration_s)) {
+      const double years = seconds / (365.25 * kSecondsPerDay);
+      fail(require(require(require(root, "cluster"), "storage"), key),
+           std::string("a checkpoint's ") + key + " would take " +
+               (years < 1e6 ? rounded(years, 1) : scientific(years)) +
+               " years at this rate (or the nodes' NICs, where slower), more than the 10 any "
+               "of a run's times may take",
+           "parallel file systems move tens of GB/s: write: 20GB/s");
+    }
+  }
+  const double paid_gpus = (static_cast<double>(in.nodes) + run.hot_spares) * in.node.gpus;
   if (paid_gpus > kMaxGpus) {
     fail(require(require(root, "run"), "hot_spares"),
          std::to_string(run.hot_spares) + " hot spares: with the job's " +

@@ -49,9 +49,11 @@ struct Scenario {
 
 Scenario load_scenario(const std::filesystem::path& file, const DataPaths& data);
 
-// About the memory simulating `variant`'s step takes: its topology, flows and programs, 16 KB
-// a GPU (measured: 507 MB peak for six variants of a 16,384-GPU run, two replayed at a time).
-double simulation_bytes_estimate(const Variant& variant);
+// About the memory simulating `variant`'s step takes: its topology and flows, 16 KB a GPU
+// (measured: 507 MB peak for six variants of a 16,384-GPU run, two replayed at a time), its
+// programs, 16 KB a layer pass (workloads/layout/rules.hpp), and without folding every rank's
+// replay of its stage.
+double simulation_bytes_estimate(const Variant& variant, bool folded = true);
 
 // Every preset under the data root, each read and validated as a scenario would read it (a
 // broken preset throws its ScenarioError), with its one-line description (a model: its source).

@@ -206,10 +206,32 @@ double parse_quantity(std::string_view raw, const Kind& kind, Zero zero) {
   return value;
 }
 
+// Floors under which a rate is a slip of the unit, not hardware: the slowest link or store a
+// GPU cluster uses moves far more than 1 MB/s (1 GbE: 125 MB/s), and a GPU or CPU computes far
+// more than 1 GFLOP/s. Below them a step's transfers and kernels would outlast what integer
+// nanoseconds hold (a 100 GB gradient at 1 B/s: 3,000 years).
+constexpr double kSlowestBandwidth = 1e6;
+constexpr double kSlowestFlopRate = 1e9;
+
+// `value` parsed from `text`, unless it is above zero and under `least`: then the problem
+// "expected WHAT of at least LEAST, got TEXT".
+double at_least(double value, double least, std::string_view text, const char* what,
+                const char* least_text, const char* hint) {
+  if (value > 0 && value < least) {
+    throw UnitError(std::string("expected ") + what + " of at least " + least_text + ", got " +
+                        in_quotes(trim(text)),
+                    hint);
+  }
+  return value;
+}
+
 }  // namespace
 
-double parse_bandwidth(std::string_view text, Zero zero) {
-  return parse_quantity(text, kBandwidth, zero);
+double parse_bandwidth(std::string_view text, Zero zero, Floor floor) {
+  const double bytes_per_s = parse_quantity(text, kBandwidth, zero);
+  if (floor == Floor::none) return bytes_per_s;
+  return at_least(bytes_per_s, kSlowestBandwidth, text, "a bandwidth", "1MB/s (8Mbps)",
+                  "links and storage in a GPU cluster move GB/s: 400Gbps, 25GB/s, 900MB/s");
 }
 
 double parse_size(std::string_view text, Zero zero) {
@@ -217,17 +239,16 @@ double parse_size(std::string_view text, Zero zero) {
 }
 
 double parse_duration(std::string_view text, Zero zero) {
-  const double seconds = parse_quantity(text, kDuration, zero);
-  if (seconds > 0 && seconds < 1e-9) {
-    throw UnitError("expected a duration of at least 1ns, got " + in_quotes(trim(text)),
-                    "fleetsim counts time in whole nanoseconds; write 0s for none, if zero is "
-                    "allowed here");
-  }
-  return seconds;
+  return at_least(parse_quantity(text, kDuration, zero), 1e-9, text, "a duration", "1ns",
+                  "fleetsim counts time in whole nanoseconds; write 0s for none, if zero is "
+                  "allowed here");
 }
 
-double parse_flop_rate(std::string_view text, Zero zero) {
-  return parse_quantity(text, kFlopRate, zero);
+double parse_flop_rate(std::string_view text, Zero zero, Floor floor) {
+  const double flops = parse_quantity(text, kFlopRate, zero);
+  if (floor == Floor::none) return flops;
+  return at_least(flops, kSlowestFlopRate, text, "a rate", "1GFLOPS",
+                  "GPUs compute hundreds of TFLOPS: 989TFLOPS, 2.25PFLOPS");
 }
 
 double parse_hourly_price(std::string_view text) {

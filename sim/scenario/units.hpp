@@ -32,8 +32,13 @@ class UnitError : public std::runtime_error {
 // scenario (a rate, a size, a latency, an uncertainty) can be negative.
 enum class Zero { rejected, allowed };
 
+// Whether a rate above zero must reach what the slowest hardware does (1 MB/s, 1 GFLOP/s): a
+// rate below it is a slipped unit. An uncertainty in the same unit has no floor.
+enum class Floor { hardware, none };
+
 // `400Gbps`, `400Gb/s`, `450GB/s`, `3.35TB/s`, `900MB/s`, `25GiB/s` -> bytes per second.
-double parse_bandwidth(std::string_view text, Zero zero = Zero::rejected);
+double parse_bandwidth(std::string_view text, Zero zero = Zero::rejected,
+                       Floor floor = Floor::hardware);
 
 // `80GB`, `81559MiB`, `25MB`, `1.5TB`, `512KiB`, `100B` -> bytes.
 double parse_size(std::string_view text, Zero zero = Zero::rejected);
@@ -47,7 +52,8 @@ double parse_duration(std::string_view text, Zero zero = Zero::allowed);
 double parse_hourly_price(std::string_view text);
 
 // `989TFLOPS`, `2.25PFLOPS`, `500GFLOPS` (or `TFLOP/s`) -> floating-point operations per second.
-double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected);
+double parse_flop_rate(std::string_view text, Zero zero = Zero::rejected,
+                       Floor floor = Floor::hardware);
 
 // `2.0GHz`, `3300MHz` -> cycles per second.
 double parse_frequency(std::string_view text);

@@ -51,6 +51,23 @@ void whole_unless_stopped(std::optional<T>& out, Compute compute) {
   }
 }
 
+// `out` without its run, and why: its step's results stand.
+void leave_run_out(VariantReport& out, const ModelError& why) {
+  out.job.reset();
+  out.job_result.reset();
+  out.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + why.what());
+}
+
+// The variant's run into `out`, or where it cannot finish, the reason as a warning.
+void simulate_run_unless_endless(VariantReport& out, std::uint64_t seed, const StepOptions& options,
+                                 const Progress& progress, OnStop on_stop) {
+  try {
+    simulate_run(out, seed, options, progress, on_stop);
+  } catch (const RunCannotFinish& why) {
+    leave_run_out(out, why);
+  }
+}
+
 // One variant's simulation into `out`: its step, or a re-planned point's best layout (the
 // fastest step, or with a run: block the cheapest expected run of the fastest few), then its
 // run.
@@ -59,7 +76,9 @@ void simulate_variant(const Scenario& scenario, const Variant& variant, const St
   if (!scenario.replanned) {
     out.outcome = simulate_step(variant.inputs, options);
     report_progress(progress, 1);
-    if (variant.run) simulate_run(out, scenario.seed, options, progress, OnStop::keep_finished);
+    if (variant.run) {
+      simulate_run_unless_endless(out, scenario.seed, options, progress, OnStop::keep_finished);
+    }
     return;
   }
   PlanOptions plan;
@@ -148,10 +167,8 @@ void rank_by_run(std::vector<VariantReport>& layouts, const RunSpec& run, std::u
     layout.run = run;
     try {
       simulate_run(layout, seed, options, progress, OnStop::throw_stopped);
-    } catch (const ModelError& e) {  // this layout's run only
-      layout.job.reset();
-      layout.job_result.reset();
-      layout.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + e.what());
+    } catch (const RunCannotFinish& why) {  // this layout's run only
+      leave_run_out(layout, why);
     }
   });
   const auto expected = [&](const VariantReport& layout) {

@@ -49,11 +49,13 @@ RunReport empty_report(const Scenario& scenario);
 std::int64_t work_units(const Scenario& scenario, const Spread& spread);
 
 // Every variant of `scenario`, spread over threads and processes (rank 0's report has them
-// all; the others' are theirs alone). A stop leaves the variants not finished out: the report
-// is then marked partial, a run cut short keeping the replications it finished; on rank 0 a
-// stop any rank reports is requested process-wide (sim/engine/stop.hpp), since what follows
-// would not be whole. Throws ModelError on rank 0 when a rank fails, with that rank's message
-// (the others return what they sent), and for a spread without a gather or of no processes.
+// all; the others' are theirs alone). A variant whose run cannot finish (RunCannotFinish)
+// keeps its step, with the reason as a warning in the place of its run. A stop leaves the variants
+// not finished out: the report is then marked partial, a run cut short keeping the replications it
+// finished; on rank 0 a stop any rank reports is requested process-wide (sim/engine/stop.hpp),
+// since what follows would not be whole. Throws ModelError on rank 0 when a rank fails, with that
+// rank's message (the others return what they sent), and for a spread without a gather or of no
+// processes.
 RunReport simulate_scenario(const Scenario& scenario, const StepOptions& options,
                             const Spread& spread = {}, const Progress& progress = {});
 

@@ -128,25 +128,45 @@ TEST_CASE("job: the same interruptions whatever the policy or the thread count")
 
 TEST_CASE("job: a run that interruptions would practically never let finish is refused") {
   // A segment of 30 days between checkpoints at one interruption every 5.5 hours: the run would
-  // restart it about e^130 times before one got through.
+  // restart it about e^130 times before one got through. Well formed, it cannot finish: an
+  // answer about the run (RunCannotFinish), not a mistake in its input.
   JobSpec job = interrupted_job();
   job.policy = {CheckpointPolicy::Kind::every_seconds, 30 * 86400.0};
   job.steps = 1e6;
   CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("checkpoint more often"));
+  CHECK_THROWS_AS(simulate_job(job, 10, 1), RunCannotFinish);
   // So would a downtime of days.
   job = interrupted_job();
   job.restart_s = 10 * 86400;
   CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("downtime"));
+  CHECK_THROWS_AS(simulate_job(job, 10, 1), RunCannotFinish);
 }
 
 TEST_CASE("job: a run that cannot be simulated is refused") {
+  // Mistakes in the job itself, which the loader refuses first: ModelError, not an answer.
+  const auto mistake = [](const JobSpec& job, int replications) {
+    try {
+      simulate_job(job, replications, 1);
+    } catch (const RunCannotFinish&) {
+      return false;
+    } catch (const ModelError&) {
+      return true;
+    }
+    return false;
+  };
   JobSpec job = interrupted_job();
   job.step_s = 0;
   CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("positive step time"));
+  CHECK(mistake(job, 10));
   job = interrupted_job();
   job.policy = {CheckpointPolicy::Kind::every_seconds, 0};
   CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("interval must be positive"));
+  CHECK(mistake(job, 10));
   CHECK_THROWS_WITH(simulate_job(interrupted_job(), 0, 1), Catch::Contains("replication"));
+  job = interrupted_job();
+  job.detection_s = 11 * 365.25 * 86400;  // the loader's bound on a given time: past it, a mistake
+  CHECK_THROWS_WITH(simulate_job(job, 10, 1), Catch::Contains("under 10 years"));
+  CHECK(mistake(job, 10));
 }
 
 TEST_CASE("job: a run's clock is the engine's integer time") {
@@ -169,7 +189,8 @@ TEST_CASE("job: a run's clock is the engine's integer time") {
   JobSpec decades = interrupted_job();
   decades.causes.clear();
   decades.steps = 1e8;
-  CHECK_THROWS_WITH(simulate_job(decades, 1, 1), Catch::Contains("under 10 years"));
+  CHECK_THROWS_WITH(simulate_job(decades, 1, 1), Catch::Contains("train for over 10 years"));
+  CHECK_THROWS_AS(simulate_job(decades, 1, 1), RunCannotFinish);
   // One segment of 9.5 years (10^5 steps of 3,000 s) against an interruption every 1.9 years:
   // e^5, about 150, tries before one gets through (within the e^10 the exposure check allows),
   // some 280 years of wall time: the replication is refused when its clock passes 50.
@@ -179,6 +200,7 @@ TEST_CASE("job: a run's clock is the engine's integer time") {
   centuries.policy = {CheckpointPolicy::Kind::every_steps, 1e5};
   centuries.causes = {{"hardware", 1.44e-6, "assumed: a test's"}};
   CHECK_THROWS_WITH(simulate_job(centuries, 1, 1), Catch::Contains("50 years"));
+  CHECK_THROWS_AS(simulate_job(centuries, 1, 1), RunCannotFinish);
 }
 
 TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no work") {

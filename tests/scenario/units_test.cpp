@@ -112,6 +112,19 @@ TEST_CASE("a duration above zero and under the clock's 1 ns tick is refused, not
   CHECK_THROWS_AS(parse_duration("0s", Zero::rejected), UnitError);
 }
 
+TEST_CASE("a rate under what any cluster's links or GPUs do is a slip of the unit, refused") {
+  CHECK(parse_bandwidth("1MB/s") == Approx(1e6));
+  CHECK(parse_bandwidth("8Mbps") == Approx(1e6));
+  CHECK(parse_bandwidth("0GB/s", Zero::allowed) == 0);
+  const auto slow = [] { parse_bandwidth("0.001Gbps"); };  // 125 KB/s
+  CHECK_THROWS_AS(slow(), UnitError);
+  CHECK_THAT(problem_of(slow), Catch::Contains("at least 1MB/s"));
+  CHECK(parse_flop_rate("1GFLOPS") == Approx(1e9));
+  const auto weak = [] { parse_flop_rate("1e-12TFLOPS"); };
+  CHECK_THROWS_AS(weak(), UnitError);
+  CHECK_THAT(problem_of(weak), Catch::Contains("at least 1GFLOPS"));
+}
+
 TEST_CASE("a value quoted in a message shows its control bytes and is cut when long") {
   CHECK(in_quotes("dgx-h100") == "\"dgx-h100\"");
   // A NUL would end the message where C strings are read; a newline would split its line.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/memory_items.hpp"
+#include "common/stop_guard.hpp"
 #include "models.hpp"
 #include "sim/engine/errors.hpp"
 #include "workloads/lora_ops.hpp"
@@ -16,6 +17,19 @@
 
 using namespace fleetsim;
 using namespace fleetsim::testing;
+
+TEST_CASE("a step's program is not built past a stop: a limit or a signal ends the build too") {
+  // Thousands of micro-batches take seconds to build; the build polls the stop as the replay
+  // does, so that --max-wall and --max-memory end it within their margin.
+  const StopGuard guard;
+  request_stop(StopReason::wall_limit);
+  CHECK_THROWS_AS(build_data_parallel_step(llama3_8b(), training(4096, 16, 1), pipeline(4, 2)),
+                  Stopped);
+  clear_stop_request();
+  CHECK(
+      build_data_parallel_step(llama3_8b(), training(4096, 16, 1), pipeline(4, 2)).micro_batches ==
+      8);
+}
 
 TEST_CASE("pipeline: every transfer has one sender and one receiver on neighbouring stages") {
   ParallelPlan plan = pipeline(4, 2);

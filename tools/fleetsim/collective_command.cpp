@@ -11,6 +11,7 @@
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/collective_benchmark.hpp"
+#include "tools/fleetsim/progress.hpp"
 
 namespace fleetsim {
 namespace {
@@ -203,7 +204,7 @@ void run_collective_command(const CollectiveOptions& options) {
               busbw_sum / static_cast<double>(samples.size()), "");
   std::printf("#\n# Collective test concluded: %s\n", program.c_str());
   if (!options.output.empty()) {
-    const OutputLock lock({options.output});
+    const OutputLock lock({options.output}, say_waiting_for);
     write_collective_hdf5(CollectiveReport{FLEETSIM_VERSION, cluster.node.name, cluster.nodes,
                                            cluster.gpu.name, to_string(op), ranks, samples},
                           options.output);

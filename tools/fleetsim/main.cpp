@@ -42,6 +42,7 @@ namespace po = boost::program_options;
 using fleetsim::DataPaths;
 using fleetsim::RunReport;
 using fleetsim::Scenario;
+using fleetsim::Variant;
 
 namespace {
 
@@ -388,7 +389,7 @@ int plan_command(const Scenario& scenario, const Options& options) {
   std::cout << (options.json ? fleetsim::render_json(report, link_detail(options))
                              : fleetsim::render_plan(report));
   if (!options.output.empty()) {
-    const fleetsim::OutputLock lock({options.output});
+    const fleetsim::OutputLock lock({options.output}, fleetsim::say_waiting_for);
     fleetsim::write_hdf5(report, options.output);
   }
   return report.variants.empty() ? kSimulationFailed : kOk;
@@ -462,34 +463,44 @@ void check_outputs(const Options& options, bool writes) {
   }
 }
 
-// A step that would need more memory than the command may use is refused before it starts:
-// the largest variant's estimate against --max-memory and against this machine's memory.
+// `bytes` as a person reads it: "238 MB", "17 GB" (rounded up).
+std::string memory_amount(double bytes) {
+  return bytes < 1e9 ? std::to_string(static_cast<long long>(std::ceil(bytes / 1e6))) + " MB"
+                     : std::to_string(static_cast<long long>(std::ceil(bytes / 1e9))) + " GB";
+}
+
+// A step that would need more memory than the command may use is refused before it starts.
+// Past what the process may use at all (the machine's or its container's memory) the kernel
+// would end it, results and all: any variant's estimate refuses the command. --max-memory
+// stops a run and keeps the variants that finished (exit 3): refused only where no variant
+// could finish under it.
 void check_memory_estimate(const Scenario& scenario, const Options& options) {
   if (scenario.variants.empty()) return;
-  const auto largest = std::max_element(
-      scenario.variants.begin(), scenario.variants.end(), [](const auto& a, const auto& b) {
-        return fleetsim::simulation_bytes_estimate(a) < fleetsim::simulation_bytes_estimate(b);
-      });
-  const double need = fleetsim::simulation_bytes_estimate(*largest);
-  std::optional<double> cap;
-  std::string what;
-  if (!options.max_memory.empty()) {
-    cap = fleetsim::parse_size(options.max_memory);  // checked by parse_limits
-    what = "--max-memory " + options.max_memory;
+  const bool folded = !options.no_fold;
+  const auto estimate = [folded](const Variant& variant) {
+    return fleetsim::simulation_bytes_estimate(variant, folded);
+  };
+  const auto [smallest, largest] = std::minmax_element(
+      scenario.variants.begin(), scenario.variants.end(),
+      [&](const Variant& a, const Variant& b) { return estimate(a) < estimate(b); });
+  const auto refuse = [&](const Variant& variant, const std::string& what) {
+    const double gpus = static_cast<double>(variant.inputs.nodes) * variant.inputs.node.gpus;
+    throw po::error("variant '" + variant.name + "' needs about " +
+                    memory_amount(estimate(variant)) + " to simulate (its " +
+                    std::to_string(static_cast<long long>(gpus)) + " GPUs and its step's programs" +
+                    (folded ? "" : ", every rank replayed") + "), more than " + what +
+                    ": simulate a slice of the cluster and scale with a sweep" +
+                    (folded ? "" : ", or fold the replicas (without --no-fold)"));
+  };
+  const double usable = fleetsim::usable_memory_bytes();  // the machine's, or its container's
+  if (usable > 0 && estimate(*largest) > usable) {
+    refuse(*largest, "the " + memory_amount(usable) + " this process may use");
   }
-  const double machine =
-      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  if (machine > 0 && (!cap || machine < *cap)) {
-    cap = machine;
-    what = "this machine's " + std::to_string(static_cast<long long>(machine / 1e9)) + " GB";
+  if (!options.max_memory.empty() &&
+      estimate(*smallest) > fleetsim::parse_size(options.max_memory)) {  // checked by parse_limits
+    refuse(*smallest, "--max-memory " + options.max_memory +
+                          (scenario.variants.size() > 1 ? ", as every other variant does" : ""));
   }
-  if (!cap || need <= *cap) return;
-  const double gpus = static_cast<double>(largest->inputs.nodes) * largest->inputs.node.gpus;
-  throw po::error("variant '" + largest->name + "' needs about " +
-                  std::to_string(static_cast<long long>(std::ceil(need / 1e9))) +
-                  " GB to simulate (" + std::to_string(static_cast<long long>(gpus)) +
-                  " GPUs, about 16 KB each), more than " + what +
-                  ": simulate a slice of the cluster and scale with a sweep");
 }
 
 int run_command(const Options& options, const fleetsim::Ranks& ranks) {
@@ -660,7 +671,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   // printed.
   std::exception_ptr write_failure;
   try {
-    const fleetsim::OutputLock lock({options.output, options.trace});
+    const fleetsim::OutputLock lock({options.output, options.trace}, fleetsim::say_waiting_for);
     if (!options.output.empty()) fleetsim::write_hdf5(report, options.output);
     if (!options.trace.empty()) {
       fleetsim::write_text_atomically(options.trace, fleetsim::render_trace(report));
@@ -684,11 +695,14 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
               << " that finished are reported, marked partial\n";
     return fleetsim::exit_code(stopped);
   }
-  // A sweep reports the points that do not fit as such: it fails only when none does.
-  const auto simulated = [](const auto& v) { return v.outcome.simulated; };
-  const bool fits = sweep ? std::any_of(report.variants.begin(), report.variants.end(), simulated)
-                          : std::all_of(report.variants.begin(), report.variants.end(), simulated);
-  return fits ? kOk : kSimulationFailed;
+  // A sweep reports the points that do not fit, or whose run cannot finish, as such: it fails
+  // only when none is answered.
+  const auto answered = [](const auto& v) {
+    return v.outcome.simulated && (!v.run || v.job_result);
+  };
+  const bool ok = sweep ? std::any_of(report.variants.begin(), report.variants.end(), answered)
+                        : std::all_of(report.variants.begin(), report.variants.end(), answered);
+  return ok ? kOk : kSimulationFailed;
 }
 
 }  // namespace

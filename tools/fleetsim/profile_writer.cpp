@@ -12,6 +12,7 @@
 #include "sim/engine/errors.hpp"
 #include "sim/engine/rng.hpp"
 #include "sim/report/report.hpp"
+#include "tools/fleetsim/progress.hpp"
 
 namespace fleetsim {
 namespace {
@@ -54,6 +55,9 @@ void put_profile_entries(const DataPaths& data, const std::string& gpu,
                          const std::vector<std::pair<std::string, Calibrated>>& entries,
                          bool write) {
   const std::filesystem::path profile = std::filesystem::canonical(gpu_profile_file(data, gpu));
+  // Two calibrations writing one profile take turns, each reading what the other wrote.
+  std::optional<OutputLock> lock;
+  if (write) lock.emplace(std::vector<std::filesystem::path>{profile}, say_waiting_for);
   std::string before;
   {
     std::ifstream in(profile);

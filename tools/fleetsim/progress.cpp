@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 
 namespace fleetsim {
 namespace {
@@ -76,6 +77,10 @@ void ProgressBar::finish() {
   std::fprintf(stderr, "\r\033[K");
   std::fflush(stderr);
   drawn_ = false;
+}
+
+void say_waiting_for(const std::filesystem::path& directory) {
+  std::cerr << "fleetsim: waiting for another process writing into " << directory.string() << "\n";
 }
 
 }  // namespace fleetsim

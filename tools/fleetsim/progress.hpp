@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <mutex>
 #include <string>
 
@@ -38,5 +39,9 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_draw_{};
   bool drawn_ = false;
 };
+
+// Says on stderr that the command waits for another process writing into `directory` (an
+// OutputLock's wait), so that a pause is not taken for a hang.
+void say_waiting_for(const std::filesystem::path& directory);
 
 }  // namespace fleetsim

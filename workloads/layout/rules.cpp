@@ -518,14 +518,17 @@ Problem batch_splits_into_micro_batches(const JobSubject& job, const ParallelPla
 // and 4.2 GB, 2.4 and 25 s). Past 2^18 passes, about 4 GB, a step is refused before anything
 // is built.
 constexpr Wide kMostLayerPasses = Wide{1} << 18;
-constexpr double kReplayBytesPerLayerPass = 16e3;
+
+// The step's micro-batches per replica (at least 1; 0 where micro_batch x dp is not a size).
+Wide step_micro_batches(const JobSubject& job, const ParallelPlan& plan) {
+  const Wide per_pass = size_product({job.micro_batch, plan.dp});
+  return per_pass < 1 ? 0 : std::max<Wide>(1, job.global_batch / per_pass);
+}
 
 Problem replay_within_bounds(const JobSubject& job, const ParallelPlan& plan) {
-  const Wide per_pass = size_product({job.micro_batch, plan.dp});
-  if (per_pass < 1) return {};
-  const Wide micro_batches = std::max<Wide>(1, job.global_batch / per_pass);
+  const Wide micro_batches = step_micro_batches(job, plan);
   const Wide layers = job.layers;
-  const Wide passes = micro_batches * layers;
+  const Wide passes = step_layer_passes(job, plan);
   if (passes <= kMostLayerPasses) return {};
   // Reported where the larger factor is set.
   std::vector<std::string> fields{"training.global_batch", "model.layers"};
@@ -539,6 +542,16 @@ Problem replay_within_bounds(const JobSubject& job, const ParallelPlan& plan) {
             "fewer micro-batches a step (a smaller global_batch, a larger micro_batch or dp), "
             "or a model of fewer layers");
 }
+
+}  // namespace
+
+std::int64_t step_layer_passes(const JobSubject& subject, const ParallelPlan& plan) {
+  // Both factors are bounded (the global batch and the layers by the loader, at most 2^31
+  // each): their product fits 64 bits.
+  return step_micro_batches(subject, plan) * Wide{subject.layers};
+}
+
+namespace {
 
 Problem micro_batch_group_needs_interleaving(const JobSubject&, const ParallelPlan& plan) {
   if (plan.microbatch_group == 0 || (plan.pp > 1 && plan.vpp > 1)) return {};

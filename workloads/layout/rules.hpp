@@ -13,6 +13,7 @@
 // what an NVLink domain holds).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -82,6 +83,13 @@ struct JobRule {
   std::string_view summary;  // one line, for the reference
   std::optional<JobProblem> (*check)(const JobSubject&, const ParallelPlan&);
 };
+
+// A step's layer passes (its micro-batches x the model's layers, every stage's), as the rule
+// replay-within-bounds bounds them, and about the memory each takes to build and replay
+// (measured: 0.56 GB for 1,024 micro-batches of Llama-3-8B's 32 layers under tp 8, 4.2 GB for
+// 8,192).
+std::int64_t step_layer_passes(const JobSubject& subject, const ParallelPlan& plan);
+inline constexpr double kReplayBytesPerLayerPass = 16e3;
 
 // Every rule, in the order they are checked: a layout breaking several is reported by the
 // first, which a person fixes first.
