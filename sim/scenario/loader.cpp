@@ -115,24 +115,15 @@ Variant Loader::parse_full_variant(std::string name, const Field& root) {
                            : "in-memory checkpoints go to a peer node, and the job has one node",
          "use checkpoint_write: async");
   }
-  // What the job copies a checkpoint over (sim/job/job.hpp, job_spec): to host memory over
-  // PCIe unless it blocks, to peers over the NICs when in memory.
-  if (variant.run && variant.run->write != CheckpointWrite::blocking) {
+  // In memory, a checkpoint goes to peer nodes over the NICs (sim/job/job.hpp, job_spec); a
+  // node's PCIe rate, the other copy, is a required key.
+  if (variant.run && variant.run->write == CheckpointWrite::in_memory) {
     const NodeSpec& node = variant.inputs.node;
-    const Field run = require(root, "run");
-    const Field at = find(run, "checkpoint_write").value_or(run);
-    if (variant.run->write == CheckpointWrite::in_memory &&
-        !(node.nics * node.nic_bytes_per_s > 0)) {
-      fail(at,
+    if (!(node.nics * node.nic_bytes_per_s > 0)) {
+      fail(require(require(root, "run"), "checkpoint_write"),
            "in-memory checkpoints go to a peer node over the NICs, and node " + node.name +
                " has none",
            "use checkpoint_write: async, or a node with NICs");
-    }
-    if (!(node.pcie_bytes_per_s > 0)) {
-      fail(at,
-           "an asynchronous checkpoint is copied to host memory over PCIe, and node " + node.name +
-               " gives no pcie rate",
-           "give the node's pcie: rate, or use checkpoint_write: blocking");
     }
   }
   return variant;

@@ -331,11 +331,22 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       degradation.kind = read_choice(require(entry, "slows"), {"compute", "network"}) == "network"
                              ? Degradation::Kind::network
                              : Degradation::Kind::compute;
+      // Degraded, hardware still works: a GPU at most 100 times slower, a link keeping 1% of
+      // its bandwidth or more. Past that it is out of service (an interruption cause), and its
+      // step's kernels and transfers would outlast the integer clock as the floors on rates
+      // (sim/scenario/units.hpp) guard against.
       const Field fraction = require(entry, "fraction");
       degradation.fraction = read_positive(fraction);
-      if (degradation.kind == Degradation::Kind::network && !(degradation.fraction < 1)) {
-        fail(fraction, "a degraded link keeps part of its bandwidth: the fraction lost is < 1",
-             "fraction: 0.5 for a 400 Gb/s link running at 200");
+      if (degradation.kind == Degradation::Kind::network) {
+        if (!(degradation.fraction <= 0.99)) {
+          fail(fraction,
+               "a degraded link keeps part of its bandwidth: the fraction lost is at most 0.99",
+               "fraction: 0.5 for a 400 Gb/s link running at 200");
+        }
+      } else {
+        read_at_most(fraction, 100,
+                     "kernels 100 times slower are a GPU out of service: list it as an "
+                     "interruption cause");
       }
       degradation.per_gpu_day = read_at_most(require(entry, "per_gpu_day"), kMostPerGpuDay,
                                              "one degradation a GPU-second at the most");

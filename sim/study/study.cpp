@@ -167,7 +167,9 @@ void rank_by_run(std::vector<VariantReport>& layouts, const RunSpec& run, std::u
     layout.run = run;
     try {
       simulate_run(layout, seed, options, progress, OnStop::throw_stopped);
-    } catch (const RunCannotFinish& why) {  // this layout's run only
+    } catch (const ModelError& why) {
+      // This layout's run only: a layout no one wrote (its checkpoint larger than the
+      // scenario's layout's, say) is ranked last, not a mistake in the scenario.
       leave_run_out(layout, why);
     }
   });

@@ -4,8 +4,8 @@
 // memory report and, unswept, its plan. A mistake found only by a simulation is a finding.
 //
 // Each accepted input is simulated for at most kWallS seconds (as `run --max-wall` would cut
-// it short; what was left out is not checked) and only where its estimate fits kMostBytes (as
-// 1,024 GPUs of a small step), as `run` refuses a step over the machine's memory before
+// it short; what was left out is not checked) and only where its estimate fits kMostBytes (a
+// few thousand GPUs of a small step), as `run` refuses a step over the machine's memory before
 // simulating it: the loader's bounds on larger clusters are fuzz_scenario's.
 #include <cstddef>
 #include <cstdint>

@@ -256,7 +256,16 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   const auto dead_link = load_error(with(with(degraded, "compute", "network"), "0.1", "1.5"));
   REQUIRE(dead_link);
   CHECK(dead_link->key() == "run.degraded[0].fraction");
-  CHECK_THAT(dead_link->what(), Catch::Contains("the fraction lost is < 1"));
+  CHECK_THAT(dead_link->what(), Catch::Contains("the fraction lost is at most 0.99"));
+  // A link keeping under 1% of its bandwidth, or a GPU over 100 times slower, is out of
+  // service: its step would outlast the integer clock as a rate under the floors would.
+  const auto all_but_dead = load_error(with(with(degraded, "compute", "network"), "0.1", "0.999"));
+  REQUIRE(all_but_dead);
+  CHECK_THAT(all_but_dead->what(), Catch::Contains("at most 0.99"));
+  CHECK(load_text(with(degraded, "0.1", "100")).variants[0].run->degradations[0].fraction == 100);
+  const auto dead_gpu = load_error(with(degraded, "0.1", "101"));
+  REQUIRE(dead_gpu);
+  CHECK_THAT(dead_gpu->what(), Catch::Contains("expected at most 100"));
   const auto policy = load_error(with(kRun, "  replications: 200\n",
                                       "  replications: 200\n  node_repair: 1h\n"
                                       "  when_short: pray\n"));
