@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -52,16 +53,7 @@ double resident_memory_bytes() {
   return resident * static_cast<double>(::sysconf(_SC_PAGESIZE));
 }
 
-double usable_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  double usable =
-      pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
-  // A container's caps: cgroup v2's memory.max, v1's memory.limit_in_bytes, of this process's
-  // group (/proc/self/cgroup: "0::PATH", "N:memory:PATH") and of each group above it, and at
-  // the mount's root (a container's own namespace); "max", or a number of 2^60 or more, where
-  // there is none. Files that are not there are skipped.
-  const std::filesystem::path mount = "/sys/fs/cgroup";
+double cgroup_memory_cap_bytes(const std::string& cgroups, const std::filesystem::path& mount) {
   std::vector<std::filesystem::path> caps{mount / "memory.max",
                                           mount / "memory/memory.limit_in_bytes"};
   const auto with_groups_above = [&caps](std::filesystem::path root, const std::string& path,
@@ -72,7 +64,7 @@ double usable_memory_bytes() {
       group = group.parent_path();
     }
   };
-  std::ifstream groups("/proc/self/cgroup");
+  std::istringstream groups(cgroups);
   for (std::string line; std::getline(groups, line);) {
     const auto first = line.find(':');
     const auto second = line.find(':', first + 1);
@@ -84,14 +76,27 @@ double usable_memory_bytes() {
       with_groups_above(mount / "memory", path, "memory.limit_in_bytes");
     }
   }
+  double least = 0;
   for (const std::filesystem::path& cap : caps) {
     std::ifstream in(cap);
     double bytes = 0;
-    if (in >> bytes && bytes > 0 && bytes < 0x1p60 && (usable == 0 || bytes < usable)) {
-      usable = bytes;
+    if (in >> bytes && bytes > 0 && bytes < 0x1p60 && (least == 0 || bytes < least)) {
+      least = bytes;
     }
   }
-  return usable;
+  return least;
+}
+
+double usable_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const double machine =
+      pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  std::ifstream in("/proc/self/cgroup");
+  std::stringstream cgroups;
+  cgroups << in.rdbuf();
+  const double cap = cgroup_memory_cap_bytes(cgroups.str(), "/sys/fs/cgroup");
+  return cap > 0 && (machine == 0 || cap < machine) ? cap : machine;
 }
 
 ResourceWatch::ResourceWatch(Limits limits, std::function<double()> memory_bytes,

@@ -8,8 +8,10 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <optional>
+#include <string>
 #include <thread>
 
 namespace fleetsim {
@@ -54,6 +56,12 @@ double resident_memory_bytes();
 // The memory this process may hold at most: the machine's, or its container's (cgroup) cap
 // where lower; 0 where neither can be read.
 double usable_memory_bytes();
+// The least memory cap of the control groups `cgroups` (as /proc/self/cgroup lists them:
+// "0::PATH", "N:memory:PATH") place a process in, under `mount` (/sys/fs/cgroup): cgroup v2's
+// memory.max, v1's memory.limit_in_bytes, of its group, each group above it and the mount's
+// root (a container's own namespace). "max", a number of 2^60 or more, or a file not there: no
+// cap. 0 where there is none.
+double cgroup_memory_cap_bytes(const std::string& cgroups, const std::filesystem::path& mount);
 
 // Watches the limits from a thread of its own while it lives, and requests a stop when one is
 // passed: the wall time since construction, or the resident memory (checked every `poll`; the

@@ -107,23 +107,21 @@ Variant Loader::parse_full_variant(std::string name, const Field& root) {
   Variant variant{std::move(name), parse_variant(root), std::nullopt};
   variant.run = parse_run(root);
   if (variant.run) check_run_against_job(root, variant);
-  // In-memory checkpoints need a peer node, and capacity that is not taken back.
-  if (variant.run && variant.run->write == CheckpointWrite::in_memory &&
-      (variant.inputs.nodes < 2 || variant.run->spot)) {
-    fail(require(require(root, "run"), "checkpoint_write"),
-         variant.run->spot ? "in-memory checkpoints do not survive spot capacity taken back"
-                           : "in-memory checkpoints go to a peer node, and the job has one node",
-         "use checkpoint_write: async");
-  }
-  // In memory, a checkpoint goes to peer nodes over the NICs (sim/job/job.hpp, job_spec); a
-  // node's PCIe rate, the other copy, is a required key.
+  // In-memory checkpoints go to a peer node over the NICs (sim/job/job.hpp, job_spec), on
+  // capacity that is not taken back.
   if (variant.run && variant.run->write == CheckpointWrite::in_memory) {
     const NodeSpec& node = variant.inputs.node;
-    if (!(node.nics * node.nic_bytes_per_s > 0)) {
-      fail(require(require(root, "run"), "checkpoint_write"),
-           "in-memory checkpoints go to a peer node over the NICs, and node " + node.name +
-               " has none",
-           "use checkpoint_write: async, or a node with NICs");
+    const std::string problem =
+        variant.run->spot ? "in-memory checkpoints do not survive spot capacity taken back"
+        : variant.inputs.nodes < 2
+            ? "in-memory checkpoints go to a peer node, and the job has one node"
+        : !(node.nics * node.nic_bytes_per_s > 0)
+            ? "in-memory checkpoints go to a peer node over the NICs, and node " + node.name +
+                  " has none"
+            : "";
+    if (!problem.empty()) {
+      fail(require(require(root, "run"), "checkpoint_write"), problem,
+           "use checkpoint_write: async");
     }
   }
   return variant;

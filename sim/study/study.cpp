@@ -58,16 +58,6 @@ void leave_run_out(VariantReport& out, const ModelError& why) {
   out.outcome.warnings.push_back(std::string("its run cannot be simulated: ") + why.what());
 }
 
-// The variant's run into `out`, or where it cannot finish, the reason as a warning.
-void simulate_run_unless_endless(VariantReport& out, std::uint64_t seed, const StepOptions& options,
-                                 const Progress& progress, OnStop on_stop) {
-  try {
-    simulate_run(out, seed, options, progress, on_stop);
-  } catch (const RunCannotFinish& why) {
-    leave_run_out(out, why);
-  }
-}
-
 // One variant's simulation into `out`: its step, or a re-planned point's best layout (the
 // fastest step, or with a run: block the cheapest expected run of the fastest few), then its
 // run.
@@ -76,8 +66,10 @@ void simulate_variant(const Scenario& scenario, const Variant& variant, const St
   if (!scenario.replanned) {
     out.outcome = simulate_step(variant.inputs, options);
     report_progress(progress, 1);
-    if (variant.run) {
-      simulate_run_unless_endless(out, scenario.seed, options, progress, OnStop::keep_finished);
+    try {  // a run that cannot finish is this variant's answer, not the scenario's failure
+      simulate_run(out, scenario.seed, options, progress, OnStop::keep_finished);
+    } catch (const RunCannotFinish& why) {
+      leave_run_out(out, why);
     }
     return;
   }

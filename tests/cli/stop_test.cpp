@@ -287,4 +287,7 @@ TEST_CASE("two fleetsim processes writing into one directory write one after the
   other.reset();
   CHECK(run.wait() == 0);
   CHECK(fleetsim::read_hdf5_summary(h5).variants.size() == 2);
+  // It said what it waited for, so that the pause is not taken for a hang.
+  CHECK_THAT(run.err(), Catch::Contains("waiting for another process writing into " +
+                                        fs::weakly_canonical(dir.path()).string()));
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/stop_guard.hpp"
+#include "common/temp_dir.hpp"
 #include "sim/engine/engine.hpp"
 
 using namespace fleetsim;
@@ -98,4 +99,28 @@ TEST_CASE("stop: the resident memory reading grows with memory touched") {
   const double after = resident_memory_bytes();
   CHECK(after - before > 200e6);
   CHECK(block[block.size() / 2] == 1);
+}
+
+TEST_CASE("a container's memory cap is the least along its control groups, v1 or v2") {
+  const testing::TempDir mount;
+  // cgroup v2: the job's group under a parent that caps it lower; the group itself says "max".
+  mount.write("jobs/memory.max", "8000000000\n");
+  mount.write("jobs/job-7/memory.max", "max\n");
+  CHECK(cgroup_memory_cap_bytes("0::/jobs/job-7\n", mount.path()) == 8e9);
+  // cgroup v1: the memory controller's line; "unlimited" is 2^63 rounded down to a page.
+  mount.write("memory/slurm/memory.limit_in_bytes", "9223372036854771712\n");
+  mount.write("memory/slurm/step-1/memory.limit_in_bytes", "4000000000\n");
+  CHECK(cgroup_memory_cap_bytes("4:memory:/slurm/step-1\n1:cpu:/\n", mount.path()) == 4e9);
+  // Both hierarchies listed: the least of all.
+  CHECK(cgroup_memory_cap_bytes("4:cpu,memory:/slurm/step-1\n0::/jobs/job-7\n", mount.path()) ==
+        4e9);
+  // A container's own namespace: its caps at the mount's root, whatever path the host names.
+  mount.write("memory.max", "2000000000\n");
+  CHECK(cgroup_memory_cap_bytes("0::/elsewhere\n", mount.path()) == 2e9);
+  // No cap anywhere, or nothing to read: 0.
+  const testing::TempDir empty;
+  CHECK(cgroup_memory_cap_bytes("0::/jobs/job-7\n", empty.path()) == 0);
+  CHECK(cgroup_memory_cap_bytes("", empty.path()) == 0);
+  // The process's own usable memory is at most the machine's, and something.
+  CHECK(usable_memory_bytes() > 0);
 }

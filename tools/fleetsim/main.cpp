@@ -3,7 +3,6 @@
 // --max-wall or --max-memory, 130 and 143 stopped by SIGINT and SIGTERM (run and sweep write
 // what finished first, marked partial).
 #include <tbb/global_control.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
