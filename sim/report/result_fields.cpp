@@ -197,7 +197,8 @@ const ResultField kFields[] = {
     {FieldGroup::step, "events", "", "", "engine events the replay processed",
      [](R r, I i) -> FieldValue { return step(r, i).events; }},
     {FieldGroup::step, "replayed_ranks", "replayed_ranks", "",
-     "ranks replayed: all, or folded one replica's (HDF5: 0 when not simulated)",
+     "ranks replayed: all, or folded one replica's or one rank a stage (HDF5: 0 when not "
+     "simulated)",
      [](R r, I i) -> FieldValue {
        return at(r, i).outcome.simulated ? step(r, i).replayed_ranks : 0;
      }},

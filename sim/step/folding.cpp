@@ -126,12 +126,67 @@ std::optional<int> leaf_unit(const Topology& topology) {
   return run * static_cast<int>(per_node);
 }
 
+// The GPUs of a unit: a node, or the NVLink domain of several nodes the first GPU is in.
+int unit_gpus(const Topology& topology) {
+  const VertexId first = topology.gpus().front();
+  const int first_node = topology.vertex(first).node;
+  const std::optional<VertexId> domain = topology.nvswitch_of(first);
+  return static_cast<int>(
+      std::count_if(topology.gpus().begin(), topology.gpus().end(), [&](VertexId gpu) {
+        return domain ? topology.nvswitch_of(gpu) == domain
+                      : topology.vertex(gpu).node == first_node;
+      }));
+}
+
+// The kinds and line rates of the links on the route from one vertex to another, in order.
+std::vector<std::pair<LinkKind, double>> route_signature(const Topology& topology, VertexId from,
+                                                         VertexId to) {
+  std::vector<std::pair<LinkKind, double>> signature;
+  for (const LinkId id : topology.route(from, to)) {
+    signature.emplace_back(topology.link(id).kind, topology.link(id).bytes_per_s);
+  }
+  return signature;
+}
+
 }  // namespace
 
-std::vector<bool> replayed_ranks(const RankGrid& grid, bool fold) {
+Fold fold_of(const TaskGraph& graph, const Topology& topology, bool allowed) {
+  const RankGrid& grid = graph.grid;
+  if (!allowed || grid.ranks() == 1 || !replicas_placed_alike(graph, topology)) return Fold::none;
+  if (grid.tp() > 1 && tensor_ranks_alike(grid, topology)) return Fold::tensor;
+  return grid.replicas() > 1 ? Fold::replicas : Fold::none;
+}
+
+int stand_in(const RankGrid& grid, Fold fold, int rank) {
+  switch (fold) {
+    case Fold::none: return rank;
+    case Fold::replicas: return grid.in_replica(rank, 0);
+    case Fold::tensor: return grid.first_rank_of_stage(grid.stage_of(rank));
+  }
+  return rank;
+}
+
+int held_groups(const RankGrid& grid, Fold fold, GroupKind kind) {
+  switch (fold) {
+    case Fold::none: return grid.groups_per_stage(kind);
+    case Fold::replicas: return grid.representative_groups(kind);
+    case Fold::tensor: return 1;  // the groups of its stage's one replayed rank
+  }
+  return 1;
+}
+
+int ranks_stood_for(const RankGrid& grid, Fold fold) {
+  switch (fold) {
+    case Fold::none: return 1;
+    case Fold::replicas: return grid.replicas();
+    case Fold::tensor: return grid.stage_ranks();
+  }
+  return 1;
+}
+
+std::vector<bool> replayed_ranks(const RankGrid& grid, Fold fold) {
   std::vector<bool> replayed(grid.ranks(), true);
-  if (!fold) return replayed;
-  for (int r = 0; r < grid.ranks(); ++r) replayed[r] = grid.representative(r);
+  for (int r = 0; r < grid.ranks(); ++r) replayed[r] = stand_in(grid, fold, r) == r;
   return replayed;
 }
 
@@ -166,14 +221,7 @@ std::vector<bool> traced_ranks(const RankGrid& grid, const std::vector<bool>& re
 // that context and expert groups join (see plan_shadows) must sit alike in the same way, and
 // on the fabric's leaf switches too (leaf_unit).
 bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
-  const VertexId first = topology.gpus().front();
-  const int first_node = topology.vertex(first).node;
-  const std::optional<VertexId> domain = topology.nvswitch_of(first);
-  const auto unit = static_cast<int>(
-      std::count_if(topology.gpus().begin(), topology.gpus().end(), [&](VertexId gpu) {
-        return domain ? topology.nvswitch_of(gpu) == domain
-                      : topology.vertex(gpu).node == first_node;
-      }));
+  const int unit = unit_gpus(topology);
   const RankGrid& grid = graph.grid;
   const auto shifted_alike = [&](int ranks, int unit_ranks) {
     if (ranks % unit_ranks == 0) return true;
@@ -188,12 +236,67 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
   return leaves && (*leaves == 0 || shifted_alike(block, *leaves));
 }
 
+// Whether every tp rank of a tensor group meets the cluster as the group's tp rank 0 does, so
+// that tp rank 0's timeline is each one's: the groups lie inside a unit (a node or an NVLink
+// domain), no route picks among equal-cost switches by a hash (each rank's flows would collide
+// in their own way), and from each GPU of the first unit the route to each GPU a whole number
+// of tensor groups on (where its pipeline peers and data-parallel neighbours sit), to its NIC
+// and from its NIC to the NIC of the same GPU in the next unit crosses links of the kinds and
+// rates that its group's first GPU's crosses, its NIC shared by as many of the unit's GPUs.
+// Replica folding's own conditions (replicas_placed_alike) hold as well.
+bool tensor_ranks_alike(const RankGrid& grid, const Topology& topology) {
+  const int tp = grid.tp();
+  const int unit = unit_gpus(topology);
+  if (tp == 1 || unit % tp != 0) return false;
+  for (VertexId v = 0; v < topology.vertex_count(); ++v) {
+    if (topology.has_equal_cost_peers(v)) return false;
+  }
+  const std::vector<VertexId>& gpus = topology.gpus();
+  std::map<VertexId, int> sharing_nic;
+  for (int i = 0; i < unit; ++i) {
+    if (const std::optional<VertexId> nic = topology.nic_of_gpu(gpus[i])) ++sharing_nic[*nic];
+  }
+  // How the i-th GPU reaches the fabric: the GPUs sharing its NIC, the route there, and on to
+  // the NIC of the same GPU in the next unit.
+  struct NicRoutes {
+    int sharing = 0;
+    std::vector<std::pair<LinkKind, double>> to_nic, to_next_unit;
+    bool operator==(const NicRoutes&) const = default;
+  };
+  const auto nic_routes = [&](int i) {
+    NicRoutes routes;
+    const std::optional<VertexId> nic = topology.nic_of_gpu(gpus[i]);
+    if (!nic) return routes;
+    routes.sharing = sharing_nic[*nic];
+    routes.to_nic = route_signature(topology, gpus[i], *nic);
+    if (gpus.size() > static_cast<std::size_t>(i + unit)) {
+      if (const std::optional<VertexId> next = topology.nic_of_gpu(gpus[i + unit])) {
+        routes.to_next_unit = route_signature(topology, *nic, *next);
+      }
+    }
+    return routes;
+  };
+  for (int i = 0; i < unit; ++i) {
+    const int first = i - i % tp;
+    if (first == i) continue;
+    for (int shift = tp; shift < unit; shift += tp) {
+      if (route_signature(topology, gpus[i], gpus[(i + shift) % unit]) !=
+          route_signature(topology, gpus[first], gpus[(first + shift) % unit])) {
+        return false;
+      }
+    }
+    if (nic_routes(i) != nic_routes(first)) return false;
+  }
+  return true;
+}
+
 // Which copies of the replayed traffic in other replicas must run too. Traffic is owned by
 // the block of lcm(cp, expert_replicas) consecutive replicas it stays in (one without cp, ep),
 // which the context and expert groups of its replicas stay in too, or by several blocks (a
-// data or expert_data group). Block 0 is replayed (replica 0) or runs whole (the groups
-// replica 0 belongs to); each of its other pieces (another replica's tensor group or pipeline
-// pair, a context or expert group without replica 0) owns itself, so that whatever it shares
+// data or expert_data group). Block 0 is replayed (replica 0, or its tp rank 0) or runs whole
+// (the groups the replayed ranks belong to); each of its other pieces (another replica's
+// tensor group or pipeline pair, a context or expert group without a replayed rank, another
+// tp rank's pipeline pair) owns itself, so that whatever it shares
 // with the replayed traffic runs. A copy whose links, and the links of whatever else it is
 // joined to, carry no other owner's traffic loads them as its counterpart in block 0 loads its
 // own, and slows nothing that runs: it is left out (a tensor group on its node's NVLink). A
@@ -201,8 +304,9 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
 // or a context ring crosses too; an oversubscribed leaf's uplink; a PCIe switch two replicas
 // share) runs. Links that never bind (`never_binds`, a non-blocking fabric's) join nothing:
 // no load there slows anyone.
-Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Collectives& collectives,
-                     const std::vector<VertexId>& gpus, const GroupGpus& group_gpus,
+Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
+                     const Collectives& collectives, const std::vector<VertexId>& gpus,
+                     const GroupGpus& group_gpus,
                      const std::set<std::pair<int, int>>& transfer_stages,
                      const std::vector<bool>& never_binds) {
   Shadows out;
@@ -221,8 +325,9 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
     return owner_of(grid.replica_of(members.front()), grid.replica_of(members.back()),
                     representative == group);
   };
-  // Each group's part and representative (the group of its kind holding the rank of replica 0
-  // at its first member's place). Every data group holds a representative and runs whole.
+  // Each group's part and representative (the group of its kind holding the replayed rank that
+  // stands for its first member). Folding replicas, every data group holds a representative and
+  // runs whole.
   struct Joined {
     GroupKind kind;
     int group;
@@ -235,26 +340,28 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
     if (!grid.has_groups(kind)) continue;
     for (int g = 0; g < grid.groups(kind); ++g) {
       const std::vector<int> members = grid.members(kind, g);
-      const int representative = grid.group_of(grid.in_replica(members.front(), 0), kind);
+      const int representative = grid.group_of(stand_in(grid, fold, members.front()), kind);
       joined.push_back(
           {kind, g, representative,
            sharing.join(group_links(collectives, group_gpus[static_cast<int>(kind)][g]),
                         group_owner(members, representative, g))});
     }
   }
-  // Pipeline pairs: the same tp rank and replica in two stages, sending both ways.
+  // Pipeline pairs: the same place (replica x tp + tp rank) in two stages, sending both ways;
+  // by place, the place of the replayed pair that stands for it (a place is its rank in stage 0).
+  const auto stand_in_place = [&](int place) { return stand_in(grid, fold, place); };
   std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
   for (const std::pair<int, int>& stages : transfer_stages) {
     auto& parts = pipeline_part[stages];
-    for (int replica = 0; replica < replicas; ++replica) {
-      for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-        const VertexId a = gpus[grid.rank_at(stages.first, replica, tp_rank)];
-        const VertexId b = gpus[grid.rank_at(stages.second, replica, tp_rank)];
-        std::vector<LinkId> links = collectives.hop_links(a, b);
-        const std::vector<LinkId> back = collectives.hop_links(b, a);
-        links.insert(links.end(), back.begin(), back.end());
-        parts.push_back(sharing.join(links, owner_of(replica, replica, replica == 0)));
-      }
+    for (int place = 0; place < grid.stage_ranks(); ++place) {
+      const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
+      const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
+      std::vector<LinkId> links = collectives.hop_links(a, b);
+      const std::vector<LinkId> back = collectives.hop_links(b, a);
+      links.insert(links.end(), back.begin(), back.end());
+      const int replica = place / tp;
+      parts.push_back(
+          sharing.join(links, owner_of(replica, replica, stand_in_place(place) == place)));
     }
   }
   for (int kind = 0; kind < kGroupKinds; ++kind)
@@ -265,29 +372,25 @@ Shadows plan_shadows(const RankGrid& grid, const Topology& topology, const Colle
   }
   for (const auto& [stages, parts] : pipeline_part) {
     auto& shadows = out.pipeline[stages];
-    shadows.assign(tp, {});
-    for (int replica = 1; replica < replicas; ++replica) {
-      for (int tp_rank = 0; tp_rank < tp; ++tp_rank) {
-        // parts lists the pairs replica by replica, tp rank innermost.
-        if (sharing.crossed_by_several(parts[replica * tp + tp_rank])) {
-          shadows[tp_rank].push_back(replica);
-        }
+    shadows.assign(tp, {});  // every replayed place is a tp rank of replica 0
+    for (int place = 0; place < grid.stage_ranks(); ++place) {
+      const int replayed = stand_in_place(place);
+      if (replayed != place && sharing.crossed_by_several(parts[place])) {
+        shadows[replayed].push_back(place);
       }
     }
   }
   return out;
 }
 
-std::vector<std::vector<int>> host_shadows(const RankGrid& grid, const Topology& topology,
-                                           const std::vector<VertexId>& gpus,
-                                           const std::vector<bool>& replayed) {
+std::vector<std::vector<int>> host_shadows(const RankGrid& grid, Fold fold,
+                                           const Topology& topology,
+                                           const std::vector<VertexId>& gpus) {
   std::vector<std::vector<int>> shadows(grid.ranks());
   for (int r = 0; r < grid.ranks(); ++r) {
-    if (!replayed[r]) continue;
-    const int node = topology.vertex(gpus[r]).node;
-    for (int replica = 1; replica < grid.replicas(); ++replica) {
-      const int copy = grid.in_replica(r, replica);
-      if (topology.vertex(gpus[copy]).node == node) shadows[r].push_back(copy);
+    const int replayed = stand_in(grid, fold, r);
+    if (replayed != r && topology.vertex(gpus[r]).node == topology.vertex(gpus[replayed]).node) {
+      shadows[replayed].push_back(r);
     }
   }
   return shadows;

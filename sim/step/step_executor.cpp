@@ -33,7 +33,7 @@ class Replay {
         grid_(graph.grid),
         gpu_(&gpu),
         host_costs_(host),
-        fold_(options.fold && graph.grid.replicas() > 1 && replicas_placed_alike(graph, topology)),
+        fold_(fold_of(graph, topology, options.fold)),
         replayed_(replayed_ranks(graph.grid, fold_)),
         traced_(traced_ranks(graph.grid, replayed_, options.trace_ranks)),
         network_(engine_, usable_link_capacities(topology, gpu),
@@ -53,15 +53,15 @@ class Replay {
     index_transfers();
     build_groups(topology);
     if (graph.host_work) count_host_sharing(topology, host, graph.cpu_work);
-    if (fold_) {
+    if (fold_ != Fold::none) {
       GroupGpus group_gpus;
       for (int kind = 0; kind < kGroupKinds; ++kind) {
         for (const CollectiveGroup& group : groups_[kind]) group_gpus[kind].push_back(group.gpus);
       }
-      shadows_ = plan_shadows(grid_, topology, collectives_, gpus_, group_gpus, transfer_stages_,
-                              network_.never_binding());
+      shadows_ = plan_shadows(grid_, fold_, topology, collectives_, gpus_, group_gpus,
+                              transfer_stages_, network_.never_binding());
     }
-    if (fold_ && graph.host_work) host_shadows_ = host_shadows(grid_, topology, gpus_, replayed_);
+    if (graph.host_work) host_shadows_ = host_shadows(grid_, fold_, topology, gpus_);
     // One arrival counter per group a collective task of a stage runs in (its stage's groups of
     // that kind); transfers count their two sides apart.
     std::size_t counters = 0;
@@ -282,16 +282,17 @@ class Replay {
     const std::size_t counter =
         arrival_offset_[ranks_[r].stage][t] + grid_.local_group(r, work.group);
     if (++arrivals_[counter] < static_cast<int>(group.ranks.size())) return;
-    // Folded, a group holding a representative stands for its copies in the stage.
+    // Folded, a group holding a replayed rank stands for its copies in the stage.
     const int members = static_cast<int>(group.gpus.size());
     const int kind_index = static_cast<int>(work.group);
-    const double copies =
-        fold_ ? grid_.groups_per_stage(work.group) / grid_.representative_groups(work.group) : 1;
+    const double copies = static_cast<double>(grid_.groups_per_stage(work.group)) /
+                          held_groups(grid_, fold_, work.group);
     comm_bytes_ += bus_factor(work.op, members) * work.size_bytes * members * copies;
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, work, group, +1);
     const std::vector<int>& shadows =
-        fold_ ? shadows_.groups[kind_index][grid_.group_of(r, work.group)] : kNoShadows;
+        fold_ != Fold::none ? shadows_.groups[kind_index][grid_.group_of(r, work.group)]
+                            : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
     for (const int shadow : shadows) {
@@ -333,7 +334,7 @@ class Replay {
       return uses;
     };
     std::vector<FlowNetwork::FlowRequest> flows;
-    if (fold_ && graph_.host_work) {
+    if (graph_.host_work) {
       for (const int copy : host_shadows_[r]) {
         flows.push_back({links(copy), work.bytes, SimTime{}, [] {}, max_rate});
       }
@@ -405,21 +406,24 @@ class Replay {
     const bool sends = work.sends;
     const int from = sends ? r : other;
     const int to = sends ? other : r;
-    comm_bytes_ += work.size_bytes * (fold_ ? grid_.replicas() : 1);
+    comm_bytes_ += work.size_bytes * ranks_stood_for(grid_, fold_);
     const SimTime begin = engine_.now();
     // A pipeline send or receive holds few SMs (NCCL's point-to-point runs two channels per
     // network peer by default, NCCL_NCHANNELS_PER_NET_PEER): it leaves compute its SMs.
-    // The replicas' copies of this send (folded), then its own, planned once per pair of
+    // The copies of this send it stands for (folded), then its own, planned once per pair of
     // ranks and size.
     std::vector<Collectives::SendPlan>& plans = send_plans_[{from, to, work.size_bytes}];
     if (plans.empty()) {
-      const std::vector<int>& replicas =
-          fold_
-              ? shadows_.pipeline.at({ranks_[from].stage, ranks_[to].stage})[grid_.tp_rank_of(from)]
+      const int from_stage = ranks_[from].stage;
+      const int to_stage = ranks_[to].stage;
+      const std::vector<int>& places =
+          fold_ != Fold::none
+              ? shadows_.pipeline.at(
+                    {from_stage, to_stage})[from - grid_.first_rank_of_stage(from_stage)]
               : kNoShadows;
-      for (const int replica : replicas) {
-        plans.push_back(collectives_.plan_send(gpus_[grid_.in_replica(from, replica)],
-                                               gpus_[grid_.in_replica(to, replica)],
+      for (const int place : places) {
+        plans.push_back(collectives_.plan_send(gpus_[grid_.first_rank_of_stage(from_stage) + place],
+                                               gpus_[grid_.first_rank_of_stage(to_stage) + place],
                                                work.size_bytes));
       }
       plans.push_back(collectives_.plan_send(gpus_[from], gpus_[to], work.size_bytes));
@@ -548,7 +552,7 @@ class Replay {
   const RankGrid& grid_;
   const GpuProfile* gpu_;
   HostCosts host_costs_;
-  bool fold_;
+  Fold fold_;
   std::vector<bool> replayed_;  // by rank
   std::vector<bool> traced_;    // by rank
   std::vector<TraceSlice> trace_;

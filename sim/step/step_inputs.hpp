@@ -83,7 +83,7 @@ struct StepResult {
   // whole), averaged over the GPUs: stages of a pipeline send different amounts.
   double comm_bytes_per_gpu = 0;
   std::uint64_t events = 0;       // engine events processed
-  int replayed_ranks = 0;         // all the ranks, or folded one replica's (see StepOptions)
+  int replayed_ranks = 0;         // all the ranks, or folded fewer (see StepOptions)
   std::vector<LinkUsage> links;   // links that carried traffic, in topology order
   std::vector<TraceSlice> trace;  // every slice of the traced ranks, when asked for
   bool operator==(const StepResult&) const = default;
@@ -94,10 +94,11 @@ struct StepOptions {
   // Ranks whose slices are recorded: the first trace_ranks replayed ranks, or with a pipeline
   // the first rank of up to trace_ranks stages from the first to the last; 0: none.
   int trace_ranks = 0;
-  // Folding (DESIGN.md): data-parallel replicas run the same program at the same time, so only
-  // replica 0 of each stage is replayed. Its tensor-parallel collectives and pipeline transfers
-  // are run for the other replicas too wherever their links are shared with replayed traffic, so
-  // contention is kept; off: every rank is replayed.
+  // Folding (DESIGN.md, sim/step/folding.hpp): data-parallel replicas run the same program at
+  // the same time, so only replica 0 of each stage is replayed, and where its tp ranks meet the
+  // cluster alike only its tp rank 0. The other ranks' collectives and pipeline transfers are
+  // run too wherever their links are shared with replayed traffic, so contention is kept; off:
+  // every rank is replayed.
   bool fold = true;
   // The step replayed even where memory does not fit, as if it did: how fast the layout would
   // run, apart from whether it fits (docs/accuracy.md keeps the two verdicts apart).

@@ -79,7 +79,7 @@ TEST_CASE("each expert whole (expert_tp 1): nothing gathered over tp, experts re
         Approx(2 * (experts / 4 - experts / 4 / 2)));
   // ZeRO 1's optimizer states: experts / (tp x dp x cp) a rank either way.
   CHECK(memory_item(whole, "optimizer states") == Approx(memory_item(split, "optimizer states")));
-  // Folded (replica 0's ranks, the expert groups they are in whole beside them) as unfolded:
+  // Folded (replica 0's tp rank 0, the groups it is in whole beside it) as unfolded:
   // experts split over the tp pair, or whole: an expert group of two replicas' pairs, or (tp
   // 4, ep 2) two groups inside each replica, replica 0's two ranks in each of the expert_data
   // groups of 4, and a pipeline of two.
@@ -98,7 +98,7 @@ TEST_CASE("each expert whole (expert_tp 1): nothing gathered over tp, experts re
     const StepOutcome folded = simulate_step(layout);
     const StepOutcome unfolded = simulate_step(layout, every_rank);
     REQUIRE(folded.simulated);
-    CHECK(folded.step.replayed_ranks == tp * pp);
+    CHECK(folded.step.replayed_ranks == pp);  // its tp ranks sit alike in the node
     CHECK(unfolded.step.replayed_ranks == 8);
     CHECK(unfolded.step.step_time_s == Approx(folded.step.step_time_s).epsilon(1e-9));
     CHECK(unfolded.step.comm_bytes_per_gpu == Approx(folded.step.comm_bytes_per_gpu));

@@ -440,11 +440,12 @@ std::pair<StepOutcome, StepOutcome> folded_and_unfolded(const StepInputs& in) {
   return both;
 }
 
-// A folded step within 0.1% of the unfolded one, the bytes sent equal, one replica a stage
-// replayed and fewer events by `fewer_events` times at least.
-void check_folded_agrees(const StepInputs& in, int fewer_events) {
+// A folded step within 0.1% of the unfolded one, the bytes sent equal, `per_stage` ranks a
+// stage replayed (1 where its tp ranks fold too, else replica 0's tp) and fewer events by
+// `fewer_events` times at least.
+void check_folded_agrees(const StepInputs& in, int fewer_events, int per_stage) {
   const auto [folded, unfolded] = folded_and_unfolded(in);
-  CHECK(folded.step.replayed_ranks * in.plan.cp * in.plan.dp == unfolded.step.replayed_ranks);
+  CHECK(folded.step.replayed_ranks == per_stage * in.plan.pp);
   CHECK(folded.step.step_time_s == Approx(unfolded.step.step_time_s).epsilon(1e-3));
   CHECK(folded.step.mfu == Approx(unfolded.step.mfu).epsilon(1e-3));
   CHECK(folded.step.comm_bytes_per_gpu == Approx(unfolded.step.comm_bytes_per_gpu).epsilon(1e-9));
@@ -462,11 +463,10 @@ void check_every_rank_replayed(const StepInputs& in) {
 }  // namespace
 
 TEST_CASE("folding: one replica per stage replayed agrees with all replicas within 0.1%") {
-  for (const FabricRouting routing : {FabricRouting::adaptive, FabricRouting::hash}) {
-    CAPTURE(static_cast<int>(routing));
-    // A 32nd of the ranks replayed, plus the other replicas' traffic where it meets.
-    check_folded_agrees(oversubscribed_256(routing), 8);
-  }
+  // A 128th of the ranks replayed, plus the other ranks' traffic where it meets; under hash
+  // routing each tp rank's flows collide in their own way, so a 32nd (replica 0's tp ranks).
+  check_folded_agrees(oversubscribed_256(FabricRouting::adaptive), 8, 1);
+  check_folded_agrees(oversubscribed_256(FabricRouting::hash), 8, 4);
 }
 
 TEST_CASE("folding: replicas that share no links are left out, and change nothing") {
@@ -503,7 +503,7 @@ TEST_CASE("folding: ZeRO-3, interleaving with tied embeddings and PCIe-only node
   for (const StepInputs& in : {zero3, interleaved, pcie}) {
     CAPTURE(in.plan.tp, in.plan.pp, in.plan.zero_stage);
     const auto [folded, unfolded] = folded_and_unfolded(in);
-    CHECK(folded.step.replayed_ranks * in.plan.dp == unfolded.step.replayed_ranks);
+    CHECK(folded.step.replayed_ranks == in.plan.pp);  // tp rank 0 of replica 0 a stage
     CHECK(folded.step.step_time_s == Approx(unfolded.step.step_time_s).epsilon(1e-3));
     CHECK(folded.step.comm_bytes_per_gpu == Approx(unfolded.step.comm_bytes_per_gpu).epsilon(1e-9));
   }
@@ -543,7 +543,7 @@ TEST_CASE("folding: context and expert groups run whole beside replica 0, within
   // blocks of replicas they join sit alike on the nodes and under the 8-node leaves.
   for (const StepInputs& in : context_and_experts_256(FabricRouting::adaptive, 10)) {
     CAPTURE(in.plan.cp, in.plan.ep);
-    check_folded_agrees(in, 2);
+    check_folded_agrees(in, 2, 1);
   }
 }
 

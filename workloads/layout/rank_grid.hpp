@@ -33,7 +33,8 @@
 // Groups of one kind are numbered stage x groups_per_stage + their index inside the stage
 // (pipeline groups, which span the stages, by the position they share). Folding (DESIGN.md)
 // replays replica 0 of each stage: its ranks are the representatives, and the groups they
-// belong to run whole (a context or expert group's other members, not replayed, take part).
+// belong to run whole (a context or expert group's other members, not replayed, take part);
+// sim/step/folding.hpp may fold its tp ranks as well.
 // Every rank of a stage runs the same program, so a group without a representative does at
 // the same times what the representative group of its kind does.
 #pragma once

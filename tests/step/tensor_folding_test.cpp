@@ -1,0 +1,91 @@
+// Folding tensor-parallel ranks (sim/step/folding.hpp): where every tp rank of a group meets
+// the cluster as tp rank 0 does, tp rank 0 of replica 0 alone is replayed for its stage, its
+// tensor group runs whole and the other tp ranks' data-parallel collectives and pipeline
+// transfers run as copies beside it.
+#include <catch2/catch.hpp>
+#include <utility>
+
+#include "common/small_job.hpp"
+#include "sim/step/step_executor.hpp"
+
+using namespace fleetsim;
+using fleetsim::testing::small_job;
+
+namespace {
+
+// Four 8-GPU nodes on a non-blocking fat tree (one NIC a GPU, each on its own rail), a layout
+// of tp x pp x dp filling them (8 KV heads, so that tp 8 divides them).
+StepInputs four_nodes(int tp, int pp, int dp) {
+  StepInputs in = small_job();
+  in.nodes = 4;
+  in.model.kv_heads = 8;
+  in.plan.tp = tp;
+  in.plan.pp = pp;
+  in.plan.dp = dp;
+  in.plan.zero_stage = 1;
+  in.training.global_batch = 8 * dp;
+  in.training.micro_batch = 1;
+  return in;
+}
+
+std::pair<StepResult, StepResult> folded_and_unfolded(const StepInputs& in) {
+  StepOptions every_rank;
+  every_rank.fold = false;
+  const StepOutcome folded = simulate_step(in);
+  const StepOutcome unfolded = simulate_step(in, every_rank);
+  REQUIRE(folded.simulated);
+  REQUIRE(unfolded.simulated);
+  return {folded.step, unfolded.step};
+}
+
+}  // namespace
+
+TEST_CASE("folding: tp rank 0 stands for its tensor group where the tp ranks sit alike") {
+  // Symmetric nodes on a non-blocking fabric: every tp rank's data-parallel ring and pipeline
+  // transfers run on its own NIC and rail, at the times tp rank 0's do, so the step is the one
+  // every rank replayed gives, to rounding; a stage's tp ranks replayed as one.
+  StepInputs overlapped = four_nodes(4, 2, 4);
+  overlapped.plan.tp_comm_overlap = true;
+  StepInputs interleaved = four_nodes(8, 2, 2);
+  interleaved.plan.vpp = 2;
+  interleaved.plan.overlap_param_gather = true;
+  StepInputs blocking = four_nodes(2, 4, 4);
+  blocking.plan.zero_stage = 2;
+  for (const StepInputs& in : {overlapped, interleaved, blocking}) {
+    CAPTURE(in.plan.tp, in.plan.pp, in.plan.dp, in.plan.vpp, in.plan.zero_stage);
+    const auto [folded, unfolded] = folded_and_unfolded(in);
+    CHECK(folded.replayed_ranks == in.plan.pp);
+    CHECK(unfolded.replayed_ranks == 32);
+    CHECK(folded.step_time_s == Approx(unfolded.step_time_s).epsilon(1e-9));
+    CHECK(folded.comm_bytes_per_gpu == Approx(unfolded.comm_bytes_per_gpu).epsilon(1e-9));
+    CHECK(folded.breakdown.compute_s == Approx(unfolded.breakdown.compute_s).epsilon(1e-9));
+    CHECK(folded.breakdown.exposed_comm_s ==
+          Approx(unfolded.breakdown.exposed_comm_s).epsilon(1e-6).margin(1e-9));
+    // Each replayed rank's kernels are events; the copies' flows are not fewer.
+    CHECK(folded.events * 3 < unfolded.events);
+  }
+}
+
+TEST_CASE("folding: tp ranks that meet the cluster unlike tp rank 0 are each replayed") {
+  // Three NICs for eight GPUs: GPUs 0-2 share NIC 0 on PCIe switch 0, but GPU 2 sits on switch
+  // 1 and reaches it through the host bridge; GPUs 6-7 share NIC 2 between two. A tp rank's
+  // transfers then leave its node otherwise than tp rank 0's.
+  StepInputs uneven_nics = four_nodes(4, 2, 4);
+  uneven_nics.node.nics = 3;
+  // tp 8 over two 4-GPU nodes without an NVLink domain: a tensor group spans nodes.
+  StepInputs spanning = four_nodes(8, 1, 2);
+  spanning.node.gpus = 4;
+  spanning.node.nics = 4;
+  spanning.node.pcie_switches = 2;
+  // Hash routing: each tp rank's flows collide on the spines in their own way.
+  StepInputs hashed = four_nodes(4, 2, 4);
+  hashed.fabric.oversubscription = 2;
+  hashed.fabric.leaf_ports = 8;
+  hashed.fabric.routing = FabricRouting::hash;
+  for (const StepInputs& in : {uneven_nics, spanning, hashed}) {
+    CAPTURE(in.node.nics, in.node.gpus, static_cast<int>(in.fabric.routing));
+    const auto [folded, unfolded] = folded_and_unfolded(in);
+    CHECK(folded.replayed_ranks == in.plan.tp * in.plan.pp);  // replica 0's ranks
+    CHECK(folded.step_time_s == Approx(unfolded.step_time_s).epsilon(1e-3));
+  }
+}
