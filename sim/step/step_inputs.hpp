@@ -103,6 +103,7 @@ struct StepOptions {
   // The step replayed even where memory does not fit, as if it did: how fast the layout would
   // run, apart from whether it fits (docs/accuracy.md keeps the two verdicts apart).
   bool replay_beyond_memory = false;
+  bool operator==(const StepOptions&) const = default;
 };
 
 struct StepOutcome {

@@ -62,12 +62,12 @@ void leave_run_out(VariantReport& out, const ModelError& why) {
 // fastest step, or with a run: block the cheapest expected run of the fastest few), then its
 // run.
 void simulate_variant(const Scenario& scenario, const Variant& variant, const StepOptions& options,
-                      const Progress& progress, VariantReport& out) {
+                      const Progress& progress, StepCache& steps, VariantReport& out) {
   if (!scenario.replanned) {
-    out.outcome = simulate_step(variant.inputs, options);
+    out.outcome = steps.simulate(variant.inputs, options);
     report_progress(progress, 1);
     try {  // a run that cannot finish is this variant's answer, not the scenario's failure
-      simulate_run(out, scenario.seed, options, progress, OnStop::keep_finished);
+      simulate_run(out, scenario.seed, options, progress, OnStop::keep_finished, steps);
     } catch (const RunCannotFinish& why) {
       leave_run_out(out, why);
     }
@@ -91,7 +91,7 @@ void simulate_variant(const Scenario& scenario, const Variant& variant, const St
       candidates.push_back({out.name, std::move(layout.inputs), std::move(layout.outcome),
                             variant.run, std::nullopt, std::nullopt, out.swept});
     }
-    rank_by_run(candidates, *variant.run, scenario.seed, plan.step, progress);
+    rank_by_run(candidates, *variant.run, scenario.seed, plan.step, progress, steps);
     report_progress(progress, 1 + static_cast<std::int64_t>(kRunCandidates - candidates.size()) *
                                       variant.run->replications);
     out = std::move(candidates.front());
@@ -127,10 +127,10 @@ std::int64_t work_units(const Scenario& scenario, const Spread& spread) {
 }
 
 void simulate_run(VariantReport& out, std::uint64_t seed, const StepOptions& options,
-                  const Progress& progress, OnStop on_stop) {
+                  const Progress& progress, OnStop on_stop, StepCache& steps) {
   if (!out.run || !out.outcome.simulated) return;
   out.job = job_of_step(*out.run, out.inputs, out.outcome.step.step_time_s, options,
-                        out.outcome.warnings);
+                        out.outcome.warnings, steps);
   out.job_result = simulate_job(
       *out.job, out.run->replications, seed, [&progress] { report_progress(progress, 1); },
       on_stop);
@@ -153,12 +153,12 @@ void simulate_run(VariantReport& out, std::uint64_t seed, const StepOptions& opt
 }
 
 void rank_by_run(std::vector<VariantReport>& layouts, const RunSpec& run, std::uint64_t seed,
-                 const StepOptions& options, const Progress& progress) {
+                 const StepOptions& options, const Progress& progress, StepCache& steps) {
   tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
     VariantReport& layout = layouts[i];
     layout.run = run;
     try {
-      simulate_run(layout, seed, options, progress, OnStop::throw_stopped);
+      simulate_run(layout, seed, options, progress, OnStop::throw_stopped, steps);
     } catch (const ModelError& why) {
       // This layout's run only: a layout no one wrote (its checkpoint larger than the
       // scenario's layout's, say) is ranked last, not a mistake in the scenario.
@@ -192,10 +192,12 @@ RunReport simulate_scenario(const Scenario& scenario, const StepOptions& options
   // Which variants finished; each element written by its variant's own task only (chars, not
   // vector<bool>, whose packed bits tasks would share).
   std::vector<char> finished(scenario.variants.size(), 0);
+  StepCache steps;  // variants asking for the same step share it
   const auto simulate_unless_stopped = [&](std::size_t i) {
     if (!spread.owns(i) || stop_requested()) return;
     try {
-      simulate_variant(scenario, scenario.variants[i], options, progress, report.variants[i]);
+      simulate_variant(scenario, scenario.variants[i], options, progress, steps,
+                       report.variants[i]);
       finished[i] = 1;
     } catch (const Stopped&) {  // left out
     }
@@ -272,7 +274,8 @@ std::int64_t plan_run_units(const RunReport& plan, const Scenario& scenario) {
 void rank_plan_by_run(RunReport& plan, const Scenario& scenario, const StepOptions& options,
                       const Progress& progress) {
   if (const auto& run = scenario.variants.front().run) {
-    rank_by_run(plan.variants, *run, scenario.seed, options, progress);
+    StepCache steps;
+    rank_by_run(plan.variants, *run, scenario.seed, options, progress, steps);
   }
 }
 

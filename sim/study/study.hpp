@@ -20,6 +20,7 @@
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
+#include "sim/step/step_cache.hpp"
 
 namespace fleetsim {
 
@@ -62,15 +63,16 @@ RunReport simulate_scenario(const Scenario& scenario, const StepOptions& options
 // A variant's run, once its step is simulated: its job (the steps one replica short and with
 // degraded hardware from the step executor), then the Monte Carlo on `seed`. A stop keeps the
 // replications finished, or throws Stopped, as `on_stop` says.
+// Its steps come from `steps`, shared with the scenario's other variants.
 void simulate_run(VariantReport& variant, std::uint64_t seed, const StepOptions& options,
-                  const Progress& progress, OnStop on_stop);
+                  const Progress& progress, OnStop on_stop, StepCache& steps);
 
 // `layouts` (fastest step first), each with `run` simulated, ranked by the run's expected cost
 // (its mean; without a price its mean wall time), ties in the order given. One whose run
 // cannot be simulated is ranked last, with a warning. Throws Stopped when a stop cuts a Monte
 // Carlo short: the ranking would not be one.
 void rank_by_run(std::vector<VariantReport>& layouts, const RunSpec& run, std::uint64_t seed,
-                 const StepOptions& options, const Progress& progress);
+                 const StepOptions& options, const Progress& progress, StepCache& steps);
 
 // What `fleetsim memory` reports: every variant's memory check, nothing replayed.
 RunReport memory_report(const Scenario& scenario);

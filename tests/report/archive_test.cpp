@@ -25,8 +25,9 @@ TEST_CASE("a variant's results read back from bytes as they were written") {
   VariantReport written{spot.name, spot.inputs, simulate_step(spot.inputs, traced), spot.run};
   REQUIRE(written.outcome.simulated);
   REQUIRE_FALSE(written.outcome.step.trace.empty());
+  StepCache steps;
   written.job = job_of_step(*spot.run, spot.inputs, written.outcome.step.step_time_s, {},
-                            written.outcome.warnings);
+                            written.outcome.warnings, steps);
   REQUIRE(written.job->degradations.front().step_s > 0);
   written.job_result = simulate_job(*written.job, 20, scenario.seed);
   written.outcome.warnings.push_back("a warning, so that the list is not empty");

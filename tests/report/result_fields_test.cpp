@@ -31,8 +31,9 @@ RunReport report_with_every_group() {
   REQUIRE(spot.run->priced);
   VariantReport variant{spot.name, spot.inputs, simulate_step(spot.inputs), spot.run};
   REQUIRE(variant.outcome.simulated);
+  StepCache steps;
   variant.job = job_of_step(*spot.run, spot.inputs, variant.outcome.step.step_time_s, {},
-                            variant.outcome.warnings);
+                            variant.outcome.warnings, steps);
   variant.job_result = simulate_job(*variant.job, 5, scenario.seed);
   RunReport report;
   report.scenario_name = scenario.name;
