@@ -383,6 +383,137 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
   return out;
 }
 
+// Max-min fair rates are unique, and a copy runs at the times and rates of the replayed traffic
+// it mirrors (the folding assumption). Leave every copy out: a replayed flow keeps the rate it
+// had if each flow kept still has a saturated link where no kept flow is faster (its
+// bottleneck). The replayed pieces (replica 0's or tp rank 0's tensor group and pipeline
+// pairs) share no link that can bind with any copy, so their bottlenecks keep their flows. A
+// data-parallel ring kept whole may cross a copy's link l: there the copy's replayed
+// counterpart crosses the link l0 at the same place of its own route, which the same channels
+// of the same rings cross as often, beside the counterparts of the copies on l; the ring's
+// share on l0 is its share on l, so a ring bottlenecked on l is bottlenecked on l0 too. A
+// data-parallel ring that is itself a copy (tp rank k's, folding tp ranks) shares no such
+// link with kept traffic at all. Anything else (a shared leaf uplink, a tree, all-to-alls,
+// hashed routes) keeps the copies.
+bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& topology,
+                            const Collectives& collectives, const std::vector<VertexId>& gpus,
+                            const GroupGpus& group_gpus,
+                            const std::set<std::pair<int, int>>& transfer_stages,
+                            const std::vector<bool>& never_binds, bool rings_only) {
+  if (fold == Fold::none || !rings_only || grid.cp() > 1 || grid.ep() > 1) return false;
+  for (VertexId v = 0; v < topology.vertex_count(); ++v) {
+    if (topology.has_equal_cost_peers(v)) return false;
+  }
+  const auto binds = [&](LinkId link) { return never_binds.empty() || !never_binds[link]; };
+  // The kept data-parallel rings' channels crossing each link, as (group, channel), sorted: a
+  // multiset.
+  using Channel = std::pair<std::size_t, std::size_t>;
+  std::map<LinkId, std::vector<Channel>> ring_crossings;
+  const auto& data_groups = group_gpus[static_cast<int>(GroupKind::data)];
+  std::vector<bool> data_group_kept(data_groups.size(), false);
+  for (int r = 0; r < grid.ranks(); ++r) {
+    if (stand_in(grid, fold, r) == r) data_group_kept[grid.group_of(r, GroupKind::data)] = true;
+  }
+  for (std::size_t g = 0; g < data_groups.size(); ++g) {
+    if (!data_group_kept[g] || data_groups[g].size() < 2) continue;
+    const std::vector<std::vector<VertexId>> rings = collectives.channel_rings(data_groups[g]);
+    for (std::size_t c = 0; c < rings.size(); ++c) {
+      const std::vector<VertexId>& ring = rings[c];
+      for (std::size_t i = 0; i < ring.size(); ++i) {
+        for (const LinkId link : collectives.hop_links(ring[i], ring[(i + 1) % ring.size()])) {
+          if (binds(link)) ring_crossings[link].emplace_back(g, c);
+        }
+      }
+    }
+  }
+  for (auto& [link, crossings] : ring_crossings) std::sort(crossings.begin(), crossings.end());
+  const auto crossings_of = [&](LinkId link) {
+    const auto found = ring_crossings.find(link);
+    return found == ring_crossings.end() ? std::vector<Channel>{} : found->second;
+  };
+  // The kept pieces' links (replica 0's tensor groups, or tp rank 0's; the pipeline pairs of
+  // the replayed places), each with the pieces crossing it.
+  std::map<LinkId, std::vector<std::int64_t>> kept_pieces;
+  const auto pipeline_links = [&](const std::pair<int, int>& stages, int place) {
+    const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
+    const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
+    std::vector<LinkId> links = collectives.hop_links(a, b);
+    const std::vector<LinkId> back = collectives.hop_links(b, a);
+    links.insert(links.end(), back.begin(), back.end());
+    return links;
+  };
+  std::int64_t piece = 0;  // numbers the kept pipeline pairs
+  std::map<std::pair<std::pair<int, int>, int>, std::int64_t> kept_pair;
+  for (const std::pair<int, int>& stages : transfer_stages) {
+    for (int place = 0; place < grid.stage_ranks(); ++place) {
+      if (stand_in(grid, fold, place) != place) continue;
+      kept_pair[{stages, place}] = piece;
+      for (const LinkId link : pipeline_links(stages, place)) {
+        if (binds(link)) kept_pieces[link].push_back(piece);
+      }
+      ++piece;
+    }
+  }
+  const auto& tensor_groups = group_gpus[static_cast<int>(GroupKind::tensor)];
+  std::vector<bool> tensor_group_kept(tensor_groups.size(), false);
+  for (int r = 0; r < grid.ranks(); ++r) {
+    if (stand_in(grid, fold, r) == r) tensor_group_kept[grid.group_of(r, GroupKind::tensor)] = true;
+  }
+  for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
+    if (!tensor_group_kept[g]) continue;
+    for (const LinkId link : group_links(collectives, tensor_groups[g])) {
+      if (binds(link)) kept_pieces[link].push_back(piece);
+    }
+    ++piece;
+  }
+  // Copies of groups: on no link of kept traffic, rings included.
+  const auto apart = [&](const std::vector<LinkId>& links) {
+    return std::none_of(links.begin(), links.end(), [&](LinkId link) {
+      return binds(link) && (kept_pieces.count(link) > 0 || ring_crossings.count(link) > 0);
+    });
+  };
+  for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
+    if (!tensor_group_kept[g] && !apart(group_links(collectives, tensor_groups[g]))) return false;
+  }
+  for (std::size_t g = 0; g < data_groups.size(); ++g) {
+    if (!data_group_kept[g] && !apart(group_links(collectives, data_groups[g]))) return false;
+  }
+  // Copies of pipeline pairs: on no kept piece's link, and where a kept ring crosses one of
+  // their links, mirrored at the same place of their counterpart's route: the same rings'
+  // channels there, and the counterparts of every copy on the link.
+  std::map<LinkId, std::pair<LinkId, std::vector<std::int64_t>>> twins;
+  for (const std::pair<int, int>& stages : transfer_stages) {
+    for (int place = 0; place < grid.stage_ranks(); ++place) {
+      const int replayed = stand_in(grid, fold, place);
+      if (replayed == place) continue;
+      const std::vector<LinkId> links = pipeline_links(stages, place);
+      const std::vector<LinkId> counterpart = pipeline_links(stages, replayed);
+      if (links.size() != counterpart.size()) return false;
+      for (std::size_t i = 0; i < links.size(); ++i) {
+        const LinkId link = links[i];
+        if (!binds(link)) continue;
+        if (kept_pieces.count(link) > 0 || !binds(counterpart[i])) return false;
+        const Link& l = topology.link(link);
+        const Link& l0 = topology.link(counterpart[i]);
+        if (l.kind != l0.kind || l.bytes_per_s != l0.bytes_per_s) return false;
+        if (ring_crossings.count(link) == 0) continue;
+        if (crossings_of(link) != crossings_of(counterpart[i])) return false;
+        auto [twin, added] = twins.try_emplace(link, counterpart[i], std::vector<std::int64_t>{});
+        if (!added && twin->second.first != counterpart[i]) return false;
+        twin->second.second.push_back(kept_pair.at({stages, replayed}));
+      }
+    }
+  }
+  for (auto& [link, twin] : twins) {
+    std::vector<std::int64_t> mirrored = std::move(twin.second);
+    std::vector<std::int64_t> kept = kept_pieces[twin.first];
+    std::sort(mirrored.begin(), mirrored.end());
+    std::sort(kept.begin(), kept.end());
+    if (mirrored != kept) return false;
+  }
+  return true;
+}
+
 std::vector<std::vector<int>> host_shadows(const RankGrid& grid, Fold fold,
                                            const Topology& topology,
                                            const std::vector<VertexId>& gpus) {

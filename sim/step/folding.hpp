@@ -63,6 +63,17 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
                      const GroupGpus& group_gpus,
                      const std::set<std::pair<int, int>>& transfer_stages,
                      const std::vector<bool>& never_binds);
+// Whether the copies plan_shadows gives are mirror images of the replayed traffic, so that
+// leaving them all out changes no rate the replay sees (see folding.cpp): the data-parallel
+// collectives, which run whole, are rings (`rings_only`: reduce-scatters and all-gathers), and
+// no link that can bind carries both a copy and replayed traffic other than those rings, which
+// meet each copy's links as they meet its replayed counterpart's. Without context or expert
+// groups, host work or hash routing.
+bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& topology,
+                            const Collectives& collectives, const std::vector<VertexId>& gpus,
+                            const GroupGpus& group_gpus,
+                            const std::set<std::pair<int, int>>& transfer_stages,
+                            const std::vector<bool>& never_binds, bool rings_only);
 // Under optimizer offload the ranks on a node share its host memory, cores and PCIe uplinks:
 // by replayed rank, the ranks it stands for on its node, whose host work runs too. Ranks on
 // other nodes have hosts of their own.

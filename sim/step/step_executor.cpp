@@ -58,8 +58,14 @@ class Replay {
       for (int kind = 0; kind < kGroupKinds; ++kind) {
         for (const CollectiveGroup& group : groups_[kind]) group_gpus[kind].push_back(group.gpus);
       }
-      shadows_ = plan_shadows(grid_, fold_, topology, collectives_, gpus_, group_gpus,
-                              transfer_stages_, network_.never_binding());
+      run_copies_ =
+          graph.host_work ||
+          !copies_mirror_replayed(grid_, fold_, topology, collectives_, gpus_, group_gpus,
+                                  transfer_stages_, network_.never_binding(), rings_only(graph));
+      if (run_copies_) {
+        shadows_ = plan_shadows(grid_, fold_, topology, collectives_, gpus_, group_gpus,
+                                transfer_stages_, network_.never_binding());
+      }
     }
     if (graph.host_work) host_shadows_ = host_shadows(grid_, fold_, topology, gpus_);
     // One arrival counter per group a collective task of a stage runs in (its stage's groups of
@@ -291,8 +297,7 @@ class Replay {
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, work, group, +1);
     const std::vector<int>& shadows =
-        fold_ != Fold::none ? shadows_.groups[kind_index][grid_.group_of(r, work.group)]
-                            : kNoShadows;
+        run_copies_ ? shadows_.groups[kind_index][grid_.group_of(r, work.group)] : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
     for (const int shadow : shadows) {
@@ -417,10 +422,9 @@ class Replay {
       const int from_stage = ranks_[from].stage;
       const int to_stage = ranks_[to].stage;
       const std::vector<int>& places =
-          fold_ != Fold::none
-              ? shadows_.pipeline.at(
-                    {from_stage, to_stage})[from - grid_.first_rank_of_stage(from_stage)]
-              : kNoShadows;
+          run_copies_ ? shadows_.pipeline.at(
+                            {from_stage, to_stage})[from - grid_.first_rank_of_stage(from_stage)]
+                      : kNoShadows;
       for (const int place : places) {
         plans.push_back(collectives_.plan_send(gpus_[grid_.first_rank_of_stage(from_stage) + place],
                                                gpus_[grid_.first_rank_of_stage(to_stage) + place],
@@ -548,6 +552,21 @@ class Replay {
     return result;
   }
 
+  // Whether every data-parallel and expert data-parallel collective is a reduce-scatter or an
+  // all-gather (which run as rings).
+  static bool rings_only(const TaskGraph& graph) {
+    for (const Program& program : graph.stages) {
+      for (const Task& task : program) {
+        const auto* work = std::get_if<CollectiveWork>(&task.work);
+        if (work && (work->group == GroupKind::data || work->group == GroupKind::expert_data) &&
+            work->op != CollectiveOp::reduce_scatter && work->op != CollectiveOp::all_gather) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
   const TaskGraph& graph_;
   const RankGrid& grid_;
   const GpuProfile* gpu_;
@@ -574,7 +593,10 @@ class Replay {
   double comm_bytes_ = 0;                          // bytes sent, all GPUs
   std::set<std::pair<int, int>> transfer_stages_;  // (sending, receiving) stage of each transfer
   static inline const std::vector<int> kNoShadows{};
-  Shadows shadows_;  // folded copies to run (folding.hpp)
+  // Folded, whether the other ranks' copies run (not where they mirror the replayed traffic),
+  // and which (folding.hpp).
+  bool run_copies_ = false;
+  Shadows shadows_;
   // Per (sending rank, receiving rank, bytes): the plans of its replicas' copies, then its own.
   std::map<std::tuple<int, int, double>, std::vector<Collectives::SendPlan>> send_plans_;
   std::vector<std::vector<int>> host_shadows_;  // by replayed rank: its host work's copies

@@ -24,14 +24,16 @@ namespace fleetsim::step_detail {
 // times, they cost one cache line where a vector per task costs a pointer chase each.
 class TaskLists {
  public:
-  // lists[t] for each task t.
-  explicit TaskLists(const std::vector<std::vector<std::uint32_t>>& lists) {
-    begin_.reserve(lists.size() + 1);
-    begin_.push_back(0);
-    for (const auto& list : lists) {
-      items_.insert(items_.end(), list.begin(), list.end());
-      begin_.push_back(items_.size());
-    }
+  // Built in two passes over (task, item) pairs, each task's items in the order given:
+  // `each(add)` calls add(t, item) for every pair, the same pairs in the same order both times
+  // (first counting, then filling), without a vector per task.
+  template <typename Each>
+  TaskLists(std::size_t tasks, Each each) : begin_(tasks + 1, 0) {
+    each([&](TaskIndex t, std::uint32_t) { ++begin_[t + 1]; });
+    for (std::size_t t = 0; t < tasks; ++t) begin_[t + 1] += begin_[t];
+    items_.resize(begin_[tasks]);
+    std::vector<std::size_t> next(begin_.begin(), begin_.end() - 1);
+    each([&](TaskIndex t, std::uint32_t item) { items_[next[t]++] = item; });
   }
   std::span<const std::uint32_t> operator[](TaskIndex t) const {
     return {items_.data() + begin_[t], items_.data() + begin_[t + 1]};
@@ -127,26 +129,30 @@ struct ProgramIndex {
   std::map<std::pair<int, std::int64_t>, std::vector<std::int64_t>> ns_before_;
 
   static TaskLists dependents_of(const Program& program) {
-    std::vector<std::vector<TaskIndex>> lists(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
       for (const TaskIndex d : program[t].deps) {
         if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
-        lists[d].push_back(t);
       }
     }
-    return TaskLists(lists);
+    return TaskLists(program.size(), [&](auto add) {
+      for (TaskIndex t = 0; t < program.size(); ++t) {
+        for (const TaskIndex d : program[t].deps) add(d, t);
+      }
+    });
   }
   static TaskLists compute_dep_positions_of(const Program& program) {
     std::vector<std::uint32_t> compute_position(program.size(), 0);
     std::uint32_t computed = 0;
-    std::vector<std::vector<std::uint32_t>> lists(program.size());
     for (TaskIndex t = 0; t < program.size(); ++t) {
-      for (const TaskIndex d : program[t].deps) {
-        if (program[d].stream == Stream::compute) lists[t].push_back(compute_position[d]);
-      }
       if (program[t].stream == Stream::compute) compute_position[t] = computed++;
     }
-    return TaskLists(lists);
+    return TaskLists(program.size(), [&](auto add) {
+      for (TaskIndex t = 0; t < program.size(); ++t) {
+        for (const TaskIndex d : program[t].deps) {
+          if (program[d].stream == Stream::compute) add(t, compute_position[d]);
+        }
+      }
+    });
   }
 };
 

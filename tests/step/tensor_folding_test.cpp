@@ -1,8 +1,10 @@
 // Folding tensor-parallel ranks (sim/step/folding.hpp): where every tp rank of a group meets
 // the cluster as tp rank 0 does, tp rank 0 of replica 0 alone is replayed for its stage, its
 // tensor group runs whole and the other tp ranks' data-parallel collectives and pipeline
-// transfers run as copies beside it.
+// transfers run as copies beside it, or are left out where they mirror the replayed traffic.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <string>
 #include <utility>
 
 #include "common/small_job.hpp"
@@ -88,4 +90,43 @@ TEST_CASE("folding: tp ranks that meet the cluster unlike tp rank 0 are each rep
     CHECK(folded.replayed_ranks == in.plan.tp * in.plan.pp);  // replica 0's ranks
     CHECK(folded.step_time_s == Approx(unfolded.step_time_s).epsilon(1e-3));
   }
+}
+
+namespace {
+
+// The NIC links a step's traffic crossed, as its link usage lists them.
+long nic_links(const StepResult& step) {
+  return std::count_if(step.links.begin(), step.links.end(),
+                       [](const LinkUsage& link) { return link.kind == "infiniband"; });
+}
+
+}  // namespace
+
+TEST_CASE("folding: copies that mirror the replayed traffic are left out, the step unchanged") {
+  // tp 8 fills each node: tp rank k's data-parallel ring and pipeline transfers cross NIC k
+  // alone, and replica j's cross its own nodes' NICs as replica 0's cross theirs, beside the
+  // same data-parallel ring. Under ZeRO 1 that ring is a reduce-scatter and an all-gather, so
+  // every copy mirrors replayed traffic: none runs, and only tp rank 0's NICs carry any.
+  StepInputs in = four_nodes(8, 2, 2);
+  in.plan.vpp = 2;
+  const auto [mirrored, every_rank] = folded_and_unfolded(in);
+  CHECK(mirrored.step_time_s == Approx(every_rank.step_time_s).epsilon(1e-9));
+  CHECK(mirrored.comm_bytes_per_gpu == Approx(every_rank.comm_bytes_per_gpu).epsilon(1e-9));
+  CHECK(nic_links(every_rank) == 64);  // 8 NICs of 4 nodes, both ways
+  CHECK(nic_links(mirrored) == 8);
+  // Without the distributed optimizer the gradients are all-reduced, which the tuner may run as
+  // a tree, whose ranks do not all meet the fabric alike: the copies run, every NIC is loaded,
+  // and the step is the same.
+  in.plan.zero_stage = 0;
+  const auto [copied, unfolded] = folded_and_unfolded(in);
+  CHECK(copied.step_time_s == Approx(unfolded.step_time_s).epsilon(1e-9));
+  CHECK(nic_links(copied) == 64);
+  // On a 2:1 oversubscribed fabric the pipeline transfers of replicas meet on leaf uplinks: the
+  // copies run.
+  in.plan.zero_stage = 1;
+  in.fabric.oversubscription = 2;
+  in.fabric.leaf_ports = 4;
+  const auto [shared, all] = folded_and_unfolded(in);
+  CHECK(shared.step_time_s == Approx(all.step_time_s).epsilon(1e-3));
+  CHECK(nic_links(shared) > 8);
 }
