@@ -1,8 +1,12 @@
 #include "sim/step/folding.hpp"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <numeric>
 #include <optional>
+#include <set>
+#include <tuple>
 
 namespace fleetsim::step_detail {
 namespace {
@@ -383,18 +387,18 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
   return out;
 }
 
-// Max-min fair rates are unique, and a copy runs at the times and rates of the replayed traffic
-// it mirrors (the folding assumption). Leave every copy out: a replayed flow keeps the rate it
-// had if each flow kept still has a saturated link where no kept flow is faster (its
-// bottleneck). The replayed pieces (replica 0's or tp rank 0's tensor group and pipeline
-// pairs) share no link that can bind with any copy, so their bottlenecks keep their flows. A
-// data-parallel ring kept whole may cross a copy's link l: there the copy's replayed
-// counterpart crosses the link l0 at the same place of its own route, which the same channels
-// of the same rings cross as often, beside the counterparts of the copies on l; the ring's
-// share on l0 is its share on l, so a ring bottlenecked on l is bottlenecked on l0 too. A
-// data-parallel ring that is itself a copy (tp rank k's, folding tp ranks) shares no such
-// link with kept traffic at all. Anything else (a shared leaf uplink, a tree, all-to-alls,
-// hashed routes) keeps the copies.
+// Max-min fair rates are unique. Leave every copy out: a kept flow keeps its rate if the rates
+// the copies had are their counterparts' (the folding assumption, which the check below makes
+// local: each copy meets on each of its links what its counterpart meets on the link at the
+// same place of its route) and each kept flow still has a saturated link where no flow is
+// faster (its bottleneck). Every link a pipeline copy crosses is the image of its
+// counterpart's: the same kind and rate, and the flows on it, each copy counted as its
+// counterpart, are those on the counterpart's link, which no copy crosses. A kept ring
+// bottlenecked on a copy's link is then bottlenecked on that twin too, which the reduced
+// replay keeps whole. Copies of tensor groups and of data-parallel rings (tp rank k's, folding
+// tp ranks) cross no link of kept traffic, and meet pipeline copies only where those meet
+// their images. Anything else (a shared leaf uplink, a tree, all-to-alls, hashed routes)
+// keeps the copies.
 bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& topology,
                             const Collectives& collectives, const std::vector<VertexId>& gpus,
                             const GroupGpus& group_gpus,
@@ -405,111 +409,129 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
     if (topology.has_equal_cost_peers(v)) return false;
   }
   const auto binds = [&](LinkId link) { return never_binds.empty() || !never_binds[link]; };
-  // The kept data-parallel rings' channels crossing each link, as (group, channel), sorted: a
-  // multiset.
-  using Channel = std::pair<std::size_t, std::size_t>;
-  std::map<LinkId, std::vector<Channel>> ring_crossings;
-  const auto& data_groups = group_gpus[static_cast<int>(GroupKind::data)];
-  std::vector<bool> data_group_kept(data_groups.size(), false);
-  for (int r = 0; r < grid.ranks(); ++r) {
-    if (stand_in(grid, fold, r) == r) data_group_kept[grid.group_of(r, GroupKind::data)] = true;
-  }
-  for (std::size_t g = 0; g < data_groups.size(); ++g) {
-    if (!data_group_kept[g] || data_groups[g].size() < 2) continue;
-    const std::vector<std::vector<VertexId>> rings = collectives.channel_rings(data_groups[g]);
-    for (std::size_t c = 0; c < rings.size(); ++c) {
-      const std::vector<VertexId>& ring = rings[c];
+  // A flow, as the kept flow it is or stands for: (kind, piece, sub-flow), kind 0 a pipeline
+  // pair (sub-flow: its direction), 1 a tensor group and 2 a data-parallel ring (sub-flow: a
+  // channel of its ring). The flows crossing each link: kept ones, and copies as their
+  // counterparts.
+  using Flow = std::tuple<int, std::size_t, std::size_t>;
+  std::map<LinkId, std::vector<Flow>> kept_on, copies_on;
+  // A group's links, by channel of its ring and hop: the links of hop h of channel c.
+  const auto ring_links = [&](const std::vector<VertexId>& group) {
+    std::vector<std::vector<LinkId>> channels;
+    if (group.size() < 2) return channels;
+    for (const std::vector<VertexId>& ring : collectives.channel_rings(group)) {
+      std::vector<LinkId>& links = channels.emplace_back();
       for (std::size_t i = 0; i < ring.size(); ++i) {
-        for (const LinkId link : collectives.hop_links(ring[i], ring[(i + 1) % ring.size()])) {
-          if (binds(link)) ring_crossings[link].emplace_back(g, c);
+        const std::vector<LinkId> hop = collectives.hop_links(ring[i], ring[(i + 1) % ring.size()]);
+        links.insert(links.end(), hop.begin(), hop.end());
+      }
+    }
+    return channels;
+  };
+  // Groups of a kind: each kept one's channels, and each copy's channels as its counterpart's.
+  // The data-parallel rings first, then the tensor groups: a copy on an NVSwitch, whose hops
+  // cross only its GPUs' links to the switch, needs no routes where no ring or pipeline pair
+  // crosses those links.
+  std::set<VertexId> on_switch_links;  // GPUs whose NVLink to their switch something crosses
+  const auto note_nodes = [&](const std::map<LinkId, std::vector<Flow>>& flows) {
+    for (const auto& [link, on_link] : flows) {
+      const Link& l = topology.link(link);
+      for (const VertexId end : {l.from, l.to}) {
+        const VertexId other = end == l.from ? l.to : l.from;
+        if (topology.vertex(end).kind == VertexKind::gpu && topology.nvswitch_of(end) == other) {
+          on_switch_links.insert(end);
+        }
+      }
+    }
+  };
+  const auto add_groups = [&](GroupKind kind, int flow_kind) {
+    const auto& groups = group_gpus[static_cast<int>(kind)];
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<int> members = grid.members(kind, static_cast<int>(g));
+      const auto counterpart =
+          static_cast<std::size_t>(grid.group_of(stand_in(grid, fold, members.front()), kind));
+      const bool kept = std::any_of(members.begin(), members.end(),
+                                    [&](int r) { return stand_in(grid, fold, r) == r; });
+      const std::optional<VertexId> nvswitch = topology.nvswitch_of(groups[g].front());
+      const bool on_quiet_switch =
+          kind == GroupKind::tensor && !kept && nvswitch &&
+          std::all_of(groups[g].begin(), groups[g].end(), [&](VertexId gpu) {
+            return topology.nvswitch_of(gpu) == nvswitch && on_switch_links.count(gpu) == 0;
+          });
+      if (on_quiet_switch) continue;
+      const std::vector<std::vector<LinkId>> channels = ring_links(groups[g]);
+      for (std::size_t c = 0; c < channels.size(); ++c) {
+        for (const LinkId link : channels[c]) {
+          if (!binds(link)) continue;
+          (kept ? kept_on : copies_on)[link].emplace_back(flow_kind, kept ? g : counterpart, c);
+        }
+      }
+    }
+  };
+  add_groups(GroupKind::data, 2);
+  // Pipeline pairs: each direction's links (a, b the pair's GPUs in the sending and receiving
+  // stage of `stages`).
+  const auto pair_links = [&](const std::pair<int, int>& stages, int place) {
+    const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
+    const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
+    return std::array{collectives.hop_links(a, b), collectives.hop_links(b, a)};
+  };
+  std::map<std::pair<std::pair<int, int>, int>, std::size_t> pair_number;
+  for (const std::pair<int, int>& stages : transfer_stages) {
+    for (int place = 0; place < grid.stage_ranks(); ++place) {
+      const int replayed = stand_in(grid, fold, place);
+      const auto [at, added] = pair_number.try_emplace({stages, replayed}, pair_number.size());
+      const std::array<std::vector<LinkId>, 2> directions = pair_links(stages, place);
+      for (std::size_t d = 0; d < 2; ++d) {
+        for (const LinkId link : directions[d]) {
+          if (binds(link)) {
+            (replayed == place ? kept_on : copies_on)[link].emplace_back(0, at->second, d);
+          }
         }
       }
     }
   }
-  for (auto& [link, crossings] : ring_crossings) std::sort(crossings.begin(), crossings.end());
-  const auto crossings_of = [&](LinkId link) {
-    const auto found = ring_crossings.find(link);
-    return found == ring_crossings.end() ? std::vector<Channel>{} : found->second;
+  note_nodes(kept_on);
+  note_nodes(copies_on);
+  add_groups(GroupKind::tensor, 1);
+  // No kept flow shares a link with a copy, but where a pipeline copy meets it on the image of
+  // its counterpart's link (checked below with everything else on that link).
+  for (auto& [link, flows] : kept_on) std::sort(flows.begin(), flows.end());
+  for (auto& [link, flows] : copies_on) std::sort(flows.begin(), flows.end());
+  const auto on = [](const std::map<LinkId, std::vector<Flow>>& flows, LinkId link) {
+    const auto found = flows.find(link);
+    return found == flows.end() ? std::vector<Flow>{} : found->second;
   };
-  // The kept pieces' links (replica 0's tensor groups, or tp rank 0's; the pipeline pairs of
-  // the replayed places), each with the pieces crossing it.
-  std::map<LinkId, std::vector<std::int64_t>> kept_pieces;
-  const auto pipeline_links = [&](const std::pair<int, int>& stages, int place) {
-    const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
-    const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
-    std::vector<LinkId> links = collectives.hop_links(a, b);
-    const std::vector<LinkId> back = collectives.hop_links(b, a);
-    links.insert(links.end(), back.begin(), back.end());
-    return links;
-  };
-  std::int64_t piece = 0;  // numbers the kept pipeline pairs
-  std::map<std::pair<std::pair<int, int>, int>, std::int64_t> kept_pair;
-  for (const std::pair<int, int>& stages : transfer_stages) {
-    for (int place = 0; place < grid.stage_ranks(); ++place) {
-      if (stand_in(grid, fold, place) != place) continue;
-      kept_pair[{stages, place}] = piece;
-      for (const LinkId link : pipeline_links(stages, place)) {
-        if (binds(link)) kept_pieces[link].push_back(piece);
-      }
-      ++piece;
-    }
-  }
-  const auto& tensor_groups = group_gpus[static_cast<int>(GroupKind::tensor)];
-  std::vector<bool> tensor_group_kept(tensor_groups.size(), false);
-  for (int r = 0; r < grid.ranks(); ++r) {
-    if (stand_in(grid, fold, r) == r) tensor_group_kept[grid.group_of(r, GroupKind::tensor)] = true;
-  }
-  for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
-    if (!tensor_group_kept[g]) continue;
-    for (const LinkId link : group_links(collectives, tensor_groups[g])) {
-      if (binds(link)) kept_pieces[link].push_back(piece);
-    }
-    ++piece;
-  }
-  // Copies of groups: on no link of kept traffic, rings included.
-  const auto apart = [&](const std::vector<LinkId>& links) {
-    return std::none_of(links.begin(), links.end(), [&](LinkId link) {
-      return binds(link) && (kept_pieces.count(link) > 0 || ring_crossings.count(link) > 0);
-    });
-  };
-  for (std::size_t g = 0; g < tensor_groups.size(); ++g) {
-    if (!tensor_group_kept[g] && !apart(group_links(collectives, tensor_groups[g]))) return false;
-  }
-  for (std::size_t g = 0; g < data_groups.size(); ++g) {
-    if (!data_group_kept[g] && !apart(group_links(collectives, data_groups[g]))) return false;
-  }
-  // Copies of pipeline pairs: on no kept piece's link, and where a kept ring crosses one of
-  // their links, mirrored at the same place of their counterpart's route: the same rings'
-  // channels there, and the counterparts of every copy on the link.
-  std::map<LinkId, std::pair<LinkId, std::vector<std::int64_t>>> twins;
+  std::set<LinkId> twinned;  // links of pipeline copies, each checked against its twin
   for (const std::pair<int, int>& stages : transfer_stages) {
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
       if (replayed == place) continue;
-      const std::vector<LinkId> links = pipeline_links(stages, place);
-      const std::vector<LinkId> counterpart = pipeline_links(stages, replayed);
-      if (links.size() != counterpart.size()) return false;
-      for (std::size_t i = 0; i < links.size(); ++i) {
-        const LinkId link = links[i];
-        if (!binds(link)) continue;
-        if (kept_pieces.count(link) > 0 || !binds(counterpart[i])) return false;
-        const Link& l = topology.link(link);
-        const Link& l0 = topology.link(counterpart[i]);
-        if (l.kind != l0.kind || l.bytes_per_s != l0.bytes_per_s) return false;
-        if (ring_crossings.count(link) == 0) continue;
-        if (crossings_of(link) != crossings_of(counterpart[i])) return false;
-        auto [twin, added] = twins.try_emplace(link, counterpart[i], std::vector<std::int64_t>{});
-        if (!added && twin->second.first != counterpart[i]) return false;
-        twin->second.second.push_back(kept_pair.at({stages, replayed}));
+      const std::array<std::vector<LinkId>, 2> copy = pair_links(stages, place);
+      const std::array<std::vector<LinkId>, 2> counterpart = pair_links(stages, replayed);
+      for (std::size_t d = 0; d < 2; ++d) {
+        if (copy[d].size() != counterpart[d].size()) return false;
+        for (std::size_t i = 0; i < copy[d].size(); ++i) {
+          const LinkId link = copy[d][i];
+          const LinkId twin = counterpart[d][i];
+          if (!binds(link)) continue;
+          if (!binds(twin) || copies_on.count(twin) > 0) return false;
+          const Link& l = topology.link(link);
+          const Link& l0 = topology.link(twin);
+          if (l.kind != l0.kind || l.bytes_per_s != l0.bytes_per_s) return false;
+          std::vector<Flow> mirrored = on(kept_on, link);
+          const std::vector<Flow> copies = on(copies_on, link);
+          mirrored.insert(mirrored.end(), copies.begin(), copies.end());
+          std::sort(mirrored.begin(), mirrored.end());
+          if (mirrored != on(kept_on, twin)) return false;
+          twinned.insert(link);
+        }
       }
     }
   }
-  for (auto& [link, twin] : twins) {
-    std::vector<std::int64_t> mirrored = std::move(twin.second);
-    std::vector<std::int64_t> kept = kept_pieces[twin.first];
-    std::sort(mirrored.begin(), mirrored.end());
-    std::sort(kept.begin(), kept.end());
-    if (mirrored != kept) return false;
+  // Every other link a copy crosses carries no kept flow.
+  for (const auto& [link, flows] : copies_on) {
+    if (twinned.count(link) == 0 && kept_on.count(link) > 0) return false;
   }
   return true;
 }

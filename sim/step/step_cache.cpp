@@ -32,6 +32,13 @@ std::uint64_t step_hash(const StepInputs& in, const StepOptions& options) {
 }  // namespace
 
 StepOutcome StepCache::simulate(const StepInputs& inputs, const StepOptions& options) {
+  if (options.trace_ranks > 0) {
+    {
+      const std::lock_guard lock(mutex_);
+      ++simulated_;
+    }
+    return simulate_step(inputs, options);
+  }
   const std::uint64_t hash = step_hash(inputs, options);
   const auto same = [&](const Entry& entry) {
     return entry.hash == hash && entry.options == options && entry.inputs == inputs;
@@ -39,6 +46,7 @@ StepOutcome StepCache::simulate(const StepInputs& inputs, const StepOptions& opt
   std::promise<StepOutcome> promise;
   std::shared_future<StepOutcome> outcome;
   bool simulates = false;
+  std::uint64_t id = 0;
   {
     const std::lock_guard lock(mutex_);
     const auto found = std::find_if(entries_.begin(), entries_.end(), same);
@@ -47,10 +55,10 @@ StepOutcome StepCache::simulate(const StepInputs& inputs, const StepOptions& opt
       ++reused_;
       outcome = found->outcome;
     } else {
-      ++simulated_;
+      id = simulated_++;
       simulates = true;
       outcome = promise.get_future().share();
-      entries_.push_front({hash, inputs, options, outcome});
+      entries_.push_front({id, hash, inputs, options, outcome});
       // The least recently asked for beyond the capacity go (waiters keep their futures).
       while (entries_.size() > capacity_) entries_.pop_back();
     }
@@ -61,7 +69,8 @@ StepOutcome StepCache::simulate(const StepInputs& inputs, const StepOptions& opt
     } catch (...) {
       promise.set_exception(std::current_exception());
       const std::lock_guard lock(mutex_);
-      const auto failed = std::find_if(entries_.begin(), entries_.end(), same);
+      const auto failed = std::find_if(entries_.begin(), entries_.end(),
+                                       [id](const Entry& entry) { return entry.id == id; });
       if (failed != entries_.end()) entries_.erase(failed);
     }
   }

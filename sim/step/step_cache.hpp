@@ -24,6 +24,7 @@ class StepCache {
   // simulate_step(inputs, options), or its outcome from an earlier call. Thread-safe: a step
   // another thread is simulating is waited for, not simulated twice. An exception (a
   // ModelError, a stop) reaches every caller waiting for that step, and the step is not kept.
+  // A traced step (its slices take much memory) is simulated each time and not kept.
   StepOutcome simulate(const StepInputs& inputs, const StepOptions& options);
 
   // How many calls simulated a step, and how many reused one (for benchmarks and tests).
@@ -32,6 +33,7 @@ class StepCache {
 
  private:
   struct Entry {
+    std::uint64_t id;  // which call added it
     std::uint64_t hash;
     StepInputs inputs;
     StepOptions options;
@@ -39,8 +41,8 @@ class StepCache {
   };
   std::size_t capacity_;
   mutable std::mutex mutex_;
-  std::list<Entry> entries_;  // most recently asked for first
-  std::size_t simulated_ = 0;
+  std::list<Entry> entries_;   // most recently asked for first
+  std::size_t simulated_ = 0;  // also numbers the entries
   std::size_t reused_ = 0;
 };
 

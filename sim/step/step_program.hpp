@@ -129,14 +129,12 @@ struct ProgramIndex {
   std::map<std::pair<int, std::int64_t>, std::vector<std::int64_t>> ns_before_;
 
   static TaskLists dependents_of(const Program& program) {
-    for (TaskIndex t = 0; t < program.size(); ++t) {
-      for (const TaskIndex d : program[t].deps) {
-        if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
-      }
-    }
     return TaskLists(program.size(), [&](auto add) {
       for (TaskIndex t = 0; t < program.size(); ++t) {
-        for (const TaskIndex d : program[t].deps) add(d, t);
+        for (const TaskIndex d : program[t].deps) {
+          if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
+          add(d, t);
+        }
       }
     });
   }
