@@ -5,9 +5,10 @@
 // block's traffic crosses, so that contention stays simulated. The tensor-parallel ranks of a
 // group run the same program too, in step (each of their collectives waits for all of them):
 // where each meets the cluster as tp rank 0 does, replica 0's tp rank 0 alone is replayed, its
-// tensor group runs whole and the other tp ranks' traffic runs as copies. This file decides
-// which ranks are replayed and traced, whether the replicas and tp ranks sit on the cluster
-// alike (else every rank is replayed), and which copies run.
+// tensor group runs whole and the other tp ranks' traffic runs as copies. Where every copy
+// mirrors replayed traffic, none runs. This file decides which ranks are replayed and traced,
+// whether the replicas and tp ranks sit on the cluster alike (else every rank is replayed),
+// and which copies run.
 #pragma once
 
 #include <array>
@@ -65,10 +66,10 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
                      const std::vector<bool>& never_binds);
 // Whether the copies plan_shadows gives are mirror images of the replayed traffic, so that
 // leaving them all out changes no rate the replay sees (see folding.cpp): the data-parallel
-// collectives, which run whole, are rings (`rings_only`: reduce-scatters and all-gathers), and
-// no link that can bind carries both a copy and replayed traffic other than those rings, which
-// meet each copy's links as they meet its replayed counterpart's. Without context or expert
-// groups, host work or hash routing.
+// collectives, which run whole, are rings (`rings_only`: reduce-scatters and all-gathers);
+// every link that can bind and that a pipeline copy crosses is the image of its counterpart's
+// link, and no other copy crosses a link of replayed traffic. Never with context or expert
+// groups or hash routing; the caller keeps the copies under host work.
 bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& topology,
                             const Collectives& collectives, const std::vector<VertexId>& gpus,
                             const GroupGpus& group_gpus,
