@@ -297,7 +297,7 @@ std::uint64_t mix(std::uint64_t x) {
 
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst, std::uint64_t flow) const {
   std::vector<LinkId> path = route(src, dst);
-  if (equal_cost_groups_.empty()) return path;
+  if (!hashes_routes()) return path;
   for (std::size_t i = 0; i + 1 < path.size(); ++i) {
     const VertexId through = links_[path[i]].to;
     const int group = equal_cost_group_of_[through];

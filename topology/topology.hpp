@@ -120,6 +120,8 @@ class Topology {
   // Switches that are interchangeable on every path through any of them: each connects to the
   // same vertices below and above. Members are picked in the order given.
   void add_equal_cost_group(std::vector<VertexId> members);
+  // Whether some route picks among equal-cost switches by a hash (route(src, dst, flow)).
+  bool hashes_routes() const { return !equal_cost_groups_.empty(); }
   // Whether a route through this vertex may take another member of its group instead.
   bool has_equal_cost_peers(VertexId vertex) const {
     return vertex < equal_cost_group_of_.size() && equal_cost_group_of_[vertex] >= 0;

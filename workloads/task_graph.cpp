@@ -174,6 +174,9 @@ class ProgramBuilder {
   TaskIndex collective(const std::string& name, CollectiveOp op, double size_bytes,
                        std::vector<TaskIndex> deps, GroupKind group = GroupKind::data) {
     const Stream stream = op == CollectiveOp::all_gather ? Stream::gather : Stream::reduce;
+    if (op != CollectiveOp::all_gather && op != CollectiveOp::reduce_scatter) {
+      graph_->data_parallel_rings_only = false;
+    }
     return add(Task{name, stream, CollectiveWork{op, size_bytes, group}, std::move(deps)});
   }
   // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.

@@ -101,6 +101,9 @@ struct TaskGraph {
   int micro_batches = 0;               // micro-batches per replica per optimizer step
   bool host_work = false;  // some tasks are HostWork: copies to or from host memory, CPU work
   bool cpu_work = false;   // optimizer offload: some of them run CPU Adam
+  // Every data-parallel (and expert data-parallel) collective is a reduce-scatter or an
+  // all-gather, which the collective library runs as a ring (no all-reduce, which may be a tree).
+  bool data_parallel_rings_only = true;
 };
 
 // One forward or backward pass of a micro-batch through one of a stage's model chunks.

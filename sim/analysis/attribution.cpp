@@ -308,11 +308,13 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
   StepOptions untraced = options;
   untraced.trace_ranks = 0;
   // Each counterfactual writes only its own slot: the result does not depend on scheduling.
+  // Coalitions that differ only in run factors share their steps, degraded and shrunk ones too.
+  StepCache steps;
   std::vector<double> step_s(coalitions, 0.0);
   std::vector<std::string> failure(coalitions);
   const auto simulate_mask = [&](std::size_t mask) {
     try {
-      const StepOutcome outcome = simulate_step(compose(mask).first, untraced);
+      const StepOutcome outcome = steps.simulate(compose(mask).first, untraced);
       if (outcome.simulated) {
         step_s[mask] = outcome.step.step_time_s;
       } else {
@@ -345,8 +347,8 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
       if (!failure[mask & step_bits].empty()) return;
       try {
         const auto config = compose(mask);
-        const JobResult result = simulate_run_of_step(*config.second, config.first,
-                                                      step_s[mask & step_bits], untraced, seed);
+        const JobResult result = simulate_run_of_step(
+            *config.second, config.first, step_s[mask & step_bits], untraced, seed, steps);
         run_values[mask] = {result.wall_s.mean, result.cost_usd.mean};
       } catch (const ModelError& error) {
         run_failure[mask] = std::string("does not run: ") + error.what();

@@ -133,14 +133,15 @@ Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& 
   if (priced) out.metrics.push_back("cost_usd_mean");
   StepOptions untraced = step;
   untraced.trace_ranks = 0;
+  StepCache steps;  // the draws' steps, and their runs' degraded and shrunk ones
   const auto evaluate = [&](const StepInputs& in, const std::optional<RunSpec>& r) {
-    const StepOutcome outcome = simulate_step(in, untraced);
+    const StepOutcome outcome = steps.simulate(in, untraced);
     if (!outcome.simulated) throw ModelError("does not fit in memory");
     std::vector<double> values{outcome.step.step_time_s, outcome.step.tokens_per_s,
                                outcome.step.mfu};
     if (r) {
       const JobResult result =
-          simulate_run_of_step(*r, in, outcome.step.step_time_s, untraced, seed);
+          simulate_run_of_step(*r, in, outcome.step.step_time_s, untraced, seed, steps);
       values.push_back(result.wall_s.mean);
       if (priced) values.push_back(result.cost_usd.mean);
     }

@@ -68,9 +68,8 @@ JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
 }
 
 JobResult simulate_run_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
-                               const StepOptions& options, std::uint64_t seed) {
+                               const StepOptions& options, std::uint64_t seed, StepCache& steps) {
   std::vector<std::string> warnings;
-  StepCache steps;
   return simulate_job(job_of_step(run, inputs, step_s, options, warnings, steps), run.replications,
                       seed);
 }

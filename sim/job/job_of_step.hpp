@@ -22,8 +22,8 @@ JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
                     StepCache& steps);
 
 // The Monte Carlo of that job: its run's replications on `seed`, the warnings dropped (what
-// the analyses compare many configurations by).
+// the analyses compare many configurations by, sharing `steps` among them).
 JobResult simulate_run_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
-                               const StepOptions& options, std::uint64_t seed);
+                               const StepOptions& options, std::uint64_t seed, StepCache& steps);
 
 }  // namespace fleetsim

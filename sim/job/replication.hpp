@@ -13,6 +13,7 @@ namespace fleetsim {
 
 inline constexpr double kSecondsPerDay = 86400;
 inline constexpr double kSecondsPerHour = 3600;
+inline constexpr double kSecondsPerYear = 365.25 * kSecondsPerDay;  // a Julian year
 
 // A replication's time stays inside SimTime's 292 years: each of the job's durations, and its
 // training at full size, is at most 10 years (the job's check refuses more), a run's training at
@@ -20,10 +21,10 @@ inline constexpr double kSecondsPerHour = 3600;
 // 60 years never come, and a replication is refused once its clock, checked after each segment
 // or restart, passes 50 years. One segment with its checkpoint, restart and repairs then ends
 // before 220 years; at most 10^15 steps keep step counts exact in a double.
-inline constexpr double kLongestDuration_s = 10 * 365.25 * kSecondsPerDay;
-inline constexpr double kLongestShrunkRun_s = 100 * 365.25 * kSecondsPerDay;
-inline constexpr double kLatestArrival_s = 60 * 365.25 * kSecondsPerDay;
-inline constexpr double kHorizon_s = 50 * 365.25 * kSecondsPerDay;
+inline constexpr double kLongestDuration_s = 10 * kSecondsPerYear;
+inline constexpr double kLongestShrunkRun_s = 100 * kSecondsPerYear;
+inline constexpr double kLatestArrival_s = 60 * kSecondsPerYear;
+inline constexpr double kHorizon_s = 50 * kSecondsPerYear;
 inline constexpr double kMostSteps = 1e15;
 
 // Interruptions per GPU-day of the causes that take at least `nodes` nodes out (0: all).

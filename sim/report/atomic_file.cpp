@@ -161,10 +161,11 @@ OutputLock::OutputLock(const std::vector<std::filesystem::path>& paths,
       const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (fd < 0) continue;
       struct stat status {};
-      if (::fstat(fd, &status) != 0 || !seen.insert({status.st_dev, status.st_ino}).second ||
-          !directories.try_emplace(directory, fd).second) {
-        ::close(fd);
+      if (::fstat(fd, &status) != 0 || !seen.insert({status.st_dev, status.st_ino}).second) {
+        ::close(fd);  // a directory already held (the same one reached by another path)
+        continue;
       }
+      directories.emplace(directory, fd);
     }
     for (const auto& [directory, fd] : directories) {
       descriptors_.push_back(fd);

@@ -337,16 +337,15 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
       // (sim/scenario/units.hpp) guard against.
       const Field fraction = require(entry, "fraction");
       degradation.fraction = read_positive(fraction);
-      if (degradation.kind == Degradation::Kind::network) {
-        if (!(degradation.fraction <= 0.99)) {
-          fail(fraction,
-               "a degraded link keeps part of its bandwidth: the fraction lost is at most 0.99",
-               "fraction: 0.5 for a 400 Gb/s link running at 200");
-        }
-      } else {
-        read_at_most(fraction, 100,
-                     "kernels 100 times slower are a GPU out of service: list it as an "
-                     "interruption cause");
+      const bool network = degradation.kind == Degradation::Kind::network;
+      if (!(degradation.fraction <= (network ? 0.99 : 100))) {
+        fail(fraction,
+             network ? "a degraded link keeps part of its bandwidth: the fraction lost is at "
+                       "most 0.99"
+                     : "expected at most 100, got " + describe(fraction.node),
+             network ? "fraction: 0.5 for a 400 Gb/s link running at 200"
+                     : "kernels 100 times slower are a GPU out of service: list it as an "
+                       "interruption cause");
       }
       degradation.per_gpu_day = read_at_most(require(entry, "per_gpu_day"), kMostPerGpuDay,
                                              "one degradation a GPU-second at the most");
@@ -390,7 +389,7 @@ void Loader::check_run_against_job(const Field& root, const Variant& variant) {
                                                   {"read", times.restore_s}};
   for (const auto& [key, seconds] : moves) {
     if (!(seconds <= kLongestDuration_s)) {
-      const double years = seconds / (365.25 * kSecondsPerDay);
+      const double years = seconds / kSecondsPerYear;
       fail(require(require(require(root, "cluster"), "storage"), key),
            std::string("a checkpoint's ") + key + " would take " +
                (years < 1e6 ? rounded(years, 1) : scientific(years)) +

@@ -130,6 +130,16 @@ std::optional<int> leaf_unit(const Topology& topology) {
   return run * static_cast<int>(per_node);
 }
 
+// The links of the pipeline pair at `place` (its rank in stage 0) between two stages, each
+// way: [0] from the first stage of `stages` to the second, [1] back.
+std::array<std::vector<LinkId>, 2> pair_links(const RankGrid& grid, const Collectives& collectives,
+                                              const std::vector<VertexId>& gpus,
+                                              const std::pair<int, int>& stages, int place) {
+  const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
+  const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
+  return {collectives.hop_links(a, b), collectives.hop_links(b, a)};
+}
+
 // The GPUs of a unit: a node, or the NVLink domain of several nodes the first GPU is in.
 int unit_gpus(const Topology& topology) {
   const VertexId first = topology.gpus().front();
@@ -251,10 +261,7 @@ bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology) {
 bool tensor_ranks_alike(const RankGrid& grid, const Topology& topology) {
   const int tp = grid.tp();
   const int unit = unit_gpus(topology);
-  if (tp == 1 || unit % tp != 0) return false;
-  for (VertexId v = 0; v < topology.vertex_count(); ++v) {
-    if (topology.has_equal_cost_peers(v)) return false;
-  }
+  if (tp == 1 || unit % tp != 0 || topology.hashes_routes()) return false;
   const std::vector<VertexId>& gpus = topology.gpus();
   std::map<VertexId, int> sharing_nic;
   for (int i = 0; i < unit; ++i) {
@@ -351,21 +358,17 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
                         group_owner(members, representative, g))});
     }
   }
-  // Pipeline pairs: the same place (replica x tp + tp rank) in two stages, sending both ways;
-  // by place, the place of the replayed pair that stands for it (a place is its rank in stage 0).
-  const auto stand_in_place = [&](int place) { return stand_in(grid, fold, place); };
+  // Pipeline pairs: the same place (replica x tp + tp rank, its rank in stage 0) in two stages,
+  // sending both ways; the replayed pair that stands for one is at its stand-in's place.
   std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
   for (const std::pair<int, int>& stages : transfer_stages) {
     auto& parts = pipeline_part[stages];
     for (int place = 0; place < grid.stage_ranks(); ++place) {
-      const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
-      const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
-      std::vector<LinkId> links = collectives.hop_links(a, b);
-      const std::vector<LinkId> back = collectives.hop_links(b, a);
+      auto [links, back] = pair_links(grid, collectives, gpus, stages, place);
       links.insert(links.end(), back.begin(), back.end());
       const int replica = place / tp;
       parts.push_back(
-          sharing.join(links, owner_of(replica, replica, stand_in_place(place) == place)));
+          sharing.join(links, owner_of(replica, replica, stand_in(grid, fold, place) == place)));
     }
   }
   for (int kind = 0; kind < kGroupKinds; ++kind)
@@ -378,7 +381,7 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
     auto& shadows = out.pipeline[stages];
     shadows.assign(tp, {});  // every replayed place is a tp rank of replica 0
     for (int place = 0; place < grid.stage_ranks(); ++place) {
-      const int replayed = stand_in_place(place);
+      const int replayed = stand_in(grid, fold, place);
       if (replayed != place && sharing.crossed_by_several(parts[place])) {
         shadows[replayed].push_back(place);
       }
@@ -404,9 +407,9 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
                             const GroupGpus& group_gpus,
                             const std::set<std::pair<int, int>>& transfer_stages,
                             const std::vector<bool>& never_binds, bool rings_only) {
-  if (fold == Fold::none || !rings_only || grid.cp() > 1 || grid.ep() > 1) return false;
-  for (VertexId v = 0; v < topology.vertex_count(); ++v) {
-    if (topology.has_equal_cost_peers(v)) return false;
+  if (fold == Fold::none || !rings_only || grid.cp() > 1 || grid.ep() > 1 ||
+      topology.hashes_routes()) {
+    return false;
   }
   const auto binds = [&](LinkId link) { return never_binds.empty() || !never_binds[link]; };
   // A flow, as the kept flow it is or stands for: (kind, piece, sub-flow), kind 0 a pipeline
@@ -469,19 +472,16 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
     }
   };
   add_groups(GroupKind::data, 2);
-  // Pipeline pairs: each direction's links (a, b the pair's GPUs in the sending and receiving
-  // stage of `stages`).
-  const auto pair_links = [&](const std::pair<int, int>& stages, int place) {
-    const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
-    const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
-    return std::array{collectives.hop_links(a, b), collectives.hop_links(b, a)};
+  // Pipeline pairs, each direction apart.
+  const auto links_of_pair = [&](const std::pair<int, int>& stages, int place) {
+    return pair_links(grid, collectives, gpus, stages, place);
   };
   std::map<std::pair<std::pair<int, int>, int>, std::size_t> pair_number;
   for (const std::pair<int, int>& stages : transfer_stages) {
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
       const auto [at, added] = pair_number.try_emplace({stages, replayed}, pair_number.size());
-      const std::array<std::vector<LinkId>, 2> directions = pair_links(stages, place);
+      const std::array<std::vector<LinkId>, 2> directions = links_of_pair(stages, place);
       for (std::size_t d = 0; d < 2; ++d) {
         for (const LinkId link : directions[d]) {
           if (binds(link)) {
@@ -507,8 +507,8 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
       if (replayed == place) continue;
-      const std::array<std::vector<LinkId>, 2> copy = pair_links(stages, place);
-      const std::array<std::vector<LinkId>, 2> counterpart = pair_links(stages, replayed);
+      const std::array<std::vector<LinkId>, 2> copy = links_of_pair(stages, place);
+      const std::array<std::vector<LinkId>, 2> counterpart = links_of_pair(stages, replayed);
       for (std::size_t d = 0; d < 2; ++d) {
         if (copy[d].size() != counterpart[d].size()) return false;
         for (std::size_t i = 0; i < copy[d].size(); ++i) {

@@ -58,10 +58,10 @@ class Replay {
       for (int kind = 0; kind < kGroupKinds; ++kind) {
         for (const CollectiveGroup& group : groups_[kind]) group_gpus[kind].push_back(group.gpus);
       }
-      run_copies_ =
-          graph.host_work ||
-          !copies_mirror_replayed(grid_, fold_, topology, collectives_, gpus_, group_gpus,
-                                  transfer_stages_, network_.never_binding(), rings_only(graph));
+      run_copies_ = graph.host_work ||
+                    !copies_mirror_replayed(grid_, fold_, topology, collectives_, gpus_, group_gpus,
+                                            transfer_stages_, network_.never_binding(),
+                                            graph.data_parallel_rings_only);
       if (run_copies_) {
         shadows_ = plan_shadows(grid_, fold_, topology, collectives_, gpus_, group_gpus,
                                 transfer_stages_, network_.never_binding());
@@ -550,21 +550,6 @@ class Replay {
     result.replayed_ranks = static_cast<int>(replayed.size());
     result.trace = trace_;
     return result;
-  }
-
-  // Whether every data-parallel and expert data-parallel collective is a reduce-scatter or an
-  // all-gather (which run as rings).
-  static bool rings_only(const TaskGraph& graph) {
-    for (const Program& program : graph.stages) {
-      for (const Task& task : program) {
-        const auto* work = std::get_if<CollectiveWork>(&task.work);
-        if (work && (work->group == GroupKind::data || work->group == GroupKind::expert_data) &&
-            work->op != CollectiveOp::reduce_scatter && work->op != CollectiveOp::all_gather) {
-          return false;
-        }
-      }
-    }
-    return true;
   }
 
   const TaskGraph& graph_;

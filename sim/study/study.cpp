@@ -3,6 +3,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <string>
@@ -128,12 +129,28 @@ std::int64_t work_units(const Scenario& scenario, const Spread& spread) {
 
 void simulate_run(VariantReport& out, std::uint64_t seed, const StepOptions& options,
                   const Progress& progress, OnStop on_stop, StepCache& steps) {
-  if (!out.run || !out.outcome.simulated) return;
-  out.job = job_of_step(*out.run, out.inputs, out.outcome.step.step_time_s, options,
-                        out.outcome.warnings, steps);
-  out.job_result = simulate_job(
-      *out.job, out.run->replications, seed, [&progress] { report_progress(progress, 1); },
-      on_stop);
+  if (!out.run) return;
+  // A run that does not happen (its step does not fit) or cannot finish counts the
+  // replications it did not play as done: work_units counts every run's.
+  if (!out.outcome.simulated) {
+    report_progress(progress, out.run->replications);
+    return;
+  }
+  std::atomic<std::int64_t> played = 0;
+  try {
+    out.job = job_of_step(*out.run, out.inputs, out.outcome.step.step_time_s, options,
+                          out.outcome.warnings, steps);
+    out.job_result = simulate_job(
+        *out.job, out.run->replications, seed,
+        [&progress, &played] {
+          ++played;
+          report_progress(progress, 1);
+        },
+        on_stop);
+  } catch (const ModelError&) {
+    report_progress(progress, out.run->replications - played);
+    throw;
+  }
   // Young-Daly's interval may rightly outlast a short run; an interval given may not.
   if (out.job->policy.kind != CheckpointPolicy::Kind::young_daly &&
       out.job_result->interval_steps >= out.job->steps) {

@@ -1,5 +1,7 @@
 #include "sim/engine/stop.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -123,4 +125,6 @@ TEST_CASE("a container's memory cap is the least along its control groups, v1 or
   CHECK(cgroup_memory_cap_bytes("", empty.path()) == 0);
   // The process's own usable memory is at most the machine's, and something.
   CHECK(usable_memory_bytes() > 0);
+  CHECK(usable_memory_bytes() <= static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                                     static_cast<double>(::sysconf(_SC_PAGESIZE)));
 }

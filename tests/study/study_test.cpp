@@ -164,18 +164,17 @@ TEST_CASE("a run that cannot finish is an answer beside its step, and the other 
   // One interruption a GPU-hour on 8 GPUs: 8 an hour. A 10 h restart is then down about
   // 80 times longer than the mean time between them: e^80 tries before one got through, past
   // the e^10 the Monte Carlo plays. The compare entry restarts in 1 min: its exposure, the
-  // larger of its downtime's and its segment's, stays near e^0.3.
-  const std::string run =
-      "name: run\nmodel: llama3-8b\n"
-      "training: {seq_len: 4096, global_batch: 256, micro_batch: 2, tokens: 1e9}\n"
-      "layout: {dp: 8, zero: 3}\n"
-      "cluster: {node: dgx-h100, storage: {write: 50GB/s, read: 100GB/s}}\n"
-      "run:\n"
-      "  interruptions: [{cause: gpu, per_gpu_day: 24, source: 'assumed: a test'}]\n"
-      "  checkpoint: 10 steps\n  detection: 1s\n  restart: 10h\n  replications: 20\n"
-      "compare:\n"
-      "  - {name: quick restart, run: {restart: 1min}}\n";
-  const RunReport report = simulate_scenario(testing::load_text(run), {});
+  // larger of its downtime's and its segment's, stays near e^0.3. (The agreement fuzzer's
+  // regression input, which its replay bounds in time.)
+  const Scenario scenario =
+      load_scenario(std::filesystem::path(FLEETSIM_SOURCE_DIR) /
+                        "tests/fuzz/regressions/fuzz_agreement/run-cannot-finish.yaml",
+                    testing::source_data());
+  // The progress bar reaches its end: the run left out counts its replications as done.
+  std::atomic<std::int64_t> units = 0;
+  const RunReport report =
+      simulate_scenario(scenario, {}, {}, [&units](std::int64_t done) { units += done; });
+  CHECK(units == work_units(scenario, {}));
   REQUIRE(report.variants.size() == 2);
   const VariantReport& endless = report.variants[0];
   CHECK(endless.outcome.simulated);  // its step stands

@@ -905,3 +905,24 @@ TEST_CASE("ZeRO 2 under a pipeline: every micro-batch's gradients reduce-scatter
   CHECK(memory_item(z2, "optimizer states") == memory_item(z1, "optimizer states"));
   CHECK(memory_item(z2, "activations") == memory_item(z1, "activations"));
 }
+
+TEST_CASE("a step says whether its data-parallel collectives are all reduce-scatters and gathers") {
+  // Each ZeRO stage's data-parallel collectives: ZeRO 0 all-reduces the gradients, ZeRO 1-3
+  // reduce-scatter them and all-gather the parameters (so they run as rings).
+  for (const int zero : {0, 1, 2, 3}) {
+    CAPTURE(zero);
+    ParallelPlan plan = pipeline(1, 8);
+    plan.zero_stage = zero;
+    const TaskGraph graph = build_data_parallel_step(llama3_8b(), training(4096, 16, 1), plan);
+    bool rings_only = true;
+    for (const Task& task : graph.stages.front()) {
+      const auto* work = std::get_if<CollectiveWork>(&task.work);
+      if (work && work->group == GroupKind::data) {
+        rings_only = rings_only && (work->op == CollectiveOp::reduce_scatter ||
+                                    work->op == CollectiveOp::all_gather);
+      }
+    }
+    CHECK(graph.data_parallel_rings_only == rings_only);
+    CHECK(graph.data_parallel_rings_only == (zero > 0));
+  }
+}
