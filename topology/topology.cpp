@@ -2,8 +2,7 @@
 
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/breadth_first_search.hpp>
-#include <boost/graph/filtered_graph.hpp>
+#include <boost/range/adaptor/transformed.hpp>
 #include <string>
 #include <unordered_map>
 
@@ -13,26 +12,40 @@ namespace fleetsim {
 namespace {
 
 constexpr VertexId kNoVertex = UINT32_MAX;
+constexpr int kUnreached = -1;
 
-// Out-edges are kept in insertion order (vecS), so breadth-first search visits them in link
-// creation order and the route chosen among equal-hop paths is always the same.
+// Out-edges and in-edges are kept in insertion order (vecS), so a route search visits them in
+// link creation order and the route chosen among equal-hop paths is always the same.
 using Adjacency =
-    boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property,
                           boost::property<boost::edge_index_t, LinkId>>;
 
 }  // namespace
 
-// The graph, and the buffers of the route search: colours and predecessors stay allocated and
+// The graph, and the buffers of the route search: levels and marks by vertex stay allocated and
 // are reset only where a search touched them, so a short route costs what it visits, not the
 // size of the cluster. Routes found are kept, as a step asks for the same ones over and over;
 // adding a vertex or link forgets them. (The search mutates them: one Topology serves one
 // thread.)
 struct Topology::Graph {
   Adjacency adjacency;
-  std::vector<boost::default_color_type> color;
-  std::vector<LinkId> via;
-  std::vector<VertexId> touched;
+  std::vector<int> from_src;  // by vertex: forward level, kUnreached where the search has not been
+  std::vector<int> to_dst;    // by vertex: backward level
+  std::vector<char> on_path;  // by vertex: reached forward and on a shortest path
+  std::vector<VertexId> ahead_reached;    // forward search's vertices, level by level
+  std::vector<std::size_t> ahead_levels;  // where each forward level starts in ahead_reached
+  std::vector<VertexId> behind_reached;   // backward search's vertices
   std::unordered_map<std::uint64_t, std::vector<LinkId>> routes;  // by src << 32 | dst
+
+  // A vertex's links out of it and into it, as link ids in creation order.
+  auto link_ids(auto edges) const {
+    return boost::make_iterator_range(edges) |
+           boost::adaptors::transformed([this](const Adjacency::edge_descriptor& edge) {
+             return boost::get(boost::edge_index, adjacency, edge);
+           });
+  }
+  auto out_links(VertexId v) const { return link_ids(boost::out_edges(v, adjacency)); }
+  auto in_links(VertexId v) const { return link_ids(boost::in_edges(v, adjacency)); }
 };
 
 Topology::Topology() : graph_(std::make_unique<Graph>()) {}
@@ -162,42 +175,13 @@ std::string Topology::link_name(LinkId id) const {
 
 namespace {
 
-// Thrown by the visitor to stop the search once the destination is reached (the Boost.Graph
-// idiom for an early exit): on a cluster of thousands of vertices most routes are a few hops.
-struct DestinationReached {};
-
-// Records, for every vertex reached, the edge it was first reached by, and what it touched.
-class PredecessorRecorder : public boost::default_bfs_visitor {
- public:
-  PredecessorRecorder(std::vector<LinkId>& via, std::vector<VertexId>& touched,
-                      VertexId destination)
-      : via_(&via), touched_(&touched), destination_(destination) {}
-  template <class Vertex, class Graph>
-  void discover_vertex(Vertex vertex, const Graph&) const {
-    touched_->push_back(static_cast<VertexId>(vertex));
-  }
-  template <class Edge, class Graph>
-  void tree_edge(Edge edge, const Graph& graph) const {
-    const auto target = static_cast<VertexId>(boost::target(edge, graph));
-    (*via_)[target] = boost::get(boost::edge_index, graph, edge);
-    if (target == destination_) {
-      touched_->push_back(target);
-      throw DestinationReached{};
-    }
-  }
-
- private:
-  std::vector<LinkId>* via_;
-  std::vector<VertexId>* touched_;
-  VertexId destination_;
-};
-
-// Keeps the edges that leave the source, or a vertex that is neither a GPU nor inside a node
-// other than the source's and the destination's. A route never crosses a third node's PCIe
-// tree, so the search need not enter one: through the fabric it would otherwise visit every
-// node under every switch it reaches. (NVSwitches stay open: an NVLink domain spans nodes.)
+// Whether a route may take `link`: every link out of the source, and out of any vertex that is
+// neither a GPU nor inside a node other than the source's and the destination's. A route never
+// crosses a third node's PCIe tree, so the search need not enter one: through the fabric it
+// would otherwise visit every node under every switch it reaches. (NVSwitches stay open: an
+// NVLink domain spans nodes.) GPUs are endpoints: forwarding through a peer is the collective
+// layer's explicit choice.
 struct UsableForRoute {
-  const Adjacency* graph = nullptr;
   const std::vector<Vertex>* vertices = nullptr;
   VertexId source = 0;
   int source_node = -1;
@@ -208,47 +192,123 @@ struct UsableForRoute {
         vertex.kind == VertexKind::host || vertex.kind == VertexKind::host_memory;
     return inside_a_node && vertex.node != source_node && vertex.node != destination_node;
   }
-  bool operator()(const Adjacency::edge_descriptor& edge) const {
-    const auto from = static_cast<VertexId>(boost::source(edge, *graph));
-    const auto to = static_cast<VertexId>(boost::target(edge, *graph));
-    if (in_third_node((*vertices)[to])) return false;  // not even a dead end worth a visit
-    return from == source || (*vertices)[from].kind != VertexKind::gpu;
+  bool operator()(const Link& link) const {
+    if (in_third_node((*vertices)[link.to])) return false;
+    return link.from == source || (*vertices)[link.from].kind != VertexKind::gpu;
   }
 };
 
 }  // namespace
 
+// The route is the first shortest path a breadth-first search from src meets, visiting out-links
+// in creation order: the shortest path whose sequence of out-link positions is least
+// (lexicographically), since such a search discovers each level's vertices in the order of their
+// own least sequences. Searching from src alone visits the whole cluster's fabric before the
+// far node (every spine, every leaf, every leaf's ports), so the search runs from both ends,
+// each side a whole level at a time, the smaller frontier first, until they meet: at levels
+// `ahead` from src and `behind` to dst, with no meeting before, every shortest path has length
+// ahead + behind and crosses the forward level `ahead` at a vertex the backward search reached
+// at level `behind`. Which forward vertices lie on a shortest path is then marked level by level
+// back to src, and the least path is walked from src: at each vertex the first usable out-link
+// to a vertex on a shortest path one position further on. The backward levels say which those
+// are past the meeting level.
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (src == dst) return {};
   Graph& g = *graph_;
   const std::uint64_t key = std::uint64_t{src} << 32 | dst;
   if (const auto known = g.routes.find(key); known != g.routes.end()) return known->second;
-  g.color.resize(vertices_.size(), boost::white_color);
-  g.via.resize(vertices_.size(), kNoVertex);
-  const UsableForRoute filter{&g.adjacency, &vertices_, src, vertices_.at(src).node,
-                              vertices_.at(dst).node};
-  const boost::filtered_graph<Adjacency, UsableForRoute> usable(g.adjacency, filter);
-  boost::queue<Adjacency::vertex_descriptor> queue;
-  const auto colors =
-      boost::make_iterator_property_map(g.color.begin(), boost::get(boost::vertex_index, usable));
-  try {
-    // breadth_first_visit, unlike breadth_first_search, does not colour every vertex first.
-    boost::breadth_first_visit(usable, src, queue, PredecessorRecorder(g.via, g.touched, dst),
-                               colors);
-  } catch (const DestinationReached&) {
+  const UsableForRoute usable{&vertices_, src, vertices_.at(src).node, vertices_.at(dst).node};
+  g.from_src.resize(vertices_.size(), kUnreached);
+  g.to_dst.resize(vertices_.size(), kUnreached);
+  g.on_path.resize(vertices_.size(), 0);
+  // Levels of each side, as ranges of `reached` (vertices in discovery order).
+  std::vector<VertexId>& ahead_reached = g.ahead_reached;
+  std::vector<VertexId>& behind_reached = g.behind_reached;
+  std::vector<std::size_t>& ahead_levels = g.ahead_levels;  // start of each level in ahead_reached
+  ahead_reached.assign(1, src);
+  behind_reached.assign(1, dst);
+  ahead_levels.assign(1, 0);
+  std::size_t behind_level_start = 0;
+  g.from_src[src] = 0;
+  g.to_dst[dst] = 0;
+  int ahead = 0;
+  int behind = 0;
+  bool met = false;
+  while (!met) {
+    const std::size_t ahead_frontier = ahead_reached.size() - ahead_levels.back();
+    const std::size_t behind_frontier = behind_reached.size() - behind_level_start;
+    if (ahead_frontier == 0 || behind_frontier == 0) break;
+    if (ahead_frontier <= behind_frontier) {
+      const std::size_t level_end = ahead_reached.size();
+      for (std::size_t i = ahead_levels.back(); i < level_end; ++i) {
+        for (const LinkId id : g.out_links(ahead_reached[i])) {
+          const Link& link = links_[id];
+          if (g.from_src[link.to] != kUnreached || !usable(link)) continue;
+          g.from_src[link.to] = ahead + 1;
+          ahead_reached.push_back(link.to);
+          met = met || g.to_dst[link.to] != kUnreached;
+        }
+      }
+      ahead_levels.push_back(level_end);
+      ++ahead;
+    } else {
+      const std::size_t level_end = behind_reached.size();
+      for (std::size_t i = behind_level_start; i < level_end; ++i) {
+        for (const LinkId id : g.in_links(behind_reached[i])) {
+          const Link& link = links_[id];
+          if (g.to_dst[link.from] != kUnreached || !usable(link)) continue;
+          g.to_dst[link.from] = behind + 1;
+          behind_reached.push_back(link.from);
+          met = met || g.from_src[link.from] != kUnreached;
+        }
+      }
+      behind_level_start = level_end;
+      ++behind;
+    }
   }
   std::vector<LinkId> path;
-  const bool reached = g.via[dst] != kNoVertex;
-  if (reached) {
-    for (VertexId at = dst; at != src; at = links_[g.via[at]].from) path.push_back(g.via[at]);
-    std::reverse(path.begin(), path.end());
+  if (met) {
+    const int length = ahead + behind;
+    // On a shortest path at position p <= ahead: reached at forward level p, and either at the
+    // meeting level and reached by the backward search, or before it with an out-link to one.
+    for (std::size_t i = ahead_levels.back(); i < ahead_reached.size(); ++i) {
+      const VertexId v = ahead_reached[i];
+      g.on_path[v] = g.to_dst[v] == behind;
+    }
+    for (int level = ahead - 1; level >= 0; --level) {
+      for (std::size_t i = ahead_levels[level]; i < ahead_levels[level + 1]; ++i) {
+        const VertexId v = ahead_reached[i];
+        for (const LinkId id : g.out_links(v)) {
+          const Link& link = links_[id];
+          if (g.on_path[link.to] && g.from_src[link.to] == level + 1 && usable(link)) {
+            g.on_path[v] = 1;
+            break;
+          }
+        }
+      }
+    }
+    const auto on_shortest_path = [&](VertexId v, int position) {
+      if (position <= ahead) return g.from_src[v] == position && g.on_path[v] != 0;
+      return g.to_dst[v] == length - position;
+    };
+    VertexId at = src;
+    for (int position = 1; position <= length; ++position) {
+      for (const LinkId id : g.out_links(at)) {
+        const Link& link = links_[id];
+        if (on_shortest_path(link.to, position) && usable(link)) {
+          path.push_back(id);
+          at = link.to;
+          break;
+        }
+      }
+    }
   }
-  for (const VertexId v : g.touched) {
-    g.color[v] = boost::white_color;
-    g.via[v] = kNoVertex;
+  for (const VertexId v : ahead_reached) {
+    g.from_src[v] = kUnreached;
+    g.on_path[v] = 0;
   }
-  g.touched.clear();
-  if (!reached) {
+  for (const VertexId v : behind_reached) g.to_dst[v] = kUnreached;
+  if (!met) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
   g.routes.emplace(key, path);
@@ -330,9 +390,9 @@ struct NodeVertices {
 
 // One node: GPUs, the NVSwitch crossbar (if any), PCIe switches with GPUs and NICs spread evenly
 // over them (GPU-NIC affinity), and the host.
-// `domain_switch` is the NVSwitch of the node's NVLink domain, created by its first node.
-NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
-                        std::optional<VertexId>& domain_switch) {
+// `domain_switch` is the NVSwitch of the node's NVLink domain, created by its first node
+// (kNoVertex until then).
+NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node, VertexId& domain_switch) {
   const std::string prefix = node_prefix(node);
   NodeVertices built;
   const VertexId host = topo.add_vertex(VertexKind::host, prefix + "host", node);
@@ -360,15 +420,15 @@ NodeVertices build_node(Topology& topo, const NodeSpec& spec, int node,
     gpus.push_back(topo.add_vertex(VertexKind::gpu, prefix + "gpu" + std::to_string(g), node, g));
   }
   if (spec.gpu_fabric == GpuFabric::nvswitch) {
-    if (!domain_switch) {
+    if (domain_switch == kNoVertex) {
       const int domain = node / std::max(1, spec.nvlink_domain_nodes);
       const std::string name = spec.nvlink_domain_nodes > 1
                                    ? "domain" + std::to_string(domain) + ".nvswitch"
                                    : prefix + "nvswitch";
       domain_switch = topo.add_vertex(VertexKind::nvswitch, name, node);
-      if (spec.nvls) topo.set_in_switch_reduction(*domain_switch);
+      if (spec.nvls) topo.set_in_switch_reduction(domain_switch);
     }
-    const VertexId nvswitch = *domain_switch;
+    const VertexId nvswitch = domain_switch;
     for (const VertexId gpu : gpus) {
       topo.add_duplex_link(gpu, nvswitch, LinkKind::nvlink, spec.nvlink_bytes_per_s,
                            spec.nvlink_latency);
@@ -521,10 +581,10 @@ Topology build_cluster(const NodeSpec& node, int nodes, const FabricSpec& fabric
   }
   Topology topo;
   std::vector<NodeVertices> built;
-  std::optional<VertexId> domain_switch;
+  VertexId domain_switch = kNoVertex;
   const int domain_nodes = std::max(1, node.nvlink_domain_nodes);
   for (int n = 0; n < nodes; ++n) {
-    if (n % domain_nodes == 0) domain_switch.reset();
+    if (n % domain_nodes == 0) domain_switch = kNoVertex;
     built.push_back(build_node(topo, node, n, domain_switch));
   }
   if (nodes > 1 && node.nics > 0) build_fat_tree(topo, node, built, fabric);

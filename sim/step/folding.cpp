@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -417,7 +418,18 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
   // channel of its ring). The flows crossing each link: kept ones, and copies as their
   // counterparts.
   using Flow = std::tuple<int, std::size_t, std::size_t>;
-  std::map<LinkId, std::vector<Flow>> kept_on, copies_on;
+  // By link id (a dense index): the flows on it, and the links that carry any, in first use.
+  struct FlowsOnLinks {
+    std::vector<std::vector<Flow>> on;
+    std::vector<LinkId> used;
+    void add(LinkId link, Flow flow) {
+      if (on[link].empty()) used.push_back(link);
+      on[link].push_back(flow);
+    }
+    bool carries(LinkId link) const { return !on[link].empty(); }
+  };
+  FlowsOnLinks kept_on{std::vector<std::vector<Flow>>(topology.link_count()), {}};
+  FlowsOnLinks copies_on{std::vector<std::vector<Flow>>(topology.link_count()), {}};
   // A group's links, by channel of its ring and hop: the links of hop h of channel c.
   const auto ring_links = [&](const std::vector<VertexId>& group) {
     std::vector<std::vector<LinkId>> channels;
@@ -436,8 +448,8 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
   // cross only its GPUs' links to the switch, needs no routes where no ring or pipeline pair
   // crosses those links.
   std::set<VertexId> on_switch_links;  // GPUs whose NVLink to their switch something crosses
-  const auto note_nodes = [&](const std::map<LinkId, std::vector<Flow>>& flows) {
-    for (const auto& [link, on_link] : flows) {
+  const auto note_nodes = [&](const FlowsOnLinks& flows) {
+    for (const LinkId link : flows.used) {
       const Link& l = topology.link(link);
       for (const VertexId end : {l.from, l.to}) {
         const VertexId other = end == l.from ? l.to : l.from;
@@ -466,7 +478,7 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
       for (std::size_t c = 0; c < channels.size(); ++c) {
         for (const LinkId link : channels[c]) {
           if (!binds(link)) continue;
-          (kept ? kept_on : copies_on)[link].emplace_back(flow_kind, kept ? g : counterpart, c);
+          (kept ? kept_on : copies_on).add(link, {flow_kind, kept ? g : counterpart, c});
         }
       }
     }
@@ -475,6 +487,14 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
   // Pipeline pairs, each direction apart.
   const auto links_of_pair = [&](const std::pair<int, int>& stages, int place) {
     return pair_links(grid, collectives, gpus, stages, place);
+  };
+  // A pair's links that may bind, in route order: a link that never binds sets no rate, so two
+  // routes that differ only there (one crossing a fabric's core, its counterpart not) are alike.
+  const auto binding_links_of_pair = [&](const std::pair<int, int>& stages, int place) {
+    std::array<std::vector<LinkId>, 2> directions = links_of_pair(stages, place);
+    for (std::vector<LinkId>& links : directions)
+      std::erase_if(links, [&](LinkId l) { return !binds(l); });
+    return directions;
   };
   std::map<std::pair<std::pair<int, int>, int>, std::size_t> pair_number;
   for (const std::pair<int, int>& stages : transfer_stages) {
@@ -485,7 +505,7 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
       for (std::size_t d = 0; d < 2; ++d) {
         for (const LinkId link : directions[d]) {
           if (binds(link)) {
-            (replayed == place ? kept_on : copies_on)[link].emplace_back(0, at->second, d);
+            (replayed == place ? kept_on : copies_on).add(link, {0, at->second, d});
           }
         }
       }
@@ -496,42 +516,39 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
   add_groups(GroupKind::tensor, 1);
   // No kept flow shares a link with a copy, but where a pipeline copy meets it on the image of
   // its counterpart's link (checked below with everything else on that link).
-  for (auto& [link, flows] : kept_on) std::sort(flows.begin(), flows.end());
-  for (auto& [link, flows] : copies_on) std::sort(flows.begin(), flows.end());
-  const auto on = [](const std::map<LinkId, std::vector<Flow>>& flows, LinkId link) {
-    const auto found = flows.find(link);
-    return found == flows.end() ? std::vector<Flow>{} : found->second;
-  };
-  std::set<LinkId> twinned;  // links of pipeline copies, each checked against its twin
+  for (FlowsOnLinks* flows : {&kept_on, &copies_on}) {
+    for (const LinkId link : flows->used) std::sort(flows->on[link].begin(), flows->on[link].end());
+  }
+  std::vector<char> twinned(topology.link_count(), 0);  // links of pipeline copies, each checked
+  std::vector<Flow> mirrored;                           // against its twin
   for (const std::pair<int, int>& stages : transfer_stages) {
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
       if (replayed == place) continue;
-      const std::array<std::vector<LinkId>, 2> copy = links_of_pair(stages, place);
-      const std::array<std::vector<LinkId>, 2> counterpart = links_of_pair(stages, replayed);
+      const std::array<std::vector<LinkId>, 2> copy = binding_links_of_pair(stages, place);
+      const std::array<std::vector<LinkId>, 2> counterpart =
+          binding_links_of_pair(stages, replayed);
       for (std::size_t d = 0; d < 2; ++d) {
         if (copy[d].size() != counterpart[d].size()) return false;
         for (std::size_t i = 0; i < copy[d].size(); ++i) {
           const LinkId link = copy[d][i];
           const LinkId twin = counterpart[d][i];
-          if (!binds(link)) continue;
-          if (!binds(twin) || copies_on.count(twin) > 0) return false;
+          if (copies_on.carries(twin)) return false;
           const Link& l = topology.link(link);
           const Link& l0 = topology.link(twin);
           if (l.kind != l0.kind || l.bytes_per_s != l0.bytes_per_s) return false;
-          std::vector<Flow> mirrored = on(kept_on, link);
-          const std::vector<Flow> copies = on(copies_on, link);
-          mirrored.insert(mirrored.end(), copies.begin(), copies.end());
-          std::sort(mirrored.begin(), mirrored.end());
-          if (mirrored != on(kept_on, twin)) return false;
-          twinned.insert(link);
+          mirrored.clear();
+          std::merge(kept_on.on[link].begin(), kept_on.on[link].end(), copies_on.on[link].begin(),
+                     copies_on.on[link].end(), std::back_inserter(mirrored));
+          if (mirrored != kept_on.on[twin]) return false;
+          twinned[link] = 1;
         }
       }
     }
   }
   // Every other link a copy crosses carries no kept flow.
-  for (const auto& [link, flows] : copies_on) {
-    if (twinned.count(link) == 0 && kept_on.count(link) > 0) return false;
+  for (const LinkId link : copies_on.used) {
+    if (!twinned[link] && kept_on.carries(link)) return false;
   }
   return true;
 }

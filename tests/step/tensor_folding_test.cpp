@@ -130,3 +130,37 @@ TEST_CASE("folding: copies that mirror the replayed traffic are left out, the st
   CHECK(shared.step_time_s == Approx(all.step_time_s).epsilon(1e-3));
   CHECK(nic_links(shared) > 8);
 }
+
+TEST_CASE("folding: copies whose routes differ only on links that never bind are left out") {
+  // Two-GPU nodes (one NIC a GPU, tp 2) on a non-blocking three-tier fabric of 8-port leaves:
+  // 4 nodes a leaf, two leaves (8 nodes) a pod, three pods full. pp 8 x dp 3 on 24 nodes puts
+  // stage s of replica r on node 3s + r: from stage 2 to 3, replica 0 (node 6 to 9) crosses the
+  // core, replica 2 (node 8 to 11) stays in pod 1. Leaf, spine and core links never bind, so
+  // on the links that may (GPU, PCIe, NIC, the NIC's leaf port) every copy still meets what
+  // its counterpart meets: none runs, and the step is the one every rank replayed gives.
+  StepInputs in = small_job();
+  in.node.gpus = 2;
+  in.node.nics = 2;
+  in.node.pcie_switches = 1;
+  in.nodes = 24;
+  in.fabric.leaf_ports = 8;
+  in.fabric.tiers = 3;
+  in.plan.tp = 2;
+  in.plan.pp = 8;
+  in.plan.dp = 3;
+  in.plan.zero_stage = 1;
+  in.training.global_batch = 24;
+  in.training.micro_batch = 1;
+  const auto [mirrored, every_rank] = folded_and_unfolded(in);
+  CHECK(mirrored.replayed_ranks == 8);
+  CHECK(mirrored.step_time_s == Approx(every_rank.step_time_s).epsilon(1e-9));
+  CHECK(mirrored.comm_bytes_per_gpu == Approx(every_rank.comm_bytes_per_gpu).epsilon(1e-9));
+  const auto on_rail_1 = [](const StepResult& step) {
+    return std::count_if(step.links.begin(), step.links.end(), [](const LinkUsage& link) {
+      return link.name.find(".nic1") != std::string::npos;
+    });
+  };
+  CHECK(on_rail_1(every_rank) == 96);  // 24 NICs, to and from their PCIe switch and leaf
+  CHECK(on_rail_1(mirrored) == 0);
+  CHECK(nic_links(mirrored) < nic_links(every_rank));
+}

@@ -107,6 +107,27 @@ NodeSpec eight_rail_node() {
   return node;
 }
 
+// 4-GPU trays of one NVLink domain `trays` trays wide, one NIC a GPU (as a GB200 NVL72's).
+NodeSpec nvlink_tray(int trays) {
+  NodeSpec tray = eight_rail_node();
+  tray.gpus = 4;
+  tray.nics = 4;
+  tray.gpu_fabric = GpuFabric::nvswitch;
+  tray.nvlink_bytes_per_s = 900e9;
+  tray.nvlink_domain_nodes = trays;
+  return tray;
+}
+
+// Four GPUs joined two by two by NVLink bridges, two PCIe switches, one NIC.
+NodeSpec bridged_pairs_node() {
+  NodeSpec node = one_nic_node();
+  node.gpus = 4;
+  node.gpu_fabric = GpuFabric::nvlink_pairs;
+  node.nvlink_bytes_per_s = 300e9;
+  node.pcie_switches = 2;
+  return node;
+}
+
 int count_vertices(const Topology& topo, VertexKind kind) {
   int count = 0;
   for (VertexId v = 0; v < topo.vertex_count(); ++v) count += topo.vertex(v).kind == kind;
@@ -191,13 +212,7 @@ TEST_CASE("three tiers with eight rails: pods hold whole node groups, the core t
 TEST_CASE("routes stay out of third nodes, but cross an NVLink domain that spans trays") {
   // The search never enters a node that is neither the source's nor the destination's; an
   // NVSwitch shared by trays stays open (it carries the first tray's node index).
-  NodeSpec tray = eight_rail_node();
-  tray.gpus = 4;
-  tray.nics = 4;
-  tray.gpu_fabric = GpuFabric::nvswitch;
-  tray.nvlink_bytes_per_s = 900e9;
-  tray.nvlink_domain_nodes = 4;
-  const Topology topo = build_cluster(tray, 8, FabricSpec{});
+  const Topology topo = build_cluster(nvlink_tray(4), 8, FabricSpec{});
   const auto across_trays = topo.route(*topo.gpu_at(1, 0), *topo.gpu_at(3, 2));
   REQUIRE(across_trays.size() == 2);  // GPU, domain NVSwitch, GPU
   CHECK(topo.vertex(topo.link(across_trays[0]).to).kind == VertexKind::nvswitch);
@@ -215,12 +230,7 @@ TEST_CASE("routes stay out of third nodes, but cross an NVLink domain that spans
 }
 
 TEST_CASE("NVLink bridges join GPUs two by two, and other pairs route over PCIe") {
-  NodeSpec node = one_nic_node();
-  node.gpus = 4;
-  node.gpu_fabric = GpuFabric::nvlink_pairs;
-  node.nvlink_bytes_per_s = 300e9;
-  node.pcie_switches = 2;
-  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  const Topology topo = build_cluster(bridged_pairs_node(), 1, FabricSpec{});
   const std::vector<VertexId> gpus = topo.gpus();
   REQUIRE(gpus.size() == 4);
   for (const auto& [a, b] : {std::pair{0, 1}, std::pair{2, 3}}) {
@@ -341,4 +351,99 @@ TEST_CASE(
   check_marks_change_no_rate(pods, 12);
   check_marks_change_no_rate(two_oversubscribed, 12);
   check_marks_change_no_rate(two_hashed, 8);
+}
+
+namespace {
+
+// The route as a breadth-first search from `src` alone finds it, visiting each vertex's links in
+// creation order and keeping the first link that reaches a vertex: the definition route() must
+// keep, however it searches. The same links are usable: out of the source, or out of a vertex
+// that is not a GPU, and never into a third node's NIC, PCIe switch, host or host memory.
+std::optional<std::vector<LinkId>> first_found_route(const Topology& topo, VertexId src,
+                                                     VertexId dst) {
+  std::vector<std::vector<LinkId>> out(topo.vertex_count());
+  for (LinkId l = 0; l < topo.link_count(); ++l) out[topo.link(l).from].push_back(l);
+  const int src_node = topo.vertex(src).node;
+  const int dst_node = topo.vertex(dst).node;
+  const auto usable = [&](const Link& link) {
+    const Vertex& to = topo.vertex(link.to);
+    const bool inside_a_node = to.kind == VertexKind::nic || to.kind == VertexKind::pcie_switch ||
+                               to.kind == VertexKind::host || to.kind == VertexKind::host_memory;
+    if (inside_a_node && to.node != src_node && to.node != dst_node) return false;
+    return link.from == src || topo.vertex(link.from).kind != VertexKind::gpu;
+  };
+  constexpr LinkId kNone = UINT32_MAX;
+  std::vector<LinkId> via(topo.vertex_count(), kNone);
+  std::vector<char> seen(topo.vertex_count(), 0);
+  std::vector<VertexId> queue{src};
+  seen[src] = 1;
+  for (std::size_t head = 0; head < queue.size() && !seen[dst]; ++head) {
+    for (const LinkId l : out[queue[head]]) {
+      const Link& link = topo.link(l);
+      if (seen[link.to] || !usable(link)) continue;
+      seen[link.to] = 1;
+      via[link.to] = l;
+      queue.push_back(link.to);
+    }
+  }
+  if (!seen[dst]) return std::nullopt;
+  std::vector<LinkId> path;
+  for (VertexId at = dst; at != src; at = topo.link(via[at]).from) path.push_back(via[at]);
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+void check_routes_are_first_found(const Topology& topo, int stride) {
+  int compared = 0;
+  for (VertexId src = 0; src < topo.vertex_count(); ++src) {
+    for (VertexId dst = src % stride; dst < topo.vertex_count(); dst += stride) {
+      if (src == dst) continue;
+      const std::optional<std::vector<LinkId>> expected = first_found_route(topo, src, dst);
+      if (!expected) {
+        CHECK_THROWS_AS(topo.route(src, dst), ModelError);
+        continue;
+      }
+      const std::vector<LinkId> found = topo.route(src, dst);
+      if (found != *expected) FAIL_CHECK(topo.vertex(src).name << " -> " << topo.vertex(dst).name);
+      ++compared;
+    }
+  }
+  CHECK(compared > 100);
+}
+
+}  // namespace
+
+TEST_CASE("a route is the first shortest path a search from its source finds") {
+  // Between every kind of vertex (GPUs, NICs, PCIe switches, hosts, leaves, spines, cores), on
+  // fabrics whose shortest paths tie many times over: a two-tier and a three-tier fat tree, nodes
+  // packed and spread over the leaves, an NVLink domain spanning trays, bridged GPU pairs and
+  // GPUs that stage peer traffic through host memory.
+  FabricSpec two_tier;
+  two_tier.leaf_ports = 8;
+  FabricSpec spread = two_tier;
+  spread.placement = NodePlacement::spread;
+  FabricSpec three_tier = two_tier;
+  three_tier.leaf_ports = 4;
+  three_tier.tiers = 3;
+  SECTION("two tiers, packed") {
+    check_routes_are_first_found(build_cluster(eight_rail_node(), 6, two_tier), 7);
+  }
+  SECTION("two tiers, spread") {
+    check_routes_are_first_found(build_cluster(eight_rail_node(), 6, spread), 5);
+  }
+  SECTION("three tiers") {
+    check_routes_are_first_found(build_cluster(one_nic_node(), 12, three_tier), 1);
+  }
+  SECTION("an NVLink domain over trays") {
+    check_routes_are_first_found(build_cluster(nvlink_tray(2), 4, two_tier), 3);
+  }
+  SECTION("bridged pairs, and peer traffic staged in host memory") {
+    check_routes_are_first_found(build_cluster(bridged_pairs_node(), 3, two_tier), 1);
+    NodeSpec staged = one_nic_node();
+    staged.gpus = 4;
+    staged.pcie_switches = 2;
+    staged.gpu_p2p = false;
+    staged.host_memory_bytes_per_s = 200e9;
+    check_routes_are_first_found(build_cluster(staged, 3, two_tier), 1);
+  }
 }
