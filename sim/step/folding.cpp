@@ -485,28 +485,22 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
   };
   add_groups(GroupKind::data, 2);
   // Pipeline pairs, each direction apart.
-  const auto links_of_pair = [&](const std::pair<int, int>& stages, int place) {
-    return pair_links(grid, collectives, gpus, stages, place);
-  };
-  // A pair's links that may bind, in route order: a link that never binds sets no rate, so two
-  // routes that differ only there (one crossing a fabric's core, its counterpart not) are alike.
-  const auto binding_links_of_pair = [&](const std::pair<int, int>& stages, int place) {
-    std::array<std::vector<LinkId>, 2> directions = links_of_pair(stages, place);
-    for (std::vector<LinkId>& links : directions)
-      std::erase_if(links, [&](LinkId l) { return !binds(l); });
-    return directions;
-  };
+  // Each pair's links that may bind, each direction in route order, by pair of stages and
+  // place: a link that never binds sets no rate, so two routes that differ only there (one
+  // crossing a fabric's core, its counterpart not) are alike.
+  std::map<std::pair<int, int>, std::vector<std::array<std::vector<LinkId>, 2>>> binding_links;
   std::map<std::pair<std::pair<int, int>, int>, std::size_t> pair_number;
   for (const std::pair<int, int>& stages : transfer_stages) {
+    auto& of_place = binding_links[stages];
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
       const auto [at, added] = pair_number.try_emplace({stages, replayed}, pair_number.size());
-      const std::array<std::vector<LinkId>, 2> directions = links_of_pair(stages, place);
+      std::array<std::vector<LinkId>, 2>& directions =
+          of_place.emplace_back(pair_links(grid, collectives, gpus, stages, place));
       for (std::size_t d = 0; d < 2; ++d) {
+        std::erase_if(directions[d], [&](LinkId l) { return !binds(l); });
         for (const LinkId link : directions[d]) {
-          if (binds(link)) {
-            (replayed == place ? kept_on : copies_on).add(link, {0, at->second, d});
-          }
+          (replayed == place ? kept_on : copies_on).add(link, {0, at->second, d});
         }
       }
     }
@@ -525,9 +519,8 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
       if (replayed == place) continue;
-      const std::array<std::vector<LinkId>, 2> copy = binding_links_of_pair(stages, place);
-      const std::array<std::vector<LinkId>, 2> counterpart =
-          binding_links_of_pair(stages, replayed);
+      const std::array<std::vector<LinkId>, 2>& copy = binding_links.at(stages)[place];
+      const std::array<std::vector<LinkId>, 2>& counterpart = binding_links.at(stages)[replayed];
       for (std::size_t d = 0; d < 2; ++d) {
         if (copy[d].size() != counterpart[d].size()) return false;
         for (std::size_t i = 0; i < copy[d].size(); ++i) {
