@@ -385,6 +385,17 @@ double checkpoint_bytes_per_s(double storage_bytes_per_s, const NodeSpec& node, 
   return nics > 0 ? std::min(storage_bytes_per_s, nics) : storage_bytes_per_s;
 }
 
+std::optional<std::string> in_memory_checkpoint_problem(bool spot, int nodes,
+                                                        const NodeSpec& node) {
+  if (spot) return "in-memory checkpoints do not survive spot capacity taken back";
+  if (nodes < 2) return "in-memory checkpoints go to a peer node, and the job has one node";
+  if (!(node.nics * node.nic_bytes_per_s > 0)) {
+    return "in-memory checkpoints go to a peer node over the NICs, and node " + node.name +
+           " has none";
+  }
+  return std::nullopt;
+}
+
 double training_steps(double tokens, const TrainingSpec& training) {
   return std::ceil(tokens / (static_cast<double>(training.global_batch) * training.seq_len));
 }
@@ -418,13 +429,12 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   job.checkpoint_write_s = times.write_s;
   job.write = run.write;
   if (run.write == CheckpointWrite::in_memory) {
+    if (const auto problem = in_memory_checkpoint_problem(run.spot.has_value(), nodes, node)) {
+      throw ModelError(*problem);
+    }
     // Each node's share to a peer node over its compute NICs, and back after a restart (under
     // LoRA the frozen base still comes from storage).
     const double nics = static_cast<double>(nodes) * node.nics * node.nic_bytes_per_s;
-    if (!(nics > 0)) {
-      throw ModelError("in-memory checkpoints go to peer nodes over the NICs: node " + node.name +
-                       " gives none");
-    }
     job.peer_copy_s = bytes / nics;
     job.peer_restore_s =
         bytes / nics + (restore_bytes(model, training, plan) - bytes) /

@@ -327,6 +327,12 @@ struct RunStepTimes {
   bool operator==(const RunStepTimes&) const = default;
 };
 
+// Why a run on `nodes` of `node` cannot keep in-memory checkpoints, or nothing: they go to a
+// peer node's memory over the compute NICs, on capacity that is not taken back (spot capacity
+// reclaimed takes the peers' copies with it). The loader reports it at the scenario's key;
+// job_spec refuses it.
+std::optional<std::string> in_memory_checkpoint_problem(bool spot, int nodes, const NodeSpec& node);
+
 // The optimizer steps that train `tokens`: a part step counts whole.
 double training_steps(double tokens, const TrainingSpec& training);
 

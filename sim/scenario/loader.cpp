@@ -107,20 +107,10 @@ Variant Loader::parse_full_variant(std::string name, const Field& root) {
   Variant variant{std::move(name), parse_variant(root), std::nullopt};
   variant.run = parse_run(root);
   if (variant.run) check_run_against_job(root, variant);
-  // In-memory checkpoints go to a peer node over the NICs (sim/job/job.hpp, job_spec), on
-  // capacity that is not taken back.
   if (variant.run && variant.run->write == CheckpointWrite::in_memory) {
-    const NodeSpec& node = variant.inputs.node;
-    const std::string problem =
-        variant.run->spot ? "in-memory checkpoints do not survive spot capacity taken back"
-        : variant.inputs.nodes < 2
-            ? "in-memory checkpoints go to a peer node, and the job has one node"
-        : !(node.nics * node.nic_bytes_per_s > 0)
-            ? "in-memory checkpoints go to a peer node over the NICs, and node " + node.name +
-                  " has none"
-            : "";
-    if (!problem.empty()) {
-      fail(require(require(root, "run"), "checkpoint_write"), problem,
+    if (const auto problem = in_memory_checkpoint_problem(
+            variant.run->spot.has_value(), variant.inputs.nodes, variant.inputs.node)) {
+      fail(require(require(root, "run"), "checkpoint_write"), *problem,
            "use checkpoint_write: async");
     }
   }

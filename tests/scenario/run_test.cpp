@@ -288,6 +288,22 @@ TEST_CASE("a run's asynchronous checkpoints, node repairs and hot spares") {
   REQUIRE(no_peer);
   CHECK(no_peer->key() == "run.checkpoint_write");
   CHECK_THAT(no_peer->what(), Catch::Contains("the job has one node"));
+  // The job itself refuses what the loader refuses, by the same rule: one node, spot capacity,
+  // a node without NICs.
+  const StepInputs& two_nodes = memory.variants[0].inputs;
+  const RunSpec& kept = *memory.variants[0].run;
+  const auto job_of = [&](const RunSpec& run, const NodeSpec& node, int nodes) {
+    return job_spec(run, two_nodes.model, two_nodes.training, two_nodes.plan, node, nodes,
+                    {.healthy_s = 5.0});
+  };
+  CHECK(job_of(kept, two_nodes.node, 2).peer_copy_s > 0);
+  CHECK_THROWS_WITH(job_of(kept, two_nodes.node, 1), Catch::Contains("the job has one node"));
+  RunSpec on_spot = kept;
+  on_spot.spot = SpotCapacity{};
+  CHECK_THROWS_WITH(job_of(on_spot, two_nodes.node, 2), Catch::Contains("spot capacity"));
+  NodeSpec no_nics = two_nodes.node;
+  no_nics.nics = 0;
+  CHECK_THROWS_WITH(job_of(kept, no_nics, 2), Catch::Contains("has none"));
   const auto unpersisted = load_error(with(kRun, "  replications: 200\n",
                                            "  replications: 200\n"
                                            "  checkpoint_write: in_memory\n"));
