@@ -389,6 +389,11 @@ TEST_CASE("counts and file names on the command line are checked before anything
                         "cluster: {node: dgx-h100, nodes: 131072, fabric: {kind: rail-fat-tree, "
                         "link: 400Gbps}}\n";
   refused("run " + big.string() + " --max-memory 1GB", "needs about 17 GB to simulate");
+  // Every rank replayed (--no-fold), GPT-3 175B's 1,024 ranks hold their stages' programs each:
+  // about 1 KB a rank a layer pass, about 2 GB here, where the folded step runs within 1 GB.
+  const std::string gpt3 = std::string(FLEETSIM_SOURCE_DIR) + "/tools/bench/gpt3-175b-step.yaml";
+  refused("run " + gpt3 + " --no-fold --max-memory 1GB", "every rank replayed");
+  refused("run " + gpt3 + " --no-fold --max-memory 1GB", "without --no-fold");
   // A command's --help is its own: its line of the usage and its options, not the others'.
   const Result help = run_cli("collective --help");
   CHECK(help.exit_code == 0);
