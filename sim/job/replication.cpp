@@ -118,7 +118,7 @@ class Replication {
       degrade_until(now_);
       if (trained_ == job_.steps) {
         drain_last();
-      } else {
+      } else if (!skip_quiet_segments()) {
         segment();
       }
     }
@@ -289,6 +289,73 @@ class Replication {
       return;
     }
     preempted(steps, training_end);
+  }
+
+  // The segments ahead in which nothing happens, trained and checkpointed at once, each as
+  // segment() would: a run checkpointing thousands of times between two interruptions costs
+  // what one checkpoint costs. Only while the job copies nothing to peers and each
+  // checkpoint's write has drained before the next is due (so every segment lasts its
+  // interval's training and its stall, write_start being the training's end), and only up to
+  // the last segment that trains a full interval and ends before anything changes the job: an
+  // interruption, a spot notice, a degradation, a repair that would let a shrunk job regrow,
+  // degraded nodes due for eviction. Returns whether it skipped any.
+  bool skip_quiet_segments() {
+    if (in_memory()) return false;
+    const SimTime training = steps_of(interval_steps_, step_);
+    const SimTime period = training + times_.stall;
+    if (times_.drain > training || !(period > SimTime{})) return false;
+    if (pending_ && pending_->durable_at > now_ + training) return false;
+    // Segment j (from 1) resumes at now_ + j x period: on or before the next interruption or
+    // notice (segment() meets one due at its resume after it), before anything that would act
+    // at a resume (degrade_until, evict_degraded, regrow).
+    const SimTime just_before = SimTime::from_ns(1);
+    SimTime quiet_until =
+        std::min(std::min(interruption_, preemption_), degradation_ - just_before);
+    if (degraded_count_ > 0 && job_.evict_degraded_after_s) {
+      quiet_until = std::min(quiet_until, degraded_since_ + *times_.evict_after - just_before);
+    }
+    if (short_replicas_ > 0) {
+      // regrow() waits while the nodes still missing cost as many replicas, until a repair.
+      if (replicas_lost(nodes_missing(now_)) < short_replicas_) return false;
+      if (!under_repair_.empty())
+        quiet_until = std::min(quiet_until, under_repair_.front() - just_before);
+    }
+    if (quiet_until < now_ + period) return false;
+    const std::int64_t most = (quiet_until - now_).ns() / period.ns();
+    // Steps add one interval at a time, as segment() adds them (the same rounding).
+    std::int64_t segments = 0;
+    double trained = trained_;
+    double trained_before = trained_;
+    for (; segments < most && interval_steps_ <= job_.steps - trained; ++segments) {
+      trained_before = trained;
+      trained += interval_steps_;
+    }
+    if (segments == 0) return false;
+    const SimTime resume = now_ + period * segments;
+    // Each segment writes the previous one's checkpoint off (the one pending before the first
+    // included), and its own too where nothing drains.
+    const bool drains = times_.drain > SimTime{};
+    result_.checkpoints += drains ? segments - 1 + (pending_ ? 1 : 0) : segments;
+    if (!drains) {
+      committed_ = trained;
+      pending_.reset();
+      peer_copy_ = true;
+    } else {
+      if (segments > 1) {
+        committed_ = trained_before;
+        peer_copy_ = true;
+      } else if (pending_) {
+        committed_ = pending_->steps;
+        peer_copy_ = true;
+      }
+      pending_ = Written{trained, resume + times_.drain};
+    }
+    spend(checkpoint_stall_, times_.stall * segments);
+    if (short_replicas_ > 0) spend(shrunk_, period * segments);
+    if (degraded_count_ > 0) spend(degraded_, period * segments);
+    trained_ = trained;
+    now_ = resume;
+    return true;
   }
 
   // Everything is trained: the run ends when the last checkpoint is on storage.
