@@ -20,6 +20,30 @@ using Adjacency =
     boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, boost::no_property,
                           boost::property<boost::edge_index_t, LinkId>>;
 
+// Whether a route may take `link`: every link out of the source, and out of any vertex that is
+// neither a GPU nor inside a node other than the source's and the destination's, into one that
+// is not inside such a node either. A route never crosses a third node's PCIe tree, so the
+// search need not enter one: through the fabric it would otherwise visit every node under
+// every switch it reaches. (NVSwitches stay open: an NVLink domain spans nodes.) GPUs are
+// endpoints: forwarding through a peer is the collective layer's explicit choice.
+struct UsableForRoute {
+  const std::vector<Vertex>* vertices = nullptr;
+  VertexId source = 0;
+  int source_node = -1;
+  int destination_node = -1;
+  bool in_third_node(const Vertex& vertex) const {
+    const bool inside_a_node =
+        vertex.kind == VertexKind::nic || vertex.kind == VertexKind::pcie_switch ||
+        vertex.kind == VertexKind::host || vertex.kind == VertexKind::host_memory;
+    return inside_a_node && vertex.node != source_node && vertex.node != destination_node;
+  }
+  bool operator()(const Link& link) const {
+    const Vertex& from = (*vertices)[link.from];
+    if (in_third_node((*vertices)[link.to]) || in_third_node(from)) return false;
+    return link.from == source || from.kind != VertexKind::gpu;
+  }
+};
+
 }  // namespace
 
 // The graph, and the buffers of the route search: levels and marks by vertex stay allocated and
@@ -46,6 +70,27 @@ struct Topology::Graph {
   }
   auto out_links(VertexId v) const { return link_ids(boost::out_edges(v, adjacency)); }
   auto in_links(VertexId v) const { return link_ids(boost::in_edges(v, adjacency)); }
+
+  // Levels from both ends, a whole level at a time, the smaller frontier first, until the two
+  // searches meet: the shortest route's length, or nothing where dst is unreachable. Sets
+  // `ahead` (the forward levels searched) and `behind` (the backward ones).
+  std::optional<int> meet(VertexId src, VertexId dst, const std::vector<Link>& links,
+                          const UsableForRoute& usable);
+  // The first shortest path of `length` links, walked from src (after meet).
+  std::vector<LinkId> walk(VertexId src, int length, const std::vector<Link>& links,
+                           const UsableForRoute& usable);
+  // Clears the levels and marks a search set, for the next one.
+  void forget_search() {
+    for (const VertexId v : ahead_reached) {
+      from_src[v] = kUnreached;
+      on_path[v] = 0;
+    }
+    for (const VertexId v : behind_reached) to_dst[v] = kUnreached;
+    ahead_reached.clear();
+    behind_reached.clear();
+  }
+  int ahead = 0;
+  int behind = 0;
 };
 
 Topology::Topology() : graph_(std::make_unique<Graph>()) {}
@@ -173,33 +218,6 @@ std::string Topology::link_name(LinkId id) const {
   return vertices_[l.from].name + "->" + vertices_[l.to].name;
 }
 
-namespace {
-
-// Whether a route may take `link`: every link out of the source, and out of any vertex that is
-// neither a GPU nor inside a node other than the source's and the destination's. A route never
-// crosses a third node's PCIe tree, so the search need not enter one: through the fabric it
-// would otherwise visit every node under every switch it reaches. (NVSwitches stay open: an
-// NVLink domain spans nodes.) GPUs are endpoints: forwarding through a peer is the collective
-// layer's explicit choice.
-struct UsableForRoute {
-  const std::vector<Vertex>* vertices = nullptr;
-  VertexId source = 0;
-  int source_node = -1;
-  int destination_node = -1;
-  bool in_third_node(const Vertex& vertex) const {
-    const bool inside_a_node =
-        vertex.kind == VertexKind::nic || vertex.kind == VertexKind::pcie_switch ||
-        vertex.kind == VertexKind::host || vertex.kind == VertexKind::host_memory;
-    return inside_a_node && vertex.node != source_node && vertex.node != destination_node;
-  }
-  bool operator()(const Link& link) const {
-    if (in_third_node((*vertices)[link.to])) return false;
-    return link.from == source || (*vertices)[link.from].kind != VertexKind::gpu;
-  }
-};
-
-}  // namespace
-
 // The route is the first shortest path a breadth-first search from src meets, visiting out-links
 // in creation order: the shortest path whose sequence of out-link positions is least
 // (lexicographically), since such a search discovers each level's vertices in the order of their
@@ -212,6 +230,108 @@ struct UsableForRoute {
 // back to src, and the least path is walked from src: at each vertex the first usable out-link
 // to a vertex on a shortest path one position further on. The backward levels say which those
 // are past the meeting level.
+std::optional<int> Topology::Graph::meet(VertexId src, VertexId dst, const std::vector<Link>& links,
+                                         const UsableForRoute& usable) {
+  ahead_reached.assign(1, src);
+  behind_reached.assign(1, dst);
+  ahead_levels.assign(1, 0);
+  std::size_t behind_level_start = 0;
+  from_src[src] = 0;
+  to_dst[dst] = 0;
+  ahead = 0;
+  behind = 0;
+  for (bool met = false; !met;) {
+    const std::size_t ahead_frontier = ahead_reached.size() - ahead_levels.back();
+    const std::size_t behind_frontier = behind_reached.size() - behind_level_start;
+    if (ahead_frontier == 0 || behind_frontier == 0) return std::nullopt;
+    if (ahead_frontier <= behind_frontier) {
+      const std::size_t level_end = ahead_reached.size();
+      for (std::size_t i = ahead_levels.back(); i < level_end; ++i) {
+        for (const LinkId id : out_links(ahead_reached[i])) {
+          const Link& link = links[id];
+          if (from_src[link.to] != kUnreached || !usable(link)) continue;
+          from_src[link.to] = ahead + 1;
+          ahead_reached.push_back(link.to);
+          met = met || to_dst[link.to] != kUnreached;
+        }
+      }
+      ahead_levels.push_back(level_end);
+      ++ahead;
+    } else {
+      const std::size_t level_end = behind_reached.size();
+      for (std::size_t i = behind_level_start; i < level_end; ++i) {
+        for (const LinkId id : in_links(behind_reached[i])) {
+          const Link& link = links[id];
+          if (to_dst[link.from] != kUnreached || !usable(link)) continue;
+          to_dst[link.from] = behind + 1;
+          behind_reached.push_back(link.from);
+          met = met || from_src[link.from] != kUnreached;
+        }
+      }
+      behind_level_start = level_end;
+      ++behind;
+    }
+  }
+  return ahead + behind;
+}
+
+std::vector<LinkId> Topology::Graph::walk(VertexId src, int length, const std::vector<Link>& links,
+                                          const UsableForRoute& usable) {
+  // On a shortest path at position p <= ahead: reached at forward level p, and either at the
+  // meeting level and reached by the backward search, or before it with an out-link to one.
+  for (std::size_t i = ahead_levels.back(); i < ahead_reached.size(); ++i) {
+    const VertexId v = ahead_reached[i];
+    on_path[v] = to_dst[v] == behind;
+  }
+  for (int level = ahead - 1; level >= 0; --level) {
+    for (std::size_t i = ahead_levels[level]; i < ahead_levels[level + 1]; ++i) {
+      const VertexId v = ahead_reached[i];
+      for (const LinkId id : out_links(v)) {
+        const Link& link = links[id];
+        if (on_path[link.to] && from_src[link.to] == level + 1 && usable(link)) {
+          on_path[v] = 1;
+          break;
+        }
+      }
+    }
+  }
+  // Past the meeting level, a vertex one link on from one on a shortest path is on one where
+  // its backward level is what is left of the length.
+  const auto on_shortest_path = [&](VertexId v, int position) {
+    if (position <= ahead) return from_src[v] == position && on_path[v] != 0;
+    return to_dst[v] == length - position;
+  };
+  std::vector<LinkId> path;
+  VertexId at = src;
+  for (int position = 1; position <= length; ++position) {
+    for (const LinkId id : out_links(at)) {
+      const Link& link = links[id];
+      if (on_shortest_path(link.to, position) && usable(link)) {
+        path.push_back(id);
+        at = link.to;
+        break;
+      }
+    }
+    if (path.size() != static_cast<std::size_t>(position)) {
+      throw ModelError("route search: no link on from position " + std::to_string(position - 1) +
+                       " of a shortest path");
+    }
+  }
+  return path;
+}
+
+// The route is the first shortest path a breadth-first search from src meets, visiting out-links
+// in creation order: the shortest path whose sequence of out-link positions is least
+// (lexicographically), since such a search discovers each level's vertices in the order of their
+// own least sequences. Searching from src alone visits the whole cluster's fabric before the
+// far node (every spine, every leaf, every leaf's ports), so the search runs from both ends,
+// each side a whole level at a time, until they meet: at levels `ahead` from src and `behind`
+// to dst, with no meeting before, every shortest path has length ahead + behind and crosses the
+// forward level `ahead` at a vertex the backward search reached at level `behind`. Which
+// forward vertices lie on a shortest path is then marked level by level back to src, and the
+// least path is walked from src: at each vertex the first usable out-link to a vertex on a
+// shortest path one position further on. The backward levels say which those are past the
+// meeting level.
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (src == dst) return {};
   Graph& g = *graph_;
@@ -221,96 +341,17 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   g.from_src.resize(vertices_.size(), kUnreached);
   g.to_dst.resize(vertices_.size(), kUnreached);
   g.on_path.resize(vertices_.size(), 0);
-  // Levels of each side, as ranges of `reached` (vertices in discovery order).
-  std::vector<VertexId>& ahead_reached = g.ahead_reached;
-  std::vector<VertexId>& behind_reached = g.behind_reached;
-  std::vector<std::size_t>& ahead_levels = g.ahead_levels;  // start of each level in ahead_reached
-  ahead_reached.assign(1, src);
-  behind_reached.assign(1, dst);
-  ahead_levels.assign(1, 0);
-  std::size_t behind_level_start = 0;
-  g.from_src[src] = 0;
-  g.to_dst[dst] = 0;
-  int ahead = 0;
-  int behind = 0;
-  bool met = false;
-  while (!met) {
-    const std::size_t ahead_frontier = ahead_reached.size() - ahead_levels.back();
-    const std::size_t behind_frontier = behind_reached.size() - behind_level_start;
-    if (ahead_frontier == 0 || behind_frontier == 0) break;
-    if (ahead_frontier <= behind_frontier) {
-      const std::size_t level_end = ahead_reached.size();
-      for (std::size_t i = ahead_levels.back(); i < level_end; ++i) {
-        for (const LinkId id : g.out_links(ahead_reached[i])) {
-          const Link& link = links_[id];
-          if (g.from_src[link.to] != kUnreached || !usable(link)) continue;
-          g.from_src[link.to] = ahead + 1;
-          ahead_reached.push_back(link.to);
-          met = met || g.to_dst[link.to] != kUnreached;
-        }
-      }
-      ahead_levels.push_back(level_end);
-      ++ahead;
-    } else {
-      const std::size_t level_end = behind_reached.size();
-      for (std::size_t i = behind_level_start; i < level_end; ++i) {
-        for (const LinkId id : g.in_links(behind_reached[i])) {
-          const Link& link = links_[id];
-          if (g.to_dst[link.from] != kUnreached || !usable(link)) continue;
-          g.to_dst[link.from] = behind + 1;
-          behind_reached.push_back(link.from);
-          met = met || g.from_src[link.from] != kUnreached;
-        }
-      }
-      behind_level_start = level_end;
-      ++behind;
-    }
-  }
-  std::vector<LinkId> path;
-  if (met) {
-    const int length = ahead + behind;
-    // On a shortest path at position p <= ahead: reached at forward level p, and either at the
-    // meeting level and reached by the backward search, or before it with an out-link to one.
-    for (std::size_t i = ahead_levels.back(); i < ahead_reached.size(); ++i) {
-      const VertexId v = ahead_reached[i];
-      g.on_path[v] = g.to_dst[v] == behind;
-    }
-    for (int level = ahead - 1; level >= 0; --level) {
-      for (std::size_t i = ahead_levels[level]; i < ahead_levels[level + 1]; ++i) {
-        const VertexId v = ahead_reached[i];
-        for (const LinkId id : g.out_links(v)) {
-          const Link& link = links_[id];
-          if (g.on_path[link.to] && g.from_src[link.to] == level + 1 && usable(link)) {
-            g.on_path[v] = 1;
-            break;
-          }
-        }
-      }
-    }
-    const auto on_shortest_path = [&](VertexId v, int position) {
-      if (position <= ahead) return g.from_src[v] == position && g.on_path[v] != 0;
-      return g.to_dst[v] == length - position;
-    };
-    VertexId at = src;
-    for (int position = 1; position <= length; ++position) {
-      for (const LinkId id : g.out_links(at)) {
-        const Link& link = links_[id];
-        if (on_shortest_path(link.to, position) && usable(link)) {
-          path.push_back(id);
-          at = link.to;
-          break;
-        }
-      }
-    }
-  }
-  for (const VertexId v : ahead_reached) {
-    g.from_src[v] = kUnreached;
-    g.on_path[v] = 0;
-  }
-  for (const VertexId v : behind_reached) g.to_dst[v] = kUnreached;
-  if (!met) {
+  // The levels and marks are cleared however the search ends (a throw included), or the next
+  // search would start from them.
+  struct Forget {
+    Graph& graph;
+    ~Forget() { graph.forget_search(); }
+  } forget{g};
+  const std::optional<int> length = g.meet(src, dst, links_, usable);
+  if (!length) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
+  std::vector<LinkId> path = g.walk(src, *length, links_, usable);
   g.routes.emplace(key, path);
   return path;
 }

@@ -394,10 +394,13 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
 // Max-min fair rates are unique. Leave every copy out: a kept flow keeps its rate if the rates
 // the copies had are their counterparts' (the folding assumption, which the check below makes
 // local: each copy meets on each of its links what its counterpart meets on the link at the
-// same place of its route) and each kept flow still has a saturated link where no flow is
-// faster (its bottleneck). Every link a pipeline copy crosses is the image of its
-// counterpart's: the same kind and rate, and the flows on it, each copy counted as its
-// counterpart, are those on the counterpart's link, which no copy crosses. A kept ring
+// same place of its route, counting the links that may bind) and each kept flow still has a saturated link where no flow is
+// faster (its bottleneck). Every link a pipeline copy crosses that may bind is the image of
+// the link at the same place among its counterpart's links that may bind: the same kind and
+// rate, and the flows on it, each copy counted as its counterpart, are those on the
+// counterpart's link, which no copy crosses. Links that never bind (links_that_never_bind) set
+// no rate: the flow network leaves them out of the rates of every flow that crosses a link that
+// may bind, as every pipeline transfer does (its GPU's PCIe or NVLink). A kept ring
 // bottlenecked on a copy's link is then bottlenecked on that twin too, which the reduced
 // replay keeps whole. Copies of tensor groups and of data-parallel rings (tp rank k's, folding
 // tp ranks) cross no link of kept traffic, and meet pipeline copies only where those meet
@@ -513,8 +516,9 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
   for (FlowsOnLinks* flows : {&kept_on, &copies_on}) {
     for (const LinkId link : flows->used) std::sort(flows->on[link].begin(), flows->on[link].end());
   }
-  std::vector<char> twinned(topology.link_count(), 0);  // links of pipeline copies, each checked
-  std::vector<Flow> mirrored;                           // against its twin
+  // Links of pipeline copies, each checked against its twin.
+  std::vector<char> twinned(topology.link_count(), 0);
+  std::vector<Flow> mirrored;  // the flows on a copy's link, copies as their counterparts
   for (const std::pair<int, int>& stages : transfer_stages) {
     for (int place = 0; place < grid.stage_ranks(); ++place) {
       const int replayed = stand_in(grid, fold, place);
