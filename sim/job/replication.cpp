@@ -321,7 +321,12 @@ class Replication {
         quiet_until = std::min(quiet_until, under_repair_.front() - just_before);
     }
     if (quiet_until < now_ + period) return false;
-    const std::int64_t most = (quiet_until - now_).ns() / period.ns();
+    // Nor past the segment that ends beyond the horizon, where run() gives up: with nothing
+    // due, the steps alone would bound the segments, far past it.
+    const SimTime horizon = from_seconds(kHorizon_s);
+    const std::int64_t most =
+        std::min((quiet_until - now_).ns() / period.ns(),
+                 std::max<std::int64_t>(0, (horizon - now_).ns() / period.ns() + 1));
     // Steps add one interval at a time, as segment() adds them (the same rounding).
     std::int64_t segments = 0;
     double trained = trained_;
