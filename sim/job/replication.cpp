@@ -292,9 +292,9 @@ class Replication {
   }
 
   // The segments ahead in which nothing happens, trained and checkpointed at once, each as
-  // segment() would: a run checkpointing thousands of times between two interruptions costs
-  // what one checkpoint costs. Only while the job copies nothing to peers and each
-  // checkpoint's write has drained before the next is due (so every segment lasts its
+  // segment() would: a run checkpointing thousands of times between two interruptions costs an
+  // addition a checkpoint, not a segment's bookkeeping. Only while the job copies nothing to peers
+  // and each checkpoint's write has drained before the next is due (so every segment lasts its
   // interval's training and its stall, write_start being the training's end), and only up to
   // the last segment that trains a full interval and ends before anything changes the job: an
   // interruption, a spot notice, a degradation, a repair that would let a shrunk job regrow,

@@ -2,6 +2,7 @@
 
 #include "common/stop_guard.hpp"
 #include "sim/engine/stop.hpp"
+#include "sim/job/replication.hpp"
 
 #include <tbb/global_control.h>
 
@@ -201,6 +202,15 @@ TEST_CASE("job: a run's clock is the engine's integer time") {
   centuries.causes = {{"hardware", 1.44e-6, "assumed: a test's"}};
   CHECK_THROWS_WITH(simulate_job(centuries, 1, 1), Catch::Contains("50 years"));
   CHECK_THROWS_AS(simulate_job(centuries, 1, 1), RunCannotFinish);
+  // Nothing interrupts a run of 100 one-step segments, each stalled a year by its blocking
+  // checkpoint: the clock passes 50 years at the 50th, though nothing happens in any of them
+  // and the segments are played together (the whole run would end at about 100 years).
+  JobSpec stalled = interrupted_job();
+  stalled.causes.clear();
+  stalled.steps = 100;
+  stalled.policy = {CheckpointPolicy::Kind::every_steps, 1};
+  stalled.checkpoint_write_s = kSecondsPerYear;
+  CHECK_THROWS_WITH(simulate_job(stalled, 1, 1), Catch::Contains("50 years"));
 }
 
 TEST_CASE("job: a spot notice long enough for the step and checkpoint loses no work") {
