@@ -300,7 +300,9 @@ class Replication {
   // interruption, a spot notice, a degradation, a repair that would let a shrunk job regrow,
   // degraded nodes due for eviction. Returns whether it skipped any.
   bool skip_quiet_segments() {
-    if (in_memory()) return false;
+    // A whole interval left to train, at the least (an interval past the run's end would also
+    // be a time past what SimTime holds).
+    if (in_memory() || !(interval_steps_ <= job_.steps - trained_)) return false;
     const SimTime training = steps_of(interval_steps_, step_);
     const SimTime period = training + times_.stall;
     if (times_.drain > training || !(period > SimTime{})) return false;

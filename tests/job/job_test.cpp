@@ -94,6 +94,14 @@ TEST_CASE("job: without interruptions and with free checkpoints, goodput is exac
   CHECK(result.wall_s.p50 == job.steps * job.step_s);
   CHECK(result.lost_gpu_hours.mean == 0);
   CHECK(result.cost_usd.mean == Approx(job.steps * job.step_s / 3600 * job.gpus * 2));
+  // An interval past the run's end (10^9 steps of 10 s, past what integer time holds) checkpoints
+  // once, at the end: 100,000 s of training and the 300 s write.
+  JobSpec once = interrupted_job();
+  once.causes.clear();
+  once.policy = {CheckpointPolicy::Kind::every_steps, 1e9};
+  const JobResult at_end = simulate_job(once, 2, 1);
+  CHECK(at_end.wall_s.p50 == Approx(100300).epsilon(1e-12));
+  CHECK(at_end.replications[0].checkpoints == 1);
   // Young-Daly with nothing to fear writes one checkpoint, at the end.
   job.policy = {CheckpointPolicy::Kind::young_daly, 0};
   CHECK(checkpoint_interval_steps(job) == job.steps);
