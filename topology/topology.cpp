@@ -71,13 +71,18 @@ struct Topology::Graph {
   auto out_links(VertexId v) const { return link_ids(boost::out_edges(v, adjacency)); }
   auto in_links(VertexId v) const { return link_ids(boost::in_edges(v, adjacency)); }
 
+  // Where the searches from both ends met: after `ahead` levels from src and `behind` back
+  // from dst, so every shortest route has ahead + behind links.
+  struct Meeting {
+    int ahead = 0;
+    int behind = 0;
+  };
   // Levels from both ends, a whole level at a time, the smaller frontier first, until the two
-  // searches meet: the shortest route's length, or nothing where dst is unreachable. Sets
-  // `ahead` (the forward levels searched) and `behind` (the backward ones).
-  std::optional<int> meet(VertexId src, VertexId dst, const std::vector<Link>& links,
-                          const UsableForRoute& usable);
-  // The first shortest path of `length` links, walked from src (after meet).
-  std::vector<LinkId> walk(VertexId src, int length, const std::vector<Link>& links,
+  // searches meet; nothing where dst is unreachable.
+  std::optional<Meeting> meet(VertexId src, VertexId dst, const std::vector<Link>& links,
+                              const UsableForRoute& usable);
+  // The first shortest path, walked from src (after meet).
+  std::vector<LinkId> walk(VertexId src, Meeting meeting, const std::vector<Link>& links,
                            const UsableForRoute& usable);
   // Clears the levels and marks a search set, for the next one.
   void forget_search() {
@@ -89,8 +94,6 @@ struct Topology::Graph {
     ahead_reached.clear();
     behind_reached.clear();
   }
-  int ahead = 0;
-  int behind = 0;
 };
 
 Topology::Topology() : graph_(std::make_unique<Graph>()) {}
@@ -230,53 +233,62 @@ std::string Topology::link_name(LinkId id) const {
 // back to src, and the least path is walked from src: at each vertex the first usable out-link
 // to a vertex on a shortest path one position further on. The backward levels say which those
 // are past the meeting level.
-std::optional<int> Topology::Graph::meet(VertexId src, VertexId dst, const std::vector<Link>& links,
-                                         const UsableForRoute& usable) {
+std::optional<Topology::Graph::Meeting> Topology::Graph::meet(VertexId src, VertexId dst,
+                                                              const std::vector<Link>& links,
+                                                              const UsableForRoute& usable) {
   ahead_reached.assign(1, src);
   behind_reached.assign(1, dst);
   ahead_levels.assign(1, 0);
   std::size_t behind_level_start = 0;
   from_src[src] = 0;
   to_dst[dst] = 0;
-  ahead = 0;
-  behind = 0;
+  // One level more on one side: the vertices one usable link on from (or back to) those of the
+  // side's last level, from `start` in `reached`, marked with their level; whether the other
+  // side had reached one.
+  const auto grow = [&](std::vector<VertexId>& reached, std::size_t start,
+                        std::vector<int>& level_of, const std::vector<int>& other_side, int level,
+                        auto links_of, auto far_end) {
+    bool met = false;
+    const std::size_t end = reached.size();
+    for (std::size_t i = start; i < end; ++i) {
+      for (const LinkId id : links_of(reached[i])) {
+        const Link& link = links[id];
+        const VertexId next = far_end(link);
+        if (level_of[next] != kUnreached || !usable(link)) continue;
+        level_of[next] = level + 1;
+        reached.push_back(next);
+        met = met || other_side[next] != kUnreached;
+      }
+    }
+    return met;
+  };
+  Meeting meeting;
   for (bool met = false; !met;) {
     const std::size_t ahead_frontier = ahead_reached.size() - ahead_levels.back();
     const std::size_t behind_frontier = behind_reached.size() - behind_level_start;
     if (ahead_frontier == 0 || behind_frontier == 0) return std::nullopt;
     if (ahead_frontier <= behind_frontier) {
       const std::size_t level_end = ahead_reached.size();
-      for (std::size_t i = ahead_levels.back(); i < level_end; ++i) {
-        for (const LinkId id : out_links(ahead_reached[i])) {
-          const Link& link = links[id];
-          if (from_src[link.to] != kUnreached || !usable(link)) continue;
-          from_src[link.to] = ahead + 1;
-          ahead_reached.push_back(link.to);
-          met = met || to_dst[link.to] != kUnreached;
-        }
-      }
+      met = grow(
+          ahead_reached, ahead_levels.back(), from_src, to_dst, meeting.ahead++,
+          [this](VertexId v) { return out_links(v); }, [](const Link& l) { return l.to; });
       ahead_levels.push_back(level_end);
-      ++ahead;
     } else {
       const std::size_t level_end = behind_reached.size();
-      for (std::size_t i = behind_level_start; i < level_end; ++i) {
-        for (const LinkId id : in_links(behind_reached[i])) {
-          const Link& link = links[id];
-          if (to_dst[link.from] != kUnreached || !usable(link)) continue;
-          to_dst[link.from] = behind + 1;
-          behind_reached.push_back(link.from);
-          met = met || from_src[link.from] != kUnreached;
-        }
-      }
+      met = grow(
+          behind_reached, behind_level_start, to_dst, from_src, meeting.behind++,
+          [this](VertexId v) { return in_links(v); }, [](const Link& l) { return l.from; });
       behind_level_start = level_end;
-      ++behind;
     }
   }
-  return ahead + behind;
+  return meeting;
 }
 
-std::vector<LinkId> Topology::Graph::walk(VertexId src, int length, const std::vector<Link>& links,
+std::vector<LinkId> Topology::Graph::walk(VertexId src, Meeting meeting,
+                                          const std::vector<Link>& links,
                                           const UsableForRoute& usable) {
+  const auto [ahead, behind] = meeting;
+  const int length = ahead + behind;
   // On a shortest path at position p <= ahead: reached at forward level p, and either at the
   // meeting level and reached by the backward search, or before it with an out-link to one.
   for (std::size_t i = ahead_levels.back(); i < ahead_reached.size(); ++i) {
@@ -347,11 +359,11 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
     Graph& graph;
     ~Forget() { graph.forget_search(); }
   } forget{g};
-  const std::optional<int> length = g.meet(src, dst, links_, usable);
-  if (!length) {
+  const std::optional<Graph::Meeting> meeting = g.meet(src, dst, links_, usable);
+  if (!meeting) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
-  std::vector<LinkId> path = g.walk(src, *length, links_, usable);
+  std::vector<LinkId> path = g.walk(src, *meeting, links_, usable);
   g.routes.emplace(key, path);
   return path;
 }

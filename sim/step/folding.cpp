@@ -394,11 +394,11 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
 // Max-min fair rates are unique. Leave every copy out: a kept flow keeps its rate if the rates
 // the copies had are their counterparts' (the folding assumption, which the check below makes
 // local: each copy meets on each of its links what its counterpart meets on the link at the
-// same place of its route, counting the links that may bind) and each kept flow still has a saturated link where no flow is
-// faster (its bottleneck). Every link a pipeline copy crosses that may bind is the image of
-// the link at the same place among its counterpart's links that may bind: the same kind and
-// rate, and the flows on it, each copy counted as its counterpart, are those on the
-// counterpart's link, which no copy crosses. Links that never bind (links_that_never_bind) set
+// same place of its route, counting the links that may bind) and each kept flow still has a
+// saturated link where no flow is faster (its bottleneck). Every link a pipeline copy crosses that
+// may bind is the image of the link at the same place among its counterpart's links that may bind:
+// the same kind and rate, and the flows on it, each copy counted as its counterpart, are those on
+// the counterpart's link, which no copy crosses. Links that never bind (links_that_never_bind) set
 // no rate: the flow network leaves them out of the rates of every flow that crosses a link that
 // may bind, as every pipeline transfer does (its GPU's PCIe or NVLink). A kept ring
 // bottlenecked on a copy's link is then bottlenecked on that twin too, which the reduced
