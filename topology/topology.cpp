@@ -287,7 +287,8 @@ std::optional<Topology::Graph::Meeting> Topology::Graph::meet(VertexId src, Vert
 std::vector<LinkId> Topology::Graph::walk(VertexId src, Meeting meeting,
                                           const std::vector<Link>& links,
                                           const UsableForRoute& usable) {
-  const auto [ahead, behind] = meeting;
+  const int ahead = meeting.ahead;
+  const int behind = meeting.behind;
   const int length = ahead + behind;
   // On a shortest path at position p <= ahead: reached at forward level p, and either at the
   // meeting level and reached by the backward search, or before it with an out-link to one.
