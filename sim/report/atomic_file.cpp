@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -17,10 +18,12 @@
 #include <set>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "sim/engine/errors.hpp"
+#include "sim/engine/stop.hpp"
 #include "sim/report/report.hpp"
 
 namespace fleetsim {
@@ -144,7 +147,8 @@ void write_atomically(const std::filesystem::path& target, const std::string& co
 }  // namespace report_detail
 
 OutputLock::OutputLock(const std::vector<std::filesystem::path>& paths,
-                       const std::function<void(const std::filesystem::path&)>& waiting) {
+                       const std::function<void(const std::filesystem::path&)>& waiting,
+                       Wait wait) {
   // Each directory once, by its device and inode (two paths, a bind mount, may name one: a
   // second lock on it from this process would wait for the first forever), taken in the order
   // of their canonical paths, the same in every process and on every host, so that no two wait
@@ -174,10 +178,18 @@ OutputLock::OutputLock(const std::vector<std::filesystem::path>& paths,
       // waited for: the write goes ahead unlocked, as it would without the lock.
       if (errno != EWOULDBLOCK) continue;
       if (waiting) waiting(directory);
-      while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+      if (wait == Wait::until_free) {
+        while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
+        }
+        continue;
+      }
+      // flock has no timeout: tried again every 20 ms, the stop polled in between.
+      while (::flock(fd, LOCK_EX | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
+        throw_if_stop_requested();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
-  } catch (...) {  // a waiting callback that throws: what is open is closed, locks released
+  } catch (...) {  // a callback that throws, or a stop: what is open is closed, locks released
     for (const auto& [directory, fd] : directories) ::close(fd);
     throw;
   }

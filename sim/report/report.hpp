@@ -120,8 +120,13 @@ std::string output_target_problem(const std::filesystem::path& path,
 // waits for it.
 class OutputLock {
  public:
+  // How a wait for another process ends: only when it lets go, or also when a stop is
+  // requested (sim/engine/stop.hpp: --max-wall, --max-memory), by throwing Stopped with
+  // nothing locked. A run or sweep stopped already is writing what it finished: it waits on.
+  enum class Wait { until_free, until_free_or_stopped };
   explicit OutputLock(const std::vector<std::filesystem::path>& paths,
-                      const std::function<void(const std::filesystem::path&)>& waiting = {});
+                      const std::function<void(const std::filesystem::path&)>& waiting = {},
+                      Wait wait = Wait::until_free);
   ~OutputLock();
   OutputLock(const OutputLock&) = delete;
   OutputLock& operator=(const OutputLock&) = delete;

@@ -3,15 +3,19 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "calibration/nccl_log.hpp"
 #include "cli_run.hpp"
+#include "sim/report/report.hpp"
 #include "sim/scenario/scenario.hpp"
 
 namespace fs = std::filesystem;
@@ -202,6 +206,20 @@ TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing els
   CHECK(changed == 3);  // value, sigma, provenance
   // Writing the same fit again changes nothing.
   REQUIRE(run_cli(arguments + " --write").exit_code == 0);
+  CHECK(slurp(profile) == after);
+  // While another calibration holds the profile's directory, this one waits and says so; the
+  // other puts the published entry back before letting go, and this one, reading the profile
+  // only once it holds it, writes its fit again (had it read first, it would see nothing to
+  // change).
+  std::optional<fleetsim::OutputLock> other(std::in_place, std::vector<fs::path>{profile});
+  auto waiting = std::async(std::launch::async, [&] { return run_cli(arguments + " --write"); });
+  CHECK(waiting.wait_for(std::chrono::seconds(3)) == std::future_status::timeout);
+  std::ofstream(profile) << before;
+  other.reset();
+  const Result after_wait = waiting.get();
+  REQUIRE(after_wait.exit_code == 0);
+  CHECK_THAT(after_wait.err, Catch::Contains("waiting for another process writing into " +
+                                             profile.parent_path().string()));
   CHECK(slurp(profile) == after);
   fs::remove_all(data);
 }

@@ -91,7 +91,17 @@ class Fleetsim {
   int wait() const {
     int status = 0;
     REQUIRE(::waitpid(pid_, &status, 0) == pid_);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return decoded(status);
+  }
+  // As wait(), or nothing if it has not ended within `limit`.
+  std::optional<int> wait_for(std::chrono::seconds limit) const {
+    const auto give_up = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() > give_up) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return decoded(status);
   }
   std::string out() const { return read_text(out_); }
   std::string err() const { return read_text(err_); }
@@ -100,6 +110,10 @@ class Fleetsim {
   fs::path out_;
   fs::path err_;
   pid_t pid_ = 0;
+
+  static int decoded(int status) {
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
 };
 
 // fleetsim running kSmallThenHuge on one thread, every GPU replayed, writing JSON and `h5`.
@@ -271,6 +285,27 @@ TEST_CASE("an HDF5 file the disk cannot take is an error message, exit 1, and no
   CHECK(WEXITSTATUS(status) == 1);
   CHECK_THAT(read_text(err), Catch::Contains("cannot write HDF5 file " + h5.string()));
   CHECK(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("stop: a plan waiting for another writer stops at --max-wall, writing nothing") {
+  // The plan's search takes a tenth of a second; the other writer holds the directory
+  // throughout, so only the limit can end the wait. (Let go after a minute, the plan would
+  // write and exit 0: the check fails rather than the test hanging.)
+  const TempDir dir;
+  const fs::path h5 = dir.path() / "plan.h5";
+  const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
+  std::optional<fleetsim::OutputLock> other(std::in_place, std::vector<fs::path>{h5});
+  const Fleetsim plan(
+      dir, {"plan", scenario, "--top", "3", "-q", "-o", h5.string(), "--max-wall", "2s"});
+  const std::optional<int> status = plan.wait_for(std::chrono::seconds(60));
+  other.reset();
+  if (!status) plan.wait();
+  REQUIRE(status);
+  CHECK(*status == 3);
+  CHECK_THAT(plan.err(), Catch::Contains("waiting for another process writing into"));
+  CHECK_THAT(plan.err(), Catch::Contains("(--max-wall) was reached: nothing written"));
+  CHECK_FALSE(fs::exists(h5));
+  CHECK(dir.file_count() == 2);  // out, err: no temporary file left
 }
 
 TEST_CASE("two fleetsim processes writing into one directory write one after the other") {

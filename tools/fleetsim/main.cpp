@@ -388,7 +388,9 @@ int plan_command(const Scenario& scenario, const Options& options) {
   std::cout << (options.json ? fleetsim::render_json(report, link_detail(options))
                              : fleetsim::render_plan(report));
   if (!options.output.empty()) {
-    const fleetsim::OutputLock lock({options.output}, fleetsim::say_waiting_for);
+    // --max-wall and --max-memory still hold: a plan stopped while it waits writes nothing.
+    const fleetsim::OutputLock lock({options.output}, fleetsim::say_waiting_for,
+                                    fleetsim::OutputLock::Wait::until_free_or_stopped);
     fleetsim::write_hdf5(report, options.output);
   }
   return report.variants.empty() ? kSimulationFailed : kOk;
