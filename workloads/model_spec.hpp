@@ -260,6 +260,9 @@ struct TrainingSpec {
   int seq_len = 0;
   int global_batch = 0;  // sequences per optimizer step
   int micro_batch = 0;   // sequences per forward/backward on one rank
+  // Tokens an optimizer step trains: global_batch x seq_len, in a double (the product of two
+  // ints may pass an int's range).
+  double tokens_per_step() const { return static_cast<double>(global_batch) * seq_len; }
   // Bytes per element of the gradient reduction (2: BF16, 4: FP32 as Llama 3 did), and of the
   // gradient buffer a replica accumulates whole (Megatron-Core's grad_reduce_in_fp32 sets both).
   int grad_reduce_bytes = 2;

@@ -939,7 +939,7 @@ TaskGraph build_data_parallel_step(const ModelSpec& model, const TrainingSpec& t
   TaskGraph graph;
   graph.grid = RankGrid(plan);
   graph.micro_batches = training.global_batch / (training.micro_batch * plan.dp);
-  graph.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
+  graph.tokens_per_step = training.tokens_per_step();
   graph.stages.resize(plan.pp);
   // Activations and gradients across each stage boundary, and the embedding's exchange.
   graph.transfers = 2 * (plan.pp * plan.vpp - 1) * graph.micro_batches +

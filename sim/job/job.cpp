@@ -397,7 +397,7 @@ std::optional<std::string> in_memory_checkpoint_problem(bool spot, int nodes,
 }
 
 double training_steps(double tokens, const TrainingSpec& training) {
-  return std::ceil(tokens / (static_cast<double>(training.global_batch) * training.seq_len));
+  return std::ceil(tokens / training.tokens_per_step());
 }
 
 CheckpointTimes checkpoint_times(const RunSpec& run, const ModelSpec& model,
@@ -468,7 +468,7 @@ JobSpec job_spec(const RunSpec& run, const ModelSpec& model, const TrainingSpec&
   }
   job.evict_degraded_after_s = run.evict_degraded_after_s;
   job.replicas = plan.dp;
-  job.tokens_per_step = static_cast<double>(training.global_batch) * training.seq_len;
+  job.tokens_per_step = training.tokens_per_step();
   job.restore_s = times.restore_s;
   job.detection_s = run.detection_s;
   job.restart_s = run.restart_s;
