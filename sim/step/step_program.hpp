@@ -5,9 +5,11 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -44,6 +46,43 @@ class TaskLists {
   std::vector<std::uint32_t> items_;
 };
 
+// Every task's dependencies back to back, read once from the tasks' own vectors (a pointer
+// chase each) for the several passes below.
+struct FlatDeps {
+  std::vector<std::uint32_t> begin;  // of task t's at begin[t], up to begin[t + 1]
+  std::vector<TaskIndex> items;
+  explicit FlatDeps(const Program& program) {
+    begin.reserve(program.size() + 1);
+    begin.push_back(0);
+    for (const Task& task : program) {
+      items.insert(items.end(), task.deps.begin(), task.deps.end());
+      begin.push_back(static_cast<std::uint32_t>(items.size()));
+    }
+  }
+  std::span<const TaskIndex> of(TaskIndex t) const {
+    return {items.data() + begin[t], items.data() + begin[t + 1]};
+  }
+};
+
+// For finding a program's distinct kernels: every field that tells two apart.
+struct KernelHash {
+  std::size_t operator()(const Kernel& kernel) const {
+    std::uint64_t hash = 1469598103934665603ull;
+    const auto mix = [&hash](std::uint64_t value) { hash = (hash ^ value) * 1099511628211ull; };
+    // +0.0 so that -0 hashes as 0, as they compare equal.
+    for (const double value : {kernel.m, kernel.n, kernel.k, kernel.flops, kernel.bytes,
+                               kernel.groups, kernel.seq, kernel.window}) {
+      mix(std::bit_cast<std::uint64_t>(value + 0.0));
+    }
+    mix(static_cast<std::uint64_t>(kernel.kind));
+    mix(static_cast<std::uint64_t>(kernel.sm_margin));
+    mix(kernel.attention ? static_cast<std::uint64_t>(*kernel.attention) + 1 : 0);
+    mix(static_cast<std::uint64_t>(kernel.fp8) | static_cast<std::uint64_t>(kernel.backward) << 1 |
+        static_cast<std::uint64_t>(kernel.causal) << 2);
+    return static_cast<std::size_t>(hash);
+  }
+};
+
 struct ProgramIndex {
   TaskLists dependents;
   // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
@@ -59,44 +98,7 @@ struct ProgramIndex {
   std::vector<Stream> stream;     // of each task (read often: kept apart from the tasks)
 
   ProgramIndex(const Program& program, const GpuProfile& gpu)
-      : dependents(dependents_of(program)),
-        compute_dep_positions(compute_dep_positions_of(program)),
-        gpu_(&gpu) {
-    dependencies.resize(program.size());
-    stream.resize(program.size());
-    wakes.resize(program.size());
-    position.resize(program.size());
-    for (TaskIndex t = 0; t < program.size(); ++t) {
-      const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
-      wakes[t] |= bit;
-      dependencies[t] = static_cast<int>(program[t].deps.size());
-      stream[t] = program[t].stream;
-      for (const TaskIndex d : program[t].deps) {
-        wakes[d] |= bit;
-      }
-      if (program[t].stream != Stream::pipeline) {
-        std::vector<TaskIndex>& stream = order[static_cast<int>(program[t].stream)];
-        position[t] = stream.size();
-        stream.push_back(t);
-      } else if (program[t].deps.empty()) {
-        unordered.push_back(t);
-      }
-    }
-    // A program repeats its layers' kernels many times over: each distinct one is costed once
-    // for each number of SMs held beside it.
-    std::map<Kernel, std::uint32_t> distinct;
-    const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
-    kernel_at_.assign(compute.size(), kNoKernel);
-    for (std::size_t i = 0; i < compute.size(); ++i) {
-      if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
-        const auto [at, added] =
-            distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
-        if (added) kernels_.push_back(work->kernel);
-        kernel_at_[i] = at->second;
-      }
-    }
-    compute_ns_before(0, 0);
-  }
+      : ProgramIndex(program, FlatDeps(program), gpu) {}
 
   // The compute stream's kernels' durations summed in stream order while the rank's
   // collectives hold `sms_held` of the GPU's SMs and move `hbm_taken` bytes/s of its HBM:
@@ -121,6 +123,46 @@ struct ProgramIndex {
   }
 
  private:
+  ProgramIndex(const Program& program, const FlatDeps& deps, const GpuProfile& gpu)
+      : dependents(dependents_of(program, deps)),
+        compute_dep_positions(compute_dep_positions_of(program, deps)),
+        gpu_(&gpu) {
+    dependencies.resize(program.size());
+    stream.resize(program.size());
+    wakes.resize(program.size());
+    position.resize(program.size());
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
+      wakes[t] |= bit;
+      dependencies[t] = static_cast<int>(deps.of(t).size());
+      stream[t] = program[t].stream;
+      for (const TaskIndex d : deps.of(t)) {
+        wakes[d] |= bit;
+      }
+      if (program[t].stream != Stream::pipeline) {
+        std::vector<TaskIndex>& stream = order[static_cast<int>(program[t].stream)];
+        position[t] = stream.size();
+        stream.push_back(t);
+      } else if (deps.of(t).empty()) {
+        unordered.push_back(t);
+      }
+    }
+    // A program repeats its layers' kernels many times over: each distinct one is costed once
+    // for each number of SMs held beside it.
+    std::unordered_map<Kernel, std::uint32_t, KernelHash> distinct;
+    const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
+    kernel_at_.assign(compute.size(), kNoKernel);
+    for (std::size_t i = 0; i < compute.size(); ++i) {
+      if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
+        const auto [at, added] =
+            distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
+        if (added) kernels_.push_back(work->kernel);
+        kernel_at_[i] = at->second;
+      }
+    }
+    compute_ns_before(0, 0);
+  }
+
   static constexpr std::uint32_t kNoKernel = ~std::uint32_t{0};
   const GpuProfile* gpu_;
   std::vector<Kernel> kernels_;           // the compute stream's distinct kernels
@@ -128,26 +170,27 @@ struct ProgramIndex {
   // By SMs held and HBM bytes/s taken.
   std::map<std::pair<int, std::int64_t>, std::vector<std::int64_t>> ns_before_;
 
-  static TaskLists dependents_of(const Program& program) {
+  static TaskLists dependents_of(const Program& program, const FlatDeps& deps) {
     return TaskLists(program.size(), [&](auto add) {
       for (TaskIndex t = 0; t < program.size(); ++t) {
-        for (const TaskIndex d : program[t].deps) {
+        for (const TaskIndex d : deps.of(t)) {
           if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
           add(d, t);
         }
       }
     });
   }
-  static TaskLists compute_dep_positions_of(const Program& program) {
-    std::vector<std::uint32_t> compute_position(program.size(), 0);
+  static TaskLists compute_dep_positions_of(const Program& program, const FlatDeps& deps) {
+    constexpr std::uint32_t kNotCompute = ~std::uint32_t{0};
+    std::vector<std::uint32_t> compute_position(program.size(), kNotCompute);
     std::uint32_t computed = 0;
     for (TaskIndex t = 0; t < program.size(); ++t) {
       if (program[t].stream == Stream::compute) compute_position[t] = computed++;
     }
     return TaskLists(program.size(), [&](auto add) {
       for (TaskIndex t = 0; t < program.size(); ++t) {
-        for (const TaskIndex d : program[t].deps) {
-          if (program[d].stream == Stream::compute) add(t, compute_position[d]);
+        for (const TaskIndex d : deps.of(t)) {
+          if (compute_position[d] != kNotCompute) add(t, compute_position[d]);
         }
       }
     });
