@@ -14,6 +14,18 @@
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
+
+std::string_view TaskNames::add(std::string_view name) {
+  if (name.size() > kBlockBytes - used_) {
+    // A name longer than a block (none is) gets a block of its own size.
+    blocks_.push_back(std::make_unique_for_overwrite<char[]>(std::max(kBlockBytes, name.size())));
+    used_ = 0;
+  }
+  char* copy = blocks_.back().get() + used_;
+  std::copy(name.begin(), name.end(), copy);
+  used_ += name.size();
+  return {copy, name.size()};
+}
 namespace {
 
 struct Unit {
@@ -167,7 +179,7 @@ class ProgramBuilder {
     const double model_flops = recomputed ? 0.0 : op.model_flops;
     graph_->model_flops_per_rank += model_flops;
     graph_->hardware_flops_per_rank += op.kernel.flops;
-    return add(Task{name, Stream::compute, ComputeWork{op.kernel, model_flops}, std::move(deps)});
+    return add(name, Stream::compute, ComputeWork{op.kernel, model_flops}, std::move(deps));
   }
   // A data-parallel collective (of all replicas, or of an expert's): parameter gathers on one
   // stream, gradient reductions on another.
@@ -177,7 +189,7 @@ class ProgramBuilder {
     if (op != CollectiveOp::all_gather && op != CollectiveOp::reduce_scatter) {
       graph_->data_parallel_rings_only = false;
     }
-    return add(Task{name, stream, CollectiveWork{op, size_bytes, group}, std::move(deps)});
+    return add(name, stream, CollectiveWork{op, size_bytes, group}, std::move(deps));
   }
   // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.
   TaskIndex host(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
@@ -256,7 +268,7 @@ class ProgramBuilder {
         CollectiveWork work{op.collective->op, op.collective->size_bytes * (1 - after_gemm_share),
                             op.collective->group};
         if (userbuffers) work.sms_held = userbuffers->sms;
-        const TaskIndex task = add(Task{prefix + op.name, Stream::tensor, work, after});
+        const TaskIndex task = add(prefix + op.name, Stream::tensor, work, after);
         last = task;
         if (gather_beside_next) {
           gather_after = after;
@@ -270,7 +282,7 @@ class ProgramBuilder {
           const TaskIndex gemm = chain_end_.value();
           work.size_bytes = op.collective->size_bytes * after_gemm_share;
           after = {gemm, task};
-          last = add(Task{prefix + op.name + ".last", Stream::tensor, work, after});
+          last = add(prefix + op.name + ".last", Stream::tensor, work, after);
         }
       } else {
         after.insert(after.end(), pending.begin(), pending.end());
@@ -307,12 +319,14 @@ class ProgramBuilder {
   TaskIndex transfer(const std::string& name, int id, bool sends, double size_bytes,
                      std::vector<TaskIndex> deps) {
     CollectiveWork work{CollectiveOp::send_recv, size_bytes, GroupKind::pipeline, id, sends};
-    return add(Task{name, Stream::pipeline, work, std::move(deps)});
+    return add(name, Stream::pipeline, work, std::move(deps));
   }
 
  private:
-  TaskIndex add(Task task) {
-    program_->push_back(std::move(task));
+  TaskIndex add(std::string_view name, Stream stream,
+                std::variant<ComputeWork, CollectiveWork, HostWork> work,
+                std::vector<TaskIndex> deps) {
+    program_->push_back(Task{graph_->names->add(name), stream, std::move(work), std::move(deps)});
     return static_cast<TaskIndex>(program_->size() - 1);
   }
   // Host work: copies on the copy stream, CPU work on the cpu stream.
@@ -320,7 +334,7 @@ class ProgramBuilder {
     graph_->host_work = true;
     if (work.op == HostOp::cpu) graph_->cpu_work = true;
     const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
-    return add(Task{name, stream, work, std::move(deps)});
+    return add(name, stream, work, std::move(deps));
   }
   TaskGraph* graph_;
   Program* program_;

@@ -19,8 +19,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -82,8 +84,21 @@ struct HostWork {
 
 using TaskIndex = std::uint32_t;
 
+// The tasks' names, back to back in blocks that never move, each a view of its bytes: a step
+// holds hundreds of thousands of tasks, and a string of its own each would be a heap block.
+class TaskNames {
+ public:
+  // A view of a copy of `name`, valid while this lives.
+  std::string_view add(std::string_view name);
+
+ private:
+  static constexpr std::size_t kBlockBytes = 1 << 20;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  std::size_t used_ = kBlockBytes;  // of the last block: full before the first
+};
+
 struct Task {
-  std::string name;
+  std::string_view name;  // in its graph's TaskNames
   Stream stream;
   std::variant<ComputeWork, CollectiveWork, HostWork> work;
   std::vector<TaskIndex> deps;  // earlier tasks of the same program
@@ -94,7 +109,9 @@ using Program = std::vector<Task>;
 struct TaskGraph {
   RankGrid grid;                // the ranks and their groups (workloads/layout/rank_grid.hpp)
   std::vector<Program> stages;  // one program per pipeline stage, run by each of its ranks
-  int transfers = 0;            // pipeline transfers, numbered 0..transfers-1
+  // The tasks' names; shared by a copy of the graph, whose tasks view the same ones.
+  std::shared_ptr<TaskNames> names = std::make_shared<TaskNames>();
+  int transfers = 0;  // pipeline transfers, numbered 0..transfers-1
   double tokens_per_step = 0;
   double model_flops_per_rank = 0;     // model_flops summed over the programs, per rank
   double hardware_flops_per_rank = 0;  // executed kernel FLOPs, per rank

@@ -380,8 +380,8 @@ class Replay {
         if (!work || work->group != GroupKind::pipeline) continue;
         if (task.stream != Stream::pipeline || work->transfer < 0 ||
             work->transfer >= graph_.transfers) {
-          throw ModelError("pipeline transfer " + task.name + " is not on the pipeline stream " +
-                           "or has no valid transfer id");
+          throw ModelError("pipeline transfer " + std::string(task.name) +
+                           " is not on the pipeline stream " + "or has no valid transfer id");
         }
         ++(work->sends ? senders : receivers)[work->transfer];
         (work->sends ? send_stage : receive_stage)[work->transfer] = stage;
@@ -514,7 +514,7 @@ class Replay {
   void record(int r, TaskIndex t, SimTime begin) {
     if (!traced_[r]) return;
     const Task& task = program_of(r)[t];
-    trace_.push_back({r, task.stream, task.name, begin, engine_.now()});
+    trace_.push_back({r, task.stream, std::string(task.name), begin, engine_.now()});
   }
 
   void finish(int r, TaskIndex t) {

@@ -174,7 +174,8 @@ struct ProgramIndex {
     return TaskLists(program.size(), [&](auto add) {
       for (TaskIndex t = 0; t < program.size(); ++t) {
         for (const TaskIndex d : deps.of(t)) {
-          if (d >= t) throw ModelError("task " + program[t].name + " depends on a later task");
+          if (d >= t)
+            throw ModelError("task " + std::string(program[t].name) + " depends on a later task");
           add(d, t);
         }
       }

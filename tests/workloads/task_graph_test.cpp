@@ -67,8 +67,8 @@ TEST_CASE("pipeline: 1F1B warms up pp - stage - 1 forwards, then alternates") {
     for (const Task& task : graph.stages[stage]) {
       const auto at = task.name.find(first_layer);
       if (at == std::string::npos || task.stream != Stream::compute) continue;
-      const std::string rest = task.name.substr(at + first_layer.size());
-      const std::string mb = task.name.substr(2, task.name.find('.') - 2);
+      const std::string_view rest = task.name.substr(at + first_layer.size());
+      const std::string mb(task.name.substr(2, task.name.find('.') - 2));
       if (rest == "attn_norm") order += "F" + mb;
       if (rest == "attn_norm.bwd") order += "B" + mb;
     }
@@ -144,8 +144,8 @@ TEST_CASE("pipeline: the interleaved schedule runs chunks in Megatron-LM's order
         const std::string layer = ".L" + std::to_string(chunk * 2 + stage) + ".attn_norm";
         const auto at = task.name.find(layer);
         if (at == std::string::npos) continue;
-        const std::string rest = task.name.substr(at + layer.size());
-        const std::string mb = task.name.substr(2, task.name.find('.') - 2);
+        const std::string_view rest = task.name.substr(at + layer.size());
+        const std::string mb(task.name.substr(2, task.name.find('.') - 2));
         if (rest.empty()) order += "F" + mb + "c" + std::to_string(chunk) + " ";
         if (rest == ".bwd") order += "B" + mb + "c" + std::to_string(chunk) + " ";
       }
@@ -277,7 +277,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   // gradients), 4 beside each of the 2 pipelined reduce-scatters (o_proj and down forward).
   REQUIRE(program.size() == blocking.stages.front().size() + 32 * 2 * (2 + 4 * 3 + 2 * 3));
   const auto chunk_of = [&](TaskIndex t) {
-    const std::string& name = program[t].name;
+    const std::string_view name = program[t].name;
     const std::size_t at = name.rfind(".chunk");
     return at == std::string::npos ? std::string{} : name.substr(0, at);
   };
@@ -318,9 +318,8 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
     return bytes;
   };
   CHECK(tensor_bytes(program) == Approx(tensor_bytes(blocking.stages.front())));
-  const auto ends_with = [](const std::string& name, const std::string& end) {
-    return name.size() >= end.size() &&
-           name.compare(name.size() - end.size(), end.size(), end) == 0;
+  const auto ends_with = [](std::string_view name, std::string_view end) {
+    return name.ends_with(end);
   };
   int gathers = 0, scatters = 0, last_chunks = 0;
   for (TaskIndex t = 0; t + 2 < program.size(); ++t) {
@@ -329,7 +328,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
     const auto& work = std::get<CollectiveWork>(program[t].work);
     const auto op = work.op;
     const bool in_layer = program[t].name.find(".L") != std::string::npos;  // "mb0.L3.attn_gather"
-    const std::string& name = program[t].name;
+    const std::string_view name = program[t].name;
     // Transformer Engine's userbuffers: ring exchanges on copy engines (the gathers a GEMM
     // reads), 16 SMs for pipelined and bulk ones; NCCL's (outside the layers) say nothing.
     if (in_layer) {

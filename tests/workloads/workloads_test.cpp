@@ -97,7 +97,7 @@ TEST_CASE("gradient buckets hold at least the bucket size, in backward order") {
   std::vector<double> sizes;
   for (const Task& task : graph.stages[0]) {
     if (const auto* work = std::get_if<CollectiveWork>(&task.work)) {
-      names.push_back(task.name);
+      names.emplace_back(task.name);
       sizes.push_back(work->size_bytes);
     }
   }
@@ -270,7 +270,7 @@ TEST_CASE("the replay and the memory model recompute the same first layers of ea
     for (const Task& task : graph.stages[stage]) {
       const std::size_t at = task.name.find(".recompute.");
       if (task.name.rfind("mb0.", 0) == 0 && at != std::string::npos) {
-        layers.insert(task.name.substr(4, at - 4));
+        layers.emplace(task.name.substr(4, at - 4));
       }
     }
     return layers;
