@@ -15,17 +15,15 @@
 
 namespace fleetsim {
 
-std::string_view TaskNames::add(std::string_view name) {
-  if (name.size() > kBlockBytes - used_) {
-    // A name longer than a block (none is) gets a block of its own size.
-    blocks_.push_back(std::make_unique_for_overwrite<char[]>(std::max(kBlockBytes, name.size())));
-    used_ = 0;
-  }
-  char* copy = blocks_.back().get() + used_;
-  std::copy(name.begin(), name.end(), copy);
-  used_ += name.size();
-  return {copy, name.size()};
+TaskIndex Program::add(std::string_view name, Stream stream,
+                       std::variant<ComputeWork, CollectiveWork, HostWork> work,
+                       std::span<const TaskIndex> deps) {
+  const std::span<const char> kept_name = storage_->names.add(name);
+  tasks_.push_back(Task{
+      {kept_name.data(), kept_name.size()}, storage_->deps.add(deps), stream, std::move(work)});
+  return static_cast<TaskIndex>(tasks_.size() - 1);
 }
+
 namespace {
 
 struct Unit {
@@ -325,9 +323,8 @@ class ProgramBuilder {
  private:
   TaskIndex add(std::string_view name, Stream stream,
                 std::variant<ComputeWork, CollectiveWork, HostWork> work,
-                std::vector<TaskIndex> deps) {
-    program_->push_back(Task{graph_->names->add(name), stream, std::move(work), std::move(deps)});
-    return static_cast<TaskIndex>(program_->size() - 1);
+                const std::vector<TaskIndex>& deps) {
+    return program_->add(name, stream, std::move(work), deps);
   }
   // Host work: copies on the copy stream, CPU work on the cpu stream.
   TaskIndex host_task(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {

@@ -18,9 +18,11 @@
 // isend/irecv), not in stream order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -84,34 +86,69 @@ struct HostWork {
 
 using TaskIndex = std::uint32_t;
 
-// The tasks' names, back to back in blocks that never move, each a view of its bytes: a step
-// holds hundreds of thousands of tasks, and a string of its own each would be a heap block.
-class TaskNames {
+// Items copied back to back into blocks that never move, each copy a view: a step holds
+// hundreds of thousands of tasks, and a heap block of its own for each one's name and
+// dependencies would cost more to make and free than the rest of the task.
+template <typename T>
+class BlockArena {
  public:
-  // A view of a copy of `name`, valid while this lives.
-  std::string_view add(std::string_view name);
+  // A view of a copy of `items`, valid while the arena lives.
+  std::span<const T> add(std::span<const T> items) {
+    if (items.empty()) return {};
+    if (items.size() > kBlockItems - used_) {
+      // A run longer than a block (none is) gets a block of its own size.
+      blocks_.push_back(std::make_unique_for_overwrite<T[]>(std::max(kBlockItems, items.size())));
+      used_ = 0;
+    }
+    T* copy = blocks_.back().get() + used_;
+    std::copy(items.begin(), items.end(), copy);
+    used_ += items.size();
+    return {copy, items.size()};
+  }
 
  private:
-  static constexpr std::size_t kBlockBytes = 1 << 20;
-  std::vector<std::unique_ptr<char[]>> blocks_;
-  std::size_t used_ = kBlockBytes;  // of the last block: full before the first
+  static constexpr std::size_t kBlockItems = (std::size_t{1} << 20) / sizeof(T);
+  std::vector<std::unique_ptr<T[]>> blocks_;
+  std::size_t used_ = kBlockItems;  // of the last block: full before the first
 };
 
 struct Task {
-  std::string_view name;  // in its graph's TaskNames
+  std::string_view name;            // these two in its program's storage
+  std::span<const TaskIndex> deps;  // earlier tasks of the same program
   Stream stream;
   std::variant<ComputeWork, CollectiveWork, HostWork> work;
-  std::vector<TaskIndex> deps;  // earlier tasks of the same program
 };
 
-using Program = std::vector<Task>;
+// A stage's tasks in program order, beside the storage their names and dependencies view: a
+// copy shares it, so the tasks of a copy stay valid whatever becomes of the original.
+class Program {
+ public:
+  // Adds a task (its name and dependencies copied into the storage); returns its index.
+  TaskIndex add(std::string_view name, Stream stream,
+                std::variant<ComputeWork, CollectiveWork, HostWork> work,
+                std::span<const TaskIndex> deps);
+  const Task& operator[](TaskIndex t) const { return tasks_[t]; }
+  std::size_t size() const { return tasks_.size(); }
+  bool empty() const { return tasks_.empty(); }
+  std::vector<Task>::const_iterator begin() const { return tasks_.begin(); }
+  std::vector<Task>::const_iterator end() const { return tasks_.end(); }
+  const Task& front() const { return tasks_.front(); }
+  const Task& back() const { return tasks_.back(); }
+  void reserve(std::size_t tasks) { tasks_.reserve(tasks); }
+
+ private:
+  struct Storage {
+    BlockArena<char> names;
+    BlockArena<TaskIndex> deps;
+  };
+  std::vector<Task> tasks_;
+  std::shared_ptr<Storage> storage_ = std::make_shared<Storage>();
+};
 
 struct TaskGraph {
   RankGrid grid;                // the ranks and their groups (workloads/layout/rank_grid.hpp)
   std::vector<Program> stages;  // one program per pipeline stage, run by each of its ranks
-  // The tasks' names; shared by a copy of the graph, whose tasks view the same ones.
-  std::shared_ptr<TaskNames> names = std::make_shared<TaskNames>();
-  int transfers = 0;  // pipeline transfers, numbered 0..transfers-1
+  int transfers = 0;            // pipeline transfers, numbered 0..transfers-1
   double tokens_per_step = 0;
   double model_flops_per_rank = 0;     // model_flops summed over the programs, per rank
   double hardware_flops_per_rank = 0;  // executed kernel FLOPs, per rank

@@ -745,7 +745,8 @@ TEST_CASE("fsdp2: each gathered unit copied out on the compute stream, each grad
         return work && work->op == CollectiveOp::all_gather;
       });
       CHECK(after_gather);
-      CHECK(program[i + 1].deps == std::vector<TaskIndex>{static_cast<TaskIndex>(i)});
+      CHECK(std::ranges::equal(program[i + 1].deps,
+                               std::vector<TaskIndex>{static_cast<TaskIndex>(i)}));
     }
     if (!in) continue;
     ++copies_in;
@@ -754,7 +755,7 @@ TEST_CASE("fsdp2: each gathered unit copied out on the compute stream, each grad
       if (work && work->op == CollectiveOp::reduce_scatter) ++waiting;
     }
     // Its reduce-scatter reads what it wrote.
-    const std::vector<TaskIndex> next_deps = program[i + 1].deps;
+    const std::span<const TaskIndex> next_deps = program[i + 1].deps;
     CHECK(std::get<CollectiveWork>(program[i + 1].work).op == CollectiveOp::reduce_scatter);
     CHECK(std::find(next_deps.begin(), next_deps.end(), static_cast<TaskIndex>(i)) !=
           next_deps.end());
