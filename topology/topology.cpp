@@ -347,10 +347,22 @@ std::vector<LinkId> Topology::Graph::walk(VertexId src, Meeting meeting,
 // meeting level.
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (src == dst) return {};
+  const UsableForRoute usable{&vertices_, src, vertices_.at(src).node, vertices_.at(dst).node};
+  // Routes of one or two links are most of a step's (a GPU to its NVSwitch and on, to its PCIe
+  // switch and NIC, a NIC to its leaf and on): the first shortest path is then the least pair
+  // of out-link positions, found by trying them in order, without a search or a copy kept.
+  for (const LinkId first : out_links_[src]) {
+    if (links_[first].to == dst && usable(links_[first])) return {first};
+  }
+  for (const LinkId first : out_links_[src]) {
+    if (!usable(links_[first])) continue;
+    for (const LinkId second : out_links_[links_[first].to]) {
+      if (links_[second].to == dst && usable(links_[second])) return {first, second};
+    }
+  }
   Graph& g = *graph_;
   const std::uint64_t key = std::uint64_t{src} << 32 | dst;
   if (const auto known = g.routes.find(key); known != g.routes.end()) return known->second;
-  const UsableForRoute usable{&vertices_, src, vertices_.at(src).node, vertices_.at(dst).node};
   g.from_src.resize(vertices_.size(), kUnreached);
   g.to_dst.resize(vertices_.size(), kUnreached);
   g.on_path.resize(vertices_.size(), 0);
