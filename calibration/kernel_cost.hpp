@@ -30,6 +30,9 @@
 // schedule their own tiles), the L2 the two share and the power the communication itself draws.
 #pragma once
 
+#include <bit>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "calibration/gpu_profile.hpp"
@@ -59,6 +62,26 @@ struct Kernel {
   bool backward = false;
   bool causal = false;
   auto operator<=>(const Kernel&) const = default;
+};
+
+// For finding distinct kernels (a program repeats its layers' many times over): every field
+// that tells two apart.
+struct KernelHash {
+  std::size_t operator()(const Kernel& kernel) const {
+    std::uint64_t hash = 1469598103934665603ull;
+    const auto mix = [&hash](std::uint64_t value) { hash = (hash ^ value) * 1099511628211ull; };
+    // +0.0 so that -0 hashes as 0, as they compare equal.
+    for (const double value : {kernel.m, kernel.n, kernel.k, kernel.flops, kernel.bytes,
+                               kernel.groups, kernel.seq, kernel.window}) {
+      mix(std::bit_cast<std::uint64_t>(value + 0.0));
+    }
+    mix(static_cast<std::uint64_t>(kernel.kind));
+    mix(static_cast<std::uint64_t>(kernel.sm_margin));
+    mix(kernel.attention ? static_cast<std::uint64_t>(*kernel.attention) + 1 : 0);
+    mix(static_cast<std::uint64_t>(kernel.fp8) | static_cast<std::uint64_t>(kernel.backward) << 1 |
+        static_cast<std::uint64_t>(kernel.causal) << 2);
+    return static_cast<std::size_t>(hash ^ hash >> 32);  // the high bits' differences down too
+  }
 };
 
 Kernel gemm_kernel(double m, double n, double k, double bytes_per_element);

@@ -18,6 +18,7 @@ namespace fleetsim {
 TaskIndex Program::add(std::string_view name, Stream stream,
                        std::variant<ComputeWork, CollectiveWork, HostWork> work,
                        std::span<const TaskIndex> deps) {
+  if (!storage_) storage_ = std::make_shared<Storage>();
   const std::span<const char> kept_name = storage_->names.add(name);
   tasks_.push_back(Task{
       {kept_name.data(), kept_name.size()}, storage_->deps.add(deps), stream, std::move(work)});

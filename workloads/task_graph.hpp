@@ -95,9 +95,10 @@ class BlockArena {
   // A view of a copy of `items`, valid while the arena lives.
   std::span<const T> add(std::span<const T> items) {
     if (items.empty()) return {};
-    if (items.size() > kBlockItems - used_) {
-      // A run longer than a block (none is) gets a block of its own size.
-      blocks_.push_back(std::make_unique_for_overwrite<T[]>(std::max(kBlockItems, items.size())));
+    if (items.size() > capacity_ - used_) {
+      // A new block; a run longer than a block gets one of its own size.
+      capacity_ = std::max(kBlockItems, items.size());
+      blocks_.push_back(std::make_unique_for_overwrite<T[]>(capacity_));
       used_ = 0;
     }
     T* copy = blocks_.back().get() + used_;
@@ -107,9 +108,10 @@ class BlockArena {
   }
 
  private:
-  static constexpr std::size_t kBlockItems = (std::size_t{1} << 20) / sizeof(T);
+  static constexpr std::size_t kBlockItems = (std::size_t{1} << 16) / sizeof(T);
   std::vector<std::unique_ptr<T[]>> blocks_;
-  std::size_t used_ = kBlockItems;  // of the last block: full before the first
+  std::size_t capacity_ = 0;  // of the last block
+  std::size_t used_ = 0;      // of the last block
 };
 
 struct Task {
@@ -120,7 +122,8 @@ struct Task {
 };
 
 // A stage's tasks in program order, beside the storage their names and dependencies view: a
-// copy shares it, so the tasks of a copy stay valid whatever becomes of the original.
+// copy shares it, so the tasks of a copy stay valid whatever becomes of the original. (Copies
+// are for reading: two adding tasks would share one storage.)
 class Program {
  public:
   // Adds a task (its name and dependencies copied into the storage); returns its index.
@@ -142,7 +145,7 @@ class Program {
     BlockArena<TaskIndex> deps;
   };
   std::vector<Task> tasks_;
-  std::shared_ptr<Storage> storage_ = std::make_shared<Storage>();
+  std::shared_ptr<Storage> storage_;  // made by the first add()
 };
 
 struct TaskGraph {

@@ -310,6 +310,12 @@ void Collectives::check_ranks(const std::vector<VertexId>& ranks) const {
 
 void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, double size_bytes,
                       std::function<void()> done) {
+  run(plan_collective(op, ranks, size_bytes), std::move(done));
+}
+
+Collectives::CachedPlan Collectives::plan_collective(CollectiveOp op,
+                                                     const std::vector<VertexId>& ranks,
+                                                     double size_bytes) {
   const PlanKeyView key{op, ranks, size_bytes};
   auto cached = plan_cache_.find(key);
   if (cached == plan_cache_.end()) {
@@ -319,7 +325,14 @@ void Collectives::run(CollectiveOp op, const std::vector<VertexId>& ranks, doubl
                           merged(plan(choose(op, ranks, size_bytes), op, ranks, size_bytes)))
                  .first;
   }
-  start(cached->second, std::move(done));
+  CachedPlan handle;
+  handle.plan_ = &cached->second;  // map nodes stay put
+  return handle;
+}
+
+void Collectives::run(const CachedPlan& plan, std::function<void()> done) {
+  if (!plan.plan_) throw ModelError("a collective or send started without its plan");
+  start(*plan.plan_, std::move(done));
 }
 
 void Collectives::run_with(CollectiveAlgorithm algorithm, CollectiveOp op,
@@ -344,15 +357,10 @@ void Collectives::run_with(CollectiveChoice choice, CollectiveOp op,
 }
 
 void Collectives::send(VertexId from, VertexId to, double size_bytes, std::function<void()> done) {
-  send(plan_send(from, to, size_bytes), std::move(done));
+  run(plan_send(from, to, size_bytes), std::move(done));
 }
 
-void Collectives::send(const SendPlan& plan, std::function<void()> done) {
-  if (!plan.plan_) throw ModelError("a send started without its plan");
-  start(*plan.plan_, std::move(done));
-}
-
-Collectives::SendPlan Collectives::plan_send(VertexId from, VertexId to, double size_bytes) {
+Collectives::CachedPlan Collectives::plan_send(VertexId from, VertexId to, double size_bytes) {
   const std::array<VertexId, 2> ends{from, to};
   auto cached = send_plan_cache_.find(PlanKeyView{CollectiveOp::send_recv, ends, size_bytes});
   if (cached == send_plan_cache_.end()) {
@@ -365,9 +373,9 @@ Collectives::SendPlan Collectives::plan_send(VertexId from, VertexId to, double 
                  .emplace(PlanKey{CollectiveOp::send_recv, pair, size_bytes}, merged(one_way))
                  .first;
   }
-  SendPlan send_plan;
-  send_plan.plan_ = &cached->second;  // map nodes stay put
-  return send_plan;
+  CachedPlan handle;
+  handle.plan_ = &cached->second;  // map nodes stay put
+  return handle;
 }
 
 void Collectives::start(const Plan& plan, std::function<void()> done) {

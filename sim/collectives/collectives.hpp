@@ -126,14 +126,17 @@ class Collectives {
   // One GPU sends `size_bytes` to another (ncclSend / ncclRecv: a pipeline stage's activations
   // or gradients), costed as one direction of a two-rank send/recv with the tuner's protocol.
   void send(VertexId from, VertexId to, double size_bytes, std::function<void()> done);
-  // A send's plan, planned once (as send() does) for a caller that starts the same send many
-  // times: send(plan, done) skips the lookup. Valid while this object lives.
-  class SendPlan {
+  // A collective's or a send's plan, planned once (as run() and send() do) for a caller that
+  // starts the same one many times: run(plan, done) skips the lookup of its ranks. Valid while
+  // this object lives.
+  class CachedPlan {
     friend class Collectives;
     const Plan* plan_ = nullptr;
   };
-  SendPlan plan_send(VertexId from, VertexId to, double size_bytes);
-  void send(const SendPlan& plan, std::function<void()> done);
+  CachedPlan plan_collective(CollectiveOp op, const std::vector<VertexId>& ranks,
+                             double size_bytes);
+  CachedPlan plan_send(VertexId from, VertexId to, double size_bytes);
+  void run(const CachedPlan& plan, std::function<void()> done);
 
   // The first flows of the collectives and sends started between begin_batch() and
   // end_batch() enter the network together at end_batch(), sharing out bandwidth once, as

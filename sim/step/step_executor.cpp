@@ -128,6 +128,9 @@ class Replay {
     std::vector<VertexId> gpus;  // every member's
     // The HBM bytes/s one of its collectives moves on each member's GPU while it runs.
     std::int64_t hbm_taken = 0;
+    // The plans of the collectives it has run, by op and size: a few a group, found here
+    // faster than the library's cache finds them by every member.
+    mutable std::vector<std::tuple<CollectiveOp, double, Collectives::CachedPlan>> plans;
   };
   struct Rank {
     int stage = 0;                // its pipeline stage, whose program it runs
@@ -301,10 +304,10 @@ class Replay {
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
     for (const int shadow : shadows) {
-      collectives_.run(work.op, groups_[kind_index][shadow].gpus, work.size_bytes, [] {});
+      collectives_.run(plan_of(groups_[kind_index][shadow], work), [] {});
     }
     const CommKind kind = comm_kind(work.group);
-    collectives_.run(work.op, group.gpus, work.size_bytes, [this, t, begin, &group, kind, &work] {
+    collectives_.run(plan_of(group, work), [this, t, begin, &group, kind, &work] {
       for (const int member : group.ranks) change_collectives(member, work, group, -1);
       for (const int member : group.ranks) {
         ranks_[member].activity.comm_busy[kind].push_back({begin, engine_.now()});
@@ -381,7 +384,7 @@ class Replay {
         if (task.stream != Stream::pipeline || work->transfer < 0 ||
             work->transfer >= graph_.transfers) {
           throw ModelError("pipeline transfer " + std::string(task.name) +
-                           " is not on the pipeline stream " + "or has no valid transfer id");
+                           " is not on the pipeline stream or has no valid transfer id");
         }
         ++(work->sends ? senders : receivers)[work->transfer];
         (work->sends ? send_stage : receive_stage)[work->transfer] = stage;
@@ -417,7 +420,7 @@ class Replay {
     // network peer by default, NCCL_NCHANNELS_PER_NET_PEER): it leaves compute its SMs.
     // The copies of this send it stands for (folded), then its own, planned once per pair of
     // ranks and size.
-    std::vector<Collectives::SendPlan>& plans = send_plans_[{from, to, work.size_bytes}];
+    std::vector<Collectives::CachedPlan>& plans = send_plans_[{from, to, work.size_bytes}];
     if (plans.empty()) {
       const int from_stage = ranks_[from].stage;
       const int to_stage = ranks_[to].stage;
@@ -433,8 +436,8 @@ class Replay {
       plans.push_back(collectives_.plan_send(gpus_[from], gpus_[to], work.size_bytes));
     }
     collectives_.begin_batch();
-    for (std::size_t i = 0; i + 1 < plans.size(); ++i) collectives_.send(plans[i], [] {});
-    collectives_.send(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
+    for (std::size_t i = 0; i + 1 < plans.size(); ++i) collectives_.run(plans[i], [] {});
+    collectives_.run(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
       for (const auto& [member, task] : sides) {
         ranks_[member].activity.comm_busy[kPipelineComm].push_back({begin, engine_.now()});
         record(member, task, begin);
@@ -442,6 +445,16 @@ class Replay {
       }
     });
     collectives_.end_batch();
+  }
+
+  Collectives::CachedPlan plan_of(const CollectiveGroup& group, const CollectiveWork& work) {
+    for (const auto& [op, bytes, plan] : group.plans) {
+      if (op == work.op && bytes == work.size_bytes) return plan;
+    }
+    const Collectives::CachedPlan plan =
+        collectives_.plan_collective(work.op, group.gpus, work.size_bytes);
+    group.plans.emplace_back(work.op, work.size_bytes, plan);
+    return plan;
   }
 
   const CollectiveGroup& group_of(int r, GroupKind kind) const {
@@ -583,7 +596,7 @@ class Replay {
   bool run_copies_ = false;
   Shadows shadows_;
   // Per (sending rank, receiving rank, bytes): the plans of its replicas' copies, then its own.
-  std::map<std::tuple<int, int, double>, std::vector<Collectives::SendPlan>> send_plans_;
+  std::map<std::tuple<int, int, double>, std::vector<Collectives::CachedPlan>> send_plans_;
   std::vector<std::vector<int>> host_shadows_;  // by replayed rank: its host work's copies
 };
 

@@ -207,20 +207,23 @@ TEST_CASE("fleetsim calibrate --write replaces the profile entry and nothing els
   // Writing the same fit again changes nothing.
   REQUIRE(run_cli(arguments + " --write").exit_code == 0);
   CHECK(slurp(profile) == after);
-  // While another calibration holds the profile's directory, this one waits and says so; the
-  // other puts the published entry back before letting go, and this one, reading the profile
-  // only once it holds it, writes its fit again (had it read first, it would see nothing to
-  // change).
+  // While another calibration holds the profile's directory, this one waits and says so. The
+  // other puts the published entry back and adds a line before letting go; this one, reading
+  // the profile only once it holds it, keeps that line and writes its fit again (had it read
+  // first, it would write back what it read: the fit, without the line).
+  const std::string others_line = "# written by another calibration\n";
   std::optional<fleetsim::OutputLock> other(std::in_place, std::vector<fs::path>{profile});
   auto waiting = std::async(std::launch::async, [&] { return run_cli(arguments + " --write"); });
-  CHECK(waiting.wait_for(std::chrono::seconds(3)) == std::future_status::timeout);
-  std::ofstream(profile) << before;
-  other.reset();
+  const bool still_waiting =
+      waiting.wait_for(std::chrono::seconds(3)) == std::future_status::timeout;
+  std::ofstream(profile) << before << others_line;
+  other.reset();  // before any check: a failed one must not leave the command waiting
+  CHECK(still_waiting);
   const Result after_wait = waiting.get();
   REQUIRE(after_wait.exit_code == 0);
   CHECK_THAT(after_wait.err, Catch::Contains("waiting for another process writing into " +
-                                             profile.parent_path().string()));
-  CHECK(slurp(profile) == after);
+                                             fs::weakly_canonical(profile.parent_path()).string()));
+  CHECK(slurp(profile) == after + others_line);
   fs::remove_all(data);
 }
 

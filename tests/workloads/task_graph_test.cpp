@@ -279,7 +279,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   const auto chunk_of = [&](TaskIndex t) {
     const std::string_view name = program[t].name;
     const std::size_t at = name.rfind(".chunk");
-    return at == std::string::npos ? std::string{} : name.substr(0, at);
+    return at == std::string::npos ? std::string_view{} : name.substr(0, at);
   };
   // The last of a GEMM's chunks from its first.
   const auto gemm_end = [&](TaskIndex t) {
