@@ -18,11 +18,22 @@ namespace fleetsim {
 TaskIndex Program::add(std::string_view name, Stream stream,
                        std::variant<ComputeWork, CollectiveWork, HostWork> work,
                        std::span<const TaskIndex> deps) {
-  if (!storage_) storage_ = std::make_shared<Storage>();
-  const std::span<const char> kept_name = storage_->names.add(name);
-  tasks_.push_back(Task{
-      {kept_name.data(), kept_name.size()}, storage_->deps.add(deps), stream, std::move(work)});
+  Storage& kept = storage();
+  const std::span<const char> kept_name = kept.names.add(name);
+  tasks_.push_back(
+      Task{{kept_name.data(), kept_name.size()}, kept.deps.add(deps), stream, std::move(work)});
   return static_cast<TaskIndex>(tasks_.size() - 1);
+}
+
+const Kernel* Program::kernel(const Kernel& kernel) {
+  auto [at, added] = storage().kernels.try_emplace(kernel);
+  if (added) at->second = std::make_unique<const Kernel>(kernel);
+  return at->second.get();
+}
+
+Program::Storage& Program::storage() {
+  if (!storage_) storage_ = std::make_shared<Storage>();
+  return *storage_;
 }
 
 namespace {
@@ -178,7 +189,8 @@ class ProgramBuilder {
     const double model_flops = recomputed ? 0.0 : op.model_flops;
     graph_->model_flops_per_rank += model_flops;
     graph_->hardware_flops_per_rank += op.kernel.flops;
-    return add(name, Stream::compute, ComputeWork{op.kernel, model_flops}, std::move(deps));
+    return add(name, Stream::compute, ComputeWork{program_->kernel(op.kernel), model_flops},
+               std::move(deps));
   }
   // A data-parallel collective (of all replicas, or of an expert's): parameter gathers on one
   // stream, gradient reductions on another.

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -57,7 +58,9 @@ inline const char* to_string(Stream stream) {
 inline constexpr int kFsdpUnitsGathered = 2;
 
 struct ComputeWork {
-  Kernel kernel;
+  // In its program's storage, once for each distinct kernel (Program::kernel): a program
+  // repeats its layers' kernels over every micro-batch.
+  const Kernel* kernel = nullptr;
   double model_flops = 0;  // FLOPs counted for MFU (0 for recomputation)
 };
 
@@ -121,11 +124,13 @@ struct Task {
   std::variant<ComputeWork, CollectiveWork, HostWork> work;
 };
 
-// A stage's tasks in program order, beside the storage their names and dependencies view: a
-// copy shares it, so the tasks of a copy stay valid whatever becomes of the original. (Copies
-// are for reading: two adding tasks would share one storage.)
+// A stage's tasks in program order, beside the storage their names, dependencies and kernels
+// view: a copy shares it, so the tasks of a copy stay valid whatever becomes of the original.
+// (Copies are for reading: two adding tasks would share one storage.)
 class Program {
  public:
+  // `kernel` kept in the storage, where an equal one is kept already, that one.
+  const Kernel* kernel(const Kernel& kernel);
   // Adds a task (its name and dependencies copied into the storage); returns its index.
   TaskIndex add(std::string_view name, Stream stream,
                 std::variant<ComputeWork, CollectiveWork, HostWork> work,
@@ -143,9 +148,11 @@ class Program {
   struct Storage {
     BlockArena<char> names;
     BlockArena<TaskIndex> deps;
+    std::unordered_map<Kernel, std::unique_ptr<const Kernel>, KernelHash> kernels;
   };
+  Storage& storage();
   std::vector<Task> tasks_;
-  std::shared_ptr<Storage> storage_;  // made by the first add()
+  std::shared_ptr<Storage> storage_;  // made when first needed
 };
 
 struct TaskGraph {

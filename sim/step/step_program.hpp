@@ -129,14 +129,14 @@ struct ProgramIndex {
     }
     // A program repeats its layers' kernels many times over: each distinct one is costed once
     // for each number of SMs held beside it.
-    std::unordered_map<Kernel, std::uint32_t, KernelHash> distinct;
+    std::unordered_map<const Kernel*, std::uint32_t> distinct;  // kept once each by the program
     const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
     kernel_at_.assign(compute.size(), kNoKernel);
     for (std::size_t i = 0; i < compute.size(); ++i) {
       if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
         const auto [at, added] =
             distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
-        if (added) kernels_.push_back(work->kernel);
+        if (added) kernels_.push_back(*work->kernel);
         kernel_at_[i] = at->second;
       }
     }

@@ -71,7 +71,7 @@ TEST_CASE("one GPU: the step is exactly the sum of its kernels") {
   SimTime expected{};
   for (const Task& task : graph.stages[0]) {
     if (const auto* work = std::get_if<ComputeWork>(&task.work)) {
-      expected += from_seconds(kernel_seconds(in.gpu, work->kernel));
+      expected += from_seconds(kernel_seconds(in.gpu, *work->kernel));
     }
   }
   const StepOutcome out = simulate_step(in);

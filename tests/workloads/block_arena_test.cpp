@@ -1,5 +1,5 @@
-// The storage of a program's task names and dependencies: every view stays what was copied in,
-// however the runs fall against the blocks' ends.
+// The storage of a program's task names, dependencies and kernels: every view stays what was
+// copied in, however the runs fall against the blocks' ends; equal kernels are kept once.
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <string>
@@ -45,6 +45,25 @@ TEST_CASE("a program's copy keeps its tasks' names and dependencies when the ori
   CHECK(copy[1].name == std::string(100, 'x'));
   CHECK(std::vector<TaskIndex>(copy[1].deps.begin(), copy[1].deps.end()) ==
         std::vector<TaskIndex>{0});
+}
+
+TEST_CASE("a program keeps each distinct kernel once, and equal ones as that one") {
+  Program program;
+  const Kernel gemm = gemm_kernel(4096, 4096, 4096, 2);
+  const Kernel* kept = program.kernel(gemm);
+  CHECK(*kept == gemm);
+  CHECK(program.kernel(Kernel(gemm)) == kept);
+  Kernel negative_zero = gemm;  // -0 equals 0: the same kernel
+  negative_zero.window = -0.0;
+  CHECK(program.kernel(negative_zero) == kept);
+  Kernel beside_communication = gemm;
+  beside_communication.sm_margin = 16;
+  const Kernel* other = program.kernel(beside_communication);
+  CHECK(other != kept);
+  CHECK(*other == beside_communication);
+  // A copy of the program reads the same kernels.
+  const Program copy = program;
+  CHECK(Program(copy).kernel(gemm) == kept);
 }
 
 }  // namespace

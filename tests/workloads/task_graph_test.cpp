@@ -122,7 +122,7 @@ TEST_CASE("pipeline: a tied embedding is kept on the last stage too and its grad
   double adam_bytes = 0;
   for (const Task& task : graph.stages[3]) {
     if (task.name == "optimizer.adam") {
-      adam_bytes = std::get<ComputeWork>(task.work).kernel.bytes;
+      adam_bytes = std::get<ComputeWork>(task.work).kernel->bytes;
     }
   }
   CHECK(adam_bytes == Approx(30 * last_stage / 64));
@@ -289,13 +289,13 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   int ring_exchange_chunks = 0, pipeline_chunks = 0, bulk_gemms = 0;
   for (const Task& task : program) {
     const auto* work = std::get_if<ComputeWork>(&task.work);
-    if (!work || work->kernel.kind != KernelKind::gemm) continue;
+    if (!work || work->kernel->kind != KernelKind::gemm) continue;
     if (task.name.find(".chunk") != std::string::npos) {
       // Ring exchange chunks plan for the whole GPU; pipelined ones leave the reduction's 16.
-      CHECK(work->kernel.m == Approx(4096.0 / 4));
-      (work->kernel.sm_margin == 0 ? ring_exchange_chunks : pipeline_chunks) += 1;
-      CHECK((work->kernel.sm_margin == 0 || work->kernel.sm_margin == 16));
-    } else if (work->kernel.sm_margin == 16) {
+      CHECK(work->kernel->m == Approx(4096.0 / 4));
+      (work->kernel->sm_margin == 0 ? ring_exchange_chunks : pipeline_chunks) += 1;
+      CHECK((work->kernel->sm_margin == 0 || work->kernel->sm_margin == 16));
+    } else if (work->kernel->sm_margin == 16) {
       ++bulk_gemms;  // beside a bulk re-gather or reduce-scatter
     }
   }
@@ -308,7 +308,7 @@ TEST_CASE("tp_comm_overlap: each tensor-parallel collective runs beside a GEMM, 
   };
   const auto is_gemm = [](const Task& task) {
     const auto* work = std::get_if<ComputeWork>(&task.work);
-    return work && work->kernel.kind == KernelKind::gemm;
+    return work && work->kernel->kind == KernelKind::gemm;
   };
   const auto tensor_bytes = [&](const Program& tasks) {
     double bytes = 0;
@@ -737,7 +737,7 @@ TEST_CASE("fsdp2: each gathered unit copied out on the compute stream, each grad
     const bool out = task.name.ends_with(".copy_out"), in = task.name.ends_with(".copy_in");
     if (!out && !in) continue;
     CHECK(task.stream == Stream::compute);
-    copied += std::get<ComputeWork>(task.work).kernel.bytes;
+    copied += std::get<ComputeWork>(task.work).kernel->bytes;
     if (out) {
       // After its unit's all-gather; the unit's first kernel, next on the stream, after it.
       const bool after_gather = std::any_of(task.deps.begin(), task.deps.end(), [&](TaskIndex d) {
@@ -803,7 +803,7 @@ TEST_CASE(
   const auto kernels = [](const Program& program) {
     std::vector<Kernel> all;
     for (const Task& task : program) {
-      if (const auto* work = std::get_if<ComputeWork>(&task.work)) all.push_back(work->kernel);
+      if (const auto* work = std::get_if<ComputeWork>(&task.work)) all.push_back(*work->kernel);
     }
     return all;
   };
