@@ -221,18 +221,7 @@ std::string Topology::link_name(LinkId id) const {
   return vertices_[l.from].name + "->" + vertices_[l.to].name;
 }
 
-// The route is the first shortest path a breadth-first search from src meets, visiting out-links
-// in creation order: the shortest path whose sequence of out-link positions is least
-// (lexicographically), since such a search discovers each level's vertices in the order of their
-// own least sequences. Searching from src alone visits the whole cluster's fabric before the
-// far node (every spine, every leaf, every leaf's ports), so the search runs from both ends,
-// each side a whole level at a time, the smaller frontier first, until they meet: at levels
-// `ahead` from src and `behind` to dst, with no meeting before, every shortest path has length
-// ahead + behind and crosses the forward level `ahead` at a vertex the backward search reached
-// at level `behind`. Which forward vertices lie on a shortest path is then marked level by level
-// back to src, and the least path is walked from src: at each vertex the first usable out-link
-// to a vertex on a shortest path one position further on. The backward levels say which those
-// are past the meeting level.
+// See Topology::route for why the route is searched from both ends.
 std::optional<Topology::Graph::Meeting> Topology::Graph::meet(VertexId src, VertexId dst,
                                                               const std::vector<Link>& links,
                                                               const UsableForRoute& usable) {

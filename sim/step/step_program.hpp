@@ -45,24 +45,6 @@ class TaskLists {
   std::vector<std::uint32_t> items_;
 };
 
-// Every task's dependencies back to back in one array, for the passes below: each reads them
-// in order there instead of striding over the tasks (144 bytes each) to find them.
-struct FlatDeps {
-  std::vector<std::size_t> starts;  // task t's at starts[t], up to starts[t + 1]
-  std::vector<TaskIndex> items;
-  explicit FlatDeps(const Program& program) {
-    starts.reserve(program.size() + 1);
-    starts.push_back(0);
-    for (const Task& task : program) {
-      items.insert(items.end(), task.deps.begin(), task.deps.end());
-      starts.push_back(items.size());
-    }
-  }
-  std::span<const TaskIndex> of(TaskIndex t) const {
-    return {items.data() + starts[t], items.data() + starts[t + 1]};
-  }
-};
-
 struct ProgramIndex {
   TaskLists dependents;
   // Each stream's tasks in program order; pipeline transfers run out of order, so not listed.
@@ -78,7 +60,44 @@ struct ProgramIndex {
   std::vector<Stream> stream;     // of each task (read often: kept apart from the tasks)
 
   ProgramIndex(const Program& program, const GpuProfile& gpu)
-      : ProgramIndex(program, FlatDeps(program), gpu) {}
+      : dependents(dependents_of(program)),
+        compute_dep_positions(compute_dep_positions_of(program)),
+        gpu_(&gpu) {
+    dependencies.resize(program.size());
+    stream.resize(program.size());
+    wakes.resize(program.size());
+    position.resize(program.size());
+    for (TaskIndex t = 0; t < program.size(); ++t) {
+      const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
+      wakes[t] |= bit;
+      dependencies[t] = static_cast<int>(program[t].deps.size());
+      stream[t] = program[t].stream;
+      for (const TaskIndex d : program[t].deps) {
+        wakes[d] |= bit;
+      }
+      if (program[t].stream != Stream::pipeline) {
+        std::vector<TaskIndex>& stream = order[static_cast<int>(program[t].stream)];
+        position[t] = stream.size();
+        stream.push_back(t);
+      } else if (program[t].deps.empty()) {
+        unordered.push_back(t);
+      }
+    }
+    // A program repeats its layers' kernels many times over: each distinct one is costed once
+    // for each number of SMs held beside it.
+    std::unordered_map<const Kernel*, std::uint32_t> distinct;  // kept once each by the program
+    const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
+    kernel_at_.assign(compute.size(), kNoKernel);
+    for (std::size_t i = 0; i < compute.size(); ++i) {
+      if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
+        const auto [at, added] =
+            distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
+        if (added) kernels_.push_back(*work->kernel);
+        kernel_at_[i] = at->second;
+      }
+    }
+    compute_ns_before(0, 0);
+  }
 
   // The compute stream's kernels' durations summed in stream order while the rank's
   // collectives hold `sms_held` of the GPU's SMs and move `hbm_taken` bytes/s of its HBM:
@@ -103,46 +122,6 @@ struct ProgramIndex {
   }
 
  private:
-  ProgramIndex(const Program& program, const FlatDeps& deps, const GpuProfile& gpu)
-      : dependents(dependents_of(program, deps)),
-        compute_dep_positions(compute_dep_positions_of(program, deps)),
-        gpu_(&gpu) {
-    dependencies.resize(program.size());
-    stream.resize(program.size());
-    wakes.resize(program.size());
-    position.resize(program.size());
-    for (TaskIndex t = 0; t < program.size(); ++t) {
-      const auto bit = static_cast<std::uint8_t>(1u << static_cast<int>(program[t].stream));
-      wakes[t] |= bit;
-      dependencies[t] = static_cast<int>(deps.of(t).size());
-      stream[t] = program[t].stream;
-      for (const TaskIndex d : deps.of(t)) {
-        wakes[d] |= bit;
-      }
-      if (program[t].stream != Stream::pipeline) {
-        std::vector<TaskIndex>& stream = order[static_cast<int>(program[t].stream)];
-        position[t] = stream.size();
-        stream.push_back(t);
-      } else if (deps.of(t).empty()) {
-        unordered.push_back(t);
-      }
-    }
-    // A program repeats its layers' kernels many times over: each distinct one is costed once
-    // for each number of SMs held beside it.
-    std::unordered_map<const Kernel*, std::uint32_t> distinct;  // kept once each by the program
-    const std::vector<TaskIndex>& compute = order[static_cast<int>(Stream::compute)];
-    kernel_at_.assign(compute.size(), kNoKernel);
-    for (std::size_t i = 0; i < compute.size(); ++i) {
-      if (const auto* work = std::get_if<ComputeWork>(&program[compute[i]].work)) {
-        const auto [at, added] =
-            distinct.try_emplace(work->kernel, static_cast<std::uint32_t>(kernels_.size()));
-        if (added) kernels_.push_back(*work->kernel);
-        kernel_at_[i] = at->second;
-      }
-    }
-    compute_ns_before(0, 0);
-  }
-
   static constexpr std::uint32_t kNoKernel = ~std::uint32_t{0};
   const GpuProfile* gpu_;
   std::vector<Kernel> kernels_;           // the compute stream's distinct kernels
@@ -150,10 +129,10 @@ struct ProgramIndex {
   // By SMs held and HBM bytes/s taken.
   std::map<std::pair<int, std::int64_t>, std::vector<std::int64_t>> ns_before_;
 
-  static TaskLists dependents_of(const Program& program, const FlatDeps& deps) {
+  static TaskLists dependents_of(const Program& program) {
     return TaskLists(program.size(), [&](auto add) {
       for (TaskIndex t = 0; t < program.size(); ++t) {
-        for (const TaskIndex d : deps.of(t)) {
+        for (const TaskIndex d : program[t].deps) {
           if (d >= t)
             throw ModelError("task " + std::string(program[t].name) + " depends on a later task");
           add(d, t);
@@ -161,7 +140,7 @@ struct ProgramIndex {
       }
     });
   }
-  static TaskLists compute_dep_positions_of(const Program& program, const FlatDeps& deps) {
+  static TaskLists compute_dep_positions_of(const Program& program) {
     constexpr std::uint32_t kNotCompute = ~std::uint32_t{0};
     std::vector<std::uint32_t> compute_position(program.size(), kNotCompute);
     std::uint32_t computed = 0;
@@ -170,7 +149,7 @@ struct ProgramIndex {
     }
     return TaskLists(program.size(), [&](auto add) {
       for (TaskIndex t = 0; t < program.size(); ++t) {
-        for (const TaskIndex d : deps.of(t)) {
+        for (const TaskIndex d : program[t].deps) {
           if (compute_position[d] != kNotCompute) add(t, compute_position[d]);
         }
       }
