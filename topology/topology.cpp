@@ -335,23 +335,38 @@ std::vector<LinkId> Topology::Graph::walk(VertexId src, Meeting meeting,
 // shortest path one position further on. The backward levels say which those are past the
 // meeting level.
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
-  if (src == dst) return {};
+  std::vector<LinkId> path;
+  append_route(src, dst, path);
+  return path;
+}
+
+void Topology::append_route(VertexId src, VertexId dst, std::vector<LinkId>& path) const {
+  if (src == dst) return;
   const UsableForRoute usable{&vertices_, src, vertices_.at(src).node, vertices_.at(dst).node};
   // Routes of one or two links are most of a step's (a GPU to its NVSwitch and on, to its PCIe
   // switch and NIC, a NIC to its leaf and on): the first shortest path is then the least pair
   // of out-link positions, found by trying them in order, without a search or a copy kept.
   for (const LinkId first : out_links_[src]) {
-    if (links_[first].to == dst && usable(links_[first])) return {first};
+    if (links_[first].to == dst && usable(links_[first])) {
+      path.push_back(first);
+      return;
+    }
   }
   for (const LinkId first : out_links_[src]) {
     if (!usable(links_[first])) continue;
     for (const LinkId second : out_links_[links_[first].to]) {
-      if (links_[second].to == dst && usable(links_[second])) return {first, second};
+      if (links_[second].to == dst && usable(links_[second])) {
+        path.insert(path.end(), {first, second});
+        return;
+      }
     }
   }
   Graph& g = *graph_;
   const std::uint64_t key = std::uint64_t{src} << 32 | dst;
-  if (const auto known = g.routes.find(key); known != g.routes.end()) return known->second;
+  if (const auto known = g.routes.find(key); known != g.routes.end()) {
+    path.insert(path.end(), known->second.begin(), known->second.end());
+    return;
+  }
   g.from_src.resize(vertices_.size(), kUnreached);
   g.to_dst.resize(vertices_.size(), kUnreached);
   g.on_path.resize(vertices_.size(), 0);
@@ -365,9 +380,9 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst) const {
   if (!meeting) {
     throw ModelError("no path from " + vertices_.at(src).name + " to " + vertices_.at(dst).name);
   }
-  std::vector<LinkId> path = g.walk(src, *meeting, links_, usable);
-  g.routes.emplace(key, path);
-  return path;
+  const std::vector<LinkId>& found =
+      g.routes.emplace(key, g.walk(src, *meeting, links_, usable)).first->second;
+  path.insert(path.end(), found.begin(), found.end());
 }
 
 void Topology::set_host_memory(int node, HostMemory memory, bool stages_peer_traffic) {
@@ -411,15 +426,23 @@ std::uint64_t mix(std::uint64_t x) {
 }  // namespace
 
 std::vector<LinkId> Topology::route(VertexId src, VertexId dst, std::uint64_t flow) const {
-  std::vector<LinkId> path = route(src, dst);
-  if (!hashes_routes()) return path;
-  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+  std::vector<LinkId> path;
+  append_route(src, dst, flow, path);
+  return path;
+}
+
+void Topology::append_route(VertexId src, VertexId dst, std::uint64_t flow,
+                            std::vector<LinkId>& path) const {
+  const std::size_t start = path.size();
+  append_route(src, dst, path);
+  if (!hashes_routes()) return;
+  for (std::size_t i = start; i + 1 < path.size(); ++i) {
     const VertexId through = links_[path[i]].to;
     const int group = equal_cost_group_of_[through];
     if (group < 0) continue;
     const std::vector<VertexId>& members = equal_cost_groups_[group];
     const std::uint64_t hash =
-        mix(mix(mix(mix(hash_seed_) ^ flow) ^ (std::uint64_t{src} << 32 | dst)) ^ i);
+        mix(mix(mix(mix(hash_seed_) ^ flow) ^ (std::uint64_t{src} << 32 | dst)) ^ (i - start));
     const VertexId member = members[hash % members.size()];
     const auto up = link_between(links_[path[i]].from, member);
     const auto down = link_between(member, links_[path[i + 1]].to);
@@ -430,7 +453,6 @@ std::vector<LinkId> Topology::route(VertexId src, VertexId dst, std::uint64_t fl
     path[i] = *up;
     path[i + 1] = *down;
   }
-  return path;
 }
 
 namespace {

@@ -113,10 +113,16 @@ class Topology {
   // explicitly. Nor does a route pass through the NICs, PCIe switches or host of a node other
   // than src's and dst's. Throws ModelError if dst is unreachable.
   std::vector<LinkId> route(VertexId src, VertexId dst) const;
+  // route(src, dst)'s links appended to `path`, without a vector of their own (for callers
+  // that join many routes).
+  void append_route(VertexId src, VertexId dst, std::vector<LinkId>& path) const;
   // The route of one flow under hash routing: where the path crosses a group of equal-cost
   // switches, the member is picked by a seeded hash of (flow, src, dst, position), as a switch
   // hashes a packet's flow fields. Without such groups it is route(src, dst).
   std::vector<LinkId> route(VertexId src, VertexId dst, std::uint64_t flow) const;
+  // route(src, dst, flow)'s links appended to `path`.
+  void append_route(VertexId src, VertexId dst, std::uint64_t flow,
+                    std::vector<LinkId>& path) const;
   // Switches that are interchangeable on every path through any of them: each connects to the
   // same vertices below and above. Members are picked in the order given.
   void add_equal_cost_group(std::vector<VertexId> members);

@@ -886,22 +886,34 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
 }
 
 std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint64_t flow) const {
+  std::vector<LinkId> links;
+  append_hop_links(from, to, flow, links);
+  return links;
+}
+
+void Collectives::append_hop_links(VertexId from, VertexId to, std::uint64_t flow,
+                                   std::vector<LinkId>& links) const {
   const Vertex& source = topology_->vertex(from);
   const Vertex& target = topology_->vertex(to);
   const std::optional<VertexId> shared_switch = topology_->nvswitch_of(from);
   const bool same_domain = shared_switch && shared_switch == topology_->nvswitch_of(to);
   if (source.node == target.node) {
     const std::optional<Topology::HostMemory> staging = topology_->staging_of(source.node);
-    if (!staging) return topology_->route(from, to);
+    if (!staging) {
+      topology_->append_route(from, to, links);
+      return;
+    }
     // No peer-to-peer: up to host memory, written and read back there, and down again.
-    std::vector<LinkId> links = topology_->route(from, staging->host);
+    topology_->append_route(from, staging->host, links);
     links.push_back(staging->memory_link);
     links.push_back(staging->memory_link);
-    const std::vector<LinkId> down = topology_->route(staging->host, to);
-    links.insert(links.end(), down.begin(), down.end());
-    return links;
+    topology_->append_route(staging->host, to, links);
+    return;
   }
-  if (same_domain) return topology_->route(from, to);
+  if (same_domain) {
+    topology_->append_route(from, to, links);
+    return;
+  }
   // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
   // or through the source's own NIC when the node has no such GPU.
   // PXN needs peer-to-peer access: without it the GPU sends through its own NIC.
@@ -910,14 +922,14 @@ std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint
                              : topology_->gpu_at(source.node, target.index).value_or(from);
   const auto out_nic = topology_->nic_of_gpu(proxy);
   const auto in_nic = topology_->nic_of_gpu(to);
-  if (!out_nic || !in_nic) return topology_->route(from, to, flow);
-  std::vector<LinkId> links;
+  if (!out_nic || !in_nic) {
+    topology_->append_route(from, to, flow, links);
+    return;
+  }
   for (const auto& [a, b] : {std::pair{from, proxy}, std::pair{proxy, *out_nic},
                              std::pair{*out_nic, *in_nic}, std::pair{*in_nic, to}}) {
-    const std::vector<LinkId> part = topology_->route(a, b, flow);
-    links.insert(links.end(), part.begin(), part.end());
+    topology_->append_route(a, b, flow, links);
   }
-  return links;
 }
 
 const std::vector<Collectives::Channel>& Collectives::channels(const std::vector<VertexId>& ranks) {

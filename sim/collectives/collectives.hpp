@@ -156,6 +156,9 @@ class Collectives {
   // under hash routing).
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
   std::vector<LinkId> hop_links(VertexId from, VertexId to, std::uint64_t flow = 0) const;
+  // hop_links(from, to, flow) appended to `links`.
+  void append_hop_links(VertexId from, VertexId to, std::uint64_t flow,
+                        std::vector<LinkId>& links) const;
 
  private:
   struct Channel {

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 
 namespace fleetsim::step_detail {
@@ -85,10 +86,7 @@ std::vector<LinkId> group_links(const Collectives& collectives, const std::vecto
   std::sort(hops.begin(), hops.end());
   hops.erase(std::unique(hops.begin(), hops.end()), hops.end());
   std::vector<LinkId> links;
-  for (const auto& [from, to] : hops) {
-    const std::vector<LinkId> hop = collectives.hop_links(from, to);
-    links.insert(links.end(), hop.begin(), hop.end());
-  }
+  for (const auto& [from, to] : hops) collectives.append_hop_links(from, to, 0, links);
   return links;
 }
 
@@ -131,14 +129,22 @@ std::optional<int> leaf_unit(const Topology& topology) {
   return run * static_cast<int>(per_node);
 }
 
-// The links of the pipeline pair at `place` (its rank in stage 0) between two stages, each
-// way: [0] from the first stage of `stages` to the second, [1] back.
-std::array<std::vector<LinkId>, 2> pair_links(const RankGrid& grid, const Collectives& collectives,
-                                              const std::vector<VertexId>& gpus,
-                                              const std::pair<int, int>& stages, int place) {
-  const VertexId a = gpus[grid.first_rank_of_stage(stages.first) + place];
-  const VertexId b = gpus[grid.first_rank_of_stage(stages.second) + place];
-  return {collectives.hop_links(a, b), collectives.hop_links(b, a)};
+// The group of a kind holding the replayed rank that stands for group `group`'s first member.
+int stand_in_group(const RankGrid& grid, Fold fold, GroupKind kind, int group) {
+  return grid.group_of(stand_in(grid, fold, grid.members(kind, group).front()), kind);
+}
+
+// A rank's place in its stage (replica x tp + tp rank).
+int place_of(const RankGrid& grid, int rank) {
+  return rank - grid.first_rank_of_stage(grid.stage_of(rank));
+}
+
+// The GPUs of the pipeline pair at `place` (its rank in stage 0) between two stages: [0] in the
+// first stage of `stages`, [1] in the second.
+std::array<VertexId, 2> pair_gpus(const RankGrid& grid, const std::vector<VertexId>& gpus,
+                                  const std::pair<int, int>& stages, int place) {
+  return {gpus[grid.first_rank_of_stage(stages.first) + place],
+          gpus[grid.first_rank_of_stage(stages.second) + place]};
 }
 
 // The GPUs of a unit: a node, or the NVLink domain of several nodes the first GPU is in.
@@ -352,7 +358,7 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
     if (!grid.has_groups(kind)) continue;
     for (int g = 0; g < grid.groups(kind); ++g) {
       const std::vector<int> members = grid.members(kind, g);
-      const int representative = grid.group_of(stand_in(grid, fold, members.front()), kind);
+      const int representative = stand_in_group(grid, fold, kind, g);
       joined.push_back(
           {kind, g, representative,
            sharing.join(group_links(collectives, group_gpus[static_cast<int>(kind)][g]),
@@ -362,11 +368,14 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
   // Pipeline pairs: the same place (replica x tp + tp rank, its rank in stage 0) in two stages,
   // sending both ways; the replayed pair that stands for one is at its stand-in's place.
   std::map<std::pair<int, int>, std::vector<std::optional<std::size_t>>> pipeline_part;
+  std::vector<LinkId> links;
   for (const std::pair<int, int>& stages : transfer_stages) {
     auto& parts = pipeline_part[stages];
     for (int place = 0; place < grid.stage_ranks(); ++place) {
-      auto [links, back] = pair_links(grid, collectives, gpus, stages, place);
-      links.insert(links.end(), back.begin(), back.end());
+      const auto [a, b] = pair_gpus(grid, gpus, stages, place);
+      links.clear();
+      collectives.append_hop_links(a, b, 0, links);
+      collectives.append_hop_links(b, a, 0, links);
       const int replica = place / tp;
       parts.push_back(
           sharing.join(links, owner_of(replica, replica, stand_in(grid, fold, place) == place)));
@@ -391,68 +400,213 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
   return out;
 }
 
-// Max-min fair rates are unique. Leave every copy out: a kept flow keeps its rate if the rates
-// the copies had are their counterparts' (the folding assumption, which the check below makes
-// local: each copy meets on each of its links what its counterpart meets on the link at the
-// same place of its route, counting the links that may bind) and each kept flow still has a
-// saturated link where no flow is faster (its bottleneck). Every link a pipeline copy crosses that
-// may bind is the image of the link at the same place among its counterpart's links that may bind:
-// the same kind and rate, and the flows on it, each copy counted as its counterpart, are those on
-// the counterpart's link, which no copy crosses. Links that never bind (links_that_never_bind) set
-// no rate: the flow network leaves them out of the rates of every flow that crosses a link that
-// may bind, as every pipeline transfer does (its GPU's PCIe or NVLink). A kept ring
-// bottlenecked on a copy's link is then bottlenecked on that twin too, which the reduced
-// replay keeps whole. Copies of tensor groups and of data-parallel rings (tp rank k's, folding
-// tp ranks) cross no link of kept traffic, and meet pipeline copies only where those meet
-// their images. Anything else (a shared leaf uplink, a tree, all-to-alls, hashed routes)
-// keeps the copies.
-bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& topology,
-                            const Collectives& collectives, const std::vector<VertexId>& gpus,
-                            const GroupGpus& group_gpus,
-                            const std::set<std::pair<int, int>>& transfer_stages,
-                            const std::vector<bool>& never_binds, bool rings_only) {
-  if (fold == Fold::none || !rings_only || grid.cp() > 1 || grid.ep() > 1 ||
-      topology.hashes_routes()) {
-    return false;
-  }
-  const auto binds = [&](LinkId link) { return never_binds.empty() || !never_binds[link]; };
-  // A flow, as the kept flow it is or stands for: (kind, piece, sub-flow), kind 0 a pipeline
-  // pair (sub-flow: its direction), 1 a tensor group and 2 a data-parallel ring (sub-flow: a
-  // channel of its ring). The flows crossing each link: kept ones, and copies as their
-  // counterparts.
-  using Flow = std::tuple<int, std::size_t, std::size_t>;
-  // By link id (a dense index): the flows on it, and the links that carry any, in first use.
-  struct FlowsOnLinks {
-    std::vector<std::vector<Flow>> on;
-    std::vector<LinkId> used;
-    void add(LinkId link, Flow flow) {
-      if (on[link].empty()) used.push_back(link);
-      on[link].push_back(flow);
+namespace {
+
+// What a reduced replay runs of each piece of traffic: the piece itself (its image is itself),
+// or nothing, the piece it mirrors (its image) standing for it. By kind, each group's image
+// group (tensor and data groups; the others keep their copies); by place in a stage (replica x
+// tp + tp rank), the image of the pipeline pairs and host work there, in every stage.
+struct Images {
+  std::array<std::vector<int>, kGroupKinds> groups;
+  std::vector<int> places;
+};
+
+// Every copy mirroring the replayed traffic it stands for: the replayed ranks and the groups
+// holding one run, nothing else.
+Images stand_in_images(const RankGrid& grid, Fold fold) {
+  Images images;
+  for (const GroupKind kind : {GroupKind::tensor, GroupKind::data}) {
+    for (int g = 0; g < grid.groups(kind); ++g) {
+      images.groups[static_cast<int>(kind)].push_back(stand_in_group(grid, fold, kind, g));
     }
-    bool carries(LinkId link) const { return !on[link].empty(); }
-  };
-  FlowsOnLinks kept_on{std::vector<std::vector<Flow>>(topology.link_count()), {}};
-  FlowsOnLinks copies_on{std::vector<std::vector<Flow>>(topology.link_count()), {}};
-  // A group's links, by channel of its ring and hop: the links of hop h of channel c.
-  const auto ring_links = [&](const std::vector<VertexId>& group) {
-    std::vector<std::vector<LinkId>> channels;
-    if (group.size() < 2) return channels;
-    for (const std::vector<VertexId>& ring : collectives.channel_rings(group)) {
-      std::vector<LinkId>& links = channels.emplace_back();
-      for (std::size_t i = 0; i < ring.size(); ++i) {
-        const std::vector<LinkId> hop = collectives.hop_links(ring[i], ring[(i + 1) % ring.size()]);
-        links.insert(links.end(), hop.begin(), hop.end());
+  }
+  for (int place = 0; place < grid.stage_ranks(); ++place) {
+    images.places.push_back(stand_in(grid, fold, place));
+  }
+  return images;
+}
+
+// Every copy mirroring the traffic as many whole units (nodes, or NVLink domains) back, in the
+// first unit of its stage: the replicas sharing a unit with replica 0 run their tensor groups
+// and pipeline pairs. With `tp_ranks_too`, every tp rank of those replicas runs its pipeline
+// pairs and host work and every data-parallel group runs (each spans the units alike); else,
+// folding tp ranks, only tp rank 0's do, standing for the others as stand_in_images has it.
+// nullopt where the images are stand_in_images' (one replica a unit, and tp ranks folded or
+// not to fold), where `tp_ranks_too` changes nothing (tp ranks not folded: the images are
+// given without it), or where the units do not hold whole replicas.
+std::optional<Images> unit_images(const RankGrid& grid, Fold fold, const Topology& topology,
+                                  bool tp_ranks_too) {
+  const int tp = grid.tp();
+  const int unit = unit_gpus(topology);
+  const int unit_replicas = unit % tp == 0 ? unit / tp : 1;
+  const bool folds_tp_ranks = fold == Fold::tensor && !tp_ranks_too;
+  const bool as_stand_in = unit_replicas == 1 && (fold == Fold::replicas || folds_tp_ranks);
+  const bool repeated = fold == Fold::replicas && tp_ranks_too;
+  if (grid.replicas() % unit_replicas != 0 || as_stand_in || repeated) return std::nullopt;
+  Images images;
+  for (int g = 0; g < grid.groups(GroupKind::tensor); ++g) {
+    const int first = grid.members(GroupKind::tensor, g).front();
+    const int image = grid.rank_at(grid.stage_of(first), grid.replica_of(first) % unit_replicas, 0);
+    images.groups[static_cast<int>(GroupKind::tensor)].push_back(
+        grid.group_of(image, GroupKind::tensor));
+  }
+  for (int g = 0; g < grid.groups(GroupKind::data); ++g) {
+    images.groups[static_cast<int>(GroupKind::data)].push_back(
+        folds_tp_ranks ? stand_in_group(grid, fold, GroupKind::data, g) : g);
+  }
+  for (int place = 0; place < grid.stage_ranks(); ++place) {
+    const int in_unit = place % (unit_replicas * tp);
+    images.places.push_back(folds_tp_ranks ? in_unit - in_unit % tp : in_unit);
+  }
+  return images;
+}
+
+// A flow's label: (kind, piece, sub-flow), kind 0 a pipeline pair (sub-flow: its direction), 1
+// a tensor group and 2 a data-parallel ring (sub-flow: a channel of its ring), 3 a rank's host
+// work (sub-flow: its copy to host memory, back, its CPU Adam there). A flow that runs is
+// labelled as itself, a copy left out as its image.
+using Label = std::tuple<int, std::size_t, std::size_t>;
+
+// By link id (a dense index): the labels of the flows on it, and the links that carry any, in
+// first use.
+struct LabelsOnLinks {
+  std::vector<std::vector<Label>> on;
+  std::vector<LinkId> used;
+  explicit LabelsOnLinks(std::size_t links) : on(links) {}
+  void add(LinkId link, const Label& label) {
+    if (on[link].empty()) used.push_back(link);
+    on[link].push_back(label);
+  }
+  bool carries(LinkId link) const { return !on[link].empty(); }
+  void sort() {
+    for (const LinkId link : used) std::sort(on[link].begin(), on[link].end());
+  }
+};
+
+// Every sub-flow's links that may bind, in route order, back to back (sub-flow k is
+// binding[starts[k]] to binding[starts[k + 1]]), each labelled on the links as it runs or as a
+// copy left out. A link that never binds sets no rate, so two routes that differ only there
+// (one crossing a fabric's core, its image not) are alike.
+class SubFlows {
+ public:
+  SubFlows(std::size_t links, const std::vector<bool>& never_binds)
+      : runs(links), copies(links), never_binds_(&never_binds) {}
+  // Adds the sub-flow over `route`: its number.
+  std::size_t add(const std::vector<LinkId>& route, bool runs_itself, const Label& label) {
+    for (const LinkId link : route) {
+      if (!never_binds_->empty() && (*never_binds_)[link]) continue;
+      binding_.push_back(link);
+      (runs_itself ? runs : copies).add(link, label);
+    }
+    starts_.push_back(binding_.size());
+    return starts_.size() - 2;
+  }
+  std::size_t count() const { return starts_.size() - 1; }
+  std::span<const LinkId> links(std::size_t k) const {
+    return {binding_.data() + starts_[k], starts_[k + 1] - starts_[k]};
+  }
+  LabelsOnLinks runs;
+  LabelsOnLinks copies;
+
+ private:
+  const std::vector<bool>* never_binds_;
+  std::vector<LinkId> binding_;
+  std::vector<std::size_t> starts_{0};
+};
+
+// Max-min fair rates are unique. Leave out every copy, a piece of traffic whose image is
+// another: the rates of what runs are unchanged if giving each copy its image's rate keeps
+// every link within its capacity and every flow that runs still has a saturated link where no
+// flow is faster (its bottleneck). The check makes that local, link by link, counting the
+// links that may bind (links_that_never_bind: those set no rate, and the flow network leaves
+// them out of the rates of every flow that crosses one that may bind). Each copy's links that
+// may bind, in route order, are those of its image (the same sub-flow: direction, ring channel
+// or host work) moved: at each place the same kind and rate, and the labels on the copy's link
+// (all of them: the `mirrored` ones) are those on its twin, the image's link. Where the twin
+// carries no copy, its labels are what runs on it (an anchor); where it does, the twin's own
+// labels must be the same, and the chain of twins from every link a copy crosses must end at
+// an anchor (a cycle anchors nothing). Then each link's load is its anchor's, within capacity;
+// a link that runs some of its labels' flows without the others (copies left out) is below its
+// anchor's load, so no flow that runs has its bottleneck there, and a bottleneck without copies
+// is kept whole; a copy's twin at its image's bottleneck is saturated as that is, the copy the
+// fastest there as its image is. CPU Adam's rate cap is its node's share of the cores: a copy's
+// node must be shared by as many ranks as its image's.
+class TwinCheck {
+ public:
+  TwinCheck(const Topology& topology, const SubFlows& flows)
+      : topology_(&topology), flows_(&flows), anchored_(topology.link_count(), 0) {}
+
+  // Whether copy sub-flow `copy` meets on each link what sub-flow `image` meets on its own.
+  bool mirrors(std::size_t copy, std::size_t image) {
+    const std::span<const LinkId> links = flows_->links(copy);
+    const std::span<const LinkId> twins = flows_->links(image);
+    if (links.size() != twins.size()) return false;
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      const Link& link = topology_->link(links[i]);
+      const Link& twin = topology_->link(twins[i]);
+      if (link.kind != twin.kind || link.bytes_per_s != twin.bytes_per_s) return false;
+      mirrored(links[i], mirrored_);
+      if (!flows_->copies.carries(twins[i])) {
+        if (mirrored_ != flows_->runs.on[twins[i]]) return false;
+        anchored_[links[i]] = 1;
+      } else {
+        mirrored(twins[i], twin_mirrored_);
+        if (mirrored_ != twin_mirrored_) return false;
+        chained_.emplace_back(links[i], twins[i]);
       }
     }
-    return channels;
-  };
-  // Groups of a kind: each kept one's channels, and each copy's channels as its counterpart's.
-  // The data-parallel rings first, then the tensor groups: a copy on an NVSwitch, whose hops
-  // cross only its GPUs' links to the switch, needs no routes where no ring or pipeline pair
-  // crosses those links.
-  std::set<VertexId> on_switch_links;  // GPUs whose NVLink to their switch something crosses
-  const auto note_nodes = [&](const FlowsOnLinks& flows) {
-    for (const LinkId link : flows.used) {
+    return true;
+  }
+
+  // After every copy's sub-flows: whether every link a copy crosses reaches an anchor.
+  bool anchored() {
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const auto& [link, twin] : chained_) {
+        if (!anchored_[link] && anchored_[twin]) {
+          anchored_[link] = 1;
+          grew = true;
+        }
+      }
+    }
+    const std::vector<LinkId>& crossed = flows_->copies.used;
+    return std::all_of(crossed.begin(), crossed.end(),
+                       [&](LinkId link) { return anchored_[link] != 0; });
+  }
+
+ private:
+  void mirrored(LinkId link, std::vector<Label>& out) const {
+    out.clear();
+    const auto& runs = flows_->runs.on[link];
+    const auto& copies = flows_->copies.on[link];
+    std::merge(runs.begin(), runs.end(), copies.begin(), copies.end(), std::back_inserter(out));
+  }
+  const Topology* topology_;
+  const SubFlows* flows_;
+  std::vector<char> anchored_;                      // by link
+  std::vector<std::pair<LinkId, LinkId>> chained_;  // (link, twin): a twin carrying copies
+  std::vector<Label> mirrored_, twin_mirrored_;
+};
+
+// Whether every copy left out under `images` mirrors its image (TwinCheck). Copies of a tensor
+// group on an NVSwitch whose GPUs' links to it carry nothing else touch nothing that runs and
+// are not looked at.
+bool images_mirror(const Images& images, const Topology& topology, const Collectives& collectives,
+                   const std::vector<VertexId>& gpus, const RankGrid& grid,
+                   const GroupGpus& group_gpus,
+                   const std::set<std::pair<int, int>>& transfer_stages,
+                   const std::vector<bool>& never_binds, const HostWorkShape* host) {
+  SubFlows flows(topology.link_count(), never_binds);
+  std::vector<LinkId> links;  // one sub-flow's route, as it is looked at
+  // By kind and group: its ring channels' first sub-flow, and how many (none where skipped).
+  std::array<std::vector<std::pair<std::size_t, std::size_t>>, kGroupKinds> group_flows;
+  // GPUs whose NVLink to their switch something crosses. The data-parallel rings first, then
+  // the pipeline pairs and host work, then the tensor groups: a copy on an NVSwitch, whose hops
+  // cross only its GPUs' links to the switch, needs no routes where nothing else crosses
+  // those links.
+  std::set<VertexId> on_switch_links;
+  const auto note_nodes = [&](const LabelsOnLinks& labels) {
+    for (const LinkId link : labels.used) {
       const Link& l = topology.link(link);
       for (const VertexId end : {l.from, l.to}) {
         const VertexId other = end == l.from ? l.to : l.from;
@@ -462,92 +616,178 @@ bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& top
       }
     }
   };
-  const auto add_groups = [&](GroupKind kind, int flow_kind) {
-    const auto& groups = group_gpus[static_cast<int>(kind)];
+  const auto add_groups = [&](GroupKind kind, int label_kind) {
+    const int k = static_cast<int>(kind);
+    const auto& groups = group_gpus[k];
+    group_flows[k].assign(groups.size(), {0, 0});
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      const std::vector<int> members = grid.members(kind, static_cast<int>(g));
-      const auto counterpart =
-          static_cast<std::size_t>(grid.group_of(stand_in(grid, fold, members.front()), kind));
-      const bool kept = std::any_of(members.begin(), members.end(),
-                                    [&](int r) { return stand_in(grid, fold, r) == r; });
+      const auto image = static_cast<std::size_t>(images.groups[k][g]);
+      const bool runs = image == g;
       const std::optional<VertexId> nvswitch = topology.nvswitch_of(groups[g].front());
       const bool on_quiet_switch =
-          kind == GroupKind::tensor && !kept && nvswitch &&
+          kind == GroupKind::tensor && !runs && nvswitch &&
           std::all_of(groups[g].begin(), groups[g].end(), [&](VertexId gpu) {
             return topology.nvswitch_of(gpu) == nvswitch && on_switch_links.count(gpu) == 0;
           });
-      if (on_quiet_switch) continue;
-      const std::vector<std::vector<LinkId>> channels = ring_links(groups[g]);
-      for (std::size_t c = 0; c < channels.size(); ++c) {
-        for (const LinkId link : channels[c]) {
-          if (!binds(link)) continue;
-          (kept ? kept_on : copies_on).add(link, {flow_kind, kept ? g : counterpart, c});
+      if (on_quiet_switch || groups[g].size() < 2) continue;
+      const std::vector<std::vector<VertexId>> rings = collectives.channel_rings(groups[g]);
+      group_flows[k][g] = {flows.count(), rings.size()};
+      for (std::size_t c = 0; c < rings.size(); ++c) {
+        const std::vector<VertexId>& ring = rings[c];
+        links.clear();
+        for (std::size_t i = 0; i < ring.size(); ++i) {
+          collectives.append_hop_links(ring[i], ring[(i + 1) % ring.size()], 0, links);
         }
+        flows.add(links, runs, {label_kind, image, c});
       }
     }
   };
   add_groups(GroupKind::data, 2);
-  // Pipeline pairs, each direction apart.
-  // Each pair's links that may bind, each direction in route order, by pair of stages and
-  // place: a link that never binds sets no rate, so two routes that differ only there (one
-  // crossing a fabric's core, its counterpart not) are alike.
-  std::map<std::pair<int, int>, std::vector<std::array<std::vector<LinkId>, 2>>> binding_links;
+  // Pipeline pairs, each direction a sub-flow: the pair at `place` of the s-th pair of stages
+  // (in transfer_stages' order) is sub-flows pair_flows + 2 (s stage_ranks + place) + d.
+  const std::size_t pair_flows = flows.count();
   std::map<std::pair<std::pair<int, int>, int>, std::size_t> pair_number;
   for (const std::pair<int, int>& stages : transfer_stages) {
-    auto& of_place = binding_links[stages];
     for (int place = 0; place < grid.stage_ranks(); ++place) {
-      const int replayed = stand_in(grid, fold, place);
-      const auto [at, added] = pair_number.try_emplace({stages, replayed}, pair_number.size());
-      std::array<std::vector<LinkId>, 2>& directions =
-          of_place.emplace_back(pair_links(grid, collectives, gpus, stages, place));
+      const int image = images.places[place];
+      const auto [at, added] = pair_number.try_emplace({stages, image}, pair_number.size());
+      const std::array<VertexId, 2> ends = pair_gpus(grid, gpus, stages, place);
       for (std::size_t d = 0; d < 2; ++d) {
-        std::erase_if(directions[d], [&](LinkId l) { return !binds(l); });
-        for (const LinkId link : directions[d]) {
-          (replayed == place ? kept_on : copies_on).add(link, {0, at->second, d});
-        }
+        links.clear();
+        collectives.append_hop_links(ends[d], ends[1 - d], 0, links);
+        flows.add(links, image == place, {0, at->second, d});
       }
     }
   }
-  note_nodes(kept_on);
-  note_nodes(copies_on);
+  // Host work, each rank's sub-flows host_flows + rank host_ops + op: its GPU's route to its
+  // node's host and on to host memory, back, and CPU Adam there (where it runs).
+  const std::size_t host_flows = flows.count();
+  const std::size_t host_ops = host && host->cpu ? 3 : 2;
+  const auto image_rank = [&](int rank) {
+    return rank - place_of(grid, rank) + images.places[place_of(grid, rank)];
+  };
+  const auto node_of = [&](int rank) { return topology.vertex(gpus[rank]).node; };
+  const auto host_flow = [&](int rank, std::size_t op) {
+    return host_flows + static_cast<std::size_t>(rank) * host_ops + op;
+  };
+  for (int rank = 0; host && rank < grid.ranks(); ++rank) {
+    const std::optional<Topology::HostMemory> memory = topology.host_memory_of(node_of(rank));
+    if (!memory) return false;
+    for (std::size_t op = 0; op < host_ops; ++op) {
+      links.clear();
+      if (op == 0) topology.append_route(gpus[rank], memory->host, links);
+      if (op == 1) topology.append_route(memory->host, gpus[rank], links);
+      links.push_back(memory->memory_link);
+      const int image = image_rank(rank);
+      flows.add(links, image == rank, {3, static_cast<std::size_t>(image), op});
+    }
+  }
+  note_nodes(flows.runs);
+  note_nodes(flows.copies);
   add_groups(GroupKind::tensor, 1);
-  // No kept flow shares a link with a copy, but where a pipeline copy meets it on the image of
-  // its counterpart's link (checked below with everything else on that link).
-  for (FlowsOnLinks* flows : {&kept_on, &copies_on}) {
-    for (const LinkId link : flows->used) std::sort(flows->on[link].begin(), flows->on[link].end());
-  }
-  // Links of pipeline copies, each checked against its twin.
-  std::vector<char> twinned(topology.link_count(), 0);
-  std::vector<Flow> mirrored;  // the flows on a copy's link, copies as their counterparts
-  for (const std::pair<int, int>& stages : transfer_stages) {
-    for (int place = 0; place < grid.stage_ranks(); ++place) {
-      const int replayed = stand_in(grid, fold, place);
-      if (replayed == place) continue;
-      const std::array<std::vector<LinkId>, 2>& copy = binding_links.at(stages)[place];
-      const std::array<std::vector<LinkId>, 2>& counterpart = binding_links.at(stages)[replayed];
-      for (std::size_t d = 0; d < 2; ++d) {
-        if (copy[d].size() != counterpart[d].size()) return false;
-        for (std::size_t i = 0; i < copy[d].size(); ++i) {
-          const LinkId link = copy[d][i];
-          const LinkId twin = counterpart[d][i];
-          if (copies_on.carries(twin)) return false;
-          const Link& l = topology.link(link);
-          const Link& l0 = topology.link(twin);
-          if (l.kind != l0.kind || l.bytes_per_s != l0.bytes_per_s) return false;
-          mirrored.clear();
-          std::merge(kept_on.on[link].begin(), kept_on.on[link].end(), copies_on.on[link].begin(),
-                     copies_on.on[link].end(), std::back_inserter(mirrored));
-          if (mirrored != kept_on.on[twin]) return false;
-          twinned[link] = 1;
-        }
+  flows.runs.sort();
+  flows.copies.sort();
+
+  TwinCheck twins(topology, flows);
+  for (const GroupKind kind : {GroupKind::data, GroupKind::tensor}) {
+    const int k = static_cast<int>(kind);
+    for (std::size_t g = 0; g < group_flows[k].size(); ++g) {
+      const auto [first, channels] = group_flows[k][g];
+      const auto image = static_cast<std::size_t>(images.groups[k][g]);
+      if (image == g || channels == 0) continue;
+      if (group_flows[k][image].second != channels) return false;
+      for (std::size_t c = 0; c < channels; ++c) {
+        if (!twins.mirrors(first + c, group_flows[k][image].first + c)) return false;
       }
     }
   }
-  // Every other link a copy crosses carries no kept flow.
-  for (const LinkId link : copies_on.used) {
-    if (!twinned[link] && kept_on.carries(link)) return false;
+  const auto places = static_cast<std::size_t>(grid.stage_ranks());
+  for (std::size_t s = 0; s < transfer_stages.size(); ++s) {
+    for (std::size_t place = 0; place < places; ++place) {
+      const auto image = static_cast<std::size_t>(images.places[place]);
+      for (std::size_t d = 0; image != place && d < 2; ++d) {
+        const std::size_t copy = pair_flows + 2 * (s * places + place) + d;
+        if (!twins.mirrors(copy, pair_flows + 2 * (s * places + image) + d)) return false;
+      }
+    }
   }
-  return true;
+  for (int rank = 0; host && rank < grid.ranks(); ++rank) {
+    const int image = image_rank(rank);
+    if (image == rank) continue;
+    const auto& sharing = host->ranks_on_node;
+    if (sharing[node_of(rank)] != sharing[node_of(image)]) return false;
+    for (std::size_t op = 0; op < host_ops; ++op) {
+      if (!twins.mirrors(host_flow(rank, op), host_flow(image, op))) return false;
+    }
+  }
+  return twins.anchored();
+}
+
+// The copies that run under `images`: pieces that are their own image but not replayed, as
+// plan_shadows and host_shadows give them (by the group, replayed place or rank that stands for
+// them).
+Shadows running_copies(const Images& images, const RankGrid& grid, Fold fold,
+                       const GroupGpus& group_gpus,
+                       const std::set<std::pair<int, int>>& transfer_stages, bool host_work) {
+  Shadows out;
+  for (int kind = 0; kind < kGroupKinds; ++kind)
+    out.groups[kind].assign(group_gpus[kind].size(), {});
+  for (const GroupKind kind : {GroupKind::tensor, GroupKind::data}) {
+    const int k = static_cast<int>(kind);
+    for (int g = 0; g < static_cast<int>(images.groups[k].size()); ++g) {
+      const int representative = stand_in_group(grid, fold, kind, g);
+      if (images.groups[k][g] == g && representative != g) {
+        out.groups[k][representative].push_back(g);
+      }
+    }
+  }
+  for (const std::pair<int, int>& stages : transfer_stages) {
+    auto& shadows = out.pipeline[stages];
+    shadows.assign(grid.tp(), {});  // every replayed place is a tp rank of replica 0
+    for (int place = 0; place < grid.stage_ranks(); ++place) {
+      const int replayed = stand_in(grid, fold, place);
+      if (images.places[place] == place && replayed != place) shadows[replayed].push_back(place);
+    }
+  }
+  if (host_work) {
+    out.host.assign(grid.ranks(), {});
+    for (int rank = 0; rank < grid.ranks(); ++rank) {
+      const int place = place_of(grid, rank);
+      const int replayed = stand_in(grid, fold, rank);
+      if (images.places[place] == place && replayed != rank) out.host[replayed].push_back(rank);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<Shadows> mirrored_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
+                                        const Collectives& collectives,
+                                        const std::vector<VertexId>& gpus,
+                                        const GroupGpus& group_gpus,
+                                        const std::set<std::pair<int, int>>& transfer_stages,
+                                        const std::vector<bool>& never_binds, bool rings_only,
+                                        const HostWorkShape* host) {
+  if (fold == Fold::none || !rings_only || grid.cp() > 1 || grid.ep() > 1 ||
+      topology.hashes_routes()) {
+    return std::nullopt;
+  }
+  // Under host work, images folding tp ranks never mirror: a tp rank's host work and its
+  // image's cross their node's host memory link both, which a copy left out then crosses and
+  // which is its own twin.
+  const bool folds_host_work = host && fold == Fold::tensor;
+  const std::optional<Images> tried[] = {
+      folds_host_work ? std::nullopt : std::optional(stand_in_images(grid, fold)),
+      folds_host_work ? std::nullopt : unit_images(grid, fold, topology, false),
+      unit_images(grid, fold, topology, true)};
+  for (const std::optional<Images>& images : tried) {
+    if (images && images_mirror(*images, topology, collectives, gpus, grid, group_gpus,
+                                transfer_stages, never_binds, host)) {
+      return running_copies(*images, grid, fold, group_gpus, transfer_stages, host != nullptr);
+    }
+  }
+  return std::nullopt;
 }
 
 std::vector<std::vector<int>> host_shadows(const RankGrid& grid, Fold fold,

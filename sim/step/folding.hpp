@@ -5,15 +5,17 @@
 // block's traffic crosses, so that contention stays simulated. The tensor-parallel ranks of a
 // group run the same program too, in step (each of their collectives waits for all of them):
 // where each meets the cluster as tp rank 0 does, replica 0's tp rank 0 alone is replayed, its
-// tensor group runs whole and the other tp ranks' traffic runs as copies. Where every copy
-// mirrors replayed traffic, none runs. This file decides which ranks are replayed and traced,
-// whether the replicas and tp ranks sit on the cluster alike (else every rank is replayed),
-// and which copies run.
+// tensor group runs whole and the other tp ranks' traffic runs as copies. Copies that mirror
+// traffic that runs (the replayed ranks', or the first node's of a stage) are left out. This
+// file decides which ranks are replayed and traced, whether the replicas and tp ranks sit on
+// the cluster alike (else every rank is replayed), and which copies run.
 #pragma once
 
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -51,9 +53,17 @@ bool tensor_ranks_alike(const RankGrid& grid, const Topology& topology);
 // tp rank; the tensor group of any replica); by (sending, receiving) stage and the replayed
 // sender's place in its stage (replica x tp + tp rank), the places of the other pairs of a
 // pipeline transfer that it stands for.
+// Under offload, by replayed rank, the ranks whose host work runs beside its own.
 struct Shadows {
   std::array<std::vector<std::vector<int>>, kGroupKinds> groups;
   std::map<std::pair<int, int>, std::vector<std::vector<int>>> pipeline;
+  std::vector<std::vector<int>> host;
+};
+// Offload's work on each node's host: the ranks sharing each node's (their CPU Adam splits its
+// cores), and whether CPU Adam runs there beside the copies to and from host memory.
+struct HostWorkShape {
+  std::span<const int> ranks_on_node;
+  bool cpu = false;
 };
 // Every group's GPUs by kind and group number (none for a kind the layout does not have).
 using GroupGpus = std::array<std::vector<std::vector<VertexId>>, kGroupKinds>;
@@ -64,17 +74,23 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
                      const GroupGpus& group_gpus,
                      const std::set<std::pair<int, int>>& transfer_stages,
                      const std::vector<bool>& never_binds);
-// Whether the copies plan_shadows gives are mirror images of the replayed traffic, so that
-// leaving them all out changes no rate the replay sees (see folding.cpp): the data-parallel
-// collectives, which run whole, are rings (`rings_only`: reduce-scatters and all-gathers);
-// every link that can bind and that a pipeline copy crosses is the image of its counterpart's
-// link, and no other copy crosses a link of replayed traffic. Never with context or expert
-// groups or hash routing; the caller keeps the copies under host work.
-bool copies_mirror_replayed(const RankGrid& grid, Fold fold, const Topology& topology,
-                            const Collectives& collectives, const std::vector<VertexId>& gpus,
-                            const GroupGpus& group_gpus,
-                            const std::set<std::pair<int, int>>& transfer_stages,
-                            const std::vector<bool>& never_binds, bool rings_only);
+// The copies a replay must run where the others mirror what runs, so that leaving those out
+// changes no rate the replay sees (see folding.cpp): none, where every copy mirrors the
+// replayed traffic it stands for; else, where a unit (a node, an NVLink domain) holds several
+// replicas or the replayed rank stands for other tp ranks, the copies in the first unit of
+// each stage and every data-parallel group's, where each other unit's copies mirror those.
+// Under offload (`host`), the host work of ranks mirrors as their other traffic does, and
+// the ranks whose host work runs are given too. Only where the data-parallel collectives,
+// which run whole, are rings (`rings_only`: reduce-scatters and all-gathers); never with
+// context or expert groups or hash routing (nullopt, as where nothing mirrors: plan_shadows'
+// and host_shadows' copies run).
+std::optional<Shadows> mirrored_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
+                                        const Collectives& collectives,
+                                        const std::vector<VertexId>& gpus,
+                                        const GroupGpus& group_gpus,
+                                        const std::set<std::pair<int, int>>& transfer_stages,
+                                        const std::vector<bool>& never_binds, bool rings_only,
+                                        const HostWorkShape* host);
 // Under optimizer offload the ranks on a node share its host memory, cores and PCIe uplinks:
 // by replayed rank, the ranks it stands for on its node, whose host work runs too. Ranks on
 // other nodes have hosts of their own.

@@ -58,16 +58,19 @@ class Replay {
       for (int kind = 0; kind < kGroupKinds; ++kind) {
         for (const CollectiveGroup& group : groups_[kind]) group_gpus[kind].push_back(group.gpus);
       }
-      run_copies_ = graph.host_work ||
-                    !copies_mirror_replayed(grid_, fold_, topology, collectives_, gpus_, group_gpus,
-                                            transfer_stages_, network_.never_binding(),
-                                            graph.data_parallel_rings_only);
-      if (run_copies_) {
+      const HostWorkShape host_work{ranks_on_node_, graph.cpu_work};
+      std::optional<Shadows> mirrored =
+          mirrored_shadows(grid_, fold_, topology, collectives_, gpus_, group_gpus,
+                           transfer_stages_, network_.never_binding(),
+                           graph.data_parallel_rings_only, graph.host_work ? &host_work : nullptr);
+      if (mirrored) {
+        shadows_ = std::move(*mirrored);
+      } else {
         shadows_ = plan_shadows(grid_, fold_, topology, collectives_, gpus_, group_gpus,
                                 transfer_stages_, network_.never_binding());
+        if (graph.host_work) shadows_.host = host_shadows(grid_, fold_, topology, gpus_);
       }
     }
-    if (graph.host_work) host_shadows_ = host_shadows(grid_, fold_, topology, gpus_);
     // One arrival counter per group a collective task of a stage runs in (its stage's groups of
     // that kind); transfers count their two sides apart.
     std::size_t counters = 0;
@@ -300,7 +303,7 @@ class Replay {
     const SimTime begin = engine_.now();
     for (const int member : group.ranks) change_collectives(member, work, group, +1);
     const std::vector<int>& shadows =
-        run_copies_ ? shadows_.groups[kind_index][grid_.group_of(r, work.group)] : kNoShadows;
+        folded() ? shadows_.groups[kind_index][grid_.group_of(r, work.group)] : kNoShadows;
     // The copies load the links they share; the replayed group's own copy times the task.
     collectives_.begin_batch();
     for (const int shadow : shadows) {
@@ -322,42 +325,38 @@ class Replay {
   // the host's memory (sharing the GPU's PCIe link with its NIC traffic); CPU work crosses host
   // memory alone, no faster than the rank's share of the node's cores updates parameters.
   void start_host_work(int r, TaskIndex t, const HostWork& work) {
-    const int node = topology_->vertex(gpus_[r]).node;
-    const Topology::HostMemory memory = *topology_->host_memory_of(node);  // checked up front
-    double max_rate = FlowNetwork::kUncapped;
-    if (work.op == HostOp::cpu && work.parameters > 0) {
-      // The node's cores split evenly among its ranks (DeepSpeed binds cores to ranks).
-      const double cycles_per_s = memory.cpu_cycles_per_s / ranks_on_node_[node];
-      max_rate =
-          work.bytes / work.parameters * cycles_per_s / host_costs_.adam_cycles_per_parameter;
-    }
-    // The rank's GPU to host memory, or back, or host memory alone.
-    const auto links = [&](int rank) {
+    // A rank's work on its own node's host (a copy's node may be another than r's): its GPU
+    // to host memory, or back, or host memory alone.
+    const auto flow = [&](int rank, FlowNetwork::Callback done) {
+      const int node = topology_->vertex(gpus_[rank]).node;
+      const Topology::HostMemory memory = *topology_->host_memory_of(node);  // checked up front
+      double max_rate = FlowNetwork::kUncapped;
+      if (work.op == HostOp::cpu && work.parameters > 0) {
+        // The node's cores split evenly among its ranks (DeepSpeed binds cores to ranks).
+        const double cycles_per_s = memory.cpu_cycles_per_s / ranks_on_node_[node];
+        max_rate =
+            work.bytes / work.parameters * cycles_per_s / host_costs_.adam_cycles_per_parameter;
+      }
       std::vector<LinkId> path;
-      if (work.op == HostOp::copy_to_host) path = topology_->route(gpus_[rank], memory.host);
-      if (work.op == HostOp::copy_to_gpu) path = topology_->route(memory.host, gpus_[rank]);
+      if (work.op == HostOp::copy_to_host) topology_->append_route(gpus_[rank], memory.host, path);
+      if (work.op == HostOp::copy_to_gpu) topology_->append_route(memory.host, gpus_[rank], path);
       path.push_back(memory.memory_link);
       std::vector<LinkUse> uses;
       for (const LinkId link : path) uses.push_back({link, 1.0});
-      return uses;
+      return FlowNetwork::FlowRequest{std::move(uses), work.bytes, SimTime{}, std::move(done),
+                                      max_rate};
     };
     std::vector<FlowNetwork::FlowRequest> flows;
-    if (graph_.host_work) {
-      for (const int copy : host_shadows_[r]) {
-        flows.push_back({links(copy), work.bytes, SimTime{}, [] {}, max_rate});
-      }
+    if (folded()) {
+      for (const int copy : shadows_.host[r]) flows.push_back(flow(copy, [] {}));
     }
     const SimTime begin = engine_.now();
     const bool copy = work.op != HostOp::cpu;
-    flows.push_back({links(r), work.bytes, SimTime{},
-                     [this, r, t, begin, copy] {
-                       if (copy) {
-                         ranks_[r].activity.comm_busy[kHostComm].push_back({begin, engine_.now()});
-                       }
-                       record(r, t, begin);
-                       finish(r, t);
-                     },
-                     max_rate});
+    flows.push_back(flow(r, [this, r, t, begin, copy] {
+      if (copy) ranks_[r].activity.comm_busy[kHostComm].push_back({begin, engine_.now()});
+      record(r, t, begin);
+      finish(r, t);
+    }));
     network_.start_flows(std::move(flows));
   }
 
@@ -425,9 +424,9 @@ class Replay {
       const int from_stage = ranks_[from].stage;
       const int to_stage = ranks_[to].stage;
       const std::vector<int>& places =
-          run_copies_ ? shadows_.pipeline.at(
-                            {from_stage, to_stage})[from - grid_.first_rank_of_stage(from_stage)]
-                      : kNoShadows;
+          folded() ? shadows_.pipeline.at(
+                         {from_stage, to_stage})[from - grid_.first_rank_of_stage(from_stage)]
+                   : kNoShadows;
       for (const int place : places) {
         plans.push_back(collectives_.plan_send(gpus_[grid_.first_rank_of_stage(from_stage) + place],
                                                gpus_[grid_.first_rank_of_stage(to_stage) + place],
@@ -591,13 +590,12 @@ class Replay {
   double comm_bytes_ = 0;                          // bytes sent, all GPUs
   std::set<std::pair<int, int>> transfer_stages_;  // (sending, receiving) stage of each transfer
   static inline const std::vector<int> kNoShadows{};
-  // Folded, whether the other ranks' copies run (not where they mirror the replayed traffic),
-  // and which (folding.hpp).
-  bool run_copies_ = false;
+  // Folded, the other ranks' copies that run (none where they mirror the replayed traffic; see
+  // folding.hpp).
+  bool folded() const { return fold_ != Fold::none; }
   Shadows shadows_;
   // Per (sending rank, receiving rank, bytes): the plans of its replicas' copies, then its own.
   std::map<std::tuple<int, int, double>, std::vector<Collectives::CachedPlan>> send_plans_;
-  std::vector<std::vector<int>> host_shadows_;  // by replayed rank: its host work's copies
 };
 
 }  // namespace

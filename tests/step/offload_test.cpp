@@ -269,3 +269,36 @@ TEST_CASE("offload: gradients reduced after the backward go to the host as the o
   const double local = adam / optimizer_step_bytes_per_parameter(TrainingSpec{});
   CHECK(host_copies(in).second == Approx(adam + 8 * local));
 }
+
+TEST_CASE("offload: host work on nodes that mirror the first node's is left out, step unchanged") {
+  // tp 4 x pp 2 x dp 4 on four nodes, two replicas a node: every node's host work, PCIe and
+  // NIC traffic meet the cluster as the first node of its stage does. The first nodes' ranks
+  // run their host work (the replayed rank's and its copies), the others' is left out: the
+  // step is every rank's to rounding, node 0's host memory carries what it carries with every
+  // rank replayed and node 1's nothing.
+  StepInputs in = offloaded_job();
+  in.nodes = 4;
+  in.model.kv_heads = 8;
+  in.plan.tp = 4;
+  in.plan.pp = 2;
+  in.plan.dp = 4;
+  in.plan.zero_stage = 1;
+  in.training.global_batch = 32;
+  in.training.micro_batch = 1;
+  StepOptions unfolded;
+  unfolded.fold = false;
+  const StepResult folded = simulate_step(in).step;
+  const StepResult every = simulate_step(in, unfolded).step;
+  CHECK(folded.replayed_ranks == 2);
+  CHECK(folded.step_time_s == Approx(every.step_time_s).epsilon(1e-9));
+  const auto host_memory_bytes = [](const StepResult& step, const std::string& node) {
+    double bytes = 0;
+    for (const LinkUsage& link : step.links) {
+      if (link.kind == "host_memory" && link.name.rfind(node, 0) == 0) bytes += link.bytes;
+    }
+    return bytes;
+  };
+  CHECK(host_memory_bytes(every, "n1.") > 0);
+  CHECK(host_memory_bytes(folded, "n0.") == Approx(host_memory_bytes(every, "n0.")).epsilon(1e-9));
+  CHECK(host_memory_bytes(folded, "n1.") == 0);
+}

@@ -3,6 +3,7 @@
 // tensor group runs whole and the other tp ranks' data-parallel collectives and pipeline
 // transfers run as copies beside it, or are left out where they mirror the replayed traffic.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <string>
 #include <utility>
@@ -168,4 +169,50 @@ TEST_CASE("folding: copies whose routes differ only on links that never bind are
   const auto [shared, all] = folded_and_unfolded(in);
   CHECK(shared.step_time_s == Approx(all.step_time_s).epsilon(1e-3));
   CHECK(on_rail_1(shared) > 0);
+}
+
+TEST_CASE("folding: where a node holds several replicas, other nodes' copies mirror its own") {
+  // tp 4 on 8-GPU nodes: a node holds two replicas of a stage (pp 2 x dp 4 on four nodes, stage
+  // 0 on nodes 0 and 1). The data-parallel rings cross NVLink between a node's two replicas,
+  // where replica 1's tensor group does too, so replica 0 alone does not mirror the rest; but
+  // node 1's replicas meet the cluster as node 0's do, and tp rank k's traffic as tp rank 0's.
+  // Node 0's replica 1 runs as a copy beside replica 0 (its tp rank 0's pipeline transfers
+  // and its tensor group), the rest is left out: the step is every rank's to rounding, the
+  // links of node 0's GPUs 0 and 4 carry what they carry with every rank replayed, and node
+  // 1's NVLink carries only the data-parallel ring of tp rank 0 (which runs whole).
+  static constexpr std::array kRunningGpus{"n0.gpu0", "n0.gpu4"};
+  StepInputs in = four_nodes(4, 2, 4);
+  in.plan.tp_comm_overlap = true;
+  const auto [mirrored, every_rank] = folded_and_unfolded(in);
+  CHECK(mirrored.replayed_ranks == 2);
+  CHECK(mirrored.step_time_s == Approx(every_rank.step_time_s).epsilon(1e-9));
+  CHECK(mirrored.comm_bytes_per_gpu == Approx(every_rank.comm_bytes_per_gpu).epsilon(1e-9));
+  const auto bytes_on = [](const StepResult& step, const std::string& name) {
+    const auto link = std::find_if(step.links.begin(), step.links.end(),
+                                   [&](const LinkUsage& usage) { return usage.name == name; });
+    return link == step.links.end() ? 0.0 : link->bytes;
+  };
+  int running_links = 0;
+  for (const LinkUsage& link : every_rank.links) {
+    const bool runs = std::any_of(kRunningGpus.begin(), kRunningGpus.end(), [&](const char* gpu) {
+      const std::string name(gpu);
+      return link.name.rfind(name + "->", 0) == 0 || link.name.ends_with("->" + name);
+    });
+    if (!runs) continue;
+    CAPTURE(link.name);
+    CHECK(bytes_on(mirrored, link.name) == Approx(link.bytes).epsilon(1e-9));
+    ++running_links;
+  }
+  CHECK(running_links == 8);  // each GPU's NVLink and PCIe link, both ways
+  const std::string node_1_nvlink = "n1.gpu0->n1.nvswitch";
+  CHECK(bytes_on(mirrored, node_1_nvlink) > 0);
+  CHECK(bytes_on(mirrored, node_1_nvlink) < bytes_on(every_rank, node_1_nvlink));
+  // With two GPUs a node, one replica fills it: replica 0's copies mirror every other's.
+  StepInputs two_gpu_nodes = four_nodes(2, 1, 4);
+  two_gpu_nodes.node.gpus = 2;
+  two_gpu_nodes.node.nics = 2;
+  two_gpu_nodes.node.pcie_switches = 1;
+  const auto [replica_0, all] = folded_and_unfolded(two_gpu_nodes);
+  CHECK(replica_0.step_time_s == Approx(all.step_time_s).epsilon(1e-9));
+  CHECK(bytes_on(replica_0, "n1.gpu0->n1.nvswitch") < bytes_on(all, "n1.gpu0->n1.nvswitch"));
 }
