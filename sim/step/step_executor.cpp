@@ -325,7 +325,7 @@ class Replay {
   // the host's memory (sharing the GPU's PCIe link with its NIC traffic); CPU work crosses host
   // memory alone, no faster than the rank's share of the node's cores updates parameters.
   void start_host_work(int r, TaskIndex t, const HostWork& work) {
-    // A rank's work on its own node's host (a copy's node may be another than r's): its GPU
+    // A rank's work on its own node's host (a copy's node may differ from r's): its GPU
     // to host memory, or back, or host memory alone.
     const auto flow = [&](int rank, FlowNetwork::Callback done) {
       const int node = topology_->vertex(gpus_[rank]).node;
