@@ -530,7 +530,7 @@ class SubFlows {
 // anchor's load, so no flow that runs has its bottleneck there, and a bottleneck without copies
 // is kept whole; a copy's twin at its image's bottleneck is saturated as that is, the copy the
 // fastest there as its image is. CPU Adam's rate cap is its node's share of the cores: a copy's
-// node must be shared by as many ranks as its image's.
+// node must have the cores of its image's, shared by as many ranks.
 class TwinCheck {
  public:
   TwinCheck(const Topology& topology, const SubFlows& flows)
@@ -715,7 +715,10 @@ bool images_mirror(const Images& images, const Topology& topology, const Collect
     const int image = image_rank(rank);
     if (image == rank) continue;
     const auto& sharing = host->ranks_on_node;
-    if (sharing[node_of(rank)] != sharing[node_of(image)]) return false;
+    const auto cores = [&](int r) { return topology.host_memory_of(node_of(r))->cpu_cycles_per_s; };
+    if (sharing[node_of(rank)] != sharing[node_of(image)] || cores(rank) != cores(image)) {
+      return false;
+    }
     for (std::size_t op = 0; op < host_ops; ++op) {
       if (!twins.mirrors(host_flow(rank, op), host_flow(image, op))) return false;
     }
@@ -730,8 +733,9 @@ Shadows running_copies(const Images& images, const RankGrid& grid, Fold fold,
                        const GroupGpus& group_gpus,
                        const std::set<std::pair<int, int>>& transfer_stages, bool host_work) {
   Shadows out;
-  for (int kind = 0; kind < kGroupKinds; ++kind)
+  for (int kind = 0; kind < kGroupKinds; ++kind) {
     out.groups[kind].assign(group_gpus[kind].size(), {});
+  }
   for (const GroupKind kind : {GroupKind::tensor, GroupKind::data}) {
     const int k = static_cast<int>(kind);
     for (int g = 0; g < static_cast<int>(images.groups[k].size()); ++g) {

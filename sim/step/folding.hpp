@@ -78,7 +78,8 @@ Shadows plan_shadows(const RankGrid& grid, Fold fold, const Topology& topology,
 // changes no rate the replay sees (see folding.cpp): none, where every copy mirrors the
 // replayed traffic it stands for; else, where a unit (a node, an NVLink domain) holds several
 // replicas or the replayed rank stands for other tp ranks, the copies in the first unit of
-// each stage and every data-parallel group's, where each other unit's copies mirror those.
+// each stage (its replicas' tp rank 0, or failing that every tp rank of it, and then every
+// data-parallel group), where each other unit's copies mirror those.
 // Under offload (`host`), the host work of ranks mirrors as their other traffic does, and
 // the ranks whose host work runs are given too. Only where the data-parallel collectives,
 // which run whole, are rings (`rings_only`: reduce-scatters and all-gathers); never with

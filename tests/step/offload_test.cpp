@@ -22,9 +22,8 @@ constexpr double kHostMemoryBytesPerS = 400e9;
 constexpr int kCores = 64;
 constexpr double kClockHz = 2e9;
 
-// The small job, ZeRO-3 over 8 GPUs, its optimizer on a host of round numbers.
-StepInputs offloaded_job(double cycles_per_parameter = 0.5) {
-  StepInputs in = testing::small_job();
+// A job (the small one: ZeRO-3 over 8 GPUs), its optimizer on a host of round numbers.
+StepInputs offloaded_job(double cycles_per_parameter = 0.5, StepInputs in = testing::small_job()) {
   in.node.host_memory_bytes_per_s = kHostMemoryBytesPerS;
   in.node.host_memory_capacity_bytes = 2e12;
   in.node.cpu_cores = kCores;
@@ -32,6 +31,15 @@ StepInputs offloaded_job(double cycles_per_parameter = 0.5) {
   in.node.cpu_adam_cycles_per_parameter = cycles_per_parameter;
   in.plan.offload_optimizer = true;
   return in;
+}
+
+// The bytes a step's traffic moved through the host memory of the node named by `node` ("n1.").
+double host_memory_bytes(const StepResult& step, const std::string& node) {
+  double bytes = 0;
+  for (const LinkUsage& link : step.links) {
+    if (link.kind == "host_memory" && link.name.rfind(node, 0) == 0) bytes += link.bytes;
+  }
+  return bytes;
 }
 
 // Every rank's duration of the task named `name` (one per rank).
@@ -275,7 +283,8 @@ TEST_CASE("offload: host work on nodes that mirror the first node's is left out,
   // NIC traffic meet the cluster as the first node of its stage does. The first nodes' ranks
   // run their host work (the replayed rank's and its copies), the others' is left out: the
   // step is every rank's to rounding, node 0's host memory carries what it carries with every
-  // rank replayed and node 1's nothing.
+  // rank replayed and node 1's nothing. Node 1's NVLink carries its data-parallel rings alone
+  // (its replicas' tensor groups, which share it, are left out too).
   StepInputs in = offloaded_job();
   in.nodes = 4;
   in.model.kv_heads = 8;
@@ -291,14 +300,42 @@ TEST_CASE("offload: host work on nodes that mirror the first node's is left out,
   const StepResult every = simulate_step(in, unfolded).step;
   CHECK(folded.replayed_ranks == 2);
   CHECK(folded.step_time_s == Approx(every.step_time_s).epsilon(1e-9));
-  const auto host_memory_bytes = [](const StepResult& step, const std::string& node) {
-    double bytes = 0;
-    for (const LinkUsage& link : step.links) {
-      if (link.kind == "host_memory" && link.name.rfind(node, 0) == 0) bytes += link.bytes;
-    }
-    return bytes;
-  };
   CHECK(host_memory_bytes(every, "n1.") > 0);
   CHECK(host_memory_bytes(folded, "n0.") == Approx(host_memory_bytes(every, "n0.")).epsilon(1e-9));
   CHECK(host_memory_bytes(folded, "n1.") == 0);
+  const auto bytes_on = [](const StepResult& step, const std::string& name) {
+    const auto link = std::find_if(step.links.begin(), step.links.end(),
+                                   [&](const LinkUsage& usage) { return usage.name == name; });
+    return link == step.links.end() ? 0.0 : link->bytes;
+  };
+  const std::string node_1_nvlink = "n1.gpu0->n1.nvswitch";
+  CHECK(bytes_on(folded, node_1_nvlink) > 0);
+  CHECK(bytes_on(folded, node_1_nvlink) < bytes_on(every, node_1_nvlink));
+}
+
+TEST_CASE("offload: a copy's host work runs on its own node's host, in a domain of several nodes") {
+  // Two NVLink domains of two 4-GPU trays (nodes), tp 4 x dp 4: a tensor group fills a tray and
+  // a domain holds two replicas. Replica 1 (node 1) runs as a copy beside replica 0 (node 0),
+  // its host work on node 1's host memory and cores; replicas 2 and 3 (the second domain,
+  // mirroring the first) are left out. The step is every rank's to rounding, and each host
+  // memory of the first domain carries what it carries with every rank replayed.
+  StepInputs in = offloaded_job(0.5, testing::two_trays());
+  in.nodes = 4;
+  in.plan.tp = 4;
+  in.plan.dp = 4;
+  in.plan.zero_stage = 1;
+  in.training.global_batch = 16;
+  in.training.micro_batch = 1;
+  StepOptions unfolded;
+  unfolded.fold = false;
+  const StepResult folded = simulate_step(in).step;
+  const StepResult every = simulate_step(in, unfolded).step;
+  CHECK(folded.replayed_ranks == 1);
+  CHECK(folded.step_time_s == Approx(every.step_time_s).epsilon(1e-9));
+  for (const std::string node : {"n0.", "n1."}) {
+    CAPTURE(node);
+    CHECK(host_memory_bytes(every, node) > 0);
+    CHECK(host_memory_bytes(folded, node) == Approx(host_memory_bytes(every, node)).epsilon(1e-9));
+  }
+  CHECK(host_memory_bytes(folded, "n2.") == 0);
 }

@@ -179,7 +179,8 @@ TEST_CASE("folding: where a node holds several replicas, other nodes' copies mir
   // Node 0's replica 1 runs as a copy beside replica 0 (its tp rank 0's pipeline transfers
   // and its tensor group), the rest is left out: the step is every rank's to rounding, the
   // links of node 0's GPUs 0 and 4 carry what they carry with every rank replayed, and node
-  // 1's NVLink carries only the data-parallel ring of tp rank 0 (which runs whole).
+  // 1's NVLink carries only the data-parallel ring of tp rank 0 (which runs whole); tp rank
+  // 1's traffic, tp rank 0's image, is left out: its GPU's PCIe link carries nothing.
   static constexpr std::array kRunningGpus{"n0.gpu0", "n0.gpu4"};
   StepInputs in = four_nodes(4, 2, 4);
   in.plan.tp_comm_overlap = true;
@@ -207,7 +208,17 @@ TEST_CASE("folding: where a node holds several replicas, other nodes' copies mir
   const std::string node_1_nvlink = "n1.gpu0->n1.nvswitch";
   CHECK(bytes_on(mirrored, node_1_nvlink) > 0);
   CHECK(bytes_on(mirrored, node_1_nvlink) < bytes_on(every_rank, node_1_nvlink));
-  // With two GPUs a node, one replica fills it: replica 0's copies mirror every other's.
+  const auto pcie_out_of = [](const StepResult& step, const std::string& gpu) {
+    double bytes = 0;
+    for (const LinkUsage& link : step.links) {
+      if (link.kind == "pcie" && link.name.rfind(gpu + "->", 0) == 0) bytes += link.bytes;
+    }
+    return bytes;
+  };
+  CHECK(pcie_out_of(every_rank, "n0.gpu1") > 0);
+  CHECK(pcie_out_of(mirrored, "n0.gpu1") == 0);
+  // With two GPUs a node, one replica fills it: replica 0's copies mirror every other's (tp
+  // rank 1's data-parallel ring, node 0's included, is left out).
   StepInputs two_gpu_nodes = four_nodes(2, 1, 4);
   two_gpu_nodes.node.gpus = 2;
   two_gpu_nodes.node.nics = 2;
@@ -215,4 +226,6 @@ TEST_CASE("folding: where a node holds several replicas, other nodes' copies mir
   const auto [replica_0, all] = folded_and_unfolded(two_gpu_nodes);
   CHECK(replica_0.step_time_s == Approx(all.step_time_s).epsilon(1e-9));
   CHECK(bytes_on(replica_0, "n1.gpu0->n1.nvswitch") < bytes_on(all, "n1.gpu0->n1.nvswitch"));
+  CHECK(pcie_out_of(all, "n0.gpu1") > 0);
+  CHECK(pcie_out_of(replica_0, "n0.gpu1") == 0);
 }
