@@ -68,10 +68,9 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
       never_binds_(std::move(never_binds)),
       link_bytes_(capacity_.size(), 0.0),
       flows_on_link_(capacity_.size()),
-      residual_(capacity_.size(), 0.0),
-      weight_sum_(capacity_.size(), 0.0),
-      in_component_(capacity_.size(), 0),
-      saturated_(capacity_.size(), 0) {
+      bottlenecked_on_(capacity_.size(), 0),
+      filling_(capacity_.size()),
+      in_component_(capacity_.size(), 0) {
   for (std::size_t l = 0; l < capacity_.size(); ++l) {
     if (!(capacity_[l] > 0)) {
       throw ModelError("flow network link " + std::to_string(l) + " has no capacity");
@@ -79,6 +78,9 @@ FlowNetwork::FlowNetwork(Engine& engine, std::vector<double> capacity_bytes_per_
   }
   if (!never_binds_.empty() && never_binds_.size() != capacity_.size()) {
     throw ModelError("the links that never bind are not given one per link");
+  }
+  if (capacity_.size() >= kAtCeiling) {
+    throw ModelError("a flow network of more than " + std::to_string(kAtCeiling - 1) + " links");
   }
 }
 
@@ -98,6 +100,8 @@ FlowNetwork::Slot FlowNetwork::acquire_slot() {
   }
   if (flows_.size() > 0xffffffffu) throw ModelError("more than 2^32 flows at once");
   flows_.emplace_back();
+  visited_.push_back(0);
+  bottleneck_.push_back(kNoBottleneck);
   return static_cast<Slot>(flows_.size() - 1);
 }
 
@@ -154,16 +158,15 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowReques
     started.push_back(slot);
   }
   if (started.empty()) return ids;
-  // The flows already running that share links with the new ones keep what they moved at
-  // their old rates. (The new ones are not on their links yet, so the search misses them.)
-  std::vector<Slot> component = connected_flows(touched);
-  for (const Slot other : component) advance(flows_[other]);
   for (const Slot slot : started) {
-    for (const LinkUse& use : flows_[slot].links) flows_on_link_[use.link].push_back(slot);
+    for (const LinkUse& use : flows_[slot].links) {
+      flows_on_link_[use.link].push_back({slot, use.weight});
+    }
   }
   active_flows_ += started.size();
-  component.insert(component.end(), started.begin(), started.end());  // ids grow: still sorted
-  reallocate(component);
+  ++changes_;
+  // (The new flows, at rate 0 so far, have moved nothing.)
+  if (!start_without_resolving(started)) resolve(touched);
   reschedule();
   return ids;
 }
@@ -180,7 +183,7 @@ std::vector<FlowNetwork::Slot> FlowNetwork::connected_flows(
   // touches, not the network's size.
   LinkMarks marks(in_component_, seen_links_);
   const std::uint64_t search = ++searches_;
-  std::vector<Slot> found;
+  std::vector<FlowId> found;  // ids sort as the flows started and name their slots
   std::vector<FlowLinkId> frontier;
   auto visit = [&](FlowLinkId l) {
     if (marks.mark(l)) frontier.push_back(l);
@@ -189,17 +192,92 @@ std::vector<FlowNetwork::Slot> FlowNetwork::connected_flows(
   while (!frontier.empty()) {
     const FlowLinkId l = frontier.back();
     frontier.pop_back();
-    for (const Slot f : flows_on_link_[l]) {
-      Flow& flow = flows_[f];
-      if (flow.visited == search) continue;
-      flow.visited = search;
-      found.push_back(f);
+    for (const OnLink& on : flows_on_link_[l]) {
+      const Slot f = on.slot;
+      if (visited_[f] == search) continue;
+      visited_[f] = search;
+      const Flow& flow = flows_[f];
+      found.push_back(flow.id);
       for (const LinkUse& use : flow.links) visit(use.link);
     }
   }
-  std::sort(found.begin(), found.end(),
-            [this](Slot a, Slot b) { return flows_[a].id < flows_[b].id; });
-  return found;
+  std::sort(found.begin(), found.end());
+  std::vector<Slot> slots(found.size());
+  std::transform(found.begin(), found.end(), slots.begin(), slot_of);
+  return slots;
+}
+
+void FlowNetwork::resolve(const std::vector<FlowLinkId>& changed) {
+  ++resolves_;
+  const std::vector<Slot> component = connected_flows(changed);
+  for (const Slot slot : component) advance(flows_[slot]);
+  reallocate(component);
+}
+
+double FlowNetwork::residual(FlowLinkId l) const {
+  double used = 0;
+  for (const OnLink& on : flows_on_link_[l]) used += on.weight * flows_[on.slot].rate;
+  return capacity_[l] - used;
+}
+
+void FlowNetwork::set_bottleneck(Slot slot, FlowLinkId bottleneck) {
+  FlowLinkId& kept = bottleneck_[slot];
+  if (kept < kAtCeiling) --bottlenecked_on_[kept];
+  kept = bottleneck;
+  if (kept < kAtCeiling) ++bottlenecked_on_[kept];
+}
+
+bool FlowNetwork::start_without_resolving(const std::vector<Slot>& started) {
+  // Each new flow in turn, against the rates of those before it: the least capacity left on
+  // its links (per unit of its weight there), or its ceiling. That keeps every link within its
+  // capacity; the flows already running keep their bottlenecks if the new flow crosses none
+  // (every link it crosses has capacity left) and the link it saturates carries no faster
+  // flow, which makes it the new flow's bottleneck.
+  // The flow's bottleneck once placed so, or kNoBottleneck where it cannot be.
+  const auto place_alone = [&](Flow& flow) -> FlowLinkId {
+    // A link that is some flow's bottleneck is saturated: found without summing rates.
+    for (const LinkUse& use : flow.links) {
+      if (bottlenecked_on_[use.link] > 0) return kNoBottleneck;
+    }
+    double rate = flow.max_rate;
+    FlowLinkId least = kAtCeiling;
+    for (const LinkUse& use : flow.links) {
+      const double left = residual(use.link);
+      if (!(left > kSaturationTolerance * capacity_[use.link])) return kNoBottleneck;
+      if (left / use.weight < rate) {
+        rate = left / use.weight;
+        least = use.link;
+      }
+    }
+    if (least != kAtCeiling) {
+      for (const OnLink& other : flows_on_link_[least]) {
+        if (flows_[other.slot].rate > rate * (1 + kSaturationTolerance)) return kNoBottleneck;
+      }
+    }
+    flow.rate = rate;
+    return least;
+  };
+  for (const Slot slot : started) {
+    const FlowLinkId bottleneck = place_alone(flows_[slot]);
+    // The re-solve that follows sets every rate and bottleneck of the component, which holds
+    // all the new flows, those placed already included.
+    if (bottleneck == kNoBottleneck) return false;
+    set_bottleneck(slot, bottleneck);
+  }
+  for (const Slot slot : started) set_completion(flows_[slot]);
+  return true;
+}
+
+bool FlowNetwork::bottlenecks_survive(const std::vector<FlowLinkId>& freed) {
+  LinkMarks marks(in_component_, seen_links_);
+  for (const FlowLinkId l : freed) marks.mark(l);
+  for (const FlowLinkId l : freed) {
+    for (const OnLink& on : flows_on_link_[l]) {
+      const FlowLinkId bottleneck = bottleneck_[on.slot];
+      if (bottleneck < kAtCeiling && in_component_[bottleneck]) return false;
+    }
+  }
+  return true;
 }
 
 void FlowNetwork::advance(Flow& flow) {
@@ -226,37 +304,50 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
     old_rates.push_back(flow.rate);
     flow.rate = 0;
     for (const LinkUse& use : flow.links) {
-      if (marks.mark(use.link)) residual_[use.link] = capacity_[use.link];
+      if (marks.mark(use.link)) {
+        Filling& link = filling_[use.link];
+        link.residual = capacity_[use.link];
+        link.saturated_below = kSaturationTolerance * capacity_[use.link];
+      }
     }
     unfixed.push_back(&flow);
   }
   const std::vector<FlowLinkId>& links = component_links_;
   std::vector<Flow*> still_unfixed;
   while (!unfixed.empty()) {
-    for (const FlowLinkId l : links) weight_sum_[l] = 0;
+    for (const FlowLinkId l : links) filling_[l].weight_sum = 0;
     // No flow may rise past its own ceiling either.
     double increment = INFINITY;
     for (const Flow* flow : unfixed) {
-      for (const LinkUse& use : flow->links) weight_sum_[use.link] += use.weight;
+      for (const LinkUse& use : flow->links) filling_[use.link].weight_sum += use.weight;
       increment = std::min(increment, flow->max_rate - flow->rate);
     }
     for (const FlowLinkId l : links) {
-      if (weight_sum_[l] > 0) increment = std::min(increment, residual_[l] / weight_sum_[l]);
+      const Filling& link = filling_[l];
+      if (link.weight_sum > 0) increment = std::min(increment, link.residual / link.weight_sum);
     }
     for (const FlowLinkId l : links) {
-      saturated_[l] = 0;
-      if (!(weight_sum_[l] > 0)) continue;
-      residual_[l] -= increment * weight_sum_[l];
-      saturated_[l] = residual_[l] <= kSaturationTolerance * capacity_[l];
+      Filling& link = filling_[l];
+      link.saturated = false;
+      if (!(link.weight_sum > 0)) continue;
+      link.residual -= increment * link.weight_sum;
+      link.saturated = link.residual <= link.saturated_below;
     }
     still_unfixed.clear();
     for (Flow* flow : unfixed) {
       flow->rate += increment;
-      const bool capped = flow->rate >= flow->max_rate * (1 - kSaturationTolerance);
-      const bool bottlenecked =
-          capped || std::any_of(flow->links.begin(), flow->links.end(),
-                                [&](const LinkUse& u) { return saturated_[u.link]; });
-      if (!bottlenecked) still_unfixed.push_back(flow);
+      FlowLinkId bottleneck = kAtCeiling;
+      if (flow->rate < flow->max_rate * (1 - kSaturationTolerance)) {
+        const auto saturated =
+            std::find_if(flow->links.begin(), flow->links.end(),
+                         [&](const LinkUse& u) { return filling_[u.link].saturated; });
+        if (saturated == flow->links.end()) {
+          still_unfixed.push_back(flow);
+          continue;
+        }
+        bottleneck = saturated->link;
+      }
+      set_bottleneck(slot_of(flow->id), bottleneck);
     }
     std::swap(unfixed, still_unfixed);
   }
@@ -303,9 +394,11 @@ void FlowNetwork::on_completion_event() {
     bytes_delivered_ += flow.size;
     for (const LinkUse& use : flow.links) {
       auto& on_link = flows_on_link_[use.link];
-      on_link.erase(std::find(on_link.begin(), on_link.end(), slot));
+      on_link.erase(std::find_if(on_link.begin(), on_link.end(),
+                                 [slot](const OnLink& on) { return on.slot == slot; }));
       freed.push_back(use.link);
     }
+    set_bottleneck(slot, kNoBottleneck);
     finished.emplace_back(flow.latency, std::move(flow.on_complete));
     flow.on_complete = nullptr;
     flow.rate = 0;
@@ -313,9 +406,8 @@ void FlowNetwork::on_completion_event() {
     free_slots_.push_back(slot);
     --active_flows_;
   }
-  const std::vector<Slot> component = connected_flows(freed);
-  for (const Slot slot : component) advance(flows_[slot]);
-  reallocate(component);
+  ++changes_;
+  if (!bottlenecks_survive(freed)) resolve(freed);
   reschedule();
   // Flows that finish together with the same latency hand over in one event: the callbacks run
   // back to back in finishing order, as events scheduled one after another at one instant do.

@@ -9,9 +9,16 @@
 // saturates, fix the flows on it, repeat (Bertsekas & Gallager, Data Networks, sec. 6.5.2).
 //
 // Rates change only when a flow starts or finishes, and then only for the flows connected to it
-// through shared links (transitively); the others keep their rates. Like SimGrid's models, the
-// network keeps one pending engine event, at its next completion, instead of one per flow.
-// A finished flow's callback runs after the flow's latency, paid once per flow.
+// through shared links (transitively); the others keep their rates. Changes that leave even
+// those rates as they are are recognised without re-solving (the allocation is unique, so one
+// that meets the max-min conditions is it). Each flow records its bottleneck: a saturated link
+// on which no flow is faster, or its own ceiling. A flow that starts where every link it
+// crosses has capacity left takes the least of it; if no flow is faster on the link that it
+// saturates, every flow still has a bottleneck. A flow that finishes frees links on which no
+// other flow recorded its bottleneck, so each keeps its own; otherwise the component re-solves.
+// Like SimGrid's models, the network keeps one pending engine event, at its next completion,
+// instead of one per flow. A finished flow's callback runs after the flow's latency, paid once
+// per flow.
 //
 // A flow may also have a rate ceiling of its own (an NCCL channel is one thread block, whose copy
 // throughput is bounded whatever the links offer): progressive filling then fixes the flow when it
@@ -85,6 +92,10 @@ class FlowNetwork {
   // Current rate in bytes/s of an active flow; 0 once it finished.
   double rate(FlowId flow) const;
   std::size_t active_flows() const { return active_flows_; }
+  // Changes to the flows in flight (a start of one or more flows, or the flows finishing at one
+  // instant), and how many of them re-solved rates (the rest left every rate as it was).
+  std::size_t changes() const { return changes_; }
+  std::size_t resolves() const { return resolves_; }
   std::size_t link_count() const { return capacity_.size(); }
   double capacity(FlowLinkId link) const { return capacity_[link]; }
   const std::vector<double>& capacities() const { return capacity_; }
@@ -101,7 +112,6 @@ class FlowNetwork {
   static Slot slot_of(FlowId id) { return static_cast<Slot>(id & 0xffffffffu); }
   struct Flow {
     FlowId id = 0;                 // 0: the slot is free
-    std::uint64_t visited = 0;     // the last connected_flows() search that reached it
     std::vector<LinkUse> links;    // those that share bandwidth
     std::vector<LinkUse> carried;  // links that never bind: charged, not shared
     double size = 0;
@@ -118,6 +128,18 @@ class FlowNetwork {
   std::vector<Slot> connected_flows(const std::vector<FlowLinkId>& seed_links);
   void advance(Flow& flow);
   void reallocate(const std::vector<Slot>& component);
+  // Re-solves the flows connected to the links `changed`, after what each moved at its old rate
+  // is accounted.
+  void resolve(const std::vector<FlowLinkId>& changed);
+  // Rates for the flows `started` (already on their links) that leave every other rate as it is,
+  // set if they exist; false if the component needs a re-solve.
+  bool start_without_resolving(const std::vector<Slot>& started);
+  // Whether, once flows have left the links `freed`, every flow left on them keeps its
+  // bottleneck (so no rate changes).
+  bool bottlenecks_survive(const std::vector<FlowLinkId>& freed);
+  // Capacity of link l the flows on it leave.
+  double residual(FlowLinkId l) const;
+  void set_bottleneck(Slot slot, FlowLinkId bottleneck);
   void set_completion(Flow& flow);
   Slot acquire_slot();
   void reschedule();
@@ -127,22 +149,46 @@ class FlowNetwork {
   std::vector<double> capacity_;
   std::vector<bool> never_binds_;  // by link, or empty
   std::vector<double> link_bytes_;
-  std::vector<std::vector<Slot>> flows_on_link_;  // active flows per link, in start order
-  std::vector<Flow> flows_;                       // by slot
+  // A flow on a link, with its weight there (what it takes of the link is weight x rate).
+  struct OnLink {
+    Slot slot;
+    double weight;
+  };
+  std::vector<std::vector<OnLink>> flows_on_link_;  // active flows per link, in start order
+  std::vector<Flow> flows_;                         // by slot
+  // By slot, beside flows_ rather than in it: the last connected_flows() search that reached
+  // the flow. A search meets a flow once for each of its links and reads this each time; kept
+  // dense, those reads share cache lines.
+  std::vector<std::uint64_t> visited_;
+  // By slot: the flow's bottleneck (kAtCeiling: its own ceiling), as the last allocation that
+  // set its rate found it; kNoBottleneck while it has no rate. By link: how many flows have
+  // their bottleneck there (a link some flow has is saturated).
+  static constexpr FlowLinkId kNoBottleneck = std::numeric_limits<FlowLinkId>::max();
+  static constexpr FlowLinkId kAtCeiling = kNoBottleneck - 1;
+  std::vector<FlowLinkId> bottleneck_;
+  std::vector<std::uint32_t> bottlenecked_on_;
   std::vector<Slot> free_slots_;
   std::size_t active_flows_ = 0;
+  std::size_t changes_ = 0;
+  std::size_t resolves_ = 0;
   std::uint64_t searches_ = 0;  // connected_flows() calls, to mark visited flows
   // Completion order; its nodes come from a pool, as flows start and end by the million.
   std::pmr::unsynchronized_pool_resource completion_nodes_;
   std::pmr::set<std::pair<SimTime, FlowId>> completions_{&completion_nodes_};
-  // Scratch for connected_flows() and reallocate(), indexed by link: the flags are zero between
-  // calls (LinkMarks clears them); the values are written before they are read.
+  // Scratch indexed by link for connected_flows(), reallocate() and bottlenecks_survive(): the
+  // flags (links in the component searched or solved, or freed) are zero between calls
+  // (LinkMarks clears them); the values are written before they are read.
   class LinkMarks;
-  std::vector<double> residual_;
-  std::vector<double> weight_sum_;
+  // A link's values during one reallocate(), side by side: a filling round reads them together.
+  struct Filling {
+    double residual = 0;         // capacity not yet given out
+    double weight_sum = 0;       // of the unfixed flows crossing it
+    double saturated_below = 0;  // residual at or under this: saturated
+    bool saturated = false;
+  };
+  std::vector<Filling> filling_;
   std::vector<char> in_component_;
-  std::vector<char> saturated_;
-  std::vector<FlowLinkId> seen_links_;       // connected_flows()
+  std::vector<FlowLinkId> seen_links_;       // connected_flows(), bottlenecks_survive()
   std::vector<FlowLinkId> component_links_;  // reallocate()
   std::vector<double> old_rates_;            // reallocate(): by component position
   EventHandle pending_;
