@@ -73,3 +73,19 @@ void Engine::run(SimTime until) {
 }
 
 }  // namespace fleetsim
+
+namespace fleetsim {
+
+std::uint64_t run_reference_events(int pending, int events) {
+  Engine engine;
+  int remaining = events;
+  std::function<void()> tick;
+  tick = [&] {
+    if (--remaining > 0) engine.schedule_after(SimTime::from_ns(1 + remaining % 97), tick);
+  };
+  for (int i = 0; i < pending; ++i) engine.schedule_after(SimTime::from_ns(i), tick);
+  engine.run();
+  return engine.events_processed();
+}
+
+}  // namespace fleetsim

@@ -75,3 +75,13 @@ class Engine {
 };
 
 }  // namespace fleetsim
+
+namespace fleetsim {
+
+// The engine's reference workload: `pending` chains of events, each event scheduling the next
+// of its chain a few nanoseconds on, `events` in all; returns the events processed. Its rate on a
+// machine (events per second, with one event pending) is the yardstick that benchmarks quote
+// beside their times, so that times taken on different machines or days compare.
+std::uint64_t run_reference_events(int pending, int events);
+
+}  // namespace fleetsim

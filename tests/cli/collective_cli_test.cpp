@@ -432,3 +432,18 @@ TEST_CASE("counts and file names on the command line are checked before anything
   CHECK(bare.out.empty());
   CHECK_THAT(bare.err, Catch::Contains("usage: fleetsim <command>"));
 }
+
+TEST_CASE("bench runs quote the engine's reference rate beside the wall time") {
+  // Times from different machines or days compare through the engine's reference workload,
+  // timed in the same process: the median run is also given in its events.
+  const std::string scenario = std::string(FLEETSIM_SOURCE_DIR) + "/scenarios/h100-vs-b200.yaml";
+  const Result result = run_cli("run " + scenario + " --bench 1 -q");
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("bench: 1 runs, wall time median"));
+  const std::string marker = "bench: engine reference ";
+  const auto at = result.out.find(marker);
+  REQUIRE(at != std::string::npos);
+  const double rate_millions = std::stod(result.out.substr(at + marker.size()));
+  CHECK(rate_millions > 0.1);  // millions of events per second on any machine that builds this
+  CHECK_THAT(result.out, Catch::Contains("M of its events"));
+}

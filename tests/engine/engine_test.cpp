@@ -116,3 +116,12 @@ TEST_CASE("distributions have the moments they should") {
   CHECK(uniform_min >= 0.0);
   CHECK(uniform_max < 1.0);
 }
+
+TEST_CASE("the reference workload processes its events and the chains' last ones") {
+  // `pending` chains share one count of N: the events up to the N-th each schedule the next of
+  // their chain, the N-th and the other chains' last pending ones schedule nothing, so
+  // N + pending - 1 run in all. Benchmarks quote this workload's rate as their yardstick.
+  CHECK(fleetsim::run_reference_events(1, 1000) == 1000);
+  CHECK(fleetsim::run_reference_events(8, 1000) == 1007);
+  CHECK(fleetsim::run_reference_events(1024, 100'000) == 101'023);
+}

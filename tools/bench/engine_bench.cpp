@@ -19,18 +19,9 @@ void BM_EngineEvents(benchmark::State& state) {
   const int depth = static_cast<int>(state.range(0));
   constexpr int kEventsPerRun = 1'000'000;
   for (auto _ : state) {
-    fleetsim::Engine engine;
-    int remaining = kEventsPerRun;
-    std::function<void()> tick;
-    tick = [&] {
-      if (--remaining > 0)
-        engine.schedule_after(fleetsim::SimTime::from_ns(1 + remaining % 97), tick);
-    };
-    for (int i = 0; i < depth; ++i) engine.schedule_after(fleetsim::SimTime::from_ns(i), tick);
-    engine.run();
-    benchmark::DoNotOptimize(engine.events_processed());
-    state.SetItemsProcessed(state.items_processed() +
-                            static_cast<int64_t>(engine.events_processed()));
+    const std::uint64_t events = fleetsim::run_reference_events(depth, kEventsPerRun);
+    benchmark::DoNotOptimize(events);
+    state.SetItemsProcessed(state.items_processed() + static_cast<int64_t>(events));
   }
 }
 BENCHMARK(BM_EngineEvents)->Arg(1)->Arg(1024)->Unit(benchmark::kMillisecond);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -22,6 +23,7 @@
 
 #include "calibration/microbench.hpp"
 #include "calibration/nccl_log.hpp"
+#include "sim/engine/engine.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
@@ -337,8 +339,28 @@ void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(seconds.begin(), seconds.end());
-  std::cout << "bench: " << runs << " runs, wall time median " << seconds[seconds.size() / 2]
-            << " s, min " << seconds.front() << " s, max " << seconds.back() << " s\n";
+  const double median_s = seconds[seconds.size() / 2];
+  std::cout << "bench: " << runs << " runs, wall time median " << median_s << " s, min "
+            << seconds.front() << " s, max " << seconds.back() << " s\n";
+  // The engine's reference workload, timed here and now: a machine or a day that runs it
+  // slower runs everything slower, so the median in its events compares across both.
+  constexpr int kReferenceRuns = 5;
+  constexpr int kReferenceEvents = 1'000'000;
+  std::vector<double> rates;
+  for (int i = 0; i < kReferenceRuns; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto events = fleetsim::run_reference_events(1, kReferenceEvents);
+    rates.push_back(
+        static_cast<double>(events) /
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(rates.begin(), rates.end());
+  const double rate = rates[rates.size() / 2];
+  std::ostringstream line;
+  line << std::setprecision(3) << "bench: engine reference " << rate / 1e6
+       << " M events/s (one pending event, median of " << kReferenceRuns
+       << "): the median run takes as long as " << median_s * rate / 1e6 << " M of its events\n";
+  std::cout << line.str();
 }
 
 // --min-headroom's "15%" as a share of memory, 0 up to (not including) 100%.
