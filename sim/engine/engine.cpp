@@ -72,10 +72,6 @@ void Engine::run(SimTime until) {
   if (until != SimTime::max() && until > now_) now_ = until;
 }
 
-}  // namespace fleetsim
-
-namespace fleetsim {
-
 std::uint64_t run_reference_events(int pending, int events) {
   Engine engine;
   int remaining = events;

@@ -74,10 +74,6 @@ class Engine {
   std::vector<std::uint32_t> free_slots_;
 };
 
-}  // namespace fleetsim
-
-namespace fleetsim {
-
 // The engine's reference workload: `pending` chains of events, each event scheduling the next
 // of its chain a few nanoseconds on, `events` in all; returns the events processed. Its rate on a
 // machine (events per second, with one event pending) is the yardstick that benchmarks quote
