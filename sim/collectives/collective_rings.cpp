@@ -162,12 +162,6 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
   return rings;
 }
 
-std::vector<LinkId> Collectives::hop_links(VertexId from, VertexId to, std::uint64_t flow) const {
-  std::vector<LinkId> links;
-  append_hop_links(from, to, flow, links);
-  return links;
-}
-
 void Collectives::append_hop_links(VertexId from, VertexId to, std::uint64_t flow,
                                    std::vector<LinkId>& links) const {
   const Vertex& source = topology_->vertex(from);

@@ -671,8 +671,10 @@ Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks
 }
 
 std::vector<LinkUse> Collectives::hop_uses(VertexId from, VertexId to, std::uint64_t flow) const {
+  std::vector<LinkId> links;
+  append_hop_links(from, to, flow, links);
   std::vector<LinkUse> uses;
-  for (const LinkId link : hop_links(from, to, flow)) uses.push_back({link, 1.0});
+  for (const LinkId link : links) uses.push_back({link, 1.0});
   return uses;
 }
 

@@ -155,8 +155,6 @@ class Collectives {
   // connections of a collective apart (NCCL's channel: its own queue pair, so its own hash
   // under hash routing).
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
-  std::vector<LinkId> hop_links(VertexId from, VertexId to, std::uint64_t flow = 0) const;
-  // hop_links(from, to, flow) appended to `links`.
   void append_hop_links(VertexId from, VertexId to, std::uint64_t flow,
                         std::vector<LinkId>& links) const;
 

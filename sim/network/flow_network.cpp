@@ -304,11 +304,7 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
     old_rates.push_back(flow.rate);
     flow.rate = 0;
     for (const LinkUse& use : flow.links) {
-      if (marks.mark(use.link)) {
-        Filling& link = filling_[use.link];
-        link.residual = capacity_[use.link];
-        link.saturated_below = kSaturationTolerance * capacity_[use.link];
-      }
+      if (marks.mark(use.link)) filling_[use.link].residual = capacity_[use.link];
     }
     unfixed.push_back(&flow);
   }
@@ -331,7 +327,7 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
       link.saturated = false;
       if (!(link.weight_sum > 0)) continue;
       link.residual -= increment * link.weight_sum;
-      link.saturated = link.residual <= link.saturated_below;
+      link.saturated = link.residual <= kSaturationTolerance * capacity_[l];
     }
     still_unfixed.clear();
     for (Flow* flow : unfixed) {

@@ -181,9 +181,8 @@ class FlowNetwork {
   class LinkMarks;
   // A link's values during one reallocate(), side by side: a filling round reads them together.
   struct Filling {
-    double residual = 0;         // capacity not yet given out
-    double weight_sum = 0;       // of the unfixed flows crossing it
-    double saturated_below = 0;  // residual at or under this: saturated
+    double residual = 0;    // capacity not yet given out
+    double weight_sum = 0;  // of the unfixed flows crossing it
     bool saturated = false;
   };
   std::vector<Filling> filling_;

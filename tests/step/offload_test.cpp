@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/folded_steps.hpp"
 #include "common/small_job.hpp"
 #include "sim/step/step_executor.hpp"
 #include "workloads/task_graph.hpp"
@@ -294,23 +295,15 @@ TEST_CASE("offload: host work on nodes that mirror the first node's is left out,
   in.plan.zero_stage = 1;
   in.training.global_batch = 32;
   in.training.micro_batch = 1;
-  StepOptions unfolded;
-  unfolded.fold = false;
-  const StepResult folded = simulate_step(in).step;
-  const StepResult every = simulate_step(in, unfolded).step;
+  const auto [folded, every] = testing::folded_and_unfolded(in);
   CHECK(folded.replayed_ranks == 2);
   CHECK(folded.step_time_s == Approx(every.step_time_s).epsilon(1e-9));
   CHECK(host_memory_bytes(every, "n1.") > 0);
   CHECK(host_memory_bytes(folded, "n0.") == Approx(host_memory_bytes(every, "n0.")).epsilon(1e-9));
   CHECK(host_memory_bytes(folded, "n1.") == 0);
-  const auto bytes_on = [](const StepResult& step, const std::string& name) {
-    const auto link = std::find_if(step.links.begin(), step.links.end(),
-                                   [&](const LinkUsage& usage) { return usage.name == name; });
-    return link == step.links.end() ? 0.0 : link->bytes;
-  };
   const std::string node_1_nvlink = "n1.gpu0->n1.nvswitch";
-  CHECK(bytes_on(folded, node_1_nvlink) > 0);
-  CHECK(bytes_on(folded, node_1_nvlink) < bytes_on(every, node_1_nvlink));
+  CHECK(testing::link_bytes(folded, node_1_nvlink) > 0);
+  CHECK(testing::link_bytes(folded, node_1_nvlink) < testing::link_bytes(every, node_1_nvlink));
 }
 
 TEST_CASE("offload: a copy's host work runs on its own node's host, in a domain of several nodes") {
@@ -326,10 +319,7 @@ TEST_CASE("offload: a copy's host work runs on its own node's host, in a domain 
   in.plan.zero_stage = 1;
   in.training.global_batch = 16;
   in.training.micro_batch = 1;
-  StepOptions unfolded;
-  unfolded.fold = false;
-  const StepResult folded = simulate_step(in).step;
-  const StepResult every = simulate_step(in, unfolded).step;
+  const auto [folded, every] = testing::folded_and_unfolded(in);
   CHECK(folded.replayed_ranks == 1);
   CHECK(folded.step_time_s == Approx(every.step_time_s).epsilon(1e-9));
   for (const std::string node : {"n0.", "n1."}) {

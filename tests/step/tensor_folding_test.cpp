@@ -8,10 +8,13 @@
 #include <string>
 #include <utility>
 
+#include "common/folded_steps.hpp"
 #include "common/small_job.hpp"
 #include "sim/step/step_executor.hpp"
 
 using namespace fleetsim;
+using fleetsim::testing::folded_and_unfolded;
+using fleetsim::testing::link_bytes;
 using fleetsim::testing::small_job;
 
 namespace {
@@ -29,16 +32,6 @@ StepInputs four_nodes(int tp, int pp, int dp) {
   in.training.global_batch = 8 * dp;
   in.training.micro_batch = 1;
   return in;
-}
-
-std::pair<StepResult, StepResult> folded_and_unfolded(const StepInputs& in) {
-  StepOptions every_rank;
-  every_rank.fold = false;
-  const StepOutcome folded = simulate_step(in);
-  const StepOutcome unfolded = simulate_step(in, every_rank);
-  REQUIRE(folded.simulated);
-  REQUIRE(unfolded.simulated);
-  return {folded.step, unfolded.step};
 }
 
 }  // namespace
@@ -188,11 +181,6 @@ TEST_CASE("folding: where a node holds several replicas, other nodes' copies mir
   CHECK(mirrored.replayed_ranks == 2);
   CHECK(mirrored.step_time_s == Approx(every_rank.step_time_s).epsilon(1e-9));
   CHECK(mirrored.comm_bytes_per_gpu == Approx(every_rank.comm_bytes_per_gpu).epsilon(1e-9));
-  const auto bytes_on = [](const StepResult& step, const std::string& name) {
-    const auto link = std::find_if(step.links.begin(), step.links.end(),
-                                   [&](const LinkUsage& usage) { return usage.name == name; });
-    return link == step.links.end() ? 0.0 : link->bytes;
-  };
   int running_links = 0;
   for (const LinkUsage& link : every_rank.links) {
     const bool runs = std::any_of(kRunningGpus.begin(), kRunningGpus.end(), [&](const char* gpu) {
@@ -201,13 +189,13 @@ TEST_CASE("folding: where a node holds several replicas, other nodes' copies mir
     });
     if (!runs) continue;
     CAPTURE(link.name);
-    CHECK(bytes_on(mirrored, link.name) == Approx(link.bytes).epsilon(1e-9));
+    CHECK(link_bytes(mirrored, link.name) == Approx(link.bytes).epsilon(1e-9));
     ++running_links;
   }
   CHECK(running_links == 8);  // each GPU's NVLink and PCIe link, both ways
   const std::string node_1_nvlink = "n1.gpu0->n1.nvswitch";
-  CHECK(bytes_on(mirrored, node_1_nvlink) > 0);
-  CHECK(bytes_on(mirrored, node_1_nvlink) < bytes_on(every_rank, node_1_nvlink));
+  CHECK(link_bytes(mirrored, node_1_nvlink) > 0);
+  CHECK(link_bytes(mirrored, node_1_nvlink) < link_bytes(every_rank, node_1_nvlink));
   const auto pcie_out_of = [](const StepResult& step, const std::string& gpu) {
     double bytes = 0;
     for (const LinkUsage& link : step.links) {
@@ -225,7 +213,7 @@ TEST_CASE("folding: where a node holds several replicas, other nodes' copies mir
   two_gpu_nodes.node.pcie_switches = 1;
   const auto [replica_0, all] = folded_and_unfolded(two_gpu_nodes);
   CHECK(replica_0.step_time_s == Approx(all.step_time_s).epsilon(1e-9));
-  CHECK(bytes_on(replica_0, "n1.gpu0->n1.nvswitch") < bytes_on(all, "n1.gpu0->n1.nvswitch"));
+  CHECK(link_bytes(replica_0, "n1.gpu0->n1.nvswitch") < link_bytes(all, "n1.gpu0->n1.nvswitch"));
   CHECK(pcie_out_of(all, "n0.gpu1") > 0);
   CHECK(pcie_out_of(replica_0, "n0.gpu1") == 0);
 }

@@ -329,33 +329,35 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   return report;
 }
 
-void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs,
-                 const fleetsim::Ranks& ranks) {
+// The wall times of `runs` calls of `work`, shortest first.
+template <typename Work>
+std::vector<double> sorted_wall_times(int runs, Work&& work) {
   std::vector<double> seconds;
   for (int i = 0; i < runs; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    simulate(scenario, options, ranks);
+    work();
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(seconds.begin(), seconds.end());
+  return seconds;
+}
+
+void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs,
+                 const fleetsim::Ranks& ranks) {
+  const std::vector<double> seconds =
+      sorted_wall_times(runs, [&] { simulate(scenario, options, ranks); });
   const double median_s = seconds[seconds.size() / 2];
   std::cout << "bench: " << runs << " runs, wall time median " << median_s << " s, min "
             << seconds.front() << " s, max " << seconds.back() << " s\n";
   // The engine's reference workload, timed here and now: a machine or a day that runs it
-  // slower runs everything slower, so the median in its events compares across both.
+  // slower runs everything slower, so the median in its events compares across both. With
+  // one chain pending it processes exactly kReferenceEvents events each run.
   constexpr int kReferenceRuns = 5;
   constexpr int kReferenceEvents = 1'000'000;
-  std::vector<double> rates;
-  for (int i = 0; i < kReferenceRuns; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    const auto events = fleetsim::run_reference_events(1, kReferenceEvents);
-    rates.push_back(
-        static_cast<double>(events) /
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(rates.begin(), rates.end());
-  const double rate = rates[rates.size() / 2];
+  const std::vector<double> reference = sorted_wall_times(
+      kReferenceRuns, [] { fleetsim::run_reference_events(1, kReferenceEvents); });
+  const double rate = kReferenceEvents / reference[reference.size() / 2];
   std::ostringstream line;
   line << std::setprecision(3) << "bench: engine reference " << rate / 1e6
        << " M events/s (one pending event, median of " << kReferenceRuns
