@@ -643,14 +643,6 @@ std::string measured_sections(const RunReport& report) {
   return text;
 }
 
-// A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180).
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string quoted = "\"";
-  for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return quoted + "\"";
-}
-
 }  // namespace
 
 std::string render_memory(const RunReport& report) {
@@ -685,35 +677,6 @@ std::string render_sweep(const RunReport& report) {
     table.add(report.variants[i].name, std::move(cells));
   }
   return text + table.render() + warnings_section(report);
-}
-
-std::string render_sweep_csv(const RunReport& report) {
-  std::string text = "point";
-  if (!report.variants.empty()) {
-    for (const auto& [path, value] : report.variants.front().swept) text += "," + csv_field(path);
-  }
-  text +=
-      ",gpus,fits,step_time_s,tokens_per_s,tokens_per_s_per_gpu,scaling_efficiency,mfu,"
-      "largest_share,layout\n";
-  for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const VariantReport& point = report.variants[i];
-    text += csv_field(point.name);
-    for (const auto& [path, value] : point.swept) text += "," + csv_field(value);
-    const int gpus = total_gpus(point.inputs);
-    text += "," + std::to_string(gpus);
-    const std::string layout = csv_field(layout_label(point.inputs.plan));
-    if (!point.outcome.simulated) {
-      text += ",false,,,,,,," + layout + "\n";
-      continue;
-    }
-    const StepResult& step = point.outcome.step;
-    const std::optional<double> efficiency = scaling_efficiency_in_sweep(report, i);
-    text += ",true," + significant(step.step_time_s, 9) + "," + significant(step.tokens_per_s, 9) +
-            "," + significant(step.tokens_per_s / gpus, 9) + "," +
-            (efficiency ? significant(*efficiency, 9) : "") + "," + significant(step.mfu, 9) + "," +
-            csv_field(largest_share(step.breakdown)) + "," + layout + "\n";
-  }
-  return text;
 }
 
 std::string render_plan(const RunReport& report) {

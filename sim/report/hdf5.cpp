@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <mutex>
-#include <set>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -19,6 +19,7 @@
 #include "sim/report/hdf5_lock.hpp"
 #include "sim/report/report.hpp"
 #include "sim/report/result_fields.hpp"
+#include "sim/report/summary_table.hpp"
 
 namespace fleetsim {
 namespace report_detail {
@@ -62,6 +63,17 @@ void write_attribute(const H5::H5Object& object, const char* name, int value) {
 void write_attribute(const H5::H5Object& object, const char* name, std::uint64_t value) {
   object.createAttribute(name, H5::PredType::STD_U64LE, scalar_space())
       .write(H5::PredType::NATIVE_UINT64, &value);
+}
+
+// A one-dimensional attribute of UTF-8 strings.
+void write_attribute(const H5::H5Object& object, const char* name,
+                     const std::vector<std::string>& values) {
+  std::vector<const char*> pointers;
+  for (const std::string& value : values) pointers.push_back(value.c_str());
+  const hsize_t count = values.size();
+  const H5::StrType type = string_type();
+  const H5::Attribute attribute = object.createAttribute(name, type, H5::DataSpace(1, &count));
+  if (!pointers.empty()) attribute.write(type, pointers.data());
 }
 
 // Rows hold pointers into the report's strings, which outlive the write.
@@ -137,35 +149,6 @@ H5::CompType measured_type() {
   type.insertMember("measured", HOFFSET(MeasuredRow, measured), H5::PredType::NATIVE_DOUBLE);
   type.insertMember("predicted", HOFFSET(MeasuredRow, predicted), H5::PredType::NATIVE_DOUBLE);
   type.insertMember("error", HOFFSET(MeasuredRow, error), H5::PredType::NATIVE_DOUBLE);
-  return type;
-}
-
-struct SweepRow {
-  const char* point;
-  const char* group;  // the point's group under /variants
-  int gpus;
-  int fits;  // 1, or 0: the metrics are NaN
-  double step_time_s;
-  double tokens_per_s;
-  double tokens_per_s_per_gpu;
-  double scaling_efficiency;
-  double mfu;
-};
-
-H5::CompType sweep_type() {
-  H5::CompType type(sizeof(SweepRow));
-  type.insertMember("point", HOFFSET(SweepRow, point), string_type());
-  type.insertMember("group", HOFFSET(SweepRow, group), string_type());
-  type.insertMember("gpus", HOFFSET(SweepRow, gpus), H5::PredType::NATIVE_INT);
-  type.insertMember("fits", HOFFSET(SweepRow, fits), H5::PredType::NATIVE_INT);
-  for (const auto& [name, offset] :
-       {std::pair{"step_time_s", HOFFSET(SweepRow, step_time_s)},
-        std::pair{"tokens_per_s", HOFFSET(SweepRow, tokens_per_s)},
-        std::pair{"tokens_per_s_per_gpu", HOFFSET(SweepRow, tokens_per_s_per_gpu)},
-        std::pair{"scaling_efficiency", HOFFSET(SweepRow, scaling_efficiency)},
-        std::pair{"mfu", HOFFSET(SweepRow, mfu)}}) {
-    type.insertMember(name, offset, H5::PredType::NATIVE_DOUBLE);
-  }
   return type;
 }
 
@@ -377,20 +360,52 @@ void write_variant_attributes(const H5::Group& group, const RunReport& report, s
   }
 }
 
-// HDF5 link names cannot contain '/', and "." names the parent group itself.
-std::string group_name_for(const std::string& variant_name, int index,
-                           std::set<std::string>& used) {
-  std::string name = variant_name;
-  for (char& c : name) {
-    if (c == '/') {
-      c = '_';
+// /summary: the summary table (summary_table.hpp), a compound member per column in its order:
+// text as a UTF-8 string ("" where absent), numbers and flags as doubles (NaN where absent,
+// flags 0 or 1); the columns' units and descriptions as attributes in the same order, and a
+// sweep's swept columns as the attribute `swept`.
+void write_summary(const H5::H5File& file, const SummaryTable& table) {
+  // Every member one slot wide: a double, or a string's pointer.
+  constexpr std::size_t kSlot = sizeof(double);
+  static_assert(sizeof(const char*) == kSlot);
+  const std::size_t width = table.columns.size();
+  H5::CompType type(kSlot * width);
+  std::vector<std::string> units, descriptions;
+  for (std::size_t c = 0; c < width; ++c) {
+    const SummaryColumn& column = table.columns[c];
+    type.insertMember(column.name, kSlot * c,
+                      column.kind == SummaryColumn::Kind::text
+                          ? static_cast<H5::DataType>(string_type())
+                          : static_cast<H5::DataType>(H5::PredType::NATIVE_DOUBLE));
+    units.push_back(column.unit);
+    descriptions.push_back(column.description);
+  }
+  static const char* const kNoText = "";
+  std::vector<unsigned char> rows(kSlot * width * table.rows.size());
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    for (std::size_t c = 0; c < width; ++c) {
+      unsigned char* slot = rows.data() + kSlot * (r * width + c);
+      const SummaryCell& cell = table.rows[r][c];
+      if (table.columns[c].kind == SummaryColumn::Kind::text) {
+        const char* text = std::holds_alternative<std::string>(cell)
+                               ? std::get<std::string>(cell).c_str()
+                               : kNoText;
+        std::memcpy(slot, &text, kSlot);
+        continue;
+      }
+      const double number = std::holds_alternative<double>(cell) ? std::get<double>(cell)
+                            : std::holds_alternative<bool>(cell)
+                                ? (std::get<bool>(cell) ? 1.0 : 0.0)
+                                : kNotSimulated;
+      std::memcpy(slot, &number, kSlot);
     }
   }
-  if (name.empty() || name == "." || used.count(name) > 0) {
-    name += "~" + std::to_string(index);
-  }
-  used.insert(name);
-  return name;
+  const hsize_t count = table.rows.size();
+  const H5::DataSet dataset = file.createDataSet("summary", type, H5::DataSpace(1, &count));
+  if (!table.rows.empty()) dataset.write(rows.data(), type);
+  write_attribute(dataset, "units", units);
+  write_attribute(dataset, "descriptions", descriptions);
+  if (!table.swept.empty()) write_attribute(dataset, "swept", table.swept);
 }
 
 void write_root_attributes(const H5::H5File& file, const RunReport& report) {
@@ -443,34 +458,6 @@ void write_run(const H5::Group& variant_group, const RunReport& report, std::siz
   if (priced) write_rows(group, "cost_usd", H5::PredType::NATIVE_DOUBLE, cost);
 }
 
-// A sweep's table, a row per point, and its swept values: /sweep_axes (the paths) and
-// /sweep_values (points x axes, as written in the scenario).
-void write_sweep(const H5::H5File& file, const RunReport& report,
-                 const std::vector<std::string>& groups) {
-  std::vector<SweepRow> rows;
-  std::vector<const char*> axes;
-  std::vector<const char*> values;
-  for (const auto& [path, value] : report.variants.front().swept) axes.push_back(path.c_str());
-  for (std::size_t i = 0; i < report.variants.size(); ++i) {
-    const VariantReport& point = report.variants[i];
-    const int gpus = point.inputs.nodes * point.inputs.node.gpus;
-    const bool fits = point.outcome.simulated;
-    const StepResult& step = point.outcome.step;
-    const auto metric = [&](double value) { return fits ? value : kNotSimulated; };
-    rows.push_back(
-        {point.name.c_str(), groups[i].c_str(), gpus, fits ? 1 : 0, metric(step.step_time_s),
-         metric(step.tokens_per_s), metric(step.tokens_per_s / gpus),
-         scaling_efficiency_in_sweep(report, i).value_or(kNotSimulated), metric(step.mfu)});
-    for (const auto& [path, value] : point.swept) values.push_back(value.c_str());
-  }
-  write_rows(file, "sweep", sweep_type(), rows);
-  write_rows(file, "sweep_axes", string_type(), axes);
-  const hsize_t dims[2] = {report.variants.size(), axes.size()};
-  const H5::DataSet table =
-      file.createDataSet("sweep_values", string_type(), H5::DataSpace(2, dims));
-  if (!values.empty()) table.write(values.data(), string_type());
-}
-
 // The measured: block against the simulation: a row per metric, and the source.
 void write_measured(const H5::Group& group, const VariantReport& variant) {
   const std::vector<MetricComparison> comparisons =
@@ -487,14 +474,12 @@ void write_measured(const H5::Group& group, const VariantReport& variant) {
 
 void write_file(const RunReport& report, const H5::H5File& file) {
   write_root_attributes(file, report);
+  write_summary(file, summary_table(report));
   const H5::Group variants = file.createGroup("variants");
-  std::set<std::string> used_names;
-  std::vector<std::string> groups;
+  const std::vector<std::string> groups = variant_group_names(report);
   for (std::size_t i = 0; i < report.variants.size(); ++i) {
     const VariantReport& variant = report.variants[i];
-    const int index = static_cast<int>(i);
-    groups.push_back(group_name_for(variant.name, index, used_names));
-    const H5::Group group = variants.createGroup(groups.back());
+    const H5::Group group = variants.createGroup(groups[i]);
     write_variant_attributes(group, report, i);
     write_breakdown(group, variant.outcome);
     write_memory(group, variant.outcome.memory);
@@ -505,7 +490,6 @@ void write_file(const RunReport& report, const H5::H5File& file) {
     if (variant.sensitivity) write_sensitivity(group, *variant.sensitivity);
     if (variant.measured) write_measured(group, variant);
   }
-  if (report.swept && !report.variants.empty()) write_sweep(file, report, groups);
 }
 
 // The file built in memory (HDF5's core driver, no backing store), then its bytes written as

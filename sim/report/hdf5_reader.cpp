@@ -49,14 +49,24 @@ std::map<std::string, Hdf5Attribute> read_attributes(const H5::H5Object& object)
   return attributes;
 }
 
-std::vector<std::string> read_strings(const H5::DataSet& dataset) {
-  const H5::DataSpace space = dataset.getSpace();
+// HDF5's C++ API reads a dataset and an attribute with their arguments in opposite orders.
+void read_into(const H5::DataSet& dataset, const H5::DataType& type, void* buffer) {
+  dataset.read(buffer, type);
+}
+void read_into(const H5::Attribute& attribute, const H5::DataType& type, void* buffer) {
+  attribute.read(type, buffer);
+}
+
+// A one-dimensional dataset or attribute of variable-length strings.
+template <typename Object>
+std::vector<std::string> read_strings(const Object& object) {
+  const H5::DataSpace space = object.getSpace();
   std::vector<char*> buffer(static_cast<std::size_t>(space.getSimpleExtentNpoints()), nullptr);
   if (buffer.empty()) {
     return {};
   }
   const H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
-  dataset.read(buffer.data(), type);
+  read_into(object, type, buffer.data());
   std::vector<std::string> strings(buffer.begin(), buffer.end());
   H5::DataSet::vlenReclaim(buffer.data(), type, space);
   return strings;
@@ -114,12 +124,15 @@ Hdf5Summary read_file(const std::filesystem::path& path) {
                    [](const Hdf5VariantSummary& a, const Hdf5VariantSummary& b) {
                      return written_index(a) < written_index(b);
                    });
-  if (file.nameExists("sweep")) {
-    summary.sweep_axes = read_strings(file.openDataSet("sweep_axes"));
-    hsize_t rows = 0;
-    file.openDataSet("sweep").getSpace().getSimpleExtentDims(&rows);
-    summary.sweep_rows = rows;
+  const H5::DataSet table = file.openDataSet("summary");
+  const H5::CompType columns = table.getCompType();
+  for (int c = 0; c < columns.getNmembers(); ++c) {
+    summary.summary_columns.push_back(columns.getMemberName(static_cast<unsigned>(c)));
   }
+  hsize_t rows = 0;
+  table.getSpace().getSimpleExtentDims(&rows);
+  summary.summary_rows = rows;
+  if (table.attrExists("swept")) summary.swept = read_strings(table.openAttribute("swept"));
   return summary;
 }
 

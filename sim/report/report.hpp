@@ -182,9 +182,6 @@ std::string largest_share(const StepBreakdown& parts);
 // `fleetsim sweep`: one row per point (GPUs, step time, tokens/s, per GPU, scaling efficiency,
 // MFU, the largest share of the step). Ends with a newline.
 std::string render_sweep(const RunReport& report);
-// The same as CSV for scripts: a header, then one line per point with its swept values and
-// metrics (empty where a point does not fit). Ends with a newline.
-std::string render_sweep_csv(const RunReport& report);
 
 // The results of some of a report's variants (what each one's simulation adds to the
 // scenario's inputs: a re-planned point's layout and micro-batch, the step's outcome, a run's
@@ -211,8 +208,9 @@ struct Hdf5VariantSummary {
 struct Hdf5Summary {
   std::map<std::string, Hdf5Attribute> attributes;  // of the root group
   std::vector<Hdf5VariantSummary> variants;         // in the order they were written
-  std::vector<std::string> sweep_axes;              // a sweep's paths (none: not a sweep)
-  std::size_t sweep_rows = 0;                       // rows of its /sweep table
+  std::vector<std::string> summary_columns;         // the /summary table's, in order
+  std::size_t summary_rows = 0;
+  std::vector<std::string> swept;  // a sweep's swept columns (none: not a sweep)
 };
 
 // Throws ModelError when the file cannot be opened or does not follow the layout of write_hdf5.

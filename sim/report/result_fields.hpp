@@ -2,8 +2,8 @@
 // unit and meaning. The JSON rendering, the HDF5 file and the generated schema page
 // (docs/results-schema.md) are rendered from this list. A new scalar result is a row here
 // (and the value it reads); the console's tables (console.cpp) choose which fields to show a
-// person and how to write them, and read each through this list. The sweep's table of points
-// (HDF5 /sweep, `fleetsim sweep --csv`) has columns of its own, listed on the schema page.
+// person and how to write them, and read each through this list; the summary table
+// (summary_table.hpp: HDF5 /summary, --csv) has a column per field.
 //
 // Fields come in groups: the variant's setup, its step (present in JSON once simulated; in
 // HDF5 NaN until then), its memory, its run's Monte Carlo and the run's spot capacity (each

@@ -565,11 +565,12 @@ sweep:
   // CSV for scripts: a header with the swept paths, a line per point, names quoted.
   const Result csv = run_cli("sweep " + file.string() + " --csv -q");
   REQUIRE(csv.exit_code == 0);
-  CHECK_THAT(csv.out, Catch::StartsWith("point,cluster.nodes,cluster.node,gpus,fits,step_time_s"));
-  CHECK_THAT(csv.out,
-             Catch::Contains("\n\"cluster.nodes=4, cluster.node=dgx-b200\",4,dgx-b200,32,true,"));
+  CHECK_THAT(csv.out, Catch::StartsWith("name,group,cluster.nodes,cluster.node,index,node,"));
+  CHECK_THAT(csv.out, Catch::Contains("\n\"cluster.nodes=4, cluster.node=dgx-b200\","
+                                      "cluster.nodes_4_cluster.node_dgx-b200,4,dgx-b200,5,"
+                                      "dgx-b200,4,8,32,"));
   CHECK(std::count(csv.out.begin(), csv.out.end(), '\n') == 7);
-  CHECK(run_cli("run " + file.string() + " --csv").exit_code == 2);
+  CHECK(run_cli("sweep " + file.string() + " --csv --json").exit_code == 2);
   // Re-planned at each point: the best layout of each, never slower than the fixed one (which
   // the search includes).
   const fs::path planned = write_scenario("sweep-plan.yaml", slurp(file) + "  layout: plan\n");

@@ -29,7 +29,7 @@ for args in "sweep $dir/sweep.yaml" "run $scenarios/llama3-70b-pretraining-run.y
   # Not an empty comparison: the points and the runs' replications are there.
   grep -q '"tokens_per_s"' "$dir/two.json"
 done
-h5dump -H -d "/variants/checkpoint every 6 h/run/wall_s" "$dir/two.h5" | grep -q "( 1000 )"
+h5dump -H -d "/variants/checkpoint_every_6_h/run/wall_s" "$dir/two.h5" | grep -q "( 1000 )"
 # More ranks than variants (the third has none to send), with a trace: the same outputs.
 "$fleetsim" run "$scenarios/h100-vs-b200.yaml" -q --json --trace "$dir/one.trace" >"$dir/one.json"
 three run "$scenarios/h100-vs-b200.yaml" -q --json --trace "$dir/three.trace" >"$dir/three.json"

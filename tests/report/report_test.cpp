@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -12,6 +13,9 @@
 #include "common/temp_dir.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/report/report.hpp"
+#include "sim/report/result_fields.hpp"
+#include "sim/report/summary_table.hpp"
+#include "workloads/layout/dimensions.hpp"
 
 namespace fleetsim {
 namespace {
@@ -98,6 +102,38 @@ std::string read_text(const std::filesystem::path& path) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+std::vector<std::string> csv_lines(const std::string& csv) {
+  std::vector<std::string> lines;
+  std::istringstream in(csv);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The cell of `column` in CSV line `line` (RFC 4180 quotes undone).
+std::string cell(const SummaryTable& table, const std::vector<std::string>& lines, std::size_t line,
+                 const std::string& column) {
+  std::size_t index = 0;
+  while (index < table.columns.size() && table.columns[index].name != column) ++index;
+  REQUIRE(index < table.columns.size());
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  const std::string& text = lines.at(line);
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (quoted && text[i] == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+      cells.back() += '"';
+      ++i;
+    } else if (text[i] == '"') {
+      quoted = !quoted;
+    } else if (text[i] == ',' && !quoted) {
+      cells.emplace_back();
+    } else {
+      cells.back() += text[i];
+    }
+  }
+  REQUIRE(cells.size() == table.columns.size());
+  return cells[index];
 }
 
 template <typename T>
@@ -234,17 +270,107 @@ TEST_CASE("a sweep's HDF5 file has its table and its swept values") {
   const auto path = dir.path() / "sweep.h5";
   write_hdf5(report, path);
   const Hdf5Summary summary = read_hdf5_summary(path);
-  CHECK(summary.sweep_axes == std::vector<std::string>{"cluster.nodes"});
-  CHECK(summary.sweep_rows == 2);
+  CHECK(summary.swept == std::vector<std::string>{"cluster.nodes"});
+  CHECK(summary.summary_rows == 2);
+  REQUIRE(summary.summary_columns.size() > 3);
+  CHECK(summary.summary_columns[2] == "cluster.nodes");
+  CHECK(std::count(summary.summary_columns.begin(), summary.summary_columns.end(),
+                   "scaling_efficiency") == 1);
   REQUIRE(summary.variants.size() == 2);
-  // Not a sweep: no table.
+  // Not a sweep: neither swept columns nor an efficiency in the sweep.
   write_hdf5(two_variant_report(), path);
-  CHECK(read_hdf5_summary(path).sweep_rows == 0);
-  // The CSV: a header with the path, the point that does not fit left blank.
-  const std::string csv = render_sweep_csv(report);
-  CHECK_THAT(csv, Catch::StartsWith("point,cluster.nodes,gpus,fits,"));
-  CHECK_THAT(csv, Catch::Contains(",2,"));
-  CHECK_THAT(csv, Catch::Contains(",false,,,,,,,dp"));
+  const Hdf5Summary plain = read_hdf5_summary(path);
+  CHECK(plain.swept.empty());
+  CHECK(plain.summary_rows == 2);
+  CHECK(std::count(plain.summary_columns.begin(), plain.summary_columns.end(),
+                   "scaling_efficiency") == 0);
+  // The CSV: the swept path after the name and group, numbers as the scenario wrote them, the
+  // point that does not fit without a step.
+  const SummaryTable table = summary_table(report);
+  const std::vector<std::string> lines = csv_lines(render_summary_csv(table));
+  REQUIRE(lines.size() == 3);
+  CHECK_THAT(lines[0], Catch::StartsWith("name,group,cluster.nodes,"));
+  CHECK(cell(table, lines, 1, "cluster.nodes") == "1");
+  CHECK(cell(table, lines, 2, "cluster.nodes") == "2");
+  CHECK(cell(table, lines, 1, "scaling_efficiency") == "1");
+  CHECK(cell(table, lines, 2, "scaling_efficiency").empty());
+  CHECK(cell(table, lines, 2, "step_time_s").empty());
+  CHECK(cell(table, lines, 2, "simulated") == "false");
+}
+
+TEST_CASE("the summary table has a column for every scalar a variant's results carry") {
+  const RunReport report = two_variant_report();
+  const SummaryTable table = summary_table(report);
+  const auto has_column = [&](const std::string& name) {
+    return std::any_of(table.columns.begin(), table.columns.end(),
+                       [&](const SummaryColumn& column) { return column.name == name; });
+  };
+  // Each registered field of the groups the variants have, by its HDF5 name where it has one;
+  // no run's, as neither variant has a run.
+  int fields = 0;
+  for (const ResultField& field : result_fields()) {
+    const bool variant_level = field.group == FieldGroup::variant ||
+                               field.group == FieldGroup::step || field.group == FieldGroup::memory;
+    if (!variant_level) continue;
+    const std::string name(field.hdf5.empty() ? field.name : field.hdf5);
+    INFO(name);
+    CHECK(has_column(name));
+    ++fields;
+  }
+  CHECK(fields > 30);
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    CHECK(has_column(std::string(dimension.output)));
+  }
+  CHECK_FALSE(
+      std::any_of(table.columns.begin(), table.columns.end(),
+                  [](const SummaryColumn& column) { return column.name.starts_with("run_"); }));
+  // The cells are the variants' values: the CSV's, and the same rows and columns in HDF5.
+  const std::vector<std::string> lines = csv_lines(render_summary_csv(table));
+  REQUIRE(lines.size() == 3);
+  CHECK(cell(table, lines, 1, "name") == "zero3");
+  CHECK(cell(table, lines, 1, "step_time_s") == "2");
+  CHECK(cell(table, lines, 1, "tokens_per_s") == "1048576");
+  CHECK(cell(table, lines, 1, "tokens_per_s_per_gpu") == "65536");
+  CHECK(cell(table, lines, 1, "mfu") == "0.45");
+  CHECK(cell(table, lines, 1, "memory_total_bytes") == "4.8e+10");  // the shortest form
+  CHECK(cell(table, lines, 1, "zero_stage") == "3");
+  CHECK(cell(table, lines, 2, "simulated") == "false");
+  CHECK(cell(table, lines, 2, "step_time_s").empty());
+  CHECK(cell(table, lines, 2, "largest_share").empty());
+  CHECK(std::stod(cell(table, lines, 2, "memory_total_bytes")) == 168e9);
+  const auto unit_of = [&](const std::string& name) {
+    for (const SummaryColumn& column : table.columns) {
+      if (column.name == name) return column.unit;
+    }
+    return std::string("?");
+  };
+  CHECK(unit_of("step_time_s") == "s");
+  CHECK(unit_of("memory_total_bytes") == "bytes");
+  CHECK(unit_of("bucket_bytes") == "bytes");
+  const TempDir dir;
+  write_hdf5(report, dir.path() / "two.h5");
+  const Hdf5Summary file = read_hdf5_summary(dir.path() / "two.h5");
+  CHECK(file.summary_rows == 2);
+  std::vector<std::string> names;
+  for (const SummaryColumn& column : table.columns) names.push_back(column.name);
+  CHECK(file.summary_columns == names);
+}
+
+TEST_CASE("variant groups have plain names, told apart by their index") {
+  RunReport report = two_variant_report();
+  report.variants.push_back(fitting_variant());
+  report.variants.push_back(fitting_variant());
+  report.variants[0].name = "8 hot spares, degraded / evicted";
+  report.variants[1].name = "cluster.node=dgx-h100";
+  report.variants[2].name = "zero3";
+  report.variants[3].name = "zero3";
+  CHECK(variant_group_names(report) == std::vector<std::string>{"8_hot_spares_degraded_evicted",
+                                                                "cluster.node_dgx-h100", "zero3",
+                                                                "zero3_3"});
+  report.variants[0].name = "!!";
+  report.variants[1].name = ".";
+  CHECK(variant_group_names(report)[0] == "0");
+  CHECK(variant_group_names(report)[1] == "._1");
 }
 
 TEST_CASE("JSON keeps keys in a fixed order") {
@@ -560,14 +686,15 @@ TEST_CASE("a partial sweep whose smaller point was left out shows no scaling eff
   const std::string table = render_sweep(sweep);
   CHECK(contains(table, "partial: "));
   CHECK(contains(table, "1 of 2 points finished"));
-  const std::string csv = render_sweep_csv(sweep);
-  // ...,tokens_per_s_per_gpu,scaling_efficiency,mfu,...: two commas with nothing between.
-  CHECK(contains(csv, "32768,,0.45,"));  // 1,048,576 tokens/s on 32 GPUs
+  const SummaryTable summary = summary_table(sweep);
+  const std::vector<std::string> lines = csv_lines(render_summary_csv(summary));
+  CHECK(cell(summary, lines, 1, "tokens_per_s_per_gpu") == "32768");  // 1,048,576 on 32 GPUs
+  CHECK(cell(summary, lines, 1, "scaling_efficiency").empty());
   const TempDir dir;
   const auto path = dir.path() / "sweep.h5";
   write_hdf5(sweep, path);
   const Hdf5Summary file = read_hdf5_summary(path);
-  CHECK(file.sweep_rows == 1);
+  CHECK(file.summary_rows == 1);
   CHECK(std::get<std::int64_t>(file.attributes.at("partial")) == 1);
   CHECK(std::get<std::string>(file.attributes.at("not_finished")) == "zero3");
 }

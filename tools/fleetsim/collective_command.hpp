@@ -24,6 +24,7 @@ struct CollectiveOptions {
   std::string max_bytes = "8G";
   double factor = 2;
   std::string output;  // HDF5 file to write the table to; empty: none
+  bool csv = false;    // print CSV, a line per size, instead of nccl-tests' table
   FabricOverrides fabric;
   int seeds = 1;  // hash routing: seeds 1..seeds, each row the median run, the spread summarised
 };

@@ -27,6 +27,7 @@
 #include "sim/engine/errors.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
+#include "sim/report/summary_table.hpp"
 #include "sim/scenario/scenario.hpp"
 #include "sim/scenario/units.hpp"
 #include "sim/step/step_executor.hpp"
@@ -72,6 +73,8 @@ const char* const kUsage =
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
     "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
     "  --json                 print JSON instead of the table\n"
+    "  --csv                  print CSV instead: a line per variant, a column per result\n"
+    "                         (the HDF5 file's /summary table)\n"
     "  --summary              with --json: each variant's links summed by kind, not one by one\n"
     "  --bench N              repeat the simulation N times and report the median wall time\n"
     "  --attribute            split each compare entry's difference from the first variant\n"
@@ -93,9 +96,9 @@ const char* const kUsage =
     "                         SIGTERM does the same with exit 130 or 143; a second one ends\n"
     "                         it at once\n"
     "\n"
-    "sweep options: --csv (one line per point, for scripts), and those of run\n"
+    "sweep options: those of run (--csv: a line per point, the swept values first)\n"
     "\n"
-    "plan options (and -o, --json, --no-fold, --data-dir, --threads, -q, --max-wall and\n"
+    "plan options (and -o, --json, --csv, --no-fold, --data-dir, --threads, -q, --max-wall and\n"
     "--max-memory as for run, but a plan stopped early writes nothing):\n"
     "  --top N                layouts to rank (default 10)\n"
     "  --min-headroom PCT     count a layout as fitting only with this share of GPU memory\n"
@@ -109,6 +112,7 @@ const char* const kUsage =
     "  -g, --gpus-per-node N  the first N GPUs of each node take part, as nccl-tests' -g with\n"
     "                         one process a node (default: all)\n"
     "  --ranks N              of those, the first N in rank order (default: all)\n"
+    "  --csv                  print CSV instead, a line per message size\n"
     "  --output FILE.h5       also write the table to an HDF5 file (spelt out: nccl-tests'\n"
     "                         -o is its reduction op, refused here)\n"
     "  --algo ALGO            force ring, tree, nvls, nvls_tree or hierarchical (all-reduce),\n"
@@ -142,7 +146,7 @@ struct Options {
   bool summary = false;       // --json with the links summed by kind
   bool attribute = false;     // run: attribute each variant's difference from the first
   int sensitivity_draws = 0;  // run: draws of the calibrated inputs within their sigma (0: off)
-  bool csv = false;           // sweep: CSV instead of the table
+  bool csv = false;           // run, sweep, plan, collective: CSV instead of the table
   bool no_fold = false;       // replay every data-parallel replica, not one per stage
   bool quiet = false;         // no progress bar
   int bench_runs = 0;
@@ -168,17 +172,18 @@ const std::map<std::string, std::set<std::string>>& command_options() {
   static const std::map<std::string, std::set<std::string>> options = [] {
     std::map<std::string, std::set<std::string>> table{
         {"run",
-         {"output", "trace", "json", "summary", "bench", "attribute", "sensitivity", "no-fold",
-          "threads", "quiet"}},
+         {"output", "trace", "json", "csv", "summary", "bench", "attribute", "sensitivity",
+          "no-fold", "threads", "quiet"}},
         {"sweep", {"output", "json", "summary", "csv", "bench", "no-fold", "threads", "quiet"}},
         {"plan",
-         {"output", "json", "summary", "no-fold", "threads", "quiet", "top", "min-headroom"}},
+         {"output", "json", "csv", "summary", "no-fold", "threads", "quiet", "top",
+          "min-headroom"}},
         {"validate", {}},
         {"memory", {}},
         {"list", {}},
         {"collective",
-         {"output", "node", "nodes", "gpu", "op", "ranks", "gpus-per-node", "algo", "min", "max",
-          "factor", "seeds"}},
+         {"output", "csv", "node", "nodes", "gpu", "op", "ranks", "gpus-per-node", "algo", "min",
+          "max", "factor", "seeds"}},
         {"calibrate",
          {"node", "nodes", "gpu", "ranks", "gpus-per-node", "algo", "fit-min", "write",
           "kernels"}}};
@@ -409,8 +414,9 @@ int plan_command(const Scenario& scenario, const Options& options) {
                      std::to_string(scenario.variants.size() - 1) +
                      " compare entries are not used\n";
   }
-  std::cout << (options.json ? fleetsim::render_json(report, link_detail(options))
-                             : fleetsim::render_plan(report));
+  std::cout << (options.json  ? fleetsim::render_json(report, link_detail(options))
+                : options.csv ? fleetsim::render_summary_csv(fleetsim::summary_table(report))
+                              : fleetsim::render_plan(report));
   if (!options.output.empty()) {
     // --max-wall and --max-memory still hold: a plan stopped while it waits writes nothing.
     const fleetsim::OutputLock lock({options.output}, fleetsim::say_waiting_for,
@@ -467,8 +473,7 @@ void check_outputs(const Options& options, bool writes) {
     const std::string extension = suffix(options.output);
     if (extension != ".h5" && extension != ".hdf5") {
       throw po::error("-o writes HDF5: name the file .h5 or .hdf5, got '" + options.output +
-                      "' (JSON goes to standard output with --json" +
-                      (options.command == "sweep" ? ", CSV with --csv)" : ")"));
+                      "' (JSON goes to standard output with --json" + ", CSV with --csv)");
     }
   }
   if (options.given.contains("trace") && options.trace.empty()) {
@@ -574,6 +579,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     fleetsim::CollectiveOptions collective = options.collective;
     collective.data_dir = options.data_dir;
     collective.output = options.output;
+    collective.csv = options.csv;
     fleetsim::run_collective_command(collective);
     return kOk;
   }
@@ -705,7 +711,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     write_failure = std::current_exception();
   }
   std::cout << (options.json  ? fleetsim::render_json(report, link_detail(options)) + "\n"
-                : options.csv ? fleetsim::render_sweep_csv(report)
+                : options.csv ? fleetsim::render_summary_csv(fleetsim::summary_table(report))
                 : sweep       ? fleetsim::render_sweep(report)
                               : fleetsim::render_console(report));
   if (write_failure) std::rethrow_exception(write_failure);

@@ -1,0 +1,275 @@
+#include "sim/report/summary_table.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "sim/report/result_fields.hpp"
+#include "workloads/layout/dimensions.hpp"
+
+namespace fleetsim {
+namespace {
+
+using Kind = SummaryColumn::Kind;
+
+// A column and how each row's cell is read.
+struct Source {
+  SummaryColumn column;
+  std::function<SummaryCell(std::size_t)> cell;
+};
+
+// A plain value as a cell (a summary is read member by member, never through here).
+SummaryCell cell_of(const FieldValue& value) {
+  return std::visit(
+      [](const auto& v) -> SummaryCell {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return std::monostate{};
+        } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
+          return v;
+        } else if constexpr (std::is_same_v<T, SampleSummary>) {
+          throw std::logic_error("a Monte Carlo summary read as one cell");
+        } else {
+          return static_cast<double>(v);
+        }
+      },
+      value);
+}
+
+Kind kind_of(const SummaryCell& cell) {
+  if (std::holds_alternative<std::string>(cell)) return Kind::text;
+  if (std::holds_alternative<bool>(cell)) return Kind::flag;
+  return Kind::number;
+}
+
+// Whether every value reads whole as a finite number (a swept count or rate written bare).
+bool all_numbers(const std::vector<std::string>& values) {
+  for (const std::string& value : values) {
+    char* end = nullptr;
+    const double number = std::strtod(value.c_str(), &end);
+    if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(number)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+constexpr std::pair<std::string_view, double SampleSummary::*> kSummaryMembers[] = {
+    {"mean", &SampleSummary::mean},
+    {"ci99_half_width", &SampleSummary::ci99_half_width},
+    {"p50", &SampleSummary::p50},
+    {"p90", &SampleSummary::p90},
+    {"p99", &SampleSummary::p99}};
+
+// The registered field's columns: one, or a summary's five; none where no variant has it.
+void add_field(std::vector<Source>& sources, const RunReport& report, const ResultField& field) {
+  const bool in_run = field.group == FieldGroup::run || field.group == FieldGroup::spot;
+  const std::string name =
+      (in_run ? "run_" : "") + std::string(field.hdf5.empty() ? field.name : field.hdf5);
+  const auto present = [&report, &field](std::size_t i) {
+    return in_json(field.group, report.variants[i]);
+  };
+  std::optional<FieldValue> example;
+  for (std::size_t i = 0; i < report.variants.size() && !example; ++i) {
+    if (!present(i)) continue;
+    FieldValue value = field.get(report, i);
+    if (!std::holds_alternative<std::monostate>(value)) example = std::move(value);
+  }
+  if (!example) return;
+  const auto value_at = [&report, &field, present](std::size_t i) -> std::optional<FieldValue> {
+    if (!present(i)) return std::nullopt;
+    return field.get(report, i);
+  };
+  if (std::holds_alternative<SampleSummary>(*example)) {
+    for (const auto& entry : kSummaryMembers) {
+      const std::string member(entry.first);
+      double SampleSummary::*const pointer = entry.second;  // (a lambda cannot capture a binding)
+      sources.push_back({{name + "_" + member, Kind::number, std::string(field.unit),
+                          std::string(field.description) + " (" + member + ")"},
+                         [value_at, pointer](std::size_t i) -> SummaryCell {
+                           const std::optional<FieldValue> value = value_at(i);
+                           if (!value || !std::holds_alternative<SampleSummary>(*value)) {
+                             return std::monostate{};
+                           }
+                           return std::get<SampleSummary>(*value).*pointer;
+                         }});
+    }
+    return;
+  }
+  sources.push_back(
+      {{name, kind_of(cell_of(*example)), std::string(field.unit), std::string(field.description)},
+       [value_at](std::size_t i) -> SummaryCell {
+         const std::optional<FieldValue> value = value_at(i);
+         return value ? cell_of(*value) : SummaryCell{};
+       }});
+}
+
+void add_fields(std::vector<Source>& sources, const RunReport& report, FieldGroup group,
+                std::string_view skip = {}) {
+  for (const ResultField& field : result_fields()) {
+    if (field.group == group && field.name != skip) add_field(sources, report, field);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> variant_group_names(const RunReport& report) {
+  std::vector<std::string> names;
+  std::set<std::string> used;
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    // Letters, digits, '.', '-' and '_' (a path's part, a Python key, a shell word as they
+    // are); each run of anything else one '_'.
+    std::string name;
+    for (const char c : report.variants[i].name) {
+      const bool plain =
+          std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-' || c == '_';
+      if (plain) {
+        name += c;
+      } else if (!name.empty() && name.back() != '_') {
+        name += '_';
+      }
+    }
+    while (!name.empty() && name.back() == '_') name.pop_back();
+    // "." and ".." name groups already; an empty or taken name gets the variant's index.
+    if (name.empty() || name == "." || name == ".." || used.count(name) > 0) {
+      name += (name.empty() ? "" : "_") + std::to_string(i);
+    }
+    used.insert(name);
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+SummaryTable summary_table(const RunReport& report) {
+  std::vector<Source> sources;
+  const std::vector<std::string> groups = variant_group_names(report);
+  sources.push_back({{"name", Kind::text, "", "the variant's name (a sweep's point)"},
+                     [&report](std::size_t i) -> SummaryCell { return report.variants[i].name; }});
+  sources.push_back({{"group", Kind::text, "", "its group under /variants in the HDF5 file"},
+                     [&groups](std::size_t i) -> SummaryCell { return groups[i]; }});
+  if (report.swept && !report.variants.empty()) {
+    const auto& axes = report.variants.front().swept;
+    for (std::size_t axis = 0; axis < axes.size(); ++axis) {
+      std::vector<std::string> values;
+      for (const VariantReport& point : report.variants) values.push_back(point.swept[axis].second);
+      const bool numbers = all_numbers(values);
+      sources.push_back({{axes[axis].first, numbers ? Kind::number : Kind::text, "",
+                          "the swept value, as the scenario writes it"},
+                         [values, numbers](std::size_t i) -> SummaryCell {
+                           if (numbers) return std::strtod(values[i].c_str(), nullptr);
+                           return values[i];
+                         }});
+    }
+  }
+  add_fields(sources, report, FieldGroup::variant, "name");
+  for (const LayoutDimension& dimension : layout_dimensions()) {
+    const DimensionValue example = dimension.get(ParallelPlan{});
+    const Kind kind = std::holds_alternative<std::string>(example) ? Kind::text
+                      : std::holds_alternative<bool>(example)      ? Kind::flag
+                                                                   : Kind::number;
+    sources.push_back(
+        {{std::string(dimension.output), kind, dimension.kind == DimensionKind::size ? "bytes" : "",
+          std::string(dimension.description)},
+         [&report, &dimension](std::size_t i) -> SummaryCell {
+           return std::visit(
+               [](const auto& v) -> SummaryCell {
+                 using T = std::decay_t<decltype(v)>;
+                 if constexpr (std::is_same_v<T, int>) {
+                   return static_cast<double>(v);
+                 } else {
+                   return v;
+                 }
+               },
+               dimension.get(report.variants[i].inputs.plan));
+         }});
+  }
+  add_fields(sources, report, FieldGroup::step);
+  add_fields(sources, report, FieldGroup::memory);
+  if (report.swept) {
+    sources.push_back({{"scaling_efficiency", Kind::number, "1",
+                        "tokens/s per GPU over that of the smallest point of its series (the "
+                        "same but for cluster.nodes and layout.dp)"},
+                       [&report](std::size_t i) -> SummaryCell {
+                         const std::optional<double> value = scaling_efficiency_in_sweep(report, i);
+                         return value ? SummaryCell{*value} : SummaryCell{};
+                       }});
+  }
+  add_fields(sources, report, FieldGroup::run);
+  add_fields(sources, report, FieldGroup::spot);
+
+  SummaryTable table;
+  if (report.swept && !report.variants.empty()) {
+    for (const auto& [path, value] : report.variants.front().swept) table.swept.push_back(path);
+  }
+  std::set<std::string> names;
+  for (const Source& source : sources) {
+    if (!names.insert(source.column.name).second) {
+      throw std::logic_error("summary table: two columns named " + source.column.name);
+    }
+    table.columns.push_back(source.column);
+  }
+  for (std::size_t i = 0; i < report.variants.size(); ++i) {
+    std::vector<SummaryCell>& row = table.rows.emplace_back();
+    for (const Source& source : sources) {
+      SummaryCell cell = source.cell(i);
+      if (!std::holds_alternative<std::monostate>(cell) && kind_of(cell) != source.column.kind) {
+        throw std::logic_error("summary table: column " + source.column.name +
+                               " changes type between variants");
+      }
+      row.push_back(std::move(cell));
+    }
+  }
+  return table;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+std::string csv_number(double value) {
+  if (std::isnan(value)) return "";
+  char buffer[32];
+  const std::to_chars_result written = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, written.ptr);
+}
+
+std::string render_summary_csv(const SummaryTable& table) {
+  std::string text;
+  for (std::size_t c = 0; c < table.columns.size(); ++c) {
+    text += (c > 0 ? "," : "") + csv_field(table.columns[c].name);
+  }
+  text += "\n";
+  for (const std::vector<SummaryCell>& row : table.rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      if (c > 0) text += ",";
+      std::visit(
+          [&text](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, double>) {
+              text += csv_number(v);
+            } else if constexpr (std::is_same_v<T, bool>) {
+              text += v ? "true" : "false";
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              text += csv_field(v);
+            }
+          },
+          row[c]);
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace fleetsim
