@@ -1,6 +1,7 @@
 #include "sim/analysis/configuration.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "topology/topology.hpp"
 
@@ -27,6 +28,46 @@ std::vector<std::string> used_link_kinds(const StepInputs& inputs) {
   kinds.push_back("pcie");
   if (inputs.nodes > 1) kinds.push_back(to_string(fabric_link_kind(node.nic_kind)));
   return kinds;
+}
+
+std::vector<StepProfileEntry> step_profile_entries(const StepInputs& inputs) {
+  // The kernel model's entries; FP8's when the recipe runs FP8 GEMMs.
+  static const StepProfileEntry kKernel[] = {{"dense_bf16", EntryRange::rate},
+                                             {"hbm_bandwidth", EntryRange::rate},
+                                             {"gemm_efficiency", EntryRange::fraction},
+                                             {"gemm_sustained", EntryRange::rate},
+                                             {"gemm_k_overhead", EntryRange::non_negative},
+                                             {"memory_efficiency", EntryRange::fraction},
+                                             {"kernel_launch", EntryRange::non_negative},
+                                             {"comm_sms", EntryRange::non_negative}};
+  static const StepProfileEntry kFp8[] = {{"fp8.dense", EntryRange::rate},
+                                          {"fp8.gemm_efficiency", EntryRange::fraction},
+                                          {"fp8.gemm_sustained", EntryRange::rate},
+                                          {"fp8.gemm_k_overhead", EntryRange::non_negative},
+                                          {"fp8.kernel_launch", EntryRange::non_negative}};
+  std::vector<StepProfileEntry> entries(std::begin(kKernel), std::end(kKernel));
+  if (inputs.training.attention == Attention::flash) {
+    const std::string kernel = attention_kernel_name(
+        inputs.training.attention_kernel.value_or(inputs.gpu.attention_default));
+    for (const AttentionEntryKey& key : kAttentionEntries) {
+      entries.push_back({"attention." + kernel + "." + key.pass + "." + key.field,
+                         key.quantity == ProfileQuantity::fraction ? EntryRange::fraction
+                                                                   : EntryRange::non_negative});
+    }
+    // The share of those rates a step keeps (a GEMM ceiling scaled by it holds it already).
+    entries.push_back({"sustained_clock", EntryRange::fraction});
+  }
+  if (inputs.training.precision == Precision::fp8)
+    entries.insert(entries.end(), std::begin(kFp8), std::end(kFp8));
+  for (const std::string& kind : used_link_kinds(inputs)) {
+    entries.push_back({"link_efficiency." + kind, EntryRange::fraction});
+  }
+  if (inputs.node.nvls) entries.push_back({"nvls_efficiency", EntryRange::fraction});
+  const ParallelPlan& plan = inputs.plan;
+  if (plan.pp > 1 || plan.cp > 1 || plan.ep > 1) {
+    entries.push_back({"p2p_efficiency", EntryRange::fraction});
+  }
+  return entries;
 }
 
 StepInputs simulated_part(StepInputs inputs, const std::vector<std::string>& kinds) {

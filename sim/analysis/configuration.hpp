@@ -16,6 +16,20 @@ namespace fleetsim {
 // where a GPU has peers, "pcie", and between nodes its NICs' ("infiniband", "roce", "efa").
 std::vector<std::string> used_link_kinds(const StepInputs& inputs);
 
+// The range a value of a profile entry stays in: a share (at most 1), a rate (above 0), or an
+// amount that may be 0 (an overhead, a count of SMs).
+enum class EntryRange { fraction, rate, non_negative };
+struct StepProfileEntry {
+  std::string key;  // as find_profile_entry (calibration/gpu_profile.hpp) takes it
+  EntryRange range;
+};
+// The GPU profile entries the configuration's step reads, in a fixed order: the kernel model's;
+// under flash attention its kernel's passes and the share of their rates a step keeps
+// (sustained_clock); FP8's under FP8; the efficiency of each link kind it crosses; NVLS's where
+// the node has it and p2p's with pipeline, context or expert parallelism. The memory check's
+// capacity (hbm_capacity) is read besides.
+std::vector<StepProfileEntry> step_profile_entries(const StepInputs& inputs);
+
 // `inputs` with what the simulation does not read cleared: names, descriptions and sources,
 // every calibrated number's sigma and provenance, and the efficiencies of link kinds not in
 // `kinds`.

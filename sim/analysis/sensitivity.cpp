@@ -15,27 +15,7 @@
 namespace fleetsim {
 namespace {
 
-enum class Range { fraction, rate, non_negative };
-
-struct ProfileKey {
-  const char* key;
-  Range range;
-};
-
-// The kernel model's entries; FP8's when the recipe runs FP8 GEMMs.
-constexpr ProfileKey kKernelKeys[] = {{"dense_bf16", Range::rate},
-                                      {"hbm_bandwidth", Range::rate},
-                                      {"gemm_efficiency", Range::fraction},
-                                      {"gemm_sustained", Range::rate},
-                                      {"gemm_k_overhead", Range::non_negative},
-                                      {"memory_efficiency", Range::fraction},
-                                      {"kernel_launch", Range::non_negative},
-                                      {"comm_sms", Range::non_negative}};
-constexpr ProfileKey kFp8Keys[] = {{"fp8.dense", Range::rate},
-                                   {"fp8.gemm_efficiency", Range::fraction},
-                                   {"fp8.gemm_sustained", Range::rate},
-                                   {"fp8.gemm_k_overhead", Range::non_negative},
-                                   {"fp8.kernel_launch", Range::non_negative}};
+using Range = EntryRange;
 
 UncertainInput uncertain(std::string name, double value, double sigma, Range range) {
   const double infinity = std::numeric_limits<double>::infinity();
@@ -70,27 +50,9 @@ std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
     if (entry && entry->sigma > 0)
       found.push_back(uncertain(key, entry->value, entry->sigma, range));
   };
-  for (const ProfileKey& key : kKernelKeys) add(key.key, key.range);
-  if (inputs.training.attention == Attention::flash) {
-    const std::string kernel = attention_kernel_name(
-        inputs.training.attention_kernel.value_or(inputs.gpu.attention_default));
-    for (const AttentionEntryKey& key : kAttentionEntries) {
-      add("attention." + kernel + "." + key.pass + "." + key.field,
-          key.quantity == ProfileQuantity::fraction ? Range::fraction : Range::non_negative);
-    }
-    // The share of those rates a step keeps. Drawn for attention alone: a GEMM ceiling scaled
-    // by it holds its sigma already (and is drawn apart, as if independent of it).
-    add("sustained_clock", Range::fraction);
-  }
-  if (inputs.training.precision == Precision::fp8) {
-    for (const ProfileKey& key : kFp8Keys) add(key.key, key.range);
-  }
-  for (const std::string& kind : used_link_kinds(inputs)) {
-    add("link_efficiency." + kind, Range::fraction);
-  }
-  if (inputs.node.nvls) add("nvls_efficiency", Range::fraction);
-  const ParallelPlan& plan = inputs.plan;
-  if (plan.pp > 1 || plan.cp > 1 || plan.ep > 1) add("p2p_efficiency", Range::fraction);
+  // (sustained_clock is drawn for attention alone: a GEMM ceiling scaled by it holds its sigma
+  // already, and is drawn apart, as if independent of it.)
+  for (const StepProfileEntry& entry : step_profile_entries(inputs)) add(entry.key, entry.range);
   if (run) {
     double rate = 0;
     double variance = 0;

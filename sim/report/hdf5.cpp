@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "sim/analysis/configuration.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/report/atomic_file.hpp"
 #include "sim/report/hdf5_lock.hpp"
@@ -192,6 +193,32 @@ void write_links(const H5::Group& group, const std::vector<LinkUsage>& links) {
                     link.utilisation});
   }
   write_rows(group, "links", link_type(), rows);
+}
+
+struct ProfileRow {
+  const char* key;
+  double value;
+  double sigma;
+  const char* provenance;
+};
+
+// <variant>/profile: the GPU profile's entries the variant read (the memory check's capacity
+// and the step's: step_profile_entries), each with its one-sigma uncertainty and provenance.
+void write_profile(const H5::Group& group, const StepInputs& inputs) {
+  std::vector<std::string> keys{"hbm_capacity"};
+  for (const StepProfileEntry& entry : step_profile_entries(inputs)) keys.push_back(entry.key);
+  std::vector<ProfileRow> rows;
+  for (const std::string& key : keys) {
+    if (const Calibrated* entry = find_profile_entry(inputs.gpu, key)) {
+      rows.push_back({key.c_str(), entry->value, entry->sigma, entry->provenance.c_str()});
+    }
+  }
+  H5::CompType type(sizeof(ProfileRow));
+  type.insertMember("key", HOFFSET(ProfileRow, key), string_type());
+  type.insertMember("value", HOFFSET(ProfileRow, value), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("sigma", HOFFSET(ProfileRow, sigma), H5::PredType::NATIVE_DOUBLE);
+  type.insertMember("provenance", HOFFSET(ProfileRow, provenance), string_type());
+  write_rows(group, "profile", type, rows);
 }
 
 void write_warnings(const H5::Group& group, const std::vector<std::string>& warnings) {
@@ -485,6 +512,7 @@ void write_file(const RunReport& report, const H5::H5File& file) {
     write_memory(group, variant.outcome.memory);
     write_links(group, variant.outcome.step.links);
     write_warnings(group, variant.outcome.warnings);
+    write_profile(group, variant.inputs);
     write_run(group, report, i);
     if (variant.attribution) write_attribution(group, *variant.attribution);
     if (variant.sensitivity) write_sensitivity(group, *variant.sensitivity);

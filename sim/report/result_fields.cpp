@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/report/summary_table.hpp"
 #include "workloads/layout/dimensions.hpp"
 
 namespace fleetsim {
@@ -356,6 +357,10 @@ const ResultTable kTables[] = {
      "every link that carried traffic (with --summary, JSON sums them by kind: kind, links, "
      "bytes, max_utilisation)"},
     {FieldGroup::variant, "warnings", "warnings", "text", "the variant's warnings"},
+    {FieldGroup::variant, "", "profile", "key, value, sigma, provenance",
+     "the GPU profile's entries the variant read (the memory check's capacity, the step's "
+     "kernel, attention, FP8 and link entries), as calibrated: value, one-sigma uncertainty and "
+     "where it comes from"},
     {FieldGroup::variant, "swept", "", "path: value",
      "a sweep point's swept values (HDF5: /summary's columns named by their path)"},
     {FieldGroup::variant, "scaling_efficiency_in_sweep", "", "number or null",
@@ -438,23 +443,24 @@ std::string render_results_schema() {
       "`fleetsim run --json` prints one object: `scenario`, `partial` (null, or what a stop "
       "left out), `variants` (one object each, in the scenario's order) and, from `fleetsim "
       "plan`, `plan`. `-o results.h5` writes the same fields: the scenario's and the plan's "
-      "as root attributes, each variant as the group `/variants/<name>` (its name in letters, "
-      "digits, `.`, `-` and `_`, each run of other characters one `_`, `_<index>` added where "
-      "names then collide) with its fields as attributes and its tables as datasets, its run "
+      "as root attributes, each variant as the group `/variants/<name>` (its name in ASCII "
+      "letters, digits, `.`, `-` and `_`, each run of other characters one `_`, `_<index>` "
+      "added where names then collide) with its fields as attributes and its tables as datasets, "
+      "its run "
       "as the subgroup `run`.\n\n"
       "`/summary` is the table to load first: one row per variant (a sweep's point, a plan's "
       "layout), a column per field below (the HDF5 name; the JSON key where HDF5 has none; "
       "run and spot fields prefixed `run_`; a summary as its five columns), the layout's "
-      "dimensions, and in a sweep the swept values (columns named by their path, numbers "
-      "where every point's value is one, listed in the attribute `swept`) and "
+      "dimensions, and in a sweep the swept values (columns `sweep.<path>`, numbers where "
+      "every point's value is one, listed in the attribute `swept`) and "
       "`scaling_efficiency` (tokens/s per GPU over the smallest point of the same series). A "
       "field no variant has is left out. Its attributes `units` and `descriptions` hold each "
       "column's, in order. Text is a UTF-8 string (empty where absent), every other column a "
       "double (NaN where absent; flags 0 or 1). `--csv` on `run`, `sweep` and `plan` prints the "
       "same table (flags `true`/`false`, absent cells empty); on `collective` a line per "
-      "message size: op, size_bytes, count, type, redop, time_us, algbw_gb_per_s, "
-      "busbw_gb_per_s, algorithm, protocol. `tools/python/fleetsim_results.py` loads any "
-      "result file into tables.\n\n"
+      "message size, its columns `" +
+      std::string(kCollectiveCsvColumns) +
+      "`. `tools/python/fleetsim_results.py` loads any result file into tables.\n\n"
       "Strings are UTF-8, numbers IEEE 754 doubles unless said, flags 0 or 1 in HDF5. A "
       "quantity that does not exist (no baseline, no price, a step that was not simulated) is "
       "null in JSON and NaN in HDF5. A Monte Carlo summary is an object `{mean, "

@@ -1,15 +1,16 @@
 #include "sim/report/summary_table.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
-#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string_view>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -20,6 +21,18 @@ namespace fleetsim {
 namespace {
 
 using Kind = SummaryColumn::Kind;
+
+// A swept value's column: its path under this prefix, which no registered field has ("model"
+// may be swept and is a field too).
+const std::string kSweptPrefix = "sweep.";
+
+// A sweep's swept paths, in the scenario's order (every point has the same); none otherwise.
+std::vector<std::string> swept_paths(const RunReport& report) {
+  std::vector<std::string> paths;
+  if (!report.swept || report.variants.empty()) return paths;
+  for (const auto& [path, value] : report.variants.front().swept) paths.push_back(path);
+  return paths;
+}
 
 // A column and how each row's cell is read.
 struct Source {
@@ -51,16 +64,16 @@ Kind kind_of(const SummaryCell& cell) {
   return Kind::number;
 }
 
-// Whether every value reads whole as a finite number (a swept count or rate written bare).
-bool all_numbers(const std::vector<std::string>& values) {
-  for (const std::string& value : values) {
-    char* end = nullptr;
-    const double number = std::strtod(value.c_str(), &end);
-    if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(number)) {
-      return false;
-    }
+// The value as a finite number, if all of it reads as one (a swept count or rate written
+// bare), in C's locale whatever the process's.
+std::optional<double> number_in(const std::string& value) {
+  double number = 0;
+  const char* end = value.data() + value.size();
+  const std::from_chars_result read = std::from_chars(value.data(), end, number);
+  if (value.empty() || read.ec != std::errc{} || read.ptr != end || !std::isfinite(number)) {
+    return std::nullopt;
   }
-  return true;
+  return number;
 }
 
 constexpr std::pair<std::string_view, double SampleSummary::*> kSummaryMembers[] = {
@@ -92,10 +105,9 @@ void add_field(std::vector<Source>& sources, const RunReport& report, const Resu
   if (std::holds_alternative<SampleSummary>(*example)) {
     for (const auto& entry : kSummaryMembers) {
       const std::string member(entry.first);
-      double SampleSummary::*const pointer = entry.second;  // (a lambda cannot capture a binding)
       sources.push_back({{name + "_" + member, Kind::number, std::string(field.unit),
                           std::string(field.description) + " (" + member + ")"},
-                         [value_at, pointer](std::size_t i) -> SummaryCell {
+                         [value_at, pointer = entry.second](std::size_t i) -> SummaryCell {
                            const std::optional<FieldValue> value = value_at(i);
                            if (!value || !std::holds_alternative<SampleSummary>(*value)) {
                              return std::monostate{};
@@ -113,8 +125,9 @@ void add_field(std::vector<Source>& sources, const RunReport& report, const Resu
        }});
 }
 
+// The registered fields of `group`, but the one whose JSON key is `skip` (if any).
 void add_fields(std::vector<Source>& sources, const RunReport& report, FieldGroup group,
-                std::string_view skip = {}) {
+                std::optional<std::string_view> skip = std::nullopt) {
   for (const ResultField& field : result_fields()) {
     if (field.group == group && field.name != skip) add_field(sources, report, field);
   }
@@ -139,9 +152,12 @@ std::vector<std::string> variant_group_names(const RunReport& report) {
       }
     }
     while (!name.empty() && name.back() == '_') name.pop_back();
-    // "." and ".." name groups already; an empty or taken name gets the variant's index.
+    // "." and ".." name groups already; an empty or taken name gets the variant's index, and
+    // after it a count while even that is taken ("b_2" named so by another variant).
     if (name.empty() || name == "." || name == ".." || used.count(name) > 0) {
-      name += (name.empty() ? "" : "_") + std::to_string(i);
+      const std::string base = name + (name.empty() ? "" : "_") + std::to_string(i);
+      name = base;
+      for (int more = 2; used.count(name) > 0; ++more) name = base + "_" + std::to_string(more);
     }
     used.insert(name);
     names.push_back(std::move(name));
@@ -156,19 +172,25 @@ SummaryTable summary_table(const RunReport& report) {
                      [&report](std::size_t i) -> SummaryCell { return report.variants[i].name; }});
   sources.push_back({{"group", Kind::text, "", "its group under /variants in the HDF5 file"},
                      [&groups](std::size_t i) -> SummaryCell { return groups[i]; }});
-  if (report.swept && !report.variants.empty()) {
-    const auto& axes = report.variants.front().swept;
-    for (std::size_t axis = 0; axis < axes.size(); ++axis) {
-      std::vector<std::string> values;
-      for (const VariantReport& point : report.variants) values.push_back(point.swept[axis].second);
-      const bool numbers = all_numbers(values);
-      sources.push_back({{axes[axis].first, numbers ? Kind::number : Kind::text, "",
-                          "the swept value, as the scenario writes it"},
-                         [values, numbers](std::size_t i) -> SummaryCell {
-                           if (numbers) return std::strtod(values[i].c_str(), nullptr);
-                           return values[i];
-                         }});
+  for (const std::string& path : swept_paths(report)) {
+    std::vector<std::string> values;
+    for (const VariantReport& point : report.variants) {
+      const auto found = std::find_if(point.swept.begin(), point.swept.end(),
+                                      [&](const auto& swept) { return swept.first == path; });
+      if (found == point.swept.end()) {
+        throw std::logic_error("sweep point " + point.name + " has no value of " + path);
+      }
+      values.push_back(found->second);
     }
+    const bool numbers = std::all_of(values.begin(), values.end(), [](const std::string& value) {
+      return number_in(value).has_value();
+    });
+    sources.push_back({{kSweptPrefix + path, numbers ? Kind::number : Kind::text, "",
+                        "the swept value of " + path + ", as the scenario writes it"},
+                       [values, numbers](std::size_t i) -> SummaryCell {
+                         if (numbers) return *number_in(values[i]);
+                         return values[i];
+                       }});
   }
   add_fields(sources, report, FieldGroup::variant, "name");
   for (const LayoutDimension& dimension : layout_dimensions()) {
@@ -207,9 +229,7 @@ SummaryTable summary_table(const RunReport& report) {
   add_fields(sources, report, FieldGroup::spot);
 
   SummaryTable table;
-  if (report.swept && !report.variants.empty()) {
-    for (const auto& [path, value] : report.variants.front().swept) table.swept.push_back(path);
-  }
+  for (const std::string& path : swept_paths(report)) table.swept.push_back(kSweptPrefix + path);
   std::set<std::string> names;
   for (const Source& source : sources) {
     if (!names.insert(source.column.name).second) {
@@ -243,6 +263,19 @@ std::string csv_number(double value) {
   char buffer[32];
   const std::to_chars_result written = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, written.ptr);
+}
+
+std::string render_collective_csv(const CollectiveReport& report) {
+  const bool reduces = report.op == "all_reduce" || report.op == "reduce_scatter";
+  std::string text = std::string(kCollectiveCsvColumns) + "\n";
+  for (const CollectiveSample& sample : report.samples) {
+    text += csv_field(report.op) + "," + csv_number(sample.size_bytes) + "," +
+            csv_number(std::floor(sample.size_bytes / 4)) + ",float," + (reduces ? "sum" : "none") +
+            "," + csv_number(sample.time_us) + "," + csv_number(sample.algbw_gb_per_s) + "," +
+            csv_number(sample.busbw_gb_per_s) + "," + to_string(sample.algorithm) + "," +
+            to_string(sample.protocol) + "\n";
+  }
+  return text;
 }
 
 std::string render_summary_csv(const SummaryTable& table) {

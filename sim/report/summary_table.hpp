@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -45,6 +46,13 @@ std::vector<std::string> variant_group_names(const RunReport& report);
 // RFC 4180 CSV: a header line of the column names, then a line per row. Numbers in the
 // shortest form that reads back to the same double; flags true or false; absent cells empty.
 std::string render_summary_csv(const SummaryTable& table);
+
+// `fleetsim collective --csv`: a line per message size under a header of these columns (one run,
+// out-of-place and in-place alike, and the algorithm and protocol the tuner chose). count is
+// nccl-tests' element count (floats), redop "sum" for the reductions, "none" otherwise.
+inline constexpr std::string_view kCollectiveCsvColumns =
+    "op,size_bytes,count,type,redop,time_us,algbw_gb_per_s,busbw_gb_per_s,algorithm,protocol";
+std::string render_collective_csv(const CollectiveReport& report);
 
 // A CSV field: quoted when it holds a comma, a quote or a line break (RFC 4180).
 std::string csv_field(const std::string& text);

@@ -565,7 +565,8 @@ sweep:
   // CSV for scripts: a header with the swept paths, a line per point, names quoted.
   const Result csv = run_cli("sweep " + file.string() + " --csv -q");
   REQUIRE(csv.exit_code == 0);
-  CHECK_THAT(csv.out, Catch::StartsWith("name,group,cluster.nodes,cluster.node,index,node,"));
+  CHECK_THAT(csv.out,
+             Catch::StartsWith("name,group,sweep.cluster.nodes,sweep.cluster.node,index,node,"));
   CHECK_THAT(csv.out, Catch::Contains("\n\"cluster.nodes=4, cluster.node=dgx-b200\","
                                       "cluster.nodes_4_cluster.node_dgx-b200,4,dgx-b200,5,"
                                       "dgx-b200,4,8,32,"));

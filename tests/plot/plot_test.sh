@@ -27,7 +27,7 @@ YAML
 mkdir "$dir/out"
 "$plot" "$dir/sweep.h5" -o "$dir/out" >"$dir/written"
 "$plot" "$dir/run.h5" -o "$dir/out" >>"$dir/written"
-for name in sweep-scaling sweep-breakdown run-breakdown run-runs; do
+for name in sweep-scaling sweep-breakdown sweep-memory run-breakdown run-memory run-runs; do
   grep -qx "$dir/out/$name.png" "$dir/written" || { echo "not reported: $name.png"; exit 1; }
   head -c 8 "$dir/out/$name.png" | od -An -tx1 | grep -q "89 50 4e 47" ||
     { echo "not a PNG: $name.png"; exit 1; }
@@ -38,7 +38,7 @@ grep -q "cluster.node=dgx-h100" "$dir/out/sweep-scaling.svg"
 grep -q "cluster.node=dgx-b200" "$dir/out/sweep-scaling.svg"
 grep -q "every hour" "$dir/out/run-runs.svg"
 # Nothing but the plots is left behind (no temporary files).
-[ "$(ls -A "$dir/out" | wc -l)" -eq 8 ] || { ls -A "$dir/out"; exit 1; }
+[ "$(ls -A "$dir/out" | wc -l)" -eq 12 ] || { ls -A "$dir/out"; exit 1; }
 cp "$dir/out/sweep-scaling.svg" "$dir/first.svg"
 "$plot" "$dir/sweep.h5" -o "$dir/out" --formats svg >/dev/null
 cmp "$dir/first.svg" "$dir/out/sweep-scaling.svg"

@@ -117,14 +117,19 @@ with tempfile.TemporaryDirectory() as scratch:
         check(len(wall) == 100, f"run: {len(wall)} replications, expected 100")
         check(run.units.get("run_wall_s_mean") == "s", "run: run_wall_s_mean unit")
         check(run.units.get("run_cost_usd_p90") == "USD", "run: cost unit")
+        profile = run.variants["dgx-h100"].tables["profile"]
+        keys = column(profile, "key")
+        check(keys[:2] == ["hbm_capacity", "dense_bf16"], f"run: profile entries {keys[:2]}")
+        check(all(isinstance(p, str) and p for p in column(profile, "provenance")),
+              "run: every profile entry has its provenance")
         check_csv_matches("run", run_csv, run.summary)
 
         swept = fleetsim_results.load(path["sweep"], pandas=mode)
         check_summary("sweep", swept, 6)
-        check(swept.swept == ["cluster.node", "cluster.nodes"], f"sweep: swept {swept.swept}")
-        check(column(swept.summary, "cluster.nodes") == [1.0, 2.0, 4.0, 1.0, 2.0, 4.0],
+        check(swept.swept == ["sweep.cluster.node", "sweep.cluster.nodes"], f"sweep: swept {swept.swept}")
+        check(column(swept.summary, "sweep.cluster.nodes") == [1.0, 2.0, 4.0, 1.0, 2.0, 4.0],
               "sweep: node counts as numbers")
-        check(column(swept.summary, "cluster.node")[3] == "dgx-b200", "sweep: node as text")
+        check(column(swept.summary, "sweep.cluster.node")[3] == "dgx-b200", "sweep: node as text")
         check(column(swept.summary, "scaling_efficiency")[0] == 1.0, "sweep: first efficiency")
         check_csv_matches("sweep", sweep_csv, swept.summary)
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "common/temp_dir.hpp"
@@ -270,10 +271,10 @@ TEST_CASE("a sweep's HDF5 file has its table and its swept values") {
   const auto path = dir.path() / "sweep.h5";
   write_hdf5(report, path);
   const Hdf5Summary summary = read_hdf5_summary(path);
-  CHECK(summary.swept == std::vector<std::string>{"cluster.nodes"});
+  CHECK(summary.swept == std::vector<std::string>{"sweep.cluster.nodes"});
   CHECK(summary.summary_rows == 2);
   REQUIRE(summary.summary_columns.size() > 3);
-  CHECK(summary.summary_columns[2] == "cluster.nodes");
+  CHECK(summary.summary_columns[2] == "sweep.cluster.nodes");
   CHECK(std::count(summary.summary_columns.begin(), summary.summary_columns.end(),
                    "scaling_efficiency") == 1);
   REQUIRE(summary.variants.size() == 2);
@@ -289,9 +290,9 @@ TEST_CASE("a sweep's HDF5 file has its table and its swept values") {
   const SummaryTable table = summary_table(report);
   const std::vector<std::string> lines = csv_lines(render_summary_csv(table));
   REQUIRE(lines.size() == 3);
-  CHECK_THAT(lines[0], Catch::StartsWith("name,group,cluster.nodes,"));
-  CHECK(cell(table, lines, 1, "cluster.nodes") == "1");
-  CHECK(cell(table, lines, 2, "cluster.nodes") == "2");
+  CHECK_THAT(lines[0], Catch::StartsWith("name,group,sweep.cluster.nodes,"));
+  CHECK(cell(table, lines, 1, "sweep.cluster.nodes") == "1");
+  CHECK(cell(table, lines, 2, "sweep.cluster.nodes") == "2");
   CHECK(cell(table, lines, 1, "scaling_efficiency") == "1");
   CHECK(cell(table, lines, 2, "scaling_efficiency").empty());
   CHECK(cell(table, lines, 2, "step_time_s").empty());
@@ -351,6 +352,9 @@ TEST_CASE("the summary table has a column for every scalar a variant's results c
   write_hdf5(report, dir.path() / "two.h5");
   const Hdf5Summary file = read_hdf5_summary(dir.path() / "two.h5");
   CHECK(file.summary_rows == 2);
+  // The GPU profile's entries it read: the capacity and at least the kernel model's eight.
+  REQUIRE(file.variants.size() == 2);
+  CHECK(file.variants[0].dataset_rows.at("profile") >= 9);
   std::vector<std::string> names;
   for (const SummaryColumn& column : table.columns) names.push_back(column.name);
   CHECK(file.summary_columns == names);
@@ -371,6 +375,60 @@ TEST_CASE("variant groups have plain names, told apart by their index") {
   report.variants[1].name = ".";
   CHECK(variant_group_names(report)[0] == "0");
   CHECK(variant_group_names(report)[1] == "._1");
+  // A name with its index appended may be another's already: a count follows until it is not.
+  report.variants[0].name = "b_2";
+  report.variants[1].name = "b";
+  report.variants[2].name = "b";
+  report.variants[3].name = "1";
+  CHECK(variant_group_names(report) == std::vector<std::string>{"b_2", "b", "b_2_2", "1"});
+  report.variants[0].name = "1";
+  report.variants[1].name = "!!";
+  const std::vector<std::string> names = variant_group_names(report);
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
+}
+
+TEST_CASE("a sweep's columns: the model swept beside its field, text among numbers as text") {
+  RunReport report = two_variant_report();
+  report.swept = true;
+  report.variants[1] = fitting_variant();
+  report.variants[1].name = "other";
+  // `model` is a path a sweep may vary and a registered field: both are columns.
+  report.variants[0].swept = {{"model", "llama3-8b"}, {"layout.dp", "auto"}};
+  report.variants[1].swept = {{"model", "llama3-70b"}, {"layout.dp", "8"}};
+  const SummaryTable table = summary_table(report);
+  CHECK(table.swept == std::vector<std::string>{"sweep.model", "sweep.layout.dp"});
+  const auto kind_of = [&](const std::string& name) {
+    for (const SummaryColumn& column : table.columns) {
+      if (column.name == name) return column.kind;
+    }
+    FAIL("no column " << name);
+    return SummaryColumn::Kind::number;
+  };
+  CHECK(kind_of("model") == SummaryColumn::Kind::text);
+  CHECK(kind_of("sweep.model") == SummaryColumn::Kind::text);
+  CHECK(kind_of("sweep.layout.dp") == SummaryColumn::Kind::text);  // "auto" is not a number
+  const std::vector<std::string> lines = csv_lines(render_summary_csv(table));
+  CHECK(cell(table, lines, 2, "sweep.layout.dp") == "8");
+  // A value that reads as a number only in part, or in hex, stays text.
+  report.variants[1].swept[1].second = "0x10";
+  CHECK(summary_table(report).rows[1][3] == SummaryCell{std::string("0x10")});
+}
+
+TEST_CASE("CSV quotes what needs quoting, and an empty report is a header alone") {
+  CHECK(csv_field("plain") == "plain");
+  CHECK(csv_field("a,b") == "\"a,b\"");
+  CHECK(csv_field("say \"hi\"") == "\"say \"\"hi\"\"\"");
+  CHECK(csv_field("two\nlines\r") == "\"two\nlines\r\"");
+  CHECK(csv_number(std::nan("")).empty());
+  CHECK(csv_number(0.1) == "0.1");
+  CHECK(std::stod(csv_number(1.0 / 3)) == 1.0 / 3);  // reads back exactly
+  RunReport empty = two_variant_report();
+  empty.variants.clear();
+  const SummaryTable table = summary_table(empty);
+  CHECK(table.rows.empty());
+  const std::string csv = render_summary_csv(table);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 1);
+  CHECK_THAT(csv, Catch::StartsWith("name,group,"));
 }
 
 TEST_CASE("JSON keeps keys in a fixed order") {

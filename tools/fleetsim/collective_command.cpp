@@ -90,6 +90,87 @@ double parse_nccl_tests_size(const std::string& text) {
   return value * multiplier->second;
 }
 
+// The table as nccl-tests prints it (src/util.cu at NCCL_TESTS_VERSION 2.19.6), with fleetsim's
+// own lines as '#' comments: each row's algorithm and protocol, and under hash routing the
+// spread of the largest size's bus bandwidth over the seeds (`largest_busbw`, by time).
+void print_nccl_tests_table(const CollectiveOptions& options, const StepInputs& cluster,
+                            CollectiveOp op, const BenchmarkRanks& picked,
+                            const std::vector<double>& sizes,
+                            const std::vector<CollectiveSample>& samples,
+                            const std::vector<double>& largest_busbw) {
+  const int per_node = picked.per_node;
+  const int ranks = picked.ranks;
+  const int seeds = options.seeds;
+  const bool hashed = cluster.fabric.routing == FabricRouting::hash;
+  const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
+  const std::string program = std::string(to_string(op)) + "_perf";
+  std::printf("# fleetsim %s: %s simulated on %d GPUs of %d x %s (%s), in nccl-tests' layout\n",
+              FLEETSIM_VERSION, program.c_str(), ranks, cluster.nodes, cluster.node.name.c_str(),
+              cluster.gpu.name.c_str());
+  // The algorithm and protocol of each run of sizes, as NCCL_DEBUG=INFO would tell (the table
+  // has no column for them).
+  auto same_choice = [&](std::size_t a, std::size_t b) {
+    return samples[a].algorithm == samples[b].algorithm &&
+           samples[a].protocol == samples[b].protocol;
+  };
+  for (std::size_t i = 0; i < samples.size();) {
+    std::size_t j = i;
+    while (j + 1 < samples.size() && same_choice(j + 1, i)) ++j;
+    std::printf("# fleetsim: algorithm %s/%s for %.0f .. %.0f B\n", to_string(samples[i].algorithm),
+                to_string(samples[i].protocol), samples[i].size_bytes, samples[j].size_bytes);
+    i = j + 1;
+  }
+  if (hashed) {
+    // largest_busbw is sorted by time, so its busbw falls from first to last.
+    std::printf(
+        "# fleetsim: hash routing over %d seeds, busbw at %.0f B: min %.2f, median %.2f, max "
+        "%.2f\n",
+        seeds, sizes.back(), largest_busbw.back(), largest_busbw[largest_busbw.size() / 2],
+        largest_busbw.front());
+  }
+  // One process a node, nGpus of its GPUs each; one timed iteration, nothing to validate.
+  std::printf("# Collective test starting: %s\n", program.c_str());
+  std::printf(
+      "# nThread 1 nGpus %d minBytes %.0f maxBytes %.0f step: %g(factor) warmup iters: 0 iters: "
+      "1 agg iters: 1 validation: 0 graph: 0 unalign: 0\n",
+      std::min(per_node, ranks), sizes.front(), sizes.back(), options.factor);
+  std::printf("#\n# Using devices\n");
+  for (int rank = 0; rank < ranks; ++rank) {
+    const int node = rank / per_node;
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", rank, 0,
+                node, ("node" + std::to_string(node)).c_str(), rank % per_node, 0, 0, 0,
+                cluster.gpu.name.c_str());
+  }
+  std::printf("#\n");
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place    "
+      "      \n",
+      "", "", "", "", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
+              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+              "busbw", "#wrong", 0, "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
+              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+              "", 0, "");
+  double busbw_sum = 0;
+  for (const CollectiveSample& sample : samples) {
+    std::printf("%12.0f  %12.0f  %8s  %6s  %6d", sample.size_bytes, sample.size_bytes / 4, "float",
+                reduces ? "sum" : "none", -1);
+    // The simulation makes no difference between out-of-place and in-place: both alike.
+    for (int side = 0; side < 2; ++side) {
+      std::printf("  %7s  %6s  %6s    N/A", nccl_tests_number(sample.time_us, 7).c_str(),
+                  nccl_tests_number(sample.algbw_gb_per_s, 6).c_str(),
+                  nccl_tests_number(sample.busbw_gb_per_s, 6).c_str());
+    }
+    std::printf("\n");
+    busbw_sum += sample.busbw_gb_per_s;
+  }
+  std::printf("# %-20s : %d %s\n", "Out of bounds values", 0, "OK");
+  std::printf("# %-20s : %g %s\n", "Avg bus bandwidth",
+              busbw_sum / static_cast<double>(samples.size()), "");
+  std::printf("#\n# Collective test concluded: %s\n", program.c_str());
+}
+
 void run_collective_command(const CollectiveOptions& options) {
   if (options.node.empty()) {
     throw ScenarioError("(command line)", 0, 0, "--node", "a node preset is required",
@@ -101,7 +182,6 @@ void run_collective_command(const CollectiveOptions& options) {
   const CollectiveOp op = parse_op(options.op);
   const BenchmarkRanks picked =
       resolve_command_line_ranks(cluster, options.ranks, options.gpus_per_node);
-  const int per_node = picked.per_node;
   const int ranks = picked.ranks;
   const std::vector<double> sizes =
       nccl_tests_sizes(parse_nccl_tests_size(options.min_bytes),
@@ -137,94 +217,17 @@ void run_collective_command(const CollectiveOptions& options) {
     }
   }
 
-  const bool reduces = op == CollectiveOp::all_reduce || op == CollectiveOp::reduce_scatter;
+  const CollectiveReport report{FLEETSIM_VERSION, cluster.node.name, cluster.nodes,
+                                cluster.gpu.name, to_string(op),     ranks,
+                                samples};
   if (options.csv) {
-    // The table's columns (one run: out-of-place and in-place alike) and the tuner's choice.
-    std::printf(
-        "op,size_bytes,count,type,redop,time_us,algbw_gb_per_s,busbw_gb_per_s,algorithm,"
-        "protocol\n");
-    for (const CollectiveSample& sample : samples) {
-      std::printf("%s,%s,%s,float,%s,%s,%s,%s,%s,%s\n", to_string(op),
-                  csv_number(sample.size_bytes).c_str(), csv_number(sample.size_bytes / 4).c_str(),
-                  reduces ? "sum" : "none", csv_number(sample.time_us).c_str(),
-                  csv_number(sample.algbw_gb_per_s).c_str(),
-                  csv_number(sample.busbw_gb_per_s).c_str(), to_string(sample.algorithm),
-                  to_string(sample.protocol));
-    }
+    std::fputs(render_collective_csv(report).c_str(), stdout);
   } else {
-    const std::string program = std::string(to_string(op)) + "_perf";
-    std::printf("# fleetsim %s: %s simulated on %d GPUs of %d x %s (%s), in nccl-tests' layout\n",
-                FLEETSIM_VERSION, program.c_str(), ranks, cluster.nodes, cluster.node.name.c_str(),
-                cluster.gpu.name.c_str());
-    // The algorithm and protocol of each run of sizes, as NCCL_DEBUG=INFO would tell (the table
-    // has no column for them).
-    auto same_choice = [&](std::size_t a, std::size_t b) {
-      return samples[a].algorithm == samples[b].algorithm &&
-             samples[a].protocol == samples[b].protocol;
-    };
-    for (std::size_t i = 0; i < samples.size();) {
-      std::size_t j = i;
-      while (j + 1 < samples.size() && same_choice(j + 1, i)) ++j;
-      std::printf("# fleetsim: algorithm %s/%s for %.0f .. %.0f B\n",
-                  to_string(samples[i].algorithm), to_string(samples[i].protocol),
-                  samples[i].size_bytes, samples[j].size_bytes);
-      i = j + 1;
-    }
-    if (hashed) {
-      // largest_busbw is sorted by time, so its busbw falls from first to last.
-      std::printf(
-          "# fleetsim: hash routing over %d seeds, busbw at %.0f B: min %.2f, median %.2f, max "
-          "%.2f\n",
-          seeds, sizes.back(), largest_busbw.back(), largest_busbw[largest_busbw.size() / 2],
-          largest_busbw.front());
-    }
-    // One process a node, nGpus of its GPUs each; one timed iteration, nothing to validate.
-    std::printf("# Collective test starting: %s\n", program.c_str());
-    std::printf(
-        "# nThread 1 nGpus %d minBytes %.0f maxBytes %.0f step: %g(factor) warmup iters: 0 iters: "
-        "1 agg iters: 1 validation: 0 graph: 0 unalign: 0\n",
-        std::min(per_node, ranks), sizes.front(), sizes.back(), options.factor);
-    std::printf("#\n# Using devices\n");
-    for (int rank = 0; rank < ranks; ++rank) {
-      const int node = rank / per_node;
-      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", rank, 0,
-                  node, ("node" + std::to_string(node)).c_str(), rank % per_node, 0, 0, 0,
-                  cluster.gpu.name.c_str());
-    }
-    std::printf("#\n");
-    std::printf(
-        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place    "
-        "      \n",
-        "", "", "", "", "");
-    std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size",
-                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-                "algbw", "busbw", "#wrong", 0, "");
-    std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)",
-                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                "(GB/s)", "", 0, "");
-    double busbw_sum = 0;
-    for (const CollectiveSample& sample : samples) {
-      std::printf("%12.0f  %12.0f  %8s  %6s  %6d", sample.size_bytes, sample.size_bytes / 4,
-                  "float", reduces ? "sum" : "none", -1);
-      // The simulation makes no difference between out-of-place and in-place: both alike.
-      for (int side = 0; side < 2; ++side) {
-        std::printf("  %7s  %6s  %6s    N/A", nccl_tests_number(sample.time_us, 7).c_str(),
-                    nccl_tests_number(sample.algbw_gb_per_s, 6).c_str(),
-                    nccl_tests_number(sample.busbw_gb_per_s, 6).c_str());
-      }
-      std::printf("\n");
-      busbw_sum += sample.busbw_gb_per_s;
-    }
-    std::printf("# %-20s : %d %s\n", "Out of bounds values", 0, "OK");
-    std::printf("# %-20s : %g %s\n", "Avg bus bandwidth",
-                busbw_sum / static_cast<double>(samples.size()), "");
-    std::printf("#\n# Collective test concluded: %s\n", program.c_str());
+    print_nccl_tests_table(options, cluster, op, picked, sizes, samples, largest_busbw);
   }
   if (!options.output.empty()) {
     const OutputLock lock({options.output}, say_waiting_for);
-    write_collective_hdf5(CollectiveReport{FLEETSIM_VERSION, cluster.node.name, cluster.nodes,
-                                           cluster.gpu.name, to_string(op), ranks, samples},
-                          options.output);
+    write_collective_hdf5(report, options.output);
   }
 }
 

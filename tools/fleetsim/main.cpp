@@ -4,12 +4,16 @@
 // what finished first, marked partial).
 #include <tbb/global_control.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <boost/program_options.hpp>
+
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -62,6 +66,9 @@ const char* const kUsage =
     "  memory FILE     print each variant's memory per GPU, item by item, without simulating\n"
     "  list            list node presets, GPU profiles and models (and check them)\n"
     "  collective      simulate an nccl-tests run and print its table\n"
+    "  report RESULT.h5\n"
+    "                  one HTML page of a result file: comparison, step breakdowns, memory,\n"
+    "                  attribution, sensitivity, scaling, runs, assumptions (-o page.html)\n"
     "  plan FILE       search the layouts of a scenario's model and cluster, rank them\n"
     "  calibrate LOG   fit the collective model to a measured nccl-tests log\n"
     "  calibrate --kernels DIR --gpu PROFILE\n"
@@ -181,6 +188,7 @@ const std::map<std::string, std::set<std::string>>& command_options() {
         {"validate", {}},
         {"memory", {}},
         {"list", {}},
+        {"report", {"output"}},
         {"collective",
          {"output", "csv", "node", "nodes", "gpu", "op", "ranks", "gpus-per-node", "algo", "min",
           "max", "factor", "seeds"}},
@@ -471,7 +479,11 @@ void check_outputs(const Options& options, bool writes) {
   if (options.given.contains("output")) {
     if (options.output.empty()) throw po::error("-o needs a file name, e.g. -o results.h5");
     const std::string extension = suffix(options.output);
-    if (extension != ".h5" && extension != ".hdf5") {
+    if (options.command == "report") {
+      if (extension != ".html" && extension != ".htm") {
+        throw po::error("report -o writes a web page: name it .html, got '" + options.output + "'");
+      }
+    } else if (extension != ".h5" && extension != ".hdf5") {
       throw po::error("-o writes HDF5: name the file .h5 or .hdf5, got '" + options.output +
                       "' (JSON goes to standard output with --json" + ", CSV with --csv)");
     }
@@ -533,6 +545,24 @@ void check_memory_estimate(const Scenario& scenario, const Options& options) {
   }
 }
 
+// `report`: the page is written by tools/python/fleetsim_report.py, beside the plots it draws
+// with matplotlib, run in place of this process on Debian's python3 (tools/setup.sh installs
+// its h5py and matplotlib). Its exit status is the command's.
+void run_report(const Options& options) {
+  const std::string python = "/usr/bin/python3";
+  const std::string script = options.data_dir + "/tools/python/fleetsim_report.py";
+  std::vector<std::string> arguments{python, script, options.file};
+  if (!options.output.empty()) arguments.insert(arguments.end(), {"-o", options.output});
+  std::vector<char*> argv;
+  for (std::string& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execv(python.c_str(), argv.data());
+  throw fleetsim::ModelError("cannot run " + python + " " + script + " (" + std::strerror(errno) +
+                             "): 'report' needs Debian's python3 with python3-h5py and "
+                             "python3-matplotlib (tools/setup.sh installs them)");
+}
+
 int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   std::optional<tbb::global_control> thread_limit;
   if (options.threads > 0) {
@@ -574,6 +604,10 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   if ((options.command == "collective" || options.command == "list") && !options.file.empty()) {
     throw po::error("'" + options.command + "' takes no FILE, got '" + options.file + "'");
+  }
+  if (options.command == "report") {
+    if (options.file.empty()) throw po::error("'report' needs a result file (fleetsim run -o)");
+    run_report(options);  // returns only when Python cannot be started
   }
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
@@ -765,8 +799,8 @@ int main(int argc, char** argv) {
     bool exit_now = false;
     const Options options = parse_options(argc, argv, exit_now);
     if (exit_now) return kOk;
-    const std::vector<std::string> commands{"run",  "sweep",      "validate",  "memory",
-                                            "plan", "collective", "calibrate", "list"};
+    const std::vector<std::string> commands{"run",        "sweep",     "validate", "memory", "plan",
+                                            "collective", "calibrate", "list",     "report"};
     if (std::find(commands.begin(), commands.end(), options.command) == commands.end()) {
       std::cerr << "fleetsim: unknown command '" << options.command << "' (try --help)\n";
       return kBadInput;

@@ -5,6 +5,7 @@ Any file fleetsim writes with -o (`run`, `sweep`, `plan`) or `collective --outpu
     import fleetsim_results
     result = fleetsim_results.load("results.h5")
     result.summary                   # a row per variant (sweep point, ranked layout)
+    result.rows()                    # the same as a list of dicts
     result.units["step_time_s"]      # "s"; result.descriptions likewise
     result.swept                     # a sweep's swept columns of the summary
     result.attributes                # the file's own: scenario, plan, fleetsim version
@@ -101,6 +102,17 @@ class Result:
             groups.sort(key=lambda group: group.attributes["index"])
             self.variants = {group.name: group for group in groups}
         self.collective = _table(file["collective"], pandas) if "collective" in file else None
+
+    def rows(self):
+        """The summary as a list of dicts, one a variant in the scenario's order (none in a
+        collective file)."""
+        if self.summary is None:
+            return []
+        if hasattr(self.summary, "to_dict"):
+            return self.summary.to_dict("records")
+        names = list(self.summary)
+        count = len(self.summary[names[0]]) if names else 0
+        return [{name: self.summary[name][i] for name in names} for i in range(count)]
 
     def __repr__(self):
         kind = "collective" if self.collective is not None else f"{len(self.variants)} variants"
