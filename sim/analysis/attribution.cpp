@@ -305,8 +305,7 @@ Attribution attribute(const AttributionSide& baseline, const AttributionSide& va
   for (std::size_t mask = 0; mask < coalitions; ++mask) {
     if ((mask & ~step_bits) == 0) step_masks.push_back(mask);
   }
-  StepOptions untraced = options;
-  untraced.trace_ranks = 0;
+  const StepOptions untraced = options.untraced();
   // Each counterfactual writes only its own slot: the result does not depend on scheduling.
   // Coalitions that differ only in run factors share their steps, degraded and shrunk ones too.
   StepCache steps;

@@ -70,6 +70,12 @@ std::vector<StepProfileEntry> step_profile_entries(const StepInputs& inputs) {
   return entries;
 }
 
+std::vector<std::string> read_profile_keys(const StepInputs& inputs) {
+  std::vector<std::string> keys{"hbm_capacity"};
+  for (const StepProfileEntry& entry : step_profile_entries(inputs)) keys.push_back(entry.key);
+  return keys;
+}
+
 StepInputs simulated_part(StepInputs inputs, const std::vector<std::string>& kinds) {
   for (std::string* text :
        {&inputs.node.name, &inputs.node.description, &inputs.node.source, &inputs.node.gpu_profile,

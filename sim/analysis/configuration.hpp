@@ -26,9 +26,10 @@ struct StepProfileEntry {
 // The GPU profile entries the configuration's step reads, in a fixed order: the kernel model's;
 // under flash attention its kernel's passes and the share of their rates a step keeps
 // (sustained_clock); FP8's under FP8; the efficiency of each link kind it crosses; NVLS's where
-// the node has it and p2p's with pipeline, context or expert parallelism. The memory check's
-// capacity (hbm_capacity) is read besides.
+// the node has it and p2p's with pipeline, context or expert parallelism.
 std::vector<StepProfileEntry> step_profile_entries(const StepInputs& inputs);
+// Every profile entry a variant reads: the memory check's capacity, then the step's.
+std::vector<std::string> read_profile_keys(const StepInputs& inputs);
 
 // `inputs` with what the simulation does not read cleared: names, descriptions and sources,
 // every calibrated number's sigma and provenance, and the efficiencies of link kinds not in

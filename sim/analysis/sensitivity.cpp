@@ -15,13 +15,12 @@
 namespace fleetsim {
 namespace {
 
-using Range = EntryRange;
-
-UncertainInput uncertain(std::string name, double value, double sigma, Range range) {
+UncertainInput uncertain(std::string name, double value, double sigma, EntryRange range) {
   const double infinity = std::numeric_limits<double>::infinity();
   // A positive value is uncertain by a factor; one that may be zero, by an amount.
-  const bool factor = range != Range::non_negative && value > 0;
-  return {std::move(name), value, sigma, 0.0, range == Range::fraction ? 1.0 : infinity, factor};
+  const bool factor = range != EntryRange::non_negative && value > 0;
+  return {std::move(name), value, sigma, 0.0, range == EntryRange::fraction ? 1.0 : infinity,
+          factor};
 }
 
 // The input `z` standard deviations from its value, kept in its range.
@@ -45,7 +44,7 @@ double quantile(const std::vector<double>& sorted, double q) {
 std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
                                              const std::optional<RunSpec>& run) {
   std::vector<UncertainInput> found;
-  const auto add = [&](const std::string& key, Range range) {
+  const auto add = [&](const std::string& key, EntryRange range) {
     const Calibrated* entry = find_profile_entry(inputs.gpu, key);
     if (entry && entry->sigma > 0)
       found.push_back(uncertain(key, entry->value, entry->sigma, range));
@@ -61,7 +60,7 @@ std::vector<UncertainInput> uncertain_inputs(const StepInputs& inputs,
       variance += cause.per_gpu_day_sigma * cause.per_gpu_day_sigma;
     }
     if (variance > 0) {
-      found.push_back(uncertain("interruption_rates", rate, std::sqrt(variance), Range::rate));
+      found.push_back(uncertain("interruption_rates", rate, std::sqrt(variance), EntryRange::rate));
     }
   }
   return found;
@@ -93,8 +92,7 @@ Sensitivity sensitivity(const StepInputs& inputs, const std::optional<RunSpec>& 
   const bool priced = run && run->priced;
   if (run) out.metrics.push_back("wall_s_mean");
   if (priced) out.metrics.push_back("cost_usd_mean");
-  StepOptions untraced = step;
-  untraced.trace_ranks = 0;
+  const StepOptions untraced = step.untraced();
   StepCache steps;  // the draws' steps, and their runs' degraded and shrunk ones
   const auto evaluate = [&](const StepInputs& in, const std::optional<RunSpec>& r) {
     const StepOutcome outcome = steps.simulate(in, untraced);

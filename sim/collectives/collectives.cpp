@@ -238,14 +238,19 @@ Collectives::CachedPlan Collectives::plan_collective(CollectiveOp op,
   auto cached = plan_cache_.find(key);
   if (cached == plan_cache_.end()) {
     check_ranks(ranks);
-    cached = plan_cache_
-                 .emplace(PlanKey{op, ranks, size_bytes},
-                          merged(plan(choose(op, ranks, size_bytes), op, ranks, size_bytes)))
-                 .first;
+    const CollectiveChoice choice = choose(op, ranks, size_bytes);
+    Plan planned = plan(choice, op, ranks, size_bytes);
+    planned.choice = choice;
+    cached = plan_cache_.emplace(PlanKey{op, ranks, size_bytes}, merged(std::move(planned))).first;
   }
   CachedPlan handle;
   handle.plan_ = &cached->second;  // map nodes stay put
   return handle;
+}
+
+std::optional<CollectiveChoice> Collectives::CachedPlan::choice() const {
+  if (!plan_) return std::nullopt;
+  return plan_->choice;
 }
 
 void Collectives::run(const CachedPlan& plan, std::function<void()> done) {
@@ -284,8 +289,9 @@ Collectives::CachedPlan Collectives::plan_send(VertexId from, VertexId to, doubl
   if (cached == send_plan_cache_.end()) {
     const std::vector<VertexId> pair{from, to};
     check_ranks(pair);
-    Plan one_way = plan(choose(CollectiveOp::send_recv, pair, size_bytes), CollectiveOp::send_recv,
-                        pair, size_bytes);
+    const CollectiveChoice choice = choose(CollectiveOp::send_recv, pair, size_bytes);
+    Plan one_way = plan(choice, CollectiveOp::send_recv, pair, size_bytes);
+    one_way.choice = choice;
     one_way.flows.resize(1);  // plan_pairs' first flow goes from -> to; the second comes back
     cached = send_plan_cache_
                  .emplace(PlanKey{CollectiveOp::send_recv, pair, size_bytes}, merged(one_way))

@@ -130,6 +130,11 @@ class Collectives {
   // starts the same one many times: run(plan, done) skips the lookup of its ranks. Valid while
   // this object lives.
   class CachedPlan {
+   public:
+    // The algorithm and protocol it runs (for a trace), if planned.
+    std::optional<CollectiveChoice> choice() const;
+
+   private:
     friend class Collectives;
     const Plan* plan_ = nullptr;
   };
@@ -179,6 +184,7 @@ class Collectives {
     std::vector<PlannedFlow> flows;
     SimTime latency{};
     std::vector<Phase> later;
+    CollectiveChoice choice{};  // what the cached plans of plan_collective and plan_send run
   };
   // (op, ranks, size, forced algorithm if any).
   using ChoiceKey =

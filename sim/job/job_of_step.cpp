@@ -48,8 +48,7 @@ double degraded_step_s(const StepInputs& in, const Degradation& degradation,
 JobSpec job_of_step(const RunSpec& run, const StepInputs& inputs, double step_s,
                     const StepOptions& options, std::vector<std::string>& warnings,
                     StepCache& steps) {
-  StepOptions untraced = options;
-  untraced.trace_ranks = 0;
+  const StepOptions untraced = options.untraced();
   RunStepTimes times{.healthy_s = step_s};
   if (run.when_short == ShortagePolicy::shrink) {
     times.shrunk_s = shrunk_step_s(inputs, untraced, steps);

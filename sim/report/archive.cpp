@@ -74,12 +74,18 @@ void serialize(Archive& a, fleetsim::StepBreakdown& b, unsigned) {
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::TraceSlice& t, unsigned) {
-  fields(a, t.rank, t.stream, t.name, t.begin, t.end);
+  fields(a, t.rank, t.stream, t.name, t.begin, t.end, t.flops, t.bytes, t.sms_held, t.op, t.group,
+         t.algorithm, t.peer, t.sends, t.transfer);
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::StepResult::CommLoad& c, unsigned) {
+  fields(a, c.rank, c.at, c.sms_held, c.hbm_bytes_per_s);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepResult& r, unsigned) {
   fields(a, r.step_time_s, r.breakdown, r.tokens_per_s, r.model_flops, r.hardware_flops, r.mfu,
-         r.hfu, r.comm_bytes_per_gpu, r.events, r.replayed_ranks, r.links, r.trace);
+         r.hfu, r.comm_bytes_per_gpu, r.events, r.replayed_ranks, r.links, r.trace,
+         r.trace_comm_load);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {

@@ -202,11 +202,10 @@ struct ProfileRow {
   const char* provenance;
 };
 
-// <variant>/profile: the GPU profile's entries the variant read (the memory check's capacity
-// and the step's: step_profile_entries), each with its one-sigma uncertainty and provenance.
+// <variant>/profile: the GPU profile's entries the variant read (read_profile_keys), each with
+// its one-sigma uncertainty and provenance.
 void write_profile(const H5::Group& group, const StepInputs& inputs) {
-  std::vector<std::string> keys{"hbm_capacity"};
-  for (const StepProfileEntry& entry : step_profile_entries(inputs)) keys.push_back(entry.key);
+  const std::vector<std::string> keys = read_profile_keys(inputs);
   std::vector<ProfileRow> rows;
   for (const std::string& key : keys) {
     if (const Calibrated* entry = find_profile_entry(inputs.gpu, key)) {

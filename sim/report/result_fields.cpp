@@ -362,7 +362,7 @@ const ResultTable kTables[] = {
      "kernel, attention, FP8 and link entries), as calibrated: value, one-sigma uncertainty and "
      "where it comes from"},
     {FieldGroup::variant, "swept", "", "path: value",
-     "a sweep point's swept values (HDF5: /summary's columns named by their path)"},
+     "a sweep point's swept values (HDF5: /summary's columns sweep.<path>)"},
     {FieldGroup::variant, "scaling_efficiency_in_sweep", "", "number or null",
      "a sweep point's tokens/s per GPU over its group's smallest fitting point's (/summary's "
      "scaling_efficiency in HDF5)"},

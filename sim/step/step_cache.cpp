@@ -32,7 +32,7 @@ std::uint64_t step_hash(const StepInputs& in, const StepOptions& options) {
 }  // namespace
 
 StepOutcome StepCache::simulate(const StepInputs& inputs, const StepOptions& options) {
-  if (options.trace_ranks > 0) {
+  if (options.traces()) {
     {
       const std::lock_guard lock(mutex_);
       ++simulated_;

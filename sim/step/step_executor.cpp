@@ -25,6 +25,35 @@ namespace {
 
 using namespace step_detail;
 
+// The ranks the options trace: those listed, each replayed, or the count's (traced_ranks).
+std::vector<bool> traced_of(const RankGrid& grid, const std::vector<bool>& replayed,
+                            const StepOptions& options) {
+  if (options.trace_rank_list.empty()) return traced_ranks(grid, replayed, options.trace_ranks);
+  std::vector<bool> traced(grid.ranks(), false);
+  for (const int rank : options.trace_rank_list) {
+    if (rank < 0 || rank >= grid.ranks()) {
+      throw ModelError("rank " + std::to_string(rank) + " is not in the layout's " +
+                       std::to_string(grid.ranks()) + " ranks: trace ranks 0 to " +
+                       std::to_string(grid.ranks() - 1));
+    }
+    if (!replayed[rank]) {
+      throw ModelError("rank " + std::to_string(rank) +
+                       " is not replayed: folded, the first replica stands for the others "
+                       "(trace its ranks, or add --no-fold)");
+    }
+    traced[rank] = true;
+  }
+  return traced;
+}
+
+// What a traced slice did that its task alone does not say (TraceSlice).
+struct SliceDetail {
+  int sms_held = 0;                             // a kernel: held beside it as it began
+  std::optional<CollectiveChoice> choice = {};  // a collective: what it ran
+  int peer = -1;                                // a transfer: the other side, and its number
+  std::int64_t transfer = -1;
+};
+
 class Replay {
  public:
   Replay(const TaskGraph& graph, const GpuProfile& gpu, const Topology& topology,
@@ -35,7 +64,7 @@ class Replay {
         host_costs_(host),
         fold_(fold_of(graph, topology, options.fold)),
         replayed_(replayed_ranks(graph.grid, fold_)),
-        traced_(traced_ranks(graph.grid, replayed_, options.trace_ranks)),
+        traced_(traced_of(graph.grid, replayed_, options)),
         network_(engine_, usable_link_capacities(topology, gpu),
                  links_that_never_bind(topology, usable_link_capacities(topology, gpu))),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
@@ -122,6 +151,7 @@ class Replay {
     std::size_t at = 0;
     double share = 0;
     EventHandle completion{};
+    int sms_at_begin = 0;  // held by communication as it began (for a trace)
   };
   // The ranks of a collective group (rank_grid.hpp) and their GPUs. Folded, a group replays
   // only its members in replica 0 (a data, context or expert group one of its members), or
@@ -186,7 +216,7 @@ class Replay {
         ++done.tasks_done;
       }
       const TaskIndex last = order[first + finished.tasks - 1];
-      record(r, last, finished.begin);
+      record(r, last, finished.begin, {.sms_held = finished.sms_at_begin});
       finish(r, last);
     });
   }
@@ -225,6 +255,7 @@ class Replay {
     }
     rank.hbm_taken += delta * group.hbm_taken;
     const int held = sms_held(rank);
+    if (traced_[r]) trace_comm_load(r, held, static_cast<double>(rank.hbm_taken));
     if (!rank.kernel || (held == old_held && rank.hbm_taken == old_taken)) return;
     RunningKernel& kernel = *rank.kernel;
     ProgramIndex& index = index_[rank.stage];
@@ -278,8 +309,8 @@ class Replay {
              ready_after_run(r, order[stream.next + tasks], stream.next)) {
         ++tasks;
       }
-      ranks_[r].kernel =
-          RunningKernel{t, tasks, engine_.now(), engine_.now(), stream.next, 0.0, EventHandle{}};
+      ranks_[r].kernel = RunningKernel{t,           tasks, engine_.now(), engine_.now(),
+                                       stream.next, 0.0,   EventHandle{}, sms_held(ranks_[r])};
       schedule_kernel(r);
       return;
     }
@@ -310,11 +341,12 @@ class Replay {
       collectives_.run(plan_of(groups_[kind_index][shadow], work), [] {});
     }
     const CommKind kind = comm_kind(work.group);
-    collectives_.run(plan_of(group, work), [this, t, begin, &group, kind, &work] {
+    const Collectives::CachedPlan plan = plan_of(group, work);
+    collectives_.run(plan, [this, t, begin, &group, kind, &work, choice = plan.choice()] {
       for (const int member : group.ranks) change_collectives(member, work, group, -1);
       for (const int member : group.ranks) {
         ranks_[member].activity.comm_busy[kind].push_back({begin, engine_.now()});
-        record(member, t, begin);
+        record(member, t, begin, {.choice = choice});
         finish(member, t);
       }
     });
@@ -436,13 +468,17 @@ class Replay {
     }
     collectives_.begin_batch();
     for (std::size_t i = 0; i + 1 < plans.size(); ++i) collectives_.run(plans[i], [] {});
-    collectives_.run(plans.back(), [this, begin, sides = std::array{std::pair{r, t}, *first}] {
-      for (const auto& [member, task] : sides) {
-        ranks_[member].activity.comm_busy[kPipelineComm].push_back({begin, engine_.now()});
-        record(member, task, begin);
-        finish(member, task);
-      }
-    });
+    const std::int64_t transfer = static_cast<std::int64_t>(work.transfer) * grid_.stage_ranks() +
+                                  grid_.group_of(r, GroupKind::pipeline);
+    collectives_.run(
+        plans.back(), [this, begin, transfer, sides = std::array{std::pair{r, t}, *first}] {
+          for (std::size_t side = 0; side < sides.size(); ++side) {
+            const auto [member, task] = sides[side];
+            ranks_[member].activity.comm_busy[kPipelineComm].push_back({begin, engine_.now()});
+            record(member, task, begin, {.peer = sides[1 - side].first, .transfer = transfer});
+            finish(member, task);
+          }
+        });
     collectives_.end_batch();
   }
 
@@ -523,10 +559,55 @@ class Replay {
     }
   }
 
-  void record(int r, TaskIndex t, SimTime begin) {
+  // A traced rank's communication load from now on: one sample an instant (the last change
+  // wins), none where it stays the same.
+  void trace_comm_load(int r, int sms_held, double hbm_bytes_per_s) {
+    const auto last = last_comm_load_.find(r);
+    if (last != last_comm_load_.end()) {
+      StepResult::CommLoad& sample = comm_load_[last->second];
+      if (sample.at == engine_.now()) {
+        sample.sms_held = sms_held;
+        sample.hbm_bytes_per_s = hbm_bytes_per_s;
+        return;
+      }
+      if (sample.sms_held == sms_held && sample.hbm_bytes_per_s == hbm_bytes_per_s) return;
+    }
+    last_comm_load_[r] = comm_load_.size();
+    comm_load_.push_back({r, engine_.now(), sms_held, hbm_bytes_per_s});
+  }
+
+  void record(int r, TaskIndex t, SimTime begin, const SliceDetail& detail = {}) {
     if (!traced_[r]) return;
     const Task& task = program_of(r)[t];
-    trace_.push_back({r, task.stream, std::string(task.name), begin, engine_.now()});
+    TraceSlice& slice = trace_.emplace_back();
+    slice.rank = r;
+    slice.stream = task.stream;
+    slice.name = task.name;
+    slice.begin = begin;
+    slice.end = engine_.now();
+    if (const auto* compute = std::get_if<ComputeWork>(&task.work)) {
+      slice.flops = compute->kernel->flops;
+      slice.bytes = compute->kernel->bytes;
+      slice.sms_held = detail.sms_held;
+    } else if (const auto* host = std::get_if<HostWork>(&task.work)) {
+      slice.bytes = host->bytes;
+    } else if (const auto* work = std::get_if<CollectiveWork>(&task.work)) {
+      slice.bytes = work->size_bytes;
+      if (work->group == GroupKind::pipeline) {
+        slice.peer = detail.peer;
+        slice.sends = work->sends;
+        slice.transfer = detail.transfer;
+        return;
+      }
+      slice.sms_held = work->sms_held.value_or(comm_sms_held(*gpu_, 1));
+      slice.op = to_string(work->op);
+      slice.group = std::string(to_string(work->group)) + " " +
+                    std::to_string(grid_.group_of(r, work->group));
+      if (detail.choice) {
+        slice.algorithm = std::string(to_string(detail.choice->algorithm)) + "/" +
+                          to_string(detail.choice->protocol);
+      }
+    }
   }
 
   void finish(int r, TaskIndex t) {
@@ -561,6 +642,7 @@ class Replay {
     result.comm_bytes_per_gpu = comm_bytes_ / grid_.ranks();
     result.replayed_ranks = static_cast<int>(replayed.size());
     result.trace = trace_;
+    result.trace_comm_load = comm_load_;
     return result;
   }
 
@@ -572,7 +654,9 @@ class Replay {
   std::vector<bool> replayed_;  // by rank
   std::vector<bool> traced_;    // by rank
   std::vector<TraceSlice> trace_;
-  std::vector<ProgramIndex> index_;  // by stage
+  std::vector<StepResult::CommLoad> comm_load_;  // of the traced ranks, as it changes
+  std::map<int, std::size_t> last_comm_load_;    // by traced rank: its latest in comm_load_
+  std::vector<ProgramIndex> index_;              // by stage
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;

@@ -62,12 +62,29 @@ struct StepBreakdown {
 
 // One activity of one rank's stream, for traces: a kernel, or a collective the rank took part
 // in (from the moment all members had arrived to its end).
+// A slice of a traced rank's timeline, and what it did (a trace writes them as its arguments).
 struct TraceSlice {
   int rank = 0;
   Stream stream = Stream::compute;
   std::string name;
   SimTime begin{};
   SimTime end{};
+  double flops = 0;  // a kernel's executed FLOPs
+  // A kernel's HBM bytes; a collective's message size (nccl-tests' S); a pipeline transfer's
+  // bytes; host work's.
+  double bytes = 0;
+  // The SMs communication held: beside a kernel as it began; a collective's own kernels'.
+  int sms_held = 0;
+  // A collective: its op, its group ("data 3": kind and number) and the algorithm and protocol
+  // it ran ("ring/Simple"); empty otherwise.
+  std::string op;
+  std::string group;
+  std::string algorithm;
+  // A pipeline transfer: the rank on its other side, whether this side sends, and the
+  // transfer's number, which both sides share (-1 for anything else).
+  int peer = -1;
+  bool sends = false;
+  std::int64_t transfer = -1;
   bool operator==(const TraceSlice&) const = default;
 };
 
@@ -86,14 +103,34 @@ struct StepResult {
   int replayed_ranks = 0;         // all the ranks, or folded fewer (see StepOptions)
   std::vector<LinkUsage> links;   // links that carried traffic, in topology order
   std::vector<TraceSlice> trace;  // every slice of the traced ranks, when asked for
+  // Each traced rank's communication load whenever it changes: the SMs its collectives hold
+  // and the HBM bytes/s they move (the compute beside them gets the rest).
+  struct CommLoad {
+    int rank = 0;
+    SimTime at{};
+    int sms_held = 0;
+    double hbm_bytes_per_s = 0;
+    bool operator==(const CommLoad&) const = default;
+  };
+  std::vector<CommLoad> trace_comm_load;
   bool operator==(const StepResult&) const = default;
 };
 
 // What a replay records beyond its results.
 struct StepOptions {
   // Ranks whose slices are recorded: the first trace_ranks replayed ranks, or with a pipeline
-  // the first rank of up to trace_ranks stages from the first to the last; 0: none.
+  // the first rank of up to trace_ranks stages from the first to the last; 0: none. Or, where
+  // given, the ranks listed (each must be replayed: folded, a replica stands for the others).
   int trace_ranks = 0;
+  std::vector<int> trace_rank_list = {};
+  bool traces() const { return trace_ranks > 0 || !trace_rank_list.empty(); }
+  // These options for the steps no trace is asked of (a run's degraded states, analyses).
+  StepOptions untraced() const {
+    StepOptions options = *this;
+    options.trace_ranks = 0;
+    options.trace_rank_list.clear();
+    return options;
+  }
   // Folding (DESIGN.md, sim/step/folding.hpp): data-parallel replicas run the same program at
   // the same time, so only replica 0 of each stage is replayed, and where its tp ranks meet the
   // cluster alike only its tp rank 0. The other ranks' collectives and pipeline transfers are

@@ -76,8 +76,7 @@ void simulate_variant(const Scenario& scenario, const Variant& variant, const St
   }
   PlanOptions plan;
   plan.top = variant.run ? kRunCandidates : 1;
-  plan.step = options;
-  plan.step.trace_ranks = 0;
+  plan.step = options.untraced();
   PlanResult best = search_layouts(variant.inputs, plan);
   const std::int64_t run_units =
       variant.run ? static_cast<std::int64_t>(kRunCandidates) * variant.run->replications : 0;

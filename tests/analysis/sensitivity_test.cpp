@@ -1,5 +1,7 @@
 #include "sim/analysis/sensitivity.hpp"
 
+#include "sim/analysis/configuration.hpp"
+
 #include <tbb/global_control.h>
 
 #include <catch2/catch.hpp>
@@ -141,4 +143,57 @@ TEST_CASE("sensitivity: a draw that does not run is left out of the interval, an
   int not_run = 0;
   for (const auto& sample : s.samples) not_run += std::isnan(sample[wall]);
   CHECK(not_run == s.failed_draws);
+}
+
+TEST_CASE("sensitivity: the inputs are the profile entries the step reads, in a fixed order") {
+  // H100 over two nodes, FP8, a pipeline: the kernel model's eight, FlashAttention-2's six and
+  // the clock share, FP8's five, NVLink, PCIe and InfiniBand, NVLS and p2p.
+  StepInputs inputs = shipped("h100-vs-b200.yaml").variants.front().inputs;
+  inputs.nodes = 2;
+  inputs.training.precision = Precision::fp8;
+  inputs.plan.pp = 2;
+  std::vector<std::string> keys;
+  for (const StepProfileEntry& entry : step_profile_entries(inputs)) keys.push_back(entry.key);
+  const std::string fa2 = "attention.fa2.";
+  CHECK(keys == std::vector<std::string>{"dense_bf16",
+                                         "hbm_bandwidth",
+                                         "gemm_efficiency",
+                                         "gemm_sustained",
+                                         "gemm_k_overhead",
+                                         "memory_efficiency",
+                                         "kernel_launch",
+                                         "comm_sms",
+                                         fa2 + "fwd.efficiency",
+                                         fa2 + "fwd.seq_overhead",
+                                         fa2 + "fwd.causal_overhead",
+                                         fa2 + "bwd.efficiency",
+                                         fa2 + "bwd.seq_overhead",
+                                         fa2 + "bwd.causal_overhead",
+                                         "sustained_clock",
+                                         "fp8.dense",
+                                         "fp8.gemm_efficiency",
+                                         "fp8.gemm_sustained",
+                                         "fp8.gemm_k_overhead",
+                                         "fp8.kernel_launch",
+                                         "link_efficiency.nvlink",
+                                         "link_efficiency.pcie",
+                                         "link_efficiency.infiniband",
+                                         "nvls_efficiency",
+                                         "p2p_efficiency"});
+  // The record of what a variant read adds the memory check's capacity in front.
+  const std::vector<std::string> read = read_profile_keys(inputs);
+  CHECK(read.front() == "hbm_capacity");
+  CHECK(std::vector<std::string>(read.begin() + 1, read.end()) == keys);
+  // The uncertain inputs: those of them the profile has, with a sigma, in the same order.
+  std::vector<std::string> uncertain;
+  for (const UncertainInput& input : uncertain_inputs(inputs, std::nullopt)) {
+    uncertain.push_back(input.name);
+  }
+  std::vector<std::string> with_sigma;
+  for (const std::string& key : keys) {
+    const Calibrated* entry = find_profile_entry(inputs.gpu, key);
+    if (entry && entry->sigma > 0) with_sigma.push_back(key);
+  }
+  CHECK(uncertain == with_sigma);
+  CHECK(uncertain.size() > 15);
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# `fleetsim report` end to end: the pages of a run (two variants, priced, attributed and with a
-# sensitivity analysis), a sweep and a collective have their sections, load nothing from
-# elsewhere (no script, no link, no external reference), and render in headless Chromium
-# (Debian's package) without a failed load; a screenshot of the run's page is a PNG of the
-# comparison. Bad input: exit 2.
+# `fleetsim report` end to end: the pages of a run (priced, attributed and with a sensitivity
+# analysis, one variant that does not fit and whose name is markup and dollars), a sweep, a
+# plan, a collective and a run stopped part way have their sections, escape what the file says,
+# load nothing from elsewhere (no script, no link, no external reference), and render in
+# headless Chromium (Debian's package); a screenshot of the run's page is a PNG. Bad input:
+# exit 2. Without Chromium (tools/setup.sh installs it) the test is skipped (77).
 set -euo pipefail
 fleetsim=$1
-sweep=$2  # tests/data/small-sweep.yaml
+sweep=$2           # tests/data/small-sweep.yaml
+small_then_huge=$3  # tests/data/small-then-huge.yaml
+command -v chromium >/dev/null || { echo "no chromium: skipped"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -28,14 +31,27 @@ compare:
   - name: B200
     cluster: {node: dgx-b200}
     pricing: {gpu_hour: 5USD/h}
+  - name: "<b>DDP</b> & $3 vs $4"
+    layout: {zero: 0}
 YAML
-"$fleetsim" run "$dir/run.yaml" -q --attribute --sensitivity 2 -o "$dir/run.h5" >/dev/null
+# Exit 1: a variant does not fit (the file has every variant all the same).
+status=0
+"$fleetsim" run "$dir/run.yaml" -q --attribute --sensitivity 2 -o "$dir/run.h5" >/dev/null ||
+  status=$?
+[ "$status" -eq 1 ] || { echo "the run exited $status"; exit 1; }
 "$fleetsim" sweep "$sweep" -q -o "$dir/sweep.h5" >/dev/null
 "$fleetsim" collective --node dgx-h100 -b 1M -e 64M --output "$dir/collective.h5" >/dev/null
+"$fleetsim" plan "$dir/run.yaml" -q --top 3 -o "$dir/plan.h5" >/dev/null
+status=0
+"$fleetsim" run "$small_then_huge" -q --no-fold --max-wall 5s -o "$dir/partial.h5" \
+  >/dev/null 2>&1 || status=$?
+[ "$status" -eq 3 ] || { echo "the stopped run exited $status"; exit 1; }
 
 "$fleetsim" report "$dir/run.h5" -o "$dir/run.html" >/dev/null
 "$fleetsim" report "$dir/sweep.h5" >/dev/null  # beside it: sweep.html
 "$fleetsim" report "$dir/collective.h5" -o "$dir/collective.html" >/dev/null
+"$fleetsim" report "$dir/plan.h5" >/dev/null
+"$fleetsim" report "$dir/partial.h5" >/dev/null
 
 expect() {  # PAGE TEXT...: each text is on the page
   local page=$1
@@ -50,7 +66,13 @@ expect "$dir/run.html" "<h2>Comparison</h2>" "<h2>Where the step goes</h2>" \
   "assumed: CUDA context" "fleetsim 0.1.0" "link_efficiency.infiniband" "published: "
 expect "$dir/sweep.html" "<h2>Scaling</h2>" "cluster.node=dgx-b200" "<h2>Comparison</h2>"
 expect "$dir/collective.html" "<h2>Collective</h2>" "busbw (GB/s)"
-for page in run sweep collective; do
+expect "$dir/plan.html" "<h2>Comparison</h2>" "<h2>Where the step goes</h2>"
+expect "$dir/partial.html" "Partial: stopped by" "1 of 2 variants finished" \
+  "not finished: 405B on 16,384 GPUs"
+# What the file says is text: a name of markup and dollars escaped, not run or typeset.
+expect "$dir/run.html" "&lt;b&gt;DDP&lt;/b&gt; &amp; \$3 vs \$4" "does not fit"
+if grep -qF "<b>DDP" "$dir/run.html"; then echo "a name was written as markup"; exit 1; fi
+for page in run sweep collective plan partial; do
   # Self-contained: no script, stylesheet link, image file or reference out of the page (an
   # SVG's xlink:href="#..." and url(#...) point inside it).
   if grep -qiE '<script|<link|<img|<iframe|src=|url\([^#]|href="[^#]' "$dir/$page.html"; then
@@ -62,7 +84,7 @@ done
 # Rendered: the DOM Chromium builds has the page's headings, and nothing failed to load.
 chromium=(chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars
   --no-first-run --disable-extensions --user-data-dir="$dir/profile")
-for page in run sweep collective; do
+for page in run sweep collective plan partial; do
   "${chromium[@]}" --enable-logging=stderr --v=0 --dump-dom "file://$dir/$page.html" \
     >"$dir/$page.dom" 2>"$dir/$page.log"
   grep -q "<h2>Comparison</h2>\|<h2>Collective</h2>" "$dir/$page.dom" ||

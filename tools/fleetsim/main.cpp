@@ -3,13 +3,13 @@
 // --max-wall or --max-memory, 130 and 143 stopped by SIGINT and SIGTERM (run and sweep write
 // what finished first, marked partial).
 #include <tbb/global_control.h>
-
 #include <unistd.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
-
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -79,6 +79,8 @@ const char* const kUsage =
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
     "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
+    "  --trace-ranks LIST     with --trace: these ranks instead (0,8,16-23; folded, only the\n"
+    "                         first replica's are replayed: --no-fold for the others)\n"
     "  --json                 print JSON instead of the table\n"
     "  --csv                  print CSV instead: a line per variant, a column per result\n"
     "                         (the HDF5 file's /summary table)\n"
@@ -147,7 +149,8 @@ struct Options {
   std::string command;
   std::string file;
   std::string output;
-  std::string trace;  // a Perfetto / Chrome trace of the run
+  std::string trace;        // a Perfetto / Chrome trace of the run
+  std::string trace_ranks;  // the ranks it records ("0,8,16-23"); empty: kTracedRanks of them
   std::string data_dir = FLEETSIM_DATA_DIR;
   bool json = false;
   bool summary = false;       // --json with the links summed by kind
@@ -179,8 +182,8 @@ const std::map<std::string, std::set<std::string>>& command_options() {
   static const std::map<std::string, std::set<std::string>> options = [] {
     std::map<std::string, std::set<std::string>> table{
         {"run",
-         {"output", "trace", "json", "csv", "summary", "bench", "attribute", "sensitivity",
-          "no-fold", "threads", "quiet"}},
+         {"output", "trace", "trace-ranks", "json", "csv", "summary", "bench", "attribute",
+          "sensitivity", "no-fold", "threads", "quiet"}},
         {"sweep", {"output", "json", "summary", "csv", "bench", "no-fold", "threads", "quiet"}},
         {"plan",
          {"output", "json", "csv", "summary", "no-fold", "threads", "quiet", "top",
@@ -269,8 +272,9 @@ Options parse_options(int argc, char** argv, bool& exit_now) {
   Options options;
   po::options_description named("options");
   named.add_options()("help,h", "")("version", "")("output,o", po::value(&options.output))(
-      "trace", po::value(&options.trace))("json", po::bool_switch(&options.json))(
-      "csv", po::bool_switch(&options.csv))("summary", po::bool_switch(&options.summary))(
+      "trace", po::value(&options.trace))("trace-ranks", po::value(&options.trace_ranks))(
+      "json", po::bool_switch(&options.json))("csv", po::bool_switch(&options.csv))(
+      "summary", po::bool_switch(&options.summary))(
       "attribute", po::bool_switch(&options.attribute))("sensitivity",
                                                         po::value(&options.sensitivity_draws))(
       "no-fold", po::bool_switch(&options.no_fold))("quiet,q", po::bool_switch(&options.quiet))(
@@ -327,6 +331,40 @@ fleetsim::LinkDetail link_detail(const Options& options) {
 // Ranks whose slices a trace records: enough to see a layout's schedule, few enough that the
 // trace opens in a browser.
 constexpr int kTracedRanks = 8;
+
+// --trace-ranks: ranks and ranges separated by commas ("0,8,16-23"), in increasing order.
+std::vector<int> parse_rank_list(const std::string& text) {
+  std::vector<int> ranks;
+  if (text.empty()) return ranks;
+  const auto refuse = [&](const std::string& why) {
+    return po::error("--trace-ranks takes ranks and ranges like 0,8,16-23: " + why + " in '" +
+                     text + "'");
+  };
+  std::istringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    const std::size_t dash = item.find('-', 1);
+    const std::string first_text = item.substr(0, dash);
+    const std::string last_text = dash == std::string::npos ? first_text : item.substr(dash + 1);
+    int first = 0, last = 0;
+    const auto read = [&](const std::string& number, int& value) {
+      const char* end = number.data() + number.size();
+      const auto [at, error] = std::from_chars(number.data(), end, value);
+      if (number.empty() || error != std::errc{} || at != end || value < 0) {
+        throw refuse("'" + number + "' is not a rank");
+      }
+    };
+    read(first_text, first);
+    read(last_text, last);
+    if (last < first) throw refuse("the range " + item + " runs backwards");
+    if (last - first >= 4096 || ranks.size() + (last - first) >= 4096) {
+      throw refuse("more than 4,096 ranks (a trace of them would not open)");
+    }
+    if (!ranks.empty() && first <= ranks.back()) throw refuse("ranks out of order or repeated");
+    for (int rank = first; rank <= last; ++rank) ranks.push_back(rank);
+  }
+  if (ranks.empty() || text.back() == ',') throw refuse("an empty item");
+  return ranks;
+}
 
 // The study spread over `ranks`, with a progress bar for runs over a second on a terminal.
 RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& options,
@@ -491,6 +529,10 @@ void check_outputs(const Options& options, bool writes) {
   if (options.given.contains("trace") && options.trace.empty()) {
     throw po::error("--trace needs a file name, e.g. --trace step.json");
   }
+  if (options.given.contains("trace-ranks")) {
+    if (options.trace.empty()) throw po::error("--trace-ranks chooses the ranks --trace records");
+    parse_rank_list(options.trace_ranks);  // refused here, before anything runs
+  }
   if (!options.output.empty() && options.output == options.trace) {
     throw po::error("-o and --trace name the same file, " + options.output);
   }
@@ -545,14 +587,16 @@ void check_memory_estimate(const Scenario& scenario, const Options& options) {
   }
 }
 
-// `report`: the page is written by tools/python/fleetsim_report.py, beside the plots it draws
-// with matplotlib, run in place of this process on Debian's python3 (tools/setup.sh installs
-// its h5py and matplotlib). Its exit status is the command's.
-void run_report(const Options& options) {
+// `report`: the page is written by tools/python/fleetsim_report.py (in the source tree, beside
+// the plots it draws with matplotlib), run in place of this process on Debian's python3
+// (tools/setup.sh installs its h5py and matplotlib); its exit status is the command's. Throws
+// only where Python cannot be started.
+[[noreturn]] void run_report(const Options& options) {
   const std::string python = "/usr/bin/python3";
-  const std::string script = options.data_dir + "/tools/python/fleetsim_report.py";
-  std::vector<std::string> arguments{python, script, options.file};
+  const std::string script = std::string(FLEETSIM_DATA_DIR) + "/tools/python/fleetsim_report.py";
+  std::vector<std::string> arguments{python, script};
   if (!options.output.empty()) arguments.insert(arguments.end(), {"-o", options.output});
+  arguments.insert(arguments.end(), {"--", options.file});  // a file named -x.h5 stays a file
   std::vector<char*> argv;
   for (std::string& argument : arguments) argv.push_back(argument.data());
   argv.push_back(nullptr);
@@ -607,7 +651,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   if (options.command == "report") {
     if (options.file.empty()) throw po::error("'report' needs a result file (fleetsim run -o)");
-    run_report(options);  // returns only when Python cannot be started
+    run_report(options);
   }
   if (options.command == "collective") {
     fleetsim::CollectiveOptions collective = options.collective;
@@ -693,6 +737,7 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   fleetsim::StepOptions step_options;
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
+  step_options.trace_rank_list = parse_rank_list(options.trace_ranks);
   step_options.fold = !options.no_fold;
   if (options.attribute && scenario.swept) {
     std::cerr << "error: " << options.file

@@ -30,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
 # Identical input gives identical SVG: no date, a fixed hash salt for element ids.
 matplotlib.rcParams["svg.hashsalt"] = "fleetsim"
 matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: searchable, smaller
+matplotlib.rcParams["text.parse_math"] = False  # a name's '$' is a dollar, not TeX
 
 SIZE_AXES = {"cluster.nodes", "layout.dp"}  # the swept fields that set a point's size
 DAY = 86400.0
@@ -49,7 +50,7 @@ def _title(result):
     return result.attributes.get("scenario_name", "")
 
 
-def _simulated(row):
+def simulated(row):
     return float(row["simulated"]) == 1.0
 
 
@@ -103,7 +104,7 @@ def scaling(result):
         key = [f"{axis.removeprefix('sweep.')}={_value_text(row[axis])}" for axis in axes_swept]
         # As `fleetsim sweep` scales them: the node preset, GPU profile and model too.
         label = ", ".join(key) or f"{row['node']}, {row['model']}"
-        fits = _simulated(row)
+        fits = simulated(row)
         series.setdefault(label, []).append(
             (int(row["gpus"]), float(row["tokens_per_s_per_gpu"]) if fits else None,
              float(row["scaling_efficiency"]) if fits else None))
@@ -252,10 +253,18 @@ def runs(result):
     return _finished(figure, result)
 
 
-def _panels(result, analysis, width, height):
-    """(figure, [(axis, variant, its `analysis` group)]): a panel a variant that has the
-    analysis (attribution, sensitivity); (None, []) where none has."""
-    analysed = [v for v in result.variants.values() if analysis in v.groups]
+def swing(minus, plus):
+    """How far an input moves the step either way; -1 where a side did not run (NaN), so that
+    it sorts last, as the console's table sorts it."""
+    width = abs(float(plus) - float(minus))
+    return -1.0 if math.isnan(width) else width
+
+
+def _panels(result, analysis, width, height, drawable):
+    """(figure, [(axis, variant, its `analysis` group)]): a panel a variant whose analysis
+    (attribution, sensitivity) has something to draw; (None, []) where none has."""
+    analysed = [v for v in result.variants.values()
+                if analysis in v.groups and drawable(v.groups[analysis])]
     if not analysed:
         return None, []
     figure, axes = plt.subplots(1, len(analysed), figsize=(width * len(analysed), height),
@@ -264,7 +273,8 @@ def _panels(result, analysis, width, height):
 
 
 def attribution(result):
-    figure, panels = _panels(result, "attribution", 6, 4.5)
+    figure, panels = _panels(result, "attribution", 6, 4.5,
+                             lambda group: len(group.tables["parts"]["factor"]) > 0)
     for axis, variant, group in panels:
         parts = group.tables["parts"]
         start = float(group.attributes["baseline_step_time_s"])
@@ -289,13 +299,15 @@ def attribution(result):
 
 
 def sensitivity(result):
-    figure, panels = _panels(result, "sensitivity", 6.5, 4.8)
+    # (A variant that does not fit has no interval: nothing to draw.)
+    figure, panels = _panels(result, "sensitivity", 6.5, 4.8,
+                             lambda group: "step_time_s" in group.tables["intervals"]["metric"])
     for axis, variant, group in panels:
         inputs = group.tables["inputs"]
         intervals = group.tables["intervals"]
         nominal = float(dict(zip(intervals["metric"], intervals["nominal"]))["step_time_s"])
         rows = sorted(zip(inputs["input"], inputs["step_time_s_minus"], inputs["step_time_s_plus"]),
-                      key=lambda r: -abs(float(r[2]) - float(r[1])))[:12]
+                      key=lambda r: -swing(r[1], r[2]))[:12]
         rows.reverse()  # the widest on top
         for y, (name, minus, plus) in enumerate(rows):
             for value, color in ((float(minus), "C0"), (float(plus), "C1")):

@@ -20,10 +20,10 @@ import io
 import math
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-import fleetsim_plots  # noqa: E402  (beside this file)
+import fleetsim_output  # noqa: E402  (beside this file)
+import fleetsim_plots  # noqa: E402
 import fleetsim_results  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402  (its backend chosen by fleetsim_plots)
@@ -43,22 +43,32 @@ figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
 ul.assumptions li { margin: 0.3em 0; }
 """
 
-GB = 1e9
-DAY = 86400.0
+GB = fleetsim_plots.GB
+DAY = fleetsim_plots.DAY
 
 
 def esc(value):
     return html.escape(str(value), quote=True)
 
 
+def absent(value):
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def number(value, digits=3):
-    """A value for a table: significant digits, thousands separated; an en dash when absent."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    """A value for a table: significant digits, thousands separated (whole from 1,000 on); an
+    en dash when absent."""
+    if absent(value):
         return "&ndash;"
     value = float(value)
-    if value != 0 and abs(value) >= 10 ** digits:
+    if abs(value) >= 1000:
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
+
+
+def times(value):
+    """A ratio as '1.61x'; an en dash when absent (a baseline that does not fit)."""
+    return "&ndash;" if absent(value) else f"{float(value):.3g}x"
 
 
 def svg_of(figure):
@@ -105,7 +115,7 @@ def comparison(result):
         headers += ["cost P50 / P90 (USD)", "USD per checkpoint (mean)"]
     body, classes = [], []
     for row in rows:
-        fits = float(row["simulated"]) == 1.0
+        fits = fleetsim_plots.simulated(row)
         memory = (f"{number(float(row['memory_total_bytes']) / GB, 4)} of "
                   f"{number(float(row['memory_capacity_bytes']) / GB, 4)}")
         cells = [esc(row["name"]), number(row["gpus"]), esc(row["layout_label"]),
@@ -113,7 +123,7 @@ def comparison(result):
                  number(row["tokens_per_s_per_gpu"], 4) if fits else "&ndash;",
                  number(100 * float(row["mfu"]), 3) if fits else "&ndash;", memory,
                  number(100 * float(row["headroom_fraction"]), 3),
-                 number(row["speedup_vs_first"], 3) + "x" if fits else "&ndash;"]
+                 times(row["speedup_vs_first"]) if fits else "&ndash;"]
         if has_run:
             cells += [f"{number(row.get('run_wall_s_p50', math.nan) / DAY)} / "
                       f"{number(row.get('run_wall_s_p90', math.nan) / DAY)}",
@@ -297,32 +307,20 @@ def render(result):
                  + (f", {esc(attributes['scenario_file'])}, seed {esc(attributes['seed'])}"
                     if "scenario_file" in attributes else "") + "</p>\n")
     if int(attributes.get("partial", 0)) == 1:
-        parts.append(f"<p class=\"partial\">Partial: {esc(attributes.get('stopped_by', ''))}; "
-                     f"not finished: {esc(attributes.get('not_finished', ''))}.</p>\n")
+        said = [f"stopped by {attributes.get('stopped_by', '')}",
+                f"{len(result.variants)} of {attributes.get('variants_planned', '?')} variants "
+                "finished"]
+        if attributes.get("not_finished"):
+            said.append(f"not finished: {attributes['not_finished']}")
+        if attributes.get("left_out"):
+            said.append(f"left out: {attributes['left_out']}")
+        parts.append(f"<p class=\"partial\">Partial: {esc('; '.join(said))}.</p>\n")
     for section in (comparison, attribution_section, scaling_section, breakdown_section,
                     memory_section, sensitivity_section, runs_section, collective_section,
                     assumptions_section, provenance_section):
         parts.append(section(result))
     parts.append("</body></html>\n")
     return "".join(parts)
-
-
-def write_atomically(path, text):
-    """Through a temporary file beside it, renamed over the target: never half a page."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temp = tempfile.mkstemp(prefix=".report.", suffix=".html", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
 
 
 def main(argv):
@@ -334,12 +332,21 @@ def main(argv):
     if not output.lower().endswith((".html", ".htm")):
         parser.error(f"-o writes HTML: name the page .html, got '{output}'")
     try:
-        page = render(fleetsim_results.load(args.result, pandas=False))
+        result = fleetsim_results.load(args.result, pandas=False)
     except (OSError, KeyError, ValueError) as error:
         print(f"fleetsim: error: {args.result}: not a fleetsim result file ({error})",
               file=sys.stderr)
         return 2
-    write_atomically(output, page)
+    page = render(result)
+
+    def write(temp):
+        with open(temp, "w", encoding="utf-8") as out:
+            out.write(page)
+    try:
+        fleetsim_output.write_atomically(output, write)
+    except OSError as error:
+        print(f"fleetsim: error: cannot write {output}: {error}", file=sys.stderr)
+        return 1
     print(output)
     return 0
 

@@ -1,0 +1,148 @@
+// `fleetsim run --trace`: the trace's structure as Perfetto's JSON importer reads it (complete
+// events with arguments, flow events paired by id, counter events), and --trace-ranks.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "cli_run.hpp"
+
+namespace fs = std::filesystem;
+using namespace fleetsim::testing;  // NOLINT: run_cli and its kin
+
+namespace {
+
+// Two stages of four tensor-parallel ranks, two replicas, on two DGX H100: rank 0 is stage 0's
+// first rank, rank 8 stage 1's.
+const char* const kPipeline = R"(name: trace-pipeline
+model: llama3-8b
+training: {seq_len: 4096, global_batch: 16, micro_batch: 1}
+layout: {tp: 4, pp: 2, dp: 2, zero: 1}
+cluster: {node: dgx-h100, nodes: 2, fabric: {kind: rail-fat-tree, link: 400Gbps}}
+)";
+
+fs::path scenario_file() {
+  const fs::path path = scratch_dir() / "trace-pipeline.yaml";
+  std::ofstream(path) << kPipeline;
+  return path;
+}
+
+// Whether a time in microseconds is a whole number of nanoseconds, as the simulator keeps it.
+bool whole_nanoseconds(double us) {
+  return std::abs(us * 1000 - std::round(us * 1000)) < 1e-6 * std::max(1.0, us);
+}
+
+}  // namespace
+
+TEST_CASE("a trace's slices say what they did, transfers are flows, communication a counter") {
+  const fs::path trace = scratch_dir() / "pipeline-trace.json";
+  const Result result = run_cli("run " + scenario_file().string() + " -q --no-fold --trace " +
+                                trace.string() + " --trace-ranks 0,8");
+  REQUIRE(result.exit_code == 0);
+  const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+  std::map<std::string, int> kinds;
+  // Each transfer side's track, from its slices; each flow id's start and finish tracks.
+  std::set<std::pair<double, int>> send_tracks, receive_tracks;
+  std::map<std::int64_t, std::pair<int, int>> flows;
+  std::map<std::string, double> last_counter;
+  for (const auto& event : events) {
+    const std::string ph = event["ph"];
+    ++kinds[ph];
+    if (ph == "X") {
+      const int tid = event["tid"];
+      CHECK(whole_nanoseconds(event["ts"].get<double>()));
+      CHECK(whole_nanoseconds(event["dur"].get<double>()));
+      const auto& args = event.at("args");
+      const std::string category = event["cat"];
+      if (category == "kernel") {
+        CHECK(args.at("hbm_bytes").get<std::int64_t>() >= 0);
+        CHECK(args.at("comm_sms_held").get<int>() >= 0);
+        if (args.contains("flops")) {
+          // A GEMM's rate: below the H100's dense BF16 peak.
+          CHECK(args.at("tflop_per_s").get<double>() > 0);
+          CHECK(args.at("tflop_per_s").get<double>() < 989.5);
+        }
+      } else if (category == "collective") {
+        CHECK(args.at("bytes").get<std::int64_t>() > 0);
+        CHECK_FALSE(args.at("op").get<std::string>().empty());
+        CHECK(args.at("algorithm").get<std::string>().find('/') != std::string::npos);
+        CHECK(args.at("sms_held").get<int>() > 0);
+        const std::string group = args.at("group");
+        CHECK((group.starts_with("tensor ") || group.starts_with("data ")));
+      } else if (category == "pipeline transfer") {
+        const int peer = args.at("peer_rank");
+        CHECK((peer == 0 || peer == 8));
+        (args.at("direction") == "send" ? send_tracks : receive_tracks)
+            .insert({event["ts"].get<double>(), tid});
+      }
+    } else if (ph == "s" || ph == "f") {
+      auto& sides = flows.try_emplace(event["id"].get<std::int64_t>(), -1, -1).first->second;
+      int& side = ph == "s" ? sides.first : sides.second;
+      CHECK(side == -1);  // one start and one finish an id
+      side = event["tid"];
+      // The arrow starts at a send slice and ends at a receive slice of the same instant.
+      const std::pair<double, int> at{event["ts"].get<double>(), side};
+      CHECK((ph == "s" ? send_tracks : receive_tracks).count(at) == 1);
+    } else if (ph == "C") {
+      const std::string name = event["name"];
+      CHECK(event["args"].at("sms_held").get<int>() >= 0);
+      CHECK(event["args"].at("sms_held").get<int>() < 132);
+      CHECK(event["args"].at("hbm_gb_per_s").get<double>() >= 0);
+      const double ts = event["ts"];
+      if (last_counter.count(name)) CHECK(ts > last_counter[name]);  // one sample an instant
+      last_counter[name] = ts;
+    }
+  }
+  CHECK(kinds["X"] > 100);
+  CHECK(kinds["s"] > 0);
+  CHECK(kinds["s"] == kinds["f"]);
+  for (const auto& [id, sides] : flows) {
+    CHECK(sides.first >= 0);
+    CHECK(sides.second >= 0);
+    CHECK(sides.first != sides.second);
+  }
+  // Every transfer between the traced ranks an arrow: each replica's 8 micro-batches'
+  // activations forward and their gradients back.
+  CHECK(kinds["s"] == 2 * 8);
+  CHECK(last_counter.size() == 2);  // a counter track per traced GPU
+  CHECK(last_counter.count("GPU 0 communication") == 1);
+  CHECK(last_counter.count("GPU 8 communication") == 1);
+}
+
+TEST_CASE("trace ranks: those listed, refused when malformed or not replayed") {
+  const std::string scenario = scenario_file().string();
+  const fs::path trace = scratch_dir() / "ranks-trace.json";
+  REQUIRE(run_cli("run " + scenario + " -q --no-fold --trace " + trace.string() +
+                  " --trace-ranks 1-2,9")
+              .exit_code == 0);
+  std::set<std::string> tracks;
+  const auto written = nlohmann::json::parse(slurp(trace));
+  for (const auto& event : written["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name") {
+      const std::string name = event["args"]["name"];
+      tracks.insert(name.substr(0, name.find(' ', 4)));
+    }
+  }
+  CHECK(tracks == std::set<std::string>{"GPU 1", "GPU 2", "GPU 9"});
+  for (const std::string bad : {"5-2", "1,1", "2,1", "x", "1,", "-1", "0-5000"}) {
+    INFO(bad);
+    const Result refused =
+        run_cli("run " + scenario + " -q --trace " + trace.string() + " --trace-ranks " + bad);
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.err.find("--trace-ranks") != std::string::npos);
+  }
+  CHECK(run_cli("run " + scenario + " -q --trace-ranks 0").exit_code == 2);  // no --trace
+  // Folded, the second replica's ranks are not replayed: say so, and how to trace them.
+  const Result folded =
+      run_cli("run " + scenario + " -q --trace " + trace.string() + " --trace-ranks 4");
+  CHECK(folded.exit_code == 1);
+  CHECK(folded.err.find("--no-fold") != std::string::npos);
+  const Result outside =
+      run_cli("run " + scenario + " -q --no-fold --trace " + trace.string() + " --trace-ranks 99");
+  CHECK(outside.exit_code == 1);
+  CHECK(outside.err.find("not in the layout's 16 ranks") != std::string::npos);
+}
