@@ -148,11 +148,12 @@ std::string render_trace(const RunReport& report) {
                             {"pid", pid},
                             {"tid", sides.second}});
     }
-    // Each traced GPU's communication load, from 0 at the step's start.
+    // Each traced GPU's communication load, from none at the step's start (unless it begins
+    // then).
     std::set<int> counted;
     for (const StepResult::CommLoad& load : step.trace_comm_load) {
       const std::string name = "GPU " + std::to_string(load.rank) + " communication";
-      if (counted.insert(load.rank).second) {
+      if (counted.insert(load.rank).second && load.at > SimTime{}) {
         events.push_back(Json{{"name", name},
                               {"ph", "C"},
                               {"ts", 0.0},

@@ -26,7 +26,7 @@ namespace {
 using namespace step_detail;
 
 // The ranks the options trace: those listed, each replayed, or the count's (traced_ranks).
-std::vector<bool> traced_of(const RankGrid& grid, const std::vector<bool>& replayed,
+std::vector<bool> traced_of(const RankGrid& grid, Fold fold, const std::vector<bool>& replayed,
                             const StepOptions& options) {
   if (options.trace_rank_list.empty()) return traced_ranks(grid, replayed, options.trace_ranks);
   std::vector<bool> traced(grid.ranks(), false);
@@ -37,9 +37,10 @@ std::vector<bool> traced_of(const RankGrid& grid, const std::vector<bool>& repla
                        std::to_string(grid.ranks() - 1));
     }
     if (!replayed[rank]) {
-      throw ModelError("rank " + std::to_string(rank) +
-                       " is not replayed: folded, the first replica stands for the others "
-                       "(trace its ranks, or add --no-fold)");
+      const std::string stand_in_rank = std::to_string(stand_in(grid, fold, rank));
+      throw ModelError("rank " + std::to_string(rank) + " is not replayed: folded, rank " +
+                       stand_in_rank + " stands for it (trace rank " + stand_in_rank +
+                       ", or add --no-fold to replay every rank)");
     }
     traced[rank] = true;
   }
@@ -64,7 +65,7 @@ class Replay {
         host_costs_(host),
         fold_(fold_of(graph, topology, options.fold)),
         replayed_(replayed_ranks(graph.grid, fold_)),
-        traced_(traced_of(graph.grid, replayed_, options)),
+        traced_(traced_of(graph.grid, fold_, replayed_, options)),
         network_(engine_, usable_link_capacities(topology, gpu),
                  links_that_never_bind(topology, usable_link_capacities(topology, gpu))),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
@@ -255,7 +256,11 @@ class Replay {
     }
     rank.hbm_taken += delta * group.hbm_taken;
     const int held = sms_held(rank);
-    if (traced_[r]) trace_comm_load(r, held, static_cast<double>(rank.hbm_taken));
+    if (traced_[r]) {
+      trace_comm_load(r, held, static_cast<double>(rank.hbm_taken));
+      // A kernel that began this instant runs beside what is held now.
+      if (rank.kernel && rank.kernel->begin == engine_.now()) rank.kernel->sms_at_begin = held;
+    }
     if (!rank.kernel || (held == old_held && rank.hbm_taken == old_taken)) return;
     RunningKernel& kernel = *rank.kernel;
     ProgramIndex& index = index_[rank.stage];
@@ -641,7 +646,7 @@ class Replay {
     result.breakdown = step_breakdown(replayed, step);
     result.comm_bytes_per_gpu = comm_bytes_ / grid_.ranks();
     result.replayed_ranks = static_cast<int>(replayed.size());
-    result.trace = trace_;
+    result.trace = std::move(trace_);
     result.trace_comm_load = comm_load_;
     return result;
   }

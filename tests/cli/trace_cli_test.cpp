@@ -1,6 +1,8 @@
 // `fleetsim run --trace`: the trace's structure as Perfetto's JSON importer reads it (complete
 // events with arguments, flow events paired by id, counter events), and --trace-ranks.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -31,9 +33,20 @@ fs::path scenario_file() {
   return path;
 }
 
-// Whether a time in microseconds is a whole number of nanoseconds, as the simulator keeps it.
-bool whole_nanoseconds(double us) {
-  return std::abs(us * 1000 - std::round(us * 1000)) < 1e-6 * std::max(1.0, us);
+// The most decimals any "ts" or "dur" of the trace's text has: the simulator's whole
+// nanoseconds give at most three (microseconds to the nanosecond).
+std::size_t most_time_decimals(const std::string& text) {
+  std::size_t most = 0;
+  for (const std::string key : {"\"ts\":", "\"dur\":"}) {
+    for (std::size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+      std::size_t end = at + key.size();
+      while (end < text.size() && (std::isdigit(text[end]) || text[end] == '.')) ++end;
+      const std::string number = text.substr(at + key.size(), end - at - key.size());
+      const std::size_t point = number.find('.');
+      if (point != std::string::npos) most = std::max(most, number.size() - point - 1);
+    }
+  }
+  return most;
 }
 
 }  // namespace
@@ -43,7 +56,10 @@ TEST_CASE("a trace's slices say what they did, transfers are flows, communicatio
   const Result result = run_cli("run " + scenario_file().string() + " -q --no-fold --trace " +
                                 trace.string() + " --trace-ranks 0,8");
   REQUIRE(result.exit_code == 0);
-  const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+  const std::string text = slurp(trace);
+  CHECK(most_time_decimals(text) <= 3);
+  const auto events = nlohmann::json::parse(text)["traceEvents"];
+  int kernels_beside_comm = 0;
   std::map<std::string, int> kinds;
   // Each transfer side's track, from its slices; each flow id's start and finish tracks.
   std::set<std::pair<double, int>> send_tracks, receive_tracks;
@@ -54,13 +70,12 @@ TEST_CASE("a trace's slices say what they did, transfers are flows, communicatio
     ++kinds[ph];
     if (ph == "X") {
       const int tid = event["tid"];
-      CHECK(whole_nanoseconds(event["ts"].get<double>()));
-      CHECK(whole_nanoseconds(event["dur"].get<double>()));
       const auto& args = event.at("args");
       const std::string category = event["cat"];
       if (category == "kernel") {
         CHECK(args.at("hbm_bytes").get<std::int64_t>() >= 0);
         CHECK(args.at("comm_sms_held").get<int>() >= 0);
+        kernels_beside_comm += args.at("comm_sms_held").get<int>() > 0;
         if (args.contains("flops")) {
           // A GEMM's rate: below the H100's dense BF16 peak.
           CHECK(args.at("tflop_per_s").get<double>() > 0);
@@ -98,6 +113,7 @@ TEST_CASE("a trace's slices say what they did, transfers are flows, communicatio
     }
   }
   CHECK(kinds["X"] > 100);
+  CHECK(kernels_beside_comm > 0);  // overlapped with ZeRO-1's gradient reduce-scatters
   CHECK(kinds["s"] > 0);
   CHECK(kinds["s"] == kinds["f"]);
   for (const auto& [id, sides] : flows) {
@@ -128,7 +144,8 @@ TEST_CASE("trace ranks: those listed, refused when malformed or not replayed") {
     }
   }
   CHECK(tracks == std::set<std::string>{"GPU 1", "GPU 2", "GPU 9"});
-  for (const std::string bad : {"5-2", "1,1", "2,1", "x", "1,", "-1", "0-5000"}) {
+  for (const std::string bad :
+       {"5-2", "1,1", "2,1", "x", "1,", "-1", "0-5000", "''", "0,,1", "99999999999"}) {
     INFO(bad);
     const Result refused =
         run_cli("run " + scenario + " -q --trace " + trace.string() + " --trace-ranks " + bad);
@@ -136,11 +153,15 @@ TEST_CASE("trace ranks: those listed, refused when malformed or not replayed") {
     CHECK(refused.err.find("--trace-ranks") != std::string::npos);
   }
   CHECK(run_cli("run " + scenario + " -q --trace-ranks 0").exit_code == 2);  // no --trace
-  // Folded, the second replica's ranks are not replayed: say so, and how to trace them.
+  // Folded, stage 1's ranks but its first are not replayed: say which stands for them.
   const Result folded =
-      run_cli("run " + scenario + " -q --trace " + trace.string() + " --trace-ranks 4");
+      run_cli("run " + scenario + " -q --trace " + trace.string() + " --trace-ranks 9");
   CHECK(folded.exit_code == 1);
+  CHECK(folded.err.find("rank 8 stands for it") != std::string::npos);
   CHECK(folded.err.find("--no-fold") != std::string::npos);
+  const Result far = run_cli("run " + scenario + " -q --no-fold --trace " + trace.string() +
+                             " --trace-ranks 2147483647");
+  CHECK(far.exit_code == 1);  // refused, not counted up to
   const Result outside =
       run_cli("run " + scenario + " -q --no-fold --trace " + trace.string() + " --trace-ranks 99");
   CHECK(outside.exit_code == 1);

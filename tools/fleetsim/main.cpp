@@ -79,8 +79,8 @@ const char* const kUsage =
     "run options:\n"
     "  -o, --output FILE.h5   also write the results to an HDF5 file\n"
     "  --trace FILE.json      also write a Perfetto trace (8 replayed ranks of each variant)\n"
-    "  --trace-ranks LIST     with --trace: these ranks instead (0,8,16-23; folded, only the\n"
-    "                         first replica's are replayed: --no-fold for the others)\n"
+    "  --trace-ranks LIST     with --trace: these ranks instead (0,8,16-23; folded, a rank\n"
+    "                         that stands for others is replayed, not they: --no-fold)\n"
     "  --json                 print JSON instead of the table\n"
     "  --csv                  print CSV instead: a line per variant, a column per result\n"
     "                         (the HDF5 file's /summary table)\n"
@@ -335,7 +335,6 @@ constexpr int kTracedRanks = 8;
 // --trace-ranks: ranks and ranges separated by commas ("0,8,16-23"), in increasing order.
 std::vector<int> parse_rank_list(const std::string& text) {
   std::vector<int> ranks;
-  if (text.empty()) return ranks;
   const auto refuse = [&](const std::string& why) {
     return po::error("--trace-ranks takes ranks and ranges like 0,8,16-23: " + why + " in '" +
                      text + "'");
@@ -360,7 +359,7 @@ std::vector<int> parse_rank_list(const std::string& text) {
       throw refuse("more than 4,096 ranks (a trace of them would not open)");
     }
     if (!ranks.empty() && first <= ranks.back()) throw refuse("ranks out of order or repeated");
-    for (int rank = first; rank <= last; ++rank) ranks.push_back(rank);
+    for (std::int64_t rank = first; rank <= last; ++rank) ranks.push_back(static_cast<int>(rank));
   }
   if (ranks.empty() || text.back() == ',') throw refuse("an empty item");
   return ranks;
@@ -737,7 +736,9 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   }
   fleetsim::StepOptions step_options;
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
-  step_options.trace_rank_list = parse_rank_list(options.trace_ranks);
+  if (options.given.contains("trace-ranks")) {
+    step_options.trace_rank_list = parse_rank_list(options.trace_ranks);
+  }
   step_options.fold = !options.no_fold;
   if (options.attribute && scenario.swept) {
     std::cerr << "error: " << options.file
