@@ -6,23 +6,105 @@
 // "f") from the sending side's slice to the receiving side's. A counter track ("C") per traced
 // GPU follows the SMs and HBM bandwidth its communication holds. Times are microseconds, exact
 // to the simulator's nanosecond (three decimals at most).
+//
+// A trace holds millions of events: they are written as text one by one, not built as a JSON
+// document first (which took several times the memory and time of the text).
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "sim/report/report.hpp"
 
 namespace fleetsim {
 namespace {
 
-using Json = nlohmann::ordered_json;
+// JSON text written into one string: objects and arrays opened and closed in order, their
+// members separated as they come.
+class JsonText {
+ public:
+  explicit JsonText(std::string& out) : out_(out) {}
 
-// A time in the trace's microseconds: the nanoseconds over 1,000, which a double holds exactly
-// enough to print as at most three decimals.
+  void open(char bracket) {
+    separate();
+    out_ += bracket;
+    counts_.push_back(0);
+  }
+  void close(char bracket) {
+    out_ += bracket;
+    counts_.pop_back();
+  }
+  void key(std::string_view name) {
+    separate();
+    out_ += '"';
+    out_ += name;  // keys are this file's own names: nothing to escape
+    out_ += "\":";
+    after_key_ = true;
+  }
+  void string(std::string_view text) {
+    separate();
+    bool plain = true;
+    for (const char c : text) {
+      const auto byte = static_cast<unsigned char>(c);
+      plain = plain && byte >= 0x20 && byte < 0x80 && c != '"' && c != '\\';
+    }
+    if (plain) {
+      out_ += '"';
+      out_ += text;
+      out_ += '"';
+    } else {  // escapes, and bytes that are not UTF-8 replaced, as nlohmann writes them
+      out_ += nlohmann::json(std::string(text))
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+  }
+  void number(double value) {
+    separate();
+    char buffer[32];
+    out_.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
+  }
+  void integer(std::int64_t value) {
+    separate();
+    char buffer[24];
+    out_.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
+  }
+  // A member: its key, then its value.
+  void member(std::string_view name, std::string_view text) {
+    key(name);
+    string(text);
+  }
+  void member(std::string_view name, const char* text) { member(name, std::string_view(text)); }
+  void member(std::string_view name, double value) {
+    key(name);
+    number(value);
+  }
+  void member(std::string_view name, std::int64_t value) {
+    key(name);
+    integer(value);
+  }
+  void member(std::string_view name, int value) { member(name, std::int64_t{value}); }
+
+ private:
+  // A comma before every member but an object's or array's first; none after a key.
+  void separate() {
+    if (after_key_) {
+      after_key_ = false;
+      return;
+    }
+    if (!counts_.empty() && counts_.back()++ > 0) out_ += ',';
+  }
+  std::string& out_;
+  std::vector<int> counts_;  // members so far, by open object or array
+  bool after_key_ = false;
+};
+
+// A time in the trace's microseconds: the nanoseconds over 1,000, which prints as at most three
+// decimals.
 double microseconds(SimTime time) {
   return static_cast<double>(time.ns()) / 1000.0;
 }
@@ -50,53 +132,99 @@ std::int64_t whole(double count) {
   return std::llround(count);
 }
 
-// What the slice did, by its kind (TraceSlice). A kernel without FLOPs (memory-bound) has no
-// FLOP arguments.
-Json slice_args(const TraceSlice& slice) {
+// What the slice did, by its kind (TraceSlice), as the members of its args. A kernel without
+// FLOPs (memory-bound) has no FLOP members.
+void slice_args(JsonText& json, const TraceSlice& slice) {
   const double seconds = (slice.end - slice.begin).seconds();
   const auto per_second = [&](double amount) { return seconds > 0 ? rate(amount / seconds) : 0.0; };
   switch (slice.stream) {
-    case Stream::compute: {
-      Json args;
+    case Stream::compute:
       if (slice.flops > 0) {
-        args["flops"] = whole(slice.flops);
-        args["tflop_per_s"] = per_second(slice.flops * 1e-12);
+        json.member("flops", whole(slice.flops));
+        json.member("tflop_per_s", per_second(slice.flops * 1e-12));
       }
-      args["hbm_bytes"] = whole(slice.bytes);
-      args["hbm_gb_per_s"] = per_second(slice.bytes * 1e-9);
-      args["comm_sms_held"] = slice.sms_held;
-      return args;
-    }
+      json.member("hbm_bytes", whole(slice.bytes));
+      json.member("hbm_gb_per_s", per_second(slice.bytes * 1e-9));
+      json.member("comm_sms_held", slice.sms_held);
+      return;
     case Stream::pipeline:
-      return Json{{"bytes", whole(slice.bytes)},
-                  {"peer_rank", slice.peer},
-                  {"direction", slice.sends ? "send" : "receive"}};
+      json.member("bytes", whole(slice.bytes));
+      json.member("peer_rank", slice.peer);
+      json.member("direction", slice.sends ? "send" : "receive");
+      return;
     case Stream::host_copy:
     case Stream::cpu:
-      return Json{{"bytes", whole(slice.bytes)}, {"gb_per_s", per_second(slice.bytes * 1e-9)}};
+      json.member("bytes", whole(slice.bytes));
+      json.member("gb_per_s", per_second(slice.bytes * 1e-9));
+      return;
     default:
-      return Json{{"op", slice.op},
-                  {"bytes", whole(slice.bytes)},
-                  {"group", slice.group},
-                  {"algorithm", slice.algorithm},
-                  {"sms_held", slice.sms_held},
-                  {"algbw_gb_per_s", per_second(slice.bytes * 1e-9)}};
+      json.member("op", slice.op);
+      json.member("bytes", whole(slice.bytes));
+      json.member("group", slice.group);
+      json.member("algorithm", slice.algorithm);
+      json.member("sms_held", slice.sms_held);
+      json.member("algbw_gb_per_s", per_second(slice.bytes * 1e-9));
+      return;
   }
+}
+
+// A metadata event naming a process (tid < 0) or a thread.
+void name_event(JsonText& json, const char* what, int pid, int tid, std::string_view name) {
+  json.open('{');
+  json.member("name", what);
+  json.member("ph", "M");
+  json.member("pid", pid);
+  if (tid >= 0) json.member("tid", tid);
+  json.key("args");
+  json.open('{');
+  json.member("name", name);
+  json.close('}');
+  json.close('}');
+}
+
+// One end of a transfer's flow arrow: "s" at the sending slice, "f" at the receiving one.
+void flow_event(JsonText& json, const char* phase, std::int64_t id, double ts, int pid, int tid) {
+  json.open('{');
+  json.member("name", "pipeline transfer");
+  json.member("cat", "pipeline transfer");
+  json.member("ph", phase);
+  if (std::string_view(phase) == "f") json.member("bp", "e");
+  json.member("id", id);
+  json.member("ts", ts);
+  json.member("pid", pid);
+  json.member("tid", tid);
+  json.close('}');
+}
+
+void counter_event(JsonText& json, const std::string& name, double ts, int pid, int sms_held,
+                   double hbm_gb_per_s) {
+  json.open('{');
+  json.member("name", name);
+  json.member("ph", "C");
+  json.member("ts", ts);
+  json.member("pid", pid);
+  json.key("args");
+  json.open('{');
+  json.member("sms_held", sms_held);
+  json.member("hbm_gb_per_s", hbm_gb_per_s);
+  json.close('}');
+  json.close('}');
 }
 
 }  // namespace
 
 std::string render_trace(const RunReport& report) {
-  Json events = Json::array();
+  std::string text;
+  JsonText json(text);
+  json.open('{');
+  json.key("traceEvents");
+  json.open('[');
   const auto variants = static_cast<std::int64_t>(report.variants.size());
   for (std::size_t v = 0; v < report.variants.size(); ++v) {
     const auto& variant = report.variants[v];
     const StepResult& step = variant.outcome.step;
     const int pid = static_cast<int>(v);
-    events.push_back(Json{{"name", "process_name"},
-                          {"ph", "M"},
-                          {"pid", pid},
-                          {"args", Json{{"name", variant.name}}}});
+    name_event(json, "process_name", pid, -1, variant.name);
     std::set<std::pair<int, int>> tracks;
     // A transfer's two sides, by its number: (sending side's track, receiving side's), and the
     // instant both began.
@@ -106,21 +234,22 @@ std::string render_trace(const RunReport& report) {
       const int stream = static_cast<int>(slice.stream);
       const int tid = slice.rank * kStreamCount + stream;
       if (tracks.insert({slice.rank, stream}).second) {
-        events.push_back(Json{{"name", "thread_name"},
-                              {"ph", "M"},
-                              {"pid", pid},
-                              {"tid", tid},
-                              {"args", Json{{"name", "GPU " + std::to_string(slice.rank) + " " +
-                                                         to_string(slice.stream)}}}});
+        name_event(json, "thread_name", pid, tid,
+                   "GPU " + std::to_string(slice.rank) + " " + to_string(slice.stream));
       }
-      events.push_back(Json{{"name", slice.name},
-                            {"cat", category(slice.stream)},
-                            {"ph", "X"},
-                            {"ts", microseconds(slice.begin)},
-                            {"dur", microseconds(slice.end - slice.begin)},
-                            {"pid", pid},
-                            {"tid", tid},
-                            {"args", slice_args(slice)}});
+      json.open('{');
+      json.member("name", slice.name);
+      json.member("cat", category(slice.stream));
+      json.member("ph", "X");
+      json.member("ts", microseconds(slice.begin));
+      json.member("dur", microseconds(slice.end - slice.begin));
+      json.member("pid", pid);
+      json.member("tid", tid);
+      json.key("args");
+      json.open('{');
+      slice_args(json, slice);
+      json.close('}');
+      json.close('}');
       if (slice.transfer >= 0) {
         auto& [from, to] = transfer_tracks.try_emplace(slice.transfer, -1, -1).first->second;
         (slice.sends ? from : to) = tid;
@@ -132,21 +261,8 @@ std::string render_trace(const RunReport& report) {
       if (sides.first < 0 || sides.second < 0) continue;
       const std::int64_t id = transfer * variants + static_cast<std::int64_t>(v);
       const double ts = microseconds(transfer_begins[transfer]);
-      events.push_back(Json{{"name", "pipeline transfer"},
-                            {"cat", "pipeline transfer"},
-                            {"ph", "s"},
-                            {"id", id},
-                            {"ts", ts},
-                            {"pid", pid},
-                            {"tid", sides.first}});
-      events.push_back(Json{{"name", "pipeline transfer"},
-                            {"cat", "pipeline transfer"},
-                            {"ph", "f"},
-                            {"bp", "e"},
-                            {"id", id},
-                            {"ts", ts},
-                            {"pid", pid},
-                            {"tid", sides.second}});
+      flow_event(json, "s", id, ts, pid, sides.first);
+      flow_event(json, "f", id, ts, pid, sides.second);
     }
     // Each traced GPU's communication load, from none at the step's start (unless it begins
     // then).
@@ -154,26 +270,23 @@ std::string render_trace(const RunReport& report) {
     for (const StepResult::CommLoad& load : step.trace_comm_load) {
       const std::string name = "GPU " + std::to_string(load.rank) + " communication";
       if (counted.insert(load.rank).second && load.at > SimTime{}) {
-        events.push_back(Json{{"name", name},
-                              {"ph", "C"},
-                              {"ts", 0.0},
-                              {"pid", pid},
-                              {"args", Json{{"sms_held", 0}, {"hbm_gb_per_s", 0.0}}}});
+        counter_event(json, name, 0.0, pid, 0, 0.0);
       }
-      events.push_back(Json{{"name", name},
-                            {"ph", "C"},
-                            {"ts", microseconds(load.at)},
-                            {"pid", pid},
-                            {"args", Json{{"sms_held", load.sms_held},
-                                          {"hbm_gb_per_s", rate(load.hbm_bytes_per_s * 1e-9)}}}});
+      counter_event(json, name, microseconds(load.at), pid, load.sms_held,
+                    rate(load.hbm_bytes_per_s * 1e-9));
     }
   }
-  const Json trace{{"traceEvents", events},
-                   {"displayTimeUnit", "ms"},
-                   {"otherData", Json{{"scenario", report.scenario_name},
-                                      {"file", report.scenario_file},
-                                      {"fleetsim_version", report.fleetsim_version}}}};
-  return trace.dump() + "\n";
+  json.close(']');
+  json.member("displayTimeUnit", "ms");
+  json.key("otherData");
+  json.open('{');
+  json.member("scenario", report.scenario_name);
+  json.member("file", report.scenario_file);
+  json.member("fleetsim_version", report.fleetsim_version);
+  json.close('}');
+  json.close('}');
+  text += '\n';
+  return text;
 }
 
 }  // namespace fleetsim

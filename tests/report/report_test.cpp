@@ -757,4 +757,27 @@ TEST_CASE("a partial sweep whose smaller point was left out shows no scaling eff
   CHECK(std::get<std::string>(file.attributes.at("not_finished")) == "zero3");
 }
 
+TEST_CASE("a trace is valid JSON whatever its names hold, and keeps its text exact") {
+  RunReport report = two_variant_report();
+  report.variants[0].name = "quote \" backslash \\ tab \t newline \n byte \xff end";
+  TraceSlice slice;
+  slice.name = "mb0.L0.qkv \"x\"";
+  slice.begin = SimTime::from_ns(1'234'567);
+  slice.end = SimTime::from_ns(1'334'568);
+  slice.flops = 2e12;
+  slice.bytes = 1e9;
+  report.variants[0].outcome.step.trace = {slice};
+  const nlohmann::json trace = nlohmann::json::parse(render_trace(report));
+  const auto& events = trace["traceEvents"];
+  CHECK(events[0]["args"]["name"].get<std::string>().starts_with("quote \" backslash \\ tab"));
+  const auto& kernel = events[2];
+  CHECK(kernel["name"] == "mb0.L0.qkv \"x\"");
+  CHECK(kernel["ts"].get<double>() == 1234.567);
+  CHECK(kernel["dur"].get<double>() == 100.001);
+  CHECK(kernel["args"]["flops"] == 2000000000000);
+  // 2e12 FLOPs in 100.001 us: 19,999.8 TFLOP/s to four digits.
+  CHECK(kernel["args"]["tflop_per_s"].get<double>() == 20000.0);
+  CHECK(trace["otherData"]["scenario"] == "zero-stages");
+}
+
 }  // namespace fleetsim
