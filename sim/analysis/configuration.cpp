@@ -1,7 +1,7 @@
 #include "sim/analysis/configuration.hpp"
 
 #include <algorithm>
-#include <iterator>
+#include <string_view>
 
 #include "topology/topology.hpp"
 
@@ -30,35 +30,39 @@ std::vector<std::string> used_link_kinds(const StepInputs& inputs) {
   return kinds;
 }
 
+// The range an entry of this quantity stays in: a share, a rate, or an amount that may be 0.
+EntryRange range_of(ProfileQuantity quantity) {
+  switch (quantity) {
+    case ProfileQuantity::fraction: return EntryRange::fraction;
+    case ProfileQuantity::count:
+    case ProfileQuantity::duration: return EntryRange::non_negative;
+    default: return EntryRange::rate;
+  }
+}
+
 std::vector<StepProfileEntry> step_profile_entries(const StepInputs& inputs) {
-  // The kernel model's entries; FP8's when the recipe runs FP8 GEMMs.
-  static const StepProfileEntry kKernel[] = {{"dense_bf16", EntryRange::rate},
-                                             {"hbm_bandwidth", EntryRange::rate},
-                                             {"gemm_efficiency", EntryRange::fraction},
-                                             {"gemm_sustained", EntryRange::rate},
-                                             {"gemm_k_overhead", EntryRange::non_negative},
-                                             {"memory_efficiency", EntryRange::fraction},
-                                             {"kernel_launch", EntryRange::non_negative},
-                                             {"comm_sms", EntryRange::non_negative}};
-  static const StepProfileEntry kFp8[] = {{"fp8.dense", EntryRange::rate},
-                                          {"fp8.gemm_efficiency", EntryRange::fraction},
-                                          {"fp8.gemm_sustained", EntryRange::rate},
-                                          {"fp8.gemm_k_overhead", EntryRange::non_negative},
-                                          {"fp8.kernel_launch", EntryRange::non_negative}};
-  std::vector<StepProfileEntry> entries(std::begin(kKernel), std::end(kKernel));
+  // The kernel model's entries (their quantities the profile file's: kProfileEntryKeys).
+  std::vector<StepProfileEntry> entries;
+  for (const char* key : {"dense_bf16", "hbm_bandwidth", "gemm_efficiency", "gemm_sustained",
+                          "gemm_k_overhead", "memory_efficiency", "kernel_launch", "comm_sms"}) {
+    const auto entry =
+        std::find_if(kProfileEntryKeys.begin(), kProfileEntryKeys.end(),
+                     [&](const ProfileEntryKey& k) { return k.key == std::string_view(key); });
+    entries.push_back({key, range_of(entry->quantity)});
+  }
   if (inputs.training.attention == Attention::flash) {
     const std::string kernel = attention_kernel_name(
         inputs.training.attention_kernel.value_or(inputs.gpu.attention_default));
     for (const AttentionEntryKey& key : kAttentionEntries) {
-      entries.push_back({"attention." + kernel + "." + key.pass + "." + key.field,
-                         key.quantity == ProfileQuantity::fraction ? EntryRange::fraction
-                                                                   : EntryRange::non_negative});
+      entries.push_back(
+          {"attention." + kernel + "." + key.pass + "." + key.field, range_of(key.quantity)});
     }
     // The share of those rates a step keeps (a GEMM ceiling scaled by it holds it already).
     entries.push_back({"sustained_clock", EntryRange::fraction});
   }
-  if (inputs.training.precision == Precision::fp8)
-    entries.insert(entries.end(), std::begin(kFp8), std::end(kFp8));
+  if (inputs.training.precision == Precision::fp8) {
+    for (const Fp8EntryKey& key : kFp8Entries) entries.push_back({key.key, range_of(key.quantity)});
+  }
   for (const std::string& kind : used_link_kinds(inputs)) {
     entries.push_back({"link_efficiency." + kind, EntryRange::fraction});
   }

@@ -346,11 +346,9 @@ void write_field(const H5::H5Object& object, std::string_view name, const FieldV
         if constexpr (std::is_same_v<T, std::monostate>) {
           return;
         } else if constexpr (std::is_same_v<T, SampleSummary>) {
-          write_attribute(object, (attribute + "_mean").c_str(), v.mean);
-          write_attribute(object, (attribute + "_ci99_half_width").c_str(), v.ci99_half_width);
-          write_attribute(object, (attribute + "_p50").c_str(), v.p50);
-          write_attribute(object, (attribute + "_p90").c_str(), v.p90);
-          write_attribute(object, (attribute + "_p99").c_str(), v.p99);
+          for (const auto& [member, pointer] : kSummaryMembers) {
+            write_attribute(object, (attribute + "_" + std::string(member)).c_str(), v.*pointer);
+          }
         } else if constexpr (std::is_same_v<T, bool>) {
           write_attribute(object, attribute.c_str(), v ? 1 : 0);
         } else {

@@ -19,11 +19,9 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 Json summary_json(const SampleSummary& s) {
-  return Json{{"mean", s.mean},
-              {"ci99_half_width", s.ci99_half_width},
-              {"p50", s.p50},
-              {"p90", s.p90},
-              {"p99", s.p99}};
+  Json json;
+  for (const auto& [member, pointer] : kSummaryMembers) json[std::string(member)] = s.*pointer;
+  return json;
 }
 
 Json value_json(const FieldValue& value) {

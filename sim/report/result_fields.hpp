@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 
 #include "sim/report/report.hpp"
@@ -38,6 +39,15 @@ struct ResultGroup {
 // (JSON: {mean, ci99_half_width, p50, p90, p99}; HDF5: <name>_mean, ... attributes).
 using FieldValue =
     std::variant<std::monostate, int, std::uint64_t, double, bool, std::string, SampleSummary>;
+
+// A Monte Carlo summary's members as every output names them: JSON's keys, and the suffixes
+// (`<name>_mean`, ...) of HDF5's attributes and the summary table's columns.
+inline constexpr std::pair<std::string_view, double SampleSummary::*> kSummaryMembers[] = {
+    {"mean", &SampleSummary::mean},
+    {"ci99_half_width", &SampleSummary::ci99_half_width},
+    {"p50", &SampleSummary::p50},
+    {"p90", &SampleSummary::p90},
+    {"p99", &SampleSummary::p99}};
 
 struct ResultField {
   FieldGroup group;

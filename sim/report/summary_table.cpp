@@ -76,13 +76,6 @@ std::optional<double> number_in(const std::string& value) {
   return number;
 }
 
-constexpr std::pair<std::string_view, double SampleSummary::*> kSummaryMembers[] = {
-    {"mean", &SampleSummary::mean},
-    {"ci99_half_width", &SampleSummary::ci99_half_width},
-    {"p50", &SampleSummary::p50},
-    {"p90", &SampleSummary::p90},
-    {"p99", &SampleSummary::p99}};
-
 // The registered field's columns: one, or a summary's five; none where no variant has it.
 void add_field(std::vector<Source>& sources, const RunReport& report, const ResultField& field) {
   const bool in_run = field.group == FieldGroup::run || field.group == FieldGroup::spot;

@@ -8,7 +8,10 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <string>
 #include <tuple>
+
+#include "sim/engine/errors.hpp"
 
 namespace fleetsim::step_detail {
 namespace {
@@ -213,8 +216,26 @@ std::vector<bool> replayed_ranks(const RankGrid& grid, Fold fold) {
 
 // The ranks a trace records, `count` of them: the first replayed ones, or with a pipeline the
 // first rank of stages spread from the first to the last, so the trace shows the schedule.
-std::vector<bool> traced_ranks(const RankGrid& grid, const std::vector<bool>& replayed, int count) {
+std::vector<bool> traced_ranks(const RankGrid& grid, Fold fold, const std::vector<bool>& replayed,
+                               int count, const std::vector<int>& listed) {
   std::vector<bool> traced(grid.ranks(), false);
+  if (!listed.empty()) {
+    for (const int rank : listed) {
+      if (rank < 0 || rank >= grid.ranks()) {
+        throw ModelError("rank " + std::to_string(rank) + " is not in the layout's " +
+                         std::to_string(grid.ranks()) + " ranks: trace ranks 0 to " +
+                         std::to_string(grid.ranks() - 1));
+      }
+      if (!replayed[rank]) {
+        const std::string stand_in_rank = std::to_string(stand_in(grid, fold, rank));
+        throw ModelError("rank " + std::to_string(rank) + " is not replayed: folded, rank " +
+                         stand_in_rank + " stands for it (trace rank " + stand_in_rank +
+                         ", or add --no-fold to replay every rank)");
+      }
+      traced[rank] = true;
+    }
+    return traced;
+  }
   const int pp = grid.pp();
   if (pp == 1) {
     for (int r = 0; r < grid.ranks() && count > 0; ++r) {

@@ -39,9 +39,12 @@ int held_groups(const RankGrid& grid, Fold fold, GroupKind kind);
 int ranks_stood_for(const RankGrid& grid, Fold fold);
 // Every rank, or folded the ranks that stand for themselves.
 std::vector<bool> replayed_ranks(const RankGrid& grid, Fold fold);
-// The ranks a trace records, `count` of them: the first replayed ones, or with a pipeline the
-// first rank of stages spread from the first to the last, so the trace shows the schedule.
-std::vector<bool> traced_ranks(const RankGrid& grid, const std::vector<bool>& replayed, int count);
+// The ranks a trace records: those `listed`, each of which must be replayed (ModelError naming
+// the rank that stands for one that is not); or, none listed, `count` of them: the first
+// replayed ones, or with a pipeline the first rank of stages spread from the first to the
+// last, so the trace shows the schedule.
+std::vector<bool> traced_ranks(const RankGrid& grid, Fold fold, const std::vector<bool>& replayed,
+                               int count, const std::vector<int>& listed);
 // Whether every data-parallel replica sits on the cluster as replica 0 does (see folding.cpp).
 bool replicas_placed_alike(const TaskGraph& graph, const Topology& topology);
 // Whether every tp rank of a tensor group meets the cluster as the group's tp rank 0 does (see

@@ -25,28 +25,6 @@ namespace {
 
 using namespace step_detail;
 
-// The ranks the options trace: those listed, each replayed, or the count's (traced_ranks).
-std::vector<bool> traced_of(const RankGrid& grid, Fold fold, const std::vector<bool>& replayed,
-                            const StepOptions& options) {
-  if (options.trace_rank_list.empty()) return traced_ranks(grid, replayed, options.trace_ranks);
-  std::vector<bool> traced(grid.ranks(), false);
-  for (const int rank : options.trace_rank_list) {
-    if (rank < 0 || rank >= grid.ranks()) {
-      throw ModelError("rank " + std::to_string(rank) + " is not in the layout's " +
-                       std::to_string(grid.ranks()) + " ranks: trace ranks 0 to " +
-                       std::to_string(grid.ranks() - 1));
-    }
-    if (!replayed[rank]) {
-      const std::string stand_in_rank = std::to_string(stand_in(grid, fold, rank));
-      throw ModelError("rank " + std::to_string(rank) + " is not replayed: folded, rank " +
-                       stand_in_rank + " stands for it (trace rank " + stand_in_rank +
-                       ", or add --no-fold to replay every rank)");
-    }
-    traced[rank] = true;
-  }
-  return traced;
-}
-
 // What a traced slice did that its task alone does not say (TraceSlice).
 struct SliceDetail {
   int sms_held = 0;                             // a kernel: held beside it as it began
@@ -65,7 +43,8 @@ class Replay {
         host_costs_(host),
         fold_(fold_of(graph, topology, options.fold)),
         replayed_(replayed_ranks(graph.grid, fold_)),
-        traced_(traced_of(graph.grid, fold_, replayed_, options)),
+        traced_(traced_ranks(graph.grid, fold_, replayed_, options.trace_ranks,
+                             options.trace_rank_list)),
         network_(engine_, usable_link_capacities(topology, gpu),
                  links_that_never_bind(topology, usable_link_capacities(topology, gpu))),
         collectives_(engine_, network_, topology, gpu.collectives, gpu_link_modes(gpu)),
@@ -647,7 +626,7 @@ class Replay {
     result.comm_bytes_per_gpu = comm_bytes_ / grid_.ranks();
     result.replayed_ranks = static_cast<int>(replayed.size());
     result.trace = std::move(trace_);
-    result.trace_comm_load = comm_load_;
+    result.trace_comm_load = std::move(comm_load_);
     return result;
   }
 

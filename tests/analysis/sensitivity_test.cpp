@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "scenario/fixture.hpp"
 #include "sim/scenario/scenario.hpp"
@@ -180,6 +181,24 @@ TEST_CASE("sensitivity: the inputs are the profile entries the step reads, in a 
                                          "link_efficiency.infiniband",
                                          "nvls_efficiency",
                                          "p2p_efficiency"});
+  // Each drawn in its range: rates by a factor above 0, shares up to 1, overheads and counts
+  // from 0.
+  std::map<std::string, EntryRange> range;
+  for (const StepProfileEntry& entry : step_profile_entries(inputs)) range[entry.key] = entry.range;
+  for (const std::string rate :
+       {"dense_bf16", "hbm_bandwidth", "gemm_sustained", "fp8.dense", "fp8.gemm_sustained"}) {
+    CHECK(range[rate] == EntryRange::rate);
+  }
+  for (const std::string& share :
+       std::vector<std::string>{"gemm_efficiency", "memory_efficiency", "fp8.gemm_efficiency",
+                                fa2 + "fwd.efficiency", "sustained_clock", "nvls_efficiency"}) {
+    CHECK(range[share] == EntryRange::fraction);
+  }
+  for (const std::string& amount :
+       std::vector<std::string>{"gemm_k_overhead", "kernel_launch", "comm_sms", "fp8.kernel_launch",
+                                fa2 + "bwd.seq_overhead"}) {
+    CHECK(range[amount] == EntryRange::non_negative);
+  }
   // The record of what a variant read adds the memory check's capacity in front.
   const std::vector<std::string> read = read_profile_keys(inputs);
   CHECK(read.front() == "hbm_capacity");
