@@ -450,7 +450,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                               " on this stage of an uneven split"
                         : std::string()) +
                 ")";
-  add("activations", activations,
+  add(kActivationsItem, activations,
       plan.recompute == Recompute::full && plan.recompute_layers > 0
           ? "the first " + std::to_string(plan.recompute_layers) +
                 " layers of each chunk keep their inputs and are recomputed one at a time, the "
@@ -657,6 +657,12 @@ MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& trai
   }
   peak.host_bytes_per_rank = host;
   return peak;
+}
+
+MemoryBreakdown estimate_stage_memory(const ModelSpec& model, const TrainingSpec& training,
+                                      const ParallelPlan& plan, const MemoryDevice& device,
+                                      int stage) {
+  return stage_memory(model, training, plan, device, stage);
 }
 
 }  // namespace fleetsim

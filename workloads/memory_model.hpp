@@ -124,5 +124,12 @@ struct MemoryDevice {
 // host_bytes_per_rank is set; the caller, which knows the node, sets the per-node figures.
 MemoryBreakdown estimate_memory(const ModelSpec& model, const TrainingSpec& training,
                                 const ParallelPlan& plan, const MemoryDevice& device);
+// The same for a rank of pipeline stage `stage` (estimate_memory gives the fullest stage's).
+MemoryBreakdown estimate_stage_memory(const ModelSpec& model, const TrainingSpec& training,
+                                      const ParallelPlan& plan, const MemoryDevice& device,
+                                      int stage);
+
+// The name of the item that holds the saved tensors of the passes in flight at the peak.
+inline constexpr const char* kActivationsItem = "activations";
 
 }  // namespace fleetsim

@@ -332,6 +332,7 @@ class ProgramBuilder {
     CollectiveWork work{CollectiveOp::send_recv, size_bytes, GroupKind::pipeline, id, sends};
     return add(name, Stream::pipeline, work, std::move(deps));
   }
+  void mark_saved_layers(TaskIndex task, int layers) { program_->mark_saved_layers(task, layers); }
 
  private:
   TaskIndex add(std::string_view name, Stream stream,
@@ -584,6 +585,7 @@ class MicroBatchBuilder {
         deps.push_back(copied_out_[window_ending_at(u - 1)]);
       }
       forward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.forward, deps);
+      if (unit(u).layer >= 0) build_->mark_saved_layers(forward_end_[u], 1);
       if (unit(u).layer == 0 && !group_unit_.empty()) {
         copied_out_[0] = copy_activations(0, HostOp::copy_to_host, {forward_end_[u]});
       }
@@ -654,6 +656,7 @@ class MicroBatchBuilder {
       }
       if (unit(u).offloaded_bytes > 0) deps.push_back(copied_back[unit(u).layer]);
       backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
+      if (unit(u).layer >= 0) build_->mark_saved_layers(backward_end_[u], -1);
       if (!reduce_gradients || unit(u).trainable <= 0) continue;
       if (sharded()) {
         const TaskIndex ready =

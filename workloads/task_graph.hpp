@@ -143,6 +143,14 @@ class Program {
   const Task& front() const { return tasks_.front(); }
   const Task& back() const { return tasks_.back(); }
   void reserve(std::size_t tasks) { tasks_.reserve(tasks); }
+  // Where decoder layers' saved tensors are taken (at the end of a layer's forward, +1) and
+  // freed (at the end of its backward, -1), in program order: what a trace's memory follows.
+  struct SavedLayers {
+    TaskIndex task;
+    int layers;
+  };
+  void mark_saved_layers(TaskIndex task, int layers) { saved_layers_.push_back({task, layers}); }
+  std::span<const SavedLayers> saved_layers() const { return saved_layers_; }
 
  private:
   struct Storage {
@@ -152,6 +160,7 @@ class Program {
   };
   Storage& storage();
   std::vector<Task> tasks_;
+  std::vector<SavedLayers> saved_layers_;
   std::shared_ptr<Storage> storage_;  // made when first needed
 };
 

@@ -163,12 +163,55 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowReques
       flows_on_link_[use.link].push_back({slot, use.weight});
     }
   }
+  if (!watched_.empty()) {
+    for (const Slot slot : started) {
+      for (const auto* uses : {&flows_[slot].links, &flows_[slot].carried}) {
+        for (const LinkUse& use : *uses) {
+          if (const int at = watch_position_[use.link]; at >= 0) {
+            watched_flows_[at].push_back({slot, use.weight});
+          }
+        }
+      }
+    }
+  }
   active_flows_ += started.size();
   ++changes_;
   // (The new flows, at rate 0 so far, have moved nothing.)
   if (!start_without_resolving(started)) resolve(touched);
   reschedule();
+  if (!watched_.empty()) sample_watched();
   return ids;
+}
+
+void FlowNetwork::watch(const std::vector<FlowLinkId>& links) {
+  if (active_flows_ > 0) throw ModelError("links are watched before any flow starts");
+  watch_position_.assign(capacity_.size(), -1);
+  watched_.clear();
+  for (const FlowLinkId link : links) {
+    if (link >= capacity_.size()) throw ModelError("a watched link is not in the network");
+    if (watch_position_[link] >= 0) continue;
+    watch_position_[link] = static_cast<int>(watched_.size());
+    watched_.push_back(link);
+  }
+  watched_flows_.assign(watched_.size(), {});
+  latest_sample_.assign(watched_.size(), -1);
+}
+
+void FlowNetwork::sample_watched() {
+  const SimTime now = engine_->now();
+  for (std::size_t at = 0; at < watched_.size(); ++at) {
+    double load = 0;
+    for (const Crossing& crossing : watched_flows_[at]) {
+      load += crossing.weight * flows_[crossing.slot].rate;
+    }
+    const std::ptrdiff_t latest = latest_sample_[at];
+    if (latest >= 0 && load_samples_[latest].at == now) {
+      load_samples_[latest].bytes_per_s = load;  // the last change of an instant holds
+    } else if (latest >= 0 ? load_samples_[latest].bytes_per_s != load : load > 0) {
+      latest_sample_[at] = static_cast<std::ptrdiff_t>(load_samples_.size());
+      load_samples_.push_back({watched_[at], now, load});
+    }
+  }
 }
 
 double FlowNetwork::rate(FlowId flow) const {
@@ -394,6 +437,17 @@ void FlowNetwork::on_completion_event() {
                                  [slot](const OnLink& on) { return on.slot == slot; }));
       freed.push_back(use.link);
     }
+    if (!watched_.empty()) {
+      for (const auto* uses : {&flow.links, &flow.carried}) {
+        for (const LinkUse& use : *uses) {
+          if (const int at = watch_position_[use.link]; at >= 0) {
+            auto& crossing = watched_flows_[at];
+            crossing.erase(std::find_if(crossing.begin(), crossing.end(),
+                                        [slot](const Crossing& c) { return c.slot == slot; }));
+          }
+        }
+      }
+    }
     set_bottleneck(slot, kNoBottleneck);
     finished.emplace_back(flow.latency, std::move(flow.on_complete));
     flow.on_complete = nullptr;
@@ -405,6 +459,7 @@ void FlowNetwork::on_completion_event() {
   ++changes_;
   if (!bottlenecks_survive(freed)) resolve(freed);
   reschedule();
+  if (!watched_.empty()) sample_watched();
   // Flows that finish together with the same latency hand over in one event: the callbacks run
   // back to back in finishing order, as events scheduled one after another at one instant do.
   for (std::size_t first = 0; first < finished.size();) {

@@ -105,6 +105,19 @@ class FlowNetwork {
   double bytes_started() const { return bytes_started_; }
   double bytes_delivered() const { return bytes_delivered_; }
 
+  // Links whose load (the weighted rates of the flows crossing them, those that never bind
+  // included) is recorded at every instant it changes (a trace's counters); the others cost
+  // nothing more. Only before the first flow starts.
+  void watch(const std::vector<FlowLinkId>& links);
+  struct LoadSample {
+    FlowLinkId link;
+    SimTime at;
+    double bytes_per_s;
+  };
+  // In time order; a link's load holds from one of its samples to its next (none before its
+  // first: no load).
+  const std::vector<LoadSample>& load_samples() const { return load_samples_; }
+
  private:
   // Flows live in reusable slots; a flow's id is its start sequence number times 2^32 plus its
   // slot, so ids order flows by start (what keeps rates deterministic) and name their slot.
@@ -144,6 +157,20 @@ class FlowNetwork {
   Slot acquire_slot();
   void reschedule();
   void on_completion_event();
+  // Records the watched links' loads where they changed.
+  void sample_watched();
+
+  // Watched links: by link its position (-1: not watched), by position the link and the flows
+  // crossing it (slot and weight), and its latest sample (-1: none yet).
+  struct Crossing {
+    Slot slot;
+    double weight;
+  };
+  std::vector<int> watch_position_;
+  std::vector<FlowLinkId> watched_;
+  std::vector<std::vector<Crossing>> watched_flows_;
+  std::vector<std::ptrdiff_t> latest_sample_;
+  std::vector<LoadSample> load_samples_;
 
   Engine* engine_;
   std::vector<double> capacity_;

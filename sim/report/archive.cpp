@@ -75,17 +75,29 @@ void serialize(Archive& a, fleetsim::StepBreakdown& b, unsigned) {
 template <class Archive>
 void serialize(Archive& a, fleetsim::TraceSlice& t, unsigned) {
   fields(a, t.rank, t.stream, t.name, t.begin, t.end, t.flops, t.bytes, t.sms_held, t.op, t.group,
-         t.algorithm, t.peer, t.sends, t.transfer);
+         t.algorithm, t.peer, t.sends, t.transfer, t.collective);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepResult::CommLoad& c, unsigned) {
   fields(a, c.rank, c.at, c.sms_held, c.hbm_bytes_per_s);
 }
 template <class Archive>
+void serialize(Archive& a, fleetsim::StepResult::TracedLink& l, unsigned) {
+  fields(a, l.name, l.kind, l.bytes_per_s);
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::StepResult::LinkLoad& l, unsigned) {
+  fields(a, l.link, l.at, l.bytes_per_s);
+}
+template <class Archive>
+void serialize(Archive& a, fleetsim::StepResult::MemoryInUse& m, unsigned) {
+  fields(a, m.rank, m.at, m.saved_layers, m.state_bytes, m.activation_bytes);
+}
+template <class Archive>
 void serialize(Archive& a, fleetsim::StepResult& r, unsigned) {
   fields(a, r.step_time_s, r.breakdown, r.tokens_per_s, r.model_flops, r.hardware_flops, r.mfu,
          r.hfu, r.comm_bytes_per_gpu, r.events, r.replayed_ranks, r.links, r.trace,
-         r.trace_comm_load);
+         r.trace_comm_load, r.traced_links, r.trace_link_load, r.trace_memory);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {

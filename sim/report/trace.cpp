@@ -3,9 +3,12 @@
 // event whose args say what it did: a kernel's FLOPs, HBM bytes, achieved rates and the SMs
 // communication held beside it; a collective's op, message size, group, algorithm/protocol and
 // SMs; a pipeline transfer's bytes and the rank on its other side, with a flow arrow ("s" to
-// "f") from the sending side's slice to the receiving side's. A counter track ("C") per traced
-// GPU follows the SMs and HBM bandwidth its communication holds. Times are microseconds, exact
-// to the simulator's nanosecond (three decimals at most).
+// "f") from the sending side's slice to the receiving side's, and one through the traced
+// members of each collective ("s", "t"..., "f"). Counters ("C") follow each traced GPU's
+// communication (the SMs and HBM bandwidth it holds), its memory in use (what it holds all
+// along, and its saved activations as layers' forwards take them and backwards free them), and
+// the load on its links and its NIC's. Times are microseconds, exact to the simulator's
+// nanosecond (three decimals at most).
 //
 // A trace holds millions of events: they are written as text one by one, not built as a JSON
 // document first (which took several times the memory and time of the text).
@@ -182,11 +185,13 @@ void name_event(JsonText& json, const char* what, int pid, int tid, std::string_
   json.close('}');
 }
 
-// One end of a transfer's flow arrow: "s" at the sending slice, "f" at the receiving one.
-void flow_event(JsonText& json, const char* phase, std::int64_t id, double ts, int pid, int tid) {
+// A point of a flow arrow ("s" its start, "t" a step, "f" its end), bound to the slice of
+// thread `tid` that encloses `ts`.
+void flow_event(JsonText& json, const char* what, const char* phase, std::int64_t id, double ts,
+                int pid, int tid) {
   json.open('{');
-  json.member("name", "pipeline transfer");
-  json.member("cat", "pipeline transfer");
+  json.member("name", what);
+  json.member("cat", what);
   json.member("ph", phase);
   if (std::string_view(phase) == "f") json.member("bp", "e");
   json.member("id", id);
@@ -196,8 +201,9 @@ void flow_event(JsonText& json, const char* phase, std::int64_t id, double ts, i
   json.close('}');
 }
 
-void counter_event(JsonText& json, const std::string& name, double ts, int pid, int sms_held,
-                   double hbm_gb_per_s) {
+// A counter's values from `ts` on: a track for each named value.
+void counter_event(JsonText& json, std::string_view name, double ts, int pid,
+                   std::initializer_list<std::pair<const char*, double>> values) {
   json.open('{');
   json.member("name", name);
   json.member("ph", "C");
@@ -205,8 +211,7 @@ void counter_event(JsonText& json, const std::string& name, double ts, int pid, 
   json.member("pid", pid);
   json.key("args");
   json.open('{');
-  json.member("sms_held", sms_held);
-  json.member("hbm_gb_per_s", hbm_gb_per_s);
+  for (const auto& [key, value] : values) json.member(key, value);
   json.close('}');
   json.close('}');
 }
@@ -219,7 +224,7 @@ std::string render_trace(const RunReport& report) {
   json.open('{');
   json.key("traceEvents");
   json.open('[');
-  const auto variants = static_cast<std::int64_t>(report.variants.size());
+  std::int64_t flows = 0;  // flow arrows so far: each one's id
   for (std::size_t v = 0; v < report.variants.size(); ++v) {
     const auto& variant = report.variants[v];
     const StepResult& step = variant.outcome.step;
@@ -230,6 +235,9 @@ std::string render_trace(const RunReport& report) {
     // instant both began.
     std::map<std::int64_t, std::pair<int, int>> transfer_tracks;
     std::map<std::int64_t, SimTime> transfer_begins;
+    // A collective's traced members, by its number: their tracks, and the instant it began.
+    std::map<std::int64_t, std::vector<int>> collective_tracks;
+    std::map<std::int64_t, SimTime> collective_begins;
     for (const TraceSlice& slice : step.trace) {
       const int stream = static_cast<int>(slice.stream);
       const int tid = slice.rank * kStreamCount + stream;
@@ -255,25 +263,65 @@ std::string render_trace(const RunReport& report) {
         (slice.sends ? from : to) = tid;
         transfer_begins[slice.transfer] = slice.begin;
       }
+      if (slice.collective >= 0) {
+        collective_tracks[slice.collective].push_back(tid);
+        collective_begins[slice.collective] = slice.begin;
+      }
     }
-    // A flow arrow for each transfer whose two sides are traced (ids unique across variants).
+    // A flow arrow for each transfer whose two sides are traced, from the sending side.
     for (const auto& [transfer, sides] : transfer_tracks) {
       if (sides.first < 0 || sides.second < 0) continue;
-      const std::int64_t id = transfer * variants + static_cast<std::int64_t>(v);
       const double ts = microseconds(transfer_begins[transfer]);
-      flow_event(json, "s", id, ts, pid, sides.first);
-      flow_event(json, "f", id, ts, pid, sides.second);
+      flow_event(json, "pipeline transfer", "s", flows, ts, pid, sides.first);
+      flow_event(json, "pipeline transfer", "f", flows++, ts, pid, sides.second);
     }
-    // Each traced GPU's communication load, from none at the step's start (unless it begins
-    // then).
-    std::set<int> counted;
+    // And one through the traced members of each collective, in rank order: the ranks that
+    // met there.
+    for (const auto& [collective, members] : collective_tracks) {
+      if (members.size() < 2) continue;
+      const double ts = microseconds(collective_begins[collective]);
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const char* phase = i == 0 ? "s" : i + 1 < members.size() ? "t" : "f";
+        flow_event(json, "collective", phase, flows, ts, pid, members[i]);
+      }
+      ++flows;
+    }
+    // Counters, each from nothing at the step's start (unless its first sample is then).
+    // Each traced GPU's communication load:
+    std::set<int> started;
     for (const StepResult::CommLoad& load : step.trace_comm_load) {
       const std::string name = "GPU " + std::to_string(load.rank) + " communication";
-      if (counted.insert(load.rank).second && load.at > SimTime{}) {
-        counter_event(json, name, 0.0, pid, 0, 0.0);
+      if (started.insert(load.rank).second && load.at > SimTime{}) {
+        counter_event(json, name, 0.0, pid, {{"sms_held", 0}, {"hbm_gb_per_s", 0}});
       }
-      counter_event(json, name, microseconds(load.at), pid, load.sms_held,
-                    rate(load.hbm_bytes_per_s * 1e-9));
+      counter_event(
+          json, name, microseconds(load.at), pid,
+          {{"sms_held", load.sms_held}, {"hbm_gb_per_s", rate(load.hbm_bytes_per_s * 1e-9)}});
+    }
+    // its memory in use (where the step's memory was counted):
+    started.clear();
+    for (const StepResult::MemoryInUse& memory : step.trace_memory) {
+      if (!(memory.state_bytes > 0)) continue;
+      const std::string name = "GPU " + std::to_string(memory.rank) + " memory";
+      const double state_gb = rate(memory.state_bytes * 1e-9);
+      if (started.insert(memory.rank).second && memory.at > SimTime{}) {
+        counter_event(json, name, 0.0, pid, {{"state_gb", state_gb}, {"activations_gb", 0}});
+      }
+      counter_event(
+          json, name, microseconds(memory.at), pid,
+          {{"state_gb", state_gb}, {"activations_gb", rate(memory.activation_bytes * 1e-9)}});
+    }
+    // and the load on each of its links, against the link's line rate.
+    started.clear();
+    for (const StepResult::LinkLoad& load : step.trace_link_load) {
+      const StepResult::TracedLink& link = step.traced_links.at(load.link);
+      const std::string name = "link " + link.name + " (" + link.kind + ")";
+      if (started.insert(load.link).second && load.at > SimTime{}) {
+        counter_event(json, name, 0.0, pid, {{"gb_per_s", 0}, {"utilisation", 0}});
+      }
+      counter_event(json, name, microseconds(load.at), pid,
+                    {{"gb_per_s", rate(load.bytes_per_s * 1e-9)},
+                     {"utilisation", rate(load.bytes_per_s / link.bytes_per_s)}});
     }
   }
   json.close(']');

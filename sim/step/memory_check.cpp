@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "sim/engine/errors.hpp"
+#include "workloads/layout/rank_grid.hpp"
 #include "workloads/memory_model.hpp"
 
 namespace fleetsim {
@@ -25,16 +28,19 @@ CommunicatorDevice communicator_device(const StepInputs& inputs) {
           .compute_capability = inputs.gpu.compute_capability.value_or(0)};
 }
 
+MemoryDevice memory_device(const StepInputs& inputs) {
+  return {.capacity_bytes = inputs.gpu.hbm_capacity_bytes.value,
+          .fp8_gemm_any_layout = fp8_gemm_any_layout(inputs.gpu),
+          .communicators = communicator_device(inputs)};
+}
+
 }  // namespace
 
 StepOutcome check_memory(const StepInputs& inputs) {
   validate_job(inputs.model, inputs.training, inputs.plan);
   StepOutcome outcome;
   MemoryBreakdown& memory = outcome.memory;
-  memory = estimate_memory(inputs.model, inputs.training, inputs.plan,
-                           {.capacity_bytes = inputs.gpu.hbm_capacity_bytes.value,
-                            .fp8_gemm_any_layout = fp8_gemm_any_layout(inputs.gpu),
-                            .communicators = communicator_device(inputs)});
+  memory = estimate_memory(inputs.model, inputs.training, inputs.plan, memory_device(inputs));
   memory.host_capacity_bytes = inputs.node.host_memory_capacity_bytes;
   if (inputs.plan.offloads_to_host()) {
     if (inputs.plan.offload_optimizer && !inputs.node.describes_host()) {
@@ -67,6 +73,37 @@ StepOutcome check_memory(const StepInputs& inputs) {
     outcome.warnings.push_back(text);
   }
   return outcome;
+}
+
+void add_memory_in_use(const StepInputs& inputs, StepResult& step) {
+  if (step.trace_memory.empty()) return;
+  const RankGrid grid(inputs.plan);
+  // By stage: what a rank holds all along besides activations, and its activations at the peak.
+  std::map<int, std::pair<double, double>> stages;
+  // By rank: the most layers it holds, which the memory model's activations are of.
+  std::map<int, int> most_layers;
+  for (const StepResult::MemoryInUse& sample : step.trace_memory) {
+    int& most = most_layers[sample.rank];
+    most = std::max(most, sample.saved_layers);
+    const int stage = grid.stage_of(sample.rank);
+    if (stages.contains(stage)) continue;
+    const MemoryBreakdown memory = estimate_stage_memory(inputs.model, inputs.training, inputs.plan,
+                                                         memory_device(inputs), stage);
+    auto& [state, activations] = stages[stage];
+    for (const MemoryItem& item : memory.items) {
+      if (item.name == kActivationsItem) {
+        activations = item.bytes;
+      } else if (item.moment == MemoryMoment::all_along) {
+        state += item.bytes;
+      }
+    }
+  }
+  for (StepResult::MemoryInUse& sample : step.trace_memory) {
+    const auto [state, activations] = stages.at(grid.stage_of(sample.rank));
+    const int most = most_layers.at(sample.rank);
+    sample.state_bytes = state;
+    sample.activation_bytes = most > 0 ? activations * sample.saved_layers / most : 0.0;
+  }
 }
 
 }  // namespace fleetsim

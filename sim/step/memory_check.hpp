@@ -10,4 +10,8 @@ namespace fleetsim {
 // ModelError for a job that breaks its rules (validate_job).
 StepOutcome check_memory(const StepInputs& inputs);
 
+// A traced step's memory in use (StepResult::trace_memory): each sample's bytes, from the memory
+// model's breakdown of the rank's stage.
+void add_memory_in_use(const StepInputs& inputs, StepResult& step);
+
 }  // namespace fleetsim

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -31,6 +32,7 @@ struct SliceDetail {
   std::optional<CollectiveChoice> choice = {};  // a collective: what it ran
   int peer = -1;                                // a transfer: the other side, and its number
   std::int64_t transfer = -1;
+  std::int64_t collective = -1;  // a collective: its arrival counter, which its members share
 };
 
 class Replay {
@@ -61,6 +63,7 @@ class Replay {
     }
     index_transfers();
     build_groups(topology);
+    watch_traced_links(topology);
     if (graph.host_work) count_host_sharing(topology, host, graph.cpu_work);
     if (fold_ != Fold::none) {
       GroupGpus group_gpus;
@@ -326,11 +329,12 @@ class Replay {
     }
     const CommKind kind = comm_kind(work.group);
     const Collectives::CachedPlan plan = plan_of(group, work);
-    collectives_.run(plan, [this, t, begin, &group, kind, &work, choice = plan.choice()] {
+    collectives_.run(plan, [this, t, begin, &group, kind, &work, counter, choice = plan.choice()] {
       for (const int member : group.ranks) change_collectives(member, work, group, -1);
       for (const int member : group.ranks) {
         ranks_[member].activity.comm_busy[kind].push_back({begin, engine_.now()});
-        record(member, t, begin, {.choice = choice});
+        record(member, t, begin,
+               {.choice = choice, .collective = static_cast<std::int64_t>(counter)});
         finish(member, t);
       }
     });
@@ -560,8 +564,55 @@ class Replay {
     comm_load_.push_back({r, engine_.now(), sms_held, hbm_bytes_per_s});
   }
 
+  // The links a trace follows: each traced GPU's own, and its NIC's to and from the fabric.
+  void watch_traced_links(const Topology& topology) {
+    std::set<VertexId> ends;  // the traced GPUs and their NICs
+    for (int r = 0; r < grid_.ranks(); ++r) {
+      if (!traced_[r]) continue;
+      ends.insert(gpus_[r]);
+      if (const auto nic = topology.nic_of_gpu(gpus_[r])) ends.insert(*nic);
+    }
+    if (ends.empty()) return;
+    const auto fabric = [&](VertexId v) {
+      const VertexKind kind = topology.vertex(v).kind;
+      return kind != VertexKind::gpu && kind != VertexKind::nic && topology.vertex(v).node < 0;
+    };
+    for (LinkId l = 0; l < topology.link_count(); ++l) {
+      const Link& link = topology.link(l);
+      const auto gpu_end = [&](VertexId v) {
+        return ends.contains(v) && topology.vertex(v).kind == VertexKind::gpu;
+      };
+      const auto nic_end = [&](VertexId v, VertexId other) {
+        return ends.contains(v) && topology.vertex(v).kind == VertexKind::nic && fabric(other);
+      };
+      if (gpu_end(link.from) || gpu_end(link.to) || nic_end(link.from, link.to) ||
+          nic_end(link.to, link.from)) {
+        watched_links_.push_back(static_cast<FlowLinkId>(l));
+        traced_links_.push_back({topology.link_name(l), to_string(link.kind), link.bytes_per_s});
+      }
+    }
+    network_.watch(watched_links_);
+  }
+
+  // A traced rank's decoder layers with saved tensors, after task t of its program ended.
+  void trace_saved_layers(int r, TaskIndex t) {
+    const std::span<const Program::SavedLayers> marks = program_of(r).saved_layers();
+    const auto mark = std::lower_bound(
+        marks.begin(), marks.end(), t,
+        [](const Program::SavedLayers& m, TaskIndex task) { return m.task < task; });
+    if (mark == marks.end() || mark->task != t) return;
+    int& held = saved_layers_[r];
+    held += mark->layers;
+    if (!memory_.empty() && memory_.back().rank == r && memory_.back().at == engine_.now()) {
+      memory_.back().saved_layers = held;
+      return;
+    }
+    memory_.push_back({.rank = r, .at = engine_.now(), .saved_layers = held});
+  }
+
   void record(int r, TaskIndex t, SimTime begin, const SliceDetail& detail = {}) {
     if (!traced_[r]) return;
+    trace_saved_layers(r, t);
     const Task& task = program_of(r)[t];
     TraceSlice& slice = trace_.emplace_back();
     slice.rank = r;
@@ -584,6 +635,7 @@ class Replay {
         return;
       }
       slice.sms_held = work->sms_held.value_or(comm_sms_held(*gpu_, 1));
+      slice.collective = detail.collective;
       slice.op = to_string(work->op);
       slice.group = std::string(to_string(work->group)) + " " +
                     std::to_string(grid_.group_of(r, work->group));
@@ -627,6 +679,25 @@ class Replay {
     result.replayed_ranks = static_cast<int>(replayed.size());
     result.trace = std::move(trace_);
     result.trace_comm_load = std::move(comm_load_);
+    result.trace_memory = std::move(memory_);
+    // The watched links that carried anything, in link order.
+    const std::vector<FlowNetwork::LoadSample>& loads = network_.load_samples();
+    std::vector<int> position(watched_links_.size(), -1);
+    const auto watched = [&](FlowLinkId link) {
+      return static_cast<std::size_t>(
+          std::lower_bound(watched_links_.begin(), watched_links_.end(), link) -
+          watched_links_.begin());
+    };
+    for (const FlowNetwork::LoadSample& sample : loads) position[watched(sample.link)] = 0;
+    for (std::size_t w = 0; w < watched_links_.size(); ++w) {
+      if (position[w] < 0) continue;
+      position[w] = static_cast<int>(result.traced_links.size());
+      result.traced_links.push_back(traced_links_[w]);
+    }
+    for (const FlowNetwork::LoadSample& sample : loads) {
+      result.trace_link_load.push_back(
+          {position[watched(sample.link)], sample.at, sample.bytes_per_s});
+    }
     return result;
   }
 
@@ -640,7 +711,12 @@ class Replay {
   std::vector<TraceSlice> trace_;
   std::vector<StepResult::CommLoad> comm_load_;  // of the traced ranks, as it changes
   std::map<int, std::size_t> last_comm_load_;    // by traced rank: its latest in comm_load_
-  std::vector<ProgramIndex> index_;              // by stage
+  std::vector<StepResult::MemoryInUse> memory_;  // of the traced ranks, as it changes
+  std::map<int, int> saved_layers_;              // by traced rank: its layers held now
+  // The links a trace follows, in link order, and what each is.
+  std::vector<FlowLinkId> watched_links_;
+  std::vector<StepResult::TracedLink> traced_links_;
+  std::vector<ProgramIndex> index_;  // by stage
   Engine engine_;
   FlowNetwork network_;
   Collectives collectives_;
@@ -746,6 +822,7 @@ StepOutcome simulate_step(const StepInputs& inputs, const StepOptions& options) 
   const Topology topology = build_cluster(inputs.node, inputs.nodes, inputs.fabric);
   outcome.step = execute_step(graph, inputs.gpu, topology, options,
                               HostCosts{inputs.node.cpu_adam_cycles_per_parameter});
+  add_memory_in_use(inputs, outcome.step);
   outcome.simulated = true;
   return outcome;
 }

@@ -85,6 +85,8 @@ struct TraceSlice {
   int peer = -1;
   bool sends = false;
   std::int64_t transfer = -1;
+  // A collective: a number its members' slices share, unique in the step (-1 otherwise).
+  std::int64_t collective = -1;
   bool operator==(const TraceSlice&) const = default;
 };
 
@@ -113,6 +115,36 @@ struct StepResult {
     bool operator==(const CommLoad&) const = default;
   };
   std::vector<CommLoad> trace_comm_load;
+  // The links of the traced GPUs (each GPU's own, and its NIC's to and from the fabric), and
+  // each one's load (its flows' bytes/s, all the replicas a folded flow stands for) whenever it
+  // changes.
+  struct TracedLink {
+    std::string name;
+    std::string kind;
+    double bytes_per_s = 0;  // line rate
+    bool operator==(const TracedLink&) const = default;
+  };
+  std::vector<TracedLink> traced_links;
+  struct LinkLoad {
+    int link = 0;  // in traced_links
+    SimTime at{};
+    double bytes_per_s = 0;
+    bool operator==(const LinkLoad&) const = default;
+  };
+  std::vector<LinkLoad> trace_link_load;
+  // Each traced rank's memory whenever the decoder layers whose saved tensors it holds change
+  // (a layer's forward ends, or its backward): the replay counts the layers; simulate_step adds
+  // the bytes, as the memory model counts the rank's stage: what it holds all along besides
+  // activations, and its activations in the share of the most layers it holds in the step.
+  struct MemoryInUse {
+    int rank = 0;
+    SimTime at{};
+    int saved_layers = 0;
+    double state_bytes = 0;
+    double activation_bytes = 0;
+    bool operator==(const MemoryInUse&) const = default;
+  };
+  std::vector<MemoryInUse> trace_memory;
   bool operator==(const StepResult&) const = default;
 };
 

@@ -18,8 +18,8 @@ using namespace fleetsim::testing;  // NOLINT: run_cli and its kin
 
 namespace {
 
-// Two stages of four tensor-parallel ranks, two replicas, on two DGX H100: rank 0 is stage 0's
-// first rank, rank 8 stage 1's.
+// Two stages of four tensor-parallel ranks, two replicas, on two DGX H100: ranks 0 and 1 are
+// stage 0's first two (one tensor group), rank 8 stage 1's first.
 const char* const kPipeline = R"(name: trace-pipeline
 model: llama3-8b
 training: {seq_len: 4096, global_batch: 16, micro_batch: 1}
@@ -51,20 +51,24 @@ std::size_t most_time_decimals(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("a trace's slices say what they did, transfers are flows, communication a counter") {
+TEST_CASE("a trace's slices say what they did, transfers and collectives flows, loads counters") {
   const fs::path trace = scratch_dir() / "pipeline-trace.json";
   const Result result = run_cli("run " + scenario_file().string() + " -q --no-fold --trace " +
-                                trace.string() + " --trace-ranks 0,8");
+                                trace.string() + " --trace-ranks 0,1,8 --json");
   REQUIRE(result.exit_code == 0);
   const std::string text = slurp(trace);
   CHECK(most_time_decimals(text) <= 3);
   const auto events = nlohmann::json::parse(text)["traceEvents"];
   int kernels_beside_comm = 0;
   std::map<std::string, int> kinds;
-  // Each transfer side's track, from its slices; each flow id's start and finish tracks.
-  std::set<std::pair<double, int>> send_tracks, receive_tracks;
+  // Each transfer side's and collective's track, from its slices; each flow id's start and
+  // finish tracks, and its steps'.
+  std::set<std::pair<double, int>> send_tracks, receive_tracks, collective_tracks;
   std::map<std::int64_t, std::pair<int, int>> flows;
+  std::map<std::int64_t, std::string> flow_kind;
   std::map<std::string, double> last_counter;
+  // Counters' values by track and value name, in time order.
+  std::map<std::string, std::map<std::string, std::vector<double>>> counters;
   for (const auto& event : events) {
     const std::string ph = event["ph"];
     ++kinds[ph];
@@ -88,45 +92,99 @@ TEST_CASE("a trace's slices say what they did, transfers are flows, communicatio
         CHECK(args.at("sms_held").get<int>() > 0);
         const std::string group = args.at("group");
         CHECK((group.starts_with("tensor ") || group.starts_with("data ")));
+        collective_tracks.insert({event["ts"].get<double>(), tid});
       } else if (category == "pipeline transfer") {
         const int peer = args.at("peer_rank");
-        CHECK((peer == 0 || peer == 8));
+        CHECK((peer == 0 || peer == 8 || peer == 9));
         (args.at("direction") == "send" ? send_tracks : receive_tracks)
             .insert({event["ts"].get<double>(), tid});
       }
-    } else if (ph == "s" || ph == "f") {
-      auto& sides = flows.try_emplace(event["id"].get<std::int64_t>(), -1, -1).first->second;
+    } else if (ph == "s" || ph == "t" || ph == "f") {
+      const auto id = event["id"].get<std::int64_t>();
+      const std::string kind = event["cat"];
+      CHECK(flow_kind.try_emplace(id, kind).first->second == kind);
+      CHECK(ph != "t");  // a collective of two traced members has no steps
+      auto& sides = flows.try_emplace(id, -1, -1).first->second;
       int& side = ph == "s" ? sides.first : sides.second;
       CHECK(side == -1);  // one start and one finish an id
       side = event["tid"];
-      // The arrow starts at a send slice and ends at a receive slice of the same instant.
+      // A transfer's arrow starts at a send slice and ends at a receive slice of the same
+      // instant; a collective's joins its members' slices, which begin together.
       const std::pair<double, int> at{event["ts"].get<double>(), side};
-      CHECK((ph == "s" ? send_tracks : receive_tracks).count(at) == 1);
+      if (kind == "pipeline transfer") {
+        CHECK((ph == "s" ? send_tracks : receive_tracks).count(at) == 1);
+      } else {
+        CHECK(kind == "collective");
+        CHECK(collective_tracks.count(at) == 1);
+      }
     } else if (ph == "C") {
       const std::string name = event["name"];
-      CHECK(event["args"].at("sms_held").get<int>() >= 0);
-      CHECK(event["args"].at("sms_held").get<int>() < 132);
-      CHECK(event["args"].at("hbm_gb_per_s").get<double>() >= 0);
       const double ts = event["ts"];
       if (last_counter.count(name)) CHECK(ts > last_counter[name]);  // one sample an instant
       last_counter[name] = ts;
+      for (const auto& [key, value] : event["args"].items()) {
+        CHECK(value.get<double>() >= 0);
+        counters[name][key].push_back(value.get<double>());
+      }
     }
   }
   CHECK(kinds["X"] > 100);
   CHECK(kernels_beside_comm > 0);  // overlapped with ZeRO-1's gradient reduce-scatters
-  CHECK(kinds["s"] > 0);
   CHECK(kinds["s"] == kinds["f"]);
+  std::map<std::string, int> arrows;
   for (const auto& [id, sides] : flows) {
     CHECK(sides.first >= 0);
     CHECK(sides.second >= 0);
     CHECK(sides.first != sides.second);
+    ++arrows[flow_kind[id]];
   }
   // Every transfer between the traced ranks an arrow: each replica's 8 micro-batches'
-  // activations forward and their gradients back.
-  CHECK(kinds["s"] == 2 * 8);
-  CHECK(last_counter.size() == 2);  // a counter track per traced GPU
-  CHECK(last_counter.count("GPU 0 communication") == 1);
-  CHECK(last_counter.count("GPU 8 communication") == 1);
+  // activations forward and their gradients back (rank 1's peer, 9, is not traced). And each
+  // tensor-parallel collective of ranks 0 and 1 one.
+  CHECK(arrows["pipeline transfer"] == 2 * 8);
+  CHECK(arrows["collective"] > 8);
+  // Communication, memory and link counters for each traced GPU.
+  for (const int rank : {0, 1, 8}) {
+    const std::string gpu = "GPU " + std::to_string(rank);
+    CAPTURE(gpu);
+    const auto& communication = counters.at(gpu + " communication");
+    for (const double sms : communication.at("sms_held")) CHECK(sms < 132);
+    // Saved activations from none to their peak and back to none; the state held all along.
+    const auto& memory = counters.at(gpu + " memory");
+    const auto& activations = memory.at("activations_gb");
+    CHECK(activations.front() == 0);
+    CHECK(activations.back() == 0);
+    CHECK(*std::max_element(activations.begin(), activations.end()) > 0);
+    const auto& state = memory.at("state_gb");
+    CHECK(std::all_of(state.begin(), state.end(), [&](double gb) { return gb == state[0]; }));
+  }
+  // Stage 0 holds two micro-batches at its peak under 1F1B, stage 1 one, of as many layers:
+  // twice the activations. Stage 0's peak is the memory verdict's.
+  const auto peak = [&](int rank) {
+    const auto& gb = counters.at("GPU " + std::to_string(rank) + " memory").at("activations_gb");
+    return *std::max_element(gb.begin(), gb.end());
+  };
+  CHECK(peak(0) == Approx(2 * peak(8)).epsilon(1e-3));
+  double verdict = 0;
+  const auto report = nlohmann::json::parse(result.out);
+  for (const auto& item : report["variants"][0]["memory"]["items"]) {
+    if (item["name"] == "activations") verdict = item["bytes"].get<double>() * 1e-9;
+  }
+  CHECK(peak(0) == Approx(verdict).epsilon(1e-3));
+  // The traced GPUs' NVLink ports and their NICs' fabric links: each from idle to idle, no
+  // more than its line rate.
+  int nvlink = 0, fabric = 0;
+  for (const auto& [name, values] : counters) {
+    if (!name.starts_with("link ")) continue;
+    nvlink += name.ends_with("(nvlink)");
+    fabric += name.ends_with("(infiniband)");
+    const auto& utilisation = values.at("utilisation");
+    CHECK(utilisation.front() == 0);
+    CHECK(utilisation.back() == 0);
+    for (const double u : utilisation) CHECK(u <= 1);
+  }
+  CHECK(nvlink == 2 * 3);  // each GPU's port, both ways
+  CHECK(fabric >= 2);
 }
 
 TEST_CASE("trace ranks: those listed, refused when malformed or not replayed") {

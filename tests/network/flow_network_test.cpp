@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "sim/engine/engine.hpp"
@@ -460,4 +461,27 @@ TEST_CASE("rates after every start and finish are the max-min fair rates solved 
   // Both paths ran: changes re-solved and changes left alone.
   CHECK(net.resolves() >= 100);
   CHECK(net.changes() - net.resolves() >= 50);
+}
+
+TEST_CASE("a watched link's load: its flows' weighted rates, sampled where they change") {
+  // Link 0 (C = 100) carries A (100 B) and B (300 B); link 1 (C = 1000, never binding) carries
+  // B twice, as a folded flow standing for two copies would. Both run at 50 B/s until A ends at
+  // 2 s; B then runs alone at 100 B/s and its last 200 B take 2 s more. Link 0's load: 100 B/s
+  // (full) until 4 s; link 1's: 2 x 50, then 2 x 100, then none. Link 2, unused, has no samples.
+  Engine engine;
+  FlowNetwork net(engine, {100.0, 1000.0, 100.0}, {false, true, false});
+  net.watch({0, 1, 2});
+  net.start_flow({{0, 1.0}}, 100, SimTime{}, [] {});
+  net.start_flow({{0, 1.0}, {1, 2.0}}, 300, SimTime{}, [] {});
+  engine.run();
+  using Sample = std::tuple<std::uint32_t, double, double>;  // link, seconds, bytes/s
+  std::vector<Sample> samples;
+  for (const FlowNetwork::LoadSample& sample : net.load_samples()) {
+    samples.emplace_back(sample.link, sample.at.seconds(), sample.bytes_per_s);
+  }
+  // Link 0 stays at 100 B/s when A ends (B takes its share): no sample then.
+  CHECK(samples ==
+        std::vector<Sample>{
+            {0, 0.0, 100.0}, {1, 0.0, 100.0}, {1, 2.0, 200.0}, {0, 4.0, 0.0}, {1, 4.0, 0.0}});
+  CHECK_THROWS_AS(net.watch({3}), fleetsim::ModelError);
 }

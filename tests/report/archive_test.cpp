@@ -1,4 +1,5 @@
 // A variant's results survive the trip to bytes and back, every field and every bit.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -24,7 +25,15 @@ TEST_CASE("a variant's results read back from bytes as they were written") {
   traced.trace_ranks = 2;
   VariantReport written{spot.name, spot.inputs, simulate_step(spot.inputs, traced), spot.run};
   REQUIRE(written.outcome.simulated);
-  REQUIRE_FALSE(written.outcome.step.trace.empty());
+  const StepResult& step = written.outcome.step;
+  REQUIRE_FALSE(step.trace.empty());
+  REQUIRE(std::any_of(step.trace.begin(), step.trace.end(),
+                      [](const TraceSlice& slice) { return slice.collective >= 0; }));
+  REQUIRE_FALSE(step.trace_comm_load.empty());
+  REQUIRE_FALSE(step.trace_memory.empty());
+  REQUIRE(step.trace_memory.front().state_bytes > 0);
+  REQUIRE_FALSE(step.traced_links.empty());
+  REQUIRE_FALSE(step.trace_link_load.empty());
   StepCache steps;
   written.job = job_of_step(*spot.run, spot.inputs, written.outcome.step.step_time_s, {},
                             written.outcome.warnings, steps);

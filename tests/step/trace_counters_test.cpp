@@ -1,0 +1,130 @@
+// A trace's counters: the memory a traced rank holds as its passes' layers save and free their
+// tensors, and the load on its links, checked against the memory model and the bytes the links
+// carried.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+
+#include "common/small_job.hpp"
+#include "sim/step/step_executor.hpp"
+#include "workloads/memory_model.hpp"
+
+using namespace fleetsim;
+using fleetsim::testing::small_job;
+
+namespace {
+
+// The small job over 4 stages of 2 layers (tp 1, 2 replicas, ZeRO-1), 8 micro-batches each.
+StepInputs pipelined(PipelineSchedule schedule, int vpp) {
+  StepInputs in = small_job();
+  in.model.vocab = 256;
+  in.plan.tp = 1;
+  in.plan.pp = 4;
+  in.plan.dp = 2;
+  in.plan.zero_stage = 1;
+  in.plan.schedule = schedule;
+  in.plan.vpp = vpp;  // 2: chunks of one layer
+  return in;
+}
+
+double activations_item(const MemoryBreakdown& memory) {
+  for (const MemoryItem& item : memory.items) {
+    if (item.name == kActivationsItem) return item.bytes;
+  }
+  FAIL("no activations item");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("trace memory: the layers a stage holds peak where the memory model counts them") {
+  // The replay's saved layers come from the schedule as it ran (a layer's forward takes its
+  // tensors, its backward frees them); the memory model counts the passes in flight from the
+  // schedule's shape (1F1B: pp - stage; GPipe: all m; interleaved: the warm-up plus one). They
+  // must agree, and every layer taken must be freed by the step's end.
+  struct Case {
+    PipelineSchedule schedule;
+    int vpp;
+  };
+  for (const Case c : {Case{PipelineSchedule::one_f_one_b, 1}, Case{PipelineSchedule::gpipe, 1},
+                       Case{PipelineSchedule::one_f_one_b, 2}}) {
+    CAPTURE(to_string(c.schedule), c.vpp);
+    const StepInputs in = pipelined(c.schedule, c.vpp);
+    StepOptions options;
+    options.trace_ranks = 4;  // the first rank of each stage: 0, 2, 4, 6
+    const StepOutcome out = simulate_step(in, options);
+    REQUIRE(out.simulated);
+    std::map<int, int> most, last;
+    std::map<int, double> most_bytes, state;
+    SimTime previous{};
+    for (const StepResult::MemoryInUse& sample : out.step.trace_memory) {
+      CHECK(sample.at >= previous);
+      previous = sample.at;
+      CHECK(sample.saved_layers >= 0);
+      most[sample.rank] = std::max(most[sample.rank], sample.saved_layers);
+      most_bytes[sample.rank] = std::max(most_bytes[sample.rank], sample.activation_bytes);
+      last[sample.rank] = sample.saved_layers;
+      if (state.contains(sample.rank)) CHECK(sample.state_bytes == state[sample.rank]);
+      state[sample.rank] = sample.state_bytes;
+    }
+    REQUIRE(most.size() == 4);
+    for (int stage = 0; stage < 4; ++stage) {
+      const int rank = 2 * stage;
+      CAPTURE(stage);
+      CHECK(last[rank] == 0);
+      CHECK(most[rank] == in_flight(in.model, in.training, in.plan, stage).layers);
+      const MemoryBreakdown memory =
+          estimate_stage_memory(in.model, in.training, in.plan, {.capacity_bytes = 80e9}, stage);
+      CHECK(most_bytes[rank] == Approx(activations_item(memory)).epsilon(1e-12));
+      CHECK(state[rank] > 0);
+      CHECK(state[rank] < memory.total_bytes);
+    }
+    // The fullest stage's peak is the step's memory verdict's.
+    CHECK(most_bytes[0] == Approx(activations_item(out.memory)).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("trace links: a traced GPU's link loads stay within capacity and sum to its bytes") {
+  // ZeRO-3 over two nodes: the traced GPU's NVLink port and its NIC's fabric links carry the
+  // gathers and reductions. Each link's load, held from one sample to the next, integrates to
+  // the bytes the step reports it carried, and a little more: a flow ends at the first whole
+  // nanosecond its bytes are through, so each adds under a nanosecond of its rate (the links'
+  // few thousand flows, at most some 10^-5 of what they carry).
+  StepInputs in = small_job();
+  in.nodes = 2;
+  in.plan.dp = 16;
+  StepOptions options;
+  options.trace_rank_list = {0};
+  const StepOutcome out = simulate_step(in, options);
+  REQUIRE(out.simulated);
+  const StepResult& step = out.step;
+  REQUIRE_FALSE(step.traced_links.empty());
+  std::map<std::string, double> carried;
+  for (const LinkUsage& link : step.links) carried[link.name] = link.bytes;
+  std::map<int, std::pair<SimTime, double>> held;  // by link: since when, at what load
+  std::map<int, double> integral;
+  bool nvlink = false, fabric = false;
+  for (const StepResult::LinkLoad& load : step.trace_link_load) {
+    const StepResult::TracedLink& link = step.traced_links.at(load.link);
+    nvlink |= link.kind == "nvlink";
+    fabric |= link.kind == "infiniband";
+    const double usable = link.bytes_per_s * in.gpu.link_efficiency.at(link.kind).value;
+    CHECK(load.bytes_per_s >= 0);
+    CHECK(load.bytes_per_s <= usable * (1 + 1e-9));
+    if (const auto before = held.find(load.link); before != held.end()) {
+      CHECK(load.at > before->second.first);  // one sample an instant
+      integral[load.link] += before->second.second * (load.at - before->second.first).seconds();
+    }
+    held[load.link] = {load.at, load.bytes_per_s};
+  }
+  CHECK(nvlink);
+  CHECK(fabric);
+  for (const auto& [link, last] : held) {
+    const std::string& name = step.traced_links[link].name;
+    CAPTURE(name);
+    CHECK(last.second == 0);  // every flow done by the step's end
+    CHECK(integral[link] >= carried.at(name) * (1 - 1e-12));
+    CHECK(integral[link] <= carried.at(name) * (1 + 1e-5));
+  }
+}
