@@ -135,6 +135,7 @@ VertexId Topology::add_vertex(VertexKind kind, std::string name, int node, int i
   vertices_.push_back(Vertex{kind, std::move(name), node, index});
   nic_of_gpu_.push_back(kNoVertex);
   out_links_.emplace_back();
+  in_links_.emplace_back();
   reduces_.push_back(0);
   equal_cost_group_of_.push_back(-1);
   if (kind == VertexKind::gpu) {
@@ -206,6 +207,7 @@ LinkId Topology::add_link(VertexId from, VertexId to, LinkKind kind, double byte
   boost::add_edge(from, to, id, graph_->adjacency);
   graph_->routes.clear();
   out_links_.at(from).push_back(id);
+  in_links_.at(to).push_back(id);
   return id;
 }
 
@@ -346,6 +348,9 @@ void Topology::append_route(VertexId src, VertexId dst, std::vector<LinkId>& pat
   // Routes of one or two links are most of a step's (a GPU to its NVSwitch and on, to its PCIe
   // switch and NIC, a NIC to its leaf and on): the first shortest path is then the least pair
   // of out-link positions, found by trying them in order, without a search or a copy kept.
+  // Links are listed by id, so of the links from a vertex into dst the first in dst's in-links
+  // is the first in that vertex's out-links: the pairs are tried through dst's few in-links,
+  // not a switch's hundreds of out-links.
   for (const LinkId first : out_links_[src]) {
     if (links_[first].to == dst && usable(links_[first])) {
       path.push_back(first);
@@ -354,8 +359,8 @@ void Topology::append_route(VertexId src, VertexId dst, std::vector<LinkId>& pat
   }
   for (const LinkId first : out_links_[src]) {
     if (!usable(links_[first])) continue;
-    for (const LinkId second : out_links_[links_[first].to]) {
-      if (links_[second].to == dst && usable(links_[second])) {
+    for (const LinkId second : in_links_[dst]) {
+      if (links_[second].from == links_[first].to && usable(links_[second])) {
         path.insert(path.end(), {first, second});
         return;
       }

@@ -144,6 +144,7 @@ class Topology {
   std::vector<std::vector<VertexId>> gpus_by_node_;  // [node][local index], kNoVertex for gaps
   std::vector<VertexId> nic_of_gpu_;                 // indexed by vertex; kNoVertex where none
   std::vector<std::vector<LinkId>> out_links_;       // indexed by vertex, in creation order
+  std::vector<std::vector<LinkId>> in_links_;        // indexed by vertex, in creation order
   std::vector<char> reduces_;                        // indexed by vertex: an NVLS-capable NVSwitch
   std::vector<std::optional<HostMemory>> host_memory_;  // indexed by node
   std::vector<char> stages_peer_traffic_;               // indexed by node

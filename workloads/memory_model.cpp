@@ -488,6 +488,7 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                            std::to_string(offloaded) + " offloaded"
                      : std::string()));
   dynamic += activations;
+  memory.activation_layers = live.layers;
   if (offloaded > 0) {
     add("offloaded activations", 0,
         "the first " + std::to_string(offloaded) +

@@ -46,6 +46,9 @@ struct MemoryBreakdown {
   double total_bytes = 0;
   double allocator_gap_bytes = 0;
   double allocated_bytes() const { return total_bytes - allocator_gap_bytes; }
+  // The decoder layers whose saved tensors the activations item holds: those of the passes in
+  // flight at the peak (InFlight::layers).
+  int activation_layers = 0;
   double capacity_bytes = 0;
   // Optimizer offload: the FP32 master weights, Adam moments and gradients of a rank's shard
   // in host memory (the fullest stage's) and all the node's ranks together (0 without

@@ -25,6 +25,13 @@ TaskIndex Program::add(std::string_view name, Stream stream,
   return static_cast<TaskIndex>(tasks_.size() - 1);
 }
 
+void Program::mark_saved_layers(TaskIndex task, int change) {
+  if (task >= tasks_.size() || (!saved_layers_.empty() && task <= saved_layers_.back().task)) {
+    throw ModelError("saved layers marked out of program order");
+  }
+  saved_layers_.push_back({task, change});
+}
+
 const Kernel* Program::kernel(const Kernel& kernel) {
   auto [at, added] = storage().kernels.try_emplace(kernel);
   if (added) at->second = std::make_unique<const Kernel>(kernel);
@@ -332,7 +339,7 @@ class ProgramBuilder {
     CollectiveWork work{CollectiveOp::send_recv, size_bytes, GroupKind::pipeline, id, sends};
     return add(name, Stream::pipeline, work, std::move(deps));
   }
-  void mark_saved_layers(TaskIndex task, int layers) { program_->mark_saved_layers(task, layers); }
+  void mark_saved_layers(TaskIndex task, int change) { program_->mark_saved_layers(task, change); }
 
  private:
   TaskIndex add(std::string_view name, Stream stream,

@@ -147,9 +147,10 @@ class Program {
   // freed (at the end of its backward, -1), in program order: what a trace's memory follows.
   struct SavedLayers {
     TaskIndex task;
-    int layers;
+    int change;
   };
-  void mark_saved_layers(TaskIndex task, int layers) { saved_layers_.push_back({task, layers}); }
+  // Marks come in program order, each at a later task than the last (ModelError otherwise).
+  void mark_saved_layers(TaskIndex task, int change);
   std::span<const SavedLayers> saved_layers() const { return saved_layers_; }
 
  private:

@@ -43,6 +43,8 @@ double drain_s(const JobSpec& job) {
 namespace {
 
 constexpr SimTime kNever = SimTime::max();  // an arrival that never comes
+// Whole numbers of steps up to this (2^53) are doubles whose sums and differences are exact.
+constexpr double kExactSteps = 9007199254740992.0;
 
 // An arrival `delay_s` after `after`: never, past the latest that comes.
 SimTime arrival(SimTime after, double delay_s) {
@@ -329,13 +331,25 @@ class Replication {
     const std::int64_t most =
         std::min((quiet_until - now_).ns() / period.ns(),
                  std::max<std::int64_t>(0, (horizon - now_).ns() / period.ns() + 1));
-    // Steps add one interval at a time, as segment() adds them (the same rounding).
+    // Steps add one interval at a time, as segment() adds them (the same rounding): in closed
+    // form where they are whole numbers that doubles hold exactly (a run's are), whose sums
+    // round nothing.
     std::int64_t segments = 0;
     double trained = trained_;
     double trained_before = trained_;
-    for (; segments < most && interval_steps_ <= job_.steps - trained; ++segments) {
-      trained_before = trained;
-      trained += interval_steps_;
+    const auto exact = [](double steps) {
+      return steps >= 0 && steps <= kExactSteps && steps == std::floor(steps);
+    };
+    if (exact(trained_) && exact(job_.steps) && exact(interval_steps_) && interval_steps_ >= 1) {
+      const auto left = static_cast<std::int64_t>(job_.steps - trained_);
+      segments = std::min(most, left / static_cast<std::int64_t>(interval_steps_));
+      trained = trained_ + static_cast<double>(segments) * interval_steps_;
+      if (segments > 0) trained_before = trained - interval_steps_;
+    } else {
+      for (; segments < most && interval_steps_ <= job_.steps - trained; ++segments) {
+        trained_before = trained;
+        trained += interval_steps_;
+      }
     }
     if (segments == 0) return false;
     const SimTime resume = now_ + period * segments;

@@ -164,14 +164,17 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowReques
     }
   }
   if (!watched_.empty()) {
+    watched_by_slot_.resize(flows_.size());
     for (const Slot slot : started) {
       for (const auto* uses : {&flows_[slot].links, &flows_[slot].carried}) {
         for (const LinkUse& use : *uses) {
           if (const int at = watch_position_[use.link]; at >= 0) {
-            watched_flows_[at].push_back({slot, use.weight});
+            watched_[at].crossings.push_back({slot, use.weight});
+            watched_by_slot_[slot].push_back(at);
           }
         }
       }
+      mark_watched(slot);
     }
   }
   active_flows_ += started.size();
@@ -184,34 +187,45 @@ std::vector<FlowNetwork::FlowId> FlowNetwork::start_flows(std::vector<FlowReques
 }
 
 void FlowNetwork::watch(const std::vector<FlowLinkId>& links) {
-  if (active_flows_ > 0) throw ModelError("links are watched before any flow starts");
+  if (next_sequence_ != 1) throw ModelError("links can be watched only before any flow starts");
+  for (const FlowLinkId link : links) {
+    if (link >= capacity_.size()) throw ModelError("a watched link is not in the network");
+  }
   watch_position_.assign(capacity_.size(), -1);
   watched_.clear();
   for (const FlowLinkId link : links) {
-    if (link >= capacity_.size()) throw ModelError("a watched link is not in the network");
     if (watch_position_[link] >= 0) continue;
     watch_position_[link] = static_cast<int>(watched_.size());
-    watched_.push_back(link);
+    watched_.push_back({.link = link, .crossings = {}, .latest = -1, .marked = false});
   }
-  watched_flows_.assign(watched_.size(), {});
-  latest_sample_.assign(watched_.size(), -1);
+}
+
+void FlowNetwork::mark_watched(Slot slot) {
+  for (const int at : watched_by_slot_[slot]) {
+    if (watched_[at].marked) continue;
+    watched_[at].marked = true;
+    marked_.push_back(at);
+  }
 }
 
 void FlowNetwork::sample_watched() {
   const SimTime now = engine_->now();
-  for (std::size_t at = 0; at < watched_.size(); ++at) {
+  for (const int at : marked_) {
+    Watched& watched = watched_[at];
+    watched.marked = false;
     double load = 0;
-    for (const Crossing& crossing : watched_flows_[at]) {
+    for (const Crossing& crossing : watched.crossings) {
       load += crossing.weight * flows_[crossing.slot].rate;
     }
-    const std::ptrdiff_t latest = latest_sample_[at];
+    const std::ptrdiff_t latest = watched.latest;
     if (latest >= 0 && load_samples_[latest].at == now) {
       load_samples_[latest].bytes_per_s = load;  // the last change of an instant holds
     } else if (latest >= 0 ? load_samples_[latest].bytes_per_s != load : load > 0) {
-      latest_sample_[at] = static_cast<std::ptrdiff_t>(load_samples_.size());
-      load_samples_.push_back({watched_[at], now, load});
+      watched.latest = static_cast<std::ptrdiff_t>(load_samples_.size());
+      load_samples_.push_back({watched.link, now, load});
     }
   }
+  marked_.clear();
 }
 
 double FlowNetwork::rate(FlowId flow) const {
@@ -394,6 +408,7 @@ void FlowNetwork::reallocate(const std::vector<Slot>& component) {
   for (std::size_t i = 0; i < component.size(); ++i) {
     Flow& flow = flows_[component[i]];
     if (flow.rate != old_rates[i] || flow.completion == SimTime::max()) set_completion(flow);
+    if (!watched_.empty() && flow.rate != old_rates[i]) mark_watched(component[i]);
   }
 }
 
@@ -438,15 +453,13 @@ void FlowNetwork::on_completion_event() {
       freed.push_back(use.link);
     }
     if (!watched_.empty()) {
-      for (const auto* uses : {&flow.links, &flow.carried}) {
-        for (const LinkUse& use : *uses) {
-          if (const int at = watch_position_[use.link]; at >= 0) {
-            auto& crossing = watched_flows_[at];
-            crossing.erase(std::find_if(crossing.begin(), crossing.end(),
-                                        [slot](const Crossing& c) { return c.slot == slot; }));
-          }
-        }
+      mark_watched(slot);
+      for (const int at : watched_by_slot_[slot]) {
+        auto& crossings = watched_[at].crossings;
+        crossings.erase(std::find_if(crossings.begin(), crossings.end(),
+                                     [slot](const Crossing& c) { return c.slot == slot; }));
       }
+      watched_by_slot_[slot].clear();
     }
     set_bottleneck(slot, kNoBottleneck);
     finished.emplace_back(flow.latency, std::move(flow.on_complete));

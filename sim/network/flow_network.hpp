@@ -106,17 +106,17 @@ class FlowNetwork {
   double bytes_delivered() const { return bytes_delivered_; }
 
   // Links whose load (the weighted rates of the flows crossing them, those that never bind
-  // included) is recorded at every instant it changes (a trace's counters); the others cost
-  // nothing more. Only before the first flow starts.
+  // included) is recorded at every instant it changes (a trace's counters); a change that
+  // touches none of them costs nothing more. Only before the first flow starts.
   void watch(const std::vector<FlowLinkId>& links);
   struct LoadSample {
     FlowLinkId link;
     SimTime at;
     double bytes_per_s;
   };
-  // In time order; a link's load holds from one of its samples to its next (none before its
-  // first: no load).
-  const std::vector<LoadSample>& load_samples() const { return load_samples_; }
+  // In time order, one a link an instant; a link's load holds from one of its samples to its
+  // next (none before its first: no load). Taken, they are the network's no more.
+  std::vector<LoadSample> take_load_samples() { return std::move(load_samples_); }
 
  private:
   // Flows live in reusable slots; a flow's id is its start sequence number times 2^32 plus its
@@ -157,19 +157,28 @@ class FlowNetwork {
   Slot acquire_slot();
   void reschedule();
   void on_completion_event();
-  // Records the watched links' loads where they changed.
+  // The watched links a flow crosses may see their load change (it starts, ends, or its rate
+  // changes).
+  void mark_watched(Slot slot);
+  // Records the loads of the watched links marked, where they changed.
   void sample_watched();
 
-  // Watched links: by link its position (-1: not watched), by position the link and the flows
-  // crossing it (slot and weight), and its latest sample (-1: none yet).
+  // A watched link: the flows crossing it (slot and weight), its latest sample (-1: none yet),
+  // and whether it is marked.
   struct Crossing {
     Slot slot;
     double weight;
   };
-  std::vector<int> watch_position_;
-  std::vector<FlowLinkId> watched_;
-  std::vector<std::vector<Crossing>> watched_flows_;
-  std::vector<std::ptrdiff_t> latest_sample_;
+  struct Watched {
+    FlowLinkId link;
+    std::vector<Crossing> crossings;
+    std::ptrdiff_t latest = -1;
+    bool marked = false;
+  };
+  std::vector<int> watch_position_;  // by link: in watched_, or -1
+  std::vector<Watched> watched_;
+  std::vector<std::vector<int>> watched_by_slot_;  // the positions each slot's flow crosses
+  std::vector<int> marked_;                        // positions marked, in marking order
   std::vector<LoadSample> load_samples_;
 
   Engine* engine_;

@@ -82,10 +82,6 @@ void serialize(Archive& a, fleetsim::StepResult::CommLoad& c, unsigned) {
   fields(a, c.rank, c.at, c.sms_held, c.hbm_bytes_per_s);
 }
 template <class Archive>
-void serialize(Archive& a, fleetsim::StepResult::TracedLink& l, unsigned) {
-  fields(a, l.name, l.kind, l.bytes_per_s);
-}
-template <class Archive>
 void serialize(Archive& a, fleetsim::StepResult::LinkLoad& l, unsigned) {
   fields(a, l.link, l.at, l.bytes_per_s);
 }
@@ -97,7 +93,7 @@ template <class Archive>
 void serialize(Archive& a, fleetsim::StepResult& r, unsigned) {
   fields(a, r.step_time_s, r.breakdown, r.tokens_per_s, r.model_flops, r.hardware_flops, r.mfu,
          r.hfu, r.comm_bytes_per_gpu, r.events, r.replayed_ranks, r.links, r.trace,
-         r.trace_comm_load, r.traced_links, r.trace_link_load, r.trace_memory);
+         r.trace_comm_load, r.trace_link_load, r.trace_memory);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {
@@ -105,8 +101,8 @@ void serialize(Archive& a, fleetsim::MemoryItem& m, unsigned) {
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::MemoryBreakdown& m, unsigned) {
-  fields(a, m.items, m.peak, m.total_bytes, m.allocator_gap_bytes, m.capacity_bytes,
-         m.host_bytes_per_rank, m.host_bytes_per_node, m.host_capacity_bytes);
+  fields(a, m.items, m.peak, m.total_bytes, m.allocator_gap_bytes, m.activation_layers,
+         m.capacity_bytes, m.host_bytes_per_rank, m.host_bytes_per_node, m.host_capacity_bytes);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepOutcome& o, unsigned) {

@@ -15,6 +15,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -35,7 +36,7 @@ class JsonText {
   explicit JsonText(std::string& out) : out_(out) {}
 
   void open(char bracket) {
-    separate();
+    sepafour_digits();
     out_ += bracket;
     counts_.push_back(0);
   }
@@ -44,14 +45,14 @@ class JsonText {
     counts_.pop_back();
   }
   void key(std::string_view name) {
-    separate();
+    sepafour_digits();
     out_ += '"';
     out_ += name;  // keys are this file's own names: nothing to escape
     out_ += "\":";
     after_key_ = true;
   }
   void string(std::string_view text) {
-    separate();
+    sepafour_digits();
     bool plain = true;
     for (const char c : text) {
       const auto byte = static_cast<unsigned char>(c);
@@ -67,12 +68,12 @@ class JsonText {
     }
   }
   void number(double value) {
-    separate();
+    sepafour_digits();
     char buffer[32];
     out_.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
   }
   void integer(std::int64_t value) {
-    separate();
+    sepafour_digits();
     char buffer[24];
     out_.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
   }
@@ -94,7 +95,7 @@ class JsonText {
 
  private:
   // A comma before every member but an object's or array's first; none after a key.
-  void separate() {
+  void sepafour_digits() {
     if (after_key_) {
       after_key_ = false;
       return;
@@ -122,9 +123,9 @@ const char* category(Stream stream) {
   }
 }
 
-// A derived rate to four significant digits: what a person reads, at a fraction of the bytes
-// (a trace holds millions of them).
-double rate(double value) {
+// A derived figure (a rate, gigabytes, a share) to four significant digits: what a person
+// reads, at a fraction of the bytes (a trace holds millions of them).
+double four_digits(double value) {
   if (!(value > 0) || !std::isfinite(value)) return 0.0;
   const double scale = std::pow(10.0, 3 - std::floor(std::log10(value)));
   return std::round(value * scale) / scale;
@@ -139,7 +140,9 @@ std::int64_t whole(double count) {
 // FLOPs (memory-bound) has no FLOP members.
 void slice_args(JsonText& json, const TraceSlice& slice) {
   const double seconds = (slice.end - slice.begin).seconds();
-  const auto per_second = [&](double amount) { return seconds > 0 ? rate(amount / seconds) : 0.0; };
+  const auto per_second = [&](double amount) {
+    return seconds > 0 ? four_digits(amount / seconds) : 0.0;
+  };
   switch (slice.stream) {
     case Stream::compute:
       if (slice.flops > 0) {
@@ -286,42 +289,44 @@ std::string render_trace(const RunReport& report) {
       }
       ++flows;
     }
-    // Counters, each from nothing at the step's start (unless its first sample is then).
-    // Each traced GPU's communication load:
+    // Counters, each from its value before its first sample at the step's start (unless that
+    // is then). Each traced GPU's communication load, from none:
     std::set<int> started;
     for (const StepResult::CommLoad& load : step.trace_comm_load) {
       const std::string name = "GPU " + std::to_string(load.rank) + " communication";
       if (started.insert(load.rank).second && load.at > SimTime{}) {
         counter_event(json, name, 0.0, pid, {{"sms_held", 0}, {"hbm_gb_per_s", 0}});
       }
-      counter_event(
-          json, name, microseconds(load.at), pid,
-          {{"sms_held", load.sms_held}, {"hbm_gb_per_s", rate(load.hbm_bytes_per_s * 1e-9)}});
+      counter_event(json, name, microseconds(load.at), pid,
+                    {{"sms_held", load.sms_held},
+                     {"hbm_gb_per_s", four_digits(load.hbm_bytes_per_s * 1e-9)}});
     }
-    // its memory in use (where the step's memory was counted):
+    // its memory in use, from its state alone (none where the replay had no memory model):
     started.clear();
     for (const StepResult::MemoryInUse& memory : step.trace_memory) {
       if (!(memory.state_bytes > 0)) continue;
       const std::string name = "GPU " + std::to_string(memory.rank) + " memory";
-      const double state_gb = rate(memory.state_bytes * 1e-9);
+      const double state_gb = four_digits(memory.state_bytes * 1e-9);
       if (started.insert(memory.rank).second && memory.at > SimTime{}) {
         counter_event(json, name, 0.0, pid, {{"state_gb", state_gb}, {"activations_gb", 0}});
       }
-      counter_event(
-          json, name, microseconds(memory.at), pid,
-          {{"state_gb", state_gb}, {"activations_gb", rate(memory.activation_bytes * 1e-9)}});
+      counter_event(json, name, microseconds(memory.at), pid,
+                    {{"state_gb", state_gb},
+                     {"activations_gb", four_digits(memory.activation_bytes * 1e-9)}});
     }
-    // and the load on each of its links, against the link's line rate.
+    // and the load on each of its links, from none, as a share of the link's line rate (one
+    // value a counter: a viewer may stack a counter's values).
     started.clear();
     for (const StepResult::LinkLoad& load : step.trace_link_load) {
-      const StepResult::TracedLink& link = step.traced_links.at(load.link);
-      const std::string name = "link " + link.name + " (" + link.kind + ")";
+      const LinkUsage& link = step.links.at(load.link);
+      char line_rate[32];
+      std::snprintf(line_rate, sizeof line_rate, "%.4g GB/s", link.capacity_bytes_per_s * 1e-9);
+      const std::string name = "link " + link.name + " (" + link.kind + ", " + line_rate + ")";
       if (started.insert(load.link).second && load.at > SimTime{}) {
-        counter_event(json, name, 0.0, pid, {{"gb_per_s", 0}, {"utilisation", 0}});
+        counter_event(json, name, 0.0, pid, {{"utilisation", 0}});
       }
       counter_event(json, name, microseconds(load.at), pid,
-                    {{"gb_per_s", rate(load.bytes_per_s * 1e-9)},
-                     {"utilisation", rate(load.bytes_per_s / link.bytes_per_s)}});
+                    {{"utilisation", four_digits(load.bytes_per_s / link.capacity_bytes_per_s)}});
     }
   }
   json.close(']');

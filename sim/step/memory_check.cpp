@@ -28,13 +28,13 @@ CommunicatorDevice communicator_device(const StepInputs& inputs) {
           .compute_capability = inputs.gpu.compute_capability.value_or(0)};
 }
 
+}  // namespace
+
 MemoryDevice memory_device(const StepInputs& inputs) {
   return {.capacity_bytes = inputs.gpu.hbm_capacity_bytes.value,
           .fp8_gemm_any_layout = fp8_gemm_any_layout(inputs.gpu),
           .communicators = communicator_device(inputs)};
 }
-
-}  // namespace
 
 StepOutcome check_memory(const StepInputs& inputs) {
   validate_job(inputs.model, inputs.training, inputs.plan);
@@ -76,33 +76,28 @@ StepOutcome check_memory(const StepInputs& inputs) {
 }
 
 void add_memory_in_use(const StepInputs& inputs, StepResult& step) {
-  if (step.trace_memory.empty()) return;
   const RankGrid grid(inputs.plan);
-  // By stage: what a rank holds all along besides activations, and its activations at the peak.
+  // By stage: what the memory model counts at its peak besides activations and what is held at
+  // one moment only, and a decoder layer's share of its activations.
   std::map<int, std::pair<double, double>> stages;
-  // By rank: the most layers it holds, which the memory model's activations are of.
-  std::map<int, int> most_layers;
   for (const StepResult::MemoryInUse& sample : step.trace_memory) {
-    int& most = most_layers[sample.rank];
-    most = std::max(most, sample.saved_layers);
     const int stage = grid.stage_of(sample.rank);
     if (stages.contains(stage)) continue;
     const MemoryBreakdown memory = estimate_stage_memory(inputs.model, inputs.training, inputs.plan,
                                                          memory_device(inputs), stage);
-    auto& [state, activations] = stages[stage];
+    auto& [state, per_layer] = stages[stage];
     for (const MemoryItem& item : memory.items) {
       if (item.name == kActivationsItem) {
-        activations = item.bytes;
+        per_layer = memory.activation_layers > 0 ? item.bytes / memory.activation_layers : 0.0;
       } else if (item.moment == MemoryMoment::all_along) {
         state += item.bytes;
       }
     }
   }
   for (StepResult::MemoryInUse& sample : step.trace_memory) {
-    const auto [state, activations] = stages.at(grid.stage_of(sample.rank));
-    const int most = most_layers.at(sample.rank);
+    const auto [state, per_layer] = stages.at(grid.stage_of(sample.rank));
     sample.state_bytes = state;
-    sample.activation_bytes = most > 0 ? activations * sample.saved_layers / most : 0.0;
+    sample.activation_bytes = per_layer * sample.saved_layers;
   }
 }
 

@@ -116,6 +116,8 @@ class Replay {
   }
 
   const FlowNetwork& network() const { return network_; }
+  // The traced GPUs' links' loads (watch_traced_links), as they changed.
+  std::vector<FlowNetwork::LoadSample> take_link_loads() { return network_.take_load_samples(); }
 
  private:
   struct StreamState {
@@ -573,6 +575,7 @@ class Replay {
       if (const auto nic = topology.nic_of_gpu(gpus_[r])) ends.insert(*nic);
     }
     if (ends.empty()) return;
+    std::vector<FlowLinkId> watched;
     const auto fabric = [&](VertexId v) {
       const VertexKind kind = topology.vertex(v).kind;
       return kind != VertexKind::gpu && kind != VertexKind::nic && topology.vertex(v).node < 0;
@@ -587,11 +590,10 @@ class Replay {
       };
       if (gpu_end(link.from) || gpu_end(link.to) || nic_end(link.from, link.to) ||
           nic_end(link.to, link.from)) {
-        watched_links_.push_back(static_cast<FlowLinkId>(l));
-        traced_links_.push_back({topology.link_name(l), to_string(link.kind), link.bytes_per_s});
+        watched.push_back(static_cast<FlowLinkId>(l));
       }
     }
-    network_.watch(watched_links_);
+    network_.watch(watched);
   }
 
   // A traced rank's decoder layers with saved tensors, after task t of its program ended.
@@ -601,12 +603,13 @@ class Replay {
         marks.begin(), marks.end(), t,
         [](const Program::SavedLayers& m, TaskIndex task) { return m.task < task; });
     if (mark == marks.end() || mark->task != t) return;
-    int& held = saved_layers_[r];
-    held += mark->layers;
-    if (!memory_.empty() && memory_.back().rank == r && memory_.back().at == engine_.now()) {
-      memory_.back().saved_layers = held;
+    auto& [held, latest] = saved_layers_.try_emplace(r, 0, memory_.size()).first->second;
+    held += mark->change;
+    if (latest < memory_.size() && memory_[latest].at == engine_.now()) {
+      memory_[latest].saved_layers = held;  // the last change of an instant holds
       return;
     }
+    latest = memory_.size();
     memory_.push_back({.rank = r, .at = engine_.now(), .saved_layers = held});
   }
 
@@ -680,24 +683,6 @@ class Replay {
     result.trace = std::move(trace_);
     result.trace_comm_load = std::move(comm_load_);
     result.trace_memory = std::move(memory_);
-    // The watched links that carried anything, in link order.
-    const std::vector<FlowNetwork::LoadSample>& loads = network_.load_samples();
-    std::vector<int> position(watched_links_.size(), -1);
-    const auto watched = [&](FlowLinkId link) {
-      return static_cast<std::size_t>(
-          std::lower_bound(watched_links_.begin(), watched_links_.end(), link) -
-          watched_links_.begin());
-    };
-    for (const FlowNetwork::LoadSample& sample : loads) position[watched(sample.link)] = 0;
-    for (std::size_t w = 0; w < watched_links_.size(); ++w) {
-      if (position[w] < 0) continue;
-      position[w] = static_cast<int>(result.traced_links.size());
-      result.traced_links.push_back(traced_links_[w]);
-    }
-    for (const FlowNetwork::LoadSample& sample : loads) {
-      result.trace_link_load.push_back(
-          {position[watched(sample.link)], sample.at, sample.bytes_per_s});
-    }
     return result;
   }
 
@@ -712,10 +697,9 @@ class Replay {
   std::vector<StepResult::CommLoad> comm_load_;  // of the traced ranks, as it changes
   std::map<int, std::size_t> last_comm_load_;    // by traced rank: its latest in comm_load_
   std::vector<StepResult::MemoryInUse> memory_;  // of the traced ranks, as it changes
-  std::map<int, int> saved_layers_;              // by traced rank: its layers held now
-  // The links a trace follows, in link order, and what each is.
-  std::vector<FlowLinkId> watched_links_;
-  std::vector<StepResult::TracedLink> traced_links_;
+  // By traced rank: the layers whose saved tensors it holds now, and its latest in memory_
+  // (past the end: none yet).
+  std::map<int, std::pair<int, std::size_t>> saved_layers_;
   std::vector<ProgramIndex> index_;  // by stage
   Engine engine_;
   FlowNetwork network_;
@@ -805,12 +789,18 @@ StepResult execute_step(const TaskGraph& graph, const GpuProfile& gpu, const Top
   result.hfu = result.hardware_flops / (result.step_time_s * gpus * peak);
 
   const auto& carried = replay.network().link_bytes();
+  std::vector<int> usage(topology.link_count(), -1);  // by link: its place in result.links
   for (LinkId l = 0; l < topology.link_count(); ++l) {
     if (carried[l] <= 0) continue;
     const Link& link = topology.link(l);
+    usage[l] = static_cast<int>(result.links.size());
     result.links.push_back(LinkUsage{topology.link_name(l), to_string(link.kind), link.bytes_per_s,
                                      carried[l],
                                      carried[l] / (link.bytes_per_s * result.step_time_s)});
+  }
+  // (A link with a load carried bytes.)
+  for (const FlowNetwork::LoadSample& load : replay.take_link_loads()) {
+    result.trace_link_load.push_back({usage.at(load.link), load.at, load.bytes_per_s});
   }
   return result;
 }

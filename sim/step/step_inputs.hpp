@@ -115,18 +115,11 @@ struct StepResult {
     bool operator==(const CommLoad&) const = default;
   };
   std::vector<CommLoad> trace_comm_load;
-  // The links of the traced GPUs (each GPU's own, and its NIC's to and from the fabric), and
-  // each one's load (its flows' bytes/s, all the replicas a folded flow stands for) whenever it
-  // changes.
-  struct TracedLink {
-    std::string name;
-    std::string kind;
-    double bytes_per_s = 0;  // line rate
-    bool operator==(const TracedLink&) const = default;
-  };
-  std::vector<TracedLink> traced_links;
+  // The load on each link of the traced GPUs (each GPU's own, and its NIC's to and from the
+  // fabric) whenever it changes: the bytes/s of the flows that run there (under folding, the
+  // replayed ranks' and the copies run beside them; StepOptions::fold).
   struct LinkLoad {
-    int link = 0;  // in traced_links
+    int link = 0;  // in links
     SimTime at{};
     double bytes_per_s = 0;
     bool operator==(const LinkLoad&) const = default;
@@ -134,8 +127,9 @@ struct StepResult {
   std::vector<LinkLoad> trace_link_load;
   // Each traced rank's memory whenever the decoder layers whose saved tensors it holds change
   // (a layer's forward ends, or its backward): the replay counts the layers; simulate_step adds
-  // the bytes, as the memory model counts the rank's stage: what it holds all along besides
-  // activations, and its activations in the share of the most layers it holds in the step.
+  // the bytes, from the memory model's breakdown of the rank's stage: what it counts at the
+  // peak besides activations and the items held at one moment only (constant here), and each
+  // layer its even share of the activations item (MemoryBreakdown::activation_layers).
   struct MemoryInUse {
     int rank = 0;
     SimTime at{};

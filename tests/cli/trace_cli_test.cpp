@@ -18,8 +18,8 @@ using namespace fleetsim::testing;  // NOLINT: run_cli and its kin
 
 namespace {
 
-// Two stages of four tensor-parallel ranks, two replicas, on two DGX H100: ranks 0 and 1 are
-// stage 0's first two (one tensor group), rank 8 stage 1's first.
+// Two stages of four tensor-parallel ranks, two replicas, on two DGX H100: ranks 0, 1 and 2
+// are three of stage 0's first tensor group, rank 8 stage 1's first rank.
 const char* const kPipeline = R"(name: trace-pipeline
 model: llama3-8b
 training: {seq_len: 4096, global_batch: 16, micro_batch: 1}
@@ -54,7 +54,7 @@ std::size_t most_time_decimals(const std::string& text) {
 TEST_CASE("a trace's slices say what they did, transfers and collectives flows, loads counters") {
   const fs::path trace = scratch_dir() / "pipeline-trace.json";
   const Result result = run_cli("run " + scenario_file().string() + " -q --no-fold --trace " +
-                                trace.string() + " --trace-ranks 0,1,8 --json");
+                                trace.string() + " --trace-ranks 0-2,8 --json");
   REQUIRE(result.exit_code == 0);
   const std::string text = slurp(trace);
   CHECK(most_time_decimals(text) <= 3);
@@ -65,6 +65,7 @@ TEST_CASE("a trace's slices say what they did, transfers and collectives flows, 
   // finish tracks, and its steps'.
   std::set<std::pair<double, int>> send_tracks, receive_tracks, collective_tracks;
   std::map<std::int64_t, std::pair<int, int>> flows;
+  std::map<std::int64_t, std::set<int>> flow_steps;
   std::map<std::int64_t, std::string> flow_kind;
   std::map<std::string, double> last_counter;
   // Counters' values by track and value name, in time order.
@@ -95,7 +96,7 @@ TEST_CASE("a trace's slices say what they did, transfers and collectives flows, 
         collective_tracks.insert({event["ts"].get<double>(), tid});
       } else if (category == "pipeline transfer") {
         const int peer = args.at("peer_rank");
-        CHECK((peer == 0 || peer == 8 || peer == 9));
+        CHECK((peer == 0 || peer == 8 || peer == 9 || peer == 10));
         (args.at("direction") == "send" ? send_tracks : receive_tracks)
             .insert({event["ts"].get<double>(), tid});
       }
@@ -103,11 +104,16 @@ TEST_CASE("a trace's slices say what they did, transfers and collectives flows, 
       const auto id = event["id"].get<std::int64_t>();
       const std::string kind = event["cat"];
       CHECK(flow_kind.try_emplace(id, kind).first->second == kind);
-      CHECK(ph != "t");  // a collective of two traced members has no steps
       auto& sides = flows.try_emplace(id, -1, -1).first->second;
-      int& side = ph == "s" ? sides.first : sides.second;
-      CHECK(side == -1);  // one start and one finish an id
-      side = event["tid"];
+      const int tid = event["tid"];
+      if (ph == "t") {
+        CHECK(flow_steps[id].insert(tid).second);
+      } else {
+        int& side = ph == "s" ? sides.first : sides.second;
+        CHECK(side == -1);  // one start and one finish an id
+        side = tid;
+      }
+      const int side = tid;
       // A transfer's arrow starts at a send slice and ends at a receive slice of the same
       // instant; a collective's joins its members' slices, which begin together.
       const std::pair<double, int> at{event["ts"].get<double>(), side};
@@ -137,14 +143,19 @@ TEST_CASE("a trace's slices say what they did, transfers and collectives flows, 
     CHECK(sides.second >= 0);
     CHECK(sides.first != sides.second);
     ++arrows[flow_kind[id]];
+    // A transfer's arrow joins its two sides; a collective's its three traced members, the
+    // middle one a step.
+    const std::set<int>& steps = flow_steps[id];
+    CHECK(steps.size() == (flow_kind[id] == "collective" ? 1 : 0));
+    CHECK(steps.count(sides.first) + steps.count(sides.second) == 0);
   }
   // Every transfer between the traced ranks an arrow: each replica's 8 micro-batches'
-  // activations forward and their gradients back (rank 1's peer, 9, is not traced). And each
-  // tensor-parallel collective of ranks 0 and 1 one.
+  // activations forward and their gradients back (ranks 1 and 2's peers, 9 and 10, are not
+  // traced). And each tensor-parallel collective of ranks 0-2 one.
   CHECK(arrows["pipeline transfer"] == 2 * 8);
   CHECK(arrows["collective"] > 8);
   // Communication, memory and link counters for each traced GPU.
-  for (const int rank : {0, 1, 8}) {
+  for (const int rank : {0, 1, 2, 8}) {
     const std::string gpu = "GPU " + std::to_string(rank);
     CAPTURE(gpu);
     const auto& communication = counters.at(gpu + " communication");
@@ -171,19 +182,20 @@ TEST_CASE("a trace's slices say what they did, transfers and collectives flows, 
     if (item["name"] == "activations") verdict = item["bytes"].get<double>() * 1e-9;
   }
   CHECK(peak(0) == Approx(verdict).epsilon(1e-3));
-  // The traced GPUs' NVLink ports and their NICs' fabric links: each from idle to idle, no
-  // more than its line rate.
+  // The traced GPUs' NVLink ports and their NICs' fabric links, named with their kind and line
+  // rate: each from idle to idle, no more than its line rate.
   int nvlink = 0, fabric = 0;
   for (const auto& [name, values] : counters) {
     if (!name.starts_with("link ")) continue;
-    nvlink += name.ends_with("(nvlink)");
-    fabric += name.ends_with("(infiniband)");
+    nvlink += name.ends_with("(nvlink, 450 GB/s)");
+    fabric += name.ends_with("(infiniband, 50 GB/s)");
+    CHECK(values.size() == 1);  // one value a counter, which no viewer stacks
     const auto& utilisation = values.at("utilisation");
     CHECK(utilisation.front() == 0);
     CHECK(utilisation.back() == 0);
     for (const double u : utilisation) CHECK(u <= 1);
   }
-  CHECK(nvlink == 2 * 3);  // each GPU's port, both ways
+  CHECK(nvlink == 2 * 4);  // each GPU's port, both ways
   CHECK(fabric >= 2);
 }
 

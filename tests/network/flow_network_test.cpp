@@ -464,24 +464,42 @@ TEST_CASE("rates after every start and finish are the max-min fair rates solved 
 }
 
 TEST_CASE("a watched link's load: its flows' weighted rates, sampled where they change") {
-  // Link 0 (C = 100) carries A (100 B) and B (300 B); link 1 (C = 1000, never binding) carries
-  // B twice, as a folded flow standing for two copies would. Both run at 50 B/s until A ends at
-  // 2 s; B then runs alone at 100 B/s and its last 200 B take 2 s more. Link 0's load: 100 B/s
-  // (full) until 4 s; link 1's: 2 x 50, then 2 x 100, then none. Link 2, unused, has no samples.
+  // Watched: link 0 (C = 100), link 1 (C = 1000, never binding), links 2 and 3 (C = 100).
+  // At 0 s: A (60 B, no faster than 30 B/s) on link 0, then B (340 B) on link 0 and twice on
+  // link 1, a flow of no bytes, and G and H (200 B each) on link 3. Link 0 reads 30, then 100
+  // at the same instant (A 30, B 70): one sample, the last. Link 1: 2 x 70.
+  // At 2 s A ends (60 / 30); B runs at 100 (link 0 unchanged: no sample; link 1: 200), and A's
+  // callback starts F (100 B) on link 2 in the slot A left: 100 until F ends at 3 s.
+  // At 4 s B (140 B moved by 2 s, 200 left at 100) and G and H (at 50 each) end in one event.
   Engine engine;
-  FlowNetwork net(engine, {100.0, 1000.0, 100.0}, {false, true, false});
-  net.watch({0, 1, 2});
-  net.start_flow({{0, 1.0}}, 100, SimTime{}, [] {});
-  net.start_flow({{0, 1.0}, {1, 2.0}}, 300, SimTime{}, [] {});
+  FlowNetwork net(engine, {100.0, 1000.0, 100.0, 100.0}, {false, true, false, false});
+  net.watch({0, 1, 2, 3, 3});
+  net.start_flow(
+      {{0, 1.0}}, 60, SimTime{},
+      [&net] {
+        net.start_flow({{2, 1.0}}, 100, SimTime{}, [] {});
+      },
+      30.0);
+  net.start_flow({{0, 1.0}, {1, 2.0}}, 340, SimTime{}, [] {});
+  net.start_flow({{0, 1.0}}, 0, SimTime{}, [] {});
+  net.start_flows({{{{3, 1.0}}, 200, SimTime{}, [] {}}, {{{3, 1.0}}, 200, SimTime{}, [] {}}});
   engine.run();
   using Sample = std::tuple<std::uint32_t, double, double>;  // link, seconds, bytes/s
   std::vector<Sample> samples;
-  for (const FlowNetwork::LoadSample& sample : net.load_samples()) {
+  for (const FlowNetwork::LoadSample& sample : net.take_load_samples()) {
     samples.emplace_back(sample.link, sample.at.seconds(), sample.bytes_per_s);
   }
-  // Link 0 stays at 100 B/s when A ends (B takes its share): no sample then.
-  CHECK(samples ==
-        std::vector<Sample>{
-            {0, 0.0, 100.0}, {1, 0.0, 100.0}, {1, 2.0, 200.0}, {0, 4.0, 0.0}, {1, 4.0, 0.0}});
-  CHECK_THROWS_AS(net.watch({3}), fleetsim::ModelError);
+  CHECK(samples == std::vector<Sample>{{0, 0.0, 100.0},
+                                       {1, 0.0, 140.0},
+                                       {3, 0.0, 100.0},
+                                       {1, 2.0, 200.0},
+                                       {2, 2.0, 100.0},
+                                       {2, 3.0, 0.0},
+                                       {0, 4.0, 0.0},
+                                       {1, 4.0, 0.0},
+                                       {3, 4.0, 0.0}});
+  // Only before any flow starts, and only links of the network.
+  CHECK_THROWS_AS(net.watch({0}), fleetsim::ModelError);
+  FlowNetwork fresh(engine, {100.0});
+  CHECK_THROWS_AS(fresh.watch({1}), fleetsim::ModelError);
 }

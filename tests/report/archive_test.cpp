@@ -32,7 +32,6 @@ TEST_CASE("a variant's results read back from bytes as they were written") {
   REQUIRE_FALSE(step.trace_comm_load.empty());
   REQUIRE_FALSE(step.trace_memory.empty());
   REQUIRE(step.trace_memory.front().state_bytes > 0);
-  REQUIRE_FALSE(step.traced_links.empty());
   REQUIRE_FALSE(step.trace_link_load.empty());
   StepCache steps;
   written.job = job_of_step(*spot.run, spot.inputs, written.outcome.step.step_time_s, {},
