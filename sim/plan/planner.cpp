@@ -326,10 +326,25 @@ double sharded_reductions_s(const StepInputs& inputs) {
   return node_crossing_s(inputs, micro_batches * held.dense * inputs.training.grad_reduce_bytes);
 }
 
+// Under ZeRO-1 and 2 (and FSDP gathering for the step), the all-gather of the parameters the
+// first stage's replicas updated, through the first node (node_crossing_s).
+double updated_parameters_gather_s(const StepInputs& inputs) {
+  const ParallelPlan& plan = inputs.plan;
+  if (inputs.training.lora || !Sharding(plan).gathers_updated_shards()) return 0;
+  // Gathered over every replica (experts: a bound's omission).
+  const double local = rank_parameters(inputs.model, plan, 0).dense;
+  // Of which FP8 primary weights, gathered in FP8: at most the stage's projections (theirs
+  // counted with its experts', which only lowers the bound).
+  const double fp8 = inputs.training.fp8_params
+                         ? std::min(local, stage_projection_weights(inputs.model, plan, 0))
+                         : 0.0;
+  return node_crossing_s(inputs, weight_gather_bytes(local, fp8));
+}
+
 // What the first stage still does after its last backward, which ends the drain: its
 // optimizer step on its shard and, under ZeRO-1 and 2 without overlap_param_gather, the
-// all-gather of the parameters its replicas updated (node_crossing_s). Gradient reductions
-// held back past the backward (no overlap_grad_reduce) are left out: a lower bound still.
+// all-gather of the parameters its replicas updated. Gradient reductions held back past the
+// backward (no overlap_grad_reduce) are left out: a lower bound still.
 double first_stage_tail_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
@@ -337,11 +352,6 @@ double first_stage_tail_s(const StepInputs& inputs) {
   const RankParameters held = rank_parameters(model, plan, 0);
   const Sharding sharding(plan);
   const double shard = sharding.optimizer_parameters(held.dense, held.experts);
-  const double local = held.dense;  // gathered over every replica (experts: a bound's omission)
-  // Of which FP8 primary weights, gathered in FP8: at most the stage's projections (theirs
-  // counted with its experts', which only lowers the bound).
-  const double fp8 =
-      inputs.training.fp8_params ? std::min(local, stage_projection_weights(model, plan, 0)) : 0.0;
   const NodeSpec& node = inputs.node;
   // Offloaded, the first node's ranks of the first stage each run CPU Adam after their last
   // backward: together their bytes cross its host memory, each rank's parameters take its
@@ -361,8 +371,7 @@ double first_stage_tail_s(const StepInputs& inputs) {
           ? offloaded_s()
           : kernel_seconds(inputs.gpu, adam_step_op(shard, inputs.training).kernel);
   // Overlapped with the next step's forward, the gather is not after the optimizer.
-  const bool gathers = sharding.gathers_updated_shards() && !sharding.gathers_ahead();
-  return optimizer_s + (gathers ? node_crossing_s(inputs, weight_gather_bytes(local, fp8)) : 0.0);
+  return optimizer_s + (sharding.gathers_ahead() ? 0.0 : updated_parameters_gather_s(inputs));
 }
 
 // Activation offload's copies within the step: each micro-batch's offloaded layers cross each
@@ -511,10 +520,21 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
       inputs.model, inputs.training.micro_batch, inputs.training.seq_len / plan.cp, plan.tp,
       inputs.training.lora.has_value(), inputs.training.cross_entropy, plan.sequence_parallel);
   const double head_s = blocking_s(head.forward) + blocking_s(head.backward);
+  // The first node's NICs. The data-parallel gathers in the step (ZeRO-3's of every
+  // micro-batch; the gather of the updated parameters overlapped with the forward) and the
+  // reductions of every micro-batch (ZeRO 2 and 3) are rings, which send out of a node as much
+  // as they take in: their times add, in either direction. And no gradient is reduced before
+  // the first micro-batch's forward has run through every layer and its loss's backward.
+  const double gathers_s =
+      sharded_gathers_s(inputs) +
+      (Sharding(plan).gathers_ahead() ? updated_parameters_gather_s(inputs) : 0.0);
+  const double reductions_s = sharded_reductions_s(inputs);
+  const double first_gradient_s =
+      reductions_s > 0 ? (model.layers + model.mtp_layers) * cheapest_forward_s + head_s : 0.0;
   return std::max(micro_batches * (last_stage_layers_s + last_stage_reruns_s + head_s) +
                       (plan.pp - 1) * smallest_chunk * cheapest_layer_s +
                       first_stage_tail_s(inputs),
-                  std::max({sharded_gathers_s(inputs), sharded_reductions_s(inputs),
+                  std::max({gathers_s + reductions_s, first_gradient_s + reductions_s,
                             offloaded_activations_s(inputs)}));
 }
 

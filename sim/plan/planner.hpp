@@ -71,10 +71,14 @@ struct PlanResult {
 // stage's optimizer step (offloaded: CPU Adam through the first node's host memory or on its rank's
 // share of the cores, then the copy back over PCIe) and, under ZeRO-1 and 2, the parameter
 // all-gather that must enter each of its nodes through the NICs; the embedding, pipeline transfers
-// and the rest of the data-parallel traffic only add to it. And under ZeRO-3, the parameter
-// all-gathers of every micro-batch's forward and backward (the embedding's backward and LoRA
-// adapters left out) that the first node must take in through its NICs. And under ZeRO 2 and 3,
-// the reduce-scatters of every micro-batch's gradients that the first node must send out.
+// and the rest of the data-parallel traffic only add to it. And the first node's NICs: the
+// parameter all-gathers in the step (under ZeRO-3 those of every micro-batch's forward and
+// backward, the embedding's backward and LoRA adapters left out; under ZeRO 1 and 2 with
+// overlap_param_gather the gather of the updated parameters) and under ZeRO 2 and 3 the
+// reduce-scatters of every micro-batch's gradients, added: rings (as the collective library
+// runs every all-gather and reduce-scatter) send out of a node as much as they take in, so
+// both load each direction. Nor can the reductions start before the first micro-batch's
+// forward has run through every layer and the head's forward and backward.
 double step_lower_bound_s(const StepInputs& inputs);
 
 // Searches the layouts of `base` (its model, training recipe, cluster and GPU; its layout and
