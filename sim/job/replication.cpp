@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -563,7 +564,11 @@ class Replication {
       if (present_[kind]) step = std::max(step, job_.degradations[kind].step_s);
     }
     if (short_replicas_ > 0 && job_.shrunk_step_s > 0) step *= job_.shrunk_step_s / job_.step_s;
-    step_ = from_seconds(step * job_.replicas / (job_.replicas - short_replicas_));
+    const double seconds = step * job_.replicas / (job_.replicas - short_replicas_);
+    // Most calls (every restart's) find the job as it was: nothing to round or check again.
+    if (seconds == step_seconds_) return;
+    step_seconds_ = seconds;
+    step_ = from_seconds(seconds);
     if (!(job_.steps * step_.seconds() <= kLongestShrunkRun_s)) {
       throw RunCannotFinish(
           "with " + std::to_string(short_replicas_) + " of its " + std::to_string(job_.replicas) +
@@ -589,7 +594,8 @@ class Replication {
   const double interval_steps_;
   const double rate_;
   const double preemption_rate_;
-  SimTime step_;     // the time of a full step's tokens at the job's size now
+  SimTime step_;  // the time of a full step's tokens at the job's size now
+  double step_seconds_ = std::numeric_limits<double>::quiet_NaN();  // what step_ was rounded from
   SimTime restore_;  // reading back the checkpoint the job restarts from
   RngStream interruptions_;
   RngStream causes_;

@@ -311,12 +311,16 @@ double sharded_gathers_s(const StepInputs& inputs) {
   const RankParameters parameters = rank_parameters(inputs.model, plan, 0);
   const double held = plan.ep > 1 ? parameters.dense : parameters.total();
   const double embedding = fsdp_unit_parameters(inputs.model).front() / plan.tp;
-  return node_crossing_s(inputs, micro_batches * (2 * held - embedding) * kBf16Bytes);
+  // BF16, or under QLoRA at the 4-bit base's bytes (the adapters and the rest, in BF16, count
+  // as little: a lower bound still).
+  const bool quantized = inputs.training.lora && inputs.training.lora->quantized_base;
+  const double bytes_per_parameter = quantized ? kNf4BytesPerParameter : kBf16Bytes;
+  return node_crossing_s(inputs, micro_batches * (2 * held - embedding) * bytes_per_parameter);
 }
 
 // Under ZeRO 2 and 3 every micro-batch reduce-scatters the first stage's gradients in the reduce
-// dtype: the first node must send all of that out (a direction of its own: a bound beside the
-// gathers, not added to them).
+// dtype: the first node must send all of that out (lower_bound_s adds it to the gathers: both
+// are rings, which load both directions alike).
 double sharded_reductions_s(const StepInputs& inputs) {
   const ParallelPlan& plan = inputs.plan;
   if (!Sharding(plan).reduces_every_micro_batch() || inputs.training.lora) return 0;

@@ -59,7 +59,7 @@ struct PlanResult {
   std::optional<PlannedLayout> leanest;
 };
 
-// A lower bound on the step time, in seconds, the largest of three. The last pipeline stage's
+// A lower bound on the step time, in seconds, the largest of four. The last pipeline stage's
 // compute stream, which runs each chunk of layers of every micro-batch back to back (kernels at
 // full speed, and the tensor-, expert- and context-parallel collectives it waits for, each at
 // its time alone on the fewest nodes that hold its group: whole when it blocks, by how much it
@@ -69,16 +69,19 @@ struct PlanResult {
 // in its backward; with recompute_layers, the last stage's rerun layers once a micro-batch),
 // plus the output head of each micro-batch; then the first
 // stage's optimizer step (offloaded: CPU Adam through the first node's host memory or on its rank's
-// share of the cores, then the copy back over PCIe) and, under ZeRO-1 and 2, the parameter
-// all-gather that must enter each of its nodes through the NICs; the embedding, pipeline transfers
+// share of the cores, then the copy back over PCIe) and, under ZeRO-1 and 2 without
+// overlap_param_gather, the parameter all-gather that must enter each of its nodes through the
+// NICs; the embedding, pipeline transfers
 // and the rest of the data-parallel traffic only add to it. And the first node's NICs: the
 // parameter all-gathers in the step (under ZeRO-3 those of every micro-batch's forward and
-// backward, the embedding's backward and LoRA adapters left out; under ZeRO 1 and 2 with
-// overlap_param_gather the gather of the updated parameters) and under ZeRO 2 and 3 the
+// backward, the embedding's backward and LoRA adapters left out, QLoRA's counted at its 4-bit
+// bytes; under ZeRO 1 and 2 with overlap_param_gather, and FSDP under a pipeline, the gather of
+// the updated parameters) and under ZeRO 2 and 3 the
 // reduce-scatters of every micro-batch's gradients, added: rings (as the collective library
 // runs every all-gather and reduce-scatter) send out of a node as much as they take in, so
 // both load each direction. Nor can the reductions start before the first micro-batch's
-// forward has run through every layer and the head's forward and backward.
+// forward has run through every layer and the head's forward and backward. And under activation
+// offload, each micro-batch's offloaded layers' copies over PCIe and through host memory.
 double step_lower_bound_s(const StepInputs& inputs);
 
 // Searches the layouts of `base` (its model, training recipe, cluster and GPU; its layout and

@@ -364,6 +364,13 @@ TEST_CASE("no NVLS without a reducing switch or across nodes") {
                      GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
   const auto spanning = across.candidates(CollectiveOp::all_reduce, two_nodes.gpus());
   CHECK(std::find(spanning.begin(), spanning.end(), CollectiveAlgorithm::nvls) == spanning.end());
+  // All-gathers and reduce-scatters run as rings only, even where NVLS could: the planner's
+  // bound (step_lower_bound_s) adds a node's data-parallel gathers and reductions because rings
+  // send out of a node as much as they take in.
+  for (const CollectiveOp op : {CollectiveOp::all_gather, CollectiveOp::reduce_scatter}) {
+    CHECK(across.candidates(op, two_nodes.gpus()) ==
+          std::vector<CollectiveAlgorithm>{CollectiveAlgorithm::ring});
+  }
   const std::vector<VertexId> first_node(two_nodes.gpus().begin(), two_nodes.gpus().begin() + 8);
   CHECK(across.choose(CollectiveOp::all_reduce, first_node, 1e9).algorithm ==
         CollectiveAlgorithm::nvls);

@@ -16,7 +16,7 @@ using fleetsim::testing::small_job;
 namespace {
 
 // The small job over 4 stages of 2 layers (tp 1, 2 replicas, ZeRO-1), 8 micro-batches each.
-StepInputs pipelined(PipelineSchedule schedule, int vpp) {
+StepInputs pipelined(PipelineSchedule schedule, int vpp, int microbatch_group) {
   StepInputs in = small_job();
   in.model.vocab = 256;
   in.plan.tp = 1;
@@ -25,6 +25,7 @@ StepInputs pipelined(PipelineSchedule schedule, int vpp) {
   in.plan.zero_stage = 1;
   in.plan.schedule = schedule;
   in.plan.vpp = vpp;  // 2: chunks of one layer
+  in.plan.microbatch_group = microbatch_group;
   return in;
 }
 
@@ -41,18 +42,21 @@ double activations_item(const MemoryBreakdown& memory) {
 TEST_CASE("trace memory: the layers a stage holds peak where the memory model counts them") {
   // The replay's saved layers come from the schedule as it ran (a layer's forward takes its
   // tensors, its backward frees them); the memory model counts the passes in flight from the
-  // schedule's shape (1F1B: pp - stage; GPipe: all m; interleaved: the warm-up plus one). They
+  // schedule's shape (1F1B: pp - stage; GPipe: all m; interleaved: the warm-up plus one, whose
+  // length the micro-batches a chunk runs in a row set: pp by default, here also all 8). They
   // must agree, and every layer taken must be freed by the step's end. The counter's bytes:
   // each layer its share of the model's activations item, beside the rest of the peak but
   // what is held at one moment only.
   struct Case {
     PipelineSchedule schedule;
     int vpp;
+    int microbatch_group;
   };
-  for (const Case c : {Case{PipelineSchedule::one_f_one_b, 1}, Case{PipelineSchedule::gpipe, 1},
-                       Case{PipelineSchedule::one_f_one_b, 2}}) {
-    CAPTURE(to_string(c.schedule), c.vpp);
-    const StepInputs in = pipelined(c.schedule, c.vpp);
+  for (const Case c :
+       {Case{PipelineSchedule::one_f_one_b, 1, 0}, Case{PipelineSchedule::gpipe, 1, 0},
+        Case{PipelineSchedule::one_f_one_b, 2, 0}, Case{PipelineSchedule::one_f_one_b, 2, 8}}) {
+    CAPTURE(to_string(c.schedule), c.vpp, c.microbatch_group);
+    const StepInputs in = pipelined(c.schedule, c.vpp, c.microbatch_group);
     StepOptions options;
     options.trace_ranks = 4;  // the first rank of each stage: 0, 2, 4, 6
     const StepOutcome out = simulate_step(in, options);
