@@ -342,9 +342,20 @@ TEST_CASE(
 TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fastest first") {
   const std::string source = FLEETSIM_SOURCE_DIR;
   const std::string scenario = source + "/scenarios/h100-vs-b200.yaml";
-  const Result result = run_cli("plan " + scenario + " --top 3 --json");
+  const Result result = run_cli("plan " + scenario + " --top 3 --json --threads 1");
   REQUIRE(result.exit_code == 0);
-  const auto plan = nlohmann::json::parse(result.out);
+  auto plan = nlohmann::json::parse(result.out);
+  // The same layouts replayed and ranked, to the bit, on 1, 2 and 4 threads: batches of fixed
+  // sizes, whatever runs them (the search's own wall time aside).
+  for (const int threads : {2, 4}) {
+    CAPTURE(threads);
+    auto on_more = nlohmann::json::parse(
+        run_cli("plan " + scenario + " --top 3 --json --threads " + std::to_string(threads)).out);
+    on_more["plan"].erase("search_s");
+    auto on_one = plan;
+    on_one["plan"].erase("search_s");
+    CHECK(on_more == on_one);
+  }
   const auto& variants = plan["variants"];
   REQUIRE(variants.size() == 3);
   const auto& summary = plan["plan"];
