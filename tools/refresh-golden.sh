@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Rewrites tests/golden/<scenario>.json from `fleetsim run scenarios/<scenario>.yaml --json
 # --summary` (links summed by kind) for every shipped scenario, then the pages generated from
-# them (docs/examples/, the README's example: build/bin/fleetsim_docs): run it when a model
-# changes on purpose, then read the diff and say in the commit which numbers moved and why. The
-# golden tests (ctest -R golden) compare numbers to a relative 1e-9.
+# them (docs/examples/, the README's example: build/bin/fleetsim_docs) and the images under
+# docs/images (tools/refresh-images.sh): run it when a model changes on purpose, then read the
+# diff and say in the commit which numbers moved and why. The golden tests (ctest -R golden)
+# compare numbers to a relative 1e-9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for scenario in scenarios/*.yaml; do
@@ -27,3 +28,5 @@ for scenario in scenarios/*.yaml; do
   echo "tests/golden/$name.json"
 done
 build/bin/fleetsim_docs .
+# And the images the docs show, drawn from the same scenarios.
+tools/refresh-images.sh
