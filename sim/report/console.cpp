@@ -245,7 +245,9 @@ const Quantity kStep[] = {
     {"exposed comm per step (s)", FieldGroup::step, {"exposed_comm_s"}, as_seconds},
     // What the exposed communication is for, where any is.
     exposed_part("  data-parallel (s)", "exposed_dp_s"),
-    exposed_part("  tensor/context/expert-parallel (s)", "exposed_tp_s"),
+    exposed_part("  tensor-parallel (s)", "exposed_tp_s"),
+    exposed_part("  context-parallel (s)", "exposed_cp_s"),
+    exposed_part("  expert-parallel (s)", "exposed_ep_s"),
     exposed_part("  pipeline transfers (s)", "exposed_pp_s"),
     exposed_part("  offload copies (s)", "exposed_host_s"),
     {"idle per step (s)", FieldGroup::step, {"idle_s"}, as_seconds},

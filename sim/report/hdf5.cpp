@@ -173,6 +173,8 @@ void write_breakdown(const H5::Group& group, const StepOutcome& outcome) {
                                        {"idle", seconds(breakdown.idle_s)},
                                        {"exposed_dp", seconds(breakdown.exposed_dp_s)},
                                        {"exposed_tp", seconds(breakdown.exposed_tp_s)},
+                                       {"exposed_cp", seconds(breakdown.exposed_cp_s)},
+                                       {"exposed_ep", seconds(breakdown.exposed_ep_s)},
                                        {"exposed_pp", seconds(breakdown.exposed_pp_s)},
                                        {"exposed_host", seconds(breakdown.exposed_host_s)}};
   write_rows(group, "breakdown", breakdown_type(), rows);

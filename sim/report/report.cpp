@@ -78,7 +78,9 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
 std::string largest_share(const StepBreakdown& parts) {
   const std::pair<const char*, double> shares[] = {{"compute", parts.compute_s},
                                                    {"exposed DP comm", parts.exposed_dp_s},
-                                                   {"exposed TP/CP/EP comm", parts.exposed_tp_s},
+                                                   {"exposed TP comm", parts.exposed_tp_s},
+                                                   {"exposed CP comm", parts.exposed_cp_s},
+                                                   {"exposed EP comm", parts.exposed_ep_s},
                                                    {"exposed PP comm", parts.exposed_pp_s},
                                                    {"exposed offload copies", parts.exposed_host_s},
                                                    {"idle (bubble, waits)", parts.idle_s}};

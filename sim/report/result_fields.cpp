@@ -176,9 +176,13 @@ const ResultField kFields[] = {
     {FieldGroup::step, "exposed_dp_s", "", "s",
      "of which data-parallel gradient reductions and parameter gathers",
      [](R r, I i) -> FieldValue { return step(r, i).breakdown.exposed_dp_s; }},
-    {FieldGroup::step, "exposed_tp_s", "", "s",
-     "of which tensor-, context- and expert-parallel collectives",
+    {FieldGroup::step, "exposed_tp_s", "", "s", "of which tensor-parallel collectives",
      [](R r, I i) -> FieldValue { return step(r, i).breakdown.exposed_tp_s; }},
+    {FieldGroup::step, "exposed_cp_s", "", "s",
+     "of which context-parallel exchanges (ring attention's, Ulysses' all-to-alls)",
+     [](R r, I i) -> FieldValue { return step(r, i).breakdown.exposed_cp_s; }},
+    {FieldGroup::step, "exposed_ep_s", "", "s", "of which expert-parallel all-to-alls and gathers",
+     [](R r, I i) -> FieldValue { return step(r, i).breakdown.exposed_ep_s; }},
     {FieldGroup::step, "exposed_pp_s", "", "s", "of which pipeline transfers",
      [](R r, I i) -> FieldValue { return step(r, i).breakdown.exposed_pp_s; }},
     {FieldGroup::step, "exposed_host_s", "", "s", "of which optimizer offload's PCIe copies",
@@ -186,7 +190,8 @@ const ResultField kFields[] = {
     {FieldGroup::step, "idle_s", "", "s", "neither (bubbles, waits, latency)",
      [](R r, I i) -> FieldValue { return step(r, i).breakdown.idle_s; }},
     {FieldGroup::step, "largest_share", "largest_share", "",
-     "what holds the step most: \"compute\", \"exposed DP comm\", \"exposed TP/CP/EP comm\", "
+     "what holds the step most: \"compute\", \"exposed DP comm\", \"exposed TP comm\", \"exposed "
+     "CP comm\", \"exposed EP comm\", "
      "\"exposed PP comm\", \"exposed offload copies\" or \"idle (bubble, waits)\" (HDF5: \"\" "
      "when not simulated)",
      [](R r, I i) -> FieldValue {
@@ -348,8 +353,8 @@ const ResultTable kTables[] = {
     {FieldGroup::variant, "layout", "", "one key per layout dimension",
      "the layout (HDF5: a variant attribute each; see the layout's dimensions below)"},
     {FieldGroup::step, "", "breakdown", "component (string), seconds",
-     "7 rows: compute, exposed_comm, idle, exposed_dp, exposed_tp, exposed_pp, exposed_host "
-     "(NaN seconds when not simulated)"},
+     "9 rows: compute, exposed_comm, idle, exposed_dp, exposed_tp, exposed_cp, exposed_ep, "
+     "exposed_pp, exposed_host (NaN seconds when not simulated)"},
     {FieldGroup::memory, "memory.items", "memory", "name (HDF5: item), bytes, basis, moment",
      "one row per item of the memory per GPU, with how it was counted and when it is held (only "
      "those held all along or at the peak's moment count in total_bytes)"},

@@ -93,9 +93,9 @@ CommKind comm_kind(GroupKind group) {
   switch (group) {
     case GroupKind::data:
     case GroupKind::expert_data: return kDataParallelComm;
-    case GroupKind::tensor:
-    case GroupKind::context:
-    case GroupKind::expert: return kTensorComm;
+    case GroupKind::tensor: return kTensorComm;
+    case GroupKind::context: return kContextComm;
+    case GroupKind::expert: return kExpertComm;
     case GroupKind::pipeline: return kPipelineComm;
   }
   throw ModelError(std::string("no communication kind for group ") + to_string(group));
@@ -120,6 +120,8 @@ StepBreakdown step_breakdown(const std::vector<const RankActivity*>& replayed, S
   breakdown.idle_s = (SimTime::from_ns(step.ns() * count) - compute - exposed).seconds() / ranks;
   breakdown.exposed_dp_s = exposed_by_kind[kDataParallelComm].seconds() / ranks;
   breakdown.exposed_tp_s = exposed_by_kind[kTensorComm].seconds() / ranks;
+  breakdown.exposed_cp_s = exposed_by_kind[kContextComm].seconds() / ranks;
+  breakdown.exposed_ep_s = exposed_by_kind[kExpertComm].seconds() / ranks;
   breakdown.exposed_pp_s = exposed_by_kind[kPipelineComm].seconds() / ranks;
   breakdown.exposed_host_s = exposed_by_kind[kHostComm].seconds() / ranks;
   return breakdown;

@@ -14,9 +14,17 @@ namespace fleetsim::step_detail {
 
 // Communication by what it is for, so that exposed time can be told apart (StepBreakdown):
 // data-parallel gradient reductions and parameter gathers (of the data group, or of an
-// expert's), a layer's collectives (of the tensor, context and expert groups), pipeline
-// transfers, and optimizer offload's copies over PCIe.
-enum CommKind { kDataParallelComm, kTensorComm, kPipelineComm, kHostComm, kCommKinds };
+// expert's), a layer's collectives (of the tensor, context and expert groups, each apart),
+// pipeline transfers, and optimizer offload's copies over PCIe.
+enum CommKind {
+  kDataParallelComm,
+  kTensorComm,
+  kContextComm,
+  kExpertComm,
+  kPipelineComm,
+  kHostComm,
+  kCommKinds
+};
 // Throws ModelError for a group that carries no communication.
 CommKind comm_kind(GroupKind group);
 

@@ -51,10 +51,14 @@ struct StepBreakdown {
   double exposed_comm_s = 0;  // communication running while compute was idle
   double idle_s = 0;          // neither (pipeline bubbles, waiting on peers, latency, dependencies)
   // exposed_comm_s by what the communication is for (a stretch where several run shared among
-  // them evenly): data-parallel gradient reductions and parameter gathers; tensor-, context-
-  // and expert-parallel collectives; pipeline transfers; optimizer offload's PCIe copies.
+  // them evenly): data-parallel gradient reductions and parameter gathers; tensor-parallel
+  // collectives; context-parallel exchanges (ring attention's, Ulysses' all-to-alls);
+  // expert-parallel all-to-alls and gathers; pipeline transfers; optimizer offload's PCIe
+  // copies.
   double exposed_dp_s = 0;
   double exposed_tp_s = 0;
+  double exposed_cp_s = 0;
+  double exposed_ep_s = 0;
   double exposed_pp_s = 0;
   double exposed_host_s = 0;
   bool operator==(const StepBreakdown&) const = default;

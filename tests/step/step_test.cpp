@@ -592,8 +592,11 @@ TEST_CASE("exposed communication splits by kind, the kinds adding up to the whol
   const StepOutcome out = simulate_step(in);
   REQUIRE(out.simulated);
   const StepBreakdown& b = out.step.breakdown;
-  CHECK(b.exposed_dp_s + b.exposed_tp_s + b.exposed_pp_s + b.exposed_host_s ==
+  CHECK(b.exposed_dp_s + b.exposed_tp_s + b.exposed_cp_s + b.exposed_ep_s + b.exposed_pp_s +
+            b.exposed_host_s ==
         Approx(b.exposed_comm_s).epsilon(1e-12));
+  CHECK(b.exposed_cp_s == 0);
+  CHECK(b.exposed_ep_s == 0);
   CHECK(b.exposed_tp_s > 0);  // blocking tensor-parallel collectives stall every layer
   CHECK(b.exposed_pp_s > 0);  // the first micro-batch's activations cross to the next stage
   CHECK(b.exposed_host_s == 0);
@@ -942,5 +945,29 @@ TEST_CASE("FP8 with tensor parallelism: casts the shard, gathers FP8, overlaps a
     CHECK(overlapped(*fp8_list) == overlapped(*bf16));
     CHECK(overlapped(*fp8_list) > 0);
     CHECK(gathered(*fp8_list) == Approx(gathered(*bf16) / 2));
+  }
+}
+
+TEST_CASE("the breakdown tells context- and expert-parallel exchanges from tensor-parallel ones") {
+  // Ring attention's exchanges over cp 4 (no tensor parallelism) are context-parallel; a
+  // mixture of experts' all-to-alls over ep 4 are expert-parallel. The kinds add up to the
+  // exposed communication, each exchange in its own.
+  const StepOutcome cp = on_one_node_over_cp(small_job(), 4);
+  const StepBreakdown& c = cp.step.breakdown;
+  CHECK(c.exposed_cp_s > 0);
+  CHECK(c.exposed_tp_s == 0);
+  CHECK(c.exposed_ep_s == 0);
+  StepInputs experts = fleetsim::testing::with_experts(small_job());
+  experts.plan.ep = 4;
+  const StepOutcome ep = simulate_step(experts);
+  REQUIRE(ep.simulated);
+  const StepBreakdown& e = ep.step.breakdown;
+  CHECK(e.exposed_ep_s > 0);
+  CHECK(e.exposed_tp_s == 0);
+  CHECK(e.exposed_cp_s == 0);
+  for (const StepBreakdown* b : {&c, &e}) {
+    CHECK(b->exposed_dp_s + b->exposed_tp_s + b->exposed_cp_s + b->exposed_ep_s + b->exposed_pp_s +
+              b->exposed_host_s ==
+          Approx(b->exposed_comm_s).epsilon(1e-12));
   }
 }

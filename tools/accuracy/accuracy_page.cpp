@@ -54,7 +54,7 @@ int gpus_of(const Case& c) {
 }
 
 // Where a simulated step went, in shares of it: compute; exposed communication by what it is
-// for (data-, tensor/context/expert-, pipeline-parallel; offload copies); idle.
+// for (data-, tensor-, context-, expert-, pipeline-parallel; offload copies); idle.
 std::string breakdown_text(const StepResult& step) {
   const StepBreakdown& b = step.breakdown;
   const double t = step.step_time_s;
@@ -65,6 +65,8 @@ std::string breakdown_text(const StepResult& step) {
   };
   add("dp", b.exposed_dp_s);
   add("tp", b.exposed_tp_s);
+  add("cp", b.exposed_cp_s);
+  add("ep", b.exposed_ep_s);
   add("pp", b.exposed_pp_s);
   add("host", b.exposed_host_s);
   add("idle", b.idle_s);
@@ -241,8 +243,9 @@ std::string render_page(const std::vector<Case>& cases) {
 
   page << "## Runs\n\n"
           "Each run's headline figure, the simulated step and where its time goes (shares of "
-          "the step: compute; communication left exposed, by data-, tensor/context/expert- "
-          "and pipeline-parallel groups; idle, mostly the pipeline's bubble), and the memory "
+          "the step: compute; communication left exposed, by data-, tensor-, context-, "
+          "expert- and pipeline-parallel groups; idle, mostly the pipeline's bubble), and the "
+          "memory "
           "per GPU fleetsim estimates against the GPU's capacity.\n\n";
   for (const auto& [source, runs] : runs_by_source) {
     page << "### " << source << "\n\n"

@@ -38,7 +38,9 @@ GB = 1e9
 BREAKDOWN_LABELS = {
     "compute": "compute",
     "exposed_dp": "exposed data-parallel comm",
-    "exposed_tp": "exposed tensor/context/expert-parallel comm",
+    "exposed_tp": "exposed tensor-parallel comm",
+    "exposed_cp": "exposed context-parallel comm",
+    "exposed_ep": "exposed expert-parallel comm",
     "exposed_pp": "exposed pipeline transfers",
     "exposed_host": "exposed offload copies",
     "exposed_comm": "exposed communication",
