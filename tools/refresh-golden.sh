@@ -7,6 +7,12 @@
 # compare numbers to a relative 1e-9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The images are drawn last: what they need is checked first, before any golden is rewritten.
+if ! command -v chromium >/dev/null ||
+  ! /usr/bin/python3 -c 'import h5py, matplotlib' 2>/dev/null; then
+  echo "refresh-golden: needs chromium and python3's h5py and matplotlib (tools/setup.sh)" >&2
+  exit 1
+fi
 for scenario in scenarios/*.yaml; do
   name=$(basename "$scenario" .yaml)
   status=0

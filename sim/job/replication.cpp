@@ -567,7 +567,6 @@ class Replication {
     const double seconds = step * job_.replicas / (job_.replicas - short_replicas_);
     // Most calls (every restart's) find the job as it was: nothing to round or check again.
     if (seconds == step_seconds_) return;
-    step_seconds_ = seconds;
     step_ = from_seconds(seconds);
     if (!(job_.steps * step_.seconds() <= kLongestShrunkRun_s)) {
       throw RunCannotFinish(
@@ -575,6 +574,7 @@ class Replication {
           " replicas out for repair the run would train for over 100 years: check "
           "the repair time and the spares");
     }
+    step_seconds_ = seconds;
   }
 
   // After a checkpoint of a shrunk run: when repairs would give it replicas back, it stops,

@@ -177,8 +177,7 @@ std::optional<double> scaling_efficiency_vs_first(const RunReport& report, std::
 std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::size_t index);
 // What holds a step most: "compute", the exposed communication of one kind ("exposed DP comm",
 // "exposed TP comm", "exposed CP comm", "exposed EP comm", "exposed PP comm", "exposed offload
-// copies"), or waiting ("idle
-// (bubble, waits)"); ties go to the first.
+// copies"), or waiting ("idle (bubble, waits)"); ties go to the first.
 std::string largest_share(const StepBreakdown& parts);
 // `fleetsim sweep`: one row per point (GPUs, step time, tokens/s, per GPU, scaling efficiency,
 // MFU, the largest share of the step). Ends with a newline.

@@ -51,7 +51,8 @@ struct StepBreakdown {
   double exposed_comm_s = 0;  // communication running while compute was idle
   double idle_s = 0;          // neither (pipeline bubbles, waiting on peers, latency, dependencies)
   // exposed_comm_s by what the communication is for (a stretch where several run shared among
-  // them evenly): data-parallel gradient reductions and parameter gathers; tensor-parallel
+  // them evenly, so a kind's share depends on how many others run beside it): data-parallel
+  // gradient reductions and parameter gathers; tensor-parallel
   // collectives; context-parallel exchanges (ring attention's, Ulysses' all-to-alls);
   // expert-parallel all-to-alls and gathers; pipeline transfers; optimizer offload's PCIe
   // copies.

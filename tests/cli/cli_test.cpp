@@ -346,11 +346,16 @@ TEST_CASE("fleetsim plan ranks layouts of the scenario's model and cluster, fast
   REQUIRE(result.exit_code == 0);
   auto plan = nlohmann::json::parse(result.out);
   // The same layouts replayed and ranked, to the bit, on 1, 2 and 4 threads: batches of fixed
-  // sizes, whatever runs them (the search's own wall time aside).
+  // sizes, whatever runs them (the search's own wall time aside), the bound pruning between
+  // batches as it does on one.
+  CHECK(plan["plan"]["bounded_out"].get<int>() > 0);
+  CHECK(plan["plan"]["replayed"].get<int>() > 3);  // more than the first batch
   for (const int threads : {2, 4}) {
     CAPTURE(threads);
-    auto on_more = nlohmann::json::parse(
-        run_cli("plan " + scenario + " --top 3 --json --threads " + std::to_string(threads)).out);
+    const Result more =
+        run_cli("plan " + scenario + " --top 3 --json --threads " + std::to_string(threads));
+    REQUIRE(more.exit_code == 0);
+    auto on_more = nlohmann::json::parse(more.out);
     on_more["plan"].erase("search_s");
     auto on_one = plan;
     on_one["plan"].erase("search_s");

@@ -39,6 +39,12 @@ TEST_CASE("a variant's results read back from bytes as they were written") {
   REQUIRE(written.job->degradations.front().step_s > 0);
   written.job_result = simulate_job(*written.job, 20, scenario.seed);
   written.outcome.warnings.push_back("a warning, so that the list is not empty");
+  // Every part of the breakdown apart from the others (this dense job exposes no context- or
+  // expert-parallel time of its own).
+  StepBreakdown& parts = written.outcome.step.breakdown;
+  parts.exposed_cp_s = 0.125;
+  parts.exposed_ep_s = 0.25;
+  parts.exposed_host_s = 0.375;
   written.inputs.plan.vpp = 2;  // as a re-planned point's layout would differ
   written.inputs.training.micro_batch = 2;
 

@@ -129,6 +129,22 @@ TEST_CASE("a field is found by its group and name, and a name not registered is 
   CHECK_THROWS_AS(result_field(FieldGroup::run, "tokens_per_s"), std::logic_error);
 }
 
+TEST_CASE("the largest share of a step names one kind of exposed communication, not a sum") {
+  // Tensor- and expert-parallel time are apart: neither outweighs compute, though together they
+  // would; where one does, it is named.
+  StepBreakdown parts;
+  parts.compute_s = 1.0;
+  parts.exposed_tp_s = 0.6;
+  parts.exposed_ep_s = 0.6;
+  CHECK(largest_share(parts) == "compute");
+  parts.compute_s = 0.1;
+  parts.exposed_tp_s = 0.2;
+  parts.exposed_ep_s = 0.5;
+  CHECK(largest_share(parts) == "exposed EP comm");
+  parts.exposed_cp_s = 0.7;
+  CHECK(largest_share(parts) == "exposed CP comm");
+}
+
 TEST_CASE("a measurement is written beside the prediction in JSON and HDF5") {
   RunReport report = report_with_every_group();
   MeasuredStep measured;

@@ -244,9 +244,9 @@ std::string render_page(const std::vector<Case>& cases) {
   page << "## Runs\n\n"
           "Each run's headline figure, the simulated step and where its time goes (shares of "
           "the step: compute; communication left exposed, by data-, tensor-, context-, "
-          "expert- and pipeline-parallel groups; idle, mostly the pipeline's bubble), and the "
-          "memory "
-          "per GPU fleetsim estimates against the GPU's capacity.\n\n";
+          "expert- and pipeline-parallel groups and offload copies (host); idle, mostly the "
+          "pipeline's bubble), and the memory per GPU fleetsim estimates against the GPU's "
+          "capacity.\n\n";
   for (const auto& [source, runs] : runs_by_source) {
     page << "### " << source << "\n\n"
          << "| run | GPUs | layout | figure | published | predicted | error | step | where "

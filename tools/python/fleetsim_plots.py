@@ -158,16 +158,20 @@ def breakdown(result):
             seconds = dict(zip(table["component"], (float(s) for s in table["seconds"])))
         if "exposed_dp" in seconds:
             seconds["exposed_comm"] = 0.0  # shown by kind
+        for component in seconds:  # one this module does not know, drawn by its own name
+            parts.setdefault(component, [0.0] * (len(names) - 1))
         for component in parts:
             parts[component].append(seconds.get(component, 0.0))
     if len(unfit) == len(names):
         return None
     figure, axis = _figure_for(names)
     bottom = [0.0] * len(names)
-    for component, values in parts.items():
+    # Each component its own colour in every figure, whichever are drawn.
+    for colour, (component, values) in enumerate(parts.items()):
         if not any(values):
             continue
-        axis.bar(range(len(names)), values, bottom=bottom, label=BREAKDOWN_LABELS[component])
+        axis.bar(range(len(names)), values, bottom=bottom,
+                 label=BREAKDOWN_LABELS.get(component, component), color=f"C{colour}")
         bottom = [b + v for b, v in zip(bottom, values)]
     for index in unfit:
         axis.text(index, 0, "does not fit", rotation=90, ha="center", va="bottom", fontsize=8,
