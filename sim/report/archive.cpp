@@ -69,8 +69,8 @@ void serialize(Archive& a, fleetsim::LinkUsage& l, unsigned) {
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::StepBreakdown& b, unsigned) {
-  fields(a, b.compute_s, b.exposed_comm_s, b.idle_s, b.exposed_dp_s, b.exposed_tp_s, b.exposed_cp_s,
-         b.exposed_ep_s, b.exposed_pp_s, b.exposed_host_s);
+  fields(a, b.compute_s, b.exposed_comm_s, b.idle_s);
+  for (const fleetsim::ExposedPart& part : fleetsim::kExposedParts) a&(b.*part.seconds);
 }
 template <class Archive>
 void serialize(Archive& a, fleetsim::TraceSlice& t, unsigned) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -168,15 +169,15 @@ void write_rows(const H5::Group& group, const char* name, const H5::DataType& ty
 void write_breakdown(const H5::Group& group, const StepOutcome& outcome) {
   const StepBreakdown& breakdown = outcome.step.breakdown;
   const auto seconds = [&](double value) { return outcome.simulated ? value : kNotSimulated; };
-  const std::vector<BreakdownRow> rows{{"compute", seconds(breakdown.compute_s)},
-                                       {"exposed_comm", seconds(breakdown.exposed_comm_s)},
-                                       {"idle", seconds(breakdown.idle_s)},
-                                       {"exposed_dp", seconds(breakdown.exposed_dp_s)},
-                                       {"exposed_tp", seconds(breakdown.exposed_tp_s)},
-                                       {"exposed_cp", seconds(breakdown.exposed_cp_s)},
-                                       {"exposed_ep", seconds(breakdown.exposed_ep_s)},
-                                       {"exposed_pp", seconds(breakdown.exposed_pp_s)},
-                                       {"exposed_host", seconds(breakdown.exposed_host_s)}};
+  // Compute, exposed communication and idle time, then the exposed time by kind.
+  std::vector<std::pair<std::string, double>> parts{{"compute", breakdown.compute_s},
+                                                    {"exposed_comm", breakdown.exposed_comm_s},
+                                                    {"idle", breakdown.idle_s}};
+  for (const ExposedPart& part : kExposedParts) {
+    parts.emplace_back(std::string("exposed_") + part.key, breakdown.*part.seconds);
+  }
+  std::vector<BreakdownRow> rows;
+  for (const auto& [component, value] : parts) rows.push_back({component.c_str(), seconds(value)});
   write_rows(group, "breakdown", breakdown_type(), rows);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace fleetsim {
 
@@ -76,14 +77,10 @@ std::optional<double> scaling_efficiency_in_sweep(const RunReport& report, std::
 }
 
 std::string largest_share(const StepBreakdown& parts) {
-  const std::pair<const char*, double> shares[] = {{"compute", parts.compute_s},
-                                                   {"exposed DP comm", parts.exposed_dp_s},
-                                                   {"exposed TP comm", parts.exposed_tp_s},
-                                                   {"exposed CP comm", parts.exposed_cp_s},
-                                                   {"exposed EP comm", parts.exposed_ep_s},
-                                                   {"exposed PP comm", parts.exposed_pp_s},
-                                                   {"exposed offload copies", parts.exposed_host_s},
-                                                   {"idle (bubble, waits)", parts.idle_s}};
+  std::vector<std::pair<const char*, double>> shares{{"compute", parts.compute_s}};
+  for (const ExposedPart& part : kExposedParts)
+    shares.emplace_back(part.share, parts.*part.seconds);
+  shares.emplace_back("idle (bubble, waits)", parts.idle_s);
   const auto* largest = &shares[0];
   for (const auto& share : shares) {
     if (share.second > largest->second) largest = &share;

@@ -118,12 +118,9 @@ StepBreakdown step_breakdown(const std::vector<const RankActivity*>& replayed, S
   breakdown.compute_s = compute.seconds() / ranks;
   breakdown.exposed_comm_s = exposed.seconds() / ranks;
   breakdown.idle_s = (SimTime::from_ns(step.ns() * count) - compute - exposed).seconds() / ranks;
-  breakdown.exposed_dp_s = exposed_by_kind[kDataParallelComm].seconds() / ranks;
-  breakdown.exposed_tp_s = exposed_by_kind[kTensorComm].seconds() / ranks;
-  breakdown.exposed_cp_s = exposed_by_kind[kContextComm].seconds() / ranks;
-  breakdown.exposed_ep_s = exposed_by_kind[kExpertComm].seconds() / ranks;
-  breakdown.exposed_pp_s = exposed_by_kind[kPipelineComm].seconds() / ranks;
-  breakdown.exposed_host_s = exposed_by_kind[kHostComm].seconds() / ranks;
+  for (int kind = 0; kind < kCommKinds; ++kind) {
+    breakdown.*kExposedParts[kind].seconds = exposed_by_kind[kind].seconds() / ranks;
+  }
   return breakdown;
 }
 

@@ -25,6 +25,7 @@ enum CommKind {
   kHostComm,
   kCommKinds
 };
+static_assert(kExposedParts.size() == kCommKinds, "a StepBreakdown part for each kind");
 // Throws ModelError for a group that carries no communication.
 CommKind comm_kind(GroupKind group);
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,23 @@ struct StepBreakdown {
   double exposed_host_s = 0;
   bool operator==(const StepBreakdown&) const = default;
 };
+
+// The kinds of exposed communication, the one list every output takes them from, in the order
+// of step_detail::CommKind: each one's key (its result is exposed_<key>_s, its HDF5 breakdown
+// row exposed_<key>), what a step's largest share calls it, and its member.
+struct ExposedPart {
+  const char* key;
+  const char* share;
+  double StepBreakdown::*seconds;
+};
+inline constexpr std::array<ExposedPart, 6> kExposedParts{{
+    {"dp", "exposed DP comm", &StepBreakdown::exposed_dp_s},
+    {"tp", "exposed TP comm", &StepBreakdown::exposed_tp_s},
+    {"cp", "exposed CP comm", &StepBreakdown::exposed_cp_s},
+    {"ep", "exposed EP comm", &StepBreakdown::exposed_ep_s},
+    {"pp", "exposed PP comm", &StepBreakdown::exposed_pp_s},
+    {"host", "exposed offload copies", &StepBreakdown::exposed_host_s},
+}};
 
 // One activity of one rank's stream, for traces: a kernel, or a collective the rank took part
 // in (from the moment all members had arrived to its end).

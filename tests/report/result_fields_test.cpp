@@ -129,6 +129,22 @@ TEST_CASE("a field is found by its group and name, and a name not registered is 
   CHECK_THROWS_AS(result_field(FieldGroup::run, "tokens_per_s"), std::logic_error);
 }
 
+TEST_CASE("every kind of exposed communication is a registered result and a breakdown row") {
+  const RunReport report = report_with_every_group();
+  const StepBreakdown& parts = report.variants[0].outcome.step.breakdown;
+  std::string_view rows;  // the HDF5 breakdown table's description
+  for (const ResultTable& table : result_tables()) {
+    if (table.hdf5 == "breakdown") rows = table.description;
+  }
+  for (const ExposedPart& part : kExposedParts) {
+    CAPTURE(part.key);
+    const std::string name = std::string("exposed_") + part.key;
+    CHECK(std::get<double>(result_field(FieldGroup::step, name + "_s").get(report, 0)) ==
+          parts.*part.seconds);
+    CHECK(rows.find(name) != std::string_view::npos);
+  }
+}
+
 TEST_CASE("the largest share of a step names one kind of exposed communication, not a sum") {
   // Tensor- and expert-parallel time are apart: neither outweighs compute, though together they
   // would; where one does, it is named.

@@ -63,12 +63,7 @@ std::string breakdown_text(const StepResult& step) {
   const auto add = [&](const char* name, double s) {
     if (s / t >= 0.005) text += ", " + std::string(name) + " " + fixed(100 * s / t, 0) + "%";
   };
-  add("dp", b.exposed_dp_s);
-  add("tp", b.exposed_tp_s);
-  add("cp", b.exposed_cp_s);
-  add("ep", b.exposed_ep_s);
-  add("pp", b.exposed_pp_s);
-  add("host", b.exposed_host_s);
+  for (const ExposedPart& part : kExposedParts) add(part.key, b.*part.seconds);
   add("idle", b.idle_s);
   return text;
 }
