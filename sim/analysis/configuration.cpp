@@ -1,6 +1,8 @@
 #include "sim/analysis/configuration.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "topology/topology.hpp"
@@ -48,6 +50,9 @@ std::vector<StepProfileEntry> step_profile_entries(const StepInputs& inputs) {
     const auto entry =
         std::find_if(kProfileEntryKeys.begin(), kProfileEntryKeys.end(),
                      [&](const ProfileEntryKey& k) { return k.key == std::string_view(key); });
+    if (entry == kProfileEntryKeys.end()) {
+      throw std::logic_error(std::string("no profile entry ") + key);
+    }
     entries.push_back({key, range_of(entry->quantity)});
   }
   if (inputs.training.attention == Attention::flash) {

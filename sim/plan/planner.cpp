@@ -311,11 +311,11 @@ double sharded_gathers_s(const StepInputs& inputs) {
   const RankParameters parameters = rank_parameters(inputs.model, plan, 0);
   const double held = plan.ep > 1 ? parameters.dense : parameters.total();
   const double embedding = fsdp_unit_parameters(inputs.model).front() / plan.tp;
-  // BF16, or under QLoRA at the 4-bit base's bytes (the adapters and the rest, in BF16, count
-  // as little: a lower bound still).
+  // BF16, or under QLoRA all as the 4-bit base (the adapters and the rest, in BF16, counted as
+  // little: a lower bound still).
+  const double gathered = micro_batches * (2 * held - embedding);
   const bool quantized = inputs.training.lora && inputs.training.lora->quantized_base;
-  const double bytes_per_parameter = quantized ? kNf4BytesPerParameter : kBf16Bytes;
-  return node_crossing_s(inputs, micro_batches * (2 * held - embedding) * bytes_per_parameter);
+  return node_crossing_s(inputs, weight_gather_bytes(gathered, 0, quantized ? gathered : 0));
 }
 
 // Under ZeRO 2 and 3 every micro-batch reduce-scatters the first stage's gradients in the reduce

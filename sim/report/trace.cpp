@@ -12,6 +12,7 @@
 //
 // A trace holds millions of events: they are written as text one by one, not built as a JSON
 // document first (which took several times the memory and time of the text).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -36,7 +37,7 @@ class JsonText {
   explicit JsonText(std::string& out) : out_(out) {}
 
   void open(char bracket) {
-    sepafour_digits();
+    separate();
     out_ += bracket;
     counts_.push_back(0);
   }
@@ -45,14 +46,14 @@ class JsonText {
     counts_.pop_back();
   }
   void key(std::string_view name) {
-    sepafour_digits();
+    separate();
     out_ += '"';
     out_ += name;  // keys are this file's own names: nothing to escape
     out_ += "\":";
     after_key_ = true;
   }
   void string(std::string_view text) {
-    sepafour_digits();
+    separate();
     bool plain = true;
     for (const char c : text) {
       const auto byte = static_cast<unsigned char>(c);
@@ -68,12 +69,12 @@ class JsonText {
     }
   }
   void number(double value) {
-    sepafour_digits();
+    separate();
     char buffer[32];
     out_.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
   }
   void integer(std::int64_t value) {
-    sepafour_digits();
+    separate();
     char buffer[24];
     out_.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
   }
@@ -95,7 +96,7 @@ class JsonText {
 
  private:
   // A comma before every member but an object's or array's first; none after a key.
-  void sepafour_digits() {
+  void separate() {
     if (after_key_) {
       after_key_ = false;
       return;
@@ -234,13 +235,14 @@ std::string render_trace(const RunReport& report) {
     const int pid = static_cast<int>(v);
     name_event(json, "process_name", pid, -1, variant.name);
     std::set<std::pair<int, int>> tracks;
-    // A transfer's two sides, by its number: (sending side's track, receiving side's), and the
-    // instant both began.
-    std::map<std::int64_t, std::pair<int, int>> transfer_tracks;
-    std::map<std::int64_t, SimTime> transfer_begins;
-    // A collective's traced members, by its number: their tracks, and the instant it began.
-    std::map<std::int64_t, std::vector<int>> collective_tracks;
-    std::map<std::int64_t, SimTime> collective_begins;
+    // Where an arrow goes, by the number of the transfer or collective it joins: the instant
+    // its slices began, and the tracks of its traced sides (a transfer's sending side, then its
+    // receiving one; a collective's members in rank order).
+    struct Meeting {
+      SimTime begin{};
+      std::vector<int> tracks;
+    };
+    std::map<std::int64_t, Meeting> transfers, collectives;
     for (const TraceSlice& slice : step.trace) {
       const int stream = static_cast<int>(slice.stream);
       const int tid = slice.rank * kStreamCount + stream;
@@ -262,33 +264,28 @@ std::string render_trace(const RunReport& report) {
       json.close('}');
       json.close('}');
       if (slice.transfer >= 0) {
-        auto& [from, to] = transfer_tracks.try_emplace(slice.transfer, -1, -1).first->second;
-        (slice.sends ? from : to) = tid;
-        transfer_begins[slice.transfer] = slice.begin;
+        Meeting& transfer =
+            transfers.try_emplace(slice.transfer, Meeting{slice.begin, {-1, -1}}).first->second;
+        transfer.tracks[slice.sends ? 0 : 1] = tid;
       }
       if (slice.collective >= 0) {
-        collective_tracks[slice.collective].push_back(tid);
-        collective_begins[slice.collective] = slice.begin;
+        collectives.try_emplace(slice.collective, Meeting{slice.begin, {}})
+            .first->second.tracks.push_back(tid);
       }
     }
-    // A flow arrow for each transfer whose two sides are traced, from the sending side.
-    for (const auto& [transfer, sides] : transfer_tracks) {
-      if (sides.first < 0 || sides.second < 0) continue;
-      const double ts = microseconds(transfer_begins[transfer]);
-      flow_event(json, "pipeline transfer", "s", flows, ts, pid, sides.first);
-      flow_event(json, "pipeline transfer", "f", flows++, ts, pid, sides.second);
-    }
-    // And one through the traced members of each collective, in rank order: the ranks that
-    // met there.
-    for (const auto& [collective, members] : collective_tracks) {
-      if (members.size() < 2) continue;
-      const double ts = microseconds(collective_begins[collective]);
-      for (std::size_t i = 0; i < members.size(); ++i) {
-        const char* phase = i == 0 ? "s" : i + 1 < members.size() ? "t" : "f";
-        flow_event(json, "collective", phase, flows, ts, pid, members[i]);
+    // An arrow through each transfer's two sides where both are traced, from the sending side,
+    // and through each collective's traced members: the ranks that met there.
+    const auto arrow = [&](const char* what, const Meeting& meeting) {
+      const std::vector<int>& tracks = meeting.tracks;
+      if (tracks.size() < 2 || std::count(tracks.begin(), tracks.end(), -1) > 0) return;
+      for (std::size_t i = 0; i < tracks.size(); ++i) {
+        const char* phase = i == 0 ? "s" : i + 1 < tracks.size() ? "t" : "f";
+        flow_event(json, what, phase, flows, microseconds(meeting.begin), pid, tracks[i]);
       }
       ++flows;
-    }
+    };
+    for (const auto& [number, transfer] : transfers) arrow("pipeline transfer", transfer);
+    for (const auto& [number, collective] : collectives) arrow("collective", collective);
     // Counters, each from its value before its first sample at the step's start (unless that
     // is then). Each traced GPU's communication load, from none:
     std::set<int> started;

@@ -575,19 +575,17 @@ class Replay {
       if (const auto nic = topology.nic_of_gpu(gpus_[r])) ends.insert(*nic);
     }
     if (ends.empty()) return;
-    std::vector<FlowLinkId> watched;
-    const auto fabric = [&](VertexId v) {
-      const VertexKind kind = topology.vertex(v).kind;
-      return kind != VertexKind::gpu && kind != VertexKind::nic && topology.vertex(v).node < 0;
+    // A traced GPU, or a traced GPU's NIC facing a fabric switch (a vertex of no node).
+    const auto gpu_end = [&](VertexId v) {
+      return ends.contains(v) && topology.vertex(v).kind == VertexKind::gpu;
     };
+    const auto nic_end = [&](VertexId v, VertexId other) {
+      return ends.contains(v) && topology.vertex(v).kind == VertexKind::nic &&
+             topology.vertex(other).node < 0;
+    };
+    std::vector<FlowLinkId> watched;
     for (LinkId l = 0; l < topology.link_count(); ++l) {
       const Link& link = topology.link(l);
-      const auto gpu_end = [&](VertexId v) {
-        return ends.contains(v) && topology.vertex(v).kind == VertexKind::gpu;
-      };
-      const auto nic_end = [&](VertexId v, VertexId other) {
-        return ends.contains(v) && topology.vertex(v).kind == VertexKind::nic && fabric(other);
-      };
       if (gpu_end(link.from) || gpu_end(link.to) || nic_end(link.from, link.to) ||
           nic_end(link.to, link.from)) {
         watched.push_back(static_cast<FlowLinkId>(l));

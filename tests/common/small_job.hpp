@@ -47,6 +47,19 @@ inline StepInputs small_job() {
   return in;
 }
 
+// The small job pipelined over 4 stages of 2 layers (tp 1, ZeRO-1), 2 replicas, 8 micro-batches
+// each; a small vocabulary keeps the first and last stages' extra work (embedding, head)
+// negligible, so the stages are balanced as the bubble formula assumes.
+inline StepInputs pipelined_job(PipelineSchedule schedule = PipelineSchedule::one_f_one_b) {
+  StepInputs in = small_job();
+  in.model.vocab = 256;
+  in.plan.pp = 4;
+  in.plan.dp = 2;
+  in.plan.zero_stage = 1;
+  in.plan.schedule = schedule;
+  return in;
+}
+
 // The small job on two 4-GPU trays of one NVLink domain (as a GB200 NVL72's), with 8 KV heads
 // so that tp 8 divides them.
 inline StepInputs two_trays() {

@@ -269,11 +269,7 @@ TEST_CASE("planner: the same ranking on one thread or many") {
 TEST_CASE("planner: on an ideal pipeline the bound is the bubble formula") {
   // Communication free (huge links, no latency), balanced stages: the replayed 1F1B step is the
   // bound's (m + pp - 1) chunk times within the head and embedding's small share.
-  StepInputs in = small_job();
-  in.model.vocab = 256;
-  in.plan.dp = 2;
-  in.plan.pp = 4;
-  in.plan.zero_stage = 1;
+  StepInputs in = testing::pipelined_job();
   in.node.nvlink_bytes_per_s = 1e18;
   in.node.nic_bytes_per_s = 1e18;
   in.node.pcie_bytes_per_s = 1e18;

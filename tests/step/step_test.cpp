@@ -11,6 +11,7 @@
 
 using namespace fleetsim;
 
+using fleetsim::testing::pipelined_job;
 using fleetsim::testing::small_job;
 
 namespace {
@@ -295,17 +296,6 @@ void set_layout(StepInputs& in, int tp, int pp, int dp, int zero_stage) {
   in.plan.pp = pp;
   in.plan.dp = dp;
   in.plan.zero_stage = zero_stage;
-}
-
-// The small job pipelined over 4 stages of 2 layers, 2 replicas, 8 micro-batches each; a small
-// vocabulary keeps the first and last stages' extra work (embedding, head) negligible, so the
-// stages are balanced as the bubble formula assumes.
-StepInputs pipelined_job(PipelineSchedule schedule) {
-  StepInputs in = small_job();
-  in.model.vocab = 256;
-  set_layout(in, 1, 4, 2, 1);
-  in.plan.schedule = schedule;
-  return in;
 }
 
 }  // namespace

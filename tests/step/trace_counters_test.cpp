@@ -15,16 +15,10 @@ using fleetsim::testing::small_job;
 
 namespace {
 
-// The small job over 4 stages of 2 layers (tp 1, 2 replicas, ZeRO-1), 8 micro-batches each.
+// The pipelined small job (4 stages of 2 layers), `vpp` chunks a stage (2: of one layer each).
 StepInputs pipelined(PipelineSchedule schedule, int vpp, int microbatch_group) {
-  StepInputs in = small_job();
-  in.model.vocab = 256;
-  in.plan.tp = 1;
-  in.plan.pp = 4;
-  in.plan.dp = 2;
-  in.plan.zero_stage = 1;
-  in.plan.schedule = schedule;
-  in.plan.vpp = vpp;  // 2: chunks of one layer
+  StepInputs in = testing::pipelined_job(schedule);
+  in.plan.vpp = vpp;
   in.plan.microbatch_group = microbatch_group;
   return in;
 }
