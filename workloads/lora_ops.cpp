@@ -1,6 +1,7 @@
 #include "workloads/lora_ops.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
 
 #include "sim/engine/errors.hpp"
@@ -56,9 +57,20 @@ double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& tra
   double sum = 0;
   for (const std::string& module : training.lora->targets) {
     const auto [in, out] = lora_module_shape(model, module);
-    sum += training.lora->rank * (in + out);
+    // DoRA's magnitude: one per output feature.
+    sum += training.lora->rank * (in + out) + (training.lora->weight_decomposed ? out : 0.0);
   }
   return sum;
+}
+
+double dora_weight_norm_bytes(const ModelSpec& model, const TrainingSpec& training, int tp) {
+  if (!training.lora || !training.lora->weight_decomposed) return 0;
+  double largest = 0;
+  for (const std::string& module : training.lora->targets) {
+    const auto [in, out] = lora_module_shape(model, module);
+    largest = std::max(largest, in * out / tp);
+  }
+  return (training.lora->quantized_base ? 3 : 2) * kBf16 * largest;
 }
 
 namespace {
@@ -72,6 +84,57 @@ AdapterInput adapter_input(double in, const AdapterPlace& place) {
   if (place.row_parallel) return {place.rows, in / place.tp};  // its columns of the input
   // The block's gathered input, or its own sequence shard before it gathers it.
   return {place.own_gather ? place.rows / place.tp : place.rows, in};
+}
+
+// DoRA's weight norm beside one adapted projection, every forward: the factor of B A the
+// rank lacks gathered (A beside a column-parallel projection, B beside a row-parallel one,
+// each [r, whole side] in BF16: NeMo's _get_weight_norm), B A as one GEMM (not model work),
+// then W + s B A and its row norms, memory-bound over the rank's [out, in] shard of W: the
+// product written by the GEMM, then the scale (read, write), the add (two reads, a write) and
+// the norm (a read): six more passes. A 4-bit base is dequantized for it first. No backward:
+// the norm is detached.
+void dora_weight_norm(const LoraSpec& lora, const std::string& module, double in, double out,
+                      const AdapterPlace& place, std::vector<Op>& forward) {
+  const std::string name = module + ".lora_dora_";
+  const double split = place.tp;
+  const double rows = place.row_parallel ? out : out / split;
+  const double columns = place.row_parallel ? in / split : in;
+  if (place.tp > 1) {
+    forward.push_back(exchange(name + "gather", CollectiveOp::all_gather,
+                               kBf16 * lora.rank * (place.row_parallel ? out : in),
+                               /*beside_weight_gradient=*/false));
+  }
+  if (lora.quantized_base) {
+    forward.push_back(
+        memory_op(name + "dequantize", (kNf4BytesPerParameter + kBf16) * rows * columns));
+  }
+  Op product = gemm_op(name + "weight", rows, columns, lora.rank);
+  product.model_flops = 0;
+  forward.push_back(std::move(product));
+  forward.push_back(memory_op(name + "norm", 6 * kBf16 * rows * columns));
+}
+
+// With dropout DoRA runs the frozen projection a second time on the dropped input (NeMo's
+// dropout_correction, (m / norm - 1) x W (dropout(x) - x); PEFT's W dropout(x)): the input's
+// difference (two reads, a write), the projection as the base runs it with its data gradient
+// in backward, the correction scaled and added (five passes over the output); in backward the
+// output's gradient scaled and the magnitude's share (four passes), and the difference's.
+// (Tensor parallelism is refused with it: the job rule dora-dropout-without-tp.)
+void dora_dropout_correction(const TrainingSpec& training, const std::string& name,
+                             const AdapterInput& read, double in, double out, double added,
+                             std::vector<Op>& forward, std::vector<Op>& backward) {
+  const double input = read.rows * read.columns;
+  forward.push_back(memory_op(name + "dora_correction_input", 3 * kBf16 * input));
+  backward.push_back(memory_op(name + "dora_correction_input.bwd", 3 * kBf16 * input));
+  // The model's work is the projection's once: the rerun is not counted as model FLOPs.
+  const std::size_t forward_from = forward.size();
+  const std::size_t backward_from = backward.size();
+  projection_ops(name + "dora_correction", read.rows, out, in, training, /*frozen=*/true, forward,
+                 backward);
+  for (std::size_t i = forward_from; i < forward.size(); ++i) forward[i].model_flops = 0;
+  for (std::size_t i = backward_from; i < backward.size(); ++i) backward[i].model_flops = 0;
+  forward.push_back(memory_op(name + "dora_correction_add", 5 * kBf16 * added));
+  backward.push_back(memory_op(name + "dora_correction_add.bwd", 4 * kBf16 * added));
 }
 
 }  // namespace
@@ -142,8 +205,19 @@ void lora_adapters(const ModelSpec& model, const TrainingSpec& training, LoraMod
             exchange(name + "b_output.bwd", op, size, /*beside_weight_gradient=*/false));
       }
     }
+    if (lora.weight_decomposed) dora_weight_norm(lora, module, in, out, place, forward);
+    if (lora.weight_decomposed && dropped > 0) {
+      dora_dropout_correction(training, name, read, in, out, added, forward, backward);
+    }
     forward.push_back(memory_op(name + "scale_add", 5 * kBf16 * added));
     backward.push_back(memory_op(name + "scale.bwd", 2 * kBf16 * added));
+    if (lora.weight_decomposed) {
+      // m / norm times the sum of the projection's and the adapter's outputs; in backward the
+      // sum's gradient (read, write) and the magnitude's, the gradient times the saved sum
+      // reduced over the rows (two reads).
+      forward.push_back(memory_op(name + "dora_magnitude", 2 * kBf16 * added));
+      backward.push_back(memory_op(name + "dora_magnitude.bwd", 4 * kBf16 * added));
+    }
   }
 }
 
@@ -159,8 +233,37 @@ void lora_input_gradient_adds(const ModelSpec& model, const TrainingSpec& traini
   }
 }
 
+namespace {
+
+// DoRA keeps, for its magnitude's gradient, the sum of each adapted projection's output and
+// its adapter's, as the rank holds it (split over tp beside a column-parallel projection, and
+// beside a row-parallel one on the sequence shard, whole on every rank without sequence
+// parallelism); with dropout (one GPU: dora-dropout-without-tp) also the correction's output
+// and its own mask of the input. A rerun MLP recomputes its adapters'.
+double dora_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training, int tp,
+                                  bool sequence_parallel, bool mlp_rerun) {
+  if (!training.lora->weight_decomposed) return 0;
+  const auto among = [](const std::string& module, LoraModules modules) {
+    return std::find(modules.begin(), modules.end(), module) != modules.end();
+  };
+  double kept = 0;
+  for (const std::string& module : training.lora->targets) {
+    const bool mlp = among(module, kLoraGateUpModules) || among(module, kLoraDownModules);
+    if (mlp && mlp_rerun) continue;
+    const auto [in, out] = lora_module_shape(model, module);
+    const bool row_parallel = among(module, kLoraOutputModules) || among(module, kLoraDownModules);
+    const double split = row_parallel && !sequence_parallel ? 1.0 : tp;
+    kept += kBf16 * out / split;
+    if (training.lora->dropout > 0) kept += kBf16 * out / split + kMaskBytes * in;
+  }
+  return kept;
+}
+
+}  // namespace
+
 double lora_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training, int tp,
-                                  bool core_rerun, bool mlp_rerun, bool own_gather) {
+                                  bool sequence_parallel, bool core_rerun, bool mlp_rerun,
+                                  bool own_gather) {
   if (!training.lora) return 0;
   const double h = model.hidden;
   const double split = tp;
@@ -193,7 +296,8 @@ double lora_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& tr
     adapters += lora_targets_among(training, kLoraGateUpModules) +
                 lora_targets_among(training, kLoraDownModules);
   }
-  return kept + adapters * kBf16 * training.lora->rank;
+  return kept + adapters * kBf16 * training.lora->rank +
+         dora_saved_bytes_per_token(model, training, tp, sequence_parallel, mlp_rerun);
 }
 
 }  // namespace fleetsim

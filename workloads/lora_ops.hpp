@@ -29,8 +29,14 @@ std::pair<double, double> lora_module_shape(const ModelSpec& model, const std::s
 bool lora_targets(const TrainingSpec& training, const std::string& module);
 // How many of `modules` it adapts.
 int lora_targets_among(const TrainingSpec& training, LoraModules modules);
-// Trainable adapter parameters of one decoder layer under LoRA (0 without).
+// Trainable adapter parameters of one decoder layer under LoRA (0 without), DoRA's
+// magnitudes included.
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
+// The BF16 bytes DoRA holds at once while it takes a weight norm (dora_weight_norm in
+// lora_ops.cpp), at its largest adapted projection's [out, in] shard on a tp rank: the scaled
+// B A and W + s B A (NeMo's _get_weight_norm, B A freed as the scale is written), with a
+// quantized base also the dequantized W. 0 without DoRA.
+double dora_weight_norm_bytes(const ModelSpec& model, const TrainingSpec& training, int tp);
 
 // Where a layer's adapters run: beside a row-parallel projection (o, down) or a column-parallel
 // one; on `rows` tokens (the micro-batch's on the rank); over tp ranks, with or without
@@ -82,8 +88,10 @@ void lora_input_gradient_adds(const ModelSpec& model, const TrainingSpec& traini
 // input; with dropout each adapter's dropped input and its mask instead (the mask on the
 // sequence shard where the adapter gathers its own input). `core_rerun`, `mlp_rerun`: selective
 // recomputation reruns the attention core, the MLP block (whose adapters' inputs it then
-// recomputes); `own_gather` as in AdapterPlace.
+// recomputes); `own_gather` as in AdapterPlace. Under DoRA also what its magnitude's gradient
+// reads (dora_saved_bytes_per_token in lora_ops.cpp).
 double lora_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training, int tp,
-                                  bool core_rerun, bool mlp_rerun, bool own_gather);
+                                  bool sequence_parallel, bool core_rerun, bool mlp_rerun,
+                                  bool own_gather);
 
 }  // namespace fleetsim

@@ -514,6 +514,14 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
         "a BF16 copy of the largest projection, dequantized for its GEMM (QLoRA)");
     dynamic += kWeightBytes * largest;
   }
+  if (const double norm = dora_weight_norm_bytes(model, training, plan.tp); norm > 0) {
+    add("DoRA weight norm", norm,
+        std::string("W + s B A of the largest adapted projection") +
+            (tp > 1 ? " on a tp rank" : "") + ", and the scaled B A beside it" +
+            (quantized ? " and its dequantized base" : "") +
+            ", made for its row norms at each forward (DoRA)");
+    dynamic += norm;
+  }
 
   // The FP32 copy the cross-entropy works on (its gradient computed in place) beside the BF16
   // logits (forward) or their BF16 gradient (backward); in place, only the BF16 logits with the

@@ -70,6 +70,8 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.apex_adam = training.optimizer == Optimizer::distributed_fused_adam;
   subject.lora = training.lora.has_value();
   subject.quantized_base = training.lora && training.lora->quantized_base;
+  subject.dora_dropout =
+      training.lora && training.lora->weight_decomposed && training.lora->dropout > 0;
   subject.fp8 = training.precision == Precision::fp8;
   subject.fp16 = training.precision == Precision::fp16;
   subject.fp8_params = training.fp8_params;

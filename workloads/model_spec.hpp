@@ -251,6 +251,13 @@ struct LoraSpec {
   // NormalFloat with double-quantized block scales, dequantized to BF16 for each GEMM that
   // reads them; adapters, embedding, head and norms stay BF16.
   bool quantized_base = false;
+  // DoRA (Liu et al., arXiv:2402.09353): each adapted projection's output scaled per output
+  // feature by a trained magnitude over the row norm of W + s B A, that norm recomputed every
+  // forward (detached: no gradient through it) as NeMo's DoRALinear (nemo/collections/llm/peft/
+  // dora.py at 8cfedd7) and PEFT's DoraLinearLayer (src/peft/tuners/lora/dora.py at 5d602fd)
+  // compute it, neither caching it while training. With a quantized base (QDoRA) the weight is
+  // dequantized for the norm as well (PEFT's dequantize_module_weight).
+  bool weight_decomposed = false;
   bool operator==(const LoraSpec&) const = default;
 };
 

@@ -226,7 +226,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
   return sharded_between + (qkv + output + scores + mlp) / tp + replicated +
-         lora_saved_bytes_per_token(model, training, tp, core_rerun, mlp_rerun,
+         lora_saved_bytes_per_token(model, training, tp, sequence_parallel, core_rerun, mlp_rerun,
                                     tp_comm_overlap && sequence_parallel && tp > 1);
 }
 

@@ -200,15 +200,16 @@ const Quantity kSetup[] = {
     {"GPU profile", FieldGroup::variant, {"gpu_profile"}, as_text},
     {"model",
      FieldGroup::variant,
-     {"model", "lora_rank", "lora_quantized_base", "precision"},
+     {"model", "lora_rank", "lora_quantized_base", "lora_weight_decomposed", "precision"},
      [](const Values& v) {
        std::string text = as_text(v);
        if (number(v[1]) > 0) {
-         text += std::string(std::get<bool>(v[2]) ? " (QLoRA rank " : " (LoRA rank ") +
+         const std::string method = std::get<bool>(v[3]) ? "DoRA" : "LoRA";
+         text += std::string(std::get<bool>(v[2]) ? " (Q" : " (") + method + " rank " +
                  as_integer({v[1]}) + ")";
        }
        // BF16, the default, goes unsaid.
-       const std::string precision = as_text({v[3]});
+       const std::string precision = as_text({v[4]});
        return precision == "fp8" ? text + " FP8" : precision == "fp16" ? text + " FP16" : text;
      }},
     {"layout", FieldGroup::variant, {"layout_label"}, as_text},
@@ -484,14 +485,15 @@ std::string main_table(const RunReport& report) {
   return table.render();
 }
 
-// Item names in order of first appearance; every variant normally lists the same items.
+// Item names in the memory model's order: each variant lists its items in that order, so one
+// that only some variants list goes right after the item before it in the first that does.
 std::vector<std::string> memory_item_names(const RunReport& report) {
   std::vector<std::string> names;
   for (const VariantReport& variant : report.variants) {
+    auto next = names.begin();
     for (const MemoryItem& item : variant.outcome.memory.items) {
-      if (std::find(names.begin(), names.end(), item.name) == names.end()) {
-        names.push_back(item.name);
-      }
+      const auto known = std::find(names.begin(), names.end(), item.name);
+      next = known != names.end() ? known + 1 : names.insert(next, item.name) + 1;
     }
   }
   return names;

@@ -130,6 +130,13 @@ const ResultField kFields[] = {
        const auto& lora = in(r, i).training.lora;
        return lora && lora->quantized_base;
      }},
+    {FieldGroup::variant, "lora_weight_decomposed", "lora_weight_decomposed", "",
+     "DoRA: each adapted projection's output scaled by a trained magnitude over its weight's "
+     "row norm",
+     [](R r, I i) -> FieldValue {
+       const auto& lora = in(r, i).training.lora;
+       return lora && lora->weight_decomposed;
+     }},
     {FieldGroup::variant, "layout_label", "layout_label", "",
      "the layout in words (tp8 pp2 dp4 ...)",
      [](R r, I i) -> FieldValue { return layout_label(in(r, i).plan); }},

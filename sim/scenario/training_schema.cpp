@@ -46,7 +46,9 @@ const Keys kTrainingKeys = {"method",
 TrainingSpec parse_training(const Field& f) {
   expect_map(f, kTrainingKeys);
   const std::string method =
-      find(f, "method") ? read_choice(*find(f, "method"), {"full", "lora", "qlora"}) : "full";
+      find(f, "method")
+          ? read_choice(*find(f, "method"), {"full", "lora", "qlora", "dora", "qdora"})
+          : "full";
   const bool lora = method != "full";
   TrainingSpec t;
   if (auto precision = find(f, "precision")) {
@@ -64,7 +66,8 @@ TrainingSpec parse_training(const Field& f) {
   }
   if (lora) {
     t.lora = LoraSpec{};
-    t.lora->quantized_base = method == "qlora";
+    t.lora->quantized_base = method == "qlora" || method == "qdora";
+    t.lora->weight_decomposed = method == "dora" || method == "qdora";
     if (auto spec = find(f, "lora")) {
       expect_map(*spec, {"rank", "targets", "dropout", "sequence_all_to_all"});
       if (auto rank = find(*spec, "rank")) t.lora->rank = read_int(*rank, 1);
@@ -85,8 +88,8 @@ TrainingSpec parse_training(const Field& f) {
       }
     }
   } else if (auto spec = find(f, "lora")) {
-    fail(*spec, "lora settings without method: lora or qlora",
-         "set method: lora (or qlora), or remove lora");
+    fail(*spec, "lora settings without a low-rank method (lora, qlora, dora or qdora)",
+         "set method: lora (or qlora, dora, qdora), or remove lora");
   }
   t.seq_len = read_int(require(f, "seq_len"), 1);
   t.global_batch = read_int(require(f, "global_batch"), 1);

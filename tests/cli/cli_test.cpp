@@ -441,8 +441,9 @@ TEST_CASE("every shipped scenario validates, and QLoRA fits every GPU, LoRA the 
     fits[variant["name"].get<std::string>()] = variant["simulated"].get<bool>();
   }
   const std::map<std::string, bool> expected{
-      {"h100 qlora", true}, {"h200 qlora", true}, {"b200 qlora", true}, {"mi300x qlora", true},
-      {"h100 lora", false}, {"h200 lora", false}, {"b200 lora", true},  {"mi300x lora", true}};
+      {"h100 qlora", true},   {"h200 qlora", true},  {"b200 qlora", true},
+      {"mi300x qlora", true}, {"h100 lora", false},  {"h200 lora", false},
+      {"b200 lora", true},    {"mi300x lora", true}, {"h100 qdora", true}};
   CHECK(fits == expected);
 }
 

@@ -354,6 +354,8 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.tp = 1;
          p.dp = 16;
        }},
+      {"dora-dropout-without-tp", "training.lora.dropout",
+       [](JobSubject& j, ParallelPlan&) { j.lora = j.dora_dropout = true; }},
       {"distributed-fused-adam-is-zero-1", "layout.zero",
        [](JobSubject& j, ParallelPlan& p) {
          j.apex_adam = true;

@@ -291,6 +291,32 @@ TEST_CASE("QLoRA loads as LoRA over a 4-bit base, under ZeRO-3 too (FSDP-QLoRA)"
   CHECK(sharded.training.lora->quantized_base);
 }
 
+TEST_CASE("DoRA loads as LoRA with weight decomposition, QDoRA over a 4-bit base too") {
+  const std::string dora = with(
+      with(kBase, "training:\n", "training:\n  method: dora\n  lora: {rank: 8, targets: [q, v]}\n"),
+      "zero: 3", "zero: 1");
+  const StepInputs in = load_text(dora).variants[0].inputs;
+  REQUIRE(in.training.lora);
+  CHECK(in.training.lora->weight_decomposed);
+  CHECK_FALSE(in.training.lora->quantized_base);
+  CHECK(in.training.lora->rank == 8);
+  const StepInputs quantized =
+      load_text(with(dora, "method: dora", "method: qdora")).variants[0].inputs;
+  CHECK(quantized.training.lora->weight_decomposed);
+  CHECK(quantized.training.lora->quantized_base);
+  CHECK_FALSE(load_text(with(dora, "method: dora", "method: qlora"))
+                  .variants[0]
+                  .inputs.training.lora->weight_decomposed);
+  // Its adapter dropout under tensor parallelism is refused where the dropout is set (the
+  // validator and the run alike: a job rule).
+  const std::string dropped = with(dora, "targets: [q, v]", "targets: [q, v], dropout: 0.1");
+  CHECK(load_text(dropped).variants[0].inputs.training.lora->dropout == 0.1);
+  const auto split = load_error(with(dropped, "dp: 8", "dp: 4\n  tp: 2"));
+  REQUIRE(split);
+  CHECK(split->key() == "training.lora.dropout");
+  CHECK_THAT(split->what(), Catch::Contains("DoRA with adapter dropout"));
+}
+
 TEST_CASE("fp8_params loads under FP8 with the distributed optimizer, refused otherwise") {
   const std::string primary =
       with(with(kBase, "  seq_len:", "  precision: fp8\n  fp8_params: true\n  seq_len:"), "zero: 3",

@@ -654,6 +654,18 @@ Problem fp8_without_quantized_base(const JobSubject& job, const ParallelPlan&) {
             "use precision: bf16 with qlora, or method: lora for FP8 base GEMMs");
 }
 
+// DoRA's dropout correction reruns the frozen projection on the dropped input, outside the
+// projection's own tensor-parallel exchanges: NeMo feeds it the block's gathered input, which a
+// sequence-parallel projection expects split (nemo/collections/llm/peft/dora.py at 8cfedd7),
+// and PEFT has no tensor parallelism for DoRA; it is costed on one tensor-parallel rank.
+Problem dora_dropout_without_tp(const JobSubject& job, const ParallelPlan& plan) {
+  if (!job.dora_dropout || plan.tp == 1) return {};
+  return at({"training.lora.dropout", "layout.tp"},
+            "DoRA with adapter dropout is modelled without tensor parallelism (its dropout "
+            "correction reruns the projection outside the tensor-parallel split)",
+            "set lora.dropout: 0 (NeMo's default for DoRA), or tp: 1");
+}
+
 Problem recompute_layers_need_full(const JobSubject&, const ParallelPlan& plan) {
   if (plan.recompute_layers == 0 || plan.recompute == Recompute::full) return {};
   return at({"layout.recompute_layers"},
@@ -819,6 +831,8 @@ const JobRule kRules[] = {
      per_op_on_dense_full_model},
     {"fp8-needs-fp8-gpu", "FP8 needs a GPU profile with FP8 GEMM entries", fp8_needs_fp8_gpu},
     {"fp8-without-quantized-base", "FP8 without QLoRA's 4-bit base", fp8_without_quantized_base},
+    {"dora-dropout-without-tp", "DoRA's adapter dropout on one tensor-parallel rank",
+     dora_dropout_without_tp},
     {"fp8-params-need-distributed-optimizer",
      "fp8_params needs ZeRO 1 or 2, not offloaded (a LoRA's frozen FP8 base: ZeRO 0 to 2)",
      fp8_params_need_distributed_optimizer},

@@ -72,6 +72,7 @@ struct JobSubject {
   bool apex_adam = false;         // Apex's DistributedFusedAdam (NeMo 1)
   bool lora = false;
   bool quantized_base = false;  // QLoRA
+  bool dora_dropout = false;    // DoRA with dropout on its adapters' input
   bool fp8 = false;
   bool fp16 = false;        // FP16 with dynamic loss scaling
   bool fp8_params = false;  // projection weights kept in FP8 (Megatron-Core's fp8_param)
