@@ -70,7 +70,7 @@ double dora_weight_norm_bytes(const ModelSpec& model, const TrainingSpec& traini
     const auto [in, out] = lora_module_shape(model, module);
     largest = std::max(largest, in * out / tp);
   }
-  return (training.lora->quantized_base ? 3 : 2) * kBf16 * largest;
+  return 2 * kBf16 * largest;
 }
 
 namespace {
@@ -88,11 +88,11 @@ AdapterInput adapter_input(double in, const AdapterPlace& place) {
 
 // DoRA's weight norm beside one adapted projection, every forward: the factor of B A the
 // rank lacks gathered (A beside a column-parallel projection, B beside a row-parallel one,
-// each [r, whole side] in BF16: NeMo's _get_weight_norm), B A as one GEMM (not model work),
-// then W + s B A and its row norms, memory-bound over the rank's [out, in] shard of W: the
-// product written by the GEMM, then the scale (read, write), the add (two reads, a write) and
-// the norm (a read): six more passes. A 4-bit base is dequantized for it first. No backward:
-// the norm is detached.
+// each [r, whole side] in BF16: NeMo's _get_weight_norm), (s B) A as one GEMM (not model
+// work; Python's `scaling * B @ A` scales the small B), then W + s B A and its row norms,
+// memory-bound over the rank's [out, in] shard of W: after the GEMM writes the product, the
+// add (two reads, a write) and the norm (a read), four passes. A 4-bit base is dequantized for
+// it first. No backward: the norm is detached.
 void dora_weight_norm(const LoraSpec& lora, const std::string& module, double in, double out,
                       const AdapterPlace& place, std::vector<Op>& forward) {
   const std::string name = module + ".lora_dora_";
@@ -111,21 +111,24 @@ void dora_weight_norm(const LoraSpec& lora, const std::string& module, double in
   Op product = gemm_op(name + "weight", rows, columns, lora.rank);
   product.model_flops = 0;
   forward.push_back(std::move(product));
-  forward.push_back(memory_op(name + "norm", 6 * kBf16 * rows * columns));
+  forward.push_back(memory_op(name + "norm", 4 * kBf16 * rows * columns));
 }
 
 // With dropout DoRA runs the frozen projection a second time on the dropped input (NeMo's
-// dropout_correction, (m / norm - 1) x W (dropout(x) - x); PEFT's W dropout(x)): the input's
-// difference (two reads, a write), the projection as the base runs it with its data gradient
-// in backward, the correction scaled and added (five passes over the output); in backward the
-// output's gradient scaled and the magnitude's share (four passes), and the difference's.
-// (Tensor parallelism is refused with it: the job rule dora-dropout-without-tp.)
+// dropout_correction, (m / norm - 1) x W (dropout(x) - x); PEFT's W dropout(x)): a dropout
+// of its own (read, write, its mask) and the difference (two reads, a write), the projection
+// as the base runs it with its data gradient in backward, the correction scaled and added
+// (five passes over the output); in backward the output's gradient scaled and the magnitude's
+// share (four passes), then the dropout's backward (the gradient and mask read, written) and
+// the difference's, added into the input's gradient (two reads, a write). (Modelled on one
+// tensor-parallel rank: the job rule dora-dropout-without-tp.)
 void dora_dropout_correction(const TrainingSpec& training, const std::string& name,
                              const AdapterInput& read, double in, double out, double added,
                              std::vector<Op>& forward, std::vector<Op>& backward) {
   const double input = read.rows * read.columns;
-  forward.push_back(memory_op(name + "dora_correction_input", 3 * kBf16 * input));
-  backward.push_back(memory_op(name + "dora_correction_input.bwd", 3 * kBf16 * input));
+  const double dropout_and_difference = (5 * kBf16 + kMaskBytes) * input;
+  forward.push_back(memory_op(name + "dora_correction_input", dropout_and_difference));
+  backward.push_back(memory_op(name + "dora_correction_input.bwd", dropout_and_difference));
   // The model's work is the projection's once: the rerun is not counted as model FLOPs.
   const std::size_t forward_from = forward.size();
   const std::size_t backward_from = backward.size();

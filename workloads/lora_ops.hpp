@@ -33,9 +33,10 @@ int lora_targets_among(const TrainingSpec& training, LoraModules modules);
 // magnitudes included.
 double lora_parameters_per_layer(const ModelSpec& model, const TrainingSpec& training);
 // The BF16 bytes DoRA holds at once while it takes a weight norm (dora_weight_norm in
-// lora_ops.cpp), at its largest adapted projection's [out, in] shard on a tp rank: the scaled
-// B A and W + s B A (NeMo's _get_weight_norm, B A freed as the scale is written), with a
-// quantized base also the dequantized W. 0 without DoRA.
+// lora_ops.cpp), at its largest adapted projection's [out, in] shard on a tp rank: s B A and
+// W + s B A (NeMo's _get_weight_norm). A quantized base's BF16 copy for it takes the buffer
+// its GEMM's dequantized copy had (freed after that GEMM), which the memory model counts
+// already. 0 without DoRA.
 double dora_weight_norm_bytes(const ModelSpec& model, const TrainingSpec& training, int tp);
 
 // Where a layer's adapters run: beside a row-parallel projection (o, down) or a column-parallel

@@ -517,8 +517,8 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   if (const double norm = dora_weight_norm_bytes(model, training, plan.tp); norm > 0) {
     add("DoRA weight norm", norm,
         std::string("W + s B A of the largest adapted projection") +
-            (tp > 1 ? " on a tp rank" : "") + ", and the scaled B A beside it" +
-            (quantized ? " and its dequantized base" : "") +
+            (tp > 1 ? " on a tp rank" : "") + ", and s B A beside it" +
+            (quantized ? " (its dequantized base in the dequantized weight's buffer)" : "") +
             ", made for its row norms at each forward (DoRA)");
     dynamic += norm;
   }

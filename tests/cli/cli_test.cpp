@@ -445,6 +445,18 @@ TEST_CASE("every shipped scenario validates, and QLoRA fits every GPU, LoRA the 
       {"mi300x qlora", true}, {"h100 lora", false},  {"h200 lora", false},
       {"b200 lora", true},    {"mi300x lora", true}, {"h100 qdora", true}};
   CHECK(fits == expected);
+  // The console names each variant's method.
+  const Result table =
+      run_cli("run " + (source / "scenarios/llama3-70b-lora-one-gpu.yaml").string());
+  CHECK_THAT(table.out, Catch::Contains("llama3-70b (QLoRA rank 16)"));
+  CHECK_THAT(table.out, Catch::Contains("llama3-70b (LoRA rank 16)"));
+  CHECK_THAT(table.out, Catch::Contains("llama3-70b (QDoRA rank 16)"));
+  // An item only the last variant has is listed where the memory model puts it, after the
+  // dequantized weight and before the logits, not at the end.
+  const std::size_t norm = table.out.find("  DoRA weight norm");
+  REQUIRE(norm != std::string::npos);
+  CHECK(table.out.find("  dequantized weight") < norm);
+  CHECK(norm < table.out.find("  logits"));
 }
 
 TEST_CASE("a scenario with a run: block prints and writes the run's Monte Carlo") {

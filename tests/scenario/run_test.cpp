@@ -377,6 +377,13 @@ TEST_CASE("a run's job: steps from tokens, checkpoint bytes and times from stora
   CHECK(checkpoint_bytes(in.model, lora, in.plan) == Approx(12 * adapters));
   CHECK(restore_bytes(in.model, lora, in.plan) ==
         Approx(12 * adapters + 2 * in.model.parameters()));
+  // DoRA checkpoints its magnitudes beside: one per output feature of each adapted projection.
+  TrainingSpec dora = lora;
+  dora.lora->weight_decomposed = true;
+  const ModelSpec& m = in.model;
+  const double outputs = m.query_width() + m.key_width() + m.value_width() + m.hidden +
+                         (m.gated_mlp() ? 2 : 1) * m.ffn + m.hidden;
+  CHECK(checkpoint_bytes(m, dora, in.plan) == Approx(12 * (adapters + outputs * m.layers)));
 }
 
 TEST_CASE("a run's job is complete when built: every step time it replays, with jitter") {

@@ -59,13 +59,14 @@ TEST_CASE("DoRA trains one magnitude per output feature beside LoRA's adapters")
 }
 
 TEST_CASE("DoRA takes each adapted weight's norm every forward, memory-bound, with no backward") {
-  // On one GPU: B A is a GEMM of [out, r] x [r, in] per module (not model FLOPs), then six
-  // BF16 passes over [out, in]: 12 bytes a weight of every adapted projection, which on
-  // Llama's seven targets is the layer's projection weights.
+  // On one GPU: (s B) A is a GEMM of [out, r] x [r, in] per module (not model FLOPs) writing
+  // the product, then W + s B A (two reads, a write) and its row norms (a read): four BF16
+  // passes over [out, in], 8 bytes a weight of every adapted projection, which on Llama's
+  // seven targets is the layer's projection weights.
   const ModelSpec m = llama3_8b();
   const LayerOps lora = decoder_layer_ops(m, adapted(false), 1);
   const LayerOps dora = decoder_layer_ops(m, adapted(true), 1);
-  CHECK(bytes_of(dora.forward, "dora_norm") == Approx(12 * kWeights));
+  CHECK(bytes_of(dora.forward, "dora_norm") == Approx(8 * kWeights));
   const Op* product = find_op(dora.forward, "down.lora_dora_weight");
   REQUIRE(product);
   CHECK(product->kernel.flops == Approx(2 * kH * kF * 16));
@@ -117,7 +118,7 @@ TEST_CASE("QDoRA dequantizes the 4-bit base again for each norm") {
         Approx(bytes_of(qdora.forward, "dora_dequantize")));
 }
 
-TEST_CASE("DoRA keeps the scaled sum for its magnitude's gradient, and a norm's matrices") {
+TEST_CASE("DoRA keeps the outputs' sum for its magnitude's gradient, and a norm's matrices") {
   const ModelSpec m = llama3_8b();
   // Per token and layer, each adapted projection's output in BF16: 2 x 43,008 bytes on one
   // GPU; under tp 4 with sequence parallelism a quarter (column outputs split, row outputs on
@@ -140,19 +141,33 @@ TEST_CASE("DoRA keeps the scaled sum for its magnitude's gradient, and a norm's 
             lora_mlp ==
         Approx(2 * (kH + kKv + kKv + kH)));
 
-  // While a norm is taken: the scaled B A and W + s B A of the largest adapted projection
-  // (gate or up, [f, h]) in BF16, a third copy (the dequantized base) under QDoRA.
+  // While a norm is taken: s B A and W + s B A of the largest adapted projection (gate or up,
+  // [f, h]) in BF16; under QDoRA the base's BF16 copy for it reuses the buffer the GEMMs'
+  // dequantized copy had (the "dequantized weight" item), so the norm's item is the same.
   ParallelPlan plan;
   CHECK(testing::item_bytes(estimate_memory(m, adapted(true), plan, {80e9}), "DoRA weight norm") ==
         2 * 2 * kF * kH);
   CHECK(testing::item_bytes(estimate_memory(m, adapted(true, true), plan, {80e9}),
-                            "DoRA weight norm") == 3 * 2 * kF * kH);
+                            "DoRA weight norm") == 2 * 2 * kF * kH);
   plan.tp = 2;
   CHECK(testing::item_bytes(estimate_memory(m, adapted(true), plan, {80e9}), "DoRA weight norm") ==
         2 * 2 * kF * kH / 2);
   // A DoRA step needs more than LoRA's.
   CHECK(estimate_memory(m, adapted(true), plan, {80e9}).total_bytes >
         estimate_memory(m, adapted(false), plan, {80e9}).total_bytes);
+}
+
+TEST_CASE("DoRA's norms rerun with the MLP that selective recomputation reruns") {
+  // Selective recomputation of the MLP reruns gate, up and down's norms (and under tp their
+  // gathers) before the block's backward, not attention's. (Full recomputation replays the
+  // whole forward list, the norms with it.)
+  const ModelSpec m = llama3_8b();
+  const LayerOps mlp = decoder_layer_ops(m, adapted(true), 2, Recompute::selective, 1, 1, true,
+                                         {.core_attn = false, .mlp = true});
+  CHECK(find_op(mlp.backward, "recompute.down.lora_dora_norm"));
+  CHECK(find_op(mlp.backward, "recompute.gate.lora_dora_gather"));
+  CHECK_FALSE(any_named(mlp.backward, "recompute.q.lora_dora"));
+  CHECK_FALSE(any_named(mlp.backward, "recompute.o.lora_dora"));
 }
 
 TEST_CASE("DoRA with dropout reruns the frozen projection on the dropped input, on one rank") {

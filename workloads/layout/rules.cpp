@@ -654,10 +654,11 @@ Problem fp8_without_quantized_base(const JobSubject& job, const ParallelPlan&) {
             "use precision: bf16 with qlora, or method: lora for FP8 base GEMMs");
 }
 
-// DoRA's dropout correction reruns the frozen projection on the dropped input, outside the
-// projection's own tensor-parallel exchanges: NeMo feeds it the block's gathered input, which a
-// sequence-parallel projection expects split (nemo/collections/llm/peft/dora.py at 8cfedd7),
-// and PEFT has no tensor parallelism for DoRA; it is costed on one tensor-parallel rank.
+// DoRA's dropout correction reruns the frozen projection on the dropped input outside the
+// projection's own tensor-parallel exchanges, and is modelled on one tensor-parallel rank only
+// (PEFT has no tensor parallelism for DoRA; NeMo feeds the correction the block's gathered
+// input, which a sequence-parallel projection expects split: nemo/collections/llm/peft/dora.py
+// at 8cfedd7).
 Problem dora_dropout_without_tp(const JobSubject& job, const ParallelPlan& plan) {
   if (!job.dora_dropout || plan.tp == 1) return {};
   return at({"training.lora.dropout", "layout.tp"},
