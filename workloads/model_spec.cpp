@@ -59,6 +59,7 @@ JobSubject job_subject(const ModelSpec& model, const TrainingSpec& training) {
   subject.experts_per_token = model.experts_per_token;
   subject.expert_load = training.busiest_expert_load();
   subject.allgather_dispatcher = training.token_dispatcher == TokenDispatcher::allgather;
+  subject.shared_expert_overlap = training.shared_expert_overlap;
   subject.seq_len = training.seq_len;
   subject.global_batch = training.global_batch;
   subject.micro_batch = training.micro_batch;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -413,6 +414,13 @@ std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::si
   const auto is_beside = [&](std::size_t j) {
     return !ops[j].collective && ops[j].kernel.kind == beside;
   };
+  switch (ops[i].collective->beside) {
+    case Beside::next_gemm:
+      return i + 2 < ops.size() && is_beside(i + 1) ? std::optional{i + 1} : std::nullopt;
+    case Beside::previous_gemm:
+      return i > 0 && is_beside(i - 1) ? std::optional{i - 1} : std::nullopt;
+    case Beside::by_op: break;
+  }
   const CollectiveOp op = ops[i].collective->op;
   // A reduce-scatter runs beside the GEMM before it: in forward the one that writes what it
   // reduces (pipelined), in backward the weight gradient after the data gradient it reduces;
@@ -431,7 +439,8 @@ std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t
                                          bool tp_comm_overlap) {
   if (i >= ops.size() || !ops[i].collective) return std::nullopt;
   const LayerCollective& collective = *ops[i].collective;
-  const bool overlaps = collective.group == GroupKind::context || tp_comm_overlap;
+  const bool overlaps = collective.group == GroupKind::context ||
+                        collective.beside != Beside::by_op || tp_comm_overlap;
   return overlaps ? overlapped_kernel(ops, i) : std::nullopt;
 }
 
@@ -759,21 +768,57 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // A shared expert: a dense MLP of its own inner size over the block's t gathered tokens,
     // split by tp as a dense one (its first GEMM's weight gradient re-gathers its input), and
     // Qwen2-MoE's gate scoring each token (an n = 1 GEMM on every tp rank). Megatron-Core runs
-    // it after the routed experts on the same stream; before them here, after the router: the
-    // block's gather then runs beside the router, which reads the sequence shard, and in
-    // backward the gather of the block's output gradient is followed by the unpermute, not by
-    // a GEMM that reads what it gathers. Under the all-to-all dispatcher the block gathers
+    // it before the router on the layer's stream (moe_layer.py at d98e8a64); here after the
+    // router, the same time on one stream. Under the all-to-all dispatcher the block gathers
     // nothing: the shared expert gathers its input and reduce-scatters its output itself, as
     // its column- and row-parallel GEMMs do under sequence parallelism (SharedExpertMLP).
     // These collectives are NCCL's, outside Transformer Engine's userbuffers: each blocks.
-    if (model.shared_expert_ffn > 0) {
+    // With shared_expert_overlap its first GEMM runs beside the dispatch's all-to-all and its
+    // second beside the combine's, in backward their exchanges beside its weight gradients (the
+    // GEMM's own part: its activation and tensor-parallel exchanges wait for the all-to-all);
+    // its MLP's ops are built apart for that, split where down's begin.
+    LayerOps shared;
+    std::size_t shared_down_fwd = 0;
+    std::size_t shared_down_bwd = 0;
+    const bool shared_expert = model.shared_expert_ffn > 0;
+    const bool overlap_shared = shared_expert && training.shared_expert_overlap && ep > 1;
+    if (shared_expert) {
+      std::swap(fwd, shared.forward);
+      std::swap(backward, shared.backward);
+      mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
+          model.shared_expert_ffn);
+      std::swap(fwd, shared.forward);
+      std::swap(backward, shared.backward);
+      const auto down_begins = [](const std::vector<Op>& ops) {
+        return static_cast<std::size_t>(
+            std::find_if(ops.begin(), ops.end(),
+                         [](const Op& op) { return op.name.starts_with("shared_expert.down"); }) -
+            ops.begin());
+      };
+      shared_down_fwd = down_begins(shared.forward);
+      shared_down_bwd = down_begins(shared.backward);
       if (all_to_all_dispatch) {
         fwd.push_back(blocking_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
         backward.push_back(
             blocking_tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
       }
-      mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
-          model.shared_expert_ffn);
+    }
+    // The shared expert's ops from `begin` to `end` (its forward's, its backward's), and with
+    // `around` an all-to-all issued just before the first GEMM among them.
+    const auto shared_part = [&](std::size_t fwd_begin, std::size_t fwd_end, std::size_t bwd_begin,
+                                 std::size_t bwd_end, const std::function<void()>& around) {
+      std::size_t gemm = fwd_begin;
+      while (around && gemm < fwd_end && shared.forward[gemm].kernel.kind != KernelKind::gemm) {
+        ++gemm;
+      }
+      const auto at = [&](std::size_t i) { return shared.forward.begin() + static_cast<long>(i); };
+      fwd.insert(fwd.end(), at(fwd_begin), at(gemm));
+      if (around) around();
+      fwd.insert(fwd.end(), at(gemm), at(fwd_end));
+      backward.insert(backward.end(), shared.backward.begin() + static_cast<long>(bwd_begin),
+                      shared.backward.begin() + static_cast<long>(bwd_end));
+    };
+    const auto shared_output = [&] {
       if (all_to_all_dispatch) {
         fwd.push_back(
             blocking_tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
@@ -785,6 +830,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       if (model.shared_expert_gate) {
         fwd.push_back(gemm_with_backward("shared_expert_gate", routed, 1, h, backward, frozen));
       }
+    };
+    if (shared_expert && !overlap_shared) {
+      shared_part(0, shared.forward.size(), 0, shared.backward.size(), {});
+      shared_output();
     }
     // Expert parallelism: the rank's routed x k token copies go to the ranks of their experts
     // (an all-to-all of the expert group; in backward, their gradients come back). Under
@@ -807,16 +856,22 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const double received = load * k * kBf16 * expert_tokens * h;
     const auto all_to_all = [&](const std::string& name) {
       if (ep == 1) return;
-      const LayerCollective exchange{CollectiveOp::all_to_all, load * k * kBf16 * routed * h,
-                                     GroupKind::expert};
+      LayerCollective exchange{CollectiveOp::all_to_all, load * k * kBf16 * routed * h,
+                               GroupKind::expert};
+      if (overlap_shared) exchange.beside = Beside::next_gemm;
       fwd.push_back(Op{name, Kernel{}, 0, exchange});
+      if (overlap_shared) exchange.beside = Beside::previous_gemm;
       backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
     };
     // (With one source rank the sort is the identity, still a copy: Megatron-Core runs it
     // wherever a rank holds several experts.)
     const bool sorts =
         training.token_dispatcher == TokenDispatcher::alltoall && model.experts / ep > 1;
-    all_to_all("dispatch");
+    if (overlap_shared) {
+      shared_part(0, shared_down_fwd, 0, shared_down_bwd, [&] { all_to_all("dispatch"); });
+    } else {
+      all_to_all("dispatch");
+    }
     if (gathers_over_tp) {
       fwd.push_back(blocking_tp_op("dispatch_gather", CollectiveOp::all_gather, received));
       backward.push_back(
@@ -850,7 +905,13 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       fwd.push_back(blocking_tp_op("combine_scatter", CollectiveOp::reduce_scatter, received));
       backward.push_back(blocking_tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
     }
-    all_to_all("combine");
+    if (overlap_shared) {
+      shared_part(shared_down_fwd, shared.forward.size(), shared_down_bwd, shared.backward.size(),
+                  [&] { all_to_all("combine"); });
+      shared_output();
+    } else {
+      all_to_all("combine");
+    }
     // Unpermute: read the k outputs, write the weighted sum; backward reads its gradient and
     // the k saved outputs (for the router weights' gradient) and writes k gradients.
     fwd.push_back(memory_op("unroute", (k + 1) * kBf16 * routed * h));

@@ -44,6 +44,11 @@ struct UserbuffersOverlap {
 // A collective in the middle of a layer: of the tensor group (tensor parallelism), of the
 // expert group (a mixture of experts' token all-to-alls), or of the context group (ring
 // attention's keys and values).
+// Which kernel a collective runs beside: as its op decides (overlapped_kernel), or, for an
+// expert-parallel all-to-all beside the shared expert (TrainingSpec::shared_expert_overlap),
+// the GEMM after it (forward) or the weight gradient before it (backward).
+enum class Beside { by_op, next_gemm, previous_gemm };
+
 struct LayerCollective {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
@@ -56,6 +61,7 @@ struct LayerCollective {
   // Runs alone between the ops around it whatever the overlap: the GEMM after it reads all of
   // it (a LoRA adapter's gathered [tokens, rank]).
   bool blocking = false;
+  Beside beside = Beside::by_op;
 };
 
 struct Op {
@@ -154,10 +160,11 @@ double local_attention_pairs(const ModelSpec& model, double seq_len);
 // adapter's), and for a reduction after the data gradient it reduces (a frozen projection's,
 // which has no weight gradient to run beside).
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
-// The kernel the collective ops[i] runs beside in a step: ring attention's exchanges always
-// overlap theirs, tensor-parallel collectives only under `tp_comm_overlap` (Transformer
-// Engine's userbuffers with sequence parallelism, Megatron's asynchronous all-reduce of input
-// gradients without); none for a collective that blocks (or a kernel).
+// The kernel the collective ops[i] runs beside in a step: ring attention's exchanges and an
+// all-to-all beside the shared expert always overlap theirs, tensor-parallel collectives only
+// under `tp_comm_overlap` (Transformer Engine's userbuffers with sequence parallelism,
+// Megatron's asynchronous all-reduce of input gradients without); none for a collective that
+// blocks (or a kernel).
 std::optional<std::size_t> kernel_beside(const std::vector<Op>& ops, std::size_t i,
                                          bool tp_comm_overlap);
 // Under tp_comm_overlap, how userbuffers run ops[i] when it is a decoder layer's

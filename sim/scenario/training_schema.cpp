@@ -39,7 +39,8 @@ const Keys kTrainingKeys = {"method",
                             "expert_load_imbalance",
                             "expert_capacity_factor",
                             "expert_gemm",
-                            "token_dispatcher"};
+                            "token_dispatcher",
+                            "shared_expert_overlap"};
 
 }  // namespace
 
@@ -132,6 +133,9 @@ TrainingSpec parse_training(const Field& f) {
     t.expert_gemm = read_choice(*expert_gemm, {"sequential", "grouped"}) == "grouped"
                         ? ExpertGemm::grouped
                         : ExpertGemm::sequential;
+  }
+  if (auto overlap = find(f, "shared_expert_overlap")) {
+    t.shared_expert_overlap = read_bool(*overlap);
   }
   if (auto dispatcher = find(f, "token_dispatcher")) {
     t.token_dispatcher = read_choice(*dispatcher, {"alltoall", "allgather"}) == "allgather"

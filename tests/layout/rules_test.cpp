@@ -354,6 +354,8 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
          p.tp = 1;
          p.dp = 16;
        }},
+      {"shared-expert-overlap-as-modelled", "training.shared_expert_overlap",
+       [](JobSubject& j, ParallelPlan&) { j.shared_expert_overlap = true; }},
       {"dora-dropout-without-tp", "training.lora.dropout",
        [](JobSubject& j, ParallelPlan&) { j.lora = j.dora_dropout = true; }},
       {"distributed-fused-adam-is-zero-1", "layout.zero",

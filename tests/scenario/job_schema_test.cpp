@@ -317,6 +317,27 @@ TEST_CASE("DoRA loads as LoRA with weight decomposition, QDoRA over a 4-bit base
   CHECK_THAT(split->what(), Catch::Contains("DoRA with adapter dropout"));
 }
 
+TEST_CASE("shared_expert_overlap loads with a shared expert and the all-to-all dispatcher") {
+  const std::string moe =
+      with(with(with(kBase, "model: llama3-8b", "model: qwen1.5-moe-a2.7b"), "zero: 3", "zero: 1"),
+           "dp: 8", "dp: 8\n  ep: 4");
+  const std::string overlapped =
+      with(moe, "  seq_len:", "  shared_expert_overlap: true\n  seq_len:");
+  CHECK(load_text(overlapped).variants[0].inputs.training.shared_expert_overlap);
+  CHECK_FALSE(load_text(moe).variants[0].inputs.training.shared_expert_overlap);
+  // Nothing to overlap without a shared expert; Megatron-Core refuses the allgather dispatcher.
+  const auto dense =
+      load_error(with(kBase, "  seq_len:", "  shared_expert_overlap: true\n  seq_len:"));
+  REQUIRE(dense);
+  CHECK(dense->key() == "training.shared_expert_overlap");
+  CHECK_THAT(dense->what(), Catch::Contains("no shared expert"));
+  const auto gathered =
+      load_error(with(with(overlapped, "  seq_len:", "  token_dispatcher: allgather\n  seq_len:"),
+                      "ep: 4", "ep: 1"));
+  REQUIRE(gathered);
+  CHECK(gathered->key() == "training.shared_expert_overlap");
+}
+
 TEST_CASE("fp8_params loads under FP8 with the distributed optimizer, refused otherwise") {
   const std::string primary =
       with(with(kBase, "  seq_len:", "  precision: fp8\n  fp8_params: true\n  seq_len:"), "zero: 3",

@@ -2,8 +2,11 @@
 // experts, as Qwen2-MoE (gated), DeepSeek and Llama 4 have it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "common/memory_items.hpp"
 #include "models.hpp"
@@ -244,6 +247,59 @@ TEST_CASE("ZeRO 3 under expert parallelism: experts gathered and reduced over th
     }
   }
   CHECK(expert_gathers == Approx(kBf16Bytes * stage_experts));
+}
+
+TEST_CASE("shared_expert_overlap: the dispatcher's all-to-alls beside the shared expert's GEMMs") {
+  // Megatron-Core's moe_shared_expert_overlap: the dispatch all-to-all is issued just before
+  // the shared expert's first GEMM and runs beside it, the combine beside its second; in
+  // backward each all-to-all runs beside the weight gradient of that GEMM. The layer's ops are
+  // the same, in another order.
+  const ModelSpec m = qwen_moe();
+  for (const int tp : {1, 2}) {
+    for (const Precision precision : {Precision::bf16, Precision::fp8}) {
+      CAPTURE(tp, precision == Precision::fp8);
+      TrainingSpec t = testing::training(4096, 16, 1);
+      t.precision = precision;
+      const LayerOps plain = decoder_layer_ops(m, t, tp, Recompute::none, 4);
+      t.shared_expert_overlap = true;
+      const LayerOps overlapped = decoder_layer_ops(m, t, tp, Recompute::none, 4);
+      const auto index = [](const std::vector<Op>& ops, const std::string& name) {
+        const auto at =
+            std::find_if(ops.begin(), ops.end(), [&](const Op& op) { return op.name == name; });
+        REQUIRE(at != ops.end());
+        return static_cast<std::size_t>(at - ops.begin());
+      };
+      const auto beside = [&](const std::vector<Op>& ops, const std::string& name) {
+        const std::optional<std::size_t> kernel = kernel_beside(ops, index(ops, name), false);
+        return kernel ? ops[*kernel].name : std::string("none");
+      };
+      CHECK(beside(overlapped.forward, "dispatch") == "shared_expert.gate_up");
+      CHECK(beside(overlapped.forward, "combine") == "shared_expert.down");
+      CHECK(beside(overlapped.backward, "dispatch.bwd") == "shared_expert.gate_up.wgrad");
+      CHECK(beside(overlapped.backward, "combine.bwd") == "shared_expert.down.wgrad");
+      CHECK(beside(plain.forward, "dispatch") == "none");
+      CHECK(beside(plain.backward, "combine.bwd") == "none");
+      // The routed experts wait for the dispatch: they come after the shared expert's first
+      // GEMM and activation; its second GEMM after theirs.
+      CHECK(index(overlapped.forward, "expert0.gate_up") >
+            index(overlapped.forward, "shared_expert.swiglu"));
+      CHECK(index(overlapped.forward, "shared_expert.down") >
+            index(overlapped.forward, "expert14.down"));
+      const auto names = [](const std::vector<Op>& ops) {
+        std::vector<std::string> sorted;
+        for (const Op& op : ops) sorted.push_back(op.name);
+        std::sort(sorted.begin(), sorted.end());
+        return sorted;
+      };
+      CHECK(names(overlapped.forward) == names(plain.forward));
+      CHECK(names(overlapped.backward) == names(plain.backward));
+      CHECK(flops_of(overlapped.forward) == Approx(flops_of(plain.forward)));
+      // One expert-parallel rank: no all-to-all, nothing moves.
+      const LayerOps alone = decoder_layer_ops(m, t, tp, Recompute::none, 1);
+      t.shared_expert_overlap = false;
+      CHECK(names(alone.forward) == names(decoder_layer_ops(m, t, tp, Recompute::none, 1).forward));
+    }
+  }
 }
 
 }  // namespace fleetsim

@@ -369,6 +369,21 @@ Problem ep_as_modelled(const JobSubject& job, const ParallelPlan& plan) {
             "or remove ep");
 }
 
+// The shared expert overlaps the all-to-all dispatcher's exchanges: Megatron-Core refuses the
+// option with the allgather dispatcher (transformer_config.py at d98e8a64); without a shared
+// expert there is nothing to overlap.
+Problem shared_expert_overlap_as_modelled(const JobSubject& job, const ParallelPlan&) {
+  if (!job.shared_expert_overlap) return {};
+  if (job.shared_expert_ffn == 0) {
+    return at({"training.shared_expert_overlap"}, "the model has no shared expert to overlap",
+              "remove shared_expert_overlap");
+  }
+  if (!job.allgather_dispatcher) return {};
+  return at({"training.shared_expert_overlap", "training.token_dispatcher"},
+            "shared_expert_overlap runs beside the all-to-all dispatcher's exchanges",
+            "set token_dispatcher: alltoall, or remove shared_expert_overlap");
+}
+
 // Each sequence is cut into 2 x cp chunks (two a rank, so causal work is even), each split
 // again by sequence parallelism.
 Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
@@ -780,6 +795,9 @@ const JobRule kRules[] = {
     {"ep-needs-experts", "ep > 1 needs a mixture of experts", ep_needs_experts},
     {"ep-divides-experts-and-dp",
      "ep divides the experts and dp x cp (tp x dp x cp with expert_tp 1)", ep_divides_experts},
+    {"shared-expert-overlap-as-modelled",
+     "shared_expert_overlap with a shared expert and the all-to-all dispatcher",
+     shared_expert_overlap_as_modelled},
     {"ep-as-modelled", "ep > 1 without optimizer offload, its tokens dispatched by all-to-all",
      ep_as_modelled},
     {"expert-tp-as-modelled", "expert_tp is tp, or 1 with ep > 1 and ZeRO 0-2",

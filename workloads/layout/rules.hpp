@@ -59,8 +59,9 @@ struct JobSubject {
   int experts = 0;            // 0: a dense model
   bool dense_layers = false;  // a mixture of experts with dense layers among its experts' ones
   int experts_per_token = 0;
-  double expert_load = 1;             // the busiest expert-parallel rank's tokens over the mean
-  bool allgather_dispatcher = false;  // the block gathers its tokens over tp (TokenDispatcher)
+  double expert_load = 1;              // the busiest expert-parallel rank's tokens over the mean
+  bool allgather_dispatcher = false;   // the block gathers its tokens over tp (TokenDispatcher)
+  bool shared_expert_overlap = false;  // the shared expert beside the dispatcher's exchanges
   int seq_len = 0;
   int global_batch = 0;
   int micro_batch = 0;
