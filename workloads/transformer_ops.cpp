@@ -204,12 +204,17 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const double received = k * expert_rank_load(training, ep);
   // A shared expert keeps a dense MLP's tensors of its own size (and under FP8 its input's
   // cast), split over tp; under a gate its output, a partial sum whole on every tp rank.
+  // Overlapped with the all-to-alls on a sharded block, its first GEMM keeps the input it
+  // gathered itself, whole on every tp rank (under FP8 its cast), not the shard's cast.
   const double fs = model.shared_expert_ffn;
-  const double shared = moe && fs > 0 ? (model.gated_mlp() ? glu_input * 2 * fs : kBf16 * fs) +
-                                            gemm_input * fs + (fp8 ? kFp8 * h : 0.0)
-                                      : 0.0;
   const bool dispatches_shard =
       training.token_dispatcher == TokenDispatcher::alltoall && sequence_parallel;
+  const bool shared_keeps_gathered =
+      moe && fs > 0 && training.shared_expert_overlap && ep > 1 && dispatches_shard && tp > 1;
+  const double shared = moe && fs > 0
+                            ? (model.gated_mlp() ? glu_input * 2 * fs : kBf16 * fs) +
+                                  gemm_input * fs + (fp8 && !shared_keeps_gathered ? kFp8 * h : 0.0)
+                            : 0.0;
   const double combined_split = dispatches_shard ? tp : 1;
   // The experts' input: whole on every tp rank where they split the experts, the rank's own
   // shard's copies where each expert is whole (expert_tp 1).
@@ -220,9 +225,11 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
                      : moe     ? received * one_mlp + kFp32 * model.experts + shared
                                : one_mlp;
   const double replicated =
-      moe && !mlp_rerun
-          ? (received * gemm_input / received_split + k * kBf16 / combined_split) * h + gate_output
-          : 0.0;
+      moe && !mlp_rerun ? (received * gemm_input / received_split + k * kBf16 / combined_split +
+                           (shared_keeps_gathered ? gemm_input : 0.0)) *
+                                  h +
+                              gate_output
+                        : 0.0;
   // Without sequence parallelism the tensors between the blocks' GEMMs are whole on every rank.
   const double between_blocks = norm_inputs + gemm_inputs + hidden_masks;
   const double sharded_between = sequence_parallel ? between_blocks / tp : between_blocks;
@@ -736,12 +743,14 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       backward.push_back(memory_op(prefix + "gelu.bwd", 3 * kBf16 * rows * width / parts));
     }
     const std::size_t activation_end = fwd.size();
+    const std::size_t down_backward = backward.size();
     lora_input_gradient_adds(model, training, kLoraDownModules, row_adapters, backward);
     projection_ops(prefix + "down", rows, h, width / parts, training, frozen, fwd, backward);
     // Pushed after down's backward in reverse: it runs just before it, in forward order.
     for (std::size_t i = activation_end; rerun_activation && i-- > activation_begin;) {
       backward.push_back(rerun(fwd[i]));
     }
+    return std::pair{activation_end, down_backward};  // where down's ops begin
   };
   const std::size_t mlp_begin = fwd.size();
   // The all-to-all dispatcher routes the rank's sequence shard: the block gathers nothing.
@@ -777,26 +786,20 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // second beside the combine's, in backward their exchanges beside its weight gradients (the
     // GEMM's own part: its activation and tensor-parallel exchanges wait for the all-to-all);
     // its MLP's ops are built apart for that, split where down's begin.
+    // Overlapped, Megatron-Core's shared expert gathers its input itself, in BF16, and its
+    // first GEMM keeps what it gathered (its linears run without their own tensor-parallel
+    // exchanges: shared_experts.py): no re-gather for the weight gradient.
     LayerOps shared;
-    std::size_t shared_down_fwd = 0;
-    std::size_t shared_down_bwd = 0;
+    std::pair<std::size_t, std::size_t> shared_down{0, 0};  // where down's ops begin
     const bool shared_expert = model.shared_expert_ffn > 0;
     const bool overlap_shared = shared_expert && training.shared_expert_overlap && ep > 1;
     if (shared_expert) {
       std::swap(fwd, shared.forward);
       std::swap(backward, shared.backward);
-      mlp("shared_expert.", t, /*regather=*/true, /*rerun_activation=*/false,
-          model.shared_expert_ffn);
+      shared_down = mlp("shared_expert.", t, /*regather=*/!overlap_shared,
+                        /*rerun_activation=*/false, model.shared_expert_ffn);
       std::swap(fwd, shared.forward);
       std::swap(backward, shared.backward);
-      const auto down_begins = [](const std::vector<Op>& ops) {
-        return static_cast<std::size_t>(
-            std::find_if(ops.begin(), ops.end(),
-                         [](const Op& op) { return op.name.starts_with("shared_expert.down"); }) -
-            ops.begin());
-      };
-      shared_down_fwd = down_begins(shared.forward);
-      shared_down_bwd = down_begins(shared.backward);
       if (all_to_all_dispatch) {
         fwd.push_back(blocking_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
         backward.push_back(
@@ -868,7 +871,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     const bool sorts =
         training.token_dispatcher == TokenDispatcher::alltoall && model.experts / ep > 1;
     if (overlap_shared) {
-      shared_part(0, shared_down_fwd, 0, shared_down_bwd, [&] { all_to_all("dispatch"); });
+      shared_part(0, shared_down.first, 0, shared_down.second, [&] { all_to_all("dispatch"); });
     } else {
       all_to_all("dispatch");
     }
@@ -906,8 +909,8 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
       backward.push_back(blocking_tp_op("combine_scatter.bwd", CollectiveOp::all_gather, received));
     }
     if (overlap_shared) {
-      shared_part(shared_down_fwd, shared.forward.size(), shared_down_bwd, shared.backward.size(),
-                  [&] { all_to_all("combine"); });
+      shared_part(shared_down.first, shared.forward.size(), shared_down.second,
+                  shared.backward.size(), [&] { all_to_all("combine"); });
       shared_output();
     } else {
       all_to_all("combine");
@@ -957,6 +960,10 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // all-to-all dispatcher gathers the experts' BF16 tokens and output gradients.
     std::vector<std::string> bf16_gathers = {"dispatch_gather", "recompute.dispatch_gather",
                                              "combine_scatter.bwd"};
+    if (training.shared_expert_overlap && ep > 1) {
+      bf16_gathers.insert(bf16_gathers.end(),
+                          {"shared_expert.gather", "recompute.shared_expert.gather"});
+    }
     for (const auto& [block, modules] :
          {std::pair{std::string("attn_gather"), LoraModules(kLoraQkvModules)},
           std::pair{std::string("mlp_gather"), LoraModules(kLoraGateUpModules)}}) {

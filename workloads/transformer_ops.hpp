@@ -41,14 +41,14 @@ struct UserbuffersOverlap {
   double after_gemm_share = 0;
 };
 
-// A collective in the middle of a layer: of the tensor group (tensor parallelism), of the
-// expert group (a mixture of experts' token all-to-alls), or of the context group (ring
-// attention's keys and values).
 // Which kernel a collective runs beside: as its op decides (overlapped_kernel), or, for an
 // expert-parallel all-to-all beside the shared expert (TrainingSpec::shared_expert_overlap),
 // the GEMM after it (forward) or the weight gradient before it (backward).
 enum class Beside { by_op, next_gemm, previous_gemm };
 
+// A collective in the middle of a layer: of the tensor group (tensor parallelism), of the
+// expert group (a mixture of experts' token all-to-alls), or of the context group (ring
+// attention's keys and values).
 struct LayerCollective {
   CollectiveOp op;
   double size_bytes = 0;  // nccl-tests message size S
@@ -61,6 +61,7 @@ struct LayerCollective {
   // Runs alone between the ops around it whatever the overlap: the GEMM after it reads all of
   // it (a LoRA adapter's gathered [tokens, rank]).
   bool blocking = false;
+  // The kernel it runs beside where its op does not decide (an all-to-all's does not).
   Beside beside = Beside::by_op;
 };
 
@@ -158,7 +159,8 @@ double local_attention_pairs(const ModelSpec& model, double seq_len);
 // for a context-parallel one (always). None for a kernel, another collective, or one next to no
 // such kernel (the embedding's, which then blocks), for a blocking collective (a LoRA
 // adapter's), and for a reduction after the data gradient it reduces (a frozen projection's,
-// which has no weight gradient to run beside).
+// which has no weight gradient to run beside). A collective whose `beside` is set runs beside
+// the GEMM that names: after it (with another op after that GEMM) or before it.
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
 // The kernel the collective ops[i] runs beside in a step: ring attention's exchanges and an
 // all-to-all beside the shared expert always overlap theirs, tensor-parallel collectives only

@@ -623,3 +623,27 @@ TEST_CASE("planner: with local attention in most layers the bound counts each la
     CHECK(step_lower_bound_s(full) > layout.lower_bound_s);
   }
 }
+
+TEST_CASE("the lower bound holds with the shared expert beside the all-to-alls") {
+  // A mixture of experts with a shared expert over 4 expert-parallel ranks, tp 1 and 2, with
+  // collectives holding SMs or none: each all-to-all beside a GEMM of the shared expert
+  // (shared_expert_overlap) lowers the bound no more than the replay.
+  for (const double comm_sms : {0.0, 24.0}) {
+    for (const int tp : {1, 2}) {
+      CAPTURE(comm_sms, tp);
+      StepInputs in = fleetsim::testing::with_experts(fleetsim::testing::small_job());
+      in.model.shared_expert_ffn = 4096;
+      in.gpu.comm_sms.value = comm_sms;
+      in.plan.tp = tp;
+      in.plan.dp = 8 / tp;
+      in.plan.ep = 4;
+      in.training.shared_expert_overlap = true;
+      const double step_s = simulate_step(in).step.step_time_s;
+      const double bound_s = step_lower_bound_s(in);
+      CHECK(bound_s <= step_s);
+      StepInputs serial = in;
+      serial.training.shared_expert_overlap = false;
+      CHECK(bound_s <= step_lower_bound_s(serial));
+    }
+  }
+}

@@ -123,6 +123,24 @@ with tempfile.TemporaryDirectory() as scratch:
         check(all(isinstance(p, str) and p for p in column(profile, "provenance")),
               "run: every profile entry has its provenance")
         check_csv_matches("run", run_csv, run.summary)
+        # Each variant's breakdown rows hold the same seconds as its summary row: compute,
+        # exposed communication (in all and by kind) and idle, by component name.
+        for row, group in enumerate(column(run.summary, "group")):
+            breakdown = run.variants[group].tables["breakdown"]
+            seconds = dict(zip(column(breakdown, "component"), column(breakdown, "seconds")))
+            check(len(seconds) == 9, f"run: {group} breakdown has {len(seconds)} components")
+            for component, value in seconds.items():
+                key = component + "_s"
+                check(key in columns_of(run.summary), f"run: no summary column {key}")
+                if key in columns_of(run.summary):
+                    summary_value = column(run.summary, key)[row]
+                    check(value == summary_value,
+                          f"run: {group} {component} {value} in breakdown, "
+                          f"{summary_value} in summary")
+            parts = sum(v for k, v in seconds.items()
+                        if k.startswith("exposed_") and k != "exposed_comm")
+            check(abs(seconds["exposed_comm"] - parts) <= 1e-9 * max(1.0, parts),
+                  f"run: {group} exposed parts sum to {parts}, not {seconds['exposed_comm']}")
 
         swept = fleetsim_results.load(path["sweep"], pandas=mode)
         check_summary("sweep", swept, 6)

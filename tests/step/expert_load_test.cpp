@@ -113,3 +113,21 @@ TEST_CASE("shared_expert_overlap hides part of the expert-parallel exchanges, ne
   CHECK(overlapped.step.breakdown.exposed_ep_s < before.exposed_ep_s);
   CHECK(overlapped.step.model_flops == Approx(serial.step.model_flops));
 }
+
+TEST_CASE("the breakdown tells tensor- from expert-parallel exchanges when a layout has both") {
+  // tp 2 x ep 4: the blocks' gathers and reduce-scatters (and the dispatcher's gather of what
+  // each tp rank received) are tensor-parallel, the all-to-alls expert-parallel; each is
+  // exposed in its own kind, and the kinds add up to the exposed communication.
+  StepInputs in = expert_parallel(1);
+  in.plan.tp = 2;
+  in.plan.dp = 4;
+  const StepOutcome both = simulate_step(in);
+  REQUIRE(both.simulated);
+  const StepBreakdown& b = both.step.breakdown;
+  CHECK(b.exposed_tp_s > 0);
+  CHECK(b.exposed_ep_s > 0);
+  CHECK(b.exposed_cp_s == 0);
+  double sum = 0;
+  for (const ExposedPart& part : kExposedParts) sum += b.*part.seconds;
+  CHECK(sum == Approx(b.exposed_comm_s).epsilon(1e-12));
+}

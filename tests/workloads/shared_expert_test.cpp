@@ -252,8 +252,9 @@ TEST_CASE("ZeRO 3 under expert parallelism: experts gathered and reduced over th
 TEST_CASE("shared_expert_overlap: the dispatcher's all-to-alls beside the shared expert's GEMMs") {
   // Megatron-Core's moe_shared_expert_overlap: the dispatch all-to-all is issued just before
   // the shared expert's first GEMM and runs beside it, the combine beside its second; in
-  // backward each all-to-all runs beside the weight gradient of that GEMM. The layer's ops are
-  // the same, in another order.
+  // backward each all-to-all runs beside the weight gradient of that GEMM. On one tp rank the
+  // layer's ops are the same, in another order; under tp (below) the shared expert gathers in
+  // BF16 and keeps what it gathered.
   const ModelSpec m = qwen_moe();
   for (const int tp : {1, 2}) {
     for (const Precision precision : {Precision::bf16, Precision::fp8}) {
@@ -291,15 +292,75 @@ TEST_CASE("shared_expert_overlap: the dispatcher's all-to-alls beside the shared
         std::sort(sorted.begin(), sorted.end());
         return sorted;
       };
-      CHECK(names(overlapped.forward) == names(plain.forward));
-      CHECK(names(overlapped.backward) == names(plain.backward));
+      if (tp == 1) {
+        CHECK(names(overlapped.forward) == names(plain.forward));
+        CHECK(names(overlapped.backward) == names(plain.backward));
+      }
       CHECK(flops_of(overlapped.forward) == Approx(flops_of(plain.forward)));
-      // One expert-parallel rank: no all-to-all, nothing moves.
+      // One expert-parallel rank: no all-to-all, nothing moves, not even the order.
+      const auto sequence = [](const std::vector<Op>& ops) {
+        std::vector<std::pair<std::string, double>> listed;
+        for (const Op& op : ops) {
+          listed.emplace_back(op.name, op.collective ? op.collective->size_bytes : op.kernel.bytes);
+        }
+        return listed;
+      };
       const LayerOps alone = decoder_layer_ops(m, t, tp, Recompute::none, 1);
-      t.shared_expert_overlap = false;
-      CHECK(names(alone.forward) == names(decoder_layer_ops(m, t, tp, Recompute::none, 1).forward));
+      TrainingSpec serial = t;
+      serial.shared_expert_overlap = false;
+      const LayerOps alone_serial = decoder_layer_ops(m, serial, tp, Recompute::none, 1);
+      CHECK(sequence(alone.forward) == sequence(alone_serial.forward));
+      CHECK(sequence(alone.backward) == sequence(alone_serial.backward));
+      if (tp == 2) {
+        // Overlapped, Megatron-Core's shared expert gathers its BF16 input itself (all of the
+        // block's 4,096 x 2,048 tokens) and its first GEMM keeps it, whole on each rank: no
+        // re-gather for the weight gradient, and 2 (BF16) or 1 (FP8) bytes a token x hidden
+        // more kept, less the FP8 shard's cast the GEMM kept otherwise.
+        const double gathered = 2.0 * 4096 * m.hidden;
+        CHECK(
+            testing::find_op(overlapped.forward, "shared_expert.gather")->collective->size_bytes ==
+            gathered);
+        CHECK(testing::find_op(plain.backward, "shared_expert.gate_up.regather"));
+        CHECK_FALSE(testing::find_op(overlapped.backward, "shared_expert.gate_up.regather"));
+        const bool fp8 = precision == Precision::fp8;
+        CHECK(
+            decoder_layer_saved_bytes_per_token(m, t, Recompute::none, tp, true, {}, 4) -
+                decoder_layer_saved_bytes_per_token(m, serial, Recompute::none, tp, true, {}, 4) ==
+            Approx((fp8 ? 1.0 - 1.0 / tp : 2.0) * m.hidden));
+      }
     }
   }
+}
+
+TEST_CASE("shared_expert_overlap in the step's tasks: what waits for each all-to-all") {
+  // The shared expert's first GEMM does not wait for the dispatch beside it; its activation
+  // and the routed experts do. Its second GEMM does not wait for the combine; the op after it
+  // (Qwen's gate, then the unpermute) does. In backward each exchange waits for the data gradient
+  // before the weight gradient it runs beside, not for that weight gradient.
+  const ModelSpec m = qwen_moe();
+  TrainingSpec t = fp32_reductions();
+  t.shared_expert_overlap = true;
+  const TaskGraph graph = build_data_parallel_step(m, t, experts_over_8(1));
+  const Program& program = graph.stages[0];
+  const auto task = [&](const std::string& name) {
+    const long at = testing::task_index(graph, "mb0.L0." + name);
+    INFO(name);
+    REQUIRE(at >= 0);
+    return static_cast<TaskIndex>(at);
+  };
+  const auto waits = [&](const std::string& name, const std::string& on) {
+    const auto& deps = program[task(name)].deps;
+    return std::find(deps.begin(), deps.end(), task(on)) != deps.end();
+  };
+  CHECK_FALSE(waits("shared_expert.gate_up", "dispatch"));
+  CHECK(waits("shared_expert.swiglu", "dispatch"));
+  CHECK_FALSE(waits("shared_expert.down", "combine"));
+  const auto& after_down = program[task("shared_expert.down") + 1].deps;
+  CHECK(std::find(after_down.begin(), after_down.end(), task("combine")) != after_down.end());
+  CHECK(waits("dispatch.bwd", "shared_expert.gate_up.dgrad"));
+  CHECK_FALSE(waits("dispatch.bwd", "shared_expert.gate_up.wgrad"));
+  CHECK(waits("combine.bwd", "shared_expert.down.dgrad"));
+  CHECK_FALSE(waits("combine.bwd", "shared_expert.down.wgrad"));
 }
 
 }  // namespace fleetsim
