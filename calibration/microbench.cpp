@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "sim/engine/rng.hpp"
+#include "sim/engine/text.hpp"
 
 namespace fleetsim {
 namespace {
@@ -20,13 +21,6 @@ std::string trim(const std::string& text) {
   if (first == std::string::npos) return "";
   const auto last = text.find_last_not_of(" \t\r");
   return text.substr(first, last - first + 1);
-}
-
-// Types and implementations are compared in lower case: BF16 and bf16 are one type.
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
 }
 
 std::vector<std::string> split_csv(const std::string& line) {
@@ -202,10 +196,11 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
                                 std::to_string(fields.size()));
     }
     const Row row(file, number, columns, std::move(fields));
+    // Types and implementations compare in lower case: BF16 and bf16 are one type.
     switch (*kind) {
       case Kind::gemm: {
         GemmSample s;
-        s.dtype = lower(row.text("dtype"));
+        s.dtype = ascii_lower(row.text("dtype"));
         s.m = row.number("m");
         s.n = row.number("n");
         s.k = row.number("k");
@@ -226,7 +221,7 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
       }
       case Kind::overlap: {
         OverlapSample s;
-        s.dtype = lower(row.text("dtype"));
+        s.dtype = ascii_lower(row.text("dtype"));
         s.m = row.number("m");
         s.n = row.number("n");
         s.k = row.number("k");
@@ -243,8 +238,8 @@ MicrobenchFile read_microbench_file(const std::filesystem::path& path) {
       }
       case Kind::attention: {
         AttentionSample s;
-        s.impl = lower(row.text("impl"));
-        s.dtype = lower(row.text("dtype"));
+        s.impl = ascii_lower(row.text("impl"));
+        s.dtype = ascii_lower(row.text("dtype"));
         s.batch = row.number("batch");
         s.heads = row.number("heads");
         s.seq = row.number("seq");

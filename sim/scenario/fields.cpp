@@ -1,4 +1,5 @@
 #include "sim/scenario/fields.hpp"
+#include "sim/engine/text.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -110,17 +111,12 @@ std::string did_you_mean(std::string_view word, const Keys& candidates) {
   // A long word is no typo of a name (and would cost its length times theirs to compare).
   constexpr std::size_t kLongestTypo = 64;
   if (word.size() > kLongestTypo) return {};
-  const auto plain = [](std::string_view text) {
-    std::string lower(text);
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return lower;
-  };
-  std::string typed = plain(word);
+  std::string typed = ascii_lower(word);
   for (const std::string_view suffix : {".yaml", ".yml"}) {
     if (typed.ends_with(suffix)) typed.resize(typed.size() - suffix.size());
   }
   const auto distance = [&](std::string_view candidate) {
-    return edit_distance(typed, plain(candidate));
+    return edit_distance(typed, ascii_lower(candidate));
   };
   const std::size_t close_enough = std::max<std::size_t>(1, typed.size() / 3);
   std::size_t best = close_enough + 1;

@@ -9,6 +9,7 @@
 
 #include "calibration/linear_fit.hpp"
 #include "sim/engine/errors.hpp"
+#include "sim/engine/text.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/step_executor.hpp"
 
@@ -29,10 +30,8 @@ constexpr double kMostRiseAtTheEnd = 0.05;
 // "h100"), or "" when it names none known; the more specific names come first.
 std::string gpu_family(std::string_view name) {
   std::string squeezed;
-  for (const char c : name) {
-    if (std::isalnum(static_cast<unsigned char>(c))) {
-      squeezed += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
+  for (const char c : ascii_lower(name)) {
+    if (std::isalnum(static_cast<unsigned char>(c))) squeezed += c;
   }
   for (const char* family :
        {"gb300", "gb200", "b300", "b200", "h200", "h800", "h100", "h20", "a800", "a100", "mi355",

@@ -29,6 +29,7 @@
 #include "calibration/nccl_log.hpp"
 #include "sim/engine/engine.hpp"
 #include "sim/engine/errors.hpp"
+#include "sim/engine/text.hpp"
 #include "sim/plan/planner.hpp"
 #include "sim/report/report.hpp"
 #include "sim/report/summary_table.hpp"
@@ -509,9 +510,7 @@ constexpr int kMostSensitivityDraws = 10000;
 // result can be written.
 void check_outputs(const Options& options, bool writes) {
   const auto suffix = [](const std::string& path) {
-    std::string extension = std::filesystem::path(path).extension().string();
-    for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return extension;
+    return fleetsim::ascii_lower(std::filesystem::path(path).extension().string());
   };
   if (options.given.contains("output")) {
     if (options.output.empty()) throw po::error("-o needs a file name, e.g. -o results.h5");
