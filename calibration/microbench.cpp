@@ -1,7 +1,6 @@
 #include "calibration/microbench.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>

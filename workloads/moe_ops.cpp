@@ -18,28 +18,19 @@ constexpr double kFp32 = kFp32Bytes;
 }  // namespace
 
 void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training,
-                            const ExpertBlock& block, std::vector<Op>& fwd,
-                            std::vector<Op>& backward) {
-  const double t = block.tokens;
-  const double local_tokens = block.local_tokens;
+                            const ExpertBlockPlace& place, const DenseMlpBuilder& mlp,
+                            std::vector<Op>& fwd, std::vector<Op>& backward) {
+  const double t = place.tokens;
+  const double local_tokens = place.local_tokens;
   const double h = model.hidden;
   const double f = model.ffn;
   const double activation = kBf16 * t * h;  // the T x hidden tensor a block gathers
-  const int tp = block.tp;
-  const int ep = block.ep;
-  const int expert_tp = block.expert_tp;
-  const bool all_to_all_dispatch = block.all_to_all_dispatch;
-  const bool frozen = block.frozen;
-  const bool activation_rerun = block.activation_rerun;
-  const DenseMlpBuilder& mlp = block.mlp;
-  // Mixture of experts (Mixtral): the router scores every expert for each token of the
-  // rank's sequence shard (a GEMM; Megatron-Core routes before gathering the sequence), a
-  // softmax and top-k over the FP32 scores choose k, and the routed tokens are permuted
-  // into expert order (each row read, k copies written): the rank's own tokens under the
-  // all-to-all dispatcher, the block's gathered ones under allgather. Each expert's MLP,
-  // split by tp like a dense one (or whole: expert_tp), runs on the t x k / E tokens a
-  // balanced router sends it; then the k outputs of each token are brought back and summed
-  // with the router's weights. Without expert parallelism every expert is on every rank.
+  const int tp = place.tp;
+  const int ep = place.ep;
+  const int expert_tp = place.expert_tp;
+  const bool all_to_all_dispatch = place.all_to_all_dispatch;
+  const bool frozen = place.frozen;
+  const bool activation_rerun = place.activation_rerun;
   const double experts = model.experts;
   const double k = model.experts_per_token;
   const double routed = all_to_all_dispatch ? local_tokens : t;

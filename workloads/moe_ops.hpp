@@ -1,6 +1,15 @@
 // A mixture of experts' MLP block as a decoder layer runs it: the router, the shared expert,
 // the token dispatcher's exchanges and the routed experts, between the block's norm (and
 // gather) and its output, which the layer builds around it (decoder_layer_ops).
+//
+// Mixture of experts (Mixtral): the router scores every expert for each token of the rank's
+// sequence shard (a GEMM; Megatron-Core routes before gathering the sequence), a softmax and
+// top-k over the FP32 scores choose k, and the routed tokens are permuted into expert order
+// (each row read, k copies written): the rank's own tokens under the all-to-all dispatcher,
+// the block's gathered ones under allgather. Each expert's MLP, split by tp like a dense one
+// (or whole: expert_tp), runs on the t x k / E tokens a balanced router sends it; then the k
+// outputs of each token are brought back and summed with the router's weights. Without
+// expert parallelism every expert is on every rank.
 #pragma once
 
 #include <cstddef>
@@ -23,8 +32,8 @@ using DenseMlpBuilder = std::function<std::pair<std::size_t, std::size_t>(
     const std::string& prefix, double rows, bool regather, bool rerun_activation, double width,
     double over)>;
 
-// What the block needs from the layer around it.
-struct ExpertBlock {
+// Where the block runs: what it needs of the layer around it.
+struct ExpertBlockPlace {
   double tokens = 0;        // the rank's tokens (the block's gathered ones)
   double local_tokens = 0;  // its sequence shard's (all of them without sequence parallelism)
   int tp = 1;
@@ -33,12 +42,13 @@ struct ExpertBlock {
   bool all_to_all_dispatch = false;  // the all-to-all dispatcher on the rank's sequence shard
   bool frozen = false;               // LoRA's frozen weights
   bool activation_rerun = false;     // selective recomputation reruns the experts' activation
-  DenseMlpBuilder mlp;
 };
 
-// The block's ops, appended to `fwd` and, collected in forward order, to `backward`.
+// The block's ops, appended to `fwd` and, collected in forward order, to `backward`: the
+// lists the layer's `mlp` builds its dense MLPs into (the shared expert and each expert are
+// built through it, the shared one apart by swapping the lists' contents for a while).
 void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training,
-                            const ExpertBlock& block, std::vector<Op>& fwd,
-                            std::vector<Op>& backward);
+                            const ExpertBlockPlace& place, const DenseMlpBuilder& mlp,
+                            std::vector<Op>& fwd, std::vector<Op>& backward);
 
 }  // namespace fleetsim

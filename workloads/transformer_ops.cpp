@@ -759,19 +759,15 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
   enter_block("mlp", !moe, !all_to_all_dispatch);
   const std::size_t mlp_norm_end = norm_end;
   if (moe) {
-    const ExpertBlock block{t,
-                            local_tokens,
-                            tp,
-                            ep,
-                            expert_tp,
-                            all_to_all_dispatch,
-                            frozen,
-                            activation_rerun,
-                            [&](const std::string& prefix, double rows, bool regather,
-                                bool rerun_activation, double width, double over) {
-                              return mlp(prefix, rows, regather, rerun_activation, width, over);
-                            }};
-    mixture_of_experts_ops(model, training, block, fwd, backward);
+    const ExpertBlockPlace place{.tokens = t,
+                                 .local_tokens = local_tokens,
+                                 .tp = tp,
+                                 .ep = ep,
+                                 .expert_tp = expert_tp,
+                                 .all_to_all_dispatch = all_to_all_dispatch,
+                                 .frozen = frozen,
+                                 .activation_rerun = activation_rerun};
+    mixture_of_experts_ops(model, training, place, mlp, fwd, backward);
   } else {
     mlp("", t, /*regather=*/true, /*rerun_activation=*/false, f);
   }

@@ -1,16 +1,18 @@
 // Text helpers every layer uses: one home for how names compare.
 #pragma once
 
-#include <cctype>
 #include <string>
 #include <string_view>
 
 namespace fleetsim {
 
-// `text` in ASCII lower case (names, units and suffixes compare case-blind; no locale).
+// `text` with A-Z in lower case and every other byte as it is (names, units and suffixes
+// compare case-blind, whatever the C locale).
 inline std::string ascii_lower(std::string_view text) {
   std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
   return lower;
 }
 

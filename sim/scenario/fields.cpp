@@ -1,8 +1,6 @@
 #include "sim/scenario/fields.hpp"
-#include "sim/engine/text.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -11,6 +9,8 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
+
+#include "sim/engine/text.hpp"
 
 namespace fleetsim::fields {
 namespace fs = std::filesystem;

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
