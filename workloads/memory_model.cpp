@@ -5,8 +5,8 @@
 
 #include "workloads/layout/sharding.hpp"
 #include "workloads/lora_ops.hpp"
-#include "workloads/precision.hpp"
 #include "workloads/task_graph.hpp"
+#include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {

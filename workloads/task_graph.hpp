@@ -33,6 +33,7 @@
 #include "topology/collective_op.hpp"
 #include "workloads/layout/rank_grid.hpp"
 #include "workloads/model_spec.hpp"
+#include "workloads/pipeline_schedule.hpp"
 
 namespace fleetsim {
 
@@ -179,17 +180,6 @@ struct TaskGraph {
   // all-gather, which the collective library runs as a ring (no all-reduce, which may be a tree).
   bool data_parallel_rings_only = true;
 };
-
-// One forward or backward pass of a micro-batch through one of a stage's model chunks.
-struct Pass {
-  bool forward;
-  int micro_batch;
-  int chunk;  // 0 unless the schedule is interleaved
-};
-
-// The order of pipeline stage `stage`'s passes over micro-batches 0..m-1 under plan's schedule
-// (without a pipeline: each micro-batch's backward right after its forward).
-std::vector<Pass> pipeline_schedule(const ParallelPlan& plan, int stage, int m);
 
 // Builds one optimizer step: data-parallel training (ZeRO stage 0-3, bucketed gradient
 // reduction overlapped with the backward pass), each replica tensor-parallel over plan.tp
