@@ -5,8 +5,9 @@
 
 #include "workloads/layout/sharding.hpp"
 #include "workloads/lora_ops.hpp"
-#include "workloads/task_graph.hpp"
+#include "workloads/pipeline_schedule.hpp"
 #include "workloads/precision.hpp"
+#include "workloads/task_graph.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {

@@ -307,10 +307,12 @@ struct TrainingSpec {
   ExpertGemm expert_gemm = ExpertGemm::sequential;
   TokenDispatcher token_dispatcher = TokenDispatcher::alltoall;
   // Megatron-Core's moe_shared_expert_overlap: the shared expert runs on a stream of its own
-  // beside the all-to-all dispatcher's exchanges, its first GEMM (and activation) while the
-  // tokens are dispatched, its second while they are combined (shared_experts.py,
-  // token_dispatcher.py at d98e8a64); in backward their gradients' exchanges run beside its
-  // weight gradients. Off: it runs before the router, on the layer's one stream.
+  // beside the all-to-all dispatcher's exchanges, its first GEMM and activation while the
+  // tokens are dispatched, its second GEMM while they are combined (shared_experts.py,
+  // token_dispatcher.py at d98e8a64). Modelled: each GEMM alone beside its all-to-all, in
+  // backward each gradient exchange beside that GEMM's weight gradient (moe_ops.hpp). Off: on
+  // the layer's one stream, after the router and before the dispatch (Megatron-Core runs it
+  // before the router: the same work in order).
   bool shared_expert_overlap = false;
   // The busiest expert-parallel rank's load: the imbalance, capped by the capacity factor.
   double busiest_expert_load() const {

@@ -17,6 +17,10 @@ constexpr double kFp32 = kFp32Bytes;
 
 }  // namespace
 
+bool shared_expert_overlapped(const ModelSpec& model, const TrainingSpec& training, int ep) {
+  return model.shared_expert_ffn > 0 && training.shared_expert_overlap && ep > 1;
+}
+
 void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training,
                             const ExpertBlockPlace& place, const DenseMlpBuilder& mlp,
                             std::vector<Op>& fwd, std::vector<Op>& backward) {
@@ -56,7 +60,7 @@ void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training
   LayerOps shared;
   std::pair<std::size_t, std::size_t> shared_down{0, 0};  // where down's ops begin
   const bool shared_expert = model.shared_expert_ffn > 0;
-  const bool overlap_shared = shared_expert && training.shared_expert_overlap && ep > 1;
+  const bool overlap_shared = shared_expert_overlapped(model, training, ep);
   if (shared_expert) {
     std::swap(fwd, shared.forward);
     std::swap(backward, shared.backward);
@@ -78,12 +82,15 @@ void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training
     while (around && gemm < fwd_end && shared.forward[gemm].kernel.kind != KernelKind::gemm) {
       ++gemm;
     }
-    const auto at = [&](std::size_t i) { return shared.forward.begin() + static_cast<long>(i); };
+    const auto at = [&](std::size_t i) {
+      return shared.forward.begin() + static_cast<std::ptrdiff_t>(i);
+    };
     fwd.insert(fwd.end(), at(fwd_begin), at(gemm));
     if (around) around();
     fwd.insert(fwd.end(), at(gemm), at(fwd_end));
-    backward.insert(backward.end(), shared.backward.begin() + static_cast<long>(bwd_begin),
-                    shared.backward.begin() + static_cast<long>(bwd_end));
+    backward.insert(backward.end(),
+                    shared.backward.begin() + static_cast<std::ptrdiff_t>(bwd_begin),
+                    shared.backward.begin() + static_cast<std::ptrdiff_t>(bwd_end));
   };
   const auto shared_output = [&] {
     if (all_to_all_dispatch) {

@@ -32,6 +32,10 @@ using DenseMlpBuilder = std::function<std::pair<std::size_t, std::size_t>(
     const std::string& prefix, double rows, bool regather, bool rerun_activation, double width,
     double over)>;
 
+// Whether the shared expert runs beside the dispatcher's all-to-alls (shared_expert_overlap):
+// with a shared expert and more than one expert-parallel rank (one has no all-to-all).
+bool shared_expert_overlapped(const ModelSpec& model, const TrainingSpec& training, int ep);
+
 // Where the block runs: what it needs of the layer around it.
 struct ExpertBlockPlace {
   double tokens = 0;        // the rank's tokens (the block's gathered ones)

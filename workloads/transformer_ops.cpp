@@ -210,7 +210,7 @@ double decoder_layer_saved_bytes_per_token(const ModelSpec& model, const Trainin
   const bool dispatches_shard =
       training.token_dispatcher == TokenDispatcher::alltoall && sequence_parallel;
   const bool shared_keeps_gathered =
-      moe && fs > 0 && training.shared_expert_overlap && ep > 1 && dispatches_shard && tp > 1;
+      moe && shared_expert_overlapped(model, training, ep) && dispatches_shard && tp > 1;
   const double shared = moe && fs > 0
                             ? (model.gated_mlp() ? glu_input * 2 * fs : kBf16 * fs) +
                                   gemm_input * fs + (fp8 && !shared_keeps_gathered ? kFp8 * h : 0.0)
@@ -799,7 +799,7 @@ LayerOps decoder_layer_ops(const ModelSpec& model, const TrainingSpec& training,
     // all-to-all dispatcher gathers the experts' BF16 tokens and output gradients.
     std::vector<std::string> bf16_gathers = {"dispatch_gather", "recompute.dispatch_gather",
                                              "combine_scatter.bwd"};
-    if (training.shared_expert_overlap && ep > 1) {
+    if (shared_expert_overlapped(model, training, ep)) {
       bf16_gathers.insert(bf16_gathers.end(),
                           {"shared_expert.gather", "recompute.shared_expert.gather"});
     }

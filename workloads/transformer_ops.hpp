@@ -160,7 +160,7 @@ double local_attention_pairs(const ModelSpec& model, double seq_len);
 // such kernel (the embedding's, which then blocks), for a blocking collective (a LoRA
 // adapter's), and for a reduction after the data gradient it reduces (a frozen projection's,
 // which has no weight gradient to run beside). A collective whose `beside` is set runs beside
-// the GEMM that names: after it (with another op after that GEMM) or before it.
+// the GEMM it names: after it (with another op after that GEMM) or before it.
 std::optional<std::size_t> overlapped_kernel(const std::vector<Op>& ops, std::size_t i);
 // The kernel the collective ops[i] runs beside in a step: ring attention's exchanges and an
 // all-to-all beside the shared expert always overlap theirs, tensor-parallel collectives only

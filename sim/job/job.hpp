@@ -306,11 +306,12 @@ CheckpointTimes checkpoint_times(const RunSpec& run, const ModelSpec& model,
 // per trained parameter its BF16 weight, FP32 master weight and the optimizer's moments (14
 // bytes with Adam's FP32 moments, about 8 with 8-bit Adam's); where the FP32 master is the
 // parameter (PyTorch's FSDP: its state dict holds the FP32 shards), no BF16 weight (12). Under
-// LoRA and QLoRA only the adapters train, and only they are checkpointed.
+// a low-rank method (LoRA, QLoRA, DoRA) only the adapters (and DoRA's magnitudes) train, and
+// only they are checkpointed.
 double checkpoint_bytes(const ModelSpec& model, const TrainingSpec& training,
                         const ParallelPlan& plan);
-// What a restart reads: the checkpoint, and under LoRA and QLoRA the frozen base's BF16 weights
-// too (QLoRA quantizes them again as it loads them).
+// What a restart reads: the checkpoint, and under a low-rank method the frozen base's BF16
+// weights too (QLoRA and QDoRA quantize them again as they load them).
 double restore_bytes(const ModelSpec& model, const TrainingSpec& training,
                      const ParallelPlan& plan);
 // The rate a checkpoint moves at: the storage's, unless the nodes' NICs, every node writing
