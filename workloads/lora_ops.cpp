@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <tuple>
 
 #include "sim/engine/errors.hpp"
 #include "workloads/precision.hpp"
@@ -246,18 +247,21 @@ namespace {
 double dora_saved_bytes_per_token(const ModelSpec& model, const TrainingSpec& training, int tp,
                                   bool sequence_parallel, bool mlp_rerun) {
   if (!training.lora->weight_decomposed) return 0;
-  const auto among = [](const std::string& module, LoraModules modules) {
-    return std::find(modules.begin(), modules.end(), module) != modules.end();
-  };
   double kept = 0;
-  for (const std::string& module : training.lora->targets) {
-    const bool mlp = among(module, kLoraGateUpModules) || among(module, kLoraDownModules);
+  // By the input the modules read: attention's (column-parallel), o (row), the MLP's.
+  for (const auto& [modules, row_parallel, mlp] :
+       {std::tuple{LoraModules(kLoraQkvModules), false, false},
+        std::tuple{LoraModules(kLoraOutputModules), true, false},
+        std::tuple{LoraModules(kLoraGateUpModules), false, true},
+        std::tuple{LoraModules(kLoraDownModules), true, true}}) {
     if (mlp && mlp_rerun) continue;
-    const auto [in, out] = lora_module_shape(model, module);
-    const bool row_parallel = among(module, kLoraOutputModules) || among(module, kLoraDownModules);
     const double split = row_parallel && !sequence_parallel ? 1.0 : tp;
-    kept += kBf16 * out / split;
-    if (training.lora->dropout > 0) kept += kBf16 * out / split + kMaskBytes * in;
+    for (const char* module : modules) {
+      if (!lora_targets(training, module)) continue;
+      const auto [in, out] = lora_module_shape(model, module);
+      kept += kBf16 * out / split;
+      if (training.lora->dropout > 0) kept += kBf16 * out / split + kMaskBytes * in;
+    }
   }
   return kept;
 }

@@ -1,7 +1,6 @@
 #include "workloads/moe_ops.hpp"
 
 #include <cstddef>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,73 +41,7 @@ void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training
   const double route_bytes = 2 * kFp32 * local_tokens * experts + (1 + k) * kBf16 * routed * h;
   fwd.push_back(memory_op("route", route_bytes));
   backward.push_back(memory_op("route.bwd", route_bytes));
-  // A shared expert: a dense MLP of its own inner size over the block's t gathered tokens,
-  // split by tp as a dense one (its first GEMM's weight gradient re-gathers its input), and
-  // Qwen2-MoE's gate scoring each token (an n = 1 GEMM on every tp rank). Megatron-Core runs
-  // it before the router on the layer's stream (moe_layer.py at d98e8a64); here after the
-  // router, the same time on one stream. Under the all-to-all dispatcher the block gathers
-  // nothing: the shared expert gathers its input and reduce-scatters its output itself, as
-  // its column- and row-parallel GEMMs do under sequence parallelism (SharedExpertMLP).
-  // These collectives are NCCL's, outside Transformer Engine's userbuffers: each blocks.
-  // With shared_expert_overlap its first GEMM runs beside the dispatch's all-to-all and its
-  // second beside the combine's, in backward their exchanges beside its weight gradients (the
-  // GEMM's own part: its activation and tensor-parallel exchanges wait for the all-to-all);
-  // its MLP's ops are built apart for that, split where down's begin.
-  // Overlapped, Megatron-Core's shared expert gathers its input itself, in BF16, and its
-  // first GEMM keeps what it gathered (its linears run without their own tensor-parallel
-  // exchanges: shared_experts.py): no re-gather for the weight gradient.
-  LayerOps shared;
-  std::pair<std::size_t, std::size_t> shared_down{0, 0};  // where down's ops begin
-  const bool shared_expert = model.shared_expert_ffn > 0;
   const bool overlap_shared = shared_expert_overlapped(model, training, ep);
-  if (shared_expert) {
-    std::swap(fwd, shared.forward);
-    std::swap(backward, shared.backward);
-    shared_down = mlp("shared_expert.", t, /*regather=*/!overlap_shared,
-                      /*rerun_activation=*/false, model.shared_expert_ffn, 0);
-    std::swap(fwd, shared.forward);
-    std::swap(backward, shared.backward);
-    if (all_to_all_dispatch) {
-      fwd.push_back(blocking_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
-      backward.push_back(
-          blocking_tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
-    }
-  }
-  // The shared expert's ops from `begin` to `end` (its forward's, its backward's), and with
-  // `around` an all-to-all issued just before the first GEMM among them.
-  const auto shared_part = [&](std::size_t fwd_begin, std::size_t fwd_end, std::size_t bwd_begin,
-                               std::size_t bwd_end, const std::function<void()>& around) {
-    std::size_t gemm = fwd_begin;
-    while (around && gemm < fwd_end && shared.forward[gemm].kernel.kind != KernelKind::gemm) {
-      ++gemm;
-    }
-    const auto at = [&](std::size_t i) {
-      return shared.forward.begin() + static_cast<std::ptrdiff_t>(i);
-    };
-    fwd.insert(fwd.end(), at(fwd_begin), at(gemm));
-    if (around) around();
-    fwd.insert(fwd.end(), at(gemm), at(fwd_end));
-    backward.insert(backward.end(),
-                    shared.backward.begin() + static_cast<std::ptrdiff_t>(bwd_begin),
-                    shared.backward.begin() + static_cast<std::ptrdiff_t>(bwd_end));
-  };
-  const auto shared_output = [&] {
-    if (all_to_all_dispatch) {
-      fwd.push_back(
-          blocking_tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
-      backward.push_back(
-          blocking_tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
-    }
-    // The gate scores the tokens the shared expert's output is then on: the rank's shard
-    // under all-to-all, after the reduce-scatter (SharedExpertMLP), else the gathered ones.
-    if (model.shared_expert_gate) {
-      fwd.push_back(gemm_with_backward("shared_expert_gate", routed, 1, h, backward, frozen));
-    }
-  };
-  if (shared_expert && !overlap_shared) {
-    shared_part(0, shared.forward.size(), 0, shared.backward.size(), {});
-    shared_output();
-  }
   // Expert parallelism: the rank's routed x k token copies go to the ranks of their experts
   // (an all-to-all of the expert group; in backward, their gradients come back). Under
   // tensor parallelism the all-to-all dispatcher then all-gathers what each tp rank received
@@ -137,12 +70,79 @@ void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training
     if (overlap_shared) exchange.beside = Beside::previous_gemm;
     backward.push_back(Op{name + ".bwd", Kernel{}, 0, exchange});
   };
+  // A shared expert: a dense MLP of its own inner size over the block's t gathered tokens,
+  // split by tp as a dense one (its first GEMM's weight gradient re-gathers its input), and
+  // Qwen2-MoE's gate scoring each token (an n = 1 GEMM on every tp rank). Megatron-Core runs
+  // it before the router on the layer's stream (moe_layer.py at d98e8a64); here after the
+  // router, the same time on one stream. Under the all-to-all dispatcher the block gathers
+  // nothing: the shared expert gathers its input and reduce-scatters its output itself, as
+  // its column- and row-parallel GEMMs do under sequence parallelism (SharedExpertMLP).
+  // These collectives are NCCL's, outside Transformer Engine's userbuffers: each blocks.
+  // With shared_expert_overlap its first GEMM runs beside the dispatch's all-to-all and its
+  // second beside the combine's, in backward their exchanges beside its weight gradients (the
+  // GEMM's own part: its activation and tensor-parallel exchanges wait for the all-to-all);
+  // its MLP's ops are built apart for that, split where down's begin.
+  // Overlapped, Megatron-Core's shared expert gathers its input itself, in BF16, and its
+  // first GEMM keeps what it gathered (its linears run without their own tensor-parallel
+  // exchanges: shared_experts.py): no re-gather for the weight gradient.
+  LayerOps shared;
+  std::pair<std::size_t, std::size_t> shared_down{0, 0};  // where down's ops begin
+  const bool shared_expert = model.shared_expert_ffn > 0;
+  if (shared_expert) {
+    std::swap(fwd, shared.forward);
+    std::swap(backward, shared.backward);
+    shared_down = mlp("shared_expert.", t, /*regather=*/!overlap_shared,
+                      /*rerun_activation=*/false, model.shared_expert_ffn, 0);
+    std::swap(fwd, shared.forward);
+    std::swap(backward, shared.backward);
+    if (all_to_all_dispatch) {
+      fwd.push_back(blocking_tp_op("shared_expert.gather", CollectiveOp::all_gather, activation));
+      backward.push_back(
+          blocking_tp_op("shared_expert.gather.bwd", CollectiveOp::reduce_scatter, activation));
+    }
+  }
+  // The shared expert's ops from `begin` to `end` (its forward's, its backward's), and with
+  // an `exchange` named the all-to-all issued just before the first GEMM among them.
+  const auto shared_part = [&](std::size_t fwd_begin, std::size_t fwd_end, std::size_t bwd_begin,
+                               std::size_t bwd_end, const std::string& exchange = {}) {
+    std::size_t gemm = fwd_begin;
+    while (!exchange.empty() && gemm < fwd_end &&
+           shared.forward[gemm].kernel.kind != KernelKind::gemm) {
+      ++gemm;
+    }
+    const auto at = [&](std::size_t i) {
+      return shared.forward.begin() + static_cast<std::ptrdiff_t>(i);
+    };
+    fwd.insert(fwd.end(), at(fwd_begin), at(gemm));
+    if (!exchange.empty()) all_to_all(exchange);
+    fwd.insert(fwd.end(), at(gemm), at(fwd_end));
+    backward.insert(backward.end(),
+                    shared.backward.begin() + static_cast<std::ptrdiff_t>(bwd_begin),
+                    shared.backward.begin() + static_cast<std::ptrdiff_t>(bwd_end));
+  };
+  const auto shared_output = [&] {
+    if (all_to_all_dispatch) {
+      fwd.push_back(
+          blocking_tp_op("shared_expert.scatter", CollectiveOp::reduce_scatter, activation));
+      backward.push_back(
+          blocking_tp_op("shared_expert.scatter.bwd", CollectiveOp::all_gather, activation));
+    }
+    // The gate scores the tokens the shared expert's output is then on: the rank's shard
+    // under all-to-all, after the reduce-scatter (SharedExpertMLP), else the gathered ones.
+    if (model.shared_expert_gate) {
+      fwd.push_back(gemm_with_backward("shared_expert_gate", routed, 1, h, backward, frozen));
+    }
+  };
+  if (shared_expert && !overlap_shared) {
+    shared_part(0, shared.forward.size(), 0, shared.backward.size());
+    shared_output();
+  }
   // (With one source rank the sort is the identity, still a copy: Megatron-Core runs it
   // wherever a rank holds several experts.)
   const bool sorts =
       training.token_dispatcher == TokenDispatcher::alltoall && model.experts / ep > 1;
   if (overlap_shared) {
-    shared_part(0, shared_down.first, 0, shared_down.second, [&] { all_to_all("dispatch"); });
+    shared_part(0, shared_down.first, 0, shared_down.second, "dispatch");
   } else {
     all_to_all("dispatch");
   }
@@ -181,7 +181,7 @@ void mixture_of_experts_ops(const ModelSpec& model, const TrainingSpec& training
   }
   if (overlap_shared) {
     shared_part(shared_down.first, shared.forward.size(), shared_down.second,
-                shared.backward.size(), [&] { all_to_all("combine"); });
+                shared.backward.size(), "combine");
     shared_output();
   } else {
     all_to_all("combine");
