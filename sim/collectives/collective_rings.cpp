@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -141,14 +143,17 @@ std::vector<std::vector<VertexId>> Collectives::channel_rings(
   // Across nodes, channel c visits each node along one of its cycles, entered at the node's
   // c-th GPU: the hop into the next node then leaves through (PXN) and arrives at NIC c, and the
   // closing edge of the cycle is that PXN hop, so each channel uses each link of its cycle once.
-  // A switch node has one cycle and one channel per GPU (per rail); a mesh node one channel per
-  // cycle.
+  // A switch node has one cycle and one channel per GPU (per rail). A mesh node has p - 1
+  // cycles and p NICs: a channel for every pairing of cycle and entry GPU (lcm(p - 1, p) of
+  // them) loads every xGMI link and every NIC alike. Fewer would leave a NIC idle, which the
+  // measured 2-node MI355X ring rules out: its 369 GB/s of busbw is beyond what 7 of its 8
+  // 400 Gb/s NICs carry
+  // (calibration/logs/mi355x16-2node-allreduce-rccl-hisohara-aac14-partial.log).
   std::vector<std::vector<std::vector<VertexId>>> cycles;
-  std::size_t channels = ranks.size();
+  std::size_t channels = std::numeric_limits<std::size_t>::max();
   for (const std::vector<VertexId>& gpus : nodes) {
     cycles.push_back(node_cycles(gpus));
-    const std::size_t per_node = cycles.back().size() > 1 ? cycles.back().size() : gpus.size();
-    channels = std::min(channels, per_node);
+    channels = std::min(channels, std::lcm(cycles.back().size(), gpus.size()));
   }
   std::vector<std::vector<VertexId>> rings(channels);
   for (std::size_t c = 0; c < channels; ++c) {

@@ -530,24 +530,39 @@ TEST_CASE("mesh rings use every directed link equally, for every GPU count, ever
   }
 }
 
-TEST_CASE("across mesh nodes every channel uses its own cycle: no xGMI link carries more") {
-  // 2 nodes x 8 MI300X-like GPUs, 7 channels. Each channel follows one of the 7 edge-disjoint
-  // cycles in each node (its closing edge being the PXN hop to the NIC), so every xGMI link
-  // carries exactly one channel: 2(p-1)/p * S / 7 with p = 16.
+TEST_CASE("across mesh nodes the channels load every xGMI link and every NIC alike") {
+  // 2 nodes x 8 MI300X-like GPUs: 56 channels, one per pairing of the 7 edge-disjoint cycles
+  // with the 8 entry GPUs (lcm(7, 8)). A channel walks its cycle in each node (the closing edge
+  // being the PXN hop to NIC e) and carries 2(p-1)/p * S / 56 over each of its links, p = 16.
+  // Every cycle serves 8 channels, so each xGMI link carries 2(p-1)/p * S / 7; every NIC serves
+  // the 7 channels entered at its GPU, so each NIC uplink carries 2(p-1)/p * S / 8. With only 7
+  // channels (one per cycle) one NIC of each node would stay idle.
   const Topology topo = mesh_cluster(8, 2);
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{});
-  REQUIRE(collectives.channel_rings(topo.gpus()).size() == 7);
+  REQUIRE(collectives.channel_rings(topo.gpus()).size() == 56);
   const double size = 7e9;
   collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
                        [] {});
   engine.run();
-  const double per_channel = 2.0 * 15 / 16 * size / 7;
+  const double ring_bytes = 2.0 * 15 / 16 * size;
+  int xgmi_links = 0;
+  int nic_uplinks = 0;
   for (LinkId l = 0; l < topo.link_count(); ++l) {
-    if (topo.link(l).kind != LinkKind::xgmi) continue;
-    CHECK(net.link_bytes()[l] == Approx(per_channel));
+    const Link& link = topo.link(l);
+    if (link.kind == LinkKind::xgmi) {
+      ++xgmi_links;
+      CHECK(net.link_bytes()[l] == Approx(ring_bytes / 7));
+    }
+    if (topo.vertex(link.from).kind == VertexKind::nic &&
+        topo.vertex(link.to).kind == VertexKind::leaf_switch) {
+      ++nic_uplinks;
+      CHECK(net.link_bytes()[l] == Approx(ring_bytes / 8));
+    }
   }
+  CHECK(xgmi_links == 2 * 8 * 7);
+  CHECK(nic_uplinks == 16);
 }
 
 TEST_CASE("broadcast spreads over the channels: all mesh links, all NICs") {

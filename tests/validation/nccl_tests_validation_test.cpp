@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include "sim/scenario/scenario.hpp"
 #include "sim/step/collective_benchmark.hpp"
 #include "sim/step/collective_calibration.hpp"
+#include "topology/topology.hpp"
 
 using namespace fleetsim;
 
@@ -68,6 +70,10 @@ TEST_CASE("ring all-reduce busbw within 10% of measured logs, no parameter fitte
       // Two MI300X nodes; the log's cluster uses 8 RoCE ports of unstated speed, modelled as the
       // preset's 400 Gb/s NICs: the xGMI cycles, not the NICs, bound this ring.
       {"mi300x16-2node-allreduce-rccl-hisohara-aac10.log", "mi300x-platform", 2, 16},
+      // Two MI355X nodes, eight 400 Gb/s RoCE NICs each (AMD Pollara 400, as the log's source
+      // says): the NICs bound the ring, all eight of them, 8 x 50 x 0.96 GB/s; xGMI (7 x 76.5 x
+      // 0.75, MI300X's usable share) would allow 402.
+      {"mi355x16-2node-allreduce-rccl-hisohara-aac14-partial.log", "mi355x-platform", 2, 16},
   };
   for (const Case& c : cases) {
     const auto [measured, simulated] = largest_row_busbw(c);
@@ -391,4 +397,38 @@ TEST_CASE("out of sample: xGMI fitted on one MI300X log predicts another within 
   const auto predicted =
       benchmark_collective(cluster, CollectiveOp::all_reduce, 8, {row.size_bytes});
   CHECK(predicted.front().busbw_gb_per_s == Approx(row.out_of_place->busbw_gb_per_s).epsilon(0.02));
+}
+
+TEST_CASE(
+    "every shipped preset with NICs all-reduces across two nodes, within what its NICs carry") {
+  // Between two nodes (NVLink domains) an all-reduce of S bytes must carry at least S out of each
+  // node (each half of the result needs the other node's contribution to it, and the node's share
+  // of the other half must leave it), so t >= S / (nics x rate x efficiency) and the bus bandwidth,
+  // 2(p-1)/p S / t, is at most 2(p-1)/p x the node's usable NIC rate. Every preset must also
+  // carry its NIC kind in its GPU profile: `run` refuses a link kind the profile cannot rate.
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  int presets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(source + "/topology/presets")) {
+    const std::string name = entry.path().stem().string();
+    CAPTURE(name);
+    const NodeSpec node = load_cluster(DataPaths{source}, name, 1).node;
+    if (node.nics == 0) continue;
+    // Two nodes in one NVLink domain (GB200 trays) reach each other over NVLink instead: two
+    // of its domains apart.
+    const StepInputs cluster = load_cluster(DataPaths{source}, name, 2 * node.nvlink_domain_nodes);
+    const auto efficiency =
+        cluster.gpu.link_efficiency.find(to_string(fabric_link_kind(cluster.node.nic_kind)));
+    REQUIRE(efficiency != cluster.gpu.link_efficiency.end());
+    // The two domains' GPUs; a domain sends through all its nodes' NICs.
+    const int ranks = cluster.nodes * node.gpus;
+    const double size = 1 << 30;
+    const CollectiveSample sample =
+        benchmark_collective(cluster, CollectiveOp::all_reduce, ranks, {size}).front();
+    const double usable = node.nvlink_domain_nodes * node.nics * node.nic_bytes_per_s *
+                          efficiency->second.value / 1e9;  // GB/s
+    CHECK(sample.busbw_gb_per_s > 0);
+    CHECK(sample.busbw_gb_per_s <= 2.0 * (ranks - 1) / ranks * usable * (1 + 1e-9));
+    ++presets;
+  }
+  CHECK(presets >= 14);
 }
