@@ -139,15 +139,17 @@ std::vector<std::vector<VertexId>> Collectives::node_cycles(
 std::vector<std::vector<VertexId>> Collectives::channel_rings(
     const std::vector<VertexId>& ranks) const {
   const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
+  if (nodes.empty()) return {};
   if (nodes.size() == 1) return node_cycles(ranks);
   // Across nodes, channel c visits each node along one of its cycles, entered at the node's
   // c-th GPU: the hop into the next node then leaves through (PXN) and arrives at NIC c, and the
   // closing edge of the cycle is that PXN hop, so each channel uses each link of its cycle once.
-  // A switch node has one cycle and one channel per GPU (per rail). A mesh node has p - 1
-  // cycles and p NICs: a channel for every pairing of cycle and entry GPU (lcm(p - 1, p) of
-  // them) loads every xGMI link and every NIC alike. Fewer would leave a NIC idle, which the
-  // measured 2-node MI355X ring rules out: its 369 GB/s of busbw is beyond what 7 of its 8
-  // 400 Gb/s NICs carry
+  // A switch node has one cycle and one channel per GPU (per rail). A mesh node of p GPUs has
+  // its node_cycles (p - 1 of them, or every Hamiltonian cycle for p = 4, 6) and p NICs: a
+  // channel for every pairing of cycle and entry GPU, lcm(cycles, p) of them (56 on 8 GPUs),
+  // loads every xGMI link and every NIC alike where the nodes are alike. Fewer would leave a NIC
+  // idle, which the measured 2-node MI355X ring rules out: its 369 GB/s of busbw is beyond what
+  // 7 of its 8 400 Gb/s NICs carry
   // (calibration/logs/mi355x16-2node-allreduce-rccl-hisohara-aac14-partial.log).
   std::vector<std::vector<std::vector<VertexId>>> cycles;
   std::size_t channels = std::numeric_limits<std::size_t>::max();

@@ -565,6 +565,33 @@ TEST_CASE("across mesh nodes the channels load every xGMI link and every NIC ali
   CHECK(nic_uplinks == 16);
 }
 
+TEST_CASE("across mesh nodes of any size every NIC carries its share and no xGMI link more") {
+  // Two nodes of p meshed GPUs (p = 4 and 6 have every Hamiltonian cycle as their cycles): the
+  // p NICs of a node each carry 2(P-1)/P * S / p, P = 2p, and every xGMI link the same bytes.
+  for (int p = 2; p <= 8; ++p) {
+    INFO("p = " << p);
+    const Topology topo = mesh_cluster(p, 2);
+    Engine engine;
+    FlowNetwork net(engine, line_rates(topo));
+    Collectives collectives(engine, net, topo, CollectiveLatency{});
+    const double size = 1e9;
+    collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
+                         [] {});
+    engine.run();
+    const double ring_bytes = 2.0 * (2 * p - 1) / (2 * p) * size;
+    std::vector<double> xgmi;
+    for (LinkId l = 0; l < topo.link_count(); ++l) {
+      const Link& link = topo.link(l);
+      if (link.kind == LinkKind::xgmi) xgmi.push_back(net.link_bytes()[l]);
+      if (topo.vertex(link.from).kind == VertexKind::nic &&
+          topo.vertex(link.to).kind == VertexKind::leaf_switch) {
+        CHECK(net.link_bytes()[l] == Approx(ring_bytes / p));
+      }
+    }
+    for (const double bytes : xgmi) CHECK(bytes == Approx(xgmi.front()));
+  }
+}
+
 TEST_CASE("broadcast spreads over the channels: all mesh links, all NICs") {
   // Mesh: 7 channels of S/7 down 7 edge-disjoint chains at 48 GB/s: t = S / (7 x 48 GB/s).
   // Two switch nodes with 50 GB/s NICs: 8 channels of S/8, each crossing its own NIC once:
