@@ -592,8 +592,13 @@ Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<Ve
 
 Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gpus,
                                                  double size_bytes) const {
-  // Every member's NVLink port, both ways, carrying S (1 + 1/p); links are sized for rings, so
-  // NVLS's own efficiency turns that payload into their wire load.
+  // Every member's NVLink port, both ways, carrying S (1 + 1/p) at the port's usable rate, and
+  // no faster than the switch reduces: NVLS's bus bandwidth stays at 2 x nvls_efficiency x the
+  // port's line rate B whatever p is, as NCCL's tuning model has it (busBw = 2 x nvlsEfficiency
+  // x bwIntra, src/graph/tuning.cc) and as GB200 NVL72 racks measure it (811 GB/s on 8 GPUs,
+  // 835 on 72, docs/collective-accuracy.md). That bus bandwidth, 2(p-1)/p S / t, takes t =
+  // (p-1)/p S / (nvls_efficiency B): the S (1 + 1/p) flow's ceiling is (p+1)/(p-1)
+  // nvls_efficiency B. Few GPUs (p <= 4 on H100) fill their ports first.
   const VertexId nvswitch = *topology_->reducing_switch_of(gpus.front());
   PlannedFlow ports;
   for (const VertexId gpu : gpus) {
@@ -601,7 +606,9 @@ Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gp
     ports.links.push_back({topology_->link_between(nvswitch, gpu).value(), 1.0});
   }
   const double p = static_cast<double>(gpus.size());
-  ports.bytes = size_bytes * (1 + 1 / p) * gpu_links_.ring_efficiency / gpu_links_.nvls_efficiency;
+  const double port_line_rate = topology_->link(ports.links.front().link).bytes_per_s;
+  ports.bytes = size_bytes * (1 + 1 / p);
+  ports.max_rate = (p + 1) / (p - 1) * gpu_links_.nvls_efficiency * port_line_rate;
   return ports;
 }
 
@@ -688,7 +695,7 @@ Collectives::Plan Collectives::plan_transfers(
     const std::vector<std::pair<VertexId, VertexId>>& pairs, double bytes_each) const {
   // A transfer over GPU-to-GPU links only (NVLink, xGMI) is a point-to-point send inside one
   // domain: at the profile's p2p efficiency where it has one. The links are sized at the ring's
-  // efficiency, so the payload is scaled by their ratio, as for NVLS.
+  // efficiency, so the payload is scaled by their ratio.
   const auto gpu_link_only = [&](const std::vector<LinkUse>& uses) {
     return std::all_of(uses.begin(), uses.end(), [&](const LinkUse& use) {
       const LinkKind kind = topology_->link(use.link).kind;

@@ -65,14 +65,15 @@ struct CollectiveChoice {
 // NVLS (NVLink SHARP): the NVSwitch reduces. Each GPU sends its whole buffer up once for the
 // switch to reduce (S), fetches and multicasts its reduced shard (S/p each way), and receives
 // every reduced shard (S): S (1 + 1/p) each way over its NVLink port, whatever p is, so its bus
-// bandwidth is not capped by the ring's. It moves data at its own protocol efficiency, which the
-// GPU profile calibrates separately from the ring's (DESIGN.md, "NVLS is its own model").
+// bandwidth is not capped by the ring's. The switch's reduction bounds it too: a bus bandwidth
+// of 2 x nvls_efficiency x the port's line rate, whatever p is, which the GPU profile calibrates
+// separately from the ring's (DESIGN.md, "NVLS is its own model").
 //
 // Point-to-point sends between GPUs of one NVLink or xGMI domain run on fewer channels than the
 // library's rings (NCCL's p2p channels per peer) and reach less of the link: they have their own
 // efficiency too, where the profile calibrates one.
 struct GpuLinkModes {
-  double nvls_efficiency = 0;  // usable fraction of NVLink line rate under NVLS; 0: not available
+  double nvls_efficiency = 0;  // NVLS bus bandwidth / (2 x NVLink line rate); 0: not available
   double ring_efficiency = 1;  // the fraction the flow network applies to GPU-to-GPU links
   double p2p_efficiency = 0;   // usable fraction for send/recv between GPUs; 0: the ring's
 };

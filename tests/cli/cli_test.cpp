@@ -67,9 +67,28 @@ TEST_CASE("the version and help flags exit 0") {
 TEST_CASE("list shows every shipped preset") {
   const Result result = run_cli("list");
   REQUIRE(result.exit_code == 0);
-  for (const char* name : {"dgx-h100", "hgx-h200", "dgx-b200", "dgx-a100", "mi300x-platform",
-                           "gb200-nvl72", "aws-p5", "azure-nd-h100-v5", "h100-sxm", "h200", "b200",
-                           "gb200", "a100-sxm", "mi300x", "llama3-8b", "llama3-70b"}) {
+  for (const char* name : {"dgx-h100",
+                           "hgx-h200",
+                           "dgx-b200",
+                           "hgx-b300",
+                           "dgx-a100",
+                           "mi300x-platform",
+                           "mi325x-platform",
+                           "mi355x-platform",
+                           "gb200-nvl72",
+                           "aws-p5",
+                           "azure-nd-h100-v5",
+                           "h100-sxm",
+                           "h200",
+                           "b200",
+                           "b300",
+                           "gb200",
+                           "a100-sxm",
+                           "mi300x",
+                           "mi325x",
+                           "mi355x",
+                           "llama3-8b",
+                           "llama3-70b"}) {
     CHECK(result.out.find(name) != std::string::npos);
   }
 }

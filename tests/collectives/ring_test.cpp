@@ -324,18 +324,20 @@ TEST_CASE("on an 8-GPU xGMI mesh the rings use all 7 links of every GPU") {
   CHECK(xgmi_links == 56);
 }
 
-TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyond the ring bound") {
-  // 8 GPUs on a reducing NVSwitch, 450 GB/s ports, NVLS efficiency 0.686 (ring efficiency 1 in
-  // this bare network). S = 9 GB: 9 GB x 9/8 = 10.125 GB through each port at 450 x 0.686 =
-  // 308.7 GB/s: 32.8 ms. busbw = 2 x 7/8 x S / t = 480 GB/s, above the 450 GB/s a ring can reach.
+TEST_CASE("NVLS: the switch's reduction bounds its bus bandwidth whatever p, beyond the ring") {
+  // 8 GPUs on a reducing NVSwitch, 450 GB/s ports, NVLS efficiency 0.533 (ring efficiency 1 in
+  // this bare network). Each port carries S (1 + 1/8) each way, which 450 GB/s would move in
+  // S / 400 GB/s; the reduction is slower: busbw = 2 x 0.533 x 450 = 480 GB/s, t = 2 x 7/8 x S
+  // / 480 GB/s = 32.8 ms for S = 9 GB, above the 450 GB/s of bus bandwidth a ring can reach.
   NodeSpec node = eight_gpu_node();
   node.nvls = true;
   node.nics = 0;
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
+  const double efficiency = 480.0 / 900.0;
   Collectives collectives(engine, net, topo, CollectiveLatency{},
-                          GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
+                          GpuLinkModes{.nvls_efficiency = efficiency, .ring_efficiency = 1.0});
   REQUIRE(collectives.choose(CollectiveOp::all_reduce, topo.gpus(), 1e9).algorithm ==
           CollectiveAlgorithm::nvls);
   CHECK(collectives.choose(CollectiveOp::all_gather, topo.gpus(), 1e9).algorithm ==
@@ -344,8 +346,39 @@ TEST_CASE("NVLS: S (1 + 1/p) each way per GPU port at the NVLS efficiency, beyon
   SimTime done_at{};
   collectives.run(CollectiveOp::all_reduce, topo.gpus(), size, [&] { done_at = engine.now(); });
   engine.run();
-  CHECK(done_at.seconds() == Approx(size * 9 / 8 / (450e9 * 0.686)).epsilon(1e-6));
-  CHECK(2.0 * 7 / 8 * size / done_at.seconds() == Approx(480e9).epsilon(0.01));
+  CHECK(2.0 * 7 / 8 * size / done_at.seconds() == Approx(480e9).epsilon(1e-6));
+  // The same bus bandwidth on 2 x 8 GPUs of one switch (a GB200 NVL72-like domain of two
+  // 8-GPU trays): the reduction, not p, paces it; the ports could carry S (1 + 1/16) at
+  // 450 GB/s, a bus bandwidth of 2 x 15/16 / (17/16) x 450 = 794 GB/s.
+  NodeSpec tray = node;
+  tray.nvlink_domain_nodes = 2;
+  const Topology domain = build_cluster(tray, 2, FabricSpec{});
+  FlowNetwork net16(engine, line_rates(domain));
+  Collectives sixteen(engine, net16, domain, CollectiveLatency{},
+                      GpuLinkModes{.nvls_efficiency = efficiency, .ring_efficiency = 1.0});
+  const SimTime start = engine.now();
+  sixteen.run_with(CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, domain.gpus(), size,
+                   [&] { done_at = engine.now(); });
+  engine.run();
+  CHECK(2.0 * 15 / 16 * size / (done_at - start).seconds() == Approx(480e9).epsilon(1e-6));
+}
+
+TEST_CASE("NVLS on few GPUs fills their ports before the switch's reduction binds") {
+  // 3 GPUs, 450 GB/s ports, NVLS efficiency 0.533: the reduction would allow busbw 480 GB/s,
+  // t_red = 2 x 2/3 x S / 480 GB/s = S / 360 GB/s; the ports carry S (1 + 1/3) each way,
+  // t_port = 4/3 S / 450 GB/s = S / 337.5 GB/s, longer: busbw = 2 x 2/3 x 337.5 = 450 GB/s.
+  NodeSpec node = eight_gpu_node();
+  node.nvls = true;
+  node.nics = 0;
+  const Topology topo = build_cluster(node, 1, FabricSpec{});
+  const std::vector<VertexId> three(topo.gpus().begin(), topo.gpus().begin() + 3);
+  const double size = 3e9;
+  const double seconds =
+      run_alone(topo, CollectiveLatency{},
+                GpuLinkModes{.nvls_efficiency = 480.0 / 900.0, .ring_efficiency = 1.0},
+                CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, three, size)
+          .seconds;
+  CHECK(seconds == Approx(4.0 / 3 * size / 450e9).epsilon(1e-6));
 }
 
 TEST_CASE("no NVLS without a reducing switch or across nodes") {
@@ -566,8 +599,11 @@ TEST_CASE("across mesh nodes the channels load every xGMI link and every NIC ali
 }
 
 TEST_CASE("across mesh nodes of any size every NIC carries its share and no xGMI link more") {
-  // Two nodes of p meshed GPUs (p = 4 and 6 have every Hamiltonian cycle as their cycles): the
-  // p NICs of a node each carry 2(P-1)/P * S / p, P = 2p, and every xGMI link the same bytes.
+  // Two nodes of p meshed GPUs, P = 2p ranks, ring bytes R = 2(P-1)/P * S. Channel c enters a
+  // node at GPU c mod p and walks cycle c mod C there (C = p - 1 edge-disjoint cycles, or for p
+  // = 4 and 6 all (p-1)! cycles, each directed link in (p-2)! of them), lcm(C, p) channels of
+  // R / lcm each. A NIC serves lcm / p channels: R / p. A directed xGMI link lies in C / (p-1)
+  // cycles, each walked by lcm / C channels: R / (p-1).
   for (int p = 2; p <= 8; ++p) {
     INFO("p = " << p);
     const Topology topo = mesh_cluster(p, 2);
@@ -579,16 +615,22 @@ TEST_CASE("across mesh nodes of any size every NIC carries its share and no xGMI
                          [] {});
     engine.run();
     const double ring_bytes = 2.0 * (2 * p - 1) / (2 * p) * size;
-    std::vector<double> xgmi;
+    int xgmi_links = 0;
+    int nic_uplinks = 0;
     for (LinkId l = 0; l < topo.link_count(); ++l) {
       const Link& link = topo.link(l);
-      if (link.kind == LinkKind::xgmi) xgmi.push_back(net.link_bytes()[l]);
+      if (link.kind == LinkKind::xgmi) {
+        ++xgmi_links;
+        CHECK(net.link_bytes()[l] == Approx(ring_bytes / (p - 1)));
+      }
       if (topo.vertex(link.from).kind == VertexKind::nic &&
           topo.vertex(link.to).kind == VertexKind::leaf_switch) {
+        ++nic_uplinks;
         CHECK(net.link_bytes()[l] == Approx(ring_bytes / p));
       }
     }
-    for (const double bytes : xgmi) CHECK(bytes == Approx(xgmi.front()));
+    CHECK(xgmi_links == 2 * p * (p - 1));
+    CHECK(nic_uplinks == 2 * p);
   }
 }
 
@@ -620,22 +662,24 @@ TEST_CASE("broadcast spreads over the channels: all mesh links, all NICs") {
 }
 
 TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
-  // 4 of 8 GPUs on a reducing switch: S (1 + 1/4) each way through each of the 4 ports.
+  // 4 of 8 GPUs on a reducing switch, NVLS efficiency 0.4: S (1 + 1/4) each way through each of
+  // the 4 ports would take 1.25 S / 450 GB/s, the reduction longer: busbw 2 x 0.4 x 450 =
+  // 360 GB/s, t = 2 x 3/4 x S / 360 GB/s.
   NodeSpec node = eight_gpu_node();
   node.nvls = true;
   node.nics = 0;
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   const std::vector<VertexId> four(topo.gpus().begin(), topo.gpus().begin() + 4);
   CHECK(run_alone(topo, CollectiveLatency{},
-                  GpuLinkModes{.nvls_efficiency = 0.5, .ring_efficiency = 1.0},
+                  GpuLinkModes{.nvls_efficiency = 0.4, .ring_efficiency = 1.0},
                   CollectiveAlgorithm::nvls, CollectiveOp::all_reduce, four, 1e9)
-            .seconds == Approx(1e9 * 1.25 / (450e9 * 0.5)).epsilon(1e-6));
+            .seconds == Approx(1.5e9 / 360e9).epsilon(1e-6));
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{},
-                          GpuLinkModes{.nvls_efficiency = 0.5, .ring_efficiency = 1.0});
+                          GpuLinkModes{.nvls_efficiency = 0.4, .ring_efficiency = 1.0});
   // At that efficiency a ring is faster on 4 GPUs (2 x 3/4 x S / 450 GB/s = 3.3 ms against
-  // 5.6 ms): the tuner picks it.
+  // 4.2 ms): the tuner picks it.
   CHECK(collectives.choose(CollectiveOp::all_reduce, four, 1e9).algorithm ==
         CollectiveAlgorithm::ring);
   Collectives without(engine, net, topo, CollectiveLatency{});
@@ -950,12 +994,13 @@ TEST_CASE("protocols: LL for small messages, Simple for large, by the library's 
 }
 
 TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever is slower paces") {
-  // 2 nodes x 8 GPUs, 450 GB/s ports, NVLS efficiency 0.686 (ring efficiency 1 here).
-  //   Inside a node: S (1 + 1/8) each way per port at 450 x 0.686 = 308.7 GB/s: S / 274.4 GB/s.
+  // 2 nodes x 8 GPUs, 450 GB/s ports, NVLS efficiency 0.533 (ring efficiency 1 here).
+  //   Inside a node the switch's reduction paces NVLS at a bus bandwidth of 2 x 0.533 x 450 =
+  //   480 GB/s: t = 2 x 7/8 x S / 480 GB/s = S / 274.3 GB/s (the ports would allow S / 400).
   //   Across: GPU i of each node all-reduces its shard S/8 on rail i: 2 x 1/2 x S/8 = S/8
   //   through each NIC each way.
   // With 50 GB/s NICs the nodes pace it (S/8 / 50 = S / 400 is faster): busbw = 2 x 15/16 x
-  // 274.4 = 514.5 GB/s, beyond any ring (NIC-bound at 8 x 50 = 400). With 10 GB/s NICs the
+  // 274.3 = 514.3 GB/s, beyond any ring (NIC-bound at 8 x 50 = 400). With 10 GB/s NICs the
   // rails pace it: S/8 / 10 = S / 80, busbw = 1.875 x 80 = 150 GB/s.
   for (const double nic : {50e9, 10e9}) {
     NodeSpec node = eight_gpu_node();
@@ -965,14 +1010,14 @@ TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever i
     Engine engine;
     FlowNetwork net(engine, line_rates(topo));
     Collectives collectives(engine, net, topo, CollectiveLatency{},
-                            GpuLinkModes{.nvls_efficiency = 0.686, .ring_efficiency = 1.0});
+                            GpuLinkModes{.nvls_efficiency = 480.0 / 900, .ring_efficiency = 1.0});
     const double size = 16e9;
     SimTime done_at{};
     collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(),
                          size, [&] { done_at = engine.now(); });
     engine.run();
     const double busbw = 2.0 * 15 / 16 * size / done_at.seconds();
-    const double expected = nic > 40e9 ? 1.875 * 450e9 * 0.686 / 1.125 : 1.875 * 80e9;
+    const double expected = nic > 40e9 ? 1.875 * 480e9 / 2 * 8 / 7 : 1.875 * 80e9;
     INFO("NIC " << nic / 1e9 << " GB/s");
     CHECK(busbw == Approx(expected).epsilon(1e-6));
   }
