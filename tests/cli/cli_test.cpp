@@ -78,6 +78,8 @@ TEST_CASE("list shows every shipped preset") {
                            "gb200-nvl72",
                            "aws-p5",
                            "azure-nd-h100-v5",
+                           "gcp-a3-ultra",
+                           "gcp-a4",
                            "h100-sxm",
                            "h200",
                            "b200",

@@ -437,5 +437,5 @@ TEST_CASE(
     CHECK(sample.busbw_gb_per_s <= 2.0 * (ranks - 1) / ranks * usable * (1 + 1e-9));
     ++presets;
   }
-  CHECK(presets == 17);  // all but the two GeForce boxes, which have no NICs
+  CHECK(presets == 19);  // all but the two GeForce boxes, which have no NICs
 }
