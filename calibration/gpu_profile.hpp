@@ -132,8 +132,9 @@ struct GpuProfile {
   // Usable fraction of line rate per link kind ("nvlink", "xgmi", "pcie", "infiniband", ...):
   // for GPU and fabric links, NCCL's bus bandwidth over line rate.
   std::map<std::string, Calibrated> link_efficiency;
-  // Usable fraction of NVLink line rate for NVLS (in-switch reduction) collectives; absent for
-  // GPUs that cannot use it.
+  // NVLS (in-switch reduction) all-reduce bus bandwidth over twice the NVLink line rate, which
+  // the switch's reduction holds whatever the GPU count (sim/collectives/collectives.hpp);
+  // absent for GPUs that cannot use it.
   std::optional<Calibrated> nvls_efficiency;
   // Usable fraction of GPU-to-GPU link (NVLink, xGMI) line rate for send/recv; absent: the
   // ring's link efficiency.

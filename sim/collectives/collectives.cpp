@@ -594,11 +594,13 @@ Collectives::PlannedFlow Collectives::nvls_ports(const std::vector<VertexId>& gp
                                                  double size_bytes) const {
   // Every member's NVLink port, both ways, carrying S (1 + 1/p) at the port's usable rate, and
   // no faster than the switch reduces: NVLS's bus bandwidth stays at 2 x nvls_efficiency x the
-  // port's line rate B whatever p is, as NCCL's tuning model has it (busBw = 2 x nvlsEfficiency
-  // x bwIntra, src/graph/tuning.cc) and as GB200 NVL72 racks measure it (811 GB/s on 8 GPUs,
-  // 835 on 72, docs/collective-accuracy.md). That bus bandwidth, 2(p-1)/p S / t, takes t =
-  // (p-1)/p S / (nvls_efficiency B): the S (1 + 1/p) flow's ceiling is (p+1)/(p-1)
-  // nvls_efficiency B. Few GPUs (p <= 4 on H100) fill their ports first.
+  // port's line rate B whatever p is, as GB200 NVL72 racks measure it (811 GB/s on 8 GPUs, 835
+  // on 72, docs/collective-accuracy.md), where the ports alone (and NCCL's tuning model, whose
+  // NVLS graph charges each port p + 1 channel bandwidths) would give 25% more on 72. That bus
+  // bandwidth, 2(p-1)/p S / t, takes t = (p-1)/p S / (nvls_efficiency B): the S (1 + 1/p)
+  // flow's ceiling is (p+1)/(p-1) nvls_efficiency B. Few GPUs (p <= 4 on H100) fill their
+  // ports first. The ceiling is the flow's own: two NVLS collectives on the same ports each
+  // get it (docs/limitations.md).
   const VertexId nvswitch = *topology_->reducing_switch_of(gpus.front());
   PlannedFlow ports;
   for (const VertexId gpu : gpus) {

@@ -66,8 +66,9 @@ struct CollectiveChoice {
 // switch to reduce (S), fetches and multicasts its reduced shard (S/p each way), and receives
 // every reduced shard (S): S (1 + 1/p) each way over its NVLink port, whatever p is, so its bus
 // bandwidth is not capped by the ring's. The switch's reduction bounds it too: a bus bandwidth
-// of 2 x nvls_efficiency x the port's line rate, whatever p is, which the GPU profile calibrates
-// separately from the ring's (DESIGN.md, "NVLS is its own model").
+// of 2 x nvls_efficiency x the port's line rate, whatever p is (GB200 NVL72 measures the same on
+// 8 and 72 GPUs), which the GPU profile calibrates separately from the ring's (DESIGN.md, "NVLS
+// is its own model").
 //
 // Point-to-point sends between GPUs of one NVLink or xGMI domain run on fewer channels than the
 // library's rings (NCCL's p2p channels per peer) and reach less of the link: they have their own

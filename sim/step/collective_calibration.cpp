@@ -16,9 +16,10 @@ namespace fleetsim {
 namespace {
 
 // A fitted efficiency below this share of line rate is not a property of the link kind: the
-// lowest published in the shipped profiles is PCIe's 0.59 (a P2P-disabled copy benchmark), and
-// NVIDIA's expectations for NVLink, NVLS and InfiniBand lie at 0.69-0.96 (GTC24 S62129). Below
-// it the log shows a degraded system, or one the preset does not describe.
+// lowest published in the shipped profiles is PCIe's 0.59 (a P2P-disabled copy benchmark),
+// NVIDIA's expectations for NVLink and InfiniBand lie at 0.77-0.96 (GTC24 S62129), and NVLS's
+// reduction at 0.46-0.53 of twice the line rate (the same source, H100; Blackwell by NCCL's
+// ratio). Below it the log shows a degraded system, or one the preset does not describe.
 constexpr double kLeastPlausibleEfficiency = 0.4;
 // Bandwidth that still grows by more than this share per doubling of the message at the log's
 // largest sizes has not levelled off: the fit would read the pipeline's fill as the link's
@@ -184,7 +185,7 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
   double* efficiency = nullptr;
   const bool gpu_link = kind == "nvlink" || kind == "xgmi";
   if (uses_nvls && kind == "nvlink") {
-    // The NVLink links run at the switch-reduction efficiency, not the plain NVLink one.
+    // The switch's reduction paces NVLS, at its own efficiency, where the ports do not.
     fit.parameter = "nvls_efficiency";
     efficiency = &trial.gpu.nvls_efficiency->value;  // NVLS runs only where the profile has it
     *efficiency = 1;
@@ -230,6 +231,21 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
                        " does not converge: other links bound the run at every efficiency");
     }
     *efficiency = next;
+  }
+  // NVLS on few GPUs fills its ports before the switch's reduction binds: then a faster
+  // reduction would not change the run, and the log says nothing about nvls_efficiency.
+  if (fit.parameter == "nvls_efficiency") {
+    StepInputs faster = trial;
+    faster.gpu.nvls_efficiency->value *= 1.1;
+    const auto time_at_largest = [&](const StepInputs& inputs) {
+      return benchmark_collective(inputs, op, ranks, {largest}, algorithm).front().time_us;
+    };
+    if (time_at_largest(faster) >= time_at_largest(trial) * (1 - 1e-6)) {
+      throw ModelError(log.file +
+                       ": the NVLink ports, not the switch's reduction, bound this NVLS run; "
+                       "the log cannot tell nvls_efficiency (a ring log of these GPUs fits "
+                       "link_efficiency.nvlink)");
+    }
   }
   // At the fitted efficiency the fitted links must bound the run, or the log says nothing
   // about them.

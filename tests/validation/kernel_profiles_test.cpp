@@ -56,27 +56,31 @@ TEST_CASE("the H200's GEMM entries are the H100 SXM's fit, which they are extrap
   CHECK_THAT(h200.gemm_efficiency.provenance, Catch::StartsWith("extrapolated: "));
 }
 
-TEST_CASE("the B300's kernel entries are the B200's fit at the two GPUs' measured ratios") {
+TEST_CASE("B300 and GB300 kernel entries are B200's and GB200's fits at the measured ratios") {
   // The reference set measures B300 only by mamf-finder's best BF16 and FP8 rates, the tool
-  // that measured B200 (published.yaml kernels.mamf_bf16, mamf_fp8_e4m3): b300.yaml scales
-  // b200's fitted sustained rates by those ratios (written to three decimals) and copies the
-  // rest of its kernel fit, and must follow when that fit changes.
+  // that measured B200 (published.yaml kernels.mamf_bf16, mamf_fp8_e4m3), and GB300 not at all:
+  // b300.yaml scales b200's fitted sustained rates by those ratios (written to three decimals)
+  // and copies the rest of its kernel fit, gb300.yaml does the same to gb200's; both must
+  // follow when those fits change.
   const DataPaths data{FLEETSIM_SOURCE_DIR};
-  const GpuProfile b200 = load_gpu_profile(data, "b200");
-  const GpuProfile b300 = load_gpu_profile(data, "b300");
-  CHECK(b300.gemm_sustained_flops_per_s.value ==
-        Approx(b200.gemm_sustained_flops_per_s.value * 1769.0 / 1745.0).epsilon(1e-6));
-  REQUIRE(b200.fp8);
-  REQUIRE(b300.fp8);
-  CHECK(b300.fp8->gemm_sustained_flops_per_s.value ==
-        Approx(b200.fp8->gemm_sustained_flops_per_s.value * 3353.3 / 3432.5).epsilon(1e-6));
-  CHECK(b300.fp8->gemm_efficiency.value == b200.fp8->gemm_efficiency.value);
-  CHECK(b300.gemm_efficiency.value == b200.gemm_efficiency.value);
-  CHECK(b300.gemm_k_overhead.value == b200.gemm_k_overhead.value);
-  CHECK(b300.kernel_launch_s.value == b200.kernel_launch_s.value);
-  CHECK(b300.sustained_clock.value == b200.sustained_clock.value);
-  CHECK(b300.gemm_tiles == b200.gemm_tiles);
-  CHECK_THAT(b300.gemm_sustained_flops_per_s.provenance, Catch::StartsWith("extrapolated: "));
+  for (const auto& [parent, child] : {std::pair{"b200", "b300"}, std::pair{"gb200", "gb300"}}) {
+    CAPTURE(child);
+    const GpuProfile b200 = load_gpu_profile(data, parent);
+    const GpuProfile b300 = load_gpu_profile(data, child);
+    CHECK(b300.gemm_sustained_flops_per_s.value ==
+          Approx(b200.gemm_sustained_flops_per_s.value * 1769.0 / 1745.0).epsilon(1e-6));
+    REQUIRE(b200.fp8);
+    REQUIRE(b300.fp8);
+    CHECK(b300.fp8->gemm_sustained_flops_per_s.value ==
+          Approx(b200.fp8->gemm_sustained_flops_per_s.value * 3353.3 / 3432.5).epsilon(1e-6));
+    CHECK(b300.fp8->gemm_efficiency.value == b200.fp8->gemm_efficiency.value);
+    CHECK(b300.gemm_efficiency.value == b200.gemm_efficiency.value);
+    CHECK(b300.gemm_k_overhead.value == b200.gemm_k_overhead.value);
+    CHECK(b300.kernel_launch_s.value == b200.kernel_launch_s.value);
+    CHECK(b300.sustained_clock.value == b200.sustained_clock.value);
+    CHECK(b300.gemm_tiles == b200.gemm_tiles);
+    CHECK_THAT(b300.gemm_sustained_flops_per_s.provenance, Catch::StartsWith("extrapolated: "));
+  }
 }
 
 TEST_CASE("a variant of a GPU is its parent's profile but for its memory and power limit") {

@@ -90,7 +90,7 @@ TEST_CASE("NVLS all-reduce on 8 x H100 within 10% of the measured log, above any
       largest_row_busbw({"h100x8-allreduce-nvls-nccltests290.log", "dgx-h100", 1, 8});
   CHECK(measured > 450);
   CHECK(simulated > 450);
-  CHECK(simulated == Approx(measured).epsilon(0.02));  // docs/accuracy.md: +1.3%
+  CHECK(simulated == Approx(measured).epsilon(0.02));  // docs/collective-accuracy.md: +1.2%
 }
 
 TEST_CASE("NVLS all-reduce on a GB200 NVL72 rack within 5% of the measured log, not fitted") {
@@ -342,6 +342,21 @@ TEST_CASE("a fit of an NVLS or NVLS-tree log recovers the switch-reduction effic
   }
 }
 
+TEST_CASE("a fit of an NVLS log whose ports, not the switch, bound it is refused") {
+  // NVLS on 4 H100s: the ports carry S (1 + 1/4) at 0.822 x 450 GB/s, a bus bandwidth of 444
+  // GB/s, below the 480 the switch's reduction allows at 0.533; any efficiency above about 0.49
+  // gives the same run, so the log cannot tell it (a fit would stop at 1).
+  const std::string source = FLEETSIM_SOURCE_DIR;
+  const StepInputs cluster = load_cluster(DataPaths{source}, "dgx-h100", 1);
+  const NcclLog log = synthetic_log(cluster, 4, {256e6, 1e9, 4e9, 16e9});
+  try {
+    fit_collective_log(cluster, log, {.ranks = 4});
+    FAIL("the fit was not refused");
+  } catch (const ModelError& error) {
+    CHECK_THAT(error.what(), Catch::Contains("not the switch's reduction, bound this NVLS run"));
+  }
+}
+
 TEST_CASE("a fit of a send/recv log recovers the point-to-point efficiency") {
   // 8 x A100 sending to their neighbours over NVSwitch: NVLink bounds the run, at the profile's
   // p2p efficiency, which the fit recovers whatever the profile said before.
@@ -437,5 +452,5 @@ TEST_CASE(
     CHECK(sample.busbw_gb_per_s <= 2.0 * (ranks - 1) / ranks * usable * (1 + 1e-9));
     ++presets;
   }
-  CHECK(presets == 19);  // all but the two GeForce boxes, which have no NICs
+  CHECK(presets == 20);  // all but the two GeForce boxes, which have no NICs
 }
