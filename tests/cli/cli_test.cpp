@@ -64,36 +64,26 @@ TEST_CASE("the version and help flags exit 0") {
   CHECK(help.out.find("run FILE") != std::string::npos);
 }
 
-TEST_CASE("list shows every shipped preset") {
+TEST_CASE("list shows every shipped node preset and GPU profile, each on a line of its own") {
+  // Each file of topology/presets and calibration/profiles is listed by name at the start of a
+  // line (two spaces in, then padding): a name found only inside another (b200 in dgx-b200)
+  // does not count.
   const Result result = run_cli("list");
   REQUIRE(result.exit_code == 0);
-  for (const char* name : {"dgx-h100",
-                           "hgx-h200",
-                           "dgx-b200",
-                           "hgx-b300",
-                           "dgx-a100",
-                           "mi300x-platform",
-                           "mi325x-platform",
-                           "mi355x-platform",
-                           "gb200-nvl72",
-                           "gb300-nvl72",
-                           "aws-p5",
-                           "azure-nd-h100-v5",
-                           "gcp-a3-ultra",
-                           "gcp-a4",
-                           "h100-sxm",
-                           "h200",
-                           "b200",
-                           "b300",
-                           "gb200",
-                           "gb300",
-                           "a100-sxm",
-                           "mi300x",
-                           "mi325x",
-                           "mi355x",
-                           "llama3-8b",
-                           "llama3-70b"}) {
-    CHECK(result.out.find(name) != std::string::npos);
+  const fs::path source = FLEETSIM_SOURCE_DIR;
+  int listed = 0;
+  for (const char* directory : {"topology/presets", "calibration/profiles"}) {
+    for (const auto& entry : fs::directory_iterator(source / directory)) {
+      if (entry.path().extension() != ".yaml") continue;
+      const std::string name = entry.path().stem().string();
+      CAPTURE(name);
+      CHECK(result.out.find("\n  " + name + " ") != std::string::npos);
+      ++listed;
+    }
+  }
+  CHECK(listed == 22 + 16);  // node presets, GPU profiles
+  for (const char* model : {"llama3-8b", "llama3-70b"}) {
+    CHECK(result.out.find("\n  " + std::string(model) + " ") != std::string::npos);
   }
 }
 

@@ -65,21 +65,21 @@ TEST_CASE("B300 and GB300 kernel entries are B200's and GB200's fits at the meas
   const DataPaths data{FLEETSIM_SOURCE_DIR};
   for (const auto& [parent, child] : {std::pair{"b200", "b300"}, std::pair{"gb200", "gb300"}}) {
     CAPTURE(child);
-    const GpuProfile b200 = load_gpu_profile(data, parent);
-    const GpuProfile b300 = load_gpu_profile(data, child);
-    CHECK(b300.gemm_sustained_flops_per_s.value ==
-          Approx(b200.gemm_sustained_flops_per_s.value * 1769.0 / 1745.0).epsilon(1e-6));
-    REQUIRE(b200.fp8);
-    REQUIRE(b300.fp8);
-    CHECK(b300.fp8->gemm_sustained_flops_per_s.value ==
-          Approx(b200.fp8->gemm_sustained_flops_per_s.value * 3353.3 / 3432.5).epsilon(1e-6));
-    CHECK(b300.fp8->gemm_efficiency.value == b200.fp8->gemm_efficiency.value);
-    CHECK(b300.gemm_efficiency.value == b200.gemm_efficiency.value);
-    CHECK(b300.gemm_k_overhead.value == b200.gemm_k_overhead.value);
-    CHECK(b300.kernel_launch_s.value == b200.kernel_launch_s.value);
-    CHECK(b300.sustained_clock.value == b200.sustained_clock.value);
-    CHECK(b300.gemm_tiles == b200.gemm_tiles);
-    CHECK_THAT(b300.gemm_sustained_flops_per_s.provenance, Catch::StartsWith("extrapolated: "));
+    const GpuProfile measured = load_gpu_profile(data, parent);
+    const GpuProfile scaled = load_gpu_profile(data, child);
+    CHECK(scaled.gemm_sustained_flops_per_s.value ==
+          Approx(measured.gemm_sustained_flops_per_s.value * 1769.0 / 1745.0).epsilon(1e-6));
+    REQUIRE(measured.fp8);
+    REQUIRE(scaled.fp8);
+    CHECK(scaled.fp8->gemm_sustained_flops_per_s.value ==
+          Approx(measured.fp8->gemm_sustained_flops_per_s.value * 3353.3 / 3432.5).epsilon(1e-6));
+    CHECK(scaled.fp8->gemm_efficiency.value == measured.fp8->gemm_efficiency.value);
+    CHECK(scaled.gemm_efficiency.value == measured.gemm_efficiency.value);
+    CHECK(scaled.gemm_k_overhead.value == measured.gemm_k_overhead.value);
+    CHECK(scaled.kernel_launch_s.value == measured.kernel_launch_s.value);
+    CHECK(scaled.sustained_clock.value == measured.sustained_clock.value);
+    CHECK(scaled.gemm_tiles == measured.gemm_tiles);
+    CHECK_THAT(scaled.gemm_sustained_flops_per_s.provenance, Catch::StartsWith("extrapolated: "));
   }
 }
 
