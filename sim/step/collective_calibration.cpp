@@ -233,14 +233,15 @@ CollectiveFit fit_collective_log(const StepInputs& cluster, const NcclLog& log,
     *efficiency = next;
   }
   // NVLS on few GPUs fills its ports before the switch's reduction binds: then a faster
-  // reduction would not change the run, and the log says nothing about nvls_efficiency.
+  // reduction would not change the run, and the log says nothing about nvls_efficiency. The
+  // fit's last runs are at the fitted efficiency.
   if (fit.parameter == "nvls_efficiency") {
     StepInputs faster = trial;
     faster.gpu.nvls_efficiency->value *= 1.1;
-    const auto time_at_largest = [&](const StepInputs& inputs) {
-      return benchmark_collective(inputs, op, ranks, {largest}, algorithm).front().time_us;
-    };
-    if (time_at_largest(faster) >= time_at_largest(trial) * (1 - 1e-6)) {
+    const double faster_us =
+        benchmark_collective(faster, op, ranks, {largest}, algorithm).front().time_us;
+    const auto at_largest = std::max_element(sizes.begin(), sizes.end()) - sizes.begin();
+    if (faster_us >= bandwidth_us[static_cast<std::size_t>(at_largest)] * (1 - 1e-6)) {
       throw ModelError(log.file +
                        ": the NVLink ports, not the switch's reduction, bound this NVLS run; "
                        "the log cannot tell nvls_efficiency (a ring log of these GPUs fits "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <numeric>
 
 #include "sim/collectives/collectives.hpp"
 #include "sim/engine/engine.hpp"
@@ -140,6 +141,14 @@ NodeSpec no_p2p_node(int gpus, double memory_bytes_per_s) {
   node.pcie_bytes_per_s = 64e9;
   node.host_bytes_per_s = 64e9;
   node.host_memory_bytes_per_s = memory_bytes_per_s;
+  node.nics = 0;
+  return node;
+}
+
+// eight_gpu_node whose NVSwitch reduces (NVLS), without NICs.
+NodeSpec nvls_node() {
+  NodeSpec node = eight_gpu_node();
+  node.nvls = true;
   node.nics = 0;
   return node;
 }
@@ -329,9 +338,7 @@ TEST_CASE("NVLS: the switch's reduction bounds its bus bandwidth whatever p, bey
   // this bare network). Each port carries S (1 + 1/8) each way, which 450 GB/s would move in
   // S / 400 GB/s; the reduction is slower: busbw = 2 x 0.533 x 450 = 480 GB/s, t = 2 x 7/8 x S
   // / 480 GB/s = 32.8 ms for S = 9 GB, above the 450 GB/s of bus bandwidth a ring can reach.
-  NodeSpec node = eight_gpu_node();
-  node.nvls = true;
-  node.nics = 0;
+  const NodeSpec node = nvls_node();
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
@@ -367,9 +374,7 @@ TEST_CASE("NVLS on few GPUs fills their ports before the switch's reduction bind
   // 3 GPUs, 450 GB/s ports, NVLS efficiency 0.533: the reduction would allow busbw 480 GB/s,
   // t_red = 2 x 2/3 x S / 480 GB/s = S / 360 GB/s; the ports carry S (1 + 1/3) each way,
   // t_port = 4/3 S / 450 GB/s = S / 337.5 GB/s, longer: busbw = 2 x 2/3 x 337.5 = 450 GB/s.
-  NodeSpec node = eight_gpu_node();
-  node.nvls = true;
-  node.nics = 0;
+  const NodeSpec node = nvls_node();
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   const std::vector<VertexId> three(topo.gpus().begin(), topo.gpus().begin() + 3);
   const double size = 3e9;
@@ -563,53 +568,25 @@ TEST_CASE("mesh rings use every directed link equally, for every GPU count, ever
   }
 }
 
-TEST_CASE("across mesh nodes the channels load every xGMI link and every NIC alike") {
-  // 2 nodes x 8 MI300X-like GPUs: 56 channels, one per pairing of the 7 edge-disjoint cycles
-  // with the 8 entry GPUs (lcm(7, 8)). A channel walks its cycle in each node (the closing edge
-  // being the PXN hop to NIC e) and carries 2(p-1)/p * S / 56 over each of its links, p = 16.
-  // Every cycle serves 8 channels, so each xGMI link carries 2(p-1)/p * S / 7; every NIC serves
-  // the 7 channels entered at its GPU, so each NIC uplink carries 2(p-1)/p * S / 8. With only 7
-  // channels (one per cycle) one NIC of each node would stay idle.
-  const Topology topo = mesh_cluster(8, 2);
-  Engine engine;
-  FlowNetwork net(engine, line_rates(topo));
-  Collectives collectives(engine, net, topo, CollectiveLatency{});
-  REQUIRE(collectives.channel_rings(topo.gpus()).size() == 56);
-  const double size = 7e9;
-  collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
-                       [] {});
-  engine.run();
-  const double ring_bytes = 2.0 * 15 / 16 * size;
-  int xgmi_links = 0;
-  int nic_uplinks = 0;
-  for (LinkId l = 0; l < topo.link_count(); ++l) {
-    const Link& link = topo.link(l);
-    if (link.kind == LinkKind::xgmi) {
-      ++xgmi_links;
-      CHECK(net.link_bytes()[l] == Approx(ring_bytes / 7));
-    }
-    if (topo.vertex(link.from).kind == VertexKind::nic &&
-        topo.vertex(link.to).kind == VertexKind::leaf_switch) {
-      ++nic_uplinks;
-      CHECK(net.link_bytes()[l] == Approx(ring_bytes / 8));
-    }
-  }
-  CHECK(xgmi_links == 2 * 8 * 7);
-  CHECK(nic_uplinks == 16);
-}
-
 TEST_CASE("across mesh nodes of any size every NIC carries its share and no xGMI link more") {
   // Two nodes of p meshed GPUs, P = 2p ranks, ring bytes R = 2(P-1)/P * S. Channel c enters a
   // node at GPU c mod p and walks cycle c mod C there (C = p - 1 edge-disjoint cycles, or for p
   // = 4 and 6 all (p-1)! cycles, each directed link in (p-2)! of them), lcm(C, p) channels of
   // R / lcm each. A NIC serves lcm / p channels: R / p. A directed xGMI link lies in C / (p-1)
   // cycles, each walked by lcm / C channels: R / (p-1).
+  // With one channel per cycle (7 on 8 GPUs) one NIC of each node would stay idle.
   for (int p = 2; p <= 8; ++p) {
     INFO("p = " << p);
     const Topology topo = mesh_cluster(p, 2);
     Engine engine;
     FlowNetwork net(engine, line_rates(topo));
     Collectives collectives(engine, net, topo, CollectiveLatency{});
+    // One node's channels are its cycles.
+    const std::vector<VertexId> first_node(topo.gpus().begin(), topo.gpus().begin() + p);
+    const std::size_t cycles = collectives.channel_rings(first_node).size();
+    CHECK(collectives.channel_rings(topo.gpus()).size() ==
+          std::lcm(cycles, static_cast<std::size_t>(p)));
+    if (p == 8) CHECK(collectives.channel_rings(topo.gpus()).size() == 56);
     const double size = 1e9;
     collectives.run_with(CollectiveAlgorithm::ring, CollectiveOp::all_reduce, topo.gpus(), size,
                          [] {});
@@ -665,9 +642,7 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
   // 4 of 8 GPUs on a reducing switch, NVLS efficiency 0.4: S (1 + 1/4) each way through each of
   // the 4 ports would take 1.25 S / 450 GB/s, the reduction longer: busbw 2 x 0.4 x 450 =
   // 360 GB/s, t = 2 x 3/4 x S / 360 GB/s.
-  NodeSpec node = eight_gpu_node();
-  node.nvls = true;
-  node.nics = 0;
+  const NodeSpec node = nvls_node();
   const Topology topo = build_cluster(node, 1, FabricSpec{});
   const std::vector<VertexId> four(topo.gpus().begin(), topo.gpus().begin() + 4);
   CHECK(run_alone(topo, CollectiveLatency{},
