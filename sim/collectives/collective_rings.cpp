@@ -2,6 +2,7 @@
 // ranks group by node or NVLink domain, the edge-disjoint cycles inside one, and the route of
 // each hop (Collectives' rings and routes; see collectives.hpp).
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -95,7 +96,31 @@ class HamiltonianCycles {
   std::vector<std::vector<int>> cycles_;
 };
 
+// The parent of `rank` in NCCL's binary tree rooted at 0 (ncclGetBtree): with b its lowest set
+// bit, (rank ^ b) | 2b, or rank ^ b where that is out of range.
+int btree_parent(int n, int rank) {
+  if (rank == 0) return -1;
+  const int bit = rank & -rank;
+  const int up = (rank ^ bit) | (bit << 1);
+  return up < n ? up : rank ^ bit;
+}
+
 }  // namespace
+
+std::array<std::vector<int>, 2> double_binary_tree(int n) {
+  std::array<std::vector<int>, 2> parents{std::vector<int>(n), std::vector<int>(n)};
+  for (int rank = 0; rank < n; ++rank) {
+    parents[0][rank] = btree_parent(n, rank);
+    if (n % 2 == 0) {
+      const int up = btree_parent(n, n - 1 - rank);
+      parents[1][rank] = up < 0 ? -1 : n - 1 - up;
+    } else {
+      const int up = btree_parent(n, (rank - 1 + n) % n);
+      parents[1][rank] = up < 0 ? -1 : (up + 1) % n;
+    }
+  }
+  return parents;
+}
 
 std::vector<std::vector<VertexId>> Collectives::group_by_node(
     const std::vector<VertexId>& ranks) const {

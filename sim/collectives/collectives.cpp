@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -461,7 +462,8 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
   }
   const SimTime intra = gpu_links ? cost.nvlink_step : cost.pcie_step;
   const SimTime inter = cost.network_step;
-  // A heap-ordered binary tree over n domains is floor(log2 n) edges deep.
+  // NCCL's tuner charges a tree over n domains log2i(n) = floor(log2 n) network steps each way
+  // (tuning.cc), though its binary tree (trees.cc) is up to ceil(log2 n) edges deep.
   const auto depth = static_cast<std::int64_t>(std::bit_width(groups.size()) - 1);
   switch (choice.algorithm) {
     case CollectiveAlgorithm::ring: {
@@ -479,8 +481,7 @@ SimTime Collectives::latency(CollectiveChoice choice, CollectiveOp op,
       return cost.base + cost.nvlink_step * 2;
     case CollectiveAlgorithm::nvls_tree: {
       // The same two switch steps, and NCCL's tree latency across the domains (tuning.cc:
-      // 2 log2(nodes) network steps): NCCL joins the domains by trees. The bandwidth model
-      // runs a ring per rail instead, which moves about the bytes per node that a tree does.
+      // 2 log2i(nodes) network steps).
       return cost.base + cost.nvlink_step * 2 + inter * (2 * depth);
     }
     case CollectiveAlgorithm::hierarchical:
@@ -534,14 +535,13 @@ std::optional<double> Collectives::tree_bus_bandwidth_cap(
 Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<VertexId>& ranks,
                                          double size_bytes) {
   // NCCL's tree: per channel, a chain through each node's GPUs down to the node's head (the
-  // channel's entry GPU, whose NIC is the channel's rail) and two binary trees over the nodes'
-  // heads (a double binary tree: the second mirrors the first, so a leaf of one is inside the
-  // other), each reducing and then broadcasting half the data. Each (channel, tree) is one
-  // pipelined flow over every chain link and tree edge, both ways, carrying S / (2 channels),
-  // inflated by the library's tree efficiency relative to a ring and by its correction at
-  // medium sizes. Where the library's per-channel limits are known, the flows share a ceiling
-  // that holds the tree's bus bandwidth (2 S / time, the tree's algorithm bandwidth being half
-  // its bus bandwidth in NCCL's model) to that cap, scaled by the same size correction.
+  // channel's entry GPU, whose NIC is the channel's rail) and NCCL's double binary tree over the
+  // nodes' heads, each of its two trees reducing and then broadcasting half the data. Each
+  // (channel, tree) is one pipelined flow over every chain link and tree edge, both ways, carrying
+  // S / (2 channels), inflated by the library's tree efficiency relative to a ring and by its
+  // correction at medium sizes. Where the library's per-channel limits are known, the flows share a
+  // ceiling that holds the tree's bus bandwidth (2 S / time, the tree's algorithm bandwidth being
+  // half its bus bandwidth in NCCL's model) to that cap, scaled by the same size correction.
   const std::vector<std::vector<VertexId>> rings = channel_rings(ranks);
   const std::vector<std::vector<VertexId>> nodes = group_by_node(ranks);
   const std::size_t node_count = nodes.size();
@@ -564,6 +564,7 @@ Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<Ve
     const double protocol_bandwidth = costs_.tree[static_cast<int>(protocol)].bandwidth;
     max_rate = *cap / (2.0 * flows * costs_.tree_efficiency * protocol_bandwidth);
   }
+  const std::array<std::vector<int>, 2> trees = double_binary_tree(static_cast<int>(node_count));
   for (const std::vector<VertexId>& ring : rings) {
     std::vector<LinkUse> chains;
     std::vector<VertexId> heads;
@@ -575,14 +576,12 @@ Collectives::Plan Collectives::plan_tree(Protocol protocol, const std::vector<Ve
         add_both_ways(chains, chain[i], chain[i + 1]);
       }
     }
-    for (const bool mirrored : {false, true}) {
+    for (const std::vector<int>& parents : trees) {
       ++flow;
       std::vector<LinkUse> links = chains;
-      for (std::size_t position = 1; position < node_count; ++position) {
-        const std::size_t parent = (position - 1) / 2;
-        const std::size_t child_node = mirrored ? node_count - 1 - position : position;
-        const std::size_t parent_node = mirrored ? node_count - 1 - parent : parent;
-        add_both_ways(links, heads[child_node], heads[parent_node]);
+      for (std::size_t node = 0; node < node_count; ++node) {
+        const int parent = parents[node];
+        if (parent >= 0) add_both_ways(links, heads[node], heads[static_cast<std::size_t>(parent)]);
       }
       plan.flows.push_back({std::move(links), bytes, max_rate});
     }
@@ -660,27 +659,54 @@ Collectives::Plan Collectives::plan_hierarchical(CollectiveChoice choice,
 
 Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks,
                                               double size_bytes) {
-  // NCCL's NVLS-tree, pipelined: inside each domain NVLS reduce-scatters the buffer, leaving GPU
-  // i with shard i (S/g), and later all-gathers it back: together S (1 + 1/g) each way per port,
-  // as an NVLS all-reduce. Across domains the GPUs with the same index all-reduce their shard
-  // over a ring on their own rail: 2(d-1)/d x S/g through each NIC each way. All run at once.
+  // NCCL's NVLS-tree, pipelined: inside each domain NVLS reduce-scatters the buffer and later
+  // all-gathers it back, S (1 + 1/p) each way per port as an NVLS all-reduce. Across domains
+  // only the heads talk: GPUs with a NIC of their own, one a NIC, at most NCCL_MAX_NVLS_ARITY
+  // (32, src/include/device.h; NCCL's NVLS search, src/graph/search.cc), head h carrying shard
+  // h (S/H) over its NIC. The shards of the domains' head h reduce and broadcast over NCCL's
+  // double binary tree of the domains (connect.cc: channels alternate between its two trees),
+  // half the shard on each: a tree edge carries S/(2H) each way, so a head's NIC carries S/H
+  // each way between two domains and 2 S/H where its domain is inside one tree (degree 3) and a
+  // leaf of the other, as from four domains on. All run at once.
   if (!nvls_tree_possible(ranks)) {
     throw ModelError("NVLS-tree needs several reducing NVSwitch domains of equal size");
   }
   const std::vector<std::vector<VertexId>> domains = group_by_node(ranks);
-  const std::size_t g = domains.front().size();
-  const auto d = static_cast<int>(domains.size());
   Plan plan;
   for (const std::vector<VertexId>& gpus : domains)
     plan.flows.push_back(nvls_ports(gpus, size_bytes));
-  const double shard = size_bytes / static_cast<double>(g);
-  for (std::size_t i = 0; i < g; ++i) {
-    PlannedFlow rail{{}, bus_factor(CollectiveOp::all_reduce, d) * shard};
-    for (int k = 0; k < d; ++k) {
-      const std::vector<LinkUse> hop = hop_uses(domains[k][i], domains[(k + 1) % d][i], i);
-      rail.links.insert(rail.links.end(), hop.begin(), hop.end());
+  // The heads' positions in a domain, from the first: domains of one preset are alike.
+  constexpr std::size_t kMaxNvlsHeads = 32;
+  std::vector<std::size_t> heads;
+  std::set<VertexId> nics;
+  const std::vector<VertexId>& first = domains.front();
+  for (std::size_t i = 0; i < first.size() && heads.size() < kMaxNvlsHeads; ++i) {
+    const std::optional<VertexId> nic = topology_->nic_of_gpu(first[i]);
+    if (nic && nics.insert(*nic).second) heads.push_back(i);
+  }
+  if (heads.empty()) {  // no NIC of their own (hops then route as the topology does)
+    heads.resize(std::min(first.size(), kMaxNvlsHeads));
+    std::iota(heads.begin(), heads.end(), std::size_t{0});
+  }
+  const double bytes = size_bytes / (2.0 * static_cast<double>(heads.size()));
+  const std::array<std::vector<int>, 2> trees =
+      double_binary_tree(static_cast<int>(domains.size()));
+  std::uint64_t flow = 0;  // one connection per (head, tree)
+  for (const std::size_t head : heads) {
+    for (const std::vector<int>& parents : trees) {
+      PlannedFlow edges{{}, bytes};
+      for (std::size_t k = 0; k < domains.size(); ++k) {
+        if (parents[k] < 0) continue;
+        const VertexId child = domains[k][head];
+        const VertexId parent = domains[static_cast<std::size_t>(parents[k])][head];
+        for (const auto& [from, to] : {std::pair{child, parent}, std::pair{parent, child}}) {
+          const std::vector<LinkUse> hop = hop_uses(from, to, flow);
+          edges.links.insert(edges.links.end(), hop.begin(), hop.end());
+        }
+      }
+      plan.flows.push_back(std::move(edges));
+      ++flow;
     }
-    plan.flows.push_back(std::move(rail));
   }
   return plan;
 }

@@ -27,6 +27,7 @@
 // limits for the GPUs are known (NCCL's; not RCCL's).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -46,6 +47,12 @@ namespace fleetsim {
 
 // Sequential steps of the ring algorithm for all-reduce, reduce-scatter and all-gather.
 int ring_steps(CollectiveOp op, int ranks);
+
+// NCCL's double binary tree over n ranks (src/graph/trees.cc, ncclGetDtree): each rank's parent
+// in each of the two trees, -1 at a root. The first tree takes a rank's parent from its lowest
+// set bit, so odd ranks are leaves; the second mirrors it (n even) or shifts it by one rank (n
+// odd), so that a rank inside one tree is a leaf of the other.
+std::array<std::vector<int>, 2> double_binary_tree(int n);
 
 // Simple only, with one latency for every step: for tests and hand-made cases.
 struct CollectiveLatency {

@@ -82,6 +82,13 @@ TEST_CASE("every shipped log parses with the values read off its text") {
       {"a100x16-2node-p4de-efa-allreduce-aws-partial.log", 0, 29, 8, 2147483648, 78.33,
        std::nullopt},
       {"a100x8-allreduce-meta-gcm-fixture.log", 8, 6, 33554432, 1073741824, 231.72, 210.99},
+      // GB200 NVL72 racks (CoreWeave): no '# nThread' header or device list.
+      {"gb200x144-2rack-nvl72-allreduce-coreweave-partial.log", 0, 6, 536870912, 17179869184,
+       810.41, 688.487},
+      {"gb200x1440-20rack-nvl72-allreduce-coreweave-partial.log", 0, 6, 536870912, 17179869184,
+       405.74, 297.808},
+      {"gb200x72-nvl72-allreduce-coreweave-partial.log", 0, 5, 536870912, 8589934592, 834.57,
+       745.53},
       {"h100x16-2node-allreduce-gcp-a3mega.log", 16, 31, 8, 8589934592, 338.82, 70.742},
       {"h100x16-2node-ib-allreduce-nccltests290.log", 16, 11, 8388608, 8589934592, 155.57, 142.735},
       {"h100x16-2node-ib-cx7-allreduce-degraded-nccltests319.log", 16, 32, 8, 17179869184, 89.24,

@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 
+#include "common/topology_fixtures.hpp"
 #include "sim/collectives/collectives.hpp"
 #include "sim/engine/engine.hpp"
 #include "sim/engine/errors.hpp"
@@ -12,6 +13,9 @@
 #include "topology/topology.hpp"
 
 using namespace fleetsim;
+using fleetsim::test::eight_gpu_node;
+using fleetsim::test::line_rates;
+using fleetsim::test::nvl72_tray;
 
 namespace {
 
@@ -23,12 +27,6 @@ Topology ideal_ring(int p, double bytes_per_s, SimTime alpha) {
     topo.add_duplex_link(i, (i + 1) % p, LinkKind::nvlink, bytes_per_s, alpha);
   }
   return topo;
-}
-
-std::vector<double> line_rates(const Topology& topo) {
-  std::vector<double> rates;
-  for (LinkId l = 0; l < topo.link_count(); ++l) rates.push_back(topo.link(l).bytes_per_s);
-  return rates;
 }
 
 // One collective alone on `topo`: when it finished, and what each link carried.
@@ -116,19 +114,6 @@ TEST_CASE("a one-rank collective is free") {
 
 namespace {
 
-NodeSpec eight_gpu_node() {
-  NodeSpec node;
-  node.name = "test";
-  node.gpus = 8;
-  node.nvlink_bytes_per_s = 450e9;
-  node.pcie_switches = 4;
-  node.pcie_bytes_per_s = 64e9;
-  node.host_bytes_per_s = 64e9;
-  node.nics = 8;
-  node.nic_bytes_per_s = 50e9;
-  return node;
-}
-
 // GPUs without peer-to-peer access, each on its own 64 GB/s root port, staging through host
 // memory of `memory_bytes_per_s`.
 NodeSpec no_p2p_node(int gpus, double memory_bytes_per_s) {
@@ -151,17 +136,6 @@ NodeSpec nvls_node() {
   node.nvls = true;
   node.nics = 0;
   return node;
-}
-
-// A GB200 NVL72-like tray: 4 GPUs with a NIC each, 900 GB/s NVLink ports, 18 trays a domain.
-NodeSpec nvl72_tray() {
-  NodeSpec tray = eight_gpu_node();
-  tray.gpus = 4;
-  tray.pcie_switches = 2;
-  tray.nics = 4;
-  tray.nvlink_bytes_per_s = 900e9;
-  tray.nvlink_domain_nodes = 18;
-  return tray;
 }
 
 // A ring all-reduce of `size` bytes over every GPU of `topo`, without latency.
@@ -865,8 +839,8 @@ TEST_CASE("hierarchical all-reduce: three phases in turn, each at its own bottle
 }
 
 TEST_CASE("tree depth is floor(log2 nodes), and uneven nodes get no tree") {
-  // 3 nodes x 8 GPUs: a heap tree of 3 nodes is 1 edge deep. Latency with base 5 us and 10 us
-  // per step: 5 + 2 x (7 + 1) x 10 = 165 us.
+  // 3 nodes x 8 GPUs: NCCL's tuner charges log2i(3) = 1 edge each way. Latency with base 5 us and
+  // 10 us per step: 5 + 2 x (7 + 1) x 10 = 165 us.
   const Topology three = build_cluster(eight_gpu_node(), 3, FabricSpec{});
   const CollectiveLatency latency{from_us(5), from_us(10)};
   CHECK(run_alone(three, latency, GpuLinkModes{}, CollectiveAlgorithm::tree,
@@ -967,34 +941,4 @@ TEST_CASE("protocols: LL for small messages, Simple for large, by the library's 
   engine.run();
   // 8 B over LL: 2 x 7/8 x 8 B / (450 GB/s / 4) is 0.12 ns, rounded up to 1 ns; plus 10.18 us.
   CHECK(done_at.seconds() == Approx(10.18e-6 + 1e-9).epsilon(1e-6));
-}
-
-TEST_CASE("NVLS-tree: NVLS inside each node, a ring per rail across, whichever is slower paces") {
-  // 2 nodes x 8 GPUs, 450 GB/s ports, NVLS efficiency 0.533 (ring efficiency 1 here).
-  //   Inside a node the switch's reduction paces NVLS at a bus bandwidth of 2 x 0.533 x 450 =
-  //   480 GB/s: t = 2 x 7/8 x S / 480 GB/s = S / 274.3 GB/s (the ports would allow S / 400).
-  //   Across: GPU i of each node all-reduces its shard S/8 on rail i: 2 x 1/2 x S/8 = S/8
-  //   through each NIC each way.
-  // With 50 GB/s NICs the nodes pace it (S/8 / 50 = S / 400 is faster): busbw = 2 x 15/16 x
-  // 274.3 = 514.3 GB/s, beyond any ring (NIC-bound at 8 x 50 = 400). With 10 GB/s NICs the
-  // rails pace it: S/8 / 10 = S / 80, busbw = 1.875 x 80 = 150 GB/s.
-  for (const double nic : {50e9, 10e9}) {
-    NodeSpec node = eight_gpu_node();
-    node.nvls = true;
-    node.nic_bytes_per_s = nic;
-    const Topology topo = build_cluster(node, 2, FabricSpec{});
-    Engine engine;
-    FlowNetwork net(engine, line_rates(topo));
-    Collectives collectives(engine, net, topo, CollectiveLatency{},
-                            GpuLinkModes{.nvls_efficiency = 480.0 / 900, .ring_efficiency = 1.0});
-    const double size = 16e9;
-    SimTime done_at{};
-    collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(),
-                         size, [&] { done_at = engine.now(); });
-    engine.run();
-    const double busbw = 2.0 * 15 / 16 * size / done_at.seconds();
-    const double expected = nic > 40e9 ? 1.875 * 480e9 / 2 * 8 / 7 : 1.875 * 80e9;
-    INFO("NIC " << nic / 1e9 << " GB/s");
-    CHECK(busbw == Approx(expected).epsilon(1e-6));
-  }
 }

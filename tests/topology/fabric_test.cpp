@@ -7,12 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "common/topology_fixtures.hpp"
 #include "sim/engine/engine.hpp"
 #include "sim/engine/errors.hpp"
 #include "sim/network/flow_network.hpp"
 #include "topology/topology.hpp"
 
 using namespace fleetsim;
+using fleetsim::test::line_rates;
 
 namespace {
 
@@ -28,12 +30,6 @@ NodeSpec one_nic_node() {
   node.nics = 1;
   node.nic_bytes_per_s = 50e9;
   return node;
-}
-
-std::vector<double> line_rates(const Topology& topo) {
-  std::vector<double> rates;
-  for (LinkId l = 0; l < topo.link_count(); ++l) rates.push_back(topo.link(l).bytes_per_s);
-  return rates;
 }
 
 VertexId nic_of_node(const Topology& topo, int node) {
