@@ -48,7 +48,9 @@ Collectives::Collectives(Engine& engine, FlowNetwork& network, const Topology& t
 // ---- choosing an algorithm -----------------------------------------------------------------
 
 bool Collectives::nvls_possible(const std::vector<VertexId>& ranks) const {
-  if (!(gpu_links_.nvls_efficiency > 0) || ranks.size() < 2) return false;
+  // NCCL turns NVLS off for two GPUs or fewer (ncclNvlsInit, src/transport/nvls.cc: gpuCount
+  // <= 2), where a ring moves fewer bytes through each port anyway.
+  if (!(gpu_links_.nvls_efficiency > 0) || ranks.size() <= 2) return false;
   const std::optional<VertexId> nvswitch = topology_->reducing_switch_of(ranks.front());
   if (!nvswitch) return false;
   return std::all_of(ranks.begin(), ranks.end(),
@@ -60,7 +62,7 @@ bool Collectives::nvls_tree_possible(const std::vector<VertexId>& ranks) const {
   const std::vector<std::vector<VertexId>> domains = group_by_node(ranks);
   if (domains.size() < 2) return false;
   return std::all_of(domains.begin(), domains.end(), [&](const std::vector<VertexId>& gpus) {
-    return gpus.size() == domains.front().size() && gpus.size() > 1 && nvls_possible(gpus);
+    return gpus.size() == domains.front().size() && nvls_possible(gpus);
   });
 }
 

@@ -637,6 +637,34 @@ TEST_CASE("NVLS on a subset of a node's GPUs and its preconditions") {
       ModelError);
   CHECK_THROWS_AS(collectives.run(CollectiveOp::all_reduce, {four[0], four[0]}, 1e9, [] {}),
                   ModelError);
+  // NCCL has no NVLS on two GPUs (ncclNvlsInit: gpuCount <= 2), nor NVLS-tree across nodes of
+  // two GPUs each; three are enough.
+  const auto has = [&](const std::vector<VertexId>& ranks, CollectiveAlgorithm algorithm) {
+    const auto candidates = collectives.candidates(CollectiveOp::all_reduce, ranks);
+    return std::find(candidates.begin(), candidates.end(), algorithm) != candidates.end();
+  };
+  CHECK_FALSE(has({four[0], four[1]}, CollectiveAlgorithm::nvls));
+  CHECK_THROWS_AS(collectives.run_with(CollectiveAlgorithm::nvls, CollectiveOp::all_reduce,
+                                       {four[0], four[1]}, 1e9, [] {}),
+                  ModelError);
+  CHECK(has({four[0], four[1], four[2]}, CollectiveAlgorithm::nvls));
+  NodeSpec pair_node = eight_gpu_node();
+  pair_node.nvls = true;
+  const Topology pairs = build_cluster(pair_node, 2, FabricSpec{});
+  FlowNetwork pairs_net(engine, line_rates(pairs));
+  Collectives across(engine, pairs_net, pairs, CollectiveLatency{},
+                     GpuLinkModes{.nvls_efficiency = 0.4, .ring_efficiency = 1.0});
+  const auto tree_over = [&](int per_node) {
+    std::vector<VertexId> ranks;
+    for (int node = 0; node < 2; ++node) {
+      for (int i = 0; i < per_node; ++i) ranks.push_back(*pairs.gpu_at(node, i));
+    }
+    const auto candidates = across.candidates(CollectiveOp::all_reduce, ranks);
+    return std::find(candidates.begin(), candidates.end(), CollectiveAlgorithm::nvls_tree) !=
+           candidates.end();
+  };
+  CHECK_FALSE(tree_over(2));
+  CHECK(tree_over(3));
 }
 
 TEST_CASE("tree all-reduce across two nodes: S per node each way, at NCCL's tree efficiency") {
