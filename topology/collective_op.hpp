@@ -41,4 +41,9 @@ inline double bus_factor(CollectiveOp op, int ranks) {
   return 1;
 }
 
+// The most heads an NVLS graph has (NCCL_MAX_NVLS_ARITY, src/include/device.h; NCCL's NVLS
+// search, src/graph/search.cc): inside a domain the GPUs NVLS pulls from, across domains the
+// GPUs whose NICs carry its traffic.
+inline constexpr int kMaxNvlsHeads = 32;
+
 }  // namespace fleetsim

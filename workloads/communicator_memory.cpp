@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 
+#include "topology/collective_op.hpp"
 #include "workloads/layout/rank_grid.hpp"
 
 namespace fleetsim {
@@ -30,7 +31,6 @@ constexpr double kCommunicatorPieces = 2;
 // graph's channels, search.cc); beside it a 2 MiB piece of each NVLS channel's device peers
 // (initNvlsChannel, channel.cc) and one of the credits (ncclNvlsSetup).
 constexpr double kNcclSteps = 8;
-constexpr int kMaxNvlsHeads = 32;
 // Send/recv over the network shares one pool a direction: p2p channels x NCCL_SHARED_STEPS 16
 // x NCCL_P2P_NET_CHUNKSIZE 128 KiB (net.cc).
 constexpr double kNetPoolBytesPerChannel = 16 * 128.0 * 1024;

@@ -4,9 +4,9 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -677,30 +677,35 @@ Collectives::Plan Collectives::plan_nvls_tree(const std::vector<VertexId>& ranks
   Plan plan;
   for (const std::vector<VertexId>& gpus : domains)
     plan.flows.push_back(nvls_ports(gpus, size_bytes));
-  // The heads' positions in a domain, from the first: domains of one preset are alike.
-  constexpr std::size_t kMaxNvlsHeads = 32;
-  std::vector<std::size_t> heads;
-  std::set<VertexId> nics;
-  const std::vector<VertexId>& first = domains.front();
-  for (std::size_t i = 0; i < first.size() && heads.size() < kMaxNvlsHeads; ++i) {
-    const std::optional<VertexId> nic = topology_->nic_of_gpu(first[i]);
-    if (nic && nics.insert(*nic).second) heads.push_back(i);
+  // Each domain's heads, in rank order; head h of every domain joins tree h. (Hops between
+  // GPUs of the same index leave through the sender's own NIC, as NCCL's heads send.)
+  const auto max_heads = static_cast<std::size_t>(kMaxNvlsHeads);
+  std::vector<std::vector<VertexId>> heads;
+  std::size_t head_count = max_heads;
+  for (const std::vector<VertexId>& gpus : domains) {
+    std::vector<VertexId>& own = heads.emplace_back();
+    std::set<VertexId> nics;
+    for (const VertexId gpu : gpus) {
+      const std::optional<VertexId> nic = topology_->nic_of_gpu(gpu);
+      if (own.size() < max_heads && nic && nics.insert(*nic).second) own.push_back(gpu);
+    }
+    if (own.empty()) {  // no NIC of their own: hops route as the topology does
+      own.assign(gpus.begin(),
+                 gpus.begin() + static_cast<std::ptrdiff_t>(std::min(gpus.size(), max_heads)));
+    }
+    head_count = std::min(head_count, own.size());
   }
-  if (heads.empty()) {  // no NIC of their own (hops then route as the topology does)
-    heads.resize(std::min(first.size(), kMaxNvlsHeads));
-    std::iota(heads.begin(), heads.end(), std::size_t{0});
-  }
-  const double bytes = size_bytes / (2.0 * static_cast<double>(heads.size()));
+  const double bytes = size_bytes / (2.0 * static_cast<double>(head_count));
   const std::array<std::vector<int>, 2> trees =
       double_binary_tree(static_cast<int>(domains.size()));
   std::uint64_t flow = 0;  // one connection per (head, tree)
-  for (const std::size_t head : heads) {
+  for (std::size_t head = 0; head < head_count; ++head) {
     for (const std::vector<int>& parents : trees) {
       PlannedFlow edges{{}, bytes};
       for (std::size_t k = 0; k < domains.size(); ++k) {
         if (parents[k] < 0) continue;
-        const VertexId child = domains[k][head];
-        const VertexId parent = domains[static_cast<std::size_t>(parents[k])][head];
+        const VertexId child = heads[k][head];
+        const VertexId parent = heads[static_cast<std::size_t>(parents[k])][head];
         for (const auto& [from, to] : {std::pair{child, parent}, std::pair{parent, child}}) {
           const std::vector<LinkUse> hop = hop_uses(from, to, flow);
           edges.links.insert(edges.links.end(), hop.begin(), hop.end());

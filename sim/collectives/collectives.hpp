@@ -101,13 +101,14 @@ class Collectives {
   // The algorithms that can run `op` over `ranks`: for all-reduce a ring, a tree when the ranks
   // span nodes with as many ranks on each, NVLS when they all hang off one reducing NVSwitch,
   // NVLS-tree when they span several such domains with as many ranks on each (NVLS inside each
-  // domain, a ring per rail across them, pipelined); hierarchical on the same condition as the
-  // tree (a reduce-scatter inside each node, an all-reduce of each shard across the nodes, an
-  // all-gather inside each node, one after the other, as frameworks compose it from NCCL calls;
-  // NCCL itself has no such algorithm, so the tuner leaves it to be forced); a
-  // ring for reduce-scatter and all-gather; direct sends for all-to-all (one flow per pair of
-  // ranks, S / p each); the ring's channels as pipelined chains from the first rank for broadcast
-  // (S / channels each); one flow per rank to its successor for send/recv.
+  // domain, the heads' double binary trees across them, pipelined); NVLS of either kind on three
+  // GPUs a domain or more; hierarchical on the same condition as the tree (a reduce-scatter inside
+  // each node, an all-reduce of each shard across the nodes, an all-gather inside each node, one
+  // after the other, as frameworks compose it from NCCL calls; NCCL itself has no such algorithm,
+  // so the tuner leaves it to be forced); a ring for reduce-scatter and all-gather; direct sends
+  // for all-to-all (one flow per pair of ranks, S / p each); the ring's channels as pipelined
+  // chains from the first rank for broadcast (S / channels each); one flow per rank to its
+  // successor for send/recv.
   std::vector<CollectiveAlgorithm> candidates(CollectiveOp op,
                                               const std::vector<VertexId>& ranks) const;
   // The protocols the library runs `algorithm` with (NVLS: Simple only).

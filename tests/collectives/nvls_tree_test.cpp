@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -20,9 +21,13 @@ using fleetsim::test::nvl72_tray;
 
 namespace {
 
-// Seconds an NVLS-tree all-reduce of `size` bytes over every GPU of `topo` takes alone, without
-// latency.
-double nvls_tree_seconds(const Topology& topo, double nvls_efficiency, double size) {
+// An NVLS-tree all-reduce of `size` bytes over every GPU of `topo` alone, without latency: how
+// long it took, and what each link carried.
+struct Run {
+  double seconds = 0;
+  std::vector<double> link_bytes;  // indexed by LinkId
+};
+Run run_nvls_tree(const Topology& topo, double nvls_efficiency, double size) {
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{},
@@ -31,7 +36,11 @@ double nvls_tree_seconds(const Topology& topo, double nvls_efficiency, double si
   collectives.run_with(CollectiveAlgorithm::nvls_tree, CollectiveOp::all_reduce, topo.gpus(), size,
                        [&] { done_at = engine.now(); });
   engine.run();
-  return done_at.seconds();
+  return {done_at.seconds(), net.link_bytes()};
+}
+
+double nvls_tree_seconds(const Topology& topo, double nvls_efficiency, double size) {
+  return run_nvls_tree(topo, nvls_efficiency, size).seconds;
 }
 
 // Each rank's tree degree (parent and children) in each of the two trees.
@@ -136,11 +145,24 @@ TEST_CASE("NVLS-tree heads: one a NIC, at most 32 of a domain (NCCL_MAX_NVLS_ARI
   const double size = 4e9;
   const Topology racks = build_cluster(tray, 36, FabricSpec{});
   CHECK(nvls_tree_seconds(racks, 0.6, size) == Approx(size / 32e9).epsilon(1e-6));
-  // Two 8-GPU nodes with 4 NICs (a GPU pair shares one): 4 heads, S/4 through each NIC.
+  // Two 8-GPU nodes with 4 NICs (a GPU pair shares one): 4 heads, S/4 through each NIC, and
+  // out of each head's own PCIe link; the other GPU of a pair sends nothing across (were every
+  // GPU a head, each would send S/8 over its link, the NICs carrying the same S/4).
   NodeSpec shared = eight_gpu_node();
   shared.nvls = true;
   shared.nics = 4;
   shared.nic_bytes_per_s = 10e9;
   const Topology pairs = build_cluster(shared, 2, FabricSpec{});
-  CHECK(nvls_tree_seconds(pairs, 0.6, size) == Approx(size / 4 / 10e9).epsilon(1e-6));
+  const Run run = run_nvls_tree(pairs, 0.6, size);
+  CHECK(run.seconds == Approx(size / 4 / 10e9).epsilon(1e-6));
+  std::set<VertexId> nics;
+  for (int i = 0; i < 8; ++i) {
+    const VertexId gpu = *pairs.gpu_at(0, i);
+    const VertexId nic = *pairs.nic_of_gpu(gpu);
+    std::vector<LinkId> route;
+    pairs.append_route(gpu, nic, route);
+    const bool head = nics.insert(nic).second;  // the first GPU of each NIC
+    INFO("GPU " << i);
+    CHECK(run.link_bytes.at(route.front()) == Approx(head ? size / 4 : 0).margin(1));
+  }
 }

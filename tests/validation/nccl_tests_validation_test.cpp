@@ -116,7 +116,8 @@ TEST_CASE("NVLS-tree across GB200 NVL72 racks: two within 5% of the measured log
   // CoreWeave's runs (coreweave/nccl-tests README, NCCL 2.26.2), largest row 16 GiB. Across
   // racks NCCL runs NVLS-tree (no CollNet without SHARP; NVLS alone stays in one domain): 32
   // heads a rack, each carrying S/32 over its NIC. Two racks: 810.41 GB/s busbw measured, the
-  // NVLS inside each rack paces it, as on one rack (the heads' NICs would allow 32 x 48 GB/s).
+  // NVLS inside each rack paces it, as on one rack (the heads' NICs, 32 x 48 GB/s usable each
+  // carrying S/32 each way, would allow an S/t of 1,536 GB/s).
   // Twenty racks: 405.74 measured, about half; the model stays NVLink-bound (2 S/32 a head's
   // NIC from four racks on is still far from binding) and is 2.1x high, a gap listed in
   // docs/limitations.md: neither NCCL's code nor its tuner halves it.
