@@ -16,7 +16,7 @@ namespace {
 std::string metric_title(const std::string& metric) {
   if (metric == "step_time_s") return "step time (s)";
   if (metric == "tokens_per_s") return "tokens/s";
-  if (metric == "mfu") return "MFU (%)";
+  if (metric == "mfu") return "MFU (% of BF16 peak)";
   if (metric == "wall_s_mean") return "time to train, mean (days)";
   return "cost, mean (USD)";
 }

@@ -107,8 +107,8 @@ def comparison(result):
                   for row in rows)
     priced = any("run_cost_usd_p50" in row and not math.isnan(float(row["run_cost_usd_p50"]))
                  for row in rows)
-    headers = ["variant", "GPUs", "layout", "step (s)", "tokens/s per GPU", "MFU (%)",
-               "memory per GPU (GB)", "headroom (%)", "speed-up vs first"]
+    headers = ["variant", "GPUs", "layout", "step (s)", "tokens/s per GPU",
+               "MFU (% of BF16 peak)", "memory per GPU (GB)", "headroom (%)", "speed-up vs first"]
     if has_run:
         headers += ["time to train P50 / P90 (days)", "goodput (mean)"]
     if priced:
