@@ -106,9 +106,9 @@ class Collectives {
   // each node, an all-reduce of each shard across the nodes, an all-gather inside each node, one
   // after the other, as frameworks compose it from NCCL calls; NCCL itself has no such algorithm,
   // so the tuner leaves it to be forced); a ring for reduce-scatter and all-gather; direct sends
-  // for all-to-all (one flow per pair of ranks, S / p each); the ring's channels as pipelined
-  // chains from the first rank for broadcast (S / channels each); one flow per rank to its
-  // successor for send/recv.
+  // for all-to-all (S / p from each rank to each other; see plan_direct); the ring's channels as
+  // pipelined chains from the first rank for broadcast (S / channels each); one flow per rank to
+  // its successor for send/recv.
   std::vector<CollectiveAlgorithm> candidates(CollectiveOp op,
                                               const std::vector<VertexId>& ranks) const;
   // The protocols the library runs `algorithm` with (NVLS: Simple only).
