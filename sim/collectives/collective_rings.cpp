@@ -217,22 +217,29 @@ void Collectives::append_hop_links(VertexId from, VertexId to, std::uint64_t flo
     topology_->append_route(from, to, links);
     return;
   }
-  // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
-  // or through the source's own NIC when the node has no such GPU.
-  // PXN needs peer-to-peer access: without it the GPU sends through its own NIC.
-  const VertexId proxy = topology_->staging_of(source.node)
-                             ? from
-                             : topology_->gpu_at(source.node, target.index).value_or(from);
-  const auto out_nic = topology_->nic_of_gpu(proxy);
-  const auto in_nic = topology_->nic_of_gpu(to);
-  if (!out_nic || !in_nic) {
+  const std::optional<NetworkHop> hop = network_hop(from, to);
+  if (!hop) {
     topology_->append_route(from, to, flow, links);
     return;
   }
-  for (const auto& [a, b] : {std::pair{from, proxy}, std::pair{proxy, *out_nic},
-                             std::pair{*out_nic, *in_nic}, std::pair{*in_nic, to}}) {
+  for (const auto& [a, b] : {std::pair{from, hop->proxy}, std::pair{hop->proxy, hop->out_nic},
+                             std::pair{hop->out_nic, hop->in_nic}, std::pair{hop->in_nic, to}}) {
     topology_->append_route(a, b, flow, links);
   }
+}
+
+std::optional<Collectives::NetworkHop> Collectives::network_hop(VertexId from, VertexId to) const {
+  // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
+  // or through the source's own NIC when the node has no such GPU.
+  // PXN needs peer-to-peer access: without it the GPU sends through its own NIC.
+  const int node = topology_->vertex(from).node;
+  const VertexId proxy = topology_->staging_of(node)
+                             ? from
+                             : topology_->gpu_at(node, topology_->vertex(to).index).value_or(from);
+  const std::optional<VertexId> out_nic = topology_->nic_of_gpu(proxy);
+  const std::optional<VertexId> in_nic = topology_->nic_of_gpu(to);
+  if (!out_nic || !in_nic) return std::nullopt;
+  return NetworkHop{proxy, *out_nic, *in_nic};
 }
 
 const std::vector<Collectives::Channel>& Collectives::channels(const std::vector<VertexId>& ranks) {

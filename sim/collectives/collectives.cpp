@@ -751,43 +751,41 @@ Collectives::Plan Collectives::plan_transfers(
 }
 
 Collectives::Plan Collectives::plan_direct(const std::vector<VertexId>& ranks, double size_bytes) {
-  // S/p from every rank to every other. Sends inside a domain are a flow each. The sends from
-  // one node's GPUs to one GPU of another domain share that GPU's NIC path (PXN: each over
-  // NVLink to the local GPU of the target's index, out through its NIC): they run at one rate,
-  // so one flow stands for them, their links merged into weights (a link k of them cross
-  // carries k times the flow's bytes, and counts as k flows in the sharing). An all-to-all
-  // over n nodes of g GPUs is n g (g - 1) + n (n - 1) g flows instead of n g (n g - 1). (Under
-  // hash routing their spines may differ: together they go at the slowest one's pace.)
+  // S/p from every rank to every other, a flow a send, except the sends of one node's GPUs to
+  // one GPU of another NVLink domain where PXN carries them: each over its NVSwitch port to the
+  // local GPU of the target's index, out through that GPU's NIC on one connection (NCCL's PXN
+  // proxy), so one network path at one pace. One flow stands for them: their links merged into
+  // weights (a link k of them cross carries k times the flow's bytes and counts as k flows in
+  // the sharing), exactly as k flows of one rate. An all-to-all over n nodes of g GPUs is then
+  // n g (g - 1) + n (n - 1) g flows instead of n g (n g - 1). Where the way to the proxy is not
+  // one switch port (PCIe boxes), or there is no proxy, each send keeps its own flow.
   const double each = size_bytes / static_cast<double>(ranks.size());
-  std::vector<std::pair<VertexId, VertexId>> inside;
-  std::map<std::pair<int, VertexId>, std::vector<VertexId>> across;  // (node, target): sources
+  std::vector<std::pair<VertexId, VertexId>> alone;
+  std::map<std::pair<VertexId, VertexId>, std::vector<VertexId>> through;  // (proxy, target)
   for (const VertexId from : ranks) {
+    const std::optional<VertexId> nvswitch = topology_->nvswitch_of(from);
     for (const VertexId to : ranks) {
       if (from == to) continue;
-      const std::optional<VertexId> nvswitch = topology_->nvswitch_of(from);
-      const int node = topology_->vertex(from).node;
-      const bool same_domain = node == topology_->vertex(to).node ||
+      const bool same_domain = topology_->vertex(from).node == topology_->vertex(to).node ||
                                (nvswitch && nvswitch == topology_->nvswitch_of(to));
-      // Through a proxy only where peer-to-peer access and a GPU of the target's index let
-      // PXN run (append_hop_links); otherwise each GPU sends through its own NIC.
-      const bool through_proxy = !topology_->staging_of(node) &&
-                                 topology_->gpu_at(node, topology_->vertex(to).index).has_value();
-      if (same_domain || !through_proxy) {
-        inside.emplace_back(from, to);
+      const std::optional<NetworkHop> hop = same_domain ? std::nullopt : network_hop(from, to);
+      if (hop && nvswitch && topology_->nvswitch_of(hop->proxy) == nvswitch) {
+        through[{hop->proxy, to}].push_back(from);
       } else {
-        across[{node, to}].push_back(from);
+        alone.emplace_back(from, to);
       }
     }
   }
-  Plan plan = plan_transfers(inside, each);
-  std::uint64_t flow = inside.size();  // each send its own connection, as in plan_transfers
-  for (const auto& [key, sources] : across) {
+  Plan plan = plan_transfers(alone, each);
+  std::uint64_t flow = alone.size();  // a connection a flow, as in plan_transfers
+  for (const auto& [ends, sources] : through) {
     PlannedFlow together{{}, each};
     for (const VertexId from : sources) {
-      const std::vector<LinkUse> hop = hop_uses(from, key.second, flow++);
+      const std::vector<LinkUse> hop = hop_uses(from, ends.second, flow);
       together.links.insert(together.links.end(), hop.begin(), hop.end());
     }
     plan.flows.push_back(std::move(together));
+    ++flow;
   }
   return plan;
 }

@@ -172,6 +172,15 @@ class Collectives {
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
   void append_hop_links(VertexId from, VertexId to, std::uint64_t flow,
                         std::vector<LinkId>& links) const;
+  // A hop between NVLink domains: the GPU it leaves from (PXN's proxy, or `from` itself) and
+  // the NICs at either end; nothing where either GPU has no NIC (the hop then routes as the
+  // topology does).
+  struct NetworkHop {
+    VertexId proxy;
+    VertexId out_nic;
+    VertexId in_nic;
+  };
+  std::optional<NetworkHop> network_hop(VertexId from, VertexId to) const;
 
  private:
   struct Channel {

@@ -233,7 +233,7 @@ const Quantity kStepTime{.label = "step time (s)",
 const Quantity kTokens{"tokens/s", FieldGroup::step, {"tokens_per_s"}, as_grouped};
 const Quantity kTokensPerGpu{
     "tokens/s per GPU", FieldGroup::step, {"tokens_per_s_per_gpu"}, as_grouped};
-const Quantity kMfu{"MFU (% of BF16 peak)", FieldGroup::step, {"mfu"}, as_percent};
+const Quantity kMfu{kMfuTitle, FieldGroup::step, {"mfu"}, as_percent};
 
 // The step, its breakdown, its memory and how it compares with the first variant.
 const Quantity kStep[] = {
@@ -241,7 +241,7 @@ const Quantity kStep[] = {
     kTokens,
     kTokensPerGpu,
     kMfu,
-    {"HFU (% of BF16 peak)", FieldGroup::step, {"hfu"}, as_percent},
+    {kHfuTitle, FieldGroup::step, {"hfu"}, as_percent},
     {"compute per step (s)", FieldGroup::step, {"compute_s"}, as_seconds},
     {"exposed comm per step (s)", FieldGroup::step, {"exposed_comm_s"}, as_seconds},
     // What the exposed communication is for, where any is.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sim/report/console_text.hpp"
+#include "sim/report/result_fields.hpp"
 
 namespace fleetsim {
 
@@ -16,7 +17,7 @@ namespace {
 std::string metric_title(const std::string& metric) {
   if (metric == "step_time_s") return "step time (s)";
   if (metric == "tokens_per_s") return "tokens/s";
-  if (metric == "mfu") return "MFU (% of BF16 peak)";
+  if (metric == "mfu") return kMfuTitle;
   if (metric == "wall_s_mean") return "time to train, mean (days)";
   return "cost, mean (USD)";
 }

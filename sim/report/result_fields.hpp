@@ -60,6 +60,11 @@ struct ResultField {
 
 std::span<const ResultGroup> result_groups();
 std::span<const ResultField> result_fields();
+
+// The titles tables give MFU and HFU: of the dense BF16 peak whatever the precision (the
+// fields' descriptions), so that an FP8 run's share past 100% reads as what it is.
+inline constexpr const char* kMfuTitle = "MFU (% of BF16 peak)";
+inline constexpr const char* kHfuTitle = "HFU (% of BF16 peak)";
 // The field of `group` with the JSON key (or, where JSON has none, the HDF5 attribute) `name`;
 // throws std::logic_error for a name not registered (a renderer asking for what is not there).
 const ResultField& result_field(FieldGroup group, std::string_view name);

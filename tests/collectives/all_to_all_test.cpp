@@ -1,4 +1,4 @@
-// The all-to-all's sends across nodes as one flow per (source node, target GPU)
+// The all-to-all's sends across NVLink domains as one flow per (PXN proxy, target GPU)
 // (sim/collectives/collectives.cpp, plan_direct): the same times and shares as a flow a send.
 #include <catch2/catch.hpp>
 
@@ -14,6 +14,7 @@
 using namespace fleetsim;
 using fleetsim::test::eight_gpu_node;
 using fleetsim::test::line_rates;
+using fleetsim::test::nvl72_tray;
 
 namespace {
 
@@ -22,54 +23,97 @@ struct Finish {
   double beside = 0;      // seconds until the send beside it finished
 };
 
-// An all-to-all of `size` over every GPU of `topo`, with a send of `beside_bytes` from GPU 0 of
-// node 0 to GPU 0 of node 1 starting with it (sharing GPU 0's NIC); the all-to-all either as
-// the collective or as the n(n - 1) sends of S/n it stands for, one flow each.
-Finish run(const Topology& topo, double size, double beside_bytes, bool as_sends) {
+// An all-to-all of `size` over `ranks`, and a send of `beside_bytes` from `from` to `to`
+// starting with it; the all-to-all either as the collective or as the p(p - 1) sends of S/p it
+// stands for, one flow each.
+Finish run(const Topology& topo, const std::vector<VertexId>& ranks, double size, VertexId from,
+           VertexId to, double beside_bytes, bool as_sends) {
   Engine engine;
   FlowNetwork net(engine, line_rates(topo));
   Collectives collectives(engine, net, topo, CollectiveLatency{});
   Finish finish;
-  const std::vector<VertexId>& gpus = topo.gpus();
-  const double each = size / static_cast<double>(gpus.size());
+  const double each = size / static_cast<double>(ranks.size());
   collectives.begin_batch();
   if (as_sends) {
-    for (const VertexId from : gpus) {
-      for (const VertexId to : gpus) {
-        if (from == to) continue;
-        collectives.send(from, to, each, [&] {
+    for (const VertexId a : ranks) {
+      for (const VertexId b : ranks) {
+        if (a == b) continue;
+        collectives.send(a, b, each, [&] {
           finish.all_to_all = std::max(finish.all_to_all, engine.now().seconds());
         });
       }
     }
   } else {
-    collectives.run(CollectiveOp::all_to_all, gpus, size,
+    collectives.run(CollectiveOp::all_to_all, ranks, size,
                     [&] { finish.all_to_all = engine.now().seconds(); });
   }
-  collectives.send(*topo.gpu_at(0, 0), *topo.gpu_at(1, 0), beside_bytes,
-                   [&] { finish.beside = engine.now().seconds(); });
+  collectives.send(from, to, beside_bytes, [&] { finish.beside = engine.now().seconds(); });
   collectives.end_batch();
   engine.run();
   return finish;
 }
 
-}  // namespace
+// The GPUs of nodes [first, last).
+std::vector<VertexId> gpus_of(const Topology& topo, int first, int last, int per_node) {
+  std::vector<VertexId> gpus;
+  for (int node = first; node < last; ++node) {
+    for (int i = 0; i < per_node; ++i) gpus.push_back(*topo.gpu_at(node, i));
+  }
+  return gpus;
+}
 
-TEST_CASE("all-to-all across nodes: a flow per source node and target runs as its sends do") {
-  // 4 nodes x 8 GPUs, 50 GB/s NICs: alone, GPU j's NIC carries the 8 sends of node a's GPUs to
-  // GPU j of each of the 3 other nodes, 8 x 3 x S/32 = 3/4 S each way: t = 3/4 S / 50 GB/s.
-  const Topology topo = build_cluster(eight_gpu_node(), 4, FabricSpec{});
-  const double size = 3.2e9;
-  const Finish alone = run(topo, size, 1, false);
-  CHECK(alone.all_to_all == Approx(0.75 * size / 50e9).epsilon(1e-6));
-  // Beside a send through GPU 0's NIC, each of the 24 sends it carries for the all-to-all
-  // counts as a flow in the sharing, as when each is its own flow: the same finishing times.
+// The all-to-all against its sends one by one, beside a send of each size in `beside`.
+void check_against_sends(const Topology& topo, const std::vector<VertexId>& ranks, double size,
+                         VertexId from, VertexId to) {
   for (const double beside : {1e8, 1e9, 4e9}) {
     INFO("beside " << beside << " B");
-    const Finish together = run(topo, size, beside, false);
-    const Finish one_by_one = run(topo, size, beside, true);
+    const Finish together = run(topo, ranks, size, from, to, beside, false);
+    const Finish one_by_one = run(topo, ranks, size, from, to, beside, true);
     CHECK(together.all_to_all == Approx(one_by_one.all_to_all).epsilon(1e-9));
     CHECK(together.beside == Approx(one_by_one.beside).epsilon(1e-9));
-    CHECK(together.all_to_all > alone.all_to_all);
   }
+}
+
+}  // namespace
+
+TEST_CASE("all-to-all across nodes: a flow per proxy and target runs as its sends do") {
+  // 4 nodes x 8 GPUs, 50 GB/s NICs: alone, GPU j's NIC carries the 8 sends of node a's GPUs to
+  // GPU j of each of the 3 other nodes, 8 x 3 x S/32 = 3/4 S each way: t = 3/4 S / 50 GB/s.
+  const Topology topo = build_cluster(eight_gpu_node(), 5, FabricSpec{});
+  const std::vector<VertexId> four = gpus_of(topo, 0, 4, 8);
+  const double size = 3.2e9;
+  const Finish alone = run(topo, four, size, *topo.gpu_at(4, 1), *topo.gpu_at(4, 2), 1, false);
+  CHECK(alone.all_to_all == Approx(0.75 * size / 50e9).epsilon(1e-6));
+  SECTION("beside a send out through GPU 0's NIC") {
+    // Each of the 24 sends that NIC carries for the all-to-all counts as a flow in the sharing.
+    check_against_sends(topo, four, size, *topo.gpu_at(0, 0), *topo.gpu_at(1, 0));
+  }
+  SECTION("beside a send from a fifth node into one target's NIC") {
+    // Only the sends to node 1's GPU 0 meet it: grouped by anything coarser than the target
+    // (its index, its node), the others would slow down with them.
+    check_against_sends(topo, four, size, *topo.gpu_at(4, 0), *topo.gpu_at(1, 0));
+  }
+}
+
+TEST_CASE("all-to-all over NVL72-like trays: sends inside a domain stay a flow each") {
+  // Two domains of 18 four-GPU trays; the all-to-all over trays 0, 1 (domain 0) and 18, 19
+  // (domain 1): tray to tray inside a domain over NVLink, send by send; across, grouped.
+  NodeSpec tray = nvl72_tray();
+  const Topology topo = build_cluster(tray, 36, FabricSpec{});
+  std::vector<VertexId> ranks = gpus_of(topo, 0, 2, 4);
+  const std::vector<VertexId> far = gpus_of(topo, 18, 20, 4);
+  ranks.insert(ranks.end(), far.begin(), far.end());
+  check_against_sends(topo, ranks, 1.6e9, *topo.gpu_at(0, 0), *topo.gpu_at(18, 0));
+  check_against_sends(topo, ranks, 1.6e9, *topo.gpu_at(0, 0), *topo.gpu_at(1, 0));
+}
+
+TEST_CASE("all-to-all between PCIe boxes: a send a flow, each at its own pace") {
+  // No NVSwitch: a GPU reaches the proxy of the target's index over its PCIe switch, or over
+  // the host's 20 GB/s links from another switch, so the sends through one proxy differ in
+  // pace and are not grouped.
+  NodeSpec box = eight_gpu_node();
+  box.gpu_fabric = GpuFabric::pcie_only;
+  box.host_bytes_per_s = 20e9;
+  const Topology topo = build_cluster(box, 2, FabricSpec{});
+  check_against_sends(topo, topo.gpus(), 1.6e9, *topo.gpu_at(0, 0), *topo.gpu_at(1, 0));
 }

@@ -89,9 +89,10 @@ std::string leading_comment(const std::string& yaml) {
 
 // The step of every variant, a row each.
 std::string step_table(const Json& golden) {
-  std::string table =
-      "| variant | GPUs | step (s) | tokens/s | tokens/s per GPU | MFU | memory per GPU (GB) | "
-      "headroom | exposed comm (s) |\n|---|---|---|---|---|---|---|---|---|\n";
+  std::string table = "| variant | GPUs | step (s) | tokens/s | tokens/s per GPU | " +
+                      std::string(fleetsim::kMfuTitle) +
+                      " | memory per GPU (GB) | headroom | exposed comm (s) "
+                      "|\n|---|---|---|---|---|---|---|---|---|\n";
   for (const Json& variant : golden["variants"]) {
     const Json& step = variant["step"];
     const Json& memory = variant["memory"];
