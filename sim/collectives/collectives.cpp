@@ -756,9 +756,11 @@ Collectives::Plan Collectives::plan_direct(const std::vector<VertexId>& ranks, d
   // local GPU of the target's index, out through that GPU's NIC on one connection (NCCL's PXN
   // proxy), so one network path at one pace. One flow stands for them: their links merged into
   // weights (a link k of them cross carries k times the flow's bytes and counts as k flows in
-  // the sharing), exactly as k flows of one rate. An all-to-all over n nodes of g GPUs is then
+  // the sharing), as k flows at one rate, which they are while the shared path, not their own
+  // switch ports, paces them. An all-to-all over n one-node domains of g GPUs is then
   // n g (g - 1) + n (n - 1) g flows instead of n g (n g - 1). Where the way to the proxy is not
-  // one switch port (PCIe boxes), or there is no proxy, each send keeps its own flow.
+  // one switch port (PCIe boxes, xGMI meshes, NVLink pairs), or there is no proxy, each send
+  // keeps its own flow.
   const double each = size_bytes / static_cast<double>(ranks.size());
   std::vector<std::pair<VertexId, VertexId>> alone;
   std::map<std::pair<VertexId, VertexId>, std::vector<VertexId>> through;  // (proxy, target)

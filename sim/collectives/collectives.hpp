@@ -172,6 +172,8 @@ class Collectives {
   std::vector<std::vector<VertexId>> channel_rings(const std::vector<VertexId>& ranks) const;
   void append_hop_links(VertexId from, VertexId to, std::uint64_t flow,
                         std::vector<LinkId>& links) const;
+
+ private:
   // A hop between NVLink domains: the GPU it leaves from (PXN's proxy, or `from` itself) and
   // the NICs at either end; nothing where either GPU has no NIC (the hop then routes as the
   // topology does).
@@ -181,8 +183,6 @@ class Collectives {
     VertexId in_nic;
   };
   std::optional<NetworkHop> network_hop(VertexId from, VertexId to) const;
-
- private:
   struct Channel {
     std::vector<VertexId> order;  // the ring, hop h going from order[h] to order[h + 1]
     std::vector<LinkUse> links;   // all hops' links; the flow network merges repeats into weights

@@ -65,6 +65,7 @@ std::span<const ResultField> result_fields();
 // fields' descriptions), so that an FP8 run's share past 100% reads as what it is.
 inline constexpr const char* kMfuTitle = "MFU (% of BF16 peak)";
 inline constexpr const char* kHfuTitle = "HFU (% of BF16 peak)";
+
 // The field of `group` with the JSON key (or, where JSON has none, the HDF5 attribute) `name`;
 // throws std::logic_error for a name not registered (a renderer asking for what is not there).
 const ResultField& result_field(FieldGroup group, std::string_view name);
