@@ -229,10 +229,14 @@ void Collectives::append_hop_links(VertexId from, VertexId to, std::uint64_t flo
 }
 
 std::optional<Collectives::NetworkHop> Collectives::network_hop(VertexId from, VertexId to) const {
+  const int node = topology_->vertex(from).node;
+  const std::optional<VertexId> nvswitch = topology_->nvswitch_of(from);
+  if (node == topology_->vertex(to).node || (nvswitch && nvswitch == topology_->nvswitch_of(to))) {
+    return std::nullopt;  // one node or one NVLink domain: no NIC between them
+  }
   // Rail-matched: leave through the NIC of the local GPU that has the target's index (PXN),
   // or through the source's own NIC when the node has no such GPU.
   // PXN needs peer-to-peer access: without it the GPU sends through its own NIC.
-  const int node = topology_->vertex(from).node;
   const VertexId proxy = topology_->staging_of(node)
                              ? from
                              : topology_->gpu_at(node, topology_->vertex(to).index).value_or(from);

@@ -768,10 +768,9 @@ Collectives::Plan Collectives::plan_direct(const std::vector<VertexId>& ranks, d
     const std::optional<VertexId> nvswitch = topology_->nvswitch_of(from);
     for (const VertexId to : ranks) {
       if (from == to) continue;
-      const bool same_domain = topology_->vertex(from).node == topology_->vertex(to).node ||
-                               (nvswitch && nvswitch == topology_->nvswitch_of(to));
-      const std::optional<NetworkHop> hop = same_domain ? std::nullopt : network_hop(from, to);
-      if (hop && nvswitch && topology_->nvswitch_of(hop->proxy) == nvswitch) {
+      // The proxy is a GPU of the sender's node, so on an NVSwitch node one port away.
+      const std::optional<NetworkHop> hop = network_hop(from, to);
+      if (hop && nvswitch) {
         through[{hop->proxy, to}].push_back(from);
       } else {
         alone.emplace_back(from, to);

@@ -175,8 +175,8 @@ class Collectives {
 
  private:
   // A hop between NVLink domains: the GPU it leaves from (PXN's proxy, or `from` itself) and
-  // the NICs at either end; nothing where either GPU has no NIC (the hop then routes as the
-  // topology does).
+  // the NICs at either end; nothing inside one node or domain, or where either GPU has no NIC
+  // (the hop then routes as the topology does).
   struct NetworkHop {
     VertexId proxy;
     VertexId out_nic;
