@@ -436,7 +436,10 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
                            : recomputed;
   const std::string batches =
       plan.pp == 1
-          ? "one micro-batch"
+          ? (live.passes == 1 ? std::string("one micro-batch")
+                              : std::to_string(live.passes) +
+                                    " micro-batches, each forward merged with the backward of "
+                                    "the one before (ep_comm_overlap)")
           : std::to_string(live.passes) +
                 (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
                 " in flight on stage " + std::to_string(stage) + " of " + std::to_string(plan.pp) +

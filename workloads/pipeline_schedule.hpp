@@ -14,6 +14,9 @@ struct Pass {
   bool forward;
   int micro_batch;
   int chunk;  // 0 unless the schedule is interleaved
+  // Under ep_comm_overlap, a steady-state forward that runs merged with the backward after it
+  // (never a warm-up forward, whose backward comes later).
+  bool merged = false;
 };
 
 // The order of pipeline stage `stage`'s passes over micro-batches 0..m-1 under plan's schedule

@@ -11,6 +11,8 @@
 #include "workloads/lora_ops.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
+#include "workloads/program_builder.hpp"
+#include "workloads/stage_units.hpp"
 #include "workloads/transformer_ops.hpp"
 
 namespace fleetsim {
@@ -44,326 +46,6 @@ Program::Storage& Program::storage() {
 }
 
 namespace {
-
-struct Unit {
-  std::string name;
-  double parameters;  // held (and gathered under ZeRO-3)
-  double trainable;   // with gradients and optimizer states: all, or LoRA's adapters
-  LayerOps ops;
-  // Its forward rerun before its backward: a decoder layer under full recomputation (every
-  // layer of the chunk, or its first recompute_layers).
-  bool recomputed = false;
-  // Under expert parallelism, the part of `trainable` that is the rank's experts: reduced and
-  // sharded over the expert's data-parallel group, the rest over all replicas.
-  double expert_trainable = 0;
-  // The share of its parameters kept in FP8 (fp8_params: a layer's projections; its norms and
-  // router, a rounding error, counted with them).
-  double fp8_share = 0;
-  // Under activation offload, its saved tensors, copied to host memory after its forward and
-  // back before its backward (a decoder layer among the first activation_offload_layers).
-  double offloaded_bytes = 0;
-  // Its place among the chunk's decoder layers and multi-token prediction modules; -1: the
-  // embedding or the head.
-  int layer = -1;
-  // The share of its parameters in QLoRA's 4-bit NF4: a decoder layer's frozen base, not its
-  // adapters.
-  double nf4_share = 0;
-  // Under expert parallelism, the part of `parameters` that is the rank's experts: gathered
-  // over the replicas holding them where parameters are sharded.
-  double experts = 0;
-  double dense_trainable() const { return trainable - expert_trainable; }
-  // What an all-gather moves of `count` of its parameters: FP8 primary weights are gathered in
-  // FP8 (Megatron-Core's --fp8-param-gather), QLoRA's base packed in NF4, the rest BF16.
-  double gathered_bytes(double count) const {
-    return weight_gather_bytes(count, count * fp8_share, count * nf4_share);
-  }
-};
-
-// The units of one tensor-parallel rank of virtual pipeline stage `stage` (of pp x vpp): its
-// share of each unit's parameters (norms and a router, which Megatron replicates, are a
-// rounding error and counted split too) and its ops. The first virtual stage has the
-// embedding, the last the multi-token prediction modules and the head, each its share of the
-// layers.
-std::vector<Unit> stage_units(const ModelSpec& model, const TrainingSpec& training,
-                              const ParallelPlan& plan, int stage) {
-  const int tp = plan.tp;
-  const int mb = training.micro_batch;
-  const int s = training.seq_len / plan.cp;  // the rank's share of each sequence
-  const std::vector<double> parameters = fsdp_unit_parameters(model);
-  const std::size_t head_index = parameters.size() - 1;
-  // Under LoRA only each layer's adapters train; the embedding and head are frozen.
-  const bool frozen = training.lora.has_value();
-  const bool quantized = frozen && training.lora->quantized_base;
-  const double adapters = lora_parameters_per_layer(model, training) / tp;
-  // A layer of each kind, built once: an experts' layer or a dense one (a mixture of experts'
-  // dense layers, every layer of a dense model), its ops attending fully or within the model's
-  // window. Under expert parallelism an experts' layer holds experts / ep of its experts.
-  struct LayerKind {
-    LayerOps full;
-    LayerOps local;
-    double experts = 0;  // the rank's experts' parameters
-    // What tensor_rank_layer_parameters counts of the layer's experts (a tp part of every
-    // one) beyond the rank's own (negative where each expert is whole and ep < tp).
-    double absent_experts = 0;
-    double fp8 = 0;  // FP8 primary weights a distributed optimizer gathers
-    double saved_bytes = 0;
-  };
-  const auto build_kind = [&](const ModelSpec& kind) {
-    const auto layer_ops = [&](bool attends_locally) {
-      return decoder_layer_ops(kind, training, tp, plan.recompute, plan.ep, plan.cp,
-                               plan.sequence_parallel, plan.recompute_modules, attends_locally,
-                               plan.tp_comm_overlap, plan.cp_comm_type, plan.experts_split());
-    };
-    LayerKind built;
-    built.full = layer_ops(false);
-    built.local = kind.has_local_layers(training.seq_len) ? layer_ops(true) : built.full;
-    built.experts =
-        plan.ep > 1 ? layer_expert_parameters(kind) / plan.ep / plan.experts_split() : 0.0;
-    built.absent_experts =
-        plan.ep > 1 ? layer_expert_parameters(kind) / plan.tp - built.experts : 0.0;
-    // (A LoRA's frozen FP8 base is not gathered: only its BF16 adapters train.)
-    built.fp8 = training.fp8_params && !frozen ? rank_layer_projection_weights(kind, plan) : 0.0;
-    // (Only activation offload copies them.)
-    built.saved_bytes =
-        plan.activation_offload_layers > 0 ? layer_saved_bytes(kind, training, plan) : 0.0;
-    return built;
-  };
-  std::optional<LayerKind> expert_layer, dense_layer;
-  const auto kind_of = [&](int layer) -> const LayerKind& {
-    if (model.layer_has_experts(layer)) {
-      if (!expert_layer) expert_layer = build_kind(model);
-      return *expert_layer;
-    }
-    if (!dense_layer) {
-      dense_layer = build_kind(model.has_dense_layers() ? model.dense_layer_model() : model);
-    }
-    return *dense_layer;
-  };
-  std::vector<Unit> units;
-  int layers_before = 0;  // the chunk's layers before this one
-  for (const std::size_t index : virtual_stage_units(model, plan.pp * plan.vpp, stage)) {
-    if (index == 0) {
-      const double embed = parameters.front() / tp;
-      units.push_back({"embed", embed, frozen ? 0.0 : embed,
-                       embedding_ops(model, mb, s, tp, frozen, plan.sequence_parallel), false});
-    } else if (index == head_index) {
-      const double head = (parameters.back() + embedding_copy_parameters(model, plan.pp)) / tp;
-      units.push_back(
-          {"head", head, frozen ? 0.0 : head,
-           head_ops(model, mb, s, tp, frozen, training.cross_entropy, plan.sequence_parallel),
-           false});
-    } else {
-      // A decoder layer, or after the last a multi-token prediction module around a layer of
-      // the last one's kind.
-      const int layer = static_cast<int>(index) - 1;
-      const int module = layer - model.layers + 1;  // 1, 2, ... for the modules
-      const int kind_layer = module > 0 ? model.layers - 1 : layer;
-      const LayerKind& kind = kind_of(kind_layer);
-      const LayerOps& layer_ops = model.attends_locally(kind_layer) ? kind.local : kind.full;
-      const double held = tensor_rank_layer_parameters(model, parameters[index], 1, tp) -
-                          kind.absent_experts + adapters;
-      const bool recomputed = plan.recompute == Recompute::full &&
-                              (plan.recompute_layers == 0 || layers_before < plan.recompute_layers);
-      const bool offloaded = layers_before < plan.activation_offload_layers;
-      ++layers_before;
-      Unit unit{module > 0 ? "mtp" + std::to_string(module) : "L" + std::to_string(layer),
-                held,
-                frozen ? adapters : held,
-                module > 0
-                    ? mtp_module_ops(model, training, layer_ops, s, tp, plan.sequence_parallel)
-                    : layer_ops,
-                recomputed,
-                frozen ? 0.0 : kind.experts,
-                kind.fp8 / held,
-                offloaded ? kind.saved_bytes : 0.0,
-                layers_before - 1};
-      if (quantized) unit.nf4_share = (held - adapters) / held;
-      unit.experts = kind.experts;
-      units.push_back(std::move(unit));
-    }
-  }
-  return units;
-}
-
-class ProgramBuilder {
- public:
-  // overlap_tp: tensor-parallel collectives of tp ranks run beside their GEMMs.
-  ProgramBuilder(TaskGraph& graph, Program& program, bool overlap_tp, int tp)
-      : graph_(&graph), program_(&program), overlap_tp_(overlap_tp), tp_(tp) {}
-
-  TaskIndex compute(const std::string& name, const Op& op, std::vector<TaskIndex> deps,
-                    bool recomputed = false) {
-    const double model_flops = recomputed ? 0.0 : op.model_flops;
-    graph_->model_flops_per_rank += model_flops;
-    graph_->hardware_flops_per_rank += op.kernel.flops;
-    return add(name, Stream::compute, ComputeWork{program_->kernel(op.kernel), model_flops},
-               std::move(deps));
-  }
-  // A data-parallel collective (of all replicas, or of an expert's): parameter gathers on one
-  // stream, gradient reductions on another.
-  TaskIndex collective(const std::string& name, CollectiveOp op, double size_bytes,
-                       std::vector<TaskIndex> deps, GroupKind group = GroupKind::data) {
-    const Stream stream = op == CollectiveOp::all_gather ? Stream::gather : Stream::reduce;
-    if (op != CollectiveOp::all_gather && op != CollectiveOp::reduce_scatter) {
-      graph_->data_parallel_rings_only = false;
-    }
-    return add(name, stream, CollectiveWork{op, size_bytes, group}, std::move(deps));
-  }
-  // Optimizer offload's host side: copies on the copy stream, CPU work on the cpu stream.
-  TaskIndex host(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
-    const TaskIndex task = host_task(name, work, std::move(deps));
-    if (work.op == HostOp::copy_to_host) {
-      copy_before_last_ = last_copy_to_host_;
-      last_copy_to_host_ = task;
-    }
-    return task;
-  }
-  // Activation offload's copies of a layer's saved tensors, on the copy stream (in order: a
-  // micro-batch's all go out in its forward and come back in its backward).
-  TaskIndex activation_copy(const std::string& name, HostOp op, double bytes,
-                            std::vector<TaskIndex> deps) {
-    return host_task(name, HostWork{op, bytes, 0}, std::move(deps));
-  }
-  // The last gradient copy to the host so far: the copy stream runs in order, so whatever
-  // waits for it waits for every copy before it.
-  std::optional<TaskIndex> last_copy_to_host() const { return last_copy_to_host_; }
-  // The copy before that: a reduction into a buffer of two waits for it.
-  std::optional<TaskIndex> copy_before_last() const { return copy_before_last_; }
-  // Runs a non-empty list of ops back to back; the first waits for `deps`. A tensor-parallel
-  // collective in the list runs on its stream between the kernels around it, or, overlapped
-  // (Megatron's --tp-comm-overlap), beside the GEMM next to it (overlapped_kernel): an
-  // all-gather beside the GEMM that reads what it gathers, a reduce-scatter beside the GEMM
-  // before it (the one that writes what it reduces, pipelined in chunks; in backward the
-  // weight gradient after the data gradient it reduces); what follows waits for both. Returns
-  // the last.
-  TaskIndex ops(const std::string& prefix, const std::vector<Op>& list, std::vector<TaskIndex> deps,
-                bool recomputed = false) {
-    if (list.empty()) throw ModelError("no kernels for " + prefix);
-    std::optional<TaskIndex> last;
-    // An all-gather overlapped with the GEMM after it: what it waited for, which the GEMM waits
-    // for too, and the gather itself, which the op after the GEMM waits for.
-    std::optional<std::vector<TaskIndex>> gather_after;
-    std::vector<TaskIndex> gather;         // empty, or that one gather
-    std::vector<TaskIndex> last_after;     // what the last op waited for
-    std::optional<TaskIndex> before_last;  // the chain's end before the last op
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const Op& op = list[i];
-      // Kernels and tensor-parallel collectives form one chain in program order: a kernel after
-      // a kernel needs no edge (the compute stream runs in order), anything else waits for the
-      // op before it, across units too (a layer reads the embedding's reduce-scatter).
-      std::vector<TaskIndex> after = last ? std::vector<TaskIndex>{} : deps;
-      const bool crosses_streams =
-          chain_end_ &&
-          (op.collective || !std::holds_alternative<ComputeWork>((*program_)[*chain_end_].work));
-      if (crosses_streams) after.push_back(*chain_end_);
-      // What an overlapped gather leaves for the ops after it: its own dependencies for the
-      // GEMM beside it, the gather itself for the op after that (added below, so that no
-      // replacement of `after` drops it).
-      std::vector<TaskIndex> pending;
-      if (gather_after) {
-        after.insert(after.end(), gather_after->begin(), gather_after->end());
-        gather_after.reset();
-      } else {
-        pending = std::move(gather);
-        gather.clear();
-      }
-      if (op.collective) {
-        const std::optional<std::size_t> beside = kernel_beside(list, i, overlap_tp_);
-        const bool gather_beside_next = beside == i + 1;
-        if (i > 0 && beside == i - 1) {
-          // Starts with the GEMM before it, once what that GEMM waited for is done; pipelined,
-          // once its first chunk is.
-          after = last_after;
-          if (before_last) after.push_back(*before_last);
-          if (first_chunk_) after.push_back(*first_chunk_);
-        }
-        after.insert(after.end(), pending.begin(), pending.end());
-        // Beside its GEMM, a layer's tensor-parallel collective runs as Transformer Engine's
-        // userbuffers do (its SMs; a pipelined reduce-scatter's last chunk after the GEMM).
-        const std::optional<UserbuffersOverlap> userbuffers =
-            overlap_tp_ ? userbuffers_collective(list, i) : std::nullopt;
-        const double after_gemm_share = userbuffers ? userbuffers->after_gemm_share : 0.0;
-        CollectiveWork work{op.collective->op, op.collective->size_bytes * (1 - after_gemm_share),
-                            op.collective->group};
-        if (userbuffers) work.sms_held = userbuffers->sms;
-        const TaskIndex task = add(prefix + op.name, Stream::tensor, work, after);
-        last = task;
-        if (gather_beside_next) {
-          gather_after = after;
-          gather = {task};
-          continue;  // the chain goes on from the op before it, into the GEMM
-        }
-        if (after_gemm_share > 0) {
-          // The last chunk, reduced once the GEMM and the chunks before it are done; what
-          // follows waits for it. Only a reduce-scatter beside the GEMM before it has a share
-          // after it, and that GEMM ends the chain so far.
-          const TaskIndex gemm = chain_end_.value();
-          work.size_bytes = op.collective->size_bytes * after_gemm_share;
-          after = {gemm, task};
-          last = add(prefix + op.name + ".last", Stream::tensor, work, after);
-        }
-      } else {
-        after.insert(after.end(), pending.begin(), pending.end());
-        // Beside a userbuffers collective a GEMM runs as they launch it: in chunks of rows
-        // beside a ring exchange or a pipelined reduce-scatter, leaving their SMs free.
-        const GemmLaunch launch = overlap_tp_ ? userbuffers_gemm(list, i, tp_) : GemmLaunch{op, 1};
-        first_chunk_.reset();
-        if (launch.chunks == 1) {
-          last = compute(prefix + op.name, launch.part, after, recomputed);
-        } else {
-          // The first chunk waits for what the GEMM waits for; the last, beside a ring
-          // exchange, for the gather's last piece: the whole gather here.
-          for (int c = 0; c < launch.chunks; ++c) {
-            std::vector<TaskIndex> chunk_after;
-            if (c == 0) chunk_after = after;
-            if (c == launch.chunks - 1) {
-              chunk_after.insert(chunk_after.end(), gather.begin(), gather.end());
-            }
-            last = compute(prefix + op.name + ".chunk" + std::to_string(c), launch.part,
-                           std::move(chunk_after), recomputed);
-            if (c == 0) first_chunk_ = last;
-          }
-        }
-      }
-      last_after = std::move(after);
-      before_last = chain_end_;
-      chain_end_ = last;
-    }
-    return *last;
-  }
-
-  // One side of a pipeline transfer: the send waits for `deps`, the receive for nothing (it is
-  // posted ahead, as Megatron posts its irecv) and the compute that needs it depends on it.
-  TaskIndex transfer(const std::string& name, int id, bool sends, double size_bytes,
-                     std::vector<TaskIndex> deps) {
-    CollectiveWork work{CollectiveOp::send_recv, size_bytes, GroupKind::pipeline, id, sends};
-    return add(name, Stream::pipeline, work, std::move(deps));
-  }
-  void mark_saved_layers(TaskIndex task, int change) { program_->mark_saved_layers(task, change); }
-
- private:
-  TaskIndex add(std::string_view name, Stream stream,
-                std::variant<ComputeWork, CollectiveWork, HostWork> work,
-                const std::vector<TaskIndex>& deps) {
-    return program_->add(name, stream, std::move(work), deps);
-  }
-  // Host work: copies on the copy stream, CPU work on the cpu stream.
-  TaskIndex host_task(const std::string& name, HostWork work, std::vector<TaskIndex> deps) {
-    graph_->host_work = true;
-    if (work.op == HostOp::cpu) graph_->cpu_work = true;
-    const Stream stream = work.op == HostOp::cpu ? Stream::cpu : Stream::host_copy;
-    return add(name, stream, work, std::move(deps));
-  }
-  TaskGraph* graph_;
-  Program* program_;
-  bool overlap_tp_;
-  int tp_;
-  // The first chunk of the last GEMM run, if it ran in chunks.
-  std::optional<TaskIndex> first_chunk_;
-  std::optional<TaskIndex> chain_end_;  // the last kernel or tensor-parallel collective
-  std::optional<TaskIndex> last_copy_to_host_;
-  std::optional<TaskIndex> copy_before_last_;
-};
 
 // Optimizer offload, as DeepSpeed's ZeRO-Offload moves a reduced bucket of `parameters` of the
 // rank's shard to host memory once `after` is done. ZeRO-3 copies it in the reduction's dtype
@@ -432,6 +114,25 @@ std::vector<Bucket> gradient_buckets(const std::vector<Unit>& units, double byte
   return buckets;
 }
 
+// A unit's ops cut at its experts' all-to-alls, for a merged pass: segments[k] runs before
+// exchanges[k], the last segment after the last exchange (any segment may be empty).
+struct ExchangeCuts {
+  std::vector<std::vector<Op>> segments{{}};
+  std::vector<Op> exchanges;
+};
+ExchangeCuts cut_at_exchanges(const std::vector<Op>& ops) {
+  ExchangeCuts cuts;
+  for (const Op& op : ops) {
+    if (op.collective && is_expert_exchange(*op.collective)) {
+      cuts.exchanges.push_back(op);
+      cuts.segments.emplace_back();
+    } else {
+      cuts.segments.back().push_back(op);
+    }
+  }
+  return cuts;
+}
+
 // One micro-batch's forward and backward, with the collectives the ZeRO stage needs.
 class MicroBatchBuilder {
  public:
@@ -439,13 +140,69 @@ class MicroBatchBuilder {
                     const TrainingSpec& training, const ParallelPlan& plan)
       : build_(&build), units_(&units), training_(&training), plan_(&plan) {
     plan_offload_windows();
+    if (plan.ep_comm_overlap) {
+      for (const Unit& u : units) {
+        forward_cuts_.push_back(cut_at_exchanges(u.ops.forward));
+        backward_cuts_.push_back(cut_at_exchanges(u.ops.backward));
+      }
+    }
   }
+
+  const std::vector<Unit>& units() const { return *units_; }
+  // Unit u's ops cut at its all-to-alls, for a merged pass (ep_comm_overlap only).
+  const ExchangeCuts& forward_cuts(std::size_t u) const { return forward_cuts_[u]; }
+  const ExchangeCuts& backward_cuts(std::size_t u) const { return backward_cuts_[u]; }
 
   // Micro-batch mb's forward over the units, its first op after `entry`; returns its last task.
   TaskIndex forward(int mb, const std::vector<TaskIndex>& entry) {
-    tag_ = "mb" + std::to_string(mb) + ".";
-    forward_units(entry);
+    begin_forward(mb);
+    for (std::size_t u = 0; u < count(); ++u) {
+      forward_done(u, build_->ops(forward_tag_ + unit(u).name + ".", unit(u).ops.forward,
+                                  forward_deps(u, entry)));
+    }
     return forward_end_.back();
+  }
+  TaskIndex forward_end() const { return forward_end_.back(); }
+  // A forward unit by unit, for a caller that runs its ops (a merged pass): begin_forward,
+  // then for each unit in order what its first op waits for (forward_deps), its ops run after
+  // that by the caller, and forward_done with the last of them.
+  void begin_forward(int mb) {
+    forward_tag_ = "mb" + std::to_string(mb) + ".";
+    forward_end_.assign(count(), 0);
+    copied_out_.assign(group_unit_.size(), 0);
+  }
+  const std::string& forward_tag() const { return forward_tag_; }
+  // With sharded parameters each unit is all-gathered before its forward; the gather of unit u
+  // waits until unit u - kFsdpUnitsGathered has finished, so at most that many are gathered.
+  std::vector<TaskIndex> forward_deps(std::size_t u, const std::vector<TaskIndex>& entry) {
+    std::vector<TaskIndex> deps;
+    if (u < parameter_gathers_.size() && parameter_gathers_[u]) {
+      deps.push_back(*parameter_gathers_[u]);
+      parameter_gathers_[u].reset();  // later micro-batches follow in compute-stream order
+    }
+    if (sharded()) {
+      std::optional<TaskIndex> after;
+      if (u >= kFsdpUnitsGathered) after = forward_end_[u - kFsdpUnitsGathered];
+      deps.push_back(gather(u, "fwd", after));
+    }
+    if (u == 0) deps.insert(deps.end(), entry.begin(), entry.end());
+    if (copies_fsdp2()) deps = {copy_out(u, "fwd", std::move(deps))};
+    if (u > 0 && window_ending_at(u - 1) >= 0) {
+      deps.push_back(copied_out_[window_ending_at(u - 1)]);
+    }
+    return deps;
+  }
+  void forward_done(std::size_t u, TaskIndex end) {
+    forward_end_[u] = end;
+    if (unit(u).layer >= 0) build_->mark_saved_layers(end, 1);
+    if (unit(u).layer == 0 && !group_unit_.empty()) {
+      copied_out_[0] = copy_activations(0, HostOp::copy_to_host, {end});
+    }
+    const int ending = window_ending_at(u);
+    if (ending >= 0 && ending + 1 < static_cast<int>(group_unit_.size())) {
+      copied_out_[ending + 1] =
+          copy_activations(ending + 1, HostOp::copy_to_host, {end, copied_out_[ending]});
+    }
   }
   // The step's first forward of each unit waits for its gathered parameters
   // (overlap_param_gather): by unit, the gather, if any.
@@ -459,8 +216,118 @@ class MicroBatchBuilder {
   TaskIndex backward(int mb, bool reduce_gradients, bool first_reduction,
                      const std::vector<TaskIndex>& entry,
                      std::optional<TaskIndex>& last_reduction) {
-    tag_ = "mb" + std::to_string(mb) + ".";
-    return backward_units(reduce_gradients, first_reduction, entry, last_reduction);
+    begin_backward(mb, reduce_gradients, first_reduction);
+    for (std::size_t i = 0; i < count(); ++i) {
+      const std::size_t u = count() - 1 - i;
+      if (skips_backward(u)) continue;
+      backward_done(u,
+                    build_->ops(backward_tag_ + unit(u).name + ".", unit(u).ops.backward,
+                                backward_deps(u, i == 0 ? entry : std::vector<TaskIndex>{})),
+                    last_reduction);
+    }
+    return end_backward(last_reduction);
+  }
+  // A backward unit by unit, last unit first, as the forward (begin_backward, then for each
+  // unit that does not skip it backward_deps, its ops, backward_done; end_backward returns
+  // where the backward ends). With sharded parameters each unit is gathered again (FSDP
+  // reshards after the forward pass), the next one prefetched while the current one computes.
+  void begin_backward(int mb, bool reduce_gradients, bool first_reduction) {
+    backward_tag_ = "mb" + std::to_string(mb) + ".";
+    reduce_gradients_ = reduce_gradients;
+    first_reduction_ = first_reduction;
+    const std::size_t n = count();
+    backward_end_.assign(n, 0);
+    regathered_.assign(n, 0);
+    const double grad_bytes = training_->grad_reduce_bytes;
+    // Dense gradients over every replica; under expert parallelism the experts' over the
+    // replicas that hold them, in buckets of their own.
+    buckets_.clear();
+    expert_buckets_.clear();
+    if (reduce_gradients && !sharded()) {
+      buckets_ = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
+                                  [](const Unit& u) { return u.dense_trainable(); });
+      // With one rank holding each expert (expert_gradient_ranks 1) there is nothing to reduce.
+      if (Sharding(*plan_).expert_ranks() > 1) {
+        expert_buckets_ = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
+                                           [](const Unit& u) { return u.expert_trainable; });
+      }
+    }
+    next_bucket_ = 0;
+    next_expert_bucket_ = 0;
+    copied_back_.assign(group_unit_.size(), 0);
+    if (sharded()) regather(n - 1);
+  }
+  const std::string& backward_tag() const { return backward_tag_; }
+  // A frozen embedding: nothing to gather or compute, the layer above ended the backward.
+  bool skips_backward(std::size_t u) {
+    if (!unit(u).ops.backward.empty()) return false;
+    backward_end_[u] = backward_end_[u + 1];
+    return true;
+  }
+  // What unit u's backward waits for (`entry` for the first), its recomputed forward run.
+  std::vector<TaskIndex> backward_deps(std::size_t u, const std::vector<TaskIndex>& entry) {
+    const std::size_t n = count();
+    if (sharded() && u >= 1 && !unit(u - 1).ops.backward.empty()) regather(u - 1);
+    std::vector<TaskIndex> deps;
+    if (sharded()) deps.push_back(regathered_[u]);
+    deps.insert(deps.end(), entry.begin(), entry.end());
+    if (copies_fsdp2()) deps = {copy_out(u, "bwd", std::move(deps))};
+    if (unit(u).recomputed) {
+      deps.push_back(build_->ops(backward_tag_ + unit(u).name + ".recompute.", unit(u).ops.forward,
+                                 deps, /*recomputed=*/true));
+    }
+    // As layer w(k)'s backward starts (its commit's backward), group k's copy back starts,
+    // and the layer waits for group k + 1's.
+    if (const int ending = window_ending_at(u); ending >= 0 && u + 1 < n) {
+      copied_back_[ending] = copy_activations(ending, HostOp::copy_to_gpu, {backward_end_[u + 1]});
+      if (ending + 1 < static_cast<int>(group_unit_.size())) {
+        deps.push_back(copied_back_[ending + 1]);
+      }
+    }
+    if (unit(u).offloaded_bytes > 0) deps.push_back(copied_back_[unit(u).layer]);
+    return deps;
+  }
+  // Unit u's backward ended at `end`: its saved tensors freed, its gradients reduced.
+  void backward_done(std::size_t u, TaskIndex end, std::optional<TaskIndex>& last_reduction) {
+    backward_end_[u] = end;
+    if (unit(u).layer >= 0) build_->mark_saved_layers(end, -1);
+    if (!reduce_gradients_ || unit(u).trainable <= 0) return;
+    const std::string& tag = backward_tag_;
+    const bool first = first_reduction_;
+    if (sharded()) {
+      const TaskIndex ready = copies_fsdp2() ? copy_in(u, end, last_reduction) : end;
+      last_reduction = reduce(tag + unit(u).name + ".reduce_scatter", CollectiveOp::reduce_scatter,
+                              unit(u).dense_trainable(), ready, first);
+      // Its experts' gradients over the replicas holding them, if any other does.
+      if (unit(u).expert_trainable > 0 && Sharding(*plan_).expert_ranks() > 1) {
+        last_reduction =
+            reduce(tag + unit(u).name + ".reduce_scatter.experts", CollectiveOp::reduce_scatter,
+                   unit(u).expert_trainable, ready, first, GroupKind::expert_data);
+      }
+      return;
+    }
+    const CollectiveOp op = Sharding(*plan_).reduces_by_scatter() ? CollectiveOp::reduce_scatter
+                                                                  : CollectiveOp::all_reduce;
+    const double grad_bytes = training_->grad_reduce_bytes;
+    if (next_bucket_ < buckets_.size() && buckets_[next_bucket_].ready_after_unit == u) {
+      reduce_bucket(tag + "bucket" + std::to_string(next_bucket_) + "." + to_string(op), op,
+                    buckets_[next_bucket_].bytes / grad_bytes, end, first, last_reduction);
+      ++next_bucket_;
+    }
+    if (next_expert_bucket_ < expert_buckets_.size() &&
+        expert_buckets_[next_expert_bucket_].ready_after_unit == u) {
+      reduce_bucket(
+          tag + "expert_bucket" + std::to_string(next_expert_bucket_) + "." + to_string(op), op,
+          expert_buckets_[next_expert_bucket_].bytes / grad_bytes, end, first, last_reduction,
+          GroupKind::expert_data);
+      ++next_expert_bucket_;
+    }
+  }
+  // FSDP2's root post-backward makes the compute stream wait for the last reduce-scatter at
+  // the end of every backward: what follows on it starts after that.
+  TaskIndex end_backward(const std::optional<TaskIndex>& last_reduction) const {
+    if (copies_fsdp2() && reduce_gradients_ && last_reduction) return *last_reduction;
+    return backward_end_[0];
   }
   // The gradient buckets the backward held back (without overlap_grad_reduce; FSDP under a
   // pipeline), reduced after `after` (the end of the stage's schedule), in the order they were
@@ -505,9 +372,10 @@ class MicroBatchBuilder {
   }
   TaskIndex copy_activations(int group, HostOp op, std::vector<TaskIndex> deps) {
     const Unit& offloaded = unit(group_unit_[group]);
-    return build_->activation_copy(
-        tag_ + offloaded.name + (op == HostOp::copy_to_host ? ".offload" : ".reload"), op,
-        offloaded.offloaded_bytes, std::move(deps));
+    return build_->activation_copy(op == HostOp::copy_to_host
+                                       ? forward_tag_ + offloaded.name + ".offload"
+                                       : backward_tag_ + offloaded.name + ".reload",
+                                   op, offloaded.offloaded_bytes, std::move(deps));
   }
 
   // FSDP2's copies around the sharded units' collectives (copy_out, copy_in).
@@ -546,8 +414,8 @@ class MicroBatchBuilder {
     std::vector<TaskIndex> deps;
     if (after) deps.push_back(*after);
     return gather_unit_parameters(*build_, Sharding(*plan_),
-                                  tag_ + unit(u).name + "." + pass + ".all_gather", unit(u),
-                                  unit(u).parameters, deps);
+                                  pass_tag(pass) + unit(u).name + "." + pass + ".all_gather",
+                                  unit(u), unit(u).parameters, deps);
   }
 
   // FSDP2 (PyTorch's fully_shard, _fsdp_collectives.py) on the compute stream: a gathered unit
@@ -556,7 +424,7 @@ class MicroBatchBuilder {
   // backward.
   TaskIndex copy_out(std::size_t u, const std::string& pass, std::vector<TaskIndex> deps) {
     const double bytes = 2 * unit(u).gathered_bytes(unit(u).parameters);
-    return build_->compute(tag_ + unit(u).name + "." + pass + ".copy_out",
+    return build_->compute(pass_tag(pass) + unit(u).name + "." + pass + ".copy_out",
                            memory_op("copy_out", bytes), std::move(deps));
   }
   // And a unit's BF16 gradients are copied, cast to the reduce dtype, into the reduce-scatter's
@@ -566,138 +434,15 @@ class MicroBatchBuilder {
     std::vector<TaskIndex> deps{after};
     if (previous) deps.push_back(*previous);
     const double bytes = (kBf16Bytes + training_->grad_reduce_bytes) * unit(u).trainable;
-    return build_->compute(tag_ + unit(u).name + ".reduce_scatter.copy_in",
+    return build_->compute(backward_tag_ + unit(u).name + ".reduce_scatter.copy_in",
                            memory_op("copy_in", bytes), std::move(deps));
   }
 
-  // With sharded parameters each unit is all-gathered before its forward; the gather of unit u
-  // waits until unit u - kFsdpUnitsGathered has finished, so at most that many are gathered.
-  void forward_units(const std::vector<TaskIndex>& entry) {
-    forward_end_.assign(count(), 0);
-    copied_out_.assign(group_unit_.size(), 0);
-    for (std::size_t u = 0; u < count(); ++u) {
-      std::vector<TaskIndex> deps;
-      if (u < parameter_gathers_.size() && parameter_gathers_[u]) {
-        deps.push_back(*parameter_gathers_[u]);
-        parameter_gathers_[u].reset();  // later micro-batches follow in compute-stream order
-      }
-      if (sharded()) {
-        std::optional<TaskIndex> after;
-        if (u >= kFsdpUnitsGathered) after = forward_end_[u - kFsdpUnitsGathered];
-        deps.push_back(gather(u, "fwd", after));
-      }
-      if (u == 0) deps.insert(deps.end(), entry.begin(), entry.end());
-      if (copies_fsdp2()) deps = {copy_out(u, "fwd", std::move(deps))};
-      if (u > 0 && window_ending_at(u - 1) >= 0) {
-        deps.push_back(copied_out_[window_ending_at(u - 1)]);
-      }
-      forward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.forward, deps);
-      if (unit(u).layer >= 0) build_->mark_saved_layers(forward_end_[u], 1);
-      if (unit(u).layer == 0 && !group_unit_.empty()) {
-        copied_out_[0] = copy_activations(0, HostOp::copy_to_host, {forward_end_[u]});
-      }
-      const int ending = window_ending_at(u);
-      if (ending >= 0 && ending + 1 < static_cast<int>(group_unit_.size())) {
-        copied_out_[ending + 1] = copy_activations(ending + 1, HostOp::copy_to_host,
-                                                   {forward_end_[u], copied_out_[ending]});
-      }
-    }
-  }
-
-  // Backward, last unit first. With sharded parameters each unit is gathered again (FSDP
-  // reshards after the forward pass), the next one prefetched while the current one computes.
-  TaskIndex backward_units(bool reduce_gradients, bool first_reduction,
-                           const std::vector<TaskIndex>& entry,
-                           std::optional<TaskIndex>& last_reduction) {
-    const std::size_t n = count();
-    backward_end_.assign(n, 0);
-    std::vector<TaskIndex> regathered(n);
-    auto regather = [&](std::size_t u) {
-      std::optional<TaskIndex> after;
-      if (u + kFsdpUnitsGathered < n) after = backward_end_[u + kFsdpUnitsGathered];
-      regathered[u] = gather(u, "bwd", after);
-    };
-    const double grad_bytes = training_->grad_reduce_bytes;
-    // Dense gradients over every replica; under expert parallelism the experts' over the
-    // replicas that hold them, in buckets of their own.
-    std::vector<Bucket> buckets, expert_buckets;
-    if (reduce_gradients && !sharded()) {
-      buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
-                                 [](const Unit& u) { return u.dense_trainable(); });
-      // With one rank holding each expert (expert_gradient_ranks 1) there is nothing to reduce.
-      if (Sharding(*plan_).expert_ranks() > 1) {
-        expert_buckets = gradient_buckets(*units_, grad_bytes, plan_->bucket_bytes,
-                                          [](const Unit& u) { return u.expert_trainable; });
-      }
-    }
-    const CollectiveOp bucket_op = Sharding(*plan_).reduces_by_scatter()
-                                       ? CollectiveOp::reduce_scatter
-                                       : CollectiveOp::all_reduce;
-    std::size_t next_bucket = 0;
-    std::size_t next_expert_bucket = 0;
-    std::vector<TaskIndex> copied_back(group_unit_.size());
-    if (sharded()) regather(n - 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t u = n - 1 - i;
-      if (unit(u).ops.backward.empty()) {
-        // A frozen embedding: nothing to gather or compute, the layer above ended the backward.
-        backward_end_[u] = backward_end_[u + 1];
-        continue;
-      }
-      if (sharded() && u >= 1 && !unit(u - 1).ops.backward.empty()) regather(u - 1);
-      std::vector<TaskIndex> deps;
-      if (sharded()) deps.push_back(regathered[u]);
-      if (i == 0) deps.insert(deps.end(), entry.begin(), entry.end());
-      if (copies_fsdp2()) deps = {copy_out(u, "bwd", std::move(deps))};
-      if (unit(u).recomputed) {
-        deps.push_back(build_->ops(tag_ + unit(u).name + ".recompute.", unit(u).ops.forward, deps,
-                                   /*recomputed=*/true));
-      }
-      // As layer w(k)'s backward starts (its commit's backward), group k's copy back starts,
-      // and the layer waits for group k + 1's.
-      if (const int ending = window_ending_at(u); ending >= 0 && u + 1 < n) {
-        copied_back[ending] = copy_activations(ending, HostOp::copy_to_gpu, {backward_end_[u + 1]});
-        if (ending + 1 < static_cast<int>(group_unit_.size())) {
-          deps.push_back(copied_back[ending + 1]);
-        }
-      }
-      if (unit(u).offloaded_bytes > 0) deps.push_back(copied_back[unit(u).layer]);
-      backward_end_[u] = build_->ops(tag_ + unit(u).name + ".", unit(u).ops.backward, deps);
-      if (unit(u).layer >= 0) build_->mark_saved_layers(backward_end_[u], -1);
-      if (!reduce_gradients || unit(u).trainable <= 0) continue;
-      if (sharded()) {
-        const TaskIndex ready =
-            copies_fsdp2() ? copy_in(u, backward_end_[u], last_reduction) : backward_end_[u];
-        last_reduction =
-            reduce(tag_ + unit(u).name + ".reduce_scatter", CollectiveOp::reduce_scatter,
-                   unit(u).dense_trainable(), ready, first_reduction);
-        // Its experts' gradients over the replicas holding them, if any other does.
-        if (unit(u).expert_trainable > 0 && Sharding(*plan_).expert_ranks() > 1) {
-          last_reduction =
-              reduce(tag_ + unit(u).name + ".reduce_scatter.experts", CollectiveOp::reduce_scatter,
-                     unit(u).expert_trainable, ready, first_reduction, GroupKind::expert_data);
-        }
-        continue;
-      }
-      if (next_bucket < buckets.size() && buckets[next_bucket].ready_after_unit == u) {
-        reduce_bucket(tag_ + "bucket" + std::to_string(next_bucket) + "." + to_string(bucket_op),
-                      bucket_op, buckets[next_bucket].bytes / grad_bytes, backward_end_[u],
-                      first_reduction, last_reduction);
-        ++next_bucket;
-      }
-      if (next_expert_bucket < expert_buckets.size() &&
-          expert_buckets[next_expert_bucket].ready_after_unit == u) {
-        reduce_bucket(tag_ + "expert_bucket" + std::to_string(next_expert_bucket) + "." +
-                          to_string(bucket_op),
-                      bucket_op, expert_buckets[next_expert_bucket].bytes / grad_bytes,
-                      backward_end_[u], first_reduction, last_reduction, GroupKind::expert_data);
-        ++next_expert_bucket;
-      }
-    }
-    // FSDP2's root post-backward makes the compute stream wait for the last reduce-scatter at
-    // the end of every backward: what follows on it starts after that.
-    if (copies_fsdp2() && reduce_gradients && last_reduction) return *last_reduction;
-    return backward_end_[0];
+  // Unit u's ZeRO-3 gather for its backward, once the unit kFsdpUnitsGathered above is done.
+  void regather(std::size_t u) {
+    std::optional<TaskIndex> after;
+    if (u + kFsdpUnitsGathered < count()) after = backward_end_[u + kFsdpUnitsGathered];
+    regathered_[u] = gather(u, "bwd", after);
   }
 
   // A bucket's reduction held back until the end of the schedule.
@@ -714,7 +459,13 @@ class MicroBatchBuilder {
   const TrainingSpec* training_;
   const ParallelPlan* plan_;
   std::vector<HeldBack> held_back_;
-  std::string tag_;
+  // The micro-batch each pass runs ("mb3."), the start of its tasks' names: a merged pass
+  // runs a forward and a backward of different micro-batches at once.
+  std::string forward_tag_;
+  std::string backward_tag_;
+  const std::string& pass_tag(const std::string& pass) const {
+    return pass == "fwd" ? forward_tag_ : backward_tag_;
+  }
   std::vector<TaskIndex> forward_end_;
   // Activation offload: by decoder layer, the group whose window ends there (or -1); by group,
   // its unit and its copy out in the current forward.
@@ -723,7 +474,114 @@ class MicroBatchBuilder {
   std::vector<TaskIndex> copied_out_;
   std::vector<std::optional<TaskIndex>> parameter_gathers_;
   std::vector<TaskIndex> backward_end_;
+  // The backward in progress: its reductions, buckets, ZeRO-3 gathers and offload's copies back.
+  bool reduce_gradients_ = false;
+  bool first_reduction_ = false;
+  std::vector<Bucket> buckets_;
+  std::vector<Bucket> expert_buckets_;
+  std::size_t next_bucket_ = 0;
+  std::size_t next_expert_bucket_ = 0;
+  std::vector<TaskIndex> regathered_;
+  std::vector<TaskIndex> copied_back_;
+  std::vector<ExchangeCuts> forward_cuts_;
+  std::vector<ExchangeCuts> backward_cuts_;
 };
+
+// Forward micro-batch `f_mb` of `f`'s chunk merged with backward micro-batch `b_mb` of `b`'s
+// (ep_comm_overlap), as Megatron-Core's combined 1F1B runs them (model_chunk_schedule_plan.py,
+// core 0.14 on): the forward's embedding, the backward's head; then forward layer j beside
+// backward layer L - 1 - j (decoder layers and prediction modules alike), the layers one side
+// has over the other after them alone, the backward's first; then the forward's head and the
+// backward's embedding. In each pair of layers the two passes take turns on the compute stream
+// between their all-to-alls, which run on the expert stream in the order they are issued: the
+// backward's combine beside the forward's attention and router, the forward's dispatch beside
+// the experts' backward, the backward's dispatch beside the experts' forward, the forward's
+// combine beside the attention's backward. Returns where each pass ends.
+std::pair<TaskIndex, TaskIndex> merged_passes(ProgramBuilder& build, MicroBatchBuilder& f, int f_mb,
+                                              const std::vector<TaskIndex>& f_entry,
+                                              MicroBatchBuilder& b, int b_mb, bool reduce_gradients,
+                                              bool first_reduction,
+                                              const std::vector<TaskIndex>& b_entry,
+                                              std::optional<TaskIndex>& last_reduction) {
+  const std::vector<Unit>& f_units = f.units();
+  const std::vector<Unit>& b_units = b.units();
+  // Where a chunk's layers begin and end: the embedding before them, the head after.
+  const auto layers = [](const std::vector<Unit>& units) {
+    std::size_t first = 0;
+    while (first < units.size() && units[first].layer < 0) ++first;
+    std::size_t end = first;
+    while (end < units.size() && units[end].layer >= 0) ++end;
+    return std::pair{first, end};
+  };
+  const auto [f_first, f_end] = layers(f_units);
+  const auto [b_first, b_end] = layers(b_units);
+  f.begin_forward(f_mb);
+  b.begin_backward(b_mb, reduce_gradients, first_reduction);
+  // The backward's first unit, its last, waits for `b_entry`.
+  const auto b_deps = [&](std::size_t u) {
+    return b.backward_deps(u, u + 1 == b_units.size() ? b_entry : std::vector<TaskIndex>{});
+  };
+  const auto forward_alone = [&](std::size_t u) {
+    f.forward_done(u, build.ops(f.forward_tag() + f_units[u].name + ".", f_units[u].ops.forward,
+                                f.forward_deps(u, f_entry)));
+  };
+  const auto backward_alone = [&](std::size_t u) {
+    if (b.skips_backward(u)) return;
+    b.backward_done(
+        u, build.ops(b.backward_tag() + b_units[u].name + ".", b_units[u].ops.backward, b_deps(u)),
+        last_reduction);
+  };
+  // One pass's progress through a unit: what its next op waits for beyond the compute
+  // stream's order, and its last task so far.
+  struct Side {
+    std::string prefix;
+    std::vector<TaskIndex> deps;
+    std::optional<TaskIndex> last;
+  };
+  const auto run = [&](Side& side, const std::vector<Op>& segment) {
+    if (segment.empty()) return;
+    side.last = build.ops(side.prefix, segment, side.deps);
+    side.deps.clear();
+  };
+  const auto exchange = [&](Side& side, const Op& op) {
+    std::vector<TaskIndex> after = side.deps;
+    if (side.last) after.push_back(*side.last);
+    side.last = build.exchange(side.prefix + op.name, *op.collective, after);
+    side.deps = {*side.last};
+  };
+  const auto pair = [&](std::size_t fu, std::size_t bu) {
+    Side forward{f.forward_tag() + f_units[fu].name + ".", f.forward_deps(fu, f_entry), {}};
+    const bool backward_runs = !b.skips_backward(bu);
+    Side backward{b.backward_tag() + b_units[bu].name + ".",
+                  backward_runs ? b_deps(bu) : std::vector<TaskIndex>{},
+                  {}};
+    const ExchangeCuts& fc = f.forward_cuts(fu);
+    const ExchangeCuts empty;
+    const ExchangeCuts& bc = backward_runs ? b.backward_cuts(bu) : empty;
+    for (std::size_t k = 0; k < std::max(fc.segments.size(), bc.segments.size()); ++k) {
+      if (k < bc.segments.size()) run(backward, bc.segments[k]);
+      if (k < bc.exchanges.size()) exchange(backward, bc.exchanges[k]);
+      if (k < fc.segments.size()) run(forward, fc.segments[k]);
+      if (k < fc.exchanges.size()) exchange(forward, fc.exchanges[k]);
+    }
+    if (!forward.last) throw ModelError("no kernels for " + forward.prefix);
+    // Saved layers are marked in program order: the side that ended first first.
+    const auto backward_done = [&] {
+      if (backward.last) b.backward_done(bu, *backward.last, last_reduction);
+    };
+    if (backward.last && *backward.last < *forward.last) backward_done();
+    f.forward_done(fu, *forward.last);
+    if (backward.last && *backward.last > *forward.last) backward_done();
+  };
+  for (std::size_t u = 0; u < f_first; ++u) forward_alone(u);
+  for (std::size_t u = b_units.size(); u-- > b_end;) backward_alone(u);
+  const std::size_t pairs = std::min(f_end - f_first, b_end - b_first);
+  for (std::size_t k = 0; k < pairs; ++k) pair(f_first + k, b_end - 1 - k);
+  for (std::size_t u = b_end - pairs; u-- > b_first;) backward_alone(u);
+  for (std::size_t u = f_first + pairs; u < f_units.size(); ++u) forward_alone(u);
+  for (std::size_t u = b_first; u-- > 0;) backward_alone(u);
+  return {f.forward_end(), b.end_backward(last_reduction)};
+}
 
 // The embedding's gradient the first and last stages exchange (the last's copy: tied
 // embeddings, multi-token prediction): none when it is frozen.
@@ -807,38 +665,67 @@ void build_stage(TaskGraph& graph, const ModelSpec& model, const TrainingSpec& t
   const bool reduce_every_micro_batch = sharding.reduces_every_micro_batch();
   std::optional<TaskIndex> last_reduction;
   std::optional<TaskIndex> previous_end;
-  for (const auto& [forward, i, chunk] : pipeline_schedule(plan, stage, m)) {
+  // A pass's receive before it and its send after it, to and from the neighbouring virtual
+  // stages.
+  const auto receive = [&](const Pass& pass) {
+    const int v = pass.chunk * pp + stage;
+    const std::string tag = "mb" + std::to_string(pass.micro_batch) + ".";
+    std::vector<TaskIndex> entry;
+    if (pass.forward && v > 0) {
+      entry.push_back(build.transfer(tag + "recv_activations",
+                                     transfer_id(v - 1, pass.micro_batch, true), false,
+                                     activation_bytes, {}));
+    } else if (!pass.forward && v < virtual_stages - 1) {
+      entry.push_back(build.transfer(tag + "recv_gradients",
+                                     transfer_id(v, pass.micro_batch, false), false,
+                                     activation_bytes, {}));
+    }
+    return entry;
+  };
+  const auto send = [&](const Pass& pass, TaskIndex end) {
+    const int v = pass.chunk * pp + stage;
+    const std::string tag = "mb" + std::to_string(pass.micro_batch) + ".";
+    if (pass.forward && v < virtual_stages - 1) {
+      build.transfer(tag + "send_activations", transfer_id(v, pass.micro_batch, true), true,
+                     activation_bytes, {end});
+    } else if (!pass.forward && v > 0) {
+      build.transfer(tag + "send_gradients", transfer_id(v - 1, pass.micro_batch, false), true,
+                     activation_bytes, {end});
+    }
+  };
+  const auto reduces = [&](const Pass& pass) {
+    return reduce_every_micro_batch || pass.micro_batch == m - 1;
+  };
+  const auto first_reduction = [&](const Pass& pass) {
+    return !reduce_every_micro_batch || pass.micro_batch == 0;
+  };
+  const std::vector<Pass> schedule = pipeline_schedule(plan, stage, m);
+  for (std::size_t k = 0; k < schedule.size(); ++k) {
     // A step of many micro-batches takes seconds to build: a stop (a limit, a signal) is
     // honoured here too, as the replay honours it.
     throw_if_stop_requested();
-    const int v = chunk * pp + stage;
-    const std::string tag = "mb" + std::to_string(i) + ".";
-    std::vector<TaskIndex> entry;
-    // Gradient accumulation alone: a forward follows the previous micro-batch's backward.
-    if (pp == 1 && forward && previous_end) entry.push_back(*previous_end);
-    if (forward) {
-      if (v > 0) {
-        entry.push_back(build.transfer(tag + "recv_activations", transfer_id(v - 1, i, true), false,
-                                       activation_bytes, {}));
-      }
-      previous_end = micro_batch[chunk].forward(i, entry);
-      if (v < virtual_stages - 1) {
-        build.transfer(tag + "send_activations", transfer_id(v, i, true), true, activation_bytes,
-                       {*previous_end});
-      }
+    const Pass& pass = schedule[k];
+    std::vector<TaskIndex> entry = receive(pass);
+    // Under ep_comm_overlap each steady-state forward is merged with the backward after it.
+    if (pass.merged) {
+      const Pass& next = schedule[k + 1];
+      const std::vector<TaskIndex> next_entry = receive(next);
+      const auto [forward_end, backward_end] = merged_passes(
+          build, micro_batch[pass.chunk], pass.micro_batch, entry, micro_batch[next.chunk],
+          next.micro_batch, reduces(next), first_reduction(next), next_entry, last_reduction);
+      send(pass, forward_end);
+      send(next, backward_end);
+      previous_end = backward_end;
+      ++k;
       continue;
     }
-    if (v < virtual_stages - 1) {
-      entry.push_back(build.transfer(tag + "recv_gradients", transfer_id(v, i, false), false,
-                                     activation_bytes, {}));
-    }
-    const bool reduce = reduce_every_micro_batch || i == m - 1;
-    previous_end = micro_batch[chunk].backward(i, reduce, !reduce_every_micro_batch || i == 0,
-                                               entry, last_reduction);
-    if (v > 0) {
-      build.transfer(tag + "send_gradients", transfer_id(v - 1, i, false), true, activation_bytes,
-                     {*previous_end});
-    }
+    // Gradient accumulation alone: a forward follows the previous micro-batch's backward.
+    if (pp == 1 && pass.forward && previous_end) entry.push_back(*previous_end);
+    previous_end = pass.forward ? micro_batch[pass.chunk].forward(pass.micro_batch, entry)
+                                : micro_batch[pass.chunk].backward(pass.micro_batch, reduces(pass),
+                                                                   first_reduction(pass), entry,
+                                                                   last_reduction);
+    send(pass, *previous_end);
   }
 
   // Optimizer step on the local shard (the rank's tensor-parallel part of its stage without

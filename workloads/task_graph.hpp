@@ -15,7 +15,9 @@
 // group run beside the attention kernel. A pipeline transfer is a pair of tasks,
 // the send in one stage's program and the receive in the next (or previous) stage's, between
 // the ranks of one pipeline group; they run as soon as their dependencies allow (NCCL's
-// isend/irecv), not in stream order.
+// isend/irecv), not in stream order. Under ep_comm_overlap the all-to-alls of merged forward
+// and backward passes run on a stream of their own (Megatron-Core's communication stream),
+// beside the other pass's compute.
 #pragma once
 
 #include <algorithm>
@@ -39,8 +41,8 @@ namespace fleetsim {
 
 // Under optimizer offload a rank also has a copy stream (its copy engine moving gradients to
 // host memory and updated weights back) and its share of the host's CPU cores.
-enum class Stream { compute, gather, reduce, tensor, pipeline, host_copy, cpu };
-inline constexpr int kStreamCount = 7;
+enum class Stream { compute, gather, reduce, tensor, pipeline, host_copy, cpu, expert };
+inline constexpr int kStreamCount = 8;
 inline const char* to_string(Stream stream) {
   switch (stream) {
     case Stream::compute: return "compute";
@@ -50,6 +52,7 @@ inline const char* to_string(Stream stream) {
     case Stream::pipeline: return "pipeline";
     case Stream::host_copy: return "host_copy";
     case Stream::cpu: return "cpu";
+    case Stream::expert: return "expert";
   }
   return "?";
 }

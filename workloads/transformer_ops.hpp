@@ -65,6 +65,12 @@ struct LayerCollective {
   Beside beside = Beside::by_op;
 };
 
+// One of a mixture of experts' all-to-alls (the dispatch, the combine, their backward's):
+// what ep_comm_overlap runs beside another micro-batch's compute.
+inline bool is_expert_exchange(const LayerCollective& collective) {
+  return collective.group == GroupKind::expert && collective.op == CollectiveOp::all_to_all;
+}
+
 struct Op {
   std::string name;
   Kernel kernel;

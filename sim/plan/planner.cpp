@@ -33,7 +33,7 @@ constexpr std::array kMicroBatches = {1, 2, 4, 8};
 // candidates may depend on those before it. "" is the micro-batch, a recipe's choice searched
 // once dp is known. Recomputation is not enumerated: each layout takes the first of its
 // candidates that fits (SearchSpace::recompute_modes).
-constexpr std::array<std::string_view, 23> kSearchOrder = {"cp",
+constexpr std::array<std::string_view, 24> kSearchOrder = {"cp",
                                                            "cp_comm_type",
                                                            "tp",
                                                            "pp",
@@ -48,6 +48,7 @@ constexpr std::array<std::string_view, 23> kSearchOrder = {"cp",
                                                            "expert_tp",
                                                            "sequence_parallel",
                                                            "tp_comm_overlap",
+                                                           "ep_comm_overlap",
                                                            "overlap_grad_reduce",
                                                            "overlap_param_gather",
                                                            "offload_optimizer",
@@ -421,6 +422,10 @@ double lower_bound_s(const StepInputs& inputs, LayerCollectiveClock& clock) {
         seconds += kernel_s(ops, i, 0);
         continue;
       }
+      // Merged passes (ep_comm_overlap) run the experts' all-to-alls beside the other pass's
+      // compute: none is counted (the lone warm-up and cool-down passes wait for theirs, the
+      // kernels beside one lose its SMs: the bound stays below the step).
+      if (plan.ep_comm_overlap && is_expert_exchange(*op.collective)) continue;
       const std::optional<std::size_t> beside = kernel_beside(ops, i, overlap);
       if (!beside) {
         seconds += clock.seconds(inputs, *op.collective);
@@ -571,17 +576,22 @@ PlanResult search_layouts(const StepInputs& base, const PlanOptions& options) {
   // Of a layout that fits in no mode, its leanest mode's memory check (for `leanest`).
   std::vector<std::optional<PlannedLayout>> closest(layouts.size());
   tbb::parallel_for(std::size_t{0}, layouts.size(), [&](std::size_t i) {
-    // The job rules look at recomputation only to refuse per_op (which the search does not try),
-    // a partial depth without full recomputation (which it sets only with full) and modules
-    // other than the default (which it does not set): a layout they refuse is refused in every
-    // mode it tries.
-    if (first_job_problem(job_subject_on_cluster(layouts[i]), layouts[i].plan)) {
+    // The job rules look at recomputation to refuse per_op (which the search does not try), a
+    // partial depth without full recomputation (which it sets only with full), modules other
+    // than the default (which it does not set) and full recomputation beside ep_comm_overlap:
+    // a layout they refuse is refused in every mode it tries, and a mode they refuse for the
+    // layout is skipped.
+    const JobSubject subject = job_subject_on_cluster(layouts[i]);
+    if (first_job_problem(subject, layouts[i].plan)) {
       refused[i] = 1;
       return;
     }
     for (const Recompute recompute : modes) {
       StepInputs inputs = layouts[i];
       inputs.plan.recompute = recompute;
+      if (recompute != layouts[i].plan.recompute && first_job_problem(subject, inputs.plan)) {
+        continue;
+      }
       StepOutcome outcome = check_memory(inputs);
       // Full recomputation that fits: rerun only as many layers of each chunk as it takes.
       if (recompute == Recompute::full && outcome.memory.fits(options.min_headroom)) {

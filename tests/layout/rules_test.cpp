@@ -356,6 +356,19 @@ TEST_CASE("each rule, broken alone, is the problem reported, at the field to cha
        }},
       {"shared-expert-overlap-as-modelled", "training.shared_expert_overlap",
        [](JobSubject& j, ParallelPlan&) { j.shared_expert_overlap = true; }},
+      {"ep-comm-overlap-as-megatron-runs-it", "layout.ep_comm_overlap",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.ep_comm_overlap = true;  // with ep 1
+       }},
+      {"ep-comm-overlap-as-megatron-runs-it", "layout.ep_comm_overlap",
+       [](JobSubject& j, ParallelPlan& p) {
+         j.experts = 8;
+         p.ep = 2;
+         p.zero_stage = 1;
+         p.recompute = Recompute::full;
+         p.ep_comm_overlap = true;
+       }},
       {"dora-dropout-without-tp", "training.lora.dropout",
        [](JobSubject& j, ParallelPlan&) { j.lora = j.dora_dropout = true; }},
       {"distributed-fused-adam-is-zero-1", "layout.zero",

@@ -497,6 +497,30 @@ TEST_CASE("the lower bound holds under expert parallelism, and the planner tries
   CHECK(across_tp);
 }
 
+TEST_CASE("planner: with ep_comm_overlap the bound counts no all-to-all and stays below the step") {
+  // Merged passes hide the experts' exchanges; the lone warm-up and cool-down passes expose
+  // theirs, which the bound leaves out: below the replay, and below the bound with them
+  // counted. The planner keeps the overlap wherever ep > 1 and, there, no full recomputation.
+  StepInputs in = fleetsim::testing::with_experts(small_job());
+  in.plan.ep = 8;
+  StepInputs overlapped = in;
+  overlapped.plan.ep_comm_overlap = true;
+  CHECK(step_lower_bound_s(overlapped) <= simulate_step(overlapped).step.step_time_s);
+  CHECK(step_lower_bound_s(overlapped) < step_lower_bound_s(in));
+  PlanOptions all;
+  all.top = 1000;
+  bool kept = false;
+  for (const PlannedLayout& layout : search_layouts(overlapped, all).ranked) {
+    const ParallelPlan& p = layout.inputs.plan;
+    INFO(describe(layout));
+    CHECK(layout.lower_bound_s <= layout.outcome.step.step_time_s);
+    CHECK(p.ep_comm_overlap == (p.ep > 1 && (p.pp == 1 || p.vpp > 1) && p.zero_stage < 3));
+    if (p.ep_comm_overlap) CHECK(p.recompute != Recompute::full);
+    kept |= p.ep_comm_overlap;
+  }
+  CHECK(kept);
+}
+
 TEST_CASE("planner: uneven pipeline stages are searched, and bounded below their step") {
   // Ten layers on 16 GPUs: pp 4 splits them 2, 3, 3, 2 (no power of two but 2 divides them;
   // pp 8 would leave a stage one layer, and is not tried).

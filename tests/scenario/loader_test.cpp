@@ -402,7 +402,7 @@ TEST_CASE("a value of the wrong type says what it found") {
                  "zero, "
                  "recompute, recompute_layers, recompute_modules, activation_offload_layers, "
                  "sequence_parallel, "
-                 "tp_comm_overlap, "
+                 "tp_comm_overlap, ep_comm_overlap, "
                  "overlap_grad_reduce, "
                  "overlap_param_gather, fsdp2, bf16_shards, offload_optimizer, bucket, got \"8\""));
 

@@ -163,12 +163,13 @@ constexpr char kTp[] = "tp";
 constexpr char kCp[] = "cp";
 constexpr char kEp[] = "ep";
 constexpr char kTpOverlap[] = "tp-overlap";
+constexpr char kEpOverlap[] = "ep-overlap";
 constexpr char kParamGatherOverlap[] = "param-gather-overlap";
 constexpr char kFsdp2[] = "fsdp2";
 constexpr char kBf16Shards[] = "bf16-shards";
 constexpr char kOffload[] = "offload";
 
-const std::array<LayoutDimension, 23> kDimensions = {{
+const std::array<LayoutDimension, 24> kDimensions = {{
     {.key = "tp",
      .output = "tp",
      .kind = DimensionKind::count,
@@ -477,6 +478,25 @@ const std::array<LayoutDimension, 23> kDimensions = {{
      .candidates =
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
            return std::vector<DimensionValue>{search.scenario.tp_comm_overlap && chosen.tp > 1};
+         }},
+    {.key = "ep_comm_overlap",
+     .output = "ep_comm_overlap",
+     .kind = DimensionKind::flag,
+     .choices = {},
+     .description = "expert-parallel all-to-alls beside another micro-batch's compute: each "
+                    "forward merged with the backward after it, layer by layer (Megatron-Core's "
+                    "overlap_moe_expert_parallel_comm); pp 1 or interleaved, no full "
+                    "recomputation",
+     .planner = "the scenario's, wherever ep > 1, pp 1 or vpp > 1 and ZeRO 0-2 (and then no "
+                "full recomputation)",
+     .get = get_flag<&ParallelPlan::ep_comm_overlap>,
+     .set = set_flag<&ParallelPlan::ep_comm_overlap>,
+     .label = flag_words<&ParallelPlan::ep_comm_overlap, kEpOverlap>,
+     .candidates =
+         [](const LayoutSearch& search, const ParallelPlan& chosen) {
+           return std::vector<DimensionValue>{search.scenario.ep_comm_overlap && chosen.ep > 1 &&
+                                              (chosen.pp == 1 || chosen.vpp > 1) &&
+                                              chosen.zero_stage < 3};
          }},
     {.key = "overlap_grad_reduce",
      .output = "overlap_grad_reduce",

@@ -180,6 +180,15 @@ struct ParallelPlan {
   // sequence shard and nothing gathered over tp (Megatron Bridge's DeepSeek-V3, Qwen3 and
   // Kimi-K2 recipes). Its experts' gradients are reduced over tp x dp x cp / ep ranks.
   int expert_tp = 0;
+  // Megatron-Core's overlap_moe_expert_parallel_comm (from core 0.14, after DeepSeek-V3's
+  // DualPipe): in the steady state each forward is merged with the backward after it, layer by
+  // layer (forward layer j beside backward layer L - 1 - j), and each one's all-to-alls run on
+  // a communication stream of their own beside the other's compute: the backward's combine
+  // beside the forward's attention and router, the forward's dispatch and then the backward's
+  // beside the experts' backward and forward, the forward's combine beside the backward's
+  // attention. One more forward in the warm-up (pipeline_schedule) holds one more micro-batch's
+  // activations.
+  bool ep_comm_overlap = false;
   // The experts' tensor parallelism in effect.
   int experts_split() const { return expert_tp > 0 ? expert_tp : tp; }
   // The ranks that hold each expert, over which its gradients are reduced and ZeRO shards.

@@ -384,6 +384,56 @@ Problem shared_expert_overlap_as_modelled(const JobSubject& job, const ParallelP
             "set token_dispatcher: alltoall, or remove shared_expert_overlap");
 }
 
+// Megatron-Core's checks on overlap_moe_expert_parallel_comm (transformer_config.py, core
+// 0.14 on): expert parallelism; pp 1 or an interleaved pipeline, whose warm-up it lengthens by
+// one forward; no full recomputation; not beside shared_expert_overlap; one multi-token
+// prediction module at most. Sharded parameters (ZeRO 3) and activation offload beside it are
+// not modelled.
+Problem ep_comm_overlap_as_megatron_runs_it(const JobSubject& job, const ParallelPlan& plan) {
+  if (!plan.ep_comm_overlap) return {};
+  const std::vector<std::string> key{"layout.ep_comm_overlap"};
+  const auto with = [&](const std::string& other) {
+    return std::vector<std::string>{"layout.ep_comm_overlap", other};
+  };
+  if (plan.ep == 1) {
+    return at(key, "ep_comm_overlap needs expert parallelism (ep > 1)",
+              "it overlaps the experts' all-to-alls; set ep, or remove ep_comm_overlap");
+  }
+  if (plan.pp > 1 && plan.vpp == 1) {
+    return at(with("layout.vpp"),
+              "ep_comm_overlap with pp > 1 needs the interleaved schedule (Megatron-Core "
+              "merges a forward and a backward only with pp 1 or virtual stages)",
+              "set vpp to 2 or more, or remove ep_comm_overlap");
+  }
+  if (plan.recompute == Recompute::full) {
+    return at(with("layout.recompute"),
+              "ep_comm_overlap with full recomputation (Megatron-Core refuses them together)",
+              "set recompute: selective or none, or remove ep_comm_overlap");
+  }
+  if (job.shared_expert_overlap) {
+    return at(with("training.shared_expert_overlap"),
+              "ep_comm_overlap beside shared_expert_overlap (Megatron-Core refuses them "
+              "together: the shared expert runs beside the other micro-batch's exchanges)",
+              "remove shared_expert_overlap");
+  }
+  if (job.mtp_layers > 1) {
+    return at(with("model.mtp_layers"),
+              "ep_comm_overlap with more than one multi-token prediction module (Megatron-Core "
+              "merges one at most)",
+              "remove ep_comm_overlap");
+  }
+  if (plan.zero_stage == 3) {
+    return at(with("layout.zero"), "ep_comm_overlap with ZeRO 3 is not modelled yet",
+              "use zero: 1 or 2, or remove ep_comm_overlap");
+  }
+  if (plan.activation_offload_layers > 0) {
+    return at(with("layout.activation_offload_layers"),
+              "ep_comm_overlap beside activation offload is not modelled yet",
+              "set activation_offload_layers: 0, or remove ep_comm_overlap");
+  }
+  return {};
+}
+
 // Each sequence is cut into 2 x cp chunks (two a rank, so causal work is even), each split
 // again by sequence parallelism.
 Problem cp_divides_sequence(const JobSubject& job, const ParallelPlan& plan) {
@@ -798,6 +848,10 @@ const JobRule kRules[] = {
     {"shared-expert-overlap-as-modelled",
      "shared_expert_overlap with a shared expert and the all-to-all dispatcher",
      shared_expert_overlap_as_modelled},
+    {"ep-comm-overlap-as-megatron-runs-it",
+     "ep_comm_overlap with ep > 1, pp 1 or interleaving, no full recomputation, ZeRO 0-2, no "
+     "activation offload and no shared_expert_overlap",
+     ep_comm_overlap_as_megatron_runs_it},
     {"ep-as-modelled", "ep > 1 without optimizer offload, its tokens dispatched by all-to-all",
      ep_as_modelled},
     {"expert-tp-as-modelled", "expert_tp is tp, or 1 with ep > 1 and ZeRO 0-2",
