@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "sim/engine/text.hpp"
+
 namespace fleetsim {
 
 namespace {
@@ -76,10 +78,7 @@ std::string format_number(double value) {
 
 // Two decimals, as the tools print bandwidths.
 std::string format_bandwidth(double gb_per_s) {
-  std::array<char, 32> buffer{};
-  const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), gb_per_s,
-                                    std::chars_format::fixed, 2);
-  return std::string(buffer.data(), result.ptr);
+  return fixed_decimals(gb_per_s, 2);
 }
 
 // ---- Op names -----------------------------------------------------------------------------------

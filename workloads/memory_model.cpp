@@ -147,7 +147,23 @@ InFlight in_flight(const ModelSpec& model, const TrainingSpec& training, const P
   const auto held = [recomputed_share](const InFlight& in) {
     return in.layers - in.recomputed_layers + recomputed_share * in.recomputed_layers;
   };
-  for (const Pass& pass : pipeline_schedule(plan, stage, m)) {
+  const std::vector<Pass> schedule = pipeline_schedule(plan, stage, m);
+  for (std::size_t k = 0; k < schedule.size(); ++k) {
+    const Pass& pass = schedule[k];
+    if (pass.merged) {
+      // A forward merged with the backward after it (ep_comm_overlap) saves its layer j as the
+      // backward frees its layer L - 1 - j (Megatron-Core releases a layer's tensors at its
+      // backward): one layer more at once than before the pair, or the forward's layers beyond
+      // the backward's, whichever is more. (Full recomputation is not merged: no rerun layers.)
+      const int added = chunk_layers[pass.chunk] - chunk_layers[schedule[k + 1].chunk];
+      InFlight during = live;
+      during.passes += 1;
+      during.layers += std::max(1, added);
+      if (held(during) > held(peak)) peak = during;
+      live.layers += added;
+      ++k;
+      continue;
+    }
     const int sign = pass.forward ? 1 : -1;
     live.passes += sign;
     live.layers += sign * chunk_layers[pass.chunk];
@@ -437,9 +453,9 @@ MemoryBreakdown stage_memory(const ModelSpec& model, const TrainingSpec& trainin
   const std::string batches =
       plan.pp == 1
           ? (live.passes == 1 ? std::string("one micro-batch")
-                              : std::to_string(live.passes) +
-                                    " micro-batches, each forward merged with the backward of "
-                                    "the one before (ep_comm_overlap)")
+                              : std::string("one micro-batch and a layer of the next, whose "
+                                            "forward runs merged with its backward "
+                                            "(ep_comm_overlap)"))
           : std::to_string(live.passes) +
                 (plan.vpp > 1 ? " passes (micro-batch x chunk)" : " micro-batches") +
                 " in flight on stage " + std::to_string(stage) + " of " + std::to_string(plan.pp) +

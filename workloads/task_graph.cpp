@@ -183,10 +183,10 @@ class MicroBatchBuilder {
     if (sharded()) {
       std::optional<TaskIndex> after;
       if (u >= kFsdpUnitsGathered) after = forward_end_[u - kFsdpUnitsGathered];
-      deps.push_back(gather(u, "fwd", after));
+      deps.push_back(gather(u, /*forward=*/true, after));
     }
     if (u == 0) deps.insert(deps.end(), entry.begin(), entry.end());
-    if (copies_fsdp2()) deps = {copy_out(u, "fwd", std::move(deps))};
+    if (copies_fsdp2()) deps = {copy_out(u, /*forward=*/true, std::move(deps))};
     if (u > 0 && window_ending_at(u - 1) >= 0) {
       deps.push_back(copied_out_[window_ending_at(u - 1)]);
     }
@@ -219,7 +219,7 @@ class MicroBatchBuilder {
     begin_backward(mb, reduce_gradients, first_reduction);
     for (std::size_t i = 0; i < count(); ++i) {
       const std::size_t u = count() - 1 - i;
-      if (skips_backward(u)) continue;
+      if (skip_frozen_backward(u)) continue;
       backward_done(u,
                     build_->ops(backward_tag_ + unit(u).name + ".", unit(u).ops.backward,
                                 backward_deps(u, i == 0 ? entry : std::vector<TaskIndex>{})),
@@ -259,7 +259,7 @@ class MicroBatchBuilder {
   }
   const std::string& backward_tag() const { return backward_tag_; }
   // A frozen embedding: nothing to gather or compute, the layer above ended the backward.
-  bool skips_backward(std::size_t u) {
+  bool skip_frozen_backward(std::size_t u) {
     if (!unit(u).ops.backward.empty()) return false;
     backward_end_[u] = backward_end_[u + 1];
     return true;
@@ -271,7 +271,7 @@ class MicroBatchBuilder {
     std::vector<TaskIndex> deps;
     if (sharded()) deps.push_back(regathered_[u]);
     deps.insert(deps.end(), entry.begin(), entry.end());
-    if (copies_fsdp2()) deps = {copy_out(u, "bwd", std::move(deps))};
+    if (copies_fsdp2()) deps = {copy_out(u, /*forward=*/false, std::move(deps))};
     if (unit(u).recomputed) {
       deps.push_back(build_->ops(backward_tag_ + unit(u).name + ".recompute.", unit(u).ops.forward,
                                  deps, /*recomputed=*/true));
@@ -410,22 +410,22 @@ class MicroBatchBuilder {
   }
 
   // A unit's ZeRO-3 gather, whole (gather_unit_parameters).
-  TaskIndex gather(std::size_t u, const std::string& pass, std::optional<TaskIndex> after) {
+  TaskIndex gather(std::size_t u, bool forward, std::optional<TaskIndex> after) {
     std::vector<TaskIndex> deps;
     if (after) deps.push_back(*after);
     return gather_unit_parameters(*build_, Sharding(*plan_),
-                                  pass_tag(pass) + unit(u).name + "." + pass + ".all_gather",
-                                  unit(u), unit(u).parameters, deps);
+                                  pass_prefix(u, forward) + ".all_gather", unit(u),
+                                  unit(u).parameters, deps);
   }
 
   // FSDP2 (PyTorch's fully_shard, _fsdp_collectives.py) on the compute stream: a gathered unit
   // is copied out of the all-gather's buffer into its parameters (split_with_sizes_copy: its
   // BF16 parameters read and written) before the unit computes, in forward and again in
   // backward.
-  TaskIndex copy_out(std::size_t u, const std::string& pass, std::vector<TaskIndex> deps) {
+  TaskIndex copy_out(std::size_t u, bool forward, std::vector<TaskIndex> deps) {
     const double bytes = 2 * unit(u).gathered_bytes(unit(u).parameters);
-    return build_->compute(pass_tag(pass) + unit(u).name + "." + pass + ".copy_out",
-                           memory_op("copy_out", bytes), std::move(deps));
+    return build_->compute(pass_prefix(u, forward) + ".copy_out", memory_op("copy_out", bytes),
+                           std::move(deps));
   }
   // And a unit's BF16 gradients are copied, cast to the reduce dtype, into the reduce-scatter's
   // input (_chunk_cat) after its backward, once the compute stream has waited for the
@@ -442,7 +442,7 @@ class MicroBatchBuilder {
   void regather(std::size_t u) {
     std::optional<TaskIndex> after;
     if (u + kFsdpUnitsGathered < count()) after = backward_end_[u + kFsdpUnitsGathered];
-    regathered_[u] = gather(u, "bwd", after);
+    regathered_[u] = gather(u, /*forward=*/false, after);
   }
 
   // A bucket's reduction held back until the end of the schedule.
@@ -463,8 +463,9 @@ class MicroBatchBuilder {
   // runs a forward and a backward of different micro-batches at once.
   std::string forward_tag_;
   std::string backward_tag_;
-  const std::string& pass_tag(const std::string& pass) const {
-    return pass == "fwd" ? forward_tag_ : backward_tag_;
+  // Where unit u's forward or backward names its own tasks ("mb3.layer7.fwd").
+  std::string pass_prefix(std::size_t u, bool forward) const {
+    return (forward ? forward_tag_ : backward_tag_) + unit(u).name + (forward ? ".fwd" : ".bwd");
   }
   std::vector<TaskIndex> forward_end_;
   // Activation offload: by decoder layer, the group whose window ends there (or -1); by group,
@@ -526,7 +527,7 @@ std::pair<TaskIndex, TaskIndex> merged_passes(ProgramBuilder& build, MicroBatchB
                                 f.forward_deps(u, f_entry)));
   };
   const auto backward_alone = [&](std::size_t u) {
-    if (b.skips_backward(u)) return;
+    if (b.skip_frozen_backward(u)) return;
     b.backward_done(
         u, build.ops(b.backward_tag() + b_units[u].name + ".", b_units[u].ops.backward, b_deps(u)),
         last_reduction);
@@ -551,7 +552,7 @@ std::pair<TaskIndex, TaskIndex> merged_passes(ProgramBuilder& build, MicroBatchB
   };
   const auto pair = [&](std::size_t fu, std::size_t bu) {
     Side forward{f.forward_tag() + f_units[fu].name + ".", f.forward_deps(fu, f_entry), {}};
-    const bool backward_runs = !b.skips_backward(bu);
+    const bool backward_runs = !b.skip_frozen_backward(bu);
     Side backward{b.backward_tag() + b_units[bu].name + ".",
                   backward_runs ? b_deps(bu) : std::vector<TaskIndex>{},
                   {}};

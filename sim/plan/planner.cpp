@@ -20,6 +20,7 @@
 #include "workloads/layout/dimensions.hpp"
 #include "workloads/layout/rules.hpp"
 #include "workloads/layout/sharding.hpp"
+#include "workloads/layout/stage_split.hpp"
 #include "workloads/memory_model.hpp"
 #include "workloads/precision.hpp"
 #include "workloads/transformer_ops.hpp"
@@ -134,11 +135,8 @@ int least_fitting(int high, Fits fits) {
 // layers rerun (each keeps only its input), so a bisection over 1 to the longest chunk's layers
 // less one finds it; 0, every layer, where only that fits. Fewer reruns, less compute.
 int least_recomputed_layers(const StepInputs& inputs, double min_headroom) {
-  const int virtual_stages = inputs.plan.pp * inputs.plan.vpp;
-  int longest = 0;
-  for (int v = 0; v < virtual_stages; ++v) {
-    longest = std::max(longest, virtual_stage_slots(inputs.model, virtual_stages, v).count());
-  }
+  const int longest = static_cast<int>(longest_stage_slots(
+      inputs.model.layers + inputs.model.mtp_layers, inputs.plan.pp * inputs.plan.vpp));
   const auto fits = [&](int layers) {
     StepInputs partial = inputs;
     partial.plan.recompute_layers = layers;

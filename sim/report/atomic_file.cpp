@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -95,24 +96,28 @@ std::filesystem::path directory_of(const std::filesystem::path& file) {
   return file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
 }
 
-// `<target>.tmp.<host>.<pid>`: the host too, so that a writer on another machine sharing the
-// directory is never taken for a process of this one that has ended.
-std::string temp_prefix(const std::filesystem::path& target) {
+// `<target>.<kind>.<host>.<pid>`, a temporary file ("tmp") or the empty file that checks a
+// directory takes new ones ("probe"): the host too, so that a writer on another machine
+// sharing the directory is never taken for a process of this one that has ended.
+std::string temp_prefix(const std::filesystem::path& target, std::string_view kind = "tmp") {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return target.filename().string() + ".tmp." + host + ".";
+  return target.filename().string() + "." + std::string(kind) + "." + host + ".";
 }
 
-// Removes this host's `<target>.tmp.<host>.<pid>` files whose process no longer runs.
+// Removes this host's `<target>.tmp.<host>.<pid>` and `<target>.probe.<host>.<pid>` files
+// whose process no longer runs.
 void remove_stale_temp_files(const std::filesystem::path& target) noexcept {
-  const std::string prefix = temp_prefix(target);
+  const std::string prefixes[] = {temp_prefix(target), temp_prefix(target, "probe")};
   std::error_code error;
   std::vector<std::filesystem::path> stale;
   std::filesystem::directory_iterator entry(directory_of(target), error);
   for (; !error && entry != std::filesystem::directory_iterator(); entry.increment(error)) {
     const std::string name = entry->path().filename().string();
-    if (!name.starts_with(prefix)) continue;
-    const std::string_view digits = std::string_view(name).substr(prefix.size());
+    const auto prefix = std::find_if(std::begin(prefixes), std::end(prefixes),
+                                     [&](const std::string& p) { return name.starts_with(p); });
+    if (prefix == std::end(prefixes)) continue;
+    const std::string_view digits = std::string_view(name).substr(prefix->size());
     pid_t pid = 0;
     const auto [end, parsed] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
     if (parsed != std::errc() || end != digits.data() + digits.size() || pid <= 0) continue;
@@ -213,6 +218,19 @@ std::string output_target_problem(const std::filesystem::path& path,
   // Written by a temporary file beside it and a rename: the directory must take new files.
   if (::access(directory.c_str(), W_OK | X_OK) != 0) {
     return "its directory " + directory.string() + " is not writable";
+  }
+  // Root passes access() where no file can be made (/proc, /sys): one is tried, named as a
+  // probe, which the next run that writes here removes should this one be killed first.
+  const std::filesystem::path probe =
+      directory / (report_detail::temp_prefix(path, "probe") + std::to_string(::getpid()));
+  const int probed = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (probed < 0 && errno != EEXIST) {
+    return "its directory " + directory.string() + " takes no new file (" + std::strerror(errno) +
+           ")";
+  }
+  if (probed >= 0) {
+    ::close(probed);
+    std::filesystem::remove(probe, error);
   }
   const auto status = std::filesystem::status(path, error);
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {

@@ -7,13 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "sim/engine/text.hpp"
+
 namespace fleetsim::console {
 
 std::string fixed(double value, int decimals) {
-  char buffer[64];
-  const auto result =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, decimals);
-  return std::string(buffer, result.ptr);
+  return fixed_decimals(value, decimals);
 }
 
 std::string significant(double value, int digits) {
@@ -31,6 +30,8 @@ std::string seconds_text(double seconds) {
 }
 
 std::string grouped_integer(double value) {
+  // Beyond a long long (and inf, nan): significant digits, not an overflowed integer.
+  if (!(std::abs(value) < 9e18)) return significant(value, 4);
   const long long rounded = std::llround(value);
   const std::string digits = std::to_string(rounded < 0 ? -rounded : rounded);
   std::string text;

@@ -108,8 +108,9 @@ void write_hdf5(const RunReport& report, const std::filesystem::path& path);
 // is untouched.
 void write_text_atomically(const std::filesystem::path& path, const std::string& content);
 // Why a result file cannot be written at `path`, checked before anything is simulated: its
-// directory missing or not writable, or `path` something other than a regular file (a
-// directory, a device such as /dev/null, a FIFO), or one of `inputs`. Empty when it can.
+// directory missing or not writable (an empty file is made there and removed, as root passes
+// every permission check), or `path` something other than a regular file (a directory, a
+// device such as /dev/null, a FIFO), or one of `inputs`. Empty when it can.
 std::string output_target_problem(const std::filesystem::path& path,
                                   const std::vector<std::filesystem::path>& inputs);
 // While it lives, an exclusive lock (flock) on the directory of each of `paths` (empty ones

@@ -1,9 +1,14 @@
 #include "sim/scenario/fields.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include <yaml-cpp/depthguard.h>
@@ -68,10 +73,7 @@ std::string join_list(const Keys& names) {
 
 // `value` with `decimals` decimals, whatever the locale.
 std::string rounded(double value, int decimals) {
-  char text[64];
-  const auto end =
-      std::to_chars(text, text + sizeof text, value, std::chars_format::fixed, decimals);
-  return std::string(text, end.ptr);
+  return fixed_decimals(value, decimals);
 }
 
 [[noreturn]] void fail(const Field& f, const std::string& problem, const std::string& hint) {
@@ -205,7 +207,8 @@ std::vector<Entry> entries(const Field& map) {
 
 void expect_map(const Field& f, const Keys& allowed) {
   if (!f.node.IsMap()) {
-    fail(f, "expected a map with keys " + join_list(allowed) + ", got " + describe(f.node));
+    fail(f, "expected a map with keys " + join_list(allowed) + ", got " + describe(f.node),
+         "write its keys indented on the lines below it, or inline as {key: value, ...}");
   }
   // The maps laid in it; a value laid at a path stands where the scenario sets one already.
   for (const Layer& layer : layers(f)) {
@@ -215,7 +218,7 @@ void expect_map(const Field& f, const Keys& allowed) {
       const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : describe(kv.first);
       const Field key_field{kv.first, f.doc, join(f.path, key)};
       if (!kv.first.IsScalar()) {
-        fail(key_field, "expected a key name, got " + key);
+        fail(key_field, "expected a key name, got " + key, "a key is a plain name, like tp");
       }
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         fail(key_field, "unknown key " + in_quotes(key),
@@ -296,7 +299,9 @@ void require_keys(const Field& map, const Keys& keys) {
 
 const std::string& scalar(const Field& f, std::string_view expected) {
   if (!f.node.IsScalar()) {
-    fail(f, "expected " + std::string(expected) + ", got " + describe(f.node));
+    fail(f, "expected " + std::string(expected) + ", got " + describe(f.node),
+         f.node.IsDefined() && !f.node.IsNull() ? "one value here, not a list or a map"
+                                                : "give a value after the colon");
   }
   return f.node.Scalar();
 }
@@ -319,12 +324,22 @@ std::string read_name(const Field& f) {
   return name;
 }
 
+constexpr long long kMostInt = std::numeric_limits<int>::max();
+
 int read_int(const Field& f, int min) {
   const std::string expected =
       min == 1 ? "a positive integer" : "an integer >= " + std::to_string(min);
-  const auto value = parse_whole<int>(scalar(f, expected));
+  const std::string& text = scalar(f, expected);
+  const auto value = parse_whole<int>(text);
   if (!value || *value < min) {
-    fail(f, "expected " + expected + ", got " + describe(f.node));
+    // A whole number past what a count holds says so, with the most it may be.
+    if (const auto wide = parse_whole<long long>(text); wide && *wide > kMostInt) {
+      fail(f,
+           "expected " + expected + " of at most " + std::to_string(kMostInt) + ", got " +
+               describe(f.node),
+           "counts here are 32-bit; a value this large is a slip of the digits");
+    }
+    fail(f, "expected " + expected + ", got " + describe(f.node), "a whole number, like 8");
   }
   return *value;
 }
@@ -332,7 +347,7 @@ int read_int(const Field& f, int min) {
 std::uint64_t read_uint64(const Field& f) {
   const auto value = parse_whole<std::uint64_t>(scalar(f, "an unsigned integer"));
   if (!value) {
-    fail(f, "expected an unsigned integer, got " + describe(f.node));
+    fail(f, "expected an unsigned integer, got " + describe(f.node), "a whole number, like 1");
   }
   return *value;
 }
@@ -340,7 +355,8 @@ std::uint64_t read_uint64(const Field& f) {
 double read_number(const Field& f) {
   const auto value = parse_whole<double>(scalar(f, "a number"));
   if (!value || !std::isfinite(*value)) {
-    fail(f, "expected a number, got " + describe(f.node));
+    fail(f, "expected a number, got " + describe(f.node),
+         "a finite number, like 0.5 or 1e-3 (not .nan or .inf)");
   }
   return *value;
 }
@@ -353,7 +369,7 @@ bool read_bool(const Field& f) {
   if (text == "false") {
     return false;
   }
-  fail(f, "expected true or false, got " + describe(f.node));
+  fail(f, "expected true or false, got " + describe(f.node), "true or false, unquoted");
 }
 
 // One of `allowed`; values in `later` are known but not supported yet and get `later_hint`.
@@ -414,7 +430,7 @@ double read_quantity(const Field& f, Quantity q, Zero zero, Floor floor) {
 double read_fraction(const Field& f) {
   const double value = read_number(f);
   if (!(value > 0 && value <= 1)) {
-    fail(f, "expected a fraction in (0, 1], got " + describe(f.node));
+    fail(f, "expected a fraction in (0, 1], got " + describe(f.node), "a share, like 0.1");
   }
   return value;
 }
@@ -422,7 +438,7 @@ double read_fraction(const Field& f) {
 double read_positive(const Field& f) {
   const double value = read_number(f);
   if (!(value > 0)) {
-    fail(f, "expected a number > 0, got " + describe(f.node));
+    fail(f, "expected a number > 0, got " + describe(f.node), "a number above zero, like 1.5");
   }
   return value;
 }
@@ -430,13 +446,21 @@ double read_positive(const Field& f) {
 double read_non_negative(const Field& f) {
   const double value = read_number(f);
   if (value < 0) {
-    fail(f, "expected a number >= 0, got " + describe(f.node));
+    fail(f, "expected a number >= 0, got " + describe(f.node), "zero or more, like 2.5");
   }
   return value;
 }
 
 SimTime read_time(const Field& f) {
-  return from_seconds(read_quantity(f, Quantity::duration, Zero::allowed));
+  const double seconds = read_quantity(f, Quantity::duration, Zero::allowed);
+  // Latencies and a collective's fixed costs, summed over hops and steps: a second is far past
+  // any (microseconds), and far enough from the clock's end that no sum overflows it.
+  constexpr double kLongestLatency_s = 1;
+  if (!(seconds <= kLongestLatency_s)) {
+    fail(f, "expected a latency of at most 1s, got " + describe(f.node),
+         "latencies are ns to us: 500ns, 2us");
+  }
+  return from_seconds(seconds);
 }
 
 const Keys kProvenanceKinds = {"measured:", "published:", "extrapolated:", "assumed:"};
@@ -457,26 +481,67 @@ std::string read_provenance(const Field& f) {
 
 namespace {
 
-// Counts the documents a parser meets, and where the second starts.
-class SecondDocument : public YAML::EventHandler {
+// What a parser meets that the node tree hides: the documents (and where the second starts),
+// and the first explicit tag (`!!binary`, `!weird`), which the loader would otherwise ignore.
+class DocumentEvents : public YAML::EventHandler {
  public:
   int starts = 0;
-  YAML::Mark mark;
+  YAML::Mark second;
+  std::optional<std::pair<YAML::Mark, std::string>> tagged;
   void OnDocumentStart(const YAML::Mark& at) override {
-    if (++starts == 2) mark = at;
+    if (++starts == 2) second = at;
   }
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {}
+  void OnScalar(const YAML::Mark& at, const std::string& tag, YAML::anchor_t,
+                const std::string&) override {
+    note(at, tag);
+  }
+  void OnSequenceStart(const YAML::Mark& at, const std::string& tag, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    note(at, tag);
+  }
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {}
+  void OnMapStart(const YAML::Mark& at, const std::string& tag, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    note(at, tag);
+  }
   void OnMapEnd() override {}
+
+ private:
+  // "?" a plain node's, "!" a quoted scalar's: no tag written.
+  void note(const YAML::Mark& at, const std::string& tag) {
+    if (!tagged && !tag.empty() && tag != "?" && tag != "!") tagged.emplace(at, tag);
+  }
 };
+
+// Where the first byte of `text` that is not UTF-8 is (a stray byte, a cut or overlong
+// sequence, a surrogate), or nothing: names and labels print as they are read.
+std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char lead = byte(i);
+    const std::size_t length = lead < 0x80           ? 1
+                               : (lead >> 5) == 0x6  ? 2
+                               : (lead >> 4) == 0xe  ? 3
+                               : (lead >> 3) == 0x1e ? 4
+                                                     : 0;
+    if (length == 0 || i + length > text.size()) return i;
+    std::uint32_t code = length == 1 ? lead : lead & (0x7f >> length);
+    for (std::size_t k = 1; k < length; ++k) {
+      if ((byte(i + k) & 0xc0) != 0x80) return i;
+      code = (code << 6) | (byte(i + k) & 0x3f);
+    }
+    constexpr std::uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kLeast[length] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
+      return i;
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -487,6 +552,23 @@ YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::
     throw ScenarioError(shown, 0, 0, "", std::string(what) + " is not a regular file",
                         "give the path of a file");
   }
+  // Scenarios, presets and model configs are kilobytes: a file of megabytes is not one, and
+  // reading a gigabyte would take memory past any limit before a line of it is checked.
+  // Its size as read, not only as stat says (a file may grow, a /proc file says 0): read in
+  // blocks, refused at the first byte past the limit.
+  constexpr std::uintmax_t kLargestFile = 16 << 20;
+  const auto too_large = [&](std::uintmax_t bytes) {
+    throw ScenarioError(shown, 0, 0, "",
+                        std::string(what) + " of more than 16 MiB" +
+                            (bytes > kLargestFile + 1
+                                 ? " (" + std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB)"
+                                 : std::string()) +
+                            ", more than any fleetsim reads",
+                        "give the scenario or config file itself");
+  };
+  if (const std::uintmax_t bytes = fs::file_size(path, error); !error && bytes > kLargestFile) {
+    too_large(bytes);
+  }
   std::ifstream in(path);
   if (!in) {
     const bool exists = fs::exists(path, error);
@@ -494,16 +576,31 @@ YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::
                         exists ? "check that it is a readable file" : "no such file");
   }
   std::stringstream text;
-  text << in.rdbuf();
+  std::array<char, 1 << 16> block;
+  std::uintmax_t read = 0;
+  while (in.read(block.data(), block.size()) || in.gcount() > 0) {
+    read += static_cast<std::uintmax_t>(in.gcount());
+    if (read > kLargestFile) too_large(read);
+    text.write(block.data(), in.gcount());
+  }
   YAML::Node document;
-  SecondDocument second;
+  DocumentEvents events;
+  if (const auto bad = first_invalid_utf8(text.view())) {
+    const std::string_view before = text.view().substr(0, *bad);
+    const auto line_start = before.rfind('\n');
+    const int line = static_cast<int>(std::count(before.begin(), before.end(), '\n')) + 1;
+    const int column =
+        static_cast<int>(*bad - (line_start == std::string_view::npos ? 0 : line_start + 1)) + 1;
+    throw ScenarioError(shown, line, column, "", "a byte that is not UTF-8",
+                        "save the file as UTF-8");
+  }
   try {
     document = YAML::Load(text.str());
     // Asked for two documents at the most: yaml-cpp's LoadAll returns documents without end on
     // some malformed input (a fuzzer's finding, tests/fuzz/regressions).
     std::istringstream again(text.str());
     YAML::Parser parser(again);
-    if (parser.HandleNextDocument(second)) parser.HandleNextDocument(second);
+    if (parser.HandleNextDocument(events)) parser.HandleNextDocument(events);
   } catch (const YAML::DeepRecursion& e) {
     throw ScenarioError(shown, e.mark.line + 1, e.mark.column + 1, "",
                         "lists or maps nested " + std::to_string(e.depth()) + " deep",
@@ -513,10 +610,20 @@ YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::
                         "YAML syntax error: " + e.msg);
   }
   // A second document (after `---`, or text after `...`) would be silently dropped.
-  if (second.starts > 1) {
-    throw ScenarioError(shown, second.mark.line + 1, second.mark.column + 1, "",
+  if (events.starts > 1) {
+    throw ScenarioError(shown, events.second.line + 1, events.second.column + 1, "",
                         "a second YAML document: a file holds one",
                         "remove the `---` or `...` line and what follows it, or merge the two");
+  }
+  if (events.tagged) {
+    const auto& [at, resolved] = *events.tagged;
+    // The parser resolves `!!binary` to the standard's name: shown as the file writes it.
+    constexpr std::string_view kStandard = "tag:yaml.org,2002:";
+    const std::string tag =
+        resolved.starts_with(kStandard) ? "!!" + resolved.substr(kStandard.size()) : resolved;
+    throw ScenarioError(shown, at.line + 1, at.column + 1, "",
+                        "a YAML tag (" + in_quotes(tag) + "): fleetsim reads plain values",
+                        "remove the tag; quote the value if it should be text");
   }
   return document;
 }

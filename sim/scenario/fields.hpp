@@ -155,6 +155,7 @@ double read_quantity(const Field& f, Quantity q, Zero zero = Zero::rejected,
 double read_fraction(const Field& f);
 double read_positive(const Field& f);
 double read_non_negative(const Field& f);
+// A latency or a collective's fixed cost: a duration from 0 to 1s.
 SimTime read_time(const Field& f);
 
 // ---- files -----------------------------------------------------------------------------------

@@ -72,8 +72,10 @@ const Preset& Loader::file_named_by(const Field& path_field, const std::string& 
   if (path.is_relative()) path = fs::path(path_field.doc->file).parent_path() / path;
   std::error_code error;
   if (!in_directory.empty() && fs::is_directory(path, error)) path /= in_directory;
-  if (!fs::is_regular_file(path))
+  // (A symbolic link that loops is no file either, not a filesystem exception.)
+  if (!fs::is_regular_file(path, error)) {
     fail(path_field, "no " + what + " at " + in_quotes(path.string()), hint);
+  }
   auto& slot = presets_[path];
   if (!slot) {
     slot = std::make_unique<Preset>();

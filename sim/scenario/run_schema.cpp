@@ -3,6 +3,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -105,7 +106,31 @@ double cause_rate(const Field& cause) {
 
 int nodes_out(const Field& cause) {
   const auto field = find(cause, "nodes_out");
-  return field ? read_int(*field, 0) : 1;
+  if (!field) return 1;
+  // More than a job's nodes is all of them (a switch over more nodes than the job has), but
+  // not more than any cluster fleetsim simulates.
+  const int nodes = read_int(*field, 0);
+  if (nodes > kMaxGpus) {
+    fail(*field,
+         "expected at most " + rounded(kMaxGpus, 0) +
+             " nodes (the most GPUs fleetsim "
+             "simulates), got " +
+             describe(field->node),
+         "nodes_out is what one interruption takes out: 1 for a node's fault, the nodes "
+         "under a switch for a switch's");
+  }
+  return nodes;
+}
+
+// A cause's name, one a list: the results report each cause by its name.
+std::string cause_name(const Field& entry, std::set<std::string>& named) {
+  const Field field = require(entry, "cause");
+  std::string name = read_name(field);
+  if (!named.insert(name).second) {
+    fail(field, "cause " + in_quotes(name) + " is listed twice",
+         "one entry a cause: add their rates, or name them apart");
+  }
+  return name;
 }
 
 // Interruption rates from a published run's counts by cause: count / (GPUs x days) per GPU-day.
@@ -130,12 +155,13 @@ std::vector<InterruptionCause> Loader::interruption_preset(const Field& name) {
   const double gpus = read_positive(require(root, "gpus"));
   const double days = read_positive(require(root, "days"));
   std::vector<InterruptionCause> causes;
+  std::set<std::string> named;
   for (const Field& entry : read_list(require(root, "causes"), 0, "causes")) {
     expect_map(entry, kCauseCountKeys);
     require_keys(entry, kCauseCountRequired);
     const double count = read_non_negative(require(entry, "count"));
-    causes.push_back({read_string(require(entry, "cause")), count / (gpus * days), source,
-                      nodes_out(entry), std::sqrt(count) / (gpus * days)});
+    causes.push_back({cause_name(entry, named), count / (gpus * days), source, nodes_out(entry),
+                      std::sqrt(count) / (gpus * days)});
   }
   return causes;
 }
@@ -221,10 +247,11 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     run.causes = interruption_preset(interruptions);
   } else {
     run.interruptions = "listed";
+    std::set<std::string> named;
     for (const Field& entry : read_list(interruptions, 0, "causes")) {
       expect_map(entry, kCauseRateKeys);
       require_keys(entry, kCauseRateRequired);
-      run.causes.push_back({read_string(require(entry, "cause")), cause_rate(entry),
+      run.causes.push_back({cause_name(entry, named), cause_rate(entry),
                             read_provenance(require(entry, "source")), nodes_out(entry)});
     }
   }
@@ -323,11 +350,12 @@ std::optional<RunSpec> Loader::parse_run(const Field& root) {
     }
   }
   if (const auto degraded = find(*block, "degraded")) {
+    std::set<std::string> named;
     for (const Field& entry : read_list(*degraded, 0, "degradations")) {
       expect_map(entry, kDegradationKeys);
       require_keys(entry, kDegradationKeys);
       Degradation degradation;
-      degradation.name = read_string(require(entry, "cause"));
+      degradation.name = cause_name(entry, named);
       degradation.kind = read_choice(require(entry, "slows"), {"compute", "network"}) == "network"
                              ? Degradation::Kind::network
                              : Degradation::Kind::compute;

@@ -212,6 +212,11 @@ double parse_quantity(std::string_view raw, const Kind& kind, Zero zero) {
 // nanoseconds hold (a 100 GB gradient at 1 B/s: 3,000 years).
 constexpr double kSlowestBandwidth = 1e6;
 constexpr double kSlowestFlopRate = 1e9;
+// Ceilings above which a value is a slip of the unit: a GPU rents for a few USD an hour (a
+// monthly or yearly price is not an hourly one); nothing in a GPU cluster, memory, storage or a
+// message, is an exabyte.
+constexpr double kDearestHourlyPrice = 1e4;
+constexpr double kLargestSize = 1e18;
 
 // `value` parsed from `text`, unless it is above zero and under `least`: then the problem
 // "expected WHAT of at least LEAST, got TEXT".
@@ -219,6 +224,18 @@ double at_least(double value, double least, std::string_view text, const char* w
                 const char* least_text, const char* hint) {
   if (value > 0 && value < least) {
     throw UnitError(std::string("expected ") + what + " of at least " + least_text + ", got " +
+                        in_quotes(trim(text)),
+                    hint);
+  }
+  return value;
+}
+
+// `value` parsed from `text`, unless it is above `most`: then the problem "expected WHAT of
+// at most MOST, got TEXT".
+double at_most(double value, double most, std::string_view text, const char* what,
+               const char* most_text, const char* hint) {
+  if (value > most) {
+    throw UnitError(std::string("expected ") + what + " of at most " + most_text + ", got " +
                         in_quotes(trim(text)),
                     hint);
   }
@@ -235,7 +252,8 @@ double parse_bandwidth(std::string_view text, Zero zero, Floor floor) {
 }
 
 double parse_size(std::string_view text, Zero zero) {
-  return parse_quantity(text, kSize, zero);
+  return at_most(parse_quantity(text, kSize, zero), kLargestSize, text, "a size", "1000000TB",
+                 "memories and messages are GB (80GB, 25MB); check the unit");
 }
 
 double parse_duration(std::string_view text, Zero zero) {
@@ -252,7 +270,10 @@ double parse_flop_rate(std::string_view text, Zero zero, Floor floor) {
 }
 
 double parse_hourly_price(std::string_view text) {
-  return parse_quantity(text, kHourlyPrice, Zero::allowed);
+  return at_most(parse_quantity(text, kHourlyPrice, Zero::allowed), kDearestHourlyPrice, text,
+                 "a price per GPU-hour", "10000USD/h",
+                 "GPUs rent for a few USD an hour: 2.95USD/h; a monthly price is not an hourly "
+                 "one");
 }
 
 double parse_frequency(std::string_view text) {

@@ -40,7 +40,8 @@ enum class Floor { hardware, none };
 double parse_bandwidth(std::string_view text, Zero zero = Zero::rejected,
                        Floor floor = Floor::hardware);
 
-// `80GB`, `81559MiB`, `25MB`, `1.5TB`, `512KiB`, `100B` -> bytes.
+// `80GB`, `81559MiB`, `25MB`, `1.5TB`, `512KiB`, `100B` -> bytes; at most 1,000,000 TB (an
+// exabyte: a slipped unit past it).
 double parse_size(std::string_view text, Zero zero = Zero::rejected);
 
 // `90s`, `3.4us`, `5ms`, `2ns`, `10min`, `2h`, `30d` -> seconds. Simulated time counts whole
@@ -48,7 +49,8 @@ double parse_size(std::string_view text, Zero zero = Zero::rejected);
 // rounded to a tick it does not mean.
 double parse_duration(std::string_view text, Zero zero = Zero::allowed);
 
-// `2.50USD/h` -> US dollars per hour. Zero is allowed (hardware already paid for).
+// `2.50USD/h` -> US dollars per hour, at most 10,000 (a monthly price is not an hourly one).
+// Zero is allowed (hardware already paid for).
 double parse_hourly_price(std::string_view text);
 
 // `989TFLOPS`, `2.25PFLOPS`, `500GFLOPS` (or `TFLOP/s`) -> floating-point operations per second.

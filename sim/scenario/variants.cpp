@@ -53,6 +53,15 @@ void Loader::parse_compare(const Field& list, const YAML::Node& base, Scenario& 
     fail(list, "expected a list of variants, got " + describe(list.node),
          "write each variant as `- name: ...` followed by the keys it changes");
   }
+  // A comparison is read as a table, each entry a column: past a thousand it is a sweep
+  // written out by hand (loading would take seconds and memory before anything runs).
+  constexpr std::size_t kMostEntries = 1000;
+  if (list.node.size() > kMostEntries) {
+    fail(list,
+         "expected at most " + std::to_string(kMostEntries) + " variants, got " +
+             std::to_string(list.node.size()),
+         "sweep what varies instead: sweep: {grid: {cluster.nodes: [1, 2, 4]}}");
+  }
   std::set<std::string> names;
   for (const Variant& v : scenario.variants) names.insert(v.name);
   for (std::size_t i = 0; i < list.node.size(); ++i) {

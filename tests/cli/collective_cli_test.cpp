@@ -116,6 +116,22 @@ TEST_CASE("fleetsim collective rejects bad sizes and unknown ops with exit 2") {
   CHECK(run_cli("collective --node dgx-h100 --nodes 2 --placement scattered").exit_code == 2);
   CHECK(run_cli("collective --node dgx-h100 --nodes 2 --seeds 4").exit_code == 2);  // adaptive
   CHECK(run_cli("collective --node dgx-h100 --write").exit_code == 2);  // calibrate's option
+  // Sweeps past what a table is read in, at once and with where to look, not run for ever.
+  const auto refused = [](const std::string& arguments, const std::string& message) {
+    INFO(arguments);
+    const Result result = run_cli("collective --node dgx-h100 " + arguments);
+    CHECK(result.exit_code == 2);
+    CHECK_THAT(result.err, Catch::Contains(message));
+  };
+  refused("-b 8 -e 8G -f 1.0000001", "-f / --factor: expected a factor above 1");
+  refused("-f 1", "-f / --factor");
+  refused("-b 8G -e 8", "-b / --min: the smallest size '8G' is above the largest '8'");
+  refused("-b 8 -e 2048G", "-e / --max: expected a message of at most 1024G");
+  refused("-b 8 -e 8G -f 1.0000001", "got 1.0000001");
+  refused("--nodes 4 --routing hash --seeds 1000000000 -b 8 -e 8", "--seeds: expected 1 to 1000");
+  // Left out they mean every GPU; a 0 written is refused, not taken to mean it.
+  refused("--ranks 0", "--ranks takes at least 1");
+  refused("-g 0", "--gpus-per-node takes at least 1");
 }
 
 TEST_CASE("fleetsim collective with hash routing prints the median run and the spread") {
@@ -378,9 +394,11 @@ TEST_CASE("counts and file names on the command line are checked before anything
     CHECK(result.out.empty());
     CHECK_THAT(result.err, Catch::Contains(message));
   };
-  refused("run " + scenario + " --threads 0", "--threads needs at least 1");
-  refused("run " + scenario + " --threads -1", "--threads needs at least 1");
-  refused("run " + scenario + " --bench -1", "--bench needs at least 1");
+  refused("run " + scenario + " --threads 0", "--threads takes 1 to 1024");
+  refused("run " + scenario + " --threads -1", "--threads takes 1 to 1024");
+  refused("run " + scenario + " --threads 1000000000", "--threads takes 1 to 1024");
+  refused("run " + scenario + " --bench -1", "--bench takes 1 to 1000 runs");
+  refused("run " + scenario + " --bench 1000000", "--bench takes 1 to 1000 runs");
   refused("run " + scenario + " --sensitivity 100000000", "--sensitivity takes 2 to 10000");
   refused("run " + scenario + " -o ''", "-o needs a file name");
   refused("run " + scenario + " --trace ''", "--trace needs a file name");

@@ -231,9 +231,10 @@ TEST_CASE("trace ranks: those listed, refused when malformed or not replayed") {
   CHECK(folded.err.find("--no-fold") != std::string::npos);
   const Result far = run_cli("run " + scenario + " -q --no-fold --trace " + trace.string() +
                              " --trace-ranks 2147483647");
-  CHECK(far.exit_code == 1);  // refused, not counted up to
+  CHECK(far.exit_code == 2);  // refused before anything runs, not counted up to
   const Result outside =
       run_cli("run " + scenario + " -q --no-fold --trace " + trace.string() + " --trace-ranks 99");
-  CHECK(outside.exit_code == 1);
-  CHECK(outside.err.find("not in the layout's 16 ranks") != std::string::npos);
+  CHECK(outside.exit_code == 2);
+  CHECK(outside.err.find("rank 99 is not in variant") != std::string::npos);
+  CHECK(outside.err.find("16 ranks (trace ranks 0 to 15)") != std::string::npos);
 }

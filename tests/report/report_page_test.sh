@@ -100,12 +100,15 @@ done
 head -c 8 "$dir/run.png" | od -An -tx1 | grep -q "89 50 4e 47" || { echo "no PNG"; exit 1; }
 [ "$(stat -c %s "$dir/run.png")" -gt 50000 ] || { echo "the screenshot is nearly empty"; exit 1; }
 
-# Bad input: not a result file, a page not named .html, no file at all.
+# Bad input: not a result file, a page not named .html, no file at all, a directory, a pipe
+# (which would never open: refused at once).
 echo "not hdf5" >"$dir/bad.h5"
-for args in "report $dir/bad.h5" "report $dir/run.h5 -o $dir/page.txt" "report"; do
+mkfifo "$dir/pipe.h5"
+for args in "report $dir/bad.h5" "report $dir/run.h5 -o $dir/page.txt" "report" "report $dir" \
+  "report $dir/pipe.h5"; do
   status=0
   # shellcheck disable=SC2086  # the arguments split on purpose
-  "$fleetsim" $args >/dev/null 2>"$dir/err" || status=$?
+  timeout 60 "$fleetsim" $args >/dev/null 2>"$dir/err" || status=$?
   [ "$status" -eq 2 ] || { echo "exit $status for: $args"; exit 1; }
 done
 [ ! -e "$dir/page.txt" ] || { echo "a refused page was written"; exit 1; }

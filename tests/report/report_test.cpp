@@ -578,6 +578,16 @@ TEST_CASE("a result's target is checked before anything is simulated") {
   // The same file by another path is the input too.
   CHECK_THAT(output_target_problem(dir.path() / "." / "scenario.yaml", {input}),
              Catch::Contains("is the input"));
+  // A directory that takes no file (procfs), refused up front whoever runs it: root passes
+  // access() there, where the file tried fails; the check leaves nothing where it succeeds.
+  const std::string in_proc = output_target_problem("/proc/version.h5", {input});
+  CHECK((in_proc.find("takes no new file") != std::string::npos ||
+         in_proc.find("is not writable") != std::string::npos));
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    ++files;
+  }
+  CHECK(files == 1);  // the input alone
 }
 
 TEST_CASE("a plan's HDF5 file carries its search counts beside its ranked layouts") {

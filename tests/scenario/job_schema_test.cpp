@@ -267,6 +267,21 @@ TEST_CASE("a model can come from a Hugging Face config.json, with errors at its 
   REQUIRE(nowhere);
   CHECK(nowhere->key() == "model.hf_config");
   CHECK_THAT(nowhere->what(), Catch::Contains("no Hugging Face config at"));
+  // A symbolic link that loops is no file either: the same refusal, not a filesystem error.
+  std::filesystem::create_symlink("loop.json", dir.path() / "loop.json");
+  dir.write("scenario.yaml", with(kBase, "model: llama3-8b", "model: {hf_config: loop.json}"));
+  const auto looping = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(looping);
+  CHECK(looping->key() == "model.hf_config");
+  CHECK_THAT(looping->what(), Catch::Contains("no Hugging Face config at"));
+  // Nor is a file of megabytes read whole: refused by its size before a byte is parsed.
+  dir.write("models/huge/config.json", std::string(17 << 20, ' '));
+  dir.write("scenario.yaml",
+            with(kBase, "model: llama3-8b", "model: {hf_config: models/huge/config.json}"));
+  const auto huge = testing::file_error(dir.path() / "scenario.yaml");
+  REQUIRE(huge);
+  CHECK_THAT(huge->what(), Catch::Contains("of more than 16 MiB (17 MiB), more than any"));
+  dir.write("scenario.yaml", scenario);
   // A key given twice: Python's json keeps the last, a YAML reader the first; neither is taken.
   const auto twice =
       error_with("\"hidden_size\": 4096,", "\"hidden_size\": 4096, \"hidden_size\": 2048,");

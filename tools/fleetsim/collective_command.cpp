@@ -1,10 +1,13 @@
 #include "tools/fleetsim/collective_command.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "sim/engine/errors.hpp"
@@ -16,6 +19,13 @@
 
 namespace fleetsim {
 namespace {
+
+// A sweep's bounds, past which a command line is a mistake rather than a measurement: a
+// message of a terabyte, more rows than a table is read in, more hash seeds than a spread
+// needs (each seed replays every size).
+constexpr double kLargestMessage = 1024.0 * 1024 * 1024 * 1024;
+constexpr int kMostRows = 1000;
+constexpr int kMostSeeds = 1000;
 
 // An op by its name or by its nccl-tests program's (all_reduce_perf).
 CollectiveOp parse_op(std::string name) {
@@ -183,12 +193,36 @@ void run_collective_command(const CollectiveOptions& options) {
   const BenchmarkRanks picked =
       resolve_command_line_ranks(cluster, options.ranks, options.gpus_per_node);
   const int ranks = picked.ranks;
-  const std::vector<double> sizes =
-      nccl_tests_sizes(parse_nccl_tests_size(options.min_bytes),
-                       parse_nccl_tests_size(options.max_bytes), options.factor);
-  if (options.seeds < 1) {
-    throw ScenarioError("(command line)", 0, 0, "--seeds", "expected at least 1 seed",
-                        "hash routing runs seeds 1..N");
+  const double min_bytes = parse_nccl_tests_size(options.min_bytes);
+  const double max_bytes = parse_nccl_tests_size(options.max_bytes);
+  if (max_bytes > kLargestMessage) {
+    throw ScenarioError("(command line)", 0, 0, "-e / --max",
+                        "expected a message of at most 1024G, got '" + options.max_bytes + "'",
+                        "nccl-tests runs go up to a few GB: -e 8G");
+  }
+  if (max_bytes < min_bytes) {
+    throw ScenarioError("(command line)", 0, 0, "-b / --min",
+                        "the smallest size '" + options.min_bytes + "' is above the largest '" +
+                            options.max_bytes + "'",
+                        "-b 8 -e 8G runs 8 bytes to 8 GiB");
+  }
+  // Sizes from min to max, each `factor` times the one before: at most kMostRows of them.
+  const double rows =
+      options.factor > 1 ? std::log(max_bytes / min_bytes) / std::log(options.factor) : 0.0;
+  if (!(options.factor > 1) || !(rows < kMostRows)) {
+    std::ostringstream factor;
+    factor << std::setprecision(12) << options.factor;
+    throw ScenarioError("(command line)", 0, 0, "-f / --factor",
+                        "expected a factor above 1 that reaches the largest size in at most " +
+                            std::to_string(kMostRows) + " rows, got " + factor.str(),
+                        "nccl-tests doubles the size each row: -f 2");
+  }
+  const std::vector<double> sizes = nccl_tests_sizes(min_bytes, max_bytes, options.factor);
+  if (options.seeds < 1 || options.seeds > kMostSeeds) {
+    throw ScenarioError("(command line)", 0, 0, "--seeds",
+                        "expected 1 to " + std::to_string(kMostSeeds) + " seeds, got " +
+                            std::to_string(options.seeds),
+                        "hash routing runs seeds 1..N: 10 show the spread");
   }
   const bool hashed = cluster.fabric.routing == FabricRouting::hash;
   if (options.seeds > 1 && !hashed) {

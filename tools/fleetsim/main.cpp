@@ -379,13 +379,19 @@ RunReport simulate(const Scenario& scenario, const fleetsim::StepOptions& option
   return report;
 }
 
-// The wall times of `runs` calls of `work`, shortest first.
+// The wall times of `runs` calls of `work`, shortest first: fewer where a limit or a signal
+// stops them (a run cut short, returning or thrown out of, is no wall time).
 template <typename Work>
 std::vector<double> sorted_wall_times(int runs, Work&& work) {
   std::vector<double> seconds;
-  for (int i = 0; i < runs; ++i) {
+  for (int i = 0; i < runs && !fleetsim::stop_requested(); ++i) {
     const auto start = std::chrono::steady_clock::now();
-    work();
+    try {
+      work();
+    } catch (const fleetsim::Stopped&) {
+      break;
+    }
+    if (fleetsim::stop_requested()) break;
     seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -393,21 +399,43 @@ std::vector<double> sorted_wall_times(int runs, Work&& work) {
   return seconds;
 }
 
-void print_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs,
-                 const fleetsim::Ranks& ranks) {
-  const std::vector<double> seconds =
-      sorted_wall_times(runs, [&] { simulate(scenario, options, ranks); });
-  const double median_s = seconds[seconds.size() / 2];
-  std::cout << "bench: " << runs << " runs, wall time median " << median_s << " s, min "
-            << seconds.front() << " s, max " << seconds.back() << " s\n";
-  // The engine's reference workload, timed here and now: a machine or a day that runs it
-  // slower runs everything slower, so the median in its events compares across both. With
-  // one chain pending it processes exactly kReferenceEvents events each run.
-  constexpr int kReferenceRuns = 5;
-  constexpr int kReferenceEvents = 1'000'000;
+// The engine's reference workload, timed beside a benchmark: a machine or a day that runs it
+// slower runs everything slower, so a median in its events compares across both. With one
+// chain pending it processes exactly kReferenceEvents events each run.
+constexpr int kReferenceRuns = 5;
+constexpr int kReferenceEvents = 1'000'000;
+
+// `--bench N`'s figures: the repetitions' wall times, sorted (fewer than asked where a limit or
+// a signal stopped them), and the engine's reference rate (0 where stopped before it).
+struct BenchFigures {
+  int asked = 0;
+  std::vector<double> seconds;
+  double reference_events_per_s = 0;
+};
+
+BenchFigures measure_bench(const Scenario& scenario, const fleetsim::StepOptions& options, int runs,
+                           const fleetsim::Ranks& ranks) {
+  BenchFigures bench{runs, sorted_wall_times(runs, [&] { simulate(scenario, options, ranks); })};
   const std::vector<double> reference = sorted_wall_times(
       kReferenceRuns, [] { fleetsim::run_reference_events(1, kReferenceEvents); });
-  const double rate = kReferenceEvents / reference[reference.size() / 2];
+  if (static_cast<int>(reference.size()) == kReferenceRuns) {
+    bench.reference_events_per_s = kReferenceEvents / reference[reference.size() / 2];
+  }
+  return bench;
+}
+
+void print_bench(const BenchFigures& bench) {
+  if (bench.seconds.empty()) return;  // stopped before a repetition ended: the caller says why
+  const std::vector<double>& seconds = bench.seconds;
+  const double median_s = seconds[seconds.size() / 2];
+  std::cout << "bench: " << seconds.size() << " runs"
+            << (static_cast<int>(seconds.size()) < bench.asked
+                    ? " (of " + std::to_string(bench.asked) + ": stopped)"
+                    : std::string())
+            << ", wall time median " << median_s << " s, min " << seconds.front() << " s, max "
+            << seconds.back() << " s\n";
+  const double rate = bench.reference_events_per_s;
+  if (rate == 0) return;
   std::ostringstream line;
   line << std::setprecision(3) << "bench: engine reference " << rate / 1e6
        << " M events/s (one pending event, median of " << kReferenceRuns
@@ -502,6 +530,10 @@ void print_catalog(const fleetsim::PresetCatalog& catalog) {
 
 // Each draw replays every variant's step: past this, a mistake rather than a study.
 constexpr int kMostSensitivityDraws = 10000;
+// More worker threads than any machine's cores only cost memory (each a stack and its
+// variant's step); more repetitions than a benchmark needs only cost time.
+constexpr int kMostThreads = 1024;
+constexpr int kMostBenchRuns = 1000;
 
 // -o names an HDF5 file (.h5 or .hdf5: JSON and CSV go to standard output), --trace a
 // Perfetto JSON file; neither may be empty, nor the other's. `writes`: this process writes them
@@ -618,11 +650,22 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
     throw po::error("--sensitivity takes 2 to " + std::to_string(kMostSensitivityDraws) +
                     " draws (100 make a steady 90% interval)");
   }
-  if (options.given.contains("threads") && options.threads < 1) {
-    throw po::error("--threads needs at least 1 (without it, one a core)");
+  if (options.given.contains("threads") &&
+      (options.threads < 1 || options.threads > kMostThreads)) {
+    throw po::error("--threads takes 1 to " + std::to_string(kMostThreads) +
+                    " (without it, one a core)");
   }
-  if (options.given.contains("bench") && options.bench_runs < 1) {
-    throw po::error("--bench needs at least 1 run (3 give a median)");
+  // Left out, these mean every GPU; written, 0 would mean it silently too.
+  for (const auto& [key, count] : {std::pair{"ranks", options.collective.ranks},
+                                   std::pair{"gpus-per-node", options.collective.gpus_per_node}}) {
+    if (options.given.contains(key) && count < 1) {
+      throw po::error("--" + std::string(key) + " takes at least 1 (leave it out for every GPU)");
+    }
+  }
+  if (options.given.contains("bench") &&
+      (options.bench_runs < 1 || options.bench_runs > kMostBenchRuns)) {
+    throw po::error("--bench takes 1 to " + std::to_string(kMostBenchRuns) +
+                    " runs (3 give a median, 5 a steadier one)");
   }
   check_outputs(options, ranks.rank() == 0);
   // The fabric given on the command line (0 in Options: not given), in its range.
@@ -736,6 +779,16 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (!options.trace.empty()) step_options.trace_ranks = kTracedRanks;
   if (options.given.contains("trace-ranks")) {
     step_options.trace_rank_list = parse_rank_list(options.trace_ranks);
+    // A rank past a variant's GPUs is the command line's mistake, refused before anything
+    // runs (whether a rank is replayed, folding decides as the step is built).
+    for (const fleetsim::Variant& variant : scenario.variants) {
+      const int layout_ranks = variant.inputs.plan.world_size();
+      if (step_options.trace_rank_list.back() < layout_ranks) continue;
+      throw po::error("--trace-ranks: rank " + std::to_string(step_options.trace_rank_list.back()) +
+                      " is not in variant \"" + variant.name + "\"'s " +
+                      std::to_string(layout_ranks) + " ranks (trace ranks 0 to " +
+                      std::to_string(layout_ranks - 1) + ")");
+    }
   }
   step_options.fold = !options.no_fold;
   if (options.attribute && scenario.swept) {
@@ -766,11 +819,26 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
   if (options.sensitivity_draws > 0) {
     fleetsim::add_sensitivities(report, scenario.seed, options.sensitivity_draws, step_options);
   }
+  // A benchmark repeats a finished simulation under the same limits: a stop ends its
+  // repetitions, and the results stand (the exit says why it stopped).
+  std::optional<BenchFigures> bench;
+  if (options.bench_runs > 0 && !fleetsim::stop_requested()) {
+    fleetsim::StepOptions bench_options;
+    bench_options.fold = step_options.fold;
+    bench = measure_bench(scenario, bench_options, options.bench_runs, ranks);
+  }
   // The results are decided here: stopped or not, what follows writes them whole. A limit no
   // longer applies, and Ctrl-C ends the process as usual (its files are written atomically).
   watch.reset();
   fleetsim::stop_ending_process_on_signals();
-  const fleetsim::StopReason stopped = fleetsim::stop_reason();
+  fleetsim::StopReason stopped = fleetsim::stop_reason();
+  fleetsim::StopReason bench_stopped = fleetsim::StopReason::none;
+  if (bench) {
+    // Whatever stopped came after the simulation: the benchmark's, not the results'.
+    bench_stopped = stopped;
+    stopped = fleetsim::StopReason::none;
+    fleetsim::clear_stop_request();
+  }
   if (stopped != fleetsim::StopReason::none) {
     fleetsim::note_stopped_analyses(report, stopped, options.attribute,
                                     options.sensitivity_draws > 0);
@@ -793,10 +861,11 @@ int run_command(const Options& options, const fleetsim::Ranks& ranks) {
                 : sweep       ? fleetsim::render_sweep(report)
                               : fleetsim::render_console(report));
   if (write_failure) std::rethrow_exception(write_failure);
-  if (options.bench_runs > 0 && stopped == fleetsim::StopReason::none) {
-    fleetsim::StepOptions bench_options;
-    bench_options.fold = step_options.fold;
-    print_bench(scenario, bench_options, options.bench_runs, ranks);
+  if (bench) print_bench(*bench);
+  if (bench_stopped != fleetsim::StopReason::none) {
+    std::cerr << "fleetsim: " << fleetsim::describe(bench_stopped)
+              << ": the benchmark's repetitions stopped\n";
+    return fleetsim::exit_code(bench_stopped);
   }
   if (stopped != fleetsim::StopReason::none) {
     std::cerr << "fleetsim: " << report.partial->stopped_by << ": the " << report.variants.size()

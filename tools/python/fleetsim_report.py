@@ -331,6 +331,14 @@ def main(argv):
     output = args.output or os.path.splitext(args.result)[0] + ".html"
     if not output.lower().endswith((".html", ".htm")):
         parser.error(f"-o writes HTML: name the page .html, got '{output}'")
+    # A directory, a pipe or a device is no result file (a pipe would never open).
+    if not os.path.exists(args.result):
+        print(f"fleetsim: error: {args.result}: no such file", file=sys.stderr)
+        return 2
+    if not os.path.isfile(args.result):
+        print(f"fleetsim: error: {args.result}: not a regular file (hint: give the HDF5 file "
+              "that fleetsim run -o wrote)", file=sys.stderr)
+        return 2
     try:
         result = fleetsim_results.load(args.result, pandas=False)
     except (OSError, KeyError, ValueError) as error:

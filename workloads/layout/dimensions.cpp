@@ -487,16 +487,22 @@ const std::array<LayoutDimension, 24> kDimensions = {{
                     "forward merged with the backward after it, layer by layer (Megatron-Core's "
                     "overlap_moe_expert_parallel_comm); pp 1 or interleaved, no full "
                     "recomputation",
-     .planner = "the scenario's, wherever ep > 1, pp 1 or vpp > 1 and ZeRO 0-2 (and then no "
-                "full recomputation)",
+     .planner = "on and off, where the scenario's is on and the layout's rules allow it (then "
+                "without full recomputation)",
      .get = get_flag<&ParallelPlan::ep_comm_overlap>,
      .set = set_flag<&ParallelPlan::ep_comm_overlap>,
      .label = flag_words<&ParallelPlan::ep_comm_overlap, kEpOverlap>,
      .candidates =
          [](const LayoutSearch& search, const ParallelPlan& chosen) {
-           return std::vector<DimensionValue>{search.scenario.ep_comm_overlap && chosen.ep > 1 &&
-                                              (chosen.pp == 1 || chosen.vpp > 1) &&
-                                              chosen.zero_stage < 3};
+           // Off too: it holds a layer's activations more and rules out full recomputation,
+           // so a layout may fit, or fit faster, without it.
+           if (!search.scenario.ep_comm_overlap) return std::vector<DimensionValue>{false};
+           ParallelPlan overlapped = chosen;
+           overlapped.ep_comm_overlap = true;
+           for (const JobProblem& problem : job_problems(search.subject, overlapped)) {
+             if (problem.rule == kEpCommOverlapRule) return std::vector<DimensionValue>{false};
+           }
+           return std::vector<DimensionValue>{true, false};
          }},
     {.key = "overlap_grad_reduce",
      .output = "overlap_grad_reduce",

@@ -186,8 +186,9 @@ struct ParallelPlan {
   // a communication stream of their own beside the other's compute: the backward's combine
   // beside the forward's attention and router, the forward's dispatch and then the backward's
   // beside the experts' backward and forward, the forward's combine beside the backward's
-  // attention. One more forward in the warm-up (pipeline_schedule) holds one more micro-batch's
-  // activations.
+  // attention. The warm-up takes one more forward (pipeline_schedule), so that each pair's
+  // passes are independent; as the forward saves its layer j the backward frees its layer
+  // L - 1 - j, so a pair holds a layer's activations more at once.
   bool ep_comm_overlap = false;
   // The experts' tensor parallelism in effect.
   int experts_split() const { return expert_tp > 0 ? expert_tp : tp; }

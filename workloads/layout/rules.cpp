@@ -732,11 +732,21 @@ Problem dora_dropout_without_tp(const JobSubject& job, const ParallelPlan& plan)
             "set lora.dropout: 0 (NeMo's default for DoRA), or tp: 1");
 }
 
-Problem recompute_layers_need_full(const JobSubject&, const ParallelPlan& plan) {
-  if (plan.recompute_layers == 0 || plan.recompute == Recompute::full) return {};
+Problem recompute_layers_need_full(const JobSubject& job, const ParallelPlan& plan) {
+  if (plan.recompute_layers == 0) return {};
+  if (plan.recompute != Recompute::full) {
+    return at({"layout.recompute_layers"},
+              "recompute_layers picks the layers that full recomputation reruns",
+              "set recompute: full, or remove recompute_layers");
+  }
+  // The first N of each chunk: no more than the longest chunk has (an uneven split's).
+  const Wide chunks = size_product({plan.pp, plan.vpp});
+  const Wide longest = longest_stage_slots(Wide{job.layers} + job.mtp_layers, chunks);
+  if (chunks == 0 || plan.recompute_layers <= longest) return {};
   return at({"layout.recompute_layers"},
-            "recompute_layers picks the layers that full recomputation reruns",
-            "set recompute: full, or remove recompute_layers");
+            "recompute_layers " + str(plan.recompute_layers) + " is more than the " + str(longest) +
+                " layers of a chunk (pp x vpp = " + str(chunks) + ")",
+            "at most " + str(longest) + "; 0 reruns every layer");
 }
 
 Problem recompute_modules_need_selective(const JobSubject&, const ParallelPlan& plan) {
@@ -848,9 +858,10 @@ const JobRule kRules[] = {
     {"shared-expert-overlap-as-modelled",
      "shared_expert_overlap with a shared expert and the all-to-all dispatcher",
      shared_expert_overlap_as_modelled},
-    {"ep-comm-overlap-as-megatron-runs-it",
+    {kEpCommOverlapRule,
      "ep_comm_overlap with ep > 1, pp 1 or interleaving, no full recomputation, ZeRO 0-2, no "
-     "activation offload and no shared_expert_overlap",
+     "activation offload, no shared_expert_overlap and one multi-token prediction module at "
+     "most",
      ep_comm_overlap_as_megatron_runs_it},
     {"ep-as-modelled", "ep > 1 without optimizer offload, its tokens dispatched by all-to-all",
      ep_as_modelled},
@@ -889,7 +900,8 @@ const JobRule kRules[] = {
      "under vpp > 1 the micro-batches come in groups of microbatch_group (pp), the last of "
      "at least pp",
      interleaving_in_micro_batch_groups},
-    {"recompute-layers-need-full", "recompute_layers needs recompute: full",
+    {"recompute-layers-need-full",
+     "recompute_layers needs recompute: full, and is at most a chunk's layers",
      recompute_layers_need_full},
     {"recompute-modules-need-selective", "recompute_modules needs recompute: selective",
      recompute_modules_need_selective},

@@ -80,6 +80,9 @@ struct JobSubject {
   std::optional<JobCluster> cluster;
 };
 
+// The rule that ep_comm_overlap runs as Megatron-Core allows it (the planner asks it alone).
+inline constexpr std::string_view kEpCommOverlapRule = "ep-comm-overlap-as-megatron-runs-it";
+
 struct JobRule {
   std::string_view name;
   std::string_view summary;  // one line, for the reference

@@ -31,4 +31,9 @@ inline LayerRange split_stage_slots(int slots, int virtual_stages, int v) {
   return range;
 }
 
+// The most slots any of `virtual_stages` stages holds: the even share, rounded up.
+inline long long longest_stage_slots(long long slots, long long virtual_stages) {
+  return virtual_stages > 0 ? (slots + virtual_stages - 1) / virtual_stages : 0;
+}
+
 }  // namespace fleetsim
