@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 tools/install-packages.sh setup build-essential cmake ccache libboost-graph-dev \
   libboost-program-options-dev libboost-serialization-dev libtbb-dev libhdf5-dev hdf5-tools \
   libyaml-cpp-dev catch2 libbenchmark-dev nlohmann-json3-dev python3-matplotlib python3-h5py \
-  python3-pandas chromium libopenmpi-dev openmpi-bin libjemalloc-dev
+  python3-pandas chromium libopenmpi-dev openmpi-bin libjemalloc-dev libutfcpp-dev
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # Configured once; again when an older build directory lacks MPI.

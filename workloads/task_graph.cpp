@@ -156,16 +156,17 @@ class MicroBatchBuilder {
   // Micro-batch mb's forward over the units, its first op after `entry`; returns its last task.
   TaskIndex forward(int mb, const std::vector<TaskIndex>& entry) {
     begin_forward(mb);
-    for (std::size_t u = 0; u < count(); ++u) {
-      forward_done(u, build_->ops(forward_tag_ + unit(u).name + ".", unit(u).ops.forward,
-                                  forward_deps(u, entry)));
-    }
-    return forward_end_.back();
+    for (std::size_t u = 0; u < count(); ++u) forward_unit(u, entry);
+    return forward_end();
   }
   TaskIndex forward_end() const { return forward_end_.back(); }
-  // A forward unit by unit, for a caller that runs its ops (a merged pass): begin_forward,
-  // then for each unit in order what its first op waits for (forward_deps), its ops run after
-  // that by the caller, and forward_done with the last of them.
+  // A forward unit by unit (a merged pass runs two passes' units in turn): begin_forward, then
+  // each unit in order, whole (forward_unit) or, by a caller that cuts its ops, what its first
+  // op waits for (forward_deps) and forward_done with the last of them.
+  void forward_unit(std::size_t u, const std::vector<TaskIndex>& entry) {
+    forward_done(u, build_->ops(forward_tag_ + unit(u).name + ".", unit(u).ops.forward,
+                                forward_deps(u, entry)));
+  }
   void begin_forward(int mb) {
     forward_tag_ = "mb" + std::to_string(mb) + ".";
     forward_end_.assign(count(), 0);
@@ -217,20 +218,22 @@ class MicroBatchBuilder {
                      const std::vector<TaskIndex>& entry,
                      std::optional<TaskIndex>& last_reduction) {
     begin_backward(mb, reduce_gradients, first_reduction);
-    for (std::size_t i = 0; i < count(); ++i) {
-      const std::size_t u = count() - 1 - i;
-      if (skip_frozen_backward(u)) continue;
-      backward_done(u,
-                    build_->ops(backward_tag_ + unit(u).name + ".", unit(u).ops.backward,
-                                backward_deps(u, i == 0 ? entry : std::vector<TaskIndex>{})),
-                    last_reduction);
-    }
+    for (std::size_t u = count(); u-- > 0;) backward_unit(u, entry, last_reduction);
     return end_backward(last_reduction);
   }
-  // A backward unit by unit, last unit first, as the forward (begin_backward, then for each
-  // unit that does not skip it backward_deps, its ops, backward_done; end_backward returns
-  // where the backward ends). With sharded parameters each unit is gathered again (FSDP
-  // reshards after the forward pass), the next one prefetched while the current one computes.
+  // A backward unit by unit, last unit first, as the forward (begin_backward, then each unit
+  // whole, or for each that does not skip it backward_deps, its ops, backward_done;
+  // end_backward returns where the backward ends). With sharded parameters each unit is
+  // gathered again (FSDP reshards after the forward pass), the next one prefetched while the
+  // current one computes.
+  void backward_unit(std::size_t u, const std::vector<TaskIndex>& entry,
+                     std::optional<TaskIndex>& last_reduction) {
+    if (skip_frozen_backward(u)) return;
+    backward_done(u,
+                  build_->ops(backward_tag_ + unit(u).name + ".", unit(u).ops.backward,
+                              backward_deps(u, entry)),
+                  last_reduction);
+  }
   void begin_backward(int mb, bool reduce_gradients, bool first_reduction) {
     backward_tag_ = "mb" + std::to_string(mb) + ".";
     reduce_gradients_ = reduce_gradients;
@@ -264,13 +267,14 @@ class MicroBatchBuilder {
     backward_end_[u] = backward_end_[u + 1];
     return true;
   }
-  // What unit u's backward waits for (`entry` for the first), its recomputed forward run.
+  // What unit u's backward waits for (`entry` for the first, the last unit), its recomputed
+  // forward run.
   std::vector<TaskIndex> backward_deps(std::size_t u, const std::vector<TaskIndex>& entry) {
     const std::size_t n = count();
     if (sharded() && u >= 1 && !unit(u - 1).ops.backward.empty()) regather(u - 1);
     std::vector<TaskIndex> deps;
     if (sharded()) deps.push_back(regathered_[u]);
-    deps.insert(deps.end(), entry.begin(), entry.end());
+    if (u + 1 == n) deps.insert(deps.end(), entry.begin(), entry.end());
     if (copies_fsdp2()) deps = {copy_out(u, /*forward=*/false, std::move(deps))};
     if (unit(u).recomputed) {
       deps.push_back(build_->ops(backward_tag_ + unit(u).name + ".recompute.", unit(u).ops.forward,
@@ -518,20 +522,8 @@ std::pair<TaskIndex, TaskIndex> merged_passes(ProgramBuilder& build, MicroBatchB
   const auto [b_first, b_end] = layers(b_units);
   f.begin_forward(f_mb);
   b.begin_backward(b_mb, reduce_gradients, first_reduction);
-  // The backward's first unit, its last, waits for `b_entry`.
-  const auto b_deps = [&](std::size_t u) {
-    return b.backward_deps(u, u + 1 == b_units.size() ? b_entry : std::vector<TaskIndex>{});
-  };
-  const auto forward_alone = [&](std::size_t u) {
-    f.forward_done(u, build.ops(f.forward_tag() + f_units[u].name + ".", f_units[u].ops.forward,
-                                f.forward_deps(u, f_entry)));
-  };
-  const auto backward_alone = [&](std::size_t u) {
-    if (b.skip_frozen_backward(u)) return;
-    b.backward_done(
-        u, build.ops(b.backward_tag() + b_units[u].name + ".", b_units[u].ops.backward, b_deps(u)),
-        last_reduction);
-  };
+  const auto forward_alone = [&](std::size_t u) { f.forward_unit(u, f_entry); };
+  const auto backward_alone = [&](std::size_t u) { b.backward_unit(u, b_entry, last_reduction); };
   // One pass's progress through a unit: what its next op waits for beyond the compute
   // stream's order, and its last task so far.
   struct Side {
@@ -554,7 +546,7 @@ std::pair<TaskIndex, TaskIndex> merged_passes(ProgramBuilder& build, MicroBatchB
     Side forward{f.forward_tag() + f_units[fu].name + ".", f.forward_deps(fu, f_entry), {}};
     const bool backward_runs = !b.skip_frozen_backward(bu);
     Side backward{b.backward_tag() + b_units[bu].name + ".",
-                  backward_runs ? b_deps(bu) : std::vector<TaskIndex>{},
+                  backward_runs ? b.backward_deps(bu, b_entry) : std::vector<TaskIndex>{},
                   {}};
     const ExchangeCuts& fc = f.forward_cuts(fu);
     const ExchangeCuts empty;

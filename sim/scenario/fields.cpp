@@ -11,6 +11,7 @@
 #include <string_view>
 #include <utility>
 
+#include <utf8cpp/utf8.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
@@ -516,33 +517,6 @@ class DocumentEvents : public YAML::EventHandler {
   }
 };
 
-// Where the first byte of `text` that is not UTF-8 is (a stray byte, a cut or overlong
-// sequence, a surrogate), or nothing: names and labels print as they are read.
-std::optional<std::size_t> first_invalid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-    const unsigned char lead = byte(i);
-    const std::size_t length = lead < 0x80           ? 1
-                               : (lead >> 5) == 0x6  ? 2
-                               : (lead >> 4) == 0xe  ? 3
-                               : (lead >> 3) == 0x1e ? 4
-                                                     : 0;
-    if (length == 0 || i + length > text.size()) return i;
-    std::uint32_t code = length == 1 ? lead : lead & (0x7f >> length);
-    for (std::size_t k = 1; k < length; ++k) {
-      if ((byte(i + k) & 0xc0) != 0x80) return i;
-      code = (code << 6) | (byte(i + k) & 0x3f);
-    }
-    constexpr std::uint32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (code < kLeast[length] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
-      return i;
-    }
-    i += length;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::string_view what) {
@@ -585,12 +559,17 @@ YAML::Node parse_yaml_file(const fs::path& path, const std::string& shown, std::
   }
   YAML::Node document;
   DocumentEvents events;
-  if (const auto bad = first_invalid_utf8(text.view())) {
-    const std::string_view before = text.view().substr(0, *bad);
+  // Names and labels print as they are read: a stray byte, a cut or overlong sequence or a
+  // surrogate is refused where it stands (utfcpp's validation).
+  const std::string_view read_text = text.view();
+  if (const auto bad = utf8::find_invalid(read_text.begin(), read_text.end());
+      bad != read_text.end()) {
+    const std::size_t at = static_cast<std::size_t>(bad - read_text.begin());
+    const std::string_view before = read_text.substr(0, at);
     const auto line_start = before.rfind('\n');
     const int line = static_cast<int>(std::count(before.begin(), before.end(), '\n')) + 1;
     const int column =
-        static_cast<int>(*bad - (line_start == std::string_view::npos ? 0 : line_start + 1)) + 1;
+        static_cast<int>(at - (line_start == std::string_view::npos ? 0 : line_start + 1)) + 1;
     throw ScenarioError(shown, line, column, "", "a byte that is not UTF-8",
                         "save the file as UTF-8");
   }
